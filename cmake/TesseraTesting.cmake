@@ -1,0 +1,41 @@
+# Test helpers. Tests are registered with plain add_test (no discovery at build time).
+find_package(GTest REQUIRED)
+
+# Environment for every test: allow mpiexec as root (containers, CI) and oversubscription
+# (4 ranks on a 2-core machine); one OpenMP thread per rank unless a test says otherwise.
+set(TESSERA_TEST_ENV
+  "OMPI_ALLOW_RUN_AS_ROOT=1"
+  "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+  "OMPI_MCA_rmaps_base_oversubscribe=1"
+  "OMPI_MCA_btl_vader_single_copy_mechanism=none"
+  "TESSERA_SHARED_DATA=${PROJECT_SOURCE_DIR}/../shared/data"
+  "TESSERA_BIN=$<TARGET_FILE:tessera>")
+
+# tessera_test_executable(NAME SOURCES ... [LIBS ...]): a GoogleTest binary whose main
+# initialises MPI (tests/test_main.cpp), so the same binary runs alone or under mpiexec.
+function(tessera_test_executable name)
+  cmake_parse_arguments(A "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${A_SOURCES} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(${name} PRIVATE ${A_LIBS} GTest::gtest MPI::MPI_CXX)
+  tessera_target_defaults(${name})
+endfunction()
+
+# tessera_add_test(NAME EXE [ARGS ...] [LABELS ...]): one process.
+function(tessera_add_test name exe)
+  cmake_parse_arguments(A "" "" "ARGS;LABELS" ${ARGN})
+  add_test(NAME ${name} COMMAND ${exe} ${A_ARGS})
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=2"
+    LABELS "unit;${A_LABELS}" TIMEOUT 600)
+endfunction()
+
+# tessera_add_mpi_test(NAME EXE RANKS n [ARGS ...] [LABELS ...]): registered as NAME_np<n>.
+function(tessera_add_mpi_test name exe)
+  cmake_parse_arguments(A "" "RANKS" "ARGS;LABELS" ${ARGN})
+  set(full "${name}_np${A_RANKS}")
+  add_test(NAME ${full}
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${A_RANKS} --oversubscribe
+            ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${exe}> ${MPIEXEC_POSTFLAGS} ${A_ARGS})
+  set_tests_properties(${full} PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
+    LABELS "mpi;${A_LABELS}" TIMEOUT 900 PROCESSORS ${A_RANKS})
+endfunction()

@@ -1,0 +1,24 @@
+// NCCL communicator factory (device buffers on a CUDA stream), bootstrapped from MPI.
+#pragma once
+
+#include <memory>
+
+#include "comm/mpi_communicator.hpp"
+
+namespace tessera::comm {
+
+/// True when this build has the NCCL communicator.
+bool nccl_available();
+
+/// Bootstraps NCCL over the ranks of `boot`: local rank from a hostname-hash
+/// allgather, cudaSetDevice(local_rank), unique id from rank 0 by MPI_Bcast,
+/// ncclCommInitRank. Buffers passed to the result are device pointers; calls are
+/// enqueued on the communicator's stream and complete before returning (waits poll
+/// ncclCommGetAsyncError and abort the communicator on error).
+/// Throws tessera::Error "built without CUDA" in a CPU-only build.
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot);
+
+/// Rank of this process among the ranks of `boot` on the same host (hostname hash).
+int local_rank(const MpiCommunicator& boot);
+
+}  // namespace tessera::comm

@@ -1,0 +1,110 @@
+// The compute backend: every operation the algorithms need, declared once and
+// implemented per backend (reference loops, OpenMP CPU, CUDA). Algorithms are written
+// against this interface only; buffers live in the backend's memory space.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "linalg/dense.hpp"
+#include "tensor/sparse_tensor.hpp"
+
+namespace tessera::kernels {
+
+enum class BackendKind { reference, cpu, cuda };
+
+/// "reference" | "cpu" | "cuda" | "auto" (auto: cuda when built with CUDA and a GPU is
+/// present, else cpu). Throws InputError on an unknown name.
+BackendKind parse_backend(const std::string& name);
+std::string to_string(BackendKind k);
+
+/// True when this build has the CUDA backend and at least one GPU is visible.
+bool cuda_device_available();
+
+/// Owning pointer to backend memory (host or device).
+template <typename T>
+class Array {
+ public:
+  Array() = default;
+  Array(T* p, std::size_t n, std::function<void(T*)> del) : p_(p, std::move(del)), n_(n) {}
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
+  std::size_t size() const { return n_; }
+
+ private:
+  std::unique_ptr<T, std::function<void(T*)>> p_{nullptr, [](T*) {}};
+  std::size_t n_ = 0;
+};
+
+/// A rank's nonzeros prepared in a backend's kernel format (sorted copies, CSF, ...).
+template <typename T>
+class TensorHandle {
+ public:
+  virtual ~TensorHandle() = default;
+  virtual int order() const = 0;
+  virtual const std::vector<std::uint64_t>& dims() const = 0;
+  virtual nnz_t nnz() const = 0;
+  /// Bytes of the stored format (backend memory).
+  virtual std::size_t bytes() const = 0;
+  /// Bytes one MTTKRP of `mode` must read from the stored format (for the floor).
+  virtual std::size_t mttkrp_stream_bytes(int mode) const = 0;
+};
+
+using ::tessera::NormKind;
+
+template <typename T>
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual std::string name() const = 0;
+  virtual comm::MemorySpace memory_space() const = 0;
+  /// Blocks until queued work is done (no-op on host backends).
+  virtual void synchronize() {}
+
+  // ---- memory ----
+  virtual Array<T> allocate(std::size_t n) = 0;
+  virtual void upload(const T* host, std::size_t n, T* dst) = 0;
+  virtual void download(const T* src, std::size_t n, T* host) = 0;
+  virtual void copy(const T* src, std::size_t n, T* dst) = 0;
+  virtual void fill(T* dst, std::size_t n, T value) = 0;
+
+  // ---- sparse ----
+  /// Prepares `x` (coordinates local to the block: idx[m][k] < x.dims[m]) for repeated
+  /// MTTKRP in every mode. The handle keeps what it needs; `x` may be freed after.
+  virtual std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) = 0;
+  /// out (dims[mode] x R, row-major, overwritten) = X_(mode) * KhatriRao(other factors).
+  /// factors[m] is dims[m] x R row-major in backend memory; factors[mode] is not read.
+  virtual void mttkrp(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+                      int R, T* out) = 0;
+
+  // ---- dense (R is small: 1..~256) ----
+  /// G (R x R) = A^T A for A (rows x R, row-major). rows may be 0 (G = 0).
+  virtual void gram(const T* A, std::int64_t rows, int R, T* G) = 0;
+  /// V (R x R) = elementwise product of the matrices in Gs (at least one).
+  virtual void hadamard(const std::vector<const T*>& Gs, int R, T* V) = 0;
+  /// M (rows x R) := M * V^+ for symmetric positive semi-definite V (R x R): Cholesky when
+  /// V is positive definite, else the pseudo-inverse from a symmetric eigendecomposition
+  /// (eigenvalues under R * eps * max eigenvalue treated as zero). Returns true when the
+  /// fallback was used. Never produces NaN from finite input.
+  virtual bool solve_normal(T* M, std::int64_t rows, const T* V, int R) = 0;
+  /// host_out[r] = sum_i A(i,r)^2 (two) or max_i |A(i,r)| (max), accumulated in double.
+  virtual void column_norms(const T* A, std::int64_t rows, int R, NormKind kind,
+                            double* host_out) = 0;
+  /// A(i, r) *= host_scale[r].
+  virtual void scale_columns(T* A, std::int64_t rows, int R, const double* host_scale) = 0;
+  /// host_out[r] = sum_i A(i,r) * B(i,r), accumulated in double.
+  virtual void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* host_out) = 0;
+};
+
+/// Creates a backend. Throws Error "built without CUDA" for cuda in a CPU-only build.
+/// `threads` limits OpenMP threads for the cpu backend (0 = OpenMP's default).
+template <typename T>
+std::unique_ptr<Backend<T>> make_backend(BackendKind kind, int threads = 0);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,22 @@
+// Internal: per-backend factories behind kernels::make_backend.
+#pragma once
+
+#include <memory>
+
+#include "kernels/backend.hpp"
+
+namespace tessera::kernels {
+
+template <typename T>
+std::unique_ptr<Backend<T>> make_reference_backend();
+template <typename T>
+std::unique_ptr<Backend<T>> make_cpu_backend(int threads);
+/// Throws Error "built without CUDA" in a CPU-only build, or when no GPU is visible.
+template <typename T>
+std::unique_ptr<Backend<T>> make_cuda_backend();
+/// True when compiled with the CUDA backend.
+bool cuda_built();
+/// Number of visible CUDA devices (0 in a CPU-only build).
+int cuda_device_count();
+
+}  // namespace tessera::kernels

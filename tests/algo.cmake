@@ -1,0 +1,1 @@
+# tests for algo (owner fills in)

@@ -1,0 +1,1 @@
+# tests for driver (owner fills in)

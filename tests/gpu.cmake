@@ -1,0 +1,1 @@
+# tests for gpu (owner fills in)

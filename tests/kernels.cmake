@@ -1,0 +1,1 @@
+# tests for kernels (owner fills in)

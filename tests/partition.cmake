@@ -1,0 +1,1 @@
+# tests for partition (owner fills in)
