@@ -8,6 +8,7 @@ set(TESSERA_TEST_ENV
   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
   "OMPI_MCA_rmaps_base_oversubscribe=1"
   "OMPI_MCA_btl_vader_single_copy_mechanism=none"
+  "OMP_WAIT_POLICY=PASSIVE"
   "TESSERA_SHARED_DATA=${PROJECT_SOURCE_DIR}/../shared/data"
   "TESSERA_BIN=$<TARGET_FILE:tessera>")
 
@@ -15,7 +16,8 @@ set(TESSERA_TEST_ENV
 # initialises MPI (tests/test_main.cpp), so the same binary runs alone or under mpiexec.
 function(tessera_test_executable name)
   cmake_parse_arguments(A "" "" "SOURCES;LIBS" ${ARGN})
-  add_executable(${name} ${A_SOURCES} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
+  add_executable(${name} ${A_SOURCES} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp
+    ${PROJECT_SOURCE_DIR}/tests/test_util.cpp)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(${name} PRIVATE ${A_LIBS} GTest::gtest MPI::MPI_CXX)
   tessera_target_defaults(${name})

@@ -10,6 +10,11 @@
 
 namespace tessera::kernels {
 
+/// Throws Error unless x is well formed for the kernels: order 1..16, one coordinate array
+/// per mode of length nnz, every coordinate < its mode's length, dims <= 2^32.
+template <typename T>
+void check_kernel_input(const SparseTensor<T>& x);
+
 namespace reference {
 /// Plain loops over the COO nonzeros; the ground truth. out is dims[mode] x R, overwritten.
 template <typename T>
@@ -19,13 +24,51 @@ void mttkrp(const SparseTensor<T>& x, int mode, const std::vector<const T*>& fac
 
 namespace cpu {
 /// Compressed sparse fiber trees, one per mode (root = that mode), for OpenMP MTTKRP
-/// with fiber reuse and no atomics.
+/// with fiber reuse and no atomics. Defined in kernels/cpu/csf.hpp.
 template <typename T>
 class CsfSet;
+
+/// How mttkrp splits the root mode across threads.
+enum class Schedule {
+  automatic,  ///< slices when the root mode is long and not skewed, else chunks
+  slices,     ///< dynamic over root slices; every output row written by one thread
+  chunks,     ///< nonzero-balanced chunks of the level-1 fibers; the slices cut by a
+              ///< chunk boundary are summed from per-chunk partial rows at the end
+};
+
+/// Instruction set of the inner loops, chosen at run time (the build needs no -march).
+enum class Isa {
+  automatic,  ///< the widest one this CPU supports (TESSERA_CPU_ISA=base|avx2|avx512 overrides)
+  base,       ///< the compiler's baseline (SSE2 on x86-64)
+  avx2,       ///< AVX2 + FMA, x86-64 only
+  avx512,     ///< AVX-512F, x86-64 only
+};
+/// True when this build has kernels for `isa` and the CPU runs them.
+bool isa_supported(Isa isa);
+/// The instruction set Isa::automatic resolves to on this machine.
+Isa isa_selected();
+const char* to_string(Isa isa);
+
+struct MttkrpOptions {
+  int threads = 0;  ///< OpenMP team size; 0 = omp_get_max_threads()
+  /// The team shrinks so each thread gets at least this many nonzeros (tiny tensors run
+  /// serially; a fork/join would cost more than the work). 0 keeps the full team.
+  std::int64_t min_nnz_per_thread = 4096;
+  Schedule schedule = Schedule::automatic;
+  Isa isa = Isa::automatic;  ///< an unsupported choice throws
+};
+
+/// Builds the CSF of every mode of `x` (coordinates < x.dims), modes in parallel over
+/// `threads` (0 = omp_get_max_threads()). Throws when x is malformed (order outside
+/// 1..16, ragged arrays, coordinates >= dims).
 template <typename T>
-std::unique_ptr<CsfSet<T>> build_csf(const SparseTensor<T>& x);
+std::unique_ptr<CsfSet<T>> build_csf(const SparseTensor<T>& x, int threads = 0);
+/// out (dims[mode] x R, row-major, overwritten) = X_(mode) * KhatriRao(other factors),
+/// accumulated in T. factors[m] is dims[m] x R row-major; factors[mode] is not read.
+/// No allocation proportional to the tensor; out must not alias a factor.
 template <typename T>
-void mttkrp(const CsfSet<T>& x, int mode, const std::vector<const T*>& factors, int R, T* out);
+void mttkrp(const CsfSet<T>& x, int mode, const std::vector<const T*>& factors, int R, T* out,
+            const MttkrpOptions& options = {});
 }  // namespace cpu
 
 }  // namespace tessera::kernels

@@ -1,1 +1,17 @@
-# tests for io (owner fills in)
+# tests for io: FROSTT .tns reader/writer (tessera::io) and tensor statistics.
+
+# One process: syntax, chunk boundaries, value round trips, writer errors, statistics.
+tessera_test_executable(io_unit
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/io_tns_test.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/unit/io_stats_test.cpp
+  LIBS tessera::io ZLIB::ZLIB)
+tessera_add_test(io_unit io_unit LABELS io)
+
+# Across ranks: round trips, line ownership, global line numbers in collective errors,
+# real tensors from ../shared/data.
+tessera_test_executable(io_tns_mpi
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/io_tns_mpi_test.cpp
+  LIBS tessera::io ZLIB::ZLIB)
+foreach(np 1 2 3 4)
+  tessera_add_mpi_test(io_tns_mpi io_tns_mpi RANKS ${np} LABELS io)
+endforeach()

@@ -1,1 +1,14 @@
-# tests for kernels (owner fills in)
+# Kernel tests: every host backend (reference, cpu) against brute-force dense results and
+# against the reference backend; float and double; fresh random inputs each run
+# (TESSERA_TEST_SEED=<n> replays a failing seed).
+tessera_test_executable(kernels_mttkrp_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_mttkrp.cpp LIBS tessera::kernels)
+tessera_add_test(kernels_mttkrp kernels_mttkrp_test)
+
+tessera_test_executable(kernels_dense_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_dense.cpp LIBS tessera::kernels)
+tessera_add_test(kernels_dense kernels_dense_test)
+
+tessera_test_executable(kernels_backend_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_backend.cpp LIBS tessera::kernels)
+tessera_add_test(kernels_backend kernels_backend_test)

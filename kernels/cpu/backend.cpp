@@ -1,0 +1,111 @@
+// CPU backend: host memory, OpenMP CSF MTTKRP (kernels/cpu/mttkrp.cpp) and the
+// tessera::linalg dense operations, every parallel region capped at `threads`.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "kernels/cpu/csf.hpp"
+#include "kernels/factories.hpp"
+#include "kernels/mttkrp.hpp"
+#include "util/error.hpp"
+
+namespace tessera::kernels {
+
+namespace {
+
+constexpr std::size_t kAlign = 64;  // one cache line; full AVX-512 vectors
+
+template <typename T>
+class CpuTensor final : public TensorHandle<T> {
+ public:
+  explicit CpuTensor(std::unique_ptr<cpu::CsfSet<T>> csf) : csf_(std::move(csf)) {}
+  int order() const override { return csf_->order(); }
+  const std::vector<std::uint64_t>& dims() const override { return csf_->dims(); }
+  nnz_t nnz() const override { return csf_->nnz(); }
+  std::size_t bytes() const override { return csf_->bytes(); }
+  std::size_t mttkrp_stream_bytes(int mode) const override {
+    TESSERA_EXPECTS(mode >= 0 && mode < order(), "mode " << mode << " outside 0.." << order() - 1);
+    return csf_->tree(mode).stream_bytes();
+  }
+  const cpu::CsfSet<T>& csf() const { return *csf_; }
+
+ private:
+  std::unique_ptr<cpu::CsfSet<T>> csf_;
+};
+
+template <typename T>
+class CpuBackend final : public Backend<T> {
+ public:
+  explicit CpuBackend(int threads) : threads_(std::max(0, threads)) {}
+  BackendKind kind() const override { return BackendKind::cpu; }
+  std::string name() const override { return "cpu"; }
+  comm::MemorySpace memory_space() const override { return comm::MemorySpace::host; }
+
+  Array<T> allocate(std::size_t n) override {
+    void* p = ::operator new[](std::max<std::size_t>(n, 1) * sizeof(T), std::align_val_t{kAlign});
+    return Array<T>(static_cast<T*>(p), n,
+                    [](T* q) { ::operator delete[](q, std::align_val_t{kAlign}); });
+  }
+  void upload(const T* host, std::size_t n, T* dst) override { copy(host, n, dst); }
+  void download(const T* src, std::size_t n, T* host) override { copy(src, n, host); }
+  void copy(const T* src, std::size_t n, T* dst) override {
+    if (n != 0 && src != dst) std::memmove(dst, src, n * sizeof(T));
+  }
+  void fill(T* dst, std::size_t n, T value) override {
+    const int nt = n < (std::size_t{1} << 20) ? 1 : team();
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (std::size_t k = 0; k < n; ++k) dst[k] = value;
+  }
+
+  std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
+    return std::make_unique<CpuTensor<T>>(cpu::build_csf(x, threads_));
+  }
+  void mttkrp(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors, int R,
+              T* out) override {
+    const auto* h = dynamic_cast<const CpuTensor<T>*>(&x);
+    TESSERA_EXPECTS(h != nullptr, "tensor handle was prepared by another backend");
+    cpu::MttkrpOptions opt;
+    opt.threads = threads_;
+    cpu::mttkrp(h->csf(), mode, factors, R, out, opt);
+  }
+
+  void gram(const T* A, std::int64_t rows, int R, T* G) override {
+    linalg::gram(A, rows, R, G, threads_);
+  }
+  void hadamard(const std::vector<const T*>& Gs, int R, T* V) override {
+    linalg::hadamard(Gs, R, V);
+  }
+  bool solve_normal(T* M, std::int64_t rows, const T* V, int R) override {
+    return linalg::solve_normal(M, rows, V, R, threads_);
+  }
+  void column_norms(const T* A, std::int64_t rows, int R, NormKind kind,
+                    double* host_out) override {
+    linalg::column_norms(A, rows, R, kind, host_out, threads_);
+  }
+  void scale_columns(T* A, std::int64_t rows, int R, const double* host_scale) override {
+    linalg::scale_columns(A, rows, R, host_scale, threads_);
+  }
+  void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* host_out) override {
+    linalg::column_dots(A, B, rows, R, host_out, threads_);
+  }
+
+ private:
+  int team() const {
+    return threads_ > 0 ? threads_ : omp_get_max_threads();
+  }
+  int threads_;  ///< 0: OpenMP's default at each call
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Backend<T>> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend<T>>(threads);
+}
+
+template std::unique_ptr<Backend<float>> make_cpu_backend<float>(int);
+template std::unique_ptr<Backend<double>> make_cpu_backend<double>(int);
+
+}  // namespace tessera::kernels

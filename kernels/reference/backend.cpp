@@ -1,0 +1,92 @@
+// Reference backend: host memory, plain loops (kernels/reference/mttkrp.cpp) and the
+// tessera::linalg dense operations. The ground truth the other backends are tested against.
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "kernels/factories.hpp"
+#include "kernels/mttkrp.hpp"
+#include "util/error.hpp"
+
+namespace tessera::kernels {
+
+namespace {
+
+/// A copy of the COO tensor, the reference backend's "format".
+template <typename T>
+class ReferenceTensor final : public TensorHandle<T> {
+ public:
+  explicit ReferenceTensor(const SparseTensor<T>& x) : x_(x) {}
+  int order() const override { return x_.order(); }
+  const std::vector<std::uint64_t>& dims() const override { return x_.dims; }
+  nnz_t nnz() const override { return x_.nnz(); }
+  std::size_t bytes() const override {
+    return static_cast<std::size_t>(x_.nnz()) *
+           (static_cast<std::size_t>(x_.order()) * sizeof(index_t) + sizeof(T));
+  }
+  std::size_t mttkrp_stream_bytes(int) const override { return bytes(); }
+  const SparseTensor<T>& coo() const { return x_; }
+
+ private:
+  SparseTensor<T> x_;
+};
+
+template <typename T>
+class ReferenceBackend final : public Backend<T> {
+ public:
+  BackendKind kind() const override { return BackendKind::reference; }
+  std::string name() const override { return "reference"; }
+  comm::MemorySpace memory_space() const override { return comm::MemorySpace::host; }
+
+  Array<T> allocate(std::size_t n) override {
+    T* p = new T[n == 0 ? 1 : n];
+    return Array<T>(p, n, [](T* q) { delete[] q; });
+  }
+  void upload(const T* host, std::size_t n, T* dst) override { copy(host, n, dst); }
+  void download(const T* src, std::size_t n, T* host) override { copy(src, n, host); }
+  void copy(const T* src, std::size_t n, T* dst) override {
+    if (n != 0 && src != dst) std::memmove(dst, src, n * sizeof(T));
+  }
+  void fill(T* dst, std::size_t n, T value) override { std::fill(dst, dst + n, value); }
+
+  std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
+    check_kernel_input(x);
+    return std::make_unique<ReferenceTensor<T>>(x);
+  }
+  void mttkrp(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors, int R,
+              T* out) override {
+    const auto* h = dynamic_cast<const ReferenceTensor<T>*>(&x);
+    TESSERA_EXPECTS(h != nullptr, "tensor handle was prepared by another backend");
+    reference::mttkrp(h->coo(), mode, factors, R, out);
+  }
+
+  void gram(const T* A, std::int64_t rows, int R, T* G) override { linalg::gram(A, rows, R, G); }
+  void hadamard(const std::vector<const T*>& Gs, int R, T* V) override {
+    linalg::hadamard(Gs, R, V);
+  }
+  bool solve_normal(T* M, std::int64_t rows, const T* V, int R) override {
+    return linalg::solve_normal(M, rows, V, R);
+  }
+  void column_norms(const T* A, std::int64_t rows, int R, NormKind kind,
+                    double* host_out) override {
+    linalg::column_norms(A, rows, R, kind, host_out);
+  }
+  void scale_columns(T* A, std::int64_t rows, int R, const double* host_scale) override {
+    linalg::scale_columns(A, rows, R, host_scale);
+  }
+  void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* host_out) override {
+    linalg::column_dots(A, B, rows, R, host_out);
+  }
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Backend<T>> make_reference_backend() {
+  return std::make_unique<ReferenceBackend<T>>();
+}
+
+template std::unique_ptr<Backend<float>> make_reference_backend<float>();
+template std::unique_ptr<Backend<double>> make_reference_backend<double>();
+
+}  // namespace tessera::kernels

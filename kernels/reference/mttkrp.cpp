@@ -1,0 +1,75 @@
+// Reference MTTKRP: one pass over the COO nonzeros, products and sums in double. Slow and
+// obviously correct; every other backend is tested against it.
+#include "kernels/mttkrp.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "util/error.hpp"
+
+namespace tessera::kernels {
+
+template <typename T>
+void check_kernel_input(const SparseTensor<T>& x) {
+  const int N = x.order();
+  TESSERA_EXPECTS(N >= 1 && N <= kMaxOrder,
+                  "tensor order " << N << " outside 1.." << kMaxOrder << " for the kernels");
+  TESSERA_EXPECTS(static_cast<int>(x.idx.size()) == N,
+                  x.idx.size() << " coordinate arrays for an order-" << N << " tensor");
+  const std::size_t nnz = x.vals.size();
+  for (int m = 0; m < N; ++m) {
+    TESSERA_EXPECTS(x.idx[m].size() == nnz, "mode " << m << " has " << x.idx[m].size()
+                                                    << " coordinates for " << nnz << " values");
+    TESSERA_EXPECTS(x.dims[m] <= (std::uint64_t{1} << 32),
+                    "mode " << m << " length " << x.dims[m] << " exceeds 2^32");
+    index_t mx = 0;
+    for (index_t c : x.idx[m]) mx = std::max(mx, c);
+    TESSERA_EXPECTS(nnz == 0 || mx < x.dims[m],
+                    "mode " << m << " coordinate " << mx << " >= mode length " << x.dims[m]);
+  }
+}
+
+template void check_kernel_input<float>(const SparseTensor<float>&);
+template void check_kernel_input<double>(const SparseTensor<double>&);
+
+namespace reference {
+
+template <typename T>
+void mttkrp(const SparseTensor<T>& x, int mode, const std::vector<const T*>& factors, int R,
+            T* out) {
+  const int N = x.order();
+  TESSERA_EXPECTS(N >= 1 && N <= kMaxOrder, "tensor order " << N << " outside 1.." << kMaxOrder);
+  TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " outside 0.." << N - 1);
+  TESSERA_EXPECTS(R >= 1, "rank R must be positive, got " << R);
+  TESSERA_EXPECTS(static_cast<int>(factors.size()) == N,
+                  "need one factor pointer per mode: " << factors.size() << " for order " << N);
+  for (int m = 0; m < N; ++m)
+    TESSERA_EXPECTS(m == mode || factors[m] != nullptr || x.nnz() == 0,
+                    "factor " << m << " is null");
+  const std::size_t rows = static_cast<std::size_t>(x.dims[mode]);
+  const std::size_t Rs = static_cast<std::size_t>(R);
+  std::vector<double> acc(rows * Rs, 0.0);
+  std::vector<double> prod(Rs);
+  const nnz_t nnz = x.nnz();
+  for (nnz_t k = 0; k < nnz; ++k) {
+    // Order 1: the Khatri-Rao product of no factors is a row of ones, so out(i, :) is the
+    // sum of the values with coordinate i, in every column.
+    std::fill(prod.begin(), prod.end(), static_cast<double>(x.vals[k]));
+    for (int m = 0; m < N; ++m) {
+      if (m == mode) continue;
+      const T* row = factors[m] + static_cast<std::size_t>(x.idx[m][k]) * Rs;
+      for (std::size_t r = 0; r < Rs; ++r) prod[r] *= static_cast<double>(row[r]);
+    }
+    double* o = acc.data() + static_cast<std::size_t>(x.idx[mode][k]) * Rs;
+    for (std::size_t r = 0; r < Rs; ++r) o[r] += prod[r];
+  }
+  for (std::size_t k = 0; k < rows * Rs; ++k) out[k] = static_cast<T>(acc[k]);
+}
+
+template void mttkrp<float>(const SparseTensor<float>&, int, const std::vector<const float*>&, int,
+                            float*);
+template void mttkrp<double>(const SparseTensor<double>&, int, const std::vector<const double*>&,
+                             int, double*);
+
+}  // namespace reference
+}  // namespace tessera::kernels

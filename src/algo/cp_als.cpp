@@ -1,0 +1,316 @@
+#include "algo/cp_als.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/rng.hpp"
+
+namespace tessera::algo {
+
+CommStrategy parse_comm_strategy(const std::string& s) {
+  if (s == "allreduce") return CommStrategy::allreduce;
+  if (s == "layer") return CommStrategy::layer;
+  TESSERA_INPUT_CHECK(false, "unknown --comm-strategy '" << s << "': expected allreduce or layer");
+  return CommStrategy::allreduce;
+}
+
+std::string to_string(CommStrategy s) {
+  return s == CommStrategy::allreduce ? "allreduce" : "layer";
+}
+
+double initial_factor_value(std::uint64_t seed, int mode, std::uint64_t row, int col) {
+  return uniform01(hash_keys(seed, static_cast<std::uint64_t>(mode) + 0x100, row,
+                             static_cast<std::uint64_t>(col)));
+}
+
+namespace {
+
+/// The factor rows one rank holds and owns for one mode.
+struct ModeLayout {
+  std::uint64_t lo = 0;    ///< first global row held (chunk start)
+  std::int64_t len = 0;    ///< rows held (chunk length, or dims[n] for allreduce)
+  std::int64_t alloc = 0;  ///< rows allocated (len padded to q * b for layer)
+  std::unique_ptr<comm::Communicator> layer;  ///< ranks sharing this chunk (layer only)
+  std::int64_t b = 0;                         ///< rows per layer member (padded block)
+  std::int64_t own_lo = 0;                    ///< first owned row, relative to lo
+  std::int64_t own_n = 0;                     ///< rows owned (solved) by this rank
+};
+
+}  // namespace
+
+template <typename T>
+CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
+                const comm::Communicator& ctrl, const comm::Communicator& data,
+                const CpOptions& opt) {
+  const int N = d.block.order();
+  const int R = opt.rank;
+  const auto& dist = d.dist;
+  const bool layer = opt.strategy == CommStrategy::layer;
+  TESSERA_INPUT_CHECK(R >= 1, "--rank must be at least 1 (got " << R << ")");
+  TESSERA_INPUT_CHECK(opt.max_iters >= 1, "--iters must be at least 1");
+  TESSERA_INPUT_CHECK(!layer || dist.scheme == partition::Scheme::grid,
+                      "the layer strategy needs the grid partition (use --partition grid)");
+  TESSERA_EXPECTS(data.memory_space() == be.memory_space(),
+                  "data communicator and backend must use the same memory space");
+  TESSERA_EXPECTS(ctrl.size() == data.size() && ctrl.rank() == data.rank(),
+                  "ctrl and data communicators must span the same ranks");
+  CpResult res;
+  Timer setup_timer;
+  const auto& dims = dist.dims;
+
+  // ---- layouts and the kernel's view of the local block ----
+  std::vector<ModeLayout> lay(static_cast<std::size_t>(N));
+  for (int n = 0; n < N; ++n) {
+    auto& L = lay[static_cast<std::size_t>(n)];
+    if (!layer) {
+      L.lo = 0;
+      L.len = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
+      L.alloc = L.len;
+      L.b = L.len;
+      L.own_lo = 0;
+      L.own_n = L.len;
+    } else {
+      const auto [c0, c1] = dist.chunk(n);
+      const auto [o0, o1] = dist.owned_rows(n);
+      L.lo = c0;
+      L.len = static_cast<std::int64_t>(c1 - c0);
+      L.layer = data.split(dist.coords[static_cast<std::size_t>(n)], data.rank());
+      TESSERA_EXPECTS(
+          L.layer->size() == dist.layer_size(n) && L.layer->rank() == dist.layer_rank(n),
+          "layer communicator disagrees with the distribution");
+      const std::int64_t q = L.layer->size();
+      L.b = (L.len + q - 1) / q;  // equal padded blocks: NCCL needs equal counts
+      L.alloc = L.b * q;
+      L.own_lo = static_cast<std::int64_t>(o0 - c0);
+      L.own_n = static_cast<std::int64_t>(o1 - o0);
+    }
+  }
+  std::unique_ptr<kernels::TensorHandle<T>> X;
+  if (!layer) {
+    X = be.prepare(d.block);
+  } else {
+    SparseTensor<T> shifted(std::vector<std::uint64_t>(static_cast<std::size_t>(N)));
+    for (int n = 0; n < N; ++n) {
+      const auto& L = lay[static_cast<std::size_t>(n)];
+      shifted.dims[static_cast<std::size_t>(n)] = static_cast<std::uint64_t>(L.len);
+      auto& dst = shifted.idx[static_cast<std::size_t>(n)];
+      const auto& src = d.block.idx[static_cast<std::size_t>(n)];
+      dst.resize(src.size());
+      for (std::size_t k = 0; k < src.size(); ++k) {
+        TESSERA_EXPECTS(src[k] >= L.lo && src[k] < L.lo + static_cast<std::uint64_t>(L.len),
+                        "nonzero outside this rank's grid block");
+        dst[k] = static_cast<index_t>(src[k] - L.lo);
+      }
+    }
+    shifted.vals = d.block.vals;
+    X = be.prepare(shifted);
+  }
+
+  double norm_x2 = d.block.norm_squared();
+  ctrl.allreduce(&norm_x2, 1);
+  TESSERA_INPUT_CHECK(norm_x2 > 0, "the tensor has no nonzero values: nothing to decompose");
+  res.norm_x = std::sqrt(norm_x2);
+
+  // ---- factors: chunk rows held by this rank, initialised from global row ids ----
+  std::vector<kernels::Array<T>> A(static_cast<std::size_t>(N));
+  std::vector<kernels::Array<T>> G(static_cast<std::size_t>(N));
+  std::int64_t max_alloc = 0, max_b = 0;
+  for (int n = 0; n < N; ++n) {
+    const auto& L = lay[static_cast<std::size_t>(n)];
+    std::vector<T> h(static_cast<std::size_t>(L.alloc * R), T(0));
+    for (std::int64_t i = 0; i < L.len; ++i)
+      for (int r = 0; r < R; ++r)
+        h[static_cast<std::size_t>(i * R + r)] = static_cast<T>(
+            initial_factor_value(opt.seed, n, L.lo + static_cast<std::uint64_t>(i), r));
+    A[static_cast<std::size_t>(n)] =
+        be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(L.alloc, 1) * R));
+    if (!h.empty()) be.upload(h.data(), h.size(), A[static_cast<std::size_t>(n)].data());
+    G[static_cast<std::size_t>(n)] = be.allocate(static_cast<std::size_t>(R * R));
+    max_alloc = std::max(max_alloc, L.alloc);
+    max_b = std::max(max_b, L.b);
+  }
+  auto M = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_alloc, 1) * R));
+  auto Mown = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * R));
+  auto Aown = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * R));
+  auto V = be.allocate(static_cast<std::size_t>(R * R));
+
+  // Gram of the owned rows of each factor, summed over ranks (layer) or local (allreduce).
+  auto update_gram = [&](int n, const T* own_rows, std::int64_t own_n) {
+    be.gram(own_rows, own_n, R, G[static_cast<std::size_t>(n)].data());
+    if (layer)
+      data.allreduce(G[static_cast<std::size_t>(n)].data(), static_cast<std::size_t>(R * R));
+  };
+  for (int n = 0; n < N; ++n) {
+    const auto& L = lay[static_cast<std::size_t>(n)];
+    update_gram(n, A[static_cast<std::size_t>(n)].data() + L.own_lo * R, L.own_n);
+  }
+  be.synchronize();
+  res.phases.add("setup", setup_timer.seconds());
+
+  std::vector<double> lambda(static_cast<std::size_t>(R), 1.0);
+  std::vector<double> host_norms(static_cast<std::size_t>(R)), scale(static_cast<std::size_t>(R));
+  std::vector<double> dots(static_cast<std::size_t>(R));
+  std::vector<std::vector<T>> Gh(static_cast<std::size_t>(N),
+                                 std::vector<T>(static_cast<std::size_t>(R * R)));
+  std::vector<const T*> fptr(static_cast<std::size_t>(N));
+  double fit_old = 0;
+
+  for (int it = 0; it < opt.max_iters; ++it) {
+    Timer iter_timer;
+    double t_kernel = 0, t_comm = 0, t_solve = 0;
+    for (int n = 0; n < N; ++n) {
+      auto& L = lay[static_cast<std::size_t>(n)];
+      for (int m = 0; m < N; ++m)
+        fptr[static_cast<std::size_t>(m)] = A[static_cast<std::size_t>(m)].data();
+
+      Timer t;
+      be.mttkrp(*X, n, fptr, R, M.data());
+      if (L.alloc > L.len)
+        be.fill(M.data() + L.len * R, static_cast<std::size_t>((L.alloc - L.len) * R), T(0));
+      be.synchronize();
+      t_kernel += t.seconds();
+
+      t.reset();
+      T* Mrows = M.data();
+      if (!layer) {
+        data.allreduce(M.data(), static_cast<std::size_t>(L.len * R));
+      } else {
+        L.layer->reduce_scatter(M.data(), Mown.data(), static_cast<std::size_t>(L.b * R));
+        Mrows = Mown.data();
+      }
+      be.synchronize();
+      t_comm += t.seconds();
+
+      t.reset();
+      T* own = layer ? Aown.data() : A[static_cast<std::size_t>(n)].data();
+      if (N == 1) {
+        be.fill(V.data(), static_cast<std::size_t>(R * R), T(1));
+      } else {
+        std::vector<const T*> gs;
+        for (int m = 0; m < N; ++m)
+          if (m != n) gs.push_back(G[static_cast<std::size_t>(m)].data());
+        be.hadamard(gs, R, V.data());
+      }
+      if (layer) be.fill(own, static_cast<std::size_t>(L.b * R), T(0));
+      if (L.own_n > 0) be.copy(Mrows, static_cast<std::size_t>(L.own_n * R), own);
+      if (be.solve_normal(own, L.own_n, V.data(), R)) ++res.solve_fallbacks;
+      const NormKind kind = it == 0 ? NormKind::two : NormKind::max;
+      be.column_norms(own, L.own_n, R, kind, host_norms.data());
+      be.synchronize();
+      t_solve += t.seconds();
+      t.reset();
+      if (layer)
+        ctrl.allreduce(host_norms.data(), static_cast<std::size_t>(R),
+                       kind == NormKind::two ? comm::ReduceOp::sum : comm::ReduceOp::max);
+      t_comm += t.seconds();
+      t.reset();
+      for (int r = 0; r < R; ++r) {
+        const double s = host_norms[static_cast<std::size_t>(r)];
+        double l = kind == NormKind::two ? std::sqrt(s) : std::max(s, 1.0);
+        lambda[static_cast<std::size_t>(r)] = l;
+        scale[static_cast<std::size_t>(r)] = l > 0 ? 1.0 / l : 1.0;
+      }
+      be.scale_columns(own, L.own_n, R, scale.data());
+      be.gram(own, L.own_n, R, G[static_cast<std::size_t>(n)].data());
+      if (n == N - 1) be.column_dots(Mrows, own, L.own_n, R, dots.data());
+      be.synchronize();
+      t_solve += t.seconds();
+
+      t.reset();
+      if (layer) {
+        data.allreduce(G[static_cast<std::size_t>(n)].data(), static_cast<std::size_t>(R * R));
+        L.layer->allgather(Aown.data(), A[static_cast<std::size_t>(n)].data(),
+                           static_cast<std::size_t>(L.b * R));
+        if (n == N - 1) ctrl.allreduce(dots.data(), static_cast<std::size_t>(R));
+      }
+      be.synchronize();
+      t_comm += t.seconds();
+    }
+
+    // ---- fit without forming the model ----
+    Timer tf;
+    for (int n = 0; n < N; ++n)
+      be.download(G[static_cast<std::size_t>(n)].data(), static_cast<std::size_t>(R * R),
+                  Gh[static_cast<std::size_t>(n)].data());
+    double norm_m2 = 0, inner = 0;
+    for (int r = 0; r < R; ++r) {
+      inner += lambda[static_cast<std::size_t>(r)] * dots[static_cast<std::size_t>(r)];
+      for (int s = 0; s < R; ++s) {
+        double p = lambda[static_cast<std::size_t>(r)] * lambda[static_cast<std::size_t>(s)];
+        for (int n = 0; n < N; ++n)
+          p *= static_cast<double>(
+              Gh[static_cast<std::size_t>(n)][static_cast<std::size_t>(r * R + s)]);
+        norm_m2 += p;
+      }
+    }
+    const double resid2 = std::max(norm_x2 + norm_m2 - 2 * inner, 0.0);
+    const double fit = 1.0 - std::sqrt(resid2) / res.norm_x;
+    t_solve += tf.seconds();
+
+    CpIteration rec;
+    rec.iter = it + 1;
+    rec.fit = fit;
+    rec.delta = fit - fit_old;
+    rec.seconds = iter_timer.seconds();
+    rec.kernel = t_kernel;
+    rec.comm = t_comm;
+    rec.solve = t_solve;
+    res.history.push_back(rec);
+    res.phases.add("kernel", t_kernel);
+    res.phases.add("comm", t_comm);
+    res.phases.add("solve", t_solve);
+    res.fit = fit;
+    res.iterations = it + 1;
+    if (opt.print_iterations) {
+      const double tot = std::max(rec.seconds, 1e-12);
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "  iter %3d  fit %.6f  delta %+.3e  %.4f s  (kernel %2.0f%%  comm %2.0f%%  "
+                    "solve %2.0f%%)",
+                    rec.iter, fit, rec.delta, rec.seconds, 100 * t_kernel / tot, 100 * t_comm / tot,
+                    100 * t_solve / tot);
+      log::info(line);
+    }
+    const bool done = it > 0 && std::abs(fit - fit_old) < opt.tol;
+    fit_old = fit;
+    if (done) {
+      res.converged = true;
+      break;
+    }
+  }
+
+  // ---- assemble the model on every rank ----
+  res.model.dims = dims;
+  res.model.rank = R;
+  res.model.lambda = lambda;
+  for (int n = 0; n < N; ++n) {
+    const auto& L = lay[static_cast<std::size_t>(n)];
+    Matrix<double> F(static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]), R, 0.0);
+    std::vector<T> h(static_cast<std::size_t>(L.len * R));
+    if (!h.empty()) be.download(A[static_cast<std::size_t>(n)].data(), h.size(), h.data());
+    if (!layer) {
+      std::copy(h.begin(), h.end(), F.data.begin());
+    } else {
+      for (std::int64_t i = L.own_lo; i < L.own_lo + L.own_n; ++i)
+        for (int r = 0; r < R; ++r)
+          F(static_cast<std::int64_t>(L.lo) + i, r) =
+              static_cast<double>(h[static_cast<std::size_t>(i * R + r)]);
+      ctrl.allreduce(F.data.data(), F.data.size());
+    }
+    res.model.factors.push_back(std::move(F));
+  }
+  return res;
+}
+
+template CpResult cp_als<float>(const partition::Distributed<float>&, kernels::Backend<float>&,
+                                const comm::Communicator&, const comm::Communicator&,
+                                const CpOptions&);
+template CpResult cp_als<double>(const partition::Distributed<double>&, kernels::Backend<double>&,
+                                 const comm::Communicator&, const comm::Communicator&,
+                                 const CpOptions&);
+
+}  // namespace tessera::algo

@@ -1,0 +1,240 @@
+#include "algo/generate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <utility>
+
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+namespace tessera::algo {
+
+IndexDist parse_index_dist(const std::string& s) {
+  if (s == "uniform") return IndexDist::uniform;
+  if (s == "powerlaw" || s == "power-law" || s == "zipf") return IndexDist::powerlaw;
+  TESSERA_INPUT_CHECK(false,
+                      "unknown index distribution '" << s << "': expected uniform or powerlaw");
+  return IndexDist::uniform;
+}
+
+Structure parse_structure(const std::string& s) {
+  if (s == "blocks" || s == "lowrank") return Structure::blocks;
+  if (s == "sampled") return Structure::sampled;
+  TESSERA_INPUT_CHECK(false, "unknown structure '" << s << "': expected blocks or sampled");
+  return Structure::blocks;
+}
+
+namespace {
+
+// Streams of the counter-based RNG (kept apart so no two uses share numbers).
+enum Stream : std::uint64_t {
+  kSupport = 1,
+  kFactor = 2,
+  kCoord = 3,
+  kNoise = 4,
+};
+
+index_t draw_index(const GenerateOptions& o, int mode, std::uint64_t h) {
+  const double u = uniform01(h);
+  const double dim = static_cast<double>(o.dims[static_cast<std::size_t>(mode)]);
+  double x = o.dist == IndexDist::uniform ? u * dim : std::pow(u, o.alpha) * dim;
+  auto i = static_cast<std::uint64_t>(x);
+  return static_cast<index_t>(
+      std::min<std::uint64_t>(i, o.dims[static_cast<std::size_t>(mode)] - 1));
+}
+
+double factor_value(const GenerateOptions& o, int mode, std::uint64_t row, int r) {
+  return 0.1 + uniform01(hash_keys(o.seed ^ kFactor, static_cast<std::uint64_t>(mode), row,
+                                   static_cast<std::uint64_t>(r)));
+}
+
+std::uint64_t coord_hash(const index_t* c, int order) {
+  std::uint64_t h = 0x243F6A8885A308D3ull;
+  for (int n = 0; n < order; ++n) h = mix64(h ^ c[n]);
+  return h;
+}
+
+/// Exact low-rank blocks: supports per (component, mode).
+struct Blocks {
+  std::vector<std::vector<std::vector<index_t>>> support;  // [r][n] -> sorted distinct indices
+  std::vector<std::int64_t> count;                         // entries of component r
+  // [n]: index -> list of (component, factor value)
+  std::vector<std::unordered_map<index_t, std::vector<std::pair<int, double>>>> lookup;
+};
+
+Blocks make_blocks(const GenerateOptions& o) {
+  const int N = static_cast<int>(o.dims.size());
+  Blocks b;
+  const double per = std::max(1.0, static_cast<double>(o.nnz) / o.rank);
+  // Support sizes: as equal as possible, clamped to the mode lengths.
+  std::vector<int> order(static_cast<std::size_t>(N));
+  for (int n = 0; n < N; ++n) order[static_cast<std::size_t>(n)] = n;
+  std::sort(order.begin(), order.end(), [&](int a, int c) {
+    return o.dims[static_cast<std::size_t>(a)] < o.dims[static_cast<std::size_t>(c)];
+  });
+  std::vector<std::uint64_t> s(static_cast<std::size_t>(N));
+  double remaining = per;
+  for (int k = 0; k < N; ++k) {
+    const int n = order[static_cast<std::size_t>(k)];
+    double want = std::pow(remaining, 1.0 / (N - k));
+    auto sz = static_cast<std::uint64_t>(std::llround(std::max(1.0, want)));
+    sz = std::min<std::uint64_t>(sz, o.dims[static_cast<std::size_t>(n)]);
+    s[static_cast<std::size_t>(n)] = sz;
+    remaining /= static_cast<double>(sz);
+  }
+  b.support.resize(static_cast<std::size_t>(o.rank));
+  b.lookup.resize(static_cast<std::size_t>(N));
+  for (int r = 0; r < o.rank; ++r) {
+    auto& sup = b.support[static_cast<std::size_t>(r)];
+    sup.resize(static_cast<std::size_t>(N));
+    std::int64_t cnt = 1;
+    for (int n = 0; n < N; ++n) {
+      auto& v = sup[static_cast<std::size_t>(n)];
+      const std::uint64_t want = s[static_cast<std::size_t>(n)];
+      // Draw until `want` distinct indices (bounded attempts; skewed draws repeat often).
+      std::vector<index_t> seen;
+      for (std::uint64_t j = 0; seen.size() < want && j < 64 * want + 64; ++j) {
+        index_t i = draw_index(o, n,
+                               hash_keys(o.seed ^ kSupport, static_cast<std::uint64_t>(r),
+                                         static_cast<std::uint64_t>(n), j));
+        seen.push_back(i);
+        if ((j & 63) == 63 || seen.size() >= want) {
+          std::sort(seen.begin(), seen.end());
+          seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+        }
+      }
+      std::sort(seen.begin(), seen.end());
+      seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+      if (seen.size() > want) seen.resize(want);
+      v = std::move(seen);
+      cnt *= static_cast<std::int64_t>(v.size());
+      for (index_t i : v)
+        b.lookup[static_cast<std::size_t>(n)][i].push_back({r, factor_value(o, n, i, r)});
+    }
+    b.count.push_back(cnt);
+  }
+  return b;
+}
+
+double block_value(const Blocks& b, const index_t* c, int N) {
+  const auto it0 = b.lookup[0].find(c[0]);
+  if (it0 == b.lookup[0].end()) return 0;
+  double sum = 0;
+  for (const auto& [r, v0] : it0->second) {
+    double p = v0;
+    for (int n = 1; n < N && p != 0; ++n) {
+      const auto it = b.lookup[static_cast<std::size_t>(n)].find(c[n]);
+      double f = 0;
+      if (it != b.lookup[static_cast<std::size_t>(n)].end())
+        for (const auto& [rr, v] : it->second)
+          if (rr == r) f = v;
+      p *= f;
+    }
+    sum += p;
+  }
+  return sum;
+}
+
+}  // namespace
+
+partition::Distributed<double> generate(const GenerateOptions& o, const comm::Communicator& c,
+                                        GenerateInfo* info) {
+  const int N = static_cast<int>(o.dims.size());
+  TESSERA_INPUT_CHECK(N >= 1 && N <= kMaxOrder,
+                      "generate: order must be 1.." << kMaxOrder << " (got " << N << ")");
+  for (auto d : o.dims)
+    TESSERA_INPUT_CHECK(d >= 1 && d <= (std::uint64_t(1) << 32),
+                        "generate: every dimension must be in 1..2^32");
+  TESSERA_INPUT_CHECK(o.nnz >= 1, "generate: --nnz must be at least 1");
+  TESSERA_INPUT_CHECK(o.rank >= 1, "generate: --rank must be at least 1");
+  TESSERA_INPUT_CHECK(o.noise >= 0 && std::isfinite(o.noise), "generate: --noise must be >= 0");
+  TESSERA_INPUT_CHECK(o.alpha >= 1, "generate: --alpha must be >= 1");
+
+  const int P = c.size(), me = c.rank();
+  Blocks blocks;
+  std::int64_t total = o.nnz;
+  std::vector<std::int64_t> prefix;
+  if (o.structure == Structure::blocks) {
+    blocks = make_blocks(o);
+    prefix.assign(1, 0);
+    for (auto k : blocks.count) prefix.push_back(prefix.back() + k);
+    total = prefix.back();
+  }
+  const std::int64_t lo = total * me / P, hi = total * (me + 1) / P;
+
+  // This rank's share of the entries, with value 1 so that distribute() counts repeats.
+  SparseTensor<double> local(o.dims);
+  local.reserve(static_cast<std::size_t>(hi - lo));
+  std::vector<index_t> coord(static_cast<std::size_t>(N));
+  for (std::int64_t id = lo; id < hi; ++id) {
+    if (o.structure == Structure::blocks) {
+      const auto r =
+          static_cast<int>(std::upper_bound(prefix.begin(), prefix.end(), id) - prefix.begin() - 1);
+      std::int64_t off = id - prefix[static_cast<std::size_t>(r)];
+      const auto& sup = blocks.support[static_cast<std::size_t>(r)];
+      for (int n = N - 1; n >= 0; --n) {
+        const auto& v = sup[static_cast<std::size_t>(n)];
+        const auto sz = static_cast<std::int64_t>(v.size());
+        coord[static_cast<std::size_t>(n)] = v[static_cast<std::size_t>(off % sz)];
+        off /= sz;
+      }
+    } else {
+      for (int n = 0; n < N; ++n)
+        coord[static_cast<std::size_t>(n)] =
+            draw_index(o, n,
+                       hash_keys(o.seed ^ kCoord, static_cast<std::uint64_t>(id),
+                                 static_cast<std::uint64_t>(n)));
+    }
+    local.push_back(coord.data(), 1.0);
+  }
+  auto d = partition::distribute(std::move(local), partition::Scheme::nnz, {}, c);
+
+  // Values are a function of the coordinate alone, so repeats carry no information.
+  double sig2 = 0;
+  auto& x = d.block;
+  for (nnz_t k = 0; k < x.nnz(); ++k) {
+    for (int n = 0; n < N; ++n)
+      coord[static_cast<std::size_t>(n)] =
+          x.idx[static_cast<std::size_t>(n)][static_cast<std::size_t>(k)];
+    double v;
+    if (o.structure == Structure::blocks) {
+      v = block_value(blocks, coord.data(), N);
+    } else {
+      v = 0;
+      for (int r = 0; r < o.rank; ++r) {
+        double p = 1;
+        for (int n = 0; n < N; ++n) p *= factor_value(o, n, coord[static_cast<std::size_t>(n)], r);
+        v += p;
+      }
+    }
+    x.vals[static_cast<std::size_t>(k)] = v;
+    sig2 += v * v;
+  }
+  double sums[2] = {sig2, static_cast<double>(x.nnz())};
+  c.allreduce(sums, 2);
+  double noise2 = 0;
+  if (o.noise > 0 && sums[1] > 0) {
+    const double sigma = o.noise * std::sqrt(sums[0] / sums[1]);
+    for (nnz_t k = 0; k < x.nnz(); ++k) {
+      for (int n = 0; n < N; ++n)
+        coord[static_cast<std::size_t>(n)] =
+            x.idx[static_cast<std::size_t>(n)][static_cast<std::size_t>(k)];
+      const std::uint64_t h = coord_hash(coord.data(), N);
+      const double e =
+          sigma * normal01(hash_keys(o.seed ^ kNoise, h, 1), hash_keys(o.seed ^ kNoise, h, 2));
+      x.vals[static_cast<std::size_t>(k)] += e;
+      noise2 += e * e;
+    }
+    c.allreduce(&noise2, 1);
+  }
+  if (info) {
+    info->nnz = d.dist.global_nnz;
+    info->repeats = d.dist.duplicates;
+    info->signal_norm = std::sqrt(sums[0]);
+    info->noise_norm = std::sqrt(noise2);
+  }
+  return d;
+}
+
+}  // namespace tessera::algo

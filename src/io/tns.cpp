@@ -1,0 +1,972 @@
+// FROSTT .tns reader and writer (see tns.hpp for the contract).
+//
+// Parallel reading
+// ----------------
+// Plain files. Rank r of P owns the lines that *start* in the byte range
+// [r*S/P, (r+1)*S/P) of the S-byte file: its first line starts at the first line start at
+// or after r*S/P, and its last line is the last one starting before (r+1)*S/P (it may
+// run past the range end; the rank reads on until its '\n'). A rank reads its range with
+// pread() in chunks (64 MiB by default), carrying the incomplete last line of a chunk over
+// to the next, so no rank holds more than one chunk plus one line. The order N is set by
+// the file's first data line: rank 0 reads from offset 0 up to that line and broadcasts N.
+//
+// .gz files. A gzip stream cannot be entered in the middle, so every rank inflates the
+// whole stream (zlib gzread: streaming, concatenated members, CRC checked) and parses only
+// its share of the text: the decompressed text is cut into fixed-size blocks (4 MiB by
+// default), block b belongs to rank b % P, and a line belongs to the block in which it
+// starts. Every rank sees every line, so every rank knows N and the global line numbers
+// without communication. The cost is P times the inflate work and a read rate bounded by
+// one inflate stream; for repeated large reads convert the tensor to HDF5.
+//
+// Line numbers and errors. Parsing needs no communication; a rank records its first bad
+// line (or an I/O, zlib or memory error) and keeps counting lines. Afterwards the ranks
+// all-gather their line counts (plain files: the global number of a rank's i-th line is
+// the sum of the counts of the ranks before it, plus i), agree on the earliest problem in
+// the file (file-level errors first, then the lowest global line) and the rank holding it
+// raises it through comm::raise_collectively, so every rank throws the same
+// CollectiveError. A rank never leaves early, so no rank hangs in a later collective.
+//
+// Index base. Coordinates are kept as read (raw) during parsing, with the per-mode maximum
+// and whether any coordinate is 0. With IndexBase::automatic the ranks agree (allreduce)
+// on "any zero anywhere" -> 0-based, else 1-based; the raw coordinates are then shifted.
+// Global dims are the allreduced per-mode maximum + 1 (0-based).
+#include "io/tns.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/timer.hpp"
+
+namespace tessera::io {
+
+IndexBase parse_index_base(const std::string& s) {
+  if (s == "auto") return IndexBase::automatic;
+  if (s == "0") return IndexBase::zero;
+  if (s == "1") return IndexBase::one;
+  throw InputError("bad index base '" + s + "': expected auto, 0 or 1");
+}
+
+namespace {
+
+constexpr std::size_t kDefaultChunk = std::size_t(64) << 20;
+constexpr std::size_t kDefaultGzChunk = std::size_t(4) << 20;
+constexpr std::size_t kDefaultGzBlock = std::size_t(4) << 20;
+/// Longer lines are rejected (binary data without newlines would otherwise grow the
+/// carry-over buffer without bound).
+constexpr std::size_t kMaxLineBytes = std::size_t(16) << 20;
+constexpr std::uint64_t kMaxIndex = 0xFFFFFFFFull;  // largest coordinate in the file
+constexpr std::uint64_t kNoError = std::numeric_limits<std::uint64_t>::max();
+
+inline bool is_ws(char ch) {
+  return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
+}
+inline bool is_digit(char ch) {
+  return static_cast<unsigned>(ch - '0') < 10u;
+}
+
+std::string errno_text(int e) {
+  return std::strerror(e);
+}
+
+// ---------------------------------------------------------------------------------------
+// Token and line diagnostics (the slow path, run only for a line the fast parser rejects)
+
+/// A token for a message: quoted, non-printable bytes escaped, long tokens shortened.
+std::string quote(std::string_view t) {
+  std::string s = "'";
+  const std::size_t n = std::min<std::size_t>(t.size(), 40);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto ch = static_cast<unsigned char>(t[i]);
+    if (ch >= 0x20 && ch < 0x7f) {
+      s += static_cast<char>(ch);
+    } else {
+      char b[8];
+      std::snprintf(b, sizeof(b), "\\x%02x", ch);
+      s += b;
+    }
+  }
+  if (t.size() > n) s += "...";
+  return s + "'";
+}
+
+/// First byte of [b, e) that cannot occur in a text data line, or nullptr.
+const char* find_binary(const char* b, const char* e) {
+  for (const char* p = b; p < e; ++p) {
+    const auto ch = static_cast<unsigned char>(*p);
+    if ((ch < 0x20 && !is_ws(*p)) || ch >= 0x7f) return p;
+  }
+  return nullptr;
+}
+
+std::string binary_message(const char* b, const char* p) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf),
+                "expected ASCII text, found byte 0x%02x at column %zu (binary data? FROSTT .tns "
+                "files are plain text)",
+                static_cast<unsigned char>(*p), static_cast<std::size_t>(p - b) + 1);
+  return buf;
+}
+
+std::vector<std::string_view> split_fields(const char* b, const char* e) {
+  std::vector<std::string_view> f;
+  const char* p = b;
+  while (true) {
+    while (p < e && is_ws(*p)) ++p;
+    if (p == e) break;
+    const char* t = p;
+    while (p < e && !is_ws(*p)) ++p;
+    f.emplace_back(t, static_cast<std::size_t>(p - t));
+  }
+  return f;
+}
+
+std::string fields_message(int order, std::size_t found) {
+  return "expected " + std::to_string(order + 1) + " fields (" + std::to_string(order) +
+         (order == 1 ? " coordinate" : " coordinates") + " and a value), found " +
+         std::to_string(found);
+}
+
+enum class ValueStatus { ok, invalid, range, nonfinite };
+
+/// Parses a value token [b, e) (non-empty, no blanks).
+inline ValueStatus parse_value(const char* b, const char* e, double* out) {
+  // Plain integers of up to 15 digits convert exactly (the common case in real tensors).
+  const std::size_t n = static_cast<std::size_t>(e - b);
+  if (n <= 15) {
+    std::uint64_t v = 0;
+    const char* p = b;
+    while (p < e && is_digit(*p)) v = v * 10 + static_cast<unsigned>(*p++ - '0');
+    if (p == e && n > 0) {
+      *out = static_cast<double>(v);
+      return ValueStatus::ok;
+    }
+  }
+  const char* p = b;
+  if (p < e && *p == '+') {
+    ++p;
+    if (p < e && (*p == '-' || *p == '+')) return ValueStatus::invalid;
+  }
+  if (p == e) return ValueStatus::invalid;
+  double v = 0;
+  const auto r = std::from_chars(p, e, v);
+  if (r.ec == std::errc::invalid_argument || r.ptr != e) return ValueStatus::invalid;
+  if (r.ec == std::errc::result_out_of_range) return ValueStatus::range;
+  if (!std::isfinite(v)) return ValueStatus::nonfinite;
+  *out = v;
+  return ValueStatus::ok;
+}
+
+/// Checks the shape of the file's first data line [line, e) (b: its first non-blank byte)
+/// and returns the order it sets, or an error message.
+bool detect_order(const char* line, const char* b, const char* e, int* order, std::string* msg) {
+  if (const char* bad = find_binary(b, e)) {
+    *msg = binary_message(line, bad);
+    return false;
+  }
+  const std::size_t nf = split_fields(b, e).size();
+  if (nf < 2) {
+    *msg = "expected 2 to " + std::to_string(kMaxOrder + 1) + " fields (1 to " +
+           std::to_string(kMaxOrder) +
+           " coordinates and a value; the first data line sets the order), found " +
+           std::to_string(nf);
+    return false;
+  }
+  if (nf > static_cast<std::size_t>(kMaxOrder) + 1) {
+    *msg = "expected at most " + std::to_string(kMaxOrder + 1) + " fields (" +
+           std::to_string(kMaxOrder) + " coordinates and a value; tensors of order up to " +
+           std::to_string(kMaxOrder) + " are supported), found " + std::to_string(nf);
+    return false;
+  }
+  *order = static_cast<int>(nf) - 1;
+  return true;
+}
+
+/// Why the data line [b, e) is malformed: expected vs found, for the user.
+std::string describe_bad_line(const char* b, const char* e, int order, IndexBase base) {
+  if (const char* bad = find_binary(b, e)) return binary_message(b, bad);
+  const auto f = split_fields(b, e);
+  if (f.size() != static_cast<std::size_t>(order) + 1) return fields_message(order, f.size());
+  const char* min_text = base == IndexBase::one ? ">= 1" : ">= 0";
+  for (int m = 0; m < order; ++m) {
+    const std::string_view t = f[static_cast<std::size_t>(m)];
+    const std::string what = "coordinate " + std::to_string(m + 1) + ": ";
+    const bool neg = t[0] == '-';
+    const std::string_view digits = neg ? t.substr(1) : t;
+    const bool all_digits = !digits.empty() && std::all_of(digits.begin(), digits.end(), is_digit);
+    if (!all_digits) return what + "expected a non-negative integer index, found " + quote(t);
+    if (neg) return what + "expected an index " + min_text + ", found " + quote(t);
+    std::uint64_t v = 0;
+    for (char ch : digits) v = std::min<std::uint64_t>(v * 10 + (ch - '0'), kMaxIndex + 1);
+    if (v > kMaxIndex)
+      return what + "expected an index <= 4294967295 (indices are stored in 32 bits), found " +
+             quote(t);
+    if (v == 0 && base == IndexBase::one)
+      return what +
+             "expected an index >= 1 (the file is read as 1-based; read 0-based files with "
+             "index base 0 or auto), found " +
+             quote(t);
+  }
+  const std::string_view t = f.back();
+  double v = 0;
+  switch (parse_value(t.data(), t.data() + t.size(), &v)) {
+    case ValueStatus::invalid:
+      return "value: expected a number, found " + quote(t);
+    case ValueStatus::range:
+      return "value: expected a number in the range of a double, found " + quote(t);
+    case ValueStatus::nonfinite:
+      return "value: expected a finite number (NaN and Inf are not allowed), found " + quote(t);
+    case ValueStatus::ok:
+      break;
+  }
+  return "malformed line";  // not reached: the fast parser accepts what passes the above
+}
+
+// ---------------------------------------------------------------------------------------
+// Line parser
+
+/// A problem found by one rank while reading: `line` is the rank-local 1-based line
+/// number (0 for a problem of the whole file), `msg` the text after "FILE:LINE: ".
+struct LocalError {
+  std::uint64_t line = 0;
+  std::string msg;
+};
+
+/// Parses complete lines into a tensor of raw (as-written) coordinates; counts lines.
+class Parser {
+ public:
+  /// `order` 0: set by the first data line seen (every rank sees it; .gz reading).
+  Parser(int order, IndexBase base, SparseTensor<double>* out) : base_(base), out_(out) {
+    if (order > 0) set_order(order);
+  }
+
+  /// One line [b, e), without its '\n'. Owned lines are parsed; the others only counted
+  /// (and looked at until the order is known).
+  void line(const char* b, const char* e, bool owned) {
+    ++lines_;
+    if (error_) return;
+    if (!owned && order_ != 0) return;
+    if (static_cast<std::size_t>(e - b) > kMaxLineBytes) {
+      fail("line longer than " + std::to_string(kMaxLineBytes >> 20) +
+           " MiB: expected lines of coordinates and a value (binary data?)");
+      return;
+    }
+    const char* p = b;
+    while (p < e && is_ws(*p)) ++p;
+    if (p == e || *p == '#') return;
+    if (order_ == 0) {
+      int n = 0;
+      std::string msg;
+      if (!detect_order(b, p, e, &n, &msg)) {
+        fail(msg);
+        return;
+      }
+      set_order(n);
+    }
+    if (!owned) return;
+    if (!parse_data(p, e)) fail(describe_bad_line(b, e, order_, base_));
+  }
+
+  std::uint64_t lines() const { return lines_; }
+  int order() const { return order_; }
+  bool saw_zero() const { return saw_zero_; }
+  const std::array<index_t, kMaxOrder>& max_raw() const { return max_; }
+  const std::optional<LocalError>& error() const { return error_; }
+
+ private:
+  void set_order(int n) {
+    order_ = n;
+    out_->dims.assign(static_cast<std::size_t>(n), 0);
+    out_->idx.assign(static_cast<std::size_t>(n), {});
+  }
+  void fail(std::string msg) { error_ = LocalError{lines_, std::move(msg)}; }
+
+  /// Fast path for a data line starting at its first non-blank byte p.
+  bool parse_data(const char* p, const char* e) {
+    index_t c[kMaxOrder];
+    for (int m = 0; m < order_; ++m) {
+      const char* t = p;
+      std::uint64_t v = 0;
+      while (p < e && is_digit(*p)) {
+        v = std::min<std::uint64_t>(v * 10 + static_cast<unsigned>(*p - '0'), kMaxIndex + 1);
+        ++p;
+      }
+      if (p == t || v > kMaxIndex || p == e || !is_ws(*p)) return false;
+      if (v == 0) {
+        if (base_ == IndexBase::one) return false;
+        saw_zero_ = true;
+      }
+      c[m] = static_cast<index_t>(v);
+      max_[static_cast<std::size_t>(m)] = std::max(max_[static_cast<std::size_t>(m)], c[m]);
+      while (p < e && is_ws(*p)) ++p;
+    }
+    const char* t = p;
+    while (p < e && !is_ws(*p)) ++p;
+    if (p == t) return false;
+    double v = 0;
+    if (parse_value(t, p, &v) != ValueStatus::ok) return false;
+    while (p < e && is_ws(*p)) ++p;
+    if (p != e) return false;
+    for (int m = 0; m < order_; ++m) out_->idx[static_cast<std::size_t>(m)].push_back(c[m]);
+    out_->vals.push_back(v);
+    return true;
+  }
+
+  IndexBase base_;
+  SparseTensor<double>* out_;
+  int order_ = 0;
+  std::uint64_t lines_ = 0;
+  bool saw_zero_ = false;
+  std::array<index_t, kMaxOrder> max_{};
+  std::optional<LocalError> error_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Progress on rank 0
+
+class Progress {
+ public:
+  Progress(bool on, std::string label, std::uint64_t total)
+      : on_(on), tty_(on && log::stdout_is_tty()), label_(std::move(label)), total_(total) {}
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  ~Progress() { finish(); }
+
+  void update(std::uint64_t done) {
+    if (!on_ || total_ == 0) return;
+    const double t = timer_.seconds();
+    if (tty_) {
+      // No bar for reads that end within half a second; redraw at most 10 times a second.
+      if (t < 0.5 || t - last_ < 0.1) return;
+      last_ = t;
+      draw(done, t);
+    } else if (t - last_ >= 10.0) {
+      last_ = t;
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), ": %.0f%% (%.1f of %.1f MB, %.0f s)",
+                    100.0 * static_cast<double>(done) / static_cast<double>(total_),
+                    static_cast<double>(done) / 1e6, static_cast<double>(total_) / 1e6, t);
+      log::info("reading " + label_ + buf);
+    }
+  }
+  void finish() {
+    if (drawn_) {
+      draw(total_, timer_.seconds());
+      std::fputc('\n', stderr);
+      std::fflush(stderr);
+      drawn_ = false;
+    }
+    on_ = false;
+  }
+
+ private:
+  void draw(std::uint64_t done, double t) {
+    constexpr int kWidth = 30;
+    const double f = std::min(1.0, static_cast<double>(done) / static_cast<double>(total_));
+    char bar[kWidth + 1];
+    const int full = static_cast<int>(f * kWidth);
+    for (int i = 0; i < kWidth; ++i) bar[i] = i < full ? '#' : '.';
+    bar[kWidth] = '\0';
+    std::fprintf(stderr, "\rreading %s [%s] %3.0f%% %.1f MB/s", label_.c_str(), bar, 100 * f,
+                 t > 0 ? static_cast<double>(done) / 1e6 / t : 0.0);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+  bool on_, tty_;
+  std::string label_;
+  std::uint64_t total_;
+  Timer timer_;
+  double last_ = 0;
+  bool drawn_ = false;
+};
+
+// ---------------------------------------------------------------------------------------
+// Plain files
+
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void pread_full(int fd, char* dst, std::size_t n, std::uint64_t off, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, dst, n, static_cast<off_t>(off));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw InputError(path + ": read error at byte " + std::to_string(off) + ": " +
+                       errno_text(errno));
+    }
+    if (r == 0)
+      throw InputError(path + ": file ended at byte " + std::to_string(off) +
+                       " while reading (was it changed during the read?)");
+    dst += r;
+    n -= static_cast<std::size_t>(r);
+    off += static_cast<std::uint64_t>(r);
+  }
+}
+
+/// Calls on_line(b, e) for every line starting in [lo, hi) of the `size`-byte file, in
+/// order, reading `chunk` bytes at a time; stops early when on_line returns false. A
+/// line longer than kMaxLineBytes is passed truncated (longer than kMaxLineBytes, so the
+/// handler can reject it) and the rest of it skipped. on_progress(bytes read past lo).
+template <typename OnLine, typename OnProgress>
+void walk_plain_lines(int fd, const std::string& path, std::uint64_t size, std::uint64_t lo,
+                      std::uint64_t hi, std::size_t chunk, OnLine&& on_line,
+                      OnProgress&& on_progress) {
+  if (lo >= hi) return;
+  std::vector<char> buf;
+  std::uint64_t pos = lo > 0 ? lo - 1 : 0;  // next file offset to read
+  std::uint64_t buf_off = pos;              // file offset of buf[0]
+  std::size_t have = 0;                     // valid bytes in buf
+  // Skip to just past the next '\n': to the first line start at or after lo, or past the
+  // rest of an over-long line.
+  bool skip_to_newline = lo > 0;
+  while (true) {
+    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - pos));
+    if (buf.size() < have + want) buf.resize(have + want);
+    pread_full(fd, buf.data() + have, want, pos, path);
+    have += want;
+    pos += want;
+    const bool eof = pos >= size;
+    char* const b = buf.data();
+    std::size_t p = 0;
+    if (skip_to_newline) {
+      const auto* nl = static_cast<const char*>(std::memchr(b, '\n', have));
+      if (nl == nullptr) {
+        if (eof) return;
+        buf_off += have;
+        have = 0;
+        continue;
+      }
+      p = static_cast<std::size_t>(nl - b) + 1;
+      skip_to_newline = false;
+    }
+    while (p < have) {
+      if (buf_off + p >= hi) return;
+      const auto* nl = static_cast<const char*>(std::memchr(b + p, '\n', have - p));
+      if (nl == nullptr) break;
+      if (!on_line(b + p, nl)) return;
+      p = static_cast<std::size_t>(nl - b) + 1;
+    }
+    if (eof) {
+      if (p < have && buf_off + p < hi) on_line(b + p, b + have);  // last line, no '\n'
+      return;
+    }
+    if (buf_off + p >= hi) return;
+    // Carry the incomplete last line over to the next chunk.
+    have -= p;
+    std::memmove(b, b + p, have);
+    buf_off += p;
+    if (have > kMaxLineBytes) {
+      if (!on_line(b, b + have)) return;
+      buf_off += have;
+      have = 0;
+      skip_to_newline = true;
+    }
+    on_progress(pos - lo);
+  }
+}
+
+/// Rank 0: the order set by the first data line (throws InputError "FILE:LINE: ...").
+int find_order_plain(int fd, const std::string& path, std::uint64_t size, std::size_t chunk) {
+  int order = 0;
+  std::uint64_t line = 0;
+  std::string msg;
+  walk_plain_lines(
+      fd, path, size, 0, size, chunk,
+      [&](const char* b, const char* e) {
+        ++line;
+        if (static_cast<std::size_t>(e - b) > kMaxLineBytes) {
+          msg = "line longer than " + std::to_string(kMaxLineBytes >> 20) +
+                " MiB: expected lines of coordinates and a value (binary data?)";
+          return false;
+        }
+        const char* p = b;
+        while (p < e && is_ws(*p)) ++p;
+        if (p == e || *p == '#') return true;
+        if (!detect_order(b, p, e, &order, &msg)) order = 0;
+        return false;
+      },
+      [](std::uint64_t) {});
+  if (order > 0) return order;
+  if (!msg.empty()) throw InputError(path + ":" + std::to_string(line) + ": " + msg);
+  throw InputError(path +
+                   ": no data lines: expected lines of coordinates and a value, found an empty "
+                   "file or only comments and blank lines");
+}
+
+// ---------------------------------------------------------------------------------------
+// .gz files
+
+struct GzFile {
+  gzFile f = nullptr;
+  GzFile() = default;
+  GzFile(const GzFile&) = delete;
+  GzFile& operator=(const GzFile&) = delete;
+  ~GzFile() {
+    if (f) gzclose_r(f);
+  }
+};
+
+/// Inflates the whole stream; calls parser.line() for every line, owned when its start
+/// offset lies in a block of this rank. Returns the number of text bytes.
+std::uint64_t read_gz_stream(const std::string& path, std::size_t chunk, std::size_t block,
+                             int rank, int nranks, Parser& parser, Progress& progress) {
+  GzFile gz;
+  gz.f = gzopen(path.c_str(), "rb");
+  if (gz.f == nullptr)
+    throw InputError(path + ": cannot open: " + (errno ? errno_text(errno) : "out of memory"));
+  gzbuffer(gz.f, 1u << 20);
+  const auto owns = [&](std::uint64_t off) {
+    return static_cast<int>((off / block) % static_cast<std::uint64_t>(nranks)) == rank;
+  };
+  const unsigned want = static_cast<unsigned>(std::min<std::size_t>(chunk, INT_MAX));
+  std::vector<char> buf;
+  std::uint64_t buf_off = 0;  // text offset of buf[0]
+  std::size_t have = 0;
+  bool skip_to_newline = false;  // rest of an over-long line
+  while (true) {
+    if (buf.size() < have + want) buf.resize(have + want);
+    const int n = gzread(gz.f, buf.data() + have, want);
+    int zerr = Z_OK;
+    const char* zmsg = gzerror(gz.f, &zerr);
+    if (n < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
+      const std::size_t got = static_cast<std::size_t>(std::max(n, 0));
+      const auto newlines = std::count(buf.data() + have, buf.data() + have + got, '\n');
+      throw InputError(path + ": corrupt or truncated gzip data (zlib: " +
+                       std::string(zmsg ? zmsg : "unknown error") + ") after " +
+                       std::to_string(buf_off + have + got) +
+                       " bytes of decompressed text, in line " +
+                       std::to_string(parser.lines() + static_cast<std::uint64_t>(newlines) + 1));
+    }
+    have += static_cast<std::size_t>(n);
+    const bool eof = static_cast<unsigned>(n) < want;
+    char* const b = buf.data();
+    std::size_t p = 0;
+    if (skip_to_newline) {
+      const auto* nl = static_cast<const char*>(std::memchr(b, '\n', have));
+      if (nl == nullptr) {
+        if (eof) return buf_off + have;
+        buf_off += have;
+        have = 0;
+        continue;
+      }
+      p = static_cast<std::size_t>(nl - b) + 1;
+      skip_to_newline = false;
+    }
+    while (p < have) {
+      const auto* nl = static_cast<const char*>(std::memchr(b + p, '\n', have - p));
+      if (nl == nullptr) break;
+      parser.line(b + p, nl, owns(buf_off + p));
+      p = static_cast<std::size_t>(nl - b) + 1;
+    }
+    if (eof) {
+      if (p < have) parser.line(b + p, b + have, owns(buf_off + p));
+      return buf_off + have;
+    }
+    have -= p;
+    std::memmove(b, b + p, have);
+    buf_off += p;
+    if (have > kMaxLineBytes) {
+      parser.line(b, b + have, owns(buf_off));
+      buf_off += have;
+      have = 0;
+      skip_to_newline = true;
+    }
+    progress.update(static_cast<std::uint64_t>(std::max<z_off_t>(gzoffset(gz.f), 0)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Collective error agreement
+
+/// Every rank calls this with its own candidate (key kNoError: none; 0: a file-level
+/// problem; else the global line). The earliest problem (lowest key, then lowest rank)
+/// is thrown as CollectiveError on every rank.
+void raise_earliest(const comm::Communicator& c, std::uint64_t key, const std::string& msg) {
+  const std::uint64_t kmin = c.allreduce_value(key, comm::ReduceOp::min);
+  if (kmin == kNoError) return;
+  std::exception_ptr mine;
+  const std::int32_t cand = key == kmin ? c.rank() : c.size();
+  const std::int32_t chosen = c.allreduce_value(cand, comm::ReduceOp::min);
+  if (c.rank() == chosen) mine = std::make_exception_ptr(InputError(msg));
+  comm::raise_collectively(c, mine);
+}
+
+std::string base_name(const std::string& path) {
+  const auto s = path.find_last_of('/');
+  return s == std::string::npos ? path : path.substr(s + 1);
+}
+
+}  // namespace
+
+TnsReadResult read_tns(const std::string& path, const comm::Communicator& c,
+                       const TnsReadOptions& opt) {
+  TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
+                  "read_tns needs a host communicator");
+  Timer timer;
+  const int rank = c.rank();
+  const int nranks = c.size();
+  const std::size_t chunk = opt.chunk_bytes;  // 0: the default of the format
+  const std::size_t gz_block = opt.gz_block_bytes > 0 ? opt.gz_block_bytes : kDefaultGzBlock;
+  TnsReadResult res;
+
+  // 1. Every rank opens the file; rank 0 finds its size and format (gzip magic bytes).
+  Fd fd;
+  std::uint64_t info[2] = {0, 0};  // size in bytes, is gzip
+  comm::run_collectively(c, [&] {
+    fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd.fd < 0) throw InputError(path + ": cannot open: " + errno_text(errno));
+    struct stat st {};
+    if (::fstat(fd.fd, &st) != 0) throw InputError(path + ": cannot stat: " + errno_text(errno));
+    if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory, expected a .tns file");
+    if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file");
+    if (rank == 0) {
+      info[0] = static_cast<std::uint64_t>(st.st_size);
+      unsigned char magic[2] = {0, 0};
+      if (info[0] >= 2 && ::pread(fd.fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b)
+        info[1] = 1;
+    }
+  });
+  c.broadcast(info, 2, 0);
+  const std::uint64_t size = info[0];
+  const bool gz = info[1] != 0;
+  res.bytes = size;
+  res.text_bytes = size;
+
+  // 2. Plain files: the order comes from the first data line, read by rank 0.
+  std::int32_t order = 0;
+  if (!gz) {
+    comm::run_collectively(c, [&] {
+      // The first data line is usually near the start: read small pieces (the carry-over
+      // buffer grows if it is not).
+      if (rank == 0) order = find_order_plain(fd.fd, path, size, chunk ? chunk : 64 << 10);
+    });
+    c.broadcast(&order, 1, 0);
+  }
+
+  // 3. Parse this rank's lines; no communication, no early exit.
+  SparseTensor<double>& x = res.local;
+  Parser parser(order, opt.base, &x);
+  std::optional<std::string> file_error;
+  {
+    // Plain files: rank 0's share, scaled to the file (the ranks move at similar speeds).
+    Progress progress(rank == 0 && opt.progress, base_name(path), size);
+    try {
+      if (gz) {
+        ::close(fd.fd);  // zlib opens the file itself
+        fd.fd = -1;
+        res.text_bytes = read_gz_stream(path, chunk ? chunk : kDefaultGzChunk, gz_block, rank,
+                                        nranks, parser, progress);
+      } else {
+        const std::uint64_t lo = size * static_cast<std::uint64_t>(rank) / nranks;
+        const std::uint64_t hi = size * static_cast<std::uint64_t>(rank + 1) / nranks;
+        // Reserve from the density of the first lines; plain files only (size known).
+        bool reserved = false;
+        std::uint64_t seen = 0;
+        walk_plain_lines(
+            fd.fd, path, size, lo, hi, chunk ? chunk : kDefaultChunk,
+            [&](const char* b, const char* e) {
+              parser.line(b, e, true);
+              seen += static_cast<std::uint64_t>(e - b) + 1;
+              if (!reserved && parser.lines() == 4096) {
+                reserved = true;
+                x.reserve(static_cast<std::size_t>(1.02 * static_cast<double>(x.nnz()) *
+                                                   static_cast<double>(hi - lo) /
+                                                   static_cast<double>(seen)));
+              }
+              return true;
+            },
+            [&](std::uint64_t done) { progress.update(std::min(size, done * nranks)); });
+      }
+    } catch (const std::exception& e) {
+      file_error = e.what();
+    } catch (...) {
+      file_error = path + ": unknown error while reading";
+    }
+  }
+
+  // 4. Global line numbers; agree on the earliest problem in the file.
+  const std::uint64_t my_lines = parser.lines();
+  std::vector<std::uint64_t> lines(static_cast<std::size_t>(nranks), 0);
+  c.allgather(&my_lines, lines.data(), 1);
+  std::uint64_t line_offset = 0;
+  if (!gz)
+    for (int q = 0; q < rank; ++q) line_offset += lines[static_cast<std::size_t>(q)];
+  std::uint64_t key = kNoError;
+  std::string msg;
+  if (file_error) {
+    key = 0;
+    msg = *file_error;
+  } else if (parser.error()) {
+    key = line_offset + parser.error()->line;
+    msg = path + ":" + std::to_string(key) + ": " + parser.error()->msg;
+  }
+  raise_earliest(c, key, msg);
+
+  // 5. Order (.gz: set in the stream, the same on every rank), base, dims, nnz.
+  order = c.allreduce_value<std::int32_t>(parser.order(), comm::ReduceOp::max);
+  if (order == 0)
+    throw CollectiveError(path +
+                          ": no data lines: expected lines of coordinates and a value, found an "
+                          "empty file or only comments and blank lines");
+  std::int32_t any_zero = parser.saw_zero() ? 1 : 0;
+  any_zero = c.allreduce_value(any_zero, comm::ReduceOp::max);
+  int base = 1;
+  if (opt.base == IndexBase::zero || (opt.base == IndexBase::automatic && any_zero)) base = 0;
+  std::vector<std::uint64_t> dims(static_cast<std::size_t>(order));
+  for (int m = 0; m < order; ++m)
+    dims[static_cast<std::size_t>(m)] = parser.max_raw()[static_cast<std::size_t>(m)];
+  c.allreduce(dims.data(), dims.size(), comm::ReduceOp::max);
+  for (auto& d : dims) d = base == 1 ? d : d + 1;
+  x.dims = dims;
+  if (base == 1)
+    for (auto& v : x.idx)
+      for (auto& i : v) --i;
+  res.index_base = base;
+  res.global_nnz = c.allreduce_value<nnz_t>(x.nnz(), comm::ReduceOp::sum);
+  if (res.global_nnz == 0)  // not reached: a first data line either parses or is an error
+    throw CollectiveError(path + ": no nonzeros");
+  res.seconds = c.allreduce_value(timer.seconds(), comm::ReduceOp::max);
+  log::debug("read " + path + ": " + std::to_string(res.global_nnz) + " nonzeros, dims " +
+             format_dims(x.dims) + ", base " + std::to_string(base) + ", " +
+             std::to_string(res.seconds) + " s");
+  return res;
+}
+
+// =======================================================================================
+// Writing
+
+namespace {
+
+/// Longest line format_line writes: 16 coordinates of up to 10 digits, a value of up to
+/// 24 characters, separators and the newline.
+constexpr std::size_t kMaxLineChars = kMaxOrder * 11 + 32;
+constexpr std::size_t kWriteChunk = std::size_t(16) << 20;
+
+/// Writes nonzero k as a 1-based line at p; returns the end.
+inline char* format_line(const SparseTensor<double>& x, std::size_t k, char* p) {
+  for (const auto& v : x.idx) {
+    p = std::to_chars(p, p + 11, static_cast<std::uint64_t>(v[k]) + 1).ptr;
+    *p++ = ' ';
+  }
+  // Shortest representation that std::from_chars reads back to the same double.
+  p = std::to_chars(p, p + 32, x.vals[k]).ptr;
+  *p++ = '\n';
+  return p;
+}
+
+/// Calls sink(data, n) with the formatted text of all local nonzeros, `prefix` first, in
+/// pieces of at most kWriteChunk bytes.
+template <typename Sink>
+void format_text(const std::string& prefix, const SparseTensor<double>& x, Sink&& sink) {
+  if (!prefix.empty()) sink(prefix.data(), prefix.size());
+  if (x.nnz() == 0) return;
+  const std::size_t cap = std::min(kWriteChunk, static_cast<std::size_t>(x.nnz()) * kMaxLineChars);
+  std::vector<char> buf(cap + kMaxLineChars);
+  const auto n = static_cast<std::size_t>(x.nnz());
+  std::size_t k = 0;
+  while (k < n) {
+    char* p = buf.data();
+    char* const end = buf.data() + cap;
+    for (; k < n && p < end; ++k) p = format_line(x, k, p);
+    sink(buf.data(), static_cast<std::size_t>(p - buf.data()));
+  }
+}
+
+void pwrite_full(int fd, const char* src, std::size_t n, std::uint64_t off,
+                 const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pwrite(fd, src, n, static_cast<off_t>(off));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw InputError(path + ": write error at byte " + std::to_string(off) + ": " +
+                       errno_text(errno));
+    }
+    src += r;
+    n -= static_cast<std::size_t>(r);
+    off += static_cast<std::uint64_t>(r);
+  }
+}
+
+/// The local text compressed as one gzip member.
+std::vector<char> gzip_member(const std::string& prefix, const SparseTensor<double>& x,
+                              const std::string& path) {
+  z_stream zs{};
+  // Level 1: ~8x faster than the default level 6 on FROSTT text (0.3 s vs 2.6 s for the
+  // 37 MB congress tensor) for ~25% larger output; writing is usually the bottleneck.
+  if (deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    throw Error(path + ": zlib deflateInit2 failed");
+  struct End {
+    z_stream* z;
+    ~End() { deflateEnd(z); }
+  } end{&zs};
+  std::vector<char> out;
+  std::vector<unsigned char> stage(std::size_t(1) << 18);
+  const auto pump = [&](const char* data, std::size_t n, int flush) {
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
+    zs.avail_in = static_cast<uInt>(n);
+    do {
+      zs.next_out = stage.data();
+      zs.avail_out = static_cast<uInt>(stage.size());
+      if (deflate(&zs, flush) == Z_STREAM_ERROR) throw Error(path + ": zlib deflate failed");
+      out.insert(out.end(), stage.data(), stage.data() + (stage.size() - zs.avail_out));
+    } while (zs.avail_out == 0);
+  };
+  format_text(prefix, x, [&](const char* d, std::size_t n) { pump(d, n, Z_NO_FLUSH); });
+  pump(nullptr, 0, Z_FINISH);
+  return out;
+}
+
+}  // namespace
+
+void write_tns(const std::string& path, const SparseTensor<double>& x,
+               const comm::Communicator& c) {
+  TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
+                  "write_tns needs a host communicator");
+  const int rank = c.rank();
+  const int nranks = c.size();
+  const int order = x.order();
+  // A rank without nonzeros may hold a default-constructed (order 0) tensor.
+  const bool shapeless = order == 0 && x.nnz() == 0;
+
+  // 1. Validate: the same order everywhere, coordinates inside dims, finite values.
+  comm::run_collectively(c, [&] {
+    if (shapeless) return;
+    TESSERA_INPUT_CHECK(order >= 1 && order <= kMaxOrder,
+                        "write_tns " << path << ": expected a tensor of order 1 to " << kMaxOrder
+                                     << ", found order " << order);
+    TESSERA_INPUT_CHECK(x.idx.size() == static_cast<std::size_t>(order),
+                        "write_tns " << path << ": expected " << order
+                                     << " coordinate arrays, found " << x.idx.size());
+    for (int m = 0; m < order; ++m) {
+      const auto& v = x.idx[static_cast<std::size_t>(m)];
+      TESSERA_INPUT_CHECK(v.size() == x.vals.size(),
+                          "write_tns " << path << ": mode " << m << " has " << v.size()
+                                       << " coordinates for " << x.vals.size() << " values");
+      const std::uint64_t dim = x.dims[static_cast<std::size_t>(m)];
+      for (std::size_t k = 0; k < v.size(); ++k)
+        TESSERA_INPUT_CHECK(v[k] < dim, "write_tns " << path << ": nonzero " << k << " of rank "
+                                                     << rank << " has coordinate " << v[k]
+                                                     << " in mode " << m << " of length " << dim);
+    }
+    for (std::size_t k = 0; k < x.vals.size(); ++k)
+      TESSERA_INPUT_CHECK(std::isfinite(x.vals[k]),
+                          "write_tns " << path << ": expected finite values, found " << x.vals[k]
+                                       << " at nonzero " << k << " of rank " << rank);
+  });
+  const std::int32_t omin = c.allreduce_value<std::int32_t>(
+      shapeless ? std::numeric_limits<std::int32_t>::max() : order, comm::ReduceOp::min);
+  const std::int32_t omax = c.allreduce_value<std::int32_t>(order, comm::ReduceOp::max);
+  if (omax == 0)
+    throw CollectiveError("write_tns " + path + ": expected a tensor of order 1 to " +
+                          std::to_string(kMaxOrder) + ", found order 0 on every rank");
+  if (omin != omax)
+    throw CollectiveError("write_tns " + path + ": ranks hold tensors of different orders (" +
+                          std::to_string(omin) + " to " + std::to_string(omax) + ")");
+  std::vector<std::uint64_t> dims = x.dims;
+  dims.resize(static_cast<std::size_t>(omax), 0);
+  c.allreduce(dims.data(), dims.size(), comm::ReduceOp::max);
+  const nnz_t nnz = c.allreduce_value<nnz_t>(x.nnz(), comm::ReduceOp::sum);
+
+  // 2. Temporary name, chosen by rank 0.
+  std::uint64_t tag = 0;
+  if (rank == 0) {
+    std::random_device rd;
+    tag = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid()) ^
+          static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  c.broadcast(&tag, 1, 0);
+  char hex[24];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(tag));
+  const std::string tmp = path + ".tmp-" + hex;
+  const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+
+  // 3. This rank's bytes: their length first (for the offsets), then the bytes.
+  std::string header;
+  if (rank == 0)
+    header = "# FROSTT sparse tensor, 1-based coordinates: order " + std::to_string(omax) +
+             ", dims " + format_dims(dims) + ", nnz " + std::to_string(nnz) + "\n";
+  std::vector<char> member;  // .gz: this rank's compressed member
+  std::uint64_t my_bytes = 0;
+  comm::run_collectively(c, [&] {
+    if (gz) {
+      if (!header.empty() || x.nnz() > 0) member = gzip_member(header, x, path);
+      my_bytes = member.size();
+    } else {
+      format_text(header, x, [&](const char*, std::size_t n) { my_bytes += n; });
+    }
+  });
+  std::vector<std::uint64_t> sizes(static_cast<std::size_t>(nranks), 0);
+  c.allgather(&my_bytes, sizes.data(), 1);
+  std::uint64_t offset = 0;
+  for (int q = 0; q < rank; ++q) offset += sizes[static_cast<std::size_t>(q)];
+
+  // 4. Rank 0 creates the file; every rank writes its part; rank 0 renames.
+  bool created = false;
+  try {
+    Fd fd;
+    comm::run_collectively(c, [&] {
+      if (rank != 0) return;
+      fd.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd.fd < 0) throw InputError("cannot create " + tmp + ": " + errno_text(errno));
+    });
+    created = true;
+    comm::run_collectively(c, [&] {
+      if (my_bytes == 0) return;
+      if (rank != 0) {
+        fd.fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd.fd < 0) throw InputError("cannot open " + tmp + ": " + errno_text(errno));
+      }
+      if (gz) {
+        pwrite_full(fd.fd, member.data(), member.size(), offset, tmp);
+      } else {
+        std::uint64_t off = offset;
+        format_text(header, x, [&](const char* d, std::size_t n) {
+          pwrite_full(fd.fd, d, n, off, tmp);
+          off += n;
+        });
+        TESSERA_EXPECTS(off == offset + my_bytes, "formatted text changed length");
+      }
+      const int f = fd.fd;
+      fd.fd = -1;
+      if (::close(f) != 0) throw InputError("cannot close " + tmp + ": " + errno_text(errno));
+    });
+    comm::run_collectively(c, [&] {
+      if (rank == 0 && std::rename(tmp.c_str(), path.c_str()) != 0)
+        throw InputError("cannot rename " + tmp + " to " + path + ": " + errno_text(errno));
+    });
+  } catch (...) {
+    if (rank == 0 && created) ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+}  // namespace tessera::io

@@ -1,0 +1,190 @@
+// tessera cp: distributed CP-ALS of a FROSTT tensor.
+#include <omp.h>
+
+#include <cmath>
+#include <memory>
+
+#include "algo/cp_als.hpp"
+#include "comm/nccl_communicator.hpp"
+#include "commands.hpp"
+#include "common.hpp"
+#include "io/model_io.hpp"
+#include "util/log.hpp"
+
+namespace tessera::driver {
+namespace {
+
+struct CpArgs {
+  LoadOptions load;
+  int rank = 16;
+  int iters = 50;
+  double tol = 1e-5;
+  std::uint64_t seed = 1;
+  std::string strategy = "allreduce";
+  std::string backend = "auto";
+  std::string precision = "double";
+  int threads = 0;
+  std::string out, json;
+};
+
+template <typename T>
+void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
+  Timer total;
+  const auto strategy = algo::parse_comm_strategy(a.strategy);
+  auto kind = kernels::parse_backend(a.backend);
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  partition::Scheme scheme =
+      strategy == algo::CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
+  if (a.load.partition != "auto") scheme = partition::parse_scheme(a.load.partition);
+  if (!a.load.grid.empty() && a.load.partition == "auto") scheme = partition::Scheme::grid;
+
+  log::info("tessera cp: " + std::to_string(world.size()) + " rank(s), backend " +
+            kernels::to_string(kind) + ", " + std::to_string(effective_threads(a.threads)) +
+            " thread(s) per rank, " + a.precision + ", rank " + std::to_string(a.rank) +
+            ", strategy " + a.strategy);
+  Loaded li;
+  auto d = load_and_distribute<T>(a.load, scheme, world, &li);
+
+  std::unique_ptr<comm::Communicator> nccl;
+  const comm::Communicator* data = &world;
+  if (kind == kernels::BackendKind::cuda) {
+    nccl = comm::make_nccl_communicator(world);
+    data = nccl.get();
+  }
+  auto be = kernels::make_backend<T>(kind, a.threads);
+
+  algo::CpOptions o;
+  o.rank = a.rank;
+  o.max_iters = a.iters;
+  o.tol = a.tol;
+  o.seed = a.seed;
+  o.strategy = strategy;
+  auto res = algo::cp_als<T>(d, *be, world, *data, o);
+
+  const double kern = res.phases.get("kernel");
+  const nnz_t nnz = d.dist.global_nnz;
+  const int N = static_cast<int>(d.dist.dims.size());
+  char line[256];
+  std::snprintf(
+      line, sizeof(line),
+      "done: fit %.6f after %d iteration(s) (%s), %.4f s per iteration; "
+      "MTTKRP %.3g nonzeros/s per rank",
+      res.fit, res.iterations, res.converged ? "converged" : "iteration limit",
+      res.history.empty()
+          ? 0.0
+          : (res.phases.get("kernel") + res.phases.get("comm") + res.phases.get("solve")) /
+                res.iterations,
+      kern > 0 ? static_cast<double>(nnz) / world.size() * N * res.iterations / kern : 0.0);
+  log::info(line);
+  if (res.solve_fallbacks > 0)
+    log::info("note: " + std::to_string(res.solve_fallbacks) +
+              " solve(s) used the pseudo-inverse (rank-deficient normal equations)");
+
+  nlohmann::json opts = {{"file", a.load.path},
+                         {"rank", a.rank},
+                         {"iters", a.iters},
+                         {"tol", a.tol},
+                         {"seed", a.seed},
+                         {"comm_strategy", a.strategy},
+                         {"partition", partition::to_string(scheme)},
+                         {"grid", d.dist.grid},
+                         {"backend", kernels::to_string(kind)},
+                         {"precision", a.precision},
+                         {"index_base", a.load.index_base}};
+  if (!a.out.empty()) {
+    Timer tw;
+    if (world.rank() == 0) {
+      io::ModelRecord rec;
+      rec.fit = res.fit;
+      rec.iterations = res.iterations;
+      for (const auto& h : res.history) rec.fit_history.push_back(h.fit);
+      rec.options_json = opts.dump();
+      io::write_kruskal_h5(a.out, res.model, rec);
+    }
+    comm::run_collectively(world, [] {});
+    log::info("model written to " + a.out + " (" + std::to_string(tw.seconds()) + " s)");
+  }
+  if (!a.json.empty()) {
+    double peak = static_cast<double>(peak_rss_bytes());
+    world.allreduce(&peak, 1, comm::ReduceOp::max);
+    nlohmann::json j;
+    j["command"] = "cp";
+    j["options"] = opts;
+    j["machine"] = machine_json(world, kernels::to_string(kind), a.threads);
+    j["tensor"] = {{"dims", d.dist.dims}, {"nnz", nnz}, {"duplicates_summed", d.dist.duplicates}};
+    j["partition"] = {{"scheme", partition::to_string(scheme)},
+                      {"grid", d.dist.grid},
+                      {"imbalance", d.dist.imbalance},
+                      {"min_block_nnz", d.dist.min_block_nnz},
+                      {"max_block_nnz", d.dist.max_block_nnz}};
+    j["fit"] = res.fit;
+    j["iterations"] = res.iterations;
+    j["converged"] = res.converged;
+    j["solve_fallbacks"] = res.solve_fallbacks;
+    nlohmann::json its = nlohmann::json::array();
+    for (const auto& h : res.history)
+      its.push_back({{"iter", h.iter},
+                     {"fit", h.fit},
+                     {"delta", h.delta},
+                     {"seconds", h.seconds},
+                     {"kernel", h.kernel},
+                     {"comm", h.comm},
+                     {"solve", h.solve}});
+    j["per_iteration"] = its;
+    j["fits"] = nlohmann::json::array();
+    for (const auto& h : res.history) j["fits"].push_back(h.fit);
+    j["phases_seconds"] = {{"io", li.read_seconds},
+                           {"partition", li.distribute_seconds},
+                           {"setup", res.phases.get("setup")},
+                           {"kernel", res.phases.get("kernel")},
+                           {"comm", res.phases.get("comm")},
+                           {"solve", res.phases.get("solve")},
+                           {"total", total.seconds()}};
+    const double per_it_kernel = kern / std::max(res.iterations, 1);
+    j["throughput"] = {
+        {"mttkrp_nnz_per_s", per_it_kernel > 0 ? static_cast<double>(nnz) * N / per_it_kernel : 0},
+        {"read_bytes_per_s", li.read_seconds > 0 ? li.read.bytes / li.read_seconds : 0}};
+    j["peak_memory_bytes_per_rank"] = peak;
+    write_json(a.json, j, world);
+  }
+}
+
+}  // namespace
+
+void add_cp(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<CpArgs>();
+  auto* sub = app.add_subcommand("cp", "CP-ALS decomposition of a FROSTT tensor (.tns, .tns.gz)");
+  sub->add_option("file", a->load.path, "Input tensor (.tns or .tns.gz)")->required();
+  sub->add_option("-r,--rank", a->rank, "CP rank R")->check(CLI::Range(1, 4096));
+  sub->add_option("-i,--iters", a->iters, "Maximum ALS iterations")->check(CLI::Range(1, 1000000));
+  sub->add_option("-t,--tol", a->tol, "Stop when |fit change| < tol")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("-s,--seed", a->seed, "Seed of the initial factors");
+  sub->add_option("--comm-strategy", a->strategy, "Factor update: allreduce | layer")
+      ->check(CLI::IsMember({"allreduce", "layer"}));
+  sub->add_option("--partition", a->load.partition,
+                  "Nonzero distribution: auto (nnz for allreduce, grid for layer) | nnz | grid")
+      ->check(CLI::IsMember({"auto", "nnz", "grid"}));
+  sub->add_option("--grid", a->load.grid, "Rank grid, e.g. 4x2x1 (default: chosen automatically)");
+  sub->add_option("--backend", a->backend, "auto | reference | cpu | cuda")
+      ->check(CLI::IsMember({"auto", "reference", "cpu", "cuda"}));
+  sub->add_option("--threads", a->threads, "OpenMP threads per rank (0: OMP_NUM_THREADS)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--precision", a->precision, "double | float")
+      ->check(CLI::IsMember({"double", "float"}));
+  sub->add_option("--index-base", a->load.index_base, "Coordinate base of the file: 1 | 0 | auto")
+      ->check(CLI::IsMember({"1", "0", "auto"}));
+  sub->add_option("-o,--out", a->out, "Write the model (HDF5) here");
+  sub->add_option("--json", a->json, "Write the run record (JSON) here");
+  sub->callback([a, &run] {
+    run = [a](const comm::MpiCommunicator& world) {
+      if (a->precision == "float") {
+        run_cp<float>(*a, world);
+      } else {
+        run_cp<double>(*a, world);
+      }
+    };
+  });
+}
+
+}  // namespace tessera::driver

@@ -1,0 +1,18 @@
+// Subcommand registration: each adds its options to the CLI and sets `run`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+#include "comm/mpi_communicator.hpp"
+
+namespace tessera::driver {
+
+using Runner = std::function<void(const comm::MpiCommunicator& world)>;
+
+void add_cp(CLI::App& app, Runner& run);
+void add_generate(CLI::App& app, Runner& run);
+void add_info(CLI::App& app, Runner& run);
+void add_bench(CLI::App& app, Runner& run);
+
+}  // namespace tessera::driver

@@ -1,0 +1,102 @@
+#include "common.hpp"
+
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "util/log.hpp"
+
+namespace tessera::driver {
+
+template <typename T>
+partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::Scheme scheme,
+                                              const comm::Communicator& world, Loaded* info) {
+  Timer t;
+  io::TnsReadOptions ro;
+  ro.base = io::parse_index_base(o.index_base);
+  auto rr = io::read_tns(o.path, world, ro);
+  const double read_s = t.seconds();
+  log::info("read " + o.path + ": " + std::to_string(rr.global_nnz) + " nonzeros, order " +
+            std::to_string(rr.local.order()) + ", dims " + format_dims(rr.local.dims) + ", " +
+            human_bytes(static_cast<double>(rr.bytes)) + " in " + std::to_string(read_s) + " s");
+  t.reset();
+  std::vector<int> grid;
+  if (!o.grid.empty()) grid = partition::parse_grid(o.grid, rr.local.order(), world.size());
+  SparseTensor<T> local;
+  if constexpr (std::is_same_v<T, double>) {
+    local = std::move(rr.local);
+  } else {
+    local = rr.local.template cast<T>();
+  }
+  rr.local = SparseTensor<double>();
+  auto d = partition::distribute(std::move(local), scheme, grid, world);
+  const double dist_s = t.seconds();
+  log::info(d.dist.describe());
+  if (d.dist.duplicates > 0)
+    log::warn(std::to_string(d.dist.duplicates) +
+              " repeated coordinates were summed into other nonzeros");
+  if (info) {
+    info->read_seconds = read_s;
+    info->distribute_seconds = dist_s;
+    info->read = std::move(rr);
+  }
+  return d;
+}
+
+template partition::Distributed<float> load_and_distribute<float>(const LoadOptions&,
+                                                                  partition::Scheme,
+                                                                  const comm::Communicator&,
+                                                                  Loaded*);
+template partition::Distributed<double> load_and_distribute<double>(const LoadOptions&,
+                                                                    partition::Scheme,
+                                                                    const comm::Communicator&,
+                                                                    Loaded*);
+
+std::size_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::size_t>(u.ru_maxrss) * 1024;
+}
+
+nlohmann::json machine_json(const comm::Communicator& world, const std::string& backend,
+                            int threads) {
+  nlohmann::json j;
+  j["host"] = log::hostname();
+  j["ranks"] = world.size();
+  j["threads_per_rank"] = effective_threads(threads);
+  j["backend"] = backend;
+  return j;
+}
+
+void write_json(const std::string& path, const nlohmann::json& j, const comm::Communicator& world) {
+  if (path.empty() || world.rank() != 0) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    TESSERA_INPUT_CHECK(f.good(), "cannot write '" << tmp << "'");
+    f << j.dump(2) << "\n";
+    TESSERA_INPUT_CHECK(f.good(), "cannot write '" << tmp << "'");
+  }
+  TESSERA_INPUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
+                      "cannot rename '" << tmp << "' to '" << path << "'");
+}
+
+int effective_threads(int requested) {
+  return requested > 0 ? requested : omp_get_max_threads();
+}
+
+std::string human_bytes(double b) {
+  const char* u[] = {"B", "KB", "MB", "GB", "TB"};
+  int i = 0;
+  while (b >= 1000 && i < 4) {
+    b /= 1000;
+    ++i;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f %s", b, u[i]);
+  return buf;
+}
+
+}  // namespace tessera::driver

@@ -1,0 +1,50 @@
+// Shared pieces of the tessera subcommands: loading, run records, machine info.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "comm/mpi_communicator.hpp"
+#include "io/tns.hpp"
+#include "kernels/backend.hpp"
+#include "partition/partition.hpp"
+#include "util/timer.hpp"
+
+namespace tessera::driver {
+
+/// Options every data-reading subcommand shares.
+struct LoadOptions {
+  std::string path;
+  std::string index_base = "1";
+  std::string partition = "auto";  ///< auto | nnz | grid
+  std::string grid;                ///< "4x2x1" or empty (automatic)
+};
+
+struct Loaded {
+  double read_seconds = 0, distribute_seconds = 0;
+  io::TnsReadResult read;  ///< read.local is emptied after distribution
+};
+
+/// Reads a FROSTT file collectively and distributes it (prints the startup report on
+/// rank 0). `scheme` is the scheme chosen for the run.
+template <typename T>
+partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::Scheme scheme,
+                                              const comm::Communicator& world, Loaded* info);
+
+/// Peak resident memory of this process in bytes.
+std::size_t peak_rss_bytes();
+
+/// Machine description for run records: host, ranks, threads, backend.
+nlohmann::json machine_json(const comm::Communicator& world, const std::string& backend,
+                            int threads);
+
+/// Writes `j` to `path` (rank 0 only; others return at once).
+void write_json(const std::string& path, const nlohmann::json& j, const comm::Communicator& world);
+
+/// Threads each rank's OpenMP regions use (0 -> omp_get_max_threads()).
+int effective_threads(int requested);
+
+/// Human-readable byte count ("1.25 GB").
+std::string human_bytes(double b);
+
+}  // namespace tessera::driver

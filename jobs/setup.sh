@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what Tessera needs (Debian packages) when missing, then configures and builds.
+#   jobs/setup.sh [BUILD_DIR]        (default: build)
+# Environment: TESSERA_CMAKE_ARGS (extra cmake arguments), TESSERA_JOBS (build jobs).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$here/build}
+
+pkgs=(cmake ninja-build g++ pkg-config openmpi-bin libopenmpi-dev libhdf5-dev zlib1g-dev
+      liblapack-dev libblas-dev libscalapack-openmpi-dev libcli11-dev nlohmann-json3-dev
+      libgtest-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# nvcc is often outside PATH; CMake finds it through CUDACXX.
+if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+
+jobs=${TESSERA_JOBS:-$(nproc)}
+cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${TESSERA_CMAKE_ARGS:-}
+cmake --build "$build" -j "$jobs"

@@ -1,0 +1,202 @@
+// The CUDA backend: device memory, one stream, cuBLAS/cuSOLVER handles; the sparse and
+// dense operations live in mttkrp.cu and dense.cu.
+//
+// Stream semantics: every operation is enqueued on the backend's stream, which is a
+// *blocking* stream (it synchronises with the legacy default stream). Operations that
+// hand data to the host (download, column_norms, column_dots, solve_normal's return
+// value) and upload complete before they return; the others may still be running when
+// they return. The NCCL communicator orders its collectives after all earlier work of
+// blocking streams (see comm/nccl_communicator.cu), so device buffers written here can
+// be passed to it without an explicit synchronize().
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "kernels/cuda/detail.cuh"
+#include "kernels/factories.hpp"
+
+namespace tessera::kernels {
+
+bool cuda_built() {
+  return true;
+}
+
+int cuda_device_count() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver / no device: not sticky, clear it
+    return 0;
+  }
+  return n;
+}
+
+namespace cuda {
+
+Context::Context() {
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));
+  try {
+    TESSERA_CUBLAS_CHECK(cublasCreate(&cublas));
+    TESSERA_CUBLAS_CHECK(cublasSetStream(cublas, stream));
+    // Plain IEEE arithmetic: no TF32 for the float Gram/solve products.
+    TESSERA_CUBLAS_CHECK(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH));
+    TESSERA_CUSOLVER_CHECK(cusolverDnCreate(&cusolver));
+    TESSERA_CUSOLVER_CHECK(cusolverDnSetStream(cusolver, stream));
+  } catch (...) {
+    if (cusolver) cusolverDnDestroy(cusolver);
+    if (cublas) cublasDestroy(cublas);
+    TESSERA_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream));
+    throw;
+  }
+}
+
+Context::~Context() {
+  int prev = device;
+  TESSERA_CUDA_CHECK_NOTHROW(cudaGetDevice(&prev));
+  if (prev != device) TESSERA_CUDA_CHECK_NOTHROW(cudaSetDevice(device));
+  TESSERA_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream));
+  scratch = DeviceMemory();
+  small = DeviceMemory();
+  if (cusolver) cusolverDnDestroy(cusolver);
+  if (cublas) cublasDestroy(cublas);
+  TESSERA_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream));
+  if (prev != device) TESSERA_CUDA_CHECK_NOTHROW(cudaSetDevice(prev));
+}
+
+namespace {
+
+template <typename T>
+class CudaBackend final : public Backend<T> {
+ public:
+  CudaBackend() = default;
+
+  BackendKind kind() const override { return BackendKind::cuda; }
+  std::string name() const override {
+    cudaDeviceProp p{};
+    std::ostringstream os;
+    os << "cuda";
+    if (cudaGetDeviceProperties(&p, ctx_.device) == cudaSuccess)
+      os << " (device " << ctx_.device << ": " << p.name << ")";
+    return os.str();
+  }
+  comm::MemorySpace memory_space() const override { return comm::MemorySpace::device; }
+  void synchronize() override {
+    DeviceGuard g(ctx_.device);
+    ctx_.sync();
+  }
+
+  Array<T> allocate(std::size_t n) override {
+    if (n == 0) return Array<T>();
+    DeviceGuard g(ctx_.device);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, n * sizeof(T));
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      std::size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      TESSERA_THROW("cudaMalloc of " << n * sizeof(T) << " bytes failed on device " << ctx_.device
+                                     << " (" << detail::cuda_error_text(e) << "; " << free_b
+                                     << " of " << total_b << " bytes free)");
+    }
+    // The deleter must not throw; cudaFree waits for work still using the block.
+    return Array<T>(static_cast<T*>(p), n, [](T* q) { TESSERA_CUDA_CHECK_NOTHROW(cudaFree(q)); });
+  }
+
+  void upload(const T* host, std::size_t n, T* dst) override {
+    if (n == 0) return;
+    DeviceGuard g(ctx_.device);
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(dst, host, n * sizeof(T), cudaMemcpyHostToDevice, ctx_.stream));
+    // The caller may free or reuse `host` right away (it may be pinned memory).
+    ctx_.sync();
+  }
+
+  void download(const T* src, std::size_t n, T* host) override {
+    if (n == 0) return;
+    DeviceGuard g(ctx_.device);
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(host, src, n * sizeof(T), cudaMemcpyDeviceToHost, ctx_.stream));
+    ctx_.sync();
+  }
+
+  void copy(const T* src, std::size_t n, T* dst) override {
+    if (n == 0 || src == dst) return;
+    DeviceGuard g(ctx_.device);
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, ctx_.stream));
+  }
+
+  void fill(T* dst, std::size_t n, T value) override {
+    DeviceGuard g(ctx_.device);
+    cuda::fill(ctx_, dst, n, value);
+  }
+
+  std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::prepare_tensor(ctx_, x);
+  }
+
+  void mttkrp(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors, int R,
+              T* out) override {
+    DeviceGuard g(ctx_.device);
+    cuda::mttkrp(ctx_, x, mode, factors, R, out);
+  }
+
+  void gram(const T* A, std::int64_t rows, int R, T* G) override {
+    DeviceGuard g(ctx_.device);
+    cuda::gram(ctx_, A, rows, R, G);
+  }
+
+  void hadamard(const std::vector<const T*>& Gs, int R, T* V) override {
+    DeviceGuard g(ctx_.device);
+    cuda::hadamard(ctx_, Gs, R, V);
+  }
+
+  bool solve_normal(T* M, std::int64_t rows, const T* V, int R) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::solve_normal(ctx_, M, rows, V, R);
+  }
+
+  void column_norms(const T* A, std::int64_t rows, int R, NormKind kind,
+                    double* host_out) override {
+    DeviceGuard g(ctx_.device);
+    cuda::column_norms(ctx_, A, rows, R, kind, host_out);
+  }
+
+  void scale_columns(T* A, std::int64_t rows, int R, const double* host_scale) override {
+    DeviceGuard g(ctx_.device);
+    cuda::scale_columns(ctx_, A, rows, R, host_scale);
+  }
+
+  void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* host_out) override {
+    DeviceGuard g(ctx_.device);
+    cuda::column_dots(ctx_, A, B, rows, R, host_out);
+  }
+
+ private:
+  Context ctx_;
+};
+
+}  // namespace
+}  // namespace cuda
+
+template <typename T>
+std::unique_ptr<Backend<T>> make_cuda_backend() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
+    TESSERA_THROW("the cuda backend was requested, but no CUDA device is visible ("
+                  << (e != cudaSuccess ? cuda::detail::cuda_error_text(e) : "0 devices")
+                  << "; CUDA_VISIBLE_DEVICES=" << (vis ? vis : "<unset>")
+                  << "); use --backend cpu, or run on a GPU node");
+  }
+  return std::make_unique<cuda::CudaBackend<T>>();
+}
+
+template std::unique_ptr<Backend<float>> make_cuda_backend<float>();
+template std::unique_ptr<Backend<double>> make_cuda_backend<double>();
+
+}  // namespace tessera::kernels

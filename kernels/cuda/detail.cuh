@@ -1,0 +1,154 @@
+// Internal to the CUDA backend: device memory ownership, the per-backend context
+// (device, stream, library handles, scratch) and the operations backend.cu dispatches to.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cusolverDn.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace tessera::kernels::cuda {
+
+/// Owning, grow-only device allocation (cudaMalloc/cudaFree on the current device).
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  explicit DeviceMemory(std::size_t bytes) { reserve(bytes); }
+  ~DeviceMemory() { release(); }
+  DeviceMemory(DeviceMemory&& o) noexcept : p_(o.p_), bytes_(o.bytes_) {
+    o.p_ = nullptr;
+    o.bytes_ = 0;
+  }
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = o.p_;
+      bytes_ = o.bytes_;
+      o.p_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  /// Ensures at least `bytes` bytes. Growing frees the old block first (cudaFree waits for
+  /// the device, so work still using it has finished); contents are not kept.
+  void reserve(std::size_t bytes) {
+    if (bytes <= bytes_) return;
+    release();
+    TESSERA_CUDA_CHECK(cudaMalloc(&p_, bytes));
+    bytes_ = bytes;
+  }
+  void* get() const { return p_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void release() noexcept {
+    if (p_) TESSERA_CUDA_CHECK_NOTHROW(cudaFree(p_));
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// Carves typed pieces out of one scratch block; pieces are 256-byte aligned.
+class Arena {
+ public:
+  /// Reserves room for n elements of U and returns its offset (call before bind()).
+  template <typename U>
+  std::size_t add(std::size_t n) {
+    const std::size_t off = total_;
+    total_ += (n * sizeof(U) + 255) / 256 * 256;
+    return off;
+  }
+  std::size_t total() const { return total_; }
+  template <typename U>
+  static U* at(void* base, std::size_t off) {
+    return reinterpret_cast<U*>(static_cast<char*>(base) + off);
+  }
+
+ private:
+  std::size_t total_ = 0;
+};
+
+/// Everything a CudaBackend owns: the device it was created on, one (blocking) stream
+/// all its work is ordered on, cuBLAS and cuSOLVER handles bound to that stream, and
+/// grow-only scratch for the dense operations.
+struct Context {
+  Context();
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  cusolverDnHandle_t cusolver = nullptr;
+  DeviceMemory scratch;  ///< large pieces (row chunks, partial sums, solver workspace)
+  DeviceMemory small;    ///< R x R pieces that must outlive a workspace query
+
+  void sync() const { TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+};
+
+/// Makes `device` current for the lifetime of the guard and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    TESSERA_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != device) TESSERA_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = prev_ != device;
+  }
+  ~DeviceGuard() {
+    if (changed_) TESSERA_CUDA_CHECK_NOTHROW(cudaSetDevice(prev_));
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
+};
+
+/// Threads per block and a grid size for a grid-stride loop over n elements.
+inline constexpr int kBlock = 256;
+inline unsigned grid_for(std::int64_t n, std::int64_t max_blocks = 65536) {
+  std::int64_t b = (n + kBlock - 1) / kBlock;
+  if (b < 1) b = 1;
+  if (b > max_blocks) b = max_blocks;
+  return static_cast<unsigned>(b);
+}
+
+// ---- operations (mttkrp.cu, dense.cu) ----
+
+template <typename T>
+std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor<T>& x);
+template <typename T>
+void mttkrp(Context& ctx, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+            int R, T* out);
+
+template <typename T>
+void fill(Context& ctx, T* dst, std::size_t n, T value);
+template <typename T>
+void gram(Context& ctx, const T* A, std::int64_t rows, int R, T* G);
+template <typename T>
+void hadamard(Context& ctx, const std::vector<const T*>& Gs, int R, T* V);
+template <typename T>
+bool solve_normal(Context& ctx, T* M, std::int64_t rows, const T* V, int R);
+template <typename T>
+void column_norms(Context& ctx, const T* A, std::int64_t rows, int R, NormKind kind,
+                  double* host_out);
+template <typename T>
+void scale_columns(Context& ctx, T* A, std::int64_t rows, int R, const double* host_scale);
+template <typename T>
+void column_dots(Context& ctx, const T* A, const T* B, std::int64_t rows, int R, double* host_out);
+
+}  // namespace tessera::kernels::cuda

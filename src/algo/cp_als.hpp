@@ -1,0 +1,63 @@
+// Distributed CP-ALS (DESIGN §6), written once against kernels::Backend and comm.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "kernels/backend.hpp"
+#include "model/kruskal.hpp"
+#include "partition/partition.hpp"
+#include "util/timer.hpp"
+
+namespace tessera::algo {
+
+/// How the mode-n factor update is combined across ranks (DESIGN §3).
+enum class CommStrategy {
+  allreduce,  ///< every rank holds all factor rows; MTTKRP output all-reduced
+  layer,      ///< medium-grained: reduce-scatter / all-gather inside grid layers
+};
+CommStrategy parse_comm_strategy(const std::string& s);
+std::string to_string(CommStrategy s);
+
+struct CpOptions {
+  int rank = 16;
+  int max_iters = 50;
+  double tol = 1e-5;  ///< stop when |fit change| < tol
+  std::uint64_t seed = 1;
+  CommStrategy strategy = CommStrategy::allreduce;
+  bool print_iterations = true;  ///< one line per iteration on rank 0
+};
+
+struct CpIteration {
+  int iter = 0;
+  double fit = 0, delta = 0, seconds = 0;
+  double kernel = 0, comm = 0, solve = 0;  ///< seconds in this iteration
+};
+
+struct CpResult {
+  KruskalModel model;  ///< complete on every rank
+  double fit = 0;
+  int iterations = 0;
+  bool converged = false;
+  int solve_fallbacks = 0;  ///< pseudo-inverse fallbacks taken (rank-deficient V)
+  double norm_x = 0;
+  std::vector<CpIteration> history;
+  PhaseTimes phases;  ///< "kernel", "comm", "solve", "setup" (seconds, this rank)
+};
+
+/// Collective over `ctrl` (host communicator, MPI) and `data` (communicator in the
+/// backend's memory space; the same object on CPU backends), which must span the same
+/// ranks in the same order. `d` comes from partition::distribute; the layer strategy
+/// needs the grid scheme. Initial factors depend only on (seed, mode, global row), so
+/// the result does not depend on the number of ranks beyond rounding.
+template <typename T>
+CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& backend,
+                const comm::Communicator& ctrl, const comm::Communicator& data,
+                const CpOptions& opt);
+
+/// Initial factor value: uniform in [0, 1) keyed by (seed, mode, global row, column).
+double initial_factor_value(std::uint64_t seed, int mode, std::uint64_t row, int col);
+
+}  // namespace tessera::algo

@@ -1,0 +1,31 @@
+// HDF5 model files (readable with h5py / h5dump). Layout (format "tessera-kruskal" v1):
+//   attributes on /: format (string), format_version (int), order (int), rank (int),
+//                    dims (uint64[order]), fit (double), iterations (int),
+//                    options (string, JSON of the run's options)
+//   /lambda            double[R]
+//   /factors/mode_<n>  double[dims[n]][R]  (row-major, row i = index i, 0-based)
+//   /fit_history       double[iterations]
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/kruskal.hpp"
+
+namespace tessera::io {
+
+struct ModelRecord {
+  double fit = 0;
+  int iterations = 0;
+  std::vector<double> fit_history;
+  std::string options_json = "{}";
+};
+
+/// Writes the model to `path` through a temporary name renamed when complete, so an
+/// interrupted write never leaves a file that looks valid. Call on one rank.
+void write_kruskal_h5(const std::string& path, const KruskalModel& m, const ModelRecord& rec);
+
+/// Reads a file written by write_kruskal_h5; throws InputError on a wrong layout.
+KruskalModel read_kruskal_h5(const std::string& path, ModelRecord* rec = nullptr);
+
+}  // namespace tessera::io

@@ -1,0 +1,186 @@
+// End-to-end tests of the `tessera` binary: help, the demo pipeline, the run record and
+// the model file, and every class of bad input (message names file and line; non-zero
+// exit on every rank; no hang). Launches `mpiexec -n 2 tessera ...` as a user would.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Run run(const std::string& cmd) {
+  Run r;
+  std::string full = cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  std::size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string tessera() {
+  return TESSERA_BIN_PATH;
+}
+std::string mpirun(int np) {
+  // timeout: a hang fails the test instead of blocking the suite.
+  return std::string("timeout 120 ") + MPIEXEC_PATH + " -n " + std::to_string(np) +
+         " --oversubscribe " + tessera();
+}
+
+class Driver : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tessera-driver-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    auto p = (dir_ / name).string();
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+  fs::path dir_;
+};
+
+TEST_F(Driver, HelpForEverySubcommand) {
+  for (const char* sub : {"", " cp", " generate", " info", " bench"}) {
+    auto r = run(tessera() + sub + " --help");
+    EXPECT_EQ(r.code, 0) << sub << "\n" << r.out;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
+  }
+  auto r = run(tessera() + " cp");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("file is required"), std::string::npos) << r.out;
+  r = run(tessera() + " frobnicate");
+  EXPECT_NE(r.code, 0);
+}
+
+TEST_F(Driver, GenerateThenDecomposeOnTwoRanks) {
+  auto t = (dir_ / "demo.tns").string();
+  auto r =
+      run(mpirun(2) + " generate --dims 60x50x40 --nnz 20000 --rank 4 --noise 0.01 --out " + t);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto model = (dir_ / "model.h5").string();
+  auto js = (dir_ / "run.json").string();
+  r = run(mpirun(2) + " cp " + t + " --rank 4 --iters 100 --tol 1e-7 --out " + model + " --json " +
+          js);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("iter   1  fit"), std::string::npos) << r.out;
+  ASSERT_TRUE(fs::exists(model));
+  std::ifstream f(js);
+  auto j = nlohmann::json::parse(f);
+  EXPECT_GE(j["fit"].get<double>(), 0.97);
+  EXPECT_EQ(j["fits"].size(), j["iterations"].get<std::size_t>());
+  EXPECT_EQ(j["per_iteration"].size(), j["iterations"].get<std::size_t>());
+  for (const char* k : {"io", "kernel", "comm", "solve"})
+    EXPECT_TRUE(j["phases_seconds"].contains(k)) << k;
+  EXPECT_EQ(j["machine"]["ranks"].get<int>(), 2);
+  // The layer strategy on an explicit grid reaches the same fit.
+  r = run(mpirun(2) + " cp " + t +
+          " --rank 4 --iters 100 --tol 1e-7 --comm-strategy layer "
+          "--grid 2x1x1 --json " +
+          js);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream f2(js);
+  auto j2 = nlohmann::json::parse(f2);
+  EXPECT_NEAR(j2["fit"].get<double>(), j["fit"].get<double>(), 1e-6);
+}
+
+TEST_F(Driver, InfoReportsShapeAndDuplicates) {
+  auto p = write("dup.tns", "# a comment\n1 1 1 1.0\n2 3 4 2.5\n\n1 1 1 3.0\n");
+  auto r = run(mpirun(2) + " info " + p);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("2x3x4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("repeated coordinates summed: 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("warning: 1 repeated coordinates were summed"), std::string::npos) << r.out;
+}
+
+TEST_F(Driver, MoreRanksThanNonzeros) {
+  auto p = write("two.tns", "1 2 3 1.0\n3 1 2 2.0\n");
+  auto r = run(mpirun(3) + " cp " + p + " --rank 2 --iters 5");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("done: fit"), std::string::npos) << r.out;
+}
+
+struct BadCase {
+  const char* name;
+  std::string text;
+  const char* expect;  // substring of the message, besides "file:line"
+  int line;            // expected line in the message (0: no line)
+};
+
+TEST_F(Driver, BadInputEndsWithMessageAndNonZeroExitOnEveryRank) {
+  std::string good;
+  for (int i = 1; i <= 40; ++i)
+    good += std::to_string(i % 7 + 1) + " " + std::to_string(i % 5 + 1) + " " +
+            std::to_string(i % 3 + 1) + " 1.5\n";
+  const BadCase cases[] = {
+      {"fields.tns", good + "1 2 3\n", "field", 41},
+      {"nonnumeric.tns", good + "1 x 3 1.0\n", "", 41},
+      {"nan.tns", good + "1 2 3 nan\n", "", 41},
+      {"inf.tns", good + "1 2 3 inf\n", "", 41},
+      {"zero.tns", good + "1 0 3 1.0\n", "", 41},
+      {"negative.tns", good + "1 -2 3 1.0\n", "", 41},
+      {"huge.tns", good + "1 4294967296 3 1.0\n", "", 41},
+      {"empty.tns", "", "", 0},
+      {"comments-only.tns", "# nothing\n\n", "", 0},
+      {"binary.tns", good + std::string("\x01\x02\0\xff\xfe garbage\n", 14), "", 41},
+  };
+  for (const auto& c : cases) {
+    auto p = write(c.name, c.text);
+    for (const char* sub : {" info ", " cp "}) {
+      auto r = run(mpirun(2) + sub + p);
+      EXPECT_NE(r.code, 0) << c.name << sub << "\n" << r.out;
+      EXPECT_NE(r.code, 124) << c.name << " hung";
+      EXPECT_NE(r.out.find(c.name), std::string::npos) << c.name << ": message must name the file\n"
+                                                       << r.out;
+      if (c.line > 0)
+        EXPECT_NE(r.out.find(std::string(c.name) + ":" + std::to_string(c.line)), std::string::npos)
+            << c.name << ": message must name line " << c.line << "\n"
+            << r.out;
+      EXPECT_EQ(r.out.find("Segmentation"), std::string::npos) << r.out;
+    }
+  }
+  auto r = run(mpirun(2) + " info " + (dir_ / "does-not-exist.tns").string());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("does-not-exist.tns"), std::string::npos) << r.out;
+  // A corrupt gzip stream.
+  auto gz = write("corrupt.tns.gz",
+                  std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage-not-deflate", 29));
+  r = run(mpirun(2) + " info " + gz);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("corrupt.tns.gz"), std::string::npos) << r.out;
+}
+
+TEST_F(Driver, BadOptionsAreRejected) {
+  auto p = write("ok.tns", "1 1 1 1.0\n2 2 2 2.0\n");
+  auto r = run(mpirun(2) + " cp " + p + " --grid 3x1x1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("3x1x1"), std::string::npos) << r.out;
+  r = run(tessera() + " cp " + p + " --rank 0");
+  EXPECT_NE(r.code, 0);
+  r = run(tessera() + " cp " + p + " --backend cuda");
+  // A CPU-only build says why; a CUDA build without a GPU says there is none.
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_TRUE(r.out.find("CUDA") != std::string::npos || r.out.find("cuda") != std::string::npos)
+      << r.out;
+}
+
+}  // namespace

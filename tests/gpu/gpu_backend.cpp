@@ -1,0 +1,481 @@
+// The CUDA backend against the reference backend: every Backend operation on fresh random
+// inputs, float and double, outputs poisoned with NaN before each run. Skips (with a
+// message) where no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+namespace tessera::kernels {
+namespace {
+
+template <typename T>
+double tolerance() {
+  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
+}
+
+/// ||got - want||_F / ||want||_F in double; +inf when got has a non-finite entry (an
+/// element the backend never wrote keeps its NaN poison). Absolute when want is zero.
+template <typename A, typename B>
+double rel_error(const std::vector<A>& got, const std::vector<B>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double d2 = 0, w2 = 0;
+  for (std::size_t k = 0; k < got.size() && k < want.size(); ++k) {
+    const double g = static_cast<double>(got[k]), w = static_cast<double>(want[k]);
+    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
+    d2 += (g - w) * (g - w);
+    w2 += w * w;
+  }
+  return w2 > 0 ? std::sqrt(d2 / w2) : std::sqrt(d2);
+}
+
+template <typename T>
+std::vector<T> random_vector(std::size_t n, std::uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  CounterRng rng(seed, 11);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(lo + (hi - lo) * rng.uniform());
+  return v;
+}
+
+/// Uniform random coordinates; with `skew`, 70% of the nonzeros share mode-`skew_mode`
+/// index 0 (one huge slice spanning many warp tiles) and the mode is long, so most of its
+/// slices are empty.
+template <typename T>
+SparseTensor<T> random_tensor(std::vector<std::uint64_t> dims, nnz_t nnz, std::uint64_t seed,
+                              int skew_mode = -1) {
+  SparseTensor<T> x(dims);
+  x.reserve(static_cast<std::size_t>(nnz));
+  CounterRng rng(seed, 7);
+  std::vector<index_t> c(dims.size());
+  for (nnz_t k = 0; k < nnz; ++k) {
+    for (std::size_t m = 0; m < dims.size(); ++m)
+      c[m] = static_cast<index_t>(rng.next_u64() % dims[m]);
+    if (skew_mode >= 0 && rng.uniform() < 0.7) c[static_cast<std::size_t>(skew_mode)] = 0;
+    x.push_back(c.data(), static_cast<T>(2.0 * rng.uniform() - 1.0));
+  }
+  return x;
+}
+
+template <typename T>
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible";
+    gpu_ = make_backend<T>(BackendKind::cuda);
+    ref_ = make_backend<T>(BackendKind::reference);
+  }
+
+  static constexpr T nan() { return std::numeric_limits<T>::quiet_NaN(); }
+
+  Array<T> on_gpu(const std::vector<T>& h) {
+    Array<T> a = gpu_->allocate(h.size());
+    gpu_->upload(h.data(), h.size(), a.data());
+    return a;
+  }
+  Array<T> on_ref(const std::vector<T>& h) {
+    Array<T> a = ref_->allocate(h.size());
+    ref_->upload(h.data(), h.size(), a.data());
+    return a;
+  }
+  std::vector<T> from_gpu(const T* p, std::size_t n) {
+    std::vector<T> h(n);
+    gpu_->download(p, n, h.data());
+    return h;
+  }
+  std::vector<T> from_ref(const T* p, std::size_t n) {
+    std::vector<T> h(n);
+    ref_->download(p, n, h.data());
+    return h;
+  }
+  Array<T> poisoned_gpu(std::size_t n) {
+    Array<T> a = gpu_->allocate(n);
+    gpu_->fill(a.data(), n, nan());
+    return a;
+  }
+  Array<T> poisoned_ref(std::size_t n) {
+    Array<T> a = ref_->allocate(n);
+    ref_->fill(a.data(), n, nan());
+    return a;
+  }
+
+  /// MTTKRP of every mode at rank R on both backends; returns the worst relative error.
+  double mttkrp_all_modes(const SparseTensor<T>& x, int R, std::uint64_t seed) {
+    const int N = x.order();
+    auto hg = gpu_->prepare(x);
+    auto hr = ref_->prepare(x);
+    EXPECT_EQ(hg->order(), N);
+    EXPECT_EQ(hg->nnz(), x.nnz());
+    EXPECT_EQ(hg->dims(), x.dims);
+    std::vector<Array<T>> fg, fr;
+    std::vector<const T*> pg(N), pr(N);
+    for (int m = 0; m < N; ++m) {
+      auto h = random_vector<T>(static_cast<std::size_t>(x.dims[m]) * R, seed * 131 + m);
+      fg.push_back(on_gpu(h));
+      fr.push_back(on_ref(h));
+      pg[m] = fg.back().data();
+      pr[m] = fr.back().data();
+    }
+    double worst = 0;
+    for (int mode = 0; mode < N; ++mode) {
+      const std::size_t n = static_cast<std::size_t>(x.dims[mode]) * R;
+      auto og = poisoned_gpu(n);
+      auto orf = poisoned_ref(n);
+      std::vector<const T*> pgm = pg;
+      pgm[mode] = nullptr;  // documented as not read
+      gpu_->mttkrp(*hg, mode, pgm, R, og.data());
+      ref_->mttkrp(*hr, mode, pr, R, orf.data());
+      const double e = rel_error(from_gpu(og.data(), n), from_ref(orf.data(), n));
+      EXPECT_LT(e, tolerance<T>())
+          << "order " << N << " mode " << mode << " R " << R << " nnz " << x.nnz();
+      worst = std::max(worst, e);
+    }
+    return worst;
+  }
+
+  std::unique_ptr<Backend<T>> gpu_, ref_;
+};
+
+using ValueTypes = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(CudaBackendTest, ValueTypes);
+
+TYPED_TEST(CudaBackendTest, Identity) {
+  using T = TypeParam;
+  EXPECT_EQ(this->gpu_->kind(), BackendKind::cuda);
+  EXPECT_EQ(this->gpu_->memory_space(), comm::MemorySpace::device);
+  EXPECT_NE(this->gpu_->name().find("cuda"), std::string::npos);
+  EXPECT_EQ(this->gpu_->allocate(0).size(), 0u);
+  EXPECT_EQ(this->gpu_->allocate(5).size(), 5u);
+  (void)sizeof(T);
+}
+
+TYPED_TEST(CudaBackendTest, MemoryOps) {
+  using T = TypeParam;
+  const std::size_t n = 100003;
+  const auto h = random_vector<T>(n, 1);
+  auto a = this->on_gpu(h);
+  EXPECT_EQ(this->from_gpu(a.data(), n), h);
+
+  auto b = this->poisoned_gpu(n);
+  this->gpu_->copy(a.data(), n, b.data());
+  EXPECT_EQ(this->from_gpu(b.data(), n), h);
+
+  this->gpu_->fill(b.data() + 10, 20, T(3.5));
+  auto got = this->from_gpu(b.data(), n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const T want = (k >= 10 && k < 30) ? T(3.5) : h[k];
+    ASSERT_EQ(got[k], want) << k;
+  }
+  this->gpu_->synchronize();
+}
+
+TYPED_TEST(CudaBackendTest, MttkrpOrdersAndRanks) {
+  using T = TypeParam;
+  struct Shape {
+    std::vector<std::uint64_t> dims;
+    nnz_t nnz;
+  };
+  const std::vector<Shape> shapes = {
+      {{40, 30, 35}, 4000},
+      {{12, 9, 15, 7}, 2500},
+      {{8, 7, 6, 9, 5}, 2000},
+      {{4, 3, 5, 4, 3, 4, 5, 3, 4}, 1500},
+      {std::vector<std::uint64_t>(16, 3), 900},
+  };
+  std::uint64_t seed = 100;
+  for (const auto& s : shapes) {
+    const auto x = random_tensor<T>(s.dims, s.nnz, ++seed);
+    for (int R : {7, 16, 32, 40}) this->mttkrp_all_modes(x, R, ++seed);
+  }
+}
+
+TYPED_TEST(CudaBackendTest, MttkrpOrderOneAndTwo) {
+  using T = TypeParam;
+  this->mttkrp_all_modes(random_tensor<T>({50}, 700, 3), 7, 4);
+  this->mttkrp_all_modes(random_tensor<T>({60, 45}, 3000, 5), 40, 6);
+}
+
+TYPED_TEST(CudaBackendTest, MttkrpSkewed) {
+  using T = TypeParam;
+  // One slice holds ~70% of 6000 nonzeros (~16 warp tiles); most of the 3000 slices of
+  // the skewed mode are empty.
+  for (int skew_mode : {0, 2}) {
+    std::vector<std::uint64_t> dims = {50, 40, 30};
+    dims[static_cast<std::size_t>(skew_mode)] = 3000;
+    const auto x = random_tensor<T>(dims, 6000, 20 + skew_mode, skew_mode);
+    for (int R : {7, 32, 40}) this->mttkrp_all_modes(x, R, 30 + R);
+  }
+}
+
+TYPED_TEST(CudaBackendTest, MttkrpEmptyAndSingle) {
+  using T = TypeParam;
+  const auto empty = random_tensor<T>({17, 5, 9}, 0, 1);
+  auto he = this->gpu_->prepare(empty);
+  EXPECT_EQ(he->nnz(), 0);
+  EXPECT_EQ(he->mttkrp_stream_bytes(0), 0u);
+  for (int R : {7, 40}) {
+    std::vector<Array<T>> f;
+    std::vector<const T*> p;
+    for (auto d : empty.dims) {
+      f.push_back(this->on_gpu(random_vector<T>(static_cast<std::size_t>(d) * R, d)));
+      p.push_back(f.back().data());
+    }
+    for (int mode = 0; mode < 3; ++mode) {
+      const std::size_t n = static_cast<std::size_t>(empty.dims[mode]) * R;
+      auto out = this->poisoned_gpu(n);
+      this->gpu_->mttkrp(*he, mode, p, R, out.data());
+      for (T v : this->from_gpu(out.data(), n)) ASSERT_EQ(v, T(0));
+    }
+  }
+  const auto one = random_tensor<T>({17, 5, 9}, 1, 2);
+  for (int R : {7, 16, 32, 40}) this->mttkrp_all_modes(one, R, 50 + R);
+}
+
+TYPED_TEST(CudaBackendTest, TensorHandleBytes) {
+  using T = TypeParam;
+  const auto x = random_tensor<T>({20, 30, 40, 50}, 1234, 9);
+  auto h = this->gpu_->prepare(x);
+  const std::size_t per_mode = (4 * sizeof(index_t) + sizeof(T)) * 1234;
+  for (int m = 0; m < 4; ++m) EXPECT_EQ(h->mttkrp_stream_bytes(m), per_mode);
+  EXPECT_GE(h->bytes(), 4 * per_mode);          // one sorted copy per mode
+  EXPECT_LT(h->bytes(), 4 * (per_mode + 256));  // plus alignment padding only
+}
+
+TYPED_TEST(CudaBackendTest, MttkrpRejectsBadInput) {
+  using T = TypeParam;
+  auto x = random_tensor<T>({10, 10, 10}, 50, 1);
+  x.idx[1][7] = 10;  // out of range
+  EXPECT_THROW(this->gpu_->prepare(x), Error);
+
+  const auto good = random_tensor<T>({10, 10, 10}, 50, 2);
+  auto hr = this->ref_->prepare(good);
+  auto out = this->poisoned_gpu(10 * 7);
+  std::vector<const T*> p(3, out.data());
+  EXPECT_THROW(this->gpu_->mttkrp(*hr, 0, p, 7, out.data()), Error);  // foreign handle
+  auto hg = this->gpu_->prepare(good);
+  EXPECT_THROW(this->gpu_->mttkrp(*hg, 3, p, 7, out.data()), Error);  // no such mode
+  EXPECT_THROW(this->gpu_->mttkrp(*hg, 0, std::vector<const T*>(2, out.data()), 7, out.data()),
+               Error);
+}
+
+TYPED_TEST(CudaBackendTest, Gram) {
+  using T = TypeParam;
+  std::uint64_t seed = 500;
+  for (std::int64_t rows : {0, 1, 1000, 300000}) {
+    for (int R : {7, 16, 32, 40}) {
+      if (rows == 300000 && R != 7 && R != 40) continue;
+      const auto h = random_vector<T>(static_cast<std::size_t>(rows) * R, ++seed);
+      auto ag = this->on_gpu(h);
+      auto ar = this->on_ref(h);
+      const std::size_t n = static_cast<std::size_t>(R) * R;
+      auto gg = this->poisoned_gpu(n);
+      auto gr = this->poisoned_ref(n);
+      this->gpu_->gram(ag.data(), rows, R, gg.data());
+      this->ref_->gram(ar.data(), rows, R, gr.data());
+      const auto got = this->from_gpu(gg.data(), n);
+      EXPECT_LT(rel_error(got, this->from_ref(gr.data(), n)), tolerance<T>())
+          << "rows " << rows << " R " << R;
+      for (int i = 0; i < R; ++i)
+        for (int j = 0; j < R; ++j) ASSERT_EQ(got[i * R + j], got[j * R + i]) << "not symmetric";
+    }
+  }
+}
+
+TYPED_TEST(CudaBackendTest, Hadamard) {
+  using T = TypeParam;
+  for (int R : {7, 16, 32, 40}) {
+    const std::size_t n = static_cast<std::size_t>(R) * R;
+    for (int count : {1, 2, 3, 17}) {
+      std::vector<Array<T>> g, r;
+      std::vector<const T*> pg, pr;
+      for (int k = 0; k < count; ++k) {
+        // Entries near 1 in magnitude so a product of 17 stays representable.
+        const auto h = random_vector<T>(n, 1000 + 31 * R + k, 0.8, 1.25);
+        g.push_back(this->on_gpu(h));
+        r.push_back(this->on_ref(h));
+        pg.push_back(g.back().data());
+        pr.push_back(r.back().data());
+      }
+      auto vg = this->poisoned_gpu(n);
+      auto vr = this->poisoned_ref(n);
+      this->gpu_->hadamard(pg, R, vg.data());
+      this->ref_->hadamard(pr, R, vr.data());
+      const auto want = this->from_ref(vr.data(), n);
+      EXPECT_LT(rel_error(this->from_gpu(vg.data(), n), want), tolerance<T>())
+          << "R " << R << " count " << count;
+      // In place: the output is also the first input.
+      this->gpu_->hadamard(pg, R, g[0].data());
+      EXPECT_LT(rel_error(this->from_gpu(g[0].data(), n), want), tolerance<T>());
+    }
+  }
+}
+
+/// Symmetric positive definite R x R: B^T B / m + I with B (3R x R) random.
+template <typename T>
+std::vector<T> spd_matrix(int R, std::uint64_t seed, int zero_column = -1,
+                          int duplicate_column = -1) {
+  const int m = 3 * R;
+  auto B = random_vector<double>(static_cast<std::size_t>(m) * R, seed);
+  for (int i = 0; i < m; ++i) {
+    if (zero_column >= 0) B[i * R + zero_column] = 0;
+    if (duplicate_column >= 0) B[i * R + duplicate_column] = B[i * R + (duplicate_column + 1) % R];
+  }
+  const bool singular = zero_column >= 0 || duplicate_column >= 0;
+  std::vector<T> V(static_cast<std::size_t>(R) * R);
+  for (int p = 0; p < R; ++p)
+    for (int q = 0; q < R; ++q) {
+      double s = 0;
+      for (int i = 0; i < m; ++i) s += B[i * R + p] * B[i * R + q];
+      s /= m;
+      if (!singular && p == q) s += 1.0;
+      V[p * R + q] = static_cast<T>(s);
+    }
+  // Exactly symmetric after rounding to T.
+  for (int p = 0; p < R; ++p)
+    for (int q = 0; q < p; ++q) V[p * R + q] = V[q * R + p];
+  return V;
+}
+
+TYPED_TEST(CudaBackendTest, SolveNormalSpd) {
+  using T = TypeParam;
+  std::uint64_t seed = 700;
+  for (int R : {7, 16, 32, 40}) {
+    // 30000 rows at R = 40 take several row chunks of the device solve.
+    for (std::int64_t rows : {0, 1, 1000, 30000}) {
+      const auto V = spd_matrix<T>(R, ++seed);
+      const auto M = random_vector<T>(static_cast<std::size_t>(rows) * R, ++seed);
+      auto vg = this->on_gpu(V);
+      auto vr = this->on_ref(V);
+      auto mg = this->on_gpu(M);
+      auto mr = this->on_ref(M);
+      EXPECT_FALSE(this->gpu_->solve_normal(mg.data(), rows, vg.data(), R));
+      EXPECT_FALSE(this->ref_->solve_normal(mr.data(), rows, vr.data(), R));
+      const std::size_t n = M.size();
+      EXPECT_LT(rel_error(this->from_gpu(mg.data(), n), this->from_ref(mr.data(), n)),
+                tolerance<T>())
+          << "R " << R << " rows " << rows;
+    }
+  }
+}
+
+TYPED_TEST(CudaBackendTest, SolveNormalSingular) {
+  using T = TypeParam;
+  const std::int64_t rows = 500;
+  for (int R : {7, 16, 32, 40}) {
+    // A zero row and column: exactly singular, Cholesky fails on both backends.
+    const auto V = spd_matrix<T>(R, 800 + R, /*zero_column=*/R / 2);
+    const auto M = random_vector<T>(static_cast<std::size_t>(rows) * R, 900 + R);
+    auto vg = this->on_gpu(V);
+    auto vr = this->on_ref(V);
+    auto mg = this->on_gpu(M);
+    auto mr = this->on_ref(M);
+    EXPECT_TRUE(this->gpu_->solve_normal(mg.data(), rows, vg.data(), R));
+    EXPECT_TRUE(this->ref_->solve_normal(mr.data(), rows, vr.data(), R));
+    const auto got = this->from_gpu(mg.data(), M.size());
+    EXPECT_LT(rel_error(got, this->from_ref(mr.data(), M.size())), tolerance<T>()) << "R " << R;
+    // The null direction is dropped: that column is zero up to the eigensolver's rounding.
+    for (std::int64_t i = 0; i < rows; ++i)
+      ASSERT_LE(std::abs(static_cast<double>(got[i * R + R / 2])), tolerance<T>());
+  }
+}
+
+TYPED_TEST(CudaBackendTest, SolveNormalRankDeficient) {
+  using T = TypeParam;
+  // Two equal columns of B: V has a null vector but no zero row. For M = Y V (rows in
+  // the range of V) the pseudo-inverse solution X satisfies X V = M.
+  const std::int64_t rows = 300;
+  const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
+  for (int R : {7, 16, 32, 40}) {
+    const auto V = spd_matrix<T>(R, 1100 + R, -1, /*duplicate_column=*/1);
+    const auto Y = random_vector<double>(static_cast<std::size_t>(rows) * R, 1200 + R);
+    std::vector<T> M(Y.size());
+    std::vector<double> Md(Y.size());
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (int q = 0; q < R; ++q) {
+        double s = 0;
+        for (int p = 0; p < R; ++p) s += Y[i * R + p] * static_cast<double>(V[p * R + q]);
+        M[i * R + q] = static_cast<T>(s);
+        Md[i * R + q] = static_cast<double>(M[i * R + q]);
+      }
+    auto vg = this->on_gpu(V);
+    auto mg = this->on_gpu(M);
+    EXPECT_TRUE(this->gpu_->solve_normal(mg.data(), rows, vg.data(), R)) << "R " << R;
+    const auto X = this->from_gpu(mg.data(), M.size());
+    std::vector<double> XV(M.size());
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (int q = 0; q < R; ++q) {
+        double s = 0;
+        for (int p = 0; p < R; ++p)
+          s += static_cast<double>(X[i * R + p]) * static_cast<double>(V[p * R + q]);
+        XV[i * R + q] = s;
+      }
+    EXPECT_LT(rel_error(XV, Md), tol) << "R " << R;
+  }
+}
+
+TYPED_TEST(CudaBackendTest, SolveNormalZeroMatrix) {
+  using T = TypeParam;
+  for (int R : {7, 40}) {
+    const std::int64_t rows = 100;
+    auto vg = this->on_gpu(std::vector<T>(static_cast<std::size_t>(R) * R, T(0)));
+    auto mg = this->on_gpu(random_vector<T>(static_cast<std::size_t>(rows) * R, 77));
+    EXPECT_TRUE(this->gpu_->solve_normal(mg.data(), rows, vg.data(), R));
+    for (T v : this->from_gpu(mg.data(), static_cast<std::size_t>(rows) * R)) ASSERT_EQ(v, T(0));
+  }
+}
+
+TYPED_TEST(CudaBackendTest, ColumnReductionsAndScaling) {
+  using T = TypeParam;
+  std::uint64_t seed = 1300;
+  for (std::int64_t rows : {0, 1, 1000, 100000}) {
+    for (int R : {7, 16, 32, 40}) {
+      const std::size_t n = static_cast<std::size_t>(rows) * R;
+      const auto A = random_vector<T>(n, ++seed);
+      const auto B = random_vector<T>(n, ++seed);
+      auto ag = this->on_gpu(A), bg = this->on_gpu(B);
+      auto ar = this->on_ref(A), br = this->on_ref(B);
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      for (NormKind kind : {NormKind::two, NormKind::max}) {
+        std::vector<double> got(R, nan), want(R, nan);
+        this->gpu_->column_norms(ag.data(), rows, R, kind, got.data());
+        this->ref_->column_norms(ar.data(), rows, R, kind, want.data());
+        EXPECT_LT(rel_error(got, want), 1e-12)
+            << "rows " << rows << " R " << R << (kind == NormKind::two ? " two" : " max");
+      }
+      std::vector<double> got(R, nan), want(R, nan);
+      this->gpu_->column_dots(ag.data(), bg.data(), rows, R, got.data());
+      this->ref_->column_dots(ar.data(), br.data(), rows, R, want.data());
+      EXPECT_LT(rel_error(got, want), 1e-12) << "dots rows " << rows << " R " << R;
+
+      std::vector<double> scale(R);
+      for (int r = 0; r < R; ++r) scale[r] = 0.25 + 0.5 * r;
+      this->gpu_->scale_columns(ag.data(), rows, R, scale.data());
+      this->ref_->scale_columns(ar.data(), rows, R, scale.data());
+      scale.assign(R, nan);  // the device copy must not depend on the host array later
+      EXPECT_LT(rel_error(this->from_gpu(ag.data(), n), this->from_ref(ar.data(), n)),
+                tolerance<T>())
+          << "scale rows " << rows << " R " << R;
+    }
+  }
+}
+
+TEST(CudaBackendFactory, AvailabilityIsConsistent) {
+  EXPECT_TRUE(cuda_device_available() == (parse_backend("auto") == BackendKind::cuda));
+  if (cuda_device_available()) {
+    EXPECT_NO_THROW(make_backend<float>(BackendKind::cuda));
+  } else {
+    // Without a device the factory explains instead of crashing.
+    EXPECT_THROW(make_backend<double>(BackendKind::cuda), Error);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::kernels

@@ -1,0 +1,264 @@
+// CP-ALS: recovery of exact low-rank tensors, invariance to the rank count, the strategy
+// and the backend, monotone fit on real tensors, robustness to empty slices and
+// rank-deficient normal equations. Runs under mpiexec at several rank counts.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+
+#include "algo/cp_als.hpp"
+#include "algo/generate.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "io/model_io.hpp"
+#include "io/tns.hpp"
+#include "kernels/backend.hpp"
+#include "test_util.hpp"
+
+namespace tessera {
+namespace {
+
+using algo::CommStrategy;
+using kernels::BackendKind;
+
+comm::MpiCommunicator& world() {
+  static comm::MpiCommunicator w(MPI_COMM_WORLD);
+  return w;
+}
+
+algo::GenerateOptions small_lowrank(std::vector<std::uint64_t> dims, std::int64_t nnz, int rank,
+                                    double noise, std::uint64_t seed) {
+  algo::GenerateOptions o;
+  o.dims = std::move(dims);
+  o.nnz = nnz;
+  o.rank = rank;
+  o.noise = noise;
+  o.seed = seed;
+  return o;
+}
+
+/// Gathers every rank's nonzeros to every rank (for single-process reference runs).
+template <typename T>
+SparseTensor<T> gather_all(const SparseTensor<T>& x, const comm::Communicator& c) {
+  const int P = c.size();
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(P), x.nnz());
+  auto replicate = [P](const auto& v) {
+    std::remove_cvref_t<decltype(v)> out;
+    for (int r = 0; r < P; ++r) out.insert(out.end(), v.begin(), v.end());
+    return out;
+  };
+  SparseTensor<T> all(x.dims);
+  for (int n = 0; n < x.order(); ++n) all.idx[n] = c.alltoallv(replicate(x.idx[n]), counts);
+  all.vals = c.alltoallv(replicate(x.vals), counts);
+  return all;
+}
+
+template <typename T>
+algo::CpResult run_cp(SparseTensor<T> x, const comm::Communicator& c, BackendKind kind,
+                      CommStrategy s, int R, int iters, double tol, std::uint64_t seed = 3) {
+  auto scheme = s == CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
+  auto d = partition::distribute(std::move(x), scheme, {}, c);
+  auto be = kernels::make_backend<T>(kind, 1);
+  algo::CpOptions o;
+  o.rank = R;
+  o.max_iters = iters;
+  o.tol = tol;
+  o.seed = seed;
+  o.strategy = s;
+  o.print_iterations = false;
+  return algo::cp_als<T>(d, *be, c, c, o);
+}
+
+/// Max relative difference between two models' (lambda-weighted) factors.
+double model_difference(const KruskalModel& a, const KruskalModel& b) {
+  double worst = 0;
+  for (int n = 0; n < a.order(); ++n) {
+    double num = 0, den = 0;
+    for (std::size_t k = 0; k < a.factors[n].data.size(); ++k) {
+      double d = a.factors[n].data[k] - b.factors[n].data[k];
+      num += d * d;
+      den += a.factors[n].data[k] * a.factors[n].data[k];
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-300)));
+  }
+  double num = 0, den = 0;
+  for (int r = 0; r < a.rank; ++r) {
+    num += (a.lambda[r] - b.lambda[r]) * (a.lambda[r] - b.lambda[r]);
+    den += a.lambda[r] * a.lambda[r];
+  }
+  return std::max(worst, std::sqrt(num / den));
+}
+
+class CpExact : public ::testing::TestWithParam<std::tuple<BackendKind, CommStrategy>> {};
+
+TEST_P(CpExact, RecoversExactLowRankDouble) {
+  auto [kind, strat] = GetParam();
+  auto g = algo::generate(small_lowrank({30, 40, 50}, 4000, 3, 0.0, 11), world());
+  auto res = run_cp<double>(std::move(g.block), world(), kind, strat, 3, 200, 1e-10);
+  EXPECT_GE(res.fit, 0.999) << "after " << res.iterations << " iterations";
+  for (const auto& h : res.history) EXPECT_TRUE(std::isfinite(h.fit));
+}
+
+TEST_P(CpExact, RecoversExactLowRankFloatOrder4) {
+  auto [kind, strat] = GetParam();
+  auto g = algo::generate(small_lowrank({12, 15, 9, 20}, 3000, 2, 0.0, 5), world());
+  auto res = run_cp<float>(g.block.cast<float>(), world(), kind, strat, 2, 200, 1e-9);
+  EXPECT_GE(res.fit, 0.999);
+}
+
+TEST_P(CpExact, NoisyFitMatchesNoiseLevel) {
+  auto [kind, strat] = GetParam();
+  algo::GenerateInfo gi;
+  auto g = algo::generate(small_lowrank({40, 30, 35}, 6000, 3, 0.05, 7), world(), &gi);
+  auto res = run_cp<double>(std::move(g.block), world(), kind, strat, 3, 200, 1e-10);
+  // The planted model leaves residual ||noise||; ALS can only do better than that.
+  const double planted_fit = 1 - gi.noise_norm / std::hypot(gi.signal_norm, gi.noise_norm);
+  EXPECT_GE(res.fit, planted_fit - 0.01);
+  EXPECT_LE(res.fit, 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, CpExact,
+    ::testing::Combine(::testing::Values(BackendKind::reference, BackendKind::cpu),
+                       ::testing::Values(CommStrategy::allreduce, CommStrategy::layer)));
+
+/// Distributed run vs a single-process run on rank 0 (same seed, fixed iterations).
+template <typename T>
+void expect_same_as_single_process(const SparseTensor<T>& local, BackendKind kind, CommStrategy s,
+                                   int R, int iters, double tol_rel) {
+  const auto& w = world();
+  auto all = gather_all(local, w);
+  auto dist = run_cp<T>(local, w, kind, s, R, iters, 0.0);
+  comm::MpiCommunicator self(MPI_COMM_SELF);
+  std::vector<double> ref_fit(static_cast<std::size_t>(iters));
+  KruskalModel ref = dist.model;  // shape; overwritten from rank 0 below
+  if (w.rank() == 0) {
+    auto single =
+        run_cp<T>(all, self, BackendKind::reference, CommStrategy::allreduce, R, iters, 0.0);
+    for (int i = 0; i < iters; ++i)
+      ref_fit[static_cast<std::size_t>(i)] = single.history[static_cast<std::size_t>(i)].fit;
+    ref = single.model;
+  }
+  w.broadcast(ref_fit.data(), ref_fit.size(), 0);
+  w.broadcast(ref.lambda.data(), ref.lambda.size(), 0);
+  for (auto& f : ref.factors) w.broadcast(f.data.data(), f.data.size(), 0);
+  ASSERT_EQ(dist.iterations, iters);
+  for (int i = 0; i < iters; ++i)
+    EXPECT_NEAR(dist.history[static_cast<std::size_t>(i)].fit, ref_fit[static_cast<std::size_t>(i)],
+                tol_rel)
+        << "iteration " << i + 1;
+  EXPECT_LT(model_difference(ref, dist.model), tol_rel * 10);
+}
+
+TEST(CpInvariance, GeneratedSameAsSingleProcessBothStrategies) {
+  algo::GenerateOptions o = small_lowrank({60, 70, 80}, 20000, 4, 0.1, 21);
+  o.structure = algo::Structure::sampled;
+  auto g = algo::generate(o, world());
+  for (auto s : {CommStrategy::allreduce, CommStrategy::layer})
+    for (auto k : {BackendKind::reference, BackendKind::cpu})
+      expect_same_as_single_process<double>(g.block, k, s, 5, 6, 1e-9);
+}
+
+TEST(CpInvariance, FloatSameAsSingleProcess) {
+  algo::GenerateOptions o = small_lowrank({25, 30, 20, 15}, 8000, 3, 0.1, 8);
+  o.structure = algo::Structure::sampled;
+  o.dist = algo::IndexDist::powerlaw;
+  auto g = algo::generate(o, world());
+  // Float: the reduction order differs with the rank count, so compare loosely.
+  for (auto s : {CommStrategy::allreduce, CommStrategy::layer})
+    expect_same_as_single_process<float>(g.block.cast<float>(), BackendKind::cpu, s, 4, 4, 2e-4);
+}
+
+struct RealCase {
+  const char* file;
+  int rank;
+  int iters;
+};
+
+class CpReal : public ::testing::TestWithParam<RealCase> {};
+
+TEST_P(CpReal, SameAsSingleProcessAndFitMonotone) {
+  const auto c = GetParam();
+  TESSERA_REQUIRE_SHARED(path, c.file);
+  auto rr = io::read_tns(path, world());
+  for (auto s : {CommStrategy::allreduce, CommStrategy::layer})
+    expect_same_as_single_process<double>(rr.local, BackendKind::cpu, s, c.rank, c.iters, 1e-8);
+  // ALS never lowers the fit beyond rounding.
+  auto res = run_cp<double>(rr.local, world(), BackendKind::cpu, CommStrategy::allreduce, c.rank,
+                            c.iters, 0.0);
+  for (std::size_t i = 1; i < res.history.size(); ++i)
+    EXPECT_GE(res.history[i].fit, res.history[i - 1].fit - 1e-9) << "iteration " << i + 1;
+  EXPECT_GT(res.fit, 0.0);
+  EXPECT_LT(res.fit, 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedData, CpReal,
+                         ::testing::Values(RealCase{"congress-cosponsor_leg-leg-year.tns.gz", 8, 4},
+                                           RealCase{"tkg-icews14_subj-rel-obj-day.tns.gz", 8, 5},
+                                           RealCase{"kg-wikipeople-4.tns.gz", 6, 5},
+                                           RealCase{"kripke-perf_9mode.tns.gz", 5, 6}),
+                         [](const auto& info) {
+                           return std::string(info.param.file).substr(0, 5) == "congr"
+                                      ? std::string("congress")
+                                  : std::string(info.param.file).substr(0, 4) == "tkg-"
+                                      ? std::string("icews14")
+                                  : std::string(info.param.file).substr(0, 4) == "kg-w"
+                                      ? std::string("wikipeople")
+                                      : std::string("kripke");
+                         });
+
+TEST(CpRobust, EmptySlicesAndRankDeficientGramsGiveNoNaN) {
+  // 3 nonzeros in a 50x50x50 tensor (nearly every slice empty), rank 6 > tensor rank.
+  SparseTensor<double> x({50, 50, 50});
+  if (world().rank() == 0) {
+    index_t a[3] = {1, 2, 3}, b[3] = {10, 20, 30}, c[3] = {1, 20, 49};
+    x.push_back(a, 1.5);
+    x.push_back(b, -2.0);
+    x.push_back(c, 0.5);
+  }
+  for (auto s : {CommStrategy::allreduce, CommStrategy::layer}) {
+    auto res = run_cp<double>(x, world(), BackendKind::cpu, s, 6, 10, 0.0);
+    for (const auto& h : res.history) EXPECT_TRUE(std::isfinite(h.fit));
+    for (const auto& f : res.model.factors)
+      for (double v : f.data) ASSERT_TRUE(std::isfinite(v));
+    for (double l : res.model.lambda) ASSERT_TRUE(std::isfinite(l));
+    EXPECT_GT(res.fit, 0.99);  // 3 nonzeros are a rank-3 tensor
+  }
+}
+
+TEST(CpRobust, AllZeroValuesIsAClearError) {
+  SparseTensor<double> x({5, 5, 5});
+  if (world().rank() == 0) {
+    index_t a[3] = {1, 2, 3};
+    x.push_back(a, 0.0);
+  }
+  EXPECT_THROW(run_cp<double>(x, world(), BackendKind::cpu, CommStrategy::allreduce, 2, 3, 0.0),
+               InputError);
+}
+
+TEST(CpModelFile, RoundTrip) {
+  auto g = algo::generate(small_lowrank({20, 25, 30}, 2000, 2, 0.0, 4), world());
+  auto res = run_cp<double>(std::move(g.block), world(), BackendKind::cpu, CommStrategy::allreduce,
+                            2, 20, 1e-8);
+  const std::string dir = test::temp_dir();  // collective: every rank calls it
+  if (world().rank() == 0) {
+    const std::string path = dir + "/model.h5";
+    io::ModelRecord rec;
+    rec.fit = res.fit;
+    rec.iterations = res.iterations;
+    for (const auto& h : res.history) rec.fit_history.push_back(h.fit);
+    rec.options_json = R"({"rank":2})";
+    io::write_kruskal_h5(path, res.model, rec);
+    io::ModelRecord back;
+    auto m = io::read_kruskal_h5(path, &back);
+    EXPECT_EQ(m.dims, res.model.dims);
+    EXPECT_EQ(m.lambda, res.model.lambda);
+    for (int n = 0; n < 3; ++n) EXPECT_EQ(m.factors[n].data, res.model.factors[n].data);
+    EXPECT_EQ(back.fit_history, rec.fit_history);
+    EXPECT_EQ(back.options_json, rec.options_json);
+    EXPECT_DOUBLE_EQ(back.fit, res.fit);
+    EXPECT_THROW(io::read_kruskal_h5(dir + "/missing.h5"), InputError);
+  }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,31 @@
+// Shared helpers for Tessera tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace tessera::test {
+
+/// Folder of the real tensors (../shared/data beside the repo), or "" when absent.
+inline std::string shared_data_dir() {
+  const char* e = std::getenv("TESSERA_SHARED_DATA");
+  return e ? std::string(e) : std::string();
+}
+
+/// Full path of a shared tensor, or "" when it is not there.
+std::string shared_tensor(const std::string& name);
+
+/// Temporary folder unique to this test process group (same name on every rank when
+/// called collectively after MPI init; created by rank 0).
+std::string temp_dir();
+
+}  // namespace tessera::test
+
+/// Skips the test (on every rank) when a shared tensor is missing.
+#define TESSERA_REQUIRE_SHARED(path_var, name)                       \
+  const std::string path_var = ::tessera::test::shared_tensor(name); \
+  if (path_var.empty())                                              \
+  GTEST_SKIP() << "shared tensor " << name << " not found "          \
+               << "(set TESSERA_SHARED_DATA)"
