@@ -165,9 +165,12 @@ partition::Distributed<double> generate(const GenerateOptions& o, const comm::Co
 
   // This rank's share of the entries, with value 1 so that distribute() counts repeats.
   SparseTensor<double> local(o.dims);
-  local.reserve(static_cast<std::size_t>(hi - lo));
-  std::vector<index_t> coord(static_cast<std::size_t>(N));
+  const auto count = static_cast<std::size_t>(hi - lo);
+  for (auto& v : local.idx) v.resize(count);
+  local.vals.assign(count, 1.0);
+#pragma omp parallel for schedule(static)
   for (std::int64_t id = lo; id < hi; ++id) {
+    const auto k = static_cast<std::size_t>(id - lo);
     if (o.structure == Structure::blocks) {
       const auto r =
           static_cast<int>(std::upper_bound(prefix.begin(), prefix.end(), id) - prefix.begin() - 1);
@@ -176,35 +179,34 @@ partition::Distributed<double> generate(const GenerateOptions& o, const comm::Co
       for (int n = N - 1; n >= 0; --n) {
         const auto& v = sup[static_cast<std::size_t>(n)];
         const auto sz = static_cast<std::int64_t>(v.size());
-        coord[static_cast<std::size_t>(n)] = v[static_cast<std::size_t>(off % sz)];
+        local.idx[static_cast<std::size_t>(n)][k] = v[static_cast<std::size_t>(off % sz)];
         off /= sz;
       }
     } else {
       for (int n = 0; n < N; ++n)
-        coord[static_cast<std::size_t>(n)] =
+        local.idx[static_cast<std::size_t>(n)][k] =
             draw_index(o, n,
                        hash_keys(o.seed ^ kCoord, static_cast<std::uint64_t>(id),
                                  static_cast<std::uint64_t>(n)));
     }
-    local.push_back(coord.data(), 1.0);
   }
   auto d = partition::distribute(std::move(local), partition::Scheme::nnz, {}, c);
 
   // Values are a function of the coordinate alone, so repeats carry no information.
   double sig2 = 0;
   auto& x = d.block;
+#pragma omp parallel for schedule(static) reduction(+ : sig2)
   for (nnz_t k = 0; k < x.nnz(); ++k) {
+    index_t cc[kMaxOrder];
     for (int n = 0; n < N; ++n)
-      coord[static_cast<std::size_t>(n)] =
-          x.idx[static_cast<std::size_t>(n)][static_cast<std::size_t>(k)];
-    double v;
+      cc[n] = x.idx[static_cast<std::size_t>(n)][static_cast<std::size_t>(k)];
+    double v = 0;
     if (o.structure == Structure::blocks) {
-      v = block_value(blocks, coord.data(), N);
+      v = block_value(blocks, cc, N);
     } else {
-      v = 0;
       for (int r = 0; r < o.rank; ++r) {
         double p = 1;
-        for (int n = 0; n < N; ++n) p *= factor_value(o, n, coord[static_cast<std::size_t>(n)], r);
+        for (int n = 0; n < N; ++n) p *= factor_value(o, n, cc[n], r);
         v += p;
       }
     }
@@ -216,11 +218,12 @@ partition::Distributed<double> generate(const GenerateOptions& o, const comm::Co
   double noise2 = 0;
   if (o.noise > 0 && sums[1] > 0) {
     const double sigma = o.noise * std::sqrt(sums[0] / sums[1]);
+#pragma omp parallel for schedule(static) reduction(+ : noise2)
     for (nnz_t k = 0; k < x.nnz(); ++k) {
+      index_t cc[kMaxOrder];
       for (int n = 0; n < N; ++n)
-        coord[static_cast<std::size_t>(n)] =
-            x.idx[static_cast<std::size_t>(n)][static_cast<std::size_t>(k)];
-      const std::uint64_t h = coord_hash(coord.data(), N);
+        cc[n] = x.idx[static_cast<std::size_t>(n)][static_cast<std::size_t>(k)];
+      const std::uint64_t h = coord_hash(cc, N);
       const double e =
           sigma * normal01(hash_keys(o.seed ^ kNoise, h, 1), hash_keys(o.seed ^ kNoise, h, 2));
       x.vals[static_cast<std::size_t>(k)] += e;
