@@ -366,6 +366,7 @@ class NcclCommunicator final : public Communicator {
       TESSERA_NCCL_CUDA_CHECK(cudaGetDevice(&prev_));
       if (prev_ != c.device_) TESSERA_NCCL_CUDA_CHECK(cudaSetDevice(c.device_));
       changed_ = prev_ != c.device_;
+      c.settle();
       TESSERA_NCCL_CUDA_CHECK(cudaEventRecord(c.ready_, cudaStreamLegacy));
       TESSERA_NCCL_CUDA_CHECK(cudaStreamWaitEvent(c.stream_, c.ready_, 0));
     }
@@ -444,6 +445,19 @@ class NcclCommunicator final : public Communicator {
 
   /// Waits for everything enqueued on the stream: polls the stream and NCCL's
   /// asynchronous error state; aborts and throws on error or timeout.
+  /// A non-blocking communicator accepts a new call only once its previous operation has
+  /// left ncclInProgress (else NCCL answers ncclInvalidArgument): poll until it has.
+  void settle() const {
+    for (int spins = 0;; ++spins) {
+      ncclResult_t st = ncclInProgress;
+      const ncclResult_t q = ncclCommGetAsyncError(comm_, &st);
+      if (q != ncclSuccess) st = q;
+      if (st == ncclSuccess) return;
+      if (st != ncclInProgress) fail(st, "NCCL communicator (state before a new call)");
+      backoff(spins);
+    }
+  }
+
   void wait(const char* what) const {
     const auto t0 = std::chrono::steady_clock::now();
     for (int spins = 0;; ++spins) {

@@ -3,7 +3,9 @@
 # cores, run the GPU tests, run the benchmarks, print a summary table last.
 #
 #   jobs/fetch-deps.sh            # once, on a machine with apt: downloads .deb files to .deps/
-#   jobs/gpu-node.sh [quick|full] # on the GPU node, from the repo root, with .deps/ beside it
+#   jobs/gpu-node.sh [tests|quick|full]
+#       tests: build and run the GPU tests (ctest -L gpu) and an end-to-end `tessera cp`
+#       quick: tests + the nell-2-shaped benchmarks;  full: also the CPU tests and more benches
 #
 # Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps).
 # NCCL_NVLS_ENABLE stays 0: NVLink multicast can take a shared node's GPUs out of service.
@@ -50,7 +52,21 @@ T=$build/drivers/tessera
 
 # ---- tests ----
 log "GPU tests"
-(cd "$build" && ctest -L gpu --output-on-failure --timeout 600) 2>&1 | tee "$out/ctest-gpu.log" | tail -25
+(cd "$build" && NCCL_DEBUG=${NCCL_DEBUG:-WARN} ctest -L gpu --output-on-failure --timeout 600) 2>&1 |
+  tee "$out/ctest-gpu.log" | grep -E "Test +#|tests passed|FAILED|Failure|error|NCCL WARN" | head -40
+
+# ---- end to end: the driver on the GPUs vs the CPU backend ----
+log "tessera cp end to end ($ngpu GPU(s))"
+np=$(( ngpu >= 2 ? 2 : 1 ))
+mpirun -np $np "$T" generate --dims 2000x1500x1000 --nnz 2e6 --rank 10 --noise 0.05 \
+  --dist powerlaw --out "$build/e2e.tns" | tail -1
+for s in allreduce layer; do
+  mpirun -np $np "$T" cp "$build/e2e.tns" --rank 10 --iters 10 --tol 0 --backend cuda --comm-strategy $s \
+    --json "$out/e2e-cuda-$s.json" | tail -2
+  mpirun -np $np "$T" cp "$build/e2e.tns" --rank 10 --iters 10 --tol 0 --backend cpu --threads 4 --comm-strategy $s \
+    --json "$out/e2e-cpu-$s.json" | tail -1
+done
+[ "$mode" = tests ] && exit 0
 if [ "$mode" = full ]; then
   log "CPU tests"
   (cd "$build" && ctest -LE gpu -j 8 --timeout 900) 2>&1 | tee "$out/ctest-cpu.log" | tail -8

@@ -17,3 +17,11 @@ foreach(np 1 2)
   tessera_add_mpi_test(gpu_nccl gpu_nccl_tests RANKS ${np} LABELS gpu)
   set_tests_properties(gpu_nccl_np${np} PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 endforeach()
+
+tessera_test_executable(gpu_cp_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_cp.cpp
+  LIBS tessera::algo)
+foreach(np 1 2)
+  tessera_add_mpi_test(gpu_cp gpu_cp_tests RANKS ${np} LABELS gpu)
+  set_tests_properties(gpu_cp_np${np} PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+endforeach()
