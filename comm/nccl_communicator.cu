@@ -211,19 +211,11 @@ class NcclCommunicator final : public Communicator {
     ncclComm_t child = nullptr;
     ncclResult_t r = ncclCommSplit(comm_, color, key, &child, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) fail(r, "ncclCommSplit");
+    // With a non-blocking parent, NCCL fills `child` only once the parent has left
+    // ncclInProgress (NCCL issue 1472): wait for the parent first, then for the child.
+    settle();
+    TESSERA_EXPECTS(child != nullptr, "ncclCommSplit gave no communicator for color " << color);
     wait_ready(child, "ncclCommSplit", timeout_s_);
-    // The parent took part in the split: it must be healthy and idle again.
-    for (int spins = 0;; ++spins) {
-      ncclResult_t st = ncclInProgress;
-      const ncclResult_t q = ncclCommGetAsyncError(comm_, &st);
-      if (q != ncclSuccess) st = q;
-      if (st == ncclSuccess) break;
-      if (st != ncclInProgress) {
-        ncclCommAbort(child);
-        fail(st, "ncclCommSplit (parent communicator)");
-      }
-      backoff(spins);
-    }
     return std::make_unique<NcclCommunicator>(child, device_, timeout_s_);
   }
 

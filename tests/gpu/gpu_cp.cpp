@@ -41,8 +41,7 @@ class GpuCp : public ::testing::Test {
     o.dist = algo::IndexDist::powerlaw;
     o.seed = 17;
     auto g = algo::generate(o, *world_);
-    const auto scheme =
-        s == CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
+    const auto scheme = s == CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
     auto d = partition::distribute(g.block.template cast<T>(), scheme, {}, *world_);
     algo::CpOptions opt;
     opt.rank = 12;
@@ -77,10 +76,18 @@ std::unique_ptr<comm::MpiCommunicator> GpuCp::world_;
 std::unique_ptr<comm::Communicator> GpuCp::nccl_;
 std::string GpuCp::skip_;
 
-TEST_F(GpuCp, AllreduceDouble) { compare<double>(CommStrategy::allreduce, 1e-9); }
-TEST_F(GpuCp, LayerDouble) { compare<double>(CommStrategy::layer, 1e-9); }
-TEST_F(GpuCp, AllreduceFloat) { compare<float>(CommStrategy::allreduce, 2e-4); }
-TEST_F(GpuCp, LayerFloat) { compare<float>(CommStrategy::layer, 2e-4); }
+TEST_F(GpuCp, AllreduceDouble) {
+  compare<double>(CommStrategy::allreduce, 1e-9);
+}
+TEST_F(GpuCp, LayerDouble) {
+  compare<double>(CommStrategy::layer, 1e-9);
+}
+TEST_F(GpuCp, AllreduceFloat) {
+  compare<float>(CommStrategy::allreduce, 2e-4);
+}
+TEST_F(GpuCp, LayerFloat) {
+  compare<float>(CommStrategy::layer, 2e-4);
+}
 
 }  // namespace
 }  // namespace tessera

@@ -14,11 +14,11 @@
 
 #include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
+#include "gpu_util.hpp"
 #include "kernels/backend.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/rng.hpp"
-#include "gpu_util.hpp"
 
 namespace tessera::comm {
 namespace {

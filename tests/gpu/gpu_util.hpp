@@ -44,5 +44,4 @@ inline std::string gpu_per_rank(const MpiCommunicator& world) {
   return "";
 }
 
-
 }  // namespace tessera::comm
