@@ -89,6 +89,19 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
       L.own_n = static_cast<std::int64_t>(o1 - o0);
     }
   }
+  if (opt.print_iterations) {
+    // Factor rows entering the update collectives each iteration (largest over ranks).
+    double rows = 0;
+    for (const auto& L : lay) rows += static_cast<double>(ctrl.size() > 1 ? L.len : 0);
+    ctrl.allreduce(&rows, 1, comm::ReduceOp::max);
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "factor updates (%s): %.0f factor rows x R=%d per rank per iteration "
+                  "(%.3g MB), plus %d Gram matrices of %dx%d",
+                  to_string(opt.strategy).c_str(), rows, R, rows * R * sizeof(T) / 1e6,
+                  layer ? N : 0, R, R);
+    log::info(line);
+  }
   std::unique_ptr<kernels::TensorHandle<T>> X;
   if (!layer) {
     X = be.prepare(d.block);
