@@ -53,6 +53,27 @@ class TensorHandle {
   virtual std::size_t bytes() const = 0;
   /// Bytes one MTTKRP of `mode` must read from the stored format (for the floor).
   virtual std::size_t mttkrp_stream_bytes(int mode) const = 0;
+
+  // ---- memory tier (DESIGN §8) and streaming report ----
+  /// 1: the stored format is resident in backend memory (host backends always; the
+  /// cuda backend when it fits the budget). 2: host-resident in pinned memory and
+  /// streamed to the device in chunks by every MTTKRP.
+  virtual int tier() const = 0;
+  /// One line for logs: tier, bytes resident in backend memory, chunk size and count,
+  /// pinned host bytes (tier 2).
+  virtual std::string describe() const = 0;
+  /// Fraction, in [0, 1], of the last MTTKRP's host-to-device copy time hidden behind
+  /// compute: (copy + compute - wall) / copy. 1 when nothing was copied (tier 1, or no
+  /// MTTKRP yet). When the copies take longer than the kernels (the usual tier-2 case),
+  /// this is at most compute / copy even for a perfect pipeline. May wait for the last
+  /// MTTKRP to finish.
+  virtual double overlap_fraction() const = 0;
+  /// Seconds the last MTTKRP spent copying the tensor to the device (summed over chunks;
+  /// 0 in tier 1 and before the first MTTKRP). May wait for it to finish.
+  virtual double last_copy_seconds() const = 0;
+  /// Seconds of compute of the last MTTKRP (kernels, summed over chunks; 0 before the
+  /// first MTTKRP). May wait for it to finish.
+  virtual double last_compute_seconds() const = 0;
 };
 
 using ::tessera::NormKind;
@@ -75,6 +96,15 @@ class Backend {
   virtual void fill(T* dst, std::size_t n, T value) = 0;
 
   // ---- sparse ----
+  /// Bytes of backend memory a tensor prepared from now on may occupy; 0 (the default)
+  /// means no limit beyond the device's free memory. Call before prepare(). The cuda
+  /// backend keeps a tensor over the budget in pinned host memory and streams it (tier
+  /// 2); a budget too small for two one-tile chunks makes prepare() throw InputError.
+  /// Host backends record the value and otherwise ignore it (their format is already
+  /// host-resident).
+  virtual void set_memory_budget(std::size_t bytes) = 0;
+  /// The value last given to set_memory_budget (0 when never called).
+  virtual std::size_t memory_budget() const = 0;
   /// Prepares `x` (coordinates local to the block: idx[m][k] < x.dims[m]) for repeated
   /// MTTKRP in every mode. The handle keeps what it needs; `x` may be freed after.
   virtual std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) = 0;

@@ -1,7 +1,8 @@
-# GPU tests (label gpu): the CUDA backend against the reference backend, and the NCCL
-# communicator against the MPI communicator at 1 and 2 ranks. Built only with
-# TESSERA_WITH_CUDA; without a visible GPU (or with fewer GPUs than ranks) every test
-# skips with a message, and ctest reports the run as skipped rather than passed.
+# GPU tests (label gpu): the CUDA backend against the reference backend (memory tiers 1
+# and 2), and the NCCL communicator against the MPI communicator at 1 and 2 ranks. Built
+# only with TESSERA_WITH_CUDA; without a visible GPU (or with fewer GPUs than ranks)
+# every test skips with a message, and ctest reports the run as skipped rather than
+# passed.
 set(_tessera_gpu_skip "no CUDA device visible|fewer GPUs than ranks")
 
 tessera_test_executable(gpu_backend_tests
@@ -25,3 +26,14 @@ foreach(np 1 2)
   tessera_add_mpi_test(gpu_cp gpu_cp_tests RANKS ${np} LABELS gpu)
   set_tests_properties(gpu_cp_np${np} PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 endforeach()
+
+# Memory tiers (DESIGN §8): tier 2 forced by small budgets against tier 1 and the
+# reference backend; CP-ALS in tier 1 and tier 2 (also at 2 ranks, one GPU each).
+tessera_test_executable(gpu_tier_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_tier.cpp
+  LIBS tessera::algo)
+tessera_add_mpi_test(gpu_tier gpu_tier_tests RANKS 1 LABELS gpu)
+set_tests_properties(gpu_tier_np1 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+tessera_add_mpi_test(gpu_tier_cp gpu_tier_tests RANKS 2 ARGS --gtest_filter=GpuTierCp.*
+  LABELS gpu)
+set_tests_properties(gpu_tier_cp_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "kernels/cpu/csf.hpp"
 #include "kernels/factories.hpp"
 #include "kernels/mttkrp.hpp"
 #include "util/error.hpp"
+#include "util/timer.hpp"
 
 namespace tessera::kernels {
 
@@ -29,10 +31,19 @@ class CpuTensor final : public TensorHandle<T> {
     TESSERA_EXPECTS(mode >= 0 && mode < order(), "mode " << mode << " outside 0.." << order() - 1);
     return csf_->tree(mode).stream_bytes();
   }
+  int tier() const override { return 1; }
+  std::string describe() const override {
+    return "tier 1: host-resident, " + std::to_string(bytes()) + " bytes (CSF, one tree per mode)";
+  }
+  double overlap_fraction() const override { return 1.0; }
+  double last_copy_seconds() const override { return 0.0; }
+  double last_compute_seconds() const override { return last_compute_; }
+  void record_compute(double seconds) const { last_compute_ = seconds; }
   const cpu::CsfSet<T>& csf() const { return *csf_; }
 
  private:
   std::unique_ptr<cpu::CsfSet<T>> csf_;
+  mutable double last_compute_ = 0;  ///< seconds of the last mttkrp
 };
 
 template <typename T>
@@ -59,6 +70,12 @@ class CpuBackend final : public Backend<T> {
     for (std::size_t k = 0; k < n; ++k) dst[k] = value;
   }
 
+  void set_memory_budget(std::size_t bytes) override {
+    budget_ = bytes;
+  }
+  std::size_t memory_budget() const override {
+    return budget_;
+  }
   std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
     return std::make_unique<CpuTensor<T>>(cpu::build_csf(x, threads_));
   }
@@ -68,7 +85,9 @@ class CpuBackend final : public Backend<T> {
     TESSERA_EXPECTS(h != nullptr, "tensor handle was prepared by another backend");
     cpu::MttkrpOptions opt;
     opt.threads = threads_;
+    Timer t;
     cpu::mttkrp(h->csf(), mode, factors, R, out, opt);
+    h->record_compute(t.seconds());
   }
 
   void gram(const T* A, std::int64_t rows, int R, T* G) override {
@@ -95,7 +114,8 @@ class CpuBackend final : public Backend<T> {
   int team() const {
     return threads_ > 0 ? threads_ : omp_get_max_threads();
   }
-  int threads_;  ///< 0: OpenMP's default at each call
+  int threads_;             ///< 0: OpenMP's default at each call
+  std::size_t budget_ = 0;  ///< recorded only: the CSF is host-resident
 };
 
 }  // namespace

@@ -8,6 +8,12 @@
 // they return. The NCCL communicator orders its collectives after all earlier work of
 // blocking streams (see comm/nccl_communicator.cu), so device buffers written here can
 // be passed to it without an explicit synchronize().
+//
+// A tier-2 tensor (host-resident, streamed; see mttkrp.cu) adds a non-blocking stream
+// per tensor handle for its chunk copies. mttkrp makes the backend's stream wait (by
+// event) for every copy it enqueues, and its last kernel runs on the backend's stream,
+// so the contract above holds unchanged: the output is complete, and the chunk copies
+// are done, once the backend's stream has passed the mttkrp.
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -132,9 +138,12 @@ class CudaBackend final : public Backend<T> {
     cuda::fill(ctx_, dst, n, value);
   }
 
+  void set_memory_budget(std::size_t bytes) override { budget_ = bytes; }
+  std::size_t memory_budget() const override { return budget_; }
+
   std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
     DeviceGuard g(ctx_.device);
-    return cuda::prepare_tensor(ctx_, x);
+    return cuda::prepare_tensor(ctx_, x, budget_);
   }
 
   void mttkrp(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors, int R,
@@ -176,6 +185,7 @@ class CudaBackend final : public Backend<T> {
 
  private:
   Context ctx_;
+  std::size_t budget_ = 0;  ///< device bytes a prepared tensor may occupy; 0 = free memory
 };
 
 }  // namespace

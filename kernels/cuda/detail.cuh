@@ -47,6 +47,20 @@ class DeviceMemory {
     TESSERA_CUDA_CHECK(cudaMalloc(&p_, bytes));
     bytes_ = bytes;
   }
+  /// Like reserve, but returns the error (cleared from cudaGetLastError, so a later
+  /// launch check does not report it again) instead of throwing.
+  cudaError_t try_reserve(std::size_t bytes) {
+    if (bytes <= bytes_) return cudaSuccess;
+    release();
+    const cudaError_t e = cudaMalloc(&p_, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      p_ = nullptr;
+      return e;
+    }
+    bytes_ = bytes;
+    return cudaSuccess;
+  }
   void* get() const { return p_; }
   std::size_t bytes() const { return bytes_; }
 
@@ -58,6 +72,84 @@ class DeviceMemory {
   }
   void* p_ = nullptr;
   std::size_t bytes_ = 0;
+};
+
+/// Owning page-locked host allocation (cudaHostAlloc/cudaFreeHost): the source of the
+/// asynchronous chunk copies of tier 2. The owner must make sure no copy still reads it
+/// when it is released.
+class PinnedMemory {
+ public:
+  PinnedMemory() = default;
+  ~PinnedMemory() { release(); }
+  PinnedMemory(PinnedMemory&& o) noexcept : p_(o.p_), bytes_(o.bytes_) {
+    o.p_ = nullptr;
+    o.bytes_ = 0;
+  }
+  PinnedMemory& operator=(PinnedMemory&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = o.p_;
+      bytes_ = o.bytes_;
+      o.p_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+
+  /// Allocates `bytes` (contents undefined); returns the CUDA error instead of throwing
+  /// so the caller can say what the memory was for.
+  cudaError_t allocate(std::size_t bytes) {
+    release();
+    if (bytes == 0) return cudaSuccess;
+    const cudaError_t e = cudaHostAlloc(&p_, bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      p_ = nullptr;
+      return e;
+    }
+    bytes_ = bytes;
+    return cudaSuccess;
+  }
+  char* get() const { return static_cast<char*>(p_); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void release() noexcept {
+    if (p_) TESSERA_CUDA_CHECK_NOTHROW(cudaFreeHost(p_));
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// Grow-only pool of timing-enabled CUDA events (created on the current device).
+class EventPool {
+ public:
+  EventPool() = default;
+  ~EventPool() { clear(); }
+  void clear() noexcept {
+    for (cudaEvent_t e : ev_) TESSERA_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
+    ev_.clear();
+  }
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+
+  void ensure(std::size_t n) {
+    ev_.reserve(n);
+    while (ev_.size() < n) {
+      cudaEvent_t e = nullptr;
+      TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));
+      ev_.push_back(e);
+    }
+  }
+  cudaEvent_t operator[](std::size_t k) const { return ev_[k]; }
+  std::size_t size() const { return ev_.size(); }
+
+ private:
+  std::vector<cudaEvent_t> ev_;
 };
 
 /// Carves typed pieces out of one scratch block; pieces are 256-byte aligned.
@@ -127,10 +219,38 @@ inline unsigned grid_for(std::int64_t n, std::int64_t max_blocks = 65536) {
   return static_cast<unsigned>(b);
 }
 
+/// Like DeviceGuard, for destructors: failures are reported, not thrown.
+class DeviceGuardNoThrow {
+ public:
+  explicit DeviceGuardNoThrow(int device) noexcept {
+    if (cudaGetDevice(&prev_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (prev_ != device) {
+      TESSERA_CUDA_CHECK_NOTHROW(cudaSetDevice(device));
+      changed_ = true;
+    }
+  }
+  ~DeviceGuardNoThrow() {
+    if (changed_) TESSERA_CUDA_CHECK_NOTHROW(cudaSetDevice(prev_));
+  }
+  DeviceGuardNoThrow(const DeviceGuardNoThrow&) = delete;
+  DeviceGuardNoThrow& operator=(const DeviceGuardNoThrow&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
+};
+
 // ---- operations (mttkrp.cu, dense.cu) ----
 
+/// `budget`: bytes of device memory the prepared tensor may occupy (0 = the device's free
+/// memory less a reserve). Over the budget the sorted copies stay in pinned host memory
+/// and every mttkrp streams them through two device chunk buffers (tier 2).
 template <typename T>
-std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor<T>& x);
+std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor<T>& x,
+                                                std::size_t budget);
 template <typename T>
 void mttkrp(Context& ctx, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
             int R, T* out);

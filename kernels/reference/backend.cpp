@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "kernels/factories.hpp"
 #include "kernels/mttkrp.hpp"
 #include "util/error.hpp"
+#include "util/timer.hpp"
 
 namespace tessera::kernels {
 
@@ -25,10 +27,19 @@ class ReferenceTensor final : public TensorHandle<T> {
            (static_cast<std::size_t>(x_.order()) * sizeof(index_t) + sizeof(T));
   }
   std::size_t mttkrp_stream_bytes(int) const override { return bytes(); }
+  int tier() const override { return 1; }
+  std::string describe() const override {
+    return "tier 1: host-resident, " + std::to_string(bytes()) + " bytes (reference COO)";
+  }
+  double overlap_fraction() const override { return 1.0; }
+  double last_copy_seconds() const override { return 0.0; }
+  double last_compute_seconds() const override { return last_compute_; }
+  void record_compute(double seconds) const { last_compute_ = seconds; }
   const SparseTensor<T>& coo() const { return x_; }
 
  private:
   SparseTensor<T> x_;
+  mutable double last_compute_ = 0;  ///< seconds of the last mttkrp
 };
 
 template <typename T>
@@ -49,6 +60,8 @@ class ReferenceBackend final : public Backend<T> {
   }
   void fill(T* dst, std::size_t n, T value) override { std::fill(dst, dst + n, value); }
 
+  void set_memory_budget(std::size_t bytes) override { budget_ = bytes; }
+  std::size_t memory_budget() const override { return budget_; }
   std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
     check_kernel_input(x);
     return std::make_unique<ReferenceTensor<T>>(x);
@@ -57,7 +70,9 @@ class ReferenceBackend final : public Backend<T> {
               T* out) override {
     const auto* h = dynamic_cast<const ReferenceTensor<T>*>(&x);
     TESSERA_EXPECTS(h != nullptr, "tensor handle was prepared by another backend");
+    Timer t;
     reference::mttkrp(h->coo(), mode, factors, R, out);
+    h->record_compute(t.seconds());
   }
 
   void gram(const T* A, std::int64_t rows, int R, T* G) override { linalg::gram(A, rows, R, G); }
@@ -77,6 +92,9 @@ class ReferenceBackend final : public Backend<T> {
   void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* host_out) override {
     linalg::column_dots(A, B, rows, R, host_out);
   }
+
+ private:
+  std::size_t budget_ = 0;  ///< recorded only: the reference format is host-resident
 };
 
 }  // namespace

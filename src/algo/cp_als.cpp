@@ -123,6 +123,11 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
     X = be.prepare(shifted);
   }
 
+  for (int n = 0; n < N; ++n) {
+    res.mttkrp_stream_bytes.push_back(static_cast<double>(X->mttkrp_stream_bytes(n)));
+    res.rows_held.push_back(static_cast<std::uint64_t>(lay[static_cast<std::size_t>(n)].len));
+  }
+
   double norm_x2 = d.block.norm_squared();
   ctrl.allreduce(&norm_x2, 1);
   TESSERA_INPUT_CHECK(norm_x2 > 0, "the tensor has no nonzero values: nothing to decompose");

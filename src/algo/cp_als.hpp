@@ -45,6 +45,10 @@ struct CpResult {
   double norm_x = 0;
   std::vector<CpIteration> history;
   PhaseTimes phases;  ///< "kernel", "comm", "solve", "setup" (seconds, this rank)
+  /// Per mode, this rank: bytes of the kernel format one MTTKRP reads, and the factor
+  /// rows held (output rows of the MTTKRP). For benchmark floors.
+  std::vector<double> mttkrp_stream_bytes;
+  std::vector<std::uint64_t> rows_held;
 };
 
 /// Collective over `ctrl` (host communicator, MPI) and `data` (communicator in the
