@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "tensor/synthetic.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -27,26 +28,18 @@ Structure parse_structure(const std::string& s) {
 
 namespace {
 
-// Streams of the counter-based RNG (kept apart so no two uses share numbers).
-enum Stream : std::uint64_t {
-  kSupport = 1,
-  kFactor = 2,
-  kCoord = 3,
-  kNoise = 4,
-};
+using synthetic::kNoise;
+using synthetic::kSupport;
 
-index_t draw_index(const GenerateOptions& o, int mode, std::uint64_t h) {
-  const double u = uniform01(h);
-  const double dim = static_cast<double>(o.dims[static_cast<std::size_t>(mode)]);
-  double x = o.dist == IndexDist::uniform ? u * dim : std::pow(u, o.alpha) * dim;
-  auto i = static_cast<std::uint64_t>(x);
-  return static_cast<index_t>(
-      std::min<std::uint64_t>(i, o.dims[static_cast<std::size_t>(mode)] - 1));
-}
-
-double factor_value(const GenerateOptions& o, int mode, std::uint64_t row, int r) {
-  return 0.1 + uniform01(hash_keys(o.seed ^ kFactor, static_cast<std::uint64_t>(mode), row,
-                                   static_cast<std::uint64_t>(r)));
+synthetic::Spec to_spec(const GenerateOptions& o) {
+  synthetic::Spec s;
+  s.order = static_cast<int>(o.dims.size());
+  for (int n = 0; n < s.order; ++n) s.dims[n] = o.dims[static_cast<std::size_t>(n)];
+  s.powerlaw = o.dist == IndexDist::powerlaw;
+  s.alpha = o.alpha;
+  s.rank = o.rank;
+  s.seed = o.seed;
+  return s;
 }
 
 std::uint64_t coord_hash(const index_t* c, int order) {
@@ -64,6 +57,7 @@ struct Blocks {
 };
 
 Blocks make_blocks(const GenerateOptions& o) {
+  const synthetic::Spec spec = to_spec(o);
   const int N = static_cast<int>(o.dims.size());
   Blocks b;
   const double per = std::max(1.0, static_cast<double>(o.nnz) / o.rank);
@@ -95,9 +89,10 @@ Blocks make_blocks(const GenerateOptions& o) {
       // Draw until `want` distinct indices (bounded attempts; skewed draws repeat often).
       std::vector<index_t> seen;
       for (std::uint64_t j = 0; seen.size() < want && j < 64 * want + 64; ++j) {
-        index_t i = draw_index(o, n,
-                               hash_keys(o.seed ^ kSupport, static_cast<std::uint64_t>(r),
-                                         static_cast<std::uint64_t>(n), j));
+        index_t i =
+            synthetic::draw_index(spec, n,
+                                  hash_keys(o.seed ^ kSupport, static_cast<std::uint64_t>(r),
+                                            static_cast<std::uint64_t>(n), j));
         seen.push_back(i);
         if ((j & 63) == 63 || seen.size() >= want) {
           std::sort(seen.begin(), seen.end());
@@ -110,7 +105,8 @@ Blocks make_blocks(const GenerateOptions& o) {
       v = std::move(seen);
       cnt *= static_cast<std::int64_t>(v.size());
       for (index_t i : v)
-        b.lookup[static_cast<std::size_t>(n)][i].push_back({r, factor_value(o, n, i, r)});
+        b.lookup[static_cast<std::size_t>(n)][i].push_back(
+            {r, synthetic::factor_value(spec, n, i, r)});
     }
     b.count.push_back(cnt);
   }
@@ -152,6 +148,7 @@ partition::Distributed<double> generate(const GenerateOptions& o, const comm::Co
   TESSERA_INPUT_CHECK(o.alpha >= 1, "generate: --alpha must be >= 1");
 
   const int P = c.size(), me = c.rank();
+  const synthetic::Spec spec = to_spec(o);
   Blocks blocks;
   std::int64_t total = o.nnz;
   std::vector<std::int64_t> prefix;
@@ -185,9 +182,7 @@ partition::Distributed<double> generate(const GenerateOptions& o, const comm::Co
     } else {
       for (int n = 0; n < N; ++n)
         local.idx[static_cast<std::size_t>(n)][k] =
-            draw_index(o, n,
-                       hash_keys(o.seed ^ kCoord, static_cast<std::uint64_t>(id),
-                                 static_cast<std::uint64_t>(n)));
+            synthetic::coordinate(spec, static_cast<std::uint64_t>(id), n);
     }
   }
   auto d = partition::distribute(std::move(local), partition::Scheme::nnz, {}, c);
@@ -204,11 +199,7 @@ partition::Distributed<double> generate(const GenerateOptions& o, const comm::Co
     if (o.structure == Structure::blocks) {
       v = block_value(blocks, cc, N);
     } else {
-      for (int r = 0; r < o.rank; ++r) {
-        double p = 1;
-        for (int n = 0; n < N; ++n) p *= factor_value(o, n, cc[n], r);
-        v += p;
-      }
+      v = synthetic::model_value(spec, cc);
     }
     x.vals[static_cast<std::size_t>(k)] = v;
     sig2 += v * v;

@@ -5,10 +5,17 @@
 #include <cmath>
 #include <cstdint>
 
+/// Host and device: the same numbers on CPUs and GPUs.
+#if defined(__CUDACC__)
+#define TESSERA_HD __host__ __device__
+#else
+#define TESSERA_HD
+#endif
+
 namespace tessera {
 
 /// SplitMix64 finaliser: a bijective 64-bit mix.
-inline constexpr std::uint64_t mix64(std::uint64_t z) {
+TESSERA_HD inline constexpr std::uint64_t mix64(std::uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -16,8 +23,8 @@ inline constexpr std::uint64_t mix64(std::uint64_t z) {
 }
 
 /// Hash of up to four 64-bit keys.
-inline constexpr std::uint64_t hash_keys(std::uint64_t a, std::uint64_t b = 0, std::uint64_t c = 0,
-                                         std::uint64_t d = 0) {
+TESSERA_HD inline constexpr std::uint64_t hash_keys(std::uint64_t a, std::uint64_t b = 0,
+                                                    std::uint64_t c = 0, std::uint64_t d = 0) {
   std::uint64_t h = mix64(a ^ 0x6A09E667F3BCC909ull);
   h = mix64(h ^ b);
   h = mix64(h ^ (c + 0x3C6EF372FE94F82Bull));
@@ -26,7 +33,7 @@ inline constexpr std::uint64_t hash_keys(std::uint64_t a, std::uint64_t b = 0, s
 }
 
 /// Uniform double in [0, 1) from 53 high bits of a hash.
-inline double uniform01(std::uint64_t h) {
+TESSERA_HD inline double uniform01(std::uint64_t h) {
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 
