@@ -29,8 +29,8 @@ struct BenchArgs {
   LoadOptions load;
   std::string gen_dims, dist = "uniform";
   double gen_nnz = 0, alpha = 2.0;
-  int rank = 16, repeat = 5, iters = 5, threads = 0;
-  std::string backend = "auto", precision = "double", strategy = "allreduce", json;
+  int rank = 16, repeat = 5, iters = 5;
+  ComputeOptions run;
 };
 
 /// Copy bandwidth of the backend's memory in bytes/s (read + write), best of 5.
@@ -117,33 +117,28 @@ partition::Distributed<T> bench_input(const BenchArgs& a, partition::Scheme sche
 
 template <typename T>
 void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
-  auto kind = kernels::parse_backend(a.backend);
-  if (a.threads > 0) omp_set_num_threads(a.threads);
-  const auto strategy = algo::parse_comm_strategy(a.strategy);
+  const auto strategy = algo::parse_comm_strategy(a.run.strategy);
   const auto scheme =
       strategy == algo::CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
+  auto cx = make_compute<T>(a.run, world);
+  const auto kind = cx.kind;
+  auto& be = cx.backend;
   auto d = bench_input<T>(a, scheme, world);
-  std::unique_ptr<comm::Communicator> nccl;
-  const comm::Communicator* data = &world;
-  if (kind == kernels::BackendKind::cuda) {
-    nccl = comm::make_nccl_communicator(world);
-    data = nccl.get();
-  }
-  auto be = kernels::make_backend<T>(kind, a.threads);
   const int N = d.block.order();
   const int R = a.rank;
-  const double bw = measure_bandwidth(*be, a.threads);
+  const double bw = measure_bandwidth(*be, a.run.threads);
   nlohmann::json j;
   j["command"] = "bench " + a.what;
-  j["machine"] = machine_json(world, kernels::to_string(kind), a.threads);
+  j["machine"] = machine_json(world, kernels::to_string(kind), a.run.threads);
   j["machine"]["bandwidth_bytes_per_s"] = bw;
   j["tensor"] = {{"dims", d.dist.dims}, {"nnz", d.dist.global_nnz}};
   j["rank"] = R;
-  j["precision"] = a.precision;
+  j["precision"] = a.run.precision;
   log::info("bench " + a.what + ": backend " + kernels::to_string(kind) + ", " +
             std::to_string(world.size()) + " rank(s) x " +
-            std::to_string(effective_threads(a.threads)) + " thread(s), " + a.precision + ", R = " +
-            std::to_string(R) + ", measured copy bandwidth " + human_bytes(bw) + "/s per rank");
+            std::to_string(effective_threads(a.run.threads)) + " thread(s), " + a.run.precision +
+            ", R = " + std::to_string(R) + ", measured copy bandwidth " + human_bytes(bw) +
+            "/s per rank");
 
   if (a.what == "mttkrp") {
     Timer tp;
@@ -231,7 +226,7 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     o.tol = 0;  // run every iteration
     o.strategy = strategy;
     o.print_iterations = log::verbosity() >= 2;
-    auto res = algo::cp_als<T>(d, *be, world, *data, o);
+    auto res = algo::cp_als<T>(d, *be, world, *cx.data, o);
     // Skip the first iteration (2-norm normalisation, first touches) when there are more.
     const std::size_t first = res.history.size() > 1 ? 1 : 0;
     double it_s = 0, k = 0, c = 0, s = 0;
@@ -273,9 +268,9 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     j["seconds_per_iteration"] = max_it;
     j["share"] = {{"kernel", k / it_s}, {"comm", c / it_s}, {"solve", s / it_s}};
     j["fit"] = res.fit;
-    j["strategy"] = a.strategy;
+    j["strategy"] = a.run.strategy;
   }
-  write_json(a.json, j, world);
+  write_json(a.run.json, j, world);
 }
 
 }  // namespace
@@ -297,24 +292,10 @@ void add_bench(CLI::App& app, Runner& run) {
   sub->add_option("--repeat", a->repeat, "Timed repetitions per mode (median reported)")
       ->check(CLI::Range(1, 10000));
   sub->add_option("--iters", a->iters, "CP-ALS iterations (bench cp)")->check(CLI::Range(1, 10000));
-  sub->add_option("--comm-strategy", a->strategy, "allreduce | layer")
-      ->check(CLI::IsMember({"allreduce", "layer"}));
-  sub->add_option("--backend", a->backend, "auto | reference | cpu | cuda")
-      ->check(CLI::IsMember({"auto", "reference", "cpu", "cuda"}));
-  sub->add_option("--threads", a->threads, "OpenMP threads per rank")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--precision", a->precision, "double | float")
-      ->check(CLI::IsMember({"double", "float"}));
-  sub->add_option("--index-base", a->load.index_base, "1 | 0 | auto")
-      ->check(CLI::IsMember({"1", "0", "auto"}));
-  sub->add_option("--json", a->json, "Write the results (JSON) here");
+  add_compute_options(sub, a->run, a->load);
   sub->callback([a, &run] {
     run = [a](const comm::MpiCommunicator& world) {
-      if (a->precision == "float") {
-        run_bench<float>(*a, world);
-      } else {
-        run_bench<double>(*a, world);
-      }
+      with_precision(a->run, [&]<typename T>() { run_bench<T>(*a, world); });
     };
   });
 }

@@ -20,38 +20,27 @@ struct CpArgs {
   int iters = 50;
   double tol = 1e-5;
   std::uint64_t seed = 1;
-  std::string strategy = "allreduce";
-  std::string backend = "auto";
-  std::string precision = "double";
-  int threads = 0;
-  std::string out, json;
+  ComputeOptions run;
+  std::string out;
 };
 
 template <typename T>
 void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   Timer total;
-  const auto strategy = algo::parse_comm_strategy(a.strategy);
-  auto kind = kernels::parse_backend(a.backend);
-  if (a.threads > 0) omp_set_num_threads(a.threads);
+  const auto strategy = algo::parse_comm_strategy(a.run.strategy);
   partition::Scheme scheme =
       strategy == algo::CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
   if (a.load.partition != "auto") scheme = partition::parse_scheme(a.load.partition);
   if (!a.load.grid.empty() && a.load.partition == "auto") scheme = partition::Scheme::grid;
 
+  auto cx = make_compute<T>(a.run, world);
+  const auto kind = cx.kind;
   log::info("tessera cp: " + std::to_string(world.size()) + " rank(s), backend " +
-            kernels::to_string(kind) + ", " + std::to_string(effective_threads(a.threads)) +
-            " thread(s) per rank, " + a.precision + ", rank " + std::to_string(a.rank) +
-            ", strategy " + a.strategy);
+            kernels::to_string(kind) + ", " + std::to_string(effective_threads(a.run.threads)) +
+            " thread(s) per rank, " + a.run.precision + ", rank " + std::to_string(a.rank) +
+            ", strategy " + a.run.strategy);
   Loaded li;
   auto d = load_and_distribute<T>(a.load, scheme, world, &li);
-
-  std::unique_ptr<comm::Communicator> nccl;
-  const comm::Communicator* data = &world;
-  if (kind == kernels::BackendKind::cuda) {
-    nccl = comm::make_nccl_communicator(world);
-    data = nccl.get();
-  }
-  auto be = kernels::make_backend<T>(kind, a.threads);
 
   algo::CpOptions o;
   o.rank = a.rank;
@@ -59,7 +48,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   o.tol = a.tol;
   o.seed = a.seed;
   o.strategy = strategy;
-  auto res = algo::cp_als<T>(d, *be, world, *data, o);
+  auto res = algo::cp_als<T>(d, *cx.backend, world, *cx.data, o);
 
   const double kern = res.phases.get("kernel");
   const nnz_t nnz = d.dist.global_nnz;
@@ -85,11 +74,11 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                          {"iters", a.iters},
                          {"tol", a.tol},
                          {"seed", a.seed},
-                         {"comm_strategy", a.strategy},
+                         {"comm_strategy", a.run.strategy},
                          {"partition", partition::to_string(scheme)},
                          {"grid", d.dist.grid},
                          {"backend", kernels::to_string(kind)},
-                         {"precision", a.precision},
+                         {"precision", a.run.precision},
                          {"index_base", a.load.index_base}};
   if (!a.out.empty()) {
     Timer tw;
@@ -104,13 +93,13 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     comm::run_collectively(world, [] {});
     log::info("model written to " + a.out + " (" + std::to_string(tw.seconds()) + " s)");
   }
-  if (!a.json.empty()) {
+  if (!a.run.json.empty()) {
     double peak = static_cast<double>(peak_rss_bytes());
     world.allreduce(&peak, 1, comm::ReduceOp::max);
     nlohmann::json j;
     j["command"] = "cp";
     j["options"] = opts;
-    j["machine"] = machine_json(world, kernels::to_string(kind), a.threads);
+    j["machine"] = machine_json(world, kernels::to_string(kind), a.run.threads);
     j["tensor"] = {{"dims", d.dist.dims}, {"nnz", nnz}, {"duplicates_summed", d.dist.duplicates}};
     j["partition"] = {{"scheme", partition::to_string(scheme)},
                       {"grid", d.dist.grid},
@@ -145,7 +134,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
         {"mttkrp_nnz_per_s", per_it_kernel > 0 ? static_cast<double>(nnz) * N / per_it_kernel : 0},
         {"read_bytes_per_s", li.read_seconds > 0 ? li.read.bytes / li.read_seconds : 0}};
     j["peak_memory_bytes_per_rank"] = peak;
-    write_json(a.json, j, world);
+    write_json(a.run.json, j, world);
   }
 }
 
@@ -160,29 +149,15 @@ void add_cp(CLI::App& app, Runner& run) {
   sub->add_option("-t,--tol", a->tol, "Stop when |fit change| < tol")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("-s,--seed", a->seed, "Seed of the initial factors");
-  sub->add_option("--comm-strategy", a->strategy, "Factor update: allreduce | layer")
-      ->check(CLI::IsMember({"allreduce", "layer"}));
   sub->add_option("--partition", a->load.partition,
                   "Nonzero distribution: auto (nnz for allreduce, grid for layer) | nnz | grid")
       ->check(CLI::IsMember({"auto", "nnz", "grid"}));
   sub->add_option("--grid", a->load.grid, "Rank grid, e.g. 4x2x1 (default: chosen automatically)");
-  sub->add_option("--backend", a->backend, "auto | reference | cpu | cuda")
-      ->check(CLI::IsMember({"auto", "reference", "cpu", "cuda"}));
-  sub->add_option("--threads", a->threads, "OpenMP threads per rank (0: OMP_NUM_THREADS)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--precision", a->precision, "double | float")
-      ->check(CLI::IsMember({"double", "float"}));
-  sub->add_option("--index-base", a->load.index_base, "Coordinate base of the file: 1 | 0 | auto")
-      ->check(CLI::IsMember({"1", "0", "auto"}));
+  add_compute_options(sub, a->run, a->load);
   sub->add_option("-o,--out", a->out, "Write the model (HDF5) here");
-  sub->add_option("--json", a->json, "Write the run record (JSON) here");
   sub->callback([a, &run] {
     run = [a](const comm::MpiCommunicator& world) {
-      if (a->precision == "float") {
-        run_cp<float>(*a, world);
-      } else {
-        run_cp<double>(*a, world);
-      }
+      with_precision(a->run, [&]<typename T>() { run_cp<T>(*a, world); });
     };
   });
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "comm/nccl_communicator.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -53,6 +54,39 @@ template partition::Distributed<double> load_and_distribute<double>(const LoadOp
                                                                     partition::Scheme,
                                                                     const comm::Communicator&,
                                                                     Loaded*);
+
+void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load) {
+  sub->add_option("--comm-strategy", o.strategy,
+                  "Factor update: allreduce (all-reduce whole MTTKRP outputs) | layer "
+                  "(reduce-scatter/all-gather inside grid layers)")
+      ->check(CLI::IsMember({"allreduce", "layer"}));
+  sub->add_option("--backend", o.backend,
+                  "auto (cuda when a GPU is present, else cpu) | reference | cpu | cuda")
+      ->check(CLI::IsMember({"auto", "reference", "cpu", "cuda"}));
+  sub->add_option("--threads", o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--precision", o.precision, "double | float")
+      ->check(CLI::IsMember({"double", "float"}));
+  sub->add_option("--index-base", load.index_base, "Coordinate base of the file: 1 | 0 | auto")
+      ->check(CLI::IsMember({"1", "0", "auto"}));
+  sub->add_option("--json", o.json, "Write the run record (JSON) here");
+}
+
+template <typename T>
+Compute<T> make_compute(const ComputeOptions& o, const comm::MpiCommunicator& world) {
+  Compute<T> c;
+  c.kind = kernels::parse_backend(o.backend);
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  c.data = &world;
+  if (c.kind == kernels::BackendKind::cuda) {
+    c.nccl = comm::make_nccl_communicator(world);
+    c.data = c.nccl.get();
+  }
+  c.backend = kernels::make_backend<T>(c.kind, o.threads);
+  return c;
+}
+template Compute<float> make_compute<float>(const ComputeOptions&, const comm::MpiCommunicator&);
+template Compute<double> make_compute<double>(const ComputeOptions&, const comm::MpiCommunicator&);
 
 std::size_t peak_rss_bytes() {
   rusage u{};

@@ -1,6 +1,8 @@
 // Shared pieces of the tessera subcommands: loading, run records, machine info.
 #pragma once
 
+#include <CLI/CLI.hpp>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -30,6 +32,40 @@ struct Loaded {
 template <typename T>
 partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::Scheme scheme,
                                               const comm::Communicator& world, Loaded* info);
+
+/// Options of every subcommand that computes: backend, threads, precision, strategy.
+struct ComputeOptions {
+  std::string backend = "auto";
+  std::string precision = "double";
+  std::string strategy = "allreduce";
+  int threads = 0;
+  std::string json;
+};
+/// Registers --backend --threads --precision --comm-strategy --index-base --json.
+void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load);
+
+/// A backend and the communicator of its memory space (NCCL for cuda, else `world`).
+template <typename T>
+struct Compute {
+  kernels::BackendKind kind = kernels::BackendKind::cpu;
+  std::unique_ptr<comm::Communicator> nccl;  ///< owned when kind == cuda
+  const comm::Communicator* data = nullptr;
+  std::unique_ptr<kernels::Backend<T>> backend;
+};
+/// Creates them in the right order: the NCCL bootstrap selects this rank's GPU before the
+/// CUDA backend binds to the current device.
+template <typename T>
+Compute<T> make_compute(const ComputeOptions& o, const comm::MpiCommunicator& world);
+
+/// Calls f.template operator()<float>() or <double>() by o.precision.
+template <typename F>
+void with_precision(const ComputeOptions& o, F&& f) {
+  if (o.precision == "float") {
+    f.template operator()<float>();
+  } else {
+    f.template operator()<double>();
+  }
+}
 
 /// Peak resident memory of this process in bytes.
 std::size_t peak_rss_bytes();
