@@ -77,6 +77,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                          {"comm_strategy", a.run.strategy},
                          {"partition", partition::to_string(scheme)},
                          {"grid", d.dist.grid},
+                         {"relabel", a.load.relabel},
                          {"backend", kernels::to_string(kind)},
                          {"precision", a.run.precision},
                          {"index_base", a.load.index_base}};
@@ -153,6 +154,9 @@ void add_cp(CLI::App& app, Runner& run) {
                   "Nonzero distribution: auto (nnz for allreduce, grid for layer) | nnz | grid")
       ->check(CLI::IsMember({"auto", "nnz", "grid"}));
   sub->add_option("--grid", a->load.grid, "Rank grid, e.g. 4x2x1 (default: chosen automatically)");
+  sub->add_flag("--relabel", a->load.relabel,
+                "Relabel indices by a random bijection before partitioning (balances skewed "
+                "modes; results are unchanged)");
   add_compute_options(sub, a->run, a->load);
   sub->add_option("-o,--out", a->out, "Write the model (HDF5) here");
   sub->callback([a, &run] {

@@ -32,7 +32,12 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
     local = rr.local.template cast<T>();
   }
   rr.local = SparseTensor<double>();
-  auto d = partition::distribute(std::move(local), scheme, grid, world);
+  // The relabelling key is fixed: results do not depend on it (initial factors are keyed
+  // by original rows and the model is written in original indices).
+  constexpr std::uint64_t kRelabelSeed = 0x7E55E2A5EEDull;
+  auto d = o.relabel ? partition::distribute_relabelled(std::move(local), scheme, grid, world,
+                                                        kRelabelSeed)
+                     : partition::distribute(std::move(local), scheme, grid, world);
   const double dist_s = t.seconds();
   log::info(d.dist.describe());
   if (d.dist.duplicates > 0)

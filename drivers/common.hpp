@@ -20,6 +20,7 @@ struct LoadOptions {
   std::string index_base = "1";
   std::string partition = "auto";  ///< auto | nnz | grid
   std::string grid;                ///< "4x2x1" or empty (automatic)
+  bool relabel = false;            ///< random relabelling of indices before partitioning
 };
 
 struct Loaded {

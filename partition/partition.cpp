@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "partition/detail.hpp"
+#include "partition/relabel.hpp"
 #include "util/error.hpp"
 
 namespace tessera::partition {
@@ -483,6 +484,11 @@ int Distribution::layer_rank(int mode) const {
   return r;
 }
 
+std::uint64_t Distribution::original_index(int mode, std::uint64_t i) const {
+  if (relabel_seed == 0) return i;
+  return Relabel(relabel_seed, mode, dims[static_cast<size_t>(mode)]).inverse(i);
+}
+
 std::pair<uint64_t, uint64_t> Distribution::owned_rows(int mode) const {
   const auto [lo, hi] = chunk(mode);
   const uint64_t len = hi - lo;
@@ -741,9 +747,38 @@ Distributed<T> distribute(SparseTensor<T>&& local, Scheme scheme, std::vector<in
   return out;
 }
 
+template <typename T>
+Distributed<T> distribute_relabelled(SparseTensor<T>&& local, Scheme scheme, std::vector<int> grid,
+                                     const comm::Communicator& c, std::uint64_t seed) {
+  TESSERA_EXPECTS(seed != 0, "relabelling needs a non-zero seed");
+  const int N = local.order();
+  comm::run_collectively(c, [&] {
+    check_structure(local);
+    check_coordinates(local, c.rank());
+  });
+  for (int m = 0; m < N; ++m) {
+    const Relabel rl(seed, m, local.dims[static_cast<size_t>(m)]);
+    auto& idx = local.idx[static_cast<size_t>(m)];
+#pragma omp parallel for schedule(static)
+    for (std::int64_t k = 0; k < static_cast<std::int64_t>(idx.size()); ++k)
+      idx[static_cast<size_t>(k)] = static_cast<index_t>(rl.forward(idx[static_cast<size_t>(k)]));
+  }
+  auto out = distribute(std::move(local), scheme, std::move(grid), c);
+  out.dist.relabel_seed = seed;
+  return out;
+}
+
 template Distributed<float> distribute<float>(SparseTensor<float>&&, Scheme, std::vector<int>,
                                               const comm::Communicator&);
 template Distributed<double> distribute<double>(SparseTensor<double>&&, Scheme, std::vector<int>,
                                                 const comm::Communicator&);
+
+template Distributed<float> distribute_relabelled<float>(SparseTensor<float>&&, Scheme,
+                                                         std::vector<int>,
+                                                         const comm::Communicator&, std::uint64_t);
+template Distributed<double> distribute_relabelled<double>(SparseTensor<double>&&, Scheme,
+                                                           std::vector<int>,
+                                                           const comm::Communicator&,
+                                                           std::uint64_t);
 
 }  // namespace tessera::partition

@@ -62,6 +62,12 @@ struct Distribution {
   /// touched_rows split by mode: sum over ranks of the distinct mode-n indices in a block.
   std::vector<std::uint64_t> touched_rows_per_mode;
 
+  /// Seed of the random relabelling applied before distribution (0: none). When set,
+  /// block coordinates are labels; original_index() maps a label back.
+  std::uint64_t relabel_seed = 0;
+  /// Original index of label `i` of mode `mode` (identity without relabelling).
+  std::uint64_t original_index(int mode, std::uint64_t i) const;
+
   int order() const { return static_cast<int>(dims.size()); }
   /// Rank (in the communicator used to distribute) of grid coordinates c (row-major,
   /// mode 0 slowest).
@@ -101,5 +107,12 @@ struct Distributed {
 template <typename T>
 Distributed<T> distribute(SparseTensor<T>&& local, Scheme scheme, std::vector<int> grid,
                           const comm::Communicator& c);
+
+/// As distribute(), after relabelling every mode's indices by a random bijection keyed by
+/// `seed` (not 0), which breaks up runs of heavy slices so grid chunks balance better.
+/// dist.original_index() undoes it.
+template <typename T>
+Distributed<T> distribute_relabelled(SparseTensor<T>&& local, Scheme scheme, std::vector<int> grid,
+                                     const comm::Communicator& c, std::uint64_t seed);
 
 }  // namespace tessera::partition

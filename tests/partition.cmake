@@ -11,3 +11,8 @@ tessera_test_executable(partition_mpi_tests
 foreach(np 1 2 3 4 5)
   tessera_add_mpi_test(partition_distribute partition_mpi_tests RANKS ${np})
 endforeach()
+
+tessera_test_executable(partition_relabel_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/partition_relabel.cpp
+  LIBS tessera::partition)
+tessera_add_test(partition_relabel partition_relabel_tests)

@@ -393,6 +393,8 @@ constexpr int kMinChunksPerMode = 4;
 /// Upper bound on one chunk buffer: large enough that per-chunk costs (launch, events,
 /// the tail of the kernel) vanish next to its copy.
 constexpr std::size_t kMaxChunkBytes = std::size_t(512) << 20;
+/// Upper bound on the chunks of one mode (each costs a launch and four events).
+constexpr nnz_t kMaxChunksPerMode = nnz_t(1) << 20;
 
 /// Device memory a tensor may occupy when no budget is given: the free memory less a
 /// reserve for factors, outputs and library workspace (1/16 of the device, >= 512 MiB).
@@ -572,6 +574,18 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
                   << " bytes for two chunk buffers of " << min_chunk << " nonzeros, plus room for "
                   << "the factors; " << free_b << " of " << total_b << " bytes are free"
                   << (budget == 0 ? " (less a reserve of 1/16 of the device)" : ""));
+  }
+  const nnz_t chunks = (nnz + chunk - 1) / chunk;
+  if (chunks > kMaxChunksPerMode) {
+    const nnz_t min_chunk =
+        ((nnz + kMaxChunksPerMode - 1) / kMaxChunksPerMode + kTileNnz - 1) / kTileNnz * kTileNnz;
+    TESSERA_INPUT_CHECK(false, "a device memory limit of "
+                                   << limit << " bytes cuts each mode of the tensor (" << nnz
+                                   << " nonzeros) into " << chunks << " chunks, more than "
+                                   << kMaxChunksPerMode << "; raise the memory budget "
+                                   << "(--mem-budget) to at least "
+                                   << 2 * block_bytes<T>(N, static_cast<std::size_t>(min_chunk))
+                                   << " bytes");
   }
   prepare_streamed(ctx, x, *h, chunk, budget);
   return h;

@@ -142,8 +142,8 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
     std::vector<T> h(static_cast<std::size_t>(L.alloc * R), T(0));
     for (std::int64_t i = 0; i < L.len; ++i)
       for (int r = 0; r < R; ++r)
-        h[static_cast<std::size_t>(i * R + r)] = static_cast<T>(
-            initial_factor_value(opt.seed, n, L.lo + static_cast<std::uint64_t>(i), r));
+        h[static_cast<std::size_t>(i * R + r)] = static_cast<T>(initial_factor_value(
+            opt.seed, n, dist.original_index(n, L.lo + static_cast<std::uint64_t>(i)), r));
     A[static_cast<std::size_t>(n)] =
         be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(L.alloc, 1) * R));
     if (!h.empty()) be.upload(h.data(), h.size(), A[static_cast<std::size_t>(n)].data());
@@ -310,15 +310,16 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
     Matrix<double> F(static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]), R, 0.0);
     std::vector<T> h(static_cast<std::size_t>(L.len * R));
     if (!h.empty()) be.download(A[static_cast<std::size_t>(n)].data(), h.size(), h.data());
-    if (!layer) {
-      std::copy(h.begin(), h.end(), F.data.begin());
-    } else {
-      for (std::int64_t i = L.own_lo; i < L.own_lo + L.own_n; ++i)
-        for (int r = 0; r < R; ++r)
-          F(static_cast<std::int64_t>(L.lo) + i, r) =
-              static_cast<double>(h[static_cast<std::size_t>(i * R + r)]);
-      ctrl.allreduce(F.data.data(), F.data.size());
+    // Rows go back to their original indices (the block may be relabelled, DESIGN §4).
+    const std::int64_t first = layer ? L.own_lo : 0;
+    const std::int64_t count = layer ? L.own_n : L.len;
+    for (std::int64_t i = first; i < first + count; ++i) {
+      const auto row =
+          static_cast<std::int64_t>(dist.original_index(n, L.lo + static_cast<std::uint64_t>(i)));
+      for (int r = 0; r < R; ++r)
+        F(row, r) = static_cast<double>(h[static_cast<std::size_t>(i * R + r)]);
     }
+    if (layer) ctrl.allreduce(F.data.data(), F.data.size());
     res.model.factors.push_back(std::move(F));
   }
   return res;

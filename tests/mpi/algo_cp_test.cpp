@@ -168,6 +168,31 @@ TEST(CpInvariance, FloatSameAsSingleProcess) {
     expect_same_as_single_process<float>(g.block.cast<float>(), BackendKind::cpu, s, 4, 4, 2e-4);
 }
 
+TEST(CpInvariance, RelabellingChangesBalanceNotResults) {
+  algo::GenerateOptions o = small_lowrank({80, 60, 50}, 15000, 4, 0.1, 31);
+  o.structure = algo::Structure::sampled;
+  o.dist = algo::IndexDist::powerlaw;
+  auto g = algo::generate(o, world());
+  for (auto s : {CommStrategy::allreduce, CommStrategy::layer}) {
+    const auto scheme = s == CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
+    auto plain = partition::distribute(SparseTensor<double>(g.block), scheme, {}, world());
+    auto relab =
+        partition::distribute_relabelled(SparseTensor<double>(g.block), scheme, {}, world(), 99);
+    ASSERT_EQ(relab.dist.global_nnz, plain.dist.global_nnz);
+    auto be = kernels::make_backend<double>(BackendKind::cpu, 1);
+    algo::CpOptions opt;
+    opt.rank = 5;
+    opt.max_iters = 6;
+    opt.tol = 0;
+    opt.strategy = s;
+    opt.print_iterations = false;
+    auto a = algo::cp_als<double>(plain, *be, world(), world(), opt);
+    auto b = algo::cp_als<double>(relab, *be, world(), world(), opt);
+    for (int i = 0; i < 6; ++i) EXPECT_NEAR(a.history[i].fit, b.history[i].fit, 1e-9);
+    EXPECT_LT(model_difference(a.model, b.model), 1e-8);
+  }
+}
+
 struct RealCase {
   const char* file;
   int rank;
