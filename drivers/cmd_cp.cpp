@@ -111,6 +111,11 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     j["iterations"] = res.iterations;
     j["converged"] = res.converged;
     j["solve_fallbacks"] = res.solve_fallbacks;
+    j["memory_tier"] = {{"tier", res.tier},
+                        {"description", res.tier_description},
+                        {"copy_seconds", res.stream_copy_seconds},
+                        {"compute_seconds", res.stream_compute_seconds},
+                        {"overlap_fraction", res.stream_overlap}};
     nlohmann::json its = nlohmann::json::array();
     for (const auto& h : res.history)
       its.push_back({{"iter", h.iter},

@@ -3,10 +3,14 @@
 #include <omp.h>
 #include <sys/resource.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "comm/nccl_communicator.hpp"
+#include "kernels/factories.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -74,20 +78,64 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load) {
       ->check(CLI::IsMember({"double", "float"}));
   sub->add_option("--index-base", load.index_base, "Coordinate base of the file: 1 | 0 | auto")
       ->check(CLI::IsMember({"1", "0", "auto"}));
+  sub->add_option("--mem-budget", o.mem_budget,
+                  "Backend memory the tensor may occupy, e.g. 2G or 512M (K/M/G/T = 1024^k); "
+                  "a smaller budget forces the GPU to stream the tensor from host memory "
+                  "(tier 2). Default: all free memory");
   sub->add_option("--json", o.json, "Write the run record (JSON) here");
+}
+
+std::size_t parse_bytes(const std::string& s, const char* what) {
+  TESSERA_INPUT_CHECK(!s.empty(), what << " is empty");
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  double mult = 1;
+  std::string suffix = end ? std::string(end) : "";
+  if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
+  if (suffix == "K" || suffix == "k")
+    mult = 1024.0;
+  else if (suffix == "M" || suffix == "m")
+    mult = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g")
+    mult = 1024.0 * 1024 * 1024;
+  else if (suffix == "T" || suffix == "t")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else
+    TESSERA_INPUT_CHECK(suffix.empty(),
+                        "bad " << what << " '" << s << "': expected a size like 8G, 512M or 1e9");
+  TESSERA_INPUT_CHECK(
+      errno == 0 && end != s.c_str() && v > 0 && std::isfinite(v * mult) && v * mult < 1.8e19,
+      "bad " << what << " '" << s << "': expected a positive size like 8G, 512M or 1e9");
+  return static_cast<std::size_t>(v * mult);
 }
 
 template <typename T>
 Compute<T> make_compute(const ComputeOptions& o, const comm::MpiCommunicator& world) {
+  // Every rank sees the same options: failures here are agreed, so the job ends cleanly.
   Compute<T> c;
-  c.kind = kernels::parse_backend(o.backend);
+  std::size_t budget = 0;
+  comm::run_collectively(world, [&] {
+    c.kind = kernels::parse_backend(o.backend);
+    if (!o.mem_budget.empty()) budget = parse_bytes(o.mem_budget, "--mem-budget");
+    if (c.kind == kernels::BackendKind::cuda) {
+      TESSERA_INPUT_CHECK(kernels::cuda_built(),
+                          "--backend cuda: this tessera was built without CUDA (reconfigure with "
+                          "-DTESSERA_WITH_CUDA=ON where the CUDA toolkit and NCCL are installed)");
+      TESSERA_INPUT_CHECK(kernels::cuda_device_count() > 0,
+                          "--backend cuda: no GPU is visible to rank " << world.rank());
+    }
+  });
   if (o.threads > 0) omp_set_num_threads(o.threads);
   c.data = &world;
   if (c.kind == kernels::BackendKind::cuda) {
     c.nccl = comm::make_nccl_communicator(world);
     c.data = c.nccl.get();
   }
-  c.backend = kernels::make_backend<T>(c.kind, o.threads);
+  comm::run_collectively(world, [&] {
+    c.backend = kernels::make_backend<T>(c.kind, o.threads);
+    if (budget > 0) c.backend->set_memory_budget(budget);
+  });
   return c;
 }
 template Compute<float> make_compute<float>(const ComputeOptions&, const comm::MpiCommunicator&);

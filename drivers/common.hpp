@@ -40,8 +40,12 @@ struct ComputeOptions {
   std::string precision = "double";
   std::string strategy = "allreduce";
   int threads = 0;
+  std::string mem_budget;  ///< backend memory the tensor may use ("8G", "512M"); "" = all
   std::string json;
 };
+
+/// "8G" / "512M" / "64K" / "1e9" -> bytes (K, M, G, T are powers of 1024); InputError.
+std::size_t parse_bytes(const std::string& s, const char* what);
 /// Registers --backend --threads --precision --comm-strategy --index-base --json.
 void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load);
 

@@ -87,13 +87,16 @@ if "modes" in j:
           f"bw {j['machine']['bandwidth_bytes_per_s']/1e9:7.1f} GB/s")
 else:
     s = j["share"]
-    print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   kernel {s['kernel']*100:4.1f}%  comm {s['comm']*100:4.1f}%  solve {s['solve']*100:4.1f}%  fit {j['fit']:.4f}")
+    t2 = j.get("tier2")
+    extra = f"  tier2 copy {t2['copy_seconds_per_iteration']*1e3:.1f} ms compute {t2['compute_seconds_per_iteration']*1e3:.1f} ms ratio {t2['ratio_to_max_copy_compute']:.2f}" if t2 else ""
+    print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   kernel {s['kernel']*100:4.1f}%  comm {s['comm']*100:4.1f}%  solve {s['solve']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}{extra}")
 PY
 }
 nell=12092x9184x28818
 bench nell2-uniform-mttkrp-r32 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --repeat 10
 bench nell2-powerlaw-mttkrp-r32 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --dist powerlaw --rank 32 --backend cuda --precision float --repeat 10
 bench nell2-uniform-cp-r32 "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --iters 6
+bench nell2-uniform-cp-r32-tier2 "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --iters 6 --mem-budget 1G
 if [ "$mode" = full ]; then
   bench nell2-uniform-mttkrp-r16 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 16 --backend cuda --precision float --repeat 10
   C=../shared/data/congress-cosponsor_leg-leg-year.tns.gz

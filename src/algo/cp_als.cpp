@@ -123,6 +123,17 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
     X = be.prepare(shifted);
   }
 
+  res.tier = X->tier();
+  res.tier_description = X->describe();
+  {
+    std::int32_t tier_max = res.tier;
+    ctrl.allreduce(&tier_max, 1, comm::ReduceOp::max);
+    if (opt.print_iterations)
+      log::info("memory tier (rank 0): " + res.tier_description +
+                (tier_max != res.tier
+                     ? " (some ranks stream: tier " + std::to_string(tier_max) + ")"
+                     : ""));
+  }
   for (int n = 0; n < N; ++n) {
     res.mttkrp_stream_bytes.push_back(static_cast<double>(X->mttkrp_stream_bytes(n)));
     res.rows_held.push_back(static_cast<std::uint64_t>(lay[static_cast<std::size_t>(n)].len));
@@ -176,6 +187,8 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
                                  std::vector<T>(static_cast<std::size_t>(R * R)));
   std::vector<const T*> fptr(static_cast<std::size_t>(N));
   double fit_old = 0;
+  double overlap_sum = 0;
+  int overlap_count = 0;
 
   for (int it = 0; it < opt.max_iters; ++it) {
     Timer iter_timer;
@@ -187,6 +200,12 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
 
       Timer t;
       be.mttkrp(*X, n, fptr, R, M.data());
+      if (res.tier > 1) {
+        res.stream_copy_seconds += X->last_copy_seconds();
+        res.stream_compute_seconds += X->last_compute_seconds();
+        overlap_sum += X->overlap_fraction();
+        ++overlap_count;
+      }
       if (L.alloc > L.len)
         be.fill(M.data() + L.len * R, static_cast<std::size_t>((L.alloc - L.len) * R), T(0));
       be.synchronize();
@@ -300,6 +319,8 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
       break;
     }
   }
+
+  if (overlap_count > 0) res.stream_overlap = overlap_sum / overlap_count;
 
   // ---- assemble the model on every rank ----
   res.model.dims = dims;

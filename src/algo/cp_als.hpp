@@ -49,6 +49,12 @@ struct CpResult {
   /// rows held (output rows of the MTTKRP). For benchmark floors.
   std::vector<double> mttkrp_stream_bytes;
   std::vector<std::uint64_t> rows_held;
+  /// Memory tier of this rank's tensor (1 resident, 2 streamed from host) and its
+  /// description; for tier 2, seconds of host-to-device copies and of kernels summed
+  /// over all MTTKRPs, and the mean fraction of copy time hidden behind compute.
+  int tier = 1;
+  std::string tier_description;
+  double stream_copy_seconds = 0, stream_compute_seconds = 0, stream_overlap = 1;
 };
 
 /// Collective over `ctrl` (host communicator, MPI) and `data` (communicator in the

@@ -23,7 +23,9 @@ TEST(Relabel, BijectionWithInverseForManySizes) {
         ASSERT_EQ(rl.inverse(j), i) << "n=" << n;
         moved += j != i;
       }
-      if (n >= 16) EXPECT_GT(moved, n / 2) << "n=" << n;
+      if (n >= 16) {
+        EXPECT_GT(moved, n / 2) << "n=" << n;
+      }
     }
   }
 }
