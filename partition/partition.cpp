@@ -14,6 +14,13 @@
 
 #include "partition/detail.hpp"
 #include "partition/relabel.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+#if defined(__GLIBCXX__) && defined(_OPENMP)
+#include <parallel/algorithm>
+#endif
 #include "util/error.hpp"
 
 namespace tessera::partition {
@@ -72,6 +79,19 @@ nnz_t gather_merged(SparseTensor<T>& t, size_t n, Pos pos, Same same) {
   return static_cast<nnz_t>(n - u);
 }
 
+/// Sort with all of the rank's OpenMP threads (libstdc++ parallel mode) when it pays.
+/// Keys are unique (position tie-break), so the result does not depend on the threads.
+template <typename It, typename Less>
+void parallel_sort(It first, It last, Less less) {
+#if defined(__GLIBCXX__) && defined(_OPENMP)
+  if (last - first > (1 << 16) && omp_get_max_threads() > 1) {
+    __gnu_parallel::sort(first, last, less);
+    return;
+  }
+#endif
+  std::sort(first, last, less);
+}
+
 template <typename Key, typename T>
 nnz_t sort_merge_packed(SparseTensor<T>& t, const std::vector<int>& bits) {
   struct Entry {
@@ -80,13 +100,15 @@ nnz_t sort_merge_packed(SparseTensor<T>& t, const std::vector<int>& bits) {
   };
   const size_t n = t.vals.size();
   std::vector<Entry> e(n);
-  for (size_t k = 0; k < n; ++k) e[k] = Entry{Key(0), k};
-  for (int m = 0; m < t.order(); ++m) {
-    const int b = bits[static_cast<size_t>(m)];
-    const auto& col = t.idx[static_cast<size_t>(m)];
-    for (size_t k = 0; k < n; ++k) e[k].key = (e[k].key << b) | Key(col[k]);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t k = 0; k < static_cast<std::int64_t>(n); ++k) {
+    Key key(0);
+    for (int m = 0; m < t.order(); ++m)
+      key = (key << bits[static_cast<size_t>(m)]) |
+            Key(t.idx[static_cast<size_t>(m)][static_cast<size_t>(k)]);
+    e[static_cast<size_t>(k)] = Entry{key, static_cast<uint64_t>(k)};
   }
-  std::sort(e.begin(), e.end(), [](const Entry& x, const Entry& y) {
+  parallel_sort(e.begin(), e.end(), [](const Entry& x, const Entry& y) {
     return x.key < y.key || (x.key == y.key && x.pos < y.pos);
   });
   return gather_merged(
@@ -100,7 +122,7 @@ nnz_t sort_merge_tuples(SparseTensor<T>& t) {
   const int N = t.order();
   std::vector<size_t> perm(n);
   std::iota(perm.begin(), perm.end(), size_t(0));
-  std::sort(perm.begin(), perm.end(), [&](size_t x, size_t y) {
+  parallel_sort(perm.begin(), perm.end(), [&](size_t x, size_t y) {
     for (int m = 0; m < N; ++m) {
       const auto& col = t.idx[static_cast<size_t>(m)];
       if (col[x] != col[y]) return col[x] < col[y];
