@@ -193,6 +193,27 @@ TEST(CpInvariance, RelabellingChangesBalanceNotResults) {
   }
 }
 
+TEST(Generate, SameTensorOnEveryRankCount) {
+  for (auto structure : {algo::Structure::blocks, algo::Structure::sampled}) {
+    algo::GenerateOptions o = small_lowrank({40, 30, 50, 20}, 30000, 3, 0.05, 12);
+    o.structure = structure;
+    o.dist = algo::IndexDist::powerlaw;
+    auto g = algo::generate(o, world());
+    auto all = gather_all(g.block, world());
+    comm::MpiCommunicator self(MPI_COMM_SELF);
+    auto single = algo::generate(o, self);
+    // Both sides are sorted: the distributed one in rank order (nnz scheme ranges).
+    ASSERT_EQ(all.nnz(), single.block.nnz());
+    for (int n = 0; n < 4; ++n) EXPECT_EQ(all.idx[n], single.block.idx[n]);
+    double worst = 0, scale = 0;
+    for (nnz_t k = 0; k < all.nnz(); ++k) {
+      worst = std::max(worst, std::abs(all.vals[k] - single.block.vals[k]));
+      scale = std::max(scale, std::abs(single.block.vals[k]));
+    }
+    EXPECT_LT(worst, 1e-13 * scale);  // the noise scale is a global sum: rounding only
+  }
+}
+
 struct RealCase {
   const char* file;
   int rank;
