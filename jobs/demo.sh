@@ -5,7 +5,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${TESSERA_BUILD:-$here/build}
-"$here/jobs/setup.sh" "$build" >/dev/null  # installs what is missing; incremental build
+"$here/jobs/setup.sh" "$build"  # installs what is missing; incremental build
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}  # ranks may share cores
 mpirun=(mpirun -np 2 --oversubscribe)
