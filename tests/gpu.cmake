@@ -37,3 +37,21 @@ set_tests_properties(gpu_tier_np1 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera
 tessera_add_mpi_test(gpu_tier_cp gpu_tier_tests RANKS 2 ARGS --gtest_filter=GpuTierCp.*
   LABELS gpu)
 set_tests_properties(gpu_tier_cp_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+
+# Host-side parallel sorts of the CUDA backend (kernels/cuda/host_sort.cpp) against
+# std::stable_sort. Host only: the binary compiles host_sort.cpp itself and does not link
+# the CUDA backend, so it runs (and must pass) on machines without a GPU.
+tessera_test_executable(host_sort_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/host_sort_test.cpp
+          ${PROJECT_SOURCE_DIR}/kernels/cuda/host_sort.cpp
+  LIBS tessera::core OpenMP::OpenMP_CXX)
+target_include_directories(host_sort_tests PRIVATE ${PROJECT_SOURCE_DIR})
+tessera_add_test(gpu_host_sort host_sort_tests LABELS gpu)
+
+# Building the sorted copies (device sort in tier 1, host sort in tier 1 and tier 2)
+# against the reference backend: repeated indices, long rows, wide keys, orders 1 to 9.
+tessera_test_executable(gpu_prepare_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_prepare.cpp
+  LIBS tessera::kernels)
+tessera_add_test(gpu_prepare gpu_prepare_tests LABELS gpu)
+set_tests_properties(gpu_prepare PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")

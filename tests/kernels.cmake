@@ -12,3 +12,7 @@ tessera_add_test(kernels_dense kernels_dense_test)
 tessera_test_executable(kernels_backend_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_backend.cpp LIBS tessera::kernels)
 tessera_add_test(kernels_backend kernels_backend_test)
+
+tessera_test_executable(kernels_ttmc_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_ttmc.cpp LIBS tessera::kernels)
+tessera_add_test(kernels_ttmc kernels_ttmc_test)

@@ -247,7 +247,10 @@ class DeviceGuardNoThrow {
 
 /// `budget`: bytes of device memory the prepared tensor may occupy (0 = the device's free
 /// memory less a reserve). Over the budget the sorted copies stay in pinned host memory
-/// and every mttkrp streams them through two device chunk buffers (tier 2).
+/// and every mttkrp streams them through two device chunk buffers (tier 2). Tier 1 sorts
+/// on the device (CUB radix sort) when the peak of that build (copies + one COO + sort
+/// temporaries) also fits the budget, else on the host (OpenMP, host_sort.hpp); tier 2
+/// sorts on the host.
 template <typename T>
 std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor<T>& x,
                                                 std::size_t budget);

@@ -21,14 +21,23 @@
 // whole tiles, and each MTTKRP streams its mode's chunks through two device buffers:
 // the copy of chunk k + 1 (on a copy stream of the handle) overlaps the kernel of chunk
 // k (on the backend's stream), one launch per chunk into the same output.
+//
+// Building the sorted copies (prepare): tier 1 sorts on the device when the peak memory
+// of the device sort fits the limit (see prepare_resident_on_device), else on the host;
+// tier 2 sorts on the host. Both give the same order: (i_n, i_{n+1 mod N}, position in
+// the input), and the host sorts run in parallel (host_sort.cpp).
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <cub/device/device_radix_sort.cuh>
 #include <limits>
-#include <numeric>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/host_sort.hpp"
 #include "kernels/mttkrp.hpp"
 
 namespace tessera::kernels::cuda {
@@ -44,29 +53,8 @@ constexpr int kWarpsPerBlock = 8;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // ---------------------------------------------------------------------------
-// Host side: sorting and the handle
+// Host side: the handle
 // ---------------------------------------------------------------------------
-
-/// Stable sort of the permutation `perm` by key[perm[k]] (keys < dim): one counting-sort
-/// pass when the key range is small, else two LSD radix passes of 16 bits (any uint32).
-void stable_sort_by_key(const index_t* key, std::uint64_t dim, std::vector<nnz_t>& perm,
-                        std::vector<nnz_t>& tmp) {
-  const std::size_t n = perm.size();
-  tmp.resize(n);
-  auto pass = [&](std::uint64_t buckets, auto digit) {
-    std::vector<nnz_t> count(buckets + 1, 0);
-    for (std::size_t k = 0; k < n; ++k) ++count[digit(key[perm[k]]) + 1];
-    for (std::uint64_t b = 0; b < buckets; ++b) count[b + 1] += count[b];
-    for (std::size_t k = 0; k < n; ++k) tmp[count[digit(key[perm[k]])]++] = perm[k];
-    perm.swap(tmp);
-  };
-  if (dim <= std::max<std::uint64_t>(std::uint64_t(1) << 16, 2 * n)) {
-    pass(std::max<std::uint64_t>(dim, 1), [](index_t v) { return static_cast<std::uint64_t>(v); });
-  } else {
-    pass(std::uint64_t(1) << 16, [](index_t v) { return static_cast<std::uint64_t>(v & 0xffffu); });
-    pass(std::uint64_t(1) << 16, [](index_t v) { return static_cast<std::uint64_t>(v >> 16); });
-  }
-}
 
 /// Bytes before the values in a block of `cnt` nonzeros (a tier-1 sorted copy, or a tier-2
 /// chunk): `order` index arrays of cnt uint32, padded to 256 bytes.
@@ -170,6 +158,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
     if (!streamed_) {
       os << "tier 1 (device-resident): " << copies_.size() << " sorted copies, " << bytes()
          << " bytes on device " << device_;
+      if (!how_sorted_.empty()) os << ", " << how_sorted_;
       return os.str();
     }
     const auto& s = *streamed_;
@@ -204,6 +193,11 @@ class CudaTensorHandle final : public TensorHandle<T> {
   std::size_t copy_bytes() const { return block_bytes<T>(order(), static_cast<std::size_t>(nnz_)); }
   std::size_t resident_bytes() const { return dims_.size() * copy_bytes(); }
   void make_resident() { copies_.resize(dims_.size()); }
+  /// Releases the tier-1 copies (a device build that ran out of memory).
+  void drop_resident() { copies_.clear(); }
+  /// How the tier-1 copies were built, for describe() ("sorted on the device ...").
+  void set_how_sorted(std::string s) { how_sorted_ = std::move(s); }
+  void append_how_sorted(const std::string& s) { how_sorted_ += s; }
   const index_t* idx(int sorted_by, int m) const {
     return static_cast<const index_t*>(copies_[sorted_by].get()) +
            static_cast<std::size_t>(m) * static_cast<std::size_t>(nnz_);
@@ -274,6 +268,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
   nnz_t nnz_;
   int device_;
   std::vector<DeviceMemory> copies_;            ///< tier 1
+  std::string how_sorted_;                      ///< tier 1: device or host sort, time
   std::unique_ptr<StreamedStore<T>> streamed_;  ///< tier 2
   cudaStream_t compute_stream_ = nullptr;
 
@@ -430,53 +425,314 @@ nnz_t tier2_chunk_nnz(int order, nnz_t nnz, std::size_t limit) {
   return static_cast<nnz_t>(std::min(c, n));
 }
 
-/// Sorts the nonzeros lexicographically by (i_n, i_{n+1 mod N}) into `perm`.
+// ---- host sort (tier 1 fallback and tier 2) ----
+
+/// Sorts the nonzeros lexicographically by (i_n, i_{n+1 mod N}, position) into `perm`
+/// (parallel; host_sort.cpp). The secondary key groups a row's nonzeros by their
+/// next-mode factor row (cache reuse).
+/// perm and tmp: nnz entries each (tmp is scratch).
 template <typename T>
-void sort_for_mode(const SparseTensor<T>& x, int n, std::vector<nnz_t>& perm,
-                   std::vector<nnz_t>& tmp) {
+void sort_for_mode(const SparseTensor<T>& x, int n, nnz_t* perm, nnz_t* tmp) {
   const int N = x.order();
-  // LSD order, secondary key first. The secondary key groups a row's nonzeros by their
-  // next-mode factor row (cache reuse).
-  std::iota(perm.begin(), perm.end(), nnz_t(0));
-  if (N > 1) {
-    const int s = (n + 1) % N;
-    stable_sort_by_key(x.idx[s].data(), x.dims[s], perm, tmp);
-  }
-  stable_sort_by_key(x.idx[n].data(), x.dims[n], perm, tmp);
+  const int s = (n + 1) % N;
+  host_sort::sort_lexicographic(x.idx[n].data(), x.dims[n], N > 1 ? x.idx[s].data() : nullptr,
+                                x.dims[s], perm, tmp, static_cast<std::size_t>(x.nnz()));
+}
+
+/// Uninitialised host array (no serial zeroing of what the parallel code overwrites).
+template <typename U>
+std::unique_ptr<U[]> host_array(std::size_t n) {
+  return std::unique_ptr<U[]>(new U[n]);
 }
 
 /// Writes nonzeros perm[first .. first + cnt) as one block (index arrays, values) at dst.
 template <typename T>
-void write_block(const SparseTensor<T>& x, const std::vector<nnz_t>& perm, nnz_t first, nnz_t cnt,
-                 char* dst) {
+void write_block(const SparseTensor<T>& x, const nnz_t* perm, nnz_t first, nnz_t cnt, char* dst) {
   const int N = x.order();
-  const nnz_t* pk = perm.data() + first;
+  const nnz_t* pk = perm + first;
+  const auto c = static_cast<std::size_t>(cnt);
   auto* hidx = reinterpret_cast<index_t*>(dst);
-  for (int m = 0; m < N; ++m) {
-    const index_t* src = x.idx[m].data();
-    index_t* out = hidx + static_cast<std::size_t>(m) * static_cast<std::size_t>(cnt);
-    for (nnz_t k = 0; k < cnt; ++k) out[k] = src[pk[k]];
-  }
-  auto* hval = reinterpret_cast<T*>(dst + values_offset(N, static_cast<std::size_t>(cnt)));
-  for (nnz_t k = 0; k < cnt; ++k) hval[k] = x.vals[pk[k]];
+  for (int m = 0; m < N; ++m)
+    host_sort::gather(x.idx[m].data(), pk, c, hidx + static_cast<std::size_t>(m) * c);
+  host_sort::gather(x.vals.data(), pk, c, reinterpret_cast<T*>(dst + values_offset(N, c)));
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Tier 1 with the sorts on the host: one sorted copy at a time in a host staging
+/// block, uploaded to its device copy. Device memory: the final copies only.
 template <typename T>
 void prepare_resident(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T>& h) {
+  const auto t0 = std::chrono::steady_clock::now();
   const int N = x.order();
   const nnz_t nnz = x.nnz();
   h.make_resident();
-  std::vector<char> staging(h.copy_bytes());
-  std::vector<nnz_t> perm(static_cast<std::size_t>(nnz)), tmp;
+  auto staging = host_array<char>(h.copy_bytes());
+  auto perm = host_array<nnz_t>(static_cast<std::size_t>(nnz));
+  auto tmp = host_array<nnz_t>(static_cast<std::size_t>(nnz));
   for (int n = 0; n < N; ++n) {
-    sort_for_mode(x, n, perm, tmp);
-    write_block(x, perm, 0, nnz, staging.data());
+    sort_for_mode(x, n, perm.get(), tmp.get());
+    write_block(x, perm.get(), 0, nnz, staging.get());
     DeviceMemory& dm = h.copy(n);
     dm.reserve(h.copy_bytes());
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dm.get(), staging.data(), h.copy_bytes(),
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dm.get(), staging.get(), h.copy_bytes(),
                                        cudaMemcpyHostToDevice, ctx.stream));
     ctx.sync();  // staging is reused for the next mode
   }
+  std::ostringstream os;
+  os.precision(3);
+  os << "sorted on the host in " << seconds_since(t0) << " s";
+  h.set_how_sorted(os.str());
+}
+
+// ---- device sort (tier 1) ----
+//
+// The COO (index arrays and values, laid out like a sorted copy) is uploaded once. Per
+// mode n, with s = n + 1 mod N:
+//   1. key[k] = i_n[k] << bits(s) | i_s[k] and perm[k] = k, where bits(m) is the number
+//      of bits of dims[m] - 1; the key is uint32 when bits(n) + bits(s) <= 32, else
+//      uint64 (dims <= 2^32, so it always fits);
+//   2. one cub::DeviceRadixSort::SortPairs (key, perm) over bits [0, bits(n) + bits(s)):
+//      LSD radix sort is stable, so equal keys keep position order and the result is the
+//      order of the host sort, (i_n, i_s, k);
+//   3. the keys, the sort's temporary storage and the other perm buffer are freed, the
+//      copy of mode n is allocated, and one kernel gathers every index array and the
+//      values through perm into it; perm is freed.
+// When bits(n) + bits(s) == 0 (both modes of length 1) the order is the input order and
+// the copy is the COO block itself, copied.
+// Counts: perm is uint32 and CUB's num_items an int while nnz <= INT_MAX; beyond that
+// both are 64-bit (CUB picks 64-bit offsets for a 64-bit num_items and sorts in portions
+// of < 2^28 items, so any nnz works). Kernels use grid-stride loops over int64.
+// Peak device memory (device_sort_peak): the largest of, over the modes n,
+//   n copies + COO + 2 nnz (sizeof key + sizeof perm) + CUB temporary   (sort of mode n)
+//   (n + 1) copies + COO + nnz sizeof perm                               (gather of mode n)
+// i.e. at most (final copies) + (one COO, the size of one copy) + (sort temporaries).
+// For order 3, float, uint32 keys: 4 copies + 8 bytes per nonzero (the copies are 16).
+
+/// bits(m): number of bits of every index below `dim` (0 when dim <= 1).
+int index_bits(std::uint64_t dim) {
+  return host_sort::key_bits(dim);
+}
+
+/// The sort key of mode n: primary i_n shifted by the bits of the secondary i_s.
+struct ModeKey {
+  int primary = -1;    ///< mode n, or -1 when it has no bits
+  int secondary = -1;  ///< mode s, or -1 when it has no bits (or N == 1)
+  int shift = 0;       ///< bits of the secondary
+  int end_bit = 0;     ///< bits of the whole key
+  bool wide() const { return end_bit > 32; }
+};
+
+template <typename T>
+ModeKey mode_key(const SparseTensor<T>& x, int n) {
+  const int N = x.order();
+  ModeKey k;
+  const int bn = index_bits(x.dims[n]);
+  const int bs = N > 1 ? index_bits(x.dims[(n + 1) % N]) : 0;
+  if (bn > 0) k.primary = n;
+  if (bs > 0) {
+    k.secondary = (n + 1) % N;
+    k.shift = bs;
+  }
+  k.end_bit = bn + bs;
+  return k;
+}
+
+/// key[k] = (primary[k] << shift) | secondary[k] (either may be null: no term), perm[k] = k.
+template <typename K, typename P>
+__global__ void make_sort_keys(const index_t* __restrict__ primary,
+                               const index_t* __restrict__ secondary, int shift,
+                               K* __restrict__ key, P* __restrict__ perm, std::int64_t n) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride) {
+    K v = 0;
+    if (primary != nullptr) v = static_cast<K>(primary[k]) << shift;
+    if (secondary != nullptr) v |= static_cast<K>(secondary[k]);
+    key[k] = v;
+    perm[k] = static_cast<P>(k);
+  }
+}
+
+template <typename T, typename P>
+struct GatherParams {
+  const index_t* src_idx;  ///< order arrays of n entries (the COO)
+  const T* src_vals;
+  index_t* dst_idx;  ///< order arrays of n entries (the sorted copy)
+  T* dst_vals;
+  const P* perm;
+  std::int64_t n;
+  int order;
+};
+
+/// dst[m][k] = src[m][perm[k]] for every mode m, and the values likewise.
+template <typename T, typename P>
+__global__ void gather_sorted_copy(const __grid_constant__ GatherParams<T, P> p) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const auto n = static_cast<std::size_t>(p.n);
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < p.n;
+       k += stride) {
+    const auto j = static_cast<std::size_t>(p.perm[k]);
+    for (int m = 0; m < p.order; ++m) {
+      const std::size_t off = static_cast<std::size_t>(m) * n;
+      p.dst_idx[off + static_cast<std::size_t>(k)] = __ldg(p.src_idx + off + j);
+    }
+    p.dst_vals[k] = __ldg(p.src_vals + j);
+  }
+}
+
+/// Calls f(K{}, P{}, Num{}) with the key type of `key`, and the perm and CUB num_items
+/// types for `nnz` (32-bit while nnz <= INT_MAX, else 64-bit).
+template <typename F>
+auto with_sort_types(const ModeKey& key, nnz_t nnz, F&& f) {
+  const bool narrow = nnz <= std::numeric_limits<int>::max();
+  if (!key.wide()) {
+    if (narrow) return f(std::uint32_t{}, std::uint32_t{}, int{});
+    return f(std::uint32_t{}, std::uint64_t{}, std::int64_t{});
+  }
+  if (narrow) return f(std::uint64_t{}, std::uint32_t{}, int{});
+  return f(std::uint64_t{}, std::uint64_t{}, std::int64_t{});
+}
+
+/// Temporary storage bytes of CUB's sort of mode key `key` (a size query: no data read).
+template <typename K, typename P, typename Num>
+std::size_t cub_sort_bytes(const ModeKey& key, nnz_t nnz, cudaStream_t stream) {
+  std::size_t bytes = 0;
+  cub::DoubleBuffer<K> keys(nullptr, nullptr);
+  cub::DoubleBuffer<P> vals(nullptr, nullptr);
+  TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, bytes, keys, vals, static_cast<Num>(nnz), 0, key.end_bit, stream));
+  return bytes;
+}
+
+/// Slack per allocation for the allocator's granularity.
+constexpr std::size_t kAllocSlack = std::size_t(2) << 20;
+
+/// Peak device bytes of prepare_resident_on_device (see above), with kAllocSlack per
+/// live allocation.
+template <typename T>
+std::size_t device_sort_peak(const SparseTensor<T>& x, std::size_t copy_bytes,
+                             cudaStream_t stream) {
+  const int N = x.order();
+  const nnz_t nnz = x.nnz();
+  const auto n = static_cast<std::size_t>(nnz);
+  std::size_t peak = 0;
+  for (int m = 0; m < N; ++m) {
+    const ModeKey key = mode_key(x, m);
+    const auto live = static_cast<std::size_t>(m + 1);  // COO and m copies
+    std::size_t sort = 0, gather = 0;
+    if (key.end_bit == 0) {
+      gather = copy_bytes;
+    } else {
+      with_sort_types(key, nnz, [&](auto k, auto p, auto num) {
+        using K = decltype(k);
+        using P = decltype(p);
+        using Num = decltype(num);
+        sort = 2 * n * (sizeof(K) + sizeof(P)) + cub_sort_bytes<K, P, Num>(key, nnz, stream) +
+               5 * kAllocSlack;
+        gather = n * sizeof(P) + copy_bytes + 2 * kAllocSlack;
+        return 0;
+      });
+    }
+    peak = std::max(peak, live * (copy_bytes + kAllocSlack) + std::max(sort, gather));
+  }
+  return peak;
+}
+
+/// Sorts mode key `key` of the COO block `coo` (n nonzeros) and gathers it into `dst`.
+/// Returns the error of a failed allocation (nothing else is left allocated), and
+/// throws on any other error.
+template <typename T, typename K, typename P, typename Num>
+cudaError_t sort_and_gather(Context& ctx, const ModeKey& key, int order, const char* coo,
+                            std::size_t n, std::size_t copy_bytes, DeviceMemory& dst) {
+  const auto* coo_idx = reinterpret_cast<const index_t*>(coo);
+  auto idx_of = [&](int m) { return m < 0 ? nullptr : coo_idx + static_cast<std::size_t>(m) * n; };
+  DeviceMemory perm[2];
+  int sorted = 0;
+  cudaError_t e = cudaSuccess;
+  {
+    DeviceMemory keys[2], temp;
+    for (int b = 0; b < 2; ++b) {
+      if ((e = keys[b].try_reserve(n * sizeof(K))) != cudaSuccess) return e;
+      if ((e = perm[b].try_reserve(n * sizeof(P))) != cudaSuccess) return e;
+    }
+    make_sort_keys<K, P><<<grid_for(static_cast<std::int64_t>(n)), kBlock, 0, ctx.stream>>>(
+        idx_of(key.primary), idx_of(key.secondary), key.shift, static_cast<K*>(keys[0].get()),
+        static_cast<P*>(perm[0].get()), static_cast<std::int64_t>(n));
+    TESSERA_CUDA_CHECK_LAUNCH();
+    cub::DoubleBuffer<K> dk(static_cast<K*>(keys[0].get()), static_cast<K*>(keys[1].get()));
+    cub::DoubleBuffer<P> dv(static_cast<P*>(perm[0].get()), static_cast<P*>(perm[1].get()));
+    std::size_t temp_bytes = 0;
+    TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+        nullptr, temp_bytes, dk, dv, static_cast<Num>(n), 0, key.end_bit, ctx.stream));
+    if ((e = temp.try_reserve(std::max<std::size_t>(temp_bytes, 1))) != cudaSuccess) return e;
+    TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+        temp.get(), temp_bytes, dk, dv, static_cast<Num>(n), 0, key.end_bit, ctx.stream));
+    sorted = dv.selector;
+    perm[1 - sorted] = DeviceMemory();  // cudaFree waits for the sort
+  }                                     // keys and temp freed
+  if ((e = dst.try_reserve(copy_bytes)) != cudaSuccess) return e;
+  GatherParams<T, P> g{};
+  g.src_idx = coo_idx;
+  g.src_vals = reinterpret_cast<const T*>(coo + values_offset(order, n));
+  g.dst_idx = static_cast<index_t*>(dst.get());
+  g.dst_vals = reinterpret_cast<T*>(static_cast<char*>(dst.get()) + values_offset(order, n));
+  g.perm = static_cast<const P*>(perm[sorted].get());
+  g.n = static_cast<std::int64_t>(n);
+  g.order = order;
+  gather_sorted_copy<T, P><<<grid_for(g.n), kBlock, 0, ctx.stream>>>(g);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return cudaSuccess;  // perm freed on return (after the gather: cudaFree waits)
+}
+
+/// Tier 1 with the sorts on the device (see above). Returns false, with nothing left
+/// allocated and the handle's copies dropped, when a device allocation fails; the
+/// caller then sorts on the host.
+template <typename T>
+bool prepare_resident_on_device(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T>& h,
+                                std::size_t peak) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int N = x.order();
+  const nnz_t nnz = x.nnz();
+  const auto n = static_cast<std::size_t>(nnz);
+  const std::size_t cb = h.copy_bytes();
+  DeviceMemory coo;
+  if (coo.try_reserve(cb) != cudaSuccess) return false;
+  char* c = static_cast<char*>(coo.get());
+  for (int m = 0; m < N; ++m)
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(c + static_cast<std::size_t>(m) * n * sizeof(index_t),
+                                       x.idx[m].data(), n * sizeof(index_t), cudaMemcpyHostToDevice,
+                                       ctx.stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(c + values_offset(N, n), x.vals.data(), n * sizeof(T),
+                                     cudaMemcpyHostToDevice, ctx.stream));
+  h.make_resident();
+  for (int m = 0; m < N; ++m) {
+    const ModeKey key = mode_key(x, m);
+    DeviceMemory& dst = h.copy(m);
+    cudaError_t e = cudaSuccess;
+    if (key.end_bit == 0) {  // every key equal: input order
+      e = dst.try_reserve(cb);
+      if (e == cudaSuccess)
+        TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst.get(), c, cb, cudaMemcpyDeviceToDevice, ctx.stream));
+    } else {
+      e = with_sort_types(key, nnz, [&](auto k, auto p, auto num) {
+        return sort_and_gather<T, decltype(k), decltype(p), decltype(num)>(ctx, key, N, c, n, cb,
+                                                                           dst);
+      });
+    }
+    if (e != cudaSuccess) {
+      h.drop_resident();
+      return false;  // coo freed on return
+    }
+  }
+  ctx.sync();
+  std::ostringstream os;
+  os.precision(3);
+  os << "sorted on the device in " << seconds_since(t0) << " s (peak " << peak << " bytes)";
+  h.set_how_sorted(os.str());
+  return true;
 }
 
 template <typename T>
@@ -509,7 +765,8 @@ void prepare_streamed(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T
 
   s->host.resize(static_cast<std::size_t>(N));
   const std::size_t per_mode = s->host_bytes_per_mode();
-  std::vector<nnz_t> perm(static_cast<std::size_t>(nnz)), tmp;
+  auto perm = host_array<nnz_t>(static_cast<std::size_t>(nnz));
+  auto tmp = host_array<nnz_t>(static_cast<std::size_t>(nnz));
   for (int n = 0; n < N; ++n) {
     const cudaError_t e = s->host[n].allocate(per_mode);
     if (e != cudaSuccess)
@@ -520,9 +777,9 @@ void prepare_streamed(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T
           << " bytes failed (" << detail::cuda_error_text(e)
           << "); free host memory, raise the locked-memory limit (ulimit -l), or "
              "spread the tensor over more ranks");
-    sort_for_mode(x, n, perm, tmp);
+    sort_for_mode(x, n, perm.get(), tmp.get());
     for (int k = 0; k < s->chunks; ++k)
-      write_block(x, perm, static_cast<nnz_t>(k) * chunk_nnz, s->chunk_count(k),
+      write_block(x, perm.get(), static_cast<nnz_t>(k) * chunk_nnz, s->chunk_count(k),
                   s->host[n].get() + s->chunk_offset(k));
   }
   h.make_streamed(std::move(s), ctx.stream);
@@ -548,7 +805,17 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
       budget == 0 ? automatic_budget(free_b, total_b) : std::min(budget, free_b);
   const std::size_t tier1 = h->resident_bytes();
   if (tier1 <= limit) {
+    // Sort on the device when its peak (copies + COO + sort temporaries) fits the same
+    // limit, else (or when an allocation fails anyway) on the host: still tier 1.
+    const std::size_t peak = device_sort_peak(x, h->copy_bytes(), ctx.stream);
+    if (peak <= limit && prepare_resident_on_device(ctx, x, *h, peak)) return h;
     prepare_resident(ctx, x, *h);
+    std::ostringstream os;
+    if (peak > limit)
+      os << "; the device sort needs " << peak << " bytes, over the limit of " << limit;
+    else
+      os << "; the device sort (" << peak << " bytes) failed to allocate device memory";
+    h->append_how_sorted(os.str());
     return h;
   }
 

@@ -1,0 +1,278 @@
+// Building the per-mode sorted copies of the CUDA backend (prepare): the device sort of
+// tier 1, the host sort of tier 1 (when the device sort's peak memory is over the limit)
+// and the host sort of tier 2 must all give the MTTKRP of the reference backend. The
+// MTTKRP kernel writes rows inside a tile with plain stores, so a copy whose rows are
+// not contiguous loses contributions and fails the comparison. Tensors have many equal
+// indices in every mode (long rows, long runs of equal secondary keys), nnz not a
+// multiple of the tile, modes of length 1 (keys of 0 bits) and keys over 32 bits.
+// Skips (with a message) where no CUDA device is visible.
+//
+// LargeCounts (opt-in: TESSERA_GPU_LARGE_TESTS=1, about 30 GB of host memory and 120 GB
+// of device memory) prepares an order-2 tensor of 2^31 + 4097 nonzeros (64-bit counts
+// in the device sort) and checks the row sums of every mode exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+namespace tessera::kernels {
+namespace {
+
+constexpr std::size_t kTileNnz = 256;  ///< nonzeros of one tile (kernels/cuda/mttkrp.cu)
+
+template <typename T>
+std::size_t chunk_bytes(int order, std::size_t cnt) {
+  return (static_cast<std::size_t>(order) * cnt * sizeof(index_t) + 255) / 256 * 256 +
+         cnt * sizeof(T);
+}
+
+template <typename T>
+double tolerance() {
+  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
+}
+
+template <typename A, typename B>
+double rel_error(const std::vector<A>& got, const std::vector<B>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double d2 = 0, w2 = 0;
+  for (std::size_t k = 0; k < got.size() && k < want.size(); ++k) {
+    const double g = static_cast<double>(got[k]), w = static_cast<double>(want[k]);
+    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
+    d2 += (g - w) * (g - w);
+    w2 += w * w;
+  }
+  return w2 > 0 ? std::sqrt(d2 / w2) : std::sqrt(d2);
+}
+
+template <typename T>
+std::vector<T> random_vector(std::size_t n, std::uint64_t seed) {
+  CounterRng rng(seed, 11);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(2.0 * rng.uniform() - 1.0);
+  return v;
+}
+
+/// Random coordinates with many repeats: in every mode, 40% of the nonzeros take index 0
+/// and 10% the last index; so rows of every mode are long and the secondary keys of a
+/// row repeat. Duplicate coordinates are kept (MTTKRP sums them).
+template <typename T>
+SparseTensor<T> repetitive_tensor(std::vector<std::uint64_t> dims, nnz_t nnz, std::uint64_t seed) {
+  SparseTensor<T> x(dims);
+  x.reserve(static_cast<std::size_t>(nnz));
+  CounterRng rng(seed, 7);
+  std::vector<index_t> c(dims.size());
+  for (nnz_t k = 0; k < nnz; ++k) {
+    for (std::size_t m = 0; m < dims.size(); ++m) {
+      const double u = rng.uniform();
+      if (u < 0.4)
+        c[m] = 0;
+      else if (u < 0.5)
+        c[m] = static_cast<index_t>(dims[m] - 1);
+      else
+        c[m] = static_cast<index_t>(rng.next_u64() % dims[m]);
+    }
+    x.push_back(c.data(), static_cast<T>(2.0 * rng.uniform() - 1.0));
+  }
+  return x;
+}
+
+bool contains(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
+template <typename T>
+class GpuPrepare : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible";
+    ref_ = make_backend<T>(BackendKind::reference);
+  }
+
+  static constexpr T nan() { return std::numeric_limits<T>::quiet_NaN(); }
+
+  /// MTTKRP of every mode at rank R on `be` (tensor prepared as `h`) against the reference.
+  void check_mttkrp(Backend<T>& be, const TensorHandle<T>& h, const SparseTensor<T>& x, int R,
+                    std::uint64_t seed, const std::string& what) {
+    const int N = x.order();
+    std::vector<Array<T>> fg, fr;
+    std::vector<const T*> pg(N), pr(N);
+    for (int m = 0; m < N; ++m) {
+      const auto v = random_vector<T>(static_cast<std::size_t>(x.dims[m]) * R, seed * 131 + m);
+      fg.push_back(be.allocate(v.size()));
+      be.upload(v.data(), v.size(), fg.back().data());
+      fr.push_back(ref_->allocate(v.size()));
+      ref_->upload(v.data(), v.size(), fr.back().data());
+      pg[m] = fg.back().data();
+      pr[m] = fr.back().data();
+    }
+    auto hr = ref_->prepare(x);
+    for (int mode = 0; mode < N; ++mode) {
+      const std::size_t n = static_cast<std::size_t>(x.dims[mode]) * R;
+      auto og = be.allocate(n);
+      be.fill(og.data(), n, nan());
+      auto orf = ref_->allocate(n);
+      ref_->fill(orf.data(), n, nan());
+      std::vector<const T*> pgm = pg;
+      pgm[mode] = nullptr;  // documented as not read
+      be.mttkrp(h, mode, pgm, R, og.data());
+      ref_->mttkrp(*hr, mode, pr, R, orf.data());
+      std::vector<T> got(n), want(n);
+      be.download(og.data(), n, got.data());
+      ref_->download(orf.data(), n, want.data());
+      EXPECT_LT(rel_error(got, want), tolerance<T>())
+          << what << ": order " << N << " mode " << mode << " R " << R << " nnz " << x.nnz() << "; "
+          << h.describe();
+    }
+  }
+
+  /// Prepares x three ways and checks each against the reference: tier 1 sorted on the
+  /// device (no budget), tier 1 sorted on the host (budget = the tier-1 bytes, under the
+  /// device sort's peak) and tier 2 (a quarter of the tier-1 bytes, at least two
+  /// one-tile chunk buffers).
+  void check_three_ways(const SparseTensor<T>& x, const std::vector<int>& ranks,
+                        std::uint64_t seed) {
+    const int N = x.order();
+    auto be1 = make_backend<T>(BackendKind::cuda);
+    auto h1 = be1->prepare(x);
+    const std::string d1 = h1->describe();
+    ASSERT_EQ(h1->tier(), 1) << d1;
+    EXPECT_TRUE(contains(d1, "sorted on the device")) << d1;
+    const std::size_t b1 = h1->bytes();
+
+    auto be2 = make_backend<T>(BackendKind::cuda);
+    be2->set_memory_budget(b1);
+    auto h2 = be2->prepare(x);
+    const std::string d2 = h2->describe();
+    ASSERT_EQ(h2->tier(), 1) << d2;
+    EXPECT_EQ(h2->bytes(), b1) << d2;
+    EXPECT_TRUE(contains(d2, "sorted on the host")) << d2;
+
+    const std::size_t min_t2 =
+        2 * chunk_bytes<T>(N, std::min<std::size_t>(kTileNnz, static_cast<std::size_t>(x.nnz())));
+    auto be3 = make_backend<T>(BackendKind::cuda);
+    be3->set_memory_budget(std::max(b1 / 4, min_t2));
+    auto h3 = be3->prepare(x);
+    ASSERT_EQ(h3->tier(), 2) << h3->describe();
+
+    for (int R : ranks) {
+      check_mttkrp(*be1, *h1, x, R, seed + R, "tier 1, device sort");
+      check_mttkrp(*be2, *h2, x, R, seed + R, "tier 1, host sort");
+      check_mttkrp(*be3, *h3, x, R, seed + R, "tier 2, host sort");
+    }
+  }
+
+  std::unique_ptr<Backend<T>> ref_;
+};
+
+using ValueTypes = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(GpuPrepare, ValueTypes);
+
+TYPED_TEST(GpuPrepare, RepeatedIndicesOrders3To9) {
+  using T = TypeParam;
+  struct Shape {
+    std::vector<std::uint64_t> dims;
+    nnz_t nnz;
+  };
+  const std::vector<Shape> shapes = {
+      {{60, 50, 45}, 20011},
+      {{3, 1000, 2}, 15013},       // short modes: very long rows and runs of equal keys
+      {{70000, 90000, 5}, 30011},  // mode 0: 17 + 17 bits, a 64-bit key
+      {{12, 900, 15, 300000}, 15013},
+      {{9, 8, 700, 7, 6}, 9001},
+      {{4, 3, 5, 4, 3, 4, 5, 3, 4}, 5003},
+      {{4, 3, 5, 4, 200000, 4, 5, 3, 4}, 7001},
+  };
+  std::uint64_t seed = 900;
+  for (const auto& s : shapes) {
+    const auto x = repetitive_tensor<T>(s.dims, s.nnz, ++seed);
+    this->check_three_ways(x, {16, 33}, seed * 7);
+  }
+}
+
+TYPED_TEST(GpuPrepare, ModesOfLengthOne) {
+  using T = TypeParam;
+  // Keys of 0 bits: a primary or secondary mode of length 1, and both (the copy is the
+  // input order).
+  const std::vector<std::vector<std::uint64_t>> shapes = {
+      {1, 40, 3000}, {1, 1, 500}, {30, 1, 1}, {1, 1, 1}, {1, 1}, {5000}, {1}};
+  std::uint64_t seed = 950;
+  for (const auto& dims : shapes) {
+    const auto x = repetitive_tensor<T>(dims, 3001, ++seed);
+    this->check_three_ways(x, {16}, seed * 7);
+  }
+}
+
+TYPED_TEST(GpuPrepare, TinyTensors) {
+  using T = TypeParam;
+  std::uint64_t seed = 970;
+  for (nnz_t nnz : {nnz_t(1), nnz_t(2), nnz_t(255), nnz_t(257)}) {
+    const auto x = repetitive_tensor<T>({7, 6, 9, 5}, nnz, ++seed);
+    auto be = make_backend<T>(BackendKind::cuda);
+    auto h = be->prepare(x);
+    ASSERT_EQ(h->tier(), 1) << h->describe();
+    EXPECT_TRUE(contains(h->describe(), "sorted on the device")) << h->describe();
+    this->check_mttkrp(*be, *h, x, 33, seed, "tiny, device sort");
+  }
+}
+
+/// Opt-in: 2^31 + 4097 nonzeros (over INT_MAX: 64-bit perm and CUB counts), order 2,
+/// float, all values 1, keys of 13 + 20 bits (64-bit). MTTKRP with factors of ones at
+/// R = 1 gives the nonzero count of every row, exact in float (< 2^24).
+TEST(GpuPrepareLarge, LargeCounts) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible";
+  const char* env = std::getenv("TESSERA_GPU_LARGE_TESTS");
+  if (env == nullptr || std::string(env) != "1")
+    GTEST_SKIP() << "set TESSERA_GPU_LARGE_TESTS=1 to run (30 GB host, 120 GB device memory)";
+  using T = float;
+  const std::vector<std::uint64_t> dims = {5000, std::uint64_t(1) << 20};
+  const nnz_t nnz = (nnz_t(1) << 31) + 4097;
+  SparseTensor<T> x(dims);
+  x.idx[0].resize(static_cast<std::size_t>(nnz));
+  x.idx[1].resize(static_cast<std::size_t>(nnz));
+  x.vals.assign(static_cast<std::size_t>(nnz), T(1));
+#pragma omp parallel for schedule(static)
+  for (nnz_t k = 0; k < nnz; ++k) {
+    std::uint64_t h = static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    x.idx[0][static_cast<std::size_t>(k)] = static_cast<index_t>(h % dims[0]);
+    x.idx[1][static_cast<std::size_t>(k)] = static_cast<index_t>((h >> 13) % dims[1]);
+  }
+  auto be = make_backend<T>(BackendKind::cuda);
+  auto h = be->prepare(x);
+  ASSERT_EQ(h->tier(), 1) << h->describe();
+  EXPECT_TRUE(contains(h->describe(), "sorted on the device")) << h->describe();
+  for (int mode = 0; mode < 2; ++mode) {
+    std::vector<std::uint64_t> want(static_cast<std::size_t>(dims[mode]), 0);
+    for (index_t i : x.idx[mode]) ++want[i];
+    const int other = 1 - mode;
+    const std::vector<T> ones(static_cast<std::size_t>(dims[other]), T(1));
+    auto f = be->allocate(ones.size());
+    be->upload(ones.data(), ones.size(), f.data());
+    std::vector<const T*> factors(2, nullptr);
+    factors[static_cast<std::size_t>(other)] = f.data();
+    auto out = be->allocate(static_cast<std::size_t>(dims[mode]));
+    be->mttkrp(*h, mode, factors, 1, out.data());
+    std::vector<T> got(static_cast<std::size_t>(dims[mode]));
+    be->download(out.data(), got.size(), got.data());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (static_cast<double>(got[i]) != static_cast<double>(want[i]) && bad++ < 5)
+        ADD_FAILURE() << "mode " << mode << " row " << i << ": " << got[i] << " != " << want[i];
+    EXPECT_EQ(bad, 0u) << "mode " << mode << "; " << h->describe();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::kernels
