@@ -6,6 +6,8 @@
 #   jobs/gpu-node.sh [tests|quick|full]
 #       tests: build and run the GPU tests (ctest -L gpu) and an end-to-end `tessera cp`
 #       quick: tests + the nell-2-shaped benchmarks;  full: also the CPU tests and more benches
+#       amazon: build, then MTTKRP on tensors of the amazon-reviews shape (1.74e9 nonzeros,
+#               generated on the GPU), uniform and power-law, R = 32, float
 #
 # Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps).
 # NCCL_NVLS_ENABLE stays 0: NVLink multicast can take a shared node's GPUs out of service.
@@ -49,6 +51,18 @@ grep -E "^-- +(CUDA|NCCL|MPI|HDF5|LAPACK)" "$out/configure.log"
 log "build"
 cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
 T=$build/drivers/tessera
+
+if [ "$mode" = amazon ]; then
+  summary=$out/summary.txt
+  : >"$summary"
+  amz=4821207x1774269x1805187
+  for dist in uniform powerlaw; do
+    log "bench amazon-$dist-mttkrp-r32"
+    "$T" bench mttkrp --generate $amz --nnz 1.74e9 --dist $dist --rank 32 --backend cuda \
+      --precision float --repeat 3 --json "$out/amazon-$dist.json" 2>&1 | tee "$out/amazon-$dist.log" | tail -8
+  done
+  exit 0
+fi
 
 # ---- tests ----
 log "GPU tests"
