@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <random>
 
 namespace tessera::test {
 
@@ -15,6 +16,17 @@ std::string shared_tensor(const std::string& name) {
   std::string p = dir + "/" + name;
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 ? p : "";
+}
+
+std::uint64_t fresh_seed() {
+  static std::uint64_t next = [] {
+    const char* e = std::getenv("TESSERA_TEST_SEED");
+    if (e != nullptr && *e != '\0')
+      return static_cast<std::uint64_t>(std::strtoull(e, nullptr, 10));
+    std::random_device rd;
+    return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  }();
+  return next++;
 }
 
 std::string temp_dir() {

@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 namespace tessera::test {
 
@@ -16,6 +18,16 @@ inline std::string shared_data_dir() {
 
 /// Full path of a shared tensor, or "" when it is not there.
 std::string shared_tensor(const std::string& name);
+
+/// A fresh random seed per call; TESSERA_TEST_SEED pins the first one to replay a failure.
+/// Tests print the seed in their failure messages.
+std::uint64_t fresh_seed();
+
+/// Relative tolerance of a kernel result against the float64 reference, by value type.
+template <typename T>
+double tol() {
+  return std::is_same_v<T, double> ? 1e-12 : 1e-5;
+}
 
 /// Temporary folder unique to this test process group (same name on every rank when
 /// called collectively after MPI init; created by rank 0).

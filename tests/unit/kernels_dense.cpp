@@ -13,20 +13,12 @@
 #include "kernels/backend.hpp"
 #include "kernels/factories.hpp"
 #include "linalg/dense.hpp"
+#include "test_util.hpp"
 
 namespace tessera {
 namespace {
 
-std::uint64_t fresh_seed() {
-  static std::uint64_t next = [] {
-    const char* e = std::getenv("TESSERA_TEST_SEED");
-    if (e != nullptr && *e != '\0')
-      return static_cast<std::uint64_t>(std::strtoull(e, nullptr, 10));
-    std::random_device rd;
-    return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return next++;
-}
+using test::fresh_seed;
 
 template <typename T>
 std::vector<T> random_matrix(std::int64_t rows, int R, std::mt19937_64& rng, double lo = -1,
@@ -51,10 +43,7 @@ std::vector<double> to_double(const std::vector<T>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
 
-template <typename T>
-double tol() {
-  return std::is_same_v<T, double> ? 1e-12 : 1e-5;
-}
+using test::tol;
 /// Tolerance for solves: double / float.
 template <typename T>
 double pick(double d, double f) {

@@ -17,26 +17,14 @@
 #include "kernels/cpu/csf.hpp"
 #include "kernels/factories.hpp"
 #include "kernels/mttkrp.hpp"
+#include "test_util.hpp"
 
 namespace tessera::kernels {
 namespace {
 
-/// A fresh seed per call (TESSERA_TEST_SEED pins the first one to replay a failure).
-std::uint64_t fresh_seed() {
-  static std::uint64_t next = [] {
-    const char* e = std::getenv("TESSERA_TEST_SEED");
-    if (e != nullptr && *e != '\0')
-      return static_cast<std::uint64_t>(std::strtoull(e, nullptr, 10));
-    std::random_device rd;
-    return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return next++;
-}
+using test::fresh_seed;
 
-template <typename T>
-double tol() {
-  return std::is_same_v<T, double> ? 1e-12 : 1e-5;
-}
+using test::tol;
 
 struct Shape {
   std::vector<std::uint64_t> dims;
