@@ -74,4 +74,29 @@ class CsfSet {
   std::vector<CsfTree<T>> trees_;
 };
 
+/// Cuts level-1 nodes [0, n1) into `nchunks` contiguous ranges holding about equal
+/// numbers of nonzeros, for the chunked (work-balanced) schedules. leaf_start(i) is the
+/// first nonzero under level-1 node i, non-decreasing, with leaf_start(n1) = nnz.
+/// Returns nchunks + 1 bounds.
+template <typename LeafStart>
+std::vector<csf_ptr_t> balanced_chunks(csf_ptr_t n1, csf_ptr_t nchunks, LeafStart leaf_start) {
+  const csf_ptr_t nnz = leaf_start(n1);
+  std::vector<csf_ptr_t> bounds(static_cast<std::size_t>(nchunks) + 1, n1);
+  bounds[0] = 0;
+  for (csf_ptr_t i = 1; i < nchunks; ++i) {
+    const auto target = static_cast<csf_ptr_t>(static_cast<long double>(nnz) *
+                                               static_cast<long double>(i) / nchunks);
+    csf_ptr_t lo = bounds[static_cast<std::size_t>(i - 1)], hi = n1;  // first with start >= target
+    while (lo < hi) {
+      const csf_ptr_t mid = lo + (hi - lo) / 2;
+      if (leaf_start(mid) < target)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    bounds[static_cast<std::size_t>(i)] = lo;
+  }
+  return bounds;
+}
+
 }  // namespace tessera::kernels::cpu

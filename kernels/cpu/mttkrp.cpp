@@ -289,23 +289,9 @@ void run_chunks(const Ctx<T>& c, RangeFn<T> range, csf_ptr_t nroots, std::uint64
   const index_t* root = c.fids[0];
   const csf_ptr_t* rp = c.fptr[0];
   const csf_ptr_t n1 = rp[nroots];
-  const csf_ptr_t nnz = leaf_start(c, n1);
   const csf_ptr_t nchunks = std::max<csf_ptr_t>(1, std::min<csf_ptr_t>(n1, 8 * nt));
-  std::vector<csf_ptr_t> bounds(static_cast<std::size_t>(nchunks) + 1, n1);
-  bounds[0] = 0;
-  for (csf_ptr_t i = 1; i < nchunks; ++i) {
-    const auto target = static_cast<csf_ptr_t>(static_cast<long double>(nnz) *
-                                               static_cast<long double>(i) / nchunks);
-    csf_ptr_t lo = bounds[static_cast<std::size_t>(i - 1)], hi = n1;  // first with start >= target
-    while (lo < hi) {
-      const csf_ptr_t mid = lo + (hi - lo) / 2;
-      if (leaf_start(c, mid) < target)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    bounds[static_cast<std::size_t>(i)] = lo;
-  }
+  const std::vector<csf_ptr_t> bounds =
+      balanced_chunks(n1, nchunks, [&](csf_ptr_t i) { return leaf_start(c, i); });
   std::vector<T> partial(static_cast<std::size_t>(nchunks) * 2 * Rs);
   std::vector<std::int64_t> partial_row(static_cast<std::size_t>(nchunks) * 2, -1);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)

@@ -136,23 +136,9 @@ void run_chunks(const TtmcCtx<T>& c, csf_ptr_t nroots, T* out, std::vector<Scrat
   const int nt = static_cast<int>(scratch.size());
   const csf_ptr_t* rp = c.fptr[0];
   const csf_ptr_t n1 = rp[nroots];
-  const csf_ptr_t nnz = leaf_start(c, n1);
   const csf_ptr_t nchunks = std::max<csf_ptr_t>(1, std::min<csf_ptr_t>(n1, 8 * nt));
-  std::vector<csf_ptr_t> bounds(static_cast<std::size_t>(nchunks) + 1, n1);
-  bounds[0] = 0;
-  for (csf_ptr_t i = 1; i < nchunks; ++i) {
-    const auto target = static_cast<csf_ptr_t>(static_cast<long double>(nnz) *
-                                               static_cast<long double>(i) / nchunks);
-    csf_ptr_t lo = bounds[static_cast<std::size_t>(i - 1)], hi = n1;  // first with start >= target
-    while (lo < hi) {
-      const csf_ptr_t mid = lo + (hi - lo) / 2;
-      if (leaf_start(c, mid) < target)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    bounds[static_cast<std::size_t>(i)] = lo;
-  }
+  const std::vector<csf_ptr_t> bounds =
+      balanced_chunks(n1, nchunks, [&](csf_ptr_t i) { return leaf_start(c, i); });
   // Root holding level-1 node `ch`.
   auto root_of = [&](csf_ptr_t ch) {
     return static_cast<csf_ptr_t>(std::upper_bound(rp, rp + nroots + 1, ch) - rp) - 1;
