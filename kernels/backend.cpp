@@ -1,6 +1,9 @@
 #include "kernels/backend.hpp"
 
+#include <limits>
+
 #include "kernels/factories.hpp"
+#include "tensor/synthetic.hpp"
 #include "util/error.hpp"
 
 namespace tessera::kernels {
@@ -43,6 +46,60 @@ std::unique_ptr<Backend<T>> make_backend(BackendKind kind, int threads) {
   }
   TESSERA_THROW("unknown backend kind");
 }
+
+void check_synthetic(const synthetic::Spec& spec, std::uint64_t first_id, std::uint64_t count) {
+  TESSERA_INPUT_CHECK(
+      spec.order >= 1 && spec.order <= kMaxOrder,
+      "synthetic tensor: order must be 1.." << kMaxOrder << " (got " << spec.order << ")");
+  for (int n = 0; n < spec.order; ++n)
+    TESSERA_INPUT_CHECK(
+        spec.dims[n] >= 1 && spec.dims[n] <= (std::uint64_t(1) << 32),
+        "synthetic tensor: dimension " << n << " is " << spec.dims[n] << ", outside 1..2^32");
+  TESSERA_INPUT_CHECK(spec.rank >= 1, "synthetic tensor: model rank " << spec.rank << " < 1");
+  TESSERA_INPUT_CHECK(!spec.powerlaw || (spec.alpha > 0 && spec.alpha < 1e300),
+                      "synthetic tensor: power-law exponent " << spec.alpha);
+  TESSERA_INPUT_CHECK(count <= static_cast<std::uint64_t>(std::numeric_limits<nnz_t>::max()) &&
+                          first_id <= std::numeric_limits<std::uint64_t>::max() - count,
+                      "synthetic tensor: id range [" << first_id << ", " << first_id << " + "
+                                                     << count << ") out of range");
+}
+
+template <typename T>
+SparseTensor<T> make_synthetic_tensor(const synthetic::Spec& spec, std::uint64_t first_id,
+                                      std::uint64_t count) {
+  check_synthetic(spec, first_id, count);
+  const int N = spec.order;
+  SparseTensor<T> x(std::vector<std::uint64_t>(spec.dims, spec.dims + N));
+  const auto n = static_cast<std::size_t>(count);
+  for (auto& v : x.idx) v.resize(n);
+  x.vals.resize(n);
+  const auto cnt = static_cast<std::int64_t>(count);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t k = 0; k < cnt; ++k) {
+    const std::uint64_t id = first_id + static_cast<std::uint64_t>(k);
+    index_t c[kMaxOrder];
+    for (int m = 0; m < N; ++m) {
+      c[m] = synthetic::coordinate(spec, id, m);
+      x.idx[static_cast<std::size_t>(m)][static_cast<std::size_t>(k)] = c[m];
+    }
+    x.vals[static_cast<std::size_t>(k)] = static_cast<T>(synthetic::model_value(spec, c));
+  }
+  return x;
+}
+
+template <typename T>
+std::unique_ptr<TensorHandle<T>> Backend<T>::prepare_synthetic(const synthetic::Spec& spec,
+                                                               std::uint64_t first_id,
+                                                               std::uint64_t count) {
+  return prepare(make_synthetic_tensor<T>(spec, first_id, count));
+}
+
+template class Backend<float>;
+template class Backend<double>;
+template SparseTensor<float> make_synthetic_tensor<float>(const synthetic::Spec&, std::uint64_t,
+                                                          std::uint64_t);
+template SparseTensor<double> make_synthetic_tensor<double>(const synthetic::Spec&, std::uint64_t,
+                                                            std::uint64_t);
 
 template std::unique_ptr<Backend<float>> make_backend<float>(BackendKind, int);
 template std::unique_ptr<Backend<double>> make_backend<double>(BackendKind, int);

@@ -14,6 +14,10 @@
 #include "linalg/dense.hpp"
 #include "tensor/sparse_tensor.hpp"
 
+namespace tessera::synthetic {
+struct Spec;  // tensor/synthetic.hpp
+}  // namespace tessera::synthetic
+
 namespace tessera::kernels {
 
 enum class BackendKind { reference, cpu, cuda };
@@ -53,6 +57,10 @@ class TensorHandle {
   virtual std::size_t bytes() const = 0;
   /// Bytes one MTTKRP of `mode` must read from the stored format (for the floor).
   virtual std::size_t mttkrp_stream_bytes(int mode) const = 0;
+  /// Per mode, the number of distinct indices among the handle's nonzeros (the factor
+  /// rows an MTTKRP of another mode reads). May wait for queued work (cuda backend: it
+  /// counts row starts of the sorted copies on the device).
+  virtual std::vector<std::uint64_t> distinct_rows() const = 0;
 
   // ---- memory tier (DESIGN §8) and streaming report ----
   /// 1: the stored format is resident in backend memory (host backends always; the
@@ -108,6 +116,19 @@ class Backend {
   /// Prepares `x` (coordinates local to the block: idx[m][k] < x.dims[m]) for repeated
   /// MTTKRP in every mode. The handle keeps what it needs; `x` may be freed after.
   virtual std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) = 0;
+  /// The handle prepare() would give for the nonzeros with ids [first_id, first_id +
+  /// count) of the "sampled" synthetic tensor `spec` (tensor/synthetic.hpp): nonzero `id`
+  /// has coordinates synthetic::coordinate(spec, id, n) and value
+  /// synthetic::model_value(spec, coords) cast to T, in id order. Coordinates are global
+  /// (dims = spec.dims). Repeated coordinates are NOT merged (unlike algo::generate,
+  /// whose distribute step merges them): the MTTKRP sums them, so the tensor is the
+  /// merged one with summed values. Throws InputError on an invalid spec (order outside
+  /// 1..kMaxOrder, a dimension outside 1..2^32, rank < 1) or an id range past 2^64.
+  /// The default builds the COO on the host (OpenMP) and calls prepare(); the cuda
+  /// backend generates it on the device.
+  virtual std::unique_ptr<TensorHandle<T>> prepare_synthetic(const synthetic::Spec& spec,
+                                                             std::uint64_t first_id,
+                                                             std::uint64_t count);
   /// out (dims[mode] x R, row-major, overwritten) = X_(mode) * KhatriRao(other factors).
   /// factors[m] is dims[m] x R row-major in backend memory; factors[mode] is not read.
   virtual void mttkrp(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
@@ -131,6 +152,15 @@ class Backend {
   /// host_out[r] = sum_i A(i,r) * B(i,r), accumulated in double.
   virtual void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* host_out) = 0;
 };
+
+/// Throws InputError unless prepare_synthetic(spec, first_id, count) is valid (see there).
+void check_synthetic(const synthetic::Spec& spec, std::uint64_t first_id, std::uint64_t count);
+
+/// The host COO of prepare_synthetic(spec, first_id, count) (OpenMP, OpenMP's default
+/// thread count): nonzero k is id first_id + k. Calls check_synthetic.
+template <typename T>
+SparseTensor<T> make_synthetic_tensor(const synthetic::Spec& spec, std::uint64_t first_id,
+                                      std::uint64_t count);
 
 /// Creates a backend. Throws Error "built without CUDA" for cuda in a CPU-only build.
 /// `threads` limits OpenMP threads for the cpu backend (0 = OpenMP's default).

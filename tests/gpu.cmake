@@ -55,3 +55,12 @@ tessera_test_executable(gpu_prepare_tests
   LIBS tessera::kernels)
 tessera_add_test(gpu_prepare gpu_prepare_tests LABELS gpu)
 set_tests_properties(gpu_prepare PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+
+# Synthetic tensors generated on the device (Backend::prepare_synthetic) against the
+# same tensor built on the host and prepared by the reference backend; the fallbacks
+# (COO on the host, host sort, tier 2) likewise.
+tessera_test_executable(gpu_synthetic_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_synthetic.cpp
+  LIBS tessera::kernels)
+tessera_add_test(gpu_synthetic gpu_synthetic_tests LABELS gpu)
+set_tests_properties(gpu_synthetic PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")

@@ -31,6 +31,19 @@ class CpuTensor final : public TensorHandle<T> {
     TESSERA_EXPECTS(mode >= 0 && mode < order(), "mode " << mode << " outside 0.." << order() - 1);
     return csf_->tree(mode).stream_bytes();
   }
+  /// The root level of mode n's tree lists its indices in sorted order: count the runs.
+  std::vector<std::uint64_t> distinct_rows() const override {
+    std::vector<std::uint64_t> out(static_cast<std::size_t>(order()), 0);
+    if (nnz() == 0) return out;
+    for (int n = 0; n < order(); ++n) {
+      const auto& f = csf_->tree(n).fids[0];
+      std::uint64_t c = 0;
+      for (std::size_t k = 0; k < f.size(); ++k)
+        if (k == 0 || f[k] != f[k - 1]) ++c;
+      out[static_cast<std::size_t>(n)] = c;
+    }
+    return out;
+  }
   int tier() const override { return 1; }
   std::string describe() const override {
     return "tier 1: host-resident, " + std::to_string(bytes()) + " bytes (CSF, one tree per mode)";

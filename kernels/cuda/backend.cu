@@ -146,6 +146,13 @@ class CudaBackend final : public Backend<T> {
     return cuda::prepare_tensor(ctx_, x, budget_);
   }
 
+  std::unique_ptr<TensorHandle<T>> prepare_synthetic(const synthetic::Spec& spec,
+                                                     std::uint64_t first_id,
+                                                     std::uint64_t count) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::prepare_synthetic<T>(ctx_, spec, first_id, count, budget_);
+  }
+
   void mttkrp(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors, int R,
               T* out) override {
     DeviceGuard g(ctx_.device);

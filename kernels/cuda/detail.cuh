@@ -254,6 +254,15 @@ class DeviceGuardNoThrow {
 template <typename T>
 std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor<T>& x,
                                                 std::size_t budget);
+/// Backend::prepare_synthetic: generates the COO of ids [first_id, first_id + count) on
+/// the device, in the layout the device sort of prepare_tensor uploads into, and builds
+/// the tier-1 copies from it there. When tier 1 or the device sort's peak does not fit
+/// (or an allocation fails), builds the COO on the host (make_synthetic_tensor) and calls
+/// prepare_tensor; describe() then says so.
+template <typename T>
+std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic::Spec& spec,
+                                                   std::uint64_t first_id, std::uint64_t count,
+                                                   std::size_t budget);
 template <typename T>
 void mttkrp(Context& ctx, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
             int R, T* out);

@@ -26,6 +26,12 @@
 // of the device sort fits the limit (see prepare_resident_on_device), else on the host;
 // tier 2 sorts on the host. Both give the same order: (i_n, i_{n+1 mod N}, position in
 // the input), and the host sorts run in parallel (host_sort.cpp).
+//
+// Synthetic tensors (prepare_synthetic): a kernel writes the COO block the device sort
+// would upload (nonzero k = id first_id + k, coordinates and value from
+// tensor/synthetic.hpp), and the same device sort builds the tier-1 copies. When that
+// does not fit (tier 2, or the device sort's peak over the limit), the COO is built on
+// the host and prepared like any other input.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -39,6 +45,7 @@
 #include "kernels/cuda/detail.cuh"
 #include "kernels/cuda/host_sort.hpp"
 #include "kernels/mttkrp.hpp"
+#include "tensor/synthetic.hpp"
 
 namespace tessera::kernels::cuda {
 
@@ -151,6 +158,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
     return (static_cast<std::size_t>(order()) * sizeof(index_t) + sizeof(T)) *
            static_cast<std::size_t>(nnz_);
   }
+  std::vector<std::uint64_t> distinct_rows() const override;  // after the kernels
 
   int tier() const override { return streamed_ ? 2 : 1; }
   std::string describe() const override {
@@ -171,6 +179,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
       os << "free device memory";
     else
       os << s.budget << " bytes";
+    if (!how_sorted_.empty()) os << ", " << how_sorted_;
     return os.str();
   }
   double overlap_fraction() const override {
@@ -195,9 +204,11 @@ class CudaTensorHandle final : public TensorHandle<T> {
   void make_resident() { copies_.resize(dims_.size()); }
   /// Releases the tier-1 copies (a device build that ran out of memory).
   void drop_resident() { copies_.clear(); }
-  /// How the tier-1 copies were built, for describe() ("sorted on the device ...").
+  /// How the copies were built, for describe() ("sorted on the device ...").
   void set_how_sorted(std::string s) { how_sorted_ = std::move(s); }
   void append_how_sorted(const std::string& s) { how_sorted_ += s; }
+  /// Adds a clause to the describe() text ("; " separated).
+  void add_note(const std::string& s) { how_sorted_ += (how_sorted_.empty() ? "" : "; ") + s; }
   const index_t* idx(int sorted_by, int m) const {
     return static_cast<const index_t*>(copies_[sorted_by].get()) +
            static_cast<std::size_t>(m) * static_cast<std::size_t>(nnz_);
@@ -379,6 +390,68 @@ void launch_tiles(cudaStream_t stream, const MttkrpParams<T>& p) {
 }
 
 // ---------------------------------------------------------------------------
+// distinct_rows: row starts of the sorted copies
+// ---------------------------------------------------------------------------
+
+/// *count += number of k in [0, n) with k == 0 or rows[k] != rows[k - 1] (rows sorted).
+__global__ void count_row_starts(const index_t* __restrict__ rows, std::int64_t n,
+                                 unsigned long long* count) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  unsigned long long c = 0;
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride)
+    c += (k == 0 || rows[k] != rows[k - 1]) ? 1ull : 0ull;
+  for (int o = kWarp / 2; o > 0; o /= 2) c += __shfl_down_sync(kFullMask, c, o);
+  if ((threadIdx.x & (kWarp - 1)) == 0 && c != 0) atomicAdd(count, c);
+}
+
+template <typename T>
+std::vector<std::uint64_t> CudaTensorHandle<T>::distinct_rows() const {
+  const int N = order();
+  std::vector<std::uint64_t> out(static_cast<std::size_t>(N), 0);
+  if (nnz_ == 0) return out;
+  if (streamed_) {
+    // Tier 2: the sorted copies are in pinned host memory, chunk after chunk. The
+    // copy stream may still read them, which does not matter for reading here.
+    const auto& s = *streamed_;
+    for (int n = 0; n < N; ++n) {
+      std::uint64_t c = 0;
+      bool have_prev = false;
+      index_t prev = 0;
+      for (int k = 0; k < s.chunks; ++k) {
+        const auto cnt = static_cast<std::size_t>(s.chunk_count(k));
+        const auto* rows = reinterpret_cast<const index_t*>(
+                               s.host[static_cast<std::size_t>(n)].get() + s.chunk_offset(k)) +
+                           static_cast<std::size_t>(n) * cnt;
+        for (std::size_t j = 0; j < cnt; ++j) {
+          if (!have_prev || rows[j] != prev) ++c;
+          prev = rows[j];
+          have_prev = true;
+        }
+      }
+      out[static_cast<std::size_t>(n)] = c;
+    }
+    return out;
+  }
+  // Tier 1: the copy sorted by mode n has its mode-n indices in order. The legacy
+  // default stream used here is ordered after the backend's (blocking) stream.
+  DeviceGuard g(device_);
+  DeviceMemory counts(static_cast<std::size_t>(N) * sizeof(unsigned long long));
+  auto* dc = static_cast<unsigned long long*>(counts.get());
+  TESSERA_CUDA_CHECK(cudaMemset(dc, 0, static_cast<std::size_t>(N) * sizeof(unsigned long long)));
+  const auto n64 = static_cast<std::int64_t>(nnz_);
+  for (int n = 0; n < N; ++n) {
+    count_row_starts<<<grid_for(n64, 4096), kBlock>>>(idx(n, n), n64, dc + n);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+  std::vector<unsigned long long> host(static_cast<std::size_t>(N));
+  TESSERA_CUDA_CHECK(cudaMemcpy(host.data(), dc, host.size() * sizeof(unsigned long long),
+                                cudaMemcpyDeviceToHost));
+  for (int n = 0; n < N; ++n) out[static_cast<std::size_t>(n)] = host[static_cast<std::size_t>(n)];
+  return out;
+}
+
+// ---------------------------------------------------------------------------
 // Host side: preparing the format (tier 1 or tier 2)
 // ---------------------------------------------------------------------------
 
@@ -525,12 +598,11 @@ struct ModeKey {
   bool wide() const { return end_bit > 32; }
 };
 
-template <typename T>
-ModeKey mode_key(const SparseTensor<T>& x, int n) {
-  const int N = x.order();
+ModeKey mode_key(const std::vector<std::uint64_t>& dims, int n) {
+  const int N = static_cast<int>(dims.size());
   ModeKey k;
-  const int bn = index_bits(x.dims[n]);
-  const int bs = N > 1 ? index_bits(x.dims[(n + 1) % N]) : 0;
+  const int bn = index_bits(dims[n]);
+  const int bs = N > 1 ? index_bits(dims[(n + 1) % N]) : 0;
   if (bn > 0) k.primary = n;
   if (bs > 0) {
     k.secondary = (n + 1) % N;
@@ -612,15 +684,13 @@ constexpr std::size_t kAllocSlack = std::size_t(2) << 20;
 
 /// Peak device bytes of prepare_resident_on_device (see above), with kAllocSlack per
 /// live allocation.
-template <typename T>
-std::size_t device_sort_peak(const SparseTensor<T>& x, std::size_t copy_bytes,
-                             cudaStream_t stream) {
-  const int N = x.order();
-  const nnz_t nnz = x.nnz();
+std::size_t device_sort_peak(const std::vector<std::uint64_t>& dims, nnz_t nnz,
+                             std::size_t copy_bytes, cudaStream_t stream) {
+  const int N = static_cast<int>(dims.size());
   const auto n = static_cast<std::size_t>(nnz);
   std::size_t peak = 0;
   for (int m = 0; m < N; ++m) {
-    const ModeKey key = mode_key(x, m);
+    const ModeKey key = mode_key(dims, m);
     const auto live = static_cast<std::size_t>(m + 1);  // COO and m copies
     std::size_t sort = 0, gather = 0;
     if (key.end_bit == 0) {
@@ -687,29 +757,24 @@ cudaError_t sort_and_gather(Context& ctx, const ModeKey& key, int order, const c
   return cudaSuccess;  // perm freed on return (after the gather: cudaFree waits)
 }
 
-/// Tier 1 with the sorts on the device (see above). Returns false, with nothing left
-/// allocated and the handle's copies dropped, when a device allocation fails; the
-/// caller then sorts on the host.
+/// Tier 1 from a COO already in device memory: `coo` (h.copy_bytes() bytes, laid out
+/// like a sorted copy: index arrays, padding, values) holds h's nonzeros in input order,
+/// written on ctx.stream. Builds every sorted copy on the device (see above) and frees
+/// the COO. Returns false, with nothing left allocated and the handle's copies dropped,
+/// when a device allocation fails. `what` starts the describe() text ("sorted on the
+/// device"), t0 is when the build began.
 template <typename T>
-bool prepare_resident_on_device(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T>& h,
-                                std::size_t peak) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int N = x.order();
-  const nnz_t nnz = x.nnz();
+bool sort_resident_on_device(Context& ctx, DeviceMemory coo, CudaTensorHandle<T>& h,
+                             std::size_t peak, const char* what,
+                             std::chrono::steady_clock::time_point t0) {
+  const int N = h.order();
+  const nnz_t nnz = h.nnz();
   const auto n = static_cast<std::size_t>(nnz);
   const std::size_t cb = h.copy_bytes();
-  DeviceMemory coo;
-  if (coo.try_reserve(cb) != cudaSuccess) return false;
   char* c = static_cast<char*>(coo.get());
-  for (int m = 0; m < N; ++m)
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(c + static_cast<std::size_t>(m) * n * sizeof(index_t),
-                                       x.idx[m].data(), n * sizeof(index_t), cudaMemcpyHostToDevice,
-                                       ctx.stream));
-  TESSERA_CUDA_CHECK(cudaMemcpyAsync(c + values_offset(N, n), x.vals.data(), n * sizeof(T),
-                                     cudaMemcpyHostToDevice, ctx.stream));
   h.make_resident();
   for (int m = 0; m < N; ++m) {
-    const ModeKey key = mode_key(x, m);
+    const ModeKey key = mode_key(h.dims(), m);
     DeviceMemory& dst = h.copy(m);
     cudaError_t e = cudaSuccess;
     if (key.end_bit == 0) {  // every key equal: input order
@@ -730,9 +795,49 @@ bool prepare_resident_on_device(Context& ctx, const SparseTensor<T>& x, CudaTens
   ctx.sync();
   std::ostringstream os;
   os.precision(3);
-  os << "sorted on the device in " << seconds_since(t0) << " s (peak " << peak << " bytes)";
+  os << what << " in " << seconds_since(t0) << " s (peak " << peak << " bytes)";
   h.set_how_sorted(os.str());
   return true;
+}
+
+/// Tier 1 with the sorts on the device: uploads x as the COO block, then
+/// sort_resident_on_device. Returns false as that does; the caller then sorts on the host.
+template <typename T>
+bool prepare_resident_on_device(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T>& h,
+                                std::size_t peak) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int N = x.order();
+  const auto n = static_cast<std::size_t>(x.nnz());
+  DeviceMemory coo;
+  if (coo.try_reserve(h.copy_bytes()) != cudaSuccess) return false;
+  char* c = static_cast<char*>(coo.get());
+  for (int m = 0; m < N; ++m)
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(c + static_cast<std::size_t>(m) * n * sizeof(index_t),
+                                       x.idx[m].data(), n * sizeof(index_t), cudaMemcpyHostToDevice,
+                                       ctx.stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(c + values_offset(N, n), x.vals.data(), n * sizeof(T),
+                                     cudaMemcpyHostToDevice, ctx.stream));
+  return sort_resident_on_device(ctx, std::move(coo), h, peak, "sorted on the device", t0);
+}
+
+/// Nonzero k of the COO block (n nonzeros, index arrays then values at vals) is id
+/// first + k of the synthetic tensor `spec`, computed as the host does
+/// (make_synthetic_tensor).
+template <typename T>
+__global__ void generate_synthetic_coo(const __grid_constant__ synthetic::Spec spec,
+                                       std::uint64_t first, std::int64_t n, index_t* idx, T* vals) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const auto un = static_cast<std::size_t>(n);
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride) {
+    const std::uint64_t id = first + static_cast<std::uint64_t>(k);
+    index_t c[kMaxOrder];
+    for (int m = 0; m < spec.order; ++m) {
+      c[m] = synthetic::coordinate(spec, id, m);
+      idx[static_cast<std::size_t>(m) * un + static_cast<std::size_t>(k)] = c[m];
+    }
+    vals[k] = static_cast<T>(synthetic::model_value(spec, c));
+  }
 }
 
 template <typename T>
@@ -807,7 +912,7 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
   if (tier1 <= limit) {
     // Sort on the device when its peak (copies + COO + sort temporaries) fits the same
     // limit, else (or when an allocation fails anyway) on the host: still tier 1.
-    const std::size_t peak = device_sort_peak(x, h->copy_bytes(), ctx.stream);
+    const std::size_t peak = device_sort_peak(x.dims, nnz, h->copy_bytes(), ctx.stream);
     if (peak <= limit && prepare_resident_on_device(ctx, x, *h, peak)) return h;
     prepare_resident(ctx, x, *h);
     std::ostringstream os;
@@ -856,6 +961,56 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
   }
   prepare_streamed(ctx, x, *h, chunk, budget);
   return h;
+}
+
+template <typename T>
+std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic::Spec& spec,
+                                                   std::uint64_t first_id, std::uint64_t count,
+                                                   std::size_t budget) {
+  check_synthetic(spec, first_id, count);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::uint64_t> dims(spec.dims, spec.dims + spec.order);
+  const auto nnz = static_cast<nnz_t>(count);
+  auto h = std::make_unique<CudaTensorHandle<T>>(dims, nnz, ctx.device);
+  if (nnz == 0) return h;
+
+  // Tier 1 with the device sort, under the same limit and peak as prepare_tensor; the
+  // COO is generated where the upload would have put it.
+  std::size_t free_b = 0, total_b = 0;
+  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const std::size_t limit =
+      budget == 0 ? automatic_budget(free_b, total_b) : std::min(budget, free_b);
+  const std::size_t tier1 = h->resident_bytes();
+  std::ostringstream why;
+  if (tier1 > limit) {
+    why << "tier 1 needs " << tier1 << " bytes, over the limit of " << limit;
+  } else {
+    const std::size_t peak = device_sort_peak(dims, nnz, h->copy_bytes(), ctx.stream);
+    DeviceMemory coo;
+    if (peak > limit) {
+      why << "the device sort needs " << peak << " bytes, over the limit of " << limit;
+    } else if (coo.try_reserve(h->copy_bytes()) != cudaSuccess) {
+      why << "the device sort (" << peak << " bytes) failed to allocate device memory";
+    } else {
+      const auto n = static_cast<std::size_t>(nnz);
+      char* c = static_cast<char*>(coo.get());
+      const auto n64 = static_cast<std::int64_t>(nnz);
+      generate_synthetic_coo<T><<<grid_for(n64), kBlock, 0, ctx.stream>>>(
+          spec, first_id, n64, reinterpret_cast<index_t*>(c),
+          reinterpret_cast<T*>(c + values_offset(spec.order, n)));
+      TESSERA_CUDA_CHECK_LAUNCH();
+      if (sort_resident_on_device(ctx, std::move(coo), *h, peak,
+                                  "generated and sorted on the device", t0))
+        return h;
+      why << "the device sort (" << peak << " bytes) failed to allocate device memory";
+    }
+  }
+  // Fall back: the COO on the host, then prepare_tensor (host sort in tier 1, or tier 2).
+  h.reset();
+  auto x = make_synthetic_tensor<T>(spec, first_id, count);
+  auto out = prepare_tensor(ctx, x, budget);
+  static_cast<CudaTensorHandle<T>&>(*out).add_note("generated on the host (" + why.str() + ")");
+  return out;
 }
 
 template <typename T>
@@ -950,6 +1105,12 @@ template std::unique_ptr<TensorHandle<float>> prepare_tensor<float>(Context&,
 template std::unique_ptr<TensorHandle<double>> prepare_tensor<double>(Context&,
                                                                       const SparseTensor<double>&,
                                                                       std::size_t);
+template std::unique_ptr<TensorHandle<float>> prepare_synthetic<float>(Context&,
+                                                                       const synthetic::Spec&,
+                                                                       std::uint64_t, std::uint64_t,
+                                                                       std::size_t);
+template std::unique_ptr<TensorHandle<double>> prepare_synthetic<double>(
+    Context&, const synthetic::Spec&, std::uint64_t, std::uint64_t, std::size_t);
 template void mttkrp<float>(Context&, const TensorHandle<float>&, int,
                             const std::vector<const float*>&, int, float*);
 template void mttkrp<double>(Context&, const TensorHandle<double>&, int,

@@ -27,6 +27,18 @@ class ReferenceTensor final : public TensorHandle<T> {
            (static_cast<std::size_t>(x_.order()) * sizeof(index_t) + sizeof(T));
   }
   std::size_t mttkrp_stream_bytes(int) const override { return bytes(); }
+  std::vector<std::uint64_t> distinct_rows() const override {
+    std::vector<std::uint64_t> out(static_cast<std::size_t>(x_.order()), 0);
+    for (int n = 0; n < x_.order(); ++n) {
+      std::vector<char> seen(static_cast<std::size_t>(x_.dims[static_cast<std::size_t>(n)]), 0);
+      for (index_t i : x_.idx[static_cast<std::size_t>(n)])
+        if (!seen[i]) {
+          seen[i] = 1;
+          ++out[static_cast<std::size_t>(n)];
+        }
+    }
+    return out;
+  }
   int tier() const override { return 1; }
   std::string describe() const override {
     return "tier 1: host-resident, " + std::to_string(bytes()) + " bytes (reference COO)";

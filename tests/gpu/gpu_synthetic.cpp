@@ -1,0 +1,224 @@
+// Backend::prepare_synthetic on the CUDA backend (the COO generated on the device, then
+// the device sort) against prepare() of the same tensor built on the host, serially,
+// from tensor/synthetic.hpp, on the reference backend: the MTTKRP of every mode and
+// distinct_rows() must agree. Uniform and power-law indices, orders 3 and 4, R 16 and
+// 32, id ranges with count 0 and 1, a mode of length 1 and sort keys over 32 bits. The
+// fallbacks (device sort over the limit: COO on the host, host sort; tier 2) are checked
+// the same way. Skips (with a message) where no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "tensor/synthetic.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+namespace tessera::kernels {
+namespace {
+
+template <typename T>
+double tolerance() {
+  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
+}
+
+template <typename T>
+double rel_error(const std::vector<T>& got, const std::vector<T>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double d2 = 0, w2 = 0;
+  for (std::size_t k = 0; k < got.size() && k < want.size(); ++k) {
+    const double g = static_cast<double>(got[k]), w = static_cast<double>(want[k]);
+    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
+    d2 += (g - w) * (g - w);
+    w2 += w * w;
+  }
+  return w2 > 0 ? std::sqrt(d2 / w2) : std::sqrt(d2);
+}
+
+template <typename T>
+std::vector<T> random_vector(std::size_t n, std::uint64_t seed) {
+  CounterRng rng(seed, 11);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(2.0 * rng.uniform() - 1.0);
+  return v;
+}
+
+bool contains(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
+synthetic::Spec make_spec(const std::vector<std::uint64_t>& dims, bool powerlaw) {
+  synthetic::Spec s;
+  s.order = static_cast<int>(dims.size());
+  for (int n = 0; n < s.order; ++n) s.dims[n] = dims[static_cast<std::size_t>(n)];
+  s.powerlaw = powerlaw;
+  s.alpha = 2.0;
+  s.rank = 4;
+  s.seed = 1;
+  return s;
+}
+
+/// The tensor prepare_synthetic stands for, built serially here (no backend code).
+template <typename T>
+SparseTensor<T> host_tensor(const synthetic::Spec& s, std::uint64_t first, std::uint64_t count) {
+  SparseTensor<T> x(std::vector<std::uint64_t>(s.dims, s.dims + s.order));
+  x.reserve(static_cast<std::size_t>(count));
+  index_t c[kMaxOrder];
+  for (std::uint64_t id = first; id < first + count; ++id) {
+    for (int n = 0; n < s.order; ++n) c[n] = synthetic::coordinate(s, id, n);
+    x.push_back(c, static_cast<T>(synthetic::model_value(s, c)));
+  }
+  return x;
+}
+
+template <typename T>
+std::vector<std::uint64_t> count_distinct(const SparseTensor<T>& x) {
+  std::vector<std::uint64_t> out(static_cast<std::size_t>(x.order()), 0);
+  for (int n = 0; n < x.order(); ++n) {
+    std::vector<char> seen(static_cast<std::size_t>(x.dims[n]), 0);
+    for (index_t i : x.idx[n])
+      if (!seen[i]) {
+        seen[i] = 1;
+        ++out[static_cast<std::size_t>(n)];
+      }
+  }
+  return out;
+}
+
+template <typename T>
+class GpuSynthetic : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible";
+    ref_ = make_backend<T>(BackendKind::reference);
+  }
+
+  /// MTTKRP of every mode at rank R of `h` (on `be`) against the reference backend's
+  /// prepare(x).
+  void check_mttkrp(Backend<T>& be, const TensorHandle<T>& h, const SparseTensor<T>& x, int R,
+                    std::uint64_t seed, const std::string& what) {
+    const int N = x.order();
+    ASSERT_EQ(h.order(), N);
+    ASSERT_EQ(h.nnz(), x.nnz()) << what;
+    EXPECT_EQ(h.dims(), x.dims) << what;
+    std::vector<Array<T>> fg, fr;
+    std::vector<const T*> pg(N), pr(N);
+    for (int m = 0; m < N; ++m) {
+      const auto v = random_vector<T>(static_cast<std::size_t>(x.dims[m]) * R, seed * 131 + m);
+      fg.push_back(be.allocate(v.size()));
+      be.upload(v.data(), v.size(), fg.back().data());
+      fr.push_back(ref_->allocate(v.size()));
+      ref_->upload(v.data(), v.size(), fr.back().data());
+      pg[m] = fg.back().data();
+      pr[m] = fr.back().data();
+    }
+    auto hr = ref_->prepare(x);
+    for (int mode = 0; mode < N; ++mode) {
+      const std::size_t n = static_cast<std::size_t>(x.dims[mode]) * R;
+      auto og = be.allocate(n);
+      be.fill(og.data(), n, std::numeric_limits<T>::quiet_NaN());
+      auto orf = ref_->allocate(n);
+      be.mttkrp(h, mode, pg, R, og.data());
+      ref_->mttkrp(*hr, mode, pr, R, orf.data());
+      std::vector<T> got(n), want(n);
+      be.download(og.data(), n, got.data());
+      ref_->download(orf.data(), n, want.data());
+      EXPECT_LT(rel_error(got, want), tolerance<T>())
+          << what << ": order " << N << " mode " << mode << " R " << R << " nnz " << x.nnz() << "; "
+          << h.describe();
+    }
+  }
+
+  /// prepare_synthetic(spec, first, count) on a fresh cuda backend (budget 0: automatic)
+  /// against the host-built tensor: MTTKRP at every R, distinct_rows.
+  void check(const synthetic::Spec& spec, std::uint64_t first, std::uint64_t count,
+             const std::vector<int>& ranks, std::size_t budget = 0,
+             const std::string& expect_in_describe = "") {
+    const auto x = host_tensor<T>(spec, first, count);
+    auto be = make_backend<T>(BackendKind::cuda);
+    if (budget) be->set_memory_budget(budget);
+    auto h = be->prepare_synthetic(spec, first, count);
+    const std::string d = h->describe();
+    const std::string what = std::string(spec.powerlaw ? "power-law" : "uniform") + " ids [" +
+                             std::to_string(first) + ", +" + std::to_string(count) + ")";
+    if (count > 0 && !expect_in_describe.empty()) {
+      EXPECT_TRUE(contains(d, expect_in_describe)) << what << ": " << d;
+    }
+    EXPECT_EQ(h->distinct_rows(), count_distinct(x)) << what << "; " << d;
+    EXPECT_EQ(h->distinct_rows(), ref_->prepare(x)->distinct_rows()) << what;
+    for (int R : ranks) check_mttkrp(*be, *h, x, R, first + count + R, what);
+  }
+
+  std::unique_ptr<Backend<T>> ref_;
+};
+
+using ValueTypes = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(GpuSynthetic, ValueTypes);
+
+const std::vector<std::pair<std::uint64_t, std::uint64_t>> kRanges = {
+    {0, 0}, {0, 1}, {12345, 1}, {0, 5000}, {777777, 20001}, {std::uint64_t(1) << 40, 3000}};
+
+TYPED_TEST(GpuSynthetic, Order3) {
+  for (bool pl : {false, true}) {
+    const auto spec = make_spec({300, 200, 5000}, pl);
+    for (const auto& [first, count] : kRanges)
+      this->check(spec, first, count, {16, 32}, 0, "generated and sorted on the device");
+  }
+}
+
+TYPED_TEST(GpuSynthetic, Order4WithAModeOfLengthOne) {
+  for (bool pl : {false, true}) {
+    const auto spec = make_spec({1000, 1, 70000, 37}, pl);
+    for (const auto& [first, count] : kRanges)
+      this->check(spec, first, count, {16, 32}, 0, "generated and sorted on the device");
+  }
+}
+
+// Keys over 32 bits (22 + 22 bits for mode 2), the amazon-reviews shape scaled down.
+TYPED_TEST(GpuSynthetic, WideKeys) {
+  for (bool pl : {false, true}) {
+    this->check(make_spec({3000000, 40, 2500000}, pl), 99, 50000, {16}, 0,
+                "generated and sorted on the device");
+    this->check(make_spec({4821207, 1774269, 1805187}, pl), 1000000, 30000, {16}, 0,
+                "generated and sorted on the device");
+  }
+}
+
+// Fallbacks: a budget of exactly the tier-1 bytes (under the device sort's peak): the
+// COO is built on the host and sorted there; a quarter of that: tier 2.
+TYPED_TEST(GpuSynthetic, Fallbacks) {
+  using T = TypeParam;
+  for (bool pl : {false, true}) {
+    const auto spec = make_spec({300, 200, 5000, 64}, pl);
+    const std::uint64_t first = 4242, count = 20001;
+    const int N = spec.order;
+    const std::size_t copy =
+        (static_cast<std::size_t>(N) * count * sizeof(index_t) + 255) / 256 * 256 +
+        count * sizeof(T);
+    this->check(spec, first, count, {16, 32}, N * copy, "generated on the host");
+    this->check(spec, first, count, {16, 32}, N * copy, "sorted on the host");
+    auto be = make_backend<T>(BackendKind::cuda);
+    be->set_memory_budget(N * copy / 4);
+    EXPECT_EQ(be->prepare_synthetic(spec, first, count)->tier(), 2);
+    this->check(spec, first, count, {32}, N * copy / 4, "generated on the host");
+  }
+}
+
+TYPED_TEST(GpuSynthetic, InvalidSpec) {
+  using T = TypeParam;
+  auto be = make_backend<T>(BackendKind::cuda);
+  auto spec = make_spec({10, 20}, false);
+  spec.dims[1] = 0;
+  EXPECT_THROW(be->prepare_synthetic(spec, 0, 10), InputError);
+  spec = make_spec({10, 20}, false);
+  EXPECT_THROW(be->prepare_synthetic(spec, ~std::uint64_t(0) - 5, 10), InputError);
+}
+
+}  // namespace
+}  // namespace tessera::kernels
