@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
@@ -18,52 +19,7 @@
 namespace tessera::kernels {
 namespace {
 
-template <typename T>
-double tolerance() {
-  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
-}
-
-/// ||got - want||_F / ||want||_F in double; +inf when got has a non-finite entry (an
-/// element the backend never wrote keeps its NaN poison). Absolute when want is zero.
-template <typename A, typename B>
-double rel_error(const std::vector<A>& got, const std::vector<B>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double d2 = 0, w2 = 0;
-  for (std::size_t k = 0; k < got.size() && k < want.size(); ++k) {
-    const double g = static_cast<double>(got[k]), w = static_cast<double>(want[k]);
-    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
-    d2 += (g - w) * (g - w);
-    w2 += w * w;
-  }
-  return w2 > 0 ? std::sqrt(d2 / w2) : std::sqrt(d2);
-}
-
-template <typename T>
-std::vector<T> random_vector(std::size_t n, std::uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  CounterRng rng(seed, 11);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(lo + (hi - lo) * rng.uniform());
-  return v;
-}
-
-/// Uniform random coordinates; with `skew`, 70% of the nonzeros share mode-`skew_mode`
-/// index 0 (one huge slice spanning many warp tiles) and the mode is long, so most of its
-/// slices are empty.
-template <typename T>
-SparseTensor<T> random_tensor(std::vector<std::uint64_t> dims, nnz_t nnz, std::uint64_t seed,
-                              int skew_mode = -1) {
-  SparseTensor<T> x(dims);
-  x.reserve(static_cast<std::size_t>(nnz));
-  CounterRng rng(seed, 7);
-  std::vector<index_t> c(dims.size());
-  for (nnz_t k = 0; k < nnz; ++k) {
-    for (std::size_t m = 0; m < dims.size(); ++m)
-      c[m] = static_cast<index_t>(rng.next_u64() % dims[m]);
-    if (skew_mode >= 0 && rng.uniform() < 0.7) c[static_cast<std::size_t>(skew_mode)] = 0;
-    x.push_back(c.data(), static_cast<T>(2.0 * rng.uniform() - 1.0));
-  }
-  return x;
-}
+using namespace ::tessera::test;
 
 template <typename T>
 class CudaBackendTest : public ::testing::Test {
@@ -74,38 +30,12 @@ class CudaBackendTest : public ::testing::Test {
     ref_ = make_backend<T>(BackendKind::reference);
   }
 
-  static constexpr T nan() { return std::numeric_limits<T>::quiet_NaN(); }
-
-  Array<T> on_gpu(const std::vector<T>& h) {
-    Array<T> a = gpu_->allocate(h.size());
-    gpu_->upload(h.data(), h.size(), a.data());
-    return a;
-  }
-  Array<T> on_ref(const std::vector<T>& h) {
-    Array<T> a = ref_->allocate(h.size());
-    ref_->upload(h.data(), h.size(), a.data());
-    return a;
-  }
-  std::vector<T> from_gpu(const T* p, std::size_t n) {
-    std::vector<T> h(n);
-    gpu_->download(p, n, h.data());
-    return h;
-  }
-  std::vector<T> from_ref(const T* p, std::size_t n) {
-    std::vector<T> h(n);
-    ref_->download(p, n, h.data());
-    return h;
-  }
-  Array<T> poisoned_gpu(std::size_t n) {
-    Array<T> a = gpu_->allocate(n);
-    gpu_->fill(a.data(), n, nan());
-    return a;
-  }
-  Array<T> poisoned_ref(std::size_t n) {
-    Array<T> a = ref_->allocate(n);
-    ref_->fill(a.data(), n, nan());
-    return a;
-  }
+  Array<T> on_gpu(const std::vector<T>& h) { return uploaded(*gpu_, h); }
+  Array<T> on_ref(const std::vector<T>& h) { return uploaded(*ref_, h); }
+  std::vector<T> from_gpu(const T* p, std::size_t n) { return downloaded(*gpu_, p, n); }
+  std::vector<T> from_ref(const T* p, std::size_t n) { return downloaded(*ref_, p, n); }
+  Array<T> poisoned_gpu(std::size_t n) { return poisoned(*gpu_, n); }
+  Array<T> poisoned_ref(std::size_t n) { return poisoned(*ref_, n); }
 
   /// MTTKRP of every mode at rank R on both backends; returns the worst relative error.
   double mttkrp_all_modes(const SparseTensor<T>& x, int R, std::uint64_t seed) {
@@ -115,27 +45,14 @@ class CudaBackendTest : public ::testing::Test {
     EXPECT_EQ(hg->order(), N);
     EXPECT_EQ(hg->nnz(), x.nnz());
     EXPECT_EQ(hg->dims(), x.dims);
-    std::vector<Array<T>> fg, fr;
-    std::vector<const T*> pg(N), pr(N);
-    for (int m = 0; m < N; ++m) {
-      auto h = random_vector<T>(static_cast<std::size_t>(x.dims[m]) * R, seed * 131 + m);
-      fg.push_back(on_gpu(h));
-      fr.push_back(on_ref(h));
-      pg[m] = fg.back().data();
-      pr[m] = fr.back().data();
-    }
+    const auto fg = random_factors(*gpu_, x.dims, R, seed);
+    const auto fr = random_factors(*ref_, x.dims, R, seed);
     double worst = 0;
     for (int mode = 0; mode < N; ++mode) {
-      const std::size_t n = static_cast<std::size_t>(x.dims[mode]) * R;
-      auto og = poisoned_gpu(n);
-      auto orf = poisoned_ref(n);
-      std::vector<const T*> pgm = pg;
-      pgm[mode] = nullptr;  // documented as not read
-      gpu_->mttkrp(*hg, mode, pgm, R, og.data());
-      ref_->mttkrp(*hr, mode, pr, R, orf.data());
-      const double e = rel_error(from_gpu(og.data(), n), from_ref(orf.data(), n));
-      EXPECT_LT(e, tolerance<T>())
-          << "order " << N << " mode " << mode << " R " << R << " nnz " << x.nnz();
+      const auto [got, want] = mttkrp_pair(*gpu_, *hg, fg, *ref_, *hr, fr, mode, R);
+      const double e = rel_error(got, want);
+      EXPECT_LT(e, tol<T>()) << "order " << N << " mode " << mode << " R " << R << " nnz "
+                             << x.nnz();
       worst = std::max(worst, e);
     }
     return worst;
@@ -281,7 +198,7 @@ TYPED_TEST(CudaBackendTest, Gram) {
       this->gpu_->gram(ag.data(), rows, R, gg.data());
       this->ref_->gram(ar.data(), rows, R, gr.data());
       const auto got = this->from_gpu(gg.data(), n);
-      EXPECT_LT(rel_error(got, this->from_ref(gr.data(), n)), tolerance<T>())
+      EXPECT_LT(rel_error(got, this->from_ref(gr.data(), n)), tol<T>())
           << "rows " << rows << " R " << R;
       for (int i = 0; i < R; ++i)
         for (int j = 0; j < R; ++j) ASSERT_EQ(got[i * R + j], got[j * R + i]) << "not symmetric";
@@ -309,11 +226,11 @@ TYPED_TEST(CudaBackendTest, Hadamard) {
       this->gpu_->hadamard(pg, R, vg.data());
       this->ref_->hadamard(pr, R, vr.data());
       const auto want = this->from_ref(vr.data(), n);
-      EXPECT_LT(rel_error(this->from_gpu(vg.data(), n), want), tolerance<T>())
+      EXPECT_LT(rel_error(this->from_gpu(vg.data(), n), want), tol<T>())
           << "R " << R << " count " << count;
       // In place: the output is also the first input.
       this->gpu_->hadamard(pg, R, g[0].data());
-      EXPECT_LT(rel_error(this->from_gpu(g[0].data(), n), want), tolerance<T>());
+      EXPECT_LT(rel_error(this->from_gpu(g[0].data(), n), want), tol<T>());
     }
   }
 }
@@ -359,8 +276,7 @@ TYPED_TEST(CudaBackendTest, SolveNormalSpd) {
       EXPECT_FALSE(this->gpu_->solve_normal(mg.data(), rows, vg.data(), R));
       EXPECT_FALSE(this->ref_->solve_normal(mr.data(), rows, vr.data(), R));
       const std::size_t n = M.size();
-      EXPECT_LT(rel_error(this->from_gpu(mg.data(), n), this->from_ref(mr.data(), n)),
-                tolerance<T>())
+      EXPECT_LT(rel_error(this->from_gpu(mg.data(), n), this->from_ref(mr.data(), n)), tol<T>())
           << "R " << R << " rows " << rows;
     }
   }
@@ -380,10 +296,10 @@ TYPED_TEST(CudaBackendTest, SolveNormalSingular) {
     EXPECT_TRUE(this->gpu_->solve_normal(mg.data(), rows, vg.data(), R));
     EXPECT_TRUE(this->ref_->solve_normal(mr.data(), rows, vr.data(), R));
     const auto got = this->from_gpu(mg.data(), M.size());
-    EXPECT_LT(rel_error(got, this->from_ref(mr.data(), M.size())), tolerance<T>()) << "R " << R;
+    EXPECT_LT(rel_error(got, this->from_ref(mr.data(), M.size())), tol<T>()) << "R " << R;
     // The null direction is dropped: that column is zero up to the eigensolver's rounding.
     for (std::int64_t i = 0; i < rows; ++i)
-      ASSERT_LE(std::abs(static_cast<double>(got[i * R + R / 2])), tolerance<T>());
+      ASSERT_LE(std::abs(static_cast<double>(got[i * R + R / 2])), tol<T>());
   }
 }
 
@@ -460,8 +376,7 @@ TYPED_TEST(CudaBackendTest, ColumnReductionsAndScaling) {
       this->gpu_->scale_columns(ag.data(), rows, R, scale.data());
       this->ref_->scale_columns(ar.data(), rows, R, scale.data());
       scale.assign(R, nan);  // the device copy must not depend on the host array later
-      EXPECT_LT(rel_error(this->from_gpu(ag.data(), n), this->from_ref(ar.data(), n)),
-                tolerance<T>())
+      EXPECT_LT(rel_error(this->from_gpu(ag.data(), n), this->from_ref(ar.data(), n)), tol<T>())
           << "scale rows " << rows << " R " << R;
     }
   }

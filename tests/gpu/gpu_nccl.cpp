@@ -7,48 +7,21 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
-#include "gpu_util.hpp"
+#include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
 #include "util/error.hpp"
-#include "util/log.hpp"
 #include "util/rng.hpp"
 
 namespace tessera::comm {
 namespace {
 
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-/// A device buffer of n elements of T.
-template <typename T>
-class DeviceVector {
- public:
-  explicit DeviceVector(const std::vector<T>& h) : n_(h.size()) {
-    cuda_ok(cudaMalloc(&p_, std::max<std::size_t>(n_, 1) * sizeof(T)), "cudaMalloc");
-    if (n_) cuda_ok(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "H2D");
-  }
-  ~DeviceVector() { cudaFree(p_); }
-  DeviceVector(const DeviceVector&) = delete;
-  DeviceVector& operator=(const DeviceVector&) = delete;
-  T* data() { return p_; }
-  std::vector<T> host() const {
-    std::vector<T> h(n_);
-    if (n_) cuda_ok(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "D2H");
-    return h;
-  }
-
- private:
-  T* p_ = nullptr;
-  std::size_t n_ = 0;
-};
+using namespace ::tessera::test;
 
 /// Rank-dependent values that every reduction reproduces exactly (small integers, so sums
 /// are exact in every type and independent of the reduction order).
@@ -72,40 +45,7 @@ void for_each_type(F&& f) {
   f.template operator()<std::uint8_t>();
 }
 
-class NcclTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
-    skip_ = gpu_per_rank(*world_);
-    if (!skip_.empty()) return;
-    // make_nccl_communicator agrees on failure across ranks, so all ranks land here alike.
-    try {
-      nccl_ = make_nccl_communicator(*world_);
-    } catch (const std::exception& e) {
-      error_ = e.what();
-    }
-  }
-  static void TearDownTestSuite() {
-    nccl_.reset();
-    world_.reset();
-  }
-  void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
-    ASSERT_TRUE(error_.empty()) << "make_nccl_communicator failed: " << error_;
-  }
-
-  static int rank() { return world_->rank(); }
-  static int size() { return world_->size(); }
-
-  static std::unique_ptr<MpiCommunicator> world_;
-  static std::unique_ptr<Communicator> nccl_;
-  static std::string skip_, error_;
-};
-
-std::unique_ptr<MpiCommunicator> NcclTest::world_;
-std::unique_ptr<Communicator> NcclTest::nccl_;
-std::string NcclTest::skip_;
-std::string NcclTest::error_;
+using NcclTest = GpuJobTest;
 
 TEST_F(NcclTest, Identity) {
   EXPECT_TRUE(nccl_available());

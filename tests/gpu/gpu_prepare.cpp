@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
@@ -28,39 +29,7 @@
 namespace tessera::kernels {
 namespace {
 
-constexpr std::size_t kTileNnz = 256;  ///< nonzeros of one tile (kernels/cuda/mttkrp.cu)
-
-template <typename T>
-std::size_t chunk_bytes(int order, std::size_t cnt) {
-  return (static_cast<std::size_t>(order) * cnt * sizeof(index_t) + 255) / 256 * 256 +
-         cnt * sizeof(T);
-}
-
-template <typename T>
-double tolerance() {
-  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
-}
-
-template <typename A, typename B>
-double rel_error(const std::vector<A>& got, const std::vector<B>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double d2 = 0, w2 = 0;
-  for (std::size_t k = 0; k < got.size() && k < want.size(); ++k) {
-    const double g = static_cast<double>(got[k]), w = static_cast<double>(want[k]);
-    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
-    d2 += (g - w) * (g - w);
-    w2 += w * w;
-  }
-  return w2 > 0 ? std::sqrt(d2 / w2) : std::sqrt(d2);
-}
-
-template <typename T>
-std::vector<T> random_vector(std::size_t n, std::uint64_t seed) {
-  CounterRng rng(seed, 11);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(2.0 * rng.uniform() - 1.0);
-  return v;
-}
+using namespace ::tessera::test;
 
 /// Random coordinates with many repeats: in every mode, 40% of the nonzeros take index 0
 /// and 10% the last index; so rows of every mode are long and the secondary keys of a
@@ -86,54 +55,10 @@ SparseTensor<T> repetitive_tensor(std::vector<std::uint64_t> dims, nnz_t nnz, st
   return x;
 }
 
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
-
 template <typename T>
-class GpuPrepare : public ::testing::Test {
+class GpuPrepare : public GpuVsReference<T> {
  protected:
-  void SetUp() override {
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible";
-    ref_ = make_backend<T>(BackendKind::reference);
-  }
-
-  static constexpr T nan() { return std::numeric_limits<T>::quiet_NaN(); }
-
-  /// MTTKRP of every mode at rank R on `be` (tensor prepared as `h`) against the reference.
-  void check_mttkrp(Backend<T>& be, const TensorHandle<T>& h, const SparseTensor<T>& x, int R,
-                    std::uint64_t seed, const std::string& what) {
-    const int N = x.order();
-    std::vector<Array<T>> fg, fr;
-    std::vector<const T*> pg(N), pr(N);
-    for (int m = 0; m < N; ++m) {
-      const auto v = random_vector<T>(static_cast<std::size_t>(x.dims[m]) * R, seed * 131 + m);
-      fg.push_back(be.allocate(v.size()));
-      be.upload(v.data(), v.size(), fg.back().data());
-      fr.push_back(ref_->allocate(v.size()));
-      ref_->upload(v.data(), v.size(), fr.back().data());
-      pg[m] = fg.back().data();
-      pr[m] = fr.back().data();
-    }
-    auto hr = ref_->prepare(x);
-    for (int mode = 0; mode < N; ++mode) {
-      const std::size_t n = static_cast<std::size_t>(x.dims[mode]) * R;
-      auto og = be.allocate(n);
-      be.fill(og.data(), n, nan());
-      auto orf = ref_->allocate(n);
-      ref_->fill(orf.data(), n, nan());
-      std::vector<const T*> pgm = pg;
-      pgm[mode] = nullptr;  // documented as not read
-      be.mttkrp(h, mode, pgm, R, og.data());
-      ref_->mttkrp(*hr, mode, pr, R, orf.data());
-      std::vector<T> got(n), want(n);
-      be.download(og.data(), n, got.data());
-      ref_->download(orf.data(), n, want.data());
-      EXPECT_LT(rel_error(got, want), tolerance<T>())
-          << what << ": order " << N << " mode " << mode << " R " << R << " nnz " << x.nnz() << "; "
-          << h.describe();
-    }
-  }
+  using GpuVsReference<T>::check_mttkrp;
 
   /// Prepares x three ways and checks each against the reference: tier 1 sorted on the
   /// device (no budget), tier 1 sorted on the host (budget = the tier-1 bytes, under the
@@ -170,8 +95,6 @@ class GpuPrepare : public ::testing::Test {
       check_mttkrp(*be3, *h3, x, R, seed + R, "tier 2, host sort");
     }
   }
-
-  std::unique_ptr<Backend<T>> ref_;
 };
 
 using ValueTypes = ::testing::Types<float, double>;

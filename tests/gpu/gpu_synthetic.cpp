@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
 #include "tensor/synthetic.hpp"
 #include "util/error.hpp"
@@ -23,35 +24,7 @@
 namespace tessera::kernels {
 namespace {
 
-template <typename T>
-double tolerance() {
-  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
-}
-
-template <typename T>
-double rel_error(const std::vector<T>& got, const std::vector<T>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double d2 = 0, w2 = 0;
-  for (std::size_t k = 0; k < got.size() && k < want.size(); ++k) {
-    const double g = static_cast<double>(got[k]), w = static_cast<double>(want[k]);
-    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
-    d2 += (g - w) * (g - w);
-    w2 += w * w;
-  }
-  return w2 > 0 ? std::sqrt(d2 / w2) : std::sqrt(d2);
-}
-
-template <typename T>
-std::vector<T> random_vector(std::size_t n, std::uint64_t seed) {
-  CounterRng rng(seed, 11);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(2.0 * rng.uniform() - 1.0);
-  return v;
-}
-
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
+using namespace ::tessera::test;
 
 synthetic::Spec make_spec(const std::vector<std::uint64_t>& dims, bool powerlaw) {
   synthetic::Spec s;
@@ -92,47 +65,15 @@ std::vector<std::uint64_t> count_distinct(const SparseTensor<T>& x) {
 }
 
 template <typename T>
-class GpuSynthetic : public ::testing::Test {
+class GpuSynthetic : public GpuVsReference<T> {
  protected:
-  void SetUp() override {
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible";
-    ref_ = make_backend<T>(BackendKind::reference);
-  }
-
-  /// MTTKRP of every mode at rank R of `h` (on `be`) against the reference backend's
-  /// prepare(x).
+  /// As GpuVsReference::check_mttkrp, after checking the handle's shape.
   void check_mttkrp(Backend<T>& be, const TensorHandle<T>& h, const SparseTensor<T>& x, int R,
                     std::uint64_t seed, const std::string& what) {
-    const int N = x.order();
-    ASSERT_EQ(h.order(), N);
+    ASSERT_EQ(h.order(), x.order());
     ASSERT_EQ(h.nnz(), x.nnz()) << what;
     EXPECT_EQ(h.dims(), x.dims) << what;
-    std::vector<Array<T>> fg, fr;
-    std::vector<const T*> pg(N), pr(N);
-    for (int m = 0; m < N; ++m) {
-      const auto v = random_vector<T>(static_cast<std::size_t>(x.dims[m]) * R, seed * 131 + m);
-      fg.push_back(be.allocate(v.size()));
-      be.upload(v.data(), v.size(), fg.back().data());
-      fr.push_back(ref_->allocate(v.size()));
-      ref_->upload(v.data(), v.size(), fr.back().data());
-      pg[m] = fg.back().data();
-      pr[m] = fr.back().data();
-    }
-    auto hr = ref_->prepare(x);
-    for (int mode = 0; mode < N; ++mode) {
-      const std::size_t n = static_cast<std::size_t>(x.dims[mode]) * R;
-      auto og = be.allocate(n);
-      be.fill(og.data(), n, std::numeric_limits<T>::quiet_NaN());
-      auto orf = ref_->allocate(n);
-      be.mttkrp(h, mode, pg, R, og.data());
-      ref_->mttkrp(*hr, mode, pr, R, orf.data());
-      std::vector<T> got(n), want(n);
-      be.download(og.data(), n, got.data());
-      ref_->download(orf.data(), n, want.data());
-      EXPECT_LT(rel_error(got, want), tolerance<T>())
-          << what << ": order " << N << " mode " << mode << " R " << R << " nnz " << x.nnz() << "; "
-          << h.describe();
-    }
+    GpuVsReference<T>::check_mttkrp(be, h, x, R, seed, what);
   }
 
   /// prepare_synthetic(spec, first, count) on a fresh cuda backend (budget 0: automatic)
@@ -151,11 +92,9 @@ class GpuSynthetic : public ::testing::Test {
       EXPECT_TRUE(contains(d, expect_in_describe)) << what << ": " << d;
     }
     EXPECT_EQ(h->distinct_rows(), count_distinct(x)) << what << "; " << d;
-    EXPECT_EQ(h->distinct_rows(), ref_->prepare(x)->distinct_rows()) << what;
+    EXPECT_EQ(h->distinct_rows(), this->ref_->prepare(x)->distinct_rows()) << what;
     for (int R : ranks) check_mttkrp(*be, *h, x, R, first + count + R, what);
   }
-
-  std::unique_ptr<Backend<T>> ref_;
 };
 
 using ValueTypes = ::testing::Types<float, double>;
@@ -198,9 +137,7 @@ TYPED_TEST(GpuSynthetic, Fallbacks) {
     const auto spec = make_spec({300, 200, 5000, 64}, pl);
     const std::uint64_t first = 4242, count = 20001;
     const int N = spec.order;
-    const std::size_t copy =
-        (static_cast<std::size_t>(N) * count * sizeof(index_t) + 255) / 256 * 256 +
-        count * sizeof(T);
+    const std::size_t copy = chunk_bytes<T>(N, count);  // one sorted copy
     this->check(spec, first, count, {16, 32}, N * copy, "generated on the host");
     this->check(spec, first, count, {16, 32}, N * copy, "sorted on the host");
     auto be = make_backend<T>(BackendKind::cuda);

@@ -16,7 +16,7 @@
 
 #include "algo/cp_als.hpp"
 #include "algo/generate.hpp"
-#include "gpu_util.hpp"
+#include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
@@ -24,77 +24,12 @@
 namespace tessera::kernels {
 namespace {
 
-/// Nonzeros of one warp tile of the CUDA MTTKRP kernel (kernels/cuda/mttkrp.cu). The
-/// one-tile test checks through describe() that the backend agrees.
-constexpr std::size_t kTileNnz = 256;
-
-/// Device bytes of a chunk of `cnt` nonzeros: order uint32 index arrays padded to 256
-/// bytes, then the values (the layout of kernels/cuda/mttkrp.cu).
-template <typename T>
-std::size_t chunk_bytes(int order, std::size_t cnt) {
-  return (static_cast<std::size_t>(order) * cnt * sizeof(index_t) + 255) / 256 * 256 +
-         cnt * sizeof(T);
-}
+using namespace ::tessera::test;
 
 template <typename T>
-double tolerance() {
-  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
-}
-
-/// ||got - want||_F / ||want||_F in double; +inf when got has a non-finite entry (an
-/// element never written keeps its NaN poison).
-template <typename A, typename B>
-double rel_error(const std::vector<A>& got, const std::vector<B>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double d2 = 0, w2 = 0;
-  for (std::size_t k = 0; k < got.size() && k < want.size(); ++k) {
-    const double g = static_cast<double>(got[k]), w = static_cast<double>(want[k]);
-    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
-    d2 += (g - w) * (g - w);
-    w2 += w * w;
-  }
-  return w2 > 0 ? std::sqrt(d2 / w2) : std::sqrt(d2);
-}
-
-template <typename T>
-std::vector<T> random_vector(std::size_t n, std::uint64_t seed) {
-  CounterRng rng(seed, 11);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(2.0 * rng.uniform() - 1.0);
-  return v;
-}
-
-/// Uniform random coordinates; with `skew_mode` >= 0, 70% of the nonzeros share index 0
-/// of that mode: one slice spanning many tiles and chunks.
-template <typename T>
-SparseTensor<T> random_tensor(std::vector<std::uint64_t> dims, nnz_t nnz, std::uint64_t seed,
-                              int skew_mode = -1) {
-  SparseTensor<T> x(dims);
-  x.reserve(static_cast<std::size_t>(nnz));
-  CounterRng rng(seed, 7);
-  std::vector<index_t> c(dims.size());
-  for (nnz_t k = 0; k < nnz; ++k) {
-    for (std::size_t m = 0; m < dims.size(); ++m)
-      c[m] = static_cast<index_t>(rng.next_u64() % dims[m]);
-    if (skew_mode >= 0 && rng.uniform() < 0.7) c[static_cast<std::size_t>(skew_mode)] = 0;
-    x.push_back(c.data(), static_cast<T>(2.0 * rng.uniform() - 1.0));
-  }
-  return x;
-}
-
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
-
-template <typename T>
-class GpuTier : public ::testing::Test {
+class GpuTier : public GpuVsReference<T> {
  protected:
-  void SetUp() override {
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible";
-    ref_ = make_backend<T>(BackendKind::reference);
-  }
-
-  static constexpr T nan() { return std::numeric_limits<T>::quiet_NaN(); }
+  using GpuVsReference<T>::ref_;
 
   /// MTTKRP of every mode (then mode 0 again, reusing the chunk buffers) on `be` with
   /// the tensor prepared there, against the reference backend and, when given, against
@@ -104,41 +39,21 @@ class GpuTier : public ::testing::Test {
                                            const std::vector<std::vector<T>>* tier1,
                                            const std::string& what) {
     const int N = x.order();
-    std::vector<Array<T>> fg, fr;
-    std::vector<const T*> pg(N), pr(N);
-    for (int m = 0; m < N; ++m) {
-      const auto v = random_vector<T>(static_cast<std::size_t>(x.dims[m]) * R, seed * 131 + m);
-      fg.push_back(be.allocate(v.size()));
-      be.upload(v.data(), v.size(), fg.back().data());
-      fr.push_back(ref_->allocate(v.size()));
-      ref_->upload(v.data(), v.size(), fr.back().data());
-      pg[m] = fg.back().data();
-      pr[m] = fr.back().data();
-    }
+    const auto fg = random_factors(be, x.dims, R, seed);
+    const auto fr = random_factors(*ref_, x.dims, R, seed);
     auto hr = ref_->prepare(x);
     std::vector<std::vector<T>> results(static_cast<std::size_t>(N));
     std::vector<int> modes(static_cast<std::size_t>(N));
     for (int m = 0; m < N; ++m) modes[static_cast<std::size_t>(m)] = m;
     modes.push_back(0);
     for (int mode : modes) {
-      const std::size_t n = static_cast<std::size_t>(x.dims[mode]) * R;
-      auto og = be.allocate(n);
-      be.fill(og.data(), n, nan());
-      auto orf = ref_->allocate(n);
-      ref_->fill(orf.data(), n, nan());
-      std::vector<const T*> pgm = pg;
-      pgm[mode] = nullptr;  // documented as not read
-      be.mttkrp(h, mode, pgm, R, og.data());
-      ref_->mttkrp(*hr, mode, pr, R, orf.data());
-      std::vector<T> got(n), want(n);
-      be.download(og.data(), n, got.data());
-      ref_->download(orf.data(), n, want.data());
+      auto [got, want] = mttkrp_pair(be, h, fg, *ref_, *hr, fr, mode, R);
       const std::string where = what + ", order " + std::to_string(N) + " mode " +
                                 std::to_string(mode) + " R " + std::to_string(R) + " nnz " +
                                 std::to_string(x.nnz());
-      EXPECT_LT(rel_error(got, want), tolerance<T>()) << where << " vs reference";
+      EXPECT_LT(rel_error(got, want), tol<T>()) << where << " vs reference";
       if (tier1 != nullptr) {
-        EXPECT_LT(rel_error(got, (*tier1)[static_cast<std::size_t>(mode)]), tolerance<T>())
+        EXPECT_LT(rel_error(got, (*tier1)[static_cast<std::size_t>(mode)]), tol<T>())
             << where << " vs tier 1";
       }
       // Reporting of the MTTKRP just done.
@@ -197,8 +112,6 @@ class GpuTier : public ::testing::Test {
     auto be = make_backend<T>(BackendKind::cuda);
     return be->prepare(x)->bytes();
   }
-
-  std::unique_ptr<Backend<T>> ref_;
 };
 
 using ValueTypes = ::testing::Types<float, double>;
@@ -327,9 +240,7 @@ TYPED_TEST(GpuTier, HandleBelongsToItsBackend) {
   std::vector<Array<T>> f;
   std::vector<const T*> p;
   for (auto d : x.dims) {
-    const auto v = random_vector<T>(static_cast<std::size_t>(d) * R, d);
-    f.push_back(other->allocate(v.size()));
-    other->upload(v.data(), v.size(), f.back().data());
+    f.push_back(uploaded(*other, random_vector<T>(static_cast<std::size_t>(d) * R, d)));
     p.push_back(f.back().data());
   }
   auto out = other->allocate(static_cast<std::size_t>(x.dims[0]) * R);
@@ -364,9 +275,7 @@ TYPED_TEST(HostTier, BudgetRecordedTierOne) {
     std::vector<Array<T>> f;
     std::vector<const T*> p;
     for (auto d : x.dims) {
-      const auto v = random_vector<T>(static_cast<std::size_t>(d) * R, d + 1);
-      f.push_back(be->allocate(v.size()));
-      be->upload(v.data(), v.size(), f.back().data());
+      f.push_back(uploaded(*be, random_vector<T>(static_cast<std::size_t>(d) * R, d + 1)));
       p.push_back(f.back().data());
     }
     auto out = be->allocate(static_cast<std::size_t>(x.dims[1]) * R);
@@ -386,41 +295,14 @@ namespace {
 
 using algo::CommStrategy;
 
-class GpuTierCp : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    world_ = std::make_unique<comm::MpiCommunicator>(MPI_COMM_WORLD);
-    skip_ = comm::gpu_per_rank(*world_);
-    if (skip_.empty()) nccl_ = comm::make_nccl_communicator(*world_);
-  }
-  static void TearDownTestSuite() {
-    nccl_.reset();
-    world_.reset();
-  }
-  void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
-  }
+using namespace ::tessera::test;
 
+class GpuTierCp : public GpuJobTest {
+ protected:
   template <typename T>
   void compare(CommStrategy s, double tol) {
-    algo::GenerateOptions o;
-    o.dims = {300, 200, 250};
-    o.nnz = 60000;
-    o.rank = 5;
-    o.noise = 0.1;
-    o.structure = algo::Structure::sampled;
-    o.dist = algo::IndexDist::powerlaw;
-    o.seed = 23;
-    auto g = algo::generate(o, *world_);
-    const auto scheme = s == CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
-    auto d = partition::distribute(g.block.template cast<T>(), scheme, {}, *world_);
-    algo::CpOptions opt;
-    opt.rank = 12;
-    opt.max_iters = 8;
-    opt.tol = 0;
-    opt.strategy = s;
-    opt.print_iterations = false;
-
+    auto d = cp_problem<T>(s, 23, *world_);
+    const auto opt = cp_test_options(s);
     auto be1 = kernels::make_backend<T>(kernels::BackendKind::cuda);
     auto be2 = kernels::make_backend<T>(kernels::BackendKind::cuda);
     // This rank's budget: a fifth of its block's tier-1 size; check it streams.
@@ -433,28 +315,9 @@ class GpuTierCp : public ::testing::Test {
     }
     auto r1 = algo::cp_als<T>(d, *be1, *world_, *nccl_, opt);
     auto r2 = algo::cp_als<T>(d, *be2, *world_, *nccl_, opt);
-    ASSERT_EQ(r1.history.size(), r2.history.size());
-    for (std::size_t i = 0; i < r1.history.size(); ++i)
-      EXPECT_NEAR(r2.history[i].fit, r1.history[i].fit, tol) << "iteration " << i + 1;
-    for (int n = 0; n < 3; ++n) {
-      double num = 0, den = 0;
-      for (std::size_t k = 0; k < r1.model.factors[n].data.size(); ++k) {
-        const double e = r2.model.factors[n].data[k] - r1.model.factors[n].data[k];
-        num += e * e;
-        den += r1.model.factors[n].data[k] * r1.model.factors[n].data[k];
-      }
-      EXPECT_LT(std::sqrt(num / den), 100 * tol) << "mode " << n;
-    }
+    expect_same_cp(r2, r1, tol);
   }
-
-  static std::unique_ptr<comm::MpiCommunicator> world_;
-  static std::unique_ptr<comm::Communicator> nccl_;
-  static std::string skip_;
 };
-
-std::unique_ptr<comm::MpiCommunicator> GpuTierCp::world_;
-std::unique_ptr<comm::Communicator> GpuTierCp::nccl_;
-std::string GpuTierCp::skip_;
 
 TEST_F(GpuTierCp, AllreduceDouble) {
   compare<double>(CommStrategy::allreduce, 1e-9);
