@@ -91,7 +91,7 @@ class Communicator {
   template <typename T>
   T allreduce_value(T v, ReduceOp op = ReduceOp::sum) const {
     static_assert(sizeof(T) <= 8);
-    allreduce_raw(&v, 1, data_type_of<T>(), op);  // host scalars only (MPI); see below
+    allreduce_raw(&v, 1, data_type_of<T>(), op);  // a host scalar (NCCL stages it)
     return v;
   }
   template <typename T>

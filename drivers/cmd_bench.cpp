@@ -63,23 +63,6 @@ double measure_bandwidth(kernels::Backend<T>& be, int threads) {
   return 2.0 * static_cast<double>(n * sizeof(T)) / best;
 }
 
-/// Distinct indices per mode in this rank's block: the factor rows an MTTKRP must read.
-template <typename T>
-std::vector<double> distinct_rows(const SparseTensor<T>& x) {
-  std::vector<double> out(static_cast<std::size_t>(x.order()));
-  for (int n = 0; n < x.order(); ++n) {
-    std::vector<char> seen(x.dims[static_cast<std::size_t>(n)], 0);
-    double c = 0;
-    for (index_t i : x.idx[static_cast<std::size_t>(n)])
-      if (!seen[i]) {
-        seen[i] = 1;
-        c += 1;
-      }
-    out[static_cast<std::size_t>(n)] = c;
-  }
-  return out;
-}
-
 /// Bytes one MTTKRP of `mode` must move on this rank (see the file comment): the stored
 /// format once, each touched factor row of the other modes once, the output once.
 double mttkrp_floor_bytes(double stream_bytes, const std::vector<double>& distinct,
@@ -296,6 +279,7 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     o.tol = 0;  // run every iteration
     o.strategy = strategy;
     o.print_iterations = log::verbosity() >= 2;
+    o.count_distinct_rows = true;  // for the floor
     const auto& d = *in.d;
     auto res = algo::cp_als<T>(d, *be, world, *cx.data, o);
     // Skip the first iteration (2-norm normalisation, first touches) when there are more.
@@ -317,7 +301,7 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     const double nnzps = static_cast<double>(d.dist.global_nnz) * N / std::max(max_it, 1e-12);
     // Memory floor of an iteration: the N MTTKRPs' bytes (the dense R x R work and the
     // collectives are not in it; their share is printed beside).
-    const auto distinct = distinct_rows(d.block);
+    const std::vector<double> distinct(res.distinct_rows.begin(), res.distinct_rows.end());
     double bytes = 0;
     for (int n = 0; n < N; ++n)
       bytes += mttkrp_floor_bytes(res.mttkrp_stream_bytes[static_cast<std::size_t>(n)], distinct,

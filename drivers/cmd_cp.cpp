@@ -1,6 +1,4 @@
 // tessera cp: distributed CP-ALS of a FROSTT tensor.
-#include <omp.h>
-
 #include <cmath>
 #include <memory>
 

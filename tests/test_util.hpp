@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace tessera::test {
 
@@ -27,6 +28,15 @@ std::uint64_t fresh_seed();
 template <typename T>
 double tol() {
   return std::is_same_v<T, double> ? 1e-12 : 1e-5;
+}
+
+/// Raw pointers to factor matrices, with nullptr for `skip_mode` (a kernel must not read it).
+template <typename T>
+std::vector<const T*> pointers(const std::vector<std::vector<T>>& A, int skip_mode) {
+  std::vector<const T*> p;
+  for (std::size_t m = 0; m < A.size(); ++m)
+    p.push_back(static_cast<int>(m) == skip_mode ? nullptr : A[m].data());
+  return p;
 }
 
 /// Temporary folder unique to this test process group (same name on every rank when

@@ -134,6 +134,7 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
                      ? " (some ranks stream: tier " + std::to_string(tier_max) + ")"
                      : ""));
   }
+  if (opt.count_distinct_rows) res.distinct_rows = X->distinct_rows();
   for (int n = 0; n < N; ++n) {
     res.mttkrp_stream_bytes.push_back(static_cast<double>(X->mttkrp_stream_bytes(n)));
     res.rows_held.push_back(static_cast<std::uint64_t>(lay[static_cast<std::size_t>(n)].len));

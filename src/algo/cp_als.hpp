@@ -28,6 +28,8 @@ struct CpOptions {
   std::uint64_t seed = 1;
   CommStrategy strategy = CommStrategy::allreduce;
   bool print_iterations = true;  ///< one line per iteration on rank 0
+  /// Fill CpResult::distinct_rows (a pass over the stored tensor; benchmarks want it).
+  bool count_distinct_rows = false;
 };
 
 struct CpIteration {
@@ -49,6 +51,8 @@ struct CpResult {
   /// rows held (output rows of the MTTKRP). For benchmark floors.
   std::vector<double> mttkrp_stream_bytes;
   std::vector<std::uint64_t> rows_held;
+  /// Factor rows the block touches, per mode (only with CpOptions::count_distinct_rows).
+  std::vector<std::uint64_t> distinct_rows;
   /// Memory tier of this rank's tensor (1 resident, 2 streamed from host) and its
   /// description; for tier 2, seconds of host-to-device copies and of kernels summed
   /// over all MTTKRPs, and the mean fraction of copy time hidden behind compute.

@@ -35,18 +35,4 @@ class PhaseTimes {
   std::map<std::string, double> t_;
 };
 
-/// RAII: adds the scope's duration to a phase.
-class ScopedPhase {
- public:
-  ScopedPhase(PhaseTimes& p, std::string name) : p_(p), name_(std::move(name)) {}
-  ~ScopedPhase() { p_.add(name_, t_.seconds()); }
-  ScopedPhase(const ScopedPhase&) = delete;
-  ScopedPhase& operator=(const ScopedPhase&) = delete;
-
- private:
-  PhaseTimes& p_;
-  std::string name_;
-  Timer t_;
-};
-
 }  // namespace tessera

@@ -86,13 +86,7 @@ std::vector<std::vector<T>> random_factors(const std::vector<std::uint64_t>& dim
   return A;
 }
 
-template <typename T>
-std::vector<const T*> pointers(const std::vector<std::vector<T>>& A, int skip_mode) {
-  std::vector<const T*> p;
-  for (std::size_t m = 0; m < A.size(); ++m)
-    p.push_back(static_cast<int>(m) == skip_mode ? nullptr : A[m].data());
-  return p;
-}
+using test::pointers;
 
 /// out = X_(mode) * KhatriRao(factors != mode), both materialised densely, in double.
 template <typename T>

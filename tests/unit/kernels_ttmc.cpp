@@ -68,13 +68,7 @@ std::vector<std::vector<T>> random_factors(const std::vector<std::uint64_t>& dim
   return A;
 }
 
-template <typename T>
-std::vector<const T*> pointers(const std::vector<std::vector<T>>& A, int skip_mode) {
-  std::vector<const T*> p;
-  for (std::size_t m = 0; m < A.size(); ++m)
-    p.push_back(static_cast<int>(m) == skip_mode ? nullptr : A[m].data());
-  return p;
-}
+using test::pointers;
 
 /// All I_mode rows of Y_(mode) = X_(mode) * K, with X_(mode) the dense unfolding and K the
 /// dense Kronecker product of the other factors (rows and columns both with the last
