@@ -15,7 +15,7 @@ struct GenArgs {
   std::string dims, out, dist = "uniform", structure = "blocks";
   double nnz = 0;
   int rank = 5;
-  double noise = 0.0, alpha = 2.0;
+  double noise = 0.0, alpha = 1.0;
   std::uint64_t seed = 1;
 };
 
@@ -63,8 +63,10 @@ void add_generate(CLI::App& app, Runner& run) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--dist", a->dist, "Index distribution: uniform | powerlaw")
       ->check(CLI::IsMember({"uniform", "powerlaw"}));
-  sub->add_option("--alpha", a->alpha, "Power-law exponent: index = floor(I * u^alpha)")
-      ->check(CLI::Range(1.0, 100.0));
+  sub->add_option("--alpha", a->alpha,
+                  "Power-law exponent (--dist powerlaw): P(index = i) ~ (i + 1)^-alpha, "
+                  "a Zipf-like law (1: Zipf)")
+      ->check(CLI::Range(0.05, 100.0));
   sub->add_option("--structure", a->structure,
                   "blocks: exact rank-R (components are dense blocks on random index sets); "
                   "sampled: random coordinates with values of a dense rank-R model")

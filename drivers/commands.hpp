@@ -14,5 +14,6 @@ void add_cp(CLI::App& app, Runner& run);
 void add_generate(CLI::App& app, Runner& run);
 void add_info(CLI::App& app, Runner& run);
 void add_bench(CLI::App& app, Runner& run);
+void add_tucker(CLI::App& app, Runner& run);
 
 }  // namespace tessera::driver

@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   comm::MpiCommunicator world(MPI_COMM_WORLD);
 
   CLI::App app{
-      "Tessera: distributed sparse tensor decomposition (CP-ALS) on CPUs and GPUs.\n"
+      "Tessera: distributed sparse tensor decomposition (CP-ALS, Tucker-HOOI) on CPUs and GPUs.\n"
       "Run under mpirun -np P (or srun), one rank per GPU.",
       "tessera"};
   app.require_subcommand(1);
@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   driver::add_generate(app, run);
   driver::add_info(app, run);
   driver::add_bench(app, run);
+  driver::add_tucker(app, run);
 
   try {
     app.parse(argc, argv);

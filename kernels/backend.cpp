@@ -56,8 +56,9 @@ void check_synthetic(const synthetic::Spec& spec, std::uint64_t first_id, std::u
         spec.dims[n] >= 1 && spec.dims[n] <= (std::uint64_t(1) << 32),
         "synthetic tensor: dimension " << n << " is " << spec.dims[n] << ", outside 1..2^32");
   TESSERA_INPUT_CHECK(spec.rank >= 1, "synthetic tensor: model rank " << spec.rank << " < 1");
-  TESSERA_INPUT_CHECK(!spec.powerlaw || (spec.alpha > 0 && spec.alpha < 1e300),
-                      "synthetic tensor: power-law exponent " << spec.alpha);
+  TESSERA_INPUT_CHECK(
+      !spec.powerlaw || (spec.alpha > 0 && spec.alpha < 1e300),
+      "synthetic tensor: power-law exponent must be > 0 (got " << spec.alpha << ")");
   TESSERA_INPUT_CHECK(count <= static_cast<std::uint64_t>(std::numeric_limits<nnz_t>::max()) &&
                           first_id <= std::numeric_limits<std::uint64_t>::max() - count,
                       "synthetic tensor: id range [" << first_id << ", " << first_id << " + "
@@ -92,6 +93,20 @@ std::unique_ptr<TensorHandle<T>> Backend<T>::prepare_synthetic(const synthetic::
                                                                std::uint64_t first_id,
                                                                std::uint64_t count) {
   return prepare(make_synthetic_tensor<T>(spec, first_id, count));
+}
+
+template <typename T>
+std::vector<index_t> Backend<T>::ttmc_rows(const TensorHandle<T>&, int) {
+  TESSERA_THROW("ttmc is not implemented by the " << name() << " backend yet");
+}
+template <typename T>
+std::size_t Backend<T>::ttmc_scratch_bytes(const TensorHandle<T>&, int, const std::vector<int>&) {
+  TESSERA_THROW("ttmc is not implemented by the " << name() << " backend yet");
+}
+template <typename T>
+void Backend<T>::ttmc(const TensorHandle<T>&, int, const std::vector<const T*>&,
+                      const std::vector<int>&, T*) {
+  TESSERA_THROW("ttmc is not implemented by the " << name() << " backend yet");
 }
 
 template class Backend<float>;

@@ -61,6 +61,10 @@ class TensorHandle {
   /// rows an MTTKRP of another mode reads). May wait for queued work (cuda backend: it
   /// counts row starts of the sorted copies on the device).
   virtual std::vector<std::uint64_t> distinct_rows() const = 0;
+  /// Sum of the squared values of the handle's nonzeros, accumulated in double (for the
+  /// fit of a tensor that exists only in the backend, e.g. generated on the GPU). May wait
+  /// for queued work.
+  virtual double value_norm_squared() const = 0;
 
   // ---- memory tier (DESIGN §8) and streaming report ----
   /// 1: the stored format is resident in backend memory (host backends always; the
@@ -133,6 +137,24 @@ class Backend {
   /// factors[m] is dims[m] x R row-major in backend memory; factors[mode] is not read.
   virtual void mttkrp(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
                       int R, T* out) = 0;
+
+  // ---- TTMc (Tucker-HOOI; output layout in kernels/ttmc.hpp) ----
+  // The defaults throw Error "ttmc is not implemented by the <name> backend yet"; the
+  // reference and cpu backends implement all three.
+  /// Rows of the TTMc output of `mode`: the sorted distinct mode-`mode` indices among the
+  /// handle's nonzeros, on the host. Known before any TTMc runs (memory planning).
+  virtual std::vector<index_t> ttmc_rows(const TensorHandle<T>& x, int mode);
+  /// Backend memory, in bytes, one ttmc() of `mode` allocates besides `out` (per-thread
+  /// scratch, accumulators). ranks as for ttmc(); throws InputError as ttmc_output_cols.
+  virtual std::size_t ttmc_scratch_bytes(const TensorHandle<T>& x, int mode,
+                                         const std::vector<int>& ranks);
+  /// out (rows x cols, row-major, backend memory, every element overwritten) =
+  /// X x_{m != mode} U_m^T restricted to the rows ttmc_rows(x, mode), in that order, with
+  /// cols = ttmc_output_cols(ranks, mode). factors[m] is dims[m] x ranks[m] row-major in
+  /// backend memory; factors[mode] and ranks[mode] are not read. Throws Error on a null
+  /// factor or a handle of another backend, InputError on bad ranks.
+  virtual void ttmc(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+                    const std::vector<int>& ranks, T* out);
 
   // ---- dense (R is small: 1..~256) ----
   /// G (R x R) = A^T A for A (rows x R, row-major). rows may be 0 (G = 0).

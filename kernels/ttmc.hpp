@@ -67,6 +67,9 @@ namespace reference {
 template <typename T>
 SemiSparse<T> ttmc(const SparseTensor<T>& x, int mode, const std::vector<const T*>& factors,
                    const std::vector<int>& ranks, std::size_t max_bytes = 0);
+/// Memory, in bytes, reference::ttmc allocates for an output of `rows` rows besides the
+/// returned output itself (its double accumulator and Kronecker buffers).
+std::size_t ttmc_scratch_bytes(std::int64_t rows, const std::vector<int>& ranks, int mode);
 }  // namespace reference
 
 namespace cpu {
@@ -90,6 +93,9 @@ template <typename T>
 class TtmcPlan {
  public:
   TtmcPlan(std::unique_ptr<CsfSet<T>> csf, int threads);
+  /// Borrows `csf` (e.g. the CSF set the cpu backend's tensor handle keeps for MTTKRP),
+  /// which must outlive the plan. Cheap: O(order) beyond the borrowed trees.
+  TtmcPlan(const CsfSet<T>& csf, int threads);
   ~TtmcPlan();
   TtmcPlan(const TtmcPlan&) = delete;
   TtmcPlan& operator=(const TtmcPlan&) = delete;
@@ -104,7 +110,9 @@ class TtmcPlan {
   const CsfSet<T>& csf() const { return *csf_; }
 
  private:
-  std::unique_ptr<CsfSet<T>> csf_;
+  void count_rows();
+  std::unique_ptr<CsfSet<T>> owned_;  ///< null when the CSF set is borrowed
+  const CsfSet<T>* csf_ = nullptr;
   std::vector<std::int64_t> distinct_rows_;
   int threads_ = 1;
 };
@@ -131,6 +139,26 @@ template <typename T>
 SemiSparse<T> ttmc(const TtmcPlan<T>& plan, int mode, const std::vector<const T*>& factors,
                    const std::vector<int>& ranks, std::size_t max_bytes = 0,
                    const TtmcOptions& options = {});
+
+/// The output rows of ttmc(plan, mode, ...): sorted distinct mode-`mode` indices
+/// (plan.distinct_rows(mode) of them).
+template <typename T>
+std::vector<index_t> ttmc_rows(const TtmcPlan<T>& plan, int mode);
+
+/// TTMc of `mode` into caller memory: out is plan.distinct_rows(mode) x
+/// ttmc_output_cols(ranks, mode), row-major, every element overwritten; rows as
+/// ttmc_rows(plan, mode). Same argument checks as ttmc (without a byte limit).
+template <typename T>
+void ttmc_into(const TtmcPlan<T>& plan, int mode, const std::vector<const T*>& factors,
+               const std::vector<int>& ranks, T* out, const TtmcOptions& options = {});
+
+/// Upper bound of the memory, in bytes, one ttmc/ttmc_into run of `mode` allocates
+/// besides its output (per-thread scratch rows and level buffers, the partial rows of
+/// chunked schedules, the column gather map), for a team of `threads` (0 = the plan's).
+/// Throws InputError as ttmc_output_cols.
+template <typename T>
+std::size_t ttmc_scratch_bytes(const TtmcPlan<T>& plan, int mode, const std::vector<int>& ranks,
+                               int threads = 0);
 
 }  // namespace cpu
 

@@ -4,3 +4,9 @@ tessera_test_executable(algo_cp_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/alg
 foreach(np 1 2 3 4)
   tessera_add_mpi_test(algo_cp algo_cp_test RANKS ${np})
 endforeach()
+# Tucker-HOOI under MPI at 1, 2, 3 and 4 ranks.
+tessera_test_executable(algo_tucker_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/algo_tucker_test.cpp
+  LIBS tessera::algo)
+foreach(np 1 2 3 4)
+  tessera_add_mpi_test(algo_tucker algo_tucker_test RANKS ${np})
+endforeach()

@@ -64,3 +64,11 @@ tessera_test_executable(gpu_synthetic_tests
   LIBS tessera::kernels)
 tessera_add_test(gpu_synthetic gpu_synthetic_tests LABELS gpu)
 set_tests_properties(gpu_synthetic PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+
+# Blocked layouts of the CUDA MTTKRP (shared-memory tiles, one mode kept in L2), forced
+# with small tiles, against the reference backend; the automatic choice on two shapes.
+tessera_test_executable(gpu_layout_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_layout.cpp
+  LIBS tessera::kernels)
+tessera_add_test(gpu_layout gpu_layout_tests LABELS gpu)
+set_tests_properties(gpu_layout PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")

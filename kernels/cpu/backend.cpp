@@ -10,6 +10,7 @@
 #include "kernels/cpu/csf.hpp"
 #include "kernels/factories.hpp"
 #include "kernels/mttkrp.hpp"
+#include "kernels/ttmc.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
 
@@ -43,6 +44,13 @@ class CpuTensor final : public TensorHandle<T> {
       out[static_cast<std::size_t>(n)] = c;
     }
     return out;
+  }
+  /// Every tree holds all values (in its leaf order): sum those of mode 0's, in order.
+  double value_norm_squared() const override {
+    double s = 0;
+    if (order() == 0) return s;
+    for (T v : csf_->tree(0).vals) s += static_cast<double>(v) * static_cast<double>(v);
+    return s;
   }
   int tier() const override { return 1; }
   std::string describe() const override {
@@ -101,6 +109,26 @@ class CpuBackend final : public Backend<T> {
     Timer t;
     cpu::mttkrp(h->csf(), mode, factors, R, out, opt);
     h->record_compute(t.seconds());
+  }
+  // TTMc runs on the CSF trees the handle keeps for MTTKRP (a borrowing plan, O(order)).
+  std::vector<index_t> ttmc_rows(const TensorHandle<T>& x, int mode) override {
+    return cpu::ttmc_rows(cpu::TtmcPlan<T>(cpu_handle(x).csf(), threads_), mode);
+  }
+  std::size_t ttmc_scratch_bytes(const TensorHandle<T>& x, int mode,
+                                 const std::vector<int>& ranks) override {
+    return cpu::ttmc_scratch_bytes(cpu::TtmcPlan<T>(cpu_handle(x).csf(), threads_), mode, ranks);
+  }
+  void ttmc(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+            const std::vector<int>& ranks, T* out) override {
+    const auto& h = cpu_handle(x);
+    Timer t;
+    cpu::ttmc_into(cpu::TtmcPlan<T>(h.csf(), threads_), mode, factors, ranks, out);
+    h.record_compute(t.seconds());
+  }
+  static const CpuTensor<T>& cpu_handle(const TensorHandle<T>& x) {
+    const auto* h = dynamic_cast<const CpuTensor<T>*>(&x);
+    TESSERA_EXPECTS(h != nullptr, "tensor handle was prepared by another backend");
+    return *h;
   }
 
   void gram(const T* A, std::int64_t rows, int R, T* G) override {

@@ -182,8 +182,19 @@ void run_chunks(const TtmcCtx<T>& c, csf_ptr_t nroots, T* out, std::vector<Scrat
 
 template <typename T>
 TtmcPlan<T>::TtmcPlan(std::unique_ptr<CsfSet<T>> csf, int threads)
-    : csf_(std::move(csf)), threads_(team_size(threads)) {
+    : owned_(std::move(csf)), csf_(owned_.get()), threads_(team_size(threads)) {
   TESSERA_EXPECTS(csf_ != nullptr, "TtmcPlan needs a CSF set");
+  count_rows();
+}
+
+template <typename T>
+TtmcPlan<T>::TtmcPlan(const CsfSet<T>& csf, int threads)
+    : csf_(&csf), threads_(team_size(threads)) {
+  count_rows();
+}
+
+template <typename T>
+void TtmcPlan<T>::count_rows() {
   const int N = csf_->order();
   for (int m = 0; m < N; ++m) {
     const CsfTree<T>& t = csf_->tree(m);
@@ -225,31 +236,46 @@ std::unique_ptr<TtmcPlan<T>> plan_ttmc(const SparseTensor<T>& x, int threads) {
 }
 
 template <typename T>
-void ttmc(const TtmcPlan<T>& plan, int mode, const std::vector<const T*>& factors,
-          const std::vector<int>& ranks, SemiSparse<T>& out, std::size_t max_bytes,
-          const TtmcOptions& options) {
+std::vector<index_t> ttmc_rows(const TtmcPlan<T>& plan, int mode) {
+  const int N = plan.order();
+  TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " outside 0.." << N - 1);
+  const auto& id = plan.csf().tree(mode).fids[0];
+  if (N >= 2) return id;
+  std::vector<index_t> rows;  // order 1: repeats stay separate leaves
+  for (std::size_t k = 0; k < id.size(); ++k)
+    if (k == 0 || id[k] != id[k - 1]) rows.push_back(id[k]);
+  return rows;
+}
+
+template <typename T>
+std::size_t ttmc_scratch_bytes(const TtmcPlan<T>& plan, int mode, const std::vector<int>& ranks,
+                               int threads) {
+  const auto cols = static_cast<std::size_t>(ttmc_output_cols(ranks, mode));
+  const auto nt = static_cast<std::size_t>(threads > 0 ? threads : plan.threads());
+  // Per thread: one row plus level buffers (each at most cols); chunked schedules: at most
+  // 8 partial rows per thread; the gather map: cols int64.
+  return nt * (2 + 8) * cols * sizeof(T) + cols * sizeof(std::int64_t);
+}
+
+template <typename T>
+void ttmc_into(const TtmcPlan<T>& plan, int mode, const std::vector<const T*>& factors,
+               const std::vector<int>& ranks, T* out, const TtmcOptions& options) {
   const int N = plan.order();
   TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " outside 0.." << N - 1);
   const std::int64_t nrows = plan.distinct_rows(mode);
-  const std::int64_t cols64 = detail::ttmc_check_args(N, mode, factors, ranks, nrows, max_bytes);
+  const std::int64_t cols64 = detail::ttmc_check_args(N, mode, factors, ranks, nrows, 0);
   const CsfTree<T>& t = plan.csf().tree(mode);
   const auto cols = static_cast<std::size_t>(cols64);
-  out.cols = cols64;
-  out.data.resize(static_cast<std::size_t>(nrows) * cols);
 
   if (N == 1) {  // cols = 1: each row is the sum of the values at its index
     const auto& id = t.fids[0];
-    out.rows.clear();
+    std::int64_t r = -1;
     for (std::size_t k = 0; k < id.size(); ++k) {
-      if (k == 0 || id[k] != id[k - 1]) {
-        out.rows.push_back(id[k]);
-        out.data[out.rows.size() - 1] = T(0);
-      }
-      out.data[out.rows.size() - 1] += t.vals[k];
+      if (k == 0 || id[k] != id[k - 1]) out[++r] = T(0);
+      out[r] += t.vals[k];
     }
     return;
   }
-  out.rows = t.fids[0];
   if (nrows == 0) return;
 
   TtmcCtx<T> c;
@@ -311,9 +337,23 @@ void ttmc(const TtmcPlan<T>& plan, int mode, const std::vector<const T*>& factor
   scratch.reserve(static_cast<std::size_t>(nt));
   for (int i = 0; i < nt; ++i) scratch.emplace_back(c);
   if (slices)
-    run_slices(c, static_cast<csf_ptr_t>(nrows), out.data.data(), scratch);
+    run_slices(c, static_cast<csf_ptr_t>(nrows), out, scratch);
   else
-    run_chunks(c, static_cast<csf_ptr_t>(nrows), out.data.data(), scratch);
+    run_chunks(c, static_cast<csf_ptr_t>(nrows), out, scratch);
+}
+
+template <typename T>
+void ttmc(const TtmcPlan<T>& plan, int mode, const std::vector<const T*>& factors,
+          const std::vector<int>& ranks, SemiSparse<T>& out, std::size_t max_bytes,
+          const TtmcOptions& options) {
+  const int N = plan.order();
+  TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " outside 0.." << N - 1);
+  const std::int64_t nrows = plan.distinct_rows(mode);
+  // Checks (the byte limit included) before anything is allocated.
+  out.cols = detail::ttmc_check_args(N, mode, factors, ranks, nrows, max_bytes);
+  out.data.resize(static_cast<std::size_t>(nrows) * static_cast<std::size_t>(out.cols));
+  out.rows = ttmc_rows(plan, mode);
+  ttmc_into(plan, mode, factors, ranks, out.data.data(), options);
 }
 
 template <typename T>
@@ -335,6 +375,16 @@ template void ttmc<float>(const TtmcPlan<float>&, int, const std::vector<const f
 template void ttmc<double>(const TtmcPlan<double>&, int, const std::vector<const double*>&,
                            const std::vector<int>&, SemiSparse<double>&, std::size_t,
                            const TtmcOptions&);
+template std::vector<index_t> ttmc_rows<float>(const TtmcPlan<float>&, int);
+template std::vector<index_t> ttmc_rows<double>(const TtmcPlan<double>&, int);
+template std::size_t ttmc_scratch_bytes<float>(const TtmcPlan<float>&, int, const std::vector<int>&,
+                                               int);
+template std::size_t ttmc_scratch_bytes<double>(const TtmcPlan<double>&, int,
+                                                const std::vector<int>&, int);
+template void ttmc_into<float>(const TtmcPlan<float>&, int, const std::vector<const float*>&,
+                               const std::vector<int>&, float*, const TtmcOptions&);
+template void ttmc_into<double>(const TtmcPlan<double>&, int, const std::vector<const double*>&,
+                                const std::vector<int>&, double*, const TtmcOptions&);
 template SemiSparse<float> ttmc<float>(const TtmcPlan<float>&, int,
                                        const std::vector<const float*>&, const std::vector<int>&,
                                        std::size_t, const TtmcOptions&);

@@ -34,6 +34,7 @@
 // the host and prepared like any other input.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
@@ -54,9 +55,12 @@ namespace {
 constexpr int kWarp = 32;
 /// Batches of 32 nonzeros per warp tile. Larger tiles mean fewer boundary atomics and
 /// launch blocks; smaller tiles mean more parallelism on small tensors.
-constexpr int kBatchesPerTile = 8;
+constexpr int kBatchesPerTile = 16;
 constexpr int kTileNnz = kWarp * kBatchesPerTile;
 constexpr int kWarpsPerBlock = 8;
+/// Resident blocks per SM the tile kernel is compiled for (registers capped to fit): the
+/// gathers are latency-bound, so occupancy is what keeps enough of them in flight.
+constexpr int kTileBlocksPerSm = 4;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // ---------------------------------------------------------------------------
@@ -127,6 +131,61 @@ struct StreamedStore {
   }
 };
 
+// ---- blocked layouts of a tier-1 copy (see "Blocked layouts" above mttkrp_smem_kernel) ----
+
+/// Which kernel reads the copy sorted by one mode, and how that copy is ordered.
+enum class Layout {
+  plain,  ///< sorted by (i_n, i_s): the tile kernel, factor rows gathered through L1/L2
+  smem,   ///< sorted by (block of all input modes, i_n, i_s): factor tiles in shared memory
+  l2,     ///< sorted by (block of one input mode, i_n, i_s): that block kept in L2
+};
+inline const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::plain: return "plain";
+    case Layout::smem: return "smem";
+    case Layout::l2: return "l2";
+  }
+  return "?";
+}
+
+/// The blocked input modes of a copy: slot s covers mode in_mode[s], cut into nblk[s]
+/// ranges of rows[s] consecutive indices (the last one shorter). A nonzero's block is the
+/// mixed-radix number (..((c_0) nblk_1 + c_1) nblk_2 + ...) of c_s = i_{in_mode[s]} / rows[s].
+struct BlockSpec {
+  int nin = 0;
+  int in_mode[kMaxOrder] = {};
+  std::uint32_t rows[kMaxOrder] = {};
+  std::uint32_t nblk[kMaxOrder] = {};
+};
+
+/// Block of nonzero k of a block of n nonzeros laid out as index arrays (stride n).
+__host__ __device__ inline std::uint64_t block_of(const BlockSpec& b, const index_t* idx,
+                                                  std::size_t n, std::size_t k) {
+  std::uint64_t id = 0;
+  for (int s = 0; s < b.nin; ++s)
+    id = id * b.nblk[s] + idx[static_cast<std::size_t>(b.in_mode[s]) * n + k] / b.rows[s];
+  return id;
+}
+
+/// A range of one block's nonzeros, handled by one thread block of the smem kernel.
+struct WorkItem {
+  std::int64_t begin = 0, end = 0;
+  std::uint64_t block = 0;
+};
+
+/// The layout of one mode's copy. Built by plan_mode before the sort; the smem work
+/// items after it.
+struct ModePlan {
+  Layout layout = Layout::plain;
+  BlockSpec spec;
+  std::uint64_t blocks = 1;  ///< prod nblk
+  int tile_rows = 0;         ///< smem: sum of rows (rows of the shared-memory tile)
+  double expected_run = 0;   ///< planner's estimate of nonzeros per (block, output row)
+  std::int64_t items = 0;    ///< smem: work items
+  DeviceMemory item_buf;     ///< smem: the work items
+  std::string why;           ///< one clause for describe()
+};
+
 template <typename T>
 class CudaTensorHandle final : public TensorHandle<T> {
  public:
@@ -167,6 +226,12 @@ class CudaTensorHandle final : public TensorHandle<T> {
       os << "tier 1 (device-resident): " << copies_.size() << " sorted copies, " << bytes()
          << " bytes on device " << device_;
       if (!how_sorted_.empty()) os << ", " << how_sorted_;
+      if (!plans_.empty()) {
+        os << "; layouts:";
+        for (std::size_t m = 0; m < plans_.size(); ++m)
+          os << (m ? "," : "") << " mode " << m << " " << layout_name(plans_[m].layout)
+             << (plans_[m].why.empty() ? "" : " (" + plans_[m].why + ")");
+      }
       return os.str();
     }
     const auto& s = *streamed_;
@@ -201,9 +266,17 @@ class CudaTensorHandle final : public TensorHandle<T> {
   // ---- tier 1: one sorted copy per mode in device memory ----
   std::size_t copy_bytes() const { return block_bytes<T>(order(), static_cast<std::size_t>(nnz_)); }
   std::size_t resident_bytes() const { return dims_.size() * copy_bytes(); }
-  void make_resident() { copies_.resize(dims_.size()); }
-  /// Releases the tier-1 copies (a device build that ran out of memory).
-  void drop_resident() { copies_.clear(); }
+  void make_resident() {
+    copies_.resize(dims_.size());
+    if (plans_.size() != dims_.size()) plans_.resize(dims_.size());
+  }
+  /// Releases the tier-1 copies (a device build that ran out of memory); layouts fall
+  /// back to plain (the host sort's order).
+  void drop_resident() {
+    copies_.clear();
+    plans_.clear();
+    plans_.resize(dims_.size());
+  }
   /// How the copies were built, for describe() ("sorted on the device ...").
   void set_how_sorted(std::string s) { how_sorted_ = std::move(s); }
   void append_how_sorted(const std::string& s) { how_sorted_ += s; }
@@ -218,6 +291,11 @@ class CudaTensorHandle final : public TensorHandle<T> {
                                       values_offset(order(), static_cast<std::size_t>(nnz_)));
   }
   DeviceMemory& copy(int sorted_by) { return copies_[sorted_by]; }
+  /// Layout of the copy sorted by `mode` (plain for tier 2 and host-sorted copies).
+  const ModePlan& plan(int mode) const { return plans_[static_cast<std::size_t>(mode)]; }
+  ModePlan& plan(int mode) { return plans_[static_cast<std::size_t>(mode)]; }
+  void set_plans(std::vector<ModePlan> p) { plans_ = std::move(p); }
+  double value_norm_squared() const override;
 
   // ---- tier 2 ----
   void make_streamed(std::unique_ptr<StreamedStore<T>> s, cudaStream_t compute_stream) {
@@ -279,6 +357,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
   nnz_t nnz_;
   int device_;
   std::vector<DeviceMemory> copies_;            ///< tier 1
+  std::vector<ModePlan> plans_;                 ///< tier 1: layout per mode
   std::string how_sorted_;                      ///< tier 1: device or host sort, time
   std::unique_ptr<StreamedStore<T>> streamed_;  ///< tier 2
   cudaStream_t compute_stream_ = nullptr;
@@ -304,88 +383,379 @@ struct MttkrpParams {
   int order;
   int mode;
   int R;
+  int hot_mode;  ///< l2 layout: the blocked input mode, read with an L2 evict-last hint
 };
 
-template <typename T>
-__device__ __forceinline__ void write_row(T* out, index_t row, int R, int col, bool col_ok, T value,
-                                          bool shared_row) {
-  if (!col_ok) return;
-  T* p = out + static_cast<std::size_t>(row) * static_cast<std::size_t>(R) + col;
-  if (shared_row)
-    atomicAdd(p, value);
-  else
-    *p = value;
+// ---- vector access to factor rows ----
+//
+// A lane handles V consecutive columns (V = 16 / sizeof(T) when R is a multiple of V and
+// every factor and output row is 16-byte aligned, else 1), so a group of 32 / V lanes
+// covers a pass of 32 columns and a warp works on V nonzeros at once, each group on its
+// own sub-tile. Index broadcasts (__shfl_sync with width 32 / V) and address arithmetic
+// are shared by the V nonzeros, and each row is read with 16-byte loads.
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> load_global(const T* p) {
+  Pack<T, V> r;
+  if constexpr (V == 1) {
+    r.v[0] = __ldg(p);
+  } else if constexpr (std::is_same_v<T, float> && V == 4) {
+    const float4 q = __ldg(reinterpret_cast<const float4*>(p));
+    r.v[0] = q.x, r.v[1] = q.y, r.v[2] = q.z, r.v[3] = q.w;
+  } else {
+    static_assert(std::is_same_v<T, double> && V == 2, "unsupported vector width");
+    const double2 q = __ldg(reinterpret_cast<const double2*>(p));
+    r.v[0] = q.x, r.v[1] = q.y;
+  }
+  return r;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
-    mttkrp_tile_kernel(const __grid_constant__ MttkrpParams<T> p) {
-  const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
-  const std::int64_t warp =
-      static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x / kWarp);
-  const std::int64_t begin = warp * kTileNnz;
-  if (begin >= p.nnz) return;  // whole warp leaves together
-  const std::int64_t end = min(begin + static_cast<std::int64_t>(kTileNnz), p.nnz);
-  const index_t* rows = p.idx[p.mode];
-  const index_t first_row = rows[begin];
+/// L2 policy "evict last" for the whole access (PTX createpolicy, sm_80+).
+__device__ __forceinline__ std::uint64_t evict_last_policy() {
+  std::uint64_t pol;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
 
-  for (int c0 = 0; c0 < p.R; c0 += kWarp) {
-    const int col = c0 + lane;
-    const bool col_ok = col < p.R;
-    index_t cur = first_row;
-    bool cur_shared = true;  // the tile's first row may continue from the previous tile
-    T acc = T(0);
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> load_global_hint(const T* p, std::uint64_t pol) {
+  Pack<T, V> r;
+  if constexpr (std::is_same_v<T, float> && V == 1) {
+    asm("ld.global.nc.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(r.v[0]) : "l"(p), "l"(pol));
+  } else if constexpr (std::is_same_v<T, float> && V == 4) {
+    asm("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=f"(r.v[0]), "=f"(r.v[1]), "=f"(r.v[2]), "=f"(r.v[3])
+        : "l"(p), "l"(pol));
+  } else if constexpr (std::is_same_v<T, double> && V == 1) {
+    asm("ld.global.nc.L2::cache_hint.f64 %0, [%1], %2;" : "=d"(r.v[0]) : "l"(p), "l"(pol));
+  } else {
+    static_assert(std::is_same_v<T, double> && V == 2, "unsupported vector width");
+    asm("ld.global.nc.L2::cache_hint.v2.f64 {%0, %1}, [%2], %3;"
+        : "=d"(r.v[0]), "=d"(r.v[1])
+        : "l"(p), "l"(pol));
+  }
+  return r;
+}
 
-    for (std::int64_t base = begin; base < end; base += kWarp) {
-      const int cnt = static_cast<int>(min(static_cast<std::int64_t>(kWarp), end - base));
-      const std::int64_t k = base + lane;
-      const bool valid = lane < cnt;
-      // Cooperative, coalesced loads: lane j holds nonzero base + j.
-      const T my_val = valid ? p.vals[k] : T(0);
-      const index_t my_row = valid ? rows[k] : 0;
-
-      T prod[kWarp];
+/// Adds (shared_row) or stores the V columns at `col` of output row `row`.
+template <typename T, int V>
+__device__ __forceinline__ void write_pack(T* out, index_t row, int R, int col, bool col_ok,
+                                           const T (&acc)[V], bool shared_row) {
+  if (!col_ok) return;
+  T* p = out + static_cast<std::size_t>(row) * static_cast<std::size_t>(R) + col;
+  if (shared_row) {
 #pragma unroll
-      for (int j = 0; j < kWarp; ++j) prod[j] = __shfl_sync(kFullMask, my_val, j);
-
-      for (int m = 0; m < p.order; ++m) {
-        if (m == p.mode) continue;
-        const index_t my_c = valid ? p.idx[m][k] : 0;
-        const T* A = p.factors[m] + col;
+    for (int u = 0; u < V; ++u) atomicAdd(p + u, acc[u]);
+  } else {
+    Pack<T, V> q;
 #pragma unroll
-        for (int j = 0; j < kWarp; ++j) {
-          const index_t cj = __shfl_sync(kFullMask, my_c, j);
-          if (col_ok && j < cnt)
-            prod[j] *= __ldg(A + static_cast<std::size_t>(cj) * static_cast<std::size_t>(p.R));
-        }
-      }
-
-#pragma unroll
-      for (int j = 0; j < kWarp; ++j) {
-        const index_t rj = __shfl_sync(kFullMask, my_row, j);
-        if (j < cnt) {  // warp-uniform
-          if (rj != cur) {
-            write_row(p.out, cur, p.R, col, col_ok, acc, cur_shared);
-            cur = rj;
-            cur_shared = false;
-            acc = T(0);
-          }
-          acc += prod[j];
-        }
-      }
-    }
-    // The tile's last row may continue in the next tile.
-    write_row(p.out, cur, p.R, col, col_ok, acc, true);
+    for (int u = 0; u < V; ++u) q.v[u] = acc[u];
+    *reinterpret_cast<Pack<T, V>*>(p) = q;
   }
 }
 
+/// Where the tile loop reads factor rows: global memory (optionally one mode with an
+/// L2 evict-last hint), or the shared-memory tile of the smem kernel.
 template <typename T>
+struct RowSource {
+  const T* tile = nullptr;            ///< smem: the tile, 32 columns per row
+  const std::uint32_t* lo = nullptr;  ///< smem: first global row of each mode's range
+  const std::uint32_t* off = nullptr; ///< smem: first tile row of each mode's range
+  int hot_mode = -1;                  ///< global: the mode read with the hint
+  std::uint64_t pol = 0;
+};
+
+/// One column pass of the tile loop for this lane's group: the group's nonzeros
+/// [begin, begin + len) of the copy (len may be 0), `steps` batches of G = 32 / V (the
+/// longest group's count, so every lane runs the same batches: the shuffles are
+/// warp-wide). Finished rows are stored, or added with atomics when they may be shared:
+/// always with kAllShared, else the group's first and last rows.
+template <typename T, int V, bool kSmem, bool kAllShared>
+__device__ __forceinline__ void group_pass(const MttkrpParams<T>& p, const RowSource<T>& src,
+                                           std::int64_t begin, std::int64_t len,
+                                           std::int64_t steps, int c0, int gl) {
+  constexpr int G = kWarp / V;
+  const int col = c0 + gl * V;
+  const bool col_ok = col < p.R;  // R % V == 0 when V > 1: the whole pack or nothing
+  const index_t* rows = p.idx[p.mode];
+  index_t cur = len > 0 ? __ldcs(rows + begin) : 0;
+  bool cur_shared = true;  // the first row may continue from the previous sub-tile
+  T acc[V];
+#pragma unroll
+  for (int u = 0; u < V; ++u) acc[u] = T(0);
+
+  for (std::int64_t step = 0; step < steps; ++step) {
+    const std::int64_t off = step * G;
+    const std::int64_t rem = len - off;
+    const int cnt = rem <= 0 ? 0 : (rem < G ? static_cast<int>(rem) : G);
+    const std::int64_t k = begin + off + gl;
+    const bool valid = gl < cnt;
+    // Cooperative, coalesced loads: lane gl of the group holds its nonzero off + gl.
+    const T my_val = valid ? __ldcs(p.vals + k) : T(0);
+    const index_t my_row = valid ? __ldcs(rows + k) : 0;
+
+    T prod[G][V];
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      const T v = __shfl_sync(kFullMask, my_val, j, G);
+#pragma unroll
+      for (int u = 0; u < V; ++u) prod[j][u] = v;
+    }
+    for (int m = 0; m < p.order; ++m) {
+      if (m == p.mode) continue;
+      index_t my_c = valid ? __ldcs(p.idx[m] + k) : 0;
+      if constexpr (kSmem) {
+        if (valid) my_c -= src.lo[m];
+        const T* S = src.tile + static_cast<std::size_t>(src.off[m]) * kWarp + gl * V;
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+          const index_t cj = __shfl_sync(kFullMask, my_c, j, G);
+          // Lanes past cnt read tile row 0 and multiply a zero.
+          const Pack<T, V> a =
+              *reinterpret_cast<const Pack<T, V>*>(S + static_cast<std::size_t>(cj) * kWarp);
+#pragma unroll
+          for (int u = 0; u < V; ++u) prod[j][u] *= a.v[u];
+        }
+      } else {
+        const T* A = p.factors[m] + col;
+        const bool hot = m == src.hot_mode;
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+          const index_t cj = __shfl_sync(kFullMask, my_c, j, G);
+          if (col_ok && j < cnt) {
+            const T* a = A + static_cast<std::size_t>(cj) * static_cast<std::size_t>(p.R);
+            const Pack<T, V> q = hot ? load_global_hint<T, V>(a, src.pol) : load_global<T, V>(a);
+#pragma unroll
+            for (int u = 0; u < V; ++u) prod[j][u] *= q.v[u];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      const index_t rj = __shfl_sync(kFullMask, my_row, j, G);
+      if (j < cnt) {  // uniform within the group
+        if (rj != cur) {
+          write_pack<T, V>(p.out, cur, p.R, col, col_ok, acc, kAllShared || cur_shared);
+          cur = rj;
+          cur_shared = false;
+#pragma unroll
+          for (int u = 0; u < V; ++u) acc[u] = T(0);
+        }
+#pragma unroll
+        for (int u = 0; u < V; ++u) acc[u] += prod[j][u];
+      }
+    }
+  }
+  // The last row may continue in the next sub-tile.
+  if (len > 0) write_pack<T, V>(p.out, cur, p.R, col, col_ok, acc, true);
+}
+
+/// The tile kernel (plain layout, and the l2 layout with kL2). Warp w owns the tile of
+/// kTileNnz nonzeros at w kTileNnz, cut into V sub-tiles, one per group of 32 / V
+/// lanes. The tensor's own arrays are read once, with the streaming hint (__ldcs: evict
+/// first), so they do not push factor rows out of L2. kL2: the copy is ordered by blocks
+/// of p.hot_mode's indices (plan_mode), whose rows are read with an evict-last hint so
+/// the current block's rows stay in L2 while the other modes' rows stream past; an
+/// output row recurs in every block, so every finished row is added with atomics.
+template <typename T, int V, bool kL2>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kTileBlocksPerSm)
+    mttkrp_tile_kernel(const __grid_constant__ MttkrpParams<T> p) {
+  constexpr int G = kWarp / V;
+  constexpr std::int64_t kSub = kTileNnz / V;
+  const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
+  const int gl = lane % G, grp = lane / G;
+  const std::int64_t warp =
+      static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x / kWarp);
+  const std::int64_t wbegin = warp * kTileNnz;
+  if (wbegin >= p.nnz) return;  // whole warp leaves together
+  const std::int64_t begin = wbegin + grp * kSub;
+  const std::int64_t rest = p.nnz - begin;
+  const std::int64_t len = rest <= 0 ? 0 : (rest < kSub ? rest : kSub);
+  const std::int64_t wrest = p.nnz - wbegin;  // group 0's count sets the batches
+  const std::int64_t steps = ((wrest < kSub ? wrest : kSub) + G - 1) / G;
+  RowSource<T> src;
+  if constexpr (kL2) {
+    src.hot_mode = p.hot_mode;
+    src.pol = evict_last_policy();
+  }
+  for (int c0 = 0; c0 < p.R; c0 += kWarp)
+    group_pass<T, V, false, kL2>(p, src, begin, len, steps, c0, gl);
+}
+
+/// Vector width of the kernels for this call: 16-byte packs when R allows and every
+/// factor read and the output are 16-byte aligned.
+template <typename T>
+int vector_width(const MttkrpParams<T>& p) {
+  constexpr int kV = static_cast<int>(16 / sizeof(T));
+  if (p.R % kV != 0) return 1;
+  auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+  if (!aligned(p.out)) return 1;
+  for (int m = 0; m < p.order; ++m)
+    if (m != p.mode && !aligned(p.factors[m])) return 1;
+  return kV;
+}
+
+template <typename T, bool kL2>
 void launch_tiles(cudaStream_t stream, const MttkrpParams<T>& p) {
   const std::int64_t tiles = (p.nnz + kTileNnz - 1) / kTileNnz;
   const std::int64_t blocks = (tiles + kWarpsPerBlock - 1) / kWarpsPerBlock;
   TESSERA_EXPECTS(blocks <= std::numeric_limits<int>::max(),
                   p.nnz << " nonzeros exceed one launch; split the block");
-  mttkrp_tile_kernel<T><<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p);
+  constexpr int kV = static_cast<int>(16 / sizeof(T));
+  if (vector_width(p) == kV)
+    mttkrp_tile_kernel<T, kV, kL2>
+        <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p);
+  else
+    mttkrp_tile_kernel<T, 1, kL2>
+        <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------
+// Blocked layouts (tier 1, copies sorted on the device)
+// ---------------------------------------------------------------------------
+//
+// The tile kernel gathers two factor rows (order 3) per nonzero. When the factors fit in
+// L2 those gathers are served at L2 bandwidth, and when they do not, each one is a random
+// HBM read: either way the gathers, not the tensor, set the time. Two layouts cut them,
+// chosen per mode by plan_mode from the shape (or forced, see layout_override):
+//
+// smem: every input mode m is cut into ranges of rows[m] indices such that one range of
+//   each input mode fits in shared memory together (sum rows[m] x 32 columns). The copy
+//   is sorted by (block, i_n, i_s); work items of at most kItemNnz nonzeros of one block
+//   each go to one thread block of kSmemWarps warps, which loads the block's factor rows
+//   (32 columns at a time) into shared memory and then runs the tile loop over its
+//   nonzeros with every gather from shared memory. The items of a block share its output
+//   rows, so finished rows are added with atomics; the planner takes this layout only
+//   when a block's nonzeros come in runs of several per output row (expected_run) and
+//   outnumber the tile rows loaded for them.
+// l2: one input mode (the shortest whose factor does not fit in L2 with the rest) is
+//   cut into ranges that fit in a part of L2; the copy is sorted by (block, i_n, i_s)
+//   and read by the tile kernel with kL2 (evict-last hint on that mode's rows, atomics
+//   for every finished row). The whole device works through one block at a time, so
+//   that mode's gathers hit L2 and only the other modes' rows come from HBM.
+// Both are orders of the same nonzeros, so results equal the plain layout's to rounding
+// (sums are taken in a different order).
+
+constexpr int kSmemWarps = 16;
+/// Largest work item of the smem kernel (nonzeros). Smaller items balance better, larger
+/// ones load the shared-memory tile less often.
+constexpr std::int64_t kItemNnz = 65536;
+/// Factor rows each warp loads at once when it fills the shared-memory tile.
+constexpr int kFillDepth = 8;
+
+template <typename T>
+struct SmemParams {
+  MttkrpParams<T> p;
+  BlockSpec b;  ///< every input mode, in slot order
+  std::uint32_t in_dims[kMaxOrder];
+  const WorkItem* items;
+};
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kSmemWarps* kWarp, 1)
+    mttkrp_smem_kernel(const __grid_constant__ SmemParams<T> q) {
+  constexpr int G = kWarp / V;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* tile = reinterpret_cast<T*>(smem_raw);
+  // Per mode (indexed by mode, not slot): first global row and first tile row.
+  __shared__ std::uint32_t s_lo[kMaxOrder], s_len[kMaxOrder], s_off[kMaxOrder];
+  const MttkrpParams<T>& p = q.p;
+  const int nin = q.b.nin;
+  const WorkItem it = q.items[blockIdx.x];
+  if (threadIdx.x == 0) {
+    std::uint64_t b = it.block;
+    for (int s = nin - 1; s >= 0; --s) {
+      const auto c = static_cast<std::uint32_t>(b % q.b.nblk[s]);
+      b /= q.b.nblk[s];
+      const int m = q.b.in_mode[s];
+      const std::uint32_t lo = c * q.b.rows[s];
+      s_lo[m] = lo;
+      s_len[m] = min(q.b.rows[s], q.in_dims[s] - lo);
+    }
+    std::uint32_t off = 0;
+    for (int s = 0; s < nin; ++s) {
+      s_off[q.b.in_mode[s]] = off;
+      off += q.b.rows[s];
+    }
+  }
+  __syncthreads();
+  const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int gl = lane % G, grp = lane / G;
+  // Each group takes a contiguous share of the item, so runs of an output row stay whole.
+  const std::int64_t n = it.end - it.begin;
+  constexpr int kParts = kSmemWarps * V;
+  const int part = warp * V + grp;
+  const std::int64_t begin = it.begin + n * part / kParts;
+  const std::int64_t len = it.begin + n * (part + 1) / kParts - begin;
+  const std::int64_t steps =
+      (static_cast<std::int64_t>(__reduce_max_sync(kFullMask, static_cast<unsigned>(len))) + G - 1) / G;
+  RowSource<T> src;
+  src.tile = tile;
+  src.lo = s_lo;
+  src.off = s_off;
+
+  for (int c0 = 0; c0 < p.R; c0 += kWarp) {
+    if (c0 > 0) __syncthreads();  // every warp is done with the previous columns
+    for (int s = 0; s < nin; ++s) {
+      const int m = q.b.in_mode[s];
+      const T* A = p.factors[m] + c0 + lane;
+      T* dst = tile + static_cast<std::size_t>(s_off[m]) * kWarp;
+      const std::uint32_t lo = s_lo[m], len_m = s_len[m];
+      const bool col_ok = c0 + lane < p.R;
+      // kFillDepth rows per warp in flight: the fill is latency-bound otherwise.
+      for (std::uint32_t r0 = static_cast<std::uint32_t>(warp); r0 < len_m;
+           r0 += kSmemWarps * kFillDepth) {
+        T v[kFillDepth];
+#pragma unroll
+        for (int u = 0; u < kFillDepth; ++u) {
+          const std::uint32_t r = r0 + static_cast<std::uint32_t>(u * kSmemWarps);
+          v[u] = (col_ok && r < len_m)
+                     ? __ldg(A + static_cast<std::size_t>(lo + r) * static_cast<std::size_t>(p.R))
+                     : T(0);
+        }
+#pragma unroll
+        for (int u = 0; u < kFillDepth; ++u) {
+          const std::uint32_t r = r0 + static_cast<std::uint32_t>(u * kSmemWarps);
+          if (r < len_m) dst[static_cast<std::size_t>(r) * kWarp + lane] = v[u];
+        }
+      }
+    }
+    __syncthreads();
+    group_pass<T, V, true, true>(p, src, begin, len, steps, c0, gl);
+  }
+}
+
+template <typename T>
+void launch_smem(cudaStream_t stream, const MttkrpParams<T>& p, const ModePlan& plan,
+                 const std::vector<std::uint64_t>& dims) {
+  SmemParams<T> q{};
+  q.p = p;
+  q.b = plan.spec;
+  for (int s = 0; s < plan.spec.nin; ++s)
+    q.in_dims[s] = static_cast<std::uint32_t>(dims[static_cast<std::size_t>(plan.spec.in_mode[s])]);
+  q.items = static_cast<const WorkItem*>(plan.item_buf.get());
+  const std::size_t smem = static_cast<std::size_t>(plan.tile_rows) * kWarp * sizeof(T);
+  TESSERA_EXPECTS(plan.items <= std::numeric_limits<int>::max(), "too many work items");
+  constexpr int kV = static_cast<int>(16 / sizeof(T));
+  // The tile's rows are 32 columns (16-byte aligned); only R and the output decide.
+  const bool vec = p.R % kV == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0;
+  auto launch = [&](auto kernel) {
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
+    kernel<<<static_cast<unsigned>(plan.items), kSmemWarps * kWarp, smem, stream>>>(q);
+  };
+  if (vec)
+    launch(mttkrp_smem_kernel<T, kV>);
+  else
+    launch(mttkrp_smem_kernel<T, 1>);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -403,6 +773,65 @@ __global__ void count_row_starts(const index_t* __restrict__ rows, std::int64_t 
     c += (k == 0 || rows[k] != rows[k - 1]) ? 1ull : 0ull;
   for (int o = kWarp / 2; o > 0; o /= 2) c += __shfl_down_sync(kFullMask, c, o);
   if ((threadIdx.x & (kWarp - 1)) == 0 && c != 0) atomicAdd(count, c);
+}
+
+/// flags[rows[k]] = 1 for every k in [0, n) (rows in any order).
+__global__ void mark_rows(const index_t* __restrict__ rows, std::int64_t n, unsigned char* flags) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride)
+    flags[rows[k]] = 1;
+}
+
+/// *count += number of nonzero flags among n.
+__global__ void count_flags(const unsigned char* __restrict__ flags, std::int64_t n,
+                            unsigned long long* count) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  unsigned long long c = 0;
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride)
+    c += flags[k] != 0 ? 1ull : 0ull;
+  for (int o = kWarp / 2; o > 0; o /= 2) c += __shfl_down_sync(kFullMask, c, o);
+  if ((threadIdx.x & (kWarp - 1)) == 0 && c != 0) atomicAdd(count, c);
+}
+
+/// *sum += sum of v[k]^2 in double.
+template <typename T>
+__global__ void sum_squares(const T* __restrict__ v, std::int64_t n, double* sum) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  double c = 0;
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride) {
+    const double x = static_cast<double>(v[k]);
+    c += x * x;
+  }
+  for (int o = kWarp / 2; o > 0; o /= 2) c += __shfl_down_sync(kFullMask, c, o);
+  if ((threadIdx.x & (kWarp - 1)) == 0 && c != 0) atomicAdd(sum, c);
+}
+
+template <typename T>
+double CudaTensorHandle<T>::value_norm_squared() const {
+  if (nnz_ == 0) return 0;
+  if (streamed_) {  // tier 2: the values of mode 0's chunks in pinned host memory
+    const auto& s = *streamed_;
+    double sum = 0;
+    for (int k = 0; k < s.chunks; ++k) {
+      const auto cnt = static_cast<std::size_t>(s.chunk_count(k));
+      const auto* v = reinterpret_cast<const T*>(s.host[0].get() + s.chunk_offset(k) +
+                                                 values_offset(order(), cnt));
+      for (std::size_t j = 0; j < cnt; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
+    }
+    return sum;
+  }
+  DeviceGuard g(device_);
+  DeviceMemory acc(sizeof(double));
+  TESSERA_CUDA_CHECK(cudaMemset(acc.get(), 0, sizeof(double)));
+  const auto n64 = static_cast<std::int64_t>(nnz_);
+  sum_squares<T><<<grid_for(n64, 4096), kBlock>>>(vals(0), n64, static_cast<double*>(acc.get()));
+  TESSERA_CUDA_CHECK_LAUNCH();
+  double host = 0;
+  TESSERA_CUDA_CHECK(cudaMemcpy(&host, acc.get(), sizeof(double), cudaMemcpyDeviceToHost));
+  return host;
 }
 
 template <typename T>
@@ -441,7 +870,19 @@ std::vector<std::uint64_t> CudaTensorHandle<T>::distinct_rows() const {
   TESSERA_CUDA_CHECK(cudaMemset(dc, 0, static_cast<std::size_t>(N) * sizeof(unsigned long long)));
   const auto n64 = static_cast<std::int64_t>(nnz_);
   for (int n = 0; n < N; ++n) {
-    count_row_starts<<<grid_for(n64, 4096), kBlock>>>(idx(n, n), n64, dc + n);
+    if (plans_.empty() || plans_[static_cast<std::size_t>(n)].layout == Layout::plain) {
+      count_row_starts<<<grid_for(n64, 4096), kBlock>>>(idx(n, n), n64, dc + n);
+      TESSERA_CUDA_CHECK_LAUNCH();
+      continue;
+    }
+    // A blocked copy repeats its rows once per block: mark them in a flag array instead.
+    const auto dim = static_cast<std::int64_t>(dims_[static_cast<std::size_t>(n)]);
+    DeviceMemory flags(static_cast<std::size_t>(std::max<std::int64_t>(dim, 1)));
+    TESSERA_CUDA_CHECK(cudaMemset(flags.get(), 0, flags.bytes()));
+    auto* f = static_cast<unsigned char*>(flags.get());
+    mark_rows<<<grid_for(n64, 4096), kBlock>>>(idx(n, n), n64, f);
+    TESSERA_CUDA_CHECK_LAUNCH();
+    count_flags<<<grid_for(dim, 4096), kBlock>>>(f, dim, dc + n);
     TESSERA_CUDA_CHECK_LAUNCH();
   }
   std::vector<unsigned long long> host(static_cast<std::size_t>(N));
@@ -589,43 +1030,303 @@ int index_bits(std::uint64_t dim) {
   return host_sort::key_bits(dim);
 }
 
-/// The sort key of mode n: primary i_n shifted by the bits of the secondary i_s.
+/// The sort key of mode n: (block, i_n, i_s) packed as block << (bits(n) + shift) |
+/// i_n << shift | i_s, where the block term exists for the blocked layouts only.
 struct ModeKey {
   int primary = -1;    ///< mode n, or -1 when it has no bits
-  int secondary = -1;  ///< mode s, or -1 when it has no bits (or N == 1)
+  int secondary = -1;  ///< mode s, or -1 when it has no bits (or N == 1, or no room)
   int shift = 0;       ///< bits of the secondary
+  int block_shift = 0; ///< bits of primary and secondary
+  int block_bits = 0;  ///< bits of the block number (0: plain layout)
+  BlockSpec block;
   int end_bit = 0;     ///< bits of the whole key
   bool wide() const { return end_bit > 32; }
 };
 
-ModeKey mode_key(const std::vector<std::uint64_t>& dims, int n) {
+/// The key of mode n under `plan` (plain when plan is null). A blocked key drops the
+/// secondary when it would not fit in 64 bits (plan_mode refuses layouts whose block
+/// and primary bits alone do not fit).
+ModeKey mode_key(const std::vector<std::uint64_t>& dims, int n, const ModePlan* plan = nullptr) {
   const int N = static_cast<int>(dims.size());
   ModeKey k;
   const int bn = index_bits(dims[n]);
-  const int bs = N > 1 ? index_bits(dims[(n + 1) % N]) : 0;
+  int bs = N > 1 ? index_bits(dims[(n + 1) % N]) : 0;
+  int bb = 0;
+  if (plan != nullptr && plan->layout != Layout::plain) {
+    bb = index_bits(plan->blocks);
+    k.block = plan->spec;
+    if (bb + bn + bs > 64) bs = 0;
+  }
   if (bn > 0) k.primary = n;
   if (bs > 0) {
     k.secondary = (n + 1) % N;
     k.shift = bs;
   }
-  k.end_bit = bn + bs;
+  k.block_shift = bn + bs;
+  k.block_bits = bb;
+  k.end_bit = bb + bn + bs;
   return k;
 }
 
-/// key[k] = (primary[k] << shift) | secondary[k] (either may be null: no term), perm[k] = k.
+struct KeyParams {
+  const index_t* coo;  ///< index arrays of the COO, stride n
+  std::int64_t n;
+  ModeKey key;
+};
+
+/// key[k] = block << block_shift | primary[k] << shift | secondary[k], perm[k] = k.
 template <typename K, typename P>
-__global__ void make_sort_keys(const index_t* __restrict__ primary,
-                               const index_t* __restrict__ secondary, int shift,
-                               K* __restrict__ key, P* __restrict__ perm, std::int64_t n) {
+__global__ void make_sort_keys(const __grid_constant__ KeyParams p, K* __restrict__ key,
+                               P* __restrict__ perm) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+  const auto un = static_cast<std::size_t>(p.n);
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < p.n;
        k += stride) {
+    const auto uk = static_cast<std::size_t>(k);
     K v = 0;
-    if (primary != nullptr) v = static_cast<K>(primary[k]) << shift;
-    if (secondary != nullptr) v |= static_cast<K>(secondary[k]);
+    if (p.key.block_bits > 0)
+      v = static_cast<K>(block_of(p.key.block, p.coo, un, uk)) << p.key.block_shift;
+    if (p.key.primary >= 0)
+      v |= static_cast<K>(p.coo[static_cast<std::size_t>(p.key.primary) * un + uk]) << p.key.shift;
+    if (p.key.secondary >= 0)
+      v |= static_cast<K>(p.coo[static_cast<std::size_t>(p.key.secondary) * un + uk]);
     key[k] = v;
     perm[k] = static_cast<P>(k);
   }
+}
+
+/// starts[b] = first position of block b in a copy sorted by blocks (blocks without
+/// nonzeros keep their initial value).
+__global__ void mark_block_starts(const __grid_constant__ BlockSpec b, const index_t* idx,
+                                  std::int64_t n, std::int64_t* starts) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const auto un = static_cast<std::size_t>(n);
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride) {
+    const std::uint64_t bk = block_of(b, idx, un, static_cast<std::size_t>(k));
+    if (k == 0 || block_of(b, idx, un, static_cast<std::size_t>(k - 1)) != bk) starts[bk] = k;
+  }
+}
+
+// ---- choosing the layout of each mode ----
+
+/// What the planner needs to know of the device.
+struct DeviceLimits {
+  std::size_t smem_per_block = 0;  ///< opt-in shared memory per thread block
+  std::size_t l2 = 0;              ///< L2 bytes
+  int sms = 1;
+};
+
+DeviceLimits device_limits(int device) {
+  int smem = 0, l2 = 0, sms = 0;
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return {static_cast<std::size_t>(smem), static_cast<std::size_t>(l2), std::max(sms, 1)};
+}
+
+/// Layout forced by the environment (tuning and tests): TESSERA_CUDA_LAYOUT =
+/// auto (default) | plain | smem | l2, and TESSERA_CUDA_BLOCK_ROWS = the tile rows of
+/// smem (sum over input modes) or the rows of l2's blocked mode. Forced layouts skip
+/// the planner's profitability tests (not its limits).
+struct LayoutOverride {
+  std::string layout = "auto";
+  std::uint64_t block_rows = 0;
+};
+
+LayoutOverride layout_override() {
+  LayoutOverride o;
+  if (const char* e = std::getenv("TESSERA_CUDA_LAYOUT"); e != nullptr && *e != '\0') o.layout = e;
+  TESSERA_INPUT_CHECK(o.layout == "auto" || o.layout == "plain" || o.layout == "smem" ||
+                          o.layout == "l2",
+                      "TESSERA_CUDA_LAYOUT must be auto, plain, smem or l2 (got '" << o.layout
+                                                                                    << "')");
+  if (const char* e = std::getenv("TESSERA_CUDA_BLOCK_ROWS"); e != nullptr && *e != '\0') {
+    char* endp = nullptr;
+    const unsigned long long v = std::strtoull(e, &endp, 10);
+    TESSERA_INPUT_CHECK(endp != e && *endp == '\0' && v >= 1 && v < (1ull << 32),
+                        "TESSERA_CUDA_BLOCK_ROWS must be a positive integer (got '" << e << "')");
+    o.block_rows = v;
+  }
+  return o;
+}
+
+/// Expected nonzeros per (block, output row) when nnz_pb nonzeros fall uniformly on
+/// `out_dim` output rows.
+double expected_run(double nnz_pb, double out_dim) {
+  if (nnz_pb <= 0 || out_dim <= 0) return 0;
+  const double touched = out_dim * -std::expm1(-nnz_pb / out_dim);
+  return nnz_pb / std::max(touched, 1.0);
+}
+
+/// The layout of mode n's copy (see "Blocked layouts"). `row_bytes` is one factor row
+/// slice of 32 columns (the kernels' column block).
+ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std::size_t value_size,
+                   const DeviceLimits& lim, const LayoutOverride& ov) {
+  ModePlan plan;
+  const int N = static_cast<int>(dims.size());
+  if (N < 2 || nnz == 0 || ov.layout == "plain") return plan;
+  const std::size_t row_bytes = static_cast<std::size_t>(kWarp) * value_size;
+  const int bn = index_bits(dims[static_cast<std::size_t>(n)]);
+  const double out_dim = static_cast<double>(dims[static_cast<std::size_t>(n)]);
+  std::vector<int> inputs;
+  for (int m = 0; m < N; ++m)
+    if (m != n) inputs.push_back(m);
+  std::sort(inputs.begin(), inputs.end(), [&](int a, int b) {
+    return dims[static_cast<std::size_t>(a)] < dims[static_cast<std::size_t>(b)] ||
+           (dims[static_cast<std::size_t>(a)] == dims[static_cast<std::size_t>(b)] && a < b);
+  });
+  auto finish = [&](ModePlan& p) {
+    p.blocks = 1;
+    for (int s = 0; s < p.spec.nin; ++s) {
+      const std::uint64_t d = dims[static_cast<std::size_t>(p.spec.in_mode[s])];
+      p.spec.nblk[s] = static_cast<std::uint32_t>((d + p.spec.rows[s] - 1) / p.spec.rows[s]);
+      p.blocks *= p.spec.nblk[s];
+    }
+    p.expected_run = expected_run(static_cast<double>(nnz) / static_cast<double>(p.blocks), out_dim);
+  };
+  const bool force_smem = ov.layout == "smem", force_l2 = ov.layout == "l2";
+
+  // smem: all input modes blocked; rows shared out by water-filling (short modes whole).
+  if (!force_l2) {
+    const std::uint64_t cap_hw = lim.smem_per_block > 1024 ? (lim.smem_per_block - 1024) / row_bytes : 0;
+    const std::uint64_t cap = ov.block_rows > 0 ? std::min(cap_hw, ov.block_rows) : cap_hw;
+    if (cap >= inputs.size() && inputs.size() <= static_cast<std::size_t>(kMaxOrder)) {
+      ModePlan p;
+      p.layout = Layout::smem;
+      p.spec.nin = static_cast<int>(inputs.size());
+      std::uint64_t remaining = cap;
+      std::vector<std::uint32_t> rows_of(static_cast<std::size_t>(N), 0);
+      std::size_t left = inputs.size();
+      for (int m : inputs) {  // shortest first
+        const std::uint64_t share = remaining / left;
+        const std::uint64_t r = std::max<std::uint64_t>(1, std::min(dims[static_cast<std::size_t>(m)], share));
+        rows_of[static_cast<std::size_t>(m)] = static_cast<std::uint32_t>(r);
+        remaining -= std::min(remaining, r);
+        --left;
+      }
+      std::sort(inputs.begin(), inputs.end());  // slots in mode order
+      std::uint64_t tile = 0;
+      for (int s = 0; s < p.spec.nin; ++s) {
+        p.spec.in_mode[s] = inputs[static_cast<std::size_t>(s)];
+        p.spec.rows[s] = rows_of[static_cast<std::size_t>(inputs[static_cast<std::size_t>(s)])];
+        tile += p.spec.rows[s];
+      }
+      p.tile_rows = static_cast<int>(tile);
+      double blocks = 1;
+      for (int s = 0; s < p.spec.nin; ++s)
+        blocks *= std::ceil(static_cast<double>(dims[static_cast<std::size_t>(p.spec.in_mode[s])]) /
+                            p.spec.rows[s]);
+      if (blocks < 1e15) {
+        finish(p);
+        const double nnz_pb = static_cast<double>(nnz) / static_cast<double>(p.blocks);
+        const bool fits = index_bits(p.blocks) + bn <= 64 && p.blocks <= (std::uint64_t(1) << 26);
+        const bool pays = p.expected_run >= 3.0 && nnz_pb >= 2.0 * static_cast<double>(tile) &&
+                          p.blocks <= (std::uint64_t(1) << 24);
+        if (fits && (force_smem || pays)) {
+          std::ostringstream os;
+          os.precision(3);
+          os << p.blocks << " blocks of " << tile << " tile rows, ~" << p.expected_run
+             << " nonzeros per output row and block";
+          p.why = os.str();
+          return p;
+        }
+      }
+      std::sort(inputs.begin(), inputs.end(), [&](int a, int b) {
+        return dims[static_cast<std::size_t>(a)] < dims[static_cast<std::size_t>(b)] ||
+               (dims[static_cast<std::size_t>(a)] == dims[static_cast<std::size_t>(b)] && a < b);
+      });
+    }
+    if (force_smem) return plan;  // cannot: plain
+  }
+
+  // l2: one input mode blocked to a part of L2, the shortest one that does not fit.
+  const std::uint64_t budget_rows =
+      ov.block_rows > 0 ? ov.block_rows : (lim.l2 * 2 / 5) / row_bytes;
+  if (budget_rows == 0) return plan;
+  std::uint64_t all_rows = 0;
+  for (int m : inputs) all_rows += dims[static_cast<std::size_t>(m)];
+  if (!force_l2 && all_rows * row_bytes <= lim.l2 / 2) return plan;  // all in L2 already
+  int hot = -1;
+  for (int m : inputs)
+    if (dims[static_cast<std::size_t>(m)] > (force_l2 ? 1 : budget_rows)) {
+      hot = m;
+      break;
+    }
+  if (hot < 0) return plan;
+  ModePlan p;
+  p.layout = Layout::l2;
+  p.spec.nin = 1;
+  p.spec.in_mode[0] = hot;
+  p.spec.rows[0] = static_cast<std::uint32_t>(std::min<std::uint64_t>(budget_rows, dims[static_cast<std::size_t>(hot)]));
+  finish(p);
+  const bool fits = index_bits(p.blocks) + bn <= 64;
+  if (fits && (force_l2 || p.expected_run >= 4.0)) {
+    std::ostringstream os;
+    os.precision(3);
+    os << "mode " << hot << " in " << p.blocks << " blocks of " << p.spec.rows[0]
+       << " rows, ~" << p.expected_run << " nonzeros per output row and block";
+    p.why = os.str();
+    return p;
+  }
+  return plan;
+}
+
+/// Plans of every mode of a tensor about to be sorted on the device.
+std::vector<ModePlan> plan_modes(int device, const std::vector<std::uint64_t>& dims, nnz_t nnz,
+                                 std::size_t value_size) {
+  const DeviceLimits lim = device_limits(device);
+  const LayoutOverride ov = layout_override();
+  std::vector<ModePlan> plans;
+  for (int n = 0; n < static_cast<int>(dims.size()); ++n)
+    plans.push_back(plan_mode(dims, n, nnz, value_size, lim, ov));
+  return plans;
+}
+
+/// Work items of an smem copy (the copy at `idx`, n nonzeros, sorted by blocks): every
+/// non-empty block cut into near-equal items of at most kItemNnz nonzeros, uploaded to
+/// plan.item_buf. Waits for the stream.
+void build_work_items(Context& ctx, const index_t* idx, std::int64_t n, int sms, ModePlan& plan) {
+  DeviceMemory starts(static_cast<std::size_t>(plan.blocks) * sizeof(std::int64_t));
+  auto* st = static_cast<std::int64_t*>(starts.get());
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(st, 0xff, starts.bytes(), ctx.stream));  // -1
+  mark_block_starts<<<grid_for(n), kBlock, 0, ctx.stream>>>(plan.spec, idx, n, st);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  std::vector<std::int64_t> host(static_cast<std::size_t>(plan.blocks));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(host.data(), st, starts.bytes(), cudaMemcpyDeviceToHost,
+                                     ctx.stream));
+  ctx.sync();
+  // Smaller items on small tensors, so every SM gets work, but not below a few tiles.
+  const std::int64_t target = std::clamp<std::int64_t>(
+      n / (4 * static_cast<std::int64_t>(sms)),
+      std::max<std::int64_t>(4096, 2 * static_cast<std::int64_t>(plan.tile_rows)), kItemNnz);
+  std::vector<WorkItem> items;
+  std::int64_t prev_start = -1;
+  std::uint64_t prev_block = 0;
+  auto flush = [&](std::int64_t end) {
+    if (prev_start < 0) return;
+    const std::int64_t len = end - prev_start;
+    const std::int64_t parts = (len + target - 1) / target;
+    for (std::int64_t q = 0; q < parts; ++q)
+      items.push_back({prev_start + len * q / parts, prev_start + len * (q + 1) / parts, prev_block});
+  };
+  for (std::uint64_t b = 0; b < plan.blocks; ++b) {
+    const std::int64_t s0 = host[static_cast<std::size_t>(b)];
+    if (s0 < 0) continue;
+    flush(s0);
+    prev_start = s0;
+    prev_block = b;
+  }
+  flush(n);
+  plan.items = static_cast<std::int64_t>(items.size());
+  plan.item_buf = DeviceMemory(std::max<std::size_t>(items.size(), 1) * sizeof(WorkItem));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(plan.item_buf.get(), items.data(),
+                                     items.size() * sizeof(WorkItem), cudaMemcpyHostToDevice,
+                                     ctx.stream));
+  ctx.sync();  // items is a host temporary
+  std::ostringstream os;
+  os << ", " << plan.items << " work items";
+  plan.why += os.str();
 }
 
 template <typename T, typename P>
@@ -685,12 +1386,13 @@ constexpr std::size_t kAllocSlack = std::size_t(2) << 20;
 /// Peak device bytes of prepare_resident_on_device (see above), with kAllocSlack per
 /// live allocation.
 std::size_t device_sort_peak(const std::vector<std::uint64_t>& dims, nnz_t nnz,
-                             std::size_t copy_bytes, cudaStream_t stream) {
+                             std::size_t copy_bytes, const std::vector<ModePlan>& plans,
+                             cudaStream_t stream) {
   const int N = static_cast<int>(dims.size());
   const auto n = static_cast<std::size_t>(nnz);
   std::size_t peak = 0;
   for (int m = 0; m < N; ++m) {
-    const ModeKey key = mode_key(dims, m);
+    const ModeKey key = mode_key(dims, m, &plans[static_cast<std::size_t>(m)]);
     const auto live = static_cast<std::size_t>(m + 1);  // COO and m copies
     std::size_t sort = 0, gather = 0;
     if (key.end_bit == 0) {
@@ -718,7 +1420,6 @@ template <typename T, typename K, typename P, typename Num>
 cudaError_t sort_and_gather(Context& ctx, const ModeKey& key, int order, const char* coo,
                             std::size_t n, std::size_t copy_bytes, DeviceMemory& dst) {
   const auto* coo_idx = reinterpret_cast<const index_t*>(coo);
-  auto idx_of = [&](int m) { return m < 0 ? nullptr : coo_idx + static_cast<std::size_t>(m) * n; };
   DeviceMemory perm[2];
   int sorted = 0;
   cudaError_t e = cudaSuccess;
@@ -728,9 +1429,9 @@ cudaError_t sort_and_gather(Context& ctx, const ModeKey& key, int order, const c
       if ((e = keys[b].try_reserve(n * sizeof(K))) != cudaSuccess) return e;
       if ((e = perm[b].try_reserve(n * sizeof(P))) != cudaSuccess) return e;
     }
+    KeyParams kp{coo_idx, static_cast<std::int64_t>(n), key};
     make_sort_keys<K, P><<<grid_for(static_cast<std::int64_t>(n)), kBlock, 0, ctx.stream>>>(
-        idx_of(key.primary), idx_of(key.secondary), key.shift, static_cast<K*>(keys[0].get()),
-        static_cast<P*>(perm[0].get()), static_cast<std::int64_t>(n));
+        kp, static_cast<K*>(keys[0].get()), static_cast<P*>(perm[0].get()));
     TESSERA_CUDA_CHECK_LAUNCH();
     cub::DoubleBuffer<K> dk(static_cast<K*>(keys[0].get()), static_cast<K*>(keys[1].get()));
     cub::DoubleBuffer<P> dv(static_cast<P*>(perm[0].get()), static_cast<P*>(perm[1].get()));
@@ -765,7 +1466,7 @@ cudaError_t sort_and_gather(Context& ctx, const ModeKey& key, int order, const c
 /// device"), t0 is when the build began.
 template <typename T>
 bool sort_resident_on_device(Context& ctx, DeviceMemory coo, CudaTensorHandle<T>& h,
-                             std::size_t peak, const char* what,
+                             std::vector<ModePlan> plans, std::size_t peak, const char* what,
                              std::chrono::steady_clock::time_point t0) {
   const int N = h.order();
   const nnz_t nnz = h.nnz();
@@ -774,7 +1475,7 @@ bool sort_resident_on_device(Context& ctx, DeviceMemory coo, CudaTensorHandle<T>
   char* c = static_cast<char*>(coo.get());
   h.make_resident();
   for (int m = 0; m < N; ++m) {
-    const ModeKey key = mode_key(h.dims(), m);
+    const ModeKey key = mode_key(h.dims(), m, &plans[static_cast<std::size_t>(m)]);
     DeviceMemory& dst = h.copy(m);
     cudaError_t e = cudaSuccess;
     if (key.end_bit == 0) {  // every key equal: input order
@@ -791,8 +1492,12 @@ bool sort_resident_on_device(Context& ctx, DeviceMemory coo, CudaTensorHandle<T>
       h.drop_resident();
       return false;  // coo freed on return
     }
+    if (plans[static_cast<std::size_t>(m)].layout == Layout::smem)
+      build_work_items(ctx, h.idx(m, 0), static_cast<std::int64_t>(nnz),
+                       device_limits(ctx.device).sms, plans[static_cast<std::size_t>(m)]);
   }
   ctx.sync();
+  h.set_plans(std::move(plans));
   std::ostringstream os;
   os.precision(3);
   os << what << " in " << seconds_since(t0) << " s (peak " << peak << " bytes)";
@@ -804,7 +1509,7 @@ bool sort_resident_on_device(Context& ctx, DeviceMemory coo, CudaTensorHandle<T>
 /// sort_resident_on_device. Returns false as that does; the caller then sorts on the host.
 template <typename T>
 bool prepare_resident_on_device(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T>& h,
-                                std::size_t peak) {
+                                std::vector<ModePlan> plans, std::size_t peak) {
   const auto t0 = std::chrono::steady_clock::now();
   const int N = x.order();
   const auto n = static_cast<std::size_t>(x.nnz());
@@ -817,7 +1522,8 @@ bool prepare_resident_on_device(Context& ctx, const SparseTensor<T>& x, CudaTens
                                        ctx.stream));
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(c + values_offset(N, n), x.vals.data(), n * sizeof(T),
                                      cudaMemcpyHostToDevice, ctx.stream));
-  return sort_resident_on_device(ctx, std::move(coo), h, peak, "sorted on the device", t0);
+  return sort_resident_on_device(ctx, std::move(coo), h, std::move(plans), peak,
+                                 "sorted on the device", t0);
 }
 
 /// Nonzero k of the COO block (n nonzeros, index arrays then values at vals) is id
@@ -912,8 +1618,9 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
   if (tier1 <= limit) {
     // Sort on the device when its peak (copies + COO + sort temporaries) fits the same
     // limit, else (or when an allocation fails anyway) on the host: still tier 1.
-    const std::size_t peak = device_sort_peak(x.dims, nnz, h->copy_bytes(), ctx.stream);
-    if (peak <= limit && prepare_resident_on_device(ctx, x, *h, peak)) return h;
+    auto plans = plan_modes(ctx.device, x.dims, nnz, sizeof(T));
+    const std::size_t peak = device_sort_peak(x.dims, nnz, h->copy_bytes(), plans, ctx.stream);
+    if (peak <= limit && prepare_resident_on_device(ctx, x, *h, std::move(plans), peak)) return h;
     prepare_resident(ctx, x, *h);
     std::ostringstream os;
     if (peak > limit)
@@ -985,7 +1692,8 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
   if (tier1 > limit) {
     why << "tier 1 needs " << tier1 << " bytes, over the limit of " << limit;
   } else {
-    const std::size_t peak = device_sort_peak(dims, nnz, h->copy_bytes(), ctx.stream);
+    auto plans = plan_modes(ctx.device, dims, nnz, sizeof(T));
+    const std::size_t peak = device_sort_peak(dims, nnz, h->copy_bytes(), plans, ctx.stream);
     DeviceMemory coo;
     if (peak > limit) {
       why << "the device sort needs " << peak << " bytes, over the limit of " << limit;
@@ -999,7 +1707,7 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
           spec, first_id, n64, reinterpret_cast<index_t*>(c),
           reinterpret_cast<T*>(c + values_offset(spec.order, n)));
       TESSERA_CUDA_CHECK_LAUNCH();
-      if (sort_resident_on_device(ctx, std::move(coo), *h, peak,
+      if (sort_resident_on_device(ctx, std::move(coo), *h, std::move(plans), peak,
                                   "generated and sorted on the device", t0))
         return h;
       why << "the device sort (" << peak << " bytes) failed to allocate device memory";
@@ -1051,7 +1759,17 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
       for (int m = 0; m < N; ++m) p.idx[m] = x->idx(mode, m);
       p.vals = x->vals(mode);
       p.nnz = nnz;
-      launch_tiles(ctx.stream, p);
+      const ModePlan& plan = x->plan(mode);
+      if (plan.layout == Layout::smem) {
+        launch_smem(ctx.stream, p, plan, x->dims());
+      } else if (plan.layout == Layout::l2) {
+        // TESSERA_CUDA_L2_HINT=0 drops the evict-last hint (measurements).
+        const char* hint = std::getenv("TESSERA_CUDA_L2_HINT");
+        p.hot_mode = (hint != nullptr && std::string(hint) == "0") ? -1 : plan.spec.in_mode[0];
+        launch_tiles<T, true>(ctx.stream, p);
+      } else {
+        launch_tiles<T, false>(ctx.stream, p);
+      }
     }
     TESSERA_CUDA_CHECK(cudaEventRecord(x->event(1), ctx.stream));
     x->end_timing(2, 0);
@@ -1093,7 +1811,7 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
                  static_cast<std::size_t>(m) * static_cast<std::size_t>(cnt);
     p.vals = reinterpret_cast<const T*>(base + values_offset(N, static_cast<std::size_t>(cnt)));
     p.nnz = cnt;
-    launch_tiles(ctx.stream, p);
+    launch_tiles<T, false>(ctx.stream, p);
     TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kComputeEnd), ctx.stream));
   }
   x->end_timing(1 + 4 * static_cast<std::size_t>(chunks), chunks);

@@ -7,6 +7,7 @@
 
 #include "kernels/factories.hpp"
 #include "kernels/mttkrp.hpp"
+#include "kernels/ttmc.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
 
@@ -39,6 +40,7 @@ class ReferenceTensor final : public TensorHandle<T> {
     }
     return out;
   }
+  double value_norm_squared() const override { return x_.norm_squared(); }
   int tier() const override { return 1; }
   std::string describe() const override {
     return "tier 1: host-resident, " + std::to_string(bytes()) + " bytes (reference COO)";
@@ -85,6 +87,35 @@ class ReferenceBackend final : public Backend<T> {
     Timer t;
     reference::mttkrp(h->coo(), mode, factors, R, out);
     h->record_compute(t.seconds());
+  }
+  std::vector<index_t> ttmc_rows(const TensorHandle<T>& x, int mode) override {
+    const auto& c = coo_of(x);
+    TESSERA_EXPECTS(mode >= 0 && mode < c.order(),
+                    "mode " << mode << " outside 0.." << c.order() - 1);
+    std::vector<index_t> rows = c.idx[static_cast<std::size_t>(mode)];
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    return rows;
+  }
+  std::size_t ttmc_scratch_bytes(const TensorHandle<T>& x, int mode,
+                                 const std::vector<int>& ranks) override {
+    const auto rows = static_cast<std::int64_t>(ttmc_rows(x, mode).size());
+    // reference::ttmc returns a fresh output that is copied into `out`.
+    return reference::ttmc_scratch_bytes(rows, ranks, mode) +
+           ttmc_output_bytes(rows, ranks, mode, sizeof(T));
+  }
+  void ttmc(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+            const std::vector<int>& ranks, T* out) override {
+    const auto& c = coo_of(x);
+    Timer t;
+    const SemiSparse<T> y = reference::ttmc(c, mode, factors, ranks);
+    std::copy(y.data.begin(), y.data.end(), out);
+    static_cast<const ReferenceTensor<T>&>(x).record_compute(t.seconds());
+  }
+  static const SparseTensor<T>& coo_of(const TensorHandle<T>& x) {
+    const auto* h = dynamic_cast<const ReferenceTensor<T>*>(&x);
+    TESSERA_EXPECTS(h != nullptr, "tensor handle was prepared by another backend");
+    return h->coo();
   }
 
   void gram(const T* A, std::int64_t rows, int R, T* G) override { linalg::gram(A, rows, R, G); }

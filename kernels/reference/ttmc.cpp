@@ -113,6 +113,11 @@ SemiSparse<T> ttmc(const SparseTensor<T>& x, int mode, const std::vector<const T
   return y;
 }
 
+std::size_t ttmc_scratch_bytes(std::int64_t rows, const std::vector<int>& ranks, int mode) {
+  const auto cols = static_cast<std::size_t>(ttmc_output_cols(ranks, mode));
+  return (static_cast<std::size_t>(std::max<std::int64_t>(rows, 0)) + 2) * cols * sizeof(double);
+}
+
 template SemiSparse<float> ttmc<float>(const SparseTensor<float>&, int,
                                        const std::vector<const float*>&, const std::vector<int>&,
                                        std::size_t);

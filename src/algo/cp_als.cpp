@@ -40,35 +40,29 @@ struct ModeLayout {
   std::int64_t own_n = 0;                     ///< rows owned (solved) by this rank
 };
 
-}  // namespace
-
+/// Input checks both overloads make before any work.
 template <typename T>
-CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
-                const comm::Communicator& ctrl, const comm::Communicator& data,
-                const CpOptions& opt) {
-  const int N = d.block.order();
-  const int R = opt.rank;
-  const auto& dist = d.dist;
-  const bool layer = opt.strategy == CommStrategy::layer;
-  TESSERA_INPUT_CHECK(R >= 1, "--rank must be at least 1 (got " << R << ")");
+void check_cp_inputs(kernels::Backend<T>& be, const comm::Communicator& ctrl,
+                     const comm::Communicator& data, const CpOptions& opt) {
+  TESSERA_INPUT_CHECK(opt.rank >= 1, "--rank must be at least 1 (got " << opt.rank << ")");
   TESSERA_INPUT_CHECK(opt.max_iters >= 1, "--iters must be at least 1");
-  TESSERA_INPUT_CHECK(!layer || dist.scheme == partition::Scheme::grid,
-                      "the layer strategy needs the grid partition (use --partition grid)");
   TESSERA_EXPECTS(data.memory_space() == be.memory_space(),
                   "data communicator and backend must use the same memory space");
   TESSERA_EXPECTS(ctrl.size() == data.size() && ctrl.rank() == data.rank(),
                   "ctrl and data communicators must span the same ranks");
-  CpResult res;
-  Timer setup_timer;
-  const auto& dims = dist.dims;
+}
 
-  // ---- layouts and the kernel's view of the local block ----
+/// The factor rows this rank holds and owns, per mode (collective over `data` for the
+/// layer strategy: it splits the layer communicators).
+std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool layer,
+                                     const comm::Communicator& data) {
+  const int N = dist.order();
   std::vector<ModeLayout> lay(static_cast<std::size_t>(N));
   for (int n = 0; n < N; ++n) {
     auto& L = lay[static_cast<std::size_t>(n)];
     if (!layer) {
       L.lo = 0;
-      L.len = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
+      L.len = static_cast<std::int64_t>(dist.dims[static_cast<std::size_t>(n)]);
       L.alloc = L.len;
       L.b = L.len;
       L.own_lo = 0;
@@ -89,6 +83,26 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
       L.own_n = static_cast<std::int64_t>(o1 - o0);
     }
   }
+  return lay;
+}
+
+/// The ALS loop both overloads share. `X` holds this rank's nonzeros with coordinates
+/// relative to the held chunks (lay[n].lo; 0 for allreduce), `dist` describes the global
+/// tensor and the ownership, `lay` comes from make_layouts(dist, ...). `setup_timer`
+/// started before the caller's own setup (prepare), which counts into phase "setup".
+template <typename T>
+CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distribution& dist,
+                 std::vector<ModeLayout>& lay, kernels::Backend<T>& be,
+                 const comm::Communicator& ctrl, const comm::Communicator& data,
+                 const CpOptions& opt, const Timer& setup_timer) {
+  const int N = dist.order();
+  const int R = opt.rank;
+  const bool layer = opt.strategy == CommStrategy::layer;
+  const auto& dims = dist.dims;
+  TESSERA_EXPECTS(X.order() == N && static_cast<int>(lay.size()) == N,
+                  "tensor handle of order " << X.order() << " for a distribution of order " << N);
+  CpResult res;
+
   if (opt.print_iterations) {
     // Factor rows entering the update collectives each iteration (largest over ranks).
     double rows = 0;
@@ -102,29 +116,9 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
                   layer ? N : 0, R, R);
     log::info(line);
   }
-  std::unique_ptr<kernels::TensorHandle<T>> X;
-  if (!layer) {
-    X = be.prepare(d.block);
-  } else {
-    SparseTensor<T> shifted(std::vector<std::uint64_t>(static_cast<std::size_t>(N)));
-    for (int n = 0; n < N; ++n) {
-      const auto& L = lay[static_cast<std::size_t>(n)];
-      shifted.dims[static_cast<std::size_t>(n)] = static_cast<std::uint64_t>(L.len);
-      auto& dst = shifted.idx[static_cast<std::size_t>(n)];
-      const auto& src = d.block.idx[static_cast<std::size_t>(n)];
-      dst.resize(src.size());
-      for (std::size_t k = 0; k < src.size(); ++k) {
-        TESSERA_EXPECTS(src[k] >= L.lo && src[k] < L.lo + static_cast<std::uint64_t>(L.len),
-                        "nonzero outside this rank's grid block");
-        dst[k] = static_cast<index_t>(src[k] - L.lo);
-      }
-    }
-    shifted.vals = d.block.vals;
-    X = be.prepare(shifted);
-  }
 
-  res.tier = X->tier();
-  res.tier_description = X->describe();
+  res.tier = X.tier();
+  res.tier_description = X.describe();
   {
     std::int32_t tier_max = res.tier;
     ctrl.allreduce(&tier_max, 1, comm::ReduceOp::max);
@@ -134,13 +128,13 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
                      ? " (some ranks stream: tier " + std::to_string(tier_max) + ")"
                      : ""));
   }
-  if (opt.count_distinct_rows) res.distinct_rows = X->distinct_rows();
+  if (opt.count_distinct_rows) res.distinct_rows = X.distinct_rows();
   for (int n = 0; n < N; ++n) {
-    res.mttkrp_stream_bytes.push_back(static_cast<double>(X->mttkrp_stream_bytes(n)));
+    res.mttkrp_stream_bytes.push_back(static_cast<double>(X.mttkrp_stream_bytes(n)));
     res.rows_held.push_back(static_cast<std::uint64_t>(lay[static_cast<std::size_t>(n)].len));
   }
 
-  double norm_x2 = d.block.norm_squared();
+  double norm_x2 = X.value_norm_squared();
   ctrl.allreduce(&norm_x2, 1);
   TESSERA_INPUT_CHECK(norm_x2 > 0, "the tensor has no nonzero values: nothing to decompose");
   res.norm_x = std::sqrt(norm_x2);
@@ -189,6 +183,7 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   std::vector<const T*> fptr(static_cast<std::size_t>(N));
   double fit_old = 0;
   double overlap_sum = 0;
+  bool warned_norm = false;
   int overlap_count = 0;
 
   for (int it = 0; it < opt.max_iters; ++it) {
@@ -200,11 +195,11 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
         fptr[static_cast<std::size_t>(m)] = A[static_cast<std::size_t>(m)].data();
 
       Timer t;
-      be.mttkrp(*X, n, fptr, R, M.data());
+      be.mttkrp(X, n, fptr, R, M.data());
       if (res.tier > 1) {
-        res.stream_copy_seconds += X->last_copy_seconds();
-        res.stream_compute_seconds += X->last_compute_seconds();
-        overlap_sum += X->overlap_fraction();
+        res.stream_copy_seconds += X.last_copy_seconds();
+        res.stream_compute_seconds += X.last_compute_seconds();
+        overlap_sum += X.overlap_fraction();
         ++overlap_count;
       }
       if (L.alloc > L.len)
@@ -285,7 +280,17 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
         norm_m2 += p;
       }
     }
-    const double resid2 = std::max(norm_x2 + norm_m2 - 2 * inner, 0.0);
+    const double resid2_raw = norm_x2 + norm_m2 - 2 * inner;
+    if (resid2_raw < -1e-9 * std::max(norm_x2, norm_m2) && !warned_norm) {
+      // ||X - model||^2 < 0: ||X||^2 is too small for the tensor the MTTKRP sees, e.g. a
+      // handle whose repeated coordinates value_norm_squared() counts separately.
+      log::warn("CP-ALS fit: ||X||^2 + ||model||^2 - 2 <X, model> = " + std::to_string(resid2_raw) +
+                " < 0, so ||X||^2 understates the tensor (repeated coordinates in a tensor "
+                "handle are counted separately in ||X||^2 but summed by the MTTKRP); the fit "
+                "is clamped to 1 and not meaningful");
+      warned_norm = true;
+    }
+    const double resid2 = std::max(resid2_raw, 0.0);
     const double fit = 1.0 - std::sqrt(resid2) / res.norm_x;
     t_solve += tf.seconds();
 
@@ -347,11 +352,102 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   return res;
 }
 
+}  // namespace
+
+template <typename T>
+CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
+                const comm::Communicator& ctrl, const comm::Communicator& data,
+                const CpOptions& opt) {
+  check_cp_inputs(be, ctrl, data, opt);
+  const auto& dist = d.dist;
+  const int N = dist.order();
+  const bool layer = opt.strategy == CommStrategy::layer;
+  TESSERA_INPUT_CHECK(!layer || dist.scheme == partition::Scheme::grid,
+                      "the layer strategy needs the grid partition (use --partition grid)");
+  TESSERA_EXPECTS(d.block.order() == N,
+                  "block of order " << d.block.order() << " for a distribution of order " << N);
+  Timer setup_timer;
+  auto lay = make_layouts(dist, layer, data);
+
+  // The kernel's view of the local block: global coordinates (allreduce), or shifted to
+  // the held chunks (layer).
+  std::unique_ptr<kernels::TensorHandle<T>> X;
+  if (!layer) {
+    X = be.prepare(d.block);
+  } else {
+    SparseTensor<T> shifted(std::vector<std::uint64_t>(static_cast<std::size_t>(N)));
+    for (int n = 0; n < N; ++n) {
+      const auto& L = lay[static_cast<std::size_t>(n)];
+      shifted.dims[static_cast<std::size_t>(n)] = static_cast<std::uint64_t>(L.len);
+      auto& dst = shifted.idx[static_cast<std::size_t>(n)];
+      const auto& src = d.block.idx[static_cast<std::size_t>(n)];
+      dst.resize(src.size());
+      for (std::size_t k = 0; k < src.size(); ++k) {
+        TESSERA_EXPECTS(src[k] >= L.lo && src[k] < L.lo + static_cast<std::uint64_t>(L.len),
+                        "nonzero outside this rank's grid block");
+        dst[k] = static_cast<index_t>(src[k] - L.lo);
+      }
+    }
+    shifted.vals = d.block.vals;
+    X = be.prepare(shifted);
+  }
+  return run_als(*X, dist, lay, be, ctrl, data, opt, setup_timer);
+}
+
+template <typename T>
+CpResult cp_als(const kernels::TensorHandle<T>& X, const std::vector<std::uint64_t>& dims,
+                nnz_t global_nnz, kernels::Backend<T>& be, const comm::Communicator& ctrl,
+                const comm::Communicator& data, const CpOptions& opt) {
+  check_cp_inputs(be, ctrl, data, opt);
+  TESSERA_INPUT_CHECK(opt.strategy == CommStrategy::allreduce,
+                      "CP-ALS on a tensor prepared in the backend supports only the allreduce "
+                      "strategy: the layer strategy needs a grid partition of the nonzeros "
+                      "(distribute them with the grid scheme and use --comm-strategy layer "
+                      "on that, or use --comm-strategy allreduce)");
+  const int N = static_cast<int>(dims.size());
+  TESSERA_INPUT_CHECK(N >= 1 && N <= kMaxOrder,
+                      "tensor order must be 1.." << kMaxOrder << " (got " << N << ")");
+  Timer setup_timer;
+  // Checked on every rank together, so a mismatch on one rank throws everywhere.
+  const std::int32_t bad_dims = X.dims() != dims ? 1 : 0;
+  std::int32_t bad_dims_any = bad_dims;
+  ctrl.allreduce(&bad_dims_any, 1, comm::ReduceOp::max);
+  TESSERA_INPUT_CHECK(bad_dims_any == 0,
+                      "cp_als: the tensor handle's dims differ from the global dims "
+                          << (bad_dims ? "on this rank" : "on another rank")
+                          << " (the handle must hold global coordinates)");
+  const nnz_t total = ctrl.allreduce_value(static_cast<std::int64_t>(X.nnz()));
+  TESSERA_INPUT_CHECK(total == global_nnz, "cp_als: the handles hold "
+                                               << total << " nonzeros over all ranks, but "
+                                               << global_nnz << " were announced");
+
+  // The global description: nnz scheme, no relabelling (identity original_index).
+  partition::Distribution dist;
+  dist.scheme = partition::Scheme::nnz;
+  dist.nranks = ctrl.size();
+  dist.rank = ctrl.rank();
+  dist.dims = dims;
+  dist.grid.assign(static_cast<std::size_t>(N), 1);
+  dist.coords.assign(static_cast<std::size_t>(N), 0);
+  for (int n = 0; n < N; ++n) dist.bounds.push_back({0, dims[static_cast<std::size_t>(n)]});
+  dist.global_nnz = global_nnz;
+  auto lay = make_layouts(dist, false, data);
+  return run_als(X, dist, lay, be, ctrl, data, opt, setup_timer);
+}
+
 template CpResult cp_als<float>(const partition::Distributed<float>&, kernels::Backend<float>&,
                                 const comm::Communicator&, const comm::Communicator&,
                                 const CpOptions&);
 template CpResult cp_als<double>(const partition::Distributed<double>&, kernels::Backend<double>&,
                                  const comm::Communicator&, const comm::Communicator&,
                                  const CpOptions&);
+template CpResult cp_als<float>(const kernels::TensorHandle<float>&,
+                                const std::vector<std::uint64_t>&, nnz_t, kernels::Backend<float>&,
+                                const comm::Communicator&, const comm::Communicator&,
+                                const CpOptions&);
+template CpResult cp_als<double>(const kernels::TensorHandle<double>&,
+                                 const std::vector<std::uint64_t>&, nnz_t,
+                                 kernels::Backend<double>&, const comm::Communicator&,
+                                 const comm::Communicator&, const CpOptions&);
 
 }  // namespace tessera::algo

@@ -71,6 +71,22 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& backend
                 const comm::Communicator& ctrl, const comm::Communicator& data,
                 const CpOptions& opt);
 
+/// CP-ALS on a tensor that already lives in the backend, e.g. generated there by
+/// Backend::prepare_synthetic: `X` holds this rank's nonzeros with GLOBAL coordinates
+/// (X.dims() == dims on every rank), any split of the nonzeros over the ranks, repeated
+/// coordinates allowed (the MTTKRP sums them). `dims` are the global mode lengths and
+/// `global_nnz` the sum of X.nnz() over the ranks (checked). Only the allreduce strategy:
+/// opt.strategy == layer throws InputError (it needs a grid partition; use the overload
+/// above). ||X||^2 is the sum over ranks of X.value_norm_squared(), so a coordinate
+/// stored k times counts as k entries there, not as one entry with the summed value.
+/// Rows are not relabelled: initial factors are keyed by (seed, mode, global row), as in
+/// the overload above, so the two agree on the same nonzeros whatever the rank count.
+/// Collective over `ctrl` and `data` (as above).
+template <typename T>
+CpResult cp_als(const kernels::TensorHandle<T>& X, const std::vector<std::uint64_t>& dims,
+                nnz_t global_nnz, kernels::Backend<T>& backend, const comm::Communicator& ctrl,
+                const comm::Communicator& data, const CpOptions& opt);
+
 /// Initial factor value: uniform in [0, 1) keyed by (seed, mode, global row, column).
 double initial_factor_value(std::uint64_t seed, int mode, std::uint64_t row, int col);
 

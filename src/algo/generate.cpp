@@ -145,7 +145,8 @@ partition::Distributed<double> generate(const GenerateOptions& o, const comm::Co
   TESSERA_INPUT_CHECK(o.nnz >= 1, "generate: --nnz must be at least 1");
   TESSERA_INPUT_CHECK(o.rank >= 1, "generate: --rank must be at least 1");
   TESSERA_INPUT_CHECK(o.noise >= 0 && std::isfinite(o.noise), "generate: --noise must be >= 0");
-  TESSERA_INPUT_CHECK(o.alpha >= 1, "generate: --alpha must be >= 1");
+  TESSERA_INPUT_CHECK(o.alpha > 0 && o.alpha < 1e300,
+                      "generate: --alpha must be > 0 (got " << o.alpha << ")");
 
   const int P = c.size(), me = c.rank();
   const synthetic::Spec spec = to_spec(o);

@@ -14,7 +14,7 @@ namespace tessera::algo {
 
 enum class IndexDist {
   uniform,   ///< every index equally likely
-  powerlaw,  ///< index i = floor(I * u^alpha): slice sizes fall off as a power law
+  powerlaw,  ///< Zipf-like: P(index = i) ~ (i + 1)^-alpha (synthetic::draw_index)
 };
 IndexDist parse_index_dist(const std::string& s);
 
@@ -35,7 +35,7 @@ struct GenerateOptions {
   int rank = 5;
   double noise = 0.0;  ///< relative noise: ||noise|| ~= noise * ||signal||
   IndexDist dist = IndexDist::uniform;
-  double alpha = 2.0;  ///< power-law exponent (IndexDist::powerlaw)
+  double alpha = 1.0;  ///< power-law exponent, > 0 (IndexDist::powerlaw)
   Structure structure = Structure::blocks;
   std::uint64_t seed = 1;
 };

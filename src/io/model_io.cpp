@@ -209,4 +209,115 @@ KruskalModel read_kruskal_h5(const std::string& path, ModelRecord* rec) {
   return m;
 }
 
+// ---- Tucker models -------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kTuckerFormat = "tessera-tucker";
+constexpr int kTuckerVersion = 1;
+
+std::vector<std::uint64_t> read_attr_u64s(hid_t loc, const char* name, const std::string& path,
+                                          int expect_len) {
+  TESSERA_INPUT_CHECK(H5Aexists(loc, name) > 0,
+                      "'" << path << "': attribute '" << name << "' is missing");
+  H5Handle a(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose);
+  H5Handle sp(H5Aget_space(a), H5Sclose);
+  TESSERA_INPUT_CHECK(H5Sget_simple_extent_npoints(sp) == expect_len,
+                      "'" << path << "': '" << name << "' has the wrong length");
+  std::vector<std::uint64_t> v(static_cast<std::size_t>(expect_len));
+  TESSERA_H5_CHECK(H5Aread(a, H5T_NATIVE_UINT64, v.data()), "read " << name);
+  return v;
+}
+
+}  // namespace
+
+void write_tucker_h5(const std::string& path, const TuckerModel& m, const ModelRecord& rec) {
+  const int N = m.order();
+  TESSERA_EXPECTS(static_cast<int>(m.ranks.size()) == N && static_cast<int>(m.factors.size()) == N,
+                  "Tucker model: one rank and one factor per mode");
+  std::vector<hsize_t> core_shape;
+  std::size_t core_len = 1;
+  for (int r : m.ranks) {
+    core_shape.push_back(static_cast<hsize_t>(r));
+    core_len *= static_cast<std::size_t>(r);
+  }
+  TESSERA_EXPECTS(m.core.size() == core_len,
+                  "Tucker model: core has " << m.core.size() << " values, expected " << core_len);
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    H5Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    TESSERA_INPUT_CHECK(f.id >= 0, "cannot create model file '" << tmp << "'");
+    write_attr_string(f, "format", kTuckerFormat);
+    write_attr_int(f, "format_version", kTuckerVersion);
+    write_attr_int(f, "order", N);
+    write_attr_u64s(f, "ranks", std::vector<std::uint64_t>(m.ranks.begin(), m.ranks.end()));
+    write_attr_u64s(f, "dims", m.dims);
+    write_attr_double(f, "fit", rec.fit);
+    write_attr_int(f, "iterations", rec.iterations);
+    write_attr_string(f, "options", rec.options_json);
+    write_dataset(f, "core", m.core.data(), core_shape);
+    write_dataset(f, "fit_history", rec.fit_history.data(),
+                  {static_cast<hsize_t>(rec.fit_history.size())});
+    H5Handle g(H5Gcreate2(f, "factors", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    TESSERA_H5_CHECK(g.id, "create group factors");
+    for (int n = 0; n < N; ++n) {
+      const auto& A = m.factors[static_cast<std::size_t>(n)];
+      std::string name = "mode_" + std::to_string(n);
+      write_dataset(g, name.c_str(), A.data.data(),
+                    {static_cast<hsize_t>(A.rows), static_cast<hsize_t>(A.cols)});
+    }
+    TESSERA_H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush " << tmp);
+  }
+  TESSERA_INPUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
+                      "cannot rename '" << tmp << "' to '" << path << "'");
+}
+
+TuckerModel read_tucker_h5(const std::string& path, ModelRecord* rec) {
+  H5E_auto2_t old_func = nullptr;
+  void* old_data = nullptr;
+  H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // our messages, not HDF5's stack dumps
+  struct Restore {
+    H5E_auto2_t f;
+    void* d;
+    ~Restore() { H5Eset_auto2(H5E_DEFAULT, f, d); }
+  } restore{old_func, old_data};
+
+  TESSERA_INPUT_CHECK(H5Fis_hdf5(path.c_str()) > 0, "'" << path << "' is not an HDF5 file");
+  H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  TESSERA_INPUT_CHECK(f.id >= 0, "cannot open '" << path << "'");
+  const std::string fmt = read_attr_string(f, "format", path);
+  TESSERA_INPUT_CHECK(fmt == kTuckerFormat, "'" << path << "' has format '" << fmt
+                                                << "', expected '" << kTuckerFormat << "'");
+  const int order = static_cast<int>(read_attr_int(f, "order", path));
+  TESSERA_INPUT_CHECK(order >= 1 && order <= kMaxOrder, "'" << path << "': bad order attribute");
+  TuckerModel m;
+  m.dims = read_attr_u64s(f, "dims", path, order);
+  std::vector<hsize_t> core_shape;
+  for (std::uint64_t r : read_attr_u64s(f, "ranks", path, order)) {
+    TESSERA_INPUT_CHECK(r >= 1 && r <= (1u << 30), "'" << path << "': bad ranks attribute");
+    m.ranks.push_back(static_cast<int>(r));
+    core_shape.push_back(static_cast<hsize_t>(r));
+  }
+  m.core = read_dataset(f, "core", path, core_shape);
+  for (int n = 0; n < order; ++n) {
+    Matrix<double> A;
+    A.rows = static_cast<std::int64_t>(m.dims[static_cast<std::size_t>(n)]);
+    A.cols = m.ranks[static_cast<std::size_t>(n)];
+    A.data = read_dataset(f, "factors/mode_" + std::to_string(n), path,
+                          {static_cast<hsize_t>(A.rows), static_cast<hsize_t>(A.cols)});
+    m.factors.push_back(std::move(A));
+  }
+  if (rec) {
+    rec->fit = 0;
+    rec->iterations = static_cast<int>(read_attr_int(f, "iterations", path));
+    rec->options_json = read_attr_string(f, "options", path);
+    rec->fit_history =
+        read_dataset(f, "fit_history", path, {static_cast<hsize_t>(rec->iterations)});
+    H5Handle a(H5Aopen(f, "fit", H5P_DEFAULT), H5Aclose);
+    if (a.id >= 0) H5Aread(a, H5T_NATIVE_DOUBLE, &rec->fit);
+  }
+  return m;
+}
+
 }  // namespace tessera::io

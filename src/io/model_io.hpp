@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/kruskal.hpp"
+#include "model/tucker.hpp"
 
 namespace tessera::io {
 
@@ -27,5 +28,18 @@ void write_kruskal_h5(const std::string& path, const KruskalModel& m, const Mode
 
 /// Reads a file written by write_kruskal_h5; throws InputError on a wrong layout.
 KruskalModel read_kruskal_h5(const std::string& path, ModelRecord* rec = nullptr);
+
+// Tucker layout (format "tessera-tucker" v1, docs/formats.md):
+//   attributes on /: format, format_version, order, ranks (uint64[order]),
+//                    dims (uint64[order]), fit, iterations, options (JSON string)
+//   /core              double[R_1]...[R_N]  (row-major, the last mode fastest)
+//   /factors/mode_<n>  double[dims[n]][R_n] (orthonormal columns; row i = index i)
+//   /fit_history       double[iterations]
+
+/// Writes a Tucker model through a temporary name renamed when complete. Call on one rank.
+void write_tucker_h5(const std::string& path, const TuckerModel& m, const ModelRecord& rec);
+
+/// Reads a file written by write_tucker_h5; throws InputError on a wrong layout.
+TuckerModel read_tucker_h5(const std::string& path, ModelRecord* rec = nullptr);
 
 }  // namespace tessera::io

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 
 namespace {
@@ -167,6 +168,37 @@ TEST_F(Driver, BadInputEndsWithMessageAndNonZeroExitOnEveryRank) {
   r = run(mpirun(2) + " info " + gz);
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("corrupt.tns.gz"), std::string::npos) << r.out;
+}
+
+// bench cp --generate with the allreduce strategy generates on the backend
+// (prepare_synthetic, ids split over the ranks) and runs CP-ALS on that handle.
+TEST_F(Driver, BenchCpGenerateOnBackend) {
+  auto js = (dir_ / "bench.json").string();
+  auto r = run(mpirun(2) +
+               " bench cp --generate 60x50x40 --nnz 5000 --rank 4 --iters 3 --backend cpu "
+               "--json " +
+               js);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("on the backend"), std::string::npos) << r.out;
+  // The summary table: a header "iteration seconds ...", then the mean seconds per iteration.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(iteration +seconds[^\n]*\nmean +(\S+))")))
+      << r.out;
+  EXPECT_GT(std::stod(m[1].str()), 0.0) << r.out;
+  std::ifstream f(js);
+  auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["iterations"].get<int>(), 3);
+  EXPECT_GT(j["seconds_per_iteration"].get<double>(), 0.0);
+  EXPECT_GT(j["floor_seconds"].get<double>(), 0.0);
+  EXPECT_EQ(j["tensor"]["nnz"].get<std::int64_t>(), 5000);
+  EXPECT_TRUE(j["tensor"]["generated_on_backend"].get<bool>());
+  EXPECT_GT(j["fit"].get<double>(), 0.0);
+  // The layer strategy keeps the host generator (it needs a grid partition).
+  r = run(mpirun(2) +
+          " bench cp --generate 60x50x40 --nnz 5000 --rank 4 --iters 3 --backend cpu "
+          "--comm-strategy layer --dist powerlaw");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("generating on the host"), std::string::npos) << r.out;
 }
 
 TEST_F(Driver, BadOptionsAreRejected) {

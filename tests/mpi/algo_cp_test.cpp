@@ -12,6 +12,7 @@
 #include "io/model_io.hpp"
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
+#include "tensor/synthetic.hpp"
 #include "test_util.hpp"
 
 namespace tessera {
@@ -212,6 +213,159 @@ TEST(Generate, SameTensorOnEveryRankCount) {
     }
     EXPECT_LT(worst, 1e-13 * scale);  // the noise scale is a global sum: rounding only
   }
+}
+
+// ---- cp_als on a tensor that exists only in the backend (prepare_synthetic) ----
+
+synthetic::Spec cp_spec(bool powerlaw) {
+  synthetic::Spec s;
+  s.order = 3;
+  s.dims[0] = 60;
+  s.dims[1] = 50;
+  s.dims[2] = 40;
+  s.powerlaw = powerlaw;
+  s.alpha = 1.0;
+  s.rank = 4;
+  s.seed = 1;
+  return s;
+}
+
+/// This rank's share of ids, as bench cp --generate takes them: [r nnz / P, (r+1) nnz / P).
+std::pair<std::uint64_t, std::uint64_t> id_range(std::uint64_t nnz, const comm::Communicator& c) {
+  const auto P = static_cast<std::uint64_t>(c.size()), r = static_cast<std::uint64_t>(c.rank());
+  return {nnz * r / P, nnz * (r + 1) / P};
+}
+
+algo::CpOptions handle_opts(int R, int iters) {
+  algo::CpOptions o;
+  o.rank = R;
+  o.max_iters = iters;
+  o.tol = 0;
+  o.seed = 5;
+  o.print_iterations = false;
+  return o;
+}
+
+/// The same ids' nonzeros built on the host (repeats kept) as an nnz-scheme
+/// partition::Distributed without relabelling, for the partition::Distributed overload.
+template <typename T>
+partition::Distributed<T> host_block(const synthetic::Spec& spec, std::uint64_t lo,
+                                     std::uint64_t hi, std::uint64_t nnz,
+                                     const comm::Communicator& c) {
+  partition::Distributed<T> d;
+  d.block = kernels::make_synthetic_tensor<T>(spec, lo, hi - lo);
+  auto& dist = d.dist;
+  dist.scheme = partition::Scheme::nnz;
+  dist.nranks = c.size();
+  dist.rank = c.rank();
+  dist.dims.assign(spec.dims, spec.dims + spec.order);
+  dist.grid.assign(static_cast<std::size_t>(spec.order), 1);
+  dist.coords.assign(static_cast<std::size_t>(spec.order), 0);
+  for (auto n : dist.dims) dist.bounds.push_back({0, n});
+  dist.global_nnz = static_cast<nnz_t>(nnz);
+  return d;
+}
+
+void expect_same_history(const algo::CpResult& a, const algo::CpResult& b, double tol,
+                         const std::string& what) {
+  ASSERT_EQ(a.history.size(), b.history.size()) << what;
+  for (std::size_t i = 0; i < a.history.size(); ++i)
+    EXPECT_NEAR(a.history[i].fit, b.history[i].fit, tol) << what << " iteration " << i + 1;
+  EXPECT_LT(model_difference(a.model, b.model), tol) << what;
+}
+
+// On the handle of prepare_synthetic, at every rank count: the same fit history and
+// factors as (1) the partition::Distributed overload on the same nonzeros built on the
+// host, and (2) a single-process run over all ids; and the same factors as (3) the
+// tensor with repeated coordinates merged by partition::distribute (the MTTKRP sums
+// repeats either way; only ||X|| and so the fit differ when there are repeats).
+TEST(CpOnHandle, SameAsHostTensorAndSingleProcess) {
+  const auto& w = world();
+  const std::uint64_t nnz = 6000;
+  const int R = 5, iters = 6;
+  const auto [lo, hi] = id_range(nnz, w);
+  const std::vector<std::uint64_t> dims{60, 50, 40};
+  for (bool powerlaw : {false, true})
+    for (auto kind : {BackendKind::reference, BackendKind::cpu}) {
+      const auto spec = cp_spec(powerlaw);
+      const std::string what = kernels::to_string(kind) + (powerlaw ? " powerlaw" : " uniform") +
+                               " on " + std::to_string(w.size()) + " ranks";
+      auto be = kernels::make_backend<double>(kind, 1);
+      const auto opt = handle_opts(R, iters);
+      auto X = be->prepare_synthetic(spec, lo, hi - lo);
+      const auto on_handle =
+          algo::cp_als<double>(*X, dims, static_cast<nnz_t>(nnz), *be, w, w, opt);
+      ASSERT_EQ(on_handle.iterations, iters) << what;
+      for (const auto& h : on_handle.history) EXPECT_TRUE(std::isfinite(h.fit)) << what;
+      EXPECT_GT(on_handle.fit, 0.0) << what;
+
+      // (1) the same nonzeros through the partition::Distributed overload
+      const auto d = host_block<double>(spec, lo, hi, nnz, w);
+      double norm2 = d.block.norm_squared();
+      w.allreduce(&norm2, 1);
+      EXPECT_NEAR(on_handle.norm_x, std::sqrt(norm2), 1e-12 * std::sqrt(norm2)) << what;
+      const auto on_host = algo::cp_als<double>(d, *be, w, w, opt);
+      expect_same_history(on_handle, on_host, 1e-10, what + " vs host-built");
+      EXPECT_EQ(on_handle.rows_held, on_host.rows_held) << what;
+      EXPECT_EQ(on_handle.mttkrp_stream_bytes, on_host.mttkrp_stream_bytes) << what;
+
+      // (2) one process over all ids (reduction order differs: rounding only)
+      comm::MpiCommunicator self(MPI_COMM_SELF);
+      auto ref_be = kernels::make_backend<double>(BackendKind::reference, 1);
+      auto Xall = ref_be->prepare_synthetic(spec, 0, nnz);
+      const auto single =
+          algo::cp_als<double>(*Xall, dims, static_cast<nnz_t>(nnz), *ref_be, self, self, opt);
+      expect_same_history(on_handle, single, 1e-10, what + " vs single process");
+
+      // (3) repeats merged: same factors
+      auto merged = partition::distribute(kernels::make_synthetic_tensor<double>(spec, lo, hi - lo),
+                                          partition::Scheme::nnz, {}, w);
+      if (powerlaw) {
+        EXPECT_GT(merged.dist.duplicates, 0) << what;
+      }
+      const auto on_merged = algo::cp_als<double>(merged, *be, w, w, opt);
+      EXPECT_LT(model_difference(on_handle.model, on_merged.model), 1e-9) << what;
+    }
+}
+
+TEST(CpOnHandle, FloatSameAsHostTensor) {
+  const auto& w = world();
+  const std::uint64_t nnz = 5000;
+  const auto [lo, hi] = id_range(nnz, w);
+  const auto spec = cp_spec(true);
+  auto be = kernels::make_backend<float>(BackendKind::cpu, 1);
+  const auto opt = handle_opts(4, 4);
+  auto X = be->prepare_synthetic(spec, lo, hi - lo);
+  const auto a = algo::cp_als<float>(*X, {60, 50, 40}, static_cast<nnz_t>(nnz), *be, w, w, opt);
+  const auto b = algo::cp_als<float>(host_block<float>(spec, lo, hi, nnz, w), *be, w, w, opt);
+  expect_same_history(a, b, 1e-5, "float");
+}
+
+TEST(CpOnHandle, BadCallsAreInputErrorsOnEveryRank) {
+  const auto& w = world();
+  const std::uint64_t nnz = 1000;
+  const auto [lo, hi] = id_range(nnz, w);
+  auto be = kernels::make_backend<double>(BackendKind::reference, 1);
+  auto X = be->prepare_synthetic(cp_spec(false), lo, hi - lo);
+  const std::vector<std::uint64_t> dims{60, 50, 40};
+  auto opt = handle_opts(3, 2);
+  opt.strategy = CommStrategy::layer;  // needs a grid partition
+  try {
+    algo::cp_als<double>(*X, dims, static_cast<nnz_t>(nnz), *be, w, w, opt);
+    ADD_FAILURE() << "layer on a handle was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("allreduce"), std::string::npos) << e.what();
+  }
+  opt.strategy = CommStrategy::allreduce;
+  EXPECT_THROW(algo::cp_als<double>(*X, dims, static_cast<nnz_t>(nnz + 1), *be, w, w, opt),
+               InputError);
+  EXPECT_THROW(algo::cp_als<double>(*X, {60, 50, 41}, static_cast<nnz_t>(nnz), *be, w, w, opt),
+               InputError);
+  EXPECT_THROW(algo::cp_als<double>(*X, {60, 50}, static_cast<nnz_t>(nnz), *be, w, w, opt),
+               InputError);
+  // Still in step: a normal run works after the errors.
+  const auto res = algo::cp_als<double>(*X, dims, static_cast<nnz_t>(nnz), *be, w, w, opt);
+  EXPECT_EQ(res.iterations, 2);
 }
 
 struct RealCase {

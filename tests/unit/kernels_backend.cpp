@@ -10,6 +10,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/factories.hpp"
 #include "tensor/synthetic.hpp"
+#include "test_util.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -146,6 +147,131 @@ TYPED_TEST(HostBackend, PrepareSyntheticDefault) {
   synthetic::Spec bad;
   bad.order = 0;
   EXPECT_THROW(be->prepare_synthetic(bad, 0, 1), InputError);
+}
+
+// value_norm_squared of both host backends against the sum of squares of the COO it was
+// prepared from (repeats kept: every stored entry counts), through prepare() and
+// prepare_synthetic().
+TYPED_TEST(HostBackend, ValueNormSquared) {
+  using T = TypeParam;
+  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-13;
+  std::vector<std::unique_ptr<Backend<T>>> backends;
+  backends.push_back(make_reference_backend<T>());
+  backends.push_back(make_cpu_backend<T>(2));
+  const std::uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (TESSERA_TEST_SEED replays)");
+  CounterRng rng(seed, 11);
+  SparseTensor<T> x({30, 7, 45});
+  index_t c[3];
+  for (int k = 0; k < 4000; ++k) {
+    for (int n = 0; n < 3; ++n)
+      c[n] = static_cast<index_t>(rng.uniform() * static_cast<double>(x.dims[n]));
+    x.push_back(c, static_cast<T>(rng.uniform() * 4 - 2));
+  }
+  x.push_back(c, T(3));  // a repeated coordinate: a separate entry
+  double want = 0;
+  for (T v : x.vals) want += static_cast<double>(v) * static_cast<double>(v);
+  synthetic::Spec spec;
+  spec.order = 3;
+  spec.dims[0] = 20;
+  spec.dims[1] = 9;
+  spec.dims[2] = 300;
+  spec.powerlaw = true;
+  const auto sx = make_synthetic_tensor<T>(spec, 17, 2500);
+  double want_syn = 0;
+  for (T v : sx.vals) want_syn += static_cast<double>(v) * static_cast<double>(v);
+  ASSERT_GT(want_syn, 0);
+  for (auto& be : backends) {
+    EXPECT_NEAR(be->prepare(x)->value_norm_squared(), want, tol * want) << be->name();
+    EXPECT_NEAR(be->prepare_synthetic(spec, 17, 2500)->value_norm_squared(), want_syn,
+                tol * want_syn)
+        << be->name();
+    EXPECT_EQ(be->prepare(SparseTensor<T>({4, 5, 6}))->value_norm_squared(), 0.0) << be->name();
+  }
+}
+
+synthetic::Spec one_mode_spec(std::uint64_t dim, bool powerlaw, double alpha) {
+  synthetic::Spec s;
+  s.order = 1;
+  s.dims[0] = dim;
+  s.powerlaw = powerlaw;
+  s.alpha = alpha;
+  return s;
+}
+
+/// Share of `draws` coordinates (ids 0..draws-1, mode 0) below each of `limits`; fails
+/// on an index outside [0, dim).
+std::vector<double> shares_below(const synthetic::Spec& s, std::uint64_t draws,
+                                 const std::vector<std::uint64_t>& limits, double* mean) {
+  std::vector<double> below(limits.size(), 0);
+  double sum = 0;
+  for (std::uint64_t id = 0; id < draws; ++id) {
+    const index_t i = synthetic::coordinate(s, id, 0);
+    EXPECT_LT(i, s.dims[0]) << "id " << id;
+    sum += static_cast<double>(i);
+    for (std::size_t k = 0; k < limits.size(); ++k)
+      if (i < limits[k]) below[k] += 1;
+  }
+  for (auto& b : below) b /= static_cast<double>(draws);
+  if (mean) *mean = sum / static_cast<double>(draws);
+  return below;
+}
+
+// The power-law draw is a truncated Zipf law: P(i) ~ (i + 1)^-alpha on [0, I), i.e. the
+// share below k is ln(k + 1) / ln(I + 1) for alpha = 1 and (1 - (k + 1)^(1 - alpha)) /
+// (1 - (I + 1)^(1 - alpha)) otherwise (the continuous density x^-alpha on [1, I + 1)).
+TEST(SyntheticIndices, ZipfAlphaOne) {
+  const std::uint64_t I = 100000, draws = 200000;
+  double mean = 0;
+  const auto below = shares_below(one_mode_spec(I, true, 1.0), draws, {1, 1000}, &mean);
+  const double L = std::log(static_cast<double>(I) + 1);
+  EXPECT_NEAR(below[0], std::log(2.0) / L, 0.1 * std::log(2.0) / L);
+  EXPECT_NEAR(below[1], std::log(1001.0) / L, 0.02 * std::log(1001.0) / L);
+  // Heavy head, long tail: the mean is (I - ln(I + 1)) / ln(I + 1), far below I / 2.
+  EXPECT_NEAR(mean, (static_cast<double>(I) - L) / L, 0.05 * I / L);
+}
+
+TEST(SyntheticIndices, ZipfAlphaTwoAndNearOne) {
+  const std::uint64_t I = 100000, draws = 200000;
+  const double top = static_cast<double>(I) + 1;
+  auto share = [&](double alpha, double k) {
+    return (1 - std::pow(k + 1, 1 - alpha)) / (1 - std::pow(top, 1 - alpha));
+  };
+  auto below = shares_below(one_mode_spec(I, true, 2.0), draws, {1, 10}, nullptr);
+  EXPECT_NEAR(below[0], (1 - 0.5) / (1 - 1 / top), 0.05 * share(2.0, 1));
+  EXPECT_NEAR(below[1], share(2.0, 10), 0.03 * share(2.0, 10));
+  // Either side of alpha = 1 (the log1p/expm1 form) joins the alpha = 1 law continuously.
+  const double at_one = std::log(1001.0) / std::log(top);
+  for (double alpha : {1.0 - 1e-7, 1.0 + 1e-7}) {
+    below = shares_below(one_mode_spec(I, true, alpha), draws, {1000}, nullptr);
+    EXPECT_NEAR(below[0], at_one, 0.02 * at_one) << "alpha " << alpha;
+  }
+  // alpha < 1 is a milder skew.
+  below = shares_below(one_mode_spec(I, true, 0.5), draws, {1000}, nullptr);
+  EXPECT_NEAR(below[0], share(0.5, 1000), 0.05 * share(0.5, 1000));
+}
+
+TEST(SyntheticIndices, ExtremesStayInRange) {
+  // Tiny modes, steep and flat exponents, and the largest id hashes: every index < I.
+  for (std::uint64_t I :
+       {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{7}, std::uint64_t{1} << 32})
+    for (double alpha : {0.05, 0.5, 1.0, 1.5, 2.0, 100.0}) {
+      const auto s = one_mode_spec(I, true, alpha);
+      for (std::uint64_t h : {std::uint64_t{0}, ~std::uint64_t{0}, std::uint64_t{1} << 63})
+        EXPECT_LT(synthetic::draw_index(s, 0, h), I) << "I " << I << " alpha " << alpha;
+      shares_below(s, 2000, {}, nullptr);
+    }
+  // u -> 1 with alpha = 1 gives x -> I + 1: clamped to the last index.
+  EXPECT_EQ(synthetic::draw_index(one_mode_spec(10, true, 1.0), 0, ~std::uint64_t{0}), 9u);
+  EXPECT_EQ(synthetic::draw_index(one_mode_spec(10, true, 1.0), 0, 0), 0u);
+}
+
+TEST(SyntheticIndices, UniformMeanIsHalf) {
+  const std::uint64_t I = 100000, draws = 200000;
+  double mean = 0;
+  const auto below = shares_below(one_mode_spec(I, false, 1.0), draws, {1000}, &mean);
+  EXPECT_NEAR(mean, I / 2.0, 0.01 * I);
+  EXPECT_NEAR(below[0], 0.01, 0.002);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.hpp"
 #include "kernels/ttmc.hpp"
 #include "test_util.hpp"
 #include "util/error.hpp"
@@ -453,6 +454,82 @@ TYPED_TEST(Ttmc, BadArguments) {
     run_both(0, f, ranks);
     run_both(4, pointers(A, 0), ranks);
     run_both(-1, pointers(A, 0), ranks);
+  }
+}
+
+// ---- through kernels::Backend (what Tucker-HOOI calls) ----
+
+/// Backend::ttmc_rows / ttmc_scratch_bytes / ttmc on the reference and cpu backends
+/// against the brute-force dense result, output poisoned with NaN before each run.
+template <typename T>
+void check_backend_interface(const Shape& s, const std::vector<int>& ranks,
+                             const std::string& what) {
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const auto x = random_tensor<T>(s, rng);
+  const auto A = random_factors<T>(s.dims, ranks, rng);
+  const int N = x.order();
+  for (BackendKind kind : {BackendKind::reference, BackendKind::cpu}) {
+    auto be = make_backend<T>(kind, 2);
+    auto h = be->prepare(x);
+    // Factors in backend memory (host for these backends, but through the interface).
+    std::vector<Array<T>> F;
+    for (int m = 0; m < N; ++m) {
+      F.push_back(be->allocate(A[m].size()));
+      be->upload(A[m].data(), A[m].size(), F.back().data());
+    }
+    for (int m = 0; m < N; ++m) {
+      std::ostringstream os;
+      os << what << " " << be->name() << " mode " << m << " ("
+         << (std::is_same_v<T, double> ? "double" : "float") << ", seed " << seed << ")";
+      std::size_t cols = 0;
+      const auto full = dense_ttmc(x, m, A, ranks, cols);
+      SemiSparse<T> y;
+      y.rows = be->ttmc_rows(*h, m);
+      ASSERT_EQ(y.rows, distinct(x, m)) << os.str();
+      EXPECT_GT(be->ttmc_scratch_bytes(*h, m, ranks), 0u) << os.str();
+      y.cols = static_cast<std::int64_t>(cols);
+      auto out = be->allocate(y.rows.size() * cols);
+      be->fill(out.data(), out.size(), std::numeric_limits<T>::quiet_NaN());
+      std::vector<const T*> ptrs;
+      for (int k = 0; k < N; ++k) ptrs.push_back(k == m ? nullptr : F[k].data());
+      be->ttmc(*h, m, ptrs, ranks, out.data());
+      y.data.resize(out.size());
+      be->download(out.data(), out.size(), y.data.data());
+      expect_matches_dense(y, x, m, full, cols, os.str());
+    }
+  }
+}
+
+TYPED_TEST(Ttmc, BackendInterfaceOrders3To5) {
+  check_backend_interface<TypeParam>({{7, 6, 5}, 150}, {3, 5, 2}, "order 3");
+  check_backend_interface<TypeParam>({{5, 4, 6, 3}, 200}, {2, 3, 4, 2}, "order 4");
+  check_backend_interface<TypeParam>({{4, 3, 5, 3, 4}, 250}, {2, 3, 2, 4, 3}, "order 5");
+}
+
+TYPED_TEST(Ttmc, BackendInterfaceRejectsBadCalls) {
+  using T = TypeParam;
+  std::mt19937_64 rng(fresh_seed());
+  const auto x = random_tensor<T>({{6, 5, 4}, 60}, rng);
+  const std::vector<int> ranks = {3, 5, 2};
+  const auto A = random_factors<T>(x.dims, ranks, rng);
+  auto ref = make_backend<T>(BackendKind::reference, 1);
+  auto cpu = make_backend<T>(BackendKind::cpu, 1);
+  auto hr = ref->prepare(x);
+  auto hc = cpu->prepare(x);
+  std::vector<T> out(x.dims[0] * 10, T(0));
+  // A handle of another backend.
+  EXPECT_THROW(cpu->ttmc(*hr, 0, pointers(A, 0), ranks, out.data()), Error);
+  EXPECT_THROW(ref->ttmc(*hc, 0, pointers(A, 0), ranks, out.data()), Error);
+  EXPECT_THROW(cpu->ttmc_rows(*hr, 0), Error);
+  // Rank < 1 of another mode: InputError on both.
+  for (auto* be : {ref.get(), cpu.get()}) {
+    auto& h = be == ref.get() ? *hr : *hc;
+    EXPECT_THROW(be->ttmc(h, 0, pointers(A, 0), {3, 0, 2}, out.data()), InputError);
+    EXPECT_THROW(be->ttmc_scratch_bytes(h, 0, {3, 5, 0}), InputError);
+    auto f = pointers(A, 0);
+    f[2] = nullptr;
+    EXPECT_THROW(be->ttmc(h, 0, f, ranks, out.data()), Error);
   }
 }
 

@@ -1,0 +1,246 @@
+// tessera tucker: distributed Tucker-HOOI of a FROSTT tensor.
+#include <unistd.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "algo/tucker.hpp"
+#include "commands.hpp"
+#include "common.hpp"
+#include "io/model_io.hpp"
+#include "util/log.hpp"
+
+namespace tessera::driver {
+namespace {
+
+struct TuckerArgs {
+  LoadOptions load;
+  std::string ranks;
+  std::string svd = "gram";
+  std::string init = "random";
+  int iters = 50;
+  double tol = 1e-5;
+  std::uint64_t seed = 1;
+  int subspace_steps = 3;
+  std::string max_mem;
+  ComputeOptions run;
+  std::string out;
+};
+
+/// Default memory limit per rank: 3/4 of this node's physical memory shared by the ranks
+/// on the node (agreed on every rank: the smallest value).
+std::size_t default_memory_limit(const comm::MpiCommunicator& world) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const double phys = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
+  const std::uint64_t h = std::hash<std::string>{}(log::hostname());
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(world.size()));
+  world.allgather(&h, all.data(), 1);
+  int on_node = 0;
+  for (auto x : all) on_node += x == h ? 1 : 0;
+  double limit = phys > 0 ? 0.75 * phys / std::max(on_node, 1) : 0.0;
+  world.allreduce(&limit, 1, comm::ReduceOp::min);
+  return static_cast<std::size_t>(limit);
+}
+
+template <typename T>
+void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
+  Timer total;
+  algo::TuckerOptions o;
+  ComputeOptions run = a.run;
+  partition::Scheme scheme = partition::Scheme::nnz;
+  comm::run_collectively(world, [&] {
+    o.svd = algo::parse_svd_method(a.svd);
+    o.init = algo::parse_tucker_init(a.init);
+    TESSERA_INPUT_CHECK(o.svd != algo::SvdMethod::scalapack || algo::scalapack_available(),
+                        "--svd scalapack: this tessera was built without ScaLAPACK (reconfigure "
+                        "with -DTESSERA_WITH_SCALAPACK=ON where libscalapack is installed), or "
+                        "use --svd gram or --svd subspace");
+    // The cuda backend has no TTMc yet: refuse before any GPU or NCCL setup.
+    TESSERA_INPUT_CHECK(run.backend != "cuda",
+                        "--backend cuda is not available for tucker yet (the CUDA backend has "
+                        "no TTMc kernel); use --backend cpu or --backend reference");
+    if (run.backend == "auto") run.backend = "cpu";
+    if (a.load.partition != "auto") scheme = partition::parse_scheme(a.load.partition);
+    if (!a.load.grid.empty() && a.load.partition == "auto") scheme = partition::Scheme::grid;
+    if (!a.max_mem.empty()) o.memory_limit = parse_bytes(a.max_mem, "--max-mem");
+  });
+  if (a.max_mem.empty()) o.memory_limit = default_memory_limit(world);
+  if (run.strategy != "allreduce")
+    log::warn("--comm-strategy does not apply to tucker: TTMc rows always go to their owner rank");
+
+  auto cx = make_compute<T>(run, world);
+  const auto kind = cx.kind;
+  log::info("tessera tucker: " + std::to_string(world.size()) + " rank(s), backend " +
+            kernels::to_string(kind) + ", " + std::to_string(effective_threads(run.threads)) +
+            " thread(s) per rank, " + run.precision + ", ranks " + a.ranks + ", svd " + a.svd +
+            ", init " + a.init);
+  Loaded li;
+  auto d = load_and_distribute<T>(a.load, scheme, world, &li);
+  const int N = static_cast<int>(d.dist.dims.size());
+  comm::run_collectively(world, [&] {
+    o.ranks = algo::parse_ranks(a.ranks, N);
+    algo::check_tucker_ranks(d.dist.dims, o.ranks);
+  });
+  o.max_iters = a.iters;
+  o.tol = a.tol;
+  o.seed = a.seed;
+  o.subspace_steps = a.subspace_steps;
+
+  algo::TuckerResult res;
+  try {
+    res = algo::tucker_hooi<T>(d, *cx.backend, world, o);
+  } catch (const InputError& e) {
+    // tucker_hooi decides its InputErrors from data every rank shares: agreed already.
+    throw CollectiveError(e.what());
+  }
+
+  const nnz_t nnz = d.dist.global_nnz;
+  const double t_ttmc = res.phases.get("ttmc");
+  char line[256];
+  std::snprintf(
+      line, sizeof(line),
+      "done: fit %.6f after %d iteration(s) (%s), %.4f s per iteration; core norm "
+      "%.6g; TTMc %.3g nonzeros/s per rank",
+      res.fit, res.iterations, res.converged ? "converged" : "iteration limit",
+      (t_ttmc + res.phases.get("comm") + res.phases.get("svd")) / std::max(res.iterations, 1),
+      res.core_norm,
+      t_ttmc > 0 ? static_cast<double>(nnz) / world.size() * N * res.iterations / t_ttmc : 0.0);
+  log::info(line);
+  if (res.completed_columns > 0)
+    log::info("note: " + std::to_string(res.completed_columns) +
+              " factor column(s) were not determined by the data (a mode's unfolding has lower "
+              "rank than asked) and were completed with random orthonormal directions");
+
+  nlohmann::json opts = {{"file", a.load.path},
+                         {"ranks", res.model.ranks},
+                         {"svd", a.svd},
+                         {"init", a.init},
+                         {"iters", a.iters},
+                         {"tol", a.tol},
+                         {"seed", a.seed},
+                         {"subspace_steps", a.subspace_steps},
+                         {"max_mem_bytes", o.memory_limit},
+                         {"partition", partition::to_string(scheme)},
+                         {"grid", d.dist.grid},
+                         {"relabel", a.load.relabel},
+                         {"backend", kernels::to_string(kind)},
+                         {"precision", run.precision},
+                         {"index_base", a.load.index_base}};
+  if (!a.out.empty()) {
+    Timer tw;
+    comm::run_collectively(world, [&] {
+      if (world.rank() != 0) return;
+      io::ModelRecord rec;
+      rec.fit = res.fit;
+      rec.iterations = res.iterations;
+      for (const auto& h : res.history) rec.fit_history.push_back(h.fit);
+      rec.options_json = opts.dump();
+      io::write_tucker_h5(a.out, res.model, rec);
+    });
+    log::info("model written to " + a.out + " (" + std::to_string(tw.seconds()) + " s)");
+  }
+  if (!run.json.empty()) {
+    double peak = static_cast<double>(peak_rss_bytes());
+    world.allreduce(&peak, 1, comm::ReduceOp::max);
+    nlohmann::json j;
+    j["command"] = "tucker";
+    j["options"] = opts;
+    j["machine"] = machine_json(world, kernels::to_string(kind), run.threads);
+    j["tensor"] = {{"dims", d.dist.dims}, {"nnz", nnz}, {"duplicates_summed", d.dist.duplicates}};
+    j["partition"] = {{"scheme", partition::to_string(scheme)},
+                      {"grid", d.dist.grid},
+                      {"imbalance", d.dist.imbalance},
+                      {"min_block_nnz", d.dist.min_block_nnz},
+                      {"max_block_nnz", d.dist.max_block_nnz}};
+    j["fit"] = res.fit;
+    j["core_norm"] = res.core_norm;
+    j["norm_x"] = res.norm_x;
+    j["iterations"] = res.iterations;
+    j["converged"] = res.converged;
+    j["completed_columns"] = res.completed_columns;
+    j["memory"] = {{"ttmc_rows", res.memory.ttmc_rows},
+                   {"received_rows", res.memory.received_rows},
+                   {"combined_rows", res.memory.owned_rows},
+                   {"cols", res.memory.cols},
+                   {"semi_sparse_bytes_per_rank", res.memory.semi_sparse_bytes},
+                   {"total_bytes_per_rank", res.memory.total_bytes},
+                   {"limit_bytes_per_rank", o.memory_limit}};
+    nlohmann::json its = nlohmann::json::array();
+    for (const auto& h : res.history)
+      its.push_back({{"iter", h.iter},
+                     {"fit", h.fit},
+                     {"delta", h.delta},
+                     {"core_norm", h.core_norm},
+                     {"seconds", h.seconds},
+                     {"ttmc", h.ttmc},
+                     {"comm", h.comm},
+                     {"svd", h.svd}});
+    j["per_iteration"] = its;
+    j["fits"] = nlohmann::json::array();
+    for (const auto& h : res.history) j["fits"].push_back(h.fit);
+    j["phases_seconds"] = {{"io", li.read_seconds},
+                           {"partition", li.distribute_seconds},
+                           {"setup", res.phases.get("setup")},
+                           {"init", res.phases.get("init")},
+                           {"ttmc", t_ttmc},
+                           {"comm", res.phases.get("comm")},
+                           {"svd", res.phases.get("svd")},
+                           {"total", total.seconds()}};
+    const double per_it = t_ttmc / std::max(res.iterations, 1);
+    j["throughput"] = {
+        {"ttmc_nnz_per_s", per_it > 0 ? static_cast<double>(nnz) * N / per_it : 0},
+        {"read_bytes_per_s", li.read_seconds > 0 ? li.read.bytes / li.read_seconds : 0}};
+    j["peak_memory_bytes_per_rank"] = peak;
+    write_json(run.json, j, world);
+  }
+}
+
+}  // namespace
+
+void add_tucker(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<TuckerArgs>();
+  auto* sub =
+      app.add_subcommand("tucker", "Tucker-HOOI decomposition of a FROSTT tensor (.tns, .tns.gz)");
+  sub->add_option("file", a->load.path, "Input tensor (.tns or .tns.gz)")->required();
+  sub->add_option("-r,--ranks", a->ranks,
+                  "Tucker ranks, one per mode (16,16,16 or 16x16x16) or one for all")
+      ->required();
+  sub->add_option("--svd", a->svd,
+                  "Factor update: gram (eigen-solve of the all-reduced Gram of the TTMc rows) | "
+                  "subspace (block power steps, distributed CholeskyQR2) | scalapack (pdgesvd on "
+                  "the row-distributed unfolding)")
+      ->check(CLI::IsMember({"gram", "subspace", "scalapack"}));
+  sub->add_option("--init", a->init,
+                  "Initial factors: random (orthonormal, keyed by seed, mode and row) | hosvd "
+                  "(randomized HOSVD)")
+      ->check(CLI::IsMember({"random", "hosvd"}));
+  sub->add_option("-i,--iters", a->iters, "Maximum HOOI iterations")->check(CLI::Range(1, 1000000));
+  sub->add_option("-t,--tol", a->tol, "Stop when |fit change| < tol")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("-s,--seed", a->seed, "Seed of the initial factors");
+  sub->add_option("--subspace-steps", a->subspace_steps,
+                  "--svd subspace: at most this many power steps per factor update")
+      ->check(CLI::Range(1, 1000));
+  sub->add_option("--max-mem", a->max_mem,
+                  "Memory per rank the semi-sparse TTMc rows, SVD workspace and factors may take, "
+                  "e.g. 8G (K/M/G/T = 1024^k); over it the run refuses and names ranks that fit. "
+                  "Default: 3/4 of the node's memory shared by its ranks");
+  sub->add_option("--partition", a->load.partition,
+                  "Nonzero distribution: auto (nnz) | nnz | grid (fewer distinct rows per rank)")
+      ->check(CLI::IsMember({"auto", "nnz", "grid"}));
+  sub->add_option("--grid", a->load.grid, "Rank grid, e.g. 4x2x1 (default: chosen automatically)");
+  sub->add_flag("--relabel", a->load.relabel,
+                "Relabel indices by a random bijection before partitioning (balances skewed "
+                "modes; results are unchanged)");
+  add_compute_options(sub, a->run, a->load);
+  sub->add_option("-o,--out", a->out, "Write the model (HDF5: core, factors, fit history) here");
+  sub->callback([a, &run] {
+    run = [a](const comm::MpiCommunicator& world) {
+      with_precision(a->run, [&]<typename T>() { run_tucker<T>(*a, world); });
+    };
+  });
+}
+
+}  // namespace tessera::driver

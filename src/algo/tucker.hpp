@@ -1,0 +1,125 @@
+// Distributed Tucker-HOOI (DESIGN §6), written once against kernels::Backend and comm.
+//
+// Per mode n of each iteration: Y = X x_{m != n} U_m^T on every rank's nonzeros (TTMc,
+// semi-sparse rows), the rows sent to their owner rank (mode-n rows cut into P equal index
+// ranges) and summed there, then U_n = the leading R_n left singular vectors of the
+// row-distributed Y_(n) by one of three methods (SvdMethod). After the last mode the core
+// G = U_N^T Y_(N) is all-reduced and fit = 1 - sqrt(max(||X||^2 - ||G||^2, 0)) / ||X||.
+// The dense stages (Gram, products, eigen-solves, QR) run in double for float tensors too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "kernels/backend.hpp"
+#include "model/tucker.hpp"
+#include "partition/partition.hpp"
+#include "util/timer.hpp"
+
+namespace tessera::algo {
+
+/// How U_n is computed from the row-distributed Y_(n) (I_n x C, C = prod_{m != n} R_m).
+enum class SvdMethod {
+  gram,      ///< S = Y^T Y (C x C) all-reduced; top R_n eigenpairs (LAPACK dsyevr); U = Y V / sigma
+  subspace,  ///< block power steps U <- orth(Y Y^T U), distributed CholeskyQR2, Rayleigh-Ritz
+  scalapack,  ///< ScaLAPACK pdgesvd on the row-distributed Y_(n) (P x 1 process grid)
+};
+/// "gram" | "subspace" | "scalapack"; throws InputError.
+SvdMethod parse_svd_method(const std::string& s);
+std::string to_string(SvdMethod m);
+
+enum class TuckerInit {
+  random,  ///< random orthonormal factors keyed by (seed, mode, original row, column)
+  /// Randomized HOSVD: every U_n = leading left singular vectors of X_(n) times the
+  /// Kronecker product of the other modes' random orthonormal factors (one TTMc and one
+  /// SVD per mode, each from the random factors), then HOOI starts from these.
+  hosvd,
+};
+/// "random" | "hosvd"; throws InputError.
+TuckerInit parse_tucker_init(const std::string& s);
+std::string to_string(TuckerInit i);
+
+/// True when this build has ScaLAPACK (SvdMethod::scalapack works).
+bool scalapack_available();
+
+/// "16,16,16" or "16x16x16" (one rank per mode) or "16" (every mode); throws InputError
+/// naming what was expected when the count differs from `order` or an entry is not a
+/// positive integer.
+std::vector<int> parse_ranks(const std::string& s, int order);
+
+/// Throws InputError unless the ranks suit a tensor of shape `dims`: order 2..16, one
+/// rank per mode, 1 <= R_n <= I_n, and R_n <= prod_{m != n} R_m (a larger R_n leaves
+/// columns of U_n that no data determines).
+void check_tucker_ranks(const std::vector<std::uint64_t>& dims, const std::vector<int>& ranks);
+
+struct TuckerOptions {
+  std::vector<int> ranks;  ///< R_1..R_N
+  int max_iters = 50;
+  double tol = 1e-5;  ///< stop when |fit change| < tol
+  std::uint64_t seed = 1;
+  SvdMethod svd = SvdMethod::gram;
+  TuckerInit init = TuckerInit::random;
+  /// subspace: at most this many power steps per factor update (>= 1); they stop early
+  /// when ||U_new - U_old U_old^T U_new||_F < subspace_tol.
+  int subspace_steps = 3;
+  double subspace_tol = 1e-10;
+  /// Bytes per rank the semi-sparse rows (TTMc output, received and combined rows), the
+  /// SVD workspace and the factors may take; 0 = no limit. Over it, tucker_hooi refuses
+  /// with an InputError naming ranks that would fit.
+  std::size_t memory_limit = 0;
+  bool print_iterations = true;  ///< memory plan and one line per iteration on rank 0
+};
+
+struct TuckerIteration {
+  int iter = 0;
+  double fit = 0, delta = 0, seconds = 0;
+  double ttmc = 0, comm = 0, svd = 0;  ///< seconds in this iteration
+  double core_norm = 0;                ///< ||G||_F
+};
+
+/// Memory plan, known before the first TTMc. Per mode: the largest value over ranks.
+struct TuckerMemory {
+  std::vector<std::int64_t> ttmc_rows;      ///< rows of the local TTMc output
+  std::vector<std::int64_t> received_rows;  ///< rows received from other ranks (0 on one rank)
+  std::vector<std::int64_t> owned_rows;     ///< distinct combined rows a rank holds
+  std::vector<std::int64_t> cols;           ///< prod_{m != n} R_m
+  std::size_t semi_sparse_bytes = 0;  ///< TTMc output + scratch + received + combined (max rank)
+  std::size_t total_bytes = 0;        ///< plus SVD workspace and factors (max over ranks)
+};
+
+struct TuckerResult {
+  TuckerModel model;  ///< complete on every rank, factors in original index order
+  double fit = 0;
+  int iterations = 0;
+  bool converged = false;
+  double norm_x = 0;
+  double core_norm = 0;
+  std::vector<TuckerIteration> history;
+  /// "setup", "init", "ttmc", "comm", "svd" (seconds, this rank; init includes the
+  /// HOSVD sweep when asked for).
+  PhaseTimes phases;
+  TuckerMemory memory;
+  /// Factor columns no data determined (a mode whose Y_(n) has rank < R_n), filled with
+  /// keyed random orthonormal directions; summed over all updates.
+  int completed_columns = 0;
+};
+
+/// Collective over `c` (a host communicator spanning the ranks of `d`). `d` comes from
+/// partition::distribute (any scheme; coordinates global, possibly relabelled). The
+/// backend must keep its memory on the host and implement ttmc (reference, cpu).
+/// Initial factors depend only on (seed, mode, original row), so the result does not
+/// depend on the number of ranks beyond rounding. Every InputError it throws (options,
+/// ranks, an all-zero tensor, the memory limit, a backend without TTMc) is decided from
+/// data every rank shares, so it is thrown on every rank alike.
+template <typename T>
+TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>& backend,
+                         const comm::Communicator& c, const TuckerOptions& opt);
+
+/// Entry (row, col) of the random matrix whose orthonormalised columns are the initial
+/// factor of `mode`: uniform in [-1, 1) keyed by (seed, mode, original row, column).
+double tucker_initial_value(std::uint64_t seed, int mode, std::uint64_t row, int col);
+
+}  // namespace tessera::algo
