@@ -67,7 +67,7 @@ import json, sys
 j = json.load(open(sys.argv[1])); n = sys.argv[2]
 if "modes" in j:
     print(f"{n:34s} mean {j['mean_seconds_per_mode']*1e3:9.3f} ms/mode  ratio-to-floor {j['mean_ratio_to_floor']:5.2f}  "
-          f"no-reuse {j.get('mean_ratio_to_no_reuse_floor', float('nan')):5.2f}  bw {j['machine']['bandwidth_bytes_per_s']/1e9:7.1f} GB/s")
+          f"no-reuse {j.get('mean_ratio_to_noreuse_floor', float('nan')):5.2f}  bw {j['machine']['bandwidth_bytes_per_s']/1e9:7.1f} GB/s")
 else:
     s = j["share"]
     t2 = j.get("tier2")
@@ -102,9 +102,9 @@ if has full; then
 fi
 
 # ---- benchmarks ----
-if has quick || has full; then
+if has quick || has full || has quick-bench; then
   bench nell2-uniform-mttkrp-r32 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --repeat 10
-  bench nell2-uniform-mttkrp-r32-plain env TESSERA_CUDA_LAYOUT=plain "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --repeat 10
+  bench nell2-uniform-mttkrp-r32-auto env TESSERA_CUDA_LAYOUT=auto "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --repeat 10
   bench nell2-powerlaw-mttkrp-r32 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --dist powerlaw --rank 32 --backend cuda --precision float --repeat 10
   bench nell2-uniform-mttkrp-r16 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 16 --backend cuda --precision float --repeat 10
   bench nell2-uniform-cp-r32 "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --iters 6
@@ -119,7 +119,7 @@ if has amazon; then
     bench amazon-$dist-mttkrp-r32 "$T" bench mttkrp --generate $amz --nnz 1.74e9 --dist $dist --rank 32 \
       --backend cuda --precision float --repeat 3
   done
-  bench amazon-uniform-mttkrp-r32-plain env TESSERA_CUDA_LAYOUT=plain "$T" bench mttkrp --generate $amz --nnz 1.74e9 \
+  bench amazon-uniform-mttkrp-r32-auto env TESSERA_CUDA_LAYOUT=auto "$T" bench mttkrp --generate $amz --nnz 1.74e9 \
     --rank 32 --backend cuda --precision float --repeat 3
   bench amazon-powerlaw-mttkrp-r16 "$T" bench mttkrp --generate $amz --nnz 1.74e9 --dist powerlaw --rank 16 \
     --backend cuda --precision float --repeat 3

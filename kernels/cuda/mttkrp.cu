@@ -1125,12 +1125,15 @@ DeviceLimits device_limits(int device) {
   return {static_cast<std::size_t>(smem), static_cast<std::size_t>(l2), std::max(sms, 1)};
 }
 
-/// Layout forced by the environment (tuning and tests): TESSERA_CUDA_LAYOUT =
-/// auto (default) | plain | smem | l2, and TESSERA_CUDA_BLOCK_ROWS = the tile rows of
-/// smem (sum over input modes) or the rows of l2's blocked mode. Forced layouts skip
-/// the planner's profitability tests (not its limits).
+/// Layout chosen by the environment (tuning and tests): TESSERA_CUDA_LAYOUT =
+/// plain (default) | auto | smem | l2, and TESSERA_CUDA_BLOCK_ROWS = the tile rows of
+/// smem (sum over input modes) or the rows of l2's blocked mode. auto lets plan_mode
+/// choose from the shape; forced layouts skip its profitability tests (not its limits).
+/// plain is the default because, measured on an H200 (docs/perf/gpu-h200-layouts.md),
+/// neither blocked layout beat it by more than the run-to-run spread once the tile
+/// kernel ran at full occupancy.
 struct LayoutOverride {
-  std::string layout = "auto";
+  std::string layout = "plain";
   std::uint64_t block_rows = 0;
 };
 

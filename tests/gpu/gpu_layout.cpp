@@ -5,8 +5,9 @@
 // double, uniform and heavily repeated indices, with tiles small enough (forced through
 // TESSERA_CUDA_BLOCK_ROWS) that every mode is cut into many blocks. The layout actually
 // used is checked in describe(). distinct_rows and value_norm_squared must agree with the
-// reference backend on every layout. The automatic planner must pick smem for a small
-// dense-ish tensor whose factors fit in shared memory, and plain for a very sparse one.
+// reference backend on every layout. The default layout is plain; the automatic planner
+// (TESSERA_CUDA_LAYOUT=auto) must pick smem for a small dense-ish tensor whose factors fit
+// in shared memory, and plain for a very sparse one.
 // Skips (with a message) where no CUDA device is visible.
 #include <gtest/gtest.h>
 
@@ -144,9 +145,16 @@ TYPED_TEST(GpuLayout, PlainForced) {
 
 TYPED_TEST(GpuLayout, AutomaticChoice) {
   using T = TypeParam;
-  ::unsetenv("TESSERA_CUDA_LAYOUT");
   ::unsetenv("TESSERA_CUDA_BLOCK_ROWS");
   auto be = make_backend<T>(BackendKind::cuda);
+  {
+    // The default is plain.
+    const auto x = make_tensor<T>({200, 150, 100}, 40009, false, 4400);
+    auto h = be->prepare(x);
+    for (int m = 0; m < 3; ++m)
+      EXPECT_TRUE(contains(h->describe(), "mode " + std::to_string(m) + " plain")) << h->describe();
+  }
+  EnvGuard g("TESSERA_CUDA_LAYOUT", "auto");
   // Input factors of every mode fit one shared-memory tile, thousands of nonzeros per
   // output row: smem for every mode.
   const auto dense = make_tensor<T>({200, 150, 100}, 400009, false, 4401);
