@@ -181,6 +181,7 @@ struct ModePlan {
   std::uint64_t blocks = 1;  ///< prod nblk
   int tile_rows = 0;         ///< smem: sum of rows (rows of the shared-memory tile)
   double expected_run = 0;   ///< planner's estimate of nonzeros per (block, output row)
+  int hint_mode = -1;        ///< l2: the mode read with the evict-last hint (-1: none)
   std::int64_t items = 0;    ///< smem: work items
   DeviceMemory item_buf;     ///< smem: the work items
   std::string why;           ///< one clause for describe()
@@ -1135,6 +1136,7 @@ DeviceLimits device_limits(int device) {
 struct LayoutOverride {
   std::string layout = "plain";
   std::uint64_t block_rows = 0;
+  bool l2_hint = true;  ///< TESSERA_CUDA_L2_HINT=0: l2 layout without the evict-last hint
 };
 
 LayoutOverride layout_override() {
@@ -1151,6 +1153,8 @@ LayoutOverride layout_override() {
                         "TESSERA_CUDA_BLOCK_ROWS must be a positive integer (got '" << e << "')");
     o.block_rows = v;
   }
+  if (const char* e = std::getenv("TESSERA_CUDA_L2_HINT"); e != nullptr && std::string(e) == "0")
+    o.l2_hint = false;
   return o;
 }
 
@@ -1208,18 +1212,19 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
         remaining -= std::min(remaining, r);
         --left;
       }
-      std::sort(inputs.begin(), inputs.end());  // slots in mode order
       std::uint64_t tile = 0;
-      for (int s = 0; s < p.spec.nin; ++s) {
-        p.spec.in_mode[s] = inputs[static_cast<std::size_t>(s)];
-        p.spec.rows[s] = rows_of[static_cast<std::size_t>(inputs[static_cast<std::size_t>(s)])];
-        tile += p.spec.rows[s];
+      int s = 0;
+      for (int m = 0; m < N; ++m) {  // slots in mode order
+        if (m == n) continue;
+        p.spec.in_mode[s] = m;
+        p.spec.rows[s] = rows_of[static_cast<std::size_t>(m)];
+        tile += p.spec.rows[s++];
       }
       p.tile_rows = static_cast<int>(tile);
       double blocks = 1;
-      for (int s = 0; s < p.spec.nin; ++s)
-        blocks *= std::ceil(static_cast<double>(dims[static_cast<std::size_t>(p.spec.in_mode[s])]) /
-                            p.spec.rows[s]);
+      for (int t = 0; t < p.spec.nin; ++t)
+        blocks *= std::ceil(static_cast<double>(dims[static_cast<std::size_t>(p.spec.in_mode[t])]) /
+                            p.spec.rows[t]);
       if (blocks < 1e15) {
         finish(p);
         const double nnz_pb = static_cast<double>(nnz) / static_cast<double>(p.blocks);
@@ -1235,10 +1240,6 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
           return p;
         }
       }
-      std::sort(inputs.begin(), inputs.end(), [&](int a, int b) {
-        return dims[static_cast<std::size_t>(a)] < dims[static_cast<std::size_t>(b)] ||
-               (dims[static_cast<std::size_t>(a)] == dims[static_cast<std::size_t>(b)] && a < b);
-      });
     }
     if (force_smem) return plan;  // cannot: plain
   }
@@ -1262,6 +1263,7 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
   p.spec.nin = 1;
   p.spec.in_mode[0] = hot;
   p.spec.rows[0] = static_cast<std::uint32_t>(std::min<std::uint64_t>(budget_rows, dims[static_cast<std::size_t>(hot)]));
+  p.hint_mode = ov.l2_hint ? hot : -1;
   finish(p);
   const bool fits = index_bits(p.blocks) + bn <= 64;
   if (fits && (force_l2 || p.expected_run >= 4.0)) {
@@ -1477,6 +1479,7 @@ bool sort_resident_on_device(Context& ctx, DeviceMemory coo, CudaTensorHandle<T>
   const std::size_t cb = h.copy_bytes();
   char* c = static_cast<char*>(coo.get());
   h.make_resident();
+  const int sms = device_limits(ctx.device).sms;
   for (int m = 0; m < N; ++m) {
     const ModeKey key = mode_key(h.dims(), m, &plans[static_cast<std::size_t>(m)]);
     DeviceMemory& dst = h.copy(m);
@@ -1496,8 +1499,8 @@ bool sort_resident_on_device(Context& ctx, DeviceMemory coo, CudaTensorHandle<T>
       return false;  // coo freed on return
     }
     if (plans[static_cast<std::size_t>(m)].layout == Layout::smem)
-      build_work_items(ctx, h.idx(m, 0), static_cast<std::int64_t>(nnz),
-                       device_limits(ctx.device).sms, plans[static_cast<std::size_t>(m)]);
+      build_work_items(ctx, h.idx(m, 0), static_cast<std::int64_t>(nnz), sms,
+                       plans[static_cast<std::size_t>(m)]);
   }
   ctx.sync();
   h.set_plans(std::move(plans));
@@ -1766,9 +1769,7 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
       if (plan.layout == Layout::smem) {
         launch_smem(ctx.stream, p, plan, x->dims());
       } else if (plan.layout == Layout::l2) {
-        // TESSERA_CUDA_L2_HINT=0 drops the evict-last hint (measurements).
-        const char* hint = std::getenv("TESSERA_CUDA_L2_HINT");
-        p.hot_mode = (hint != nullptr && std::string(hint) == "0") ? -1 : plan.spec.in_mode[0];
+        p.hot_mode = plan.hint_mode;
         launch_tiles<T, true>(ctx.stream, p);
       } else {
         launch_tiles<T, false>(ctx.stream, p);

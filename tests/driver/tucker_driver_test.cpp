@@ -15,36 +15,16 @@
 
 #include "io/model_io.hpp"
 
+#include "driver_util.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Run run(const std::string& cmd) {
-  Run r;
-  std::string full = cmd + " 2>&1";
-  FILE* p = popen(full.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-
-std::string tessera() {
-  return TESSERA_BIN_PATH;
-}
-std::string mpirun(int np) {
-  // timeout: a hang fails the test instead of blocking the suite.
-  return std::string("timeout 120 ") + MPIEXEC_PATH + " -n " + std::to_string(np) +
-         " --oversubscribe " + tessera();
-}
+using ::tessera::test::mpirun;
+using ::tessera::test::run;
+using ::tessera::test::Run;
+using ::tessera::test::tessera;
 
 class TuckerDriver : public ::testing::Test {
  protected:
