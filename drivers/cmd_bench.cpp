@@ -1,10 +1,15 @@
-// tessera bench mttkrp|cp: time against the memory-bandwidth floor.
+// tessera bench mttkrp|cp|ttmc|tucker: time against the memory-bandwidth floor.
 //
 // Floor of one MTTKRP of mode n on one rank = bytes that must move / measured bandwidth:
 //   the stored tensor format read once (TensorHandle::mttkrp_stream_bytes)
 // + each factor row the block touches, read once (distinct indices per mode x R x sizeof(T))
 // + the output (dims[n] x R x sizeof(T)) written once.
 // The "no-reuse" floor instead charges every nonzero a gather of its N-1 factor rows.
+// TTMc of mode n likewise: the stored format once, each touched row of the other modes'
+// factors once (R_m values each), the semi-sparse output (present rows x prod R_m) once;
+// its no-reuse floor charges every nonzero its N-1 factor rows. bench tucker: an
+// iteration against the floor of its N TTMcs (the SVD and the collectives are beside it,
+// with their shares printed).
 // Bandwidth: a large copy in the backend's memory (bytes read + bytes written), best of 5.
 #include <omp.h>
 
@@ -17,9 +22,11 @@
 
 #include "algo/cp_als.hpp"
 #include "algo/generate.hpp"
+#include "algo/tucker.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "kernels/ttmc.hpp"
 #include "tensor/synthetic.hpp"
 #include "util/log.hpp"
 
@@ -32,6 +39,8 @@ struct BenchArgs {
   std::string gen_dims, dist = "uniform";
   double gen_nnz = 0, alpha = 1.0;
   int rank = 16, repeat = 5, iters = 5;
+  std::string ranks;         ///< Tucker ranks (bench ttmc|tucker); empty: --rank for every mode
+  std::string svd = "gram";  ///< bench tucker
   ComputeOptions run;
 };
 
@@ -75,6 +84,18 @@ double mttkrp_floor_bytes(double stream_bytes, const std::vector<double>& distin
   return b;
 }
 
+/// Bytes one TTMc of `mode` must move on this rank: the stored format once, each touched
+/// row of the other modes' factors once, the output rows once.
+double ttmc_floor_bytes(double stream_bytes, const std::vector<double>& distinct,
+                        const std::vector<int>& ranks, int mode, double out_rows,
+                        std::size_t value_size) {
+  double b = stream_bytes + out_rows * static_cast<double>(kernels::ttmc_output_cols(ranks, mode)) *
+                                static_cast<double>(value_size);
+  for (std::size_t m = 0; m < distinct.size(); ++m)
+    if (static_cast<int>(m) != mode) b += distinct[m] * ranks[m] * static_cast<double>(value_size);
+  return b;
+}
+
 /// This rank's benchmark input: the prepared handle X (bench mttkrp, and bench cp on a
 /// generated tensor with the allreduce strategy; the host block is not kept), or the
 /// distributed block d (bench cp otherwise: cp_als prepares it itself).
@@ -98,8 +119,9 @@ template <typename T>
 BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
                           const comm::Communicator& world, kernels::Backend<T>& be) {
   BenchInput<T> in;
-  const bool on_backend =
-      a.load.path.empty() && (a.what == "mttkrp" || scheme == partition::Scheme::nnz);
+  const bool handle_kind = a.what == "mttkrp" || a.what == "ttmc";
+  const bool on_backend = a.load.path.empty() &&
+                          (handle_kind || a.what == "tucker" || scheme == partition::Scheme::nnz);
   if (a.load.path.empty()) {
     TESSERA_INPUT_CHECK(!a.gen_dims.empty() && a.gen_nnz >= 1,
                         "bench needs a FILE or --generate DIMS with --nnz N");
@@ -160,7 +182,7 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   }
   in.dims = d.dist.dims;
   in.global_nnz = static_cast<std::int64_t>(d.dist.global_nnz);
-  if (a.what == "mttkrp") {
+  if (handle_kind) {
     Timer tp;
     in.X = be.prepare(d.block);
     be.synchronize();
@@ -169,6 +191,193 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
     in.d = std::move(d);
   }
   return in;
+}
+
+/// Tucker ranks of the benchmark: --ranks, or --rank for every mode.
+std::vector<int> bench_ranks(const BenchArgs& a, int N) {
+  return algo::parse_ranks(a.ranks.empty() ? std::to_string(a.rank) : a.ranks, N);
+}
+
+/// Factor of mode n (dims[n] x R, keyed values) in backend memory.
+template <typename T>
+kernels::Array<T> bench_factor(kernels::Backend<T>& be, std::uint64_t rows, int R, int n) {
+  std::vector<T> h(static_cast<std::size_t>(rows) * static_cast<std::size_t>(R));
+  for (std::uint64_t i = 0; i < rows; ++i)
+    for (int r = 0; r < R; ++r)
+      h[static_cast<std::size_t>(i) * static_cast<std::size_t>(R) + static_cast<std::size_t>(r)] =
+          static_cast<T>(algo::initial_factor_value(7, n, i, r));
+  auto f = be.allocate(h.size());
+  be.upload(h.data(), h.size(), f.data());
+  return f;
+}
+
+template <typename T>
+void run_ttmc_bench(const BenchArgs& a, BenchInput<T>& in, kernels::Backend<T>& be,
+                    const comm::MpiCommunicator& world, double bw, nlohmann::json& j) {
+  const auto& X = in.X;
+  const int N = static_cast<int>(in.dims.size());
+  const auto ranks = bench_ranks(a, N);
+  j["ranks"] = ranks;
+  std::vector<kernels::Array<T>> F;
+  std::vector<const T*> fp;
+  for (int n = 0; n < N; ++n)
+    F.push_back(bench_factor(be, in.dims[static_cast<std::size_t>(n)],
+                             ranks[static_cast<std::size_t>(n)], n));
+  for (auto& f : F) fp.push_back(f.data());
+  std::vector<double> distinct;
+  for (std::uint64_t c : X->distinct_rows()) distinct.push_back(static_cast<double>(c));
+  log::info("prepare: " + std::to_string(in.prepare_seconds) + " s, stored format " +
+            human_bytes(static_cast<double>(X->bytes())) + ", " + X->describe());
+  if (log::rank() == 0)
+    std::printf("%-6s %10s %10s %8s %12s %10s %12s %12s %8s %12s %8s\n", "mode", "rows", "cols",
+                "time_ms", "nnz/s", "GFLOP/s", "bytes", "floor_ms", "ratio", "noreuse_ms", "ratio");
+  nlohmann::json modes = nlohmann::json::array();
+  double sum_t = 0, sum_floor = 0, sum_nr = 0;
+  for (int n = 0; n < N; ++n) {
+    const auto rows = be.ttmc_rows(*X, n);
+    const std::int64_t C = kernels::ttmc_output_cols(ranks, n);
+    auto out = be.allocate(std::max<std::size_t>(rows.size() * static_cast<std::size_t>(C), 1));
+    be.ttmc(*X, n, fp, ranks, out.data());  // warm-up (builds the row map)
+    be.synchronize();
+    std::vector<double> ts;
+    for (int k = 0; k < a.repeat; ++k) {
+      world.barrier();
+      Timer t;
+      be.ttmc(*X, n, fp, ranks, out.data());
+      be.synchronize();
+      double s = t.seconds();
+      world.allreduce(&s, 1, comm::ReduceOp::max);
+      ts.push_back(s);
+    }
+    std::sort(ts.begin(), ts.end());
+    const double med = ts[ts.size() / 2];
+    const double stream = static_cast<double>(X->mttkrp_stream_bytes(n));
+    double in_rows = 0;
+    for (int m = 0; m < N; ++m)
+      if (m != n) in_rows += ranks[static_cast<std::size_t>(m)];
+    double bytes =
+        ttmc_floor_bytes(stream, distinct, ranks, n, static_cast<double>(rows.size()), sizeof(T));
+    double noreuse = stream + static_cast<double>(X->nnz()) * in_rows * sizeof(T) +
+                     static_cast<double>(rows.size()) * static_cast<double>(C) * sizeof(T);
+    // Multiply-adds: C per nonzero for the Kronecker row, plus the prefix products.
+    double flops = 2.0 * static_cast<double>(X->nnz()) * static_cast<double>(C);
+    world.allreduce(&bytes, 1, comm::ReduceOp::max);
+    world.allreduce(&noreuse, 1, comm::ReduceOp::max);
+    world.allreduce(&flops, 1, comm::ReduceOp::sum);
+    const double floor_s = bytes / bw, nr_s = noreuse / bw;
+    if (log::rank() == 0)
+      std::printf("%-6d %10zu %10lld %8.3f %12.3g %10.1f %12s %12.3f %8.2f %12.3f %8.2f\n", n,
+                  rows.size(), static_cast<long long>(C), med * 1e3,
+                  static_cast<double>(in.global_nnz) / med, flops / med * 1e-9,
+                  human_bytes(bytes).c_str(), floor_s * 1e3, med / floor_s, nr_s * 1e3, med / nr_s);
+    modes.push_back({{"mode", n},
+                     {"rows", rows.size()},
+                     {"cols", C},
+                     {"median_seconds", med},
+                     {"gflops", flops / med * 1e-9},
+                     {"bytes", bytes},
+                     {"floor_seconds", floor_s},
+                     {"ratio_to_floor", med / floor_s},
+                     {"noreuse_floor_seconds", nr_s},
+                     {"ratio_to_noreuse_floor", med / nr_s}});
+    sum_t += med;
+    sum_floor += floor_s;
+    sum_nr += nr_s;
+  }
+  if (log::rank() == 0) {
+    std::printf("%-6s %10s %10s %8.3f %12s %10s %12s %12.3f %8.2f %12.3f %8.2f\n", "mean", "", "",
+                sum_t / N * 1e3, "", "", "", sum_floor / N * 1e3, sum_t / sum_floor,
+                sum_nr / N * 1e3, sum_t / sum_nr);
+    std::fflush(stdout);
+  }
+  j["prepare_seconds"] = in.prepare_seconds;
+  j["modes"] = modes;
+  j["mean_seconds_per_mode"] = sum_t / N;
+  j["mean_ratio_to_floor"] = sum_t / sum_floor;
+  j["mean_ratio_to_noreuse_floor"] = sum_t / sum_nr;
+}
+
+template <typename T>
+void run_tucker_bench(const BenchArgs& a, BenchInput<T>& in, Compute<T>& cx,
+                      const comm::MpiCommunicator& world, double bw, nlohmann::json& j) {
+  const int N = static_cast<int>(in.dims.size());
+  algo::TuckerOptions o;
+  o.ranks = bench_ranks(a, N);
+  o.max_iters = a.iters;
+  o.tol = 0;  // run every iteration
+  o.svd = algo::parse_svd_method(a.svd);
+  o.print_iterations = log::verbosity() >= 2;
+  j["ranks"] = o.ranks;
+  j["svd"] = a.svd;
+  // The floor of an iteration: its N TTMcs (from the handle's counts when generated).
+  double bytes = 0;
+  std::vector<double> distinct;
+  if (in.X) {
+    for (std::uint64_t c : in.X->distinct_rows()) distinct.push_back(static_cast<double>(c));
+    for (int n = 0; n < N; ++n)
+      bytes += ttmc_floor_bytes(static_cast<double>(in.X->mttkrp_stream_bytes(n)), distinct,
+                                o.ranks, n, distinct[static_cast<std::size_t>(n)], sizeof(T));
+    log::info(
+        "fit of the generated tensor: ||X||^2 sums the squares of the stored entries, so it "
+        "is approximate where coordinates repeat (often with --dist powerlaw)");
+  }
+  try {
+    auto res = in.X ? algo::tucker_hooi<T>(std::move(in.X), in.dims, *cx.backend, world, o, cx.data)
+                    : algo::tucker_hooi<T>(*in.d, *cx.backend, world, o, cx.data);
+    if (in.d.has_value()) {
+      // File input: the block's distinct indices per mode are its TTMc rows.
+      const auto& blk = in.d->block;
+      const double stream = static_cast<double>(blk.nnz()) * (N * sizeof(index_t) + sizeof(T));
+      for (int n = 0; n < N; ++n) {
+        const double rows = static_cast<double>(res.memory.ttmc_rows[static_cast<std::size_t>(n)]);
+        std::vector<double> dr;
+        for (int m = 0; m < N; ++m)
+          dr.push_back(static_cast<double>(res.memory.ttmc_rows[static_cast<std::size_t>(m)]));
+        bytes += ttmc_floor_bytes(stream, dr, o.ranks, n, rows, sizeof(T));
+      }
+    }
+    world.allreduce(&bytes, 1, comm::ReduceOp::max);
+    const std::size_t first = res.history.size() > 1 ? 1 : 0;
+    double it_s = 0, tt = 0, cm = 0, sv = 0, sp = 0, se = 0, so = 0;
+    for (std::size_t i = first; i < res.history.size(); ++i) {
+      it_s += res.history[i].seconds;
+      tt += res.history[i].ttmc;
+      cm += res.history[i].comm;
+      sv += res.history[i].svd;
+      sp += res.history[i].svd_products;
+      se += res.history[i].svd_eig;
+      so += res.history[i].svd_orth;
+    }
+    const double cnt = static_cast<double>(res.history.size() - first);
+    it_s /= cnt, tt /= cnt, cm /= cnt, sv /= cnt, sp /= cnt, se /= cnt, so /= cnt;
+    double max_it = it_s;
+    world.allreduce(&max_it, 1, comm::ReduceOp::max);
+    const double floor_s = bytes / bw;
+    if (log::rank() == 0) {
+      std::printf("%-10s %12s %10s %10s %10s %12s %10s %8s %10s\n", "iteration", "seconds", "ttmc%",
+                  "comm%", "svd%", "bytes", "floor_s", "ratio", "fit");
+      std::printf("%-10s %12.4g %10.1f %10.1f %10.1f %12s %10.4g %8.2f %10.6f\n", "mean", max_it,
+                  100 * tt / it_s, 100 * cm / it_s, 100 * sv / it_s, human_bytes(bytes).c_str(),
+                  floor_s, max_it / floor_s, res.fit);
+      std::printf(
+          "svd split (rank 0, s/iter): products %.4g, eigen-solves %.4g, "
+          "orthonormalisation %.4g, other %.4g\n",
+          sp, se, so, sv - sp - se - so);
+      std::fflush(stdout);
+    }
+    j["svd_split"] = {{"products", sp}, {"eigen", se}, {"orthonormalize", so}};
+    j["iterations"] = res.iterations;
+    j["seconds_per_iteration"] = max_it;
+    j["share"] = {{"ttmc", tt / it_s}, {"comm", cm / it_s}, {"svd", sv / it_s}};
+    j["seconds"] = {{"ttmc", tt}, {"comm", cm}, {"svd", sv}};
+    j["bytes_per_iteration"] = bytes;
+    j["floor_seconds"] = floor_s;
+    j["ratio_to_floor"] = max_it / floor_s;
+    j["fit"] = res.fit;
+    j["prepare_seconds"] = in.prepare_seconds;
+  } catch (const InputError& e) {
+    throw CollectiveError(e.what());  // decided from shared data: every rank throws it
+  }
 }
 
 template <typename T>
@@ -276,6 +485,10 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     j["mean_seconds_per_mode"] = sum_t / N;
     j["mean_ratio_to_floor"] = sum_t / sum_floor;
     j["mean_ratio_to_noreuse_floor"] = sum_t / sum_noreuse;
+  } else if (a.what == "ttmc") {
+    run_ttmc_bench<T>(a, in, *be, world, bw, j);
+  } else if (a.what == "tucker") {
+    run_tucker_bench<T>(a, in, cx, world, bw, j);
   } else {
     algo::CpOptions o;
     o.rank = R;
@@ -364,9 +577,9 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
 void add_bench(CLI::App& app, Runner& run) {
   auto a = std::make_shared<BenchArgs>();
   auto* sub = app.add_subcommand("bench", "Benchmarks: time next to the memory-bandwidth floor");
-  sub->add_option("what", a->what, "mttkrp | cp")
+  sub->add_option("what", a->what, "mttkrp | cp | ttmc | tucker")
       ->required()
-      ->check(CLI::IsMember({"mttkrp", "cp"}));
+      ->check(CLI::IsMember({"mttkrp", "cp", "ttmc", "tucker"}));
   sub->add_option("file", a->load.path, "Tensor file (or use --generate)");
   sub->add_option("--generate", a->gen_dims,
                   "Generate a tensor of these dims instead (e.g. 12092x9184x28818)");
@@ -379,13 +592,19 @@ void add_bench(CLI::App& app, Runner& run) {
   sub->add_option("-r,--rank", a->rank, "CP rank R")->check(CLI::Range(1, 4096));
   sub->add_option("--repeat", a->repeat, "Timed repetitions per mode (median reported)")
       ->check(CLI::Range(1, 10000));
-  sub->add_option("--iters", a->iters, "CP-ALS iterations (bench cp)")->check(CLI::Range(1, 10000));
+  sub->add_option("--iters", a->iters, "Iterations (bench cp, bench tucker)")
+      ->check(CLI::Range(1, 10000));
+  sub->add_option("--ranks", a->ranks,
+                  "Tucker ranks per mode (bench ttmc|tucker), e.g. 16,16,16; default --rank");
+  sub->add_option("--svd", a->svd,
+                  "Tucker factor update (bench tucker): gram | subspace | scalapack");
   add_compute_options(sub, a->run, a->load);
   sub->callback([a, &run] {
     run = [a](const comm::MpiCommunicator& world) {
       with_precision(a->run, [&]<typename T>() { run_bench<T>(*a, world); });
     };
   });
+  add_bench_contract(sub, run);  // `bench contract` (cmd_bench_contract.cpp)
 }
 
 }  // namespace tessera::driver

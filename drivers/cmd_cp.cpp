@@ -3,9 +3,11 @@
 #include <memory>
 
 #include "algo/cp_als.hpp"
+#include "checkpoint.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
 #include "util/log.hpp"
 
@@ -20,6 +22,7 @@ struct CpArgs {
   std::uint64_t seed = 1;
   ComputeOptions run;
   std::string out;
+  CheckpointArgs ckpt;
 };
 
 template <typename T>
@@ -37,6 +40,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
             kernels::to_string(kind) + ", " + std::to_string(effective_threads(a.run.threads)) +
             " thread(s) per rank, " + a.run.precision + ", rank " + std::to_string(a.rank) +
             ", strategy " + a.run.strategy);
+  const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
   Loaded li;
   auto d = load_and_distribute<T>(a.load, scheme, world, &li);
 
@@ -46,27 +50,6 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   o.tol = a.tol;
   o.seed = a.seed;
   o.strategy = strategy;
-  auto res = algo::cp_als<T>(d, *cx.backend, world, *cx.data, o);
-
-  const double kern = res.phases.get("kernel");
-  const nnz_t nnz = d.dist.global_nnz;
-  const int N = static_cast<int>(d.dist.dims.size());
-  char line[256];
-  std::snprintf(
-      line, sizeof(line),
-      "done: fit %.6f after %d iteration(s) (%s), %.4f s per iteration; "
-      "MTTKRP %.3g nonzeros/s per rank",
-      res.fit, res.iterations, res.converged ? "converged" : "iteration limit",
-      res.history.empty()
-          ? 0.0
-          : (res.phases.get("kernel") + res.phases.get("comm") + res.phases.get("solve")) /
-                res.iterations,
-      kern > 0 ? static_cast<double>(nnz) / world.size() * N * res.iterations / kern : 0.0);
-  log::info(line);
-  if (res.solve_fallbacks > 0)
-    log::info("note: " + std::to_string(res.solve_fallbacks) +
-              " solve(s) used the pseudo-inverse (rank-deficient normal equations)");
-
   nlohmann::json opts = {{"file", a.load.path},
                          {"rank", a.rank},
                          {"iters", a.iters},
@@ -79,6 +62,88 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                          {"backend", kernels::to_string(kind)},
                          {"precision", a.run.precision},
                          {"index_base", a.load.index_base}};
+  if (a.ckpt.every > 0) opts["checkpoint_every"] = a.ckpt.every;
+  if (!a.ckpt.resume.empty()) opts["resumed_from"] = a.ckpt.resume;
+
+  // Checkpoint and restart (docs/formats.md): the input's identity, the resumed state and
+  // the callback that writes a checkpoint on rank 0 after every K-th iteration.
+  io::TensorFingerprint fingerprint;
+  if (!ckpt_path.empty() || !a.ckpt.resume.empty())
+    fingerprint = io::tensor_fingerprint(d.block, original_index_of(d.dist), world);
+  algo::CpState resumed;
+  if (!a.ckpt.resume.empty()) {
+    std::vector<std::string> notes;
+    comm::run_collectively(world, [&] {
+      io::CheckpointInfo info;
+      resumed.model = io::read_cp_checkpoint(a.ckpt.resume, &info);
+      io::ResumeCheck now;
+      now.input = fingerprint;
+      now.precision = a.run.precision;
+      now.options_json = opts.dump();
+      now.must_match = {"rank"};
+      now.ignore = {"file", "checkpoint_every", "resumed_from"};
+      notes = io::check_resume(a.ckpt.resume, info, now);
+      TESSERA_INPUT_CHECK(info.iteration <= a.iters,
+                          "--resume " << a.ckpt.resume << ": the checkpoint has " << info.iteration
+                                      << " iterations, more than --iters " << a.iters
+                                      << " (--iters counts all iterations, the saved ones "
+                                         "included)");
+      resumed.iteration = info.iteration;
+      resumed.fit_history = info.fit_history;
+      resumed.converged = info.converged;
+    });
+    o.resume = &resumed;
+    log::info(
+        "resuming " + a.ckpt.resume + " after iteration " + std::to_string(resumed.iteration) +
+        (resumed.converged || resumed.iteration >= a.iters ? " (run complete: no iterations left)"
+                                                           : ""));
+    for (const auto& n : notes) log::info("  option changed since the checkpoint: " + n);
+  }
+  if (!ckpt_path.empty() || test_kill_after_iteration() > 0) {
+    o.state_every = ckpt_path.empty() ? 1 : a.ckpt.every;
+    if (test_kill_after_iteration() > 0) o.state_every = 1;
+    o.on_iteration = [&](const algo::CpState& s) {
+      if (!ckpt_path.empty() && s.iteration % a.ckpt.every == 0) {
+        Timer tw;
+        comm::run_collectively(world, [&] {
+          if (world.rank() != 0) return;
+          io::CheckpointInfo info;
+          info.iteration = s.iteration;
+          info.converged = s.converged;
+          info.fit_history = s.fit_history;
+          info.precision = a.run.precision;
+          info.input = fingerprint;
+          info.options_json = opts.dump();
+          io::write_cp_checkpoint(ckpt_path, s.model, info);
+        });
+        log::info("checkpoint: iteration " + std::to_string(s.iteration) + " written to " +
+                  ckpt_path + " (" + std::to_string(tw.seconds()) + " s)");
+      }
+      maybe_test_kill(s.iteration);
+    };
+  }
+  auto res = algo::cp_als<T>(d, *cx.backend, world, *cx.data, o);
+  // Iterations run by this process (a resumed run has the saved ones in its history).
+  const int ran = std::max(res.iterations - (o.resume ? o.resume->iteration : 0), 1);
+
+  const double kern = res.phases.get("kernel");
+  const nnz_t nnz = d.dist.global_nnz;
+  const int N = static_cast<int>(d.dist.dims.size());
+  char line[256];
+  std::snprintf(
+      line, sizeof(line),
+      "done: fit %.6f after %d iteration(s) (%s), %.4f s per iteration; "
+      "MTTKRP %.3g nonzeros/s per rank",
+      res.fit, res.iterations, res.converged ? "converged" : "iteration limit",
+      res.history.empty()
+          ? 0.0
+          : (res.phases.get("kernel") + res.phases.get("comm") + res.phases.get("solve")) / ran,
+      kern > 0 ? static_cast<double>(nnz) / world.size() * N * ran / kern : 0.0);
+  log::info(line);
+  if (res.solve_fallbacks > 0)
+    log::info("note: " + std::to_string(res.solve_fallbacks) +
+              " solve(s) used the pseudo-inverse (rank-deficient normal equations)");
+
   if (!a.out.empty()) {
     Timer tw;
     if (world.rank() == 0) {
@@ -133,7 +198,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                            {"comm", res.phases.get("comm")},
                            {"solve", res.phases.get("solve")},
                            {"total", total.seconds()}};
-    const double per_it_kernel = kern / std::max(res.iterations, 1);
+    const double per_it_kernel = kern / ran;
     j["throughput"] = {
         {"mttkrp_nnz_per_s", per_it_kernel > 0 ? static_cast<double>(nnz) * N / per_it_kernel : 0},
         {"read_bytes_per_s", li.read_seconds > 0 ? li.read.bytes / li.read_seconds : 0}};
@@ -162,6 +227,7 @@ void add_cp(CLI::App& app, Runner& run) {
                 "modes; results are unchanged)");
   add_compute_options(sub, a->run, a->load);
   sub->add_option("-o,--out", a->out, "Write the model (HDF5) here");
+  add_checkpoint_options(sub, a->ckpt);
   sub->callback([a, &run] {
     run = [a](const comm::MpiCommunicator& world) {
       with_precision(a->run, [&]<typename T>() { run_cp<T>(*a, world); });

@@ -1,8 +1,15 @@
-// tessera info: what a tensor file holds.
+// tessera info: what a tensor file holds. FROSTT text: read, distribute and describe.
+// HDF5 tensor store: its attributes, layout and partition balance from the metadata alone
+// (no nonzero is read); --verify reads and checks every nonzero, --stats adds the
+// statistics the text files get.
+#include <algorithm>
+#include <cstdio>
 #include <memory>
+#include <sstream>
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "io/h5store.hpp"
 #include "tensor/stats.hpp"
 #include "util/log.hpp"
 
@@ -11,9 +18,11 @@ namespace {
 
 struct InfoArgs {
   LoadOptions load;
+  bool stats = false;
+  bool verify = false;
 };
 
-void run_info(const InfoArgs& a, const comm::MpiCommunicator& world) {
+void print_stats(const InfoArgs& a, const comm::MpiCommunicator& world) {
   Loaded li;
   auto d = load_and_distribute<double>(a.load, partition::Scheme::nnz, world, &li);
   // Gather the (deduplicated) tensor on rank 0 for the statistics.
@@ -38,15 +47,118 @@ void run_info(const InfoArgs& a, const comm::MpiCommunicator& world) {
   }
 }
 
+std::string join(const std::vector<std::uint64_t>& v) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < v.size(); ++i) os << (i ? " " : "") << v[i];
+  return os.str();
+}
+
+std::string grid_text(const std::vector<int>& g) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < g.size(); ++i) os << (i ? "x" : "") << g[i];
+  return os.str();
+}
+
+/// The store's metadata as text (rank 0 prints it).
+std::string describe_store(const io::H5TensorInfo& s) {
+  std::ostringstream os;
+  char buf[256];
+  os << "file: " << s.path << " (HDF5 tensor store, format " << io::kTensorStoreFormat << " v"
+     << s.format_version << ", " << human_bytes(static_cast<double>(s.file_bytes)) << ")\n";
+  os << "order " << s.order << ", dims " << format_dims(s.dims) << ", " << s.nnz
+     << " nonzeros, values " << io::to_string(s.value_type) << "\n";
+  double cells = 1;
+  for (auto d : s.dims) cells *= static_cast<double>(d);
+  std::snprintf(buf, sizeof(buf), "density %.3e\n", static_cast<double>(s.nnz) / cells);
+  os << buf;
+  os << "coordinates stored 0-based";
+  if (s.source_index_base >= 0) os << " (the source file was " << s.source_index_base << "-based)";
+  os << "; repeated coordinates: "
+     << (s.has_duplicates == 0   ? "none"
+         : s.has_duplicates == 1 ? "present (summed by every consumer)"
+                                 : "not checked (summed by every consumer)")
+     << "\n";
+  if (!s.source.empty()) os << "source: " << s.source << "\n";
+  if (s.chunk_elems > 0) {
+    const std::uint64_t nchunks =
+        (static_cast<std::uint64_t>(s.nnz) + s.chunk_elems - 1) / s.chunk_elems;
+    os << "layout: chunks of " << s.chunk_elems << " nonzeros (" << nchunks << " per dataset), ";
+  } else {
+    os << "layout: contiguous, ";
+  }
+  os << (s.deflate > 0 ? "shuffle + deflate level " + std::to_string(s.deflate)
+                       : std::string("uncompressed"))
+     << ", " << (s.has_checksums ? "CRC-32 per chunk" : "no checksums") << "\n";
+  if (!s.partition) {
+    os << "partition: none (ranks read equal shares; `tessera partition` stores blocks)\n";
+    return os.str();
+  }
+  const io::H5Partition& p = *s.partition;
+  const int nb = p.nblocks();
+  nnz_t mn = s.nnz, mx = 0;
+  for (int b = 0; b < nb; ++b) {
+    const nnz_t c = p.block_range(b).second;
+    mn = std::min(mn, c);
+    mx = std::max(mx, c);
+  }
+  const double mean = static_cast<double>(s.nnz) / nb;
+  std::snprintf(buf, sizeof(buf),
+                "partition: grid %s (%d blocks; a run on %d ranks reads one block per rank)\n"
+                "  nonzeros per block: min %lld, mean %.1f, max %lld (imbalance %.3f)\n",
+                grid_text(p.grid).c_str(), nb, nb, static_cast<long long>(mn), mean,
+                static_cast<long long>(mx), mean > 0 ? static_cast<double>(mx) / mean : 1.0);
+  os << buf;
+  for (std::size_t n = 0; n < p.cuts.size(); ++n)
+    os << "  mode " << n << " cuts: " << join(p.cuts[n]) << "\n";
+  if (nb <= 64) {
+    for (int b = 0; b < nb; ++b) {
+      const auto [first, count] = p.block_range(b);
+      os << "  block " << b << " (" << grid_text(p.block_coords(b)) << "): nonzeros " << first
+         << ".." << first + count << " (" << count << ")\n";
+    }
+  }
+  return os.str();
+}
+
+void run_info(const InfoArgs& a, const comm::MpiCommunicator& world) {
+  if (!io::is_tensor_store(a.load.path, world)) {
+    print_stats(a, world);
+    return;
+  }
+  const io::H5TensorInfo s = io::read_h5_info(a.load.path, world);
+  if (world.rank() == 0) {
+    std::printf("%s", describe_store(s).c_str());
+    std::fflush(stdout);
+  }
+  if (a.verify) {
+    Timer t;
+    io::verify_h5(a.load.path, world);
+    char buf[200];
+    std::snprintf(buf, sizeof(buf),
+                  "verified: %lld nonzeros read on %d rank(s) in %.3f s (checksums, coordinates "
+                  "< dims, finite values%s)",
+                  static_cast<long long>(s.nnz), world.size(), t.seconds(),
+                  s.partition && s.partition->nblocks() == world.size() ? ", block ranges" : "");
+    log::info(buf);
+  }
+  if (a.stats) print_stats(a, world);
+}
+
 }  // namespace
 
 void add_info(CLI::App& app, Runner& run) {
   auto a = std::make_shared<InfoArgs>();
-  auto* sub =
-      app.add_subcommand("info", "Order, dims, nonzeros and per-mode statistics of a tensor");
-  sub->add_option("file", a->load.path, "Tensor (.tns or .tns.gz)")->required();
-  sub->add_option("--index-base", a->load.index_base, "1 | 0 | auto")
+  auto* sub = app.add_subcommand(
+      "info",
+      "Order, dims, nonzeros and per-mode statistics of a tensor; for an HDF5 store its "
+      "attributes, layout and per-block balance");
+  sub->add_option("file", a->load.path, "Tensor (.tns, .tns.gz or .h5)")->required();
+  sub->add_option("--index-base", a->load.index_base, "1 | 0 | auto (text files)")
       ->check(CLI::IsMember({"1", "0", "auto"}));
+  sub->add_flag("--verify", a->verify,
+                "HDF5 store: read every nonzero and check checksums, coordinates and values");
+  sub->add_flag("--stats", a->stats,
+                "HDF5 store: also read the tensor and print the per-mode statistics");
   sub->callback(
       [a, &run] { run = [a](const comm::MpiCommunicator& world) { run_info(*a, world); }; });
 }

@@ -7,8 +7,10 @@
 #include <string>
 
 #include "algo/tucker.hpp"
+#include "checkpoint.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
 #include "util/log.hpp"
 
@@ -27,6 +29,7 @@ struct TuckerArgs {
   std::string max_mem;
   ComputeOptions run;
   std::string out;
+  CheckpointArgs ckpt;
 };
 
 /// Default memory limit per rank: 3/4 of this node's physical memory shared by the ranks
@@ -57,11 +60,6 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
                         "--svd scalapack: this tessera was built without ScaLAPACK (reconfigure "
                         "with -DTESSERA_WITH_SCALAPACK=ON where libscalapack is installed), or "
                         "use --svd gram or --svd subspace");
-    // The cuda backend has no TTMc yet: refuse before any GPU or NCCL setup.
-    TESSERA_INPUT_CHECK(run.backend != "cuda",
-                        "--backend cuda is not available for tucker yet (the CUDA backend has "
-                        "no TTMc kernel); use --backend cpu or --backend reference");
-    if (run.backend == "auto") run.backend = "cpu";
     if (a.load.partition != "auto") scheme = partition::parse_scheme(a.load.partition);
     if (!a.load.grid.empty() && a.load.partition == "auto") scheme = partition::Scheme::grid;
     if (!a.max_mem.empty()) o.memory_limit = parse_bytes(a.max_mem, "--max-mem");
@@ -76,6 +74,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
             kernels::to_string(kind) + ", " + std::to_string(effective_threads(run.threads)) +
             " thread(s) per rank, " + run.precision + ", ranks " + a.ranks + ", svd " + a.svd +
             ", init " + a.init);
+  const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
   Loaded li;
   auto d = load_and_distribute<T>(a.load, scheme, world, &li);
   const int N = static_cast<int>(d.dist.dims.size());
@@ -87,34 +86,8 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
   o.tol = a.tol;
   o.seed = a.seed;
   o.subspace_steps = a.subspace_steps;
-
-  algo::TuckerResult res;
-  try {
-    res = algo::tucker_hooi<T>(d, *cx.backend, world, o);
-  } catch (const InputError& e) {
-    // tucker_hooi decides its InputErrors from data every rank shares: agreed already.
-    throw CollectiveError(e.what());
-  }
-
-  const nnz_t nnz = d.dist.global_nnz;
-  const double t_ttmc = res.phases.get("ttmc");
-  char line[256];
-  std::snprintf(
-      line, sizeof(line),
-      "done: fit %.6f after %d iteration(s) (%s), %.4f s per iteration; core norm "
-      "%.6g; TTMc %.3g nonzeros/s per rank",
-      res.fit, res.iterations, res.converged ? "converged" : "iteration limit",
-      (t_ttmc + res.phases.get("comm") + res.phases.get("svd")) / std::max(res.iterations, 1),
-      res.core_norm,
-      t_ttmc > 0 ? static_cast<double>(nnz) / world.size() * N * res.iterations / t_ttmc : 0.0);
-  log::info(line);
-  if (res.completed_columns > 0)
-    log::info("note: " + std::to_string(res.completed_columns) +
-              " factor column(s) were not determined by the data (a mode's unfolding has lower "
-              "rank than asked) and were completed with random orthonormal directions");
-
   nlohmann::json opts = {{"file", a.load.path},
-                         {"ranks", res.model.ranks},
+                         {"ranks", o.ranks},
                          {"svd", a.svd},
                          {"init", a.init},
                          {"iters", a.iters},
@@ -128,6 +101,92 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
                          {"backend", kernels::to_string(kind)},
                          {"precision", run.precision},
                          {"index_base", a.load.index_base}};
+  if (a.ckpt.every > 0) opts["checkpoint_every"] = a.ckpt.every;
+  if (!a.ckpt.resume.empty()) opts["resumed_from"] = a.ckpt.resume;
+
+  // Checkpoint and restart (docs/formats.md), as for cp: the seed matters after a restart
+  // too (random completion of undetermined columns), and so does the svd method.
+  io::TensorFingerprint fingerprint;
+  if (!ckpt_path.empty() || !a.ckpt.resume.empty())
+    fingerprint = io::tensor_fingerprint(d.block, original_index_of(d.dist), world);
+  algo::TuckerState resumed;
+  if (!a.ckpt.resume.empty()) {
+    std::vector<std::string> notes;
+    comm::run_collectively(world, [&] {
+      io::CheckpointInfo info;
+      resumed.model = io::read_tucker_checkpoint(a.ckpt.resume, &info);
+      io::ResumeCheck now;
+      now.input = fingerprint;
+      now.precision = run.precision;
+      now.options_json = opts.dump();
+      now.must_match = {"ranks", "svd", "seed"};
+      if (o.svd == algo::SvdMethod::subspace) now.must_match.push_back("subspace_steps");
+      now.ignore = {"file", "max_mem_bytes", "checkpoint_every", "resumed_from"};
+      notes = io::check_resume(a.ckpt.resume, info, now);
+      TESSERA_INPUT_CHECK(info.iteration <= a.iters,
+                          "--resume " << a.ckpt.resume << ": the checkpoint has " << info.iteration
+                                      << " iterations, more than --iters " << a.iters
+                                      << " (--iters counts all iterations, the saved ones "
+                                         "included)");
+      resumed.iteration = info.iteration;
+      resumed.fit_history = info.fit_history;
+      resumed.converged = info.converged;
+    });
+    o.resume = &resumed;
+    log::info(
+        "resuming " + a.ckpt.resume + " after iteration " + std::to_string(resumed.iteration) +
+        (resumed.converged || resumed.iteration >= a.iters ? " (run complete: no iterations left)"
+                                                           : ""));
+    for (const auto& n : notes) log::info("  option changed since the checkpoint: " + n);
+  }
+  if (!ckpt_path.empty() || test_kill_after_iteration() > 0) {
+    o.state_every = ckpt_path.empty() || test_kill_after_iteration() > 0 ? 1 : a.ckpt.every;
+    o.on_iteration = [&](const algo::TuckerState& s) {
+      if (!ckpt_path.empty() && s.iteration % a.ckpt.every == 0) {
+        Timer tw;
+        comm::run_collectively(world, [&] {
+          if (world.rank() != 0) return;
+          io::CheckpointInfo info;
+          info.iteration = s.iteration;
+          info.converged = s.converged;
+          info.fit_history = s.fit_history;
+          info.precision = run.precision;
+          info.input = fingerprint;
+          info.options_json = opts.dump();
+          io::write_tucker_checkpoint(ckpt_path, s.model, info);
+        });
+        log::info("checkpoint: iteration " + std::to_string(s.iteration) + " written to " +
+                  ckpt_path + " (" + std::to_string(tw.seconds()) + " s)");
+      }
+      maybe_test_kill(s.iteration);
+    };
+  }
+
+  algo::TuckerResult res;
+  try {
+    res = algo::tucker_hooi<T>(d, *cx.backend, world, o, cx.data);
+  } catch (const InputError& e) {
+    // tucker_hooi decides its InputErrors from data every rank shares: agreed already.
+    throw CollectiveError(e.what());
+  }
+
+  const nnz_t nnz = d.dist.global_nnz;
+  const double t_ttmc = res.phases.get("ttmc");
+  // Iterations run by this process (a resumed run has the saved ones in its history).
+  const int ran = std::max(res.iterations - (o.resume ? o.resume->iteration : 0), 1);
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "done: fit %.6f after %d iteration(s) (%s), %.4f s per iteration; core norm "
+                "%.6g; TTMc %.3g nonzeros/s per rank",
+                res.fit, res.iterations, res.converged ? "converged" : "iteration limit",
+                (t_ttmc + res.phases.get("comm") + res.phases.get("svd")) / ran, res.core_norm,
+                t_ttmc > 0 ? static_cast<double>(nnz) / world.size() * N * ran / t_ttmc : 0.0);
+  log::info(line);
+  if (res.completed_columns > 0)
+    log::info("note: " + std::to_string(res.completed_columns) +
+              " factor column(s) were not determined by the data (a mode's unfolding has lower "
+              "rank than asked) and were completed with random orthonormal directions");
+
   if (!a.out.empty()) {
     Timer tw;
     comm::run_collectively(world, [&] {
@@ -188,7 +247,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
                            {"comm", res.phases.get("comm")},
                            {"svd", res.phases.get("svd")},
                            {"total", total.seconds()}};
-    const double per_it = t_ttmc / std::max(res.iterations, 1);
+    const double per_it = t_ttmc / ran;
     j["throughput"] = {
         {"ttmc_nnz_per_s", per_it > 0 ? static_cast<double>(nnz) * N / per_it : 0},
         {"read_bytes_per_s", li.read_seconds > 0 ? li.read.bytes / li.read_seconds : 0}};
@@ -236,6 +295,7 @@ void add_tucker(CLI::App& app, Runner& run) {
                 "modes; results are unchanged)");
   add_compute_options(sub, a->run, a->load);
   sub->add_option("-o,--out", a->out, "Write the model (HDF5: core, factors, fit history) here");
+  add_checkpoint_options(sub, a->ckpt);
   sub->callback([a, &run] {
     run = [a](const comm::MpiCommunicator& world) {
       with_precision(a->run, [&]<typename T>() { run_tucker<T>(*a, world); });

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "comm/nccl_communicator.hpp"
+#include "io/h5store.hpp"
 #include "kernels/factories.hpp"
 #include "util/log.hpp"
 
@@ -21,7 +22,17 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
   Timer t;
   io::TnsReadOptions ro;
   ro.base = io::parse_index_base(o.index_base);
-  auto rr = io::read_tns(o.path, world, ro);
+  // HDF5 tensor stores are recognised by name (.h5, .hdf5) or signature bytes (rank 0 looks,
+  // so every rank takes the same path); the index base does not apply (stored 0-based).
+  std::vector<int> stored_grid;  // grid of the store's partition when each rank read a block
+  io::TnsReadResult rr;
+  if (io::is_tensor_store(o.path, world)) {
+    auto hr = io::read_h5(o.path, world);
+    if (hr.by_block) stored_grid = hr.info.partition->grid;
+    rr = std::move(hr);
+  } else {
+    rr = io::read_tns(o.path, world, ro);
+  }
   const double read_s = t.seconds();
   log::info("read " + o.path + ": " + std::to_string(rr.global_nnz) + " nonzeros, order " +
             std::to_string(rr.local.order()) + ", dims " + format_dims(rr.local.dims) + ", " +
@@ -29,6 +40,13 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
   t.reset();
   std::vector<int> grid;
   if (!o.grid.empty()) grid = partition::parse_grid(o.grid, rr.local.order(), world.size());
+  // A store partitioned for this many ranks: each rank read its block, and the grid scheme
+  // on the stored grid cuts the same chunks (partition::detail::balanced_cuts on the same
+  // nonzeros), so the redistribution below keeps every nonzero on its rank.
+  if (!stored_grid.empty() && scheme == partition::Scheme::grid && grid.empty() && !o.relabel) {
+    grid = stored_grid;
+    log::info("using the partition stored in " + o.path + " (each rank read its block)");
+  }
   SparseTensor<T> local;
   if constexpr (std::is_same_v<T, double>) {
     local = std::move(rr.local);

@@ -26,10 +26,13 @@ int main(int argc, char** argv) {
       "-v,--verbose", [&] { verbosity = 2; }, "More detail");
   driver::Runner run;
   driver::add_cp(app, run);
+  driver::add_contract(app, run);
   driver::add_generate(app, run);
   driver::add_info(app, run);
   driver::add_bench(app, run);
   driver::add_tucker(app, run);
+  driver::add_convert(app, run);
+  driver::add_partition(app, run);
 
   try {
     app.parse(argc, argv);

@@ -6,5 +6,5 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$here/.deps"
 cd "$here/.deps"
 apt-get download libcli11-dev nlohmann-json3-dev liblapack3 liblapack-dev libblas3 libblas-dev \
-  libgfortran5 zlib1g-dev
+  libgfortran5 zlib1g-dev libopenblas0-pthread
 ls -la

@@ -10,9 +10,16 @@
 #               (1.74e9 nonzeros, generated on the GPU), uniform and power-law, R = 32, float
 #       scaling: build, then CP-ALS on the amazon shape (power-law) on 1, 2, 4, ... GPUs of
 #               the node (one MPI rank per GPU, NCCL), strong scaling
+#       tucker: build, the TTMc/Tucker GPU tests, then bench ttmc and bench tucker on the
+#               nell-2 shape (ranks 16,16,16) and a 4-mode tensor of 500M nonzeros
+#       tucker-amazon: bench ttmc and bench tucker on the amazon shape (ranks 16,16,16), the
+#               latter on 1, 2, 4, ... GPUs
+#       contract: the SpTC GPU tests and bench contract on a generated 3-mode x 3-mode
+#               contraction of 1.2e9 products (against the reference backend)
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
-# Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps).
+# Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps),
+# TESSERA_TARGETS (build only these targets, e.g. "tessera gpu_ttmc_tests"; default all).
 # NCCL_NVLS_ENABLE stays 0: NVLink multicast can take a shared node's GPUs out of service.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +32,9 @@ out=${OUT:-$build/results}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_WAIT_POLICY=PASSIVE
+# Host BLAS on small matrices (Tucker's eigen-solves and CholeskyQR): a few threads beat
+# all of a node's cores (docs/perf/gpu-h200-tucker.md).
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4}
 log() { echo "[gpu-node $(date +%H:%M:%S)] $*"; }
 
 # ---- carried packages into a private prefix (never into /) ----
@@ -39,7 +49,9 @@ mkdir -p "$lib"
 [ -e "$lib/blas/libblas.so.3" ] && ln -sf blas/libblas.so.3 "$lib/libblas.so"
 sysz=$(ls /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1 2>/dev/null | head -1)
 [ -n "$sysz" ] && ln -sf "$sysz" "$lib/libz.so"
-export LD_LIBRARY_PATH=$lib:$lib/lapack:$lib/blas:${LD_LIBRARY_PATH:-}
+# An optimized BLAS/LAPACK at run time when carried (OpenBLAS, as Debian's alternatives
+# would select it): the host-side dense stages of Tucker (eigen-solves, CholeskyQR) use it.
+export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib:$lib/lapack:$lib/blas:${LD_LIBRARY_PATH:-}
 export CMAKE_PREFIX_PATH=$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
 export CPATH=$prefix/usr/include${CPATH:+:$CPATH}
 
@@ -53,7 +65,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WITH_CUDA=O
   -DZLIB_INCLUDE_DIR="$prefix/usr/include" >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 grep -E "^-- +(CUDA|NCCL|MPI|HDF5|LAPACK)" "$out/configure.log"
 log "build"
-cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
+cmake --build "$build" -j "$(nproc)" ${TESSERA_TARGETS:+--target $TESSERA_TARGETS} >"$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
 T=$build/drivers/tessera
 
 summary=$out/summary.txt
@@ -68,6 +80,13 @@ j = json.load(open(sys.argv[1])); n = sys.argv[2]
 if "modes" in j:
     print(f"{n:34s} mean {j['mean_seconds_per_mode']*1e3:9.3f} ms/mode  ratio-to-floor {j['mean_ratio_to_floor']:5.2f}  "
           f"no-reuse {j.get('mean_ratio_to_noreuse_floor', float('nan')):5.2f}  bw {j['machine']['bandwidth_bytes_per_s']/1e9:7.1f} GB/s")
+elif "runs" in j:
+    r = j["runs"]
+    print(f"{n:34s} {r[0]['backend']}: {r[0]['products']:.3g} products, {r[0]['products_per_s_kernel']:.3g} products/s (kernel), "
+          f"{r[0]['total_seconds']:.3f} s total; " + ", ".join(f"{x['backend']} x{x['speedup_of_benchmarked_backend']:.1f} slower" for x in r[1:]))
+elif "ttmc" in j.get("share", {}):
+    s = j["share"]
+    print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   ttmc {s['ttmc']*100:4.1f}%  comm {s['comm']*100:4.1f}%  svd {s['svd']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}  fit {j['fit']:.4f}")
 else:
     s = j["share"]
     t2 = j.get("tier2")
@@ -125,6 +144,48 @@ if has amazon; then
     --backend cuda --precision float --repeat 3
   bench amazon-powerlaw-cp-r32 "$T" bench cp --generate $amz --nnz 1.74e9 --dist powerlaw --rank 32 \
     --backend cuda --precision float --iters 5
+fi
+if has tucker; then
+  log "TTMc / Tucker GPU tests"
+  (cd "$build" && ctest -R "gpu_ttmc|gpu_tucker" --output-on-failure --timeout 600) 2>&1 |
+    tee "$out/ctest-tucker.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -20
+  for dist in uniform powerlaw; do
+    bench nell2-$dist-ttmc-16 "$T" bench ttmc --generate $nell --nnz 76.9e6 --dist $dist --ranks 16,16,16 \
+      --backend cuda --precision float --repeat 10
+  done
+  for tile in 512 2048; do  # TTMc tile size (tuning; the default is 1024)
+    bench nell2-uniform-ttmc-16-tile$tile env TESSERA_CUDA_TTMC_TILE=$tile "$T" bench ttmc --generate $nell \
+      --nnz 76.9e6 --ranks 16,16,16 --backend cuda --precision float --repeat 10
+  done
+  for th in 1 16; do  # host BLAS threads of the dense stages (default 4)
+    bench nell2-uniform-tucker-16-gram-blas$th env OPENBLAS_NUM_THREADS=$th "$T" bench tucker --generate $nell \
+      --nnz 76.9e6 --ranks 16,16,16 --backend cuda --precision float --iters 6
+  done
+  for svd in gram subspace; do
+    bench nell2-uniform-tucker-16-$svd "$T" bench tucker --generate $nell --nnz 76.9e6 --ranks 16,16,16 \
+      --backend cuda --precision float --iters 6 --svd $svd
+  done
+  bench 4mode-500m-ttmc-8 "$T" bench ttmc --generate 200000x100000x50000x1000 --nnz 5e8 --ranks 8,8,8,8 \
+    --backend cuda --precision float --repeat 5
+  bench 4mode-500m-tucker-8 "$T" bench tucker --generate 200000x100000x50000x1000 --nnz 5e8 \
+    --ranks 8,8,8,8 --backend cuda --precision float --iters 4
+fi
+if has tucker-amazon; then
+  bench amazon-powerlaw-ttmc-16 "$T" bench ttmc --generate $amz --nnz 1.74e9 --dist powerlaw --ranks 16,16,16 \
+    --backend cuda --precision float --repeat 3
+  p=1
+  while [ $p -le "$ngpu" ]; do
+    bench amazon-powerlaw-tucker-16-np$p mpirun -np $p --bind-to none "$T" bench tucker --generate $amz \
+      --nnz 1.74e9 --dist powerlaw --ranks 16,16,16 --backend cuda --precision float --iters 3
+    p=$((p * 2))
+  done
+fi
+if has contract; then
+  log "SpTC GPU tests"
+  (cd "$build" && ctest -R "gpu_sptc" --output-on-failure --timeout 900) 2>&1 |
+    tee "$out/ctest-sptc.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -20
+  bench contract-gen-1e9 "$T" bench contract --generate --nnz 2e7 --products 1.2e9 --backend cuda \
+    --precision double --repeat 3
 fi
 if has scaling; then
   p=1

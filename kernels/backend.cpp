@@ -1,8 +1,13 @@
 #include "kernels/backend.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/factories.hpp"
+#include "kernels/sptc.hpp"
+#include "linalg/blas.hpp"
 #include "tensor/synthetic.hpp"
 #include "util/error.hpp"
 
@@ -107,6 +112,124 @@ template <typename T>
 void Backend<T>::ttmc(const TensorHandle<T>&, int, const std::vector<const T*>&,
                       const std::vector<int>&, T*) {
   TESSERA_THROW("ttmc is not implemented by the " << name() << " backend yet");
+}
+
+// ---- double work buffers and wide products: host defaults ----
+
+template <typename T>
+Array<double> Backend<T>::allocate_double(std::size_t n) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement allocate_double");
+  if (n == 0) return Array<double>();
+  return Array<double>(new double[n], n, [](double* p) { delete[] p; });
+}
+template <typename T>
+void Backend<T>::upload_double(const double* host, std::size_t n, double* dst) {
+  if (n > 0 && host != dst) std::memcpy(dst, host, n * sizeof(double));
+}
+template <typename T>
+void Backend<T>::download_double(const double* src, std::size_t n, double* host) {
+  if (n > 0 && host != src) std::memcpy(host, src, n * sizeof(double));
+}
+
+namespace {
+/// Rows per BLAS call of the host wide products (float rows are converted per chunk).
+constexpr std::int64_t kWideChunkRows = 2048;
+
+/// Calls f(rows_as_double, first_row, nrows) on consecutive chunks of Y (rows x C).
+template <typename T, typename F>
+void for_wide_chunks(const T* Y, std::int64_t rows, std::int64_t C, F&& f) {
+  std::vector<double> buf;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kWideChunkRows) {
+    const std::int64_t nr = std::min(kWideChunkRows, rows - r0);
+    if constexpr (std::is_same_v<T, double>) {
+      f(Y + r0 * C, r0, nr);
+    } else {
+      buf.resize(static_cast<std::size_t>(nr * C));
+      const T* src = Y + r0 * C;
+      const std::int64_t n = nr * C;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+      for (std::int64_t k = 0; k < n; ++k)
+        buf[static_cast<std::size_t>(k)] = static_cast<double>(src[k]);
+      f(buf.data(), r0, nr);
+    }
+  }
+}
+}  // namespace
+
+template <typename T>
+void Backend<T>::wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double* S) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement wide_gram");
+  std::fill(S, S + C * C, 0.0);
+  for_wide_chunks(Y, rows, C, [&](const double* y, std::int64_t, std::int64_t nr) {
+    linalg::syrk_lower(C, nr, 1.0, y, C, 1.0, S);
+  });
+  linalg::symmetrize_lower(C, S);
+}
+template <typename T>
+void Backend<T>::wide_times(const T* Y, std::int64_t rows, std::int64_t C, const double* W, int R,
+                            double* Z) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement wide_times");
+  for_wide_chunks(Y, rows, C, [&](const double* y, std::int64_t r0, std::int64_t nr) {
+    linalg::gemm(false, false, nr, R, C, 1.0, y, C, W, R, 0.0, Z + r0 * R, R);
+  });
+}
+template <typename T>
+void Backend<T>::wide_times_t(const T* Y, std::int64_t rows, std::int64_t C, const double* P, int R,
+                              double* B) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement wide_times_t");
+  std::fill(B, B + C * R, 0.0);
+  for_wide_chunks(Y, rows, C, [&](const double* y, std::int64_t r0, std::int64_t nr) {
+    linalg::gemm(true, false, C, R, nr, 1.0, y, C, P + r0 * R, R, 1.0, B, R);
+  });
+}
+template <typename T>
+void Backend<T>::symmetric_eig_top(double* S, int n, int k, double* w_host, double* V) {
+  const auto nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  std::vector<double> Sh(nn), Vh(static_cast<std::size_t>(n) * static_cast<std::size_t>(k));
+  download_double(S, nn, Sh.data());
+  linalg::symmetric_eig_top(Sh.data(), n, k, w_host, Vh.data());
+  upload_double(Vh.data(), Vh.size(), V);
+}
+
+template <typename T>
+void Backend<T>::sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
+                          const std::vector<std::int64_t>& row, std::int64_t C, T* dst) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement sum_rows");
+  const auto rows = static_cast<std::int64_t>(ptr.empty() ? 0 : ptr.size() - 1);
+#pragma omp parallel for schedule(static) if (rows * C > (1 << 16))
+  for (std::int64_t j = 0; j < rows; ++j) {
+    T* d = dst + j * C;
+    const std::int64_t b0 = ptr[static_cast<std::size_t>(j)],
+                       b1 = ptr[static_cast<std::size_t>(j + 1)];
+    const T* first = src + row[static_cast<std::size_t>(b0)] * C;
+    std::copy(first, first + C, d);
+    for (std::int64_t q = b0 + 1; q < b1; ++q) {
+      const T* s = src + row[static_cast<std::size_t>(q)] * C;
+      for (std::int64_t k = 0; k < C; ++k) d[k] += s[k];
+    }
+  }
+}
+
+template <typename T>
+std::size_t Backend<T>::wide_scratch_bytes(std::int64_t C) const {
+  return std::is_same_v<T, double> ? 0
+                                   : static_cast<std::size_t>(kWideChunkRows * C) * sizeof(double);
+}
+
+template <typename T>
+std::unique_ptr<ContractPlan<T>> Backend<T>::contract_plan(const SparseTensor<T>&,
+                                                           const SparseTensor<T>&,
+                                                           const ContractSpec&) {
+  TESSERA_THROW("contract is not implemented by the " << name() << " backend yet");
+}
+template <typename T>
+SparseTensor<T> Backend<T>::contract(ContractPlan<T>&, ContractStats*) {
+  TESSERA_THROW("contract is not implemented by the " << name() << " backend yet");
 }
 
 template class Backend<float>;

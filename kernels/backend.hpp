@@ -20,6 +20,11 @@ struct Spec;  // tensor/synthetic.hpp
 
 namespace tessera::kernels {
 
+template <typename T>
+class ContractPlan;    // kernels/sptc.hpp
+struct ContractSpec;   // kernels/sptc.hpp
+struct ContractStats;  // kernels/sptc.hpp
+
 enum class BackendKind { reference, cpu, cuda };
 
 /// "reference" | "cpu" | "cuda" | "auto" (auto: cuda when built with CUDA and a GPU is
@@ -155,6 +160,60 @@ class Backend {
   /// factor or a handle of another backend, InputError on bad ranks.
   virtual void ttmc(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
                     const std::vector<int>& ranks, T* out);
+
+  // ---- double work buffers in backend memory (for float backends too) ----
+  /// n doubles of backend memory, uninitialised.
+  virtual Array<double> allocate_double(std::size_t n);
+  /// Copies n doubles host -> backend memory (complete on return).
+  virtual void upload_double(const double* host, std::size_t n, double* dst);
+  /// Copies n doubles backend memory -> host (complete on return).
+  virtual void download_double(const double* src, std::size_t n, double* host);
+
+  // ---- wide products of a TTMc output (Tucker-HOOI, DESIGN §6) ----
+  // Y is rows x C, row-major, in backend memory, of the tensor's type T (C may be large:
+  // the product of the other modes' ranks); the other operands are doubles in backend
+  // memory and every product accumulates in double. The defaults run on the host with
+  // BLAS (host backends); the cuda backend runs cuBLAS in double.
+  /// S (C x C, row-major, both triangles) = Y^T Y. rows may be 0 (S = 0).
+  virtual void wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double* S);
+  /// Z (rows x R, row-major) = Y W for W (C x R, row-major).
+  virtual void wide_times(const T* Y, std::int64_t rows, std::int64_t C, const double* W, int R,
+                          double* Z);
+  /// B (C x R, row-major) = Y^T P for P (rows x R, row-major). rows may be 0 (B = 0).
+  virtual void wide_times_t(const T* Y, std::int64_t rows, std::int64_t C, const double* P, int R,
+                            double* B);
+  /// The k largest eigenpairs of the symmetric S (n x n, backend memory, both triangles;
+  /// S is overwritten): w_host[j] descending, V (n x k, row-major, backend memory) column j
+  /// the unit eigenvector of w_host[j] (sign unspecified). The default copies S to the host
+  /// and runs LAPACK dsyevr; the cuda backend runs cuSOLVER dsyevdx on the device.
+  virtual void symmetric_eig_top(double* S, int n, int k, double* w_host, double* V);
+  /// dst (rows x C) row j = sum of src rows row[ptr[j]] .. row[ptr[j + 1] - 1], added in
+  /// that order (deterministic); ptr (rows + 1 entries) and row are on the host, src and
+  /// dst in backend memory (Tucker: TTMc rows received from other ranks combined on
+  /// their owner).
+  virtual void sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
+                        const std::vector<std::int64_t>& row, std::int64_t C, T* dst);
+  /// Backend memory, in bytes, the wide products allocate for a Y of C columns besides
+  /// their operands (conversion of float rows to double, in chunks).
+  virtual std::size_t wide_scratch_bytes(std::int64_t C) const;
+
+  // ---- SpTC: sparse tensor contraction (spec, output format: kernels/sptc.hpp) ----
+  // Inputs and output are host COO tensors for every backend (a device backend copies
+  // them in and out). The defaults throw Error "contract is not implemented by the <name>
+  // backend yet"; the reference and cpu backends implement both.
+  /// Matches x and y (this rank's nonzeros, coordinates < dims) for `spec` and counts the
+  /// output exactly before any output memory is allocated: plan->count() gives the
+  /// products, the output entries and the bytes a run needs. x and y may be the same
+  /// object (self-contraction) and must outlive the plan. Throws InputError when their
+  /// shapes do not fit the spec.
+  virtual std::unique_ptr<ContractPlan<T>> contract_plan(const SparseTensor<T>& x,
+                                                         const SparseTensor<T>& y,
+                                                         const ContractSpec& spec);
+  /// Runs a plan made by this backend and returns the output on the host (sorted, no
+  /// repeats, no exact zeros). `stats` (may be null) receives the products, the output
+  /// sizes and the seconds of every phase, the plan's matching and counting included.
+  /// Throws Error for a plan of another backend.
+  virtual SparseTensor<T> contract(ContractPlan<T>& plan, ContractStats* stats);
 
   // ---- dense (R is small: 1..~256) ----
   /// G (R x R) = A^T A for A (rows x R, row-major). rows may be 0 (G = 0).

@@ -72,3 +72,23 @@ tessera_test_executable(gpu_layout_tests
   LIBS tessera::kernels)
 tessera_add_test(gpu_layout gpu_layout_tests LABELS gpu)
 set_tests_properties(gpu_layout PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+
+# SpTC on the cuda backend (kernels/cuda/sptc.cu) against the reference backend: random
+# specs, float and double, cancellation, empty results, self-contraction, ~1e6 products,
+# keys over 64 bits (cpu fallback), congress "ijy,kjy->ik" from ../shared/data.
+tessera_test_executable(gpu_sptc_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_sptc.cpp
+  LIBS tessera::io tessera::kernels)
+tessera_add_test(gpu_sptc gpu_sptc_tests LABELS gpu)
+set_tests_properties(gpu_sptc PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+
+# TTMc (CUDA kernel, every layout and tier) and Tucker's wide products against the
+# reference backend; Tucker-HOOI on 1 and 2 GPUs (NCCL sums) against the CPU backend.
+tessera_test_executable(gpu_ttmc_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_ttmc.cpp
+  LIBS tessera::algo)
+tessera_add_mpi_test(gpu_ttmc gpu_ttmc_tests RANKS 1 LABELS gpu)
+set_tests_properties(gpu_ttmc_np1 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+tessera_add_mpi_test(gpu_tucker gpu_ttmc_tests RANKS 2 ARGS --gtest_filter=GpuTucker.*
+  LABELS gpu)
+set_tests_properties(gpu_tucker_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")

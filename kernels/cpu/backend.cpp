@@ -10,6 +10,7 @@
 #include "kernels/cpu/csf.hpp"
 #include "kernels/factories.hpp"
 #include "kernels/mttkrp.hpp"
+#include "kernels/sptc.hpp"
 #include "kernels/ttmc.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
@@ -124,6 +125,15 @@ class CpuBackend final : public Backend<T> {
     Timer t;
     cpu::ttmc_into(cpu::TtmcPlan<T>(h.csf(), threads_), mode, factors, ranks, out);
     h.record_compute(t.seconds());
+  }
+  std::unique_ptr<ContractPlan<T>> contract_plan(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                                                 const ContractSpec& spec) override {
+    cpu::ContractOptions o;
+    o.threads = threads_;
+    return cpu::plan_contract(x, y, spec, o);
+  }
+  SparseTensor<T> contract(ContractPlan<T>& plan, ContractStats* stats) override {
+    return cpu::contract(plan, stats);
   }
   static const CpuTensor<T>& cpu_handle(const TensorHandle<T>& x) {
     const auto* h = dynamic_cast<const CpuTensor<T>*>(&x);

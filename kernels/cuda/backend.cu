@@ -20,6 +20,7 @@
 
 #include "kernels/cuda/detail.cuh"
 #include "kernels/factories.hpp"
+#include "kernels/sptc.hpp"
 
 namespace tessera::kernels {
 
@@ -136,6 +137,85 @@ class CudaBackend final : public Backend<T> {
   void fill(T* dst, std::size_t n, T value) override {
     DeviceGuard g(ctx_.device);
     cuda::fill(ctx_, dst, n, value);
+  }
+
+  Array<double> allocate_double(std::size_t n) override {
+    if (n == 0) return Array<double>();
+    DeviceGuard g(ctx_.device);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, n * sizeof(double));
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      TESSERA_THROW("cudaMalloc of " << n * sizeof(double) << " bytes failed on device "
+                                     << ctx_.device << " (" << detail::cuda_error_text(e) << ")");
+    }
+    return Array<double>(static_cast<double*>(p), n,
+                         [](double* q) { TESSERA_CUDA_CHECK_NOTHROW(cudaFree(q)); });
+  }
+  void upload_double(const double* host, std::size_t n, double* dst) override {
+    if (n == 0) return;
+    DeviceGuard g(ctx_.device);
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(dst, host, n * sizeof(double), cudaMemcpyHostToDevice, ctx_.stream));
+    ctx_.sync();
+  }
+  void download_double(const double* src, std::size_t n, double* host) override {
+    if (n == 0) return;
+    DeviceGuard g(ctx_.device);
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(host, src, n * sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
+    ctx_.sync();
+  }
+  void wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double* S) override {
+    DeviceGuard g(ctx_.device);
+    cuda::wide_gram(ctx_, Y, rows, C, S);
+  }
+  void wide_times(const T* Y, std::int64_t rows, std::int64_t C, const double* W, int R,
+                  double* Z) override {
+    DeviceGuard g(ctx_.device);
+    cuda::wide_times(ctx_, Y, rows, C, W, R, Z);
+  }
+  void wide_times_t(const T* Y, std::int64_t rows, std::int64_t C, const double* P, int R,
+                    double* B) override {
+    DeviceGuard g(ctx_.device);
+    cuda::wide_times_t(ctx_, Y, rows, C, P, R, B);
+  }
+  void symmetric_eig_top(double* S, int n, int k, double* w_host, double* V) override {
+    DeviceGuard g(ctx_.device);
+    cuda::symmetric_eig_top(ctx_, S, n, k, w_host, V);
+  }
+  void sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
+                const std::vector<std::int64_t>& row, std::int64_t C, T* dst) override {
+    DeviceGuard g(ctx_.device);
+    cuda::sum_rows(ctx_, src, ptr, row, C, dst);
+  }
+  std::size_t wide_scratch_bytes(std::int64_t C) const override {
+    return cuda::wide_scratch_bytes(C, sizeof(T));
+  }
+
+  std::vector<index_t> ttmc_rows(const TensorHandle<T>& x, int mode) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::ttmc_rows(ctx_, x, mode);
+  }
+  std::size_t ttmc_scratch_bytes(const TensorHandle<T>& x, int mode,
+                                 const std::vector<int>& ranks) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::ttmc_scratch_bytes(ctx_, x, mode, ranks);
+  }
+  void ttmc(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+            const std::vector<int>& ranks, T* out) override {
+    DeviceGuard g(ctx_.device);
+    cuda::ttmc(ctx_, x, mode, factors, ranks, out);
+  }
+
+  std::unique_ptr<ContractPlan<T>> contract_plan(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                                                 const ContractSpec& spec) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::plan_contract(ctx_, x, y, spec);
+  }
+  SparseTensor<T> contract(ContractPlan<T>& plan, ContractStats* stats) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::contract(ctx_, plan, stats);
   }
 
   void set_memory_budget(std::size_t bytes) override { budget_ = bytes; }

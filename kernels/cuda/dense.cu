@@ -799,13 +799,187 @@ void scale_columns(Context& ctx, T* A, std::int64_t rows, int R, const double* h
   }
 }
 
-#define TESSERA_CUDA_DENSE_INSTANTIATE(T)                                                  \
-  template void fill<T>(Context&, T*, std::size_t, T);                                     \
-  template void gram<T>(Context&, const T*, std::int64_t, int, T*);                        \
-  template void hadamard<T>(Context&, const std::vector<const T*>&, int, T*);              \
-  template bool solve_normal<T>(Context&, T*, std::int64_t, const T*, int);                \
-  template void column_norms<T>(Context&, const T*, std::int64_t, int, NormKind, double*); \
-  template void scale_columns<T>(Context&, T*, std::int64_t, int, const double*);          \
+// ---- wide products of a TTMc output (Tucker) ----
+//
+// Y (rows x C, row-major) is, to cuBLAS, the column-major C x rows matrix Y' (ld C);
+// double row-major operands likewise. Float rows are widened to double a chunk at a time
+// in ctx.scratch (kWideChunkBytes), so every product is a DGEMM accumulating in double.
+
+namespace {
+constexpr std::size_t kWideChunkBytes = std::size_t(64) << 20;
+/// Largest k of one DGEMM call (cuBLAS dimensions are int).
+constexpr std::int64_t kMaxGemmRows = std::int64_t(1) << 30;
+
+/// Calls f(rows_as_double, first_row, nrows) on consecutive row chunks of Y.
+template <typename T, typename F>
+void for_wide_chunks(Context& ctx, const T* Y, std::int64_t rows, std::int64_t C, F&& f) {
+  std::int64_t chunk = kMaxGemmRows;
+  if constexpr (!std::is_same_v<T, double>)
+    chunk = std::max<std::int64_t>(
+        1, static_cast<std::int64_t>(kWideChunkBytes / (static_cast<std::size_t>(C) * 8)));
+  for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const std::int64_t nr = std::min(chunk, rows - r0);
+    if constexpr (std::is_same_v<T, double>) {
+      f(Y + r0 * C, r0, nr);
+    } else {
+      ctx.scratch.reserve(static_cast<std::size_t>(nr * C) * sizeof(double));
+      auto* wide = static_cast<double*>(ctx.scratch.get());
+      convert(ctx, Y + r0 * C, nr * C, wide);
+      f(static_cast<const double*>(wide), r0, nr);
+    }
+  }
+}
+}  // namespace
+
+template <typename T>
+void wide_gram(Context& ctx, const T* Y, std::int64_t rows, std::int64_t C, double* S) {
+  TESSERA_EXPECTS(rows >= 0 && C >= 1 && C <= std::numeric_limits<int>::max(),
+                  "wide_gram: rows = " << rows << ", C = " << C);
+  TESSERA_CUDA_CHECK(
+      cudaMemsetAsync(S, 0, static_cast<std::size_t>(C * C) * sizeof(double), ctx.stream));
+  const int c = static_cast<int>(C);
+  const double one = 1.0;
+  for_wide_chunks(ctx, Y, rows, C, [&](const double* y, std::int64_t, std::int64_t nr) {
+    TESSERA_CUBLAS_CHECK(cublasDgemm(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_T, c, c,
+                                     static_cast<int>(nr), &one, y, c, y, c, &one, S, c));
+  });
+}
+
+template <typename T>
+void wide_times(Context& ctx, const T* Y, std::int64_t rows, std::int64_t C, const double* W, int R,
+                double* Z) {
+  TESSERA_EXPECTS(rows >= 0 && R >= 1 && C >= 1 && C <= std::numeric_limits<int>::max(),
+                  "wide_times: rows = " << rows << ", C = " << C << ", R = " << R);
+  const int c = static_cast<int>(C);
+  const double one = 1.0, zero = 0.0;
+  for_wide_chunks(ctx, Y, rows, C, [&](const double* y, std::int64_t r0, std::int64_t nr) {
+    TESSERA_CUBLAS_CHECK(cublasDgemm(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, R, static_cast<int>(nr),
+                                     c, &one, W, R, y, c, &zero, Z + r0 * R, R));
+  });
+}
+
+template <typename T>
+void wide_times_t(Context& ctx, const T* Y, std::int64_t rows, std::int64_t C, const double* P,
+                  int R, double* B) {
+  TESSERA_EXPECTS(rows >= 0 && R >= 1 && C >= 1 && C <= std::numeric_limits<int>::max(),
+                  "wide_times_t: rows = " << rows << ", C = " << C << ", R = " << R);
+  TESSERA_CUDA_CHECK(
+      cudaMemsetAsync(B, 0, static_cast<std::size_t>(C) * R * sizeof(double), ctx.stream));
+  const int c = static_cast<int>(C);
+  const double one = 1.0;
+  for_wide_chunks(ctx, Y, rows, C, [&](const double* y, std::int64_t r0, std::int64_t nr) {
+    TESSERA_CUBLAS_CHECK(cublasDgemm(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_T, R, c,
+                                     static_cast<int>(nr), &one, P + r0 * R, R, y, c, &one, B, R));
+  });
+}
+
+namespace {
+/// V (n x k row-major) column j = column (m - 1 - j) of A (column-major, lda n): the
+/// eigenvectors of the k largest of m ascending eigenvalues, in descending order.
+__global__ void top_vectors_kernel(const double* __restrict__ A, int n, int k, int m,
+                                   double* __restrict__ V) {
+  const std::int64_t total = static_cast<std::int64_t>(n) * k;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e / k, j = e % k;
+    V[e] = A[(m - 1 - j) * static_cast<std::int64_t>(n) + i];
+  }
+}
+}  // namespace
+
+void symmetric_eig_top(Context& ctx, double* S, int n, int k, double* w_host, double* V) {
+  TESSERA_EXPECTS(n >= 1 && k >= 1 && k <= n, "symmetric_eig_top: n " << n << ", k " << k);
+  const int il = n - k + 1, iu = n;
+  int meig = 0, lwork = 0;
+  TESSERA_CUSOLVER_CHECK(cusolverDnDsyevdx_bufferSize(
+      ctx.cusolver, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, n, S, n,
+      0.0, 0.0, il, iu, &meig, nullptr, &lwork));
+  Arena a;
+  const std::size_t o_w = a.add<double>(static_cast<std::size_t>(n));
+  const std::size_t o_work = a.add<double>(static_cast<std::size_t>(std::max(lwork, 1)));
+  const std::size_t o_info = a.add<int>(1);
+  ctx.scratch.reserve(a.total());
+  double* w = Arena::at<double>(ctx.scratch.get(), o_w);
+  double* work = Arena::at<double>(ctx.scratch.get(), o_work);
+  int* info = Arena::at<int>(ctx.scratch.get(), o_info);
+  TESSERA_CUSOLVER_CHECK(cusolverDnDsyevdx(ctx.cusolver, CUSOLVER_EIG_MODE_VECTOR,
+                                           CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, n, S, n,
+                                           0.0, 0.0, il, iu, &meig, w, work, lwork, info));
+  top_vectors_kernel<<<grid_for(static_cast<std::int64_t>(n) * k), kBlock, 0, ctx.stream>>>(
+      S, n, k, meig, V);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  int host_info = 0;
+  std::vector<double> wh(static_cast<std::size_t>(n));
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(&host_info, info, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(wh.data(), w, static_cast<std::size_t>(n) * sizeof(double),
+                                     cudaMemcpyDeviceToHost, ctx.stream));
+  ctx.sync();
+  TESSERA_EXPECTS(host_info == 0 && meig == k, "cusolverDnDsyevdx failed (info "
+                                                   << host_info << ", " << meig << " of " << k
+                                                   << " eigenpairs)");
+  for (int j = 0; j < k; ++j) w_host[j] = wh[static_cast<std::size_t>(meig - 1 - j)];
+}
+
+namespace {
+template <typename T>
+__global__ void sum_rows_kernel(const T* __restrict__ src, const std::int64_t* __restrict__ ptr,
+                                const std::int64_t* __restrict__ row, std::int64_t rows,
+                                std::int64_t C, T* __restrict__ dst) {
+  const std::int64_t n = rows * C;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += stride) {
+    const std::int64_t j = e / C, c = e % C;
+    T acc = src[row[ptr[j]] * C + c];
+    for (std::int64_t q = ptr[j] + 1; q < ptr[j + 1]; ++q) acc += src[row[q] * C + c];
+    dst[e] = acc;
+  }
+}
+}  // namespace
+
+template <typename T>
+void sum_rows(Context& ctx, const T* src, const std::vector<std::int64_t>& ptr,
+              const std::vector<std::int64_t>& row, std::int64_t C, T* dst) {
+  const auto rows = static_cast<std::int64_t>(ptr.empty() ? 0 : ptr.size() - 1);
+  if (rows == 0 || C == 0) return;
+  Arena a;
+  const std::size_t o_ptr = a.add<std::int64_t>(ptr.size());
+  const std::size_t o_row = a.add<std::int64_t>(std::max<std::size_t>(row.size(), 1));
+  ctx.scratch.reserve(a.total());
+  auto* dptr = Arena::at<std::int64_t>(ctx.scratch.get(), o_ptr);
+  auto* drow = Arena::at<std::int64_t>(ctx.scratch.get(), o_row);
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(dptr, ptr.data(), ptr.size() * sizeof(std::int64_t),
+                                     cudaMemcpyHostToDevice, ctx.stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(drow, row.data(), row.size() * sizeof(std::int64_t),
+                                     cudaMemcpyHostToDevice, ctx.stream));
+  sum_rows_kernel<T><<<grid_for(rows * C), kBlock, 0, ctx.stream>>>(src, dptr, drow, rows, C, dst);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  // The index arrays are pageable host memory: the copies must finish before they may go.
+  ctx.sync();
+}
+
+std::size_t wide_scratch_bytes(std::int64_t C, std::size_t value_size) {
+  if (value_size == sizeof(double)) return 0;
+  const std::int64_t chunk = std::max<std::int64_t>(
+      1, static_cast<std::int64_t>(kWideChunkBytes / (static_cast<std::size_t>(C) * 8)));
+  return static_cast<std::size_t>(chunk * C) * sizeof(double);
+}
+
+#define TESSERA_CUDA_DENSE_INSTANTIATE(T)                                                         \
+  template void wide_gram<T>(Context&, const T*, std::int64_t, std::int64_t, double*);            \
+  template void sum_rows<T>(Context&, const T*, const std::vector<std::int64_t>&,                 \
+                            const std::vector<std::int64_t>&, std::int64_t, T*);                  \
+  template void wide_times<T>(Context&, const T*, std::int64_t, std::int64_t, const double*, int, \
+                              double*);                                                           \
+  template void wide_times_t<T>(Context&, const T*, std::int64_t, std::int64_t, const double*,    \
+                                int, double*);                                                    \
+  template void fill<T>(Context&, T*, std::size_t, T);                                            \
+  template void gram<T>(Context&, const T*, std::int64_t, int, T*);                               \
+  template void hadamard<T>(Context&, const std::vector<const T*>&, int, T*);                     \
+  template bool solve_normal<T>(Context&, T*, std::int64_t, const T*, int);                       \
+  template void column_norms<T>(Context&, const T*, std::int64_t, int, NormKind, double*);        \
+  template void scale_columns<T>(Context&, T*, std::int64_t, int, const double*);                 \
   template void column_dots<T>(Context&, const T*, const T*, std::int64_t, int, double*);
 
 TESSERA_CUDA_DENSE_INSTANTIATE(float)

@@ -267,6 +267,45 @@ template <typename T>
 void mttkrp(Context& ctx, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
             int R, T* out);
 
+/// Backend::ttmc_rows / ttmc_scratch_bytes / ttmc (kernel: ttmc.cu). The handle keeps the
+/// row map of each mode after its first use.
+template <typename T>
+std::vector<index_t> ttmc_rows(Context& ctx, const TensorHandle<T>& x, int mode);
+template <typename T>
+std::size_t ttmc_scratch_bytes(Context& ctx, const TensorHandle<T>& x, int mode,
+                               const std::vector<int>& ranks);
+template <typename T>
+void ttmc(Context& ctx, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+          const std::vector<int>& ranks, T* out);
+
+/// Backend::wide_gram / wide_times / wide_times_t: cuBLAS DGEMM (float rows widened to
+/// double per chunk in ctx.scratch).
+template <typename T>
+void wide_gram(Context& ctx, const T* Y, std::int64_t rows, std::int64_t C, double* S);
+template <typename T>
+void wide_times(Context& ctx, const T* Y, std::int64_t rows, std::int64_t C, const double* W, int R,
+                double* Z);
+template <typename T>
+void wide_times_t(Context& ctx, const T* Y, std::int64_t rows, std::int64_t C, const double* P,
+                  int R, double* B);
+/// Backend::symmetric_eig_top: cuSOLVER dsyevdx (range I) on the device; waits for it.
+void symmetric_eig_top(Context& ctx, double* S, int n, int k, double* w_host, double* V);
+/// Backend::sum_rows (index arrays copied to ctx.scratch; waits for the copies).
+template <typename T>
+void sum_rows(Context& ctx, const T* src, const std::vector<std::int64_t>& ptr,
+              const std::vector<std::int64_t>& row, std::int64_t C, T* dst);
+/// Scratch bytes of the wide products for C columns of value_size-byte values.
+std::size_t wide_scratch_bytes(std::int64_t C, std::size_t value_size);
+
+/// Backend::contract_plan / Backend::contract (sptc.cu): sort-based SpTC on the device;
+/// keys over 64 bits fall back to the cpu implementation (logged). The plan refers to ctx,
+/// x and y, which must outlive it.
+template <typename T>
+std::unique_ptr<ContractPlan<T>> plan_contract(Context& ctx, const SparseTensor<T>& x,
+                                               const SparseTensor<T>& y, const ContractSpec& spec);
+template <typename T>
+SparseTensor<T> contract(Context& ctx, ContractPlan<T>& plan, ContractStats* stats);
+
 template <typename T>
 void fill(Context& ctx, T* dst, std::size_t n, T value);
 template <typename T>

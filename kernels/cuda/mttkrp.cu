@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -45,7 +46,9 @@
 
 #include "kernels/cuda/detail.cuh"
 #include "kernels/cuda/host_sort.hpp"
+#include "kernels/cuda/ttmc.cuh"
 #include "kernels/mttkrp.hpp"
+#include "kernels/ttmc.hpp"
 #include "tensor/synthetic.hpp"
 
 namespace tessera::kernels::cuda {
@@ -141,9 +144,12 @@ enum class Layout {
 };
 inline const char* layout_name(Layout l) {
   switch (l) {
-    case Layout::plain: return "plain";
-    case Layout::smem: return "smem";
-    case Layout::l2: return "l2";
+    case Layout::plain:
+      return "plain";
+    case Layout::smem:
+      return "smem";
+    case Layout::l2:
+      return "l2";
   }
   return "?";
 }
@@ -187,6 +193,14 @@ struct ModePlan {
   std::string why;           ///< one clause for describe()
 };
 
+/// TTMc output rows of one mode: the distinct indices present (host, ascending) and, on
+/// the device, the output row of every index (built on first use, kept by the handle).
+struct TtmcRowMap {
+  bool ready = false;
+  std::vector<index_t> rows;
+  DeviceMemory pos;  ///< dims[mode] uint32
+};
+
 template <typename T>
 class CudaTensorHandle final : public TensorHandle<T> {
  public:
@@ -200,6 +214,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
     if (recorded_events_ > 0) TESSERA_CUDA_CHECK_NOTHROW(cudaEventSynchronize(end_event()));
     streamed_.reset();
     copies_.clear();
+    ttmc_maps_.clear();
     events_.clear();
   }
 
@@ -297,6 +312,8 @@ class CudaTensorHandle final : public TensorHandle<T> {
   ModePlan& plan(int mode) { return plans_[static_cast<std::size_t>(mode)]; }
   void set_plans(std::vector<ModePlan> p) { plans_ = std::move(p); }
   double value_norm_squared() const override;
+  /// The TTMc row map of `mode` (built on the first call, on ctx's stream).
+  const TtmcRowMap& ttmc_map(Context& ctx, int mode) const;
 
   // ---- tier 2 ----
   void make_streamed(std::unique_ptr<StreamedStore<T>> s, cudaStream_t compute_stream) {
@@ -362,6 +379,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
   std::string how_sorted_;                      ///< tier 1: device or host sort, time
   std::unique_ptr<StreamedStore<T>> streamed_;  ///< tier 2
   cudaStream_t compute_stream_ = nullptr;
+  mutable std::vector<TtmcRowMap> ttmc_maps_;  ///< per mode, built by ttmc_map
 
   mutable EventPool events_;
   mutable std::size_t recorded_events_ = 0;
@@ -464,10 +482,10 @@ __device__ __forceinline__ void write_pack(T* out, index_t row, int R, int col, 
 /// L2 evict-last hint), or the shared-memory tile of the smem kernel.
 template <typename T>
 struct RowSource {
-  const T* tile = nullptr;            ///< smem: the tile, 32 columns per row
-  const std::uint32_t* lo = nullptr;  ///< smem: first global row of each mode's range
-  const std::uint32_t* off = nullptr; ///< smem: first tile row of each mode's range
-  int hot_mode = -1;                  ///< global: the mode read with the hint
+  const T* tile = nullptr;             ///< smem: the tile, 32 columns per row
+  const std::uint32_t* lo = nullptr;   ///< smem: first global row of each mode's range
+  const std::uint32_t* off = nullptr;  ///< smem: first tile row of each mode's range
+  int hot_mode = -1;                   ///< global: the mode read with the hint
   std::uint64_t pol = 0;
 };
 
@@ -478,8 +496,8 @@ struct RowSource {
 /// always with kAllShared, else the group's first and last rows.
 template <typename T, int V, bool kSmem, bool kAllShared>
 __device__ __forceinline__ void group_pass(const MttkrpParams<T>& p, const RowSource<T>& src,
-                                           std::int64_t begin, std::int64_t len,
-                                           std::int64_t steps, int c0, int gl) {
+                                           std::int64_t begin, std::int64_t len, std::int64_t steps,
+                                           int c0, int gl) {
   constexpr int G = kWarp / V;
   const int col = c0 + gl * V;
   const bool col_ok = col < p.R;  // R % V == 0 when V > 1: the whole pack or nothing
@@ -697,7 +715,9 @@ __global__ void __launch_bounds__(kSmemWarps* kWarp, 1)
   const std::int64_t begin = it.begin + n * part / kParts;
   const std::int64_t len = it.begin + n * (part + 1) / kParts - begin;
   const std::int64_t steps =
-      (static_cast<std::int64_t>(__reduce_max_sync(kFullMask, static_cast<unsigned>(len))) + G - 1) / G;
+      (static_cast<std::int64_t>(__reduce_max_sync(kFullMask, static_cast<unsigned>(len))) + G -
+       1) /
+      G;
   RowSource<T> src;
   src.tile = tile;
   src.lo = s_lo;
@@ -820,7 +840,8 @@ double CudaTensorHandle<T>::value_norm_squared() const {
       const auto cnt = static_cast<std::size_t>(s.chunk_count(k));
       const auto* v = reinterpret_cast<const T*>(s.host[0].get() + s.chunk_offset(k) +
                                                  values_offset(order(), cnt));
-      for (std::size_t j = 0; j < cnt; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
+      for (std::size_t j = 0; j < cnt; ++j)
+        sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
     }
     return sum;
   }
@@ -1034,13 +1055,13 @@ int index_bits(std::uint64_t dim) {
 /// The sort key of mode n: (block, i_n, i_s) packed as block << (bits(n) + shift) |
 /// i_n << shift | i_s, where the block term exists for the blocked layouts only.
 struct ModeKey {
-  int primary = -1;    ///< mode n, or -1 when it has no bits
-  int secondary = -1;  ///< mode s, or -1 when it has no bits (or N == 1, or no room)
-  int shift = 0;       ///< bits of the secondary
-  int block_shift = 0; ///< bits of primary and secondary
-  int block_bits = 0;  ///< bits of the block number (0: plain layout)
+  int primary = -1;     ///< mode n, or -1 when it has no bits
+  int secondary = -1;   ///< mode s, or -1 when it has no bits (or N == 1, or no room)
+  int shift = 0;        ///< bits of the secondary
+  int block_shift = 0;  ///< bits of primary and secondary
+  int block_bits = 0;   ///< bits of the block number (0: plain layout)
   BlockSpec block;
-  int end_bit = 0;     ///< bits of the whole key
+  int end_bit = 0;  ///< bits of the whole key
   bool wide() const { return end_bit > 32; }
 };
 
@@ -1120,7 +1141,8 @@ struct DeviceLimits {
 
 DeviceLimits device_limits(int device) {
   int smem = 0, l2 = 0, sms = 0;
-  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  TESSERA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return {static_cast<std::size_t>(smem), static_cast<std::size_t>(l2), std::max(sms, 1)};
@@ -1142,10 +1164,9 @@ struct LayoutOverride {
 LayoutOverride layout_override() {
   LayoutOverride o;
   if (const char* e = std::getenv("TESSERA_CUDA_LAYOUT"); e != nullptr && *e != '\0') o.layout = e;
-  TESSERA_INPUT_CHECK(o.layout == "auto" || o.layout == "plain" || o.layout == "smem" ||
-                          o.layout == "l2",
-                      "TESSERA_CUDA_LAYOUT must be auto, plain, smem or l2 (got '" << o.layout
-                                                                                    << "')");
+  TESSERA_INPUT_CHECK(
+      o.layout == "auto" || o.layout == "plain" || o.layout == "smem" || o.layout == "l2",
+      "TESSERA_CUDA_LAYOUT must be auto, plain, smem or l2 (got '" << o.layout << "')");
   if (const char* e = std::getenv("TESSERA_CUDA_BLOCK_ROWS"); e != nullptr && *e != '\0') {
     char* endp = nullptr;
     const unsigned long long v = std::strtoull(e, &endp, 10);
@@ -1190,13 +1211,15 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
       p.spec.nblk[s] = static_cast<std::uint32_t>((d + p.spec.rows[s] - 1) / p.spec.rows[s]);
       p.blocks *= p.spec.nblk[s];
     }
-    p.expected_run = expected_run(static_cast<double>(nnz) / static_cast<double>(p.blocks), out_dim);
+    p.expected_run =
+        expected_run(static_cast<double>(nnz) / static_cast<double>(p.blocks), out_dim);
   };
   const bool force_smem = ov.layout == "smem", force_l2 = ov.layout == "l2";
 
   // smem: all input modes blocked; rows shared out by water-filling (short modes whole).
   if (!force_l2) {
-    const std::uint64_t cap_hw = lim.smem_per_block > 1024 ? (lim.smem_per_block - 1024) / row_bytes : 0;
+    const std::uint64_t cap_hw =
+        lim.smem_per_block > 1024 ? (lim.smem_per_block - 1024) / row_bytes : 0;
     const std::uint64_t cap = ov.block_rows > 0 ? std::min(cap_hw, ov.block_rows) : cap_hw;
     if (cap >= inputs.size() && inputs.size() <= static_cast<std::size_t>(kMaxOrder)) {
       ModePlan p;
@@ -1207,7 +1230,8 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
       std::size_t left = inputs.size();
       for (int m : inputs) {  // shortest first
         const std::uint64_t share = remaining / left;
-        const std::uint64_t r = std::max<std::uint64_t>(1, std::min(dims[static_cast<std::size_t>(m)], share));
+        const std::uint64_t r =
+            std::max<std::uint64_t>(1, std::min(dims[static_cast<std::size_t>(m)], share));
         rows_of[static_cast<std::size_t>(m)] = static_cast<std::uint32_t>(r);
         remaining -= std::min(remaining, r);
         --left;
@@ -1262,15 +1286,16 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
   p.layout = Layout::l2;
   p.spec.nin = 1;
   p.spec.in_mode[0] = hot;
-  p.spec.rows[0] = static_cast<std::uint32_t>(std::min<std::uint64_t>(budget_rows, dims[static_cast<std::size_t>(hot)]));
+  p.spec.rows[0] = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(budget_rows, dims[static_cast<std::size_t>(hot)]));
   p.hint_mode = ov.l2_hint ? hot : -1;
   finish(p);
   const bool fits = index_bits(p.blocks) + bn <= 64;
   if (fits && (force_l2 || p.expected_run >= 4.0)) {
     std::ostringstream os;
     os.precision(3);
-    os << "mode " << hot << " in " << p.blocks << " blocks of " << p.spec.rows[0]
-       << " rows, ~" << p.expected_run << " nonzeros per output row and block";
+    os << "mode " << hot << " in " << p.blocks << " blocks of " << p.spec.rows[0] << " rows, ~"
+       << p.expected_run << " nonzeros per output row and block";
     p.why = os.str();
     return p;
   }
@@ -1298,8 +1323,8 @@ void build_work_items(Context& ctx, const index_t* idx, std::int64_t n, int sms,
   mark_block_starts<<<grid_for(n), kBlock, 0, ctx.stream>>>(plan.spec, idx, n, st);
   TESSERA_CUDA_CHECK_LAUNCH();
   std::vector<std::int64_t> host(static_cast<std::size_t>(plan.blocks));
-  TESSERA_CUDA_CHECK(cudaMemcpyAsync(host.data(), st, starts.bytes(), cudaMemcpyDeviceToHost,
-                                     ctx.stream));
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(host.data(), st, starts.bytes(), cudaMemcpyDeviceToHost, ctx.stream));
   ctx.sync();
   // Smaller items on small tensors, so every SM gets work, but not below a few tiles.
   const std::int64_t target = std::clamp<std::int64_t>(
@@ -1313,7 +1338,8 @@ void build_work_items(Context& ctx, const index_t* idx, std::int64_t n, int sms,
     const std::int64_t len = end - prev_start;
     const std::int64_t parts = (len + target - 1) / target;
     for (std::int64_t q = 0; q < parts; ++q)
-      items.push_back({prev_start + len * q / parts, prev_start + len * (q + 1) / parts, prev_block});
+      items.push_back(
+          {prev_start + len * q / parts, prev_start + len * (q + 1) / parts, prev_block});
   };
   for (std::uint64_t b = 0; b < plan.blocks; ++b) {
     const std::int64_t s0 = host[static_cast<std::size_t>(b)];
@@ -1727,6 +1753,74 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
   return out;
 }
 
+/// Zeroes `out` (out_bytes) and calls launch(idx, vals, cnt, resident) over the copy sorted by
+/// `mode`: once over the resident copy (tier 1, resident = true) or once per chunk streamed
+/// through the device buffers (tier 2), recording the handle's timing events.
+///
+/// Tier 2: chunk k is copied into buffer k % 2 on the copy stream while the kernel of
+/// chunk k - 1 runs on the backend's stream. Events (also the timing points, see
+/// CudaTensorHandle) order the two: the kernel of chunk k waits for "copy k done"; the
+/// copy of chunk k waits for "kernel k - 2 done", the last reader of its buffer. The
+/// copy stream first waits for the start of this call on the backend's stream, which
+/// follows the kernels of earlier calls (the previous readers of both buffers). Each
+/// chunk is a contiguous range of the copy sorted by `mode`, so the tile kernels' plain
+/// stores (rows whose whole run lies inside one tile) stay exclusive, and rows cut by a
+/// chunk boundary are the first/last rows of tiles, added with atomics.
+template <typename T, typename Launch>
+void over_copy(Context& ctx, const CudaTensorHandle<T>& h, int mode, void* out,
+               std::size_t out_bytes, Launch&& launch) {
+  const CudaTensorHandle<T>* x = &h;
+  const int N = x->order();
+  const auto* st = x->streamed();
+  const nnz_t nnz = x->nnz();
+  const int chunks = (st != nullptr && nnz > 0) ? st->chunks : 0;
+  x->begin_timing(chunks);
+  TESSERA_CUDA_CHECK(cudaEventRecord(x->event(0), ctx.stream));
+  if (out_bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, ctx.stream));
+  const index_t* idx[kMaxOrder] = {};
+
+  if (chunks == 0) {  // tier 1 (or no nonzeros): one launch over the resident copy
+    if (nnz > 0) {
+      for (int m = 0; m < N; ++m) idx[m] = x->idx(mode, m);
+      launch(static_cast<const index_t* const*>(idx), x->vals(mode), nnz, true);
+    }
+    TESSERA_CUDA_CHECK(cudaEventRecord(x->event(1), ctx.stream));
+    x->end_timing(2, 0);
+    return;
+  }
+
+  const cudaStream_t cs = st->copy_stream;
+  const char* host = st->host[static_cast<std::size_t>(mode)].get();
+  auto ev = [&](int k, int which) {
+    return x->event(1 + 4 * static_cast<std::size_t>(k) + static_cast<std::size_t>(which));
+  };
+  enum { kCopyBegin = 0, kCopyEnd = 1, kComputeBegin = 2, kComputeEnd = 3 };
+  auto enqueue_copy = [&](int k) {
+    if (k >= 2) TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cs, ev(k - 2, kComputeEnd), 0));
+    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kCopyBegin), cs));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(st->buffer[k % 2].get(), host + st->chunk_offset(k),
+                                       st->chunk_bytes(k), cudaMemcpyHostToDevice, cs));
+    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kCopyEnd), cs));
+  };
+  TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cs, x->event(0), 0));
+  enqueue_copy(0);
+  for (int k = 0; k < chunks; ++k) {
+    if (k + 1 < chunks) enqueue_copy(k + 1);
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, ev(k, kCopyEnd), 0));
+    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kComputeBegin), ctx.stream));
+    const nnz_t cnt = st->chunk_count(k);
+    auto* base = static_cast<char*>(st->buffer[k % 2].get());
+    for (int m = 0; m < N; ++m)
+      idx[m] = reinterpret_cast<const index_t*>(base) +
+               static_cast<std::size_t>(m) * static_cast<std::size_t>(cnt);
+    launch(static_cast<const index_t* const*>(idx),
+           reinterpret_cast<const T*>(base + values_offset(N, static_cast<std::size_t>(cnt))), cnt,
+           false);
+    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kComputeEnd), ctx.stream));
+  }
+  x->end_timing(1 + 4 * static_cast<std::size_t>(chunks), chunks);
+}
+
 template <typename T>
 void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector<const T*>& factors,
             int R, T* out) {
@@ -1752,73 +1846,178 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
   p.mode = mode;
   p.R = R;
 
-  const nnz_t nnz = x->nnz();
-  const int chunks = (st != nullptr && nnz > 0) ? st->chunks : 0;
-  x->begin_timing(chunks);
-  TESSERA_CUDA_CHECK(cudaEventRecord(x->event(0), ctx.stream));
-  const std::size_t out_elems =
-      static_cast<std::size_t>(x->dims()[mode]) * static_cast<std::size_t>(R);
-  if (out_elems > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(out, 0, out_elems * sizeof(T), ctx.stream));
+  const std::size_t out_bytes =
+      static_cast<std::size_t>(x->dims()[mode]) * static_cast<std::size_t>(R) * sizeof(T);
+  over_copy(ctx, *x, mode, out, out_bytes,
+            [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool resident) {
+              for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
+              p.vals = vals;
+              p.nnz = cnt;
+              const ModePlan& plan = x->plan(mode);
+              if (resident && plan.layout == Layout::smem) {
+                launch_smem(ctx.stream, p, plan, x->dims());
+              } else if (resident && plan.layout == Layout::l2) {
+                p.hot_mode = plan.hint_mode;
+                launch_tiles<T, true>(ctx.stream, p);
+              } else {
+                launch_tiles<T, false>(ctx.stream, p);
+              }
+            });
+}
 
-  if (chunks == 0) {  // tier 1 (or no nonzeros): one launch over the resident copy
-    if (nnz > 0) {
-      for (int m = 0; m < N; ++m) p.idx[m] = x->idx(mode, m);
-      p.vals = x->vals(mode);
-      p.nnz = nnz;
-      const ModePlan& plan = x->plan(mode);
-      if (plan.layout == Layout::smem) {
-        launch_smem(ctx.stream, p, plan, x->dims());
-      } else if (plan.layout == Layout::l2) {
-        p.hot_mode = plan.hint_mode;
-        launch_tiles<T, true>(ctx.stream, p);
-      } else {
-        launch_tiles<T, false>(ctx.stream, p);
-      }
+// ---------------------------------------------------------------------------
+// TTMc (kernel in ttmc.cu)
+// ---------------------------------------------------------------------------
+
+/// Flags of the indices present: flags[rows[k]] = 1.
+__global__ void mark_rows_u32(const index_t* __restrict__ rows, std::int64_t n,
+                              std::uint32_t* flags) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride)
+    flags[rows[k]] = 1;
+}
+
+/// rows[pos[i]] = i for the flagged indices i.
+__global__ void compact_rows(const std::uint32_t* __restrict__ flags,
+                             const std::uint32_t* __restrict__ pos, std::int64_t n, index_t* rows) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    if (flags[i]) rows[pos[i]] = static_cast<index_t>(i);
+}
+
+template <typename T>
+const TtmcRowMap& CudaTensorHandle<T>::ttmc_map(Context& ctx, int mode) const {
+  TESSERA_EXPECTS(mode >= 0 && mode < order(),
+                  "mode " << mode << " of an order-" << order() << " tensor");
+  if (ttmc_maps_.size() != dims_.size()) ttmc_maps_.resize(dims_.size());
+  TtmcRowMap& m = ttmc_maps_[static_cast<std::size_t>(mode)];
+  if (m.ready) return m;
+  const auto dim = static_cast<std::int64_t>(dims_[static_cast<std::size_t>(mode)]);
+  TESSERA_EXPECTS(dim < (std::int64_t(1) << 32), "mode " << mode << " has " << dim << " indices");
+  m.rows.clear();
+  m.pos = DeviceMemory(static_cast<std::size_t>(std::max<std::int64_t>(dim, 1)) *
+                       sizeof(std::uint32_t));
+  if (nnz_ > 0 && streamed_) {
+    // Tier 2: the copy sorted by `mode` is in pinned host memory, rows ascending.
+    const auto& s = *streamed_;
+    for (int k = 0; k < s.chunks; ++k) {
+      const auto cnt = static_cast<std::size_t>(s.chunk_count(k));
+      const auto* r = reinterpret_cast<const index_t*>(
+                          s.host[static_cast<std::size_t>(mode)].get() + s.chunk_offset(k)) +
+                      static_cast<std::size_t>(mode) * cnt;
+      for (std::size_t j = 0; j < cnt; ++j)
+        if (m.rows.empty() || m.rows.back() != r[j]) m.rows.push_back(r[j]);
     }
-    TESSERA_CUDA_CHECK(cudaEventRecord(x->event(1), ctx.stream));
-    x->end_timing(2, 0);
-    return;
+    std::vector<std::uint32_t> pos(static_cast<std::size_t>(dim), 0);
+    for (std::size_t j = 0; j < m.rows.size(); ++j) pos[m.rows[j]] = static_cast<std::uint32_t>(j);
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.pos.get(), pos.data(), pos.size() * sizeof(std::uint32_t),
+                                       cudaMemcpyHostToDevice, ctx.stream));
+    ctx.sync();
+  } else if (nnz_ > 0) {
+    // Tier 1: flag the indices of the copy sorted by `mode`, exclusive scan -> positions.
+    const auto n64 = static_cast<std::int64_t>(nnz_);
+    DeviceMemory flags(static_cast<std::size_t>(dim) * sizeof(std::uint32_t));
+    auto* f = static_cast<std::uint32_t*>(flags.get());
+    auto* pos = static_cast<std::uint32_t*>(m.pos.get());
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(f, 0, flags.bytes(), ctx.stream));
+    mark_rows_u32<<<grid_for(n64, 4096), kBlock, 0, ctx.stream>>>(idx(mode, mode), n64, f);
+    TESSERA_CUDA_CHECK_LAUNCH();
+    std::size_t tmp_bytes = 0;
+    TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, tmp_bytes, f, pos,
+                                                     static_cast<int>(dim), ctx.stream));
+    DeviceMemory tmp(std::max<std::size_t>(tmp_bytes, 1));
+    TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp.get(), tmp_bytes, f, pos,
+                                                     static_cast<int>(dim), ctx.stream));
+    std::uint32_t last_pos = 0, last_flag = 0;
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(&last_pos, pos + dim - 1, sizeof(std::uint32_t),
+                                       cudaMemcpyDeviceToHost, ctx.stream));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(&last_flag, f + dim - 1, sizeof(std::uint32_t),
+                                       cudaMemcpyDeviceToHost, ctx.stream));
+    ctx.sync();
+    const std::size_t count = static_cast<std::size_t>(last_pos) + last_flag;
+    DeviceMemory rows_dev(std::max<std::size_t>(count, 1) * sizeof(index_t));
+    compact_rows<<<grid_for(dim, 4096), kBlock, 0, ctx.stream>>>(
+        f, pos, dim, static_cast<index_t*>(rows_dev.get()));
+    TESSERA_CUDA_CHECK_LAUNCH();
+    m.rows.resize(count);
+    if (count > 0)
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.rows.data(), rows_dev.get(), count * sizeof(index_t),
+                                         cudaMemcpyDeviceToHost, ctx.stream));
+    ctx.sync();
   }
+  m.ready = true;
+  return m;
+}
 
-  // Tier 2: chunk k is copied into buffer k % 2 on the copy stream while the kernel of
-  // chunk k - 1 runs on the backend's stream. Events (also the timing points, see
-  // CudaTensorHandle) order the two: the kernel of chunk k waits for "copy k done"; the
-  // copy of chunk k waits for "kernel k - 2 done", the last reader of its buffer. The
-  // copy stream first waits for the start of this mttkrp on the backend's stream, which
-  // follows the kernels of earlier calls (the previous readers of both buffers). Each
-  // chunk is a contiguous range of the copy sorted by `mode`, so the tile kernel's
-  // plain stores (rows whose whole run lies inside one tile) stay exclusive, and rows cut
-  // by a chunk boundary are the first/last rows of tiles, added with atomics.
-  const cudaStream_t cs = st->copy_stream;
-  const char* host = st->host[static_cast<std::size_t>(mode)].get();
-  auto ev = [&](int k, int which) {
-    return x->event(1 + 4 * static_cast<std::size_t>(k) + static_cast<std::size_t>(which));
-  };
-  enum { kCopyBegin = 0, kCopyEnd = 1, kComputeBegin = 2, kComputeEnd = 3 };
-  auto enqueue_copy = [&](int k) {
-    if (k >= 2) TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cs, ev(k - 2, kComputeEnd), 0));
-    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kCopyBegin), cs));
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(st->buffer[k % 2].get(), host + st->chunk_offset(k),
-                                       st->chunk_bytes(k), cudaMemcpyHostToDevice, cs));
-    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kCopyEnd), cs));
-  };
-  TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cs, x->event(0), 0));
-  enqueue_copy(0);
-  for (int k = 0; k < chunks; ++k) {
-    if (k + 1 < chunks) enqueue_copy(k + 1);
-    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, ev(k, kCopyEnd), 0));
-    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kComputeBegin), ctx.stream));
-    const nnz_t cnt = st->chunk_count(k);
-    auto* base = static_cast<char*>(st->buffer[k % 2].get());
-    for (int m = 0; m < N; ++m)
-      p.idx[m] = reinterpret_cast<const index_t*>(base) +
-                 static_cast<std::size_t>(m) * static_cast<std::size_t>(cnt);
-    p.vals = reinterpret_cast<const T*>(base + values_offset(N, static_cast<std::size_t>(cnt)));
-    p.nnz = cnt;
-    launch_tiles<T, false>(ctx.stream, p);
-    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kComputeEnd), ctx.stream));
+template <typename T>
+std::vector<index_t> ttmc_rows(Context& ctx, const TensorHandle<T>& xh, int mode) {
+  const auto* x = dynamic_cast<const CudaTensorHandle<T>*>(&xh);
+  TESSERA_EXPECTS(x != nullptr, "the tensor handle was prepared by a different backend");
+  return x->ttmc_map(ctx, mode).rows;
+}
+
+template <typename T>
+std::size_t ttmc_scratch_bytes(Context&, const TensorHandle<T>& xh, int mode,
+                               const std::vector<int>& ranks) {
+  const auto* x = dynamic_cast<const CudaTensorHandle<T>*>(&xh);
+  TESSERA_EXPECTS(x != nullptr, "the tensor handle was prepared by a different backend");
+  TESSERA_EXPECTS(mode >= 0 && mode < x->order(),
+                  "mode " << mode << " of an order-" << x->order() << " tensor");
+  (void)ttmc_output_cols(ranks, mode);  // the argument checks
+  // The row map (kept by the handle) and, while it is built, the flags and scan space.
+  const auto dim = static_cast<std::size_t>(x->dims()[static_cast<std::size_t>(mode)]);
+  return 3 * dim * sizeof(std::uint32_t) + (std::size_t(1) << 20);
+}
+
+template <typename T>
+void ttmc(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector<const T*>& factors,
+          const std::vector<int>& ranks, T* out) {
+  const auto* x = dynamic_cast<const CudaTensorHandle<T>*>(&xh);
+  TESSERA_EXPECTS(x != nullptr, "the tensor handle was prepared by a different backend");
+  const int N = x->order();
+  TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " of an order-" << N << " tensor");
+  const auto* st = x->streamed();
+  TESSERA_EXPECTS(st == nullptr || (x->compute_stream() == ctx.stream && x->device() == ctx.device),
+                  "a tier-2 tensor handle must be used with the CUDA backend that prepared it");
+  const TtmcRowMap& map = x->ttmc_map(ctx, mode);
+  const std::int64_t C = kernels::detail::ttmc_check_args(
+      N, mode, factors, ranks, static_cast<std::int64_t>(map.rows.size()), 0);
+  const std::size_t out_bytes = map.rows.size() * static_cast<std::size_t>(C) * sizeof(T);
+  TtmcParams<T> p{};
+  p.pos = static_cast<const index_t*>(map.pos.get());
+  p.out = out;
+  p.C = C;
+  p.mode = mode;
+  DeviceMemory ones;
+  if (N == 1) {
+    // Y(i, 0) = sum of the values at i (the Kronecker product of no rows is [1]): one
+    // input mode of rank 1, the mode itself, whose "factor" is all ones.
+    const auto dim = static_cast<std::size_t>(x->dims()[0]);
+    ones = DeviceMemory(std::max<std::size_t>(dim, 1) * sizeof(T));
+    fill(ctx, static_cast<T*>(ones.get()), dim, T(1));
+    p.nin = 1;
+    p.in_mode[0] = mode;
+    p.in_rank[0] = 1;
+    p.factors[mode] = static_cast<const T*>(ones.get());
+  } else {
+    for (int m = 0; m < N; ++m) {
+      if (m == mode) continue;
+      p.in_mode[p.nin] = m;
+      p.in_rank[p.nin] = ranks[static_cast<std::size_t>(m)];
+      p.factors[m] = factors[static_cast<std::size_t>(m)];
+      ++p.nin;
+    }
   }
-  x->end_timing(1 + 4 * static_cast<std::size_t>(chunks), chunks);
+  p.exclusive = st != nullptr || x->plan(mode).layout == Layout::plain;
+  over_copy(ctx, *x, mode, out, out_bytes,
+            [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool) {
+              for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
+              p.vals = vals;
+              p.nnz = static_cast<std::int64_t>(cnt);
+              launch_ttmc(ctx.stream, p);
+            });
 }
 
 template std::unique_ptr<TensorHandle<float>> prepare_tensor<float>(Context&,
@@ -1837,5 +2036,15 @@ template void mttkrp<float>(Context&, const TensorHandle<float>&, int,
                             const std::vector<const float*>&, int, float*);
 template void mttkrp<double>(Context&, const TensorHandle<double>&, int,
                              const std::vector<const double*>&, int, double*);
+template std::vector<index_t> ttmc_rows<float>(Context&, const TensorHandle<float>&, int);
+template std::vector<index_t> ttmc_rows<double>(Context&, const TensorHandle<double>&, int);
+template std::size_t ttmc_scratch_bytes<float>(Context&, const TensorHandle<float>&, int,
+                                               const std::vector<int>&);
+template std::size_t ttmc_scratch_bytes<double>(Context&, const TensorHandle<double>&, int,
+                                                const std::vector<int>&);
+template void ttmc<float>(Context&, const TensorHandle<float>&, int,
+                          const std::vector<const float*>&, const std::vector<int>&, float*);
+template void ttmc<double>(Context&, const TensorHandle<double>&, int,
+                           const std::vector<const double*>&, const std::vector<int>&, double*);
 
 }  // namespace tessera::kernels::cuda

@@ -7,6 +7,7 @@
 
 #include "kernels/factories.hpp"
 #include "kernels/mttkrp.hpp"
+#include "kernels/sptc.hpp"
 #include "kernels/ttmc.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
@@ -111,6 +112,13 @@ class ReferenceBackend final : public Backend<T> {
     const SemiSparse<T> y = reference::ttmc(c, mode, factors, ranks);
     std::copy(y.data.begin(), y.data.end(), out);
     static_cast<const ReferenceTensor<T>&>(x).record_compute(t.seconds());
+  }
+  std::unique_ptr<ContractPlan<T>> contract_plan(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                                                 const ContractSpec& spec) override {
+    return reference::plan_contract(x, y, spec);
+  }
+  SparseTensor<T> contract(ContractPlan<T>& plan, ContractStats* stats) override {
+    return reference::contract(plan, stats);
   }
   static const SparseTensor<T>& coo_of(const TensorHandle<T>& x) {
     const auto* h = dynamic_cast<const ReferenceTensor<T>*>(&x);

@@ -52,6 +52,29 @@ void check_cp_inputs(kernels::Backend<T>& be, const comm::Communicator& ctrl,
                   "ctrl and data communicators must span the same ranks");
 }
 
+/// Throws InputError unless `s` is the state of a run on a tensor of shape `dims` with
+/// rank R (decided from data every rank shares, so thrown on every rank alike).
+void check_cp_state(const CpState& s, const std::vector<std::uint64_t>& dims, int R) {
+  TESSERA_INPUT_CHECK(s.model.dims == dims, "resume: the saved factors have dims "
+                                                << format_dims(s.model.dims)
+                                                << ", the tensor has dims " << format_dims(dims));
+  TESSERA_INPUT_CHECK(
+      s.model.rank == R && static_cast<int>(s.model.lambda.size()) == R,
+      "resume: the saved model has rank " << s.model.rank << ", this run rank " << R);
+  TESSERA_INPUT_CHECK(s.model.factors.size() == dims.size(), "resume: the saved model has "
+                                                                 << s.model.factors.size()
+                                                                 << " factors for an order-"
+                                                                 << dims.size() << " tensor");
+  for (std::size_t n = 0; n < dims.size(); ++n)
+    TESSERA_INPUT_CHECK(s.model.factors[n].rows == static_cast<std::int64_t>(dims[n]) &&
+                            s.model.factors[n].cols == R &&
+                            s.model.factors[n].data.size() == dims[n] * static_cast<std::size_t>(R),
+                        "resume: the saved factor of mode " << n << " has the wrong shape");
+  TESSERA_INPUT_CHECK(
+      s.iteration >= 0 && static_cast<int>(s.fit_history.size()) == s.iteration,
+      "resume: " << s.fit_history.size() << " saved fits for " << s.iteration << " iterations");
+}
+
 /// The factor rows this rank holds and owns, per mode (collective over `data` for the
 /// layer strategy: it splits the layer communicators).
 std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool layer,
@@ -102,6 +125,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   TESSERA_EXPECTS(X.order() == N && static_cast<int>(lay.size()) == N,
                   "tensor handle of order " << X.order() << " for a distribution of order " << N);
   CpResult res;
+  if (opt.resume) check_cp_state(*opt.resume, dims, R);
 
   if (opt.print_iterations) {
     // Factor rows entering the update collectives each iteration (largest over ranks).
@@ -139,17 +163,22 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   TESSERA_INPUT_CHECK(norm_x2 > 0, "the tensor has no nonzero values: nothing to decompose");
   res.norm_x = std::sqrt(norm_x2);
 
-  // ---- factors: chunk rows held by this rank, initialised from global row ids ----
+  // ---- factors: chunk rows held by this rank, initialised from global row ids (or taken
+  // from the resumed state, saved in original index order) ----
   std::vector<kernels::Array<T>> A(static_cast<std::size_t>(N));
   std::vector<kernels::Array<T>> G(static_cast<std::size_t>(N));
   std::int64_t max_alloc = 0, max_b = 0;
   for (int n = 0; n < N; ++n) {
     const auto& L = lay[static_cast<std::size_t>(n)];
     std::vector<T> h(static_cast<std::size_t>(L.alloc * R), T(0));
-    for (std::int64_t i = 0; i < L.len; ++i)
+    for (std::int64_t i = 0; i < L.len; ++i) {
+      const std::uint64_t orig = dist.original_index(n, L.lo + static_cast<std::uint64_t>(i));
       for (int r = 0; r < R; ++r)
-        h[static_cast<std::size_t>(i * R + r)] = static_cast<T>(initial_factor_value(
-            opt.seed, n, dist.original_index(n, L.lo + static_cast<std::uint64_t>(i)), r));
+        h[static_cast<std::size_t>(i * R + r)] =
+            static_cast<T>(opt.resume ? opt.resume->model.factors[static_cast<std::size_t>(n)](
+                                            static_cast<std::int64_t>(orig), r)
+                                      : initial_factor_value(opt.seed, n, orig, r));
+    }
     A[static_cast<std::size_t>(n)] =
         be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(L.alloc, 1) * R));
     if (!h.empty()) be.upload(h.data(), h.size(), A[static_cast<std::size_t>(n)].data());
@@ -185,8 +214,53 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   double overlap_sum = 0;
   bool warned_norm = false;
   int overlap_count = 0;
+  int first_iter = 0;
+  if (opt.resume) {
+    // Continue the saved run: its lambda, fit history and previous fit.
+    const CpState& s = *opt.resume;
+    lambda = s.model.lambda;
+    first_iter = s.iteration;
+    for (int i = 0; i < s.iteration; ++i) {
+      CpIteration rec;
+      rec.iter = i + 1;
+      rec.fit = s.fit_history[static_cast<std::size_t>(i)];
+      rec.delta = rec.fit - (i > 0 ? s.fit_history[static_cast<std::size_t>(i - 1)] : 0.0);
+      res.history.push_back(rec);
+    }
+    fit_old = s.iteration > 0 ? s.fit_history.back() : 0.0;
+    res.fit = fit_old;
+    res.iterations = s.iteration;
+    res.converged = s.converged;
+  }
 
-  for (int it = 0; it < opt.max_iters; ++it) {
+  // The model, complete on every rank, rows in original index order (collective for the
+  // layer strategy: each rank contributes its owned rows).
+  auto assemble_model = [&]() {
+    KruskalModel model;
+    model.dims = dims;
+    model.rank = R;
+    model.lambda = lambda;
+    for (int n = 0; n < N; ++n) {
+      const auto& L = lay[static_cast<std::size_t>(n)];
+      Matrix<double> F(static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]), R, 0.0);
+      std::vector<T> h(static_cast<std::size_t>(L.len * R));
+      if (!h.empty()) be.download(A[static_cast<std::size_t>(n)].data(), h.size(), h.data());
+      // Rows go back to their original indices (the block may be relabelled, DESIGN §4).
+      const std::int64_t first = layer ? L.own_lo : 0;
+      const std::int64_t count = layer ? L.own_n : L.len;
+      for (std::int64_t i = first; i < first + count; ++i) {
+        const auto row =
+            static_cast<std::int64_t>(dist.original_index(n, L.lo + static_cast<std::uint64_t>(i)));
+        for (int r = 0; r < R; ++r)
+          F(row, r) = static_cast<double>(h[static_cast<std::size_t>(i * R + r)]);
+      }
+      if (layer) ctrl.allreduce(F.data.data(), F.data.size());
+      model.factors.push_back(std::move(F));
+    }
+    return model;
+  };
+
+  for (int it = first_iter; it < opt.max_iters && !res.converged; ++it) {
     Timer iter_timer;
     double t_kernel = 0, t_comm = 0, t_solve = 0;
     for (int n = 0; n < N; ++n) {
@@ -320,6 +394,14 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     }
     const bool done = it > 0 && std::abs(fit - fit_old) < opt.tol;
     fit_old = fit;
+    if (opt.on_iteration && (it + 1) % std::max(opt.state_every, 1) == 0) {
+      CpState st;
+      st.iteration = it + 1;
+      st.model = assemble_model();
+      for (const auto& h : res.history) st.fit_history.push_back(h.fit);
+      st.converged = done;
+      opt.on_iteration(st);
+    }
     if (done) {
       res.converged = true;
       break;
@@ -328,27 +410,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
 
   if (overlap_count > 0) res.stream_overlap = overlap_sum / overlap_count;
 
-  // ---- assemble the model on every rank ----
-  res.model.dims = dims;
-  res.model.rank = R;
-  res.model.lambda = lambda;
-  for (int n = 0; n < N; ++n) {
-    const auto& L = lay[static_cast<std::size_t>(n)];
-    Matrix<double> F(static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]), R, 0.0);
-    std::vector<T> h(static_cast<std::size_t>(L.len * R));
-    if (!h.empty()) be.download(A[static_cast<std::size_t>(n)].data(), h.size(), h.data());
-    // Rows go back to their original indices (the block may be relabelled, DESIGN §4).
-    const std::int64_t first = layer ? L.own_lo : 0;
-    const std::int64_t count = layer ? L.own_n : L.len;
-    for (std::int64_t i = first; i < first + count; ++i) {
-      const auto row =
-          static_cast<std::int64_t>(dist.original_index(n, L.lo + static_cast<std::uint64_t>(i)));
-      for (int r = 0; r < R; ++r)
-        F(row, r) = static_cast<double>(h[static_cast<std::size_t>(i * R + r)]);
-    }
-    if (layer) ctrl.allreduce(F.data.data(), F.data.size());
-    res.model.factors.push_back(std::move(F));
-  }
+  res.model = assemble_model();
   return res;
 }
 

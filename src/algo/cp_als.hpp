@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,20 @@ enum class CommStrategy {
 CommStrategy parse_comm_strategy(const std::string& s);
 std::string to_string(CommStrategy s);
 
+/// The state of CP-ALS after a completed iteration: everything a run needs to continue
+/// exactly as if it had not stopped (checkpoint and restart). Later iterations depend only
+/// on the normalised factors (the Gram matrices are recomputed from them), the iteration
+/// number (2-norm normalisation on the first iteration, max-norm after) and the previous
+/// fit (convergence test); lambda completes the model.
+struct CpState {
+  int iteration = 0;  ///< iterations completed
+  /// Factors in ORIGINAL index order (row i = index i of the input, whatever the rank
+  /// count, partition or relabelling), columns normalised as after that iteration; lambda.
+  KruskalModel model;
+  std::vector<double> fit_history;  ///< fit after each iteration (size == iteration)
+  bool converged = false;           ///< the last iteration met the tolerance
+};
+
 struct CpOptions {
   int rank = 16;
   int max_iters = 50;
@@ -30,6 +45,17 @@ struct CpOptions {
   bool print_iterations = true;  ///< one line per iteration on rank 0
   /// Fill CpResult::distinct_rows (a pass over the stored tensor; benchmarks want it).
   bool count_distinct_rows = false;
+  /// Continue from this state instead of the initial factors (same dims and rank; the
+  /// caller checks that the tensor is the same). Iterations resume at resume->iteration + 1
+  /// and max_iters counts all iterations, the resumed ones included: none run when
+  /// resume->iteration >= max_iters or resume->converged. The result equals that of the
+  /// uninterrupted run (bitwise on the same ranks and backend, within rounding otherwise).
+  const CpState* resume = nullptr;
+  /// Called on every rank (it is collective) after every iteration whose number is a
+  /// multiple of state_every, with the state after it. Free of I/O: the caller decides what
+  /// to do (the driver writes checkpoints on rank 0).
+  std::function<void(const CpState&)> on_iteration;
+  int state_every = 1;
 };
 
 struct CpIteration {

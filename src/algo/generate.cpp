@@ -232,4 +232,105 @@ partition::Distributed<double> generate(const GenerateOptions& o, const comm::Co
   return d;
 }
 
+// ---- streaming entries --------------------------------------------------------------------
+
+struct EntryGenerator::Impl {
+  GenerateOptions o;
+  synthetic::Spec spec;
+  Blocks blocks;
+  std::vector<std::int64_t> prefix;  // blocks: first id of component r
+  std::int64_t total = 0;
+  double sigma = 0;
+};
+
+EntryGenerator::EntryGenerator(const GenerateOptions& o) : impl_(std::make_unique<Impl>()) {
+  const int N = static_cast<int>(o.dims.size());
+  TESSERA_INPUT_CHECK(N >= 1 && N <= kMaxOrder,
+                      "generate: order must be 1.." << kMaxOrder << " (got " << N << ")");
+  for (auto d : o.dims)
+    TESSERA_INPUT_CHECK(d >= 1 && d <= (std::uint64_t(1) << 32),
+                        "generate: every dimension must be in 1..2^32");
+  TESSERA_INPUT_CHECK(o.nnz >= 1, "generate: --nnz must be at least 1");
+  TESSERA_INPUT_CHECK(o.rank >= 1, "generate: --rank must be at least 1");
+  TESSERA_INPUT_CHECK(o.noise >= 0 && std::isfinite(o.noise), "generate: --noise must be >= 0");
+  TESSERA_INPUT_CHECK(o.alpha > 0 && o.alpha < 1e300,
+                      "generate: --alpha must be > 0 (got " << o.alpha << ")");
+  Impl& m = *impl_;
+  m.o = o;
+  m.spec = to_spec(o);
+  m.total = o.nnz;
+  if (o.structure == Structure::blocks) {
+    m.blocks = make_blocks(o);
+    m.prefix.assign(1, 0);
+    for (auto k : m.blocks.count) m.prefix.push_back(m.prefix.back() + k);
+    m.total = m.prefix.back();
+  }
+  if (o.noise > 0) {
+    // RMS of the signal over ids spread evenly across [0, total).
+    const std::int64_t S = std::min<std::int64_t>(m.total, std::int64_t(1) << 20);
+    double sum2 = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sum2)
+    for (std::int64_t j = 0; j < S; ++j) {
+      const auto id = static_cast<std::int64_t>(static_cast<__int128>(m.total) * j / S);
+      index_t c[kMaxOrder];
+      index_t* p[kMaxOrder];
+      for (int n = 0; n < N; ++n) p[n] = &c[n];
+      double v = 0;
+      fill(id, 1, p, &v);
+      sum2 += v * v;
+    }
+    m.sigma = o.noise * std::sqrt(sum2 / static_cast<double>(S));
+  }
+}
+
+EntryGenerator::~EntryGenerator() = default;
+
+std::int64_t EntryGenerator::total() const {
+  return impl_->total;
+}
+
+double EntryGenerator::noise_sigma() const {
+  return impl_->sigma;
+}
+
+double EntryGenerator::noise01(std::int64_t id) const {
+  const std::uint64_t s = impl_->o.seed ^ kNoise;
+  return normal01(hash_keys(s, static_cast<std::uint64_t>(id), 3),
+                  hash_keys(s, static_cast<std::uint64_t>(id), 4));
+}
+
+void EntryGenerator::fill(std::int64_t first, std::int64_t count, index_t* const* idx,
+                          double* vals) const {
+  const Impl& m = *impl_;
+  const int N = static_cast<int>(m.o.dims.size());
+  TESSERA_EXPECTS(first >= 0 && count >= 0 && first + count <= m.total,
+                  "entries [" << first << ", " << first + count << ") of " << m.total);
+  const bool blocks = m.o.structure == Structure::blocks;
+#pragma omp parallel for schedule(static) if (count > 4096)
+  for (std::int64_t k = 0; k < count; ++k) {
+    const std::int64_t id = first + k;
+    index_t c[kMaxOrder];
+    if (blocks) {
+      const auto r = static_cast<int>(std::upper_bound(m.prefix.begin(), m.prefix.end(), id) -
+                                      m.prefix.begin() - 1);
+      std::int64_t off = id - m.prefix[static_cast<std::size_t>(r)];
+      const auto& sup = m.blocks.support[static_cast<std::size_t>(r)];
+      double v = 1;
+      for (int n = N - 1; n >= 0; --n) {
+        const auto& s = sup[static_cast<std::size_t>(n)];
+        const auto sz = static_cast<std::int64_t>(s.size());
+        c[n] = s[static_cast<std::size_t>(off % sz)];
+        off /= sz;
+        v *= synthetic::factor_value(m.spec, n, c[n], r);
+      }
+      vals[k] = v;
+    } else {
+      for (int n = 0; n < N; ++n)
+        c[n] = synthetic::coordinate(m.spec, static_cast<std::uint64_t>(id), n);
+      vals[k] = synthetic::model_value(m.spec, c);
+    }
+    for (int n = 0; n < N; ++n) idx[n][k] = c[n];
+  }
+}
+
 }  // namespace tessera::algo

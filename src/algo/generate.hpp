@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,5 +52,39 @@ struct GenerateInfo {
 /// coordinates unique). Throws InputError on bad options.
 partition::Distributed<double> generate(const GenerateOptions& opt, const comm::Communicator& c,
                                         GenerateInfo* info = nullptr);
+
+/// The generator's entries one at a time, before repeated coordinates are merged, for
+/// streaming tensors of any size (tessera generate --out X.h5). Entry id in [0, total())
+/// has coordinates and a signal value that are pure functions of (options, id), so any
+/// split of the ids over ranks and chunks gives the same entries.
+///  - blocks: entry id belongs to one component r (ids are numbered component by
+///    component) and its value is that component's term prod_n U_n(i_n, r). Coordinates
+///    repeat only across components; summing repeats gives exactly the tensor generate()
+///    builds (before noise).
+///  - sampled: value = the dense rank-R model at the coordinate; a coordinate drawn k times
+///    sums to k times the model value.
+class EntryGenerator {
+ public:
+  /// Throws InputError on bad options (as generate()).
+  explicit EntryGenerator(const GenerateOptions& opt);
+  ~EntryGenerator();
+  EntryGenerator(const EntryGenerator&) = delete;
+  EntryGenerator& operator=(const EntryGenerator&) = delete;
+
+  /// Number of entries (ids).
+  std::int64_t total() const;
+  /// Entries [first, first + count): idx[n][k] (0-based) and the signal value vals[k]
+  /// (no noise). OpenMP-parallel.
+  void fill(std::int64_t first, std::int64_t count, index_t* const* idx, double* vals) const;
+  /// Noise sigma for the options' relative noise level: noise * RMS of the signal values of
+  /// a fixed sample of up to 2^20 entries (the same on every rank, no communication).
+  double noise_sigma() const;
+  /// Standard normal noise sample of entry id (pure function of seed and id).
+  double noise01(std::int64_t id) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace tessera::algo

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "algo/tucker_resume.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "kernels/ttmc.hpp"
 #include "linalg/blas.hpp"
@@ -154,6 +155,8 @@ constexpr std::int64_t kChunkRows = 2048;  ///< rows per dense product (float: c
 /// as not determined by the data (sigma ratio 1e-11, far above double rounding of the
 /// Gram's ~1e-16 relative floor, squared).
 constexpr double kRankTolSq = 1e-22;
+/// Largest deviation of U^T U from the identity for which one CholeskyQR pass suffices.
+constexpr double kOrthSkip = 1e-8;
 
 std::string bytes_str(double b) {
   const char* u[] = {"B", "KB", "MB", "GB", "TB", "PB"};
@@ -185,6 +188,80 @@ struct Net {
   }
 };
 
+/// The wide products of Y (rows x C, backend memory) with host operands, through the
+/// backend (cuBLAS in double on GPUs, BLAS on the host): small operands go to backend
+/// memory, results come back to the host; sums over ranks run on the data communicator
+/// (NCCL for device backends) before the copy back.
+template <typename T>
+struct Wide {
+  Wide(kernels::Backend<T>& backend, Net& data_net) : be(backend), dnet(data_net) {}
+  kernels::Backend<T>& be;
+  Net& dnet;  ///< sums over ranks of backend-memory buffers
+  kernels::Array<double> a, b;
+  /// Seconds (this rank) in the wide products with their transfers, in the host
+  /// eigen-solves of the Gram method, and in the orthonormalisations: the parts of the
+  /// factor-update time, printed with -v.
+  double prod = 0, eig = 0, orth = 0;
+
+  double* ensure(kernels::Array<double>& x, std::size_t n) {
+    if (x.size() < n) x = be.allocate_double(std::max<std::size_t>(n, 1));
+    return x.data();
+  }
+  /// w_host (R, descending) and the unit eigenvectors V (C x R, kept in backend memory
+  /// for times_top) of the R largest eigenvalues of sum over ranks of Y^T Y. The
+  /// eigen-solve runs where the Gram is (cuSOLVER on GPUs, LAPACK on the host).
+  kernels::Array<double> v;
+  void gram_eig(const T* Y, std::int64_t rows, std::int64_t C, int R, double* w_host) {
+    Timer t;
+    const auto n = static_cast<std::size_t>(C * C);
+    double* S = ensure(a, n);
+    be.wide_gram(Y, rows, C, S);
+    const double n0 = dnet.seconds;
+    dnet.sum(S, n);
+    be.synchronize();
+    prod += t.seconds() - (dnet.seconds - n0);
+    t.reset();
+    be.symmetric_eig_top(S, static_cast<int>(C), R, w_host,
+                         ensure(v, static_cast<std::size_t>(C) * R));
+    eig += t.seconds();
+  }
+  /// Z_host (rows x R) = Y V for the eigenvectors V of the last gram_eig.
+  void times_top(const T* Y, std::int64_t rows, std::int64_t C, int R, double* Z_host) {
+    if (rows == 0) return;
+    Timer t;
+    double* Z = ensure(b, static_cast<std::size_t>(rows) * R);
+    be.wide_times(Y, rows, C, v.data(), R, Z);
+    be.download_double(Z, static_cast<std::size_t>(rows) * R, Z_host);
+    prod += t.seconds();
+  }
+  /// Z_host (rows x R) = Y W_host (this rank's rows).
+  void times(const T* Y, std::int64_t rows, std::int64_t C, const double* W_host, int R,
+             double* Z_host) {
+    if (rows == 0) return;
+    Timer t;
+    double* W = ensure(a, static_cast<std::size_t>(C) * R);
+    be.upload_double(W_host, static_cast<std::size_t>(C) * R, W);
+    double* Z = ensure(b, static_cast<std::size_t>(rows) * R);
+    be.wide_times(Y, rows, C, W, R, Z);
+    be.download_double(Z, static_cast<std::size_t>(rows) * R, Z_host);
+    prod += t.seconds();
+  }
+  /// B_host (C x R) = sum over ranks of Y^T P_host.
+  void times_t_sum(const T* Y, std::int64_t rows, std::int64_t C, const double* P_host, int R,
+                   double* B_host) {
+    Timer t;
+    double* P = ensure(a, static_cast<std::size_t>(std::max<std::int64_t>(rows, 1)) * R);
+    be.upload_double(P_host, static_cast<std::size_t>(rows) * R, P);
+    const auto n = static_cast<std::size_t>(C) * R;
+    double* B = ensure(b, n);
+    be.wide_times_t(Y, rows, C, P, R, B);
+    const double n0 = dnet.seconds;
+    dnet.sum(B, n);
+    be.download_double(B, n, B_host);
+    prod += t.seconds() - (dnet.seconds - n0);
+  }
+};
+
 /// Calls f(rows_ptr, first_row, nrows) on consecutive chunks of Y (rows x C), as double.
 template <typename T, typename F>
 void for_row_chunks(const T* Y, std::int64_t rows, std::int64_t C, std::vector<double>& buf,
@@ -203,25 +280,6 @@ void for_row_chunks(const T* Y, std::int64_t rows, std::int64_t C, std::vector<d
       f(buf.data(), r0, nr);
     }
   }
-}
-
-/// B (C x R) = Y^T P for Y (rows x C) and P (rows x R), this rank's rows only.
-template <typename T>
-void yt_times(const T* Y, std::int64_t rows, std::int64_t C, const double* P, int R, double* B,
-              std::vector<double>& buf) {
-  std::fill(B, B + C * R, 0.0);
-  for_row_chunks(Y, rows, C, buf, [&](const double* y, std::int64_t r0, std::int64_t nr) {
-    linalg::gemm(true, false, C, R, nr, 1.0, y, C, P + r0 * R, R, 1.0, B, R);
-  });
-}
-
-/// Z (rows x R) = Y W for Y (rows x C) and W (C x R).
-template <typename T>
-void y_times(const T* Y, std::int64_t rows, std::int64_t C, const double* W, int R, double* Z,
-             std::vector<double>& buf) {
-  for_row_chunks(Y, rows, C, buf, [&](const double* y, std::int64_t r0, std::int64_t nr) {
-    linalg::gemm(false, false, nr, R, C, 1.0, y, C, W, R, 0.0, Z + r0 * R, R);
-  });
 }
 
 /// Fills columns [first, first + ncols) of a rows x ncols block (row stride ncols) with
@@ -346,9 +404,18 @@ int orthonormalize(double* U, std::int64_t rows, int R, Net& net, const RandomFi
   std::vector<double> G(static_cast<std::size_t>(R) * R), M, tmp;
   for (int pass = 0; pass < 2; ++pass) {
     gram_all(U, rows, R, G.data(), net);
+    // Already orthonormal to within kOrthSkip (the usual case for Y V / sigma of the
+    // Gram method and for power steps near convergence): one CholeskyQR pass leaves an
+    // error of order kOrthSkip^2 + rounding, so the second pass is skipped.
+    double dev = 0;
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < R; ++j)
+        dev =
+            std::max(dev, std::abs(G[static_cast<std::size_t>(i) * R + j] - (i == j ? 1.0 : 0.0)));
     if (!cholesky_inverse_t(G.data(), R, M))
       return orthonormalize_singular(U, rows, R, G, net, rnd, col_offset, depth);
     times_small(U, rows, R, M.data(), tmp);
+    if (pass == 0 && dev < kOrthSkip) break;
   }
   return 0;
 }
@@ -409,48 +476,49 @@ void scatter_present(const RowsView& v, const double* Z, int R, double* U) {
 }
 
 template <typename T>
-int update_gram(const T* Y, const RowsView& v, int R, double* U, Net& net, const RandomFill& rnd) {
+int update_gram(const T* Y, const RowsView& v, int R, double* U, Net& net, Wide<T>& wide,
+                const RandomFill& rnd) {
   const std::int64_t C = v.C;
-  std::vector<double> S(static_cast<std::size_t>(C * C), 0.0), buf;
-  for_row_chunks(Y, v.rows, C, buf, [&](const double* y, std::int64_t, std::int64_t nr) {
-    linalg::syrk_lower(C, nr, 1.0, y, C, 1.0, S.data());
-  });
-  linalg::symmetrize_lower(C, S.data());
-  net.sum(S.data(), S.size());
-  std::vector<double> w(static_cast<std::size_t>(R)), V(static_cast<std::size_t>(C) * R);
-  linalg::symmetric_eig_top(S.data(), static_cast<int>(C), R, w.data(), V.data());
-  S = std::vector<double>();
+  std::vector<double> w(static_cast<std::size_t>(R)), sc(static_cast<std::size_t>(R));
+  wide.gram_eig(Y, v.rows, C, R, w.data());
   for (int j = 0; j < R; ++j) {
     const double wj = w[static_cast<std::size_t>(j)];
-    const double s =
+    sc[static_cast<std::size_t>(j)] =
         (w[0] > 0 && std::isfinite(w[0]) && wj > w[0] * kRankTolSq) ? 1.0 / std::sqrt(wj) : 0.0;
-    for (std::int64_t i = 0; i < C; ++i) V[static_cast<std::size_t>(i * R + j)] *= s;
   }
+  // U = Y V / sigma (columns scaled after the product).
   std::vector<double> Z(static_cast<std::size_t>(v.rows) * R);
-  y_times(Y, v.rows, C, V.data(), R, Z.data(), buf);
+  wide.times_top(Y, v.rows, C, R, Z.data());
+  for (std::int64_t i = 0; i < v.rows; ++i)
+    for (int j = 0; j < R; ++j)
+      Z[static_cast<std::size_t>(i * R + j)] *= sc[static_cast<std::size_t>(j)];
   scatter_present(v, Z.data(), R, U);
   // Y V / sigma is orthonormal up to rounding amplified by the Gram's condition; CholeskyQR2
   // restores it (and completes columns no data determines).
-  return orthonormalize(U, v.own_len, R, net, rnd);
+  Timer to;
+  const int added = orthonormalize(U, v.own_len, R, net, rnd);
+  wide.orth += to.seconds();
+  return added;
 }
 
 template <typename T>
 int update_subspace(const T* Y, const RowsView& v, int R, double* U, int steps, double tol,
-                    Net& net, const RandomFill& rnd) {
+                    Net& net, Wide<T>& wide, const RandomFill& rnd) {
   const std::int64_t C = v.C;
   int added = 0;
   std::vector<double> P, B(static_cast<std::size_t>(C) * R),
       Z(static_cast<std::size_t>(v.rows) * R);
   std::vector<double> Unew(static_cast<std::size_t>(v.own_len) * R),
       M(static_cast<std::size_t>(R) * R);
-  std::vector<double> buf, proj, tmp;
+  std::vector<double> proj, tmp;
   gather_present(v, U, R, P);
   for (int s = 0; s < steps; ++s) {
-    yt_times(Y, v.rows, C, P.data(), R, B.data(), buf);
-    net.sum(B.data(), B.size());
-    y_times(Y, v.rows, C, B.data(), R, Z.data(), buf);
+    wide.times_t_sum(Y, v.rows, C, P.data(), R, B.data());
+    wide.times(Y, v.rows, C, B.data(), R, Z.data());
     scatter_present(v, Z.data(), R, Unew.data());
+    Timer to;
     added += orthonormalize(Unew.data(), v.own_len, R, net, rnd);
+    wide.orth += to.seconds();
     // Change of the subspace: || Unew - U (U^T Unew) ||_F (no cancellation, unlike angles).
     linalg::gemm(true, false, R, R, v.own_len, 1.0, U, R, Unew.data(), R, 0.0, M.data(), R);
     net.sum(M.data(), M.size());
@@ -465,8 +533,7 @@ int update_subspace(const T* Y, const RowsView& v, int R, double* U, int steps, 
     if (std::sqrt(change) < tol) break;
   }
   // Rayleigh-Ritz: rotate the basis to the singular vectors' order (B^T B = U^T Y Y^T U).
-  yt_times(Y, v.rows, C, P.data(), R, B.data(), buf);
-  net.sum(B.data(), B.size());
+  wide.times_t_sum(Y, v.rows, C, P.data(), R, B.data());
   std::vector<double> H(static_cast<std::size_t>(R) * R), w(static_cast<std::size_t>(R)),
       Q(static_cast<std::size_t>(R) * R), Qd(static_cast<std::size_t>(R) * R);
   linalg::gemm(true, false, R, R, C, 1.0, B.data(), R, B.data(), R, 0.0, H.data(), R);
@@ -608,17 +675,29 @@ Estimate estimate_rank(const RankCounts& rc, const std::vector<std::uint64_t>& d
 
 }  // namespace
 
+namespace {
+
+/// The HOOI of both tucker_hooi overloads: `block` is this rank's nonzeros (prepared
+/// here), or null with `given` the prepared handle.
 template <typename T>
-TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>& be,
-                         const comm::Communicator& c, const TuckerOptions& opt) {
-  const auto& dist = d.dist;
+TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor<T>* block,
+                         std::unique_ptr<kernels::TensorHandle<T>> given, kernels::Backend<T>& be,
+                         const comm::Communicator& c, const TuckerOptions& opt,
+                         const comm::Communicator* data_comm) {
   const auto& dims = dist.dims;
   const int N = static_cast<int>(dims.size());
   const int P = c.size();
   const std::vector<int> ranks = opt.ranks;
   TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
                   "tucker_hooi needs a host communicator");
-  TESSERA_EXPECTS(d.block.order() == N, "block order " << d.block.order() << " != " << N);
+  const comm::Communicator& dc = data_comm != nullptr ? *data_comm : c;
+  TESSERA_EXPECTS(dc.memory_space() == be.memory_space() && dc.size() == P,
+                  "tucker_hooi: the data communicator must span the same ranks in the "
+                  "backend's memory space");
+  const bool on_host = be.memory_space() == comm::MemorySpace::host;
+  TESSERA_EXPECTS((block != nullptr && block->order() == N) ||
+                      (block == nullptr && given != nullptr && given->order() == N),
+                  "tucker_hooi: a block or a prepared handle of order " << N);
 
   // ---- options: every rank sees the same, so every rank throws the same InputError ----
   check_tucker_ranks(dims, ranks);
@@ -632,9 +711,6 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
                       "--svd scalapack: this tessera was built without ScaLAPACK (reconfigure "
                       "with -DTESSERA_WITH_SCALAPACK=ON where libscalapack is installed), or use "
                       "--svd gram or --svd subspace");
-  TESSERA_INPUT_CHECK(be.memory_space() == comm::MemorySpace::host,
-                      "Tucker-HOOI runs on the host backends (reference, cpu) for now: the "
-                          << be.name() << " backend has no TTMc yet");
   std::vector<std::int64_t> cols(static_cast<std::size_t>(N));
   for (int n = 0; n < N; ++n) {
     cols[static_cast<std::size_t>(n)] = kernels::ttmc_output_cols(ranks, n);
@@ -647,7 +723,7 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
 
   TuckerResult res;
   Timer setup_timer;
-  double norm_x2 = d.block.norm_squared();
+  double norm_x2 = block != nullptr ? block->norm_squared() : given->value_norm_squared();
   c.allreduce(&norm_x2, 1);
   TESSERA_INPUT_CHECK(norm_x2 > 0, "the tensor has no nonzero values: nothing to decompose");
   res.norm_x = std::sqrt(norm_x2);
@@ -656,7 +732,7 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
   std::unique_ptr<kernels::TensorHandle<T>> X;
   std::vector<ModePlan> plan(static_cast<std::size_t>(N));
   comm::run_collectively(c, [&] {
-    X = be.prepare(d.block);
+    X = block != nullptr ? be.prepare(*block) : std::move(given);
     for (int n = 0; n < N; ++n) {
       auto& mp = plan[static_cast<std::size_t>(n)];
       mp.cols = cols[static_cast<std::size_t>(n)];
@@ -808,7 +884,13 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
     }
   }
   auto ybuf = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_out, 1)));
-  std::vector<T> recv(static_cast<std::size_t>(max_recv)), own(static_cast<std::size_t>(max_own));
+  // Rows received from other ranks and their sums on the owner, in backend memory (the
+  // exchange runs on the data communicator: NCCL between GPUs).
+  kernels::Array<T> recv, own;
+  if (P > 1) {
+    recv = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_recv, 1)));
+    own = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_own, 1)));
+  }
   std::vector<kernels::Array<T>> A(static_cast<std::size_t>(N));
   std::vector<std::vector<double>> Uown(static_cast<std::size_t>(N)),
       Ufull(static_cast<std::size_t>(N));
@@ -824,7 +906,10 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
   res.phases.add("setup", setup_timer.seconds());
 
   Net net{c};
+  Net dnet{dc};  // sums of backend-memory buffers (NCCL on GPUs)
+  Wide<T> wide(be, dnet);
   double t_ttmc = 0, t_comm = 0, t_svd = 0;  // of the current iteration (or the init)
+  std::vector<T> yhost;  // --svd scalapack on a device backend: Y copied to the host
 
   // Keyed random values for the owned rows of mode n (salt separates init and completion).
   auto random_fill = [&](int n, std::uint64_t salt) -> RandomFill {
@@ -888,22 +973,11 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
             rd[static_cast<std::size_t>(p - 1)] + rc[static_cast<std::size_t>(p - 1)];
       }
     }
-    c.alltoallv_raw(ybuf.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(),
-                    comm::data_type_of<T>());
-    const auto nown = static_cast<std::int64_t>(mp.own_pos.size());
-    const std::int64_t C = mp.cols;
-#pragma omp parallel for schedule(static) if (nown * C > (1 << 16))
-    for (std::int64_t j = 0; j < nown; ++j) {
-      T* dst = own.data() + j * C;
-      const std::int64_t b0 = mp.src_ptr[static_cast<std::size_t>(j)],
-                         b1 = mp.src_ptr[static_cast<std::size_t>(j + 1)];
-      const T* first = recv.data() + mp.src_row[static_cast<std::size_t>(b0)] * C;
-      std::copy(first, first + C, dst);
-      for (std::int64_t q = b0 + 1; q < b1; ++q) {
-        const T* src = recv.data() + mp.src_row[static_cast<std::size_t>(q)] * C;
-        for (std::int64_t k = 0; k < C; ++k) dst[k] += src[k];
-      }
-    }
+    dc.alltoallv_raw(ybuf.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(),
+                     comm::data_type_of<T>());
+    // Duplicates summed in a fixed order (stable by source rank): the same on every run.
+    be.sum_rows(recv.data(), mp.src_ptr, mp.src_row, mp.cols, own.data());
+    be.synchronize();
     t_comm += t.seconds();
     return own.data();
   };
@@ -925,20 +999,27 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
     double* U = Uown[static_cast<std::size_t>(n)].data();
     const RandomFill rnd = random_fill(n, 0x5EED0000ull);
     Timer t;
-    const double net0 = net.seconds;
+    const double net0 = net.seconds + dnet.seconds;
     int added = 0;
     switch (opt.svd) {
       case SvdMethod::gram:
-        added = update_gram(Y, v, R, U, net, rnd);
+        added = update_gram(Y, v, R, U, net, wide, rnd);
         break;
       case SvdMethod::subspace:
-        added = update_subspace(Y, v, R, U, opt.subspace_steps, opt.subspace_tol, net, rnd);
+        added = update_subspace(Y, v, R, U, opt.subspace_steps, opt.subspace_tol, net, wide, rnd);
         break;
-      case SvdMethod::scalapack:
-        added = update_scalapack(Y, v, R, U, net, rnd, *grid);
+      case SvdMethod::scalapack: {
+        const T* Yh = Y;
+        if (!on_host) {
+          yhost.resize(static_cast<std::size_t>(v.rows * v.C));
+          be.download(Y, yhost.size(), yhost.data());
+          Yh = yhost.data();
+        }
+        added = update_scalapack(Yh, v, R, U, net, rnd, *grid);
         break;
+      }
     }
-    const double in_net = net.seconds - net0;
+    const double in_net = net.seconds + dnet.seconds - net0;
     t_svd += t.seconds() - in_net;
     t_comm += in_net;
     res.completed_columns += added;
@@ -946,7 +1027,7 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
 
   // ---- initial factors ----
   Timer init_timer;
-  for (int n = 0; n < N; ++n) {
+  for (int n = 0; n < N && !opt.resume; ++n) {
     const int R = ranks[static_cast<std::size_t>(n)];
     auto& U = Uown[static_cast<std::size_t>(n)];
     random_fill(n, 0)(U.data(), 0, R);
@@ -954,22 +1035,34 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
                                             random_fill(n, 0x5EED0000ull));
     publish(n);
   }
-  if (opt.init == TuckerInit::hosvd) {
+  if (opt.init == TuckerInit::hosvd && !opt.resume) {
     // Every mode from the random factors of the others (Jacobi order), then publish all.
     for (int n = 0; n < N; ++n) factor_update(n, ttmc_combined(n));
     for (int n = 0; n < N; ++n) publish(n);
   }
+  if (opt.resume) {  // checkpoint restart: the saved factors replace the initialisation
+    detail::check_tucker_state(*opt.resume, dims, ranks);
+    for (int n = 0; n < N; ++n) {
+      const auto& mp = plan[static_cast<std::size_t>(n)];
+      detail::saved_rows(*opt.resume, dist, n, static_cast<std::uint64_t>(mp.lo), mp.len,
+                         Uown[static_cast<std::size_t>(n)]);
+      publish(n);
+    }
+  }
   res.phases.add("init", init_timer.seconds());
   t_ttmc = t_comm = t_svd = 0;
-  net.seconds = 0;
+  net.seconds = dnet.seconds = 0;
 
   // ---- HOOI iterations ----
   std::vector<double> core;
   double fit_old = 0;
-  std::vector<double> P_rows, buf;
-  for (int it = 0; it < opt.max_iters; ++it) {
+  if (opt.resume) detail::resume_record(*opt.resume, res, core, fit_old);
+  std::vector<double> P_rows;
+  for (int it = opt.resume ? opt.resume->iteration : 0; it < opt.max_iters && !res.converged;
+       ++it) {
     Timer iter_timer;
     t_ttmc = t_comm = t_svd = 0;
+    const double prod0 = wide.prod, eig0 = wide.eig, orth0 = wide.orth;
     double norm_g2 = 0;
     for (int n = 0; n < N; ++n) {
       const T* Y = ttmc_combined(n);
@@ -982,11 +1075,11 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
         const int R = ranks[static_cast<std::size_t>(n)];
         gather_present(v, Uown[static_cast<std::size_t>(n)].data(), R, P_rows);
         core.assign(static_cast<std::size_t>(v.C) * R, 0.0);
-        yt_times(Y, v.rows, v.C, P_rows.data(), R, core.data(), buf);
-        const double net0 = net.seconds;
-        net.sum(core.data(), core.size());
+        // Summed over ranks on the data communicator: NCCL on GPUs.
+        const double net0 = dnet.seconds;
+        wide.times_t_sum(Y, v.rows, v.C, P_rows.data(), R, core.data());
         for (double g : core) norm_g2 += g * g;
-        const double in_net = net.seconds - net0;
+        const double in_net = dnet.seconds - net0;
         t_svd += t.seconds() - in_net;
         t_comm += in_net;
       }
@@ -1003,6 +1096,9 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
     rec.comm = t_comm;
     rec.svd = t_svd;
     rec.core_norm = std::sqrt(norm_g2);
+    rec.svd_products = wide.prod - prod0;
+    rec.svd_eig = wide.eig - eig0;
+    rec.svd_orth = wide.orth - orth0;
     res.history.push_back(rec);
     res.phases.add("ttmc", t_ttmc);
     res.phases.add("comm", t_comm);
@@ -1019,9 +1115,18 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
                     rec.iter, fit, rec.delta, rec.seconds, 100 * t_ttmc / tot, 100 * t_comm / tot,
                     100 * t_svd / tot);
       log::info(line);
+      std::snprintf(line, sizeof(line),
+                    "            svd split: products %.4f s, eigen-solves %.4f s, "
+                    "orthonormalisation %.4f s, rest %.4f s",
+                    rec.svd_products, rec.svd_eig, rec.svd_orth,
+                    t_svd - rec.svd_products - rec.svd_eig - rec.svd_orth);
+      log::debug(line);
     }
     const bool done = it > 0 && std::abs(fit - fit_old) < opt.tol;
     fit_old = fit;
+    if (opt.on_iteration && (it + 1) % std::max(opt.state_every, 1) == 0)
+      opt.on_iteration(
+          detail::tucker_state(it + 1, done, dims, ranks, core, Ufull, res.history, dist));
     if (done) {
       res.converged = true;
       break;
@@ -1047,11 +1152,45 @@ TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>
   return res;
 }
 
+}  // namespace
+
+template <typename T>
+TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>& be,
+                         const comm::Communicator& c, const TuckerOptions& opt,
+                         const comm::Communicator* data_comm) {
+  return tucker_impl<T>(d.dist, &d.block, nullptr, be, c, opt, data_comm);
+}
+
+template <typename T>
+TuckerResult tucker_hooi(std::unique_ptr<kernels::TensorHandle<T>> X,
+                         const std::vector<std::uint64_t>& dims, kernels::Backend<T>& be,
+                         const comm::Communicator& c, const TuckerOptions& opt,
+                         const comm::Communicator* data_comm) {
+  TESSERA_EXPECTS(X != nullptr && X->dims() == dims,
+                  "tucker_hooi: a prepared handle with the global dims");
+  partition::Distribution dist;
+  dist.nranks = c.size();
+  dist.rank = c.rank();
+  dist.dims = dims;
+  dist.grid.assign(dims.size(), 1);
+  dist.coords.assign(dims.size(), 0);
+  for (auto n : dims) dist.bounds.push_back({0, n});
+  return tucker_impl<T>(dist, nullptr, std::move(X), be, c, opt, data_comm);
+}
+
+template TuckerResult tucker_hooi<float>(std::unique_ptr<kernels::TensorHandle<float>>,
+                                         const std::vector<std::uint64_t>&,
+                                         kernels::Backend<float>&, const comm::Communicator&,
+                                         const TuckerOptions&, const comm::Communicator*);
+template TuckerResult tucker_hooi<double>(std::unique_ptr<kernels::TensorHandle<double>>,
+                                          const std::vector<std::uint64_t>&,
+                                          kernels::Backend<double>&, const comm::Communicator&,
+                                          const TuckerOptions&, const comm::Communicator*);
 template TuckerResult tucker_hooi<float>(const partition::Distributed<float>&,
                                          kernels::Backend<float>&, const comm::Communicator&,
-                                         const TuckerOptions&);
+                                         const TuckerOptions&, const comm::Communicator*);
 template TuckerResult tucker_hooi<double>(const partition::Distributed<double>&,
                                           kernels::Backend<double>&, const comm::Communicator&,
-                                          const TuckerOptions&);
+                                          const TuckerOptions&, const comm::Communicator*);
 
 }  // namespace tessera::algo

@@ -10,6 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,20 @@ std::vector<int> parse_ranks(const std::string& s, int order);
 /// columns of U_n that no data determines).
 void check_tucker_ranks(const std::vector<std::uint64_t>& dims, const std::vector<int>& ranks);
 
+/// The state of Tucker-HOOI after a completed iteration: everything a run needs to
+/// continue exactly as if it had not stopped (checkpoint and restart). Later iterations
+/// depend only on the factors after the last mode's update (the subspace method starts
+/// from the previous factor), the previous fit and the seed (random completion of columns
+/// no data determines); the core completes the model.
+struct TuckerState {
+  int iteration = 0;  ///< iterations completed
+  /// Core and factors, rows in ORIGINAL index order (independent of the rank count, the
+  /// partition and the relabelling).
+  TuckerModel model;
+  std::vector<double> fit_history;  ///< fit after each iteration (size == iteration)
+  bool converged = false;           ///< the last iteration met the tolerance
+};
+
 struct TuckerOptions {
   std::vector<int> ranks;  ///< R_1..R_N
   int max_iters = 50;
@@ -71,6 +87,15 @@ struct TuckerOptions {
   /// with an InputError naming ranks that would fit.
   std::size_t memory_limit = 0;
   bool print_iterations = true;  ///< memory plan and one line per iteration on rank 0
+  /// Continue from this state instead of the initialisation (same dims and ranks; the
+  /// caller checks the tensor, seed and svd method). Iterations resume at
+  /// resume->iteration + 1; max_iters counts all iterations, the resumed ones included:
+  /// none run when resume->iteration >= max_iters or resume->converged.
+  const TuckerState* resume = nullptr;
+  /// Called on every rank (collectively) after every iteration whose number is a multiple
+  /// of state_every, with the state after it (the driver writes checkpoints on rank 0).
+  std::function<void(const TuckerState&)> on_iteration;
+  int state_every = 1;
 };
 
 struct TuckerIteration {
@@ -78,6 +103,9 @@ struct TuckerIteration {
   double fit = 0, delta = 0, seconds = 0;
   double ttmc = 0, comm = 0, svd = 0;  ///< seconds in this iteration
   double core_norm = 0;                ///< ||G||_F
+  /// Parts of `svd`: the wide products (TTMc rows times small matrices, with their
+  /// transfers), the host eigen-solves (gram), the orthonormalisations (CholeskyQR2).
+  double svd_products = 0, svd_eig = 0, svd_orth = 0;
 };
 
 /// Memory plan, known before the first TTMc. Per mode: the largest value over ranks.
@@ -109,14 +137,28 @@ struct TuckerResult {
 
 /// Collective over `c` (a host communicator spanning the ranks of `d`). `d` comes from
 /// partition::distribute (any scheme; coordinates global, possibly relabelled). The
-/// backend must keep its memory on the host and implement ttmc (reference, cpu).
+/// backend must implement ttmc (reference, cpu, cuda). `data_comm` spans the same ranks
+/// in the backend's memory space (NCCL for cuda): the TTMc rows are exchanged and the Gram
+/// matrices of the factor updates and the core summed over it; nullptr means `c` (host
+/// backends only).
 /// Initial factors depend only on (seed, mode, original row), so the result does not
 /// depend on the number of ranks beyond rounding. Every InputError it throws (options,
 /// ranks, an all-zero tensor, the memory limit, a backend without TTMc) is decided from
 /// data every rank shares, so it is thrown on every rank alike.
 template <typename T>
 TuckerResult tucker_hooi(const partition::Distributed<T>& d, kernels::Backend<T>& backend,
-                         const comm::Communicator& c, const TuckerOptions& opt);
+                         const comm::Communicator& c, const TuckerOptions& opt,
+                         const comm::Communicator* data_comm = nullptr);
+
+/// The same on a handle the backend already prepared (for example generated on the GPU by
+/// prepare_synthetic): coordinates global (dims = the global dims), no relabelling;
+/// ||X|| from the handle's values (repeated coordinates are counted one by one there, as
+/// for cp_als on a handle). The handle is consumed.
+template <typename T>
+TuckerResult tucker_hooi(std::unique_ptr<kernels::TensorHandle<T>> X,
+                         const std::vector<std::uint64_t>& dims, kernels::Backend<T>& backend,
+                         const comm::Communicator& c, const TuckerOptions& opt,
+                         const comm::Communicator* data_comm = nullptr);
 
 /// Entry (row, col) of the random matrix whose orthonormalised columns are the initial
 /// factor of `mode`: uniform in [-1, 1) keyed by (seed, mode, original row, column).

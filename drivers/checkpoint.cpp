@@ -1,0 +1,69 @@
+#include "checkpoint.hpp"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+
+#include "io/checkpoint.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+
+namespace tessera::driver {
+
+void add_checkpoint_options(CLI::App* sub, CheckpointArgs& a) {
+  sub->add_option("--checkpoint-every", a.every,
+                  "Write a checkpoint after every K-th iteration (0: never); a run that is "
+                  "killed loses at most K iterations")
+      ->check(CLI::Range(0, 1000000));
+  sub->add_option("--checkpoint", a.path,
+                  "Checkpoint file (HDF5, replaced atomically; default: the --out path with "
+                  ".ckpt.h5, e.g. model.h5 -> model.ckpt.h5)");
+  sub->add_option("--resume", a.resume,
+                  "Continue the run saved in this checkpoint (same tensor, precision and rank(s); "
+                  "--iters counts all iterations, the saved ones included)");
+}
+
+std::string prepare_checkpoint_path(const CheckpointArgs& a, const std::string& out,
+                                    const comm::Communicator& world) {
+  std::string path;
+  comm::run_collectively(world, [&] {
+    if (a.every <= 0) {
+      TESSERA_INPUT_CHECK(a.path.empty(),
+                          "--checkpoint " << a.path << " needs --checkpoint-every K (K >= 1)");
+      return;
+    }
+    TESSERA_INPUT_CHECK(!a.path.empty() || !out.empty(),
+                        "--checkpoint-every needs a checkpoint file: give --checkpoint FILE or "
+                        "--out MODEL (the checkpoint is then MODEL with .ckpt.h5)");
+    path = a.path.empty() ? io::default_checkpoint_path(out) : a.path;
+    TESSERA_INPUT_CHECK(path != out, "--checkpoint " << path
+                                                     << " is the --out model path: the final "
+                                                        "model would replace the checkpoint");
+    if (world.rank() == 0) io::check_checkpoint_writable(path);
+  });
+  if (!path.empty())
+    log::info("checkpoint: after every " + std::to_string(a.every) + " iteration(s) to " + path);
+  return path;
+}
+
+std::function<std::uint64_t(int, std::uint64_t)> original_index_of(
+    const partition::Distribution& dist) {
+  if (dist.relabel_seed == 0) return {};
+  return [&dist](int mode, std::uint64_t i) { return dist.original_index(mode, i); };
+}
+
+int test_kill_after_iteration() {
+  const char* e = std::getenv("TESSERA_TEST_KILL_AFTER_ITERATION");
+  return e != nullptr ? std::atoi(e) : 0;
+}
+
+void maybe_test_kill(int iteration) {
+  static const int kill_after = test_kill_after_iteration();
+  if (kill_after <= 0 || iteration != kill_after) return;
+  log::warn("TESSERA_TEST_KILL_AFTER_ITERATION=" + std::to_string(kill_after) +
+            ": killing this process (test hook)");
+  std::raise(SIGKILL);
+}
+
+}  // namespace tessera::driver

@@ -1,0 +1,307 @@
+// tessera contract: distributed sparse tensor contraction Z = X x Y by an einsum spec
+// (kernels/sptc.hpp, algo/contract.hpp, docs/sptc.md).
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "algo/contract.hpp"
+#include "commands.hpp"
+#include "common.hpp"
+#include "contract_common.hpp"
+#include "io/h5store.hpp"
+#include "kernels/sptc.hpp"
+#include "util/log.hpp"
+
+namespace tessera::driver {
+
+std::size_t contract_default_memory_limit(const comm::MpiCommunicator& world) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const double phys = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
+  const std::uint64_t h = std::hash<std::string>{}(log::hostname());
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(world.size()));
+  world.allgather(&h, all.data(), 1);
+  int on_node = 0;
+  for (auto x : all) on_node += x == h ? 1 : 0;
+  double limit = phys > 0 ? 0.75 * phys / std::max(on_node, 1) : 0.0;
+  world.allreduce(&limit, 1, comm::ReduceOp::min);
+  return static_cast<std::size_t>(limit);
+}
+
+void contract_check_input_file(const std::string& path, const char* what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  TESSERA_INPUT_CHECK(!path.empty(), what << ": no file given");
+  TESSERA_INPUT_CHECK(fs::exists(path, ec), what << " '" << path << "' does not exist");
+  TESSERA_INPUT_CHECK(fs::is_regular_file(path, ec), what << " '" << path << "' is not a file");
+  TESSERA_INPUT_CHECK(::access(path.c_str(), R_OK) == 0,
+                      what << " '" << path << "' is not readable");
+}
+
+template <typename T>
+ContractInputs<T> contract_read_inputs(const std::string& xpath, const std::string& ypath,
+                                       const std::string& index_base,
+                                       const comm::Communicator& world) {
+  ContractInputs<T> in;
+  Timer t;
+  std::error_code ec;
+  in.same = xpath == ypath || std::filesystem::equivalent(xpath, ypath, ec);
+  auto read = [&](const std::string& path, SparseTensor<T>& dst, std::uint64_t* bytes) {
+    io::TnsReadResult rr;
+    if (io::is_tensor_store(path, world)) {
+      rr = io::read_h5(path, world);
+    } else {
+      io::TnsReadOptions ro;
+      ro.base = io::parse_index_base(index_base);
+      rr = io::read_tns(path, world, ro);
+    }
+    log::info("read " + path + ": " + std::to_string(rr.global_nnz) + " nonzeros, order " +
+              std::to_string(rr.local.order()) + ", dims " + format_dims(rr.local.dims));
+    *bytes += rr.bytes;
+    if constexpr (std::is_same_v<T, double>) {
+      dst = std::move(rr.local);
+    } else {
+      dst = rr.local.template cast<T>();
+    }
+    return rr.global_nnz;
+  };
+  in.nnz[0] = read(xpath, in.x, &in.bytes);
+  if (in.same) {
+    log::info("Y is the same file as X: read once (self-contraction)");
+    in.nnz[1] = in.nnz[0];
+  } else {
+    in.nnz[1] = read(ypath, in.y, &in.bytes);
+  }
+  in.read_seconds = t.seconds();
+  return in;
+}
+template ContractInputs<float> contract_read_inputs<float>(const std::string&, const std::string&,
+                                                           const std::string&,
+                                                           const comm::Communicator&);
+template ContractInputs<double> contract_read_inputs<double>(const std::string&, const std::string&,
+                                                             const std::string&,
+                                                             const comm::Communicator&);
+
+template <typename T>
+std::vector<std::uint64_t> contract_fit_dims(const kernels::ContractSpec& spec, bool extend,
+                                             ContractInputs<T>& in) {
+  SparseTensor<T>& y = in.same ? in.x : in.y;
+  if (extend) {
+    auto xd = in.x.dims, yd = y.dims;
+    kernels::extend_matched_dims(spec, xd, yd, in.same);
+    if (xd != in.x.dims || yd != y.dims)
+      log::info("--extend-dims: X dims " + format_dims(in.x.dims) + " -> " + format_dims(xd) +
+                (in.same ? "" : ", Y dims " + format_dims(y.dims) + " -> " + format_dims(yd)));
+    in.x.dims = xd;
+    y.dims = yd;
+  }
+  return kernels::contract_output_dims(spec, in.x.dims, y.dims);
+}
+template std::vector<std::uint64_t> contract_fit_dims<float>(const kernels::ContractSpec&, bool,
+                                                             ContractInputs<float>&);
+template std::vector<std::uint64_t> contract_fit_dims<double>(const kernels::ContractSpec&, bool,
+                                                              ContractInputs<double>&);
+
+template <typename T>
+void contract_probe_backend(kernels::Backend<T>& be, const kernels::ContractSpec& spec) {
+  // Empty tensors of the spec's orders: a backend without SpTC throws at once.
+  SparseTensor<T> x(std::vector<std::uint64_t>(spec.x.size(), 1));
+  SparseTensor<T> y(std::vector<std::uint64_t>(spec.y.size(), 1));
+  try {
+    be.contract_plan(x, y, spec);
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    TESSERA_INPUT_CHECK(false, "--backend " << be.name() << ": " << e.what()
+                                            << "; use --backend cpu or --backend reference");
+  }
+}
+template void contract_probe_backend<float>(kernels::Backend<float>&, const kernels::ContractSpec&);
+template void contract_probe_backend<double>(kernels::Backend<double>&,
+                                             const kernels::ContractSpec&);
+
+namespace {
+
+struct ContractArgs {
+  std::string x, y, einsum, out, mem_limit;
+  bool extend_dims = false;
+  LoadOptions load;
+  ComputeOptions run;
+};
+
+/// ".h5"/".hdf5" (the tensor store), ".tns" or ".tns.gz"; the folder must exist.
+void check_output_path(const std::string& out) {
+  namespace fs = std::filesystem;
+  const bool ok = io::has_h5_extension(out) || out.ends_with(".tns") || out.ends_with(".tns.gz");
+  TESSERA_INPUT_CHECK(ok, "--out '" << out
+                                    << "': expected a name ending in .tns, .tns.gz (FROSTT text) "
+                                       "or .h5 (HDF5 tensor store)");
+  const fs::path dir =
+      fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path();
+  std::error_code ec;
+  TESSERA_INPUT_CHECK(fs::is_directory(dir, ec),
+                      "--out '" << out << "': folder '" << dir.string() << "' does not exist");
+  TESSERA_INPUT_CHECK(::access(dir.c_str(), W_OK) == 0,
+                      "--out '" << out << "': folder '" << dir.string() << "' is not writable");
+}
+
+template <typename T>
+void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
+  Timer total;
+  kernels::ContractSpec spec;
+  algo::ContractOptions o;
+  // Everything that needs no data first, on every rank alike: the spec, the files, the
+  // output name, the options.
+  comm::run_collectively(world, [&] {
+    spec = kernels::parse_contract_spec(a.einsum);
+    contract_check_input_file(a.x, "X");
+    contract_check_input_file(a.y, "Y");
+    if (!a.out.empty()) check_output_path(a.out);
+    if (!a.mem_limit.empty()) o.memory_limit = parse_bytes(a.mem_limit, "--mem-limit");
+    io::parse_index_base(a.load.index_base);
+  });
+  if (a.mem_limit.empty()) o.memory_limit = contract_default_memory_limit(world);
+  if (a.run.strategy != "allreduce")
+    log::warn("--comm-strategy does not apply to contract: nonzeros are routed by hashes");
+
+  auto cx = make_compute<T>(a.run, world);
+  const auto kind = cx.kind;
+  comm::run_collectively(world, [&] { contract_probe_backend(*cx.backend, spec); });
+  log::info("tessera contract " + spec.text + ": " + std::to_string(world.size()) +
+            " rank(s), backend " + kernels::to_string(kind) + ", " +
+            std::to_string(effective_threads(a.run.threads)) + " thread(s) per rank, " +
+            a.run.precision + ", " + std::to_string(spec.contracted()) + " contracted and " +
+            std::to_string(spec.batch()) + " batch mode(s)");
+
+  auto in = contract_read_inputs<T>(a.x, a.y, a.load.index_base, world);
+  std::vector<std::uint64_t> out_dims;
+  comm::run_collectively(world, [&] { out_dims = contract_fit_dims(spec, a.extend_dims, in); });
+  const SparseTensor<T>& X = in.x;
+  const SparseTensor<T>& Y = in.same ? in.x : in.y;
+
+  algo::ContractResult<T> res;
+  try {
+    res = algo::contract(X, Y, spec, *cx.backend, world, o);
+  } catch (const InputError& e) {
+    // algo::contract decides its InputErrors from data every rank shares: agreed already.
+    throw CollectiveError(e.what());
+  }
+  const double compute_s = res.phases.get("route_inputs") + res.phases.get("plan") +
+                           res.phases.get("multiply") + res.phases.get("route_output") +
+                           res.phases.get("merge");
+  double times[6] = {res.stats.match_seconds,
+                     res.stats.count_seconds,
+                     res.stats.multiply_seconds,
+                     res.stats.assemble_seconds,
+                     compute_s,
+                     res.phases.get("route_inputs") + res.phases.get("route_output")};
+  world.allreduce(times, 6, comm::ReduceOp::max);
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "done: Z %s, %lld nonzeros from %lld products (%lld zeros dropped) in %.3f s; "
+                "kernel (slowest rank): match %.3f s, count %.3f s, multiply %.3f s, assemble "
+                "%.3f s; routing %.3f s; %.3g products/s",
+                format_dims(res.dims).c_str(), static_cast<long long>(res.global_nnz),
+                static_cast<long long>(res.global_products),
+                static_cast<long long>(res.global_zeros_dropped), times[4], times[0], times[1],
+                times[2], times[3], times[5],
+                times[4] > 0 ? static_cast<double>(res.global_products) / times[4] : 0.0);
+  log::info(line);
+
+  double write_s = 0;
+  if (!a.out.empty()) {
+    Timer tw;
+    algo::write_sorted(a.out, res.local, world,
+                       "tessera contract " + a.x + " " + a.y + " --einsum " + spec.text);
+    write_s = tw.seconds();
+    log::info("Z written to " + a.out + " (" + std::to_string(write_s) + " s)");
+  }
+  if (!a.run.json.empty()) {
+    double peak = static_cast<double>(peak_rss_bytes());
+    world.allreduce(&peak, 1, comm::ReduceOp::max);
+    nlohmann::json j;
+    j["command"] = "contract";
+    j["options"] = {{"x", a.x},
+                    {"y", a.y},
+                    {"einsum", spec.text},
+                    {"out", a.out},
+                    {"backend", kernels::to_string(kind)},
+                    {"precision", a.run.precision},
+                    {"index_base", a.load.index_base},
+                    {"extend_dims", a.extend_dims},
+                    {"memory_limit_bytes", o.memory_limit}};
+    j["machine"] = machine_json(world, kernels::to_string(kind), a.run.threads);
+    j["inputs"] = {{"x", {{"dims", X.dims}, {"nnz", in.nnz[0]}}},
+                   {"y", {{"dims", Y.dims}, {"nnz", in.nnz[1]}}},
+                   {"self_contraction", in.same},
+                   {"routed_once", res.routed_once},
+                   {"bytes_read", in.bytes}};
+    j["output"] = {{"dims", res.dims}, {"nnz", res.global_nnz}};
+    j["products"] = res.global_products;
+    j["busiest_rank_products"] = res.max_rank_products;
+    j["partial_output_entries"] = res.global_partial_entries;
+    j["zeros_dropped"] = res.global_zeros_dropped;
+    j["kernel_seconds_max_over_ranks"] = {
+        {"match", times[0]}, {"count", times[1]}, {"multiply", times[2]}, {"assemble", times[3]}};
+    nlohmann::json ph;
+    for (const char* p : {"route_inputs", "plan", "multiply", "route_output", "merge"}) {
+      double v = res.phases.get(p);
+      world.allreduce(&v, 1, comm::ReduceOp::max);
+      ph[p] = v;
+    }
+    ph["read"] = in.read_seconds;
+    ph["write"] = write_s;
+    ph["total"] = total.seconds();
+    j["phases_seconds"] = ph;
+    j["memory_estimate_bytes_per_rank"] = {
+        {"total", res.memory.total_bytes},         {"mean_total", res.memory.mean_total_bytes},
+        {"inputs", res.memory.input_bytes},        {"routed", res.memory.routed_bytes},
+        {"workspace", res.memory.workspace_bytes}, {"output", res.memory.output_bytes},
+        {"exchange", res.memory.exchange_bytes}};
+    j["throughput"] = {
+        {"products_per_s", compute_s > 0 ? res.global_products / times[4] : 0.0},
+        {"read_bytes_per_s", in.read_seconds > 0 ? in.bytes / in.read_seconds : 0.0}};
+    j["peak_memory_bytes_per_rank"] = peak;
+    write_json(a.run.json, j, world);
+  }
+}
+
+}  // namespace
+
+void add_contract(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<ContractArgs>();
+  auto* sub = app.add_subcommand(
+      "contract",
+      "Sparse tensor contraction Z = X x Y by an einsum spec, e.g. --einsum \"ijk,klm->ijlm\" "
+      "(inputs .tns, .tns.gz or .h5)");
+  sub->add_option("x", a->x, "First input X (.tns, .tns.gz or .h5)")->required();
+  sub->add_option("y", a->y,
+                  "Second input Y (the same file as X for a self-contraction: read once)")
+      ->required();
+  sub->add_option("-e,--einsum", a->einsum,
+                  "Spec 'X,Y->Z': one letter per mode; letters in both inputs and not in the "
+                  "output are summed, letters in both and in the output are batch modes; "
+                  "e.g. ijk,klm->ijlm or ijy,kjy->ik")
+      ->required();
+  sub->add_option("-o,--out", a->out,
+                  "Write Z here: .tns or .tns.gz (FROSTT text, 1-based) or .h5 (HDF5 tensor "
+                  "store), in lexicographic order");
+  sub->add_option("--mem-limit,--max-mem", a->mem_limit,
+                  "Memory per rank the contraction may use, e.g. 8G (K/M/G/T = 1024^k); the run "
+                  "is refused before multiplying when the estimate is over it. Default: 3/4 of "
+                  "the node's memory shared by its ranks");
+  sub->add_flag("--extend-dims", a->extend_dims,
+                "Give matched modes of unequal lengths the larger one (a .tns mode's length is "
+                "its largest coordinate); without it unequal lengths are an error");
+  add_compute_options(sub, a->run, a->load);
+  sub->callback([a, &run] {
+    run = [a](const comm::MpiCommunicator& world) {
+      with_precision(a->run, [&]<typename T>() { run_contract<T>(*a, world); });
+    };
+  });
+}
+
+}  // namespace tessera::driver

@@ -1,0 +1,200 @@
+// Sparse tensor contraction (SpTC): Z = X x Y over the modes an einsum spec names
+// (DESIGN §5, §6; docs/sptc.md). Declared once, implemented per backend: reference/ (plain
+// loops, double accumulation, the ground truth), cpu/ (OpenMP hash join + row-wise
+// accumulation), cuda/ (to come, through Backend::contract_plan / Backend::contract).
+//
+// Spec rules ("ijk,klm->ijlm"): two comma-separated input subscripts and an explicit
+// output after "->"; one letter (a-z, A-Z) per mode; blanks are ignored. Each input has
+// 1..16 modes and a letter at most once (no diagonals or traces). A letter in both inputs
+// is matched: it is contracted (summed over) when it is absent from the output, and a
+// batch (Hadamard) mode when the output keeps it. A letter in one input only is free and
+// must appear in the output. The output lists each letter at most once, only letters of
+// the inputs, and has 1..16 modes (a full contraction to a scalar is refused). Matched
+// letters must have the same length in X and Y.
+//
+// Output (every backend): a SparseTensor<T> whose mode k is the output letter k, dims the
+// lengths of those letters, coordinates sorted lexicographically (mode 0 slowest) with no
+// repeats; products with equal output coordinates are summed (in double); entries whose
+// sum rounded to T is exactly zero are dropped. Repeated coordinates in the inputs are
+// allowed: every copy is multiplied, so the result is that of the summed inputs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "tensor/sparse_tensor.hpp"
+
+namespace tessera::kernels {
+
+/// A parsed, validated einsum spec. Mode numbers are 0-based positions in the subscripts.
+struct ContractSpec {
+  std::string text;  ///< canonical form "x,y->out" (blanks removed)
+  std::string x, y, out;
+  /// Matched modes, one entry per letter present in both inputs, ordered by position in
+  /// X: mode x_key[c] of X is matched with mode y_key[c] of Y.
+  std::vector<int> x_key, y_key;
+  /// Per matched letter: true for a batch mode (kept in the output), false when contracted.
+  std::vector<bool> key_batch;
+  /// Free modes (letter in that input only), in input mode order.
+  std::vector<int> x_free, y_free;
+  /// Per output mode k: out_from_y[k] is false when it is taken from X (free modes of X
+  /// and batch modes), true for the free modes of Y; out_mode[k] is the mode of that input.
+  std::vector<bool> out_from_y;
+  std::vector<int> out_mode;
+
+  int x_order() const { return static_cast<int>(x.size()); }
+  int y_order() const { return static_cast<int>(y.size()); }
+  int out_order() const { return static_cast<int>(out.size()); }
+  /// Letters summed over (matched and absent from the output).
+  int contracted() const;
+  /// Matched letters kept in the output.
+  int batch() const;
+};
+
+/// Parses and validates `text` (rules at the top of this file). Throws InputError with
+/// the spec, the offending letter or part, and what to write instead.
+ContractSpec parse_contract_spec(const std::string& text);
+
+/// Checks the input shapes against the spec and returns the output dims: xdims.size() must
+/// be spec.x_order(), ydims.size() spec.y_order(), every length in 1..2^32, and matched
+/// letters of equal length. Throws InputError naming the letter, the modes and the two
+/// lengths (for .tns inputs a mode's length is its largest coordinate).
+std::vector<std::uint64_t> contract_output_dims(const ContractSpec& spec,
+                                                const std::vector<std::uint64_t>& xdims,
+                                                const std::vector<std::uint64_t>& ydims);
+
+/// Extends every matched letter to the larger of its lengths in X and Y (the missing index
+/// range holds no nonzeros, so the product is unchanged; free modes then keep their own
+/// lengths, or grow with a matched mode of the same tensor). same_tensor: X and Y are one
+/// tensor (self-contraction), so modes linked through matched letters all take the largest
+/// length among them and xdims == ydims on return. Orders must fit the spec (InputError).
+void extend_matched_dims(const ContractSpec& spec, std::vector<std::uint64_t>& xdims,
+                         std::vector<std::uint64_t>& ydims, bool same_tensor);
+
+/// The spec with the inputs swapped: Z = Y x X, same output. (Y's letters first.)
+ContractSpec swap_inputs(const ContractSpec& spec);
+
+/// Bytes one output nonzero takes: out_order coordinates and a value of `value_size`.
+inline std::size_t contract_entry_bytes(const ContractSpec& spec, std::size_t value_size) {
+  return static_cast<std::size_t>(spec.out_order()) * sizeof(index_t) + value_size;
+}
+
+/// Sizes known before the output is allocated (the count pass of a plan).
+struct ContractCount {
+  std::int64_t products = 0;        ///< pairs of matching nonzeros (multiplications)
+  std::int64_t output_entries = 0;  ///< distinct output coordinates (>= the output nnz)
+  std::size_t output_bytes = 0;     ///< output_entries x contract_entry_bytes
+  /// Backend memory the plan holds plus the most the run allocates besides the output.
+  std::size_t workspace_bytes = 0;
+};
+
+/// What one contraction did. Seconds are wall time on this process.
+struct ContractStats {
+  std::int64_t products = 0;        ///< pairs of matching nonzeros multiplied
+  std::int64_t output_entries = 0;  ///< distinct output coordinates: products merged
+  std::int64_t output_nnz = 0;      ///< after dropping exact zeros
+  std::int64_t zeros_dropped = 0;   ///< output_entries - output_nnz
+  double match_seconds = 0;         ///< keys, sorts and the hash join of contracted indices
+  double count_seconds = 0;         ///< the count pass (output size per row, before allocation)
+  double multiply_seconds = 0;      ///< products and their accumulation into the output
+  double assemble_seconds = 0;      ///< dropping zeros, output order
+  std::size_t workspace_bytes = 0;
+  double seconds() const {
+    return match_seconds + count_seconds + multiply_seconds + assemble_seconds;
+  }
+};
+
+/// A contraction matched and counted by one backend, ready to run (Backend::contract_plan).
+/// It may refer to the input tensors, which must outlive it.
+template <typename T>
+class ContractPlan {
+ public:
+  virtual ~ContractPlan() = default;
+  virtual const ContractSpec& spec() const = 0;
+  virtual const std::vector<std::uint64_t>& output_dims() const = 0;
+  virtual const ContractCount& count() const = 0;
+  /// Seconds of matching and counting spent building the plan.
+  virtual double match_seconds() const = 0;
+  virtual double count_seconds() const = 0;
+};
+
+/// Plan and run on `backend` in one call (see Backend::contract_plan).
+template <typename T>
+SparseTensor<T> contract(Backend<T>& backend, const SparseTensor<T>& x, const SparseTensor<T>& y,
+                         const ContractSpec& spec, ContractStats* stats = nullptr);
+
+/// Sorts t lexicographically (mode 0 slowest), sums repeated coordinates in double (in
+/// the order they appear in t) and drops entries whose sum rounded to T is exactly zero.
+/// OpenMP over `threads` (0 = omp_get_max_threads()); the result does not depend on it.
+/// Returns the number of entries removed (merged or zero); *zeros_dropped (when not null)
+/// receives the number of distinct coordinates dropped as zero. A host helper for the
+/// algorithms (partial outputs received from other ranks); throws Error on a malformed t.
+template <typename T>
+nnz_t sort_sum_drop_zeros(SparseTensor<T>& t, int threads = 0, nnz_t* zeros_dropped = nullptr);
+
+namespace reference {
+/// Plain loops: Y sorted by its matched coordinates, every X nonzero looks up its range
+/// by binary search, products accumulated in double into a dense array (output of at most
+/// 2^24 cells), a hash map of linearized coordinates, or an ordered map of coordinate
+/// tuples. The ground truth. Throws InputError when the shapes do not fit the spec, Error
+/// on malformed tensors.
+template <typename T>
+SparseTensor<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                         const ContractSpec& spec, ContractStats* stats = nullptr);
+/// Products and distinct output coordinates of contract(x, y, spec), counted with the
+/// same loops without values (memory of the order of the output).
+template <typename T>
+ContractCount contract_count(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                             const ContractSpec& spec);
+/// The reference backend's plan: contract_count at planning time (keeps references to x
+/// and y, which must outlive it); contract(plan) then runs contract(x, y, spec). Throws
+/// Error for a plan of another backend.
+template <typename T>
+std::unique_ptr<ContractPlan<T>> plan_contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                                               const ContractSpec& spec);
+template <typename T>
+SparseTensor<T> contract(ContractPlan<T>& plan, ContractStats* stats = nullptr);
+}  // namespace reference
+
+namespace cpu {
+
+struct ContractOptions {
+  int threads = 0;  ///< OpenMP team size; 0 = omp_get_max_threads()
+  /// Rows accumulate into a dense per-thread array when the column side has at most this
+  /// many distinct coordinate tuples (memory: 12 bytes each per thread), else into a
+  /// per-row open-addressing hash table. Tests set 0 to force the hash tables.
+  std::int64_t dense_accumulator_limit = std::int64_t(1) << 20;
+  /// Let the kernel swap the roles of X and Y when that makes the output come out in
+  /// order (no final sort). Tests turn it off to cover both paths.
+  bool allow_swap = true;
+};
+
+/// The OpenMP plan: both inputs keyed (mixed-radix packed coordinates, ranked when they
+/// overflow 64 bits), the column side (Y, or X when swapped) grouped by matched key with a
+/// hash table over the groups, the row side grouped by its output coordinates, every
+/// row-side nonzero joined with its group, and the exact output size of every row
+/// counted. Keeps references to x and y. Throws InputError for shapes that do not fit the
+/// spec or inputs over 2^32 - 1 nonzeros, Error on malformed tensors.
+template <typename T>
+std::unique_ptr<ContractPlan<T>> plan_contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                                               const ContractSpec& spec,
+                                               const ContractOptions& options = {});
+/// Runs a plan from plan_contract: per row, the products accumulated in double and
+/// written at the row's counted offset (rows in parallel), then zeros removed and, when
+/// the output letters interleave the two inputs', a final sort. Throws Error for a plan of
+/// another backend.
+template <typename T>
+SparseTensor<T> contract(ContractPlan<T>& plan, ContractStats* stats = nullptr);
+/// plan_contract + contract.
+template <typename T>
+SparseTensor<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                         const ContractSpec& spec, ContractStats* stats = nullptr,
+                         const ContractOptions& options = {});
+
+}  // namespace cpu
+
+}  // namespace tessera::kernels

@@ -1,0 +1,109 @@
+// Distributed sparse tensor contraction (DESIGN §6, docs/sptc.md), written once against
+// kernels::Backend and comm::Communicator.
+//
+// Z = X x Y for an einsum spec (kernels/sptc.hpp):
+//  1. route: every X and Y nonzero goes to rank hash(matched coordinates) % P, the same
+//     hash for both inputs, so every pair of matching nonzeros meets on one rank (one
+//     alltoallv per coordinate array and one for the values, on a host communicator);
+//  2. plan: the backend matches the local nonzeros and counts the local output exactly;
+//     the memory need is estimated from those counts, all-reduced, and the run refused on
+//     every rank alike when the busiest rank would pass the limit;
+//  3. multiply: the backend computes the local partial output;
+//  4. route the partial output nonzeros to rank hash(output coordinates) % P and sum the
+//     copies there (in double, in source-rank order), dropping exact zeros.
+// Each rank ends with a disjoint share of Z. A self-contraction passes the same tensor for
+// X and Y: it is routed once when both roles hash the same modes, else twice.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/sptc.hpp"
+#include "util/timer.hpp"
+
+namespace tessera::algo {
+
+struct ContractOptions {
+  /// Bytes per rank the contraction may hold (the caller's input shares, the routed
+  /// inputs, the backend's plan, the output and the exchange buffers); 0 = no limit. Over
+  /// it the run is refused with an InputError (thrown on every rank alike) that says how
+  /// much is needed and what would fit.
+  std::size_t memory_limit = 0;
+  bool print = true;  ///< the plan and the memory estimate on rank 0 (log::info)
+};
+
+/// Memory estimate per rank, in bytes, made before the multiplication (the largest value
+/// over ranks for each part). The total is the peak of three stages: plan + multiply
+/// (inputs, routed inputs, workspace, local output), output exchange (inputs, local
+/// output, one send array, received entries) and merge (inputs, received, merged, sort
+/// workspace). Entries received in the output exchange are estimated as
+/// max(local entries, global entries / P): hashing spreads output coordinates evenly.
+struct ContractMemory {
+  std::size_t input_bytes = 0;       ///< the caller's X and Y shares on this rank
+  std::size_t routed_bytes = 0;      ///< routed copies of X and Y (0 on one rank)
+  std::size_t workspace_bytes = 0;   ///< the backend's plan and run workspace
+  std::size_t output_bytes = 0;      ///< the local output before the exchange
+  std::size_t exchange_bytes = 0;    ///< send buffer, received and merged entries
+  std::size_t total_bytes = 0;       ///< the busiest rank's peak
+  std::size_t mean_total_bytes = 0;  ///< the mean over ranks of the per-rank peak
+};
+
+template <typename T>
+struct ContractResult {
+  /// This rank's share of Z: GLOBAL 0-based coordinates in output mode order, sorted
+  /// lexicographically, no repeated coordinates, no exact zeros. The shares of the ranks
+  /// are disjoint (owner of a coordinate tuple: output_owner()).
+  SparseTensor<T> local;
+  std::vector<std::uint64_t> dims;  ///< output dims (same on every rank)
+  nnz_t global_nnz = 0;
+  std::int64_t global_products = 0;         ///< pairs multiplied, summed over ranks
+  std::int64_t max_rank_products = 0;       ///< the busiest rank's pairs (balance)
+  std::int64_t global_partial_entries = 0;  ///< local output entries summed over ranks
+  std::int64_t global_zeros_dropped = 0;    ///< exact zeros dropped (locally and after merging)
+  std::int64_t global_input_nnz[2] = {0, 0};
+  /// This rank's kernel statistics (matching, counting, multiplication, assembly).
+  kernels::ContractStats stats;
+  /// This rank's seconds: "route_inputs", "plan" (matching and counting), "multiply" (the
+  /// kernel run, assembly included), "route_output", "merge".
+  PhaseTimes phases;
+  ContractMemory memory;
+  /// Self-contraction whose roles hash the same modes: routed once, one local copy.
+  bool routed_once = false;
+};
+
+/// Collective over `c` (a host communicator). x and y are this rank's shares (any
+/// distribution; GLOBAL coordinates; dims = the global dims on every rank); pass the same
+/// object for a self-contraction. The backend computes the local contraction through
+/// Backend::contract_plan / Backend::contract (host tensors). Throws InputError on every
+/// rank alike for shapes that do not fit the spec and for the memory limit; errors of one
+/// rank's kernel become a CollectiveError on every rank.
+template <typename T>
+ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                           const kernels::ContractSpec& spec, kernels::Backend<T>& backend,
+                           const comm::Communicator& c, const ContractOptions& opt = {});
+
+/// Rank (of P) that owns the tuple coords[0..n): a 64-bit hash of the coordinates modulo
+/// P. Used for the matched coordinates of the inputs and for the output coordinates.
+int tuple_owner(const index_t* coords, int n, int P);
+
+/// Collective: every rank's share of `local` (same dims everywhere) on rank `root`, sorted
+/// lexicographically (repeated coordinates summed, exact zeros dropped); other ranks get an
+/// empty tensor of the same dims.
+template <typename T>
+SparseTensor<T> gather(const SparseTensor<T>& local, const comm::Communicator& c, int root = 0);
+
+/// Collective: writes a distributed result in global lexicographic order: the shares are
+/// first redistributed into contiguous ranges of that order (partition::distribute, nnz
+/// scheme), then written by io::write_h5 when the name ends in .h5 or .hdf5 (the HDF5
+/// tensor store; dims = local.dims, `source` recorded), else by io::write_tns (FROSTT
+/// text, gzip for .gz). Values are written as double. Errors throw CollectiveError on
+/// every rank.
+template <typename T>
+void write_sorted(const std::string& path, const SparseTensor<T>& local,
+                  const comm::Communicator& c, const std::string& source = "");
+
+}  // namespace tessera::algo

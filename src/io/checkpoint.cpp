@@ -1,0 +1,457 @@
+#include "io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "io/model_io.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+namespace tessera::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kCheckpointVersion = 1;
+
+/// Silences HDF5's error stack printing in scope (our messages say what failed).
+struct QuietHdf5 {
+  H5E_auto2_t func = nullptr;
+  void* data = nullptr;
+  QuietHdf5() {
+    H5Eget_auto2(H5E_DEFAULT, &func, &data);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func, data); }
+  QuietHdf5(const QuietHdf5&) = delete;
+  QuietHdf5& operator=(const QuietHdf5&) = delete;
+};
+
+/// Closes an HDF5 handle on scope exit.
+struct Handle {
+  hid_t id = -1;
+  herr_t (*close)(hid_t) = nullptr;
+  Handle(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
+  ~Handle() {
+    if (id >= 0) close(id);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  operator hid_t() const { return id; }
+};
+
+void put_attr(hid_t f, const char* name, hid_t type, const void* v) {
+  Handle sp(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle a(H5Acreate2(f, name, type, sp, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (a.id < 0 || H5Awrite(a, type, v) < 0) TESSERA_THROW("HDF5: write attribute " << name);
+}
+void put_string(hid_t f, const char* name, const std::string& s) {
+  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t, s.empty() ? 1 : s.size());
+  H5Tset_strpad(t, H5T_STR_NULLTERM);
+  std::string buf = s.empty() ? std::string(1, '\0') : s;
+  put_attr(f, name, t, buf.data());
+}
+
+/// Reads a scalar attribute; InputError naming the file when it is missing.
+template <typename V>
+V get_attr(hid_t f, const char* name, hid_t type, const std::string& path) {
+  TESSERA_INPUT_CHECK(H5Aexists(f, name) > 0, "'" << path
+                                                  << "' is not a complete checkpoint: attribute '"
+                                                  << name << "' is missing");
+  Handle a(H5Aopen(f, name, H5P_DEFAULT), H5Aclose);
+  Handle sp(H5Aget_space(a), H5Sclose);
+  TESSERA_INPUT_CHECK(a.id >= 0 && H5Sget_simple_extent_npoints(sp) == 1,
+                      "'" << path << "': attribute '" << name << "' is not a scalar");
+  V v{};
+  if (H5Aread(a, type, &v) < 0) TESSERA_THROW("HDF5: read attribute " << name);
+  return v;
+}
+std::string get_string(hid_t f, const char* name, const std::string& path) {
+  TESSERA_INPUT_CHECK(H5Aexists(f, name) > 0, "'" << path
+                                                  << "' is not a complete checkpoint: attribute '"
+                                                  << name << "' is missing");
+  Handle a(H5Aopen(f, name, H5P_DEFAULT), H5Aclose);
+  Handle t(H5Aget_type(a), H5Tclose);
+  TESSERA_INPUT_CHECK(a.id >= 0 && H5Tget_class(t) == H5T_STRING,
+                      "'" << path << "': attribute '" << name << "' is not a string");
+  const std::size_t n = H5Tget_size(t);
+  std::string s(n, '\0');
+  Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(mt, n);
+  if (H5Aread(a, mt, s.data()) < 0) TESSERA_THROW("HDF5: read attribute " << name);
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+/// 64-bit checksum in four independent lanes (fast on large factors).
+class Checksum {
+ public:
+  void add(std::uint64_t x) { lane_[0] = mix64(lane_[0] ^ x); }
+  void add(const std::vector<double>& v) {
+    add(static_cast<std::uint64_t>(v.size()));
+    std::size_t k = 0;
+    for (; k + 4 <= v.size(); k += 4)
+      for (int l = 0; l < 4; ++l)
+        lane_[l] = mix64(lane_[l] ^ bits(v[k + static_cast<std::size_t>(l)]));
+    for (; k < v.size(); ++k) lane_[1] = mix64(lane_[1] ^ bits(v[k]));
+  }
+  void add(const std::string& s) {
+    add(static_cast<std::uint64_t>(s.size()));
+    for (unsigned char ch : s) lane_[2] = mix64(lane_[2] ^ ch);
+  }
+  std::uint64_t value() const { return hash_keys(lane_[0], lane_[1], lane_[2], lane_[3]); }
+
+ private:
+  static std::uint64_t bits(double d) {
+    std::uint64_t u;
+    std::memcpy(&u, &d, sizeof(u));
+    return u;
+  }
+  std::uint64_t lane_[4] = {1, 2, 3, 4};
+};
+
+/// The checksum covers the state a resumed run uses and the input's identity.
+Checksum info_checksum(const CheckpointInfo& info) {
+  Checksum c;
+  c.add(static_cast<std::uint64_t>(info.iteration));
+  c.add(static_cast<std::uint64_t>(info.converged ? 1 : 0));
+  c.add(info.fit_history);
+  c.add(info.precision);
+  for (auto d : info.input.dims) c.add(d);
+  c.add(info.input.nnz);
+  c.add(std::vector<double>{info.input.norm2});
+  c.add(info.input.coord_hash);
+  c.add(info.options_json);
+  return c;
+}
+std::uint64_t checksum_of(const KruskalModel& m, const CheckpointInfo& info) {
+  Checksum c = info_checksum(info);
+  c.add(static_cast<std::uint64_t>(m.rank));
+  c.add(m.lambda);
+  for (const auto& F : m.factors) c.add(F.data);
+  return c.value();
+}
+std::uint64_t checksum_of(const TuckerModel& m, const CheckpointInfo& info) {
+  Checksum c = info_checksum(info);
+  for (int r : m.ranks) c.add(static_cast<std::uint64_t>(r));
+  c.add(m.core);
+  for (const auto& F : m.factors) c.add(F.data);
+  return c.value();
+}
+
+/// fsync of a file or folder by name; throws with the reason on failure.
+void sync_path(const std::string& p, bool folder) {
+  const int fd = ::open(p.c_str(), folder ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  TESSERA_INPUT_CHECK(fd >= 0, "cannot open '" << p << "' to sync it: " << std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some file systems cannot sync folders (EINVAL); the rename is still atomic there.
+  TESSERA_INPUT_CHECK(rc == 0 || (folder && (err == EINVAL || err == EBADF)),
+                      "cannot sync '" << p << "' to disk: " << std::strerror(err));
+}
+
+std::string folder_of(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+/// The common write path: the model file (written by `write_model` to a temporary name),
+/// the checkpoint attributes, fsync, rename, fsync of the folder. On any error the
+/// temporary files are removed and the previous checkpoint is left as it was.
+template <typename WriteModel>
+void write_atomically(const std::string& path, WriteModel&& write_model, const CheckpointInfo& info,
+                      std::uint64_t checksum, const CheckpointWriteHooks* hooks) {
+  TESSERA_INPUT_CHECK(!path.empty(), "the checkpoint path is empty");
+  std::error_code ec;
+  TESSERA_INPUT_CHECK(!fs::is_directory(path, ec),
+                      "cannot write checkpoint '" << path << "': it is a folder");
+  const std::string pid = std::to_string(::getpid());
+  const std::string tmp = path + ".tmp-ckpt-" + pid;
+  QuietHdf5 quiet;
+  try {
+    ModelRecord rec;
+    rec.fit = info.fit_history.empty() ? 0.0 : info.fit_history.back();
+    rec.iterations = info.iteration;
+    rec.fit_history = info.fit_history;
+    rec.options_json = info.options_json;
+    write_model(tmp, rec);
+    {
+      Handle f(H5Fopen(tmp.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+      TESSERA_INPUT_CHECK(f.id >= 0, "cannot reopen '" << tmp << "'");
+      const long long one = 1, version = kCheckpointVersion, conv = info.converged ? 1 : 0;
+      put_attr(f, "checkpoint", H5T_NATIVE_LLONG, &one);
+      put_attr(f, "checkpoint_version", H5T_NATIVE_LLONG, &version);
+      put_attr(f, "converged", H5T_NATIVE_LLONG, &conv);
+      put_string(f, "precision", info.precision);
+      put_attr(f, "input_nnz", H5T_NATIVE_UINT64, &info.input.nnz);
+      put_attr(f, "input_norm2", H5T_NATIVE_DOUBLE, &info.input.norm2);
+      put_attr(f, "input_coord_hash", H5T_NATIVE_UINT64, &info.input.coord_hash);
+      put_attr(f, "checksum", H5T_NATIVE_UINT64, &checksum);
+      if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) TESSERA_THROW("HDF5: flush " << tmp);
+      const hid_t id = f.id;
+      f.id = -1;
+      TESSERA_INPUT_CHECK(H5Fclose(id) >= 0, "cannot close '" << tmp << "'");
+    }
+    sync_path(tmp, false);
+    if (hooks && hooks->before_rename) hooks->before_rename(tmp);
+    TESSERA_INPUT_CHECK(
+        std::rename(tmp.c_str(), path.c_str()) == 0,
+        "cannot rename '" << tmp << "' to '" << path << "': " << std::strerror(errno));
+    sync_path(folder_of(path), true);
+  } catch (const std::exception& e) {
+    std::remove(tmp.c_str());
+    std::remove((tmp + ".tmp-" + pid).c_str());  // the model writer's own temporary
+    TESSERA_INPUT_CHECK(false, "cannot write checkpoint '" << path << "': " << e.what());
+  }
+}
+
+/// Reads the checkpoint attributes of `path` (a model file already read into `rec`).
+void read_info(const std::string& path, const ModelRecord& rec,
+               const std::vector<std::uint64_t>& dims, CheckpointInfo* info) {
+  Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  TESSERA_INPUT_CHECK(f.id >= 0, "cannot open '" << path << "'");
+  info->iteration = rec.iterations;
+  info->fit_history = rec.fit_history;
+  info->options_json = rec.options_json;
+  info->converged = get_attr<long long>(f, "converged", H5T_NATIVE_LLONG, path) != 0;
+  info->precision = get_string(f, "precision", path);
+  info->input.dims = dims;
+  info->input.nnz = get_attr<std::uint64_t>(f, "input_nnz", H5T_NATIVE_UINT64, path);
+  info->input.norm2 = get_attr<double>(f, "input_norm2", H5T_NATIVE_DOUBLE, path);
+  info->input.coord_hash = get_attr<std::uint64_t>(f, "input_coord_hash", H5T_NATIVE_UINT64, path);
+  TESSERA_INPUT_CHECK(
+      info->iteration >= 0 && static_cast<int>(info->fit_history.size()) == info->iteration,
+      "'" << path << "': the fit history has " << info->fit_history.size() << " entries for "
+          << info->iteration << " iterations");
+}
+
+template <typename Model, typename ReadModel>
+Model read_checkpoint(const std::string& path, const char* format, CheckpointInfo* info,
+                      ReadModel&& read_model) {
+  std::error_code ec;
+  TESSERA_INPUT_CHECK(fs::exists(path, ec), "checkpoint '" << path << "' does not exist");
+  TESSERA_INPUT_CHECK(!fs::is_directory(path, ec), "checkpoint '" << path << "' is a folder");
+  QuietHdf5 quiet;
+  const char* hint =
+      " (a truncated or corrupted file? checkpoints are replaced atomically, so use an intact "
+      "copy or start the run again)";
+  {
+    // What kind of file this is: plain messages for a wrong file, the hint for a damaged one.
+    TESSERA_INPUT_CHECK(H5Fis_hdf5(path.c_str()) > 0,
+                        "cannot resume from checkpoint '" << path << "': not an HDF5 file" << hint);
+    Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    TESSERA_INPUT_CHECK(
+        f.id >= 0, "cannot resume from checkpoint '" << path << "': HDF5 cannot open it" << hint);
+    TESSERA_INPUT_CHECK(H5Aexists(f, "checkpoint") > 0,
+                        "cannot resume from '"
+                            << path
+                            << "': it is not a checkpoint (no 'checkpoint' attribute; "
+                               "checkpoints are written by --checkpoint-every)");
+    std::string fmt;
+    if (H5Aexists(f, "format") > 0) fmt = get_string(f, "format", path);
+    TESSERA_INPUT_CHECK(fmt == format, "cannot resume from checkpoint '"
+                                           << path << "': it holds a '" << fmt
+                                           << "' model, this run needs '" << format << "'");
+    long long version = 0;
+    {
+      Handle a(H5Aopen(f, "checkpoint_version", H5P_DEFAULT), H5Aclose);
+      if (a.id >= 0) H5Aread(a, H5T_NATIVE_LLONG, &version);
+    }
+    TESSERA_INPUT_CHECK(version >= 1 && version <= kCheckpointVersion,
+                        "cannot resume from checkpoint '"
+                            << path << "': checkpoint version " << version
+                            << ", this tessera reads version " << kCheckpointVersion);
+  }
+  try {
+    ModelRecord rec;
+    Model m = read_model(path, &rec);
+    CheckpointInfo local;
+    CheckpointInfo& ck = info ? *info : local;
+    read_info(path, rec, m.dims, &ck);
+    Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    const auto stored = get_attr<std::uint64_t>(f, "checksum", H5T_NATIVE_UINT64, path);
+    TESSERA_INPUT_CHECK(stored == checksum_of(m, ck),
+                        "checksum mismatch: the file's data changed after it was written");
+    return m;
+  } catch (const std::exception& e) {
+    TESSERA_INPUT_CHECK(false,
+                        "cannot resume from checkpoint '" << path << "': " << e.what() << hint);
+  }
+  return Model{};
+}
+
+std::string json_text(const nlohmann::json& j) {
+  return j.is_null() ? std::string("(not set)") : j.dump();
+}
+
+}  // namespace
+
+template <typename T>
+TensorFingerprint tensor_fingerprint(
+    const SparseTensor<T>& block,
+    const std::function<std::uint64_t(int, std::uint64_t)>& original_index,
+    const comm::Communicator& c) {
+  TensorFingerprint fp;
+  fp.dims = block.dims;
+  const int N = block.order();
+  const nnz_t nnz = block.nnz();
+  double norm2 = 0;
+  std::uint64_t h = 0;
+#pragma omp parallel for schedule(static) reduction(+ : norm2, h) if (nnz > (1 << 16))
+  for (nnz_t k = 0; k < nnz; ++k) {
+    std::uint64_t x = 0x243F6A8885A308D3ull;
+    for (int n = 0; n < N; ++n) {
+      std::uint64_t i = block.idx[static_cast<std::size_t>(n)][static_cast<std::size_t>(k)];
+      if (original_index) i = original_index(n, i);
+      x = mix64(x ^ (i + static_cast<std::uint64_t>(n) * 0x9E3779B97F4A7C15ull));
+    }
+    h += x;  // wrapping sum: the same for any split of the nonzeros
+    const double v = static_cast<double>(block.vals[static_cast<std::size_t>(k)]);
+    norm2 += v * v;
+  }
+  std::uint64_t counts[2] = {static_cast<std::uint64_t>(nnz), h};
+  c.allreduce(counts, 2);
+  c.allreduce(&norm2, 1);
+  fp.nnz = counts[0];
+  fp.coord_hash = counts[1];
+  fp.norm2 = norm2;
+  return fp;
+}
+
+template TensorFingerprint tensor_fingerprint<float>(
+    const SparseTensor<float>&, const std::function<std::uint64_t(int, std::uint64_t)>&,
+    const comm::Communicator&);
+template TensorFingerprint tensor_fingerprint<double>(
+    const SparseTensor<double>&, const std::function<std::uint64_t(int, std::uint64_t)>&,
+    const comm::Communicator&);
+
+void write_cp_checkpoint(const std::string& path, const KruskalModel& m, const CheckpointInfo& info,
+                         const CheckpointWriteHooks* hooks) {
+  TESSERA_EXPECTS(m.dims == info.input.dims, "checkpoint: model dims differ from the input's");
+  write_atomically(
+      path, [&](const std::string& tmp, const ModelRecord& rec) { write_kruskal_h5(tmp, m, rec); },
+      info, checksum_of(m, info), hooks);
+}
+
+KruskalModel read_cp_checkpoint(const std::string& path, CheckpointInfo* info) {
+  return read_checkpoint<KruskalModel>(
+      path, "tessera-kruskal", info,
+      [](const std::string& p, ModelRecord* rec) { return read_kruskal_h5(p, rec); });
+}
+
+void write_tucker_checkpoint(const std::string& path, const TuckerModel& m,
+                             const CheckpointInfo& info, const CheckpointWriteHooks* hooks) {
+  TESSERA_EXPECTS(m.dims == info.input.dims, "checkpoint: model dims differ from the input's");
+  write_atomically(
+      path, [&](const std::string& tmp, const ModelRecord& rec) { write_tucker_h5(tmp, m, rec); },
+      info, checksum_of(m, info), hooks);
+}
+
+TuckerModel read_tucker_checkpoint(const std::string& path, CheckpointInfo* info) {
+  return read_checkpoint<TuckerModel>(
+      path, "tessera-tucker", info,
+      [](const std::string& p, ModelRecord* rec) { return read_tucker_h5(p, rec); });
+}
+
+std::vector<std::string> check_resume(const std::string& path, const CheckpointInfo& saved,
+                                      const ResumeCheck& now) {
+  std::vector<std::string> bad;
+  const auto& a = saved.input;
+  const auto& b = now.input;
+  if (a.dims != b.dims) {
+    bad.push_back("tensor dims " + format_dims(a.dims) + " in the checkpoint, " +
+                  format_dims(b.dims) + " now");
+  } else if (a.nnz != b.nnz) {
+    bad.push_back("tensor nonzeros " + std::to_string(a.nnz) + " in the checkpoint, " +
+                  std::to_string(b.nnz) + " now");
+  } else {
+    if (a.coord_hash != b.coord_hash)
+      bad.push_back(
+          "the coordinates of the tensor's nonzeros differ (same dims and nonzero count)");
+    if (std::abs(a.norm2 - b.norm2) > 1e-9 * std::max(std::abs(a.norm2), std::abs(b.norm2))) {
+      char line[160];
+      std::snprintf(line, sizeof(line), "sum of squared values %.17g in the checkpoint, %.17g now",
+                    a.norm2, b.norm2);
+      bad.push_back(line);
+    }
+  }
+  if (saved.precision != now.precision)
+    bad.push_back("precision " + saved.precision + " in the checkpoint, " + now.precision + " now");
+  nlohmann::json js, jn;
+  try {
+    js = nlohmann::json::parse(saved.options_json);
+    jn = nlohmann::json::parse(now.options_json);
+  } catch (const std::exception& e) {
+    TESSERA_INPUT_CHECK(
+        false, "checkpoint '" << path << "': its options are not valid JSON (" << e.what() << ")");
+  }
+  TESSERA_INPUT_CHECK(js.is_object() && jn.is_object(),
+                      "checkpoint '" << path << "': its options are not a JSON object");
+  auto get = [](const nlohmann::json& j, const std::string& k) {
+    return j.contains(k) ? j.at(k) : nlohmann::json();
+  };
+  for (const auto& k : now.must_match)
+    if (get(js, k) != get(jn, k))
+      bad.push_back("--" + k + " " + json_text(get(js, k)) + " in the checkpoint, " +
+                    json_text(get(jn, k)) + " now");
+  if (!bad.empty()) {
+    std::ostringstream os;
+    os << "checkpoint '" << path << "' does not match this run: ";
+    for (std::size_t i = 0; i < bad.size(); ++i) os << (i ? "; " : "") << bad[i];
+    os << ". Resume with the same input tensor, precision and options, or start a new run "
+          "without --resume";
+    TESSERA_INPUT_CHECK(false, os.str());
+  }
+  std::set<std::string> keys;
+  for (auto it = js.begin(); it != js.end(); ++it) keys.insert(it.key());
+  for (auto it = jn.begin(); it != jn.end(); ++it) keys.insert(it.key());
+  std::vector<std::string> notes;
+  for (const auto& k : keys) {
+    bool skip = false;
+    for (const auto& m : now.must_match) skip = skip || m == k;
+    for (const auto& m : now.ignore) skip = skip || m == k;
+    if (!skip && get(js, k) != get(jn, k))
+      notes.push_back(k + ": " + json_text(get(js, k)) + " -> " + json_text(get(jn, k)));
+  }
+  return notes;
+}
+
+std::string default_checkpoint_path(const std::string& model_path) {
+  const std::string ext = ".h5";
+  std::string base = model_path;
+  if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0)
+    base.resize(base.size() - ext.size());
+  return base + ".ckpt.h5";
+}
+
+void check_checkpoint_writable(const std::string& path) {
+  TESSERA_INPUT_CHECK(!path.empty(), "the checkpoint path is empty");
+  std::error_code ec;
+  TESSERA_INPUT_CHECK(!fs::is_directory(path, ec),
+                      "cannot write checkpoint '" << path << "': it is a folder");
+  const std::string dir = folder_of(path);
+  TESSERA_INPUT_CHECK(fs::is_directory(dir, ec), "cannot write checkpoint '" << path
+                                                                             << "': folder '" << dir
+                                                                             << "' does not exist");
+  const std::string probe = path + ".tmp-probe-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_CREAT | O_WRONLY | O_EXCL, 0644);
+  TESSERA_INPUT_CHECK(fd >= 0, "cannot write checkpoint '" << path << "': cannot create a file in '"
+                                                           << dir << "' (" << std::strerror(errno)
+                                                           << ")");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+}  // namespace tessera::io

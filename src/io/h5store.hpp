@@ -1,0 +1,233 @@
+// HDF5 tensor store: format "tessera-tensor" version 1 (docs/formats.md, DESIGN §7).
+//
+// Layout (readable with h5py and h5dump):
+//   attributes on /: format ("tessera-tensor"), format_version (1), order, dims (uint64[N]),
+//                    nnz (uint64), value_type ("float64" | "float32"), index_base (0: the
+//                    stored coordinates are 0-based), source_index_base (base of the text
+//                    file it was converted from, -1 when none), has_duplicates (0 no, 1 yes,
+//                    -1 not checked; repeated coordinates are summed by every consumer),
+//                    source (free text), complete (1 once every writer finished)
+//   /coords/mode<n>  uint32[nnz]   0-based coordinates of mode n, chunked 1-D
+//   /values          float64[nnz] (or float32), chunked like the coordinates
+//   /checksums       uint32[N+1][nchunks]: CRC-32 (zlib) of every chunk's little-endian
+//                    bytes, rows /coords/mode0.. then /values (optional; verified on read)
+//   /partition       optional block partition written by `tessera partition`: grid
+//                    (uint32[N]), cuts/mode<n> (uint64[grid[n]+1]), offsets
+//                    (uint64[nblocks+1]); the nonzeros are stored sorted by block, block b
+//                    (row-major grid coordinates, mode 0 slowest) is [offsets[b],
+//                    offsets[b+1]).
+//
+// Parallel writes with serial or parallel HDF5 builds: only independent I/O. Rank 0 creates
+// the file with full-size datasets (early allocation) and closes it; then, for unfiltered
+// datasets, every rank writes its nonzeros straight into the allocated chunks with pwrite()
+// at the chunk addresses HDF5 reports (all ranks at once); for compressed datasets the ranks
+// take turns writing through HDF5 (rank order). Reads are concurrent (every rank opens the
+// file read-only). Files are written to PATH.tmp-<random> and renamed by rank 0 once
+// complete, so an interrupted write never leaves PATH.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "io/tns.hpp"
+#include "tensor/sparse_tensor.hpp"
+
+namespace tessera::io {
+
+inline constexpr const char* kTensorStoreFormat = "tessera-tensor";
+inline constexpr int kTensorStoreVersion = 1;
+/// Default chunk length of the nonzero datasets (elements): 4 MiB of coordinates.
+inline constexpr std::uint64_t kDefaultChunkElems = std::uint64_t(1) << 20;
+
+enum class ValueType { float64, float32 };
+/// "float64" | "float32".
+std::string to_string(ValueType t);
+/// "float64"/"double" | "float32"/"float"; throws InputError.
+ValueType parse_value_type(const std::string& s);
+
+/// Block partition stored under /partition.
+struct H5Partition {
+  std::vector<int> grid;                         ///< p_n, product = number of blocks
+  std::vector<std::vector<std::uint64_t>> cuts;  ///< cuts[n]: grid[n]+1 bounds, 0..dims[n]
+  std::vector<std::uint64_t> offsets;            ///< nblocks+1 positions, 0..nnz
+  int nblocks() const { return offsets.empty() ? 0 : static_cast<int>(offsets.size()) - 1; }
+  /// Block b's nonzeros: {first, count}.
+  std::pair<nnz_t, nnz_t> block_range(int b) const;
+  /// Grid coordinates of block b (row-major, mode 0 slowest: the rank order of
+  /// partition::Distribution).
+  std::vector<int> block_coords(int b) const;
+};
+
+/// What a store holds (its metadata, checked for consistency).
+struct H5TensorInfo {
+  std::string path;
+  int format_version = kTensorStoreVersion;
+  int order = 0;
+  std::vector<std::uint64_t> dims;
+  nnz_t nnz = 0;
+  ValueType value_type = ValueType::float64;
+  int source_index_base = -1;     ///< base of the text file converted from; -1 none/unknown
+  int has_duplicates = -1;        ///< 0: no repeated coordinates, 1: some, -1: not checked
+  std::string source;             ///< where the tensor came from (free text)
+  std::uint64_t chunk_elems = 0;  ///< chunk length of the nonzero datasets; 0 = contiguous
+  int deflate = 0;                ///< deflate level of the nonzero datasets (0: none)
+  bool has_checksums = false;     ///< /checksums present (verified on read)
+  std::uint64_t file_bytes = 0;
+  std::optional<H5Partition> partition;
+};
+
+/// True when the file starts with the HDF5 signature (at offset 0, 512, 1024, ...). Local.
+bool is_hdf5_file(const std::string& path);
+/// Collective: rank 0 looks, every rank gets its answer (so all ranks take the same path).
+bool is_hdf5_file(const std::string& path, const comm::Communicator& c);
+/// True when the name ends in .h5 or .hdf5 (any case).
+bool has_h5_extension(const std::string& path);
+/// Collective: is_hdf5_file(path, c) or has_h5_extension(path): read as a store (a file
+/// named .h5 without the signature then fails with "not an HDF5 file").
+bool is_tensor_store(const std::string& path, const comm::Communicator& c);
+
+/// Reads ranges of nonzeros of one store; the building block of the collective readers
+/// and of streaming (memory tier 3: a rank reads its block piece by piece). Local (not
+/// collective); one thread at a time. Every range read is checked: the CRC of every chunk
+/// it touches (whole chunks are read at the range ends when the store has checksums and
+/// verification is on), coordinates < dims, finite values, and in a partitioned store that
+/// every nonzero lies in its block's index ranges. Problems throw InputError naming the
+/// file, the dataset and the position.
+class H5TensorReader {
+ public:
+  /// Opens `path` read-only and validates its metadata (format, version, attributes
+  /// against datasets, partition); throws InputError with what was expected and found.
+  explicit H5TensorReader(const std::string& path, bool verify_checksums = true);
+  ~H5TensorReader();
+  H5TensorReader(const H5TensorReader&) = delete;
+  H5TensorReader& operator=(const H5TensorReader&) = delete;
+
+  const H5TensorInfo& info() const;
+
+  /// Nonzeros [first, first + count) (0 <= first, first + count <= nnz): idx[n] (n <
+  /// order) and vals have room for `count` elements. T = double or float (float32 stores
+  /// read into double exactly; float64 into float rounds).
+  template <typename T>
+  void read(nnz_t first, nnz_t count, index_t* const* idx, T* vals);
+  /// Coordinates of one mode only, for [first, first + count).
+  void read_mode(int mode, nnz_t first, nnz_t count, index_t* out);
+  /// Appends nonzeros [first, first + count) to `out` (dims and order set if empty).
+  void read(nnz_t first, nnz_t count, SparseTensor<double>* out);
+  /// Nonzeros [first, first + count) of block b of the stored partition (first counted
+  /// from the block's start).
+  template <typename T>
+  void read_block(int block, nnz_t first, nnz_t count, index_t* const* idx, T* vals);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Collective: every rank opens and validates the store; a problem anywhere throws the
+/// same CollectiveError on every rank.
+H5TensorInfo read_h5_info(const std::string& path, const comm::Communicator& c);
+
+struct H5ReadOptions {
+  /// Rank 0 shows a progress bar on a terminal, log lines otherwise.
+  bool progress = true;
+  bool verify_checksums = true;
+  /// When the store holds a partition of exactly c.size() blocks, rank r reads block r.
+  bool by_block = true;
+  /// Nonzeros read per call (progress granularity); 0 = 16 Mi.
+  nnz_t piece = 0;
+};
+
+struct H5ReadResult : TnsReadResult {
+  H5TensorInfo info;
+  bool by_block = false;  ///< this rank holds block rank() of info.partition
+};
+
+/// Collective, like read_tns: this rank's share of the nonzeros (equal contiguous shares of
+/// the stored order, or its block, see H5ReadOptions::by_block), global 0-based
+/// coordinates, dims = the stored dims. Repeated coordinates are kept (consumers sum them).
+/// Any problem (open, layout, checksum, coordinate >= dims, NaN/Inf, a block's nonzero
+/// outside its index ranges) throws the same CollectiveError on every rank, naming the
+/// file and, for data, the dataset and the position of the first bad element.
+H5ReadResult read_h5(const std::string& path, const comm::Communicator& c,
+                     const H5ReadOptions& opt = {});
+
+/// Collective: reads and checks every nonzero (as read_h5) without keeping them; memory is
+/// one piece per rank.
+void verify_h5(const std::string& path, const comm::Communicator& c, const H5ReadOptions& opt = {});
+
+struct H5WriteOptions {
+  ValueType value_type = ValueType::float64;
+  /// Chunk length of the nonzero datasets (elements; clamped to nnz), 1 .. 2^28.
+  std::uint64_t chunk_elems = kDefaultChunkElems;
+  /// 0: no compression (parallel direct writes); 1..9: shuffle + deflate at that level
+  /// (the ranks take turns writing through HDF5).
+  int deflate = 0;
+  enum class Mode { automatic, direct, turns };
+  /// automatic: direct when uncompressed, else turns. turns: always through HDF5.
+  Mode mode = Mode::automatic;
+  bool progress = true;
+  /// write_h5: nonzeros per rank and round (progress granularity); 0 = 16 Mi.
+  nnz_t piece = 0;
+  /// Testing only: after this many write() rounds the last rank fails (an interrupted
+  /// write). -1: never.
+  int fail_after_rounds = -1;
+};
+
+/// Global description of a store to write. dims.size() is the order.
+struct H5Header {
+  std::vector<std::uint64_t> dims;
+  nnz_t nnz = 0;
+  int source_index_base = -1;
+  int has_duplicates = -1;
+  std::string source;
+};
+
+/// A run of nonzeros one rank writes: positions [first, first + count) of the store.
+struct H5Piece {
+  nnz_t first = 0;
+  nnz_t count = 0;
+  const index_t* idx[kMaxOrder] = {};  ///< idx[n][k]: mode n of nonzero first + k
+  const double* vals = nullptr;
+};
+
+/// Collective streaming writer: every rank writes disjoint runs of positions, in as many
+/// rounds as it likes (every rank calls write() the same number of times, possibly with no
+/// pieces). Nothing appears at `path` until commit(); destruction without commit (an error
+/// on any rank, agreed collectively) removes the temporary file.
+class H5TensorWriter {
+ public:
+  /// Collective: rank 0 creates PATH.tmp-<random> with datasets of h.nnz nonzeros.
+  H5TensorWriter(const std::string& path, const H5Header& h, const comm::Communicator& c,
+                 const H5WriteOptions& o = {});
+  ~H5TensorWriter();
+  H5TensorWriter(const H5TensorWriter&) = delete;
+  H5TensorWriter& operator=(const H5TensorWriter&) = delete;
+
+  /// Collective: writes this rank's pieces. Checks coordinates < dims, finite values
+  /// (and float32 range), positions inside [0, nnz); problems throw CollectiveError.
+  void write(const std::vector<H5Piece>& pieces);
+  /// Collective: checks that every position was written exactly once, writes the
+  /// checksums and the partition (validated), marks the file complete and renames it.
+  void commit(const H5Partition* partition = nullptr);
+
+  const std::string& temp_path() const;
+  /// "direct" (parallel pwrite into the allocated chunks) or "turns" (ranks take turns).
+  std::string mode() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Collective, like write_tns: writes every rank's nonzeros (rank order, then local order)
+/// as a store at `path`. `meta.dims` empty: the allreduced dims of x; meta.nnz is ignored
+/// (the global count). Coordinates must be < dims and values finite (CollectiveError).
+void write_h5(const std::string& path, const SparseTensor<double>& x, const comm::Communicator& c,
+              H5Header meta = {}, const H5WriteOptions& o = {});
+
+}  // namespace tessera::io

@@ -1,0 +1,20 @@
+# Checkpoint and restart (--checkpoint-every, --resume): resumed runs equal uninterrupted
+# ones (CP-ALS and Tucker-HOOI, at 1, 2 and 3 ranks, with checkpoints taken at another rank
+# count), the checkpoint file (round trip, damaged files, atomic replacement) and the checks
+# that a checkpoint matches the run resuming it.
+tessera_test_executable(checkpoint_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/checkpoint_test.cpp
+  LIBS tessera::algo tessera::io)
+foreach(np 1 2 3)
+  tessera_add_mpi_test(checkpoint checkpoint_test RANKS ${np})
+endforeach()
+# End to end: `tessera cp|tucker --checkpoint-every 2` killed after iteration 3 (test hook
+# TESSERA_TEST_KILL_AFTER_ITERATION), then --resume: the same model as an uninterrupted run.
+add_executable(checkpoint_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/checkpoint_driver_test.cpp)
+target_link_libraries(checkpoint_driver_test PRIVATE tessera::io GTest::gtest GTest::gtest_main)
+target_compile_definitions(checkpoint_driver_test PRIVATE
+  TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+tessera_target_defaults(checkpoint_driver_test)
+add_dependencies(checkpoint_driver_test tessera)
+add_test(NAME checkpoint_driver_test COMMAND checkpoint_driver_test)
+set_tests_properties(checkpoint_driver_test PROPERTIES
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 900 PROCESSORS 2)

@@ -1,0 +1,201 @@
+// End-to-end checkpoint and restart through the tessera binary under mpiexec -n 2: a run
+// with --checkpoint-every 2 killed after iteration 3 (the test hook
+// TESSERA_TEST_KILL_AFTER_ITERATION sends SIGKILL to every rank, like a scheduler's time
+// limit) keeps the checkpoint of iteration 2; --resume then writes the same model as an
+// uninterrupted run (cp with both strategies and float, tucker), also on 3 ranks; and
+// clear errors (non-zero exit on every rank, no hang) for checkpoints that do not match.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "driver_util.hpp"
+#include "io/checkpoint.hpp"
+#include "io/model_io.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using ::tessera::test::mpirun;
+using ::tessera::test::run;
+using ::tessera::test::Run;
+using ::tessera::test::tessera;
+
+class CheckpointDriver : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tessera-ckpt-driver-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string generated(const std::string& name = "demo.tns", int seed = 1) {
+    const auto t = path(name);
+    auto r = run(mpirun(2) +
+                 " generate --dims 60x50x40 --nnz 20000 --rank 4 --noise 0.05 --structure "
+                 "sampled --seed " +
+                 std::to_string(seed) + " --out " + t);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return t;
+  }
+  /// Files in the test folder whose name starts with `prefix` + ".tmp" (left-over temporaries).
+  std::vector<std::string> temporaries(const std::string& prefix) const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      const auto f = e.path().filename().string();
+      if (f.rfind(prefix + ".tmp", 0) == 0) out.push_back(f);
+    }
+    return out;
+  }
+  fs::path dir_;
+};
+
+double rel_gap(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return 1e300;
+  double num = 0, den = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    num += (a[k] - b[k]) * (a[k] - b[k]);
+    den += a[k] * a[k];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+const std::string kKill = "TESSERA_TEST_KILL_AFTER_ITERATION=3 ";
+
+TEST_F(CheckpointDriver, HelpListsTheOptions) {
+  for (const char* sub : {" cp", " tucker"}) {
+    auto r = run(tessera() + sub + " --help");
+    EXPECT_EQ(r.code, 0) << r.out;
+    for (const char* opt : {"--checkpoint-every", "--checkpoint", "--resume"})
+      EXPECT_NE(r.out.find(opt), std::string::npos) << sub << " " << opt;
+  }
+}
+
+TEST_F(CheckpointDriver, CpKilledRunResumesToTheSameModel) {
+  const auto t = generated();
+  for (const std::string extra : {"", " --comm-strategy layer --precision float"}) {
+    const std::string args = " cp " + t + " --rank 4 --iters 6 --tol 0" + extra;
+    const auto full = path("full.h5"), part = path("part.h5"), ckpt = path("part.ckpt.h5");
+    fs::remove(part);
+    fs::remove(ckpt);
+    auto r = run(mpirun(2) + args + " --out " + full);
+    ASSERT_EQ(r.code, 0) << r.out;
+
+    // Killed after iteration 3: the checkpoint of iteration 2 survives (at most K = 2 lost).
+    r = run(kKill + mpirun(2) + args + " --checkpoint-every 2 --out " + part);
+    EXPECT_NE(r.code, 0) << extra << "\n" << r.out;
+    EXPECT_NE(r.out.find("checkpoint: iteration 2 written to " + ckpt), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("iter   3"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("iter   4"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(part));
+    ASSERT_TRUE(fs::exists(ckpt)) << r.out;
+    EXPECT_TRUE(temporaries("part.ckpt.h5").empty());
+    tessera::io::CheckpointInfo info;
+    tessera::io::read_cp_checkpoint(ckpt, &info);
+    EXPECT_EQ(info.iteration, 2);
+    EXPECT_EQ(info.fit_history.size(), 2u);
+
+    // Resumed with the same options (--iters counts all iterations): the same model.
+    r = run(mpirun(2) + args + " --checkpoint-every 2 --out " + part + " --resume " + ckpt);
+    ASSERT_EQ(r.code, 0) << extra << "\n" << r.out;
+    EXPECT_NE(r.out.find("resuming " + ckpt + " after iteration 2"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("iter   2 "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("iter   6"), std::string::npos) << r.out;
+    tessera::io::ModelRecord ra, rb;
+    const auto a = tessera::io::read_kruskal_h5(full, &ra);
+    const auto b = tessera::io::read_kruskal_h5(part, &rb);
+    EXPECT_EQ(rb.iterations, 6);
+    EXPECT_LE(rel_gap(ra.fit_history, rb.fit_history), 1e-12) << extra;
+    EXPECT_LE(rel_gap(a.lambda, b.lambda), 1e-12) << extra;
+    for (int n = 0; n < 3; ++n)
+      EXPECT_LE(rel_gap(a.factors[n].data, b.factors[n].data), 1e-12) << extra << " mode " << n;
+    tessera::io::read_cp_checkpoint(ckpt, &info);
+    EXPECT_EQ(info.iteration, 6);
+
+    // The checkpoint of iteration 2 resumed on 3 ranks: the same model within rounding.
+    r = run(kKill + mpirun(2) + args + " --checkpoint-every 2 --out " + part);
+    EXPECT_NE(r.code, 0) << r.out;
+    r = run(mpirun(3) + args + " --out " + part + " --resume " + ckpt);
+    ASSERT_EQ(r.code, 0) << extra << "\n" << r.out;
+    const auto c = tessera::io::read_kruskal_h5(part, &rb);
+    const double tol = extra.empty() ? 1e-9 : 2e-3;
+    EXPECT_LE(rel_gap(ra.fit_history, rb.fit_history), tol) << extra;
+    for (int n = 0; n < 3; ++n)
+      EXPECT_LE(rel_gap(a.factors[n].data, c.factors[n].data), tol) << extra << " mode " << n;
+  }
+}
+
+TEST_F(CheckpointDriver, TuckerKilledRunResumesToTheSameModel) {
+  const auto t = generated();
+  const std::string args = " tucker " + t + " --ranks 4,4,3 --iters 6 --tol 0 --svd subspace";
+  const auto full = path("full.h5"), part = path("part.h5"), ckpt = path("tucker.ckpt");
+  auto r = run(mpirun(2) + args + " --out " + full);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run(kKill + mpirun(2) + args + " --checkpoint-every 2 --checkpoint " + ckpt + " --out " +
+          part);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_FALSE(fs::exists(part));
+  ASSERT_TRUE(fs::exists(ckpt)) << r.out;
+  tessera::io::CheckpointInfo info;
+  tessera::io::read_tucker_checkpoint(ckpt, &info);
+  EXPECT_EQ(info.iteration, 2);
+  r = run(mpirun(2) + args + " --out " + part + " --resume " + ckpt);
+  ASSERT_EQ(r.code, 0) << r.out;
+  tessera::io::ModelRecord ra, rb;
+  const auto a = tessera::io::read_tucker_h5(full, &ra);
+  const auto b = tessera::io::read_tucker_h5(part, &rb);
+  EXPECT_EQ(rb.iterations, 6);
+  EXPECT_LE(rel_gap(ra.fit_history, rb.fit_history), 1e-12);
+  EXPECT_LE(rel_gap(a.core, b.core), 1e-12);
+  for (int n = 0; n < 3; ++n) EXPECT_LE(rel_gap(a.factors[n].data, b.factors[n].data), 1e-12);
+}
+
+TEST_F(CheckpointDriver, ErrorsAreClearOnEveryRank) {
+  const auto t = generated();
+  const auto ckpt = path("run.ckpt.h5");
+  auto r = run(mpirun(2) + " cp " + t + " --rank 4 --iters 3 --checkpoint-every 2 --out " +
+               path("run.h5"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_TRUE(fs::exists(ckpt));
+  const auto other = generated("other.tns", 2);
+  struct Case {
+    std::string args;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {" cp " + t + " --rank 4 --checkpoint-every 2", "--checkpoint-every needs a checkpoint file"},
+      {" cp " + t + " --rank 4 --checkpoint " + ckpt, "needs --checkpoint-every"},
+      {" cp " + t + " --rank 4 --checkpoint-every 1 --checkpoint " + path("nowhere/x.h5"),
+       "folder '" + path("nowhere") + "' does not exist"},
+      {" cp " + t + " --rank 4 --checkpoint-every 1 --checkpoint " + path(""), "it is a folder"},
+      {" cp " + t + " --rank 4 --resume " + path("missing.h5"), "does not exist"},
+      {" cp " + t + " --rank 5 --resume " + ckpt, "--rank 4 in the checkpoint, 5 now"},
+      {" cp " + t + " --rank 4 --precision float --resume " + ckpt,
+       "precision double in the checkpoint, float now"},
+      {" cp " + other + " --rank 4 --resume " + ckpt, "does not match this run"},
+      {" cp " + t + " --rank 4 --iters 1 --resume " + ckpt, "more than --iters 1"},
+      {" tucker " + t + " --ranks 4 --resume " + ckpt,
+       "'tessera-kruskal' model, this run needs 'tessera-tucker'"},
+      {" cp " + t + " --rank 4 --resume " + path("run.h5"), "not a checkpoint"},
+  };
+  for (const auto& c : cases) {
+    r = run(mpirun(2) + c.args);
+    EXPECT_NE(r.code, 0) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("iter   1"), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("Segmentation"), std::string::npos) << c.args << "\n" << r.out;
+  }
+  // A finished run resumed again: nothing left to do, the same model.
+  r = run(mpirun(2) + " cp " + t + " --rank 4 --iters 2 --out " + path("again.h5") + " --resume " +
+          ckpt);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("no iterations left"), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,288 @@
+// CUDA TTMc and the wide products of Tucker-HOOI against the reference backend, and
+// Tucker-HOOI on GPUs (CUDA backend, NCCL sums) against the CPU backend over MPI.
+//
+// TTMc: orders 1 to 6, unequal ranks chosen so the kernel runs with every column width a
+// lane can own (8, 2 and 1 consecutive columns of the last mode) and with several column
+// slices (C > 256); uniform indices and one slice holding 70% of the nonzeros (rows that
+// span many tiles: the boundary atomics); float and double; tier 1 in the plain and the
+// blocked (smem, l2) layouts, where rows come in several runs and every row is added with
+// atomics; tier 2 with chunks of a few tiles. Rows must equal the reference's exactly,
+// values to the precision's tolerance; outputs are NaN-poisoned first.
+// Wide products: Y^T Y, Y W and Y^T P in double against the host implementation; the
+// top eigenpairs (cuSOLVER) against LAPACK.
+// Tucker: the fit of every iteration and the core norm equal the CPU backend's for the
+// gram and subspace methods at 1 and 2 ranks (one GPU each), and tier 2 equals tier 1.
+// Everything skips (with a message) where no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algo/generate.hpp"
+#include "algo/tucker.hpp"
+#include "gpu_test_util.hpp"
+#include "kernels/ttmc.hpp"
+
+namespace tessera {
+namespace {
+
+using namespace ::tessera::test;
+using kernels::BackendKind;
+
+/// Sets an environment variable for the lifetime of the guard (restoring "unset").
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const std::string& value) : name_(name) {
+    if (!value.empty()) ::setenv(name, value.c_str(), 1);
+  }
+  ~EnvGuard() { ::unsetenv(name_); }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  const char* name_;
+};
+
+struct TtmcCase {
+  std::vector<std::uint64_t> dims;
+  std::vector<int> ranks;
+  nnz_t nnz;
+};
+
+std::vector<TtmcCase> ttmc_cases() {
+  return {
+      {{300}, {1}, 4000},                              // order 1: sums of values
+      {{70, 90}, {8, 16}, 5000},                       // order 2: no prefix mode
+      {{60, 50, 40}, {16, 16, 16}, 20000},             // W = 8, C = 256 (nell-2's ranks)
+      {{60, 50, 40}, {3, 6, 10}, 20000},               // W = 2 (R_L = 10 or 6)
+      {{60, 50, 40}, {7, 5, 3}, 20000},                // W = 1 (odd ranks)
+      {{40, 30, 50}, {4, 40, 16}, 15000},              // C = 640 for mode 0: three slices
+      {{20, 25, 30, 35}, {3, 4, 5, 8}, 15000},         // order 4: any-order kernel
+      {{9, 10, 11, 12, 13}, {2, 3, 2, 3, 4}, 8000},    // order 5
+      {{6, 7, 8, 5, 6, 7}, {2, 2, 3, 2, 2, 2}, 6000},  // order 6
+  };
+}
+
+class GpuTtmc : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!kernels::cuda_device_available()) GTEST_SKIP() << "no CUDA device visible";
+  }
+
+  /// TTMc of every mode on the cuda backend (budget 0: tier 1) against the reference.
+  template <typename T>
+  void check(const std::string& what, std::size_t budget_chunk_tiles, int skew) {
+    auto ref = kernels::make_backend<T>(BackendKind::reference);
+    std::uint64_t seed = 100;
+    for (const auto& tc : ttmc_cases()) {
+      const int N = static_cast<int>(tc.dims.size());
+      auto x = random_tensor<T>(tc.dims, tc.nnz, ++seed, skew < N ? skew : -1);
+      auto gpu = kernels::make_backend<T>(BackendKind::cuda);
+      if (budget_chunk_tiles > 0)
+        gpu->set_memory_budget(2 * chunk_bytes<T>(N, budget_chunk_tiles * 512) + 4096);
+      auto hg = gpu->prepare(x);
+      auto hr = ref->prepare(x);
+      if (budget_chunk_tiles > 0) ASSERT_EQ(hg->tier(), 2) << hg->describe();
+      std::vector<std::vector<T>> fh(static_cast<std::size_t>(N));
+      std::vector<kernels::Array<T>> fd;
+      std::vector<const T*> pg, pr;
+      for (int m = 0; m < N; ++m) {
+        fh[m] = random_vector<T>(tc.dims[m] * static_cast<std::size_t>(tc.ranks[m]), seed + m);
+        fd.push_back(uploaded(*gpu, fh[m]));
+      }
+      for (int m = 0; m < N; ++m) {
+        pg.push_back(fd[m].data());
+        pr.push_back(fh[m].data());
+      }
+      for (int mode = 0; mode < N; ++mode) {
+        const auto rows_g = gpu->ttmc_rows(*hg, mode);
+        const auto rows_r = ref->ttmc_rows(*hr, mode);
+        ASSERT_EQ(rows_g, rows_r) << what << " order " << N << " mode " << mode;
+        const auto C = kernels::ttmc_output_cols(tc.ranks, mode);
+        const std::size_t n = rows_r.size() * static_cast<std::size_t>(C);
+        std::vector<T> want(n);
+        ref->ttmc(*hr, mode, pr, tc.ranks, want.data());
+        auto out = poisoned(*gpu, n);
+        gpu->ttmc(*hg, mode, pg, tc.ranks, out.data());
+        const auto got = downloaded(*gpu, out.data(), n);
+        EXPECT_LT(rel_error(got, want), tol<T>())
+            << what << ": order " << N << " mode " << mode << " C " << C << " nnz " << x.nnz()
+            << "; " << hg->describe();
+      }
+    }
+  }
+};
+
+TEST_F(GpuTtmc, Tier1PlainMatchesReference) {
+  check<double>("double", 0, -1);
+  check<float>("float", 0, -1);
+  check<double>("double, skewed slice", 0, 0);
+  check<float>("float, skewed slice", 0, 1);
+}
+
+TEST_F(GpuTtmc, BlockedLayoutsMatchReference) {
+  for (const char* layout : {"smem", "l2"}) {
+    EnvGuard l("TESSERA_CUDA_LAYOUT", layout);
+    EnvGuard b("TESSERA_CUDA_BLOCK_ROWS", "8");
+    check<double>(std::string("double, ") + layout, 0, 0);
+    check<float>(std::string("float, ") + layout, 0, -1);
+  }
+}
+
+TEST_F(GpuTtmc, Tier2ChunksMatchReference) {
+  check<double>("double, tier 2", 3, -1);
+  check<float>("float, tier 2", 2, 0);
+}
+
+TEST_F(GpuTtmc, WideProductsMatchHost) {
+  auto run = [](auto tag) {
+    using T = decltype(tag);
+    auto gpu = kernels::make_backend<T>(BackendKind::cuda);
+    auto ref = kernels::make_backend<T>(BackendKind::reference);
+    for (std::int64_t rows : {0, 1, 3000}) {
+      for (std::int64_t C : {1, 37, 300}) {
+        const int R = 7;
+        const auto Yh = random_vector<T>(static_cast<std::size_t>(rows * C), 5 + rows + C);
+        const auto W = random_vector<double>(static_cast<std::size_t>(C) * R, 6);
+        const auto P =
+            random_vector<double>(static_cast<std::size_t>(std::max<std::int64_t>(rows, 1)) * R, 7);
+        auto Yd = uploaded(*gpu, Yh.empty() ? std::vector<T>(1) : Yh);
+        const std::string what = std::string(sizeof(T) == 4 ? "float" : "double") + " rows " +
+                                 std::to_string(rows) + " C " + std::to_string(C);
+        // Y^T Y
+        std::vector<double> S_want(static_cast<std::size_t>(C * C)), S_got(S_want.size());
+        ref->wide_gram(Yh.data(), rows, C, S_want.data());
+        auto S = gpu->allocate_double(S_want.size());
+        gpu->upload_double(std::vector<double>(S_want.size(), NAN).data(), S_want.size(), S.data());
+        gpu->wide_gram(Yd.data(), rows, C, S.data());
+        gpu->download_double(S.data(), S_got.size(), S_got.data());
+        EXPECT_LT(rel_error(S_got, S_want), 1e-12) << "gram " << what;
+        // Y^T P
+        std::vector<double> B_want(static_cast<std::size_t>(C) * R), B_got(B_want.size());
+        ref->wide_times_t(Yh.data(), rows, C, P.data(), R, B_want.data());
+        auto Pd = gpu->allocate_double(P.size());
+        gpu->upload_double(P.data(), P.size(), Pd.data());
+        auto B = gpu->allocate_double(B_want.size());
+        gpu->upload_double(std::vector<double>(B_want.size(), NAN).data(), B_want.size(), B.data());
+        gpu->wide_times_t(Yd.data(), rows, C, Pd.data(), R, B.data());
+        gpu->download_double(B.data(), B_got.size(), B_got.data());
+        EXPECT_LT(rel_error(B_got, B_want), 1e-12) << "times_t " << what;
+        // Y W
+        if (rows == 0) continue;
+        std::vector<double> Z_want(static_cast<std::size_t>(rows) * R), Z_got(Z_want.size());
+        ref->wide_times(Yh.data(), rows, C, W.data(), R, Z_want.data());
+        auto Wd = gpu->allocate_double(W.size());
+        gpu->upload_double(W.data(), W.size(), Wd.data());
+        auto Z = gpu->allocate_double(Z_want.size());
+        gpu->upload_double(std::vector<double>(Z_want.size(), NAN).data(), Z_want.size(), Z.data());
+        gpu->wide_times(Yd.data(), rows, C, Wd.data(), R, Z.data());
+        gpu->download_double(Z.data(), Z_got.size(), Z_got.data());
+        EXPECT_LT(rel_error(Z_got, Z_want), 1e-12) << "times " << what;
+      }
+    }
+  };
+  run(double{});
+  run(float{});
+}
+
+// The k largest eigenpairs of a symmetric matrix on the device (cuSOLVER) against LAPACK:
+// eigenvalues to 1e-12 relative, eigenvectors up to sign (|<v_gpu, v_ref>| = 1).
+TEST_F(GpuTtmc, SymmetricEigTopMatchesLapack) {
+  auto gpu = kernels::make_backend<double>(BackendKind::cuda);
+  auto ref = kernels::make_backend<double>(BackendKind::reference);
+  for (int n : {1, 7, 256}) {
+    for (int k : {1, std::min(n, 16)}) {
+      // S = A^T A + diag(1..n): symmetric, distinct eigenvalues.
+      const auto A = random_vector<double>(static_cast<std::size_t>(n) * n, 40 + n);
+      std::vector<double> S(static_cast<std::size_t>(n) * n);
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j) {
+          double v = i == j ? i + 1.0 : 0.0;
+          for (int q = 0; q < n; ++q) v += A[q * n + i] * A[q * n + j];
+          S[static_cast<std::size_t>(i) * n + j] = v;
+        }
+      std::vector<double> w_ref(k), w_got(k), V_ref(static_cast<std::size_t>(n) * k),
+          V_got(V_ref.size());
+      std::vector<double> Sr = S;
+      ref->symmetric_eig_top(Sr.data(), n, k, w_ref.data(), V_ref.data());
+      auto Sd = gpu->allocate_double(S.size());
+      gpu->upload_double(S.data(), S.size(), Sd.data());
+      auto Vd = gpu->allocate_double(V_got.size());
+      gpu->upload_double(std::vector<double>(V_got.size(), NAN).data(), V_got.size(), Vd.data());
+      gpu->symmetric_eig_top(Sd.data(), n, k, w_got.data(), Vd.data());
+      gpu->download_double(Vd.data(), V_got.size(), V_got.data());
+      EXPECT_LT(rel_error(w_got, w_ref), 1e-12) << "n " << n << " k " << k;
+      for (int j = 0; j < k; ++j) {
+        double dot = 0;
+        for (int i = 0; i < n; ++i)
+          dot += V_got[static_cast<std::size_t>(i) * k + j] *
+                 V_ref[static_cast<std::size_t>(i) * k + j];
+        EXPECT_NEAR(std::abs(dot), 1.0, 1e-9) << "n " << n << " k " << k << " vector " << j;
+      }
+    }
+  }
+}
+
+// ---- Tucker-HOOI on GPUs ----
+
+class GpuTucker : public GpuJobTest {
+ protected:
+  template <typename T>
+  void compare(algo::SvdMethod svd, std::size_t budget, double tol) {
+    algo::GenerateOptions g;
+    g.dims = {60, 50, 40};
+    g.nnz = 8000;
+    g.rank = 4;
+    g.noise = 0.1;
+    g.seed = 31;
+    g.structure = algo::Structure::sampled;
+    g.dist = algo::IndexDist::powerlaw;
+    auto gen = algo::generate(g, *world_);
+    SparseTensor<T> x(gen.block.dims);
+    for (nnz_t k = 0; k < gen.block.nnz(); ++k) {
+      index_t c[kMaxOrder];
+      for (int m = 0; m < 3; ++m) c[m] = gen.block.idx[m][k];
+      x.push_back(c, static_cast<T>(gen.block.vals[k]));
+    }
+    auto d = partition::distribute(std::move(x), partition::Scheme::nnz, {}, *world_);
+    algo::TuckerOptions o;
+    o.ranks = {5, 4, 6};
+    o.max_iters = 5;
+    o.tol = 0;
+    o.svd = svd;
+    o.print_iterations = false;
+    auto gpu = kernels::make_backend<T>(BackendKind::cuda);
+    if (budget > 0) gpu->set_memory_budget(budget);
+    auto cpu = kernels::make_backend<T>(BackendKind::cpu, 1);
+    auto rg = algo::tucker_hooi<T>(d, *gpu, *world_, o, nccl_.get());
+    auto rc = algo::tucker_hooi<T>(d, *cpu, *world_, o);
+    const std::string what = algo::to_string(svd) + " on " + std::to_string(world_->size()) +
+                             " rank(s)" + (budget ? ", tier 2" : "");
+    ASSERT_EQ(rg.iterations, rc.iterations) << what;
+    for (int i = 0; i < rc.iterations; ++i)
+      EXPECT_NEAR(rg.history[i].fit, rc.history[i].fit, tol) << what << " iteration " << i + 1;
+    EXPECT_NEAR(rg.core_norm, rc.core_norm, tol * rc.core_norm) << what;
+    // A sampled low-rank tensor is far from low multilinear rank: the fit is modest but
+    // must be a real one.
+    EXPECT_TRUE(std::isfinite(rg.fit) && rg.fit > 0.01 && rg.fit < 1) << what << " fit " << rg.fit;
+  }
+};
+
+TEST_F(GpuTucker, GramDouble) {
+  compare<double>(algo::SvdMethod::gram, 0, 1e-9);
+}
+TEST_F(GpuTucker, SubspaceDouble) {
+  compare<double>(algo::SvdMethod::subspace, 0, 1e-9);
+}
+TEST_F(GpuTucker, GramFloat) {
+  compare<float>(algo::SvdMethod::gram, 0, 2e-4);
+}
+TEST_F(GpuTucker, GramDoubleTier2) {
+  compare<double>(algo::SvdMethod::gram, 3 * chunk_bytes<double>(3, 1024), 1e-9);
+}
+
+}  // namespace
+}  // namespace tessera
