@@ -19,7 +19,8 @@
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
 # Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps),
-# TESSERA_TARGETS (build only these targets, e.g. "tessera gpu_ttmc_tests"; default all).
+# TESSERA_TARGETS (build only these targets, e.g. "tessera gpu_ttmc_tests"; default all),
+# TESSERA_CMAKE_ARGS (extra configure arguments, e.g. tuning defines).
 # NCCL_NVLS_ENABLE stays 0: NVLink multicast can take a shared node's GPUs out of service.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,7 +63,7 @@ ngpu=$(nvidia-smi -L | wc -l)
 log "configure"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WITH_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_LIBRARY_PATH="$lib" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
-  -DZLIB_INCLUDE_DIR="$prefix/usr/include" >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+  -DZLIB_INCLUDE_DIR="$prefix/usr/include" ${TESSERA_CMAKE_ARGS:-} >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 grep -E "^-- +(CUDA|NCCL|MPI|HDF5|LAPACK)" "$out/configure.log"
 log "build"
 cmake --build "$build" -j "$(nproc)" ${TESSERA_TARGETS:+--target $TESSERA_TARGETS} >"$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }

@@ -58,7 +58,14 @@ namespace {
 constexpr int kWarp = 32;
 /// Batches of 32 nonzeros per warp tile. Larger tiles mean fewer boundary atomics and
 /// launch blocks; smaller tiles mean more parallelism on small tensors.
-constexpr int kBatchesPerTile = 16;
+// 64 batches (2048 nonzeros): under power-law indices a hot row spans many tiles, and each
+// tile adds it with atomics; 512 -> 2048 took the amazon-shaped power-law MTTKRP from 115
+// to 80 ms and left uniform tensors unchanged (docs/perf/gpu-h200-layouts.md). Tuning:
+// -DTESSERA_MTTKRP_TILE_BATCHES=N.
+#ifndef TESSERA_MTTKRP_TILE_BATCHES
+#define TESSERA_MTTKRP_TILE_BATCHES 64
+#endif
+constexpr int kBatchesPerTile = TESSERA_MTTKRP_TILE_BATCHES;
 constexpr int kTileNnz = kWarp * kBatchesPerTile;
 constexpr int kWarpsPerBlock = 8;
 /// Resident blocks per SM the tile kernel is compiled for (registers capped to fit): the

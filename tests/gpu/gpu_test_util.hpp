@@ -81,7 +81,7 @@ inline bool contains(const std::string& s, const std::string& what) {
 // ---- Layout of the CUDA backend (kernels/cuda/mttkrp.cu) ----
 
 /// Nonzeros of one warp tile of the CUDA MTTKRP kernel.
-constexpr std::size_t kTileNnz = 512;
+constexpr std::size_t kTileNnz = 2048;
 
 /// Device bytes of a chunk (or a sorted copy) of `cnt` nonzeros: order uint32 index
 /// arrays padded to 256 bytes, then the values.
