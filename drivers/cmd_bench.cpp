@@ -44,34 +44,6 @@ struct BenchArgs {
   ComputeOptions run;
 };
 
-/// Copy bandwidth of the backend's memory in bytes/s (read + write), best of 5.
-template <typename T>
-double measure_bandwidth(kernels::Backend<T>& be, int threads) {
-  const std::size_t bytes = be.memory_space() == comm::MemorySpace::host ? (std::size_t(512) << 20)
-                                                                         : (std::size_t(2) << 30);
-  const std::size_t n = bytes / sizeof(T);
-  auto a = be.allocate(n), b = be.allocate(n);
-  be.fill(a.data(), n, T(1));
-  be.fill(b.data(), n, T(0));
-  be.synchronize();
-  double best = 1e30;
-  for (int k = 0; k < 5; ++k) {
-    Timer t;
-    if (be.memory_space() == comm::MemorySpace::host) {
-      // All of the rank's threads, as the kernels use them.
-      const T* src = a.data();
-      T* dst = b.data();
-#pragma omp parallel for schedule(static) num_threads(effective_threads(threads))
-      for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) dst[i] = src[i];
-    } else {
-      be.copy(a.data(), n, b.data());
-      be.synchronize();
-    }
-    best = std::min(best, t.seconds());
-  }
-  return 2.0 * static_cast<double>(n * sizeof(T)) / best;
-}
-
 /// Bytes one MTTKRP of `mode` must move on this rank (see the file comment): the stored
 /// format once, each touched factor row of the other modes once, the output once.
 double mttkrp_floor_bytes(double stream_bytes, const std::vector<double>& distinct,

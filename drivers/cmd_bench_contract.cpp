@@ -44,34 +44,6 @@ struct BenchContractArgs {
   ComputeOptions run;
 };
 
-/// Copy bandwidth of the backend's memory in bytes/s (read + write), best of 5; the same
-/// measurement as bench mttkrp|cp (cmd_bench.cpp).
-template <typename T>
-double copy_bandwidth(kernels::Backend<T>& be, int threads) {
-  const std::size_t bytes = be.memory_space() == comm::MemorySpace::host ? (std::size_t(512) << 20)
-                                                                         : (std::size_t(2) << 30);
-  const std::size_t n = bytes / sizeof(T);
-  auto a = be.allocate(n), b = be.allocate(n);
-  be.fill(a.data(), n, T(1));
-  be.fill(b.data(), n, T(0));
-  be.synchronize();
-  double best = 1e30;
-  for (int k = 0; k < 5; ++k) {
-    Timer t;
-    if (be.memory_space() == comm::MemorySpace::host) {
-      const T* src = a.data();
-      T* dst = b.data();
-#pragma omp parallel for schedule(static) num_threads(effective_threads(threads))
-      for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) dst[i] = src[i];
-    } else {
-      be.copy(a.data(), n, b.data());
-      be.synchronize();
-    }
-    best = std::min(best, t.seconds());
-  }
-  return 2.0 * static_cast<double>(n * sizeof(T)) / best;
-}
-
 /// This rank's share (ids [r n / P, (r + 1) n / P)) of a random tensor with subscripts
 /// `sub`: coordinate m of nonzero id uniform in [0, len) from a counter-based hash of
 /// (seed, id, m), value in [0.5, 1.5). Repeated coordinates are kept (the kernels sum them).
@@ -217,7 +189,7 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
     }
     if (!a.mem_limit.empty()) o.memory_limit = parse_bytes(a.mem_limit, "--mem-limit");
   });
-  if (a.mem_limit.empty()) o.memory_limit = contract_default_memory_limit(world);
+  if (a.mem_limit.empty()) o.memory_limit = default_memory_limit(world);
 
   auto cx = make_compute<T>(a.run, world);
   const auto kind = cx.kind;
@@ -246,7 +218,7 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
   const SparseTensor<T>& X = in.x;
   const SparseTensor<T>& Y = in.same ? in.x : in.y;
 
-  const double bw = copy_bandwidth(*cx.backend, a.run.threads);
+  const double bw = measure_bandwidth(*cx.backend, a.run.threads);
   log::info("bench contract " + spec.text + ": backend " + kernels::to_string(kind) + ", " +
             std::to_string(world.size()) + " rank(s) x " +
             std::to_string(effective_threads(a.run.threads)) + " thread(s), " + a.run.precision +

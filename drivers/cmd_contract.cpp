@@ -18,19 +18,6 @@
 
 namespace tessera::driver {
 
-std::size_t contract_default_memory_limit(const comm::MpiCommunicator& world) {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  const double phys = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
-  const std::uint64_t h = std::hash<std::string>{}(log::hostname());
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(world.size()));
-  world.allgather(&h, all.data(), 1);
-  int on_node = 0;
-  for (auto x : all) on_node += x == h ? 1 : 0;
-  double limit = phys > 0 ? 0.75 * phys / std::max(on_node, 1) : 0.0;
-  world.allreduce(&limit, 1, comm::ReduceOp::min);
-  return static_cast<std::size_t>(limit);
-}
-
 void contract_check_input_file(const std::string& path, const char* what) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -163,7 +150,7 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
     if (!a.mem_limit.empty()) o.memory_limit = parse_bytes(a.mem_limit, "--mem-limit");
     io::parse_index_base(a.load.index_base);
   });
-  if (a.mem_limit.empty()) o.memory_limit = contract_default_memory_limit(world);
+  if (a.mem_limit.empty()) o.memory_limit = default_memory_limit(world);
   if (a.run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to contract: nonzeros are routed by hashes");
 

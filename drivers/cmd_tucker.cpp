@@ -32,21 +32,6 @@ struct TuckerArgs {
   CheckpointArgs ckpt;
 };
 
-/// Default memory limit per rank: 3/4 of this node's physical memory shared by the ranks
-/// on the node (agreed on every rank: the smallest value).
-std::size_t default_memory_limit(const comm::MpiCommunicator& world) {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  const double phys = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
-  const std::uint64_t h = std::hash<std::string>{}(log::hostname());
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(world.size()));
-  world.allgather(&h, all.data(), 1);
-  int on_node = 0;
-  for (auto x : all) on_node += x == h ? 1 : 0;
-  double limit = phys > 0 ? 0.75 * phys / std::max(on_node, 1) : 0.0;
-  world.allreduce(&limit, 1, comm::ReduceOp::min);
-  return static_cast<std::size_t>(limit);
-}
-
 template <typename T>
 void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
   Timer total;

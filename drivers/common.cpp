@@ -2,12 +2,17 @@
 
 #include <omp.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "comm/nccl_communicator.hpp"
 #include "io/h5store.hpp"
@@ -203,5 +208,47 @@ std::string human_bytes(double b) {
   std::snprintf(buf, sizeof(buf), "%.2f %s", b, u[i]);
   return buf;
 }
+
+std::size_t default_memory_limit(const comm::MpiCommunicator& world) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const double phys = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
+  const std::uint64_t h = std::hash<std::string>{}(log::hostname());
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(world.size()));
+  world.allgather(&h, all.data(), 1);
+  int on_node = 0;
+  for (auto x : all) on_node += x == h ? 1 : 0;
+  double limit = phys > 0 ? 0.75 * phys / std::max(on_node, 1) : 0.0;
+  world.allreduce(&limit, 1, comm::ReduceOp::min);
+  return static_cast<std::size_t>(limit);
+}
+
+template <typename T>
+double measure_bandwidth(kernels::Backend<T>& be, int threads) {
+  const std::size_t bytes = be.memory_space() == comm::MemorySpace::host ? (std::size_t(512) << 20)
+                                                                         : (std::size_t(2) << 30);
+  const std::size_t n = bytes / sizeof(T);
+  auto a = be.allocate(n), b = be.allocate(n);
+  be.fill(a.data(), n, T(1));
+  be.fill(b.data(), n, T(0));
+  be.synchronize();
+  double best = 1e30;
+  for (int k = 0; k < 5; ++k) {
+    Timer t;
+    if (be.memory_space() == comm::MemorySpace::host) {
+      // All of the rank's threads, as the kernels use them.
+      const T* src = a.data();
+      T* dst = b.data();
+#pragma omp parallel for schedule(static) num_threads(effective_threads(threads))
+      for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) dst[i] = src[i];
+    } else {
+      be.copy(a.data(), n, b.data());
+      be.synchronize();
+    }
+    best = std::min(best, t.seconds());
+  }
+  return 2.0 * static_cast<double>(n * sizeof(T)) / best;
+}
+template double measure_bandwidth<float>(kernels::Backend<float>&, int);
+template double measure_bandwidth<double>(kernels::Backend<double>&, int);
 
 }  // namespace tessera::driver

@@ -72,6 +72,16 @@ void with_precision(const ComputeOptions& o, F&& f) {
   }
 }
 
+/// Default memory limit per rank: 3/4 of this node's physical memory shared by the ranks
+/// on the node (the smallest value over ranks, so every rank agrees). Collective.
+std::size_t default_memory_limit(const comm::MpiCommunicator& world);
+
+/// Copy bandwidth of the backend's memory in bytes/s (read + write, best of 5): 512 MiB
+/// with the rank's OpenMP threads on the host, 2 GiB with the backend's copy on a device.
+/// The denominator of every benchmark's floor.
+template <typename T>
+double measure_bandwidth(kernels::Backend<T>& be, int threads);
+
 /// Peak resident memory of this process in bytes.
 std::size_t peak_rss_bytes();
 

@@ -23,10 +23,6 @@ struct ContractInputs {
   double read_seconds = 0;
 };
 
-/// Default memory limit per rank: 3/4 of this node's physical memory shared by the ranks
-/// on the node (the smallest value over ranks, so every rank agrees). Collective.
-std::size_t contract_default_memory_limit(const comm::MpiCommunicator& world);
-
 /// Throws InputError unless `path` is an existing readable file ("X 'a.tns' does not exist").
 void contract_check_input_file(const std::string& path, const char* what);
 
