@@ -4,10 +4,13 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "io/checkpoint.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
+#include "util/timer.hpp"
 
 namespace tessera::driver {
 
@@ -64,6 +67,44 @@ void maybe_test_kill(int iteration) {
   log::warn("TESSERA_TEST_KILL_AFTER_ITERATION=" + std::to_string(kill_after) +
             ": killing this process (test hook)");
   std::raise(SIGKILL);
+}
+
+io::CheckpointInfo resume_from(const std::string& path, const io::ResumeCheck& now, int iters,
+                               const std::function<void(io::CheckpointInfo*)>& read,
+                               const comm::Communicator& world) {
+  io::CheckpointInfo info;
+  std::vector<std::string> notes;
+  comm::run_collectively(world, [&] {
+    read(&info);
+    notes = io::check_resume(path, info, now);
+    TESSERA_INPUT_CHECK(info.iteration <= iters,
+                        "--resume " << path << ": the checkpoint has " << info.iteration
+                                    << " iterations, more than --iters " << iters
+                                    << " (--iters counts all iterations, the saved ones "
+                                       "included)");
+  });
+  log::info(
+      "resuming " + path + " after iteration " + std::to_string(info.iteration) +
+      (info.converged || info.iteration >= iters ? " (run complete: no iterations left)" : ""));
+  for (const auto& n : notes) log::info("  option changed since the checkpoint: " + n);
+  return info;
+}
+
+int state_every(const std::string& path, int every) {
+  return path.empty() || test_kill_after_iteration() > 0 ? 1 : every;
+}
+
+void after_iteration(const std::string& path, int every, int iteration,
+                     const std::function<void()>& write, const comm::Communicator& world) {
+  if (!path.empty() && iteration % every == 0) {
+    Timer tw;
+    comm::run_collectively(world, [&] {
+      if (world.rank() == 0) write();
+    });
+    log::info("checkpoint: iteration " + std::to_string(iteration) + " written to " + path + " (" +
+              std::to_string(tw.seconds()) + " s)");
+  }
+  maybe_test_kill(iteration);
 }
 
 }  // namespace tessera::driver

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "io/checkpoint.hpp"
 #include "partition/partition.hpp"
 
 namespace tessera::driver {
@@ -31,6 +32,24 @@ std::string prepare_checkpoint_path(const CheckpointArgs& a, const std::string& 
 /// without relabelling). Keeps a reference to `dist`.
 std::function<std::uint64_t(int, std::uint64_t)> original_index_of(
     const partition::Distribution& dist);
+
+/// Collective: `read` (every rank) reads the checkpoint `path` into the caller's state and
+/// fills the record; the record is checked against the run (`now`: mismatches throw an
+/// InputError naming them) and must hold at most `iters` iterations (--iters counts all
+/// iterations). Logs what resumes and which options changed. Returns the record.
+io::CheckpointInfo resume_from(const std::string& path, const io::ResumeCheck& now, int iters,
+                               const std::function<void(io::CheckpointInfo*)>& read,
+                               const comm::Communicator& world);
+
+/// How often the algorithm hands its state to on_iteration: every `every` iterations when
+/// checkpointing, every iteration under the test kill hook.
+int state_every(const std::string& path, int every);
+
+/// The end of an iteration's state callback: when checkpointing (`path` not empty) and
+/// `iteration` is a multiple of `every`, `write` runs on rank 0 (its errors end every rank)
+/// and the time is logged; then maybe_test_kill(iteration). Collective.
+void after_iteration(const std::string& path, int every, int iteration,
+                     const std::function<void()>& write, const comm::Communicator& world);
 
 /// Test hook: the iteration after which the process kills itself (SIGKILL, like a
 /// scheduler's time limit), from the environment variable TESSERA_TEST_KILL_AFTER_ITERATION;

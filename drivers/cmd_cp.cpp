@@ -72,54 +72,37 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     fingerprint = io::tensor_fingerprint(d.block, original_index_of(d.dist), world);
   algo::CpState resumed;
   if (!a.ckpt.resume.empty()) {
-    std::vector<std::string> notes;
-    comm::run_collectively(world, [&] {
-      io::CheckpointInfo info;
-      resumed.model = io::read_cp_checkpoint(a.ckpt.resume, &info);
-      io::ResumeCheck now;
-      now.input = fingerprint;
-      now.precision = a.run.precision;
-      now.options_json = opts.dump();
-      now.must_match = {"rank"};
-      now.ignore = {"file", "checkpoint_every", "resumed_from"};
-      notes = io::check_resume(a.ckpt.resume, info, now);
-      TESSERA_INPUT_CHECK(info.iteration <= a.iters,
-                          "--resume " << a.ckpt.resume << ": the checkpoint has " << info.iteration
-                                      << " iterations, more than --iters " << a.iters
-                                      << " (--iters counts all iterations, the saved ones "
-                                         "included)");
-      resumed.iteration = info.iteration;
-      resumed.fit_history = info.fit_history;
-      resumed.converged = info.converged;
-    });
+    io::ResumeCheck now;
+    now.input = fingerprint;
+    now.precision = a.run.precision;
+    now.options_json = opts.dump();
+    now.must_match = {"rank"};
+    now.ignore = {"file", "checkpoint_every", "resumed_from"};
+    const io::CheckpointInfo info = resume_from(
+        a.ckpt.resume, now, a.iters,
+        [&](io::CheckpointInfo* i) { resumed.model = io::read_cp_checkpoint(a.ckpt.resume, i); },
+        world);
+    resumed.iteration = info.iteration;
+    resumed.fit_history = info.fit_history;
+    resumed.converged = info.converged;
     o.resume = &resumed;
-    log::info(
-        "resuming " + a.ckpt.resume + " after iteration " + std::to_string(resumed.iteration) +
-        (resumed.converged || resumed.iteration >= a.iters ? " (run complete: no iterations left)"
-                                                           : ""));
-    for (const auto& n : notes) log::info("  option changed since the checkpoint: " + n);
   }
   if (!ckpt_path.empty() || test_kill_after_iteration() > 0) {
-    o.state_every = ckpt_path.empty() ? 1 : a.ckpt.every;
-    if (test_kill_after_iteration() > 0) o.state_every = 1;
+    o.state_every = state_every(ckpt_path, a.ckpt.every);
     o.on_iteration = [&](const algo::CpState& s) {
-      if (!ckpt_path.empty() && s.iteration % a.ckpt.every == 0) {
-        Timer tw;
-        comm::run_collectively(world, [&] {
-          if (world.rank() != 0) return;
-          io::CheckpointInfo info;
-          info.iteration = s.iteration;
-          info.converged = s.converged;
-          info.fit_history = s.fit_history;
-          info.precision = a.run.precision;
-          info.input = fingerprint;
-          info.options_json = opts.dump();
-          io::write_cp_checkpoint(ckpt_path, s.model, info);
-        });
-        log::info("checkpoint: iteration " + std::to_string(s.iteration) + " written to " +
-                  ckpt_path + " (" + std::to_string(tw.seconds()) + " s)");
-      }
-      maybe_test_kill(s.iteration);
+      after_iteration(
+          ckpt_path, a.ckpt.every, s.iteration,
+          [&] {
+            io::CheckpointInfo info;
+            info.iteration = s.iteration;
+            info.converged = s.converged;
+            info.fit_history = s.fit_history;
+            info.precision = a.run.precision;
+            info.input = fingerprint;
+            info.options_json = opts.dump();
+            io::write_cp_checkpoint(ckpt_path, s.model, info);
+          },
+          world);
     };
   }
   auto res = algo::cp_als<T>(d, *cx.backend, world, *cx.data, o);

@@ -633,8 +633,11 @@ struct Estimate {
   double semi = 0, total = 0;
 };
 
+/// wide_scratch(C): backend memory the wide products take for C columns
+/// (Backend::wide_scratch_bytes: float rows widened to double a chunk at a time).
 Estimate estimate_rank(const RankCounts& rc, const std::vector<std::uint64_t>& dims,
-                       const std::vector<int>& ranks, std::size_t vsize, int P, SvdMethod svd) {
+                       const std::vector<int>& ranks, std::size_t vsize, int P, SvdMethod svd,
+                       const std::function<double(std::int64_t)>& wide_scratch) {
   const int N = static_cast<int>(dims.size());
   double out = 0, recv = 0, own = 0, work = 0, factors = 0;
   for (int n = 0; n < N; ++n) {
@@ -648,7 +651,7 @@ Estimate estimate_rank(const RankCounts& rc, const std::vector<std::uint64_t>& d
       recv = std::max(recv, rc.recv[k] * C * static_cast<double>(vsize));
       own = std::max(own, rc.own[k] * C * static_cast<double>(vsize));
     }
-    const double chunk = vsize == sizeof(double) ? 0 : static_cast<double>(kChunkRows) * C * 8;
+    const double chunk = wide_scratch(static_cast<std::int64_t>(C));
     const double rows_own = std::max(rc.own[k], P > 1 ? 0.0 : rc.local[k]);
     double w = chunk + 3 * rows_own * R * 8;
     switch (svd) {
@@ -801,7 +804,9 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   auto estimate = [&](const std::vector<int>& r) {
     Estimate worst;
     for (const auto& rc : counts) {
-      const Estimate e = estimate_rank(rc, dims, r, vsize, P, opt.svd);
+      const Estimate e = estimate_rank(rc, dims, r, vsize, P, opt.svd, [&](std::int64_t C) {
+        return static_cast<double>(be.wide_scratch_bytes(C));
+      });
       worst.semi = std::max(worst.semi, e.semi);
       worst.total = std::max(worst.total, e.total);
     }
