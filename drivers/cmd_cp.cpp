@@ -42,7 +42,8 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
             ", strategy " + a.run.strategy);
   const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
   Loaded li;
-  auto d = load_and_distribute<T>(a.load, scheme, world, &li);
+  Input<T> in = load_input<T>(a.load, a.run, scheme, strategy == algo::CommStrategy::allreduce,
+                              kind, world, &li);
 
   algo::CpOptions o;
   o.rank = a.rank;
@@ -56,8 +57,8 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                          {"tol", a.tol},
                          {"seed", a.seed},
                          {"comm_strategy", a.run.strategy},
-                         {"partition", partition::to_string(scheme)},
-                         {"grid", d.dist.grid},
+                         {"partition", in.partition_scheme},
+                         {"grid", in.grid},
                          {"relabel", a.load.relabel},
                          {"backend", kernels::to_string(kind)},
                          {"precision", a.run.precision},
@@ -69,7 +70,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   // the callback that writes a checkpoint on rank 0 after every K-th iteration.
   io::TensorFingerprint fingerprint;
   if (!ckpt_path.empty() || !a.ckpt.resume.empty())
-    fingerprint = io::tensor_fingerprint(d.block, original_index_of(d.dist), world);
+    fingerprint = in.fingerprint(world);
   algo::CpState resumed;
   if (!a.ckpt.resume.empty()) {
     io::ResumeCheck now;
@@ -105,13 +106,20 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
           world);
     };
   }
-  auto res = algo::cp_als<T>(d, *cx.backend, world, *cx.data, o);
+  algo::CpResult res;
+  if (in.disk) {
+    // Memory tier 3: the handle streams from disk through the wrapped backend.
+    algo::StreamingBackend<T> streaming(*cx.backend);
+    res = algo::cp_als<T>(*in.disk, in.dims, in.global_nnz, streaming, world, *cx.data, o);
+  } else {
+    res = algo::cp_als<T>(*in.dist, *cx.backend, world, *cx.data, o);
+  }
   // Iterations run by this process (a resumed run has the saved ones in its history).
   const int ran = std::max(res.iterations - (o.resume ? o.resume->iteration : 0), 1);
 
   const double kern = res.phases.get("kernel");
-  const nnz_t nnz = d.dist.global_nnz;
-  const int N = static_cast<int>(d.dist.dims.size());
+  const nnz_t nnz = in.global_nnz;
+  const int N = static_cast<int>(in.dims.size());
   char line[256];
   std::snprintf(
       line, sizeof(line),
@@ -123,6 +131,9 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
           : (res.phases.get("kernel") + res.phases.get("comm") + res.phases.get("solve")) / ran,
       kern > 0 ? static_cast<double>(nnz) / world.size() * N * ran / kern : 0.0);
   log::info(line);
+  const nlohmann::json tier_json =
+      report_memory_tier(res.tier, res.tier_description, res.stream_copy_seconds,
+                         res.stream_compute_seconds, res.stream_overlap, ran);
   if (res.solve_fallbacks > 0)
     log::info("note: " + std::to_string(res.solve_fallbacks) +
               " solve(s) used the pseudo-inverse (rank-deficient normal equations)");
@@ -147,21 +158,17 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     j["command"] = "cp";
     j["options"] = opts;
     j["machine"] = machine_json(world, kernels::to_string(kind), a.run.threads);
-    j["tensor"] = {{"dims", d.dist.dims}, {"nnz", nnz}, {"duplicates_summed", d.dist.duplicates}};
-    j["partition"] = {{"scheme", partition::to_string(scheme)},
-                      {"grid", d.dist.grid},
-                      {"imbalance", d.dist.imbalance},
-                      {"min_block_nnz", d.dist.min_block_nnz},
-                      {"max_block_nnz", d.dist.max_block_nnz}};
+    j["tensor"] = {{"dims", in.dims}, {"nnz", nnz}, {"duplicates_summed", in.duplicates}};
+    j["partition"] = {{"scheme", in.partition_scheme},
+                      {"grid", in.grid},
+                      {"imbalance", in.imbalance},
+                      {"min_block_nnz", in.min_block_nnz},
+                      {"max_block_nnz", in.max_block_nnz}};
     j["fit"] = res.fit;
     j["iterations"] = res.iterations;
     j["converged"] = res.converged;
     j["solve_fallbacks"] = res.solve_fallbacks;
-    j["memory_tier"] = {{"tier", res.tier},
-                        {"description", res.tier_description},
-                        {"copy_seconds", res.stream_copy_seconds},
-                        {"compute_seconds", res.stream_compute_seconds},
-                        {"overlap_fraction", res.stream_overlap}};
+    j["memory_tier"] = tier_json;
     nlohmann::json its = nlohmann::json::array();
     for (const auto& h : res.history)
       its.push_back({{"iter", h.iter},

@@ -20,6 +20,7 @@ struct GenArgs {
   double noise = 0.0, alpha = 1.0;
   std::uint64_t seed = 1;
   double chunk_nnz = 16.0 * (1 << 20);
+  std::string value_type = "float64";
 };
 
 /// --out X.h5: each rank generates its range of entry ids piece by piece (algo::
@@ -53,7 +54,9 @@ void generate_h5(const GenArgs& a, const algo::GenerateOptions& o,
                 a.dist.c_str(), o.alpha, a.structure.c_str(),
                 static_cast<unsigned long long>(o.seed));
   h.source = src;
-  io::H5TensorWriter w(a.out, h, world);
+  io::H5WriteOptions wo;
+  wo.value_type = io::parse_value_type(a.value_type);
+  io::H5TensorWriter w(a.out, h, world, wo);
   const nnz_t rounds =
       world.allreduce_value<nnz_t>((hi - lo + piece - 1) / piece, comm::ReduceOp::max);
   const int N = static_cast<int>(o.dims.size());
@@ -180,6 +183,9 @@ void add_generate(CLI::App& app, Runner& run) {
                   "Output file (.tns or .tns.gz; .h5: streamed to an HDF5 tensor store, "
                   "repeated coordinates kept)")
       ->required();
+  sub->add_option("--value-type", a->value_type,
+                  "--out X.h5: stored value type, float64 | float32 (halves the values' bytes)")
+      ->check(CLI::IsMember({"float64", "float32"}));
   sub->add_option("--chunk-nnz", a->chunk_nnz,
                   "--out X.h5: nonzeros each rank generates and writes at a time (16Mi)");
   sub->callback(

@@ -61,11 +61,11 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
             ", init " + a.init);
   const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
   Loaded li;
-  auto d = load_and_distribute<T>(a.load, scheme, world, &li);
-  const int N = static_cast<int>(d.dist.dims.size());
+  Input<T> in = load_input<T>(a.load, run, scheme, true, kind, world, &li);
+  const int N = static_cast<int>(in.dims.size());
   comm::run_collectively(world, [&] {
     o.ranks = algo::parse_ranks(a.ranks, N);
-    algo::check_tucker_ranks(d.dist.dims, o.ranks);
+    algo::check_tucker_ranks(in.dims, o.ranks);
   });
   o.max_iters = a.iters;
   o.tol = a.tol;
@@ -80,8 +80,8 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
                          {"seed", a.seed},
                          {"subspace_steps", a.subspace_steps},
                          {"max_mem_bytes", o.memory_limit},
-                         {"partition", partition::to_string(scheme)},
-                         {"grid", d.dist.grid},
+                         {"partition", in.partition_scheme},
+                         {"grid", in.grid},
                          {"relabel", a.load.relabel},
                          {"backend", kernels::to_string(kind)},
                          {"precision", run.precision},
@@ -93,7 +93,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
   // too (random completion of undetermined columns), and so does the svd method.
   io::TensorFingerprint fingerprint;
   if (!ckpt_path.empty() || !a.ckpt.resume.empty())
-    fingerprint = io::tensor_fingerprint(d.block, original_index_of(d.dist), world);
+    fingerprint = in.fingerprint(world);
   algo::TuckerState resumed;
   if (!a.ckpt.resume.empty()) {
     io::ResumeCheck now;
@@ -135,13 +135,19 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
 
   algo::TuckerResult res;
   try {
-    res = algo::tucker_hooi<T>(d, *cx.backend, world, o, cx.data);
+    if (in.disk) {
+      // Memory tier 3: the handle streams from disk through the wrapped backend.
+      algo::StreamingBackend<T> streaming(*cx.backend);
+      res = algo::tucker_hooi<T>(std::move(in.disk), in.dims, streaming, world, o, cx.data);
+    } else {
+      res = algo::tucker_hooi<T>(*in.dist, *cx.backend, world, o, cx.data);
+    }
   } catch (const InputError& e) {
     // tucker_hooi decides its InputErrors from data every rank shares: agreed already.
     throw CollectiveError(e.what());
   }
 
-  const nnz_t nnz = d.dist.global_nnz;
+  const nnz_t nnz = in.global_nnz;
   const double t_ttmc = res.phases.get("ttmc");
   // Iterations run by this process (a resumed run has the saved ones in its history).
   const int ran = std::max(res.iterations - (o.resume ? o.resume->iteration : 0), 1);
@@ -153,6 +159,9 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
                 (t_ttmc + res.phases.get("comm") + res.phases.get("svd")) / ran, res.core_norm,
                 t_ttmc > 0 ? static_cast<double>(nnz) / world.size() * N * ran / t_ttmc : 0.0);
   log::info(line);
+  const nlohmann::json tier_json =
+      report_memory_tier(res.tier, res.tier_description, res.stream_copy_seconds,
+                         res.stream_compute_seconds, res.stream_overlap, ran);
   if (res.completed_columns > 0)
     log::info("note: " + std::to_string(res.completed_columns) +
               " factor column(s) were not determined by the data (a mode's unfolding has lower "
@@ -178,12 +187,13 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
     j["command"] = "tucker";
     j["options"] = opts;
     j["machine"] = machine_json(world, kernels::to_string(kind), run.threads);
-    j["tensor"] = {{"dims", d.dist.dims}, {"nnz", nnz}, {"duplicates_summed", d.dist.duplicates}};
-    j["partition"] = {{"scheme", partition::to_string(scheme)},
-                      {"grid", d.dist.grid},
-                      {"imbalance", d.dist.imbalance},
-                      {"min_block_nnz", d.dist.min_block_nnz},
-                      {"max_block_nnz", d.dist.max_block_nnz}};
+    j["tensor"] = {{"dims", in.dims}, {"nnz", nnz}, {"duplicates_summed", in.duplicates}};
+    j["memory_tier"] = tier_json;
+    j["partition"] = {{"scheme", in.partition_scheme},
+                      {"grid", in.grid},
+                      {"imbalance", in.imbalance},
+                      {"min_block_nnz", in.min_block_nnz},
+                      {"max_block_nnz", in.max_block_nnz}};
     j["fit"] = res.fit;
     j["core_norm"] = res.core_norm;
     j["norm_x"] = res.norm_x;

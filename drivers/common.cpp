@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "io/h5store.hpp"
 #include "kernels/factories.hpp"
@@ -87,6 +88,172 @@ template partition::Distributed<double> load_and_distribute<double>(const LoadOp
                                                                     const comm::Communicator&,
                                                                     Loaded*);
 
+template <typename T>
+io::TensorFingerprint Input<T>::fingerprint(const comm::Communicator& world) const {
+  if (disk) return io::finish_fingerprint(disk->fingerprint_part(), dims, world);
+  return io::tensor_fingerprint(dist->block, original_index_of(dist->dist), world);
+}
+
+template <typename T>
+Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::Scheme scheme,
+                    bool allreduce, kernels::BackendKind kind, const comm::MpiCommunicator& world,
+                    Loaded* info) {
+  Input<T> in;
+  const bool store = io::is_tensor_store(o.path, world);
+  const bool host_backend = kind != kernels::BackendKind::cuda;
+  std::size_t limit = 0;
+  bool forced = false;
+  comm::run_collectively(world, [&] {
+    TESSERA_INPUT_CHECK(store || run.host_budget.empty(),
+                        "--host-budget: " << o.path
+                                          << " is a text file; memory tier 3 streams HDF5 "
+                                             "stores: convert it first (tessera convert "
+                                          << o.path << " OUT.h5)");
+    TESSERA_INPUT_CHECK(run.stream_chunk >= 0, "--stream-chunk must be >= 0");
+    if (!run.host_budget.empty()) {
+      limit = parse_bytes(run.host_budget, "--host-budget");
+      forced = true;
+    } else if (host_backend && !run.mem_budget.empty()) {
+      limit = parse_bytes(run.mem_budget, "--mem-budget");
+      forced = true;
+    }
+  });
+  if (store) {
+    const io::H5TensorInfo h = io::read_h5_info(o.path, world);
+    const int P = world.size(), me = world.rank();
+    const int N = static_cast<int>(h.dims.size());
+    const bool by_block = h.partition && h.partition->nblocks() == P;
+    auto range_of = [&](int r) -> std::pair<nnz_t, nnz_t> {
+      if (by_block) return h.partition->block_range(r);
+      const nnz_t a = static_cast<nnz_t>(static_cast<__int128>(h.nnz) * r / P);
+      const nnz_t b = static_cast<nnz_t>(static_cast<__int128>(h.nnz) * (r + 1) / P);
+      return {a, b - a};
+    };
+    nnz_t max_block = 0, min_block = h.nnz;
+    for (int r = 0; r < P; ++r) {
+      max_block = std::max(max_block, range_of(r).second);
+      min_block = std::min(min_block, range_of(r).second);
+    }
+    const std::size_t per_nnz = static_cast<std::size_t>(N) * sizeof(index_t) + sizeof(T);
+    // Tiers 1-2 hold about three copies of the block on the host at their peak (the read
+    // buffer, the distributed block, the prepared format or its pinned staging).
+    const double need = 3.0 * static_cast<double>(max_block) * static_cast<double>(per_nnz);
+    if (!forced) limit = default_memory_limit(world);
+    if (need > static_cast<double>(limit)) {
+      comm::run_collectively(world, [&] {
+        TESSERA_INPUT_CHECK(allreduce,
+                            "memory tier 3 (the block of " << human_bytes(need)
+                                                           << " is over the host limit of "
+                                                           << human_bytes(limit)
+                                                           << ") runs the allreduce strategy "
+                                                              "only: drop --comm-strategy layer");
+        TESSERA_INPUT_CHECK(!o.relabel, "memory tier 3 streams the stored order: --relabel is "
+                                        "not available (balance the blocks with tessera "
+                                        "partition instead)");
+        TESSERA_INPUT_CHECK(h.has_duplicates != 1,
+                            o.path << " has repeated coordinates (has_duplicates = 1): memory "
+                                      "tier 3 cannot sum them before ||X|| is taken; run it "
+                                      "within the host limit (--host-budget) instead");
+      });
+      if (!o.grid.empty() || o.partition != "auto")
+        log::info("memory tier 3: --grid/--partition do not apply (each rank streams " +
+                  std::string(by_block ? "its block of the stored partition" :
+                                         "an equal share of the stored order") + ")");
+      if (h.has_duplicates == -1)
+        log::info("memory tier 3: " + o.path + " was not checked for repeated coordinates; the "
+                  "MTTKRP sums them, but ||X|| (the fit) counts each stored copy");
+      nnz_t chunk = run.stream_chunk;
+      if (chunk == 0) {
+        // Two raw chunks, the prepared chunk (up to order + 1 copies) and its output.
+        const double c = static_cast<double>(limit) / (4.0 * per_nnz * (N + 1));
+        chunk = static_cast<nnz_t>(std::clamp(c, 1024.0,
+                                              static_cast<double>(algo::kDefaultDiskChunkNnz)));
+        // Reads cover whole store chunks: a multiple of them reads each byte once.
+        const auto sc = static_cast<nnz_t>(h.chunk_elems);
+        if (sc > 0 && chunk >= sc) chunk -= chunk % sc;
+      }
+      char line[320];
+      std::snprintf(line, sizeof(line),
+                    "memory tier 3: a block needs about %s of host memory in tiers 1-2, over the "
+                    "limit of %s per rank%s; streaming %s from disk in chunks of %lld nonzeros",
+                    human_bytes(need).c_str(), human_bytes(static_cast<double>(limit)).c_str(),
+                    forced ? " (--host-budget/--mem-budget)" : "", o.path.c_str(),
+                    static_cast<long long>(chunk));
+      log::info(line);
+      Timer t;
+      comm::run_collectively(world, [&] {
+        algo::DiskTensorOptions d;
+        d.path = o.path;
+        if (by_block) {
+          d.block = me;
+        } else {
+          d.first = range_of(me).first;
+          d.count = range_of(me).second;
+        }
+        d.chunk_nnz = chunk;
+        in.disk = std::make_unique<algo::DiskTensor<T>>(d);
+      });
+      const double open_s = world.allreduce_value(t.seconds(), comm::ReduceOp::max);
+      in.dims = h.dims;
+      in.global_nnz = h.nnz;
+      in.grid.assign(static_cast<std::size_t>(N), 1);
+      in.min_block_nnz = min_block;
+      in.max_block_nnz = max_block;
+      const double mean = P > 0 ? static_cast<double>(h.nnz) / P : 0.0;
+      in.imbalance = mean > 0 ? static_cast<double>(max_block) / mean : 1.0;
+      in.partition_scheme = by_block ? "store-blocks" : "store-order";
+      log::info("first pass over " + o.path + " (checks, distinct rows, norm) in " +
+                std::to_string(open_s) + " s; rank 0: " + in.disk->describe());
+      if (info) {
+        info->read_seconds = open_s;
+        info->read.bytes = static_cast<std::size_t>(in.disk->mttkrp_stream_bytes(0));
+      }
+      return in;
+    }
+  }
+  in.dist.emplace(load_and_distribute<T>(o, scheme, world, info));
+  const auto& dd = in.dist->dist;
+  in.dims = dd.dims;
+  in.global_nnz = dd.global_nnz;
+  in.duplicates = dd.duplicates;
+  in.grid = dd.grid;
+  in.imbalance = dd.imbalance;
+  in.min_block_nnz = dd.min_block_nnz;
+  in.max_block_nnz = dd.max_block_nnz;
+  in.partition_scheme = partition::to_string(dd.scheme);
+  return in;
+}
+
+#define TESSERA_LOAD_INPUT(T)                                                                   \
+  template struct Input<T>;                                                                     \
+  template Input<T> load_input<T>(const LoadOptions&, const ComputeOptions&, partition::Scheme, \
+                                  bool, kernels::BackendKind, const comm::MpiCommunicator&,     \
+                                  Loaded*);
+TESSERA_LOAD_INPUT(float)
+TESSERA_LOAD_INPUT(double)
+#undef TESSERA_LOAD_INPUT
+
+nlohmann::json report_memory_tier(int tier, const std::string& description, double copy_s,
+                                  double compute_s, double overlap, int iterations) {
+  const int it = std::max(iterations, 1);
+  if (tier >= 2) {
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "memory tier %d: per iteration %.4f s %s, %.4f s computing; %.0f%% of the %s "
+                  "time hidden behind compute",
+                  tier, copy_s / it,
+                  tier == 3 ? "reading from disk (prefetch thread)" : "copying to the GPU",
+                  compute_s / it, 100 * overlap, tier == 3 ? "read" : "copy");
+    log::info(line);
+  }
+  return {{"tier", tier},
+          {"description", description},
+          {"copy_seconds", copy_s},
+          {"copy_kind", tier == 3 ? "disk read" : tier == 2 ? "host to device" : "none"},
+          {"compute_seconds", compute_s},
+          {"overlap_fraction", overlap}};
+}
+
 void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load) {
   sub->add_option("--comm-strategy", o.strategy,
                   "Factor update: allreduce (all-reduce whole MTTKRP outputs) | layer "
@@ -104,7 +271,17 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load) {
   sub->add_option("--mem-budget", o.mem_budget,
                   "Backend memory the tensor may occupy, e.g. 2G or 512M (K/M/G/T = 1024^k); "
                   "a smaller budget forces the GPU to stream the tensor from host memory "
-                  "(tier 2). Default: all free memory");
+                  "(tier 2); on host backends an HDF5 input over it is streamed from disk "
+                  "(tier 3). Default: all free memory");
+  sub->add_option("--host-budget", o.host_budget,
+                  "Host memory this rank's block may occupy, e.g. 64G; an HDF5 input whose "
+                  "block would not fit is streamed from disk by a prefetch thread (memory tier "
+                  "3). On host backends --mem-budget does the same. Default: 3/4 of the node's "
+                  "memory shared by its ranks");
+  sub->add_option("--stream-chunk", o.stream_chunk,
+                  "Memory tier 3: nonzeros per streamed chunk (default: from the budget, at "
+                  "most 16 Mi)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--json", o.json, "Write the run record (JSON) here");
 }
 

@@ -3,10 +3,13 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "algo/disk_tier.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "io/checkpoint.hpp"
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
 #include "partition/partition.hpp"
@@ -41,8 +44,46 @@ struct ComputeOptions {
   std::string strategy = "allreduce";
   int threads = 0;
   std::string mem_budget;  ///< backend memory the tensor may use ("8G", "512M"); "" = all
+  /// Host memory this rank's block may use; a block over it is streamed from the HDF5
+  /// store (memory tier 3). "" = 3/4 of the node's memory shared by its ranks.
+  std::string host_budget;
+  nnz_t stream_chunk = 0;  ///< tier 3: nonzeros per chunk (0: from the budget, <= 16 Mi)
   std::string json;
 };
+
+/// A run's input: this rank's block in memory (tiers 1 and 2: distributed, then prepared by
+/// the backend) or on disk (tier 3: a range of an HDF5 store streamed by every MTTKRP/TTMc).
+template <typename T>
+struct Input {
+  std::optional<partition::Distributed<T>> dist;  ///< tiers 1 and 2
+  std::unique_ptr<algo::DiskTensor<T>> disk;      ///< tier 3
+  std::vector<std::uint64_t> dims;
+  nnz_t global_nnz = 0;
+  nnz_t duplicates = 0;  ///< summed in tiers 1-2; not looked for in tier 3
+  std::vector<int> grid;
+  double imbalance = 1.0;
+  nnz_t min_block_nnz = 0, max_block_nnz = 0;
+  std::string partition_scheme;  ///< "nnz" | "grid" | "store" (tier 3: stored order/blocks)
+  /// Collective: the checkpoint fingerprint of the input (io::tensor_fingerprint).
+  io::TensorFingerprint fingerprint(const comm::Communicator& world) const;
+};
+
+/// Loads the input of cp and tucker (collective). An HDF5 store whose per-rank block needs
+/// more host memory than the limit (--host-budget; on host backends --mem-budget too;
+/// default 3/4 of the node's memory shared by its ranks) is not loaded: each rank opens
+/// its range (its block of a stored partition of exactly P blocks, else an equal share of
+/// the stored order) as a DiskTensor (tier 3). Tier 3 needs the allreduce strategy and no
+/// --relabel (InputError otherwise). `allreduce` says which strategy the run uses.
+template <typename T>
+Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::Scheme scheme,
+                    bool allreduce, kernels::BackendKind kind, const comm::MpiCommunicator& world,
+                    Loaded* info);
+
+/// Rank 0 logs, for tiers 2 and 3, the copy (tier 2: host to GPU; tier 3: disk reads by the
+/// prefetch thread) and compute seconds per iteration and the share of copy time hidden
+/// behind compute; returns the "memory_tier" object of the run record.
+nlohmann::json report_memory_tier(int tier, const std::string& description, double copy_s,
+                                  double compute_s, double overlap, int iterations);
 
 /// "8G" / "512M" / "64K" / "1e9" -> bytes (K, M, G, T are powers of 1024); InputError.
 std::size_t parse_bytes(const std::string& s, const char* what);

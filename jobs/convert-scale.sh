@@ -3,9 +3,11 @@
 # default, about 30 GB) converted to the store on NP ranks, with the throughput in lines/s
 # and MB/s next to a plain sequential read of the same file; then the store read back.
 #   NP=8 NNZ=1e9 DIR=/scratch/$USER/scale jobs/convert-scale.sh
-# Needs DIR to hold about 3x the text size (text, store, generated store). Run as root (or
+# Needs DIR to hold about 2x the text size (the text and its store; the generated store,
+# float32 values, is removed once the text is written). Run as root (or
 # with sudo rights for /proc/sys/vm/drop_caches) to get cold-cache numbers; otherwise the
 # second read of a file that fits in memory comes from the page cache (said in the output).
+# NO_DROP_CACHES=1 leaves the page cache alone (shared machines).
 # Results: DIR/convert-warm.json, DIR/convert-cold.json; a summary is printed last.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +21,7 @@ run() {
 }
 drop_caches() {
   sync
+  if [ -n "${NO_DROP_CACHES:-}" ]; then echo "note: NO_DROP_CACHES set: reads may be served from memory"; return; fi
   if (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null || sudo -n sh -c 'echo 3 > /proc/sys/vm/drop_caches' 2>/dev/null; then
     echo "page cache dropped"
   else
@@ -28,8 +31,9 @@ drop_caches() {
 mkdir -p "$DIR"
 # 1. A tensor of NNZ nonzeros, streamed straight to a store, then written as text.
 run generate --dims 1000000x800000x600000 --nnz "$NNZ" --rank 8 --structure sampled \
-  --dist powerlaw --noise 0.01 --out "$DIR/gen.h5"
+  --dist powerlaw --noise 0.01 --value-type float32 --out "$DIR/gen.h5"
 run convert "$DIR/gen.h5" "$DIR/big.tns"
+rm -f "$DIR/gen.h5"
 ls -l "$DIR/big.tns"
 # 2. text -> store: the plain sequential read first (cold), then the parallel parse.
 drop_caches

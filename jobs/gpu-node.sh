@@ -16,6 +16,9 @@
 #               latter on 1, 2, 4, ... GPUs
 #       contract: the SpTC GPU tests and bench contract on a generated 3-mode x 3-mode
 #               contraction of 1.2e9 products (against the reference backend)
+#       tier3: the tier-3 GPU test, then CP-ALS rank 32 on a generated amazon-shaped HDF5 store
+#               (TESSERA_TIER3_NNZ, default 1e9; TESSERA_TIER3_NP ranks) streamed from disk
+#               (--host-budget TESSERA_TIER3_BUDGET, default 8G), and the same file in tier 1
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
 # Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps),
@@ -85,6 +88,12 @@ elif "runs" in j:
     r = j["runs"]
     print(f"{n:34s} {r[0]['backend']}: {r[0]['products']:.3g} products, {r[0]['products_per_s_kernel']:.3g} products/s (kernel), "
           f"{r[0]['total_seconds']:.3f} s total; " + ", ".join(f"{x['backend']} x{x['speedup_of_benchmarked_backend']:.1f} slower" for x in r[1:]))
+elif j.get("command") in ("cp", "tucker"):
+    t = j["memory_tier"]; its = [x["seconds"] for x in j["per_iteration"]]; n_it = max(len(its), 1)
+    it_s = sum(its) / n_it; rd = t["copy_seconds"] / n_it; cp = t["compute_seconds"] / n_it
+    print(f"{n:34s} tier {t['tier']}  {it_s:8.3f} s/iter  read {rd:7.3f} s  compute {cp:7.3f} s  "
+          f"ratio-to-max {it_s / max(rd, cp, 1e-12):5.2f}  hidden {t['overlap_fraction']*100:3.0f}%  "
+          f"load {j['phases_seconds']['io']:.1f} s  fit {j['fit']:.5f}")
 elif "ttmc" in j.get("share", {}):
     s = j["share"]
     print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   ttmc {s['ttmc']*100:4.1f}%  comm {s['comm']*100:4.1f}%  svd {s['svd']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}  fit {j['fit']:.4f}")
@@ -187,6 +196,45 @@ if has contract; then
     tee "$out/ctest-sptc.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -20
   bench contract-gen-1e9 "$T" bench contract --generate --nnz 2e7 --products 1.2e9 --backend cuda \
     --precision double --repeat 3
+  # Real tensors: ../shared/data beside a checkout, or a copy carried in .deps/data (ignored).
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { data=$d; break; }
+  done
+  if [ -n "${data:-}" ]; then
+    C=$data/congress-cosponsor_leg-leg-year.tns.gz
+    bench contract-congress "$T" bench contract "$C" "$C" --einsum "ijy,kjy->ik" --backend cuda \
+      --precision double --repeat 3
+    M=$data/tags-math-sx_tag-tag-tag-month.tns.gz
+    [ -f "$M" ] && bench contract-tags-math "$T" bench contract "$M" "$M" --einsum "ijkt,jklt->il" --extend-dims \
+      --backend cuda --precision double --repeat 3
+  else
+    log "congress not found (../shared/data or .deps/data): skipped"
+  fi
+fi
+if has tier3; then
+  # Memory tier 3: a generated amazon-shaped tensor (TESSERA_TIER3_NNZ nonzeros, power-law,
+  # float32 values) written to HDF5 by all cores, then CP-ALS on this node's GPUs with a host
+  # budget that forces streaming from disk; the same file in tiers 1-2 for the compute time.
+  log "tier-3 GPU test"
+  (cd "$build" && ctest -R "gpu_tier3" --output-on-failure --timeout 600) 2>&1 |
+    tee "$out/ctest-tier3.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -20
+  scratch=${TESSERA_SCRATCH:-$build/scratch}
+  mkdir -p "$scratch"
+  t3=$scratch/tier3.h5
+  nnz3=${TESSERA_TIER3_NNZ:-1e9}
+  df -h "$scratch" | tail -1
+  log "generate $nnz3 nonzeros to $t3"
+  mpirun -np "$(nproc)" --bind-to none "$T" generate --dims $amz --nnz "$nnz3" --rank 8 --dist powerlaw \
+    --structure sampled --value-type float32 --out "$t3" 2>&1 | tail -1
+  ls -la "$t3"
+  np3=${TESSERA_TIER3_NP:-1}
+  bench tier3-cp-r32-np$np3 mpirun -np "$np3" --bind-to none "$T" cp "$t3" --rank 32 --iters 3 --tol 0 \
+    --backend cuda --precision float --host-budget "${TESSERA_TIER3_BUDGET:-8G}"
+  if [ -z "${TESSERA_TIER3_SKIP_TIER1:-}" ]; then
+    bench tier12-cp-r32-np$np3 mpirun -np "$np3" --bind-to none "$T" cp "$t3" --rank 32 --iters 3 --tol 0 \
+      --backend cuda --precision float --host-budget 100G
+  fi
+  rm -f "$t3"
 fi
 if has scaling; then
   p=1

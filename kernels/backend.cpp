@@ -216,6 +216,22 @@ void Backend<T>::sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
 }
 
 template <typename T>
+void Backend<T>::add_rows(const T* src, std::int64_t rows, std::int64_t C,
+                          const std::vector<std::int64_t>& dst_row, T* dst) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement add_rows");
+  TESSERA_EXPECTS(dst_row.empty() || static_cast<std::int64_t>(dst_row.size()) == rows,
+                  "add_rows: " << dst_row.size() << " destination rows for " << rows << " rows");
+#pragma omp parallel for schedule(static) if (rows * C > (1 << 16))
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const std::int64_t j = dst_row.empty() ? i : dst_row[static_cast<std::size_t>(i)];
+    T* d = dst + j * C;
+    const T* s = src + i * C;
+    for (std::int64_t k = 0; k < C; ++k) d[k] += s[k];
+  }
+}
+
+template <typename T>
 std::size_t Backend<T>::wide_scratch_bytes(std::int64_t C) const {
   return std::is_same_v<T, double> ? 0
                                    : static_cast<std::size_t>(kWideChunkRows * C) * sizeof(double);

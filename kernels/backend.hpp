@@ -193,6 +193,12 @@ class Backend {
   /// their owner).
   virtual void sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
                         const std::vector<std::int64_t>& row, std::int64_t C, T* dst);
+  /// dst row dst_row[i] += src row i for i < rows (rows x C, row-major, backend memory);
+  /// an empty dst_row means dst row i += src row i. The dst_row entries must be distinct.
+  /// dst_row is on the host. (Memory tier 3: a chunk's MTTKRP or TTMc rows added into the
+  /// whole output.)
+  virtual void add_rows(const T* src, std::int64_t rows, std::int64_t C,
+                        const std::vector<std::int64_t>& dst_row, T* dst);
   /// Backend memory, in bytes, the wide products allocate for a Y of C columns besides
   /// their operands (conversion of float rows to double, in chunks).
   virtual std::size_t wide_scratch_bytes(std::int64_t C) const;

@@ -38,6 +38,15 @@ tessera_add_mpi_test(gpu_tier_cp gpu_tier_tests RANKS 2 ARGS --gtest_filter=GpuT
   LABELS gpu)
 set_tests_properties(gpu_tier_cp_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
+# Memory tier 3 on the cuda backend: StreamingBackend over a DiskTensor (chunks prepared in
+# tier 1, and in tier 2 under a small budget) against cuda tier 1 and the reference
+# backend, MTTKRP and TTMc; CP-ALS in tier 3 against tier 1 on one GPU.
+tessera_test_executable(gpu_tier3_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_tier3.cpp
+  LIBS tessera::algo tessera::io)
+tessera_add_mpi_test(gpu_tier3 gpu_tier3_tests RANKS 1 LABELS gpu)
+set_tests_properties(gpu_tier3_np1 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+
 # Host-side parallel sorts of the CUDA backend (kernels/cuda/host_sort.cpp) against
 # std::stable_sort. Host only: the binary compiles host_sort.cpp itself and does not link
 # the CUDA backend, so it runs (and must pass) on machines without a GPU.

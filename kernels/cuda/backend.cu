@@ -189,6 +189,11 @@ class CudaBackend final : public Backend<T> {
     DeviceGuard g(ctx_.device);
     cuda::sum_rows(ctx_, src, ptr, row, C, dst);
   }
+  void add_rows(const T* src, std::int64_t rows, std::int64_t C,
+                const std::vector<std::int64_t>& dst_row, T* dst) override {
+    DeviceGuard g(ctx_.device);
+    cuda::add_rows(ctx_, src, rows, C, dst_row, dst);
+  }
   std::size_t wide_scratch_bytes(std::int64_t C) const override {
     return cuda::wide_scratch_bytes(C, sizeof(T));
   }

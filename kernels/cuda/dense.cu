@@ -959,6 +959,41 @@ void sum_rows(Context& ctx, const T* src, const std::vector<std::int64_t>& ptr,
   ctx.sync();
 }
 
+namespace {
+template <typename T>
+__global__ void add_rows_kernel(const T* __restrict__ src, const std::int64_t* __restrict__ map,
+                                std::int64_t rows, std::int64_t C, T* __restrict__ dst) {
+  const std::int64_t n = rows * C;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += stride) {
+    const std::int64_t i = e / C, c = e - i * C;
+    const std::int64_t j = map != nullptr ? map[i] : i;
+    dst[j * C + c] += src[e];
+  }
+}
+}  // namespace
+
+template <typename T>
+void add_rows(Context& ctx, const T* src, std::int64_t rows, std::int64_t C,
+              const std::vector<std::int64_t>& dst_row, T* dst) {
+  TESSERA_EXPECTS(dst_row.empty() || static_cast<std::int64_t>(dst_row.size()) == rows,
+                  "add_rows: " << dst_row.size() << " destination rows for " << rows << " rows");
+  if (rows == 0 || C == 0) return;
+  const std::int64_t* map = nullptr;
+  if (!dst_row.empty()) {
+    ctx.scratch.reserve(dst_row.size() * sizeof(std::int64_t));
+    auto* d = reinterpret_cast<std::int64_t*>(ctx.scratch.get());
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(d, dst_row.data(), dst_row.size() * sizeof(std::int64_t),
+                                       cudaMemcpyHostToDevice, ctx.stream));
+    map = d;
+  }
+  add_rows_kernel<T><<<grid_for(rows * C), kBlock, 0, ctx.stream>>>(src, map, rows, C, dst);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  // The row map is pageable host memory: the copy must finish before it may go.
+  if (map != nullptr) ctx.sync();
+}
+
 std::size_t wide_scratch_bytes(std::int64_t C, std::size_t value_size) {
   if (value_size == sizeof(double)) return 0;
   const std::int64_t chunk = std::max<std::int64_t>(
@@ -974,6 +1009,8 @@ std::size_t wide_scratch_bytes(std::int64_t C, std::size_t value_size) {
                               double*);                                                           \
   template void wide_times_t<T>(Context&, const T*, std::int64_t, std::int64_t, const double*,    \
                                 int, double*);                                                    \
+  template void add_rows<T>(Context&, const T*, std::int64_t, std::int64_t,                       \
+                            const std::vector<std::int64_t>&, T*);                                \
   template void fill<T>(Context&, T*, std::size_t, T);                                            \
   template void gram<T>(Context&, const T*, std::int64_t, int, T*);                               \
   template void hadamard<T>(Context&, const std::vector<const T*>&, int, T*);                     \

@@ -294,6 +294,10 @@ void symmetric_eig_top(Context& ctx, double* S, int n, int k, double* w_host, do
 template <typename T>
 void sum_rows(Context& ctx, const T* src, const std::vector<std::int64_t>& ptr,
               const std::vector<std::int64_t>& row, std::int64_t C, T* dst);
+/// Backend::add_rows (the row map copied to ctx.scratch; waits for the copy).
+template <typename T>
+void add_rows(Context& ctx, const T* src, std::int64_t rows, std::int64_t C,
+              const std::vector<std::int64_t>& dst_row, T* dst);
 /// Scratch bytes of the wide products for C columns of value_size-byte values.
 std::size_t wide_scratch_bytes(std::int64_t C, std::size_t value_size);
 

@@ -745,6 +745,20 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     }
   });
 
+  res.tier = X->tier();
+  res.tier_description = X->describe();
+  {
+    std::int32_t tier_max = res.tier;
+    c.allreduce(&tier_max, 1, comm::ReduceOp::max);
+    if (opt.print_iterations)
+      log::info("memory tier (rank 0): " + res.tier_description +
+                (tier_max != res.tier
+                     ? " (some ranks stream: tier " + std::to_string(tier_max) + ")"
+                     : ""));
+  }
+  double overlap_sum = 0;
+  int overlap_count = 0;
+
   // ---- row ownership and the combine plan (index exchange, once) ----
   for (int n = 0; n < N; ++n) {
     auto& mp = plan[static_cast<std::size_t>(n)];
@@ -964,6 +978,12 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     be.ttmc(*X, n, fptr, ranks, ybuf.data());
     be.synchronize();
     t_ttmc += t.seconds();
+    if (res.tier > 1) {
+      res.stream_copy_seconds += X->last_copy_seconds();
+      res.stream_compute_seconds += X->last_compute_seconds();
+      overlap_sum += X->overlap_fraction();
+      ++overlap_count;
+    }
     if (P == 1) return ybuf.data();
     t.reset();
     std::vector<std::int64_t> sc(static_cast<std::size_t>(P)), sd(static_cast<std::size_t>(P)),
@@ -1154,6 +1174,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     }
     res.model.factors.push_back(std::move(F));
   }
+  if (overlap_count > 0) res.stream_overlap = overlap_sum / overlap_count;
   return res;
 }
 

@@ -130,6 +130,12 @@ struct TuckerResult {
   /// HOSVD sweep when asked for).
   PhaseTimes phases;
   TuckerMemory memory;
+  /// Memory tier of this rank's tensor (1 resident, 2 streamed from host memory, 3 streamed
+  /// from disk) and its description; for tiers 2-3, seconds of copies (tier 3: disk reads)
+  /// and of kernels summed over all TTMcs, and the mean fraction of copy time hidden.
+  int tier = 1;
+  std::string tier_description;
+  double stream_copy_seconds = 0, stream_compute_seconds = 0, stream_overlap = 1;
   /// Factor columns no data determined (a mode whose Y_(n) has rank < R_n), filled with
   /// keyed random orthonormal directions; summed over all updates.
   int completed_columns = 0;

@@ -299,12 +299,9 @@ std::string json_text(const nlohmann::json& j) {
 }  // namespace
 
 template <typename T>
-TensorFingerprint tensor_fingerprint(
-    const SparseTensor<T>& block,
-    const std::function<std::uint64_t(int, std::uint64_t)>& original_index,
-    const comm::Communicator& c) {
-  TensorFingerprint fp;
-  fp.dims = block.dims;
+void add_to_fingerprint(const SparseTensor<T>& block,
+                        const std::function<std::uint64_t(int, std::uint64_t)>& original_index,
+                        TensorFingerprint* local) {
   const int N = block.order();
   const nnz_t nnz = block.nnz();
   double norm2 = 0;
@@ -321,8 +318,19 @@ TensorFingerprint tensor_fingerprint(
     const double v = static_cast<double>(block.vals[static_cast<std::size_t>(k)]);
     norm2 += v * v;
   }
-  std::uint64_t counts[2] = {static_cast<std::uint64_t>(nnz), h};
+  local->nnz += static_cast<std::uint64_t>(nnz);
+  local->coord_hash += h;
+  local->norm2 += norm2;
+}
+
+TensorFingerprint finish_fingerprint(const TensorFingerprint& local,
+                                     const std::vector<std::uint64_t>& dims,
+                                     const comm::Communicator& c) {
+  TensorFingerprint fp;
+  fp.dims = dims;
+  std::uint64_t counts[2] = {static_cast<std::uint64_t>(local.nnz), local.coord_hash};
   c.allreduce(counts, 2);
+  double norm2 = local.norm2;
   c.allreduce(&norm2, 1);
   fp.nnz = counts[0];
   fp.coord_hash = counts[1];
@@ -330,6 +338,22 @@ TensorFingerprint tensor_fingerprint(
   return fp;
 }
 
+template <typename T>
+TensorFingerprint tensor_fingerprint(
+    const SparseTensor<T>& block,
+    const std::function<std::uint64_t(int, std::uint64_t)>& original_index,
+    const comm::Communicator& c) {
+  TensorFingerprint local;
+  add_to_fingerprint(block, original_index, &local);
+  return finish_fingerprint(local, block.dims, c);
+}
+
+template void add_to_fingerprint<float>(const SparseTensor<float>&,
+                                        const std::function<std::uint64_t(int, std::uint64_t)>&,
+                                        TensorFingerprint*);
+template void add_to_fingerprint<double>(const SparseTensor<double>&,
+                                         const std::function<std::uint64_t(int, std::uint64_t)>&,
+                                         TensorFingerprint*);
 template TensorFingerprint tensor_fingerprint<float>(
     const SparseTensor<float>&, const std::function<std::uint64_t(int, std::uint64_t)>&,
     const comm::Communicator&);

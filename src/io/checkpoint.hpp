@@ -41,6 +41,18 @@ TensorFingerprint tensor_fingerprint(
     const std::function<std::uint64_t(int, std::uint64_t)>& original_index,
     const comm::Communicator& c);
 
+/// The same in pieces, for a tensor streamed chunk by chunk (memory tier 3): add every
+/// local piece of nonzeros to `local` (starts default-constructed), then finish once,
+/// collectively. Equal to tensor_fingerprint of the pieces' union.
+template <typename T>
+void add_to_fingerprint(const SparseTensor<T>& piece,
+                        const std::function<std::uint64_t(int, std::uint64_t)>& original_index,
+                        TensorFingerprint* local);
+/// Collective over `c`: sums the ranks' `local` parts; dims are the global dims.
+TensorFingerprint finish_fingerprint(const TensorFingerprint& local,
+                                     const std::vector<std::uint64_t>& dims,
+                                     const comm::Communicator& c);
+
 /// Everything a checkpoint holds besides the model.
 struct CheckpointInfo {
   int iteration = 0;                ///< iterations completed

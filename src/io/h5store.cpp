@@ -374,7 +374,8 @@ std::string type_text(hid_t t) {
 
 /// Opens a 1-D dataset and checks its type; `expect_len` < 0: any length.
 Dataset open_dataset(hid_t file, const std::string& name, Kind kind, const std::string& path,
-                     long long expect_len, const char* len_meaning) {
+                     long long expect_len, const char* len_meaning,
+                     std::size_t chunk_cache = std::size_t(64) << 20) {
   Dataset d;
   d.name = name;
   const char* expected = kind == Kind::coords   ? "uint32 coordinates"
@@ -384,7 +385,7 @@ Dataset open_dataset(hid_t file, const std::string& name, Kind kind, const std::
     throw InputError(layout_error(path, "dataset '" + name + "' (" + expected + ") is missing"));
   // Larger chunk cache than the default 1 MiB, so compressed chunks are not re-inflated.
   H5Id dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
-  H5Pset_chunk_cache(dapl, 521, std::size_t(64) << 20, 1.0);
+  H5Pset_chunk_cache(dapl, 521, chunk_cache, 1.0);
   d.id = H5Id(H5Dopen2(file, name.c_str(), dapl), H5Dclose);
   if (!d.id.valid())
     throw InputError(layout_error(
@@ -538,6 +539,7 @@ struct H5TensorReader::Impl {
   const std::string& path() const { return info.path; }
   int order() const { return info.order; }
 
+  std::size_t chunk_cache = std::size_t(64) << 20;
   void open(const std::string& p, bool verify_checksums);
   void read_partition();
   std::size_t stored_size(int d) const {
@@ -657,8 +659,9 @@ void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
   const std::string nnz_text = "attribute nnz";
   for (int n = 0; n < order; ++n)
     ds.push_back(open_dataset(file, dataset_name(n, info.order), Kind::coords, path, info.nnz,
-                              nnz_text.c_str()));
-  ds.push_back(open_dataset(file, "/values", Kind::values, path, info.nnz, nnz_text.c_str()));
+                              nnz_text.c_str(), chunk_cache));
+  ds.push_back(
+      open_dataset(file, "/values", Kind::values, path, info.nnz, nnz_text.c_str(), chunk_cache));
   info.value_type = ds.back().is_float32 ? ValueType::float32 : ValueType::float64;
   if (has_attr(file, "value_type", path)) {
     const std::string vt = read_attr_string(file, "value_type", path);
@@ -888,9 +891,11 @@ void H5TensorReader::Impl::check_blocks(nnz_t first, nnz_t count, const index_t*
   }
 }
 
-H5TensorReader::H5TensorReader(const std::string& path, bool verify_checksums)
+H5TensorReader::H5TensorReader(const std::string& path, bool verify_checksums,
+                               std::size_t chunk_cache_bytes)
     : impl_(std::make_unique<Impl>()) {
   const H5Quiet quiet;
+  impl_->chunk_cache = chunk_cache_bytes;
   impl_->open(path, verify_checksums);
 }
 

@@ -102,7 +102,10 @@ class H5TensorReader {
  public:
   /// Opens `path` read-only and validates its metadata (format, version, attributes
   /// against datasets, partition); throws InputError with what was expected and found.
-  explicit H5TensorReader(const std::string& path, bool verify_checksums = true);
+  /// chunk_cache_bytes: HDF5's chunk cache per dataset (64 MiB by default, so compressed
+  /// chunks are not inflated twice); streaming readers that read every chunk once pass 0.
+  explicit H5TensorReader(const std::string& path, bool verify_checksums = true,
+                          std::size_t chunk_cache_bytes = std::size_t(64) << 20);
   ~H5TensorReader();
   H5TensorReader(const H5TensorReader&) = delete;
   H5TensorReader& operator=(const H5TensorReader&) = delete;

@@ -1,0 +1,350 @@
+#include "algo/disk_tier.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "kernels/ttmc.hpp"
+#include "util/error.hpp"
+#include "util/timer.hpp"
+
+namespace tessera::algo {
+namespace {
+
+/// Modes up to this length keep their distinct indices in a bitmap during the first pass
+/// (32 MiB at most); longer modes merge sorted chunk sets.
+constexpr std::uint64_t kBitmapMaxDim = std::uint64_t(1) << 28;
+
+std::string human(double b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char s[32];
+  std::snprintf(s, sizeof(s), "%.3g %s", b, unit[u]);
+  return s;
+}
+
+}  // namespace
+
+template <typename T>
+DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
+  TESSERA_INPUT_CHECK(o.chunk_nnz >= 1, "memory tier 3: the chunk size must be at least one "
+                                        "nonzero, got " << o.chunk_nnz);
+  // No HDF5 chunk cache: every pass reads each chunk once, and a cache would keep (order +
+  // 1) x its size of host memory the budget does not count (and serve small stores from
+  // memory instead of the disk).
+  reader_ = std::make_unique<io::H5TensorReader>(o.path, o.verify_checksums, 0);
+  const io::H5TensorInfo& inf = reader_->info();
+  dims_ = inf.dims;
+  if (o.block >= 0) {
+    TESSERA_INPUT_CHECK(inf.partition.has_value() && o.block < inf.partition->nblocks(),
+                        o.path << ": no block " << o.block << " in the stored partition");
+    const auto r = inf.partition->block_range(o.block);
+    first_ = r.first;
+    count_ = r.second;
+  } else {
+    TESSERA_INPUT_CHECK(o.first >= 0 && o.count >= 0 && o.first + o.count <= inf.nnz,
+                        o.path << ": nonzeros [" << o.first << ", " << o.first + o.count
+                               << ") are outside the store's " << inf.nnz);
+    first_ = o.first;
+    count_ = o.count;
+  }
+  chunk_ = std::max<nnz_t>(1, std::min<nnz_t>(o.chunk_nnz, std::max<nnz_t>(count_, 1)));
+
+  // First pass: every nonzero checked by the reader; distinct rows, ||X||^2, fingerprint.
+  const int N = order();
+  std::vector<std::vector<std::uint64_t>> bits(static_cast<std::size_t>(N));
+  rows_.assign(static_cast<std::size_t>(N), {});
+  for (int n = 0; n < N; ++n)
+    if (dims_[static_cast<std::size_t>(n)] <= kBitmapMaxDim)
+      bits[static_cast<std::size_t>(n)].assign((dims_[static_cast<std::size_t>(n)] + 63) / 64, 0);
+  double norm2 = 0;
+  stream([&](const SparseTensor<T>& c) {
+    for (int n = 0; n < N; ++n) {
+      const auto& idx = c.idx[static_cast<std::size_t>(n)];
+      auto& b = bits[static_cast<std::size_t>(n)];
+      if (!b.empty()) {
+        for (index_t i : idx) b[i >> 6] |= std::uint64_t(1) << (i & 63);
+      } else {
+        std::vector<index_t> u(idx.begin(), idx.end());
+        std::sort(u.begin(), u.end());
+        u.erase(std::unique(u.begin(), u.end()), u.end());
+        auto& r = rows_[static_cast<std::size_t>(n)];
+        std::vector<index_t> merged;
+        merged.reserve(r.size() + u.size());
+        std::set_union(r.begin(), r.end(), u.begin(), u.end(), std::back_inserter(merged));
+        r.swap(merged);
+      }
+    }
+    for (T v : c.vals) norm2 += static_cast<double>(v) * static_cast<double>(v);
+    io::add_to_fingerprint(c, {}, &fingerprint_);
+  });
+  norm2_ = norm2;
+  // Every chunk's checksum was verified in this pass; later passes keep the cheap checks
+  // (coordinates inside dims, finite values, block ranges) but not the CRCs, which cost
+  // about as much CPU time as a fast disk takes to deliver the bytes.
+  if (o.verify_checksums && reader_->info().has_checksums) {
+    reader_.reset();  // closed first: HDF5 shares an open dataset's state between openers
+    reader_ = std::make_unique<io::H5TensorReader>(o.path, false, 0);
+  }
+  fingerprint_.dims = dims_;
+  for (int n = 0; n < N; ++n) {
+    const auto& b = bits[static_cast<std::size_t>(n)];
+    if (b.empty()) continue;
+    auto& r = rows_[static_cast<std::size_t>(n)];
+    for (std::size_t w = 0; w < b.size(); ++w)
+      for (std::uint64_t x = b[w]; x != 0; x &= x - 1)
+        r.push_back(static_cast<index_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(x))));
+  }
+  open_ = last_;
+}
+
+template <typename T>
+DiskTensor<T>::~DiskTensor() = default;
+
+template <typename T>
+const io::H5TensorInfo& DiskTensor<T>::info() const {
+  return reader_->info();
+}
+
+template <typename T>
+std::size_t DiskTensor<T>::bytes() const {
+  return 2 * static_cast<std::size_t>(chunk_) *
+         (static_cast<std::size_t>(order()) * sizeof(index_t) + sizeof(T));
+}
+
+template <typename T>
+std::size_t DiskTensor<T>::mttkrp_stream_bytes(int) const {
+  const std::size_t value_bytes =
+      reader_->info().value_type == io::ValueType::float32 ? 4 : 8;
+  return static_cast<std::size_t>(count_) *
+         (static_cast<std::size_t>(order()) * sizeof(index_t) + value_bytes);
+}
+
+template <typename T>
+std::vector<std::uint64_t> DiskTensor<T>::distinct_rows() const {
+  std::vector<std::uint64_t> r;
+  for (const auto& v : rows_) r.push_back(v.size());
+  return r;
+}
+
+template <typename T>
+double DiskTensor<T>::overlap_fraction() const {
+  if (last_.read <= 0) return 1.0;
+  return std::clamp(1.0 - last_.wait / last_.read, 0.0, 1.0);
+}
+
+template <typename T>
+std::string DiskTensor<T>::describe() const {
+  return "tier 3 (streamed from disk): " + std::to_string(count_) + " nonzeros [" +
+         std::to_string(first_) + ", " + std::to_string(first_ + count_) + ") of " + path_ +
+         " in " + std::to_string(chunks()) + " chunk(s) of " + std::to_string(chunk_) +
+         " nonzeros read by a prefetch thread, " + human(static_cast<double>(bytes())) +
+         " of host chunk buffers, " + human(static_cast<double>(mttkrp_stream_bytes(0))) +
+         " read per pass";
+}
+
+template <typename T>
+void DiskTensor<T>::read_chunk(nnz_t k, SparseTensor<T>* out) const {
+  const nnz_t at = k * chunk_;
+  const nnz_t n = std::min(chunk_, count_ - at);
+  const int N = order();
+  if (out->dims != dims_) *out = SparseTensor<T>(dims_);
+  index_t* p[kMaxOrder] = {};
+  for (int m = 0; m < N; ++m) {
+    out->idx[static_cast<std::size_t>(m)].resize(static_cast<std::size_t>(n));
+    p[m] = out->idx[static_cast<std::size_t>(m)].data();
+  }
+  out->vals.resize(static_cast<std::size_t>(n));
+  reader_->read<T>(first_ + at, n, p, out->vals.data());
+}
+
+template <typename T>
+void DiskTensor<T>::stream(const std::function<void(const SparseTensor<T>&)>& f) const {
+  const nnz_t K = chunks();
+  DiskPassTimes t;
+  Timer wall;
+  // Two slots: the prefetch thread fills slot k % 2 while the compute thread uses the other.
+  SparseTensor<T> slot[2];
+  bool full[2] = {false, false};
+  bool stop = false;
+  std::exception_ptr read_error;
+  std::mutex mu;
+  std::condition_variable cv;
+  double read_s = 0;
+  std::thread prefetch([&] {
+    for (nnz_t k = 0; k < K; ++k) {
+      const int s = static_cast<int>(k % 2);
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return stop || !full[s]; });
+        if (stop) return;
+      }
+      Timer tr;
+      try {
+        read_chunk(k, &slot[s]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        read_error = std::current_exception();
+        cv.notify_all();
+        return;
+      }
+      std::lock_guard<std::mutex> lk(mu);
+      read_s += tr.seconds();
+      full[s] = true;
+      cv.notify_all();
+    }
+  });
+  auto finish = [&] {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    prefetch.join();
+  };
+  try {
+    for (nnz_t k = 0; k < K; ++k) {
+      const int s = static_cast<int>(k % 2);
+      {
+        Timer tw;
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return full[s] || read_error != nullptr; });
+        t.wait += tw.seconds();
+        if (!full[s]) std::rethrow_exception(read_error);
+      }
+      Timer tc;
+      f(slot[s]);
+      t.compute += tc.seconds();
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        full[s] = false;
+      }
+      cv.notify_all();
+    }
+  } catch (...) {
+    finish();
+    throw;
+  }
+  finish();
+  t.read = read_s;
+  t.wall = wall.seconds();
+  last_ = t;
+  ++passes_;
+}
+
+template class DiskTensor<float>;
+template class DiskTensor<double>;
+
+// ---------------------------------------------------------------------------------------
+
+template <typename T>
+void StreamingBackend<T>::mttkrp(const kernels::TensorHandle<T>& x, int mode,
+                                 const std::vector<const T*>& factors, int R, T* out) {
+  const auto* d = dynamic_cast<const DiskTensor<T>*>(&x);
+  if (d == nullptr) {
+    in_.mttkrp(x, mode, factors, R, out);
+    return;
+  }
+  TESSERA_EXPECTS(mode >= 0 && mode < d->order(), "mttkrp: mode " << mode << " out of range");
+  const auto rows = static_cast<std::int64_t>(d->dims()[static_cast<std::size_t>(mode)]);
+  const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(R);
+  if (d->nnz() == 0) {
+    in_.fill(out, n, T(0));
+    return;
+  }
+  // The first chunk writes `out`; later chunks go through `tmp` and are added.
+  kernels::Array<T> tmp;
+  bool first = true;
+  const std::vector<std::int64_t> identity;
+  d->stream([&](const SparseTensor<T>& c) {
+    auto h = in_.prepare(c);
+    if (first) {
+      in_.mttkrp(*h, mode, factors, R, out);
+      first = false;
+    } else {
+      if (tmp.size() == 0) tmp = in_.allocate(n);
+      in_.mttkrp(*h, mode, factors, R, tmp.data());
+      in_.add_rows(tmp.data(), rows, R, identity, out);
+    }
+    in_.synchronize();  // the chunk's handle and host buffer are released after this
+  });
+}
+
+template <typename T>
+std::vector<index_t> StreamingBackend<T>::ttmc_rows(const kernels::TensorHandle<T>& x, int mode) {
+  if (const auto* d = dynamic_cast<const DiskTensor<T>*>(&x)) {
+    TESSERA_EXPECTS(mode >= 0 && mode < d->order(), "ttmc_rows: mode " << mode << " out of range");
+    return d->rows(mode);
+  }
+  return in_.ttmc_rows(x, mode);
+}
+
+template <typename T>
+std::size_t StreamingBackend<T>::ttmc_scratch_bytes(const kernels::TensorHandle<T>& x, int mode,
+                                                    const std::vector<int>& ranks) {
+  const auto* d = dynamic_cast<const DiskTensor<T>*>(&x);
+  if (d == nullptr) return in_.ttmc_scratch_bytes(x, mode, ranks);
+  // Per chunk: the chunk's output rows (at most min(chunk, rows) of C values) and the
+  // prepared chunk (sorted copies of every mode, bounded by (order + 1) copies of the COO).
+  const auto chunk_rows = std::min<std::int64_t>(
+      d->chunk_nnz(), static_cast<std::int64_t>(d->rows(mode).size()));
+  const std::size_t coo =
+      static_cast<std::size_t>(d->chunk_nnz()) *
+      (static_cast<std::size_t>(d->order()) * sizeof(index_t) + sizeof(T));
+  return kernels::ttmc_output_bytes(chunk_rows, ranks, mode, sizeof(T)) +
+         coo * static_cast<std::size_t>(d->order() + 1);
+}
+
+template <typename T>
+void StreamingBackend<T>::ttmc(const kernels::TensorHandle<T>& x, int mode,
+                               const std::vector<const T*>& factors,
+                               const std::vector<int>& ranks, T* out) {
+  const auto* d = dynamic_cast<const DiskTensor<T>*>(&x);
+  if (d == nullptr) {
+    in_.ttmc(x, mode, factors, ranks, out);
+    return;
+  }
+  TESSERA_EXPECTS(mode >= 0 && mode < d->order(), "ttmc: mode " << mode << " out of range");
+  const std::int64_t C = kernels::ttmc_output_cols(ranks, mode);
+  const std::vector<index_t>& all = d->rows(mode);
+  const auto rows = static_cast<std::int64_t>(all.size());
+  if (rows == 0 || C == 0) return;
+  in_.fill(out, static_cast<std::size_t>(rows * C), T(0));
+  kernels::Array<T> tmp;
+  std::vector<std::int64_t> map;
+  d->stream([&](const SparseTensor<T>& c) {
+    auto h = in_.prepare(c);
+    const std::vector<index_t> sub = in_.ttmc_rows(*h, mode);
+    if (sub.empty()) return;
+    const std::size_t need = sub.size() * static_cast<std::size_t>(C);
+    if (tmp.size() < need) {
+      tmp = kernels::Array<T>();  // free first: the old buffer is too small
+      tmp = in_.allocate(need);
+    }
+    in_.ttmc(*h, mode, factors, ranks, tmp.data());
+    map.resize(sub.size());
+    // Both lists are sorted: one merge walk gives every chunk row's position.
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < sub.size(); ++i) {
+      while (j < all.size() && all[j] < sub[i]) ++j;
+      TESSERA_EXPECTS(j < all.size() && all[j] == sub[i],
+                      "tier 3: chunk row " << sub[i] << " of mode " << mode
+                                           << " is not among the rows of the first pass");
+      map[i] = static_cast<std::int64_t>(j);
+    }
+    in_.add_rows(tmp.data(), static_cast<std::int64_t>(sub.size()), C, map, out);
+    in_.synchronize();
+  });
+}
+
+template class StreamingBackend<float>;
+template class StreamingBackend<double>;
+
+}  // namespace tessera::algo

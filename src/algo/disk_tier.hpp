@@ -1,0 +1,214 @@
+// Memory tier 3 (DESIGN §8): a rank's nonzeros stay in the HDF5 tensor store and every
+// MTTKRP or TTMc streams them from disk, chunk by chunk, through a prefetch thread.
+//
+// DiskTensor is the tier-3 TensorHandle: a range of the store's nonzeros (global
+// coordinates) that it never holds whole. It reads the range once when it is opened
+// (checking every nonzero as H5TensorReader does, and keeping the distinct indices of every
+// mode, ||X||^2 and the checkpoint fingerprint); later passes read chunk k + 1 on a prefetch
+// thread while chunk k computes.
+//
+// StreamingBackend wraps any backend: for a DiskTensor it prepares each chunk with the
+// wrapped backend (tier 1 or 2 there), runs its MTTKRP or TTMc and adds the chunk's rows into
+// the output; every other call is forwarded. cp_als and tucker_hooi (their handle
+// overloads) run unchanged on it, on every backend.
+//
+// Results equal tier 1 to rounding (the chunk sums are added in chunk order), with one
+// documented difference: a coordinate stored k times counts as k entries in ||X||^2 and in
+// the fingerprint (tier 1 sums repeated coordinates first); the MTTKRP and TTMc sum them as
+// tier 1 does. Stores written by `tessera generate --structure blocks --rank 1` and stores
+// marked has_duplicates = 0 have none (docs/formats.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.hpp"
+#include "io/h5store.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/sptc.hpp"
+
+namespace tessera::algo {
+
+/// Default nonzeros per tier-3 chunk (16 Mi).
+inline constexpr nnz_t kDefaultDiskChunkNnz = nnz_t(1) << 24;
+
+struct DiskTensorOptions {
+  std::string path;
+  /// Block of the store's partition to stream (>= 0), or -1: the positions
+  /// [first, first + count) of the stored order.
+  int block = -1;
+  nnz_t first = 0;
+  nnz_t count = 0;
+  nnz_t chunk_nnz = kDefaultDiskChunkNnz;  ///< nonzeros per chunk, >= 1
+  bool verify_checksums = true;
+};
+
+/// Seconds of one streamed pass (the last one, and the sums since opening).
+struct DiskPassTimes {
+  double read = 0;     ///< prefetch thread in HDF5 reads (and checks)
+  double wait = 0;     ///< compute thread waiting for a chunk: read time not hidden
+  double compute = 0;  ///< compute thread working on chunks (prepare, kernel, add)
+  double wall = 0;
+};
+
+template <typename T>
+class DiskTensor final : public kernels::TensorHandle<T> {
+ public:
+  /// Opens the store and makes the first pass over the range. Local (not collective).
+  /// Throws InputError on a bad store, range or chunk size, or bad data in the range.
+  explicit DiskTensor(const DiskTensorOptions& o);
+  ~DiskTensor() override;
+
+  int order() const override { return static_cast<int>(dims_.size()); }
+  const std::vector<std::uint64_t>& dims() const override { return dims_; }
+  nnz_t nnz() const override { return count_; }
+  /// Host bytes of the two chunk buffers (the tensor itself is on disk).
+  std::size_t bytes() const override;
+  /// Bytes one pass reads from disk (every mode's coordinates and the values).
+  std::size_t mttkrp_stream_bytes(int mode) const override;
+  std::vector<std::uint64_t> distinct_rows() const override;
+  double value_norm_squared() const override { return norm2_; }
+  int tier() const override { return 3; }
+  std::string describe() const override;
+  /// Fraction of the last pass's read time hidden behind compute: 1 - wait / read.
+  double overlap_fraction() const override;
+  /// Seconds the last pass spent reading from disk (prefetch thread).
+  double last_copy_seconds() const override { return last_.read; }
+  /// Seconds the last pass computed (compute thread).
+  double last_compute_seconds() const override { return last_.compute; }
+
+  /// Runs f on every chunk, in order (the chunk's nonzeros with global coordinates, dims =
+  /// dims()); chunk k + 1 is read by a prefetch thread while f runs on chunk k. An
+  /// exception from the reader or from f ends the pass and is rethrown here.
+  void stream(const std::function<void(const SparseTensor<T>&)>& f) const;
+
+  /// Sorted distinct indices of `mode` among the range's nonzeros.
+  const std::vector<index_t>& rows(int mode) const { return rows_[static_cast<std::size_t>(mode)]; }
+  /// This rank's part of the checkpoint fingerprint (io::finish_fingerprint completes it).
+  const io::TensorFingerprint& fingerprint_part() const { return fingerprint_; }
+  nnz_t chunk_nnz() const { return chunk_; }
+  nnz_t chunks() const { return count_ == 0 ? 0 : (count_ + chunk_ - 1) / chunk_; }
+  nnz_t first() const { return first_; }
+  const std::string& path() const { return path_; }
+  const io::H5TensorInfo& info() const;
+  /// Times of the first pass (opening) and of the last pass.
+  const DiskPassTimes& open_times() const { return open_; }
+  const DiskPassTimes& last_times() const { return last_; }
+  /// Passes made since opening (the first pass included).
+  int passes() const { return passes_; }
+
+ private:
+  void read_chunk(nnz_t k, SparseTensor<T>* out) const;
+
+  std::string path_;
+  std::unique_ptr<io::H5TensorReader> reader_;  // used by one thread at a time
+  std::vector<std::uint64_t> dims_;
+  nnz_t first_ = 0, count_ = 0, chunk_ = 1;
+  double norm2_ = 0;
+  std::vector<std::vector<index_t>> rows_;
+  io::TensorFingerprint fingerprint_;
+  mutable DiskPassTimes open_, last_;
+  mutable int passes_ = 0;
+};
+
+/// Forwards every call to `inner`, except MTTKRP and TTMc on a DiskTensor, which it runs
+/// chunk by chunk (see the top of this file). `inner` must outlive it.
+template <typename T>
+class StreamingBackend final : public kernels::Backend<T> {
+ public:
+  explicit StreamingBackend(kernels::Backend<T>& inner) : in_(inner) {}
+
+  kernels::BackendKind kind() const override { return in_.kind(); }
+  std::string name() const override { return in_.name(); }
+  comm::MemorySpace memory_space() const override { return in_.memory_space(); }
+  void synchronize() override { in_.synchronize(); }
+
+  kernels::Array<T> allocate(std::size_t n) override { return in_.allocate(n); }
+  void upload(const T* h, std::size_t n, T* d) override { in_.upload(h, n, d); }
+  void download(const T* s, std::size_t n, T* h) override { in_.download(s, n, h); }
+  void copy(const T* s, std::size_t n, T* d) override { in_.copy(s, n, d); }
+  void fill(T* d, std::size_t n, T v) override { in_.fill(d, n, v); }
+
+  void set_memory_budget(std::size_t b) override { in_.set_memory_budget(b); }
+  std::size_t memory_budget() const override { return in_.memory_budget(); }
+  std::unique_ptr<kernels::TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
+    return in_.prepare(x);
+  }
+  std::unique_ptr<kernels::TensorHandle<T>> prepare_synthetic(const synthetic::Spec& spec,
+                                                              std::uint64_t first_id,
+                                                              std::uint64_t count) override {
+    return in_.prepare_synthetic(spec, first_id, count);
+  }
+  void mttkrp(const kernels::TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+              int R, T* out) override;
+
+  std::vector<index_t> ttmc_rows(const kernels::TensorHandle<T>& x, int mode) override;
+  std::size_t ttmc_scratch_bytes(const kernels::TensorHandle<T>& x, int mode,
+                                 const std::vector<int>& ranks) override;
+  void ttmc(const kernels::TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+            const std::vector<int>& ranks, T* out) override;
+
+  kernels::Array<double> allocate_double(std::size_t n) override { return in_.allocate_double(n); }
+  void upload_double(const double* h, std::size_t n, double* d) override {
+    in_.upload_double(h, n, d);
+  }
+  void download_double(const double* s, std::size_t n, double* h) override {
+    in_.download_double(s, n, h);
+  }
+  void wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double* S) override {
+    in_.wide_gram(Y, rows, C, S);
+  }
+  void wide_times(const T* Y, std::int64_t rows, std::int64_t C, const double* W, int R,
+                  double* Z) override {
+    in_.wide_times(Y, rows, C, W, R, Z);
+  }
+  void wide_times_t(const T* Y, std::int64_t rows, std::int64_t C, const double* P, int R,
+                    double* B) override {
+    in_.wide_times_t(Y, rows, C, P, R, B);
+  }
+  void symmetric_eig_top(double* S, int n, int k, double* w, double* V) override {
+    in_.symmetric_eig_top(S, n, k, w, V);
+  }
+  void sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
+                const std::vector<std::int64_t>& row, std::int64_t C, T* dst) override {
+    in_.sum_rows(src, ptr, row, C, dst);
+  }
+  void add_rows(const T* src, std::int64_t rows, std::int64_t C,
+                const std::vector<std::int64_t>& dst_row, T* dst) override {
+    in_.add_rows(src, rows, C, dst_row, dst);
+  }
+  std::size_t wide_scratch_bytes(std::int64_t C) const override {
+    return in_.wide_scratch_bytes(C);
+  }
+  std::unique_ptr<kernels::ContractPlan<T>> contract_plan(
+      const SparseTensor<T>& x, const SparseTensor<T>& y,
+      const kernels::ContractSpec& spec) override {
+    return in_.contract_plan(x, y, spec);
+  }
+  SparseTensor<T> contract(kernels::ContractPlan<T>& plan, kernels::ContractStats* s) override {
+    return in_.contract(plan, s);
+  }
+
+  void gram(const T* A, std::int64_t rows, int R, T* G) override { in_.gram(A, rows, R, G); }
+  void hadamard(const std::vector<const T*>& Gs, int R, T* V) override { in_.hadamard(Gs, R, V); }
+  bool solve_normal(T* M, std::int64_t rows, const T* V, int R) override {
+    return in_.solve_normal(M, rows, V, R);
+  }
+  void column_norms(const T* A, std::int64_t rows, int R, NormKind k, double* out) override {
+    in_.column_norms(A, rows, R, k, out);
+  }
+  void scale_columns(T* A, std::int64_t rows, int R, const double* s) override {
+    in_.scale_columns(A, rows, R, s);
+  }
+  void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* out) override {
+    in_.column_dots(A, B, rows, R, out);
+  }
+
+ private:
+  kernels::Backend<T>& in_;
+};
+
+}  // namespace tessera::algo

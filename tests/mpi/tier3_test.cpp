@@ -1,0 +1,1001 @@
+// Memory tier 3 (DESIGN §8, src/algo/disk_tier.hpp) under MPI (tier3_np<P>, P = 1, 2, 3).
+// Random tensors of orders 3 to 5 without repeated coordinates (an empty slice, a mode of
+// length 1) are written to temporary HDF5 stores, plain and with a stored partition of P
+// blocks; then:
+//  - DiskTensor streams exactly the stored nonzeros of its range, in order, for every chunk
+//    size, and its distinct rows, ||X||^2 and fingerprint equal those of the tensor in
+//    memory; an exception from the callback or the reader ends a pass cleanly;
+//  - StreamingBackend (reference and cpu, float and double) gives the MTTKRP and TTMc of the
+//    wrapped backend on the whole tensor, and forwards every other handle;
+//  - CP-ALS and Tucker-HOOI in tier 3 equal tier 1 on the same ranks and a single process;
+//  - bad stores, ranges and chunk sizes are InputErrors naming the file.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "algo/cp_als.hpp"
+#include "algo/disk_tier.hpp"
+#include "algo/generate.hpp"
+#include "algo/tucker.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "h5store_test_util.hpp"
+#include "io/checkpoint.hpp"
+#include "io/h5store.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/ttmc.hpp"
+#include "partition/partition.hpp"
+#include "test_util.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+using algo::DiskTensor;
+using algo::DiskTensorOptions;
+using algo::StreamingBackend;
+using kernels::BackendKind;
+
+const comm::MpiCommunicator& world() {
+  static const comm::MpiCommunicator w(MPI_COMM_WORLD);
+  return w;
+}
+
+std::uint64_t shared_seed() {
+  std::uint64_t s = test::fresh_seed();
+  MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  return s;
+}
+
+/// A fresh path in the (collective) test folder; the same on every rank.
+std::string fresh(const std::string& name) {
+  static int counter = 0;
+  return test::temp_dir() + "/tier3-" + std::to_string(counter++) + "-" + name;
+}
+
+/// A path of this rank only (for files one rank damages and reads alone).
+std::string mine(const std::string& name) {
+  return fresh(name) + ".rank" + std::to_string(world().rank()) + ".h5";
+}
+
+/// Removes the test folder (its stores) once every test has run.
+class RemoveTempDir : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    const std::string dir = test::temp_dir();
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world().rank() == 0) fs::remove_all(dir);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempDir =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempDir);
+
+bool contains(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
+/// Equal share r of n positions over P: [n r / P, n (r + 1) / P), as load_input cuts them.
+std::pair<nnz_t, nnz_t> share_range(nnz_t n, int r, int P) {
+  const nnz_t a = n * r / P, b = n * (r + 1) / P;
+  return {a, b - a};
+}
+
+/// Nonzeros [first, first + count) of x, values converted to T.
+template <typename T>
+SparseTensor<T> range_of(const SparseTensor<double>& x, nnz_t first, nnz_t count) {
+  SparseTensor<T> s(x.dims);
+  for (int m = 0; m < x.order(); ++m)
+    s.idx[m].assign(x.idx[m].begin() + first, x.idx[m].begin() + first + count);
+  for (nnz_t k = first; k < first + count; ++k)
+    s.vals.push_back(static_cast<T>(x.vals[static_cast<std::size_t>(k)]));
+  return s;
+}
+
+/// nnz distinct random coordinates (no repeats; the first nonzero has the last index of
+/// every mode, so the dims are tight), values +-[0.5, 1.5). Index `empty` of mode 0 is
+/// never used: an empty slice.
+SparseTensor<double> random_unique(const std::vector<std::uint64_t>& dims, std::size_t nnz,
+                                   std::uint64_t seed, index_t empty) {
+  SparseTensor<double> x(dims);
+  CounterRng rng(seed, 3);
+  std::unordered_set<std::uint64_t> seen;
+  index_t c[kMaxOrder];
+  const auto key = [&] {
+    std::uint64_t k = 0;
+    for (std::size_t m = 0; m < dims.size(); ++m) k = k * dims[m] + c[m];
+    return k;
+  };
+  for (std::size_t m = 0; m < dims.size(); ++m) c[m] = static_cast<index_t>(dims[m] - 1);
+  seen.insert(key());
+  x.push_back(c, 1.0);
+  while (static_cast<std::size_t>(x.nnz()) < nnz) {
+    for (std::size_t m = 0; m < dims.size(); ++m)
+      c[m] = static_cast<index_t>(rng.next_u64() % dims[m]);
+    if (c[0] == empty || !seen.insert(key()).second) continue;
+    const double v = 0.5 + rng.uniform();
+    x.push_back(c, rng.next_u64() % 2 ? v : -v);
+  }
+  return x;
+}
+
+io::H5WriteOptions write_opts(std::uint64_t chunk) {
+  io::H5WriteOptions o;
+  o.chunk_elems = chunk;
+  o.progress = false;
+  o.piece = 100;
+  return o;
+}
+
+/// One tensor in two stores: `plain` in x's order, `blocked` sorted (stably) into the
+/// blocks of a stored partition of P blocks (mode 0 cut into P index ranges), whose
+/// nonzeros in stored order are `s`.
+struct Stored {
+  SparseTensor<double> x;
+  std::string plain, blocked;
+  SparseTensor<double> s;
+  io::H5Partition part;
+};
+
+/// Collective: every rank passes the whole tensor x and writes its share of both stores.
+Stored store(SparseTensor<double> x, const std::string& name, std::uint64_t chunk = 64) {
+  const int P = world().size(), r = world().rank();
+  const int N = x.order();
+  Stored st;
+  st.plain = fresh(name + ".h5");
+  st.blocked = fresh(name + "-blocks.h5");
+  io::H5Header meta;
+  meta.dims = x.dims;
+  meta.has_duplicates = 0;
+  const auto [a, n] = share_range(x.nnz(), r, P);
+  io::write_h5(st.plain, range_of<double>(x, a, n), world(), meta, write_opts(chunk));
+
+  auto& part = st.part;
+  part.grid.assign(static_cast<std::size_t>(N), 1);
+  part.grid[0] = P;
+  std::vector<std::uint64_t> cut;
+  for (int b = 0; b <= P; ++b) cut.push_back(x.dims[0] * static_cast<std::uint64_t>(b) / P);
+  part.cuts.push_back(cut);
+  for (int m = 1; m < N; ++m) part.cuts.push_back({0, x.dims[static_cast<std::size_t>(m)]});
+  st.s = SparseTensor<double>(x.dims);
+  part.offsets = {0};
+  index_t c[kMaxOrder];
+  for (int b = 0; b < P; ++b) {
+    for (nnz_t k = 0; k < x.nnz(); ++k) {
+      const auto i = x.idx[0][static_cast<std::size_t>(k)];
+      if (i < cut[static_cast<std::size_t>(b)] || i >= cut[static_cast<std::size_t>(b) + 1])
+        continue;
+      for (int m = 0; m < N; ++m) c[m] = x.idx[m][static_cast<std::size_t>(k)];
+      st.s.push_back(c, x.vals[static_cast<std::size_t>(k)]);
+    }
+    part.offsets.push_back(static_cast<std::uint64_t>(st.s.nnz()));
+  }
+  io::H5Header hd = meta;
+  hd.nnz = x.nnz();
+  io::H5TensorWriter w(st.blocked, hd, world(), write_opts(chunk));
+  io::H5Piece pc;
+  pc.first = a;
+  pc.count = n;
+  for (int m = 0; m < N; ++m) pc.idx[m] = st.s.idx[m].data() + a;
+  pc.vals = st.s.vals.data() + a;
+  w.write({pc});
+  w.commit(&part);
+  st.x = std::move(x);
+  return st;
+}
+
+struct Shape {
+  std::vector<std::uint64_t> dims;
+  std::size_t nnz;
+};
+
+/// Orders 3 to 5; a mode of length 1 in two of them; every one has an empty slice of mode 0.
+const std::vector<Shape> kShapes = {
+    {{50, 40, 30}, 2000},
+    {{40, 1, 30}, 500},
+    {{12, 15, 1, 9}, 700},
+    {{7, 6, 8, 5, 9}, 1500},
+};
+
+/// Every shape of kShapes, random (shared seed), in both stores.
+std::vector<Stored> stored_shapes(std::uint64_t seed) {
+  std::vector<Stored> out;
+  for (std::size_t i = 0; i < kShapes.size(); ++i) {
+    const auto& sh = kShapes[i];
+    out.push_back(
+        store(random_unique(sh.dims, sh.nnz, seed + i, static_cast<index_t>(sh.dims[0] / 2)),
+              "shape" + std::to_string(i)));
+  }
+  return out;
+}
+
+std::string shape_name(const SparseTensor<double>& x) {
+  std::ostringstream s;
+  s << "dims";
+  for (auto d : x.dims) s << ' ' << d;
+  s << ", nnz " << x.nnz();
+  return s.str();
+}
+
+std::unique_ptr<DiskTensor<double>> open_range(const std::string& path, nnz_t first, nnz_t count,
+                                               nnz_t chunk) {
+  DiskTensorOptions o;
+  o.path = path;
+  o.first = first;
+  o.count = count;
+  o.chunk_nnz = chunk;
+  return std::make_unique<DiskTensor<double>>(o);
+}
+
+/// Every chunk of one pass, concatenated; checks the chunk sizes and the dims of each.
+template <typename T>
+SparseTensor<T> streamed(const DiskTensor<T>& d, nnz_t chunk, const std::string& what) {
+  SparseTensor<T> all(d.dims());
+  nnz_t chunks = 0;
+  d.stream([&](const SparseTensor<T>& c) {
+    EXPECT_EQ(c.dims, d.dims()) << what;
+    const nnz_t left = d.nnz() - all.nnz();
+    EXPECT_EQ(c.nnz(), std::min(chunk, left)) << what << " chunk " << chunks;
+    for (int m = 0; m < c.order(); ++m)
+      all.idx[m].insert(all.idx[m].end(), c.idx[m].begin(), c.idx[m].end());
+    all.vals.insert(all.vals.end(), c.vals.begin(), c.vals.end());
+    ++chunks;
+  });
+  EXPECT_EQ(chunks, d.chunks()) << what;
+  return all;
+}
+
+/// Same coordinates in the same order, values equal bit for bit.
+template <typename T>
+void expect_same(const SparseTensor<T>& got, const SparseTensor<T>& want, const std::string& what) {
+  ASSERT_EQ(got.order(), want.order()) << what;
+  ASSERT_EQ(got.nnz(), want.nnz()) << what;
+  for (int m = 0; m < want.order(); ++m)
+    EXPECT_TRUE(got.idx[m] == want.idx[m]) << what << " mode " << m;
+  EXPECT_EQ(std::memcmp(got.vals.data(), want.vals.data(), want.vals.size() * sizeof(T)), 0)
+      << what << ": values differ";
+}
+
+/// Sorted distinct indices of every mode.
+template <typename T>
+std::vector<std::vector<index_t>> distinct(const SparseTensor<T>& x) {
+  std::vector<std::vector<index_t>> r;
+  for (int m = 0; m < x.order(); ++m) {
+    std::set<index_t> s(x.idx[m].begin(), x.idx[m].end());
+    r.emplace_back(s.begin(), s.end());
+  }
+  return r;
+}
+
+/// Everything a DiskTensor reports about its range against the range `want` in memory.
+template <typename T>
+void expect_describes(const DiskTensor<T>& d, const SparseTensor<T>& want, nnz_t first,
+                      const std::string& path, const std::string& what) {
+  const int N = want.order();
+  EXPECT_EQ(d.order(), N) << what;
+  EXPECT_EQ(d.dims(), want.dims) << what;
+  EXPECT_EQ(d.nnz(), want.nnz()) << what;
+  EXPECT_EQ(d.first(), first) << what;
+  EXPECT_EQ(d.tier(), 3) << what;
+  EXPECT_EQ(d.path(), path) << what;
+  EXPECT_TRUE(contains(d.describe(), "tier 3")) << d.describe();
+  EXPECT_TRUE(contains(d.describe(), path)) << d.describe();
+  const auto rows = distinct(want);
+  std::vector<std::uint64_t> counts;
+  for (int m = 0; m < N; ++m) {
+    EXPECT_EQ(d.rows(m), rows[static_cast<std::size_t>(m)]) << what << " mode " << m;
+    counts.push_back(rows[static_cast<std::size_t>(m)].size());
+  }
+  EXPECT_EQ(d.distinct_rows(), counts) << what;
+  const double n2 = want.norm_squared();
+  EXPECT_NEAR(d.value_norm_squared(), n2, 1e-14 * n2) << what;
+  for (int m = 0; m < N; ++m)
+    EXPECT_EQ(d.mttkrp_stream_bytes(m),
+              static_cast<std::size_t>(want.nnz()) * (static_cast<std::size_t>(N) * 4 + 8))
+        << what;
+  EXPECT_GE(d.overlap_fraction(), 0.0) << what;
+  EXPECT_LE(d.overlap_fraction(), 1.0) << what;
+  EXPECT_GE(d.last_copy_seconds(), 0.0) << what;
+  EXPECT_GE(d.last_compute_seconds(), 0.0) << what;
+}
+
+// ---- a. DiskTensor ---------------------------------------------------------------------
+
+template <typename T>
+void check_streams_in_order(const Stored& st) {
+  const int P = world().size(), r = world().rank();
+  const nnz_t nnz = st.x.nnz();
+  const auto [a, n] = share_range(nnz, r, P);
+  struct Range {
+    nnz_t first, count;
+    const char* name;
+  };
+  const Range ranges[] = {
+      {a, n, "equal share"}, {0, nnz, "whole store"}, {13, nnz - 30, "from inside a store chunk"}};
+  for (const auto& rg : ranges)
+    for (nnz_t chunk : {nnz_t(1), nnz_t(7), nnz_t(1000), nnz + 1}) {
+      if (chunk == 1 && rg.count != n) continue;  // one-nonzero chunks: the share only
+      const std::string what = std::string(rg.name) + " [" + std::to_string(rg.first) + ", +" +
+                               std::to_string(rg.count) + "), chunk " + std::to_string(chunk) +
+                               ", " + shape_name(st.x) + (sizeof(T) == 4 ? ", float" : ", double");
+      DiskTensorOptions o;
+      o.path = st.plain;
+      o.first = rg.first;
+      o.count = rg.count;
+      o.chunk_nnz = chunk;
+      DiskTensor<T> d(o);
+      EXPECT_EQ(d.passes(), 1) << what;
+      EXPECT_EQ(d.chunks(), (rg.count + chunk - 1) / chunk) << what;
+      EXPECT_GT(d.open_times().wall, 0.0) << what;
+      const SparseTensor<T> want = range_of<T>(st.x, rg.first, rg.count);
+      expect_same(streamed(d, chunk, what), want, what);
+      EXPECT_EQ(d.passes(), 2) << what;
+      expect_describes(d, want, rg.first, st.plain, what);
+      // A second pass reads the same again.
+      expect_same(streamed(d, chunk, what + ", pass 3"), want, what + ", pass 3");
+    }
+}
+
+TEST(Tier3Disk, StreamsExactlyTheStoredNonzerosInOrder) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const auto& st : stored_shapes(seed)) {
+    check_streams_in_order<double>(st);
+    check_streams_in_order<float>(st);
+  }
+}
+
+TEST(Tier3Disk, ReadsItsBlockOfAStoredPartition) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int r = world().rank();
+  for (const auto& st : stored_shapes(seed)) {
+    const std::string what = "block " + std::to_string(r) + ", " + shape_name(st.x);
+    const auto [first, count] = st.part.block_range(r);
+    for (nnz_t chunk : {nnz_t(5), nnz_t(333)}) {
+      DiskTensorOptions o;
+      o.path = st.blocked;
+      o.block = r;
+      o.first = 999999;  // ignored with a block
+      o.chunk_nnz = chunk;
+      DiskTensor<double> d(o);
+      ASSERT_TRUE(d.info().partition.has_value()) << what;
+      EXPECT_EQ(d.info().partition->nblocks(), world().size()) << what;
+      const SparseTensor<double> want = range_of<double>(st.s, first, count);
+      const SparseTensor<double> got = streamed(d, chunk, what);
+      expect_same(got, want, what);
+      expect_describes(d, want, first, st.blocked, what);
+      // Every nonzero of block r lies in mode-0 range r of the partition.
+      const auto& cut = st.part.cuts[0];
+      for (index_t i : got.idx[0]) {
+        EXPECT_GE(i, cut[static_cast<std::size_t>(r)]) << what;
+        EXPECT_LT(i, cut[static_cast<std::size_t>(r) + 1]) << what;
+      }
+    }
+  }
+}
+
+TEST(Tier3Disk, FingerprintEqualsTheTier1Fingerprint) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int P = world().size(), r = world().rank();
+  for (const auto& st : stored_shapes(seed)) {
+    const std::string what = shape_name(st.x);
+    const auto [a, n] = share_range(st.x.nnz(), r, P);
+    // Tier 1: the same nonzeros distributed (sorted, moved between ranks).
+    auto dist =
+        partition::distribute(range_of<double>(st.x, a, n), partition::Scheme::nnz, {}, world());
+    const io::TensorFingerprint want = io::tensor_fingerprint(dist.block, {}, world());
+    EXPECT_EQ(want.nnz, static_cast<std::uint64_t>(st.x.nnz())) << what;
+    const auto share = open_range(st.plain, a, n, 37);
+    const auto block = [&] {
+      DiskTensorOptions o;
+      o.path = st.blocked;
+      o.block = r;
+      o.chunk_nnz = 64;
+      return std::make_unique<DiskTensor<double>>(o);
+    }();
+    for (const DiskTensor<double>* d : {share.get(), block.get()}) {
+      const io::TensorFingerprint got =
+          io::finish_fingerprint(d->fingerprint_part(), st.x.dims, world());
+      EXPECT_EQ(got.dims, want.dims) << what;
+      EXPECT_EQ(got.nnz, want.nnz) << what;
+      EXPECT_EQ(got.coord_hash, want.coord_hash) << what;
+      EXPECT_NEAR(got.norm2, want.norm2, 1e-12 * want.norm2) << what;
+      // ||X||^2 over the ranks from the handles, as cp_als takes it.
+      const double n2 = world().allreduce_value(d->value_norm_squared(), comm::ReduceOp::sum);
+      EXPECT_NEAR(n2, st.x.norm_squared(), 1e-12 * n2) << what;
+    }
+    EXPECT_GT(want.coord_hash, 0u) << what;
+  }
+}
+
+TEST(Tier3Disk, EmptyRange) {
+  const auto st = store(random_unique({20, 10, 5}, 300, shared_seed(), 3), "empty");
+  auto inner = kernels::make_backend<double>(BackendKind::cpu, 1);
+  StreamingBackend<double> sb(*inner);
+  for (nnz_t first : {nnz_t(0), nnz_t(5), st.x.nnz()}) {
+    const auto d = open_range(st.plain, first, 0, 10);
+    EXPECT_EQ(d->nnz(), 0);
+    EXPECT_EQ(d->chunks(), 0);
+    EXPECT_EQ(d->value_norm_squared(), 0.0);
+    EXPECT_EQ(d->distinct_rows(), (std::vector<std::uint64_t>{0, 0, 0}));
+    int calls = 0;
+    d->stream([&](const SparseTensor<double>&) { ++calls; });
+    EXPECT_EQ(calls, 0);
+    // MTTKRP of no nonzeros: zeros everywhere (the output is poisoned first).
+    const int R = 4;
+    std::vector<std::vector<double>> A;
+    for (auto n : st.x.dims) A.emplace_back(static_cast<std::size_t>(n) * R, 0.25);
+    for (int mode = 0; mode < 3; ++mode) {
+      std::vector<double> out(static_cast<std::size_t>(st.x.dims[mode]) * R,
+                              std::numeric_limits<double>::quiet_NaN());
+      sb.mttkrp(*d, mode, test::pointers(A, mode), R, out.data());
+      for (double v : out) ASSERT_EQ(v, 0.0) << "mode " << mode;
+      EXPECT_TRUE(sb.ttmc_rows(*d, mode).empty());
+    }
+  }
+}
+
+TEST(Tier3Disk, LongModeKeepsItsDistinctRowsSorted) {
+  // Modes over 2^28 keep their distinct indices by merging sorted chunk sets (no bitmap).
+  const std::vector<std::uint64_t> dims{(std::uint64_t(1) << 28) + 5, 9, 7};
+  const auto st = store(random_unique(dims, 600, shared_seed(), 0), "long");
+  const auto want = distinct(st.x);
+  ASSERT_EQ(want[0].back(), dims[0] - 1);
+  for (nnz_t chunk : {nnz_t(1), nnz_t(13), nnz_t(1000)}) {
+    if (chunk == 1 && world().rank() != 0) continue;
+    const auto d = open_range(st.plain, 0, st.x.nnz(), chunk);
+    for (int m = 0; m < 3; ++m) EXPECT_EQ(d->rows(m), want[static_cast<std::size_t>(m)]) << m;
+    EXPECT_EQ(d->distinct_rows()[0], want[0].size());
+  }
+}
+
+TEST(Tier3Disk, ExceptionsEndThePassAndTheNextPassWorks) {
+  const auto st = store(random_unique({30, 20, 10}, 800, shared_seed(), 4), "throw");
+  const nnz_t nnz = st.x.nnz();
+  const SparseTensor<double> want = range_of<double>(st.x, 0, nnz);
+  for (nnz_t chunk : {nnz_t(50), nnz + 1}) {
+    const auto d = open_range(st.plain, 0, nnz, chunk);
+    const nnz_t K = d->chunks();
+    for (nnz_t at : {nnz_t(0), nnz_t(2), K - 1}) {
+      if (at >= K) continue;
+      const std::string what = "chunk " + std::to_string(chunk) + ", throw in chunk " +
+                               std::to_string(at) + " of " + std::to_string(K);
+      nnz_t seen = 0;
+      try {
+        d->stream([&](const SparseTensor<double>&) {
+          if (seen++ == at) throw InputError("callback failed at chunk " + std::to_string(at));
+        });
+        ADD_FAILURE() << what << ": no exception";
+      } catch (const InputError& e) {
+        EXPECT_TRUE(contains(e.what(), "callback failed at chunk " + std::to_string(at)))
+            << what << ": " << e.what();
+      }
+      EXPECT_EQ(seen, at + 1) << what << ": chunks after the throw were processed";
+      // A non-tessera exception type goes through unchanged too.
+      EXPECT_THROW(d->stream([](const SparseTensor<double>&) { throw std::bad_alloc(); }),
+                   std::bad_alloc)
+          << what;
+      // The next pass is complete (the prefetch thread of the failed ones was joined).
+      expect_same(streamed(*d, std::min(chunk, nnz), what), want, what + ", pass after");
+      EXPECT_GE(d->overlap_fraction(), 0.0);
+      EXPECT_LE(d->overlap_fraction(), 1.0);
+    }
+  }
+}
+
+// ---- b. StreamingBackend ---------------------------------------------------------------
+
+template <typename T>
+std::vector<std::vector<T>> random_factors(const std::vector<std::uint64_t>& dims,
+                                           const std::vector<int>& cols, std::uint64_t seed) {
+  std::vector<std::vector<T>> A;
+  for (std::size_t m = 0; m < dims.size(); ++m) {
+    CounterRng rng(seed, 100 + m);
+    std::vector<T> a(static_cast<std::size_t>(dims[m]) * static_cast<std::size_t>(cols[m]));
+    for (auto& v : a) v = static_cast<T>(2 * rng.uniform() - 1);
+    A.push_back(std::move(a));
+  }
+  return A;
+}
+
+/// ||got - want|| / ||want|| in double; +inf for a non-finite entry (poison never written).
+template <typename T>
+double rel_error(const std::vector<T>& got, const std::vector<T>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double d2 = 0, w2 = 0;
+  for (std::size_t k = 0; k < want.size() && k < got.size(); ++k) {
+    if (!std::isfinite(static_cast<double>(got[k]))) return std::numeric_limits<double>::infinity();
+    const double d = static_cast<double>(got[k]) - static_cast<double>(want[k]);
+    d2 += d * d;
+    w2 += static_cast<double>(want[k]) * static_cast<double>(want[k]);
+  }
+  return w2 > 0 ? std::sqrt(d2 / w2) : std::sqrt(d2);
+}
+
+template <typename T>
+std::vector<T> poisoned(std::size_t n) {
+  return std::vector<T>(n, std::numeric_limits<T>::quiet_NaN());
+}
+
+template <typename T>
+void check_streaming_kernels(BackendKind kind, const Stored& st, std::uint64_t seed) {
+  const int P = world().size(), r = world().rank();
+  const int N = st.x.order();
+  const auto [a, n] = share_range(st.x.nnz(), r, P);
+  auto inner = kernels::make_backend<T>(kind, 1);
+  StreamingBackend<T> sb(*inner);
+  EXPECT_EQ(sb.kind(), inner->kind());
+  EXPECT_EQ(sb.name(), inner->name());
+  const SparseTensor<T> local = range_of<T>(st.x, a, n);
+  auto full = inner->prepare(local);
+  CounterRng rng(seed, 9);
+  for (nnz_t chunk : {nnz_t(7), nnz_t(97), n + 3}) {
+    DiskTensorOptions o;
+    o.path = st.plain;
+    o.first = a;
+    o.count = n;
+    o.chunk_nnz = chunk;
+    DiskTensor<T> d(o);
+    const std::string base = kernels::to_string(kind) + (sizeof(T) == 4 ? " float" : " double") +
+                             ", " + shape_name(st.x) + ", share " + std::to_string(n) + ", chunk " +
+                             std::to_string(chunk);
+    // MTTKRP of every mode.
+    for (int R : {5, 16}) {
+      const auto A = random_factors<T>(st.x.dims, std::vector<int>(static_cast<std::size_t>(N), R),
+                                       seed + static_cast<std::uint64_t>(R));
+      for (int mode = 0; mode < N; ++mode) {
+        const std::string what =
+            base + ", MTTKRP mode " + std::to_string(mode) + " R " + std::to_string(R);
+        const std::size_t len = static_cast<std::size_t>(st.x.dims[mode]) * R;
+        auto got = poisoned<T>(len), want = poisoned<T>(len);
+        sb.mttkrp(d, mode, test::pointers(A, mode), R, got.data());
+        inner->mttkrp(*full, mode, test::pointers(A, mode), R, want.data());
+        double w2 = 0;
+        for (T v : want) w2 += static_cast<double>(v) * static_cast<double>(v);
+        ASSERT_GT(w2, 0.0) << what;
+        EXPECT_LT(rel_error(got, want), test::tol<T>()) << what;
+      }
+    }
+    // TTMc of every mode, random ranks 2..4.
+    std::vector<int> ranks(static_cast<std::size_t>(N));
+    for (auto& q : ranks) q = 2 + static_cast<int>(rng.next_u64() % 3);
+    const auto U = random_factors<T>(st.x.dims, ranks, seed + 77);
+    for (int mode = 0; mode < N; ++mode) {
+      std::string what = base + ", TTMc mode " + std::to_string(mode) + " ranks";
+      for (int q : ranks) what += std::to_string(q) + ",";
+      const auto rows = sb.ttmc_rows(d, mode);
+      ASSERT_EQ(rows, inner->ttmc_rows(*full, mode)) << what;
+      EXPECT_EQ(rows, distinct(local)[static_cast<std::size_t>(mode)]) << what;
+      EXPECT_GT(sb.ttmc_scratch_bytes(d, mode, ranks), 0u) << what;
+      const std::size_t len =
+          rows.size() * static_cast<std::size_t>(kernels::ttmc_output_cols(ranks, mode));
+      auto got = poisoned<T>(len), want = poisoned<T>(len);
+      sb.ttmc(d, mode, test::pointers(U, mode), ranks, got.data());
+      inner->ttmc(*full, mode, test::pointers(U, mode), ranks, want.data());
+      EXPECT_LT(rel_error(got, want), test::tol<T>()) << what;
+    }
+  }
+  // Other handles are forwarded: bit for bit the wrapped backend's results.
+  const int R = 6;
+  const auto A =
+      random_factors<T>(st.x.dims, std::vector<int>(static_cast<std::size_t>(N), R), seed + 5);
+  std::vector<int> ranks(static_cast<std::size_t>(N), 3);
+  const auto U = random_factors<T>(st.x.dims, ranks, seed + 6);
+  for (int mode = 0; mode < N; ++mode) {
+    const std::string what = kernels::to_string(kind) + " forwarded, mode " + std::to_string(mode);
+    const std::size_t len = static_cast<std::size_t>(st.x.dims[mode]) * R;
+    auto got = poisoned<T>(len), want = poisoned<T>(len);
+    sb.mttkrp(*full, mode, test::pointers(A, mode), R, got.data());
+    inner->mttkrp(*full, mode, test::pointers(A, mode), R, want.data());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), len * sizeof(T)), 0) << what;
+    const auto rows = sb.ttmc_rows(*full, mode);
+    ASSERT_EQ(rows, inner->ttmc_rows(*full, mode)) << what;
+    EXPECT_EQ(sb.ttmc_scratch_bytes(*full, mode, ranks),
+              inner->ttmc_scratch_bytes(*full, mode, ranks))
+        << what;
+    const std::size_t tl =
+        rows.size() * static_cast<std::size_t>(kernels::ttmc_output_cols(ranks, mode));
+    auto tg = poisoned<T>(tl), tw = poisoned<T>(tl);
+    sb.ttmc(*full, mode, test::pointers(U, mode), ranks, tg.data());
+    inner->ttmc(*full, mode, test::pointers(U, mode), ranks, tw.data());
+    EXPECT_EQ(std::memcmp(tg.data(), tw.data(), tl * sizeof(T)), 0) << what;
+  }
+}
+
+TEST(Tier3Streaming, MttkrpAndTtmcEqualTheWrappedBackendOnTheWholeShare) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const auto& st : stored_shapes(seed))
+    for (auto kind : {BackendKind::reference, BackendKind::cpu}) {
+      check_streaming_kernels<double>(kind, st, seed);
+      check_streaming_kernels<float>(kind, st, seed);
+    }
+}
+
+TEST(Tier3Streaming, AddRowsAddsIntoTheNamedRows) {
+  for (auto kind : {BackendKind::reference, BackendKind::cpu}) {
+    auto be = kernels::make_backend<double>(kind, 1);
+    const std::int64_t rows = 5, C = 3, dst_rows = 9;
+    std::vector<double> src(static_cast<std::size_t>(rows * C)), dst(dst_rows * C);
+    for (std::size_t k = 0; k < src.size(); ++k) src[k] = 1.0 + static_cast<double>(k);
+    for (std::size_t k = 0; k < dst.size(); ++k) dst[k] = 0.5 * static_cast<double>(k);
+    const std::vector<std::int64_t> to{8, 0, 3, 7, 2};
+    std::vector<double> want = dst;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t c = 0; c < C; ++c) want[to[i] * C + c] += src[i * C + c];
+    auto got = dst;
+    be->add_rows(src.data(), rows, C, to, got.data());
+    EXPECT_EQ(got, want) << kernels::to_string(kind);
+    // Empty dst_row: row i into row i.
+    want = dst;
+    for (std::int64_t k = 0; k < rows * C; ++k) want[k] += src[k];
+    got = dst;
+    be->add_rows(src.data(), rows, C, {}, got.data());
+    EXPECT_EQ(got, want) << kernels::to_string(kind);
+  }
+}
+
+// ---- c. CP-ALS, d. Tucker-HOOI: tier 3 against tier 1 ----------------------------------
+
+/// A generated exact low-rank tensor plus noise (sorted, no repeats), whole on every rank.
+SparseTensor<double> lowrank(std::vector<std::uint64_t> dims, std::int64_t nnz, int rank,
+                             std::uint64_t seed) {
+  algo::GenerateOptions o;
+  o.dims = std::move(dims);
+  o.nnz = nnz;
+  o.rank = rank;
+  o.noise = 0.05;
+  o.seed = seed;
+  auto g = algo::generate(o, world());
+  const int P = world().size();
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(P), g.block.nnz());
+  auto replicate = [P](const auto& v) {
+    std::remove_cvref_t<decltype(v)> out;
+    for (int r = 0; r < P; ++r) out.insert(out.end(), v.begin(), v.end());
+    return out;
+  };
+  SparseTensor<double> all(g.block.dims);
+  for (int m = 0; m < all.order(); ++m)
+    all.idx[m] = world().alltoallv(replicate(g.block.idx[m]), counts);
+  all.vals = world().alltoallv(replicate(g.block.vals), counts);
+  return all;
+}
+
+double model_difference(const KruskalModel& a, const KruskalModel& b) {
+  double worst = 0;
+  for (int n = 0; n < a.order(); ++n) {
+    double num = 0, den = 0;
+    for (std::size_t k = 0; k < a.factors[n].data.size(); ++k) {
+      const double d = a.factors[n].data[k] - b.factors[n].data[k];
+      num += d * d;
+      den += a.factors[n].data[k] * a.factors[n].data[k];
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-300)));
+  }
+  double num = 0, den = 0;
+  for (int r = 0; r < a.rank; ++r) {
+    num += (a.lambda[r] - b.lambda[r]) * (a.lambda[r] - b.lambda[r]);
+    den += a.lambda[r] * a.lambda[r];
+  }
+  return std::max(worst, std::sqrt(num / den));
+}
+
+algo::CpOptions cp_opts(int R, int iters) {
+  algo::CpOptions o;
+  o.rank = R;
+  o.max_iters = iters;
+  o.tol = 0;
+  o.seed = 7;
+  o.print_iterations = false;
+  return o;
+}
+
+/// Tier 3 on `d` (this rank's DiskTensor) through a StreamingBackend over `kind`.
+template <typename T>
+algo::CpResult cp_tier3(const DiskTensor<T>& d, const Stored& st, BackendKind kind,
+                        const algo::CpOptions& o) {
+  auto inner = kernels::make_backend<T>(kind, 1);
+  StreamingBackend<T> sb(*inner);
+  return algo::cp_als<T>(d, st.x.dims, st.x.nnz(), sb, world(), world(), o);
+}
+
+/// Tier 1 on the same share of nonzeros, distributed by the nnz scheme.
+template <typename T>
+algo::CpResult cp_tier1(const Stored& st, BackendKind kind, const algo::CpOptions& o) {
+  const auto [a, n] = share_range(st.x.nnz(), world().rank(), world().size());
+  auto d = partition::distribute(range_of<T>(st.x, a, n), partition::Scheme::nnz, {}, world());
+  auto be = kernels::make_backend<T>(kind, 1);
+  return algo::cp_als<T>(d, *be, world(), world(), o);
+}
+
+/// One process (rank 0, reference backend, tier 1 on the whole tensor), broadcast.
+algo::CpResult cp_single_process(const Stored& st, const algo::CpOptions& o) {
+  const auto& w = world();
+  algo::CpResult ref;
+  std::vector<double> fits(static_cast<std::size_t>(o.max_iters), 0.0);
+  if (w.rank() == 0) {
+    comm::MpiCommunicator self(MPI_COMM_SELF);
+    auto d = partition::distribute(SparseTensor<double>(st.x), partition::Scheme::nnz, {}, self);
+    auto be = kernels::make_backend<double>(BackendKind::reference, 1);
+    ref = algo::cp_als<double>(d, *be, self, self, o);
+    for (std::size_t i = 0; i < ref.history.size(); ++i) fits[i] = ref.history[i].fit;
+  } else {
+    ref.model.dims = st.x.dims;
+    ref.model.rank = o.rank;
+    ref.model.lambda.assign(static_cast<std::size_t>(o.rank), 0.0);
+    for (auto n : st.x.dims) ref.model.factors.emplace_back(static_cast<std::int64_t>(n), o.rank);
+  }
+  w.broadcast(fits.data(), fits.size(), 0);
+  ref.history.resize(fits.size());
+  for (std::size_t i = 0; i < fits.size(); ++i) ref.history[i].fit = fits[i];
+  w.broadcast(ref.model.lambda.data(), ref.model.lambda.size(), 0);
+  for (auto& f : ref.model.factors) w.broadcast(f.data.data(), f.data.size(), 0);
+  return ref;
+}
+
+void expect_same_cp(const algo::CpResult& got, const algo::CpResult& want, double fit_tol,
+                    double model_tol, const std::string& what) {
+  ASSERT_EQ(got.history.size(), want.history.size()) << what;
+  for (std::size_t i = 0; i < want.history.size(); ++i)
+    EXPECT_NEAR(got.history[i].fit, want.history[i].fit, fit_tol) << what << " iteration " << i + 1;
+  EXPECT_LT(model_difference(got.model, want.model), model_tol) << what;
+}
+
+TEST(Tier3Cp, SameAsTier1AndAsOneProcess) {
+  const std::uint64_t seed = shared_seed();
+  const int iters = 5;
+  const struct {
+    std::vector<std::uint64_t> dims;
+    std::int64_t nnz;
+    int R;
+  } cases[] = {{{30, 25, 20}, 3000, 3}, {{12, 10, 9, 8}, 2500, 4}};
+  for (const auto& c : cases) {
+    const auto st = store(lowrank(c.dims, c.nnz, 3, seed), "cp");
+    const auto o = cp_opts(c.R, iters);
+    const std::string base = shape_name(st.x) + " on " + std::to_string(world().size()) +
+                             " ranks, seed " + std::to_string(seed);
+    const auto single = cp_single_process(st, o);
+    ASSERT_EQ(single.history.size(), static_cast<std::size_t>(iters));
+    EXPECT_GT(single.history.back().fit, 0.5) << base;  // low rank plus 5% noise
+    const int P = world().size(), r = world().rank();
+    const auto [a, n] = share_range(st.x.nnz(), r, P);
+    for (auto kind : {BackendKind::reference, BackendKind::cpu}) {
+      const std::string what = base + ", " + kernels::to_string(kind);
+      const auto t1 = cp_tier1<double>(st, kind, o);
+      EXPECT_EQ(t1.tier, 1) << what;
+      // Equal shares of the stored order, and the blocks of the stored partition.
+      const auto share = open_range(st.plain, a, n, 211);
+      DiskTensorOptions bo;
+      bo.path = st.blocked;
+      bo.block = r;
+      bo.chunk_nnz = 100;
+      const DiskTensor<double> block(bo);
+      for (const DiskTensor<double>* d :
+           {static_cast<const DiskTensor<double>*>(share.get()), &block}) {
+        const std::string w2 = what + (d == &block ? ", stored blocks" : ", equal shares");
+        const auto t3 = cp_tier3<double>(*d, st, kind, o);
+        EXPECT_EQ(t3.tier, 3) << w2;
+        EXPECT_TRUE(contains(t3.tier_description, "tier 3")) << t3.tier_description;
+        EXPECT_GE(t3.stream_overlap, 0.0) << w2;
+        EXPECT_LE(t3.stream_overlap, 1.0) << w2;
+        EXPECT_GT(t3.stream_compute_seconds, 0.0) << w2;
+        EXPECT_NEAR(t3.norm_x, t1.norm_x, 1e-13 * t1.norm_x) << w2;
+        expect_same_cp(t3, t1, 1e-10, 1e-8, w2 + " vs tier 1");
+        expect_same_cp(t3, single, 1e-10, 1e-8, w2 + " vs one process");
+      }
+    }
+    // Float: the same iteration to float rounding.
+    const auto f1 = cp_tier1<float>(st, BackendKind::cpu, o);
+    DiskTensorOptions fo;
+    fo.path = st.plain;
+    fo.first = a;
+    fo.count = n;
+    fo.chunk_nnz = 150;
+    const DiskTensor<float> fd(fo);
+    const auto f3 = cp_tier3<float>(fd, st, BackendKind::cpu, o);
+    ASSERT_EQ(f3.history.size(), f1.history.size());
+    for (std::size_t i = 0; i < f1.history.size(); ++i)
+      EXPECT_NEAR(f3.history[i].fit, f1.history[i].fit, 1e-4) << base << " float iteration " << i;
+    EXPECT_LT(model_difference(f3.model, f1.model), 1e-3) << base << " float";
+  }
+}
+
+algo::TuckerOptions tucker_opts(std::vector<int> ranks, int iters) {
+  algo::TuckerOptions o;
+  o.ranks = std::move(ranks);
+  o.max_iters = iters;
+  o.tol = 0;
+  o.seed = 3;
+  o.svd = algo::SvdMethod::gram;
+  o.print_iterations = false;
+  return o;
+}
+
+/// Largest over modes of ||Ub - Ua Ua^T Ub||_F (orthonormal columns): 0 for equal spans.
+double max_gap(const TuckerModel& a, const TuckerModel& b) {
+  double worst = 0;
+  for (std::size_t n = 0; n < a.factors.size(); ++n) {
+    const auto& Ua = a.factors[n];
+    const auto& Ub = b.factors[n];
+    std::vector<double> M(static_cast<std::size_t>(Ua.cols * Ub.cols), 0.0);
+    for (std::int64_t i = 0; i < Ua.rows; ++i)
+      for (std::int64_t p = 0; p < Ua.cols; ++p)
+        for (std::int64_t q = 0; q < Ub.cols; ++q) M[p * Ub.cols + q] += Ua(i, p) * Ub(i, q);
+    double s = 0;
+    for (std::int64_t i = 0; i < Ub.rows; ++i)
+      for (std::int64_t q = 0; q < Ub.cols; ++q) {
+        double v = Ub(i, q);
+        for (std::int64_t p = 0; p < Ua.cols; ++p) v -= Ua(i, p) * M[p * Ub.cols + q];
+        s += v * v;
+      }
+    worst = std::max(worst, std::sqrt(s));
+  }
+  return worst;
+}
+
+TEST(Tier3Tucker, SameAsTier1AndAsOneProcess) {
+  const std::uint64_t seed = shared_seed();
+  const int iters = 4;
+  const struct {
+    std::vector<std::uint64_t> dims;
+    std::int64_t nnz;
+    std::vector<int> ranks;
+  } cases[] = {{{30, 25, 20}, 3000, {3, 3, 2}}, {{12, 10, 9, 8}, 2500, {2, 3, 2, 2}}};
+  const int P = world().size(), r = world().rank();
+  for (const auto& c : cases) {
+    const auto st = store(lowrank(c.dims, c.nnz, 3, seed + 1), "tucker");
+    const auto o = tucker_opts(c.ranks, iters);
+    const std::string base =
+        shape_name(st.x) + " on " + std::to_string(P) + " ranks, seed " + std::to_string(seed);
+    const auto [a, n] = share_range(st.x.nnz(), r, P);
+    // One process, broadcast.
+    std::vector<double> single(static_cast<std::size_t>(iters), 0.0);
+    if (r == 0) {
+      comm::MpiCommunicator self(MPI_COMM_SELF);
+      auto d = partition::distribute(SparseTensor<double>(st.x), partition::Scheme::nnz, {}, self);
+      auto be = kernels::make_backend<double>(BackendKind::reference, 1);
+      const auto res = algo::tucker_hooi<double>(d, *be, self, o);
+      for (int i = 0; i < iters; ++i) single[static_cast<std::size_t>(i)] = res.history[i].fit;
+    }
+    world().broadcast(single.data(), single.size(), 0);
+    EXPECT_GT(single.back(), 0.3) << base;
+    for (auto kind : {BackendKind::reference, BackendKind::cpu}) {
+      const std::string what = base + ", " + kernels::to_string(kind);
+      auto be = kernels::make_backend<double>(kind, 1);
+      auto dist =
+          partition::distribute(range_of<double>(st.x, a, n), partition::Scheme::nnz, {}, world());
+      const auto t1 = algo::tucker_hooi<double>(dist, *be, world(), o);
+      EXPECT_EQ(t1.tier, 1) << what;
+      StreamingBackend<double> sb(*be);
+      DiskTensorOptions dopt;
+      dopt.path = st.plain;
+      dopt.first = a;
+      dopt.count = n;
+      dopt.chunk_nnz = 173;
+      const auto t3 = algo::tucker_hooi<double>(std::make_unique<DiskTensor<double>>(dopt),
+                                                st.x.dims, sb, world(), o);
+      EXPECT_EQ(t3.tier, 3) << what;
+      EXPECT_TRUE(contains(t3.tier_description, "tier 3")) << t3.tier_description;
+      EXPECT_GE(t3.stream_overlap, 0.0) << what;
+      EXPECT_LE(t3.stream_overlap, 1.0) << what;
+      ASSERT_EQ(t3.iterations, iters) << what;
+      ASSERT_EQ(t1.iterations, iters) << what;
+      for (int i = 0; i < iters; ++i) {
+        EXPECT_NEAR(t3.history[i].fit, t1.history[i].fit, 1e-9) << what << " iteration " << i + 1;
+        EXPECT_NEAR(t3.history[i].fit, single[static_cast<std::size_t>(i)], 1e-9)
+            << what << " vs one process, iteration " << i + 1;
+      }
+      EXPECT_NEAR(t3.norm_x, t1.norm_x, 1e-12 * t1.norm_x) << what;
+      EXPECT_NEAR(t3.core_norm, t1.core_norm, 1e-9 * t1.core_norm) << what;
+      EXPECT_LT(max_gap(t1.model, t3.model), 1e-6) << what;
+      // Blocks of the stored partition.
+      DiskTensorOptions bo;
+      bo.path = st.blocked;
+      bo.block = r;
+      bo.chunk_nnz = 64;
+      const auto tb = algo::tucker_hooi<double>(std::make_unique<DiskTensor<double>>(bo), st.x.dims,
+                                                sb, world(), o);
+      for (int i = 0; i < iters; ++i)
+        EXPECT_NEAR(tb.history[i].fit, t1.history[i].fit, 1e-9)
+            << what << " stored blocks, iteration " << i + 1;
+    }
+  }
+}
+
+// ---- e. bad stores, ranges and chunk sizes ----------------------------------------------
+
+/// Runs f, expects an InputError whose message contains every part.
+void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& parts,
+                        const std::string& what) {
+  try {
+    f();
+    ADD_FAILURE() << what << ": no error";
+  } catch (const InputError& e) {
+    for (const auto& p : parts)
+      EXPECT_TRUE(contains(e.what(), p)) << what << ": message lacks '" << p << "': " << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": expected an InputError, got: " << e.what();
+  }
+}
+
+TEST(Tier3Errors, DamagedStoresRangesAndChunkSizes) {
+  namespace th = test::h5;
+  const auto st = store(random_unique({40, 30, 20}, 1200, shared_seed(), 5), "bad");
+  const nnz_t nnz = st.x.nnz();
+  const auto whole = [&](const std::string& p) { return [p, nnz] { open_range(p, 0, nnz, 100); }; };
+  // Every rank damages a copy of its own (reads are local).
+  {
+    const std::string p = mine("corrupt-coords");
+    th::copy(st.plain, p);
+    th::flip(p, th::chunk_address(p, "/coords/mode1", static_cast<hsize_t>(nnz / 2)) + 13, 2);
+    expect_input_error(whole(p), {p, "checksum mismatch in /coords/mode1"}, "corrupt coordinates");
+    // A range that touches no damaged chunk opens (a rank reads its range only).
+    const auto d = open_range(p, 0, 64, 10);
+    EXPECT_EQ(d->nnz(), 64);
+  }
+  {
+    const std::string p = mine("corrupt-values");
+    th::copy(st.plain, p);
+    th::flip(p, th::chunk_address(p, "/values", static_cast<hsize_t>(nnz - 1)) + 3, 1);
+    expect_input_error(whole(p), {p, "checksum mismatch in /values"}, "corrupt values");
+  }
+  {
+    const std::string p = mine("out-of-range");
+    th::copy(st.plain, p);
+    th::remove(p, "/checksums");
+    th::poke<std::uint32_t>(p, "/coords/mode2", static_cast<hsize_t>(nnz / 3), 20,
+                            H5T_NATIVE_UINT32);
+    expect_input_error(whole(p), {p, "out of range"}, "coordinate out of range");
+  }
+  // Ranges, blocks and chunk sizes.
+  const auto opts = [&](nnz_t first, nnz_t count) {
+    DiskTensorOptions o;
+    o.path = st.plain;
+    o.first = first;
+    o.count = count;
+    return o;
+  };
+  const auto expect_bad = [&](DiskTensorOptions o, const std::vector<std::string>& parts,
+                              const std::string& what) {
+    expect_input_error([&] { DiskTensor<double> d(o); }, parts, what);
+    expect_input_error([&] { DiskTensor<float> d(o); }, parts, what + " (float)");
+  };
+  expect_bad(opts(nnz - 3, 5), {st.plain, "outside the store's " + std::to_string(nnz)},
+             "range past the end");
+  expect_bad(opts(nnz + 1, 0), {st.plain, "outside"}, "empty range past the end");
+  expect_bad(opts(-1, 5), {st.plain, "outside"}, "negative first");
+  expect_bad(opts(0, -2), {st.plain, "outside"}, "negative count");
+  auto o = opts(0, nnz);
+  o.chunk_nnz = 0;
+  expect_bad(o, {"chunk size must be at least one nonzero, got 0"}, "chunk 0");
+  o.chunk_nnz = -4;
+  expect_bad(o, {"got -4"}, "negative chunk");
+  o = opts(0, 0);
+  o.block = 0;
+  expect_bad(o, {st.plain, "no block 0 in the stored partition"},
+             "block of an unpartitioned store");
+  o.path = st.blocked;
+  o.block = world().size();
+  expect_bad(o, {st.blocked, "no block " + std::to_string(world().size())}, "block past the last");
+  o = opts(0, 1);
+  o.path = test::temp_dir() + "/no-such-store.h5";
+  expect_bad(o, {"no-such-store.h5"}, "missing file");
+}
+
+}  // namespace
+}  // namespace tessera
