@@ -19,6 +19,7 @@
 #       tier3: the tier-3 GPU test, then CP-ALS rank 32 on a generated amazon-shaped HDF5 store
 #               (TESSERA_TIER3_NNZ, default 1e9; TESSERA_TIER3_NP ranks) streamed from disk
 #               (--host-budget TESSERA_TIER3_BUDGET, default 8G), and the same file in tier 1
+#       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
 # Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps),
@@ -125,6 +126,25 @@ for s in allreduce layer; do
     --json "$out/e2e-cpu-$s.json" | tail -1
 done
 fi
+if has ctest; then  # only the GPU tests matching TESSERA_CTEST_R (with TESSERA_TARGETS builds)
+  log "GPU tests matching ${TESSERA_CTEST_R:-gpu}"
+  (cd "$build" && ctest -L gpu -R "${TESSERA_CTEST_R:-gpu}" --output-on-failure --timeout 600) 2>&1 |
+    tee "$out/ctest-gpu.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -40
+fi
+if has mttkrp-ab; then  # MTTKRP tile kernels A/B: classic vs blocked (TESSERA_CUDA_MTTKRP_KERNEL)
+  for k in classic blocked; do
+    for R in 32 16; do
+      bench nell2-uniform-mttkrp-r$R-$k env TESSERA_CUDA_MTTKRP_KERNEL=$k "$T" bench mttkrp --generate $nell \
+        --nnz 76.9e6 --rank $R --backend cuda --precision float --repeat 10
+    done
+    bench nell2-powerlaw-mttkrp-r32-$k env TESSERA_CUDA_MTTKRP_KERNEL=$k "$T" bench mttkrp --generate $nell \
+      --nnz 76.9e6 --dist powerlaw --rank 32 --backend cuda --precision float --repeat 10
+  done
+  for k in ${TESSERA_AB_AMAZON:-blocked}; do
+    bench amazon-powerlaw-mttkrp-r32-$k env TESSERA_CUDA_MTTKRP_KERNEL=$k "$T" bench mttkrp --generate $amz \
+      --nnz 1.74e9 --dist powerlaw --rank 32 --backend cuda --precision float --repeat 3
+  done
+fi
 if has full; then
   log "CPU tests"
   (cd "$build" && ctest -LE gpu -j 8 --timeout 900) 2>&1 | tee "$out/ctest-cpu.log" | tail -8
@@ -193,9 +213,19 @@ fi
 if has contract; then
   log "SpTC GPU tests"
   (cd "$build" && ctest -R "gpu_sptc" --output-on-failure --timeout 900) 2>&1 |
-    tee "$out/ctest-sptc.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -20
+    tee "$out/ctest-sptc.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -40
   bench contract-gen-1e9 "$T" bench contract --generate --nnz 2e7 --products 1.2e9 --backend cuda \
-    --precision double --repeat 3
+    --precision double --repeat 3 --no-reference
+  bench contract-gen-1e9-sortasm "$T" bench contract --generate --nnz 2e7 --products 1.2e9 --backend cuda \
+    --precision double --repeat 3 --no-reference --assembly sort
+  bench contract-gen-1e8 "$T" bench contract --generate --nnz 5e6 --products 1e8 --backend cuda \
+    --precision double --repeat 3 --compare-cpu
+  # Tensor-core threshold: blocky inputs of rising block density, sparse vs tensor cores.
+  log "tensor-core sweep"
+  "$T" bench contract --tc-sweep --backend cuda --precision double --nnz 2e6 --products 2e8 --block-size 16 \
+    --repeat 3 --json "$out/tc-sweep-double.json" 2>&1 | tee "$out/tc-sweep-double.log" | tail -25
+  "$T" bench contract --tc-sweep --backend cuda --precision float --nnz 2e6 --products 2e8 --block-size 16 \
+    --repeat 3 --json "$out/tc-sweep-float.json" 2>&1 | tee "$out/tc-sweep-float.log" | tail -25
   # Real tensors: ../shared/data beside a checkout, or a copy carried in .deps/data (ignored).
   for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
     [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { data=$d; break; }
@@ -224,7 +254,7 @@ if has tier3; then
   nnz3=${TESSERA_TIER3_NNZ:-1e9}
   df -h "$scratch" | tail -1
   log "generate $nnz3 nonzeros to $t3"
-  mpirun -np "$(nproc)" --bind-to none "$T" generate --dims $amz --nnz "$nnz3" --rank 8 --dist powerlaw \
+  mpirun -np "$(nproc)" --bind-to none "$T" generate --dims $amz --nnz "$nnz3" --rank 8 --dist "${TESSERA_TIER3_DIST:-uniform}" \
     --structure sampled --value-type float32 --out "$t3" 2>&1 | tail -1
   ls -la "$t3"
   np3=${TESSERA_TIER3_NP:-1}

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <sstream>
 
 #include "util/error.hpp"
@@ -193,7 +194,60 @@ void extend_matched_dims(const ContractSpec& sp, std::vector<std::uint64_t>& xdi
 }
 
 ContractSpec swap_inputs(const ContractSpec& sp) {
-  return parse_contract_spec(sp.y + "," + sp.x + "->" + sp.out);
+  ContractSpec s = parse_contract_spec(sp.y + "," + sp.x + "->" + sp.out);
+  s.device = sp.device;
+  return s;
+}
+
+std::string to_string(TensorCorePrecision p) {
+  switch (p) {
+    case TensorCorePrecision::off:
+      return "off";
+    case TensorCorePrecision::fp64:
+      return "fp64";
+    case TensorCorePrecision::tf32:
+      return "tf32";
+    case TensorCorePrecision::bf16:
+      return "bf16";
+    case TensorCorePrecision::fp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+TensorCorePrecision parse_tensor_core_precision(const std::string& s) {
+  for (auto p : {TensorCorePrecision::off, TensorCorePrecision::fp64, TensorCorePrecision::tf32,
+                 TensorCorePrecision::bf16, TensorCorePrecision::fp16})
+    if (s == to_string(p)) return p;
+  TESSERA_INPUT_CHECK(false, "tensor-core precision '" << s
+                                                       << "' is not one of off, fp64, tf32, "
+                                                          "bf16, fp16");
+  return TensorCorePrecision::off;
+}
+
+std::string to_string(ContractAssembly a) {
+  return a == ContractAssembly::rows ? "rows" : "sort";
+}
+
+ContractAssembly parse_contract_assembly(const std::string& s) {
+  if (s == "rows") return ContractAssembly::rows;
+  if (s == "sort") return ContractAssembly::sort;
+  TESSERA_INPUT_CHECK(false, "contraction assembly '" << s << "' is not one of rows, sort");
+  return ContractAssembly::rows;
+}
+
+double resolve_tc_threshold(const ContractDeviceOptions& o) {
+  if (o.tc_threshold >= 0) return o.tc_threshold;
+  const char* e = std::getenv("TESSERA_SPTC_TC_THRESHOLD");
+  if (e == nullptr || *e == '\0') return kDefaultTensorCoreThreshold;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  TESSERA_INPUT_CHECK(end != e && *end == '\0' && v >= 0,
+                      "TESSERA_SPTC_TC_THRESHOLD='"
+                          << e
+                          << "' is not a block density >= 0 (0: every block with a nonzero on "
+                             "the tensor cores, > 1: none)");
+  return v;
 }
 
 template <typename T>

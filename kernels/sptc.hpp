@@ -30,6 +30,46 @@
 
 namespace tessera::kernels {
 
+/// Precision of the tensor-core path of a device backend (DESIGN §5): dense 16 x 16 blocks
+/// of the matched structure multiplied as small dense matrices. fp64: DMMA (results as
+/// accurate as the sparse path, summation order aside); tf32, bf16, fp16: inputs rounded to
+/// that type, products accumulated in float within a block pair, then in double.
+enum class TensorCorePrecision { off, fp64, tf32, bf16, fp16 };
+/// "off", "fp64", "tf32", "bf16", "fp16".
+std::string to_string(TensorCorePrecision p);
+/// Parses the names of to_string (case-sensitive); throws InputError listing them.
+TensorCorePrecision parse_tensor_core_precision(const std::string& s);
+
+/// How a device backend assembles the output: `rows` accumulates the products of every
+/// output row on chip (shared-memory dense rows, block-local sorts of small rows, a global
+/// sort only for rows that fit neither) and writes each row at its counted offset; `sort`
+/// radix-sorts and reduces the key of every product (the first CUDA kernel; no tensor cores).
+enum class ContractAssembly { rows, sort };
+std::string to_string(ContractAssembly a);
+/// "rows" or "sort"; throws InputError otherwise.
+ContractAssembly parse_contract_assembly(const std::string& s);
+
+/// Default block density (nonzeros of a 16 x 16 block / 256, repeats counted) at or over
+/// which a block of the matched structure goes to the tensor cores. Provisional: to be
+/// replaced by the crossover that `tessera bench contract --tc-sweep` measures on the
+/// target GPU (docs/sptc.md, "Tensor cores").
+inline constexpr double kDefaultTensorCoreThreshold = 0.25;
+
+/// Options of the device kernels. They travel inside ContractSpec through
+/// Backend::contract_plan; the reference and cpu backends ignore them.
+struct ContractDeviceOptions {
+  TensorCorePrecision tensor_cores = TensorCorePrecision::fp64;
+  /// Block density at or over which a block runs on the tensor cores. < 0: the environment
+  /// variable TESSERA_SPTC_TC_THRESHOLD when set, else kDefaultTensorCoreThreshold; 0:
+  /// every block holding a nonzero (forces the path on); > 1: no block.
+  double tc_threshold = -1;
+  ContractAssembly assembly = ContractAssembly::rows;
+};
+
+/// The threshold in effect: options.tc_threshold when >= 0, else TESSERA_SPTC_TC_THRESHOLD
+/// (a number >= 0; anything else is an InputError naming the variable), else the default.
+double resolve_tc_threshold(const ContractDeviceOptions& options);
+
 /// A parsed, validated einsum spec. Mode numbers are 0-based positions in the subscripts.
 struct ContractSpec {
   std::string text;  ///< canonical form "x,y->out" (blanks removed)
@@ -45,6 +85,8 @@ struct ContractSpec {
   /// and batch modes), true for the free modes of Y; out_mode[k] is the mode of that input.
   std::vector<bool> out_from_y;
   std::vector<int> out_mode;
+  /// Kernel options of device backends (not part of the spec's text; kept by swap_inputs).
+  ContractDeviceOptions device;
 
   int x_order() const { return static_cast<int>(x.size()); }
   int y_order() const { return static_cast<int>(y.size()); }
@@ -103,6 +145,13 @@ struct ContractStats {
   double multiply_seconds = 0;      ///< products and their accumulation into the output
   double assemble_seconds = 0;      ///< dropping zeros, output order
   std::size_t workspace_bytes = 0;
+  // Device backends (zero elsewhere):
+  std::int64_t tc_products = 0;     ///< products computed as dense block products (tensor cores)
+  std::int64_t tc_blocks = 0;       ///< dense 16 x 16 blocks of X and Y on the tensor cores
+  std::int64_t tc_block_pairs = 0;  ///< 16 x 16 x 16 block products computed
+  double tc_seconds = 0;            ///< the tensor-core kernel (part of multiply_seconds)
+  double tc_threshold = 0;          ///< block density threshold in effect
+  std::string path;                 ///< how the output was assembled, in words
   double seconds() const {
     return match_seconds + count_seconds + multiply_seconds + assemble_seconds;
   }

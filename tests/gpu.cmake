@@ -82,9 +82,10 @@ tessera_test_executable(gpu_layout_tests
 tessera_add_test(gpu_layout gpu_layout_tests LABELS gpu)
 set_tests_properties(gpu_layout PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
-# SpTC on the cuda backend (kernels/cuda/sptc.cu) against the reference backend: random
+# SpTC on the cuda backend (kernels/cuda/sptc*.cu) against the reference backend: random
 # specs, float and double, cancellation, empty results, self-contraction, ~1e6 products,
-# keys over 64 bits (cpu fallback), congress "ijy,kjy->ik" from ../shared/data.
+# keys over 64 bits (cpu fallback), both assemblies and every row class, the tensor-core
+# path (forced on, off, mixed; fp64, tf32, bf16, fp16), congress "ijy,kjy->ik".
 tessera_test_executable(gpu_sptc_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_sptc.cpp
   LIBS tessera::io tessera::kernels)

@@ -15,6 +15,11 @@
 // The kernel needs only that its nonzeros are a contiguous range of the sorted copy:
 // a row written with a plain store has its whole run inside one tile, so no other tile,
 // in this launch or another, touches it.
+// For order 3-6 and R a power of two times the 16-byte pack, a register-blocked kernel
+// with the same tiles and the same write rule takes over (mttkrp_blocked.cuh: R / 4 lanes
+// per row, indices staged in shared memory, 4 nonzeros per lane step); the one here (the
+// "classic" kernel) runs the other shapes, or every shape with
+// TESSERA_CUDA_MTTKRP_KERNEL=classic. describe() names the kernel of each mode's last run.
 //
 // Memory tiers (DESIGN §8): tier 1 keeps the sorted copies in device memory. When they
 // exceed the memory budget, tier 2 keeps them in pinned host memory, cut into chunks of
@@ -46,6 +51,7 @@
 
 #include "kernels/cuda/detail.cuh"
 #include "kernels/cuda/host_sort.hpp"
+#include "kernels/cuda/mttkrp_blocked.cuh"
 #include "kernels/cuda/ttmc.cuh"
 #include "kernels/mttkrp.hpp"
 #include "kernels/ttmc.hpp"
@@ -161,6 +167,39 @@ inline const char* layout_name(Layout l) {
   return "?";
 }
 
+/// Which tile kernel MTTKRP runs on the plain and l2 layouts, from
+/// TESSERA_CUDA_MTTKRP_KERNEL (read at every call, so tests and benchmarks can switch):
+/// auto (the default) or blocked = the register-blocked kernel (mttkrp_blocked.cuh) where
+/// it supports the call (blocked::supports), else the classic tile kernel; classic = the
+/// classic tile kernel always. The smem layout has its own kernel either way.
+enum class KernelSelection { automatic, classic, invalid };
+inline KernelSelection parse_kernel_selection() {
+  const char* e = std::getenv("TESSERA_CUDA_MTTKRP_KERNEL");
+  if (e == nullptr || *e == '\0') return KernelSelection::automatic;
+  const std::string v = e;
+  if (v == "auto" || v == "blocked") return KernelSelection::automatic;
+  if (v == "classic") return KernelSelection::classic;
+  return KernelSelection::invalid;
+}
+inline KernelSelection kernel_selection() {
+  const KernelSelection k = parse_kernel_selection();
+  TESSERA_INPUT_CHECK(k != KernelSelection::invalid,
+                      "TESSERA_CUDA_MTTKRP_KERNEL must be auto, blocked or classic (got '"
+                          << std::getenv("TESSERA_CUDA_MTTKRP_KERNEL") << "')");
+  return k;
+}
+inline const char* kernel_selection_name() {
+  switch (parse_kernel_selection()) {
+    case KernelSelection::automatic:
+      return "blocked where supported";
+    case KernelSelection::classic:
+      return "classic (TESSERA_CUDA_MTTKRP_KERNEL=classic)";
+    case KernelSelection::invalid:
+      break;
+  }
+  return "invalid TESSERA_CUDA_MTTKRP_KERNEL";
+}
+
 /// The blocked input modes of a copy: slot s covers mode in_mode[s], cut into nblk[s]
 /// ranges of rows[s] consecutive indices (the last one shorter). A nonzero's block is the
 /// mixed-radix number (..((c_0) nblk_1 + c_1) nblk_2 + ...) of c_s = i_{in_mode[s]} / rows[s].
@@ -255,6 +294,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
           os << (m ? "," : "") << " mode " << m << " " << layout_name(plans_[m].layout)
              << (plans_[m].why.empty() ? "" : " (" + plans_[m].why + ")");
       }
+      describe_kernels(os);
       return os.str();
     }
     const auto& s = *streamed_;
@@ -268,7 +308,13 @@ class CudaTensorHandle final : public TensorHandle<T> {
     else
       os << s.budget << " bytes";
     if (!how_sorted_.empty()) os << ", " << how_sorted_;
+    describe_kernels(os);
     return os.str();
+  }
+  /// Records the MTTKRP kernel that ran for `mode` (for describe()).
+  void note_kernel(int mode, const char* name, int R) const {
+    if (kernels_.size() != dims_.size()) kernels_.resize(dims_.size());
+    kernels_[static_cast<std::size_t>(mode)] = std::string(name) + " (R " + std::to_string(R) + ")";
   }
   double overlap_fraction() const override {
     collect();
@@ -378,9 +424,23 @@ class CudaTensorHandle final : public TensorHandle<T> {
     collected_ = true;
   }
 
+  /// "; MTTKRP kernel ...": the selection rule, and the kernel of the last MTTKRP per mode.
+  void describe_kernels(std::ostream& os) const {
+    os << "; MTTKRP kernel: " << kernel_selection_name()
+       << " (blocked: " << blocked::supported_shapes<T>()
+       << ", plain and l2 layouts; else classic)";
+    bool any = false;
+    for (std::size_t m = 0; m < kernels_.size(); ++m) {
+      if (kernels_[m].empty()) continue;
+      os << (any ? "," : ", last run:") << " mode " << m << " " << kernels_[m];
+      any = true;
+    }
+  }
+
   std::vector<std::uint64_t> dims_;
   nnz_t nnz_;
   int device_;
+  mutable std::vector<std::string> kernels_;    ///< per mode: kernel of the last MTTKRP
   std::vector<DeviceMemory> copies_;            ///< tier 1
   std::vector<ModePlan> plans_;                 ///< tier 1: layout per mode
   std::string how_sorted_;                      ///< tier 1: device or host sort, time
@@ -641,6 +701,43 @@ void launch_tiles(cudaStream_t stream, const MttkrpParams<T>& p) {
     mttkrp_tile_kernel<T, 1, kL2>
         <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+/// Nonzeros per warp of the blocked kernel: the classic tile, in whole staging batches.
+constexpr int kBlockedTile =
+    std::max(blocked::kStage, kTileNnz / blocked::kStage * blocked::kStage);
+
+/// The blocked kernel over p (blocked::supports must hold). l2: the l2 layout, whose
+/// blocked mode `hint_mode` (-1: no hint) becomes input slot 0.
+template <typename T>
+void launch_blocked(cudaStream_t stream, const MttkrpParams<T>& p, bool l2, int hint_mode) {
+  blocked::Params<T> q;
+  q.rows = p.idx[p.mode];
+  int nin = 0;
+  auto add = [&](int m) {
+    q.in_idx[nin] = p.idx[m];
+    q.in_fac[nin] = p.factors[m];
+    ++nin;
+  };
+  const bool hint = l2 && hint_mode >= 0 && hint_mode != p.mode;
+  if (hint) add(hint_mode);
+  for (int m = 0; m < p.order; ++m)
+    if (m != p.mode && !(hint && m == hint_mode)) add(m);
+  q.vals = p.vals;
+  q.out = p.out;
+  q.nnz = p.nnz;
+  q.R = p.R;
+  int lanes = p.R / blocked::kVec<T>;
+  while (lanes > 1) {
+    lanes /= 2;
+    ++q.log_lanes;
+  }
+  q.tile = kBlockedTile;
+  q.hint = hint;
+  auto aligned = [](const void* a) { return reinterpret_cast<std::uintptr_t>(a) % 16 == 0; };
+  q.aligned16 = aligned(q.rows) && aligned(q.vals);
+  for (int s = 0; s < nin; ++s) q.aligned16 = q.aligned16 && aligned(q.in_idx[s]);
+  blocked::launch(stream, q, nin, l2);
 }
 
 // ---------------------------------------------------------------------------
@@ -1855,21 +1952,29 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
 
   const std::size_t out_bytes =
       static_cast<std::size_t>(x->dims()[mode]) * static_cast<std::size_t>(R) * sizeof(T);
+  const bool use_blocked = kernel_selection() == KernelSelection::automatic &&
+                           blocked::supports<T>(N, R, p.factors, mode, out);
+  const char* kernel = use_blocked ? "blocked" : "classic";
   over_copy(ctx, *x, mode, out, out_bytes,
             [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool resident) {
               for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
               p.vals = vals;
               p.nnz = cnt;
               const ModePlan& plan = x->plan(mode);
+              const bool l2 = resident && plan.layout == Layout::l2;
               if (resident && plan.layout == Layout::smem) {
                 launch_smem(ctx.stream, p, plan, x->dims());
-              } else if (resident && plan.layout == Layout::l2) {
+                kernel = "smem";
+              } else if (use_blocked) {
+                launch_blocked(ctx.stream, p, l2, l2 ? plan.hint_mode : -1);
+              } else if (l2) {
                 p.hot_mode = plan.hint_mode;
                 launch_tiles<T, true>(ctx.stream, p);
               } else {
                 launch_tiles<T, false>(ctx.stream, p);
               }
             });
+  x->note_kernel(mode, kernel, R);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,39 +1,69 @@
 // SpTC on the device (kernels/sptc.hpp; Backend::contract_plan / Backend::contract of the
-// cuda backend). Sort-based, without per-product atomics:
+// cuda backend; docs/sptc.md "CUDA kernel"). Two output assemblies
+// (ContractSpec::device.assembly):
 //
-//   plan  (match) X and Y uploaded (one copy for a self-contraction); Y's matched
-//                 coordinates packed into 64-bit mixed-radix keys and sorted with a
-//                 permutation (cub::DeviceRadixSort::SortPairs); every X nonzero finds its
-//                 run of Y nonzeros by binary search (lower/upper bound of its key); the
-//                 run lengths scanned (cub::DeviceScan::ExclusiveSum): the product count.
-//        (count) the output key of every product (output coordinates packed with output
-//                mode 0 most significant, so key order is the output's lexicographic
-//                order) sorted (SortKeys) and its distinct values counted: the exact
-//                output size, before any output memory exists.
-//   run   (multiply) keys and values (double) of every product, SortPairs by key (stable),
-//                cub::DeviceReduce::ReduceByKey sums equal keys in double.
-//        (assemble) entries whose sum rounded to T is zero flagged out, positions by
-//                ExclusiveSum, keys decoded into output coordinates, downloaded.
+// rows (default): products are combined per output row on chip, so only distinct entries
+//   reach device memory.
+//   plan  (match) X and Y uploaded; Y sorted by matched key (64-bit mixed-radix codes,
+//                 cub::DeviceRadixSort), its output coordinates ranked into columns; X sorted
+//                 by its output coordinates (row code), every X nonzero joined with its run of
+//                 Y (binary search), unmatched ones dropped, rows = runs of equal row codes.
+//                 Rows are classed by their products: small rows (<= 1024) in groups sorted
+//                 in shared memory, dense rows (shared-memory accumulator per column tile),
+//                 spill rows (too many columns, or a large share of all products) sorted
+//                 globally. With tensor cores on, dense 16 x 16 blocks of the matched
+//                 structure are found and paired (below).
+//        (count) the row kernels without values: entries per row, exact, before any
+//                output memory exists; scanned into row offsets.
+//   run   (multiply) the row kernels with values write each row's entries (columns
+//                ascending) at its offset; spill rows through SortPairs + ReduceByKey; the
+//                tensor-core kernel adds the block products to their entries.
+//        (assemble) exact zeros flagged out; coordinates gathered from a representative X
+//                nonzero per row and Y nonzero per column (or, when the output letters
+//                interleave X's and Y's, sorted by output key); downloaded while the host
+//                arrays were first touched on helper threads.
+//   Summation order: fixed for small rows (product order) and spill rows (stable sort);
+//   dense rows add with shared-memory atomics (order varies run to run, within rounding);
+//   tensor-core cells add their block products after the sparse part.
 //
-// Device memory (P products, E output entries, N output modes): the plan holds the inputs
-// (4 bytes per coordinate, sizeof(T) per value) plus 16 bytes per X and Y nonzero; the
-// count pass adds 16 P, the run max(32 P, (32 + 4 N) E + sizeof(T) E) plus CUB
-// temporaries. A plan that does not fit the device's free memory is refused with
-// InputError (more ranks, or --backend cpu). Keys that do not fit 64 bits (product of the
-// matched lengths, or of the output lengths, over 2^64) fall back to the cpu backend's
-// implementation with a logged note.
+// Tensor cores (DESIGN §5, BCB-like): row codes, matched keys and column codes are cut into
+//   blocks of 16 (code / 16, ranked); a block of X (16 rows x 16 keys) or Y (16 keys x 16
+//   columns) whose nonzeros reach threshold x 256 is dense (values summed into a 16 x 16
+//   tile, a bit mask per row / column). A product of two dense blocks is left to the
+//   tensor cores: block pairs sharing a key block are grouped by output block and
+//   multiplied by one warp each (sptc_tc.cu: DMMA for fp64, HMMA for tf32 / bf16 / fp16);
+//   the row kernels mark the cells those pairs produce (bit masks) so the counts stay exact.
+//
+// sort: the first kernel: every product's output key (output mode 0 most significant) and
+//   value sorted (SortPairs, stable) and reduced (ReduceByKey); the count pass sorts the
+//   keys alone. No tensor cores.
+//
+// Device memory, rows (P products, E output entries, N output modes, S products of spill
+// rows): the plan holds the inputs plus about 28 bytes per matched X and 12 per Y nonzero
+// (and the tensor-core blocks); the count pass adds 16 S plus sort temporaries, the run
+// 28 E + (4 N + sizeof(T)) E, or 12 E + 32 S during the spill sort. sort: 16 P in the count
+// pass, max(32 P, (32 + 4 N) E + sizeof(T) E) in the run. A plan that does not fit the
+// device's free memory is refused with InputError (more ranks, or --backend cpu). Keys that
+// do not fit 64 bits (product of the matched lengths, or of the output lengths, over 2^64)
+// fall back to the cpu backend's implementation with a logged note.
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_reduce.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cuda/std/functional>
+#include <exception>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/sptc_impl.cuh"
 #include "kernels/mttkrp.hpp"
 #include "kernels/sptc.hpp"
 #include "util/error.hpp"
@@ -146,14 +176,15 @@ __global__ void keep_flags_kernel(i64 n, const double* sum, i64* flag) {
 }
 
 /// Kept entry e goes to position pos[e]: coordinates decoded from its key (column o of
-/// the output at cols + o * stride), value rounded to T.
+/// the output at cols + o * stride), value rounded to T. Null flag and pos: every entry,
+/// in place.
 template <typename T>
 __global__ void scatter_kernel(i64 n, const u64* key, const double* sum, const i64* flag,
                                const i64* pos, OutMap m, index_t* cols, i64 stride, T* vals) {
   for (i64 e = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<i64>(gridDim.x) * blockDim.x) {
-    if (!flag[e]) continue;
-    const i64 q = pos[e];
+    if (flag && !flag[e]) continue;
+    const i64 q = pos ? pos[e] : e;
     u64 k = key[e];
     for (int o = m.n - 1; o >= 0; --o) {
       cols[o * stride + q] = static_cast<index_t>(k % m.dim[o]);
@@ -254,6 +285,1428 @@ float elapsed(cudaEvent_t a, cudaEvent_t b) {
   return ms / 1000.0f;
 }
 
+// ===================================================================================
+// Row-accumulation path (ContractAssembly::rows) and the tensor-core blocks
+// ===================================================================================
+
+using sptc::kNone;
+using sptc::kTile;
+using sptc::u32;
+
+/// flag[i] = 1 where key[i] >> shift starts a new run (i == 0 or it differs from key[i-1]
+/// >> shift), for i < n; flag[n] = 0, so an exclusive scan of n + 1 flags ends in the count.
+__global__ void change_flags_kernel(i64 n, const u64* key, int shift, i64* flag) {
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i <= n;
+       i += static_cast<i64>(gridDim.x) * blockDim.x)
+    flag[i] = i < n && (i == 0 || (key[i] >> shift) != (key[i - 1] >> shift)) ? 1 : 0;
+}
+
+/// rank[i] = index of the run holding i (flags and their exclusive scan).
+__global__ void ranks_kernel(i64 n, const i64* flag, const i64* excl, u32* rank) {
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<i64>(gridDim.x) * blockDim.x)
+    rank[i] = static_cast<u32>(excl[i] + flag[i] - 1);
+}
+
+/// Column ranks: sorted column code i (of Y nonzero cperm[i]) has rank excl[i] + flag[i] - 1;
+/// the first of each run is the column's representative and gives its code.
+__global__ void col_ranks_kernel(i64 ny, const i64* flag, const i64* excl, const u32* cperm,
+                                 const u64* cks, u32* crank, u32* colrep, u64* colkey) {
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < ny;
+       i += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const i64 c = excl[i] + flag[i] - 1;
+    crank[cperm[i]] = static_cast<u32>(c);
+    if (flag[i]) {
+      colrep[c] = cperm[i];
+      colkey[c] = cks[i];
+    }
+  }
+}
+
+/// Y in matched-key order: column and value (double) of sorted position q.
+template <typename T>
+__global__ void y_sorted_kernel(i64 ny, const index_t* yperm, const u32* crank, const T* yv,
+                                u32* ysc, double* ysv) {
+  for (i64 q = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; q < ny;
+       q += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const index_t j = yperm[q];
+    ysc[q] = crank[j];
+    ysv[q] = static_cast<double>(yv[j]);
+  }
+}
+
+/// X in row order (xperm): the run of equal matched keys among Y's sorted keys; mflag = 1
+/// when the run is not empty.
+__global__ void x_ranges_sorted_kernel(i64 nx, KeyMap m, const index_t* xperm, const u64* ykey,
+                                       i64 ny, u32* first, i64* cnt, i64* mflag) {
+  for (i64 s = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; s < nx;
+       s += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const u64 key = pack(m, xperm[s]);
+    i64 lo = 0, hi = ny;
+    while (lo < hi) {
+      const i64 mid = (lo + hi) / 2;
+      if (ykey[mid] < key)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    i64 lo2 = lo, hi2 = ny;
+    while (lo2 < hi2) {
+      const i64 mid = (lo2 + hi2) / 2;
+      if (ykey[mid] <= key)
+        lo2 = mid + 1;
+      else
+        hi2 = mid;
+    }
+    first[s] = static_cast<u32>(lo);
+    cnt[s] = lo2 - lo;
+    mflag[s] = lo2 > lo ? 1 : 0;
+  }
+}
+
+/// Keeps the matched X (row order): run, product count, value, input index, row code.
+template <typename T>
+__global__ void x_compact_kernel(i64 nx, const i64* mflag, const i64* mpos, const index_t* xperm,
+                                 const u32* xfirst, const i64* xcnt, const u64* rks, const T* xv,
+                                 u32* mx_first, i64* mx_cnt, double* mx_val, u32* mx_orig,
+                                 u64* mx_rk) {
+  for (i64 s = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; s < nx;
+       s += static_cast<i64>(gridDim.x) * blockDim.x) {
+    if (!mflag[s]) continue;
+    const i64 t = mpos[s];
+    const index_t i = xperm[s];
+    mx_first[t] = xfirst[s];
+    mx_cnt[t] = xcnt[s];
+    mx_val[t] = static_cast<double>(xv[i]);
+    mx_orig[t] = i;
+    mx_rk[t] = rks[s];
+  }
+}
+
+/// Rows: runs of equal row codes among the matched X.
+__global__ void rows_build_kernel(i64 nmx, const i64* rf, const i64* rex, const u32* mx_orig,
+                                  const u64* mx_rk, const i64* mx_off, u32* mx_row, u32* rowstart,
+                                  u32* rowrep, u64* rowkey, i64* rowp) {
+  for (i64 t = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; t < nmx;
+       t += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const i64 r = rex[t] + rf[t] - 1;
+    mx_row[t] = static_cast<u32>(r);
+    if (rf[t]) {
+      rowstart[r] = static_cast<u32>(t);
+      rowrep[r] = mx_orig[t];
+      rowkey[r] = mx_rk[t];
+      rowp[r] = mx_off[t];
+    }
+  }
+}
+
+__global__ void set_tail_kernel(u32* a, u32 va, i64* b, i64 vb) {
+  *a = va;
+  *b = vb;
+}
+__global__ void set_u32_kernel(u32* a, u32 va) {
+  *a = va;
+}
+
+/// Row classes (docs/sptc.md): small rows are grouped (gs: first row of a group), dense
+/// rows get a block per column tile (dflag), the rest spill to the global sort (sflag).
+/// Every flag array has nrows + 1 entries, the last 0.
+__device__ __forceinline__ bool small_row(const i64* rowp, i64 r) {
+  return rowp[r + 1] - rowp[r] <= sptc::kSmallRow;
+}
+__global__ void row_class_kernel(i64 nrows, const i64* rowp, i64 heavy, int dense_ok, int one_tile,
+                                 i64 ncols, i64* dflag, i64* sflag, i64* gs) {
+  for (i64 r = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; r <= nrows;
+       r += static_cast<i64>(gridDim.x) * blockDim.x) {
+    if (r == nrows) {
+      dflag[r] = sflag[r] = gs[r] = 0;
+      continue;
+    }
+    const i64 np = rowp[r + 1] - rowp[r];
+    const bool h = np <= sptc::kSmallRow;
+    const bool d = !h && np <= heavy && dense_ok && (one_tile || np * sptc::kDenseRatio >= ncols);
+    dflag[r] = d ? 1 : 0;
+    sflag[r] = !h && !d ? 1 : 0;
+    gs[r] = h && (r == 0 || !small_row(rowp, r - 1) ||
+                  rowp[r] / sptc::kSmallRow != rowp[r - 1] / sptc::kSmallRow)
+                ? 1
+                : 0;
+  }
+}
+
+__global__ void row_lists_kernel(i64 nrows, const i64* rowp, const i64* dflag, const i64* dex,
+                                 const i64* sflag, const i64* sex, const i64* gs, const i64* gex,
+                                 u32* drows, u32* srows, i64* sprod, u32* gfirst, u32* gend) {
+  for (i64 r = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; r < nrows;
+       r += static_cast<i64>(gridDim.x) * blockDim.x) {
+    if (dflag[r]) drows[dex[r]] = static_cast<u32>(r);
+    if (sflag[r]) {
+      srows[sex[r]] = static_cast<u32>(r);
+      sprod[sex[r]] = rowp[r + 1] - rowp[r];
+    }
+    if (gs[r]) gfirst[gex[r]] = static_cast<u32>(r);
+    if (small_row(rowp, r) && (r + 1 == nrows || !small_row(rowp, r + 1) || gs[r + 1]))
+      gend[gex[r] + gs[r] - 1] = static_cast<u32>(r + 1);
+  }
+}
+
+__device__ __forceinline__ bool on_tc(const sptc::RowsView& v, u32 x, i64 q) {
+  return v.tc.xtile != nullptr && v.tc.xtile[x] != kNone && v.tc.ytile[q] != kNone;
+}
+
+/// Products of the spill rows (srows, product offsets soff): key row * ncols + column and,
+/// with val, the product (0 for a tensor-core product: its cell is kept, its value comes
+/// from the block products).
+__global__ void spill_keys_kernel(i64 ps, const i64* soff, i64 ns, const u32* srows,
+                                  sptc::RowsView v, u64* key, double* val) {
+  for (i64 k = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; k < ps;
+       k += static_cast<i64>(gridDim.x) * blockDim.x) {
+    i64 lo = 0, hi = ns - 1;
+    while (lo < hi) {
+      const i64 mid = (lo + hi + 1) / 2;
+      if (soff[mid] <= k)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const u32 r = srows[lo];
+    const i64 p = v.rowp[r] + (k - soff[lo]);
+    i64 xl = v.rowstart[r], xh = static_cast<i64>(v.rowstart[r + 1]) - 1;
+    while (xl < xh) {
+      const i64 mid = (xl + xh + 1) / 2;
+      if (v.mx_off[mid] <= p)
+        xl = mid;
+      else
+        xh = mid - 1;
+    }
+    const u32 x = static_cast<u32>(xl);
+    const i64 q = static_cast<i64>(v.mx_first[x]) + (p - v.mx_off[x]);
+    key[k] = static_cast<u64>(r) * static_cast<u64>(v.ncols) + v.ysc[q];
+    if (val) val[k] = on_tc(v, x, q) ? 0.0 : v.mx_val[x] * v.ysv[q];
+  }
+}
+
+/// Count pass of the spill rows: sorted keys, one entry per distinct key.
+__global__ void spill_count_kernel(i64 n, const u64* key, u64 ncols, i64* rowcnt,
+                                   unsigned long long* distinct) {
+  unsigned long long local = 0;
+  for (i64 p = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; p < n;
+       p += static_cast<i64>(gridDim.x) * blockDim.x)
+    if (p == 0 || key[p] != key[p - 1]) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(rowcnt + key[p] / ncols), 1ull);
+      ++local;
+    }
+  for (int s = 16; s > 0; s /= 2) local += __shfl_down_sync(0xffffffffu, local, s);
+  if ((threadIdx.x & 31) == 0 && local) atomicAdd(distinct, local);
+}
+
+__global__ void spill_first_kernel(i64 n, const u64* ukey, u64 ncols, i64* sfirst) {
+  for (i64 u = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; u < n;
+       u += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const u64 r = ukey[u] / ncols;
+    if (u == 0 || ukey[u - 1] / ncols != r) sfirst[r] = u;
+  }
+}
+
+__global__ void spill_scatter_kernel(i64 n, const u64* ukey, const double* usum, u64 ncols,
+                                     const i64* sfirst, const i64* rowoff, u32* ecol, double* eval,
+                                     unsigned* err) {
+  for (i64 u = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; u < n;
+       u += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const u64 r = ukey[u] / ncols;
+    const i64 dst = rowoff[r] + (u - sfirst[r]);
+    if (dst >= rowoff[r + 1]) {
+      atomicOr(err, sptc::kErrSpill);
+      continue;
+    }
+    ecol[dst] = static_cast<u32>(ukey[u] % ncols);
+    eval[dst] = usum[u];
+  }
+}
+
+/// Output coordinates from representatives: mode o of entry (row r, column c) is column
+/// col[o] of X nonzero rowrep[r] (from_y[o] == 0), else of Y nonzero colrep[c].
+struct OutGather {
+  int n = 0;
+  int from_y[kMaxOrder] = {};
+  const index_t* col[kMaxOrder] = {};
+  u64 dim[kMaxOrder] = {};
+  const u32* rowrep = nullptr;
+  const u32* colrep = nullptr;
+};
+
+/// Row of entry e: the last r < nrows with rowoff[r] <= e.
+__device__ __forceinline__ i64 row_of_entry(const i64* rowoff, i64 nrows, i64 e) {
+  i64 lo = 0, hi = nrows - 1;
+  while (lo < hi) {
+    const i64 mid = (lo + hi + 1) / 2;
+    if (rowoff[mid] <= e)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/// Kept entry e (flag) to position pos[e]: coordinates (column o at cols + o * stride) and
+/// the value rounded to T.
+template <typename T>
+__global__ void rows_out_kernel(i64 E, const i64* rowoff, i64 nrows, const u32* ecol,
+                                const double* eval, const i64* flag, const i64* pos, OutGather g,
+                                index_t* cols, i64 stride, T* vals) {
+  for (i64 e = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; e < E;
+       e += static_cast<i64>(gridDim.x) * blockDim.x) {
+    if (!flag[e]) continue;
+    const i64 q = pos[e];
+    const i64 r = row_of_entry(rowoff, nrows, e);
+    const u32 xi = g.rowrep[r], yj = g.colrep[ecol[e]];
+    for (int o = 0; o < g.n; ++o) cols[o * stride + q] = g.col[o][g.from_y[o] ? yj : xi];
+    vals[q] = static_cast<T>(eval[e]);
+  }
+}
+
+/// Interleaved output letters: kept entry e becomes (output key, value) at pos[e].
+__global__ void rows_outkey_kernel(i64 E, const i64* rowoff, i64 nrows, const u32* ecol,
+                                   const double* eval, const i64* flag, const i64* pos, OutGather g,
+                                   u64* key, double* val) {
+  for (i64 e = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; e < E;
+       e += static_cast<i64>(gridDim.x) * blockDim.x) {
+    if (!flag[e]) continue;
+    const i64 q = pos[e];
+    const i64 r = row_of_entry(rowoff, nrows, e);
+    const u32 xi = g.rowrep[r], yj = g.colrep[ecol[e]];
+    u64 k = 0;
+    for (int o = 0; o < g.n; ++o) k = k * g.dim[o] + g.col[o][g.from_y[o] ? yj : xi];
+    key[q] = k;
+    val[q] = eval[e];
+  }
+}
+
+// ---- tensor-core blocks ----
+
+__global__ void low4_kernel(i64 n, const u64* code, unsigned char* lo) {
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<i64>(gridDim.x) * blockDim.x)
+    lo[i] = static_cast<unsigned char>(code[i] & 15u);
+}
+
+/// table[blk[i] * 16 + code[i] % 16] = i (rows of a row block, columns of a column block).
+__global__ void fill_table_kernel(i64 n, const u64* code, const u32* blk, u32* table) {
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<i64>(gridDim.x) * blockDim.x)
+    table[static_cast<u64>(blk[i]) * kTile + (code[i] & 15u)] = static_cast<u32>(i);
+}
+
+/// Block of matched X t: row block << 32 | key block of its run.
+__global__ void a_keys_kernel(i64 nmx, const u32* mx_row, const u32* mx_first, const u32* rowblk,
+                              const u32* ykb, u64* key, u32* idx) {
+  for (i64 t = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; t < nmx;
+       t += static_cast<i64>(gridDim.x) * blockDim.x) {
+    key[t] = (static_cast<u64>(rowblk[mx_row[t]]) << 32) | ykb[mx_first[t]];
+    idx[t] = static_cast<u32>(t);
+  }
+}
+
+/// Block of sorted Y q: key block << 32 | column block.
+__global__ void b_keys_kernel(i64 ny, const u32* ykb, const u32* ysc, const u32* colblk, u64* key,
+                              u32* idx) {
+  for (i64 q = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; q < ny;
+       q += static_cast<i64>(gridDim.x) * blockDim.x) {
+    key[q] = (static_cast<u64>(ykb[q]) << 32) | colblk[ysc[q]];
+    idx[q] = static_cast<u32>(q);
+  }
+}
+
+/// Runs of sorted keys: start[run] = position; runkey[run] = key (when not null).
+__global__ void run_starts_kernel(i64 n, const i64* flag, const i64* excl, const u64* key,
+                                  u32* start, u64* runkey) {
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<i64>(gridDim.x) * blockDim.x)
+    if (flag[i]) {
+      start[excl[i]] = static_cast<u32>(i);
+      if (runkey) runkey[excl[i]] = key[i];
+    }
+}
+
+/// dflag[b] = 1 when block b holds at least `need` nonzeros; dflag[nblocks] = 0.
+__global__ void dense_flags_kernel(i64 nblocks, const u32* start, i64 n, i64 need, i64* dflag) {
+  for (i64 b = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; b <= nblocks;
+       b += static_cast<i64>(gridDim.x) * blockDim.x) {
+    if (b == nblocks) {
+      dflag[b] = 0;
+      continue;
+    }
+    const i64 end = b + 1 < nblocks ? static_cast<i64>(start[b + 1]) : n;
+    dflag[b] = end - static_cast<i64>(start[b]) >= need ? 1 : 0;
+  }
+}
+
+/// Element i (sorted by block; element idx[i]) gets its dense block number or kNone; the
+/// first element of a dense block writes the block's key.
+__global__ void elem_blocks_kernel(i64 n, const u32* idx, const i64* flag, const i64* excl,
+                                   const i64* dflag, const i64* dexcl, const u64* key, u32* tile,
+                                   u64* dkey) {
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const i64 b = excl[i] + flag[i] - 1;
+    const bool dense = dflag[b] != 0;
+    tile[idx[i]] = dense ? static_cast<u32>(dexcl[b]) : kNone;
+    if (dense && flag[i]) dkey[dexcl[b]] = key[i];
+  }
+}
+
+/// Dense A block values (repeats summed) and row masks (bit kk of row rr).
+__global__ void a_fill_kernel(i64 nmx, const u32* xtile, const u32* mx_row, const u32* mx_first,
+                              const u64* rowkey, const u64* ysk, const double* mx_val, double* at,
+                              u32* mask) {
+  for (i64 t = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; t < nmx;
+       t += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const u32 a = xtile[t];
+    if (a == kNone) continue;
+    const u64 rr = rowkey[mx_row[t]] & 15u, kk = ysk[mx_first[t]] & 15u;
+    atomicAdd(at + static_cast<u64>(a) * 256 + rr * 16 + kk, mx_val[t]);
+    atomicOr(mask + static_cast<u64>(a) * 16 + rr, 1u << kk);
+  }
+}
+
+/// Dense B block values and column masks (bit kk of column cc).
+__global__ void b_fill_kernel(i64 ny, const u32* ytile, const u64* ysk, const u32* ysc,
+                              const u64* colkey, const double* ysv, double* bt, u32* mask) {
+  for (i64 q = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; q < ny;
+       q += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const u32 b = ytile[q];
+    if (b == kNone) continue;
+    const u64 kk = ysk[q] & 15u, cc = colkey[ysc[q]] & 15u;
+    atomicAdd(bt + static_cast<u64>(b) * 256 + kk * 16 + cc, ysv[q]);
+    atomicOr(mask + static_cast<u64>(b) * 16 + cc, 1u << kk);
+  }
+}
+
+/// Per dense A block (row block, key block): the dense B blocks of the same key block.
+__global__ void pair_count_kernel(i64 na, const u64* adkey, const u64* bdkey, i64 nb, i64* pcnt,
+                                  u32* bfirst) {
+  for (i64 a = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; a <= na;
+       a += static_cast<i64>(gridDim.x) * blockDim.x) {
+    if (a == na) {
+      pcnt[a] = 0;
+      continue;
+    }
+    const u64 kb = adkey[a] & 0xffffffffull;
+    i64 lo = 0, hi = nb;
+    while (lo < hi) {
+      const i64 mid = (lo + hi) / 2;
+      if ((bdkey[mid] >> 32) < kb)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    i64 lo2 = lo, hi2 = nb;
+    while (lo2 < hi2) {
+      const i64 mid = (lo2 + hi2) / 2;
+      if ((bdkey[mid] >> 32) <= kb)
+        lo2 = mid + 1;
+      else
+        hi2 = mid;
+    }
+    bfirst[a] = static_cast<u32>(lo);
+    pcnt[a] = lo2 - lo;
+  }
+}
+
+/// Pair p of A block a: output block (row block of a) << 32 | (column block of b).
+__global__ void pair_expand_kernel(i64 na, const i64* poff, const u32* bfirst, const u64* adkey,
+                                   const u64* bdkey, u64* okey, u32* pa, u32* pb, u32* pid) {
+  for (i64 a = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; a < na;
+       a += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const u64 ib = adkey[a] >> 32;
+    for (i64 p = poff[a], k = 0; p < poff[a + 1]; ++p, ++k) {
+      const u32 b = bfirst[a] + static_cast<u32>(k);
+      okey[p] = (ib << 32) | (bdkey[b] & 0xffffffffull);
+      pa[p] = static_cast<u32>(a);
+      pb[p] = b;
+      pid[p] = static_cast<u32>(p);
+    }
+  }
+}
+
+__global__ void gather_pairs_kernel(i64 n, const u32* pid, const u32* pa, const u32* pb, u32* pa2,
+                                    u32* pb2) {
+  for (i64 p = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; p < n;
+       p += static_cast<i64>(gridDim.x) * blockDim.x) {
+    pa2[p] = pa[pid[p]];
+    pb2[p] = pb[pid[p]];
+  }
+}
+
+/// smask[o * 16 + rr]: bit cc set when some pair of output block o has a product in cell
+/// (rr, cc) (row mask of A and column mask of B share a key).
+__global__ void smask_kernel(i64 nout, const u32* ostart, const u32* pa, const u32* pb,
+                             const u32* amask, const u32* bmask, u32* smask) {
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < nout * kTile;
+       i += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const i64 o = i / kTile;
+    const int rr = static_cast<int>(i % kTile);
+    u32 bits = 0;
+    for (u32 p = ostart[o]; p < ostart[o + 1]; ++p) {
+      const u32 ma = amask[static_cast<u64>(pa[p]) * 16 + rr];
+      if (!ma) continue;
+      const u32* mb = bmask + static_cast<u64>(pb[p]) * 16;
+      for (int cc = 0; cc < kTile; ++cc)
+        if (ma & mb[cc]) bits |= 1u << cc;
+    }
+    smask[i] = bits;
+  }
+}
+
+/// Products of a dense A nonzero with dense B nonzeros of its run (ydc: exclusive scan of
+/// the sorted-Y dense flags).
+__global__ void tc_count_kernel(i64 nmx, const u32* xtile, const u32* mx_first, const i64* mx_off,
+                                const i64* ydc, unsigned long long* total) {
+  unsigned long long local = 0;
+  for (i64 t = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; t < nmx;
+       t += static_cast<i64>(gridDim.x) * blockDim.x)
+    if (xtile[t] != kNone) {
+      const i64 f = mx_first[t];
+      local += static_cast<unsigned long long>(ydc[f + (mx_off[t + 1] - mx_off[t])] - ydc[f]);
+    }
+  for (int s = 16; s > 0; s /= 2) local += __shfl_down_sync(0xffffffffu, local, s);
+  if ((threadIdx.x & 31) == 0 && local) atomicAdd(total, local);
+}
+
+__global__ void not_none_flags_kernel(i64 n, const u32* v, i64* flag) {
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i <= n;
+       i += static_cast<i64>(gridDim.x) * blockDim.x)
+    flag[i] = i < n && v[i] != kNone ? 1 : 0;
+}
+
+/// Allocates n elements of U (at least one byte) and returns the pointer.
+template <typename U>
+U* dalloc(DeviceMemory& m, i64 n, const char* what) {
+  alloc(m, static_cast<std::size_t>(std::max<i64>(n, 0)) * sizeof(U), what);
+  return ptr<U>(m);
+}
+
+/// Resizes the output's arrays to n on helper threads, so the first touch of their pages
+/// overlaps the device work; join() waits (and rethrows). Joins in the destructor too.
+template <typename T>
+class HostOutput {
+ public:
+  HostOutput(SparseTensor<T>& out, std::size_t n) : err_(out.idx.size() + 1) {
+    for (std::size_t k = 0; k < out.idx.size(); ++k) {
+      auto* col = &out.idx[k];
+      launch(k, [col, n] { col->resize(n); });
+    }
+    launch(out.idx.size(), [&out, n] { out.vals.resize(n); });
+  }
+  ~HostOutput() { wait(); }
+  HostOutput(const HostOutput&) = delete;
+  HostOutput& operator=(const HostOutput&) = delete;
+  void join() {
+    wait();
+    for (auto& e : err_)
+      if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  template <typename F>
+  void launch(std::size_t k, F f) {
+    th_.emplace_back([this, f, k] {
+      try {
+        f();
+      } catch (...) {
+        err_[k] = std::current_exception();
+      }
+    });
+  }
+  void wait() noexcept {
+    for (auto& t : th_)
+      if (t.joinable()) t.join();
+  }
+  std::vector<std::exception_ptr> err_;  // one per thread, sized before any starts
+  std::vector<std::thread> th_;
+};
+
+/// Device-to-host copies of several arrays at once, one host thread and stream each
+/// (pageable destinations: the driver stages every copy; concurrent copies overlap that).
+void download_parallel(int device, const std::vector<std::pair<void*, const void*>>& dst_src,
+                       const std::vector<std::size_t>& bytes) {
+  std::vector<std::thread> th;
+  std::vector<std::exception_ptr> err(dst_src.size());
+  for (std::size_t k = 0; k < dst_src.size(); ++k) {
+    if (bytes[k] == 0) continue;
+    th.emplace_back([&, k] {
+      try {
+        TESSERA_CUDA_CHECK(cudaSetDevice(device));
+        cudaStream_t s = nullptr;
+        TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        const cudaError_t e1 = cudaMemcpyAsync(dst_src[k].first, dst_src[k].second, bytes[k],
+                                               cudaMemcpyDeviceToHost, s);
+        const cudaError_t e2 = cudaStreamSynchronize(s);
+        TESSERA_CUDA_CHECK_NOTHROW(cudaStreamDestroy(s));
+        TESSERA_CUDA_CHECK(e1);
+        TESSERA_CUDA_CHECK(e2);
+      } catch (...) {
+        err[k] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+}
+
+/// The row-accumulation plan (docs/sptc.md, "CUDA kernel"). Roles: X is the row side, Y
+/// the column side, for a spec whose output is row-major in them when possible (the plan
+/// swaps the inputs for outputs that list Y's letters first).
+template <typename T>
+class RowsEngine {
+ public:
+  RowsEngine(Context& ctx, const ContractSpec& ws, const std::vector<u64>& dims, int obits)
+      : ctx_(ctx), ws_(ws), dims_(dims), obits_(obits) {
+    tc_prec_ = ws.device.tensor_cores;
+    tc_thr_ = resolve_tc_threshold(ws.device);
+    int last_x = -1, first_y = ws.out_order();
+    for (int o = 0; o < ws.out_order(); ++o)
+      if (ws.out_from_y[static_cast<std::size_t>(o)])
+        first_y = std::min(first_y, o);
+      else
+        last_x = o;
+    row_major_ = last_x < first_y;
+  }
+
+  /// Matching, row classes, tensor-core blocks and the count pass. Fills count.
+  void build(const SparseTensor<T>& x, const SparseTensor<T>& y, ContractCount& count);
+  SparseTensor<T> run(ContractStats& st);
+  double match_seconds() const { return match_s_; }
+  double count_seconds() const { return count_s_; }
+
+ private:
+  i64 scan(const i64* in, i64* out, i64 n1);  // exclusive scan of n1 entries; returns out[n1-1]
+  template <typename V>
+  void sort_pairs(cub::DoubleBuffer<u64>& k, cub::DoubleBuffer<V>& v, i64 n, int bits);
+  void sort_keys(cub::DoubleBuffer<u64>& k, i64 n, int bits);
+  void build_tensor_cores(const SparseTensor<T>& x);
+  void check_err(const char* when);
+  sptc::RowsView view() const;
+
+  Context& ctx_;
+  ContractSpec ws_;
+  std::vector<u64> dims_;
+  int obits_ = 1;
+  bool row_major_ = true;
+  TensorCorePrecision tc_prec_ = TensorCorePrecision::off;
+  double tc_thr_ = 0;
+  DeviceMemory tmp_;  // CUB temporaries (grow-only)
+  EventPool ev_;
+  DeviceTensor<T> xd_, yd_;  // yd_ empty for a self-contraction
+  const DeviceTensor<T>* ydp_ = nullptr;
+  i64 nx_ = 0, ny_ = 0, nmx_ = 0, nrows_ = 0, ncols_ = 0, products_ = 0, entries_ = 0;
+  // Matched structure.
+  DeviceMemory ysc_, ysv_, colrep_, mx_first_, mx_row_, mx_val_, mx_off_, rowstart_, rowp_, rowrep_,
+      err_;
+  // Row classes.
+  i64 ngroups_ = 0, ndense_ = 0, nspill_ = 0, spill_products_ = 0, spill_entries_ = 0;
+  int ntiles_ = 1, tile_w_ = 0;
+  DeviceMemory gfirst_, gend_, drows_, srows_, soff_, rowoff_, itemoff_;
+  // Tensor cores.
+  bool tc_on_ = false;
+  i64 tc_products_ = 0, tc_blocks_ = 0, tc_pairs_ = 0, nout_ = 0;
+  DeviceMemory xtile_, ytile_, atiles_, btiles_, otkey_, ostart_, pa_, pb_, smask_, irow_, jcol_,
+      rowblk_, rowlo_;
+  double tc_build_s_ = 0;
+  std::string tc_note_;
+  // Codes read while the tensor-core blocks are built (owned by build()).
+  const u64* rowkey_ = nullptr;
+  const u64* colkey_ = nullptr;
+  const u64* ysk_ = nullptr;
+  DeviceMemory colblk_tmp_;
+  std::size_t held_ = 0, count_peak_ = 0, run_peak_ = 0;
+  double match_s_ = 0, count_s_ = 0;
+};
+
+template <typename T>
+i64 RowsEngine<T>::scan(const i64* in, i64* out, i64 n1) {
+  std::size_t bytes = 0;
+  TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, n1, ctx_.stream));
+  alloc(tmp_, bytes, "SpTC scan temporaries");
+  TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp_.get(), bytes, in, out, n1, ctx_.stream));
+  return download_one(ctx_, out + (n1 - 1));
+}
+
+template <typename T>
+template <typename V>
+void RowsEngine<T>::sort_pairs(cub::DoubleBuffer<u64>& k, cub::DoubleBuffer<V>& v, i64 n,
+                               int bits) {
+  std::size_t bytes = 0;
+  TESSERA_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(nullptr, bytes, k, v, n, 0, bits, ctx_.stream));
+  alloc(tmp_, bytes, "SpTC sort temporaries");
+  TESSERA_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(tmp_.get(), bytes, k, v, n, 0, bits, ctx_.stream));
+}
+
+template <typename T>
+void RowsEngine<T>::sort_keys(cub::DoubleBuffer<u64>& k, i64 n, int bits) {
+  std::size_t bytes = 0;
+  TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, k, n, 0, bits, ctx_.stream));
+  alloc(tmp_, bytes, "SpTC sort temporaries");
+  TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(tmp_.get(), bytes, k, n, 0, bits, ctx_.stream));
+}
+
+template <typename T>
+void RowsEngine<T>::check_err(const char* when) {
+  const unsigned e = download_one(ctx_, ptr<unsigned>(err_));
+  TESSERA_EXPECTS(e == 0, "SpTC (cuda backend, rows assembly): internal check failed "
+                              << when << " (error bits " << e
+                              << ": 1 group overflow, 2 count mismatch, 4 tensor-core cell "
+                                 "missing, 8 spill rows); rerun with the spec's "
+                                 "device.assembly = sort and report it");
+}
+
+template <typename T>
+sptc::RowsView RowsEngine<T>::view() const {
+  sptc::RowsView v;
+  v.nrows = nrows_;
+  v.ncols = ncols_;
+  v.rowstart = ptr<u32>(rowstart_);
+  v.rowp = ptr<i64>(rowp_);
+  v.mx_off = ptr<i64>(mx_off_);
+  v.mx_first = ptr<u32>(mx_first_);
+  v.mx_row = ptr<u32>(mx_row_);
+  v.mx_val = ptr<double>(mx_val_);
+  v.ysc = ptr<u32>(ysc_);
+  v.ysv = ptr<double>(ysv_);
+  v.err = ptr<unsigned>(err_);
+  if (tc_on_) {
+    sptc::TcView& t = v.tc;
+    t.nout = nout_;
+    t.otkey = ptr<u64>(otkey_);
+    t.ostart = ptr<u32>(ostart_);
+    t.pa = ptr<u32>(pa_);
+    t.pb = ptr<u32>(pb_);
+    t.atiles = atiles_.get();
+    t.btiles = btiles_.get();
+    t.smask = ptr<u32>(smask_);
+    t.irow = ptr<u32>(irow_);
+    t.jcol = ptr<u32>(jcol_);
+    t.rowblk = ptr<u32>(rowblk_);
+    t.rowlo = ptr<unsigned char>(rowlo_);
+    t.xtile = ptr<u32>(xtile_);
+    t.ytile = ptr<u32>(ytile_);
+  }
+  return v;
+}
+
+/// KeyMap over modes `modes` of a device tensor, with lengths `len`.
+template <typename T>
+KeyMap key_map(const DeviceTensor<T>& t, const std::vector<int>& modes,
+               const std::vector<u64>& len) {
+  KeyMap m;
+  m.n = static_cast<int>(modes.size());
+  for (int c = 0; c < m.n; ++c) {
+    m.col[c] = t.col(modes[static_cast<std::size_t>(c)]);
+    m.dim[c] = len[static_cast<std::size_t>(c)];
+  }
+  return m;
+}
+
+template <typename T>
+void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                          ContractCount& count) {
+  nx_ = x.nnz();
+  ny_ = y.nnz();
+  if (nx_ == 0 || ny_ == 0) return;
+  const bool self = &x == &y;
+  const std::size_t in_bytes =
+      static_cast<std::size_t>(nx_) * (x.idx.size() * sizeof(index_t) + sizeof(T)) +
+      (self ? 0 : static_cast<std::size_t>(ny_) * (y.idx.size() * sizeof(index_t) + sizeof(T)));
+  // Peak of the matching: about 56 bytes per Y and 64 per X nonzero besides the inputs.
+  check_fits(ctx_, in_bytes + 64 * static_cast<std::size_t>(nx_ + ny_), "matching the inputs", 0,
+             -1);
+  ev_.ensure(4);
+  TESSERA_CUDA_CHECK(cudaEventRecord(ev_[0], ctx_.stream));
+  xd_.load(ctx_, x);
+  ydp_ = &xd_;
+  if (!self) {
+    yd_.load(ctx_, y);
+    ydp_ = &yd_;
+  }
+  const DeviceTensor<T>& yd = *ydp_;
+  held_ = xd_.bytes + yd_.bytes;
+  alloc(err_, sizeof(unsigned), "SpTC error flags");
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(err_.get(), 0, sizeof(unsigned), ctx_.stream));
+
+  // Lengths of the key, row and column codes.
+  std::vector<u64> klen, rlen, clen;
+  std::vector<int> xrow_modes, ycol_modes;
+  for (int m : ws_.x_key) klen.push_back(x.dims[static_cast<std::size_t>(m)]);
+  for (int o = 0; o < ws_.out_order(); ++o) {
+    const auto os = static_cast<std::size_t>(o);
+    if (ws_.out_from_y[os]) {
+      ycol_modes.push_back(ws_.out_mode[os]);
+      clen.push_back(dims_[os]);
+    } else {
+      xrow_modes.push_back(ws_.out_mode[os]);
+      rlen.push_back(dims_[os]);
+    }
+  }
+  const KeyMap xk = key_map(xd_, ws_.x_key, klen), yk = key_map(yd, ws_.y_key, klen);
+  const KeyMap rk = key_map(xd_, xrow_modes, rlen), ck = key_map(yd, ycol_modes, clen);
+  const int kbits = key_bits(cells(klen)), rbits = key_bits(cells(rlen)),
+            cbits = key_bits(cells(clen));
+
+  // ---- Y: sorted by matched key; columns ranked ----
+  DeviceMemory yk0, yk1, yp0, yp1;
+  u64* ysk = nullptr;  // sorted matched keys (kept for the tensor-core blocks)
+  const index_t* yperm = nullptr;
+  dalloc<u64>(yk0, ny_, "SpTC keys");
+  dalloc<u64>(yk1, ny_, "SpTC keys");
+  dalloc<index_t>(yp0, ny_, "SpTC permutation");
+  dalloc<index_t>(yp1, ny_, "SpTC permutation");
+  y_keys_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, yk, ptr<u64>(yk0),
+                                                           ptr<index_t>(yp0));
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  {
+    cub::DoubleBuffer<u64> kb(ptr<u64>(yk0), ptr<u64>(yk1));
+    cub::DoubleBuffer<index_t> pb(ptr<index_t>(yp0), ptr<index_t>(yp1));
+    sort_pairs(kb, pb, ny_, kbits);
+    ysk = kb.Current();
+    yperm = pb.Current();
+  }
+  DeviceMemory colkey;  // per column: its code (tensor-core blocks)
+  {
+    DeviceMemory c0, c1, p0, p1, flag, excl, crank;
+    dalloc<u64>(c0, ny_, "SpTC column keys");
+    dalloc<u64>(c1, ny_, "SpTC column keys");
+    dalloc<index_t>(p0, ny_, "SpTC permutation");
+    dalloc<index_t>(p1, ny_, "SpTC permutation");
+    y_keys_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ck, ptr<u64>(c0),
+                                                             ptr<index_t>(p0));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    cub::DoubleBuffer<u64> kb(ptr<u64>(c0), ptr<u64>(c1));
+    cub::DoubleBuffer<index_t> pb(ptr<index_t>(p0), ptr<index_t>(p1));
+    sort_pairs(kb, pb, ny_, cbits);
+    dalloc<i64>(flag, ny_ + 1, "SpTC flags");
+    dalloc<i64>(excl, ny_ + 1, "SpTC flags");
+    change_flags_kernel<<<grid_for(ny_ + 1), kBlock, 0, ctx_.stream>>>(ny_, kb.Current(), 0,
+                                                                       ptr<i64>(flag));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    ncols_ = scan(ptr<i64>(flag), ptr<i64>(excl), ny_ + 1);
+    dalloc<u32>(crank, ny_, "SpTC column ranks");
+    dalloc<u32>(colrep_, ncols_, "SpTC columns");
+    dalloc<u64>(colkey, ncols_, "SpTC columns");
+    col_ranks_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
+        ny_, ptr<i64>(flag), ptr<i64>(excl), pb.Current(), kb.Current(), ptr<u32>(crank),
+        ptr<u32>(colrep_), ptr<u64>(colkey));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    dalloc<u32>(ysc_, ny_, "SpTC sorted Y");
+    dalloc<double>(ysv_, ny_, "SpTC sorted Y");
+    y_sorted_kernel<T><<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
+        ny_, yperm, ptr<u32>(crank), ptr<T>(yd.vals), ptr<u32>(ysc_), ptr<double>(ysv_));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  }
+  yp0 = DeviceMemory();  // the permutation is no longer needed
+  yp1 = DeviceMemory();
+  held_ += static_cast<std::size_t>(ny_) * 12 + static_cast<std::size_t>(ncols_) * 4;
+
+  // ---- X: sorted by row code, matched, compacted; rows ----
+  DeviceMemory rowkey;  // per row: its code (tensor-core blocks)
+  {
+    DeviceMemory r0, r1, p0, p1, xfirst, xcnt, mflag, mpos, mx_cnt, mx_orig, mx_rk;
+    dalloc<u64>(r0, nx_, "SpTC row keys");
+    dalloc<u64>(r1, nx_, "SpTC row keys");
+    dalloc<index_t>(p0, nx_, "SpTC permutation");
+    dalloc<index_t>(p1, nx_, "SpTC permutation");
+    y_keys_kernel<<<grid_for(nx_), kBlock, 0, ctx_.stream>>>(nx_, rk, ptr<u64>(r0),
+                                                             ptr<index_t>(p0));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    cub::DoubleBuffer<u64> kb(ptr<u64>(r0), ptr<u64>(r1));
+    cub::DoubleBuffer<index_t> pb(ptr<index_t>(p0), ptr<index_t>(p1));
+    sort_pairs(kb, pb, nx_, rbits);  // stable: a row keeps X's input order
+    dalloc<u32>(xfirst, nx_, "SpTC ranges");
+    dalloc<i64>(xcnt, nx_, "SpTC ranges");
+    dalloc<i64>(mflag, nx_ + 1, "SpTC flags");
+    dalloc<i64>(mpos, nx_ + 1, "SpTC flags");
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr<i64>(mflag) + nx_, 0, sizeof(i64), ctx_.stream));
+    x_ranges_sorted_kernel<<<grid_for(nx_), kBlock, 0, ctx_.stream>>>(
+        nx_, xk, pb.Current(), ysk, ny_, ptr<u32>(xfirst), ptr<i64>(xcnt), ptr<i64>(mflag));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    nmx_ = scan(ptr<i64>(mflag), ptr<i64>(mpos), nx_ + 1);
+    if (nmx_ == 0) {
+      TESSERA_CUDA_CHECK(cudaEventRecord(ev_[1], ctx_.stream));
+      ctx_.sync();
+      match_s_ = elapsed(ev_[0], ev_[1]);
+      count.products = 0;
+      count.workspace_bytes = held_;
+      return;
+    }
+    dalloc<u32>(mx_first_, nmx_, "SpTC matched X");
+    dalloc<i64>(mx_cnt, nmx_ + 1, "SpTC matched X");
+    dalloc<double>(mx_val_, nmx_, "SpTC matched X");
+    dalloc<u32>(mx_orig, nmx_, "SpTC matched X");
+    dalloc<u64>(mx_rk, nmx_, "SpTC matched X");
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr<i64>(mx_cnt) + nmx_, 0, sizeof(i64), ctx_.stream));
+    x_compact_kernel<T><<<grid_for(nx_), kBlock, 0, ctx_.stream>>>(
+        nx_, ptr<i64>(mflag), ptr<i64>(mpos), pb.Current(), ptr<u32>(xfirst), ptr<i64>(xcnt),
+        kb.Current(), ptr<T>(xd_.vals), ptr<u32>(mx_first_), ptr<i64>(mx_cnt), ptr<double>(mx_val_),
+        ptr<u32>(mx_orig), ptr<u64>(mx_rk));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    // Free the sort buffers before the per-row arrays.
+    r0 = DeviceMemory();
+    r1 = DeviceMemory();
+    p0 = DeviceMemory();
+    p1 = DeviceMemory();
+    xfirst = DeviceMemory();
+    xcnt = DeviceMemory();
+    dalloc<i64>(mx_off_, nmx_ + 1, "SpTC product offsets");
+    products_ = scan(ptr<i64>(mx_cnt), ptr<i64>(mx_off_), nmx_ + 1);
+    mx_cnt = DeviceMemory();
+    // Rows: runs of equal row codes (mflag/mpos reused as flags and their scan).
+    change_flags_kernel<<<grid_for(nmx_ + 1), kBlock, 0, ctx_.stream>>>(nmx_, ptr<u64>(mx_rk), 0,
+                                                                        ptr<i64>(mflag));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    nrows_ = scan(ptr<i64>(mflag), ptr<i64>(mpos), nmx_ + 1);
+    dalloc<u32>(mx_row_, nmx_, "SpTC matched X");
+    dalloc<u32>(rowstart_, nrows_ + 1, "SpTC rows");
+    dalloc<u32>(rowrep_, nrows_, "SpTC rows");
+    dalloc<u64>(rowkey, nrows_, "SpTC rows");
+    dalloc<i64>(rowp_, nrows_ + 1, "SpTC rows");
+    rows_build_kernel<<<grid_for(nmx_), kBlock, 0, ctx_.stream>>>(
+        nmx_, ptr<i64>(mflag), ptr<i64>(mpos), ptr<u32>(mx_orig), ptr<u64>(mx_rk),
+        ptr<i64>(mx_off_), ptr<u32>(mx_row_), ptr<u32>(rowstart_), ptr<u32>(rowrep_),
+        ptr<u64>(rowkey), ptr<i64>(rowp_));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    set_tail_kernel<<<1, 1, 0, ctx_.stream>>>(ptr<u32>(rowstart_) + nrows_, static_cast<u32>(nmx_),
+                                              ptr<i64>(rowp_) + nrows_, products_);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  }
+  held_ += static_cast<std::size_t>(nmx_) * 28 + static_cast<std::size_t>(nrows_) * 16;
+  count.products = products_;
+
+  // ---- tensor-core blocks ----
+  if (tc_prec_ != TensorCorePrecision::off && tc_thr_ <= 1.0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    rowkey_ = ptr<u64>(rowkey);
+    colkey_ = ptr<u64>(colkey);
+    ysk_ = ysk;
+    build_tensor_cores(x);
+    rowkey_ = colkey_ = ysk_ = nullptr;
+    ctx_.sync();
+    tc_build_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  rowkey = DeviceMemory();
+  colkey = DeviceMemory();
+  yk0 = DeviceMemory();
+  yk1 = DeviceMemory();
+
+  // ---- row classes ----
+  {
+    const i64 heavy = std::max<i64>(i64{1} << 20, products_ / 512);
+    const bool dense_ok = ncols_ <= static_cast<i64>(sptc::kDenseTileMax) * sptc::kDenseTilesMax;
+    const bool one_tile = ncols_ <= sptc::kDenseTileMax;
+    DeviceMemory dflag, dex, sflag, sex, gs, gex, sprod;
+    for (DeviceMemory* m : {&dflag, &dex, &sflag, &sex, &gs, &gex})
+      dalloc<i64>(*m, nrows_ + 1, "SpTC row classes");
+    row_class_kernel<<<grid_for(nrows_ + 1), kBlock, 0, ctx_.stream>>>(
+        nrows_, ptr<i64>(rowp_), heavy, dense_ok ? 1 : 0, one_tile ? 1 : 0, ncols_, ptr<i64>(dflag),
+        ptr<i64>(sflag), ptr<i64>(gs));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    ndense_ = scan(ptr<i64>(dflag), ptr<i64>(dex), nrows_ + 1);
+    nspill_ = scan(ptr<i64>(sflag), ptr<i64>(sex), nrows_ + 1);
+    ngroups_ = scan(ptr<i64>(gs), ptr<i64>(gex), nrows_ + 1);
+    dalloc<u32>(drows_, ndense_, "SpTC row classes");
+    dalloc<u32>(srows_, nspill_, "SpTC row classes");
+    dalloc<i64>(sprod, nspill_ + 1, "SpTC row classes");
+    dalloc<i64>(soff_, nspill_ + 1, "SpTC row classes");
+    dalloc<u32>(gfirst_, ngroups_, "SpTC row classes");
+    dalloc<u32>(gend_, ngroups_, "SpTC row classes");
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr<i64>(sprod) + nspill_, 0, sizeof(i64), ctx_.stream));
+    row_lists_kernel<<<grid_for(nrows_), kBlock, 0, ctx_.stream>>>(
+        nrows_, ptr<i64>(rowp_), ptr<i64>(dflag), ptr<i64>(dex), ptr<i64>(sflag), ptr<i64>(sex),
+        ptr<i64>(gs), ptr<i64>(gex), ptr<u32>(drows_), ptr<u32>(srows_), ptr<i64>(sprod),
+        ptr<u32>(gfirst_), ptr<u32>(gend_));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    spill_products_ = scan(ptr<i64>(sprod), ptr<i64>(soff_), nspill_ + 1);
+    ntiles_ = static_cast<int>(
+        std::max<i64>(1, (ncols_ + sptc::kDenseTileMax - 1) / sptc::kDenseTileMax));
+    tile_w_ = static_cast<int>(((ncols_ + ntiles_ - 1) / ntiles_ + 3) / 4 * 4);
+    held_ += static_cast<std::size_t>(ndense_ + nspill_ + 2 * ngroups_) * 4 +
+             static_cast<std::size_t>(nspill_) * 8;
+  }
+  TESSERA_CUDA_CHECK(cudaEventRecord(ev_[1], ctx_.stream));
+
+  // ---- count pass ----
+  const i64 nitems = ndense_ * ntiles_;
+  const std::size_t S = static_cast<std::size_t>(spill_products_);
+  {
+    std::size_t sort_tmp = 0;
+    if (S > 0) {
+      cub::DoubleBuffer<u64> k(nullptr, nullptr);
+      TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, sort_tmp, k, spill_products_, 0,
+                                                        64, ctx_.stream));
+    }
+    count_peak_ = 16 * S + sort_tmp + static_cast<std::size_t>(nrows_ + nitems) * 16;
+    check_fits(ctx_, count_peak_, "counting the output", products_, -1);
+  }
+  DeviceMemory rowcnt, itemcnt;
+  dalloc<i64>(rowcnt, nrows_ + 1, "SpTC row counts");
+  dalloc<i64>(itemcnt, nitems + 1, "SpTC row counts");
+  dalloc<i64>(rowoff_, nrows_ + 1, "SpTC row offsets");
+  dalloc<i64>(itemoff_, nitems + 1, "SpTC row offsets");
+  TESSERA_CUDA_CHECK(
+      cudaMemsetAsync(rowcnt.get(), 0, static_cast<std::size_t>(nrows_ + 1) * 8, ctx_.stream));
+  TESSERA_CUDA_CHECK(
+      cudaMemsetAsync(itemcnt.get(), 0, static_cast<std::size_t>(nitems + 1) * 8, ctx_.stream));
+  const sptc::RowsView v = view();
+  sptc::RowsOut co;
+  co.rowcnt = ptr<i64>(rowcnt);
+  co.itemcnt = ptr<i64>(itemcnt);
+  sptc::launch_row_groups(ctx_.stream, v, ptr<u32>(gfirst_), ptr<u32>(gend_), ngroups_, false, co);
+  sptc::launch_dense_rows(ctx_.stream, v, ptr<u32>(drows_), nitems, ntiles_, tile_w_, false, co);
+  if (S > 0) {
+    DeviceMemory k0, k1, c;
+    dalloc<u64>(k0, spill_products_, "SpTC spill keys");
+    dalloc<u64>(k1, spill_products_, "SpTC spill keys");
+    dalloc<unsigned long long>(c, 1, "SpTC count");
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(c.get(), 0, sizeof(unsigned long long), ctx_.stream));
+    spill_keys_kernel<<<grid_for(spill_products_), kBlock, 0, ctx_.stream>>>(
+        spill_products_, ptr<i64>(soff_), nspill_, ptr<u32>(srows_), v, ptr<u64>(k0), nullptr);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    cub::DoubleBuffer<u64> kb(ptr<u64>(k0), ptr<u64>(k1));
+    sort_keys(kb, spill_products_, key_bits(static_cast<u128>(nrows_) * static_cast<u128>(ncols_)));
+    spill_count_kernel<<<grid_for(spill_products_, 4096), kBlock, 0, ctx_.stream>>>(
+        spill_products_, kb.Current(), static_cast<u64>(ncols_), ptr<i64>(rowcnt),
+        ptr<unsigned long long>(c));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    spill_entries_ = static_cast<i64>(download_one(ctx_, ptr<unsigned long long>(c)));
+  }
+  entries_ = scan(ptr<i64>(rowcnt), ptr<i64>(rowoff_), nrows_ + 1);
+  if (nitems > 0) scan(ptr<i64>(itemcnt), ptr<i64>(itemoff_), nitems + 1);
+  check_err("in the count pass");
+  TESSERA_CUDA_CHECK(cudaEventRecord(ev_[2], ctx_.stream));
+  ctx_.sync();
+  match_s_ = elapsed(ev_[0], ev_[1]);
+  count_s_ = elapsed(ev_[1], ev_[2]);
+  held_ += static_cast<std::size_t>(nrows_ + nitems) * 8;
+  count.output_entries = entries_;
+  count.output_bytes = static_cast<std::size_t>(entries_) * contract_entry_bytes(ws_, sizeof(T));
+  // The run: entries (12 E), flags and positions (16 E), the device output, the spill sort
+  // (32 S + temporaries) or the final sort of interleaved outputs (32 E + temporaries).
+  const std::size_t E = static_cast<std::size_t>(entries_);
+  std::size_t sort_tmp = 0;
+  {
+    cub::DoubleBuffer<u64> k(nullptr, nullptr);
+    cub::DoubleBuffer<double> vv(nullptr, nullptr);
+    TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+        nullptr, sort_tmp, k, vv, std::max<i64>(spill_products_, entries_), 0, 64, ctx_.stream));
+  }
+  const std::size_t out_dev = (4 * static_cast<std::size_t>(dims_.size()) + sizeof(T)) * E;
+  run_peak_ = 12 * E +
+              std::max(32 * S + sort_tmp + 16 * static_cast<std::size_t>(nrows_),
+                       16 * E + out_dev + (row_major_ ? 0 : 32 * E + sort_tmp)) +
+              4096;
+  count.workspace_bytes = held_ + std::max(count_peak_, run_peak_);
+  if (products_ > 0) check_fits(ctx_, run_peak_, "the contraction", products_, entries_);
+}
+
+template <typename T>
+void RowsEngine<T>::build_tensor_cores(const SparseTensor<T>&) {
+  const i64 need = std::max<i64>(1, static_cast<i64>(std::ceil(tc_thr_ * 256.0 - 1e-9)));
+  if (need > 256) return;
+  // Row blocks, column blocks, key blocks (ranks of code / 16).
+  i64 nib = 0, njb = 0;
+  DeviceMemory ykb;
+  {
+    const i64 nmax = std::max({nrows_, ncols_, ny_});
+    DeviceMemory flag, excl;
+    dalloc<i64>(flag, nmax + 1, "SpTC tensor-core blocks");
+    dalloc<i64>(excl, nmax + 1, "SpTC tensor-core blocks");
+    change_flags_kernel<<<grid_for(nrows_ + 1), kBlock, 0, ctx_.stream>>>(nrows_, rowkey_, 4,
+                                                                          ptr<i64>(flag));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    nib = scan(ptr<i64>(flag), ptr<i64>(excl), nrows_ + 1);
+    dalloc<u32>(rowblk_, nrows_, "SpTC tensor-core blocks");
+    dalloc<unsigned char>(rowlo_, nrows_, "SpTC tensor-core blocks");
+    dalloc<u32>(irow_, nib * kTile, "SpTC tensor-core blocks");
+    ranks_kernel<<<grid_for(nrows_), kBlock, 0, ctx_.stream>>>(nrows_, ptr<i64>(flag),
+                                                               ptr<i64>(excl), ptr<u32>(rowblk_));
+    low4_kernel<<<grid_for(nrows_), kBlock, 0, ctx_.stream>>>(nrows_, rowkey_,
+                                                              ptr<unsigned char>(rowlo_));
+    TESSERA_CUDA_CHECK(
+        cudaMemsetAsync(irow_.get(), 0xff, static_cast<std::size_t>(nib) * kTile * 4, ctx_.stream));
+    fill_table_kernel<<<grid_for(nrows_), kBlock, 0, ctx_.stream>>>(
+        nrows_, rowkey_, ptr<u32>(rowblk_), ptr<u32>(irow_));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+
+    change_flags_kernel<<<grid_for(ncols_ + 1), kBlock, 0, ctx_.stream>>>(ncols_, colkey_, 4,
+                                                                          ptr<i64>(flag));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    njb = scan(ptr<i64>(flag), ptr<i64>(excl), ncols_ + 1);
+    dalloc<u32>(colblk_tmp_, ncols_, "SpTC tensor-core blocks");
+    dalloc<u32>(jcol_, njb * kTile, "SpTC tensor-core blocks");
+    ranks_kernel<<<grid_for(ncols_), kBlock, 0, ctx_.stream>>>(
+        ncols_, ptr<i64>(flag), ptr<i64>(excl), ptr<u32>(colblk_tmp_));
+    TESSERA_CUDA_CHECK(
+        cudaMemsetAsync(jcol_.get(), 0xff, static_cast<std::size_t>(njb) * kTile * 4, ctx_.stream));
+    fill_table_kernel<<<grid_for(ncols_), kBlock, 0, ctx_.stream>>>(
+        ncols_, colkey_, ptr<u32>(colblk_tmp_), ptr<u32>(jcol_));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+
+    change_flags_kernel<<<grid_for(ny_ + 1), kBlock, 0, ctx_.stream>>>(ny_, ysk_, 4,
+                                                                       ptr<i64>(flag));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    scan(ptr<i64>(flag), ptr<i64>(excl), ny_ + 1);
+    dalloc<u32>(ykb, ny_, "SpTC tensor-core blocks");
+    ranks_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ptr<i64>(flag), ptr<i64>(excl),
+                                                            ptr<u32>(ykb));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  }
+  // Dense blocks of one side: block keys sorted, runs counted, dense ones numbered.
+  // Returns the number of dense blocks; tile[element] = dense block or kNone; dkey = keys.
+  auto dense_blocks = [&](i64 n, DeviceMemory& keys, DeviceMemory& idx, DeviceMemory& tile,
+                          DeviceMemory& dkey) -> i64 {
+    DeviceMemory k1, i1, flag, excl, start, dflag, dexcl;
+    dalloc<u64>(k1, n, "SpTC tensor-core blocks");
+    dalloc<u32>(i1, n, "SpTC tensor-core blocks");
+    cub::DoubleBuffer<u64> kb(ptr<u64>(keys), ptr<u64>(k1));
+    cub::DoubleBuffer<u32> ib(ptr<u32>(idx), ptr<u32>(i1));
+    sort_pairs(kb, ib, n, 64);
+    dalloc<i64>(flag, n + 1, "SpTC tensor-core blocks");
+    dalloc<i64>(excl, n + 1, "SpTC tensor-core blocks");
+    change_flags_kernel<<<grid_for(n + 1), kBlock, 0, ctx_.stream>>>(n, kb.Current(), 0,
+                                                                     ptr<i64>(flag));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    const i64 nblocks = scan(ptr<i64>(flag), ptr<i64>(excl), n + 1);
+    dalloc<u32>(start, nblocks, "SpTC tensor-core blocks");
+    run_starts_kernel<<<grid_for(n), kBlock, 0, ctx_.stream>>>(
+        n, ptr<i64>(flag), ptr<i64>(excl), kb.Current(), ptr<u32>(start), nullptr);
+    dalloc<i64>(dflag, nblocks + 1, "SpTC tensor-core blocks");
+    dalloc<i64>(dexcl, nblocks + 1, "SpTC tensor-core blocks");
+    dense_flags_kernel<<<grid_for(nblocks + 1), kBlock, 0, ctx_.stream>>>(nblocks, ptr<u32>(start),
+                                                                          n, need, ptr<i64>(dflag));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    const i64 nd = scan(ptr<i64>(dflag), ptr<i64>(dexcl), nblocks + 1);
+    dalloc<u32>(tile, n, "SpTC tensor-core blocks");
+    dalloc<u64>(dkey, nd, "SpTC tensor-core blocks");
+    elem_blocks_kernel<<<grid_for(n), kBlock, 0, ctx_.stream>>>(
+        n, ib.Current(), ptr<i64>(flag), ptr<i64>(excl), ptr<i64>(dflag), ptr<i64>(dexcl),
+        kb.Current(), ptr<u32>(tile), ptr<u64>(dkey));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    return nd;
+  };
+  DeviceMemory adkey, bdkey;
+  i64 na = 0, nb = 0;
+  {
+    DeviceMemory keys, idx;
+    dalloc<u64>(keys, nmx_, "SpTC tensor-core blocks");
+    dalloc<u32>(idx, nmx_, "SpTC tensor-core blocks");
+    a_keys_kernel<<<grid_for(nmx_), kBlock, 0, ctx_.stream>>>(
+        nmx_, ptr<u32>(mx_row_), ptr<u32>(mx_first_), ptr<u32>(rowblk_), ptr<u32>(ykb),
+        ptr<u64>(keys), ptr<u32>(idx));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    na = dense_blocks(nmx_, keys, idx, xtile_, adkey);
+  }
+  {
+    DeviceMemory keys, idx;
+    dalloc<u64>(keys, ny_, "SpTC tensor-core blocks");
+    dalloc<u32>(idx, ny_, "SpTC tensor-core blocks");
+    b_keys_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
+        ny_, ptr<u32>(ykb), ptr<u32>(ysc_), ptr<u32>(colblk_tmp_), ptr<u64>(keys), ptr<u32>(idx));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    nb = dense_blocks(ny_, keys, idx, ytile_, bdkey);
+  }
+  colblk_tmp_ = DeviceMemory();
+  ykb = DeviceMemory();
+  auto give_up = [&](const std::string& why) {
+    tc_note_ = why;
+    for (DeviceMemory* m : {&xtile_, &ytile_, &irow_, &jcol_, &rowblk_, &rowlo_})
+      *m = DeviceMemory();
+    tc_on_ = false;
+  };
+  if (na == 0 || nb == 0) return give_up("no dense blocks");
+  // Block pairs sharing a key block, grouped by output block.
+  DeviceMemory pcnt, poff, bfirst;
+  dalloc<i64>(pcnt, na + 1, "SpTC block pairs");
+  dalloc<i64>(poff, na + 1, "SpTC block pairs");
+  dalloc<u32>(bfirst, na, "SpTC block pairs");
+  pair_count_kernel<<<grid_for(na + 1), kBlock, 0, ctx_.stream>>>(
+      na, ptr<u64>(adkey), ptr<u64>(bdkey), nb, ptr<i64>(pcnt), ptr<u32>(bfirst));
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  const i64 np = scan(ptr<i64>(pcnt), ptr<i64>(poff), na + 1);
+  if (np == 0) return give_up("no pair of dense blocks");
+  if (np >= (i64{1} << 32) - 1) return give_up("over 2^32 block pairs");
+  const std::size_t blocks_bytes =
+      static_cast<std::size_t>(na + nb) * 256 *
+      (8 + (tc_prec_ == TensorCorePrecision::fp64 ? 0 : sptc::tile_value_bytes(tc_prec_)));
+  {
+    std::size_t free_b = 0, total_b = 0;
+    TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const std::size_t want = blocks_bytes + static_cast<std::size_t>(np) * 40;
+    if (want > free_b / 4)
+      return give_up("the dense blocks and their pairs would need " + gib(want) +
+                     " of device memory");
+  }
+  DeviceMemory okey, pa, pb, pid;
+  {
+    DeviceMemory okey1, pid1;
+    dalloc<u64>(okey, np, "SpTC block pairs");
+    dalloc<u64>(okey1, np, "SpTC block pairs");
+    dalloc<u32>(pa, np, "SpTC block pairs");
+    dalloc<u32>(pb, np, "SpTC block pairs");
+    dalloc<u32>(pid, np, "SpTC block pairs");
+    dalloc<u32>(pid1, np, "SpTC block pairs");
+    pair_expand_kernel<<<grid_for(na), kBlock, 0, ctx_.stream>>>(
+        na, ptr<i64>(poff), ptr<u32>(bfirst), ptr<u64>(adkey), ptr<u64>(bdkey), ptr<u64>(okey),
+        ptr<u32>(pa), ptr<u32>(pb), ptr<u32>(pid));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    cub::DoubleBuffer<u64> kb(ptr<u64>(okey), ptr<u64>(okey1));
+    cub::DoubleBuffer<u32> ib(ptr<u32>(pid), ptr<u32>(pid1));
+    sort_pairs(kb, ib, np, 64);
+    dalloc<u32>(pa_, np, "SpTC block pairs");
+    dalloc<u32>(pb_, np, "SpTC block pairs");
+    gather_pairs_kernel<<<grid_for(np), kBlock, 0, ctx_.stream>>>(
+        np, ib.Current(), ptr<u32>(pa), ptr<u32>(pb), ptr<u32>(pa_), ptr<u32>(pb_));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    DeviceMemory flag, excl;
+    dalloc<i64>(flag, np + 1, "SpTC block pairs");
+    dalloc<i64>(excl, np + 1, "SpTC block pairs");
+    change_flags_kernel<<<grid_for(np + 1), kBlock, 0, ctx_.stream>>>(np, kb.Current(), 0,
+                                                                      ptr<i64>(flag));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    nout_ = scan(ptr<i64>(flag), ptr<i64>(excl), np + 1);
+    dalloc<u32>(ostart_, nout_ + 1, "SpTC block pairs");
+    dalloc<u64>(otkey_, nout_, "SpTC block pairs");
+    run_starts_kernel<<<grid_for(np), kBlock, 0, ctx_.stream>>>(
+        np, ptr<i64>(flag), ptr<i64>(excl), kb.Current(), ptr<u32>(ostart_), ptr<u64>(otkey_));
+    set_u32_kernel<<<1, 1, 0, ctx_.stream>>>(ptr<u32>(ostart_) + nout_, static_cast<u32>(np));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  }
+  // Block values (double, repeats summed) and masks, then the pair masks per output block.
+  DeviceMemory at, bt, amask, bmask;
+  dalloc<double>(at, na * 256, "SpTC dense blocks");
+  dalloc<double>(bt, nb * 256, "SpTC dense blocks");
+  dalloc<u32>(amask, na * kTile, "SpTC dense blocks");
+  dalloc<u32>(bmask, nb * kTile, "SpTC dense blocks");
+  TESSERA_CUDA_CHECK(
+      cudaMemsetAsync(at.get(), 0, static_cast<std::size_t>(na) * 256 * 8, ctx_.stream));
+  TESSERA_CUDA_CHECK(
+      cudaMemsetAsync(bt.get(), 0, static_cast<std::size_t>(nb) * 256 * 8, ctx_.stream));
+  TESSERA_CUDA_CHECK(
+      cudaMemsetAsync(amask.get(), 0, static_cast<std::size_t>(na) * kTile * 4, ctx_.stream));
+  TESSERA_CUDA_CHECK(
+      cudaMemsetAsync(bmask.get(), 0, static_cast<std::size_t>(nb) * kTile * 4, ctx_.stream));
+  a_fill_kernel<<<grid_for(nmx_), kBlock, 0, ctx_.stream>>>(
+      nmx_, ptr<u32>(xtile_), ptr<u32>(mx_row_), ptr<u32>(mx_first_), rowkey_, ysk_,
+      ptr<double>(mx_val_), ptr<double>(at), ptr<u32>(amask));
+  b_fill_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
+      ny_, ptr<u32>(ytile_), ysk_, ptr<u32>(ysc_), colkey_, ptr<double>(ysv_), ptr<double>(bt),
+      ptr<u32>(bmask));
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  dalloc<u32>(smask_, nout_ * kTile, "SpTC block pairs");
+  smask_kernel<<<grid_for(nout_ * kTile), kBlock, 0, ctx_.stream>>>(
+      nout_, ptr<u32>(ostart_), ptr<u32>(pa_), ptr<u32>(pb_), ptr<u32>(amask), ptr<u32>(bmask),
+      ptr<u32>(smask_));
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  if (tc_prec_ == TensorCorePrecision::fp64) {
+    atiles_ = std::move(at);
+    btiles_ = std::move(bt);
+  } else {
+    const std::size_t vb = sptc::tile_value_bytes(tc_prec_);
+    alloc(atiles_, static_cast<std::size_t>(na) * 256 * vb, "SpTC dense blocks");
+    alloc(btiles_, static_cast<std::size_t>(nb) * 256 * vb, "SpTC dense blocks");
+    sptc::launch_convert_tiles(ctx_.stream, tc_prec_, na * 256, ptr<double>(at), atiles_.get());
+    sptc::launch_convert_tiles(ctx_.stream, tc_prec_, nb * 256, ptr<double>(bt), btiles_.get());
+  }
+  // Products the blocks take over (statistics).
+  {
+    DeviceMemory flag, ydc, total;
+    dalloc<i64>(flag, ny_ + 1, "SpTC tensor-core blocks");
+    dalloc<i64>(ydc, ny_ + 1, "SpTC tensor-core blocks");
+    dalloc<unsigned long long>(total, 1, "SpTC tensor-core blocks");
+    not_none_flags_kernel<<<grid_for(ny_ + 1), kBlock, 0, ctx_.stream>>>(ny_, ptr<u32>(ytile_),
+                                                                         ptr<i64>(flag));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    scan(ptr<i64>(flag), ptr<i64>(ydc), ny_ + 1);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(total.get(), 0, 8, ctx_.stream));
+    tc_count_kernel<<<grid_for(nmx_, 4096), kBlock, 0, ctx_.stream>>>(
+        nmx_, ptr<u32>(xtile_), ptr<u32>(mx_first_), ptr<i64>(mx_off_), ptr<i64>(ydc),
+        ptr<unsigned long long>(total));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    tc_products_ = static_cast<i64>(download_one(ctx_, ptr<unsigned long long>(total)));
+  }
+  tc_on_ = true;
+  tc_blocks_ = na + nb;
+  tc_pairs_ = np;
+  held_ += blocks_bytes / 2 + static_cast<std::size_t>(np) * 8 +
+           static_cast<std::size_t>(nout_) * 76 + static_cast<std::size_t>(nmx_ + ny_) * 4 +
+           static_cast<std::size_t>(nib + njb) * 64 + static_cast<std::size_t>(nrows_) * 5;
+}
+
+template <typename T>
+SparseTensor<T> RowsEngine<T>::run(ContractStats& st) {
+  const auto t_start = std::chrono::steady_clock::now();
+  SparseTensor<T> out(dims_);
+  st.tc_threshold = tc_thr_;
+  {
+    std::ostringstream p;
+    p << "rows: " << ngroups_ << " groups of small rows, " << ndense_ << " dense rows x " << ntiles_
+      << " column tile(s) of " << tile_w_ << ", " << nspill_ << " spill rows (" << spill_products_
+      << " products sorted); tensor cores ";
+    if (tc_prec_ == TensorCorePrecision::off)
+      p << "off";
+    else if (tc_on_)
+      p << to_string(tc_prec_) << ": " << tc_blocks_ << " dense blocks, " << tc_pairs_
+        << " block pairs, " << tc_products_ << " products (threshold " << tc_thr_ << ", built in "
+        << tc_build_s_ << " s)";
+    else
+      p << "unused (threshold " << tc_thr_ << (tc_note_.empty() ? "" : ": " + tc_note_) << ")";
+    if (!row_major_) p << "; interleaved output letters: final sort";
+    st.path = p.str();
+  }
+  if (products_ == 0) return out;
+  check_fits(ctx_, run_peak_, "the contraction", products_, entries_);
+  ev_.ensure(5);
+  const std::size_t E = static_cast<std::size_t>(entries_);
+  HostOutput<T> host(out, E);  // first touch of the output pages meanwhile
+  TESSERA_CUDA_CHECK(cudaEventRecord(ev_[0], ctx_.stream));
+  DeviceMemory ecol, eval;
+  dalloc<u32>(ecol, entries_, "SpTC entries");
+  dalloc<double>(eval, entries_, "SpTC entries");
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(err_.get(), 0, sizeof(unsigned), ctx_.stream));
+  const sptc::RowsView v = view();
+  sptc::RowsOut ro;
+  ro.rowoff = ptr<i64>(rowoff_);
+  ro.itemoff = ptr<i64>(itemoff_);
+  ro.ecol = ptr<u32>(ecol);
+  ro.eval = ptr<double>(eval);
+  sptc::launch_row_groups(ctx_.stream, v, ptr<u32>(gfirst_), ptr<u32>(gend_), ngroups_, true, ro);
+  sptc::launch_dense_rows(ctx_.stream, v, ptr<u32>(drows_), ndense_ * ntiles_, ntiles_, tile_w_,
+                          true, ro);
+  if (spill_products_ > 0) {
+    DeviceMemory k[2], vals[2], sfirst, nruns;
+    for (int b = 0; b < 2; ++b) {
+      dalloc<u64>(k[b], spill_products_, "SpTC spill keys");
+      dalloc<double>(vals[b], spill_products_, "SpTC spill values");
+    }
+    dalloc<i64>(nruns, 1, "SpTC run count");
+    spill_keys_kernel<<<grid_for(spill_products_), kBlock, 0, ctx_.stream>>>(
+        spill_products_, ptr<i64>(soff_), nspill_, ptr<u32>(srows_), v, ptr<u64>(k[0]),
+        ptr<double>(vals[0]));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    cub::DoubleBuffer<u64> kb(ptr<u64>(k[0]), ptr<u64>(k[1]));
+    cub::DoubleBuffer<double> vb(ptr<double>(vals[0]), ptr<double>(vals[1]));
+    sort_pairs(kb, vb, spill_products_,
+               key_bits(static_cast<u128>(nrows_) * static_cast<u128>(ncols_)));
+    u64* ukey = ptr<u64>(k[1 - kb.selector]);
+    double* usum = ptr<double>(vals[1 - vb.selector]);
+    std::size_t red_bytes = 0;
+    TESSERA_CUDA_CHECK(cub::DeviceReduce::ReduceByKey(
+        nullptr, red_bytes, kb.Current(), ukey, vb.Current(), usum, ptr<i64>(nruns),
+        ::cuda::std::plus<double>{}, spill_products_, ctx_.stream));
+    alloc(tmp_, red_bytes, "SpTC reduce temporaries");
+    TESSERA_CUDA_CHECK(cub::DeviceReduce::ReduceByKey(
+        tmp_.get(), red_bytes, kb.Current(), ukey, vb.Current(), usum, ptr<i64>(nruns),
+        ::cuda::std::plus<double>{}, spill_products_, ctx_.stream));
+    const i64 nu = download_one(ctx_, ptr<i64>(nruns));
+    TESSERA_EXPECTS(nu == spill_entries_, "SpTC (cuda backend): the spill rows gave "
+                                              << nu << " entries, the count pass "
+                                              << spill_entries_);
+    dalloc<i64>(sfirst, nrows_, "SpTC spill rows");
+    spill_first_kernel<<<grid_for(nu), kBlock, 0, ctx_.stream>>>(nu, ukey, static_cast<u64>(ncols_),
+                                                                 ptr<i64>(sfirst));
+    spill_scatter_kernel<<<grid_for(nu), kBlock, 0, ctx_.stream>>>(
+        nu, ukey, usum, static_cast<u64>(ncols_), ptr<i64>(sfirst), ptr<i64>(rowoff_),
+        ptr<u32>(ecol), ptr<double>(eval), ptr<unsigned>(err_));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  }
+  TESSERA_CUDA_CHECK(cudaEventRecord(ev_[3], ctx_.stream));
+  if (tc_on_)
+    sptc::launch_tc_products(ctx_.stream, tc_prec_, v.tc, ptr<i64>(rowoff_), ptr<u32>(ecol),
+                             ptr<double>(eval), ptr<unsigned>(err_));
+  TESSERA_CUDA_CHECK(cudaEventRecord(ev_[4], ctx_.stream));
+  check_err("in the run");
+  TESSERA_CUDA_CHECK(cudaEventRecord(ev_[1], ctx_.stream));
+
+  // ---- assemble: drop exact zeros, coordinates from the representatives ----
+  const int N = static_cast<int>(dims_.size());
+  DeviceMemory flag, pos;
+  dalloc<i64>(flag, entries_ + 1, "SpTC flags");
+  dalloc<i64>(pos, entries_ + 1, "SpTC positions");
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr<i64>(flag) + entries_, 0, sizeof(i64), ctx_.stream));
+  keep_flags_kernel<T>
+      <<<grid_for(entries_), kBlock, 0, ctx_.stream>>>(entries_, ptr<double>(eval), ptr<i64>(flag));
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  const i64 nnz = scan(ptr<i64>(flag), ptr<i64>(pos), entries_ + 1);
+  OutGather g;
+  g.n = N;
+  g.rowrep = ptr<u32>(rowrep_);
+  g.colrep = ptr<u32>(colrep_);
+  for (int o = 0; o < N; ++o) {
+    const auto os = static_cast<std::size_t>(o);
+    g.from_y[o] = ws_.out_from_y[os] ? 1 : 0;
+    g.col[o] = g.from_y[o] ? ydp_->col(ws_.out_mode[os]) : xd_.col(ws_.out_mode[os]);
+    g.dim[o] = dims_[os];
+  }
+  DeviceMemory cols, ovals;
+  dalloc<index_t>(cols, std::max<i64>(nnz, 1) * N, "SpTC output");
+  dalloc<T>(ovals, nnz, "SpTC output");
+  if (nnz > 0 && row_major_) {
+    rows_out_kernel<T><<<grid_for(entries_), kBlock, 0, ctx_.stream>>>(
+        entries_, ptr<i64>(rowoff_), nrows_, ptr<u32>(ecol), ptr<double>(eval), ptr<i64>(flag),
+        ptr<i64>(pos), g, ptr<index_t>(cols), nnz, ptr<T>(ovals));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  } else if (nnz > 0) {
+    // Output letters interleave X's and Y's: sort the kept entries by output key.
+    DeviceMemory k[2], vv[2];
+    for (int b = 0; b < 2; ++b) {
+      dalloc<u64>(k[b], nnz, "SpTC output keys");
+      dalloc<double>(vv[b], nnz, "SpTC output keys");
+    }
+    rows_outkey_kernel<<<grid_for(entries_), kBlock, 0, ctx_.stream>>>(
+        entries_, ptr<i64>(rowoff_), nrows_, ptr<u32>(ecol), ptr<double>(eval), ptr<i64>(flag),
+        ptr<i64>(pos), g, ptr<u64>(k[0]), ptr<double>(vv[0]));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    cub::DoubleBuffer<u64> kb(ptr<u64>(k[0]), ptr<u64>(k[1]));
+    cub::DoubleBuffer<double> vb(ptr<double>(vv[0]), ptr<double>(vv[1]));
+    sort_pairs(kb, vb, nnz, obits_);
+    OutMap om;
+    om.n = N;
+    for (int o = 0; o < N; ++o) om.dim[o] = dims_[static_cast<std::size_t>(o)];
+    scatter_kernel<T><<<grid_for(nnz), kBlock, 0, ctx_.stream>>>(
+        nnz, kb.Current(), vb.Current(), nullptr, nullptr, om, ptr<index_t>(cols), nnz,
+        ptr<T>(ovals));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  }
+  TESSERA_CUDA_CHECK(cudaEventRecord(ev_[2], ctx_.stream));
+  ctx_.sync();
+  host.join();
+  const std::size_t n = static_cast<std::size_t>(nnz);
+  std::vector<std::pair<void*, const void*>> ds;
+  std::vector<std::size_t> bytes;
+  for (int o = 0; o < N; ++o) {
+    ds.emplace_back(out.idx[static_cast<std::size_t>(o)].data(),
+                    ptr<index_t>(cols) + static_cast<i64>(o) * nnz);
+    bytes.push_back(n * sizeof(index_t));
+  }
+  ds.emplace_back(out.vals.data(), ovals.get());
+  bytes.push_back(n * sizeof(T));
+  download_parallel(ctx_.device, ds, bytes);
+  for (auto& col : out.idx) col.resize(n);
+  out.vals.resize(n);
+  st.multiply_seconds = elapsed(ev_[0], ev_[1]);
+  st.tc_seconds = tc_on_ ? elapsed(ev_[3], ev_[4]) : 0.0;
+  st.assemble_seconds = std::max(
+      0.0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() -
+               st.multiply_seconds);
+  st.output_entries = entries_;
+  st.output_nnz = nnz;
+  st.zeros_dropped = entries_ - nnz;
+  st.tc_products = tc_on_ ? tc_products_ : 0;
+  st.tc_blocks = tc_on_ ? tc_blocks_ : 0;
+  st.tc_block_pairs = tc_on_ ? tc_pairs_ : 0;
+  return out;
+}
+
 template <typename T>
 class CudaContractPlan final : public ContractPlan<T> {
  public:
@@ -284,11 +1737,43 @@ class CudaContractPlan final : public ContractPlan<T> {
                         "rank; use more ranks");
     kbits_ = key_bits(kcells);
     obits_ = key_bits(ocells);
+    if (spec.device.assembly == ContractAssembly::rows) {
+      // The row side must provide the leading output letters; when Y's letters come
+      // first, swap the inputs' roles (same output), else the kept entries are sorted.
+      const auto row_major = [](const ContractSpec& s) {
+        int last_x = -1, first_y = s.out_order();
+        for (int o = 0; o < s.out_order(); ++o)
+          if (s.out_from_y[static_cast<std::size_t>(o)])
+            first_y = std::min(first_y, o);
+          else
+            last_x = o;
+        return last_x < first_y;
+      };
+      ContractSpec ws = spec;
+      if (!row_major(spec)) {
+        ContractSpec sw = swap_inputs(spec);
+        if (row_major(sw)) {
+          ws = sw;
+          swapped_ = true;
+        }
+      }
+      rows_ = std::make_unique<RowsEngine<T>>(ctx, ws, dims_, obits_);
+    }
   }
 
   /// The device part of planning (after the cheap checks of the constructor).
   void build(const SparseTensor<T>& x, const SparseTensor<T>& y) {
     if (fallback_ || nx_ == 0 || ny_ == 0) return;
+    if (rows_) {
+      if (swapped_)
+        rows_->build(y, x, count_);
+      else
+        rows_->build(x, y, count_);
+      products_ = count_.products;
+      match_s_ = rows_->match_seconds();
+      count_s_ = rows_->count_seconds();
+      return;
+    }
     const std::size_t in_bytes =
         static_cast<std::size_t>(nx_) * (x.idx.size() * sizeof(index_t) + sizeof(T)) +
         (&x == &y ? 0
@@ -434,6 +1919,8 @@ class CudaContractPlan final : public ContractPlan<T> {
   std::vector<u64> dims_;
   ContractCount count_;
   std::unique_ptr<ContractPlan<T>> fallback_;  ///< keys over 64 bits: the cpu plan
+  std::unique_ptr<RowsEngine<T>> rows_;        ///< ContractAssembly::rows
+  bool swapped_ = false;                       ///< rows_ works on Y x X
   i64 nx_ = 0, ny_ = 0, products_ = 0;
   int kbits_ = 1, obits_ = 1;
   DeviceTensor<T> xd_, yd_;  // yd_ empty for a self-contraction
@@ -452,6 +1939,12 @@ SparseTensor<T> CudaContractPlan<T>::run(ContractStats* stats) {
   st.count_seconds = count_s_;
   st.products = products_;
   st.workspace_bytes = count_.workspace_bytes;
+  if (rows_) {
+    SparseTensor<T> out = rows_->run(st);
+    if (stats) *stats = st;
+    return out;
+  }
+  st.path = "sort: every product's key radix-sorted and reduced";
   SparseTensor<T> out(dims_);
   if (products_ == 0) {
     if (stats) *stats = st;

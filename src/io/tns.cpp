@@ -348,7 +348,7 @@ class Parser {
 class Progress {
  public:
   Progress(bool on, std::string label, std::uint64_t total)
-      : on_(on), tty_(on && log::stdout_is_tty()), label_(std::move(label)), total_(total) {}
+      : on_(on), tty_(on && log::stderr_is_tty()), label_(std::move(label)), total_(total) {}
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
   ~Progress() { finish(); }

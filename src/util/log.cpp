@@ -52,8 +52,8 @@ std::string hostname() {
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
   return buf;
 }
-bool stdout_is_tty() {
-  return isatty(fileno(stdout)) != 0;
+bool stderr_is_tty() {
+  return isatty(fileno(stderr)) != 0;
 }
 
 }  // namespace tessera::log

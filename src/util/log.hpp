@@ -22,7 +22,9 @@ void warn(const std::string& msg);
 void error_here(const std::string& msg);
 /// Host name of this process.
 std::string hostname();
-/// True when stdout is a terminal (progress bars only then).
-bool stdout_is_tty();
+/// True when stderr, where progress bars are drawn, is a terminal (bars only then; log
+/// lines otherwise). stderr, not stdout: OpenMPI gives launched processes a pseudo-terminal
+/// for stdout even when mpirun's output goes to a file or a pipe.
+bool stderr_is_tty();
 
 }  // namespace tessera::log

@@ -19,7 +19,7 @@ class Progress {
   /// `label`: what (a file name); `total`: units of work (bytes), 0 = no report.
   Progress(bool on, std::string verb, std::string label, std::uint64_t total)
       : on_(on && total > 0),
-        tty_(on_ && log::stdout_is_tty()),
+        tty_(on_ && log::stderr_is_tty()),
         verb_(std::move(verb)),
         label_(std::move(label)),
         total_(total) {}

@@ -8,6 +8,13 @@
 // reference backend on every layout. The default layout is plain; the automatic planner
 // (TESSERA_CUDA_LAYOUT=auto) must pick smem for a small dense-ish tensor whose factors fit
 // in shared memory, and plain for a very sparse one.
+// The two tile kernels of the plain and l2 layouts (TESSERA_CUDA_MTTKRP_KERNEL=classic, or
+// blocked = the register-blocked kernel of mttkrp_blocked.cuh where it applies) must each
+// give the reference backend's MTTKRP at orders 3 to 6, at the ranks the blocked kernel
+// takes (powers of two, float 4 .. 128, double 2 .. 64) and at ranks it leaves to the
+// classic one (24, 40, 6, ...), on uniform and skewed tensors (one slice holding most nonzeros, so
+// its run crosses many tiles), with nonzero counts that do and do not allow 16-byte staging, in
+// tier 1 and tier 2 (streamed chunks); describe() must name the kernel that ran.
 // Skips (with a message) where no CUDA device is visible.
 #include <gtest/gtest.h>
 
@@ -15,6 +22,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu_test_util.hpp"
@@ -80,18 +88,112 @@ class GpuLayout : public GpuVsReference<T> {
     for (int m = 0; m < x.order(); ++m)
       EXPECT_TRUE(contains(d, "mode " + std::to_string(m) + " " + layout)) << d;
     const std::string what = layout + " layout, block rows " + std::to_string(block_rows);
-    for (int R : ranks) this->check_mttkrp(*be, *h, x, R, seed + static_cast<std::uint64_t>(R), what);
+    for (int R : ranks)
+      this->check_mttkrp(*be, *h, x, R, seed + static_cast<std::uint64_t>(R), what);
 
     auto hr = this->ref_->prepare(x);
     EXPECT_EQ(h->distinct_rows(), hr->distinct_rows()) << d;
-    EXPECT_NEAR(h->value_norm_squared(), hr->value_norm_squared(),
-                1e-12 * hr->value_norm_squared())
+    EXPECT_NEAR(h->value_norm_squared(), hr->value_norm_squared(), 1e-12 * hr->value_norm_squared())
         << d;
+  }
+};
+
+/// Whether the blocked kernel takes an MTTKRP of this order and rank (blocked::supports):
+/// order 3 to 6, R / (16 / sizeof(T)) a power of two up to 32.
+template <typename T>
+bool blocked_applies(int order, int R) {
+  const int V = static_cast<int>(16 / sizeof(T));
+  if (order < 3 || order > 6 || R % V != 0) return false;
+  const int L = R / V;
+  return L >= 1 && L <= 32 && (L & (L - 1)) == 0;
+}
+
+/// Ranks of the kernel tests: every lane count of the blocked kernel (1 to 32: float R = 4 ..
+/// 128, double R = 2 .. 64), and ranks it leaves to the classic kernel (24 and 40: not a
+/// power of two of 16-byte packs; 6: not a whole number of them in float; float 2; double
+/// 128: more than 32 lanes).
+const std::vector<int> kKernelRanks = {2, 4, 6, 8, 16, 24, 32, 40, 64, 128};
+
+template <typename T>
+class GpuKernel : public GpuVsReference<T> {
+ protected:
+  /// Prepares x (under `budget` bytes when non-zero, so tier 2) with each tile kernel
+  /// forced in turn and checks every mode at every rank against the reference backend,
+  /// and that describe() names the kernel that ran for each mode.
+  void check_kernels(const SparseTensor<T>& x, const std::vector<int>& ranks, std::uint64_t seed,
+                     std::size_t budget, const std::string& what) {
+    for (const std::string kernel : {"classic", "blocked"}) {
+      EnvGuard g("TESSERA_CUDA_MTTKRP_KERNEL", kernel);
+      auto be = make_backend<T>(BackendKind::cuda);
+      if (budget > 0) be->set_memory_budget(budget);
+      auto h = be->prepare(x);
+      ASSERT_EQ(h->tier(), budget > 0 ? 2 : 1) << h->describe();
+      for (int R : ranks) {
+        const std::string where = what + ", " + kernel + " kernel forced";
+        this->check_mttkrp(*be, *h, x, R, seed + static_cast<std::uint64_t>(R), where);
+        const std::string ran =
+            kernel == "blocked" && blocked_applies<T>(x.order(), R) ? "blocked" : "classic";
+        const std::string d = h->describe();
+        for (int m = 0; m < x.order(); ++m)
+          EXPECT_TRUE(contains(
+              d, "mode " + std::to_string(m) + " " + ran + " (R " + std::to_string(R) + ")"))
+              << where << ", R " << R << ": expected the " << ran << " kernel: " << d;
+      }
+    }
   }
 };
 
 using ValueTypes = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(GpuLayout, ValueTypes);
+TYPED_TEST_SUITE(GpuKernel, ValueTypes);
+
+TYPED_TEST(GpuKernel, UniformAndSkewedTier1) {
+  using T = TypeParam;
+  struct Case {
+    std::vector<std::uint64_t> dims;
+    nnz_t nnz;
+    int skew_mode;  // random_tensor: 70% of the nonzeros at index 0 of this mode (-1: none)
+    bool repeats;   // make_tensor: 30% at index 0 and 10% at the last index in every mode
+  };
+  const std::vector<Case> cases = {
+      {{3000, 2000, 1000}, 50021, -1, false},   // uniform, nnz odd: 4-byte staging
+      {{3000, 2000, 1000}, 40964, 0, false},    // mode-0 slice across ~14 tiles, 16-byte staging
+      {{300, 4000, 50}, 60013, 1, false},       // long runs in a short output mode too
+      {{40, 30, 20, 50}, 30011, -1, true},      // order 4, every mode skewed
+      {{60, 50, 40, 30}, 36000, 2, false},      // order 4, 16-byte staging
+      {{9, 8, 7, 6, 5}, 20011, -1, true},       // order 5
+      {{20, 30, 10, 40, 25}, 24576, 0, false},  // order 5, whole tiles
+      {{5, 4, 6, 3, 7, 4}, 10007, -1, true},    // order 6
+      {{100, 80, 60}, 1001, 0, false},          // under one tile: most slots empty
+  };
+  std::uint64_t seed = 4600;
+  for (const auto& c : cases) {
+    ++seed;
+    const auto x = c.repeats ? make_tensor<T>(c.dims, c.nnz, true, seed)
+                             : random_tensor<T>(c.dims, c.nnz, seed, c.skew_mode);
+    const std::string what = "order " + std::to_string(c.dims.size()) + ", skew mode " +
+                             std::to_string(c.skew_mode) + (c.repeats ? ", repeats" : "") +
+                             ", tier 1";
+    this->check_kernels(x, kKernelRanks, seed * 7, 0, what);
+  }
+}
+
+TYPED_TEST(GpuKernel, SkewedTier2) {
+  using T = TypeParam;
+  // Tier 2 streams whole-tile chunks (16-byte staging) and a shorter last one (odd count:
+  // 4-byte staging); the slice at index 0 of mode 0 crosses every chunk boundary.
+  for (const auto& [dims, nnz, skew] :
+       std::vector<std::tuple<std::vector<std::uint64_t>, nnz_t, int>>{
+           {{3000, 2000, 1000}, 60013, 0}, {{50, 40, 300, 20}, 50021, 2}}) {
+    const auto x = random_tensor<T>(dims, nnz, 4700 + nnz, skew);
+    auto be = make_backend<T>(BackendKind::cuda);
+    const std::size_t tier1 = be->prepare(x)->bytes();
+    this->check_kernels(x, {8, 16, 24, 32, 64}, 4700, tier1 / 4,
+                        "order " + std::to_string(dims.size()) + ", skew mode " +
+                            std::to_string(skew) + ", tier 2 (budget " + std::to_string(tier1 / 4) +
+                            ")");
+  }
+}
 
 TYPED_TEST(GpuLayout, SmemManyBlocks) {
   using T = TypeParam;
@@ -102,12 +204,12 @@ TYPED_TEST(GpuLayout, SmemManyBlocks) {
     int block_rows;
   };
   const std::vector<Case> cases = {
-      {{300, 200, 100}, 60013, false, 64},   // 3 input tiles of ~32 rows per mode pair
-      {{300, 200, 100}, 60013, true, 40},    // uneven blocks, long rows at 0 and the end
-      {{2, 5000, 3}, 20011, false, 16},      // short modes kept whole, one long mode cut
-      {{40, 30, 20, 50}, 50021, true, 45},   // order 4: three input modes per tile
-      {{9, 8, 7, 6, 5}, 30011, false, 12},   // order 5
-      {{5, 4, 6, 3, 7, 4}, 20011, true, 10}, // order 6
+      {{300, 200, 100}, 60013, false, 64},    // 3 input tiles of ~32 rows per mode pair
+      {{300, 200, 100}, 60013, true, 40},     // uneven blocks, long rows at 0 and the end
+      {{2, 5000, 3}, 20011, false, 16},       // short modes kept whole, one long mode cut
+      {{40, 30, 20, 50}, 50021, true, 45},    // order 4: three input modes per tile
+      {{9, 8, 7, 6, 5}, 30011, false, 12},    // order 5
+      {{5, 4, 6, 3, 7, 4}, 20011, true, 10},  // order 6
   };
   std::uint64_t seed = 4100;
   for (const auto& c : cases) {
@@ -133,14 +235,22 @@ TYPED_TEST(GpuLayout, L2ManyBlocks) {
   std::uint64_t seed = 4200;
   for (const auto& c : cases) {
     const auto x = make_tensor<T>(c.dims, c.nnz, c.repeats, ++seed);
-    this->check_forced(x, "l2", c.block_rows, {1, 16, 32, 70}, seed * 3);
+    // Both tile kernels read this layout: the blocked one at R = 8, 16, 32 (rows sorted only
+    // within a block, every row added with atomics), the classic one at the others.
+    for (const char* kernel : {"classic", "blocked"}) {
+      EnvGuard g("TESSERA_CUDA_MTTKRP_KERNEL", kernel);
+      this->check_forced(x, "l2", c.block_rows, {1, 8, 16, 32, 70}, seed * 3);
+    }
   }
 }
 
 TYPED_TEST(GpuLayout, PlainForced) {
   using T = TypeParam;
   const auto x = make_tensor<T>({300, 200, 100}, 60013, true, 4301);
-  this->check_forced(x, "plain", 64, {16, 33}, 4301);
+  for (const char* kernel : {"classic", "blocked"}) {
+    EnvGuard g("TESSERA_CUDA_MTTKRP_KERNEL", kernel);
+    this->check_forced(x, "plain", 64, {16, 33}, 4301);
+  }
 }
 
 TYPED_TEST(GpuLayout, AutomaticChoice) {
@@ -181,6 +291,13 @@ TEST(GpuLayoutEnv, BadValuesAreRefused) {
   {
     EnvGuard g("TESSERA_CUDA_BLOCK_ROWS", "0");
     EXPECT_THROW(be->prepare(x), InputError);
+  }
+  {
+    auto h = be->prepare(x);
+    const auto f = random_factors(*be, x.dims, 8, 4502);
+    auto out = be->allocate(static_cast<std::size_t>(x.dims[0]) * 8);
+    EnvGuard g("TESSERA_CUDA_MTTKRP_KERNEL", "fast");
+    EXPECT_THROW(be->mttkrp(*h, 0, f.ptrs, 8, out.data()), InputError);
   }
 }
 

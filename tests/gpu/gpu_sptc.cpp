@@ -6,6 +6,10 @@
 // cpu fallback) and the congress co-sponsorship tensor ("ijy,kjy->ik", when present).
 // Coordinates must match exactly; values within test::tol<T>() (relative, Frobenius).
 // The plan's count and the run's stats must agree with the reference backend's.
+// Both output assemblies (rows: grouped small rows, dense rows, spill rows; sort) and the
+// tensor-core path of dense 16 x 16 blocks: forced on (threshold 0, every product on the
+// tensor cores), off, and mixed with the sparse path in the same output cells, in fp64
+// (tolerance of the value type) and tf32 / fp16 (3e-3) / bf16 (1.5e-2) on positive values.
 // Skips (with a message) where no CUDA device is visible.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -98,11 +102,12 @@ SparseTensor<T> random_tensor(const std::vector<std::uint64_t>& dims, std::size_
   return x;
 }
 
-/// Runs x (spec) y on the cuda and reference backends and compares everything.
+/// Runs x (spec) y on the cuda and reference backends and compares everything; returns the
+/// cuda run's stats.
 template <typename T>
-void expect_matches_reference(const SparseTensor<T>& x, const SparseTensor<T>& y,
-                              const ContractSpec& spec, const std::string& what,
-                              double tolerance = tol<T>()) {
+ContractStats expect_matches_reference(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                                       const ContractSpec& spec, const std::string& what,
+                                       double tolerance = tol<T>()) {
   SCOPED_TRACE(what + " spec " + spec.text);
   auto cu = make_backend<T>(BackendKind::cuda);
   auto ref = make_backend<T>(BackendKind::reference);
@@ -123,17 +128,56 @@ void expect_matches_reference(const SparseTensor<T>& x, const SparseTensor<T>& y
   EXPECT_GE(cs.match_seconds, 0.0);
   EXPECT_GE(cs.multiply_seconds, 0.0);
   EXPECT_GE(cs.assemble_seconds, 0.0);
-  ASSERT_EQ(got.dims, want.dims);
-  ASSERT_EQ(got.idx.size(), want.idx.size());
-  ASSERT_EQ(got.nnz(), want.nnz());
+  EXPECT_GE(cs.tc_products, 0);
+  EXPECT_LE(cs.tc_products, cs.products);
+  if (spec.device.tensor_cores == TensorCorePrecision::off) {
+    EXPECT_EQ(cs.tc_products, 0);
+  }
+  EXPECT_EQ(got.dims, want.dims);
+  EXPECT_EQ(got.idx.size(), want.idx.size());
+  EXPECT_EQ(got.nnz(), want.nnz());
+  if (got.dims != want.dims || got.idx.size() != want.idx.size() || got.nnz() != want.nnz())
+    return cs;
   for (std::size_t m = 0; m < want.idx.size(); ++m)
-    ASSERT_TRUE(got.idx[m] == want.idx[m]) << "coordinates of output mode " << m << " differ";
+    EXPECT_TRUE(got.idx[m] == want.idx[m]) << "coordinates of output mode " << m << " differ";
   EXPECT_LE(rel_error(got.vals, want.vals), tolerance);
-  for (const T v : got.vals) ASSERT_NE(v, T(0)) << "an exact zero was kept";
+  for (const T v : got.vals)
+    if (v == T(0)) {
+      ADD_FAILURE() << "an exact zero was kept";
+      break;
+    }
   // The one-call helper goes through the same overrides.
   const SparseTensor<T> again = contract(*cu, x, y, spec);
   EXPECT_EQ(again.nnz(), got.nnz());
+  return cs;
 }
+
+/// The spec with device options.
+ContractSpec with_device(ContractSpec spec, TensorCorePrecision tc, double threshold,
+                         ContractAssembly assembly = ContractAssembly::rows) {
+  spec.device.tensor_cores = tc;
+  spec.device.tc_threshold = threshold;
+  spec.device.assembly = assembly;
+  return spec;
+}
+
+/// Tolerance of a tensor-core precision on positive values (relative, Frobenius): fp64 as
+/// the value type; tf32 and fp16 round inputs to 11 significant bits, bf16 to 8.
+template <typename T>
+double tc_tol(TensorCorePrecision p) {
+  switch (p) {
+    case TensorCorePrecision::tf32:
+    case TensorCorePrecision::fp16:
+      return 3e-3;
+    case TensorCorePrecision::bf16:
+      return 1.5e-2;
+    default:
+      return tol<T>();
+  }
+}
+
+constexpr TensorCorePrecision kAllTc[] = {TensorCorePrecision::fp64, TensorCorePrecision::tf32,
+                                          TensorCorePrecision::bf16, TensorCorePrecision::fp16};
 
 template <typename T>
 class GpuSptc : public ::testing::Test {};
@@ -301,6 +345,191 @@ TYPED_TEST(GpuSptc, KeysOverSixtyFourBitsFallBack) {
       y.push_back(cy, static_cast<T>(2 - k % 5));
     }
     expect_matches_reference(x, y, spec, "matched keys over 64 bits");
+  }
+}
+
+// The sort assembly (every product's key sorted) stays available and correct.
+TYPED_TEST(GpuSptc, SortAssemblyMatchesReference) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int ox = 2; ox <= 4; ++ox)
+    for (int contracted = 1; contracted <= 2; ++contracted) {
+      const Problem p = random_problem(ox, 3, contracted, 0, 6, rng);
+      const auto x = random_tensor<T>(dims_of(p.spec.x, p.len), 1200, false, rng);
+      const auto y = random_tensor<T>(dims_of(p.spec.y, p.len), 1200, false, rng);
+      const auto st = expect_matches_reference(
+          x, y, with_device(p.spec, TensorCorePrecision::fp64, -1, ContractAssembly::sort),
+          "sort assembly");
+      EXPECT_EQ(st.tc_products, 0);
+      EXPECT_NE(st.path.find("sort"), std::string::npos) << st.path;
+    }
+}
+
+// Rows of every class of the rows assembly: small rows (groups), dense rows on one and on
+// several column tiles, spill rows (too many columns for the shared-memory accumulator).
+TYPED_TEST(GpuSptc, RowClassesMatchReference) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const auto spec = with_device(parse_contract_spec("ij,jk->ik"), TensorCorePrecision::off, -1);
+  for (const std::uint64_t K : {std::uint64_t(3000), std::uint64_t(30000), std::uint64_t(400000)}) {
+    // Rows 0 and 1 long (every j), rows 2.. short; Y has ~2 nonzeros per (j, column block).
+    SparseTensor<T> x({40, 100}), y({100, K});
+    for (index_t j = 0; j < 100; ++j)
+      for (index_t i = 0; i < 2; ++i) {
+        const index_t c[] = {i, j};
+        x.push_back(c, static_cast<T>(0.5 + 0.01 * j + i));
+      }
+    for (int k = 0; k < 60; ++k) {
+      const index_t c[] = {static_cast<index_t>(2 + rng() % 38), static_cast<index_t>(rng() % 100)};
+      x.push_back(c, static_cast<T>(1 + rng() % 3));
+    }
+    const auto ny = static_cast<int>(std::min<std::uint64_t>(K, 100000));
+    for (int k = 0; k < ny; ++k) {
+      const index_t c[] = {static_cast<index_t>(rng() % 100), static_cast<index_t>(rng() % K)};
+      y.push_back(c, static_cast<T>((rng() & 1) ? 1 : -2));
+    }
+    const auto st = expect_matches_reference(x, y, spec, "columns " + std::to_string(K));
+    if (K == 400000)
+      EXPECT_EQ(st.path.find(" 0 spill rows"), std::string::npos) << st.path;
+    else
+      EXPECT_EQ(st.path.find(" 0 dense rows"), std::string::npos) << st.path;
+  }
+}
+
+// Tensor cores forced on (threshold 0: every block with a nonzero is dense, so every
+// product runs on the tensor cores) and forced off, on random specs (orders 2..5, 1..3
+// contracted letters, batch letters, interleaved outputs) whose short modes make the
+// matched structure dense. fp64 with signed values at the value type's tolerance; the
+// reduced precisions on positive values.
+TYPED_TEST(GpuSptc, TensorCoresForcedOnAndOff) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int ox = 2; ox <= 5; ++ox)
+    for (int oy = 2; oy <= 5; ++oy)
+      for (int contracted = 1; contracted <= 3; ++contracted) {
+        if (contracted > std::min(ox, oy)) continue;
+        const int batch = (contracted < std::min(ox, oy) && rng() % 3 == 0) ? 1 : 0;
+        if (ox + oy - 2 * contracted - batch < 1) continue;
+        const Problem p = random_problem(ox, oy, contracted, batch, 6, rng);
+        std::ostringstream what;
+        what << "orders " << ox << "," << oy << " contracted " << contracted << " batch " << batch;
+        {
+          const auto x = random_tensor<T>(dims_of(p.spec.x, p.len), 1500, false, rng);
+          const auto y = random_tensor<T>(dims_of(p.spec.y, p.len), 1500, false, rng);
+          const auto on = expect_matches_reference(
+              x, y, with_device(p.spec, TensorCorePrecision::fp64, 0), what.str() + " fp64 on");
+          EXPECT_EQ(on.tc_products, on.products) << on.path;
+          if (on.products > 0) {
+            EXPECT_GT(on.tc_block_pairs, 0) << on.path;
+          }
+          expect_matches_reference(x, y, with_device(p.spec, TensorCorePrecision::off, 0),
+                                   what.str() + " off");
+        }
+        const auto x = random_tensor<T>(dims_of(p.spec.x, p.len), 1500, false, rng, true);
+        const auto y = random_tensor<T>(dims_of(p.spec.y, p.len), 1500, false, rng, true);
+        for (const TensorCorePrecision prec : kAllTc) {
+          const auto on =
+              expect_matches_reference(x, y, with_device(p.spec, prec, 0),
+                                       what.str() + " on " + to_string(prec), tc_tol<T>(prec));
+          EXPECT_EQ(on.tc_products, on.products) << on.path;
+        }
+      }
+}
+
+/// X of "ijk,jkl->il" (i 64, j 8, k 8; key code j k, 4 key blocks of 16): rows 0..15 dense
+/// over every key (density ~0.8); Y: j < 4 (key blocks 0, 1) dense for l < 16, plus a
+/// sparse background over everything. So some block pairs run on the tensor cores and the
+/// same output cells also get products of sparse blocks.
+template <typename T>
+void mixed_inputs(std::mt19937_64& rng, bool positive, SparseTensor<T>& x, SparseTensor<T>& y) {
+  x = SparseTensor<T>({64, 8, 8});
+  y = SparseTensor<T>({8, 8, 64});
+  std::uniform_real_distribution<double> val(0.25, 1.0);
+  auto v = [&] { return static_cast<T>((positive || (rng() & 1) ? 1 : -1) * val(rng)); };
+  for (index_t i = 0; i < 16; ++i)
+    for (index_t j = 0; j < 8; ++j)
+      for (index_t k = 0; k < 8; ++k)
+        if (rng() % 10 < 8) {
+          const index_t c[] = {i, j, k};
+          x.push_back(c, v());
+        }
+  for (int n = 0; n < 400; ++n) {
+    const index_t c[] = {static_cast<index_t>(16 + rng() % 48), static_cast<index_t>(rng() % 8),
+                         static_cast<index_t>(rng() % 8)};
+    x.push_back(c, v());
+  }
+  for (index_t j = 0; j < 4; ++j)
+    for (index_t k = 0; k < 8; ++k)
+      for (index_t l = 0; l < 16; ++l)
+        if (rng() % 10 < 8) {
+          const index_t c[] = {j, k, l};
+          y.push_back(c, v());
+        }
+  for (int n = 0; n < 600; ++n) {
+    const index_t c[] = {static_cast<index_t>(rng() % 8), static_cast<index_t>(rng() % 8),
+                         static_cast<index_t>(rng() % 64)};
+    y.push_back(c, v());
+  }
+}
+
+// Dense blocks on the tensor cores and the rest on the sparse path, merged in the same
+// output cells, at a threshold between the blocks' densities; output orders that make
+// the row side X, Y (swapped roles) or neither (final sort).
+TYPED_TEST(GpuSptc, TensorCoresMixedWithSparsePath) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const char* text : {"ijk,jkl->il", "ijk,jkl->li"}) {
+    SparseTensor<T> x, y;
+    mixed_inputs(rng, false, x, y);
+    const auto spec = parse_contract_spec(text);
+    const auto st = expect_matches_reference(
+        x, y, with_device(spec, TensorCorePrecision::fp64, 0.5), std::string(text) + " fp64 mixed");
+    EXPECT_GT(st.tc_products, 0) << st.path;
+    EXPECT_LT(st.tc_products, st.products) << st.path;
+    const auto off = expect_matches_reference(
+        x, y, with_device(spec, TensorCorePrecision::off, 0.5), std::string(text) + " off");
+    EXPECT_EQ(off.tc_products, 0);
+    // The default threshold (whatever it is) must give the same result.
+    expect_matches_reference(x, y, with_device(spec, TensorCorePrecision::fp64, -1),
+                             std::string(text) + " default threshold");
+    SparseTensor<T> xp, yp;
+    mixed_inputs(rng, true, xp, yp);
+    for (const TensorCorePrecision prec : kAllTc) {
+      const auto r = expect_matches_reference(xp, yp, with_device(spec, prec, 0.5),
+                                              std::string(text) + " mixed " + to_string(prec),
+                                              tc_tol<T>(prec));
+      EXPECT_GT(r.tc_products, 0) << r.path;
+      EXPECT_LT(r.tc_products, r.products) << r.path;
+    }
+  }
+  // Interleaved output letters (rows of X, final sort) with a batch letter.
+  {
+    const auto spec = parse_contract_spec("ibjk,bjkl->ilb");
+    SparseTensor<T> x({32, 3, 8, 8}), y({3, 8, 8, 32});
+    for (int n = 0; n < 5000; ++n) {
+      const index_t cx[] = {static_cast<index_t>(rng() % 16), static_cast<index_t>(rng() % 3),
+                            static_cast<index_t>(rng() % 8), static_cast<index_t>(rng() % 8)};
+      const index_t cy[] = {static_cast<index_t>(rng() % 3), static_cast<index_t>(rng() % 8),
+                            static_cast<index_t>(rng() % 8), static_cast<index_t>(rng() % 32)};
+      x.push_back(cx, static_cast<T>(1 + rng() % 3));
+      y.push_back(cy, static_cast<T>(2 - static_cast<int>(rng() % 5)));
+    }
+    const auto st =
+        expect_matches_reference(x, y, with_device(spec, TensorCorePrecision::fp64, 0.15),
+                                 "interleaved with a batch letter");
+    EXPECT_GT(st.tc_products, 0) << st.path;
   }
 }
 

@@ -1,0 +1,390 @@
+// The register-blocked MTTKRP tile kernel (the common case), included by mttkrp.cu only.
+//
+// Same contract as mttkrp_tile_kernel there: a launch covers a contiguous range of a copy
+// sorted by the output mode (plain layout, a tier-2 chunk) or by (block, output mode) (l2
+// layout); each warp owns a tile of p.tile nonzeros; a finished row is written once, with
+// a plain store when its whole run lies inside one sub-tile and with atomics when it may
+// be shared (the first and last row of a sub-tile; every row in the l2 layout). There
+// are no per-nonzero atomics.
+//
+// What differs is the work per instruction:
+// - Lanes: lane gl of a slot owns the V = 16 / sizeof(T) consecutive columns gl V .. gl V +
+//   V - 1, so L = R / V lanes cover a whole factor row and the warp holds S = 32 / L slots,
+//   each walking its own sub-tile of p.tile / S nonzeros (R = 32 float: 8 lanes, 4 slots).
+//   One pass covers every column (no column loop), so R = 16 costs about half of R = 32.
+// - Staging: the coordinates and values of 128 nonzeros per warp (4 per lane per array,
+//   coalesced) are copied to shared memory with cp.async, one batch ahead of their use
+//   (double buffer, no registers held), instead of being broadcast with one shuffle per
+//   nonzero per array.
+// - Register blocking: a lane takes U = 4 consecutive nonzeros of its slot per step: one
+//   16-byte shared load gives the 4 output rows, one the 4 coordinates of each input
+//   mode, one (two for double) the 4 values; then (N - 1) x 4 independent 16-byte factor
+//   row gathers (one IMAD.WIDE each for the address) are in flight before the first
+//   product, and the products are FMUL / FFMA on registers.
+// - Runs: a step whose 4 nonzeros all continue the current row (the last one equals it,
+//   the copy being sorted; in the l2 layout all four are compared) takes a straight-line
+//   path of FMAs; only a step with a row change walks its nonzeros one by one.
+// Order N = kNin + 1 is a template parameter (3 to 6): the mode loop is unrolled.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/detail.cuh"
+
+namespace tessera::kernels::cuda::blocked {
+
+inline constexpr int kWarp = 32;
+inline constexpr int kWarpsPerBlock = 8;
+/// Resident blocks per SM the kernel is compiled for (64 registers at 8 warps).
+inline constexpr int kBlocksPerSm = 4;
+/// Nonzeros a lane takes per step.
+inline constexpr int kStep = 4;
+/// Nonzeros staged per warp and batch (kStep per lane and array).
+inline constexpr int kStage = kWarp * kStep;
+/// Input modes the kernel is instantiated for: orders kMinIn + 1 .. kMaxIn + 1.
+inline constexpr int kMinIn = 2;
+inline constexpr int kMaxIn = 5;
+
+template <typename T>
+struct Params {
+  const index_t* rows = nullptr;       ///< output-mode coordinates
+  const index_t* in_idx[kMaxIn] = {};  ///< coordinates of input slot s
+  const T* in_fac[kMaxIn] = {};        ///< factor of input slot s (rows of R)
+  const T* vals = nullptr;
+  T* out = nullptr;  ///< rows of R, zeroed (or holding earlier chunks)
+  std::int64_t nnz = 0;
+  int R = 0;
+  int log_lanes = 0;       ///< log2(R / V)
+  int tile = 0;            ///< nonzeros per warp, a multiple of kStage
+  bool hint = false;       ///< l2 layout: read input slot 0 with an L2 evict-last hint
+  bool aligned16 = false;  ///< rows, in_idx and vals all 16-byte aligned
+};
+
+/// Shared memory of one warp: two buffers of (kNin + 1) index arrays and one value array of
+/// kStage entries each.
+template <typename T>
+constexpr int warp_smem_bytes(int nin) {
+  return 2 * ((nin + 1) * kStage * static_cast<int>(sizeof(index_t)) +
+              kStage * static_cast<int>(sizeof(T)));
+}
+
+template <typename T>
+using Vec = std::conditional_t<std::is_same_v<T, float>, float4, double2>;
+template <typename T>
+inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
+
+/// 16-byte read-only gather, optionally with an L2 cache policy.
+template <typename T, bool kHint>
+__device__ __forceinline__ void gather(const T* p, std::uint64_t pol, T (&q)[kVec<T>]) {
+  if constexpr (!kHint) {
+    const Vec<T> v = __ldg(reinterpret_cast<const Vec<T>*>(p));
+    if constexpr (std::is_same_v<T, float>) {
+      q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+    } else {
+      q[0] = v.x, q[1] = v.y;
+    }
+  } else if constexpr (std::is_same_v<T, float>) {
+    asm("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=f"(q[0]), "=f"(q[1]), "=f"(q[2]), "=f"(q[3])
+        : "l"(p), "l"(pol));
+  } else {
+    asm("ld.global.nc.L2::cache_hint.v2.f64 {%0, %1}, [%2], %3;"
+        : "=d"(q[0]), "=d"(q[1])
+        : "l"(p), "l"(pol));
+  }
+}
+
+/// cp.async of one element (4 or 8 bytes, through L1); zero-fills the destination when !ok.
+template <int kBytes>
+__device__ __forceinline__ void stage_small(std::uint32_t dst, const void* src, bool ok,
+                                            std::uint64_t pol) {
+  asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], %2, %3, %4;" ::"r"(dst),
+               "l"(src), "n"(kBytes), "r"(ok ? kBytes : 0), "l"(pol)
+               : "memory");
+}
+
+/// cp.async of 16 bytes (bypassing L1) of which the first `bytes` are read, the rest zeroed.
+__device__ __forceinline__ void stage_16(std::uint32_t dst, const void* src, int bytes,
+                                         std::uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst),
+               "l"(src), "r"(bytes), "l"(pol)
+               : "memory");
+}
+
+/// Adds acc to the V columns at p (16-byte aligned) with atomics: one vector reduction for
+/// float on sm_90 and later.
+template <typename T>
+__device__ __forceinline__ void add_atomic(T* p, const T (&acc)[kVec<T>]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kVector = std::is_same_v<T, float>;
+#else
+  constexpr bool kVector = false;
+#endif
+  if constexpr (kVector) {
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(acc[0]), "f"(acc[1]),
+                 "f"(acc[2]), "f"(acc[3])
+                 : "memory");
+  } else {
+#pragma unroll
+    for (int v = 0; v < kVec<T>; ++v) atomicAdd(p + v, acc[v]);
+  }
+}
+
+/// See the top of this file. kL2: the l2 layout: input slot 0 is the blocked mode (read
+/// with an L2 evict-last hint when p.hint), the rows are sorted only within a block, and
+/// every finished row is added with atomics.
+template <typename T, int kNin, bool kL2>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
+    mttkrp_blocked_kernel(const __grid_constant__ Params<T> p) {
+  constexpr int V = kVec<T>;
+  constexpr int U = kStep;
+  constexpr int kArrays = kNin + 1;  // index arrays staged: output rows, then inputs
+  constexpr int kBufBytes = warp_smem_bytes<T>(kNin) / 2;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+
+  const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
+  const int wib = static_cast<int>(threadIdx.x) / kWarp;
+  const std::int64_t wbegin =
+      (static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + wib) * p.tile;
+  if (wbegin >= p.nnz) return;  // whole warp leaves together
+  const int wlen = static_cast<int>(min(static_cast<std::int64_t>(p.tile), p.nnz - wbegin));
+
+  const int log_l = p.log_lanes;
+  const int log_s = 5 - log_l;  // slots per warp: 1 << log_s
+  const int slot = lane >> log_l;
+  const int gl = lane & ((1 << log_l) - 1);
+  const int sub = p.tile >> log_s;  // nonzeros per slot
+  const int log_b = log_l + 2;      // staged nonzeros per slot and batch: 4 L
+  const int my_len = min(max(wlen - slot * sub, 0), sub);
+  const int batches = (min(wlen, sub) + (1 << log_b) - 1) >> log_b;  // slot 0 has the most
+
+  // Staging: lane gl of a slot copies the 4 consecutive nonzeros 4 gl .. 4 gl + 3 of its
+  // slot's 4 L nonzeros of the batch (entries 4 lane .. 4 lane + 3 of the warp's buffer):
+  // one 16-byte cp.async per array when every array is 16-byte aligned (p.aligned16),
+  // else four 4-byte ones. A partial or empty group is zero-filled (and never read).
+  const std::int64_t st_k0 = wbegin + slot * sub + 4 * gl;
+  const std::uint32_t sm_warp = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem_raw)) +
+                                static_cast<std::uint32_t>(wib * 2 * kBufBytes);
+  std::uint64_t stream_pol;  // the tensor's arrays are read once: evict first from L2
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(stream_pol));
+  auto stage = [&](int b) {
+    const std::uint32_t d =
+        sm_warp + static_cast<std::uint32_t>((b & 1) * kBufBytes + lane * 4 * 4);
+    const std::uint32_t dv =
+        sm_warp + static_cast<std::uint32_t>((b & 1) * kBufBytes + kArrays * kStage * 4 +
+                                             lane * 4 * static_cast<int>(sizeof(T)));
+    const int local = (b << log_b) + 4 * gl;
+    const int n_ok = min(max(my_len - local, 0), 4);  // nonzeros of this lane's group
+    const std::int64_t k = n_ok > 0 ? st_k0 + (b << log_b) : wbegin;  // a valid address
+    if (p.aligned16) {
+      stage_16(d, p.rows + k, n_ok * 4, stream_pol);
+#pragma unroll
+      for (int s = 0; s < kNin; ++s)
+        stage_16(d + static_cast<std::uint32_t>((s + 1) * kStage * 4), p.in_idx[s] + k, n_ok * 4,
+                 stream_pol);
+      if constexpr (sizeof(T) == 4) {
+        stage_16(dv, p.vals + k, n_ok * 4, stream_pol);
+      } else {
+        stage_16(dv, p.vals + k, min(n_ok, 2) * 8, stream_pol);
+        stage_16(dv + 16, p.vals + k + 2, max(n_ok - 2, 0) * 8, stream_pol);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const bool ok = i < n_ok;
+        const std::uint32_t di = d + static_cast<std::uint32_t>(i * 4);
+        stage_small<4>(di, p.rows + k + i, ok, stream_pol);
+#pragma unroll
+        for (int s = 0; s < kNin; ++s)
+          stage_small<4>(di + static_cast<std::uint32_t>((s + 1) * kStage * 4), p.in_idx[s] + k + i,
+                         ok, stream_pol);
+        stage_small<static_cast<int>(sizeof(T))>(
+            dv + static_cast<std::uint32_t>(i * static_cast<int>(sizeof(T))), p.vals + k + i, ok,
+            stream_pol);
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+
+  std::uint64_t pol = 0;
+  if constexpr (kL2) {
+    if (p.hint)
+      asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    else
+      asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+  }
+  const unsigned row_bytes = static_cast<unsigned>(p.R) * static_cast<unsigned>(sizeof(T));
+  const char* fac[kNin];
+#pragma unroll
+  for (int s = 0; s < kNin; ++s) fac[s] = reinterpret_cast<const char*>(p.in_fac[s] + gl * V);
+  T* const out_col = p.out + gl * V;
+
+  T acc[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] = T(0);
+  index_t cur = 0;
+  bool first = true;  // the current row may continue from the previous sub-tile
+  auto flush = [&](bool atomic) {
+    T* o = out_col + static_cast<std::size_t>(cur) * static_cast<std::size_t>(p.R);
+    if (atomic) {
+      add_atomic<T>(o, acc);
+    } else {
+      Vec<T> q;
+      if constexpr (std::is_same_v<T, float>) {
+        q.x = acc[0], q.y = acc[1], q.z = acc[2], q.w = acc[3];
+      } else {
+        q.x = acc[0], q.y = acc[1];
+      }
+      *reinterpret_cast<Vec<T>*>(o) = q;
+    }
+  };
+
+  stage(0);
+  for (int b = 0; b < batches; ++b) {
+    if (b + 1 < batches) {
+      stage(b + 1);
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+    } else {
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
+    __syncwarp();
+    const unsigned char* buf = smem_raw + wib * 2 * kBufBytes + (b & 1) * kBufBytes;
+    const auto* sm_idx = reinterpret_cast<const index_t*>(buf) + (slot << log_b);
+    const T* sm_val = reinterpret_cast<const T*>(buf + kArrays * kStage * 4) + (slot << log_b);
+    const int cnt = min(my_len - (b << log_b), 1 << log_b);  // this slot's nonzeros (may be <= 0)
+    if (b == 0 && cnt > 0) cur = sm_idx[0];
+    for (int j = 0; j < cnt; j += U) {
+      const uint4 r4 = *reinterpret_cast<const uint4*>(sm_idx + j);
+      T val[U];
+      if constexpr (std::is_same_v<T, float>) {
+        const float4 w = *reinterpret_cast<const float4*>(sm_val + j);
+        val[0] = w.x, val[1] = w.y, val[2] = w.z, val[3] = w.w;
+      } else {
+        const double2 w0 = *reinterpret_cast<const double2*>(sm_val + j);
+        const double2 w1 = *reinterpret_cast<const double2*>(sm_val + j + 2);
+        val[0] = w0.x, val[1] = w0.y, val[2] = w1.x, val[3] = w1.y;
+      }
+      // Every gather of the step is issued before the products that use them.
+      T prod[U][V];
+#pragma unroll
+      for (int s = 0; s < kNin; ++s) {
+        const uint4 c4 = *reinterpret_cast<const uint4*>(sm_idx + (s + 1) * kStage + j);
+        const index_t c[U] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          T q[V];
+          const T* a =
+              reinterpret_cast<const T*>(fac[s] + static_cast<std::uint64_t>(c[u]) * row_bytes);
+          if (kL2 && s == 0)  // resolved at compile time (s is unrolled)
+            gather<T, true>(a, pol, q);
+          else
+            gather<T, false>(a, pol, q);
+#pragma unroll
+          for (int v = 0; v < V; ++v) prod[u][v] = s == 0 ? q[v] : prod[u][v] * q[v];
+        }
+      }
+      bool same = j + U <= cnt && r4.w == cur;
+      if constexpr (kL2) same = same && r4.x == cur && r4.y == cur && r4.z == cur;
+      if (same) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[v] = fma(val[u], prod[u][v], acc[v]);
+      } else {
+        const index_t r[U] = {r4.x, r4.y, r4.z, r4.w};
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (j + u < cnt) {
+            if (r[u] != cur) {
+              flush(kL2 || first);
+              first = false;
+              cur = r[u];
+#pragma unroll
+              for (int v = 0; v < V; ++v) acc[v] = T(0);
+            }
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[v] = fma(val[u], prod[u][v], acc[v]);
+          }
+        }
+      }
+    }
+    __syncwarp();  // every lane is done with this buffer before stage(b + 2) refills it
+  }
+  // The last row may continue in the next sub-tile.
+  if (my_len > 0) flush(true);
+}
+
+/// Whether the blocked kernel takes a launch: order kMinIn + 1 .. kMaxIn + 1, R / V a power
+/// of two up to 32 (float: R = 4 .. 128, double: R = 2 .. 64), every input factor and the
+/// output 16-byte aligned.
+template <typename T>
+bool supports(int order, int R, const T* const* factors, int mode, const T* out) {
+  constexpr int V = kVec<T>;
+  if (order - 1 < kMinIn || order - 1 > kMaxIn) return false;
+  if (R % V != 0) return false;
+  const int L = R / V;
+  if (L < 1 || L > kWarp || (L & (L - 1)) != 0) return false;
+  auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+  if (!aligned(out)) return false;
+  for (int m = 0; m < order; ++m)
+    if (m != mode && !aligned(factors[m])) return false;
+  return true;
+}
+
+/// The shapes supports() accepts, for describe().
+template <typename T>
+const char* supported_shapes() {
+  return std::is_same_v<T, float> ? "order 3-6, R in {4,8,16,32,64,128}"
+                                  : "order 3-6, R in {2,4,8,16,32,64}";
+}
+
+template <typename T, int kNin, bool kL2>
+void launch_n(cudaStream_t stream, const Params<T>& p, unsigned blocks) {
+  constexpr int smem = kWarpsPerBlock * warp_smem_bytes<T>(kNin);
+  if constexpr (smem > 48 * 1024) {
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(mttkrp_blocked_kernel<T, kNin, kL2>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  }
+  mttkrp_blocked_kernel<T, kNin, kL2><<<blocks, kWarpsPerBlock * kWarp, smem, stream>>>(p);
+}
+
+/// Enqueues the kernel over p.nnz nonzeros (supports() must hold). l2: see the kernel.
+template <typename T>
+void launch(cudaStream_t stream, const Params<T>& p, int nin, bool l2) {
+  const std::int64_t tiles = (p.nnz + p.tile - 1) / p.tile;
+  const std::int64_t blocks = (tiles + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  TESSERA_EXPECTS(blocks <= 0x7fffffff, p.nnz << " nonzeros exceed one launch; split the block");
+  const auto nb = static_cast<unsigned>(blocks);
+  switch (nin * 2 + (l2 ? 1 : 0)) {
+    case 4:
+      launch_n<T, 2, false>(stream, p, nb);
+      break;
+    case 5:
+      launch_n<T, 2, true>(stream, p, nb);
+      break;
+    case 6:
+      launch_n<T, 3, false>(stream, p, nb);
+      break;
+    case 7:
+      launch_n<T, 3, true>(stream, p, nb);
+      break;
+    case 8:
+      launch_n<T, 4, false>(stream, p, nb);
+      break;
+    case 9:
+      launch_n<T, 4, true>(stream, p, nb);
+      break;
+    case 10:
+      launch_n<T, 5, false>(stream, p, nb);
+      break;
+    case 11:
+      launch_n<T, 5, true>(stream, p, nb);
+      break;
+    default:
+      TESSERA_THROW("blocked MTTKRP kernel with " << nin << " input modes");
+  }
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tessera::kernels::cuda::blocked
