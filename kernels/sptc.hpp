@@ -50,10 +50,11 @@ std::string to_string(ContractAssembly a);
 ContractAssembly parse_contract_assembly(const std::string& s);
 
 /// Default block density (nonzeros of a 16 x 16 block / 256, repeats counted) at or over
-/// which a block of the matched structure goes to the tensor cores. Provisional: to be
-/// replaced by the crossover that `tessera bench contract --tc-sweep` measures on the
-/// target GPU (docs/sptc.md, "Tensor cores").
-inline constexpr double kDefaultTensorCoreThreshold = 0.25;
+/// which a block of the matched structure goes to the tensor cores. Measured by `tessera
+/// bench contract --tc-sweep` on an H200 (docs/perf/gpu-h200-sptc.md): the tensor-core
+/// path never beat the sparse path at any density from 0.01 to 1 (0.66x to 0.96x in fp64),
+/// so the default is over 1: no block (the path is opt-in by threshold or environment).
+inline constexpr double kDefaultTensorCoreThreshold = 2.0;
 
 /// Options of the device kernels. They travel inside ContractSpec through
 /// Backend::contract_plan; the reference and cpu backends ignore them.
