@@ -344,9 +344,11 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
             ", measured copy bandwidth " + human_bytes(bw) + "/s per rank");
 
   std::vector<Timing> rows;
+  auto own = o;
+  own.data = cx.data;  // nonzeros routed over NCCL on GPUs
   rows.push_back(
-      time_backend(kernels::to_string(kind), *cx.backend, X, Y, spec, a.repeat, world, o));
-  auto base = o;
+      time_backend(kernels::to_string(kind), *cx.backend, X, Y, spec, a.repeat, world, own));
+  auto base = o;  // host backends route over MPI
   base.print = false;
   const bool cpu_too =
       kind != kernels::BackendKind::cpu && (a.compare_cpu || kind == kernels::BackendKind::cuda);

@@ -155,6 +155,7 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
     log::warn("--comm-strategy does not apply to contract: nonzeros are routed by hashes");
 
   auto cx = make_compute<T>(a.run, world);
+  o.data = cx.data;  // nonzeros routed over NCCL on GPUs, MPI otherwise
   const auto kind = cx.kind;
   comm::run_collectively(world, [&] { contract_probe_backend(*cx.backend, spec); });
   log::info("tessera contract " + spec.text + ": " + std::to_string(world.size()) +

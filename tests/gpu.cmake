@@ -102,3 +102,14 @@ set_tests_properties(gpu_ttmc_np1 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera
 tessera_add_mpi_test(gpu_tucker gpu_ttmc_tests RANKS 2 ARGS --gtest_filter=GpuTucker.*
   LABELS gpu)
 set_tests_properties(gpu_tucker_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+
+# Distributed SpTC with the nonzeros routed over NCCL (ContractOptions::data) against the
+# reference backend on the whole tensors and against routing over MPI, on 1 and 2 GPUs.
+tessera_test_executable(gpu_contract_nccl_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_contract_nccl.cpp
+  LIBS tessera::algo tessera::comm)
+foreach(np 1 2)
+  tessera_add_mpi_test(gpu_contract_nccl gpu_contract_nccl_tests RANKS ${np} LABELS gpu)
+  set_tests_properties(gpu_contract_nccl_np${np} PROPERTIES
+    SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+endforeach()

@@ -22,9 +22,10 @@
 //                nonzero per row and Y nonzero per column (or, when the output letters
 //                interleave X's and Y's, sorted by output key); downloaded while the host
 //                arrays were first touched on helper threads.
-//   Summation order: fixed for small rows (product order) and spill rows (stable sort);
-//   dense rows add with shared-memory atomics (order varies run to run, within rounding);
-//   tensor-core cells add their block products after the sparse part.
+//   Summation order: fixed, so a run repeats bit for bit: product order for small and dense
+//   rows (dense rows sort each chunk of products by column in shared memory), stable sort
+//   and ReduceByKey for spill rows; tensor-core cells add their block products after the
+//   sparse part.
 //
 // Tensor cores (DESIGN §5, BCB-like): row codes, matched keys and column codes are cut into
 //   blocks of 16 (code / 16, ranked); a block of X (16 rows x 16 keys) or Y (16 keys x 16
@@ -655,30 +656,42 @@ __global__ void elem_blocks_kernel(i64 n, const u32* idx, const i64* flag, const
   }
 }
 
-/// Dense A block values (repeats summed) and row masks (bit kk of row rr).
+/// Dense A block values (repeats summed) and row masks (bit kk of row rr). A tile row
+/// belongs to one output row, so the first matched X of each row sums that row's values in
+/// matched-X order: no atomics on values, the same sums on every run.
 __global__ void a_fill_kernel(i64 nmx, const u32* xtile, const u32* mx_row, const u32* mx_first,
                               const u64* rowkey, const u64* ysk, const double* mx_val, double* at,
                               u32* mask) {
-  for (i64 t = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; t < nmx;
-       t += static_cast<i64>(gridDim.x) * blockDim.x) {
-    const u32 a = xtile[t];
-    if (a == kNone) continue;
-    const u64 rr = rowkey[mx_row[t]] & 15u, kk = ysk[mx_first[t]] & 15u;
-    atomicAdd(at + static_cast<u64>(a) * 256 + rr * 16 + kk, mx_val[t]);
-    atomicOr(mask + static_cast<u64>(a) * 16 + rr, 1u << kk);
+  for (i64 t0 = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; t0 < nmx;
+       t0 += static_cast<i64>(gridDim.x) * blockDim.x) {
+    if (t0 != 0 && mx_row[t0 - 1] == mx_row[t0]) continue;
+    const u32 row = mx_row[t0];
+    const u64 rr = rowkey[row] & 15u;
+    for (i64 t = t0; t < nmx && mx_row[t] == row; ++t) {
+      const u32 a = xtile[t];
+      if (a == kNone) continue;
+      const u64 kk = ysk[mx_first[t]] & 15u;
+      at[static_cast<u64>(a) * 256 + rr * 16 + kk] += mx_val[t];
+      atomicOr(mask + static_cast<u64>(a) * 16 + rr, 1u << kk);
+    }
   }
 }
 
-/// Dense B block values and column masks (bit kk of column cc).
+/// Dense B block values and column masks (bit kk of column cc). A tile row belongs to one
+/// matched key, so the first sorted Y of each key sums that key's values in sorted order.
 __global__ void b_fill_kernel(i64 ny, const u32* ytile, const u64* ysk, const u32* ysc,
                               const u64* colkey, const double* ysv, double* bt, u32* mask) {
-  for (i64 q = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; q < ny;
-       q += static_cast<i64>(gridDim.x) * blockDim.x) {
-    const u32 b = ytile[q];
-    if (b == kNone) continue;
-    const u64 kk = ysk[q] & 15u, cc = colkey[ysc[q]] & 15u;
-    atomicAdd(bt + static_cast<u64>(b) * 256 + kk * 16 + cc, ysv[q]);
-    atomicOr(mask + static_cast<u64>(b) * 16 + cc, 1u << kk);
+  for (i64 q0 = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; q0 < ny;
+       q0 += static_cast<i64>(gridDim.x) * blockDim.x) {
+    if (q0 != 0 && ysk[q0 - 1] == ysk[q0]) continue;
+    const u64 key = ysk[q0], kk = key & 15u;
+    for (i64 q = q0; q < ny && ysk[q] == key; ++q) {
+      const u32 b = ytile[q];
+      if (b == kNone) continue;
+      const u64 cc = colkey[ysc[q]] & 15u;
+      bt[static_cast<u64>(b) * 256 + kk * 16 + cc] += ysv[q];
+      atomicOr(mask + static_cast<u64>(b) * 16 + cc, 1u << kk);
+    }
   }
 }
 

@@ -38,9 +38,9 @@ inline constexpr int kSmallRow = 1024;
 inline constexpr int kGroupCap = 2 * kSmallRow;
 inline constexpr int kGroupBlock = 256;
 /// Dense rows: one block per (row, column tile), a double accumulator and a byte flag per
-/// column of the tile in shared memory; tiles of at most kDenseTileMax columns, at most
-/// kDenseTilesMax tiles per row; rows with fewer products than columns / kDenseRatio (and
-/// more than kSmallRow) spill to the global sort.
+/// column of the tile in shared memory (with values also a chunk's products and sort keys); tiles
+/// of at most kDenseTileMax columns, at most kDenseTilesMax tiles per row; rows with fewer products
+/// than columns / kDenseRatio (and more than kSmallRow) spill to the global sort.
 inline constexpr int kDenseBlock = 512;
 inline constexpr int kDenseChunk = 1024;  ///< products per step (X offsets staged in shared)
 inline constexpr int kDenseTileMax = 10240;
@@ -49,7 +49,8 @@ inline constexpr int kDenseRatio = 4;
 /// Dynamic shared memory of the dense-row kernel for tiles of W columns.
 inline std::size_t dense_shared_bytes(int W, bool values) {
   return static_cast<std::size_t>(kDenseChunk + 1) * 8 +
-         static_cast<std::size_t>(W) * (values ? 9 : 1);
+         static_cast<std::size_t>(W) * (values ? 9 : 1) +
+         (values ? static_cast<std::size_t>(kDenseChunk) * 12 : 0);
 }
 
 // ---- tensor-core blocks: 16 x 16, coordinates as codes / 16 (rows, keys, columns) ----

@@ -5,9 +5,10 @@
 //  - groups of small rows: one block loads the group's products (at most kGroupCap - 1)
 //    as (row, column, product number) keys into shared memory, sorts them (bitonic) and
 //    sums runs of equal (row, column) in product order: deterministic.
-//  - dense rows: one block per (row, column tile); a double per column in shared memory,
-//    products added with shared-memory atomics (the summation order varies run to run,
-//    within rounding); a byte per column marks the entries.
+//  - dense rows: one block per (row, column tile); a double per column in shared memory and
+//    a byte per column marking the entries. Products are taken in chunks of kDenseChunk;
+//    a chunk's products are sorted by (column, product) and each column's run is summed in
+//    product order: deterministic (no atomics on values).
 // Both run twice: without values in the count pass (entries per row), with values in the
 // run. Products of two dense tensor-core blocks are skipped; the cells those blocks
 // produce are marked from the blocks' bit masks (values are added later by sptc_tc.cu).
@@ -206,13 +207,21 @@ __global__ void __launch_bounds__(kGroupBlock)
   }
 }
 
+static_assert(kDenseChunk == 1024 && kDenseTileMax < (1 << 21),
+              "dense_rows_kernel packs (column in tile) << 10 | product in chunk into 32 bits");
+
 template <bool kValues>
 __global__ void __launch_bounds__(kDenseBlock)
     dense_rows_kernel(RowsView v, const u32* drows, i64 nitems, int ntiles, int W, RowsOut out) {
   extern __shared__ __align__(16) unsigned char smem[];
-  i64* s_off = reinterpret_cast<i64*>(smem);                                     // kDenseChunk + 1
-  double* s_acc = reinterpret_cast<double*>(smem + (kDenseChunk + 1) * 8);       // W (values)
-  unsigned char* s_flag = smem + (kDenseChunk + 1) * 8 + (kValues ? W * 8 : 0);  // W
+  // Layout (dense_shared_bytes): s_off, then with values s_acc (W), s_pv and s_ck (one per
+  // product of the chunk), then s_flag (W).
+  i64* s_off = reinterpret_cast<i64*>(smem);  // kDenseChunk + 1
+  unsigned char* p = smem + (kDenseChunk + 1) * 8;
+  double* s_acc = reinterpret_cast<double*>(p);                            // W (values)
+  double* s_pv = s_acc + (kValues ? W : 0);                                // kDenseChunk (values)
+  u32* s_ck = reinterpret_cast<u32*>(s_pv + (kValues ? kDenseChunk : 0));  // kDenseChunk
+  unsigned char* s_flag = reinterpret_cast<unsigned char*>(s_ck + (kValues ? kDenseChunk : 0));
   __shared__ u32 s_scan[33];
   __shared__ u32 s_next;
   for (i64 item = blockIdx.x; item < nitems; item += gridDim.x) {
@@ -237,27 +246,67 @@ __global__ void __launch_bounds__(kDenseBlock)
       const int L = static_cast<int>(min(static_cast<i64>(cn), static_cast<i64>(xb - xbase)));
       for (int k = threadIdx.x; k <= L; k += blockDim.x)
         s_off[k] = v.mx_off[xbase + static_cast<u32>(k)];
-      __syncthreads();
-      for (int j = threadIdx.x; j < cn; j += blockDim.x) {
-        const i64 p = pc + j;
-        int lo = 0, hi = L - 1;  // last k with s_off[k] <= p
+      __syncthreads();  // s_off staged; every thread has read s_next
+      int cn2 = 1;      // the chunk's sort width (values)
+      while (cn2 < cn) cn2 <<= 1;
+      for (int j = threadIdx.x; j < (kValues ? cn2 : cn); j += blockDim.x) {
+        if constexpr (kValues) s_ck[j] = ~0u;  // no product of this tile (sorts last)
+        if (j >= cn) continue;
+        const i64 pj = pc + j;
+        int lo = 0, hi = L - 1;  // last k with s_off[k] <= pj
         while (lo < hi) {
           const int mid = (lo + hi + 1) >> 1;
-          if (s_off[mid] <= p)
+          if (s_off[mid] <= pj)
             lo = mid;
           else
             hi = mid - 1;
         }
         const u32 x = xbase + static_cast<u32>(lo);
-        const i64 q = static_cast<i64>(v.mx_first[x]) + (p - s_off[lo]);
-        if (j == cn - 1) s_next = s_off[lo + 1] == p + 1 ? x + 1 : x;
+        const i64 q = static_cast<i64>(v.mx_first[x]) + (pj - s_off[lo]);
+        if (j == cn - 1) s_next = s_off[lo + 1] == pj + 1 ? x + 1 : x;
         const i64 c = v.ysc[q];
         if (c < cb || c >= ce) continue;
         if (on_tensor_cores(v, x, q)) continue;
         s_flag[c - cb] = 1;
-        if constexpr (kValues) atomicAdd(&s_acc[c - cb], v.mx_val[x] * v.ysv[q]);
+        if constexpr (kValues) {
+          // Key (column in the tile, product in the chunk): W <= kDenseTileMax < 2^14 and
+          // cn <= kDenseChunk = 2^10, so it fits 24 bits.
+          s_ck[j] = (static_cast<u32>(c - cb) << 10) | static_cast<u32>(j);
+          s_pv[j] = v.mx_val[x] * v.ysv[q];
+        }
       }
       __syncthreads();
+      if constexpr (kValues) {
+        // Deterministic sums: the chunk's products sorted by (column, product), each
+        // column's run summed in product order and added once (chunks in order). Shared
+        // atomics would make the order, and so the rounding (and which sums come out exactly
+        // zero and are dropped), vary from run to run.
+        for (int k = 2; k <= cn2; k <<= 1)
+          for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < cn2; i += blockDim.x) {
+              const int ixj = i ^ j;
+              if (ixj > i) {
+                const u32 a = s_ck[i], b = s_ck[ixj];
+                if ((a > b) == ((i & k) == 0)) {
+                  s_ck[i] = b;
+                  s_ck[ixj] = a;
+                }
+              }
+            }
+            __syncthreads();
+          }
+        for (int k = threadIdx.x; k < cn; k += blockDim.x) {
+          const u32 key = s_ck[k];
+          if (key == ~0u) continue;
+          const u32 col = key >> 10;
+          if (k != 0 && (s_ck[k - 1] >> 10) == col) continue;
+          double sum = 0;
+          for (int j = k; j < cn && s_ck[j] != ~0u && (s_ck[j] >> 10) == col; ++j)
+            sum += s_pv[s_ck[j] & 1023u];
+          s_acc[col] += sum;  // one run per column per chunk: no other writer
+        }
+        __syncthreads();  // s_ck, s_pv and s_off are rewritten by the next chunk
+      }
     }
     if (v.tc.otkey != nullptr) {
       i64 o0, o1;

@@ -139,6 +139,9 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                            const comm::Communicator& c, const ContractOptions& opt) {
   TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
                   "algo::contract routes host tensors: it needs a host communicator");
+  const comm::Communicator& dc = opt.data != nullptr ? *opt.data : c;
+  TESSERA_EXPECTS(dc.size() == c.size() && dc.rank() == c.rank(),
+                  "algo::contract: the data communicator must span the ranks of the host one");
   const int P = c.size();
   const bool self = &x == &y;
   ContractResult<T> res;
@@ -179,12 +182,12 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                                      << " per rank; about " << std::max(ranks, P + 1)
                                      << " ranks would fit, or raise the memory limit");
     }
-    xr = execute_route(x, rx, c);
+    xr = execute_route(x, rx, dc);
     X = &xr;
     if (once) {
       Y = &xr;
     } else {
-      yr = execute_route(y, ry, c);
+      yr = execute_route(y, ry, dc);
       Y = &yr;
     }
   }
@@ -294,7 +297,7 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
     std::vector<int> all(static_cast<std::size_t>(N));
     for (int k = 0; k < N; ++k) all[static_cast<std::size_t>(k)] = k;
     const Route ro = plan_route(part, all, c);
-    SparseTensor<T> recv = execute_route(part, ro, c);
+    SparseTensor<T> recv = execute_route(part, ro, dc);
     part = SparseTensor<T>();
     res.phases.add("route_output", t.seconds());
     t.reset();

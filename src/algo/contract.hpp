@@ -4,7 +4,8 @@
 // Z = X x Y for an einsum spec (kernels/sptc.hpp):
 //  1. route: every X and Y nonzero goes to rank hash(matched coordinates) % P, the same
 //     hash for both inputs, so every pair of matching nonzeros meets on one rank (one
-//     alltoallv per coordinate array and one for the values, on a host communicator);
+//     alltoallv per coordinate array and one for the values, over ContractOptions::data:
+//     NCCL on GPUs, MPI otherwise);
 //  2. plan: the backend matches the local nonzeros and counts the local output exactly;
 //     the memory need is estimated from those counts, all-reduced, and the run refused on
 //     every rank alike when the busiest rank would pass the limit;
@@ -34,6 +35,11 @@ struct ContractOptions {
   /// much is needed and what would fit.
   std::size_t memory_limit = 0;
   bool print = true;  ///< the plan and the memory estimate on rank 0 (log::info)
+  /// Communicator that moves the nonzeros (the input routing and the partial-output
+  /// routing), spanning the ranks of `c` in the same order; null = `c`. The drivers pass
+  /// the backend's data communicator: NCCL for the cuda backend (it stages the host arrays
+  /// through device buffers), MPI otherwise. Counts, sums and error agreement stay on `c`.
+  const comm::Communicator* data = nullptr;
 };
 
 /// Memory estimate per rank, in bytes, made before the multiplication (the largest value
