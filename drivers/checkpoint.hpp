@@ -56,6 +56,30 @@ void after_iteration(const std::string& path, int every, int iteration,
 /// 0 = never.
 int test_kill_after_iteration();
 
+/// What a checkpoint records besides the model, for the state `s` after an iteration
+/// (algo::CpState or algo::TuckerState).
+template <typename State>
+io::CheckpointInfo checkpoint_info(const State& s, const std::string& precision,
+                                   const io::TensorFingerprint& input,
+                                   const std::string& options_json) {
+  io::CheckpointInfo info;
+  info.iteration = s.iteration;
+  info.converged = s.converged;
+  info.fit_history = s.fit_history;
+  info.precision = precision;
+  info.input = input;
+  info.options_json = options_json;
+  return info;
+}
+
+/// The iteration count, fit history and convergence of a resumed checkpoint into `s`.
+template <typename State>
+void restore_progress(const io::CheckpointInfo& info, State* s) {
+  s->iteration = info.iteration;
+  s->fit_history = info.fit_history;
+  s->converged = info.converged;
+}
+
 /// Kills this process (SIGKILL) when `iteration` == test_kill_after_iteration() (> 0).
 /// Call on every rank after the checkpoint of that iteration is written.
 void maybe_test_kill(int iteration);

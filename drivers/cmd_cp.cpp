@@ -83,9 +83,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
         a.ckpt.resume, now, a.iters,
         [&](io::CheckpointInfo* i) { resumed.model = io::read_cp_checkpoint(a.ckpt.resume, i); },
         world);
-    resumed.iteration = info.iteration;
-    resumed.fit_history = info.fit_history;
-    resumed.converged = info.converged;
+    restore_progress(info, &resumed);
     o.resume = &resumed;
   }
   if (!ckpt_path.empty() || test_kill_after_iteration() > 0) {
@@ -94,14 +92,8 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
       after_iteration(
           ckpt_path, a.ckpt.every, s.iteration,
           [&] {
-            io::CheckpointInfo info;
-            info.iteration = s.iteration;
-            info.converged = s.converged;
-            info.fit_history = s.fit_history;
-            info.precision = a.run.precision;
-            info.input = fingerprint;
-            info.options_json = opts.dump();
-            io::write_cp_checkpoint(ckpt_path, s.model, info);
+            io::write_cp_checkpoint(ckpt_path, s.model,
+                         checkpoint_info(s, a.run.precision, fingerprint, opts.dump()));
           },
           world);
     };

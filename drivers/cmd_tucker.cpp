@@ -109,9 +109,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
           resumed.model = io::read_tucker_checkpoint(a.ckpt.resume, i);
         },
         world);
-    resumed.iteration = info.iteration;
-    resumed.fit_history = info.fit_history;
-    resumed.converged = info.converged;
+    restore_progress(info, &resumed);
     o.resume = &resumed;
   }
   if (!ckpt_path.empty() || test_kill_after_iteration() > 0) {
@@ -120,14 +118,8 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
       after_iteration(
           ckpt_path, a.ckpt.every, s.iteration,
           [&] {
-            io::CheckpointInfo info;
-            info.iteration = s.iteration;
-            info.converged = s.converged;
-            info.fit_history = s.fit_history;
-            info.precision = run.precision;
-            info.input = fingerprint;
-            info.options_json = opts.dump();
-            io::write_tucker_checkpoint(ckpt_path, s.model, info);
+            io::write_tucker_checkpoint(ckpt_path, s.model,
+                         checkpoint_info(s, run.precision, fingerprint, opts.dump()));
           },
           world);
     };

@@ -898,6 +898,14 @@ class RowsEngine {
   template <typename V>
   void sort_pairs(cub::DoubleBuffer<u64>& k, cub::DoubleBuffer<V>& v, i64 n, int bits);
   void sort_keys(cub::DoubleBuffer<u64>& k, i64 n, int bits);
+  /// Nonzeros 0..n-1 sorted (stable) by the code `m` gives their coordinates (`bits` low
+  /// bits significant): keys() the sorted codes, perm() the nonzero ids in that order.
+  struct Sorted {
+    DeviceMemory k[2], p[2];
+    const u64* keys = nullptr;
+    const index_t* perm = nullptr;
+  };
+  void sort_by_code(const KeyMap& m, i64 n, int bits, const char* what, Sorted* out);
   void build_tensor_cores(const SparseTensor<T>& x);
   void check_err(const char* when);
   sptc::RowsView view() const;
@@ -956,6 +964,23 @@ void RowsEngine<T>::sort_pairs(cub::DoubleBuffer<u64>& k, cub::DoubleBuffer<V>& 
   alloc(tmp_, bytes, "SpTC sort temporaries");
   TESSERA_CUDA_CHECK(
       cub::DeviceRadixSort::SortPairs(tmp_.get(), bytes, k, v, n, 0, bits, ctx_.stream));
+}
+
+template <typename T>
+void RowsEngine<T>::sort_by_code(const KeyMap& m, i64 n, int bits, const char* what,
+                                 Sorted* out) {
+  for (int b = 0; b < 2; ++b) {
+    dalloc<u64>(out->k[b], n, what);
+    dalloc<index_t>(out->p[b], n, "SpTC permutation");
+  }
+  y_keys_kernel<<<grid_for(n), kBlock, 0, ctx_.stream>>>(n, m, ptr<u64>(out->k[0]),
+                                                        ptr<index_t>(out->p[0]));
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  cub::DoubleBuffer<u64> kb(ptr<u64>(out->k[0]), ptr<u64>(out->k[1]));
+  cub::DoubleBuffer<index_t> pb(ptr<index_t>(out->p[0]), ptr<index_t>(out->p[1]));
+  sort_pairs(kb, pb, n, bits);
+  out->keys = kb.Current();
+  out->perm = pb.Current();
 }
 
 template <typename T>
@@ -1069,39 +1094,18 @@ void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
             cbits = key_bits(cells(clen));
 
   // ---- Y: sorted by matched key; columns ranked ----
-  DeviceMemory yk0, yk1, yp0, yp1;
-  u64* ysk = nullptr;  // sorted matched keys (kept for the tensor-core blocks)
-  const index_t* yperm = nullptr;
-  dalloc<u64>(yk0, ny_, "SpTC keys");
-  dalloc<u64>(yk1, ny_, "SpTC keys");
-  dalloc<index_t>(yp0, ny_, "SpTC permutation");
-  dalloc<index_t>(yp1, ny_, "SpTC permutation");
-  y_keys_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, yk, ptr<u64>(yk0),
-                                                           ptr<index_t>(yp0));
-  TESSERA_CUDA_CHECK(cudaGetLastError());
-  {
-    cub::DoubleBuffer<u64> kb(ptr<u64>(yk0), ptr<u64>(yk1));
-    cub::DoubleBuffer<index_t> pb(ptr<index_t>(yp0), ptr<index_t>(yp1));
-    sort_pairs(kb, pb, ny_, kbits);
-    ysk = kb.Current();
-    yperm = pb.Current();
-  }
+  Sorted ys;  // Y by matched key; the sorted keys are kept for the tensor-core blocks
+  sort_by_code(yk, ny_, kbits, "SpTC keys", &ys);
+  const u64* ysk = ys.keys;
+  const index_t* yperm = ys.perm;
   DeviceMemory colkey;  // per column: its code (tensor-core blocks)
   {
-    DeviceMemory c0, c1, p0, p1, flag, excl, crank;
-    dalloc<u64>(c0, ny_, "SpTC column keys");
-    dalloc<u64>(c1, ny_, "SpTC column keys");
-    dalloc<index_t>(p0, ny_, "SpTC permutation");
-    dalloc<index_t>(p1, ny_, "SpTC permutation");
-    y_keys_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ck, ptr<u64>(c0),
-                                                             ptr<index_t>(p0));
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-    cub::DoubleBuffer<u64> kb(ptr<u64>(c0), ptr<u64>(c1));
-    cub::DoubleBuffer<index_t> pb(ptr<index_t>(p0), ptr<index_t>(p1));
-    sort_pairs(kb, pb, ny_, cbits);
+    DeviceMemory flag, excl, crank;
+    Sorted cs;
+    sort_by_code(ck, ny_, cbits, "SpTC column keys", &cs);
     dalloc<i64>(flag, ny_ + 1, "SpTC flags");
     dalloc<i64>(excl, ny_ + 1, "SpTC flags");
-    change_flags_kernel<<<grid_for(ny_ + 1), kBlock, 0, ctx_.stream>>>(ny_, kb.Current(), 0,
+    change_flags_kernel<<<grid_for(ny_ + 1), kBlock, 0, ctx_.stream>>>(ny_, cs.keys, 0,
                                                                        ptr<i64>(flag));
     TESSERA_CUDA_CHECK(cudaGetLastError());
     ncols_ = scan(ptr<i64>(flag), ptr<i64>(excl), ny_ + 1);
@@ -1109,7 +1113,7 @@ void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
     dalloc<u32>(colrep_, ncols_, "SpTC columns");
     dalloc<u64>(colkey, ncols_, "SpTC columns");
     col_ranks_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
-        ny_, ptr<i64>(flag), ptr<i64>(excl), pb.Current(), kb.Current(), ptr<u32>(crank),
+        ny_, ptr<i64>(flag), ptr<i64>(excl), cs.perm, cs.keys, ptr<u32>(crank),
         ptr<u32>(colrep_), ptr<u64>(colkey));
     TESSERA_CUDA_CHECK(cudaGetLastError());
     dalloc<u32>(ysc_, ny_, "SpTC sorted Y");
@@ -1118,31 +1122,24 @@ void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
         ny_, yperm, ptr<u32>(crank), ptr<T>(yd.vals), ptr<u32>(ysc_), ptr<double>(ysv_));
     TESSERA_CUDA_CHECK(cudaGetLastError());
   }
-  yp0 = DeviceMemory();  // the permutation is no longer needed
-  yp1 = DeviceMemory();
+  ys.p[0] = DeviceMemory();  // the permutation is no longer needed
+  ys.p[1] = DeviceMemory();
+  yperm = nullptr;
   held_ += static_cast<std::size_t>(ny_) * 12 + static_cast<std::size_t>(ncols_) * 4;
 
   // ---- X: sorted by row code, matched, compacted; rows ----
   DeviceMemory rowkey;  // per row: its code (tensor-core blocks)
   {
-    DeviceMemory r0, r1, p0, p1, xfirst, xcnt, mflag, mpos, mx_cnt, mx_orig, mx_rk;
-    dalloc<u64>(r0, nx_, "SpTC row keys");
-    dalloc<u64>(r1, nx_, "SpTC row keys");
-    dalloc<index_t>(p0, nx_, "SpTC permutation");
-    dalloc<index_t>(p1, nx_, "SpTC permutation");
-    y_keys_kernel<<<grid_for(nx_), kBlock, 0, ctx_.stream>>>(nx_, rk, ptr<u64>(r0),
-                                                             ptr<index_t>(p0));
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-    cub::DoubleBuffer<u64> kb(ptr<u64>(r0), ptr<u64>(r1));
-    cub::DoubleBuffer<index_t> pb(ptr<index_t>(p0), ptr<index_t>(p1));
-    sort_pairs(kb, pb, nx_, rbits);  // stable: a row keeps X's input order
+    DeviceMemory xfirst, xcnt, mflag, mpos, mx_cnt, mx_orig, mx_rk;
+    Sorted xs;  // stable: a row keeps X's input order
+    sort_by_code(rk, nx_, rbits, "SpTC row keys", &xs);
     dalloc<u32>(xfirst, nx_, "SpTC ranges");
     dalloc<i64>(xcnt, nx_, "SpTC ranges");
     dalloc<i64>(mflag, nx_ + 1, "SpTC flags");
     dalloc<i64>(mpos, nx_ + 1, "SpTC flags");
     TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr<i64>(mflag) + nx_, 0, sizeof(i64), ctx_.stream));
     x_ranges_sorted_kernel<<<grid_for(nx_), kBlock, 0, ctx_.stream>>>(
-        nx_, xk, pb.Current(), ysk, ny_, ptr<u32>(xfirst), ptr<i64>(xcnt), ptr<i64>(mflag));
+        nx_, xk, xs.perm, ysk, ny_, ptr<u32>(xfirst), ptr<i64>(xcnt), ptr<i64>(mflag));
     TESSERA_CUDA_CHECK(cudaGetLastError());
     nmx_ = scan(ptr<i64>(mflag), ptr<i64>(mpos), nx_ + 1);
     if (nmx_ == 0) {
@@ -1160,15 +1157,12 @@ void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
     dalloc<u64>(mx_rk, nmx_, "SpTC matched X");
     TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr<i64>(mx_cnt) + nmx_, 0, sizeof(i64), ctx_.stream));
     x_compact_kernel<T><<<grid_for(nx_), kBlock, 0, ctx_.stream>>>(
-        nx_, ptr<i64>(mflag), ptr<i64>(mpos), pb.Current(), ptr<u32>(xfirst), ptr<i64>(xcnt),
-        kb.Current(), ptr<T>(xd_.vals), ptr<u32>(mx_first_), ptr<i64>(mx_cnt), ptr<double>(mx_val_),
+        nx_, ptr<i64>(mflag), ptr<i64>(mpos), xs.perm, ptr<u32>(xfirst), ptr<i64>(xcnt),
+        xs.keys, ptr<T>(xd_.vals), ptr<u32>(mx_first_), ptr<i64>(mx_cnt), ptr<double>(mx_val_),
         ptr<u32>(mx_orig), ptr<u64>(mx_rk));
     TESSERA_CUDA_CHECK(cudaGetLastError());
     // Free the sort buffers before the per-row arrays.
-    r0 = DeviceMemory();
-    r1 = DeviceMemory();
-    p0 = DeviceMemory();
-    p1 = DeviceMemory();
+    xs = Sorted();
     xfirst = DeviceMemory();
     xcnt = DeviceMemory();
     dalloc<i64>(mx_off_, nmx_ + 1, "SpTC product offsets");
@@ -1209,8 +1203,7 @@ void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
   }
   rowkey = DeviceMemory();
   colkey = DeviceMemory();
-  yk0 = DeviceMemory();
-  yk1 = DeviceMemory();
+  ys = Sorted();
 
   // ---- row classes ----
   {

@@ -64,7 +64,6 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
   for (int n = 0; n < N; ++n)
     if (dims_[static_cast<std::size_t>(n)] <= kBitmapMaxDim)
       bits[static_cast<std::size_t>(n)].assign((dims_[static_cast<std::size_t>(n)] + 63) / 64, 0);
-  double norm2 = 0;
   stream([&](const SparseTensor<T>& c) {
     for (int n = 0; n < N; ++n) {
       const auto& idx = c.idx[static_cast<std::size_t>(n)];
@@ -82,10 +81,9 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
         r.swap(merged);
       }
     }
-    for (T v : c.vals) norm2 += static_cast<double>(v) * static_cast<double>(v);
-    io::add_to_fingerprint(c, {}, &fingerprint_);
+    io::add_to_fingerprint(c, {}, &fingerprint_);  // also sums the squared values
   });
-  norm2_ = norm2;
+  norm2_ = fingerprint_.norm2;
   // Every chunk's checksum was verified in this pass; later passes keep the cheap checks
   // (coordinates inside dims, finite values, block ranges) but not the CRCs, which cost
   // about as much CPU time as a fast disk takes to deliver the bytes.
@@ -245,6 +243,15 @@ template class DiskTensor<double>;
 // ---------------------------------------------------------------------------------------
 
 template <typename T>
+T* StreamingBackend<T>::scratch(std::size_t n) {
+  if (scratch_.size() < n) {
+    scratch_ = kernels::Array<T>();  // free first: the old buffer is too small
+    scratch_ = in_.allocate(n);
+  }
+  return scratch_.data();
+}
+
+template <typename T>
 void StreamingBackend<T>::mttkrp(const kernels::TensorHandle<T>& x, int mode,
                                  const std::vector<const T*>& factors, int R, T* out) {
   const auto* d = dynamic_cast<const DiskTensor<T>*>(&x);
@@ -259,8 +266,8 @@ void StreamingBackend<T>::mttkrp(const kernels::TensorHandle<T>& x, int mode,
     in_.fill(out, n, T(0));
     return;
   }
-  // The first chunk writes `out`; later chunks go through `tmp` and are added.
-  kernels::Array<T> tmp;
+  // The first chunk writes `out`; later chunks go through the scratch and are added.
+  T* tmp = nullptr;
   bool first = true;
   const std::vector<std::int64_t> identity;
   d->stream([&](const SparseTensor<T>& c) {
@@ -269,9 +276,9 @@ void StreamingBackend<T>::mttkrp(const kernels::TensorHandle<T>& x, int mode,
       in_.mttkrp(*h, mode, factors, R, out);
       first = false;
     } else {
-      if (tmp.size() == 0) tmp = in_.allocate(n);
-      in_.mttkrp(*h, mode, factors, R, tmp.data());
-      in_.add_rows(tmp.data(), rows, R, identity, out);
+      if (tmp == nullptr) tmp = scratch(n);
+      in_.mttkrp(*h, mode, factors, R, tmp);
+      in_.add_rows(tmp, rows, R, identity, out);
     }
     in_.synchronize();  // the chunk's handle and host buffer are released after this
   });
@@ -317,18 +324,13 @@ void StreamingBackend<T>::ttmc(const kernels::TensorHandle<T>& x, int mode,
   const auto rows = static_cast<std::int64_t>(all.size());
   if (rows == 0 || C == 0) return;
   in_.fill(out, static_cast<std::size_t>(rows * C), T(0));
-  kernels::Array<T> tmp;
   std::vector<std::int64_t> map;
   d->stream([&](const SparseTensor<T>& c) {
     auto h = in_.prepare(c);
     const std::vector<index_t> sub = in_.ttmc_rows(*h, mode);
     if (sub.empty()) return;
-    const std::size_t need = sub.size() * static_cast<std::size_t>(C);
-    if (tmp.size() < need) {
-      tmp = kernels::Array<T>();  // free first: the old buffer is too small
-      tmp = in_.allocate(need);
-    }
-    in_.ttmc(*h, mode, factors, ranks, tmp.data());
+    T* tmp = scratch(sub.size() * static_cast<std::size_t>(C));
+    in_.ttmc(*h, mode, factors, ranks, tmp);
     map.resize(sub.size());
     // Both lists are sorted: one merge walk gives every chunk row's position.
     std::size_t j = 0;
@@ -339,7 +341,7 @@ void StreamingBackend<T>::ttmc(const kernels::TensorHandle<T>& x, int mode,
                                            << " is not among the rows of the first pass");
       map[i] = static_cast<std::int64_t>(j);
     }
-    in_.add_rows(tmp.data(), static_cast<std::int64_t>(sub.size()), C, map, out);
+    in_.add_rows(tmp, static_cast<std::int64_t>(sub.size()), C, map, out);
     in_.synchronize();
   });
 }

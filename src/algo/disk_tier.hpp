@@ -115,7 +115,8 @@ class DiskTensor final : public kernels::TensorHandle<T> {
 };
 
 /// Forwards every call to `inner`, except MTTKRP and TTMc on a DiskTensor, which it runs
-/// chunk by chunk (see the top of this file). `inner` must outlive it.
+/// chunk by chunk (see the top of this file). `inner` must outlive it. It keeps one chunk
+/// output buffer (the largest needed so far) between calls.
 template <typename T>
 class StreamingBackend final : public kernels::Backend<T> {
  public:
@@ -208,7 +209,13 @@ class StreamingBackend final : public kernels::Backend<T> {
   }
 
  private:
+  /// A buffer of at least n values in backend memory for a chunk's output, kept across
+  /// calls (every mode of every iteration needs one; allocating each time would cost a
+  /// device allocation and free per pass). Grows only.
+  T* scratch(std::size_t n);
+
   kernels::Backend<T>& in_;
+  kernels::Array<T> scratch_;
 };
 
 }  // namespace tessera::algo

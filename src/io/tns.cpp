@@ -57,6 +57,7 @@
 
 #include "util/error.hpp"
 #include "util/log.hpp"
+#include "util/progress.hpp"
 #include "util/timer.hpp"
 
 namespace tessera::io {
@@ -343,66 +344,6 @@ class Parser {
 };
 
 // ---------------------------------------------------------------------------------------
-// Progress on rank 0
-
-class Progress {
- public:
-  Progress(bool on, std::string label, std::uint64_t total)
-      : on_(on), tty_(on && log::stderr_is_tty()), label_(std::move(label)), total_(total) {}
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
-  ~Progress() { finish(); }
-
-  void update(std::uint64_t done) {
-    if (!on_ || total_ == 0) return;
-    const double t = timer_.seconds();
-    if (tty_) {
-      // No bar for reads that end within half a second; redraw at most 10 times a second.
-      if (t < 0.5 || t - last_ < 0.1) return;
-      last_ = t;
-      draw(done, t);
-    } else if (t - last_ >= 10.0) {
-      last_ = t;
-      char buf[96];
-      std::snprintf(buf, sizeof(buf), ": %.0f%% (%.1f of %.1f MB, %.0f s)",
-                    100.0 * static_cast<double>(done) / static_cast<double>(total_),
-                    static_cast<double>(done) / 1e6, static_cast<double>(total_) / 1e6, t);
-      log::info("reading " + label_ + buf);
-    }
-  }
-  void finish() {
-    if (drawn_) {
-      draw(total_, timer_.seconds());
-      std::fputc('\n', stderr);
-      std::fflush(stderr);
-      drawn_ = false;
-    }
-    on_ = false;
-  }
-
- private:
-  void draw(std::uint64_t done, double t) {
-    constexpr int kWidth = 30;
-    const double f = std::min(1.0, static_cast<double>(done) / static_cast<double>(total_));
-    char bar[kWidth + 1];
-    const int full = static_cast<int>(f * kWidth);
-    for (int i = 0; i < kWidth; ++i) bar[i] = i < full ? '#' : '.';
-    bar[kWidth] = '\0';
-    std::fprintf(stderr, "\rreading %s [%s] %3.0f%% %.1f MB/s", label_.c_str(), bar, 100 * f,
-                 t > 0 ? static_cast<double>(done) / 1e6 / t : 0.0);
-    std::fflush(stderr);
-    drawn_ = true;
-  }
-
-  bool on_, tty_;
-  std::string label_;
-  std::uint64_t total_;
-  Timer timer_;
-  double last_ = 0;
-  bool drawn_ = false;
-};
-
-// ---------------------------------------------------------------------------------------
 // Plain files
 
 struct Fd {
@@ -678,7 +619,7 @@ TnsReadResult read_tns(const std::string& path, const comm::Communicator& c,
   std::optional<std::string> file_error;
   {
     // Plain files: rank 0's share, scaled to the file (the ranks move at similar speeds).
-    Progress progress(rank == 0 && opt.progress, base_name(path), size);
+    Progress progress(rank == 0 && opt.progress, "reading", base_name(path), size);
     try {
       if (gz) {
         ::close(fd.fd);  // zlib opens the file itself

@@ -18,6 +18,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/sptc.hpp"
+#include "sptc_test_util.hpp"
 #include "test_util.hpp"
 #include "util/error.hpp"
 
@@ -146,48 +147,9 @@ TEST(SptcSpec, ChecksOrdersAndMatchedLengths) {
 
 // ---- problems and brute force -------------------------------------------------------
 
-struct Problem {
-  ContractSpec spec;
-  std::map<char, std::uint64_t> len;  ///< length of every letter
-};
-
-std::vector<std::uint64_t> dims_of(const std::string& sub,
-                                   const std::map<char, std::uint64_t>& len) {
-  std::vector<std::uint64_t> d;
-  for (char c : sub) d.push_back(len.at(c));
-  return d;
-}
-
-/// A random spec: X of order ox and Y of order oy sharing `contracted` summed letters and
-/// `batch` kept letters, every input's letters in random positions, the output a random
-/// order of the free and batch letters.
-Problem random_problem(int ox, int oy, int contracted, int batch, std::uint64_t max_len,
-                       std::mt19937_64& rng) {
-  const std::string pool = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-  std::string letters = pool;
-  std::shuffle(letters.begin(), letters.end(), rng);
-  std::size_t next = 0;
-  std::string shared, xs, ys, out;
-  for (int c = 0; c < contracted + batch; ++c) shared.push_back(letters[next++]);
-  for (int c = contracted; c < contracted + batch; ++c) out.push_back(shared[c]);
-  xs = shared;
-  ys = shared;
-  for (int m = contracted + batch; m < ox; ++m) {
-    xs.push_back(letters[next]);
-    out.push_back(letters[next++]);
-  }
-  for (int m = contracted + batch; m < oy; ++m) {
-    ys.push_back(letters[next]);
-    out.push_back(letters[next++]);
-  }
-  std::shuffle(xs.begin(), xs.end(), rng);
-  std::shuffle(ys.begin(), ys.end(), rng);
-  std::shuffle(out.begin(), out.end(), rng);
-  Problem p;
-  p.spec = parse_contract_spec(xs + "," + ys + "->" + out);
-  for (char c : xs + ys) p.len[c] = std::uniform_int_distribution<std::uint64_t>(1, max_len)(rng);
-  return p;
-}
+using test::Problem;
+using test::dims_of;
+using test::random_problem;
 
 /// Random COO tensor with `nnz` draws (repeats kept when allow_repeats, so the kernels must
 /// sum them); integer values in +-[1, 3] (exact sums) or reals in +-[0.25, 1].
