@@ -203,18 +203,22 @@ Expected dense_contract(const SparseTensor<T>& x, const SparseTensor<T>& y, cons
   std::string letters;
   for (char c : s.x + s.y)
     if (letters.find(c) == std::string::npos) letters.push_back(c);
-  auto dense = [&](const SparseTensor<T>& t) {
+  // Repeated coordinates are summed; `absolute` sums their magnitudes instead, the scale
+  // of the rounding of kernels that multiply every copy (a1 b + a2 b, not (a1 + a2) b).
+  auto dense = [&](const SparseTensor<T>& t, bool absolute) {
     std::size_t n = 1;
     for (auto d : t.dims) n *= d;
     std::vector<double> v(n, 0.0);
     for (nnz_t k = 0; k < t.nnz(); ++k) {
       std::size_t l = 0;
       for (int m = 0; m < t.order(); ++m) l = l * t.dims[m] + t.idx[m][k];
-      v[l] += static_cast<double>(t.vals[k]);  // repeated coordinates are summed
+      const double a = static_cast<double>(t.vals[k]);
+      v[l] += absolute ? std::fabs(a) : a;
     }
     return v;
   };
-  const auto X = dense(x), Y = dense(y);
+  const auto X = dense(x, false), Y = dense(y, false);
+  const auto Xa = dense(x, true), Ya = dense(y, true);
   const auto odims = dims_of(s.out, p.len);
   std::size_t ocells = 1;
   for (auto d : odims) ocells *= d;
@@ -227,11 +231,12 @@ Expected dense_contract(const SparseTensor<T>& x, const SparseTensor<T>& y, cons
     return l;
   };
   while (true) {
-    const double a = X[offset(s.x)], b = Y[offset(s.y)];
-    if (a != 0 && b != 0) {
+    const std::size_t ox = offset(s.x), oy = offset(s.y);
+    const double a = X[ox], b = Y[oy];
+    if (Xa[ox] != 0 && Ya[oy] != 0) {
       const std::size_t o = offset(s.out);
       Z[o] += a * b;
-      A[o] += std::fabs(a * b);
+      A[o] += Xa[ox] * Ya[oy];
       hit[o] = 1;
     }
     std::size_t m = letters.size();
