@@ -92,6 +92,7 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
                           const comm::Communicator& world, kernels::Backend<T>& be) {
   BenchInput<T> in;
   const bool handle_kind = a.what == "mttkrp" || a.what == "ttmc";
+  if (a.what == "ttmc" || a.what == "tucker") be.set_workload(kernels::Workload::ttmc);
   const bool on_backend = a.load.path.empty() &&
                           (handle_kind || a.what == "tucker" || scheme == partition::Scheme::nnz);
   if (a.load.path.empty()) {

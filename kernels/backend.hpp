@@ -27,6 +27,12 @@ struct ContractStats;  // kernels/sptc.hpp
 
 enum class BackendKind { reference, cpu, cuda };
 
+/// What a prepared tensor will mostly be used for. A backend may choose the order of its
+/// sorted copies by it (the cuda backend blocks one input mode into L1-sized ranges for
+/// MTTKRP, which would cost TTMc's wide output rows an atomic flush per short run).
+/// Results do not depend on it beyond rounding.
+enum class Workload { mttkrp, ttmc };
+
 /// "reference" | "cpu" | "cuda" | "auto" (auto: cuda when built with CUDA and a GPU is
 /// present, else cpu). Throws InputError on an unknown name.
 BackendKind parse_backend(const std::string& name);
@@ -122,6 +128,9 @@ class Backend {
   virtual void set_memory_budget(std::size_t bytes) = 0;
   /// The value last given to set_memory_budget (0 when never called).
   virtual std::size_t memory_budget() const = 0;
+  /// The workload of tensors prepared from now on (default: mttkrp). Call before prepare().
+  virtual void set_workload(Workload w) { workload_ = w; }
+  Workload workload() const { return workload_; }
   /// Prepares `x` (coordinates local to the block: idx[m][k] < x.dims[m]) for repeated
   /// MTTKRP in every mode. The handle keeps what it needs; `x` may be freed after.
   virtual std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) = 0;
@@ -238,6 +247,9 @@ class Backend {
   virtual void scale_columns(T* A, std::int64_t rows, int R, const double* host_scale) = 0;
   /// host_out[r] = sum_i A(i,r) * B(i,r), accumulated in double.
   virtual void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* host_out) = 0;
+
+ private:
+  Workload workload_ = Workload::mttkrp;
 };
 
 /// Throws InputError unless prepare_synthetic(spec, first_id, count) is valid (see there).

@@ -225,6 +225,10 @@ class CudaBackend final : public Backend<T> {
 
   void set_memory_budget(std::size_t bytes) override { budget_ = bytes; }
   std::size_t memory_budget() const override { return budget_; }
+  void set_workload(Workload w) override {
+    Backend<T>::set_workload(w);
+    ctx_.workload = w;
+  }
 
   std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
     DeviceGuard g(ctx_.device);

@@ -182,6 +182,7 @@ struct Context {
   Context& operator=(const Context&) = delete;
 
   int device = 0;
+  Workload workload = Workload::mttkrp;  ///< of tensors prepared from now on (plan_modes)
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   cusolverDnHandle_t cusolver = nullptr;

@@ -1253,14 +1253,16 @@ DeviceLimits device_limits(int device) {
 }
 
 /// Layout chosen by the environment (tuning and tests): TESSERA_CUDA_LAYOUT =
-/// plain (default) | auto | smem | l2, and TESSERA_CUDA_BLOCK_ROWS = the tile rows of
+/// default | plain | auto | smem | l2, and TESSERA_CUDA_BLOCK_ROWS = the tile rows of
 /// smem (sum over input modes) or the rows of l2's blocked mode. auto lets plan_mode
 /// choose from the shape; forced layouts skip its profitability tests (not its limits).
-/// plain is the default because, measured on an H200 (docs/perf/gpu-h200-layouts.md),
-/// neither blocked layout beat it by more than the run-to-run spread once the tile
-/// kernel ran at full occupancy.
+/// default: the l1 plan (below) where it applies, else plain. Measured on an H200
+/// (docs/perf/gpu-h200-layouts.md): with every factor in L2 the l1 plan cut the nell-2
+/// shaped MTTKRP from 1.87 to 1.19 ms (uniform, R = 32); the smem and L2-sized l2 plans
+/// of auto beat plain by no more than the run-to-run spread once the tile kernel ran at
+/// full occupancy, so they stay opt-in.
 struct LayoutOverride {
-  std::string layout = "plain";
+  std::string layout = "default";
   std::uint64_t block_rows = 0;
   bool l2_hint = true;  ///< TESSERA_CUDA_L2_HINT=0: l2 layout without the evict-last hint
 };
@@ -1269,8 +1271,9 @@ LayoutOverride layout_override() {
   LayoutOverride o;
   if (const char* e = std::getenv("TESSERA_CUDA_LAYOUT"); e != nullptr && *e != '\0') o.layout = e;
   TESSERA_INPUT_CHECK(
-      o.layout == "auto" || o.layout == "plain" || o.layout == "smem" || o.layout == "l2",
-      "TESSERA_CUDA_LAYOUT must be auto, plain, smem or l2 (got '" << o.layout << "')");
+      o.layout == "default" || o.layout == "auto" || o.layout == "plain" || o.layout == "smem" ||
+          o.layout == "l2",
+      "TESSERA_CUDA_LAYOUT must be default, auto, plain, smem or l2 (got '" << o.layout << "')");
   if (const char* e = std::getenv("TESSERA_CUDA_BLOCK_ROWS"); e != nullptr && *e != '\0') {
     char* endp = nullptr;
     const unsigned long long v = std::strtoull(e, &endp, 10);
@@ -1291,10 +1294,18 @@ double expected_run(double nnz_pb, double out_dim) {
   return nnz_pb / std::max(touched, 1.0);
 }
 
+/// Rows of the blocked mode in the l1 plan: 64 rows (8 KB of a float row of 32 columns)
+/// measured fastest on an H200 for R = 16, 32 and 64 among 64 .. 4096 (nell-2 shape,
+/// uniform and power-law; docs/perf/gpu-h200-layouts.md).
+constexpr std::uint64_t kL1BlockRows = 64;
+/// Shortest expected run (nonzeros per block and output row) for which the l1 plan is
+/// taken: each run ends in one atomic flush of its output row.
+constexpr double kL1MinRun = 8.0;
+
 /// The layout of mode n's copy (see "Blocked layouts"). `row_bytes` is one factor row
 /// slice of 32 columns (the kernels' column block).
 ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std::size_t value_size,
-                   const DeviceLimits& lim, const LayoutOverride& ov) {
+                   const DeviceLimits& lim, const LayoutOverride& ov, Workload workload) {
   ModePlan plan;
   const int N = static_cast<int>(dims.size());
   if (N < 2 || nnz == 0 || ov.layout == "plain") return plan;
@@ -1319,6 +1330,50 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
         expected_run(static_cast<double>(nnz) / static_cast<double>(p.blocks), out_dim);
   };
   const bool force_smem = ov.layout == "smem", force_l2 = ov.layout == "l2";
+
+  // The l2 layout with `rows` rows of the shortest input mode longer than `rows` (any
+  // mode longer than 1 when forced): taken when forced or when runs average min_run.
+  auto blocked_mode = [&](std::uint64_t rows, double min_run, const char* what) {
+    int hot = -1;
+    for (int m : inputs)
+      if (dims[static_cast<std::size_t>(m)] > (force_l2 ? 1 : rows)) {
+        hot = m;
+        break;
+      }
+    if (hot < 0) return ModePlan{};
+    ModePlan p;
+    p.layout = Layout::l2;
+    p.spec.nin = 1;
+    p.spec.in_mode[0] = hot;
+    p.spec.rows[0] =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(rows, dims[static_cast<std::size_t>(hot)]));
+    p.hint_mode = ov.l2_hint ? hot : -1;
+    finish(p);
+    const bool fits = index_bits(p.blocks) + bn <= 64;
+    if (!fits || !(force_l2 || p.expected_run >= min_run)) return ModePlan{};
+    std::ostringstream os;
+    os.precision(3);
+    os << what << ": mode " << hot << " in " << p.blocks << " blocks of " << p.spec.rows[0]
+       << " rows, ~" << p.expected_run << " nonzeros per output row and block";
+    p.why = os.str();
+    return p;
+  };
+  std::uint64_t all_rows = 0;
+  for (int m : inputs) all_rows += dims[static_cast<std::size_t>(m)];
+  const bool all_in_l2 = all_rows * row_bytes <= lim.l2 / 2;
+  // l1: every input factor fits in L2, so the gathers run at L2 bandwidth, which sets the
+  // time. Cutting one input mode into ranges small enough to stay in each SM's L1 while
+  // the device works through them serves that mode's gathers from L1: about half the L2
+  // traffic at order 3. Not for TTMc, whose wide output rows would each be flushed with
+  // atomics once per short run.
+  auto l1_plan = [&]() {
+    if (workload != Workload::mttkrp) return ModePlan{};
+    return blocked_mode(ov.block_rows > 0 ? ov.block_rows : kL1BlockRows, kL1MinRun, "l1");
+  };
+  if (ov.layout == "default") {
+    if (all_in_l2) return l1_plan();
+    return plan;
+  }
 
   // smem: all input modes blocked; rows shared out by water-filling (short modes whole).
   if (!force_l2) {
@@ -1376,44 +1431,18 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
   const std::uint64_t budget_rows =
       ov.block_rows > 0 ? ov.block_rows : (lim.l2 * 2 / 5) / row_bytes;
   if (budget_rows == 0) return plan;
-  std::uint64_t all_rows = 0;
-  for (int m : inputs) all_rows += dims[static_cast<std::size_t>(m)];
-  if (!force_l2 && all_rows * row_bytes <= lim.l2 / 2) return plan;  // all in L2 already
-  int hot = -1;
-  for (int m : inputs)
-    if (dims[static_cast<std::size_t>(m)] > (force_l2 ? 1 : budget_rows)) {
-      hot = m;
-      break;
-    }
-  if (hot < 0) return plan;
-  ModePlan p;
-  p.layout = Layout::l2;
-  p.spec.nin = 1;
-  p.spec.in_mode[0] = hot;
-  p.spec.rows[0] = static_cast<std::uint32_t>(
-      std::min<std::uint64_t>(budget_rows, dims[static_cast<std::size_t>(hot)]));
-  p.hint_mode = ov.l2_hint ? hot : -1;
-  finish(p);
-  const bool fits = index_bits(p.blocks) + bn <= 64;
-  if (fits && (force_l2 || p.expected_run >= 4.0)) {
-    std::ostringstream os;
-    os.precision(3);
-    os << "mode " << hot << " in " << p.blocks << " blocks of " << p.spec.rows[0] << " rows, ~"
-       << p.expected_run << " nonzeros per output row and block";
-    p.why = os.str();
-    return p;
-  }
-  return plan;
+  if (!force_l2 && all_in_l2) return l1_plan();  // all in L2 already
+  return blocked_mode(budget_rows, 4.0, "l2");
 }
 
 /// Plans of every mode of a tensor about to be sorted on the device.
 std::vector<ModePlan> plan_modes(int device, const std::vector<std::uint64_t>& dims, nnz_t nnz,
-                                 std::size_t value_size) {
+                                 std::size_t value_size, Workload workload) {
   const DeviceLimits lim = device_limits(device);
   const LayoutOverride ov = layout_override();
   std::vector<ModePlan> plans;
   for (int n = 0; n < static_cast<int>(dims.size()); ++n)
-    plans.push_back(plan_mode(dims, n, nnz, value_size, lim, ov));
+    plans.push_back(plan_mode(dims, n, nnz, value_size, lim, ov, workload));
   return plans;
 }
 
@@ -1754,7 +1783,7 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
   if (tier1 <= limit) {
     // Sort on the device when its peak (copies + COO + sort temporaries) fits the same
     // limit, else (or when an allocation fails anyway) on the host: still tier 1.
-    auto plans = plan_modes(ctx.device, x.dims, nnz, sizeof(T));
+    auto plans = plan_modes(ctx.device, x.dims, nnz, sizeof(T), ctx.workload);
     const std::size_t peak = device_sort_peak(x.dims, nnz, h->copy_bytes(), plans, ctx.stream);
     if (peak <= limit && prepare_resident_on_device(ctx, x, *h, std::move(plans), peak)) return h;
     prepare_resident(ctx, x, *h);
@@ -1828,7 +1857,7 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
   if (tier1 > limit) {
     why << "tier 1 needs " << tier1 << " bytes, over the limit of " << limit;
   } else {
-    auto plans = plan_modes(ctx.device, dims, nnz, sizeof(T));
+    auto plans = plan_modes(ctx.device, dims, nnz, sizeof(T), ctx.workload);
     const std::size_t peak = device_sort_peak(dims, nnz, h->copy_bytes(), plans, ctx.stream);
     DeviceMemory coo;
     if (peak > limit) {

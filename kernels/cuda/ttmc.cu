@@ -17,12 +17,19 @@
 // with plain stores (no other warp touches them when the copy has one run per row), the
 // first and last row of the tile with atomicAdd (a neighbouring tile, or chunk, may share
 // them). Copies with several runs per row (blocked layouts) add every row with atomics.
+//
+// Which kernel runs: order 3 in float with ranks (16 or 32) x (8, 16 or 32) takes the
+// tensor-core kernel (ttmc_tc.cuh, 3xTF32, float accuracy); otherwise the register-blocked
+// kernel where the ranks allow, else the tile kernel. TESSERA_CUDA_TTMC_KERNEL=cores keeps
+// to the CUDA-core kernels (A/B runs, tests).
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/ttmc.cuh"
+#include "kernels/cuda/ttmc_tc.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -174,8 +181,8 @@ __device__ __forceinline__ void load4(const T* __restrict__ p, T (&u)[kBlk]) {
   }
 }
 
-template <typename T, int kNin>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, 3)
+template <typename T, int kNin, int U, int kMinB, bool kPrefetch>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kMinB)
     ttmc_block_kernel(const __grid_constant__ TtmcParams<T> p) {
   constexpr int kMaxIn = kNin > 0 ? kNin : kMaxOrder - 1;
   const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
@@ -238,50 +245,76 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, 3)
       for (int y = 0; y < kBlk; ++y) acc[x][y] = T(0);
   };
 
+  // Pipelined: a group's 16 nonzeros of the next batch are loaded (coalesced, streaming)
+  // while the current batch runs, and a lane takes U nonzeros per step, issuing all of
+  // their factor-row gathers before the first FMA, so that neither the tensor's HBM
+  // latency nor the gathers' L2 latency is paid once per nonzero.
   const index_t* rows = p.idx[p.mode];
-  for (int b = 0; b < sub; b += kGroup) {  // the same trip count in both groups
+  index_t my_row = 0, nx_row = 0;
+  T my_val = T(0), nx_val = T(0);
+  index_t my_in[kMaxIn], nx_in[kMaxIn];
+  auto load_batch = [&](int b, index_t& r, T& v, index_t(&in)[kMaxIn]) {
     const std::int64_t k = begin + b + q;
-    const bool ok = k < end;
-    const index_t my_row = ok ? __ldcs(rows + k) : 0;
-    const T my_val = ok ? __ldcs(p.vals + k) : T(0);
-    index_t my_in[kMaxIn];
+    const bool ok = b < sub && k < end;
+    r = ok ? __ldcs(rows + k) : 0;
+    v = ok ? __ldcs(p.vals + k) : T(0);
 #pragma unroll
     for (int s = 0; s < kMaxIn; ++s)
-      if (s < nin) my_in[s] = ok ? __ldcs(p.idx[p.in_mode[s]] + k) : 0;
-#pragma unroll 2
-    for (int j = 0; j < kGroup; ++j) {
-      // Broadcast inside each group (both groups shuffle together: no divergence here).
-      const index_t row = __shfl_sync(kFullMask, my_row, j, kGroup);
-      T pre = __shfl_sync(kFullMask, my_val, j, kGroup);
-      index_t ii[kMaxIn];
+      if (s < nin) in[s] = ok ? __ldcs(p.idx[p.in_mode[s]] + k) : 0;
+  };
+  load_batch(0, my_row, my_val, my_in);
+  for (int b = 0; b < sub; b += kGroup) {  // the same trip count in both groups
+    if constexpr (kPrefetch) load_batch(b + kGroup, nx_row, nx_val, nx_in);
+#pragma unroll 1
+    for (int j = 0; j < kGroup; j += U) {
+      index_t row[U];
+      T pre[U], a[U][kBlk], u[U][kBlk];
 #pragma unroll
-      for (int s = 0; s < kMaxIn; ++s)
-        if (s < nin) ii[s] = __shfl_sync(kFullMask, my_in[s], j, kGroup);
-      if (begin + b + j >= end) continue;  // this group's sub-tile is done
-      if (!have || row != cur) {
-        if (have) {
-          flush(cur, first || !p.exclusive);
-          first = false;
+      for (int t = 0; t < U; ++t) {
+        // Broadcast inside each group (both groups shuffle together: no divergence here).
+        row[t] = __shfl_sync(kFullMask, my_row, j + t, kGroup);
+        pre[t] = __shfl_sync(kFullMask, my_val, j + t, kGroup);
+        index_t ii[kMaxIn];
+#pragma unroll
+        for (int s = 0; s < kMaxIn; ++s)
+          if (s < nin) ii[s] = __shfl_sync(kFullMask, my_in[s], j + t, kGroup);
+#pragma unroll
+        for (int s = 0; s < kMaxIn; ++s)
+          if (s < nin - 2)
+            pre[t] *= __ldg(fac[s] + static_cast<std::size_t>(ii[s]) *
+                                         static_cast<std::size_t>(stride[s]));
+        load4<T>(fac[nin - 2] + static_cast<std::size_t>(ii[nin - 2]) *
+                                    static_cast<std::size_t>(stride[nin - 2]),
+                 a[t]);
+        load4<T>(last + static_cast<std::size_t>(ii[nin - 1]) * static_cast<std::size_t>(RL),
+                 u[t]);
+      }
+#pragma unroll
+      for (int t = 0; t < U; ++t) {
+        if (begin + b + j + t >= end) break;  // this group's sub-tile is done
+        if (!have || row[t] != cur) {
+          if (have) {
+            flush(cur, first || !p.exclusive);
+            first = false;
+          }
+          cur = row[t];
+          have = true;
         }
-        cur = row;
-        have = true;
+#pragma unroll
+        for (int x = 0; x < kBlk; ++x) {
+          const T ax = a[t][x] * pre[t];
+#pragma unroll
+          for (int y = 0; y < kBlk; ++y) acc[x][y] = fma(ax, u[t][y], acc[x][y]);
+        }
       }
+    }
+    if constexpr (kPrefetch) {
+      my_row = nx_row;
+      my_val = nx_val;
 #pragma unroll
-      for (int s = 0; s < kMaxIn; ++s)
-        if (s < nin - 2)
-          pre *=
-              __ldg(fac[s] + static_cast<std::size_t>(ii[s]) * static_cast<std::size_t>(stride[s]));
-      T a[kBlk], u[kBlk];
-      load4<T>(fac[nin - 2] + static_cast<std::size_t>(ii[nin - 2]) *
-                                  static_cast<std::size_t>(stride[nin - 2]),
-               a);
-      load4<T>(last + static_cast<std::size_t>(ii[nin - 1]) * static_cast<std::size_t>(RL), u);
-#pragma unroll
-      for (int x = 0; x < kBlk; ++x) {
-        const T ax = a[x] * pre;
-#pragma unroll
-        for (int y = 0; y < kBlk; ++y) acc[x][y] = fma(ax, u[y], acc[x][y]);
-      }
+      for (int s = 0; s < kMaxIn; ++s) my_in[s] = nx_in[s];
+    } else {
+      load_batch(b + kGroup, my_row, my_val, my_in);
     }
   }
   if (have) flush(cur, true);
@@ -309,6 +342,17 @@ void launch_w(cudaStream_t stream, const TtmcParams<T>& p, dim3 grid) {
 }
 
 }  // namespace
+
+/// TESSERA_CUDA_TTMC_KERNEL = auto (default: the tensor-core kernel where it applies, see
+/// ttmc_tc.cuh) | cores (the CUDA-core kernels only; for A/B runs and tests). Read per call,
+/// so tests may switch it.
+TtmcKernel ttmc_kernel_selection() {
+  const char* e = std::getenv("TESSERA_CUDA_TTMC_KERNEL");
+  if (e == nullptr || *e == '\0' || std::string(e) == "auto") return TtmcKernel::automatic;
+  TESSERA_INPUT_CHECK(std::string(e) == "cores",
+                      "TESSERA_CUDA_TTMC_KERNEL must be auto or cores (got '" << e << "')");
+  return TtmcKernel::cores;
+}
 
 /// Nonzeros per warp tile: kTtmcTileNnz, or TESSERA_CUDA_TTMC_TILE (a multiple of 32 in
 /// 64 .. 65536; for tuning), read once.
@@ -338,6 +382,14 @@ void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in) {
     W = 2;
   const std::int64_t tiles = (p.nnz + p.tile - 1) / p.tile;
   const std::int64_t bx = (tiles + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  TESSERA_EXPECTS(bx <= std::numeric_limits<int>::max(),
+                  "TTMc launch too large: " << p.nnz << " nonzeros; split the block");
+  if constexpr (std::is_same_v<T, float>) {
+    if (ttmc_kernel_selection() == TtmcKernel::automatic && ttmc_tc::fits(p)) {
+      ttmc_tc::launch(stream, p, static_cast<unsigned>(bx));
+      return;
+    }
+  }
   if (block_kernel_fits(p)) {
     const int np = kGroup / (RL / kBlk);
     const std::int64_t prefixes = p.C / RL;
@@ -346,12 +398,24 @@ void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in) {
                     "TTMc launch too large: " << p.nnz << " nonzeros, " << p.C
                                               << " columns; split the block or lower the ranks");
     const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by));
-    if (p.nin == 2)
-      ttmc_block_kernel<T, 2><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
-    else if (p.nin == 3)
-      ttmc_block_kernel<T, 3><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
-    else
-      ttmc_block_kernel<T, 0><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
+    if constexpr (std::is_same_v<T, float>) {
+      // Register-blocked, 4 nonzeros per lane step, 2 blocks per SM (no spills): measured
+      // fastest of 8 variants on an H200 (docs/perf/gpu-h200-tucker.md).
+      if (p.nin == 2)
+        ttmc_block_kernel<T, 2, 4, 2, true><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
+      else if (p.nin == 3)
+        ttmc_block_kernel<T, 3, 4, 2, true><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
+      else
+        ttmc_block_kernel<T, 0, 1, 3, false><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
+    } else {
+      // double: one nonzero per step (more registers per step spill: 2x slower measured).
+      if (p.nin == 2)
+        ttmc_block_kernel<T, 2, 1, 3, false><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
+      else if (p.nin == 3)
+        ttmc_block_kernel<T, 3, 1, 3, false><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
+      else
+        ttmc_block_kernel<T, 0, 1, 3, false><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
+    }
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }

@@ -30,6 +30,10 @@ struct TtmcParams {
   int tile = kTtmcTileNnz;      ///< nonzeros per warp tile (set by launch_ttmc)
 };
 
+/// Which TTMc kernels may run (TESSERA_CUDA_TTMC_KERNEL; see ttmc.cu).
+enum class TtmcKernel { automatic, cores };
+TtmcKernel ttmc_kernel_selection();
+
 /// Enqueues the kernel on `stream`; out must already hold zeros (or earlier chunks' sums).
 template <typename T>
 void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& p);

@@ -135,6 +135,10 @@ class StreamingBackend final : public kernels::Backend<T> {
 
   void set_memory_budget(std::size_t b) override { in_.set_memory_budget(b); }
   std::size_t memory_budget() const override { return in_.memory_budget(); }
+  void set_workload(kernels::Workload w) override {
+    kernels::Backend<T>::set_workload(w);
+    in_.set_workload(w);
+  }
   std::unique_ptr<kernels::TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
     return in_.prepare(x);
   }

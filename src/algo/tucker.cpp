@@ -735,7 +735,14 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   std::unique_ptr<kernels::TensorHandle<T>> X;
   std::vector<ModePlan> plan(static_cast<std::size_t>(N));
   comm::run_collectively(c, [&] {
-    X = block != nullptr ? be.prepare(*block) : std::move(given);
+    if (block != nullptr) {  // copies ordered for TTMc (restoring the caller's workload)
+      const kernels::Workload was = be.workload();
+      be.set_workload(kernels::Workload::ttmc);
+      X = be.prepare(*block);
+      be.set_workload(was);
+    } else {
+      X = std::move(given);
+    }
     for (int n = 0; n < N; ++n) {
       auto& mp = plan[static_cast<std::size_t>(n)];
       mp.cols = cols[static_cast<std::size_t>(n)];

@@ -5,7 +5,9 @@
 // double, uniform and heavily repeated indices, with tiles small enough (forced through
 // TESSERA_CUDA_BLOCK_ROWS) that every mode is cut into many blocks. The layout actually
 // used is checked in describe(). distinct_rows and value_norm_squared must agree with the
-// reference backend on every layout. The default layout is plain; the automatic planner
+// reference backend on every layout. The default layout is the l1 plan where every factor
+// fits in L2 and runs are long (MTTKRP and TTMc on it checked), plain for a tensor
+// prepared for TTMc and for a very sparse one; the automatic planner
 // (TESSERA_CUDA_LAYOUT=auto) must pick smem for a small dense-ish tensor whose factors fit
 // in shared memory, and plain for a very sparse one.
 // The two tile kernels of the plain and l2 layouts (TESSERA_CUDA_MTTKRP_KERNEL=classic, or
@@ -27,6 +29,7 @@
 
 #include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/ttmc.hpp"
 #include "util/rng.hpp"
 
 namespace tessera::kernels {
@@ -258,11 +261,50 @@ TYPED_TEST(GpuLayout, AutomaticChoice) {
   ::unsetenv("TESSERA_CUDA_BLOCK_ROWS");
   auto be = make_backend<T>(BackendKind::cuda);
   {
-    // The default is plain.
+    // The default: factors far smaller than L2 and long runs, so the l1 plan (the l2
+    // layout with the shortest input mode cut into 64-row blocks) for every mode; MTTKRP
+    // and TTMc on it equal the reference backend's.
     const auto x = make_tensor<T>({200, 150, 100}, 40009, false, 4400);
     auto h = be->prepare(x);
     for (int m = 0; m < 3; ++m)
-      EXPECT_TRUE(contains(h->describe(), "mode " + std::to_string(m) + " plain")) << h->describe();
+      EXPECT_TRUE(contains(h->describe(), "mode " + std::to_string(m) + " l2 (l1: mode "))
+          << h->describe();
+    this->check_mttkrp(*be, *h, x, 32, 4400, "default l1 plan");
+    this->check_mttkrp(*be, *h, x, 24, 4410, "default l1 plan, classic kernel");
+    auto hr = this->ref_->prepare(x);
+    const std::vector<int> ranks = {8, 16, 4};
+    std::vector<std::vector<T>> fh;
+    std::vector<Array<T>> fd;
+    std::vector<const T*> pg, pr;
+    for (int m = 0; m < 3; ++m) {
+      fh.push_back(random_vector<T>(x.dims[m] * static_cast<std::size_t>(ranks[m]), 4420 + m));
+      fd.push_back(uploaded(*be, fh.back()));
+    }
+    for (int m = 0; m < 3; ++m) pg.push_back(fd[m].data()), pr.push_back(fh[m].data());
+    for (int mode = 0; mode < 3; ++mode) {
+      const auto rows = this->ref_->ttmc_rows(*hr, mode);
+      ASSERT_EQ(be->ttmc_rows(*h, mode), rows);
+      const std::size_t n = rows.size() * static_cast<std::size_t>(ttmc_output_cols(ranks, mode));
+      std::vector<T> want(n);
+      this->ref_->ttmc(*hr, mode, pr, ranks, want.data());
+      auto out = poisoned(*be, n);
+      be->ttmc(*h, mode, pg, ranks, out.data());
+      EXPECT_LT(rel_error(downloaded(*be, out.data(), n), want), tol<T>()) << "TTMc, mode " << mode;
+    }
+    // Prepared for TTMc, the same tensor keeps the plain layout (short runs would each
+    // flush a wide TTMc row with atomics).
+    be->set_workload(Workload::ttmc);
+    auto ht = be->prepare(x);
+    for (int m = 0; m < 3; ++m)
+      EXPECT_TRUE(contains(ht->describe(), "mode " + std::to_string(m) + " plain"))
+          << ht->describe();
+    be->set_workload(Workload::mttkrp);
+    // Too sparse for runs of 8 per 64-row block: plain.
+    const auto thin = make_tensor<T>({20000, 15000, 10000}, 40009, false, 4403);
+    auto hp = be->prepare(thin);
+    for (int m = 0; m < 3; ++m)
+      EXPECT_TRUE(contains(hp->describe(), "mode " + std::to_string(m) + " plain"))
+          << hp->describe();
   }
   EnvGuard g("TESSERA_CUDA_LAYOUT", "auto");
   // Input factors of every mode fit one shared-memory tile, thousands of nonzeros per

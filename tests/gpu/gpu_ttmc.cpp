@@ -3,7 +3,9 @@
 //
 // TTMc: orders 1 to 6, unequal ranks chosen so the kernel runs with every column width a
 // lane can own (8, 2 and 1 consecutive columns of the last mode) and with several column
-// slices (C > 256); uniform indices and one slice holding 70% of the nonzeros (rows that
+// slices (C > 256), the register-blocked kernel at orders 3 to 5, and the tensor-core
+// kernel (order 3, float; ttmc_tc.cuh) with every tile shape and with rows shorter than
+// its 8-nonzero step, and the CUDA-core kernels alone; uniform indices and one slice holding 70% of the nonzeros (rows that
 // span many tiles: the boundary atomics); float and double; tier 1 in the plain and the
 // blocked (smem, l2) layouts, where rows come in several runs and every row is added with
 // atomics; tier 2 with chunks of a few tiles. Rows must equal the reference's exactly,
@@ -61,6 +63,10 @@ std::vector<TtmcCase> ttmc_cases() {
       {{60, 50, 40}, {7, 5, 3}, 20000},                // W = 1 (odd ranks)
       {{40, 30, 50}, {4, 40, 16}, 15000},              // C = 640 for mode 0: three slices
       {{20, 25, 30, 35}, {3, 4, 5, 8}, 15000},         // order 4: any-order kernel
+      {{20, 25, 30, 35}, {4, 8, 4, 8}, 15003},         // order 4: register-blocked, 3 inputs
+      {{60, 50, 40}, {16, 32, 8}, 20003},              // tensor-core tiles 2x1, 1x1, 1x4
+      {{3000, 40, 30}, {32, 32, 32}, 20011},           // 2x4 tiles; mode 0: ~7 nonzeros a row
+      {{9, 10, 11, 12, 13}, {4, 4, 4, 8, 4}, 8001},    // order 5: register-blocked, any order
       {{9, 10, 11, 12, 13}, {2, 3, 2, 3, 4}, 8000},    // order 5
       {{6, 7, 8, 5, 6, 7}, {2, 2, 3, 2, 2, 2}, 6000},  // order 6
   };
@@ -126,6 +132,18 @@ TEST_F(GpuTtmc, Tier1PlainMatchesReference) {
   check<float>("float", 0, -1);
   check<double>("double, skewed slice", 0, 0);
   check<float>("float, skewed slice", 0, 1);
+}
+
+// The CUDA-core kernels alone (TESSERA_CUDA_TTMC_KERNEL=cores), where the default takes the
+// tensor-core kernel for order 3 in float; a bad value is refused.
+TEST_F(GpuTtmc, CudaCoreKernelsMatchReference) {
+  {
+    EnvGuard k("TESSERA_CUDA_TTMC_KERNEL", "cores");
+    check<float>("float, CUDA cores", 0, -1);
+    check<float>("float, CUDA cores, skewed slice", 0, 1);
+  }
+  EnvGuard k("TESSERA_CUDA_TTMC_KERNEL", "fast");
+  EXPECT_THROW(check<float>("bad kernel name", 0, -1), InputError);
 }
 
 TEST_F(GpuTtmc, BlockedLayoutsMatchReference) {
