@@ -950,6 +950,40 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     };
   };
 
+  // On GPUs (backend and data communicator in device memory) a new factor goes to the
+  // backend by an allgather of the owned rows in T over the data communicator (NCCL), and
+  // the host copies in double (Ufull: checkpoints, the model) are gathered only when
+  // needed. Same values as gathering in double and converting: the conversion is per
+  // element.
+  const bool device_publish = P > 1 && dc.memory_space() == comm::MemorySpace::device &&
+                              be.memory_space() == comm::MemorySpace::device;
+  std::vector<char> full_stale(static_cast<std::size_t>(N), 0);
+  kernels::Array<T> pub_send, pub_recv;
+  if (device_publish) {
+    std::int64_t most = 1;
+    for (int n = 0; n < N; ++n)
+      most = std::max(most, plan[static_cast<std::size_t>(n)].b * ranks[static_cast<std::size_t>(n)]);
+    pub_send = be.allocate(static_cast<std::size_t>(most));
+    pub_recv = be.allocate(static_cast<std::size_t>(most) * static_cast<std::size_t>(P));
+  }
+  // Every stale Ufull[n] gathered from the owners (collective).
+  auto gather_full = [&]() {
+    for (int n = 0; n < N; ++n) {
+      if (!full_stale[static_cast<std::size_t>(n)]) continue;
+      const auto& mp = plan[static_cast<std::size_t>(n)];
+      const int R = ranks[static_cast<std::size_t>(n)];
+      const auto I = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
+      auto& full = Ufull[static_cast<std::size_t>(n)];
+      std::vector<double> send(static_cast<std::size_t>(mp.b * R), 0.0);
+      std::copy(Uown[static_cast<std::size_t>(n)].begin(), Uown[static_cast<std::size_t>(n)].end(),
+                send.begin());
+      full.assign(static_cast<std::size_t>(mp.b * R * P), 0.0);
+      c.allgather(send.data(), full.data(), send.size());
+      full.resize(static_cast<std::size_t>(I * R));
+      full_stale[static_cast<std::size_t>(n)] = 0;
+    }
+  };
+
   // Owned rows -> every rank's full factor (label order) -> backend factor.
   auto publish = [&](int n) {
     const auto& mp = plan[static_cast<std::size_t>(n)];
@@ -957,6 +991,20 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     const auto I = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
     auto& full = Ufull[static_cast<std::size_t>(n)];
     Timer t;
+    if (device_publish) {
+      const auto& own = Uown[static_cast<std::size_t>(n)];
+      std::vector<T> h(static_cast<std::size_t>(mp.b * R), T(0));
+      for (std::size_t k = 0; k < own.size(); ++k) h[k] = static_cast<T>(own[k]);
+      be.upload(h.data(), h.size(), pub_send.data());
+      t_svd += t.seconds();
+      t.reset();
+      dc.allgather_raw(pub_send.data(), pub_recv.data(), h.size(), comm::data_type_of<T>());
+      be.copy(pub_recv.data(), static_cast<std::size_t>(I * R), A[static_cast<std::size_t>(n)].data());
+      be.synchronize();
+      t_comm += t.seconds();
+      full_stale[static_cast<std::size_t>(n)] = 1;
+      return;
+    }
     if (P == 1) {
       full = Uown[static_cast<std::size_t>(n)];
     } else {
@@ -1156,6 +1204,12 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     }
     const bool done = it > 0 && std::abs(fit - fit_old) < opt.tol;
     fit_old = fit;
+    if ((it + 1) % std::max(opt.state_every, 1) == 0 && device_publish) {
+      // The host factors for the state, gathered when any rank takes it (collective).
+      std::int32_t want = opt.on_iteration ? 1 : 0;
+      c.allreduce(&want, 1, comm::ReduceOp::max);
+      if (want) gather_full();
+    }
     if (opt.on_iteration && (it + 1) % std::max(opt.state_every, 1) == 0)
       opt.on_iteration(
           detail::tucker_state(it + 1, done, dims, ranks, core, Ufull, res.history, dist));
@@ -1166,6 +1220,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   }
 
   // ---- the model, complete on every rank, rows in original index order ----
+  gather_full();
   res.model.dims = dims;
   res.model.ranks = ranks;
   res.model.core = core;
