@@ -19,6 +19,8 @@
 #       tier3: the tier-3 GPU test, then CP-ALS rank 32 on a generated amazon-shaped HDF5 store
 #               (TESSERA_TIER3_NNZ, default 1e9; TESSERA_TIER3_NP ranks) streamed from disk
 #               (--host-budget TESSERA_TIER3_BUDGET, default 8G), and the same file in tier 1
+#       contract-scaling: the distributed SpTC tests, then bench contract (generated, 1.2e9
+#               products; congress) on 1, 2, 4, ... GPUs of the node
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -207,6 +209,23 @@ if has tucker-amazon; then
   while [ $p -le "$ngpu" ]; do
     bench amazon-powerlaw-tucker-16-np$p mpirun -np $p --bind-to none "$T" bench tucker --generate $amz \
       --nnz 1.74e9 --dist powerlaw --ranks 16,16,16 --backend cuda --precision float --iters 3
+    p=$((p * 2))
+  done
+fi
+if has contract-scaling; then  # distributed SpTC: 1, 2, 4, ... GPUs (NCCL, routed on the device)
+  log "SpTC GPU tests (distributed)"
+  (cd "$build" && ctest -R "gpu_contract_nccl|gpu_sptc" --output-on-failure --timeout 900) 2>&1 |
+    tee "$out/ctest-contract.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -20
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { cdata=$d; break; }
+  done
+  p=1
+  while [ $p -le "$ngpu" ]; do
+    bench contract-gen-1e9-np$p mpirun -np $p --bind-to none "$T" bench contract --generate --nnz 2e7 \
+      --products 1.2e9 --backend cuda --precision double --repeat 3 --no-reference
+    [ -n "${cdata:-}" ] && bench contract-congress-np$p mpirun -np $p --bind-to none "$T" bench contract \
+      "$cdata/congress-cosponsor_leg-leg-year.tns.gz" "$cdata/congress-cosponsor_leg-leg-year.tns.gz" \
+      --einsum "ijy,kjy->ik" --backend cuda --precision double --repeat 3 --no-reference
     p=$((p * 2))
   done
 fi

@@ -24,6 +24,7 @@ template <typename T>
 class ContractPlan;    // kernels/sptc.hpp
 struct ContractSpec;   // kernels/sptc.hpp
 struct ContractStats;  // kernels/sptc.hpp
+struct ContractRouteInfo;  // kernels/sptc.hpp
 
 enum class BackendKind { reference, cpu, cuda };
 
@@ -229,6 +230,21 @@ class Backend {
   /// sizes and the seconds of every phase, the plan's matching and counting included.
   /// Throws Error for a plan of another backend.
   virtual SparseTensor<T> contract(ContractPlan<T>& plan, ContractStats* stats);
+  /// A distributed contraction with its routing in backend memory over `data` (NCCL on
+  /// GPUs): x and y are this rank's shares (global coordinates); on true, `out` holds this
+  /// rank's share of Z (sorted, no repeats, no exact zeros, disjoint from the other
+  /// ranks'). False on every rank alike, with nothing done, when the backend has no such
+  /// path for this spec or the routed inputs would not fit (the default: host backends);
+  /// algo::contract then routes on the host. Collective over host and data.
+  virtual bool contract_routed(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                               const ContractSpec& spec, const comm::Communicator& host,
+                               const comm::Communicator& data, std::size_t memory_limit,
+                               SparseTensor<T>* out, ContractStats* stats,
+                               ContractRouteInfo* info) {
+    (void)x, (void)y, (void)spec, (void)host, (void)data, (void)memory_limit, (void)out,
+        (void)stats, (void)info;
+    return false;
+  }
 
   // ---- dense (R is small: 1..~256) ----
   /// G (R x R) = A^T A for A (rows x R, row-major). rows may be 0 (G = 0).

@@ -158,6 +158,17 @@ struct ContractStats {
   }
 };
 
+/// A distributed contraction routed in backend memory (Backend::contract_routed).
+struct ContractRouteInfo {
+  double route_seconds = 0;  ///< uploads, hashing, partition and the exchanges of the inputs
+  double local_seconds = 0;  ///< matching, counting and the run on the routed inputs
+  std::int64_t routed_nnz[2] = {0, 0};  ///< this rank's X and Y after routing
+  int replicated = 1;                   ///< the input copied to every rank: 0 = X, 1 = Y
+  std::size_t input_bytes = 0;          ///< this rank's shares as given
+  std::size_t routed_bytes = 0;         ///< the routed and replicated inputs
+  ContractCount count;                  ///< the local plan's products and output entries
+};
+
 /// A contraction matched and counted by one backend, ready to run (Backend::contract_plan).
 /// It may refer to the input tensors, which must outlive it.
 template <typename T>

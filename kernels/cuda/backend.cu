@@ -222,6 +222,14 @@ class CudaBackend final : public Backend<T> {
     DeviceGuard g(ctx_.device);
     return cuda::contract(ctx_, plan, stats);
   }
+  bool contract_routed(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                       const ContractSpec& spec, const comm::Communicator& host,
+                       const comm::Communicator& data, std::size_t memory_limit,
+                       SparseTensor<T>* out, ContractStats* stats,
+                       ContractRouteInfo* info) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::contract_routed(ctx_, x, y, spec, host, data, memory_limit, out, stats, info);
+  }
 
   void set_memory_budget(std::size_t bytes) override { budget_ = bytes; }
   std::size_t memory_budget() const override { return budget_; }

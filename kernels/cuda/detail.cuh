@@ -310,6 +310,12 @@ std::unique_ptr<ContractPlan<T>> plan_contract(Context& ctx, const SparseTensor<
                                                const SparseTensor<T>& y, const ContractSpec& spec);
 template <typename T>
 SparseTensor<T> contract(Context& ctx, ContractPlan<T>& plan, ContractStats* stats);
+/// Backend::contract_routed (sptc.cu): inputs routed on the device over `data`.
+template <typename T>
+bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<T>& y,
+                     const ContractSpec& spec, const comm::Communicator& host,
+                     const comm::Communicator& data, std::size_t memory_limit,
+                     SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info);
 
 template <typename T>
 void fill(Context& ctx, T* dst, std::size_t n, T value);

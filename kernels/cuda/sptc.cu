@@ -889,6 +889,10 @@ class RowsEngine {
 
   /// Matching, row classes, tensor-core blocks and the count pass. Fills count.
   void build(const SparseTensor<T>& x, const SparseTensor<T>& y, ContractCount& count);
+  /// The same from inputs already on the device (routed there): X with dims xdims, nx
+  /// nonzeros; Y with ny. The engine keeps them.
+  void build_device(DeviceTensor<T>&& x, DeviceTensor<T>&& y, const std::vector<u64>& xdims,
+                    i64 nx, i64 ny, ContractCount& count);
   SparseTensor<T> run(ContractStats& st);
   double match_seconds() const { return match_s_; }
   double count_seconds() const { return count_s_; }
@@ -906,7 +910,8 @@ class RowsEngine {
     const index_t* perm = nullptr;
   };
   void sort_by_code(const KeyMap& m, i64 n, int bits, const char* what, Sorted* out);
-  void build_tensor_cores(const SparseTensor<T>& x);
+  void build_tensor_cores();
+  void build_loaded(const std::vector<u64>& xdims, ContractCount& count);
   void check_err(const char* when);
   sptc::RowsView view() const;
 
@@ -1069,6 +1074,27 @@ void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
     yd_.load(ctx_, y);
     ydp_ = &yd_;
   }
+  build_loaded(x.dims, count);
+}
+
+template <typename T>
+void RowsEngine<T>::build_device(DeviceTensor<T>&& x, DeviceTensor<T>&& y,
+                                 const std::vector<u64>& xdims, i64 nx, i64 ny,
+                                 ContractCount& count) {
+  nx_ = nx;
+  ny_ = ny;
+  xd_ = std::move(x);
+  yd_ = std::move(y);
+  ydp_ = &yd_;
+  if (nx_ == 0 || ny_ == 0) return;
+  check_fits(ctx_, 64 * static_cast<std::size_t>(nx_ + ny_), "matching the inputs", 0, -1);
+  ev_.ensure(4);
+  TESSERA_CUDA_CHECK(cudaEventRecord(ev_[0], ctx_.stream));
+  build_loaded(xdims, count);
+}
+
+template <typename T>
+void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& count) {
   const DeviceTensor<T>& yd = *ydp_;
   held_ = xd_.bytes + yd_.bytes;
   alloc(err_, sizeof(unsigned), "SpTC error flags");
@@ -1077,7 +1103,7 @@ void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
   // Lengths of the key, row and column codes.
   std::vector<u64> klen, rlen, clen;
   std::vector<int> xrow_modes, ycol_modes;
-  for (int m : ws_.x_key) klen.push_back(x.dims[static_cast<std::size_t>(m)]);
+  for (int m : ws_.x_key) klen.push_back(xdims[static_cast<std::size_t>(m)]);
   for (int o = 0; o < ws_.out_order(); ++o) {
     const auto os = static_cast<std::size_t>(o);
     if (ws_.out_from_y[os]) {
@@ -1196,7 +1222,7 @@ void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
     rowkey_ = ptr<u64>(rowkey);
     colkey_ = ptr<u64>(colkey);
     ysk_ = ysk;
-    build_tensor_cores(x);
+    build_tensor_cores();
     rowkey_ = colkey_ = ysk_ = nullptr;
     ctx_.sync();
     tc_build_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -1316,7 +1342,7 @@ void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
 }
 
 template <typename T>
-void RowsEngine<T>::build_tensor_cores(const SparseTensor<T>&) {
+void RowsEngine<T>::build_tensor_cores() {
   const i64 need = std::max<i64>(1, static_cast<i64>(std::ceil(tc_thr_ * 256.0 - 1e-9)));
   if (need > 256) return;
   // Row blocks, column blocks, key blocks (ranks of code / 16).
@@ -2043,6 +2069,57 @@ SparseTensor<T> CudaContractPlan<T>::run(ContractStats* stats) {
   return out;
 }
 
+
+// ---- routing on the device (contract_routed) ----
+
+/// splitmix64's finaliser: any fixed mix will do, it only spreads tuples over ranks.
+__device__ __forceinline__ u64 route_mix(u64 z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+struct RouteModes {
+  int n = 0;
+  const index_t* col[kMaxOrder] = {};
+};
+
+/// dest[k] = the rank owning nonzero k's tuple of the modes m; iota[k] = k.
+__global__ void route_owner_kernel(i64 n, RouteModes m, unsigned P, unsigned* dest,
+                                   index_t* iota) {
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 k = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
+    u64 h = 0x2545F4914F6CDD1Dull;
+    for (int j = 0; j < m.n; ++j)
+      h = route_mix(h ^ (static_cast<u64>(m.col[j][k]) + 0x9E3779B97F4A7C15ull * (j + 1u)));
+    dest[k] = static_cast<unsigned>(h % P);
+    iota[k] = static_cast<index_t>(k);
+  }
+}
+
+/// first[p] = the first position of rank p in the sorted destinations (p = 0..P).
+__global__ void route_bounds_kernel(const unsigned* sorted, i64 n, unsigned P, i64* first) {
+  const unsigned p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (p > P) return;
+  i64 lo = 0, hi = n;
+  while (lo < hi) {
+    const i64 mid = (lo + hi) / 2;
+    if (sorted[mid] < p)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  first[p] = lo;
+}
+
+template <typename U>
+__global__ void route_gather_kernel(const U* __restrict__ src, const index_t* __restrict__ perm,
+                                    i64 n, U* __restrict__ dst) {
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 k = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride)
+    dst[k] = src[perm[k]];
+}
+
 }  // namespace
 
 template <typename T>
@@ -2051,6 +2128,217 @@ std::unique_ptr<ContractPlan<T>> plan_contract(Context& ctx, const SparseTensor<
   auto p = std::make_unique<CudaContractPlan<T>>(ctx, x, y, spec);
   p->build(x, y);
   return p;
+}
+
+
+// Distributed contraction routed on the device (Backend::contract_routed; docs/sptc.md,
+// "Distributed"). The engine's row side (X, or Y when the plan would swap the inputs) is
+// partitioned by a hash of its output modes, so every output entry is made and summed on
+// one rank and the shares are disjoint without a merge; the column side is replicated on
+// every rank. Both moves run over `data` (NCCL) on device buffers; the row kernels then
+// run on the routed inputs in place. Taken for the rows assembly with 64-bit keys when the
+// row side has output modes and the busiest rank's routed inputs and matching fit its free
+// memory and the memory limit; else false on every rank, and algo::contract routes on the
+// host.
+template <typename T>
+bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<T>& y,
+                     const ContractSpec& spec, const comm::Communicator& host,
+                     const comm::Communicator& data, std::size_t memory_limit,
+                     SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info) {
+  const int P = host.size();
+  if (P < 2 || data.size() != P || data.memory_space() != comm::MemorySpace::device) return false;
+  if (spec.device.assembly != ContractAssembly::rows) return false;
+  const std::vector<u64> odims = contract_output_dims(spec, x.dims, y.dims);
+  std::vector<u64> kdims;
+  for (int m : spec.x_key) kdims.push_back(x.dims[static_cast<std::size_t>(m)]);
+  const u128 lim = static_cast<u128>(1) << 64;
+  if (cells(kdims) > lim || cells(odims) > lim) return false;
+  const auto row_major = [](const ContractSpec& s) {
+    int last_x = -1, first_y = s.out_order();
+    for (int o = 0; o < s.out_order(); ++o)
+      if (s.out_from_y[static_cast<std::size_t>(o)])
+        first_y = std::min(first_y, o);
+      else
+        last_x = o;
+    return last_x < first_y;
+  };
+  ContractSpec ws = spec;
+  bool swapped = false;
+  if (!row_major(spec)) {
+    ContractSpec sw = swap_inputs(spec);
+    if (row_major(sw)) {
+      ws = sw;
+      swapped = true;
+    }
+  }
+  const SparseTensor<T>& ex = swapped ? y : x;  // row side: partitioned
+  const SparseTensor<T>& ey = swapped ? x : y;  // column side: replicated
+  std::vector<int> free_modes;
+  for (int o = 0; o < ws.out_order(); ++o)
+    if (!ws.out_from_y[static_cast<std::size_t>(o)])
+      free_modes.push_back(ws.out_mode[static_cast<std::size_t>(o)]);
+  if (free_modes.empty()) return false;
+
+  // Sizes: every rank's routed row side is only known after hashing, so the decision
+  // uses the even share (x 1.5 for skew); the replicated side is exact.
+  const int nex = ex.order(), ney = ey.order();
+  const std::size_t ebx = static_cast<std::size_t>(nex) * sizeof(index_t) + sizeof(T);
+  const std::size_t eby = static_cast<std::size_t>(ney) * sizeof(index_t) + sizeof(T);
+  std::int64_t loc[2] = {ex.nnz(), ey.nnz()};
+  std::int64_t glob[2] = {loc[0], loc[1]};
+  host.allreduce(glob, 2);
+  const double routed_x = 1.5 * static_cast<double>(glob[0]) / P;
+  const double need = static_cast<double>(loc[0]) * ebx * 2 + static_cast<double>(loc[1]) * eby +
+                      routed_x * ebx + static_cast<double>(glob[1]) * eby +
+                      64.0 * (routed_x + static_cast<double>(glob[1]));
+  std::size_t free_b = 0, total_b = 0;
+  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  int ok = need < 0.8 * static_cast<double>(free_b) &&
+           (memory_limit == 0 || need < static_cast<double>(memory_limit)) &&
+           routed_x < 4.0e9 && glob[1] < (std::int64_t{1} << 32) - 1;
+  host.allreduce(&ok, 1, comm::ReduceOp::min);
+  if (!ok) return false;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  // ---- local: checks, uploads, owners, partition (agreed before any exchange) ----
+  DeviceTensor<T> exd, eyd;
+  std::vector<DeviceMemory> xsend(static_cast<std::size_t>(nex) + 1);
+  std::vector<std::int64_t> sendcounts(static_cast<std::size_t>(P), 0);
+  const i64 nx_local = ex.nnz(), ny_local = ey.nnz();
+  comm::run_collectively(host, [&] {
+    check_kernel_input(x);
+    if (&y != &x) check_kernel_input(y);
+    exd.load(ctx, ex);
+    eyd.load(ctx, ey);  // a self-contraction too: each role keeps a copy of its own
+    for (int m = 0; m <= nex; ++m) {
+      const std::size_t es = m < nex ? sizeof(index_t) : sizeof(T);
+      alloc(xsend[static_cast<std::size_t>(m)], static_cast<std::size_t>(nx_local) * es,
+            "SpTC routing");
+    }
+    if (nx_local == 0) return;
+    DeviceMemory dest, dest1, perm, perm1, bounds, tmp;
+    alloc(dest, static_cast<std::size_t>(nx_local) * 4, "SpTC routing");
+    alloc(dest1, static_cast<std::size_t>(nx_local) * 4, "SpTC routing");
+    alloc(perm, static_cast<std::size_t>(nx_local) * sizeof(index_t), "SpTC routing");
+    alloc(perm1, static_cast<std::size_t>(nx_local) * sizeof(index_t), "SpTC routing");
+    RouteModes rm;
+    rm.n = static_cast<int>(free_modes.size());
+    for (int j = 0; j < rm.n; ++j) rm.col[j] = exd.col(free_modes[static_cast<std::size_t>(j)]);
+    route_owner_kernel<<<grid_for(nx_local), kBlock, 0, ctx.stream>>>(
+        nx_local, rm, static_cast<unsigned>(P), ptr<unsigned>(dest), ptr<index_t>(perm));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    int bits = 1;
+    while ((1 << bits) < P) ++bits;
+    cub::DoubleBuffer<unsigned> keys(ptr<unsigned>(dest), ptr<unsigned>(dest1));
+    cub::DoubleBuffer<index_t> vals(ptr<index_t>(perm), ptr<index_t>(perm1));
+    std::size_t tb = 0;
+    TESSERA_CUDA_CHECK(
+        cub::DeviceRadixSort::SortPairs(nullptr, tb, keys, vals, nx_local, 0, bits, ctx.stream));
+    alloc(tmp, tb, "SpTC routing");
+    TESSERA_CUDA_CHECK(
+        cub::DeviceRadixSort::SortPairs(tmp.get(), tb, keys, vals, nx_local, 0, bits, ctx.stream));
+    alloc(bounds, static_cast<std::size_t>(P + 1) * sizeof(i64), "SpTC routing");
+    route_bounds_kernel<<<1, 128, 0, ctx.stream>>>(keys.Current(), nx_local,
+                                                   static_cast<unsigned>(P), ptr<i64>(bounds));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    std::vector<i64> first(static_cast<std::size_t>(P) + 1);
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(first.data(), bounds.get(), first.size() * sizeof(i64),
+                                       cudaMemcpyDeviceToHost, ctx.stream));
+    for (int m = 0; m <= nex; ++m) {
+      if (m < nex)
+        route_gather_kernel<index_t><<<grid_for(nx_local), kBlock, 0, ctx.stream>>>(
+            exd.col(m), vals.Current(), nx_local, ptr<index_t>(xsend[static_cast<std::size_t>(m)]));
+      else
+        route_gather_kernel<T><<<grid_for(nx_local), kBlock, 0, ctx.stream>>>(
+            ptr<T>(exd.vals), vals.Current(), nx_local, ptr<T>(xsend[static_cast<std::size_t>(m)]));
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+    }
+    ctx.sync();
+    for (int p = 0; p < P; ++p)
+      sendcounts[static_cast<std::size_t>(p)] =
+          first[static_cast<std::size_t>(p) + 1] - first[static_cast<std::size_t>(p)];
+  });
+  exd = DeviceTensor<T>();  // the unsorted row side is no longer needed
+
+  // ---- exchanges over the data communicator ----
+  const std::vector<std::int64_t> recvcounts = comm::exchange_counts(host, sendcounts);
+  std::vector<std::int64_t> sd(static_cast<std::size_t>(P), 0), rd(static_cast<std::size_t>(P), 0);
+  for (int p = 1; p < P; ++p) {
+    sd[static_cast<std::size_t>(p)] =
+        sd[static_cast<std::size_t>(p) - 1] + sendcounts[static_cast<std::size_t>(p) - 1];
+    rd[static_cast<std::size_t>(p)] =
+        rd[static_cast<std::size_t>(p) - 1] + recvcounts[static_cast<std::size_t>(p) - 1];
+  }
+  i64 nx = 0;
+  for (auto v : recvcounts) nx += v;
+  std::vector<std::int64_t> ycounts(static_cast<std::size_t>(P), 0);
+  host.allgather(&ny_local, ycounts.data(), 1);
+  std::vector<std::int64_t> ysc(static_cast<std::size_t>(P), ny_local), ysd(static_cast<std::size_t>(P), 0),
+      yrd(static_cast<std::size_t>(P), 0);
+  for (int p = 1; p < P; ++p)
+    yrd[static_cast<std::size_t>(p)] =
+        yrd[static_cast<std::size_t>(p) - 1] + ycounts[static_cast<std::size_t>(p) - 1];
+  const i64 ny = yrd[static_cast<std::size_t>(P) - 1] + ycounts[static_cast<std::size_t>(P) - 1];
+  DeviceTensor<T> xr, yr;
+  comm::run_collectively(host, [&] {
+    TESSERA_INPUT_CHECK(nx < (i64{1} << 32) - 1,
+                        "SpTC (cuda backend): " << nx << " routed nonzeros on one rank; use more "
+                                                   "ranks");
+    xr.cols.resize(static_cast<std::size_t>(nex));
+    for (int m = 0; m < nex; ++m)
+      alloc(xr.cols[static_cast<std::size_t>(m)], static_cast<std::size_t>(std::max<i64>(nx, 1)) * sizeof(index_t),
+            "SpTC routed input");
+    alloc(xr.vals, static_cast<std::size_t>(std::max<i64>(nx, 1)) * sizeof(T), "SpTC routed input");
+    yr.cols.resize(static_cast<std::size_t>(ney));
+    for (int m = 0; m < ney; ++m)
+      alloc(yr.cols[static_cast<std::size_t>(m)], static_cast<std::size_t>(std::max<i64>(ny, 1)) * sizeof(index_t),
+            "SpTC replicated input");
+    alloc(yr.vals, static_cast<std::size_t>(std::max<i64>(ny, 1)) * sizeof(T), "SpTC replicated input");
+  });
+  xr.bytes = static_cast<std::size_t>(nx) * ebx;
+  yr.bytes = static_cast<std::size_t>(ny) * eby;
+  for (int m = 0; m <= nex; ++m) {
+    const void* src = xsend[static_cast<std::size_t>(m)].get();
+    void* dst = m < nex ? xr.cols[static_cast<std::size_t>(m)].get() : xr.vals.get();
+    data.alltoallv_raw(src, sendcounts.data(), sd.data(), dst, recvcounts.data(), rd.data(),
+                       m < nex ? comm::DataType::u32 : comm::data_type_of<T>());
+  }
+  xsend.clear();
+  for (int m = 0; m <= ney; ++m) {
+    const void* src = m < ney ? static_cast<const void*>(eyd.col(m)) : eyd.vals.get();
+    void* dst = m < ney ? yr.cols[static_cast<std::size_t>(m)].get() : yr.vals.get();
+    data.alltoallv_raw(src, ysc.data(), ysd.data(), dst, ycounts.data(), yrd.data(),
+                       m < ney ? comm::DataType::u32 : comm::data_type_of<T>());
+  }
+  eyd = DeviceTensor<T>();
+  const auto t1 = std::chrono::steady_clock::now();
+
+  // ---- the local contraction on the routed inputs ----
+  ContractStats st;
+  ContractCount count;
+  std::vector<u64> dims_out = contract_output_dims(ws, ex.dims, ey.dims);
+  RowsEngine<T> engine(ctx, ws, dims_out, key_bits(cells(odims)));
+  comm::run_collectively(host, [&] {
+    engine.build_device(std::move(xr), std::move(yr), ex.dims, nx, ny, count);
+    st.match_seconds = engine.match_seconds();
+    st.count_seconds = engine.count_seconds();
+    st.products = count.products;
+    st.workspace_bytes = count.workspace_bytes;
+    *out = engine.run(st);
+  });
+  const auto t2 = std::chrono::steady_clock::now();
+  if (stats) *stats = st;
+  if (info) {
+    info->route_seconds = std::chrono::duration<double>(t1 - t0).count();
+    info->local_seconds = std::chrono::duration<double>(t2 - t1).count();
+    info->routed_nnz[0] = swapped ? ny : nx;
+    info->routed_nnz[1] = swapped ? nx : ny;
+    info->replicated = swapped ? 0 : 1;
+    info->input_bytes = static_cast<std::size_t>(nx_local) * ebx + static_cast<std::size_t>(ny_local) * eby;
+    info->routed_bytes = static_cast<std::size_t>(nx) * ebx + static_cast<std::size_t>(ny) * eby;
+    info->count = count;
+  }
+  return true;
 }
 
 template <typename T>
@@ -2070,5 +2358,16 @@ template std::unique_ptr<ContractPlan<double>> plan_contract<double>(Context&,
                                                                      const ContractSpec&);
 template SparseTensor<float> contract<float>(Context&, ContractPlan<float>&, ContractStats*);
 template SparseTensor<double> contract<double>(Context&, ContractPlan<double>&, ContractStats*);
+
+template bool contract_routed<float>(Context&, const SparseTensor<float>&,
+                                    const SparseTensor<float>&, const ContractSpec&,
+                                    const comm::Communicator&, const comm::Communicator&,
+                                    std::size_t, SparseTensor<float>*, ContractStats*,
+                                    ContractRouteInfo*);
+template bool contract_routed<double>(Context&, const SparseTensor<double>&,
+                                     const SparseTensor<double>&, const ContractSpec&,
+                                     const comm::Communicator&, const comm::Communicator&,
+                                     std::size_t, SparseTensor<double>*, ContractStats*,
+                                     ContractRouteInfo*);
 
 }  // namespace tessera::kernels::cuda

@@ -124,6 +124,34 @@ std::size_t max_over(const comm::Communicator& c, std::size_t v) {
   return static_cast<std::size_t>(c.allreduce_value(x, comm::ReduceOp::max));
 }
 
+/// The plan and memory lines of a contraction (rank 0 logs them).
+template <typename T>
+void report_plan(const ContractResult<T>& res, const ContractSpec& spec, int P,
+                 std::size_t memory_limit) {
+  const ContractMemory& mem = res.memory;
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "contraction %s: %lld x %lld nonzeros -> %lld products, %lld partial output "
+                "entries (busiest rank: %.1f%% of the products)",
+                spec.text.c_str(), static_cast<long long>(res.global_input_nnz[0]),
+                static_cast<long long>(res.global_input_nnz[1]),
+                static_cast<long long>(res.global_products),
+                static_cast<long long>(res.global_partial_entries),
+                res.global_products > 0 ? 100.0 * static_cast<double>(res.max_rank_products) /
+                                              static_cast<double>(res.global_products)
+                                        : 100.0 / P);
+  std::ostringstream mem_line;
+  mem_line << "memory per rank (busiest): about " << bytes_str(static_cast<double>(mem.total_bytes))
+           << " (inputs " << bytes_str(static_cast<double>(mem.input_bytes)) << ", routed "
+           << bytes_str(static_cast<double>(mem.routed_bytes)) << ", matching workspace "
+           << bytes_str(static_cast<double>(mem.workspace_bytes)) << ", output "
+           << bytes_str(static_cast<double>(mem.output_bytes)) << ", exchange "
+           << bytes_str(static_cast<double>(mem.exchange_bytes)) << ")";
+  if (memory_limit > 0) mem_line << ", limit " << bytes_str(static_cast<double>(memory_limit));
+  log::info(line);
+  log::info(mem_line.str());
+}
+
 }  // namespace
 
 int tuple_owner(const index_t* coords, int n, int P) {
@@ -159,6 +187,48 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
   res.global_input_nnz[1] = self ? in_nnz[0] : in_nnz[1];
   const std::size_t input_bytes =
       tensor_bytes<T>(x.nnz(), x.order()) + (self ? 0 : tensor_bytes<T>(y.nnz(), y.order()));
+  // ---- routed in backend memory (the cuda backend over NCCL) when it can ----
+  if (P > 1 && dc.memory_space() == comm::MemorySpace::device) {
+    kernels::ContractRouteInfo info;
+    SparseTensor<T> local;
+    if (be.contract_routed(x, y, spec, c, dc, opt.memory_limit, &local, &res.stats, &info)) {
+      res.routed_on_device = true;
+      res.phases.add("route_inputs", info.route_seconds);
+      const double plan_s = res.stats.match_seconds + res.stats.count_seconds;
+      res.phases.add("plan", plan_s);
+      res.phases.add("multiply", std::max(info.local_seconds - plan_s, 0.0));
+      std::int64_t sums[3] = {info.count.output_entries, info.count.products,
+                              res.stats.zeros_dropped};
+      c.allreduce(sums, 3);
+      res.global_partial_entries = sums[0];
+      res.global_products = sums[1];
+      res.global_zeros_dropped = sums[2];
+      res.max_rank_products = c.allreduce_value(info.count.products, comm::ReduceOp::max);
+      ContractMemory& mem = res.memory;
+      const std::size_t total = info.input_bytes + info.routed_bytes +
+                                info.count.workspace_bytes + info.count.output_bytes;
+      mem.input_bytes = max_over(c, info.input_bytes);
+      mem.routed_bytes = max_over(c, info.routed_bytes);
+      mem.workspace_bytes = max_over(c, info.count.workspace_bytes);
+      mem.output_bytes = max_over(c, info.count.output_bytes);
+      mem.exchange_bytes = 0;
+      mem.total_bytes = max_over(c, total);
+      mem.mean_total_bytes = static_cast<std::size_t>(
+          c.allreduce_value(static_cast<double>(total)) / static_cast<double>(P));
+      if (opt.print) {
+        report_plan(res, spec, P, opt.memory_limit);
+        log::info(std::string("routed on the devices: ") + (info.replicated == 1 ? "X" : "Y") +
+                  " partitioned by a hash of its output coordinates, " +
+                  (info.replicated == 1 ? "Y" : "X") +
+                  " copied to every rank, over the data communicator; no output merge");
+      }
+      res.local = std::move(local);
+      res.local.dims = res.dims;
+      res.global_nnz = c.allreduce_value(static_cast<std::int64_t>(res.local.nnz()));
+      return res;
+    }
+  }
+
   SparseTensor<T> xr, yr;
   const SparseTensor<T>* X = &x;
   const SparseTensor<T>* Y = &y;
@@ -232,31 +302,7 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
     mem.mean_total_bytes = static_cast<std::size_t>(c.allreduce_value(static_cast<double>(total)) /
                                                     static_cast<double>(P));
   }
-  char line[512];
-  std::snprintf(line, sizeof(line),
-                "contraction %s: %lld x %lld nonzeros -> %lld products, %lld partial output "
-                "entries (busiest rank: %.1f%% of the products)",
-                spec.text.c_str(), static_cast<long long>(res.global_input_nnz[0]),
-                static_cast<long long>(res.global_input_nnz[1]),
-                static_cast<long long>(res.global_products),
-                static_cast<long long>(res.global_partial_entries),
-                res.global_products > 0 ? 100.0 * static_cast<double>(res.max_rank_products) /
-                                              static_cast<double>(res.global_products)
-                                        : 100.0 / P);
-  const std::string plan_line = line;
-  std::ostringstream mem_line;
-  mem_line << "memory per rank (busiest): about " << bytes_str(static_cast<double>(mem.total_bytes))
-           << " (inputs " << bytes_str(static_cast<double>(mem.input_bytes)) << ", routed "
-           << bytes_str(static_cast<double>(mem.routed_bytes)) << ", matching workspace "
-           << bytes_str(static_cast<double>(mem.workspace_bytes)) << ", output "
-           << bytes_str(static_cast<double>(mem.output_bytes)) << ", exchange "
-           << bytes_str(static_cast<double>(mem.exchange_bytes)) << ")";
-  if (opt.memory_limit > 0)
-    mem_line << ", limit " << bytes_str(static_cast<double>(opt.memory_limit));
-  if (opt.print) {
-    log::info(plan_line);
-    log::info(mem_line.str());
-  }
+  if (opt.print) report_plan(res, spec, P, opt.memory_limit);
   if (opt.memory_limit > 0 && mem.total_bytes > opt.memory_limit) {
     // The per-rank need falls about as 1/P when the work spreads evenly.
     const double scale = static_cast<double>(mem.mean_total_bytes) / opt.memory_limit;

@@ -62,7 +62,8 @@ template <typename T>
 struct ContractResult {
   /// This rank's share of Z: GLOBAL 0-based coordinates in output mode order, sorted
   /// lexicographically, no repeated coordinates, no exact zeros. The shares of the ranks
-  /// are disjoint (owner of a coordinate tuple: output_owner()).
+  /// are disjoint: on the host path the owner is a hash of the whole output tuple; routed
+  /// in backend memory (Backend::contract_routed), a hash of the row side's output modes.
   SparseTensor<T> local;
   std::vector<std::uint64_t> dims;  ///< output dims (same on every rank)
   nnz_t global_nnz = 0;
@@ -79,6 +80,8 @@ struct ContractResult {
   ContractMemory memory;
   /// Self-contraction whose roles hash the same modes: routed once, one local copy.
   bool routed_once = false;
+  /// Routed in backend memory by Backend::contract_routed (no output routing or merge).
+  bool routed_on_device = false;
 };
 
 /// Collective over `c` (a host communicator). x and y are this rank's shares (any

@@ -1,7 +1,7 @@
-// Distributed SpTC on GPUs with the nonzeros routed over NCCL (ContractOptions::data):
-// every rank holds a share of X and Y, the cuda backend contracts locally, and the gathered
-// result must equal the reference backend on the whole tensors, and the same run routed
-// over MPI. Integer values, so every sum is exact whatever the routing and summation order.
+// Distributed SpTC on GPUs with the nonzeros routed over NCCL (ContractOptions::data; on
+// the device where the cuda backend can, see below): every rank holds a share of X and Y,
+// the cuda backend contracts locally, and the gathered result must equal the reference
+// backend on the whole tensors, and the same run routed over MPI (on the host). Integer values, so every sum is exact whatever the routing and summation order.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -44,27 +44,47 @@ SparseTensor<double> share(const SparseTensor<double>& x, int r, int P) {
   return s;
 }
 
+// Over NCCL at 2 ranks the cuda backend routes on the device (Backend::contract_routed:
+// the row side partitioned by its output modes, the other input replicated, no merge)
+// where it can: plain specs, a self-contraction (X and Y the same object), a spec whose
+// output lists Y's letters first (the roles swap), a rank with an empty share; a spec
+// whose row side has no output modes falls back to the host routing. Over MPI the host
+// routing always runs.
 TEST_F(ContractNccl, RoutedOverNcclEqualsReference) {
   struct Case {
     const char* spec;
     std::vector<std::uint64_t> xd, yd;
+    bool self = false;   // X and Y the same tensor object
+    bool empty = false;  // every nonzero on rank 0, none on the others
+    bool device = true;  // routed on the device at 2+ ranks over NCCL
   };
   const Case cases[] = {{"ijk,jkl->il", {30, 8, 7}, {8, 7, 40}},
                         {"ijy,kjy->ik", {50, 40, 6}, {45, 40, 6}},
-                        {"abcd,cdbe->ae", {9, 5, 6, 4}, {6, 4, 5, 11}}};
+                        {"abcd,cdbe->ae", {9, 5, 6, 4}, {6, 4, 5, 11}},
+                        {"ijy,kjy->ik", {50, 40, 6}, {50, 40, 6}, true},
+                        {"ij,jk->ki", {60, 30}, {30, 70}},
+                        {"ijk,jkl->li", {30, 8, 7}, {8, 7, 40}, false, true},
+                        {"j,jk->k", {30}, {30, 70}, false, false, false}};
   std::uint64_t seed = 20261121;
   for (const auto& cs : cases) {
     SCOPED_TRACE(cs.spec);
     const auto spec = kernels::parse_contract_spec(cs.spec);
-    const auto X = whole(cs.xd, 4000, seed++), Y = whole(cs.yd, 4000, seed++);
-    const auto xs = share(X, rank(), size()), ys = share(Y, rank(), size());
+    const auto X = whole(cs.xd, 4000, seed++);
+    const auto Y = cs.self ? X : whole(cs.yd, 4000, seed++);
+    auto part = [&](const SparseTensor<double>& t) {
+      return cs.empty ? (rank() == 0 ? t : SparseTensor<double>(t.dims)) : share(t, rank(), size());
+    };
+    const auto xs = part(X), ys = part(Y);
+    const SparseTensor<double>& yarg = cs.self ? xs : ys;
     auto cu = kernels::make_backend<double>(kernels::BackendKind::cuda);
     algo::ContractOptions o;
     o.print = false;
     o.data = nccl_.get();
-    const auto nccl_res = algo::contract(xs, ys, spec, *cu, *world_, o);
+    const auto nccl_res = algo::contract(xs, yarg, spec, *cu, *world_, o);
+    EXPECT_EQ(nccl_res.routed_on_device, cs.device && size() > 1);
     o.data = nullptr;
-    const auto mpi_res = algo::contract(xs, ys, spec, *cu, *world_, o);
+    const auto mpi_res = algo::contract(xs, yarg, spec, *cu, *world_, o);
+    EXPECT_FALSE(mpi_res.routed_on_device);
     const auto got = algo::gather(nccl_res.local, *world_, 0);
     const auto via_mpi = algo::gather(mpi_res.local, *world_, 0);
     EXPECT_EQ(nccl_res.global_nnz, mpi_res.global_nnz);
