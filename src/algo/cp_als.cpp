@@ -38,6 +38,9 @@ struct ModeLayout {
   std::int64_t b = 0;                         ///< rows per layer member (padded block)
   std::int64_t own_lo = 0;                    ///< first owned row, relative to lo
   std::int64_t own_n = 0;                     ///< rows owned (solved) by this rank
+  /// The ranks the held rows are split over for the solve: the layer (layer strategy), all
+  /// of `data` (allreduce strategy on 2+ ranks), or none (one rank: it solves every row).
+  const comm::Communicator* rows = nullptr;
 };
 
 /// Input checks both overloads make before any work.
@@ -84,12 +87,17 @@ std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool l
   for (int n = 0; n < N; ++n) {
     auto& L = lay[static_cast<std::size_t>(n)];
     if (!layer) {
+      // Every rank holds the whole factor. On 2+ ranks the MTTKRP rows are reduce-scattered
+      // in equal padded blocks, each rank solves its block, and the factor is allgathered:
+      // the same bytes as one allreduce, and the solve divided by the rank count.
       L.lo = 0;
       L.len = static_cast<std::int64_t>(dist.dims[static_cast<std::size_t>(n)]);
-      L.alloc = L.len;
-      L.b = L.len;
-      L.own_lo = 0;
-      L.own_n = L.len;
+      const std::int64_t P = data.size();
+      L.b = (L.len + P - 1) / P;
+      L.alloc = L.b * P;
+      L.own_lo = std::min<std::int64_t>(L.b * data.rank(), L.len);
+      L.own_n = std::min<std::int64_t>(L.b, L.len - L.own_lo);
+      L.rows = P > 1 ? &data : nullptr;
     } else {
       const auto [c0, c1] = dist.chunk(n);
       const auto [o0, o1] = dist.owned_rows(n);
@@ -104,6 +112,7 @@ std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool l
       L.alloc = L.b * q;
       L.own_lo = static_cast<std::int64_t>(o0 - c0);
       L.own_n = static_cast<std::int64_t>(o1 - o0);
+      L.rows = L.layer.get();
     }
   }
   return lay;
@@ -137,7 +146,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
                   "factor updates (%s): %.0f factor rows x R=%d per rank per iteration "
                   "(%.3g MB), plus %d Gram matrices of %dx%d",
                   to_string(opt.strategy).c_str(), rows, R, rows * R * sizeof(T) / 1e6,
-                  layer ? N : 0, R, R);
+                  lay.empty() || lay[0].rows == nullptr ? 0 : N, R, R);
     log::info(line);
   }
 
@@ -191,10 +200,10 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   auto Aown = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * R));
   auto V = be.allocate(static_cast<std::size_t>(R * R));
 
-  // Gram of the owned rows of each factor, summed over ranks (layer) or local (allreduce).
+  // Gram of the owned rows of each factor, summed over the ranks when the rows are split.
   auto update_gram = [&](int n, const T* own_rows, std::int64_t own_n) {
     be.gram(own_rows, own_n, R, G[static_cast<std::size_t>(n)].data());
-    if (layer)
+    if (lay[static_cast<std::size_t>(n)].rows != nullptr)
       data.allreduce(G[static_cast<std::size_t>(n)].data(), static_cast<std::size_t>(R * R));
   };
   for (int n = 0; n < N; ++n) {
@@ -283,17 +292,16 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
 
       t.reset();
       T* Mrows = M.data();
-      if (!layer) {
-        data.allreduce(M.data(), static_cast<std::size_t>(L.len * R));
-      } else {
-        L.layer->reduce_scatter(M.data(), Mown.data(), static_cast<std::size_t>(L.b * R));
+      const bool split = L.rows != nullptr;
+      if (split) {
+        L.rows->reduce_scatter(M.data(), Mown.data(), static_cast<std::size_t>(L.b * R));
         Mrows = Mown.data();
       }
       be.synchronize();
       t_comm += t.seconds();
 
       t.reset();
-      T* own = layer ? Aown.data() : A[static_cast<std::size_t>(n)].data();
+      T* own = split ? Aown.data() : A[static_cast<std::size_t>(n)].data();
       if (N == 1) {
         be.fill(V.data(), static_cast<std::size_t>(R * R), T(1));
       } else {
@@ -302,7 +310,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
           if (m != n) gs.push_back(G[static_cast<std::size_t>(m)].data());
         be.hadamard(gs, R, V.data());
       }
-      if (layer) be.fill(own, static_cast<std::size_t>(L.b * R), T(0));
+      if (split) be.fill(own, static_cast<std::size_t>(L.b * R), T(0));
       if (L.own_n > 0) be.copy(Mrows, static_cast<std::size_t>(L.own_n * R), own);
       if (be.solve_normal(own, L.own_n, V.data(), R)) ++res.solve_fallbacks;
       const NormKind kind = it == 0 ? NormKind::two : NormKind::max;
@@ -310,7 +318,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
       be.synchronize();
       t_solve += t.seconds();
       t.reset();
-      if (layer)
+      if (split)
         ctrl.allreduce(host_norms.data(), static_cast<std::size_t>(R),
                        kind == NormKind::two ? comm::ReduceOp::sum : comm::ReduceOp::max);
       t_comm += t.seconds();
@@ -328,10 +336,10 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
       t_solve += t.seconds();
 
       t.reset();
-      if (layer) {
+      if (split) {
         data.allreduce(G[static_cast<std::size_t>(n)].data(), static_cast<std::size_t>(R * R));
-        L.layer->allgather(Aown.data(), A[static_cast<std::size_t>(n)].data(),
-                           static_cast<std::size_t>(L.b * R));
+        L.rows->allgather(Aown.data(), A[static_cast<std::size_t>(n)].data(),
+                          static_cast<std::size_t>(L.b * R));
         if (n == N - 1) ctrl.allreduce(dots.data(), static_cast<std::size_t>(R));
       }
       be.synchronize();
