@@ -1739,6 +1739,30 @@ SparseTensor<T> RowsEngine<T>::run(ContractStats& st) {
   return out;
 }
 
+/// The spec the row kernels run: the row side must provide the leading output letters, so
+/// when Y's letters come first the inputs swap roles (same output; *swapped set), else
+/// the spec as given (its kept entries are sorted at the end).
+ContractSpec rows_roles(const ContractSpec& spec, bool* swapped) {
+  const auto row_major = [](const ContractSpec& s) {
+    int last_x = -1, first_y = s.out_order();
+    for (int o = 0; o < s.out_order(); ++o)
+      if (s.out_from_y[static_cast<std::size_t>(o)])
+        first_y = std::min(first_y, o);
+      else
+        last_x = o;
+    return last_x < first_y;
+  };
+  *swapped = false;
+  if (!row_major(spec)) {
+    ContractSpec sw = swap_inputs(spec);
+    if (row_major(sw)) {
+      *swapped = true;
+      return sw;
+    }
+  }
+  return spec;
+}
+
 template <typename T>
 class CudaContractPlan final : public ContractPlan<T> {
  public:
@@ -1772,23 +1796,7 @@ class CudaContractPlan final : public ContractPlan<T> {
     if (spec.device.assembly == ContractAssembly::rows) {
       // The row side must provide the leading output letters; when Y's letters come
       // first, swap the inputs' roles (same output), else the kept entries are sorted.
-      const auto row_major = [](const ContractSpec& s) {
-        int last_x = -1, first_y = s.out_order();
-        for (int o = 0; o < s.out_order(); ++o)
-          if (s.out_from_y[static_cast<std::size_t>(o)])
-            first_y = std::min(first_y, o);
-          else
-            last_x = o;
-        return last_x < first_y;
-      };
-      ContractSpec ws = spec;
-      if (!row_major(spec)) {
-        ContractSpec sw = swap_inputs(spec);
-        if (row_major(sw)) {
-          ws = sw;
-          swapped_ = true;
-        }
-      }
+      const ContractSpec ws = rows_roles(spec, &swapped_);
       rows_ = std::make_unique<RowsEngine<T>>(ctx, ws, dims_, obits_);
     }
   }
@@ -2153,24 +2161,8 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
   for (int m : spec.x_key) kdims.push_back(x.dims[static_cast<std::size_t>(m)]);
   const u128 lim = static_cast<u128>(1) << 64;
   if (cells(kdims) > lim || cells(odims) > lim) return false;
-  const auto row_major = [](const ContractSpec& s) {
-    int last_x = -1, first_y = s.out_order();
-    for (int o = 0; o < s.out_order(); ++o)
-      if (s.out_from_y[static_cast<std::size_t>(o)])
-        first_y = std::min(first_y, o);
-      else
-        last_x = o;
-    return last_x < first_y;
-  };
-  ContractSpec ws = spec;
   bool swapped = false;
-  if (!row_major(spec)) {
-    ContractSpec sw = swap_inputs(spec);
-    if (row_major(sw)) {
-      ws = sw;
-      swapped = true;
-    }
-  }
+  const ContractSpec ws = rows_roles(spec, &swapped);
   const SparseTensor<T>& ex = swapped ? y : x;  // row side: partitioned
   const SparseTensor<T>& ey = swapped ? x : y;  // column side: replicated
   std::vector<int> free_modes;
