@@ -966,20 +966,28 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     pub_send = be.allocate(static_cast<std::size_t>(most));
     pub_recv = be.allocate(static_cast<std::size_t>(most) * static_cast<std::size_t>(P));
   }
-  // Every stale Ufull[n] gathered from the owners (collective).
+  // Ufull[n], every rank's host copy in double, from the owners' rows (collective).
+  auto gather_host = [&](int n) {
+    const auto& mp = plan[static_cast<std::size_t>(n)];
+    const int R = ranks[static_cast<std::size_t>(n)];
+    const auto I = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
+    auto& full = Ufull[static_cast<std::size_t>(n)];
+    if (P == 1) {
+      full = Uown[static_cast<std::size_t>(n)];
+      return;
+    }
+    std::vector<double> send(static_cast<std::size_t>(mp.b * R), 0.0);
+    std::copy(Uown[static_cast<std::size_t>(n)].begin(), Uown[static_cast<std::size_t>(n)].end(),
+              send.begin());
+    full.assign(static_cast<std::size_t>(mp.b * R * P), 0.0);
+    c.allgather(send.data(), full.data(), send.size());
+    full.resize(static_cast<std::size_t>(I * R));
+  };
+  // Every stale Ufull[n] gathered (collective).
   auto gather_full = [&]() {
     for (int n = 0; n < N; ++n) {
       if (!full_stale[static_cast<std::size_t>(n)]) continue;
-      const auto& mp = plan[static_cast<std::size_t>(n)];
-      const int R = ranks[static_cast<std::size_t>(n)];
-      const auto I = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
-      auto& full = Ufull[static_cast<std::size_t>(n)];
-      std::vector<double> send(static_cast<std::size_t>(mp.b * R), 0.0);
-      std::copy(Uown[static_cast<std::size_t>(n)].begin(), Uown[static_cast<std::size_t>(n)].end(),
-                send.begin());
-      full.assign(static_cast<std::size_t>(mp.b * R * P), 0.0);
-      c.allgather(send.data(), full.data(), send.size());
-      full.resize(static_cast<std::size_t>(I * R));
+      gather_host(n);
       full_stale[static_cast<std::size_t>(n)] = 0;
     }
   };
@@ -1005,16 +1013,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
       full_stale[static_cast<std::size_t>(n)] = 1;
       return;
     }
-    if (P == 1) {
-      full = Uown[static_cast<std::size_t>(n)];
-    } else {
-      std::vector<double> send(static_cast<std::size_t>(mp.b * R), 0.0);
-      std::copy(Uown[static_cast<std::size_t>(n)].begin(), Uown[static_cast<std::size_t>(n)].end(),
-                send.begin());
-      full.assign(static_cast<std::size_t>(mp.b * R * P), 0.0);
-      c.allgather(send.data(), full.data(), send.size());
-      full.resize(static_cast<std::size_t>(I * R));
-    }
+    gather_host(n);
     t_comm += t.seconds();
     t.reset();
     std::vector<T> h(full.begin(), full.end());
