@@ -54,7 +54,6 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
     log::warn("--comm-strategy does not apply to tucker: TTMc rows always go to their owner rank");
 
   auto cx = make_compute<T>(run, world);
-  cx.backend->set_workload(kernels::Workload::ttmc);  // tier-3 chunks are prepared by it too
   const auto kind = cx.kind;
   log::info("tessera tucker: " + std::to_string(world.size()) + " rank(s), backend " +
             kernels::to_string(kind) + ", " + std::to_string(effective_threads(run.threads)) +

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "kernels/factories.hpp"
+#include "kernels/row_chunks.hpp"
 #include "kernels/sptc.hpp"
 #include "linalg/blas.hpp"
 #include "tensor/synthetic.hpp"
@@ -132,37 +133,14 @@ void Backend<T>::download_double(const double* src, std::size_t n, double* host)
   if (n > 0 && host != src) std::memcpy(host, src, n * sizeof(double));
 }
 
-namespace {
-/// Rows per BLAS call of the host wide products (float rows are converted per chunk).
-constexpr std::int64_t kWideChunkRows = 2048;
-
-/// Calls f(rows_as_double, first_row, nrows) on consecutive chunks of Y (rows x C).
-template <typename T, typename F>
-void for_wide_chunks(const T* Y, std::int64_t rows, std::int64_t C, F&& f) {
-  std::vector<double> buf;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kWideChunkRows) {
-    const std::int64_t nr = std::min(kWideChunkRows, rows - r0);
-    if constexpr (std::is_same_v<T, double>) {
-      f(Y + r0 * C, r0, nr);
-    } else {
-      buf.resize(static_cast<std::size_t>(nr * C));
-      const T* src = Y + r0 * C;
-      const std::int64_t n = nr * C;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-      for (std::int64_t k = 0; k < n; ++k)
-        buf[static_cast<std::size_t>(k)] = static_cast<double>(src[k]);
-      f(buf.data(), r0, nr);
-    }
-  }
-}
-}  // namespace
 
 template <typename T>
 void Backend<T>::wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double* S) {
   TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
                   "the " << name() << " backend must implement wide_gram");
   std::fill(S, S + C * C, 0.0);
-  for_wide_chunks(Y, rows, C, [&](const double* y, std::int64_t, std::int64_t nr) {
+  std::vector<double> buf;
+  for_double_row_chunks(Y, rows, C, buf, [&](const double* y, std::int64_t, std::int64_t nr) {
     linalg::syrk_lower(C, nr, 1.0, y, C, 1.0, S);
   });
   linalg::symmetrize_lower(C, S);
@@ -172,7 +150,8 @@ void Backend<T>::wide_times(const T* Y, std::int64_t rows, std::int64_t C, const
                             double* Z) {
   TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
                   "the " << name() << " backend must implement wide_times");
-  for_wide_chunks(Y, rows, C, [&](const double* y, std::int64_t r0, std::int64_t nr) {
+  std::vector<double> buf;
+  for_double_row_chunks(Y, rows, C, buf, [&](const double* y, std::int64_t r0, std::int64_t nr) {
     linalg::gemm(false, false, nr, R, C, 1.0, y, C, W, R, 0.0, Z + r0 * R, R);
   });
 }
@@ -182,7 +161,8 @@ void Backend<T>::wide_times_t(const T* Y, std::int64_t rows, std::int64_t C, con
   TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
                   "the " << name() << " backend must implement wide_times_t");
   std::fill(B, B + C * R, 0.0);
-  for_wide_chunks(Y, rows, C, [&](const double* y, std::int64_t r0, std::int64_t nr) {
+  std::vector<double> buf;
+  for_double_row_chunks(Y, rows, C, buf, [&](const double* y, std::int64_t r0, std::int64_t nr) {
     linalg::gemm(true, false, C, R, nr, 1.0, y, C, P + r0 * R, R, 1.0, B, R);
   });
 }
@@ -234,7 +214,7 @@ void Backend<T>::add_rows(const T* src, std::int64_t rows, std::int64_t C,
 template <typename T>
 std::size_t Backend<T>::wide_scratch_bytes(std::int64_t C) const {
   return std::is_same_v<T, double> ? 0
-                                   : static_cast<std::size_t>(kWideChunkRows * C) * sizeof(double);
+                                   : static_cast<std::size_t>(kDoubleChunkRows * C) * sizeof(double);
 }
 
 template <typename T>

@@ -93,39 +93,9 @@ class CudaBackend final : public Backend<T> {
     ctx_.sync();
   }
 
-  Array<T> allocate(std::size_t n) override {
-    if (n == 0) return Array<T>();
-    DeviceGuard g(ctx_.device);
-    void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, n * sizeof(T));
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      std::size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      TESSERA_THROW("cudaMalloc of " << n * sizeof(T) << " bytes failed on device " << ctx_.device
-                                     << " (" << detail::cuda_error_text(e) << "; " << free_b
-                                     << " of " << total_b << " bytes free)");
-    }
-    // The deleter must not throw; cudaFree waits for work still using the block.
-    return Array<T>(static_cast<T*>(p), n, [](T* q) { TESSERA_CUDA_CHECK_NOTHROW(cudaFree(q)); });
-  }
-
-  void upload(const T* host, std::size_t n, T* dst) override {
-    if (n == 0) return;
-    DeviceGuard g(ctx_.device);
-    TESSERA_CUDA_CHECK(
-        cudaMemcpyAsync(dst, host, n * sizeof(T), cudaMemcpyHostToDevice, ctx_.stream));
-    // The caller may free or reuse `host` right away (it may be pinned memory).
-    ctx_.sync();
-  }
-
-  void download(const T* src, std::size_t n, T* host) override {
-    if (n == 0) return;
-    DeviceGuard g(ctx_.device);
-    TESSERA_CUDA_CHECK(
-        cudaMemcpyAsync(host, src, n * sizeof(T), cudaMemcpyDeviceToHost, ctx_.stream));
-    ctx_.sync();
-  }
+  Array<T> allocate(std::size_t n) override { return device_array<T>(n); }
+  void upload(const T* host, std::size_t n, T* dst) override { copy_in(host, n, dst); }
+  void download(const T* src, std::size_t n, T* host) override { copy_out(src, n, host); }
 
   void copy(const T* src, std::size_t n, T* dst) override {
     if (n == 0 || src == dst) return;
@@ -139,32 +109,12 @@ class CudaBackend final : public Backend<T> {
     cuda::fill(ctx_, dst, n, value);
   }
 
-  Array<double> allocate_double(std::size_t n) override {
-    if (n == 0) return Array<double>();
-    DeviceGuard g(ctx_.device);
-    void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, n * sizeof(double));
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      TESSERA_THROW("cudaMalloc of " << n * sizeof(double) << " bytes failed on device "
-                                     << ctx_.device << " (" << detail::cuda_error_text(e) << ")");
-    }
-    return Array<double>(static_cast<double*>(p), n,
-                         [](double* q) { TESSERA_CUDA_CHECK_NOTHROW(cudaFree(q)); });
-  }
+  Array<double> allocate_double(std::size_t n) override { return device_array<double>(n); }
   void upload_double(const double* host, std::size_t n, double* dst) override {
-    if (n == 0) return;
-    DeviceGuard g(ctx_.device);
-    TESSERA_CUDA_CHECK(
-        cudaMemcpyAsync(dst, host, n * sizeof(double), cudaMemcpyHostToDevice, ctx_.stream));
-    ctx_.sync();
+    copy_in(host, n, dst);
   }
   void download_double(const double* src, std::size_t n, double* host) override {
-    if (n == 0) return;
-    DeviceGuard g(ctx_.device);
-    TESSERA_CUDA_CHECK(
-        cudaMemcpyAsync(host, src, n * sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
-    ctx_.sync();
+    copy_out(src, n, host);
   }
   void wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double* S) override {
     DeviceGuard g(ctx_.device);
@@ -288,6 +238,45 @@ class CudaBackend final : public Backend<T> {
   }
 
  private:
+  /// n elements of device memory, freed by the Array; a failed cudaMalloc throws with the
+  /// device's free memory.
+  template <typename U>
+  Array<U> device_array(std::size_t n) {
+    if (n == 0) return Array<U>();
+    DeviceGuard g(ctx_.device);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, n * sizeof(U));
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      std::size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      TESSERA_THROW("cudaMalloc of " << n * sizeof(U) << " bytes failed on device " << ctx_.device
+                                     << " (" << detail::cuda_error_text(e) << "; " << free_b
+                                     << " of " << total_b << " bytes free)");
+    }
+    // The deleter must not throw; cudaFree waits for work still using the block.
+    return Array<U>(static_cast<U*>(p), n, [](U* q) { TESSERA_CUDA_CHECK_NOTHROW(cudaFree(q)); });
+  }
+  /// Host -> device, complete on return: the caller may free or reuse `host` right away (it
+  /// may be pinned memory).
+  template <typename U>
+  void copy_in(const U* host, std::size_t n, U* dst) {
+    if (n == 0) return;
+    DeviceGuard g(ctx_.device);
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(dst, host, n * sizeof(U), cudaMemcpyHostToDevice, ctx_.stream));
+    ctx_.sync();
+  }
+  /// Device -> host, complete on return.
+  template <typename U>
+  void copy_out(const U* src, std::size_t n, U* host) {
+    if (n == 0) return;
+    DeviceGuard g(ctx_.device);
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(host, src, n * sizeof(U), cudaMemcpyDeviceToHost, ctx_.stream));
+    ctx_.sync();
+  }
+
   Context ctx_;
   std::size_t budget_ = 0;  ///< device bytes a prepared tensor may occupy; 0 = free memory
 };

@@ -899,6 +899,12 @@ class RowsEngine {
 
  private:
   i64 scan(const i64* in, i64* out, i64 n1);  // exclusive scan of n1 entries; returns out[n1-1]
+  /// Blocks of 16 codes (code / 16) over n sorted codes: rank[i] = the block of code i
+  /// (allocated here); flag and excl are n + 1 entries of scratch. Returns the blocks.
+  i64 block_ranks(i64 n, const u64* code, i64* flag, i64* excl, DeviceMemory& rank);
+  /// table[b * 16 + code % 16] = i for the n codes of blocks 0..nb-1 (allocated here),
+  /// 0xffffffff where no code is.
+  void block_table(i64 n, const u64* code, const DeviceMemory& rank, i64 nb, DeviceMemory& table);
   template <typename V>
   void sort_pairs(cub::DoubleBuffer<u64>& k, cub::DoubleBuffer<V>& v, i64 n, int bits);
   void sort_keys(cub::DoubleBuffer<u64>& k, i64 n, int bits);
@@ -1342,6 +1348,28 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
 }
 
 template <typename T>
+i64 RowsEngine<T>::block_ranks(i64 n, const u64* code, i64* flag, i64* excl, DeviceMemory& rank) {
+  change_flags_kernel<<<grid_for(n + 1), kBlock, 0, ctx_.stream>>>(n, code, 4, flag);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  const i64 nb = scan(flag, excl, n + 1);
+  dalloc<u32>(rank, n, "SpTC tensor-core blocks");
+  ranks_kernel<<<grid_for(n), kBlock, 0, ctx_.stream>>>(n, flag, excl, ptr<u32>(rank));
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  return nb;
+}
+
+template <typename T>
+void RowsEngine<T>::block_table(i64 n, const u64* code, const DeviceMemory& rank, i64 nb,
+                                DeviceMemory& table) {
+  dalloc<u32>(table, nb * kTile, "SpTC tensor-core blocks");
+  TESSERA_CUDA_CHECK(
+      cudaMemsetAsync(table.get(), 0xff, static_cast<std::size_t>(nb) * kTile * 4, ctx_.stream));
+  fill_table_kernel<<<grid_for(n), kBlock, 0, ctx_.stream>>>(n, code, ptr<u32>(rank),
+                                                             ptr<u32>(table));
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
 void RowsEngine<T>::build_tensor_cores() {
   const i64 need = std::max<i64>(1, static_cast<i64>(std::ceil(tc_thr_ * 256.0 - 1e-9)));
   if (need > 256) return;
@@ -1353,45 +1381,16 @@ void RowsEngine<T>::build_tensor_cores() {
     DeviceMemory flag, excl;
     dalloc<i64>(flag, nmax + 1, "SpTC tensor-core blocks");
     dalloc<i64>(excl, nmax + 1, "SpTC tensor-core blocks");
-    change_flags_kernel<<<grid_for(nrows_ + 1), kBlock, 0, ctx_.stream>>>(nrows_, rowkey_, 4,
-                                                                          ptr<i64>(flag));
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-    nib = scan(ptr<i64>(flag), ptr<i64>(excl), nrows_ + 1);
-    dalloc<u32>(rowblk_, nrows_, "SpTC tensor-core blocks");
+    // Rows: blocks, each row's place in its block, and the block -> row table.
+    nib = block_ranks(nrows_, rowkey_, ptr<i64>(flag), ptr<i64>(excl), rowblk_);
     dalloc<unsigned char>(rowlo_, nrows_, "SpTC tensor-core blocks");
-    dalloc<u32>(irow_, nib * kTile, "SpTC tensor-core blocks");
-    ranks_kernel<<<grid_for(nrows_), kBlock, 0, ctx_.stream>>>(nrows_, ptr<i64>(flag),
-                                                               ptr<i64>(excl), ptr<u32>(rowblk_));
     low4_kernel<<<grid_for(nrows_), kBlock, 0, ctx_.stream>>>(nrows_, rowkey_,
                                                               ptr<unsigned char>(rowlo_));
-    TESSERA_CUDA_CHECK(
-        cudaMemsetAsync(irow_.get(), 0xff, static_cast<std::size_t>(nib) * kTile * 4, ctx_.stream));
-    fill_table_kernel<<<grid_for(nrows_), kBlock, 0, ctx_.stream>>>(
-        nrows_, rowkey_, ptr<u32>(rowblk_), ptr<u32>(irow_));
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-
-    change_flags_kernel<<<grid_for(ncols_ + 1), kBlock, 0, ctx_.stream>>>(ncols_, colkey_, 4,
-                                                                          ptr<i64>(flag));
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-    njb = scan(ptr<i64>(flag), ptr<i64>(excl), ncols_ + 1);
-    dalloc<u32>(colblk_tmp_, ncols_, "SpTC tensor-core blocks");
-    dalloc<u32>(jcol_, njb * kTile, "SpTC tensor-core blocks");
-    ranks_kernel<<<grid_for(ncols_), kBlock, 0, ctx_.stream>>>(
-        ncols_, ptr<i64>(flag), ptr<i64>(excl), ptr<u32>(colblk_tmp_));
-    TESSERA_CUDA_CHECK(
-        cudaMemsetAsync(jcol_.get(), 0xff, static_cast<std::size_t>(njb) * kTile * 4, ctx_.stream));
-    fill_table_kernel<<<grid_for(ncols_), kBlock, 0, ctx_.stream>>>(
-        ncols_, colkey_, ptr<u32>(colblk_tmp_), ptr<u32>(jcol_));
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-
-    change_flags_kernel<<<grid_for(ny_ + 1), kBlock, 0, ctx_.stream>>>(ny_, ysk_, 4,
-                                                                       ptr<i64>(flag));
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-    scan(ptr<i64>(flag), ptr<i64>(excl), ny_ + 1);
-    dalloc<u32>(ykb, ny_, "SpTC tensor-core blocks");
-    ranks_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ptr<i64>(flag), ptr<i64>(excl),
-                                                            ptr<u32>(ykb));
-    TESSERA_CUDA_CHECK(cudaGetLastError());
+    block_table(nrows_, rowkey_, rowblk_, nib, irow_);
+    // Columns, then Y's matched keys.
+    njb = block_ranks(ncols_, colkey_, ptr<i64>(flag), ptr<i64>(excl), colblk_tmp_);
+    block_table(ncols_, colkey_, colblk_tmp_, njb, jcol_);
+    block_ranks(ny_, ysk_, ptr<i64>(flag), ptr<i64>(excl), ykb);
   }
   // Dense blocks of one side: block keys sorted, runs counted, dense ones numbered.
   // Returns the number of dense blocks; tile[element] = dense block or kNone; dkey = keys.

@@ -80,6 +80,26 @@ __device__ void out_blocks_of(const TcView& tc, u64 ib, i64* lo_out, i64* hi_out
   *hi_out = lo2;
 }
 
+/// Calls f(c) for the cells the tensor-core block products give row r: its output blocks
+/// o0 + first, o0 + first + step, ... and in each the set bits of the row's mask; c is the
+/// cell's column (kNone when the column table lacks it, an error the caller flags).
+template <typename F>
+__device__ __forceinline__ void for_tc_cells(const RowsView& v, u32 r, i64 first, i64 step,
+                                             F&& f) {
+  i64 o0, o1;
+  out_blocks_of(v.tc, v.tc.rowblk[r], &o0, &o1);
+  const int rr = v.tc.rowlo[r];
+  for (i64 o = o0 + first; o < o1; o += step) {
+    u32 bits = v.tc.smask[o * kTile + rr];
+    const u64 jb = v.tc.otkey[o] & 0xffffffffull;
+    while (bits) {
+      const int cc = __ffs(bits) - 1;
+      bits &= bits - 1;
+      f(v.tc.jcol[jb * kTile + static_cast<u64>(cc)]);
+    }
+  }
+}
+
 template <bool kValues>
 __global__ void __launch_bounds__(kGroupBlock)
     row_groups_kernel(RowsView v, const u32* gfirst, const u32* gend, i64 ngroups, RowsOut out) {
@@ -123,28 +143,17 @@ __global__ void __launch_bounds__(kGroupBlock)
     // Cells of the tensor-core blocks (value 0 here; sptc_tc.cu adds theirs). Each such
     // cell has at least one skipped product in its row, so the list stays within n.
     if (v.tc.otkey != nullptr) {
-      for (u32 r = ra + threadIdx.x; r < rb; r += blockDim.x) {
-        i64 o0, o1;
-        out_blocks_of(v.tc, v.tc.rowblk[r], &o0, &o1);
-        const int rr = v.tc.rowlo[r];
-        for (i64 o = o0; o < o1; ++o) {
-          u32 bits = v.tc.smask[o * kTile + rr];
-          const u64 jb = v.tc.otkey[o] & 0xffffffffull;
-          while (bits) {
-            const int cc = __ffs(bits) - 1;
-            bits &= bits - 1;
-            const u32 c = v.tc.jcol[jb * kTile + static_cast<u64>(cc)];
-            const u32 slot = atomicAdd(&s_n, 1u);
-            if (slot >= static_cast<u32>(kGroupCap) || c == kNone) {
-              atomicOr(v.err, c == kNone ? kErrTcCell : kErrCapacity);
-              continue;
-            }
-            s_key[slot] = (static_cast<u64>(r - ra) << 43) | (static_cast<u64>(c) << 11) |
-                          static_cast<u64>(kGroupCap - 1);
-            if constexpr (kValues) s_val[slot] = 0.0;
+      for (u32 r = ra + threadIdx.x; r < rb; r += blockDim.x)
+        for_tc_cells(v, r, 0, 1, [&](u32 c) {
+          const u32 slot = atomicAdd(&s_n, 1u);
+          if (slot >= static_cast<u32>(kGroupCap) || c == kNone) {
+            atomicOr(v.err, c == kNone ? kErrTcCell : kErrCapacity);
+            return;
           }
-        }
-      }
+          s_key[slot] = (static_cast<u64>(r - ra) << 43) | (static_cast<u64>(c) << 11) |
+                        static_cast<u64>(kGroupCap - 1);
+          if constexpr (kValues) s_val[slot] = 0.0;
+        });
     }
     __syncthreads();
     const int m = min(static_cast<int>(s_n), kGroupCap);
@@ -309,23 +318,12 @@ __global__ void __launch_bounds__(kDenseBlock)
       }
     }
     if (v.tc.otkey != nullptr) {
-      i64 o0, o1;
-      out_blocks_of(v.tc, v.tc.rowblk[r], &o0, &o1);
-      const int rr = v.tc.rowlo[r];
-      for (i64 o = o0 + threadIdx.x; o < o1; o += blockDim.x) {
-        u32 bits = v.tc.smask[o * kTile + rr];
-        const u64 jb = v.tc.otkey[o] & 0xffffffffull;
-        while (bits) {
-          const int cc = __ffs(bits) - 1;
-          bits &= bits - 1;
-          const u32 c = v.tc.jcol[jb * kTile + static_cast<u64>(cc)];
-          if (c == kNone) {
-            atomicOr(v.err, kErrTcCell);
-            continue;
-          }
-          if (c >= cb && c < ce) s_flag[c - cb] = 1;
-        }
-      }
+      for_tc_cells(v, r, threadIdx.x, blockDim.x, [&](u32 c) {
+        if (c == kNone)
+          atomicOr(v.err, kErrTcCell);
+        else if (c >= cb && c < ce)
+          s_flag[c - cb] = 1;
+      });
       __syncthreads();
     }
     const int seg = (wn + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);

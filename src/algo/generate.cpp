@@ -132,10 +132,8 @@ double block_value(const Blocks& b, const index_t* c, int N) {
   return sum;
 }
 
-}  // namespace
-
-partition::Distributed<double> generate(const GenerateOptions& o, const comm::Communicator& c,
-                                        GenerateInfo* info) {
+/// Throws InputError for options no generator takes (order, dims, nnz, rank, noise, alpha).
+void check_generate_options(const GenerateOptions& o) {
   const int N = static_cast<int>(o.dims.size());
   TESSERA_INPUT_CHECK(N >= 1 && N <= kMaxOrder,
                       "generate: order must be 1.." << kMaxOrder << " (got " << N << ")");
@@ -147,6 +145,14 @@ partition::Distributed<double> generate(const GenerateOptions& o, const comm::Co
   TESSERA_INPUT_CHECK(o.noise >= 0 && std::isfinite(o.noise), "generate: --noise must be >= 0");
   TESSERA_INPUT_CHECK(o.alpha > 0 && o.alpha < 1e300,
                       "generate: --alpha must be > 0 (got " << o.alpha << ")");
+}
+
+}  // namespace
+
+partition::Distributed<double> generate(const GenerateOptions& o, const comm::Communicator& c,
+                                        GenerateInfo* info) {
+  const int N = static_cast<int>(o.dims.size());
+  check_generate_options(o);
 
   const int P = c.size(), me = c.rank();
   const synthetic::Spec spec = to_spec(o);
@@ -245,16 +251,7 @@ struct EntryGenerator::Impl {
 
 EntryGenerator::EntryGenerator(const GenerateOptions& o) : impl_(std::make_unique<Impl>()) {
   const int N = static_cast<int>(o.dims.size());
-  TESSERA_INPUT_CHECK(N >= 1 && N <= kMaxOrder,
-                      "generate: order must be 1.." << kMaxOrder << " (got " << N << ")");
-  for (auto d : o.dims)
-    TESSERA_INPUT_CHECK(d >= 1 && d <= (std::uint64_t(1) << 32),
-                        "generate: every dimension must be in 1..2^32");
-  TESSERA_INPUT_CHECK(o.nnz >= 1, "generate: --nnz must be at least 1");
-  TESSERA_INPUT_CHECK(o.rank >= 1, "generate: --rank must be at least 1");
-  TESSERA_INPUT_CHECK(o.noise >= 0 && std::isfinite(o.noise), "generate: --noise must be >= 0");
-  TESSERA_INPUT_CHECK(o.alpha > 0 && o.alpha < 1e300,
-                      "generate: --alpha must be > 0 (got " << o.alpha << ")");
+  check_generate_options(o);
   Impl& m = *impl_;
   m.o = o;
   m.spec = to_spec(o);

@@ -11,6 +11,7 @@
 
 #include "algo/tucker_resume.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "kernels/row_chunks.hpp"
 #include "kernels/ttmc.hpp"
 #include "linalg/blas.hpp"
 #include "linalg/dense.hpp"
@@ -261,26 +262,6 @@ struct Wide {
     prod += t.seconds() - (dnet.seconds - n0);
   }
 };
-
-/// Calls f(rows_ptr, first_row, nrows) on consecutive chunks of Y (rows x C), as double.
-template <typename T, typename F>
-void for_row_chunks(const T* Y, std::int64_t rows, std::int64_t C, std::vector<double>& buf,
-                    F&& f) {
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
-    const std::int64_t nr = std::min(kChunkRows, rows - r0);
-    if constexpr (std::is_same_v<T, double>) {
-      f(Y + r0 * C, r0, nr);
-    } else {
-      buf.resize(static_cast<std::size_t>(nr * C));
-      const T* src = Y + r0 * C;
-      const std::int64_t n = nr * C;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-      for (std::int64_t k = 0; k < n; ++k)
-        buf[static_cast<std::size_t>(k)] = static_cast<double>(src[k]);
-      f(buf.data(), r0, nr);
-    }
-  }
-}
 
 /// Fills columns [first, first + ncols) of a rows x ncols block (row stride ncols) with
 /// keyed random values (rows are this rank's owned rows).
@@ -573,7 +554,7 @@ int update_scalapack(const T* Y, const RowsView& v, int R, double* U, Net& net,
   const int size = std::min(M, Nc);
   std::vector<double> A(static_cast<std::size_t>(K * C), 0.0);  // column-major K x C
   std::vector<double> buf;
-  for_row_chunks(Y, v.rows, C, buf, [&](const double* y, std::int64_t r0, std::int64_t nr) {
+  kernels::for_double_row_chunks(Y, v.rows, C, buf, [&](const double* y, std::int64_t r0, std::int64_t nr) {
     for (std::int64_t j = 0; j < nr; ++j)
       for (std::int64_t c = 0; c < C; ++c)
         A[static_cast<std::size_t>(c * K + r0 + j)] = y[j * C + c];
@@ -724,6 +705,15 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
                                                "ranks); use --svd subspace or smaller ranks");
   }
 
+  // Copies prepared during the run (the block below; a streaming backend's chunks in tier
+  // 3) are ordered for TTMc; the caller's workload comes back at the end.
+  struct WorkloadScope {
+    kernels::Backend<T>& be;
+    kernels::Workload was;
+    ~WorkloadScope() { be.set_workload(was); }
+  } workload_scope{be, be.workload()};
+  be.set_workload(kernels::Workload::ttmc);
+
   TuckerResult res;
   Timer setup_timer;
   double norm_x2 = block != nullptr ? block->norm_squared() : given->value_norm_squared();
@@ -735,14 +725,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   std::unique_ptr<kernels::TensorHandle<T>> X;
   std::vector<ModePlan> plan(static_cast<std::size_t>(N));
   comm::run_collectively(c, [&] {
-    if (block != nullptr) {  // copies ordered for TTMc (restoring the caller's workload)
-      const kernels::Workload was = be.workload();
-      be.set_workload(kernels::Workload::ttmc);
-      X = be.prepare(*block);
-      be.set_workload(was);
-    } else {
-      X = std::move(given);
-    }
+    X = block != nullptr ? be.prepare(*block) : std::move(given);
     for (int n = 0; n < N; ++n) {
       auto& mp = plan[static_cast<std::size_t>(n)];
       mp.cols = cols[static_cast<std::size_t>(n)];

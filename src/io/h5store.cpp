@@ -54,6 +54,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "io/posix_io.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/progress.hpp"
@@ -63,6 +64,10 @@ static_assert(std::endian::native == std::endian::little,
               "the tensor store writes little-endian elements straight from memory");
 
 namespace tessera::io {
+
+using posix::errno_text;
+using posix::pread_full;
+using posix::pwrite_full;
 
 std::string to_string(ValueType t) {
   return t == ValueType::float32 ? "float32" : "float64";
@@ -165,10 +170,6 @@ std::string quoted(const std::string& path) {
 std::string base_name(const std::string& path) {
   const auto s = path.find_last_of('/');
   return s == std::string::npos ? path : path.substr(s + 1);
-}
-
-std::string errno_text(int e) {
-  return std::strerror(e);
 }
 
 /// An InputError about the element at a global position (the earliest one is reported
@@ -1075,22 +1076,6 @@ struct CrcPart {
 };
 constexpr int kCrcWords = 5;
 
-void pwrite_full(int fd, const void* src, std::size_t n, std::uint64_t off,
-                 const std::string& path) {
-  const auto* p = static_cast<const char*>(src);
-  while (n > 0) {
-    const ssize_t w =
-        ::pwrite(fd, p, std::min<std::size_t>(n, std::size_t(1) << 30), static_cast<off_t>(off));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw InputError(path + ": write error at byte " + std::to_string(off) + ": " +
-                       errno_text(errno));
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-    off += static_cast<std::uint64_t>(w);
-  }
-}
 
 H5Id make_fapl() {
   H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);

@@ -55,12 +55,17 @@
 #include <utility>
 #include <vector>
 
+#include "io/posix_io.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/progress.hpp"
 #include "util/timer.hpp"
 
 namespace tessera::io {
+
+using posix::errno_text;
+using posix::pread_full;
+using posix::pwrite_full;
 
 IndexBase parse_index_base(const std::string& s) {
   if (s == "auto") return IndexBase::automatic;
@@ -85,10 +90,6 @@ inline bool is_ws(char ch) {
 }
 inline bool is_digit(char ch) {
   return static_cast<unsigned>(ch - '0') < 10u;
-}
-
-std::string errno_text(int e) {
-  return std::strerror(e);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -356,22 +357,6 @@ struct Fd {
   }
 };
 
-void pread_full(int fd, char* dst, std::size_t n, std::uint64_t off, const std::string& path) {
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, dst, n, static_cast<off_t>(off));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw InputError(path + ": read error at byte " + std::to_string(off) + ": " +
-                       errno_text(errno));
-    }
-    if (r == 0)
-      throw InputError(path + ": file ended at byte " + std::to_string(off) +
-                       " while reading (was it changed during the read?)");
-    dst += r;
-    n -= static_cast<std::size_t>(r);
-    off += static_cast<std::uint64_t>(r);
-  }
-}
 
 /// Calls on_line(b, e) for every line starting in [lo, hi) of the `size`-byte file, in
 /// order, reading `chunk` bytes at a time; stops early when on_line returns false. A
@@ -742,20 +727,6 @@ void format_text(const std::string& prefix, const SparseTensor<double>& x, Sink&
   }
 }
 
-void pwrite_full(int fd, const char* src, std::size_t n, std::uint64_t off,
-                 const std::string& path) {
-  while (n > 0) {
-    const ssize_t r = ::pwrite(fd, src, n, static_cast<off_t>(off));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw InputError(path + ": write error at byte " + std::to_string(off) + ": " +
-                       errno_text(errno));
-    }
-    src += r;
-    n -= static_cast<std::size_t>(r);
-    off += static_cast<std::uint64_t>(r);
-  }
-}
 
 /// The local text compressed as one gzip member.
 std::vector<char> gzip_member(const std::string& prefix, const SparseTensor<double>& x,
