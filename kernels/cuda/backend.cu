@@ -245,9 +245,8 @@ class CudaBackend final : public Backend<T> {
     if (n == 0) return Array<U>();
     DeviceGuard g(ctx_.device);
     void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, n * sizeof(U));
+    const cudaError_t e = malloc_or_trim(&p, n * sizeof(U));
     if (e != cudaSuccess) {
-      (void)cudaGetLastError();
       std::size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       TESSERA_THROW("cudaMalloc of " << n * sizeof(U) << " bytes failed on device " << ctx_.device

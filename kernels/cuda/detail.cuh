@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,23 +18,98 @@
 
 namespace tessera::kernels::cuda {
 
-/// Owning, grow-only device allocation (cudaMalloc/cudaFree on the current device).
+/// Nanoseconds this process has spent inside cudaMalloc and cudaFree of DeviceMemory
+/// (read by PhaseTrace, trace.cuh).
+inline std::atomic<std::int64_t>& alloc_nanos() {
+  static std::atomic<std::int64_t> n{0};
+  return n;
+}
+
+/// Adds the lifetime of the clock to alloc_nanos().
+class AllocClock {
+ public:
+  AllocClock() : t0_(std::chrono::steady_clock::now()) {}
+  ~AllocClock() {
+    alloc_nanos() += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - t0_)
+                         .count();
+  }
+  AllocClock(const AllocClock&) = delete;
+  AllocClock& operator=(const AllocClock&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
+/// The device's default memory pool, which stream-ordered allocations draw from.
+inline cudaMemPool_t default_pool() {
+  int dev = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaMemPool_t pool = nullptr;
+  TESSERA_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  return pool;
+}
+
+/// Bytes the current device's default pool holds but no allocation uses (free for a
+/// pooled allocation, though cudaMemGetInfo counts them as used).
+inline std::size_t pool_idle_bytes() {
+  cudaMemPool_t pool = default_pool();
+  std::uint64_t reserved = 0, used = 0;
+  TESSERA_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  TESSERA_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  return reserved > used ? static_cast<std::size_t>(reserved - used) : 0;
+}
+
+/// Hands what the default pool holds unused back to the device (after waiting for it, so
+/// blocks freed in stream order count), so cudaMemGetInfo sees all free memory.
+inline void trim_pool() {
+  if (pool_idle_bytes() == 0) return;
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+  TESSERA_CUDA_CHECK(cudaMemPoolTrimTo(default_pool(), 0));
+}
+
+/// cudaMalloc that, when the device is out of memory, waits for the device, returns what
+/// the default pool holds unused (pooled allocations keep their memory cached) and tries
+/// once more. The error of a failed attempt is cleared.
+inline cudaError_t malloc_or_trim(void** p, std::size_t bytes) {
+  cudaError_t e = cudaMalloc(p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    if (cudaDeviceSynchronize() == cudaSuccess && pool_idle_bytes() > 0) {
+      TESSERA_CUDA_CHECK(cudaMemPoolTrimTo(default_pool(), 0));
+      e = cudaMalloc(p, bytes);
+    }
+  }
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return e;
+}
+
+/// Owning, grow-only device allocation: cudaMalloc/cudaFree on the current device, or,
+/// for a pooled allocation (try_reserve_pooled), cudaMallocAsync/cudaFreeAsync from the
+/// device's default pool in the order of the legacy default stream. Pooled blocks are
+/// allocated and returned without waiting for the device (every blocking stream, such as a
+/// Context's, is ordered with the legacy stream); the pool keeps returned memory for the
+/// next pooled allocation (release threshold raised by enable_pool_caching), and a plain
+/// allocation that finds the device full trims it (malloc_or_trim).
 class DeviceMemory {
  public:
   DeviceMemory() = default;
   explicit DeviceMemory(std::size_t bytes) { reserve(bytes); }
   ~DeviceMemory() { release(); }
-  DeviceMemory(DeviceMemory&& o) noexcept : p_(o.p_), bytes_(o.bytes_) {
+  DeviceMemory(DeviceMemory&& o) noexcept : p_(o.p_), bytes_(o.bytes_), pooled_(o.pooled_) {
     o.p_ = nullptr;
     o.bytes_ = 0;
+    o.pooled_ = false;
   }
   DeviceMemory& operator=(DeviceMemory&& o) noexcept {
     if (this != &o) {
       release();
       p_ = o.p_;
       bytes_ = o.bytes_;
+      pooled_ = o.pooled_;
       o.p_ = nullptr;
       o.bytes_ = 0;
+      o.pooled_ = false;
     }
     return *this;
   }
@@ -41,24 +118,36 @@ class DeviceMemory {
 
   /// Ensures at least `bytes` bytes. Growing frees the old block first (cudaFree waits for
   /// the device, so work still using it has finished); contents are not kept.
-  void reserve(std::size_t bytes) {
-    if (bytes <= bytes_) return;
-    release();
-    TESSERA_CUDA_CHECK(cudaMalloc(&p_, bytes));
-    bytes_ = bytes;
-  }
+  void reserve(std::size_t bytes) { TESSERA_CUDA_CHECK(try_reserve(bytes)); }
   /// Like reserve, but returns the error (cleared from cudaGetLastError, so a later
   /// launch check does not report it again) instead of throwing.
   cudaError_t try_reserve(std::size_t bytes) {
     if (bytes <= bytes_) return cudaSuccess;
     release();
-    const cudaError_t e = cudaMalloc(&p_, bytes);
+    AllocClock clock;
+    const cudaError_t e = malloc_or_trim(&p_, bytes);
+    if (e != cudaSuccess) {
+      p_ = nullptr;
+      return e;
+    }
+    bytes_ = bytes;
+    return cudaSuccess;
+  }
+  /// Like try_reserve, from the default pool in legacy-stream order (see the class).
+  /// Work on non-blocking streams that uses the block must be ordered after the legacy
+  /// stream and finished before the block is released.
+  cudaError_t try_reserve_pooled(std::size_t bytes) {
+    if (bytes <= bytes_) return cudaSuccess;
+    release();
+    AllocClock clock;
+    const cudaError_t e = cudaMallocAsync(&p_, bytes, cudaStreamLegacy);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       p_ = nullptr;
       return e;
     }
     bytes_ = bytes;
+    pooled_ = true;
     return cudaSuccess;
   }
   void* get() const { return p_; }
@@ -66,13 +155,29 @@ class DeviceMemory {
 
  private:
   void release() noexcept {
-    if (p_) TESSERA_CUDA_CHECK_NOTHROW(cudaFree(p_));
+    if (p_) {
+      AllocClock clock;
+      if (pooled_)
+        TESSERA_CUDA_CHECK_NOTHROW(cudaFreeAsync(p_, cudaStreamLegacy));
+      else
+        TESSERA_CUDA_CHECK_NOTHROW(cudaFree(p_));
+    }
     p_ = nullptr;
     bytes_ = 0;
+    pooled_ = false;
   }
   void* p_ = nullptr;
   std::size_t bytes_ = 0;
+  bool pooled_ = false;
 };
+
+/// Lets the current device's default pool keep returned memory for later pooled
+/// allocations instead of handing it back at every synchronisation.
+inline void enable_pool_caching() {
+  std::uint64_t threshold = ~std::uint64_t{0};
+  TESSERA_CUDA_CHECK(
+      cudaMemPoolSetAttribute(default_pool(), cudaMemPoolAttrReleaseThreshold, &threshold));
+}
 
 /// Owning page-locked host allocation (cudaHostAlloc/cudaFreeHost): the source of the
 /// asynchronous chunk copies of tier 2. The owner must make sure no copy still reads it

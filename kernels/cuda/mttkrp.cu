@@ -1775,6 +1775,7 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
 
   // The first tier the tensor fits in (DESIGN §8). An explicit budget is taken as given
   // (capped by the free memory); without one, a reserve is left for the factors.
+  trim_pool();  // memory a contraction left cached in the pool is free for the tensor
   std::size_t free_b = 0, total_b = 0;
   TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const std::size_t limit =
@@ -1848,6 +1849,7 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
 
   // Tier 1 with the device sort, under the same limit and peak as prepare_tensor; the
   // COO is generated where the upload would have put it.
+  trim_pool();  // memory a contraction left cached in the pool is free for the tensor
   std::size_t free_b = 0, total_b = 0;
   TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const std::size_t limit =

@@ -51,6 +51,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_reduce.cuh>
 #include <cub/device/device_scan.cuh>
@@ -65,6 +69,7 @@
 
 #include "kernels/cuda/detail.cuh"
 #include "kernels/cuda/sptc_impl.cuh"
+#include "kernels/cuda/trace.cuh"
 #include "kernels/mttkrp.hpp"
 #include "kernels/sptc.hpp"
 #include "util/error.hpp"
@@ -224,21 +229,108 @@ U* ptr(const DeviceMemory& m) {
   return static_cast<U*>(m.get());
 }
 
+/// True unless TESSERA_CUDA_SPTC_POOL=0: SpTC allocations come from the device's default
+/// pool in stream order (DeviceMemory::try_reserve_pooled), so allocating and freeing the
+/// many temporaries of a contraction never waits for the device.
+bool pooled() {
+  static const bool on = [] {
+    const char* s = std::getenv("TESSERA_CUDA_SPTC_POOL");
+    return s == nullptr || std::string(s) != "0";
+  }();
+  return on;
+}
+
+/// Free device memory for SpTC: cudaMemGetInfo's, plus what the pool holds unused.
+std::size_t free_bytes(std::size_t* total = nullptr) {
+  std::size_t free_b = 0, total_b = 0;
+  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (total) *total = total_b;
+  return free_b + (pooled() ? pool_idle_bytes() : 0);
+}
+
 /// Allocates `bytes` (at least 1) or throws Error naming the purpose.
 void alloc(DeviceMemory& m, std::size_t bytes, const char* what) {
-  const cudaError_t e = m.try_reserve(std::max<std::size_t>(bytes, 1));
+  const std::size_t b = std::max<std::size_t>(bytes, 1);
+  const cudaError_t e = pooled() ? m.try_reserve_pooled(b) : m.try_reserve(b);
   if (e != cudaSuccess)
     TESSERA_THROW("SpTC (cuda backend): cudaMalloc of " << bytes << " bytes for " << what
                                                         << " failed (" << detail::cuda_error_text(e)
                                                         << ")");
 }
 
-template <typename U>
-void upload(Context& ctx, DeviceMemory& m, const std::vector<U>& v, const char* what) {
-  alloc(m, v.size() * sizeof(U), what);
-  if (!v.empty())
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.get(), v.data(), v.size() * sizeof(U),
-                                       cudaMemcpyHostToDevice, ctx.stream));
+/// One host <-> device copy for copy_parallel.
+struct Copy {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+  cudaMemcpyKind kind;
+};
+
+/// The copies, complete on return, spread over `threads` host threads (copy k on thread
+/// k % threads), each with its own non-blocking stream that first waits for all work
+/// issued so far in legacy-stream order (kernels on a Context's stream and pooled
+/// allocations). Copies from or to pageable memory are staged by the driver on the calling
+/// thread, so concurrent threads overlap that staging. Measured on the H200 node
+/// (docs/perf/gpu-h200-sptc.md, "Phases"): one thread per output array is the faster
+/// download; uploads are no faster on more than one thread.
+void copy_parallel(int device, const std::vector<Copy>& copies, std::size_t threads) {
+  std::vector<Copy> pieces;
+  for (const Copy& c : copies)
+    if (c.bytes > 0) pieces.push_back(c);
+  if (pieces.empty()) return;
+  // TESSERA_CUDA_SPTC_PIN=1: page-lock the host side of every copy for its duration
+  // (cudaHostRegister), so the copies run as DMA without the driver's staging.
+  static const bool pin = [] {
+    const char* s = std::getenv("TESSERA_CUDA_SPTC_PIN");
+    return s != nullptr && std::string(s) == "1";
+  }();
+  std::vector<void*> registered;
+  struct Unregister {
+    std::vector<void*>& r;
+    ~Unregister() {
+      for (void* p : r) TESSERA_CUDA_CHECK_NOTHROW(cudaHostUnregister(p));
+    }
+  } unregister{registered};
+  if (pin)
+    for (const Copy& c : copies) {
+      if (c.bytes == 0) continue;
+      void* h = const_cast<void*>(c.kind == cudaMemcpyHostToDevice ? c.src : c.dst);
+      if (cudaHostRegister(h, c.bytes, cudaHostRegisterDefault) == cudaSuccess)
+        registered.push_back(h);
+      else
+        (void)cudaGetLastError();
+    }
+  const std::size_t nt = std::clamp<std::size_t>(threads, 1, pieces.size());
+  cudaEvent_t ready = nullptr;
+  TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  const cudaError_t er = cudaEventRecord(ready, cudaStreamLegacy);
+  if (er != cudaSuccess) {
+    TESSERA_CUDA_CHECK_NOTHROW(cudaEventDestroy(ready));
+    TESSERA_CUDA_CHECK(er);
+  }
+  std::vector<std::thread> th;
+  std::vector<std::exception_ptr> err(nt);
+  for (std::size_t t = 0; t < nt; ++t)
+    th.emplace_back([&, t] {
+      cudaStream_t s = nullptr;
+      try {
+        TESSERA_CUDA_CHECK(cudaSetDevice(device));
+        TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        TESSERA_CUDA_CHECK(cudaStreamWaitEvent(s, ready, 0));
+        for (std::size_t k = t; k < pieces.size(); k += nt)
+          TESSERA_CUDA_CHECK(
+              cudaMemcpyAsync(pieces[k].dst, pieces[k].src, pieces[k].bytes, pieces[k].kind, s));
+        TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));
+      } catch (...) {
+        err[t] = std::current_exception();
+        if (s) (void)cudaStreamSynchronize(s);
+      }
+      if (s) TESSERA_CUDA_CHECK_NOTHROW(cudaStreamDestroy(s));
+    });
+  for (auto& t : th) t.join();
+  TESSERA_CUDA_CHECK_NOTHROW(cudaEventDestroy(ready));
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
 }
 
 template <typename U>
@@ -255,11 +347,25 @@ struct DeviceTensor {
   std::vector<DeviceMemory> cols;
   DeviceMemory vals;
   std::size_t bytes = 0;
-  void load(Context& ctx, const SparseTensor<T>& t) {
+  /// Allocates room for t and appends its uploads to `copies` (run by copy_parallel).
+  void allocate(const SparseTensor<T>& t, std::vector<Copy>& copies) {
     cols.resize(t.idx.size());
-    for (std::size_t m = 0; m < t.idx.size(); ++m) upload(ctx, cols[m], t.idx[m], "SpTC input");
-    upload(ctx, vals, t.vals, "SpTC input");
-    bytes = static_cast<std::size_t>(t.nnz()) * (t.idx.size() * sizeof(index_t) + sizeof(T));
+    const std::size_t n = t.vals.size();
+    for (std::size_t m = 0; m < t.idx.size(); ++m) {
+      alloc(cols[m], n * sizeof(index_t), "SpTC input");
+      copies.push_back({cols[m].get(), t.idx[m].data(), n * sizeof(index_t), cudaMemcpyHostToDevice});
+    }
+    alloc(vals, n * sizeof(T), "SpTC input");
+    copies.push_back({vals.get(), t.vals.data(), n * sizeof(T), cudaMemcpyHostToDevice});
+    bytes = n * (t.idx.size() * sizeof(index_t) + sizeof(T));
+  }
+  /// Uploads a (and b when given) at once.
+  static void load(Context& ctx, DeviceTensor& da, const SparseTensor<T>& a,
+                   DeviceTensor* db = nullptr, const SparseTensor<T>* b = nullptr) {
+    std::vector<Copy> copies;
+    da.allocate(a, copies);
+    if (db) db->allocate(*b, copies);
+    copy_parallel(ctx.device, copies, 1);
   }
   const index_t* col(int m) const { return ptr<index_t>(cols[static_cast<std::size_t>(m)]); }
 };
@@ -267,8 +373,8 @@ struct DeviceTensor {
 /// Throws InputError unless `bytes` more fit the device's free memory (less a reserve).
 void check_fits(const Context& ctx, std::size_t bytes, const std::string& what, i64 products,
                 i64 entries) {
-  std::size_t free_b = 0, total_b = 0;
-  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  std::size_t total_b = 0;
+  const std::size_t free_b = free_bytes(&total_b);
   const std::size_t reserve = std::min<std::size_t>(free_b, total_b / 50 + (64u << 20));
   TESSERA_INPUT_CHECK(bytes <= free_b - reserve,
                       "SpTC (cuda backend): "
@@ -799,17 +905,67 @@ U* dalloc(DeviceMemory& m, i64 n, const char* what) {
   return ptr<U>(m);
 }
 
-/// Resizes the output's arrays to n on helper threads, so the first touch of their pages
+/// Asks the kernel to back [p, p + bytes) with transparent huge pages (Linux, where THP is
+/// in "madvise" or "always" mode; a no-op elsewhere or with TESSERA_SPTC_THP=0): one page
+/// fault per 2 MiB instead of per 4 KiB when the output's pages are first touched.
+void advise_huge_pages(char* p, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  static const bool on = [] {
+    const char* s = std::getenv("TESSERA_SPTC_THP");
+    return s == nullptr || std::string(s) != "0";
+  }();
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const auto lo = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const auto hi = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (on && hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+/// Sizes the output's arrays to n on helper threads, so the first touch of their pages
 /// overlaps the device work; join() waits (and rethrows). Joins in the destructor too.
+/// The arrays' storage is reserved first and its pages faulted in by several threads at
+/// once (one write per page of the still unconstructed storage); each array's resize then
+/// only writes its zeros on pages already there. Faulting the pages in is what one thread
+/// per array was slow at (docs/perf/gpu-h200-sptc.md, "Phases").
 template <typename T>
 class HostOutput {
  public:
   HostOutput(SparseTensor<T>& out, std::size_t n) : err_(out.idx.size() + 1) {
-    for (std::size_t k = 0; k < out.idx.size(); ++k) {
-      auto* col = &out.idx[k];
-      launch(k, [col, n] { col->resize(n); });
+    std::vector<std::pair<char*, std::size_t>> spans;
+    try {
+      for (auto& col : out.idx) {
+        col.reserve(n);
+        spans.emplace_back(reinterpret_cast<char*>(col.data()), n * sizeof(index_t));
+      }
+      out.vals.reserve(n);
+      spans.emplace_back(reinterpret_cast<char*>(out.vals.data()), n * sizeof(T));
+      for (const auto& sp : spans) advise_huge_pages(sp.first, sp.second);
+    } catch (...) {
+      err_[0] = std::current_exception();
+      return;
     }
-    launch(out.idx.size(), [&out, n] { out.vals.resize(n); });
+    launch(0, [this, spans, &out, n] {
+      touch(spans);
+      std::vector<std::thread> th;
+      std::vector<std::exception_ptr> err(out.idx.size() + 1);
+      for (std::size_t k = 0; k <= out.idx.size(); ++k)
+        th.emplace_back([&, k] {
+          try {
+            if (k < out.idx.size())
+              out.idx[k].resize(n);
+            else
+              out.vals.resize(n);
+          } catch (...) {
+            err[k] = std::current_exception();
+          }
+        });
+      for (auto& t : th) t.join();
+      for (auto& e : err)
+        if (e) std::rethrow_exception(e);
+    });
   }
   ~HostOutput() { wait(); }
   HostOutput(const HostOutput&) = delete;
@@ -821,6 +977,32 @@ class HostOutput {
   }
 
  private:
+  /// Writes one byte per 4 KiB page of the spans, the pages split over threads: this
+  /// process's share of the node's cores (OMPI_COMM_WORLD_LOCAL_SIZE ranks), 1 to 16.
+  static void touch(const std::vector<std::pair<char*, std::size_t>>& spans) {
+    constexpr std::size_t kPage = 4096;
+    std::size_t pages = 0;
+    for (const auto& s : spans) pages += (s.second + kPage - 1) / kPage;
+    if (pages == 0) return;
+    int local = 1;
+    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(v));
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int nt = static_cast<int>(std::clamp<std::size_t>(
+        std::min<std::size_t>(static_cast<std::size_t>(hw / local), pages / 256), 1, 16));
+    std::vector<std::thread> th;
+    for (int t = 0; t < nt; ++t)
+      th.emplace_back([&spans, t, nt] {
+        for (const auto& s : spans) {
+          const std::size_t np = (s.second + kPage - 1) / kPage;
+          const std::size_t lo = np * static_cast<std::size_t>(t) / static_cast<std::size_t>(nt);
+          const std::size_t hi =
+              np * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(nt);
+          volatile char* p = s.first;
+          for (std::size_t q = lo; q < hi; ++q) p[q * kPage] = 0;
+        }
+      });
+    for (auto& t : th) t.join();
+  }
   template <typename F>
   void launch(std::size_t k, F f) {
     th_.emplace_back([this, f, k] {
@@ -835,38 +1017,9 @@ class HostOutput {
     for (auto& t : th_)
       if (t.joinable()) t.join();
   }
-  std::vector<std::exception_ptr> err_;  // one per thread, sized before any starts
+  std::vector<std::exception_ptr> err_;  // sized before any thread starts
   std::vector<std::thread> th_;
 };
-
-/// Device-to-host copies of several arrays at once, one host thread and stream each
-/// (pageable destinations: the driver stages every copy; concurrent copies overlap that).
-void download_parallel(int device, const std::vector<std::pair<void*, const void*>>& dst_src,
-                       const std::vector<std::size_t>& bytes) {
-  std::vector<std::thread> th;
-  std::vector<std::exception_ptr> err(dst_src.size());
-  for (std::size_t k = 0; k < dst_src.size(); ++k) {
-    if (bytes[k] == 0) continue;
-    th.emplace_back([&, k] {
-      try {
-        TESSERA_CUDA_CHECK(cudaSetDevice(device));
-        cudaStream_t s = nullptr;
-        TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        const cudaError_t e1 = cudaMemcpyAsync(dst_src[k].first, dst_src[k].second, bytes[k],
-                                               cudaMemcpyDeviceToHost, s);
-        const cudaError_t e2 = cudaStreamSynchronize(s);
-        TESSERA_CUDA_CHECK_NOTHROW(cudaStreamDestroy(s));
-        TESSERA_CUDA_CHECK(e1);
-        TESSERA_CUDA_CHECK(e2);
-      } catch (...) {
-        err[k] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : th) t.join();
-  for (auto& e : err)
-    if (e) std::rethrow_exception(e);
-}
 
 /// The row-accumulation plan (docs/sptc.md, "CUDA kernel"). Roles: X is the row side, Y
 /// the column side, for a spec whose output is row-major in them when possible (the plan
@@ -1074,11 +1227,11 @@ void RowsEngine<T>::build(const SparseTensor<T>& x, const SparseTensor<T>& y,
              -1);
   ev_.ensure(4);
   TESSERA_CUDA_CHECK(cudaEventRecord(ev_[0], ctx_.stream));
-  xd_.load(ctx_, x);
-  ydp_ = &xd_;
-  if (!self) {
-    yd_.load(ctx_, y);
-    ydp_ = &yd_;
+  {
+    PhaseTrace tr("sptc upload");
+    DeviceTensor<T>::load(ctx_, xd_, x, self ? nullptr : &yd_, &y);
+    ydp_ = self ? &xd_ : &yd_;
+    tr.mark("inputs");
   }
   build_loaded(x.dims, count);
 }
@@ -1102,6 +1255,7 @@ void RowsEngine<T>::build_device(DeviceTensor<T>&& x, DeviceTensor<T>&& y,
 template <typename T>
 void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& count) {
   const DeviceTensor<T>& yd = *ydp_;
+  PhaseTrace tr("sptc match (nx " + std::to_string(nx_) + ", ny " + std::to_string(ny_) + ")");
   held_ = xd_.bytes + yd_.bytes;
   alloc(err_, sizeof(unsigned), "SpTC error flags");
   TESSERA_CUDA_CHECK(cudaMemsetAsync(err_.get(), 0, sizeof(unsigned), ctx_.stream));
@@ -1128,6 +1282,7 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
   // ---- Y: sorted by matched key; columns ranked ----
   Sorted ys;  // Y by matched key; the sorted keys are kept for the tensor-core blocks
   sort_by_code(yk, ny_, kbits, "SpTC keys", &ys);
+  tr.mark("y key sort");
   const u64* ysk = ys.keys;
   const index_t* yperm = ys.perm;
   DeviceMemory colkey;  // per column: its code (tensor-core blocks)
@@ -1157,6 +1312,7 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
   ys.p[0] = DeviceMemory();  // the permutation is no longer needed
   ys.p[1] = DeviceMemory();
   yperm = nullptr;
+  tr.mark("y columns");
   held_ += static_cast<std::size_t>(ny_) * 12 + static_cast<std::size_t>(ncols_) * 4;
 
   // ---- X: sorted by row code, matched, compacted; rows ----
@@ -1165,6 +1321,7 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
     DeviceMemory xfirst, xcnt, mflag, mpos, mx_cnt, mx_orig, mx_rk;
     Sorted xs;  // stable: a row keeps X's input order
     sort_by_code(rk, nx_, rbits, "SpTC row keys", &xs);
+    tr.mark("x row sort");
     dalloc<u32>(xfirst, nx_, "SpTC ranges");
     dalloc<i64>(xcnt, nx_, "SpTC ranges");
     dalloc<i64>(mflag, nx_ + 1, "SpTC flags");
@@ -1174,6 +1331,7 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
         nx_, xk, xs.perm, ysk, ny_, ptr<u32>(xfirst), ptr<i64>(xcnt), ptr<i64>(mflag));
     TESSERA_CUDA_CHECK(cudaGetLastError());
     nmx_ = scan(ptr<i64>(mflag), ptr<i64>(mpos), nx_ + 1);
+    tr.mark("x match");
     if (nmx_ == 0) {
       TESSERA_CUDA_CHECK(cudaEventRecord(ev_[1], ctx_.stream));
       ctx_.sync();
@@ -1219,6 +1377,7 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
                                               ptr<i64>(rowp_) + nrows_, products_);
     TESSERA_CUDA_CHECK(cudaGetLastError());
   }
+  tr.mark("x compact, rows");
   held_ += static_cast<std::size_t>(nmx_) * 28 + static_cast<std::size_t>(nrows_) * 16;
   count.products = products_;
 
@@ -1236,6 +1395,7 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
   rowkey = DeviceMemory();
   colkey = DeviceMemory();
   ys = Sorted();
+  tr.mark("tensor-core blocks");
 
   // ---- row classes ----
   {
@@ -1272,6 +1432,7 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
              static_cast<std::size_t>(nspill_) * 8;
   }
   TESSERA_CUDA_CHECK(cudaEventRecord(ev_[1], ctx_.stream));
+  tr.mark("row classes");
 
   // ---- count pass ----
   const i64 nitems = ndense_ * ntiles_;
@@ -1323,6 +1484,7 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
   check_err("in the count pass");
   TESSERA_CUDA_CHECK(cudaEventRecord(ev_[2], ctx_.stream));
   ctx_.sync();
+  tr.mark("count");
   match_s_ = elapsed(ev_[0], ev_[1]);
   count_s_ = elapsed(ev_[1], ev_[2]);
   held_ += static_cast<std::size_t>(nrows_ + nitems) * 8;
@@ -1470,8 +1632,7 @@ void RowsEngine<T>::build_tensor_cores() {
       static_cast<std::size_t>(na + nb) * 256 *
       (8 + (tc_prec_ == TensorCorePrecision::fp64 ? 0 : sptc::tile_value_bytes(tc_prec_)));
   {
-    std::size_t free_b = 0, total_b = 0;
-    TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const std::size_t free_b = free_bytes();
     const std::size_t want = blocks_bytes + static_cast<std::size_t>(np) * 40;
     if (want > free_b / 4)
       return give_up("the dense blocks and their pairs would need " + gib(want) +
@@ -1595,6 +1756,7 @@ SparseTensor<T> RowsEngine<T>::run(ContractStats& st) {
     st.path = p.str();
   }
   if (products_ == 0) return out;
+  PhaseTrace tr("sptc run (entries " + std::to_string(entries_) + ")");
   check_fits(ctx_, run_peak_, "the contraction", products_, entries_);
   ev_.ensure(5);
   const std::size_t E = static_cast<std::size_t>(entries_);
@@ -1657,6 +1819,7 @@ SparseTensor<T> RowsEngine<T>::run(ContractStats& st) {
   TESSERA_CUDA_CHECK(cudaEventRecord(ev_[4], ctx_.stream));
   check_err("in the run");
   TESSERA_CUDA_CHECK(cudaEventRecord(ev_[1], ctx_.stream));
+  tr.mark("multiply");
 
   // ---- assemble: drop exact zeros, coordinates from the representatives ----
   const int N = static_cast<int>(dims_.size());
@@ -1710,20 +1873,20 @@ SparseTensor<T> RowsEngine<T>::run(ContractStats& st) {
   }
   TESSERA_CUDA_CHECK(cudaEventRecord(ev_[2], ctx_.stream));
   ctx_.sync();
+  tr.mark("assemble kernels");
   host.join();
+  tr.mark("host pages");
   const std::size_t n = static_cast<std::size_t>(nnz);
-  std::vector<std::pair<void*, const void*>> ds;
-  std::vector<std::size_t> bytes;
-  for (int o = 0; o < N; ++o) {
-    ds.emplace_back(out.idx[static_cast<std::size_t>(o)].data(),
-                    ptr<index_t>(cols) + static_cast<i64>(o) * nnz);
-    bytes.push_back(n * sizeof(index_t));
-  }
-  ds.emplace_back(out.vals.data(), ovals.get());
-  bytes.push_back(n * sizeof(T));
-  download_parallel(ctx_.device, ds, bytes);
+  std::vector<Copy> copies;
+  for (int o = 0; o < N; ++o)
+    copies.push_back({out.idx[static_cast<std::size_t>(o)].data(),
+                      ptr<index_t>(cols) + static_cast<i64>(o) * nnz, n * sizeof(index_t),
+                      cudaMemcpyDeviceToHost});
+  copies.push_back({out.vals.data(), ovals.get(), n * sizeof(T), cudaMemcpyDeviceToHost});
+  copy_parallel(ctx_.device, copies, copies.size());
   for (auto& col : out.idx) col.resize(n);
   out.vals.resize(n);
+  tr.mark("download");
   st.multiply_seconds = elapsed(ev_[0], ev_[1]);
   st.tc_seconds = tc_on_ ? elapsed(ev_[3], ev_[4]) : 0.0;
   st.assemble_seconds = std::max(
@@ -1823,12 +1986,8 @@ class CudaContractPlan final : public ContractPlan<T> {
     check_fits(ctx_, in_bytes + match_bytes, "matching the inputs", 0, -1);
     ev_.ensure(3);
     TESSERA_CUDA_CHECK(cudaEventRecord(ev_[0], ctx_.stream));
-    xd_.load(ctx_, x);
-    const DeviceTensor<T>* yd = &xd_;
-    if (&x != &y) {
-      yd_.load(ctx_, y);
-      yd = &yd_;
-    }
+    DeviceTensor<T>::load(ctx_, xd_, x, &x == &y ? nullptr : &yd_, &y);
+    const DeviceTensor<T>* yd = &x == &y ? &xd_ : &yd_;
     held_ = xd_.bytes + yd_.bytes;
     KeyMap xk, yk;
     xk.n = yk.n = static_cast<int>(spec_.x_key.size());
@@ -2132,8 +2291,12 @@ __global__ void route_gather_kernel(const U* __restrict__ src, const index_t* __
 template <typename T>
 std::unique_ptr<ContractPlan<T>> plan_contract(Context& ctx, const SparseTensor<T>& x,
                                                const SparseTensor<T>& y, const ContractSpec& spec) {
+  if (pooled()) enable_pool_caching();
+  PhaseTrace tr("sptc plan");
   auto p = std::make_unique<CudaContractPlan<T>>(ctx, x, y, spec);
+  tr.mark("checks");
   p->build(x, y);
+  tr.mark("build");
   return p;
 }
 
@@ -2182,8 +2345,8 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
   const double need = static_cast<double>(loc[0]) * ebx * 2 + static_cast<double>(loc[1]) * eby +
                       routed_x * ebx + static_cast<double>(glob[1]) * eby +
                       64.0 * (routed_x + static_cast<double>(glob[1]));
-  std::size_t free_b = 0, total_b = 0;
-  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (pooled()) enable_pool_caching();
+  const std::size_t free_b = free_bytes();
   int ok = need < 0.8 * static_cast<double>(free_b) &&
            (memory_limit == 0 || need < static_cast<double>(memory_limit)) &&
            routed_x < 4.0e9 && glob[1] < (std::int64_t{1} << 32) - 1;
@@ -2191,6 +2354,7 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
   if (!ok) return false;
 
   const auto t0 = std::chrono::steady_clock::now();
+  PhaseTrace tr("sptc route (P " + std::to_string(P) + ")");
   // ---- local: checks, uploads, owners, partition (agreed before any exchange) ----
   DeviceTensor<T> exd, eyd;
   std::vector<DeviceMemory> xsend(static_cast<std::size_t>(nex) + 1);
@@ -2199,8 +2363,10 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
   comm::run_collectively(host, [&] {
     check_kernel_input(x);
     if (&y != &x) check_kernel_input(y);
-    exd.load(ctx, ex);
-    eyd.load(ctx, ey);  // a self-contraction too: each role keeps a copy of its own
+    tr.mark("checks");
+    DeviceTensor<T>::load(ctx, exd, ex, &eyd, &ey);  // a self-contraction too: each role
+                                                      // keeps a copy of its own
+    tr.mark("upload");
     for (int m = 0; m <= nex; ++m) {
       const std::size_t es = m < nex ? sizeof(index_t) : sizeof(T);
       alloc(xsend[static_cast<std::size_t>(m)], static_cast<std::size_t>(nx_local) * es,
@@ -2250,6 +2416,7 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
           first[static_cast<std::size_t>(p) + 1] - first[static_cast<std::size_t>(p)];
   });
   exd = DeviceTensor<T>();  // the unsorted row side is no longer needed
+  tr.mark("partition");
 
   // ---- exchanges over the data communicator ----
   const std::vector<std::int64_t> recvcounts = comm::exchange_counts(host, sendcounts);
@@ -2270,6 +2437,7 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
     yrd[static_cast<std::size_t>(p)] =
         yrd[static_cast<std::size_t>(p) - 1] + ycounts[static_cast<std::size_t>(p) - 1];
   const i64 ny = yrd[static_cast<std::size_t>(P) - 1] + ycounts[static_cast<std::size_t>(P) - 1];
+  tr.mark("counts");
   DeviceTensor<T> xr, yr;
   comm::run_collectively(host, [&] {
     TESSERA_INPUT_CHECK(nx < (i64{1} << 32) - 1,
@@ -2288,6 +2456,7 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
   });
   xr.bytes = static_cast<std::size_t>(nx) * ebx;
   yr.bytes = static_cast<std::size_t>(ny) * eby;
+  tr.mark("alloc");
   for (int m = 0; m <= nex; ++m) {
     const void* src = xsend[static_cast<std::size_t>(m)].get();
     void* dst = m < nex ? xr.cols[static_cast<std::size_t>(m)].get() : xr.vals.get();
@@ -2295,6 +2464,7 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
                        m < nex ? comm::DataType::u32 : comm::data_type_of<T>());
   }
   xsend.clear();
+  tr.mark("x alltoallv");
   for (int m = 0; m <= ney; ++m) {
     const void* src = m < ney ? static_cast<const void*>(eyd.col(m)) : eyd.vals.get();
     void* dst = m < ney ? yr.cols[static_cast<std::size_t>(m)].get() : yr.vals.get();
@@ -2302,6 +2472,7 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
                        m < ney ? comm::DataType::u32 : comm::data_type_of<T>());
   }
   eyd = DeviceTensor<T>();
+  tr.mark("y allgather");
   const auto t1 = std::chrono::steady_clock::now();
 
   // ---- the local contraction on the routed inputs ----
@@ -2311,11 +2482,13 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
   RowsEngine<T> engine(ctx, ws, dims_out, key_bits(cells(odims)));
   comm::run_collectively(host, [&] {
     engine.build_device(std::move(xr), std::move(yr), ex.dims, nx, ny, count);
+    tr.mark("build");
     st.match_seconds = engine.match_seconds();
     st.count_seconds = engine.count_seconds();
     st.products = count.products;
     st.workspace_bytes = count.workspace_bytes;
     *out = engine.run(st);
+    tr.mark("run");
   });
   const auto t2 = std::chrono::steady_clock::now();
   if (stats) *stats = st;

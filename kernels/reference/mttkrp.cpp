@@ -3,6 +3,7 @@
 #include "kernels/mttkrp.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "util/error.hpp"
@@ -22,8 +23,13 @@ void check_kernel_input(const SparseTensor<T>& x) {
                                                     << " coordinates for " << nnz << " values");
     TESSERA_EXPECTS(x.dims[m] <= (std::uint64_t{1} << 32),
                     "mode " << m << " length " << x.dims[m] << " exceeds 2^32");
+    // The largest coordinate, over the node's threads for large tensors (a memory-bound
+    // scan that a GPU run would otherwise wait for on one core).
+    const index_t* col = x.idx[m].data();
+    const auto n = static_cast<std::int64_t>(nnz);
     index_t mx = 0;
-    for (index_t c : x.idx[m]) mx = std::max(mx, c);
+#pragma omp parallel for reduction(max : mx) schedule(static) if (n > (std::int64_t{1} << 20))
+    for (std::int64_t k = 0; k < n; ++k) mx = std::max(mx, col[k]);
     TESSERA_EXPECTS(nnz == 0 || mx < x.dims[m],
                     "mode " << m << " coordinate " << mx << " >= mode length " << x.dims[m]);
   }
