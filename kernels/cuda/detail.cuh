@@ -60,25 +60,27 @@ inline std::size_t pool_idle_bytes() {
   return reserved > used ? static_cast<std::size_t>(reserved - used) : 0;
 }
 
-/// Hands what the default pool holds unused back to the device (after waiting for it, so
-/// blocks freed in stream order count), so cudaMemGetInfo sees all free memory.
+/// Hands what the default pool holds unused back to the device, so cudaMemGetInfo sees all
+/// free memory. Waits for the device first when the pool holds anything, so blocks freed
+/// in stream order but not yet reached count too.
 inline void trim_pool() {
-  if (pool_idle_bytes() == 0) return;
+  cudaMemPool_t pool = default_pool();
+  std::uint64_t reserved = 0;
+  TESSERA_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  if (reserved == 0) return;
   TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
-  TESSERA_CUDA_CHECK(cudaMemPoolTrimTo(default_pool(), 0));
+  TESSERA_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
 }
 
-/// cudaMalloc that, when the device is out of memory, waits for the device, returns what
-/// the default pool holds unused (pooled allocations keep their memory cached) and tries
-/// once more. The error of a failed attempt is cleared.
+/// cudaMalloc that, when the device is out of memory, trims the default pool (pooled
+/// allocations keep their memory cached) and tries once more. The error of a failed
+/// attempt is cleared.
 inline cudaError_t malloc_or_trim(void** p, std::size_t bytes) {
   cudaError_t e = cudaMalloc(p, bytes);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    if (cudaDeviceSynchronize() == cudaSuccess && pool_idle_bytes() > 0) {
-      TESSERA_CUDA_CHECK(cudaMemPoolTrimTo(default_pool(), 0));
-      e = cudaMalloc(p, bytes);
-    }
+    trim_pool();
+    e = cudaMalloc(p, bytes);
   }
   if (e != cudaSuccess) (void)cudaGetLastError();
   return e;

@@ -341,6 +341,33 @@ U download_one(Context& ctx, const U* dev) {
   return v;
 }
 
+/// Radix-sorts n (key, value) pairs on the low `bits` bits of the keys (cub, stream
+/// ctx.stream, temporaries grown in tmp); the sorted pairs are k.Current(), v.Current().
+template <typename K, typename V>
+void radix_sort_pairs(Context& ctx, DeviceMemory& tmp, cub::DoubleBuffer<K>& k,
+                      cub::DoubleBuffer<V>& v, i64 n, int bits) {
+  std::size_t bytes = 0;
+  TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, k, v, n, 0, bits, ctx.stream));
+  alloc(tmp, bytes, "SpTC sort temporaries");
+  TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp.get(), bytes, k, v, n, 0, bits, ctx.stream));
+}
+
+/// Sums the runs of equal keys of n sorted pairs (k.Current(), v.Current()) into the
+/// other buffers of k and v (cub ReduceByKey; nruns: one device i64, temporaries in tmp).
+/// Returns the number of runs; the sums are k.Alternate(), v.Alternate().
+i64 sum_runs(Context& ctx, DeviceMemory& tmp, cub::DoubleBuffer<u64>& k,
+             cub::DoubleBuffer<double>& v, i64 n, i64* nruns) {
+  std::size_t bytes = 0;
+  TESSERA_CUDA_CHECK(cub::DeviceReduce::ReduceByKey(nullptr, bytes, k.Current(), k.Alternate(),
+                                                    v.Current(), v.Alternate(), nruns,
+                                                    ::cuda::std::plus<double>{}, n, ctx.stream));
+  alloc(tmp, bytes, "SpTC reduce temporaries");
+  TESSERA_CUDA_CHECK(cub::DeviceReduce::ReduceByKey(tmp.get(), bytes, k.Current(), k.Alternate(),
+                                                    v.Current(), v.Alternate(), nruns,
+                                                    ::cuda::std::plus<double>{}, n, ctx.stream));
+  return download_one(ctx, nruns);
+}
+
 /// One input on the device: every mode's coordinates and the values.
 template <typename T>
 struct DeviceTensor {
@@ -933,7 +960,7 @@ void advise_huge_pages(char* p, std::size_t bytes) {
 template <typename T>
 class HostOutput {
  public:
-  HostOutput(SparseTensor<T>& out, std::size_t n) : err_(out.idx.size() + 1) {
+  HostOutput(SparseTensor<T>& out, std::size_t n) {
     std::vector<std::pair<char*, std::size_t>> spans;
     try {
       for (auto& col : out.idx) {
@@ -944,27 +971,31 @@ class HostOutput {
       spans.emplace_back(reinterpret_cast<char*>(out.vals.data()), n * sizeof(T));
       for (const auto& sp : spans) advise_huge_pages(sp.first, sp.second);
     } catch (...) {
-      err_[0] = std::current_exception();
+      err_ = std::current_exception();
       return;
     }
-    launch(0, [this, spans, &out, n] {
-      touch(spans);
-      std::vector<std::thread> th;
-      std::vector<std::exception_ptr> err(out.idx.size() + 1);
-      for (std::size_t k = 0; k <= out.idx.size(); ++k)
-        th.emplace_back([&, k] {
-          try {
-            if (k < out.idx.size())
-              out.idx[k].resize(n);
-            else
-              out.vals.resize(n);
-          } catch (...) {
-            err[k] = std::current_exception();
-          }
-        });
-      for (auto& t : th) t.join();
-      for (auto& e : err)
-        if (e) std::rethrow_exception(e);
+    th_ = std::thread([this, spans, &out, n] {
+      try {
+        touch(spans);
+        std::vector<std::thread> th;
+        std::vector<std::exception_ptr> err(out.idx.size() + 1);
+        for (std::size_t k = 0; k <= out.idx.size(); ++k)
+          th.emplace_back([&, k] {
+            try {
+              if (k < out.idx.size())
+                out.idx[k].resize(n);
+              else
+                out.vals.resize(n);
+            } catch (...) {
+              err[k] = std::current_exception();
+            }
+          });
+        for (auto& t : th) t.join();
+        for (auto& e : err)
+          if (e) std::rethrow_exception(e);
+      } catch (...) {
+        err_ = std::current_exception();
+      }
     });
   }
   ~HostOutput() { wait(); }
@@ -972,12 +1003,11 @@ class HostOutput {
   HostOutput& operator=(const HostOutput&) = delete;
   void join() {
     wait();
-    for (auto& e : err_)
-      if (e) std::rethrow_exception(e);
+    if (err_) std::rethrow_exception(err_);
   }
 
  private:
-  /// Writes one byte per 4 KiB page of the spans, the pages split over threads: this
+/// Writes one byte per 4 KiB page of the spans, the pages split over threads: this
   /// process's share of the node's cores (OMPI_COMM_WORLD_LOCAL_SIZE ranks), 1 to 16.
   static void touch(const std::vector<std::pair<char*, std::size_t>>& spans) {
     constexpr std::size_t kPage = 4096;
@@ -1003,22 +1033,11 @@ class HostOutput {
       });
     for (auto& t : th) t.join();
   }
-  template <typename F>
-  void launch(std::size_t k, F f) {
-    th_.emplace_back([this, f, k] {
-      try {
-        f();
-      } catch (...) {
-        err_[k] = std::current_exception();
-      }
-    });
-  }
   void wait() noexcept {
-    for (auto& t : th_)
-      if (t.joinable()) t.join();
+    if (th_.joinable()) th_.join();
   }
-  std::vector<std::exception_ptr> err_;  // sized before any thread starts
-  std::vector<std::thread> th_;
+  std::exception_ptr err_;  // written by th_ only, read after join
+  std::thread th_;
 };
 
 /// The row-accumulation plan (docs/sptc.md, "CUDA kernel"). Roles: X is the row side, Y
@@ -1122,12 +1141,7 @@ template <typename T>
 template <typename V>
 void RowsEngine<T>::sort_pairs(cub::DoubleBuffer<u64>& k, cub::DoubleBuffer<V>& v, i64 n,
                                int bits) {
-  std::size_t bytes = 0;
-  TESSERA_CUDA_CHECK(
-      cub::DeviceRadixSort::SortPairs(nullptr, bytes, k, v, n, 0, bits, ctx_.stream));
-  alloc(tmp_, bytes, "SpTC sort temporaries");
-  TESSERA_CUDA_CHECK(
-      cub::DeviceRadixSort::SortPairs(tmp_.get(), bytes, k, v, n, 0, bits, ctx_.stream));
+  radix_sort_pairs(ctx_, tmp_, k, v, n, bits);
 }
 
 template <typename T>
@@ -1790,17 +1804,9 @@ SparseTensor<T> RowsEngine<T>::run(ContractStats& st) {
     cub::DoubleBuffer<double> vb(ptr<double>(vals[0]), ptr<double>(vals[1]));
     sort_pairs(kb, vb, spill_products_,
                key_bits(static_cast<u128>(nrows_) * static_cast<u128>(ncols_)));
-    u64* ukey = ptr<u64>(k[1 - kb.selector]);
-    double* usum = ptr<double>(vals[1 - vb.selector]);
-    std::size_t red_bytes = 0;
-    TESSERA_CUDA_CHECK(cub::DeviceReduce::ReduceByKey(
-        nullptr, red_bytes, kb.Current(), ukey, vb.Current(), usum, ptr<i64>(nruns),
-        ::cuda::std::plus<double>{}, spill_products_, ctx_.stream));
-    alloc(tmp_, red_bytes, "SpTC reduce temporaries");
-    TESSERA_CUDA_CHECK(cub::DeviceReduce::ReduceByKey(
-        tmp_.get(), red_bytes, kb.Current(), ukey, vb.Current(), usum, ptr<i64>(nruns),
-        ::cuda::std::plus<double>{}, spill_products_, ctx_.stream));
-    const i64 nu = download_one(ctx_, ptr<i64>(nruns));
+    const i64 nu = sum_runs(ctx_, tmp_, kb, vb, spill_products_, ptr<i64>(nruns));
+    const u64* ukey = kb.Alternate();
+    const double* usum = vb.Alternate();
     TESSERA_EXPECTS(nu == spill_entries_, "SpTC (cuda backend): the spill rows gave "
                                               << nu << " entries, the count pass "
                                               << spill_entries_);
@@ -2166,25 +2172,12 @@ SparseTensor<T> CudaContractPlan<T>::run(ContractStats* stats) {
   TESSERA_CUDA_CHECK(cudaGetLastError());
   cub::DoubleBuffer<u64> keys(ptr<u64>(k[0]), ptr<u64>(k[1]));
   cub::DoubleBuffer<double> vals(ptr<double>(v[0]), ptr<double>(v[1]));
-  std::size_t tmp_bytes = 0;
-  TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, tmp_bytes, keys, vals, products_, 0,
-                                                     obits_, ctx_.stream));
-  alloc(tmp, tmp_bytes, "SpTC sort temporaries");
-  TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp.get(), tmp_bytes, keys, vals, products_, 0,
-                                                     obits_, ctx_.stream));
+  radix_sort_pairs(ctx_, tmp, keys, vals, products_, obits_);
   const int cur = keys.selector;  // the sorted keys; the other buffers receive the sums
   const int vcur = vals.selector;
-  u64* ukey = ptr<u64>(k[1 - cur]);
-  double* usum = ptr<double>(v[1 - vcur]);
-  std::size_t red_bytes = 0;
-  TESSERA_CUDA_CHECK(cub::DeviceReduce::ReduceByKey(
-      nullptr, red_bytes, keys.Current(), ukey, vals.Current(), usum, ptr<i64>(nruns),
-      ::cuda::std::plus<double>{}, products_, ctx_.stream));
-  alloc(tmp, red_bytes, "SpTC reduce temporaries");
-  TESSERA_CUDA_CHECK(cub::DeviceReduce::ReduceByKey(
-      tmp.get(), red_bytes, keys.Current(), ukey, vals.Current(), usum, ptr<i64>(nruns),
-      ::cuda::std::plus<double>{}, products_, ctx_.stream));
-  const i64 E = download_one(ctx_, ptr<i64>(nruns));
+  const i64 E = sum_runs(ctx_, tmp, keys, vals, products_, ptr<i64>(nruns));
+  const u64* ukey = keys.Alternate();
+  const double* usum = vals.Alternate();
   TESSERA_EXPECTS(E == count_.output_entries, "SpTC (cuda backend): the run found "
                                                   << E << " output entries, the count pass "
                                                   << count_.output_entries);
@@ -2388,12 +2381,7 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
     while ((1 << bits) < P) ++bits;
     cub::DoubleBuffer<unsigned> keys(ptr<unsigned>(dest), ptr<unsigned>(dest1));
     cub::DoubleBuffer<index_t> vals(ptr<index_t>(perm), ptr<index_t>(perm1));
-    std::size_t tb = 0;
-    TESSERA_CUDA_CHECK(
-        cub::DeviceRadixSort::SortPairs(nullptr, tb, keys, vals, nx_local, 0, bits, ctx.stream));
-    alloc(tmp, tb, "SpTC routing");
-    TESSERA_CUDA_CHECK(
-        cub::DeviceRadixSort::SortPairs(tmp.get(), tb, keys, vals, nx_local, 0, bits, ctx.stream));
+    radix_sort_pairs(ctx, tmp, keys, vals, nx_local, bits);
     alloc(bounds, static_cast<std::size_t>(P + 1) * sizeof(i64), "SpTC routing");
     route_bounds_kernel<<<1, 128, 0, ctx.stream>>>(keys.Current(), nx_local,
                                                    static_cast<unsigned>(P), ptr<i64>(bounds));
