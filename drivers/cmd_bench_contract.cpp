@@ -5,7 +5,14 @@
 // slowest rank's kernel) and routing, the ratio to the reference backend (and to the cpu
 // backend for other backends), and a floor: bytes that must move (every input nonzero read
 // once, every output nonzero written once) over the measured copy bandwidth of the
-// backend's memory (the method of cmd_bench.cpp).
+// backend's memory (the method of cmd_bench.cpp); for a device backend also the host link
+// floor: the inputs up and the output down the host link at its measured page-locked rate
+// (every rank copying at once), the bound of an end-to-end run from host memory.
+//
+// Host buffers are kept across the timed runs by default (algo::ContractBuffers: inputs
+// page-locked once, before the runs and not timed; output arrays sized and page-locked by
+// the first run, the warm-up when --repeat > 1, and reused): a caller that contracts
+// repeatedly does the same. --fresh-buffers times a new output and staged copies each run.
 //
 // Inputs: two files and --einsum, or --generate: uniform random coordinates for the spec
 // (default "ijk,jkl->il", a 3-mode x 3-mode contraction), --nnz nonzeros per input and the
@@ -29,9 +36,11 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "algo/contract.hpp"
 #include "commands.hpp"
@@ -51,6 +60,7 @@ struct BenchContractArgs {
   std::uint64_t seed = 1;
   int repeat = 3;
   bool no_reference = false, compare_cpu = false, extend_dims = false;
+  bool fresh_buffers = false;  // a new output and staged copies every run
   std::string mem_limit;
   std::string tc = "fp64", assembly = "rows";
   double tc_threshold = -1;
@@ -205,14 +215,61 @@ struct Timing {
   double value_sum = 0, value_sq = 0;  ///< checksums of the output (all ranks)
   std::size_t memory = 0;
   int runs = 0;
+  bool kept = false;           ///< host buffers kept across the runs (algo::ContractBuffers)
+  double pinned_bytes = 0;     ///< page-locked by them, summed over ranks (after the runs)
+  double pin_input_s = 0;      ///< page-locking the inputs (slowest rank; not in the times)
 };
+
+/// Host link rates of a device backend, bytes/s per rank, measured with every rank copying
+/// at once (the node's ranks share its memory and PCIe): 256 MiB to the device and back
+/// from page-locked host memory (Backend::pin_host), best of 3, the slowest rank's.
+struct HostLink {
+  double up = 0, down = 0;  ///< 0 for host backends
+};
+template <typename T>
+HostLink measure_host_link(kernels::Backend<T>& be, const comm::Communicator& world) {
+  HostLink r;
+  if (be.memory_space() != comm::MemorySpace::device) return r;
+  const std::size_t n = (std::size_t(256) << 20) / sizeof(T);
+  std::vector<T> host(n, T(1));
+  const auto pin = be.pin_host(host.data(), n * sizeof(T));
+  auto dev = be.allocate(n);
+  double best[2] = {1e30, 1e30};
+  for (int k = 0; k < 4; ++k)
+    for (int dir = 0; dir < 2; ++dir) {
+      world.barrier();
+      Timer t;
+      if (dir == 0)
+        be.upload(host.data(), n, dev.data());
+      else
+        be.download(dev.data(), n, host.data());
+      const double s = t.seconds();
+      if (k > 0) best[dir] = std::min(best[dir], s);  // the first pass warms up
+    }
+  world.allreduce(best, 2, comm::ReduceOp::max);
+  r.up = static_cast<double>(n * sizeof(T)) / best[0];
+  r.down = static_cast<double>(n * sizeof(T)) / best[1];
+  return r;
+}
 
 template <typename T>
 Timing time_backend(const std::string& name, kernels::Backend<T>& be, const SparseTensor<T>& x,
                     const SparseTensor<T>& y, const kernels::ContractSpec& spec, int repeat,
-                    const comm::Communicator& world, const algo::ContractOptions& base) {
+                    const comm::Communicator& world, const algo::ContractOptions& base,
+                    bool keep_buffers) {
   std::vector<Timing> runs;
   const int warm = repeat > 1 ? 1 : 0;
+  // Kept buffers: the inputs page-locked once here (not timed, like a tensor's upload in
+  // `bench mttkrp`), the output arrays sized and page-locked by the first run (the warm-up
+  // when repeat > 1) and reused by the next.
+  std::optional<algo::ContractBuffers<T>> buf;
+  double pin_s = 0;
+  if (keep_buffers) {
+    buf.emplace(be);
+    pin_s = buf->pin_input(x);
+    if (&y != &x) pin_s += buf->pin_input(y);
+    pin_s = world.allreduce_value(pin_s, comm::ReduceOp::max);
+  }
   for (int r = 0; r < warm + repeat; ++r) {
     algo::ContractOptions o = base;
     o.print = base.print && r == 0;
@@ -220,7 +277,7 @@ Timing time_backend(const std::string& name, kernels::Backend<T>& be, const Spar
     Timer t;
     algo::ContractResult<T> res;
     try {
-      res = algo::contract(x, y, spec, be, world, o);
+      res = algo::contract(x, y, spec, be, world, o, buf ? &*buf : nullptr);
     } catch (const InputError& e) {
       throw CollectiveError(e.what());  // decided from shared data: agreed on every rank
     }
@@ -253,7 +310,7 @@ Timing time_backend(const std::string& name, kernels::Backend<T>& be, const Spar
     tm.path = res.stats.path;
     tm.memory = res.memory.total_bytes;
     double sums[2] = {0, 0};
-    for (T val : res.local.vals) {
+    for (T val : (buf ? buf->result() : res.local).vals) {
       sums[0] += static_cast<double>(val);
       sums[1] += static_cast<double>(val) * static_cast<double>(val);
     }
@@ -266,6 +323,9 @@ Timing time_backend(const std::string& name, kernels::Backend<T>& be, const Spar
             [](const Timing& a, const Timing& b) { return a.total < b.total; });
   Timing med = runs[runs.size() / 2];
   med.runs = repeat;
+  med.kept = keep_buffers;
+  med.pin_input_s = pin_s;
+  if (buf) med.pinned_bytes = world.allreduce_value(static_cast<double>(buf->pinned_bytes()));
   return med;
 }
 
@@ -346,19 +406,20 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
   std::vector<Timing> rows;
   auto own = o;
   own.data = cx.data;  // nonzeros routed over NCCL on GPUs
-  rows.push_back(
-      time_backend(kernels::to_string(kind), *cx.backend, X, Y, spec, a.repeat, world, own));
+  const bool keep = !a.fresh_buffers;
+  rows.push_back(time_backend(kernels::to_string(kind), *cx.backend, X, Y, spec, a.repeat, world,
+                              own, keep));
   auto base = o;  // host backends route over MPI
   base.print = false;
   const bool cpu_too =
       kind != kernels::BackendKind::cpu && (a.compare_cpu || kind == kernels::BackendKind::cuda);
   if (cpu_too) {
     auto be = kernels::make_backend<T>(kernels::BackendKind::cpu, a.run.threads);
-    rows.push_back(time_backend("cpu", *be, X, Y, spec, a.repeat, world, base));
+    rows.push_back(time_backend("cpu", *be, X, Y, spec, a.repeat, world, base, keep));
   }
   if (!a.no_reference && kind != kernels::BackendKind::reference) {
     auto be = kernels::make_backend<T>(kernels::BackendKind::reference);
-    rows.push_back(time_backend("reference", *be, X, Y, spec, 1, world, base));
+    rows.push_back(time_backend("reference", *be, X, Y, spec, 1, world, base, keep));
   }
 
   // Floor: every input nonzero read once, every output nonzero written once (slowest rank's
@@ -371,6 +432,18 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
                  static_cast<double>(rows[0].out_nnz) / world.size() * ebytes(spec.out_order());
   world.allreduce(&bytes, 1, comm::ReduceOp::max);
   const double floor_s = bytes / bw;
+  // A device backend also moves every input nonzero up and every output nonzero down the
+  // host link: that floor bounds the end-to-end time (inputs and output in host memory).
+  const HostLink link = measure_host_link(*cx.backend, world);
+  double link_s = 0;
+  if (link.up > 0) {
+    link_s = (static_cast<double>(X.nnz()) * ebytes(X.order()) +
+              (in.same ? 0.0 : static_cast<double>(Y.nnz()) * ebytes(Y.order()))) /
+                 link.up +
+             static_cast<double>(rows[0].out_nnz) / world.size() * ebytes(spec.out_order()) /
+                 link.down;
+    link_s = world.allreduce_value(link_s, comm::ReduceOp::max);
+  }
 
   const Timing& me = rows[0];
   nlohmann::json runs = nlohmann::json::array();
@@ -407,7 +480,10 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
                     {"output_nnz", r.out_nnz},
                     {"partial_output_entries", r.partial},
                     {"memory_estimate_bytes", r.memory},
-                    {"speedup_of_benchmarked_backend", speedup}});
+                    {"speedup_of_benchmarked_backend", speedup},
+                    {"host_buffers", r.kept ? "kept" : "fresh"},
+                    {"pinned_bytes", r.pinned_bytes},
+                    {"pin_input_seconds", r.pin_input_s}});
   }
   // The backends must agree (same nonzeros, same value sums up to rounding).
   for (std::size_t k = 1; k < rows.size(); ++k) {
@@ -419,6 +495,15 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
           "check against %s: %s nonzeros and products, value sums differ by %.2g "
           "(relative to the output norm x sqrt(nnz))\n",
           rows[k].backend.c_str(), same ? "same" : "DIFFERENT", rel);
+  }
+  if (log::rank() == 0) {
+    if (me.kept)
+      std::printf(
+          "host buffers: kept across the runs (inputs page-locked once in %.3f s, not timed; "
+          "output arrays sized by the first run and reused); %s page-locked over all ranks\n",
+          me.pin_input_s, human_bytes(me.pinned_bytes).c_str());
+    else
+      std::printf("host buffers: fresh every run (--fresh-buffers)\n");
   }
   if (log::rank() == 0 && !me.path.empty()) {
     std::printf("%s path (rank 0): %s\n", me.backend.c_str(), me.path.c_str());
@@ -435,6 +520,12 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
         "kernel / floor = %.1f, total / floor = %.1f\n",
         human_bytes(bytes).c_str(), human_bytes(bw).c_str(), floor_s, me.kernel() / floor_s,
         me.total / floor_s);
+    if (link_s > 0)
+      std::printf(
+          "host link floor: inputs up at %s/s, output down at %s/s per rank (page-locked, every "
+          "rank at once) = %.4f s; total / host link floor = %.2f\n",
+          human_bytes(link.up).c_str(), human_bytes(link.down).c_str(), link_s,
+          me.total / link_s);
     std::fflush(stdout);
   }
   nlohmann::json j;
@@ -458,6 +549,11 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
                 {"seconds", floor_s},
                 {"kernel_ratio", me.kernel() / floor_s},
                 {"total_ratio", me.total / floor_s}};
+  if (link_s > 0)
+    j["host_link_floor"] = {{"up_bytes_per_s", link.up},
+                            {"down_bytes_per_s", link.down},
+                            {"seconds", link_s},
+                            {"total_ratio", me.total / link_s}};
   write_json(a.run.json, j, world);
 }
 
@@ -696,6 +792,9 @@ void add_bench_contract(CLI::App* bench, Runner& run) {
   sub->add_option("--repeat", a->repeat, "Timed runs of the benchmarked backend (median)")
       ->check(CLI::Range(1, 1000));
   sub->add_flag("--no-reference", a->no_reference, "Do not run the reference backend");
+  sub->add_flag("--fresh-buffers", a->fresh_buffers,
+                "A new output tensor every run and inputs not page-locked (default: host buffers "
+                "kept across the runs, algo::ContractBuffers)");
   sub->add_flag("--compare-cpu", a->compare_cpu,
                 "Also time the cpu backend (automatic for --backend cuda)");
   sub->add_flag("--extend-dims", a->extend_dims,

@@ -22,6 +22,8 @@ namespace tessera::kernels {
 
 template <typename T>
 class ContractPlan;    // kernels/sptc.hpp
+template <typename T>
+class ContractSink;    // kernels/sptc.hpp
 struct ContractSpec;   // kernels/sptc.hpp
 struct ContractStats;  // kernels/sptc.hpp
 struct ContractRouteInfo;  // kernels/sptc.hpp
@@ -102,6 +104,12 @@ class TensorHandle {
 
 using ::tessera::NormKind;
 
+/// Host memory page-locked by Backend::pin_host; unlocked when destroyed.
+class HostPin {
+ public:
+  virtual ~HostPin() = default;
+};
+
 template <typename T>
 class Backend {
  public:
@@ -118,6 +126,16 @@ class Backend {
   virtual void download(const T* src, std::size_t n, T* host) = 0;
   virtual void copy(const T* src, std::size_t n, T* dst) = 0;
   virtual void fill(T* dst, std::size_t n, T value) = 0;
+  /// Page-locks [p, p + bytes) of host memory until the returned handle is destroyed, so
+  /// that this backend's copies from and to it run at the full rate of the host link
+  /// (cuda: cudaHostRegister). The memory must stay allocated, in place, while the handle
+  /// lives. Null where there is nothing to lock (host backends, bytes == 0) or the system
+  /// refuses (logged once; copies then go through the driver's staging, correct and
+  /// slower).
+  virtual std::unique_ptr<HostPin> pin_host(const void* p, std::size_t bytes) {
+    (void)p, (void)bytes;
+    return nullptr;
+  }
 
   // ---- sparse ----
   /// Bytes of backend memory a tensor prepared from now on may occupy; 0 (the default)
@@ -230,19 +248,27 @@ class Backend {
   /// sizes and the seconds of every phase, the plan's matching and counting included.
   /// Throws Error for a plan of another backend.
   virtual SparseTensor<T> contract(ContractPlan<T>& plan, ContractStats* stats);
+  /// contract() writing the output into sink.output(...) instead of a new tensor. False,
+  /// with nothing run, when this backend or this plan's path has no such output (the
+  /// default); the caller then runs contract().
+  virtual bool contract_into(ContractPlan<T>& plan, ContractStats* stats, ContractSink<T>& sink) {
+    (void)plan, (void)stats, (void)sink;
+    return false;
+  }
   /// A distributed contraction with its routing in backend memory over `data` (NCCL on
   /// GPUs): x and y are this rank's shares (global coordinates); on true, `out` holds this
   /// rank's share of Z (sorted, no repeats, no exact zeros, disjoint from the other
   /// ranks'). False on every rank alike, with nothing done, when the backend has no such
   /// path for this spec or the routed inputs would not fit (the default: host backends);
-  /// algo::contract then routes on the host. Collective over host and data.
+  /// algo::contract then routes on the host. Collective over host and data. With a sink,
+  /// the share is written into sink->output(...) and `out` is left untouched.
   virtual bool contract_routed(const SparseTensor<T>& x, const SparseTensor<T>& y,
                                const ContractSpec& spec, const comm::Communicator& host,
                                const comm::Communicator& data, std::size_t memory_limit,
-                               SparseTensor<T>* out, ContractStats* stats,
-                               ContractRouteInfo* info) {
+                               SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info,
+                               ContractSink<T>* sink) {
     (void)x, (void)y, (void)spec, (void)host, (void)data, (void)memory_limit, (void)out,
-        (void)stats, (void)info;
+        (void)stats, (void)info, (void)sink;
     return false;
   }
 

@@ -14,6 +14,11 @@ namespace tessera::kernels {
 /// per mode of length nnz, every coordinate < its mode's length, dims <= 2^32.
 template <typename T>
 void check_kernel_input(const SparseTensor<T>& x);
+/// The checks of check_kernel_input without the scan of the coordinates (order, array
+/// lengths, dims <= 2^32): for a backend that checks the coordinates where they are read,
+/// on the device after the upload (the CUDA SpTC inputs, docs/sptc.md).
+template <typename T>
+void check_kernel_shape(const SparseTensor<T>& x);
 
 namespace reference {
 /// Plain loops over the COO nonzeros; the ground truth. out is dims[mode] x R, overwritten.

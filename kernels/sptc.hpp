@@ -169,6 +169,20 @@ struct ContractRouteInfo {
   ContractCount count;                  ///< the local plan's products and output entries
 };
 
+/// Host buffers a caller keeps across contractions (algo::ContractBuffers): a backend that
+/// can writes the output straight into them (Backend::contract_into, and contract_routed
+/// given a sink) instead of into a new tensor.
+template <typename T>
+class ContractSink {
+ public:
+  virtual ~ContractSink() = default;
+  /// A tensor with these dims whose arrays hold n nonzeros (contents unspecified), for the
+  /// backend to overwrite; its arrays may be page-locked and keep their storage from one
+  /// contraction to the next. The backend may shrink them (resize to fewer nonzeros) but
+  /// must not grow them. May be called from a helper thread.
+  virtual SparseTensor<T>& output(const std::vector<std::uint64_t>& dims, std::size_t n) = 0;
+};
+
 /// A contraction matched and counted by one backend, ready to run (Backend::contract_plan).
 /// It may refer to the input tensors, which must outlive it.
 template <typename T>

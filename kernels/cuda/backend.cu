@@ -172,13 +172,22 @@ class CudaBackend final : public Backend<T> {
     DeviceGuard g(ctx_.device);
     return cuda::contract(ctx_, plan, stats);
   }
+  bool contract_into(ContractPlan<T>& plan, ContractStats* stats,
+                     ContractSink<T>& sink) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::contract_into(ctx_, plan, stats, sink);
+  }
   bool contract_routed(const SparseTensor<T>& x, const SparseTensor<T>& y,
                        const ContractSpec& spec, const comm::Communicator& host,
                        const comm::Communicator& data, std::size_t memory_limit,
-                       SparseTensor<T>* out, ContractStats* stats,
-                       ContractRouteInfo* info) override {
+                       SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info,
+                       ContractSink<T>* sink) override {
     DeviceGuard g(ctx_.device);
-    return cuda::contract_routed(ctx_, x, y, spec, host, data, memory_limit, out, stats, info);
+    return cuda::contract_routed(ctx_, x, y, spec, host, data, memory_limit, out, stats, info,
+                                 sink);
+  }
+  std::unique_ptr<HostPin> pin_host(const void* p, std::size_t bytes) override {
+    return cuda::pin_host(ctx_.device, p, bytes);
   }
 
   void set_memory_budget(std::size_t bytes) override { budget_ = bytes; }

@@ -417,12 +417,20 @@ std::unique_ptr<ContractPlan<T>> plan_contract(Context& ctx, const SparseTensor<
                                                const SparseTensor<T>& y, const ContractSpec& spec);
 template <typename T>
 SparseTensor<T> contract(Context& ctx, ContractPlan<T>& plan, ContractStats* stats);
+/// Backend::contract_into (sptc.cu): the rows assembly writes into the sink; false for the
+/// other paths (sort assembly, cpu fallback), with nothing run.
+template <typename T>
+bool contract_into(Context& ctx, ContractPlan<T>& plan, ContractStats* stats,
+                   ContractSink<T>& sink);
 /// Backend::contract_routed (sptc.cu): inputs routed on the device over `data`.
 template <typename T>
 bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<T>& y,
                      const ContractSpec& spec, const comm::Communicator& host,
                      const comm::Communicator& data, std::size_t memory_limit,
-                     SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info);
+                     SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info,
+                     ContractSink<T>* sink);
+/// Backend::pin_host: cudaHostRegister of [p, p + bytes) for the handle's lifetime.
+std::unique_ptr<HostPin> pin_host(int device, const void* p, std::size_t bytes);
 
 template <typename T>
 void fill(Context& ctx, T* dst, std::size_t n, T value);

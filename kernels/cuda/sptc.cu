@@ -48,6 +48,7 @@
 // do not fit 64 bits (product of the matched lengths, or of the output lengths, over 2^64)
 // fall back to the cpu backend's implementation with a logged note.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -61,6 +62,7 @@
 #include <cuda/std/functional>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -284,6 +286,10 @@ void copy_parallel(int device, const std::vector<Copy>& copies, std::size_t thre
     const char* s = std::getenv("TESSERA_CUDA_SPTC_PIN");
     return s != nullptr && std::string(s) == "1";
   }();
+  std::size_t total = 0;
+  for (const Copy& c : pieces) total += c.bytes;
+  PhaseTrace tr("sptc copies (" + std::to_string(pieces.size()) + ", " +
+                std::to_string(total >> 20) + " MiB" + (pin ? ", page-locked" : "") + ")");
   std::vector<void*> registered;
   struct Unregister {
     std::vector<void*>& r;
@@ -300,6 +306,7 @@ void copy_parallel(int device, const std::vector<Copy>& copies, std::size_t thre
       else
         (void)cudaGetLastError();
     }
+  tr.mark("register");
   const std::size_t nt = std::clamp<std::size_t>(threads, 1, pieces.size());
   cudaEvent_t ready = nullptr;
   TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
@@ -331,6 +338,10 @@ void copy_parallel(int device, const std::vector<Copy>& copies, std::size_t thre
   TESSERA_CUDA_CHECK_NOTHROW(cudaEventDestroy(ready));
   for (auto& e : err)
     if (e) std::rethrow_exception(e);
+  tr.mark("copy");
+  for (void* p : registered) TESSERA_CUDA_CHECK_NOTHROW(cudaHostUnregister(p));
+  registered.clear();
+  tr.mark("unregister");
 }
 
 template <typename U>
@@ -368,6 +379,25 @@ i64 sum_runs(Context& ctx, DeviceMemory& tmp, cub::DoubleBuffer<u64>& k,
   return download_one(ctx, nruns);
 }
 
+/// Up to kMaxOrder coordinate columns of n nonzeros, for coord_max_kernel.
+struct CoordCols {
+  const index_t* col[kMaxOrder];
+  int n = 0;
+};
+
+/// out[m] = max(out[m], largest coordinate of column m) for the columns of c (out zeroed by
+/// the caller): one read of the coordinates, a warp max, one atomic per warp and column.
+__global__ void coord_max_kernel(i64 n, CoordCols c, unsigned* out) {
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (int m = 0; m < c.n; ++m) {
+    unsigned mx = 0;
+    for (i64 k = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride)
+      mx = max(mx, static_cast<unsigned>(c.col[m][k]));
+    mx = __reduce_max_sync(0xffffffffu, mx);
+    if ((threadIdx.x & 31) == 0 && mx > 0) atomicMax(out + m, mx);
+  }
+}
+
 /// One input on the device: every mode's coordinates and the values.
 template <typename T>
 struct DeviceTensor {
@@ -386,13 +416,43 @@ struct DeviceTensor {
     copies.push_back({vals.get(), t.vals.data(), n * sizeof(T), cudaMemcpyHostToDevice});
     bytes = n * (t.idx.size() * sizeof(index_t) + sizeof(T));
   }
-  /// Uploads a (and b when given) at once.
+  /// Uploads a (and b when given) at once, then checks their coordinates on the device:
+  /// Error (the message of check_kernel_input) when one is not below its mode's length.
+  /// The host checks only the shapes (check_kernel_shape): a scan of the coordinates on the
+  /// host is bound by the node's memory bandwidth, which every rank of the node shares
+  /// (docs/perf/gpu-h200-sptc.md, "Phases").
   static void load(Context& ctx, DeviceTensor& da, const SparseTensor<T>& a,
                    DeviceTensor* db = nullptr, const SparseTensor<T>* b = nullptr) {
     std::vector<Copy> copies;
     da.allocate(a, copies);
     if (db) db->allocate(*b, copies);
     copy_parallel(ctx.device, copies, 1);
+    da.check_coords(ctx, a);
+    if (db) db->check_coords(ctx, *b);
+  }
+  /// The coordinate check of load() for this tensor, uploaded from t.
+  void check_coords(Context& ctx, const SparseTensor<T>& t) const {
+    const i64 n = static_cast<i64>(t.vals.size());
+    const int N = static_cast<int>(cols.size());
+    if (n == 0 || N == 0) return;
+    DeviceMemory mx;
+    alloc(mx, static_cast<std::size_t>(N) * sizeof(unsigned), "SpTC input checks");
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(mx.get(), 0, static_cast<std::size_t>(N) * sizeof(unsigned),
+                                       ctx.stream));
+    CoordCols c;
+    c.n = N;
+    for (int m = 0; m < N; ++m) c.col[m] = col(m);
+    const int blocks = static_cast<int>(std::min<i64>((n + kBlock - 1) / kBlock, 4096));
+    coord_max_kernel<<<blocks, kBlock, 0, ctx.stream>>>(n, c, ptr<unsigned>(mx));
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    std::vector<unsigned> h(static_cast<std::size_t>(N));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(h.data(), mx.get(), h.size() * sizeof(unsigned),
+                                       cudaMemcpyDeviceToHost, ctx.stream));
+    ctx.sync();
+    for (int m = 0; m < N; ++m)
+      TESSERA_EXPECTS(h[static_cast<std::size_t>(m)] < t.dims[static_cast<std::size_t>(m)],
+                      "mode " << m << " coordinate " << h[static_cast<std::size_t>(m)]
+                              << " >= mode length " << t.dims[static_cast<std::size_t>(m)]);
   }
   const index_t* col(int m) const { return ptr<index_t>(cols[static_cast<std::size_t>(m)]); }
 };
@@ -455,6 +515,42 @@ __global__ void col_ranks_kernel(i64 ny, const i64* flag, const i64* excl, const
       colkey[c] = cks[i];
     }
   }
+}
+
+/// Column table (a small column-code space, no sort): rep[code] = the first Y nonzero with
+/// that column code (rep filled with 0xffffffff before).
+__global__ void col_table_kernel(i64 ny, KeyMap m, u32* rep) {
+  for (i64 k = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; k < ny;
+       k += static_cast<i64>(gridDim.x) * blockDim.x) {
+    u32* r = rep + pack(m, k);
+    if (*r > static_cast<u32>(k)) atomicMin(r, static_cast<u32>(k));  // most see a smaller one
+  }
+}
+
+/// flag[c] = 1 where column code c occurs (c < cells; flag[cells] = 0 for the scan's total).
+__global__ void col_present_kernel(i64 cells, const u32* rep, i64* flag) {
+  for (i64 c = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; c <= cells;
+       c += static_cast<i64>(gridDim.x) * blockDim.x)
+    flag[c] = c < cells && rep[c] != 0xffffffffu ? 1 : 0;
+}
+
+/// The occurring codes in ascending order: colrep / colkey of rank excl[c], as the sort of the
+/// column codes gives them (the representative is the first nonzero of each code).
+__global__ void col_table_ranks_kernel(i64 cells, const u32* rep, const i64* flag, const i64* excl,
+                                       u32* colrep, u64* colkey) {
+  for (i64 c = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; c < cells;
+       c += static_cast<i64>(gridDim.x) * blockDim.x)
+    if (flag[c]) {
+      colrep[excl[c]] = rep[c];
+      colkey[excl[c]] = static_cast<u64>(c);
+    }
+}
+
+/// crank[k] = rank of Y nonzero k's column code (excl over the column table).
+__global__ void col_rank_of_kernel(i64 ny, KeyMap m, const i64* excl, u32* crank) {
+  for (i64 k = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; k < ny;
+       k += static_cast<i64>(gridDim.x) * blockDim.x)
+    crank[k] = static_cast<u32>(excl[pack(m, k)]);
 }
 
 /// Y in matched-key order: column and value (double) of sorted position q.
@@ -960,7 +1056,23 @@ void advise_huge_pages(char* p, std::size_t bytes) {
 template <typename T>
 class HostOutput {
  public:
-  HostOutput(SparseTensor<T>& out, std::size_t n) {
+  /// The arrays of a sink (ContractSink::output, called on the helper thread with the
+  /// device set): buffers kept by the caller, usually page-locked and already sized.
+  HostOutput(ContractSink<T>& sink, const std::vector<u64>& dims, std::size_t n, int device) {
+    th_ = std::thread([this, &sink, dims, n, device] {
+      try {
+        TESSERA_CUDA_CHECK(cudaSetDevice(device));
+        SparseTensor<T>& o = sink.output(dims, n);
+        TESSERA_EXPECTS(o.idx.size() == dims.size() && o.vals.size() == n,
+                        "SpTC output sink: arrays of the wrong size");
+        for (const auto& c : o.idx) TESSERA_EXPECTS(c.size() == n, "SpTC output sink: arrays of the wrong size");
+        target_ = &o;
+      } catch (...) {
+        err_ = std::current_exception();
+      }
+    });
+  }
+  HostOutput(SparseTensor<T>& out, std::size_t n) : target_(&out) {
     std::vector<std::pair<char*, std::size_t>> spans;
     try {
       for (auto& col : out.idx) {
@@ -1005,6 +1117,8 @@ class HostOutput {
     wait();
     if (err_) std::rethrow_exception(err_);
   }
+  /// The tensor to download into (after join()).
+  SparseTensor<T>& target() const { return *target_; }
 
  private:
 /// Writes one byte per 4 KiB page of the spans, the pages split over threads: this
@@ -1037,6 +1151,7 @@ class HostOutput {
     if (th_.joinable()) th_.join();
   }
   std::exception_ptr err_;  // written by th_ only, read after join
+  SparseTensor<T>* target_ = nullptr;
   std::thread th_;
 };
 
@@ -1065,7 +1180,9 @@ class RowsEngine {
   /// nonzeros; Y with ny. The engine keeps them.
   void build_device(DeviceTensor<T>&& x, DeviceTensor<T>&& y, const std::vector<u64>& xdims,
                     i64 nx, i64 ny, ContractCount& count);
-  SparseTensor<T> run(ContractStats& st);
+  /// The output: a new tensor, or (sink given) written into sink->output(...), and then an
+  /// empty tensor is returned.
+  SparseTensor<T> run(ContractStats& st, ContractSink<T>* sink = nullptr);
   double match_seconds() const { return match_s_; }
   double count_seconds() const { return count_s_; }
 
@@ -1302,21 +1419,47 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
   DeviceMemory colkey;  // per column: its code (tensor-core blocks)
   {
     DeviceMemory flag, excl, crank;
-    Sorted cs;
-    sort_by_code(ck, ny_, cbits, "SpTC column keys", &cs);
-    dalloc<i64>(flag, ny_ + 1, "SpTC flags");
-    dalloc<i64>(excl, ny_ + 1, "SpTC flags");
-    change_flags_kernel<<<grid_for(ny_ + 1), kBlock, 0, ctx_.stream>>>(ny_, cs.keys, 0,
-                                                                       ptr<i64>(flag));
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-    ncols_ = scan(ptr<i64>(flag), ptr<i64>(excl), ny_ + 1);
     dalloc<u32>(crank, ny_, "SpTC column ranks");
-    dalloc<u32>(colrep_, ncols_, "SpTC columns");
-    dalloc<u64>(colkey, ncols_, "SpTC columns");
-    col_ranks_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
-        ny_, ptr<i64>(flag), ptr<i64>(excl), cs.perm, cs.keys, ptr<u32>(crank),
-        ptr<u32>(colrep_), ptr<u64>(colkey));
-    TESSERA_CUDA_CHECK(cudaGetLastError());
+    // Column ranks. A column-code space of at most max(2^20, ny) cells gets a table over
+    // the codes (present flags, a scan; no sort of Y); a larger one sorts Y's column codes.
+    // Same ranks, representatives and codes either way.
+    const u128 ccells = cells(clen);
+    if (ccells <= std::max<u128>(u128{1} << 20, static_cast<u128>(ny_))) {
+      const i64 nc = static_cast<i64>(ccells);
+      DeviceMemory rep;
+      dalloc<u32>(rep, nc, "SpTC column table");
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(rep.get(), 0xff, static_cast<std::size_t>(nc) * 4, ctx_.stream));
+      col_table_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ck, ptr<u32>(rep));
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+      dalloc<i64>(flag, nc + 1, "SpTC flags");
+      dalloc<i64>(excl, nc + 1, "SpTC flags");
+      col_present_kernel<<<grid_for(nc + 1), kBlock, 0, ctx_.stream>>>(nc, ptr<u32>(rep),
+                                                                      ptr<i64>(flag));
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+      ncols_ = scan(ptr<i64>(flag), ptr<i64>(excl), nc + 1);
+      dalloc<u32>(colrep_, ncols_, "SpTC columns");
+      dalloc<u64>(colkey, ncols_, "SpTC columns");
+      col_table_ranks_kernel<<<grid_for(nc), kBlock, 0, ctx_.stream>>>(
+          nc, ptr<u32>(rep), ptr<i64>(flag), ptr<i64>(excl), ptr<u32>(colrep_), ptr<u64>(colkey));
+      col_rank_of_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ck, ptr<i64>(excl),
+                                                                   ptr<u32>(crank));
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+    } else {
+      Sorted cs;
+      sort_by_code(ck, ny_, cbits, "SpTC column keys", &cs);
+      dalloc<i64>(flag, ny_ + 1, "SpTC flags");
+      dalloc<i64>(excl, ny_ + 1, "SpTC flags");
+      change_flags_kernel<<<grid_for(ny_ + 1), kBlock, 0, ctx_.stream>>>(ny_, cs.keys, 0,
+                                                                         ptr<i64>(flag));
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+      ncols_ = scan(ptr<i64>(flag), ptr<i64>(excl), ny_ + 1);
+      dalloc<u32>(colrep_, ncols_, "SpTC columns");
+      dalloc<u64>(colkey, ncols_, "SpTC columns");
+      col_ranks_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
+          ny_, ptr<i64>(flag), ptr<i64>(excl), cs.perm, cs.keys, ptr<u32>(crank),
+          ptr<u32>(colrep_), ptr<u64>(colkey));
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+    }
     dalloc<u32>(ysc_, ny_, "SpTC sorted Y");
     dalloc<double>(ysv_, ny_, "SpTC sorted Y");
     y_sorted_kernel<T><<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
@@ -1749,7 +1892,7 @@ void RowsEngine<T>::build_tensor_cores() {
 }
 
 template <typename T>
-SparseTensor<T> RowsEngine<T>::run(ContractStats& st) {
+SparseTensor<T> RowsEngine<T>::run(ContractStats& st, ContractSink<T>* sink) {
   const auto t_start = std::chrono::steady_clock::now();
   SparseTensor<T> out(dims_);
   st.tc_threshold = tc_thr_;
@@ -1769,12 +1912,20 @@ SparseTensor<T> RowsEngine<T>::run(ContractStats& st) {
     if (!row_major_) p << "; interleaved output letters: final sort";
     st.path = p.str();
   }
-  if (products_ == 0) return out;
+  if (products_ == 0) {
+    if (sink) (void)sink->output(dims_, 0);
+    return out;
+  }
   PhaseTrace tr("sptc run (entries " + std::to_string(entries_) + ")");
   check_fits(ctx_, run_peak_, "the contraction", products_, entries_);
   ev_.ensure(5);
   const std::size_t E = static_cast<std::size_t>(entries_);
-  HostOutput<T> host(out, E);  // first touch of the output pages meanwhile
+  // The output's host arrays are readied meanwhile: first touch of new pages, or the sink's.
+  std::optional<HostOutput<T>> host;
+  if (sink)
+    host.emplace(*sink, dims_, E, ctx_.device);
+  else
+    host.emplace(out, E);
   TESSERA_CUDA_CHECK(cudaEventRecord(ev_[0], ctx_.stream));
   DeviceMemory ecol, eval;
   dalloc<u32>(ecol, entries_, "SpTC entries");
@@ -1880,18 +2031,19 @@ SparseTensor<T> RowsEngine<T>::run(ContractStats& st) {
   TESSERA_CUDA_CHECK(cudaEventRecord(ev_[2], ctx_.stream));
   ctx_.sync();
   tr.mark("assemble kernels");
-  host.join();
+  host->join();
   tr.mark("host pages");
+  SparseTensor<T>& dst = host->target();
   const std::size_t n = static_cast<std::size_t>(nnz);
   std::vector<Copy> copies;
   for (int o = 0; o < N; ++o)
-    copies.push_back({out.idx[static_cast<std::size_t>(o)].data(),
+    copies.push_back({dst.idx[static_cast<std::size_t>(o)].data(),
                       ptr<index_t>(cols) + static_cast<i64>(o) * nnz, n * sizeof(index_t),
                       cudaMemcpyDeviceToHost});
-  copies.push_back({out.vals.data(), ovals.get(), n * sizeof(T), cudaMemcpyDeviceToHost});
+  copies.push_back({dst.vals.data(), ovals.get(), n * sizeof(T), cudaMemcpyDeviceToHost});
   copy_parallel(ctx_.device, copies, copies.size());
-  for (auto& col : out.idx) col.resize(n);
-  out.vals.resize(n);
+  for (auto& col : dst.idx) col.resize(n);  // shrinks only: the storage stays
+  dst.vals.resize(n);
   tr.mark("download");
   st.multiply_seconds = elapsed(ev_[0], ev_[1]);
   st.tc_seconds = tc_on_ ? elapsed(ev_[3], ev_[4]) : 0.0;
@@ -1938,8 +2090,10 @@ class CudaContractPlan final : public ContractPlan<T> {
                    const ContractSpec& spec)
       : ctx_(ctx), spec_(spec) {
     dims_ = contract_output_dims(spec, x.dims, y.dims);
-    check_kernel_input(x);
-    if (&y != &x) check_kernel_input(y);
+    // Shapes here; the coordinates on the device after the upload (DeviceTensor::load), or
+    // by the cpu plan of a fallback.
+    check_kernel_shape(x);
+    if (&y != &x) check_kernel_shape(y);
     std::vector<u64> kdims;
     for (int m : spec.x_key) kdims.push_back(x.dims[static_cast<std::size_t>(m)]);
     const u128 kcells = cells(kdims), ocells = cells(dims_);
@@ -2115,7 +2269,9 @@ class CudaContractPlan final : public ContractPlan<T> {
     return fallback_ ? fallback_->count_seconds() : count_s_;
   }
 
-  SparseTensor<T> run(ContractStats* stats);
+  SparseTensor<T> run(ContractStats* stats, ContractSink<T>* sink = nullptr);
+  /// True when run() can write into a sink: the rows assembly on the device.
+  bool sinks() const { return !fallback_ && rows_ != nullptr; }
 
  private:
   Context& ctx_;
@@ -2136,7 +2292,8 @@ class CudaContractPlan final : public ContractPlan<T> {
 };
 
 template <typename T>
-SparseTensor<T> CudaContractPlan<T>::run(ContractStats* stats) {
+SparseTensor<T> CudaContractPlan<T>::run(ContractStats* stats, ContractSink<T>* sink) {
+  TESSERA_EXPECTS(sink == nullptr || sinks(), "SpTC (cuda backend): this plan has no sink output");
   if (fallback_) return cpu::contract(*fallback_, stats);
   ContractStats st;
   st.match_seconds = match_s_;
@@ -2144,7 +2301,7 @@ SparseTensor<T> CudaContractPlan<T>::run(ContractStats* stats) {
   st.products = products_;
   st.workspace_bytes = count_.workspace_bytes;
   if (rows_) {
-    SparseTensor<T> out = rows_->run(st);
+    SparseTensor<T> out = rows_->run(st, sink);
     if (stats) *stats = st;
     return out;
   }
@@ -2307,7 +2464,8 @@ template <typename T>
 bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<T>& y,
                      const ContractSpec& spec, const comm::Communicator& host,
                      const comm::Communicator& data, std::size_t memory_limit,
-                     SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info) {
+                     SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info,
+                     ContractSink<T>* sink) {
   const int P = host.size();
   if (P < 2 || data.size() != P || data.memory_space() != comm::MemorySpace::device) return false;
   if (spec.device.assembly != ContractAssembly::rows) return false;
@@ -2354,8 +2512,8 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
   std::vector<std::int64_t> sendcounts(static_cast<std::size_t>(P), 0);
   const i64 nx_local = ex.nnz(), ny_local = ey.nnz();
   comm::run_collectively(host, [&] {
-    check_kernel_input(x);
-    if (&y != &x) check_kernel_input(y);
+    check_kernel_shape(x);  // the coordinates are checked on the device by load()
+    if (&y != &x) check_kernel_shape(y);
     tr.mark("checks");
     DeviceTensor<T>::load(ctx, exd, ex, &eyd, &ey);  // a self-contraction too: each role
                                                       // keeps a copy of its own
@@ -2475,7 +2633,8 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
     st.count_seconds = engine.count_seconds();
     st.products = count.products;
     st.workspace_bytes = count.workspace_bytes;
-    *out = engine.run(st);
+    SparseTensor<T> share = engine.run(st, sink);
+    if (!sink) *out = std::move(share);
     tr.mark("run");
   });
   const auto t2 = std::chrono::steady_clock::now();
@@ -2500,6 +2659,44 @@ SparseTensor<T> contract(Context&, ContractPlan<T>& plan, ContractStats* stats) 
   return p->run(stats);
 }
 
+template <typename T>
+bool contract_into(Context&, ContractPlan<T>& plan, ContractStats* stats, ContractSink<T>& sink) {
+  auto* p = dynamic_cast<CudaContractPlan<T>*>(&plan);
+  TESSERA_EXPECTS(p != nullptr, "contraction plan was made by another backend");
+  if (!p->sinks()) return false;
+  (void)p->run(stats, &sink);
+  return true;
+}
+
+namespace {
+class RegisteredHost final : public HostPin {
+ public:
+  explicit RegisteredHost(void* p) : p_(p) {}
+  ~RegisteredHost() override { TESSERA_CUDA_CHECK_NOTHROW(cudaHostUnregister(p_)); }
+  RegisteredHost(const RegisteredHost&) = delete;
+  RegisteredHost& operator=(const RegisteredHost&) = delete;
+
+ private:
+  void* p_;
+};
+}  // namespace
+
+std::unique_ptr<HostPin> pin_host(int device, const void* p, std::size_t bytes) {
+  if (p == nullptr || bytes == 0) return nullptr;
+  TESSERA_CUDA_CHECK(cudaSetDevice(device));
+  void* h = const_cast<void*>(p);
+  const cudaError_t e = cudaHostRegister(h, bytes, cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      log::info(std::string("cuda backend: page-locking host memory failed (") +
+                detail::cuda_error_text(e) + "); its copies stay staged by the driver");
+    return nullptr;
+  }
+  return std::make_unique<RegisteredHost>(h);
+}
+
 template std::unique_ptr<ContractPlan<float>> plan_contract<float>(Context&,
                                                                    const SparseTensor<float>&,
                                                                    const SparseTensor<float>&,
@@ -2510,16 +2707,20 @@ template std::unique_ptr<ContractPlan<double>> plan_contract<double>(Context&,
                                                                      const ContractSpec&);
 template SparseTensor<float> contract<float>(Context&, ContractPlan<float>&, ContractStats*);
 template SparseTensor<double> contract<double>(Context&, ContractPlan<double>&, ContractStats*);
+template bool contract_into<float>(Context&, ContractPlan<float>&, ContractStats*,
+                                   ContractSink<float>&);
+template bool contract_into<double>(Context&, ContractPlan<double>&, ContractStats*,
+                                    ContractSink<double>&);
 
 template bool contract_routed<float>(Context&, const SparseTensor<float>&,
                                     const SparseTensor<float>&, const ContractSpec&,
                                     const comm::Communicator&, const comm::Communicator&,
                                     std::size_t, SparseTensor<float>*, ContractStats*,
-                                    ContractRouteInfo*);
+                                    ContractRouteInfo*, ContractSink<float>*);
 template bool contract_routed<double>(Context&, const SparseTensor<double>&,
                                      const SparseTensor<double>&, const ContractSpec&,
                                      const comm::Communicator&, const comm::Communicator&,
                                      std::size_t, SparseTensor<double>*, ContractStats*,
-                                     ContractRouteInfo*);
+                                     ContractRouteInfo*, ContractSink<double>*);
 
 }  // namespace tessera::kernels::cuda

@@ -11,7 +11,7 @@
 namespace tessera::kernels {
 
 template <typename T>
-void check_kernel_input(const SparseTensor<T>& x) {
+void check_kernel_shape(const SparseTensor<T>& x) {
   const int N = x.order();
   TESSERA_EXPECTS(N >= 1 && N <= kMaxOrder,
                   "tensor order " << N << " outside 1.." << kMaxOrder << " for the kernels");
@@ -23,6 +23,15 @@ void check_kernel_input(const SparseTensor<T>& x) {
                                                     << " coordinates for " << nnz << " values");
     TESSERA_EXPECTS(x.dims[m] <= (std::uint64_t{1} << 32),
                     "mode " << m << " length " << x.dims[m] << " exceeds 2^32");
+  }
+}
+
+template <typename T>
+void check_kernel_input(const SparseTensor<T>& x) {
+  check_kernel_shape(x);
+  const int N = x.order();
+  const std::size_t nnz = x.vals.size();
+  for (int m = 0; m < N; ++m) {
     // The largest coordinate, over the node's threads for large tensors (a memory-bound
     // scan that a GPU run would otherwise wait for on one core).
     const index_t* col = x.idx[m].data();
@@ -37,6 +46,8 @@ void check_kernel_input(const SparseTensor<T>& x) {
 
 template void check_kernel_input<float>(const SparseTensor<float>&);
 template void check_kernel_input<double>(const SparseTensor<double>&);
+template void check_kernel_shape<float>(const SparseTensor<float>&);
+template void check_kernel_shape<double>(const SparseTensor<double>&);
 
 namespace reference {
 

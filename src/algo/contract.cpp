@@ -164,7 +164,8 @@ int tuple_owner(const index_t* coords, int n, int P) {
 template <typename T>
 ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                            const ContractSpec& spec, kernels::Backend<T>& be,
-                           const comm::Communicator& c, const ContractOptions& opt) {
+                           const comm::Communicator& c, const ContractOptions& opt,
+                           ContractBuffers<T>* buffers) {
   TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
                   "algo::contract routes host tensors: it needs a host communicator");
   const comm::Communicator& dc = opt.data != nullptr ? *opt.data : c;
@@ -191,7 +192,8 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
   if (P > 1 && dc.memory_space() == comm::MemorySpace::device) {
     kernels::ContractRouteInfo info;
     SparseTensor<T> local;
-    if (be.contract_routed(x, y, spec, c, dc, opt.memory_limit, &local, &res.stats, &info)) {
+    if (be.contract_routed(x, y, spec, c, dc, opt.memory_limit, &local, &res.stats, &info,
+                           buffers)) {
       res.routed_on_device = true;
       res.phases.add("route_inputs", info.route_seconds);
       const double plan_s = res.stats.match_seconds + res.stats.count_seconds;
@@ -222,9 +224,12 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                   (info.replicated == 1 ? "Y" : "X") +
                   " copied to every rank, over the data communicator; no output merge");
       }
-      res.local = std::move(local);
-      res.local.dims = res.dims;
-      res.global_nnz = c.allreduce_value(static_cast<std::int64_t>(res.local.nnz()));
+      if (buffers == nullptr) {
+        res.local = std::move(local);
+        res.local.dims = res.dims;
+      }
+      const SparseTensor<T>& share = buffers ? buffers->result() : res.local;
+      res.global_nnz = c.allreduce_value(static_cast<std::int64_t>(share.nnz()));
       return res;
     }
   }
@@ -330,7 +335,11 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
   // ---- 3. multiply ----
   t.reset();
   SparseTensor<T> part;
-  comm::run_collectively(c, [&] { part = be.contract(*plan, &res.stats); });
+  bool into = false;  // one rank with buffers: written into them where the backend can
+  comm::run_collectively(c, [&] {
+    if (P == 1 && buffers != nullptr) into = be.contract_into(*plan, &res.stats, *buffers);
+    if (!into) part = be.contract(*plan, &res.stats);
+  });
   plan.reset();
   xr = SparseTensor<T>();
   yr = SparseTensor<T>();
@@ -352,14 +361,75 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
     zeros += merge_zeros;
     res.local = std::move(recv);
     res.phases.add("merge", t.seconds());
-  } else {
+  } else if (!into) {
     res.local = std::move(part);
   }
   res.local.dims = res.dims;
-  res.global_nnz = c.allreduce_value(static_cast<std::int64_t>(res.local.nnz()));
+  if (buffers != nullptr && !into) buffers->take(std::move(res.local));
+  if (buffers != nullptr) res.local = SparseTensor<T>(res.dims);
+  const SparseTensor<T>& share = buffers ? buffers->result() : res.local;
+  res.global_nnz = c.allreduce_value(static_cast<std::int64_t>(share.nnz()));
   res.global_zeros_dropped = c.allreduce_value(zeros);
   return res;
 }
+
+template <typename T>
+ContractBuffers<T>::~ContractBuffers() {
+  out_pins_.clear();
+  in_pins_.clear();
+}
+
+template <typename T>
+double ContractBuffers<T>::pin_input(const SparseTensor<T>& t) {
+  Timer tm;
+  for (const auto& col : t.idx) lock(col.data(), col.size() * sizeof(index_t), in_pins_, pinned_in_);
+  lock(t.vals.data(), t.vals.size() * sizeof(T), in_pins_, pinned_in_);
+  return tm.seconds();
+}
+
+template <typename T>
+void ContractBuffers<T>::lock(const void* p, std::size_t bytes,
+                              std::vector<std::unique_ptr<kernels::HostPin>>& pins,
+                              std::size_t& total) {
+  constexpr std::size_t kMin = std::size_t{1} << 20;
+  if (bytes < kMin) return;
+  if (auto h = be_.pin_host(p, bytes)) {
+    pins.push_back(std::move(h));
+    total += bytes;
+  }
+}
+
+template <typename T>
+SparseTensor<T>& ContractBuffers<T>::output(const std::vector<std::uint64_t>& dims,
+                                            std::size_t n) {
+  if (out_.idx.size() != dims.size() || n > cap_) {
+    out_pins_.clear();  // unlocked before the old storage is released
+    pinned_out_ = 0;
+    const std::size_t cap = n + n / 8;
+    SparseTensor<T> fresh(dims);
+    for (auto& col : fresh.idx) col.reserve(cap);
+    fresh.vals.reserve(cap);
+    out_ = std::move(fresh);
+    cap_ = cap;
+    for (const auto& col : out_.idx) lock(col.data(), cap * sizeof(index_t), out_pins_, pinned_out_);
+    lock(out_.vals.data(), cap * sizeof(T), out_pins_, pinned_out_);
+  }
+  out_.dims = dims;
+  for (auto& col : out_.idx) col.resize(n);  // within the capacity: the storage stays
+  out_.vals.resize(n);
+  return out_;
+}
+
+template <typename T>
+void ContractBuffers<T>::take(SparseTensor<T>&& t) {
+  out_pins_.clear();
+  pinned_out_ = 0;
+  cap_ = 0;
+  out_ = std::move(t);
+}
+
+template class ContractBuffers<float>;
+template class ContractBuffers<double>;
 
 template <typename T>
 SparseTensor<T> gather(const SparseTensor<T>& local, const comm::Communicator& c, int root) {
@@ -406,11 +476,12 @@ void write_sorted(const std::string& path, const SparseTensor<T>& local,
 template ContractResult<float> contract<float>(const SparseTensor<float>&,
                                                const SparseTensor<float>&, const ContractSpec&,
                                                kernels::Backend<float>&, const comm::Communicator&,
-                                               const ContractOptions&);
+                                               const ContractOptions&, ContractBuffers<float>*);
 template ContractResult<double> contract<double>(const SparseTensor<double>&,
                                                  const SparseTensor<double>&, const ContractSpec&,
                                                  kernels::Backend<double>&,
-                                                 const comm::Communicator&, const ContractOptions&);
+                                                 const comm::Communicator&, const ContractOptions&,
+                                                 ContractBuffers<double>*);
 template SparseTensor<float> gather<float>(const SparseTensor<float>&, const comm::Communicator&,
                                            int);
 template SparseTensor<double> gather<double>(const SparseTensor<double>&, const comm::Communicator&,

@@ -84,16 +84,68 @@ struct ContractResult {
   bool routed_on_device = false;
 };
 
+/// Host buffers kept across contractions by a caller that contracts repeatedly (an
+/// iterative method, a benchmark), one per rank (docs/sptc.md, "Host buffers"):
+///  - the output's arrays are reused from one contraction to the next (no new pages to
+///    fault in) and page-locked once for the backend's copies (Backend::pin_host);
+///  - inputs the caller keeps unchanged can be page-locked once (pin_input).
+/// With the cuda backend the uploads and downloads then run as DMA at the host link's
+/// rate instead of through the driver's staging. Host backends lock nothing; the output
+/// arrays are still reused where the backend writes into them. Passed to algo::contract,
+/// the result's `local` stays empty and result() holds this rank's share until the next
+/// contraction with these buffers.
+template <typename T>
+class ContractBuffers final : public kernels::ContractSink<T> {
+ public:
+  explicit ContractBuffers(kernels::Backend<T>& backend) : be_(backend) {}
+  ~ContractBuffers() override;
+  ContractBuffers(const ContractBuffers&) = delete;
+  ContractBuffers& operator=(const ContractBuffers&) = delete;
+
+  /// Page-locks t's arrays until these buffers are destroyed: t must stay allocated and
+  /// unchanged in size while they live. Arrays under 1 MiB are left alone (nothing to
+  /// gain). Returns the seconds it took.
+  double pin_input(const SparseTensor<T>& t);
+  /// This rank's share of the last contraction run with these buffers (sorted, disjoint
+  /// from the other ranks', as ContractResult::local).
+  const SparseTensor<T>& result() const { return out_; }
+  /// Bytes page-locked now (inputs and output).
+  std::size_t pinned_bytes() const { return pinned_in_ + pinned_out_; }
+
+  /// ContractSink: the output arrays sized to n nonzeros, reused while n fits their
+  /// capacity, else reallocated with 1/8 spare and page-locked again.
+  SparseTensor<T>& output(const std::vector<std::uint64_t>& dims, std::size_t n) override;
+  /// Takes an output made elsewhere (a backend or path that does not write into a sink).
+  void take(SparseTensor<T>&& t);
+
+ private:
+  /// Page-locks [p, p + bytes) through the backend when at least 1 MiB; the handle goes
+  /// to `pins`, the bytes to `total`.
+  void lock(const void* p, std::size_t bytes, std::vector<std::unique_ptr<kernels::HostPin>>& pins,
+            std::size_t& total);
+
+  kernels::Backend<T>& be_;
+  SparseTensor<T> out_;
+  std::size_t cap_ = 0;  // nonzeros the page-locked output arrays hold
+  std::size_t pinned_in_ = 0, pinned_out_ = 0;
+  // Released before the arrays they lock (declared after them; the destructor clears
+  // them first as well).
+  std::vector<std::unique_ptr<kernels::HostPin>> out_pins_, in_pins_;
+};
+
 /// Collective over `c` (a host communicator). x and y are this rank's shares (any
 /// distribution; GLOBAL coordinates; dims = the global dims on every rank); pass the same
 /// object for a self-contraction. The backend computes the local contraction through
 /// Backend::contract_plan / Backend::contract (host tensors). Throws InputError on every
 /// rank alike for shapes that do not fit the spec and for the memory limit; errors of one
 /// rank's kernel become a CollectiveError on every rank.
+/// With `buffers` (made for this backend), the share is written into buffers->result()
+/// and the result's `local` is empty.
 template <typename T>
 ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                            const kernels::ContractSpec& spec, kernels::Backend<T>& backend,
-                           const comm::Communicator& c, const ContractOptions& opt = {});
+                           const comm::Communicator& c, const ContractOptions& opt = {},
+                           ContractBuffers<T>* buffers = nullptr);
 
 /// Rank (of P) that owns the tuple coords[0..n): a 64-bit hash of the coordinates modulo
 /// P. Used for the matched coordinates of the inputs and for the output coordinates.

@@ -4,6 +4,8 @@
 // backend on the whole tensors, and the same run routed over MPI (on the host). Integer values, so every sum is exact whatever the routing and summation order.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -103,6 +105,102 @@ TEST_F(ContractNccl, RoutedOverNcclEqualsReference) {
     EXPECT_TRUE(got.vals == want.vals) << "values differ from the reference (exact integers)";
     EXPECT_TRUE(via_mpi.vals == want.vals);
   }
+}
+
+// A coordinate past its mode's length on the last rank only (checked on the device after
+// the upload, on the device-routed path and on the host-routed one): every rank throws
+// CollectiveError with the bad rank's message, none hangs, and the same ranks then run a
+// good contraction.
+TEST_F(ContractNccl, OutOfRangeCoordinateOnOneRankFailsEveryRank) {
+  const auto spec = kernels::parse_contract_spec("ijk,jkl->il");
+  const auto X = whole({30, 8, 7}, 4000, 77), Y = whole({8, 7, 40}, 4000, 78);
+  auto xs = share(X, rank(), size());
+  const auto ys = share(Y, rank(), size());
+  auto cu = kernels::make_backend<double>(kernels::BackendKind::cuda);
+  algo::ContractOptions o;
+  o.print = false;
+  for (bool nccl : {true, false}) {
+    SCOPED_TRACE(nccl ? "over NCCL" : "over MPI");
+    o.data = nccl ? nccl_.get() : nullptr;
+    const index_t keep = xs.idx[2][17];
+    if (rank() == size() - 1) xs.idx[2][17] = 7;  // mode 2 has length 7
+    try {
+      (void)algo::contract(xs, ys, spec, *cu, *world_, o);
+      ADD_FAILURE() << "no error on rank " << rank();
+    } catch (const CollectiveError& e) {
+      EXPECT_NE(std::string(e.what()).find("coordinate 7 >= mode length 7"), std::string::npos)
+          << e.what();
+    }
+    xs.idx[2][17] = keep;
+    const auto res = algo::contract(xs, ys, spec, *cu, *world_, o);
+    const auto got = algo::gather(res.local, *world_, 0);
+    if (rank() == 0) {
+      auto ref = kernels::make_backend<double>(kernels::BackendKind::reference);
+      const auto want = kernels::contract(*ref, X, Y, spec);
+      EXPECT_EQ(got.nnz(), want.nnz());
+      EXPECT_TRUE(got.vals == want.vals);
+    }
+  }
+}
+
+// Host buffers kept across contractions (algo::ContractBuffers) with the cuda backend: on
+// one rank the plan writes into them (Backend::contract_into), on 2+ ranks the device
+// routing does (contract_routed with a sink). A large output, a smaller one, an empty one
+// and the large one again: every share equals the plain call's, the output arrays and the
+// pinned inputs are page-locked host memory, and growing the output re-locks it.
+TEST_F(ContractNccl, KeptHostBuffersArePageLockedAndGiveThePlainResults) {
+  const auto big = kernels::parse_contract_spec("ijk,jkl->il");
+  // About 2e8 products into nearly all of the 2000 x 2000 output cells: every array of the
+  // output, and the input values, are over 1 MiB per rank (locked).
+  const auto X = whole({2000, 40, 20}, 400000, 91), Y = whole({40, 20, 2000}, 400000, 92);
+  const auto small = kernels::parse_contract_spec("ij,jk->ki");
+  const auto A = whole({60, 30}, 3000, 93), B = whole({30, 70}, 3000, 94);
+  const auto xs = share(X, rank(), size()), ys = share(Y, rank(), size());
+  const auto as = share(A, rank(), size()), bs = share(B, rank(), size());
+  const SparseTensor<double> E({60, 30});
+  auto cu = kernels::make_backend<double>(kernels::BackendKind::cuda);
+  algo::ContractOptions o;
+  o.print = false;
+  o.data = nccl_.get();
+  auto locked = [](const void* p) {
+    cudaPointerAttributes at{};
+    return cudaPointerGetAttributes(&at, p) == cudaSuccess && at.type == cudaMemoryTypeHost;
+  };
+  algo::ContractBuffers<double> buf(*cu);
+  (void)buf.pin_input(xs);
+  (void)buf.pin_input(ys);
+  EXPECT_TRUE(locked(xs.vals.data()));
+  EXPECT_TRUE(locked(ys.vals.data()));
+  struct Step {
+    const SparseTensor<double>* x;
+    const SparseTensor<double>* y;
+    const kernels::ContractSpec* s;
+    const char* what;
+  };
+  const Step steps[] = {{&as, &bs, &small, "small first"},
+                        {&xs, &ys, &big, "larger: the arrays grow"},
+                        {&as, &bs, &small, "smaller"},
+                        {&E, &bs, &small, "empty input"},
+                        {&xs, &ys, &big, "large again"}};
+  for (const Step& st : steps) {
+    SCOPED_TRACE(st.what);
+    const auto plain = algo::contract(*st.x, *st.y, *st.s, *cu, *world_, o);
+    const auto kept = algo::contract(*st.x, *st.y, *st.s, *cu, *world_, o, &buf);
+    EXPECT_EQ(kept.routed_on_device, plain.routed_on_device);
+    EXPECT_EQ(kept.local.nnz(), 0);
+    EXPECT_EQ(kept.global_nnz, plain.global_nnz);
+    const SparseTensor<double>& got = buf.result();
+    EXPECT_EQ(got.dims, plain.local.dims);
+    ASSERT_EQ(got.nnz(), plain.local.nnz());
+    for (std::size_t m = 0; m < got.idx.size(); ++m)
+      EXPECT_TRUE(got.idx[m] == plain.local.idx[m]) << "mode " << m;
+    EXPECT_TRUE(got.vals == plain.local.vals);
+    if (st.s == &big && got.nnz() > (1 << 18)) {  // arrays over 1 MiB are locked
+      EXPECT_TRUE(locked(got.vals.data()));
+      EXPECT_TRUE(locked(got.idx[0].data()));
+    }
+  }
+  EXPECT_GT(buf.pinned_bytes(), 0u);
 }
 
 }  // namespace

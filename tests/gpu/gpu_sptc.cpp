@@ -372,6 +372,63 @@ TYPED_TEST(GpuSptc, KeysOverSixtyFourBitsFallBack) {
   }
 }
 
+// Column ranks of Y (rows assembly): a column-code space of at most max(2^20, Y nonzeros)
+// cells is ranked through a table over the codes, a larger one by sorting Y's column codes;
+// both must give the reference output (coordinates exactly), with and without the tensor
+// cores' column codes in use.
+TYPED_TEST(GpuSptc, ColumnRanksByTableAndBySort) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937_64 rng(777);
+  const auto spec = parse_contract_spec("ij,jkl->ikl");
+  for (std::uint64_t len : {std::uint64_t{40}, std::uint64_t{3000}}) {  // 1,600 / 9e6 cells
+    SCOPED_TRACE("column cells " + std::to_string(len * len));
+    const auto x = random_tensor<T>({60, 7}, 3000, false, rng);
+    const auto y = random_tensor<T>({7, len, len}, 3000, false, rng);
+    expect_matches_reference(x, y, spec, "column ranks");
+    expect_matches_reference(x, y, with_device(spec, TensorCorePrecision::fp64, 0.0,
+                                               ContractAssembly::rows),
+                             "column ranks, tensor cores forced");
+  }
+}
+
+// A coordinate at or past its mode's length (the cuda backend checks the coordinates on
+// the device after the upload): Error naming the mode, coordinate and length, in X or in
+// Y, for both assemblies and a self-contraction; the backend stays usable afterwards.
+TYPED_TEST(GpuSptc, OutOfRangeCoordinateIsAnError) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937_64 rng(4242);
+  auto cu = make_backend<T>(BackendKind::cuda);
+  for (ContractAssembly a : {ContractAssembly::rows, ContractAssembly::sort})
+    for (int bad = 0; bad < 3; ++bad) {  // 0: X, 1: Y, 2: the same tensor as X and Y
+      SCOPED_TRACE(std::string(a == ContractAssembly::rows ? "rows" : "sort") + " bad " +
+                   std::to_string(bad));
+      const auto spec = with_device(parse_contract_spec(bad == 2 ? "ijy,kjy->ik" : "ijk,jkl->il"),
+                                    TensorCorePrecision::off, -1, a);
+      auto x = random_tensor<T>({30, 8, 7}, 5000, false, rng);
+      auto y = random_tensor<T>({8, 7, 40}, 5000, false, rng);
+      if (bad == 2) y = x;
+      SparseTensor<T>& t = bad == 1 ? y : x;
+      const int mode = bad == 1 ? 2 : 1;
+      t.idx[static_cast<std::size_t>(mode)][1234] =
+          static_cast<index_t>(t.dims[static_cast<std::size_t>(mode)]);  // one past the end
+      const SparseTensor<T>& yarg = bad == 2 ? x : y;
+      try {
+        (void)contract(*cu, x, yarg, spec);
+        ADD_FAILURE() << "no error for an out-of-range coordinate";
+      } catch (const Error& e) {
+        const std::string want = "mode " + std::to_string(mode) + " coordinate " +
+                                 std::to_string(t.dims[static_cast<std::size_t>(mode)]) +
+                                 " >= mode length " +
+                                 std::to_string(t.dims[static_cast<std::size_t>(mode)]);
+        EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      }
+      t.idx[static_cast<std::size_t>(mode)][1234] = 0;  // repaired: the same backend runs
+      expect_matches_reference(x, yarg, spec, "after the error");
+    }
+}
+
 // The sort assembly (every product's key sorted) stays available and correct.
 TYPED_TEST(GpuSptc, SortAssemblyMatchesReference) {
   REQUIRE_GPU();

@@ -255,6 +255,56 @@ TYPED_TEST(ContractMpi, SelfContractionCancellationAndEmptyResults) {
   }
 }
 
+// Host buffers kept across contractions (algo::ContractBuffers): a larger output, then a
+// smaller one, an empty one and the first again with the same buffers: every share equals
+// the plain call's (same coordinates and values on this rank), the result's `local` stays
+// empty, and the inputs can be page-locked (host backends lock nothing: 0 bytes).
+TYPED_TEST(ContractMpi, KeptHostBuffersGiveThePlainResults) {
+  using T = TypeParam;
+  const std::uint64_t seed = common_seed();
+  std::mt19937_64 rng(seed);
+  const auto big_s = kernels::parse_contract_spec("ijk,jkl->il");
+  const auto X = random_tensor<T>({20, 6, 5}, 900, rng), Y = random_tensor<T>({6, 5, 25}, 900, rng);
+  const auto small_s = kernels::parse_contract_spec("ij,jk->ki");
+  const auto A = random_tensor<T>({7, 9}, 40, rng), B = random_tensor<T>({9, 6}, 40, rng);
+  const auto xs = share(X, seed), ys = share(Y, seed + 1), as = share(A, seed + 2),
+             bs = share(B, seed + 3);
+  const SparseTensor<T> E({7, 9});
+  for (BackendKind kind : {BackendKind::reference, BackendKind::cpu}) {
+    SCOPED_TRACE(kernels::to_string(kind));
+    auto be = kernels::make_backend<T>(kind, 1);
+    algo::ContractOptions o;
+    o.print = false;
+    algo::ContractBuffers<T> buf(*be);
+    EXPECT_GE(buf.pin_input(xs), 0.0);
+    EXPECT_EQ(buf.pinned_bytes(), 0u);
+    struct Step {
+      const SparseTensor<T>* x;
+      const SparseTensor<T>* y;
+      const ContractSpec* s;
+      const char* what;
+    };
+    const Step steps[] = {{&xs, &ys, &big_s, "large"},
+                          {&as, &bs, &small_s, "smaller, other order"},
+                          {&E, &bs, &small_s, "empty input"},
+                          {&xs, &ys, &big_s, "large again"}};
+    for (const Step& st : steps) {
+      SCOPED_TRACE(st.what);
+      const auto plain = algo::contract(*st.x, *st.y, *st.s, *be, world(), o);
+      const auto kept = algo::contract(*st.x, *st.y, *st.s, *be, world(), o, &buf);
+      EXPECT_EQ(kept.local.nnz(), 0);
+      EXPECT_EQ(kept.global_nnz, plain.global_nnz);
+      EXPECT_EQ(kept.global_products, plain.global_products);
+      const SparseTensor<T>& got = buf.result();
+      EXPECT_EQ(got.dims, plain.local.dims);
+      ASSERT_EQ(got.nnz(), plain.local.nnz());
+      for (std::size_t m = 0; m < got.idx.size(); ++m)
+        EXPECT_TRUE(got.idx[m] == plain.local.idx[m]) << "mode " << m;
+      EXPECT_TRUE(got.vals == plain.local.vals);
+    }
+  }
+}
+
 TEST(ContractMpiErrors, ShapesAndMemoryLimitAreRefusedOnEveryRank) {
   std::mt19937_64 rng(common_seed());
   auto be = kernels::make_backend<double>(BackendKind::cpu, 1);
