@@ -90,7 +90,9 @@ if "modes" in j:
 elif "runs" in j:
     r = j["runs"]
     print(f"{n:34s} {r[0]['backend']}: {r[0]['products']:.3g} products, {r[0]['products_per_s_kernel']:.3g} products/s (kernel), "
-          f"{r[0]['total_seconds']:.3f} s total; " + ", ".join(f"{x['backend']} x{x['speedup_of_benchmarked_backend']:.1f} slower" for x in r[1:]))
+          f"{r[0]['total_seconds']:.3f} s total ({r[0].get('host_buffers', '?')} host buffers"
+          + (f", {j['host_link_floor']['total_ratio']:.2f}x the host link floor" if "host_link_floor" in j else "") + "); "
+          + ", ".join(f"{x['backend']} x{x['speedup_of_benchmarked_backend']:.1f} slower" for x in r[1:]))
 elif j.get("command") in ("cp", "tucker"):
     t = j["memory_tier"]; its = [x["seconds"] for x in j["per_iteration"]]; n_it = max(len(its), 1)
     it_s = sum(its) / n_it; rd = t["copy_seconds"] / n_it; cp = t["compute_seconds"] / n_it
