@@ -523,7 +523,7 @@ __global__ void col_table_kernel(i64 ny, KeyMap m, u32* rep) {
   for (i64 k = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; k < ny;
        k += static_cast<i64>(gridDim.x) * blockDim.x) {
     u32* r = rep + pack(m, k);
-    if (*r > static_cast<u32>(k)) atomicMin(r, static_cast<u32>(k));  // most see a smaller one
+    if (__ldcg(r) > static_cast<u32>(k)) atomicMin(r, static_cast<u32>(k));  // most see a smaller one
   }
 }
 
@@ -2125,7 +2125,14 @@ class CudaContractPlan final : public ContractPlan<T> {
 
   /// The device part of planning (after the cheap checks of the constructor).
   void build(const SparseTensor<T>& x, const SparseTensor<T>& y) {
-    if (fallback_ || nx_ == 0 || ny_ == 0) return;
+    if (fallback_) return;  // the cpu plan checked the inputs
+    if (nx_ == 0 || ny_ == 0) {
+      // Nothing is uploaded, so the device does not check the coordinates: the host does
+      // (one input is empty).
+      check_kernel_input(x);
+      if (&y != &x) check_kernel_input(y);
+      return;
+    }
     if (rows_) {
       if (swapped_)
         rows_->build(y, x, count_);
@@ -2669,32 +2676,40 @@ bool contract_into(Context&, ContractPlan<T>& plan, ContractStats* stats, Contra
 }
 
 namespace {
+/// Registered with cudaHostRegisterPortable, so unregistering does not depend on the
+/// calling thread's current device; done on the registering device all the same.
 class RegisteredHost final : public HostPin {
  public:
-  explicit RegisteredHost(void* p) : p_(p) {}
-  ~RegisteredHost() override { TESSERA_CUDA_CHECK_NOTHROW(cudaHostUnregister(p_)); }
+  RegisteredHost(void* p, int device) : p_(p), device_(device) {}
+  ~RegisteredHost() override {
+    DeviceGuardNoThrow g(device_);
+    TESSERA_CUDA_CHECK_NOTHROW(cudaHostUnregister(p_));
+  }
   RegisteredHost(const RegisteredHost&) = delete;
   RegisteredHost& operator=(const RegisteredHost&) = delete;
 
  private:
   void* p_;
+  int device_;
 };
 }  // namespace
 
 std::unique_ptr<HostPin> pin_host(int device, const void* p, std::size_t bytes) {
   if (p == nullptr || bytes == 0) return nullptr;
-  TESSERA_CUDA_CHECK(cudaSetDevice(device));
+  DeviceGuard g(device);
   void* h = const_cast<void*>(p);
-  const cudaError_t e = cudaHostRegister(h, bytes, cudaHostRegisterDefault);
+  const cudaError_t e = cudaHostRegister(h, bytes, cudaHostRegisterPortable);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
+    // Already locked (the same range locked twice, or a page it shares with a locked
+    // neighbour): the copies are DMA anyway, nothing to say. Anything else: said once.
     static std::atomic<bool> said{false};
-    if (!said.exchange(true))
+    if (e != cudaErrorHostMemoryAlreadyRegistered && !said.exchange(true))
       log::info(std::string("cuda backend: page-locking host memory failed (") +
                 detail::cuda_error_text(e) + "); its copies stay staged by the driver");
     return nullptr;
   }
-  return std::make_unique<RegisteredHost>(h);
+  return std::make_unique<RegisteredHost>(h, device);
 }
 
 template std::unique_ptr<ContractPlan<float>> plan_contract<float>(Context&,

@@ -173,6 +173,15 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                   "algo::contract: the data communicator must span the ranks of the host one");
   const int P = c.size();
   const bool self = &x == &y;
+  // A contraction that throws leaves the buffers' result empty (storage kept), not half
+  // written.
+  struct Discard {
+    ContractBuffers<T>* b;
+    bool done = false;
+    ~Discard() {
+      if (b != nullptr && !done) b->discard();
+    }
+  } kept{buffers};
   ContractResult<T> res;
   // Global dims are the same on every rank: these errors are agreed without a collective.
   res.dims = kernels::contract_output_dims(spec, x.dims, y.dims);
@@ -224,12 +233,11 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                   (info.replicated == 1 ? "Y" : "X") +
                   " copied to every rank, over the data communicator; no output merge");
       }
-      if (buffers == nullptr) {
-        res.local = std::move(local);
-        res.local.dims = res.dims;
-      }
+      res.local = buffers ? SparseTensor<T>(res.dims) : std::move(local);
+      res.local.dims = res.dims;
       const SparseTensor<T>& share = buffers ? buffers->result() : res.local;
       res.global_nnz = c.allreduce_value(static_cast<std::int64_t>(share.nnz()));
+      kept.done = true;
       return res;
     }
   }
@@ -370,6 +378,7 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
   const SparseTensor<T>& share = buffers ? buffers->result() : res.local;
   res.global_nnz = c.allreduce_value(static_cast<std::int64_t>(share.nnz()));
   res.global_zeros_dropped = c.allreduce_value(zeros);
+  kept.done = true;
   return res;
 }
 
@@ -405,6 +414,8 @@ SparseTensor<T>& ContractBuffers<T>::output(const std::vector<std::uint64_t>& di
   if (out_.idx.size() != dims.size() || n > cap_) {
     out_pins_.clear();  // unlocked before the old storage is released
     pinned_out_ = 0;
+    out_ = SparseTensor<T>();  // released before the new storage is taken
+    cap_ = 0;
     const std::size_t cap = n + n / 8;
     SparseTensor<T> fresh(dims);
     for (auto& col : fresh.idx) col.reserve(cap);
@@ -418,6 +429,12 @@ SparseTensor<T>& ContractBuffers<T>::output(const std::vector<std::uint64_t>& di
   for (auto& col : out_.idx) col.resize(n);  // within the capacity: the storage stays
   out_.vals.resize(n);
   return out_;
+}
+
+template <typename T>
+void ContractBuffers<T>::discard() {
+  for (auto& col : out_.idx) col.clear();
+  out_.vals.clear();
 }
 
 template <typename T>

@@ -102,8 +102,8 @@ class ContractBuffers final : public kernels::ContractSink<T> {
   ContractBuffers(const ContractBuffers&) = delete;
   ContractBuffers& operator=(const ContractBuffers&) = delete;
 
-  /// Page-locks t's arrays until these buffers are destroyed: t must stay allocated and
-  /// unchanged in size while they live. Arrays under 1 MiB are left alone (nothing to
+  /// Page-locks t's arrays until these buffers are destroyed: t must stay allocated, and
+  /// its arrays neither resized nor reallocated, while they live. Do not pass result(). Arrays under 1 MiB are left alone (nothing to
   /// gain). Returns the seconds it took.
   double pin_input(const SparseTensor<T>& t);
   /// This rank's share of the last contraction run with these buffers (sorted, disjoint
@@ -117,6 +117,8 @@ class ContractBuffers final : public kernels::ContractSink<T> {
   SparseTensor<T>& output(const std::vector<std::uint64_t>& dims, std::size_t n) override;
   /// Takes an output made elsewhere (a backend or path that does not write into a sink).
   void take(SparseTensor<T>&& t);
+  /// Empties result(), keeping the storage (algo::contract does it when it throws).
+  void discard();
 
  private:
   /// Page-locks [p, p + bytes) through the backend when at least 1 MiB; the handle goes

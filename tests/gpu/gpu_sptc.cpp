@@ -427,6 +427,12 @@ TYPED_TEST(GpuSptc, OutOfRangeCoordinateIsAnError) {
       t.idx[static_cast<std::size_t>(mode)][1234] = 0;  // repaired: the same backend runs
       expect_matches_reference(x, yarg, spec, "after the error");
     }
+  // The other input empty: nothing is uploaded, the host checks the coordinates.
+  auto x = random_tensor<T>({30, 8, 7}, 500, false, rng);
+  x.idx[0][7] = 30;
+  const SparseTensor<T> empty({8, 7, 40});
+  EXPECT_THROW((void)contract(*cu, x, empty, parse_contract_spec("ijk,jkl->il")), Error);
+  EXPECT_THROW((void)contract(*cu, empty, x, parse_contract_spec("jkl,ijk->il")), Error);
 }
 
 // The sort assembly (every product's key sorted) stays available and correct.
