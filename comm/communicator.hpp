@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,13 @@ class Communicator {
                            std::vector<std::int64_t>* recvcounts_out = nullptr) const;
 };
 
+/// Displacements of blocks packed in rank order: the exclusive prefix sums of counts.
+inline std::vector<std::int64_t> displacements(const std::vector<std::int64_t>& counts) {
+  std::vector<std::int64_t> d(counts.size(), 0);
+  std::exclusive_scan(counts.begin(), counts.end(), d.begin(), std::int64_t{0});
+  return d;
+}
+
 /// Exchange counts (host) for alltoallv: returns recvcounts.
 std::vector<std::int64_t> exchange_counts(const Communicator& c,
                                           const std::vector<std::int64_t>& sendcounts);
@@ -124,11 +132,7 @@ std::vector<T> Communicator::alltoallv(const std::vector<T>& send,
                                        std::vector<std::int64_t>* recvcounts_out) const {
   const int p = size();
   std::vector<std::int64_t> recvcounts = exchange_counts(*this, sendcounts);
-  std::vector<std::int64_t> sd(p, 0), rd(p, 0);
-  for (int r = 1; r < p; ++r) {
-    sd[r] = sd[r - 1] + sendcounts[r - 1];
-    rd[r] = rd[r - 1] + recvcounts[r - 1];
-  }
+  const std::vector<std::int64_t> sd = displacements(sendcounts), rd = displacements(recvcounts);
   std::vector<T> recv(static_cast<std::size_t>(rd[p - 1] + recvcounts[p - 1]));
   alltoallv_raw(send.data(), sendcounts.data(), sd.data(), recv.data(), recvcounts.data(),
                 rd.data(), data_type_of<T>());

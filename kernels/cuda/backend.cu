@@ -94,8 +94,12 @@ class CudaBackend final : public Backend<T> {
   }
 
   Array<T> allocate(std::size_t n) override { return device_array<T>(n); }
-  void upload(const T* host, std::size_t n, T* dst) override { copy_in(host, n, dst); }
-  void download(const T* src, std::size_t n, T* host) override { copy_out(src, n, host); }
+  void upload(const T* host, std::size_t n, T* dst) override {
+    copy_sync(dst, host, n * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  void download(const T* src, std::size_t n, T* host) override {
+    copy_sync(host, src, n * sizeof(T), cudaMemcpyDeviceToHost);
+  }
 
   void copy(const T* src, std::size_t n, T* dst) override {
     if (n == 0 || src == dst) return;
@@ -111,10 +115,10 @@ class CudaBackend final : public Backend<T> {
 
   Array<double> allocate_double(std::size_t n) override { return device_array<double>(n); }
   void upload_double(const double* host, std::size_t n, double* dst) override {
-    copy_in(host, n, dst);
+    copy_sync(dst, host, n * sizeof(double), cudaMemcpyHostToDevice);
   }
   void download_double(const double* src, std::size_t n, double* host) override {
-    copy_out(src, n, host);
+    copy_sync(host, src, n * sizeof(double), cudaMemcpyDeviceToHost);
   }
   void wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double* S) override {
     DeviceGuard g(ctx_.device);
@@ -265,23 +269,12 @@ class CudaBackend final : public Backend<T> {
     // The deleter must not throw; cudaFree waits for work still using the block.
     return Array<U>(static_cast<U*>(p), n, [](U* q) { TESSERA_CUDA_CHECK_NOTHROW(cudaFree(q)); });
   }
-  /// Host -> device, complete on return: the caller may free or reuse `host` right away (it
-  /// may be pinned memory).
-  template <typename U>
-  void copy_in(const U* host, std::size_t n, U* dst) {
-    if (n == 0) return;
+  /// Host -> device or device -> host, complete on return: the caller may free or reuse
+  /// the host side right away (it may be pinned memory).
+  void copy_sync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return;
     DeviceGuard g(ctx_.device);
-    TESSERA_CUDA_CHECK(
-        cudaMemcpyAsync(dst, host, n * sizeof(U), cudaMemcpyHostToDevice, ctx_.stream));
-    ctx_.sync();
-  }
-  /// Device -> host, complete on return.
-  template <typename U>
-  void copy_out(const U* src, std::size_t n, U* host) {
-    if (n == 0) return;
-    DeviceGuard g(ctx_.device);
-    TESSERA_CUDA_CHECK(
-        cudaMemcpyAsync(host, src, n * sizeof(U), cudaMemcpyDeviceToHost, ctx_.stream));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, ctx_.stream));
     ctx_.sync();
   }
 

@@ -62,6 +62,7 @@
 #include <cuda/std/functional>
 #include <exception>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -272,7 +273,8 @@ struct Copy {
 /// k % threads), each with its own non-blocking stream that first waits for all work
 /// issued so far in legacy-stream order (kernels on a Context's stream and pooled
 /// allocations). Copies from or to pageable memory are staged by the driver on the calling
-/// thread, so concurrent threads overlap that staging. Measured on the H200 node
+/// thread, so concurrent threads overlap that staging; page-locked host memory (kept host
+/// buffers, Backend::pin_host) is copied by DMA. Measured on the H200 node
 /// (docs/perf/gpu-h200-sptc.md, "Phases"): one thread per output array is the faster
 /// download; uploads are no faster on more than one thread.
 void copy_parallel(int device, const std::vector<Copy>& copies, std::size_t threads) {
@@ -280,33 +282,6 @@ void copy_parallel(int device, const std::vector<Copy>& copies, std::size_t thre
   for (const Copy& c : copies)
     if (c.bytes > 0) pieces.push_back(c);
   if (pieces.empty()) return;
-  // TESSERA_CUDA_SPTC_PIN=1: page-lock the host side of every copy for its duration
-  // (cudaHostRegister), so the copies run as DMA without the driver's staging.
-  static const bool pin = [] {
-    const char* s = std::getenv("TESSERA_CUDA_SPTC_PIN");
-    return s != nullptr && std::string(s) == "1";
-  }();
-  std::size_t total = 0;
-  for (const Copy& c : pieces) total += c.bytes;
-  PhaseTrace tr("sptc copies (" + std::to_string(pieces.size()) + ", " +
-                std::to_string(total >> 20) + " MiB" + (pin ? ", page-locked" : "") + ")");
-  std::vector<void*> registered;
-  struct Unregister {
-    std::vector<void*>& r;
-    ~Unregister() {
-      for (void* p : r) TESSERA_CUDA_CHECK_NOTHROW(cudaHostUnregister(p));
-    }
-  } unregister{registered};
-  if (pin)
-    for (const Copy& c : copies) {
-      if (c.bytes == 0) continue;
-      void* h = const_cast<void*>(c.kind == cudaMemcpyHostToDevice ? c.src : c.dst);
-      if (cudaHostRegister(h, c.bytes, cudaHostRegisterDefault) == cudaSuccess)
-        registered.push_back(h);
-      else
-        (void)cudaGetLastError();
-    }
-  tr.mark("register");
   const std::size_t nt = std::clamp<std::size_t>(threads, 1, pieces.size());
   cudaEvent_t ready = nullptr;
   TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
@@ -338,10 +313,6 @@ void copy_parallel(int device, const std::vector<Copy>& copies, std::size_t thre
   TESSERA_CUDA_CHECK_NOTHROW(cudaEventDestroy(ready));
   for (auto& e : err)
     if (e) std::rethrow_exception(e);
-  tr.mark("copy");
-  for (void* p : registered) TESSERA_CUDA_CHECK_NOTHROW(cudaHostUnregister(p));
-  registered.clear();
-  tr.mark("unregister");
 }
 
 template <typename U>
@@ -379,15 +350,16 @@ i64 sum_runs(Context& ctx, DeviceMemory& tmp, cub::DoubleBuffer<u64>& k,
   return download_one(ctx, nruns);
 }
 
-/// Up to kMaxOrder coordinate columns of n nonzeros, for coord_max_kernel.
-struct CoordCols {
-  const index_t* col[kMaxOrder];
+/// Up to kMaxOrder coordinate columns (kernel argument): the input checks' and the
+/// routing's.
+struct ColPtrs {
   int n = 0;
+  const index_t* col[kMaxOrder] = {};
 };
 
 /// out[m] = max(out[m], largest coordinate of column m) for the columns of c (out zeroed by
 /// the caller): one read of the coordinates, a warp max, one atomic per warp and column.
-__global__ void coord_max_kernel(i64 n, CoordCols c, unsigned* out) {
+__global__ void coord_max_kernel(i64 n, ColPtrs c, unsigned* out) {
   const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
   for (int m = 0; m < c.n; ++m) {
     unsigned mx = 0;
@@ -439,7 +411,7 @@ struct DeviceTensor {
     alloc(mx, static_cast<std::size_t>(N) * sizeof(unsigned), "SpTC input checks");
     TESSERA_CUDA_CHECK(cudaMemsetAsync(mx.get(), 0, static_cast<std::size_t>(N) * sizeof(unsigned),
                                        ctx.stream));
-    CoordCols c;
+    ColPtrs c;
     c.n = N;
     for (int m = 0; m < N; ++m) c.col[m] = col(m);
     const int blocks = static_cast<int>(std::min<i64>((n + kBlock - 1) / kBlock, 4096));
@@ -1420,46 +1392,43 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
   {
     DeviceMemory flag, excl, crank;
     dalloc<u32>(crank, ny_, "SpTC column ranks");
-    // Column ranks. A column-code space of at most max(2^20, ny) cells gets a table over
-    // the codes (present flags, a scan; no sort of Y); a larger one sorts Y's column codes.
-    // Same ranks, representatives and codes either way.
+    // Column ranks: flags where a new column begins, over a table of the column codes when
+    // their space has at most max(2^20, ny) cells (no sort of Y), else over Y's column
+    // codes sorted; the scan of the flags ranks them. Same ranks, representatives and codes
+    // either way.
     const u128 ccells = cells(clen);
-    if (ccells <= std::max<u128>(u128{1} << 20, static_cast<u128>(ny_))) {
-      const i64 nc = static_cast<i64>(ccells);
-      DeviceMemory rep;
-      dalloc<u32>(rep, nc, "SpTC column table");
-      TESSERA_CUDA_CHECK(cudaMemsetAsync(rep.get(), 0xff, static_cast<std::size_t>(nc) * 4, ctx_.stream));
+    const bool table = ccells <= std::max<u128>(u128{1} << 20, static_cast<u128>(ny_));
+    const i64 nf = table ? static_cast<i64>(ccells) : ny_;  // flags (and one for the total)
+    DeviceMemory rep;
+    Sorted cs;
+    dalloc<i64>(flag, nf + 1, "SpTC flags");
+    dalloc<i64>(excl, nf + 1, "SpTC flags");
+    if (table) {
+      dalloc<u32>(rep, nf, "SpTC column table");
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(rep.get(), 0xff, static_cast<std::size_t>(nf) * 4, ctx_.stream));
       col_table_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ck, ptr<u32>(rep));
-      TESSERA_CUDA_CHECK(cudaGetLastError());
-      dalloc<i64>(flag, nc + 1, "SpTC flags");
-      dalloc<i64>(excl, nc + 1, "SpTC flags");
-      col_present_kernel<<<grid_for(nc + 1), kBlock, 0, ctx_.stream>>>(nc, ptr<u32>(rep),
+      col_present_kernel<<<grid_for(nf + 1), kBlock, 0, ctx_.stream>>>(nf, ptr<u32>(rep),
                                                                       ptr<i64>(flag));
-      TESSERA_CUDA_CHECK(cudaGetLastError());
-      ncols_ = scan(ptr<i64>(flag), ptr<i64>(excl), nc + 1);
-      dalloc<u32>(colrep_, ncols_, "SpTC columns");
-      dalloc<u64>(colkey, ncols_, "SpTC columns");
-      col_table_ranks_kernel<<<grid_for(nc), kBlock, 0, ctx_.stream>>>(
-          nc, ptr<u32>(rep), ptr<i64>(flag), ptr<i64>(excl), ptr<u32>(colrep_), ptr<u64>(colkey));
-      col_rank_of_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ck, ptr<i64>(excl),
-                                                                   ptr<u32>(crank));
-      TESSERA_CUDA_CHECK(cudaGetLastError());
     } else {
-      Sorted cs;
       sort_by_code(ck, ny_, cbits, "SpTC column keys", &cs);
-      dalloc<i64>(flag, ny_ + 1, "SpTC flags");
-      dalloc<i64>(excl, ny_ + 1, "SpTC flags");
       change_flags_kernel<<<grid_for(ny_ + 1), kBlock, 0, ctx_.stream>>>(ny_, cs.keys, 0,
                                                                          ptr<i64>(flag));
-      TESSERA_CUDA_CHECK(cudaGetLastError());
-      ncols_ = scan(ptr<i64>(flag), ptr<i64>(excl), ny_ + 1);
-      dalloc<u32>(colrep_, ncols_, "SpTC columns");
-      dalloc<u64>(colkey, ncols_, "SpTC columns");
+    }
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    ncols_ = scan(ptr<i64>(flag), ptr<i64>(excl), nf + 1);
+    dalloc<u32>(colrep_, ncols_, "SpTC columns");
+    dalloc<u64>(colkey, ncols_, "SpTC columns");
+    if (table) {
+      col_table_ranks_kernel<<<grid_for(nf), kBlock, 0, ctx_.stream>>>(
+          nf, ptr<u32>(rep), ptr<i64>(flag), ptr<i64>(excl), ptr<u32>(colrep_), ptr<u64>(colkey));
+      col_rank_of_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ck, ptr<i64>(excl),
+                                                                   ptr<u32>(crank));
+    } else {
       col_ranks_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
           ny_, ptr<i64>(flag), ptr<i64>(excl), cs.perm, cs.keys, ptr<u32>(crank),
           ptr<u32>(colrep_), ptr<u64>(colkey));
-      TESSERA_CUDA_CHECK(cudaGetLastError());
     }
+    TESSERA_CUDA_CHECK(cudaGetLastError());
     dalloc<u32>(ysc_, ny_, "SpTC sorted Y");
     dalloc<double>(ysv_, ny_, "SpTC sorted Y");
     y_sorted_kernel<T><<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
@@ -2402,13 +2371,8 @@ __device__ __forceinline__ u64 route_mix(u64 z) {
   return z ^ (z >> 31);
 }
 
-struct RouteModes {
-  int n = 0;
-  const index_t* col[kMaxOrder] = {};
-};
-
 /// dest[k] = the rank owning nonzero k's tuple of the modes m; iota[k] = k.
-__global__ void route_owner_kernel(i64 n, RouteModes m, unsigned P, unsigned* dest,
+__global__ void route_owner_kernel(i64 n, ColPtrs m, unsigned P, unsigned* dest,
                                    index_t* iota) {
   const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
   for (i64 k = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
@@ -2536,7 +2500,7 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
     alloc(dest1, static_cast<std::size_t>(nx_local) * 4, "SpTC routing");
     alloc(perm, static_cast<std::size_t>(nx_local) * sizeof(index_t), "SpTC routing");
     alloc(perm1, static_cast<std::size_t>(nx_local) * sizeof(index_t), "SpTC routing");
-    RouteModes rm;
+    ColPtrs rm;
     rm.n = static_cast<int>(free_modes.size());
     for (int j = 0; j < rm.n; ++j) rm.col[j] = exd.col(free_modes[static_cast<std::size_t>(j)]);
     route_owner_kernel<<<grid_for(nx_local), kBlock, 0, ctx.stream>>>(
@@ -2573,23 +2537,15 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
 
   // ---- exchanges over the data communicator ----
   const std::vector<std::int64_t> recvcounts = comm::exchange_counts(host, sendcounts);
-  std::vector<std::int64_t> sd(static_cast<std::size_t>(P), 0), rd(static_cast<std::size_t>(P), 0);
-  for (int p = 1; p < P; ++p) {
-    sd[static_cast<std::size_t>(p)] =
-        sd[static_cast<std::size_t>(p) - 1] + sendcounts[static_cast<std::size_t>(p) - 1];
-    rd[static_cast<std::size_t>(p)] =
-        rd[static_cast<std::size_t>(p) - 1] + recvcounts[static_cast<std::size_t>(p) - 1];
-  }
-  i64 nx = 0;
-  for (auto v : recvcounts) nx += v;
+  const std::vector<std::int64_t> sd = comm::displacements(sendcounts),
+                                  rd = comm::displacements(recvcounts);
+  const i64 nx = std::accumulate(recvcounts.begin(), recvcounts.end(), i64{0});
   std::vector<std::int64_t> ycounts(static_cast<std::size_t>(P), 0);
   host.allgather(&ny_local, ycounts.data(), 1);
-  std::vector<std::int64_t> ysc(static_cast<std::size_t>(P), ny_local), ysd(static_cast<std::size_t>(P), 0),
-      yrd(static_cast<std::size_t>(P), 0);
-  for (int p = 1; p < P; ++p)
-    yrd[static_cast<std::size_t>(p)] =
-        yrd[static_cast<std::size_t>(p) - 1] + ycounts[static_cast<std::size_t>(p) - 1];
-  const i64 ny = yrd[static_cast<std::size_t>(P) - 1] + ycounts[static_cast<std::size_t>(P) - 1];
+  // The whole local share to every peer, from offset 0; received in rank order.
+  const std::vector<std::int64_t> ysc(static_cast<std::size_t>(P), ny_local),
+      ysd(static_cast<std::size_t>(P), 0), yrd = comm::displacements(ycounts);
+  const i64 ny = std::accumulate(ycounts.begin(), ycounts.end(), i64{0});
   tr.mark("counts");
   DeviceTensor<T> xr, yr;
   comm::run_collectively(host, [&] {

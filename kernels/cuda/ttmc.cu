@@ -398,24 +398,18 @@ void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in) {
                     "TTMc launch too large: " << p.nnz << " nonzeros, " << p.C
                                               << " columns; split the block or lower the ranks");
     const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by));
-    if constexpr (std::is_same_v<T, float>) {
-      // Register-blocked, 4 nonzeros per lane step, 2 blocks per SM (no spills): measured
-      // fastest of 8 variants on an H200 (docs/perf/gpu-h200-tucker.md).
-      if (p.nin == 2)
-        ttmc_block_kernel<T, 2, 4, 2, true><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
-      else if (p.nin == 3)
-        ttmc_block_kernel<T, 3, 4, 2, true><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
-      else
-        ttmc_block_kernel<T, 0, 1, 3, false><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
-    } else {
-      // double: one nonzero per step (more registers per step spill: 2x slower measured).
-      if (p.nin == 2)
-        ttmc_block_kernel<T, 2, 1, 3, false><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
-      else if (p.nin == 3)
-        ttmc_block_kernel<T, 3, 1, 3, false><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
-      else
-        ttmc_block_kernel<T, 0, 1, 3, false><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(p);
-    }
+    // float: register-blocked, 4 nonzeros per lane step, 2 blocks per SM, prefetched (no
+    // spills): measured fastest of 8 variants on an H200 (docs/perf/gpu-h200-tucker.md).
+    // double: one nonzero per step (more registers per step spill: 2x slower measured).
+    constexpr bool kFloat = std::is_same_v<T, float>;
+    constexpr int kStep = kFloat ? 4 : 1, kMinBlocks = kFloat ? 2 : 3;
+    constexpr unsigned kThreads = kWarpsPerBlock * kWarp;
+    if (p.nin == 2)
+      ttmc_block_kernel<T, 2, kStep, kMinBlocks, kFloat><<<grid, kThreads, 0, stream>>>(p);
+    else if (p.nin == 3)
+      ttmc_block_kernel<T, 3, kStep, kMinBlocks, kFloat><<<grid, kThreads, 0, stream>>>(p);
+    else
+      ttmc_block_kernel<T, 0, 1, 3, false><<<grid, kThreads, 0, stream>>>(p);
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <sstream>
 
 #include "io/h5store.hpp"
@@ -61,10 +62,7 @@ Route plan_route(const SparseTensor<T>& t, const std::vector<int>& modes,
   Route r;
   r.sendcounts.assign(static_cast<std::size_t>(P), 0);
   for (int d : dest) ++r.sendcounts[static_cast<std::size_t>(d)];
-  std::vector<std::int64_t> off(static_cast<std::size_t>(P), 0);
-  for (int p = 1; p < P; ++p)
-    off[static_cast<std::size_t>(p)] =
-        off[static_cast<std::size_t>(p) - 1] + r.sendcounts[static_cast<std::size_t>(p) - 1];
+  std::vector<std::int64_t> off = comm::displacements(r.sendcounts);
   r.order.resize(static_cast<std::size_t>(n));
   for (std::int64_t k = 0; k < n; ++k)
     r.order[static_cast<std::size_t>(
@@ -79,14 +77,8 @@ Route plan_route(const SparseTensor<T>& t, const std::vector<int>& modes,
 template <typename T>
 SparseTensor<T> execute_route(const SparseTensor<T>& t, const Route& r,
                               const comm::Communicator& c) {
-  const int P = c.size();
-  std::vector<std::int64_t> sd(static_cast<std::size_t>(P), 0), rd(static_cast<std::size_t>(P), 0);
-  for (int p = 1; p < P; ++p) {
-    sd[static_cast<std::size_t>(p)] =
-        sd[static_cast<std::size_t>(p) - 1] + r.sendcounts[static_cast<std::size_t>(p) - 1];
-    rd[static_cast<std::size_t>(p)] =
-        rd[static_cast<std::size_t>(p) - 1] + r.recvcounts[static_cast<std::size_t>(p) - 1];
-  }
+  const std::vector<std::int64_t> sd = comm::displacements(r.sendcounts),
+                                  rd = comm::displacements(r.recvcounts);
   const auto n = static_cast<std::int64_t>(r.order.size());
   SparseTensor<T> out(t.dims);
   {
@@ -183,6 +175,16 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
     }
   } kept{buffers};
   ContractResult<T> res;
+  // The rank's share ends in res.local, or in the buffers: written there by the backend
+  // (`in_buffers`), else handed over.
+  auto finish = [&](SparseTensor<T>&& local, bool in_buffers) {
+    local.dims = res.dims;
+    if (buffers != nullptr && !in_buffers) buffers->take(std::move(local));
+    res.local = buffers ? SparseTensor<T>(res.dims) : std::move(local);
+    const SparseTensor<T>& share = buffers ? buffers->result() : res.local;
+    res.global_nnz = c.allreduce_value(static_cast<std::int64_t>(share.nnz()));
+    kept.done = true;
+  };
   // Global dims are the same on every rank: these errors are agreed without a collective.
   res.dims = kernels::contract_output_dims(spec, x.dims, y.dims);
   const int N = spec.out_order();
@@ -233,11 +235,7 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                   (info.replicated == 1 ? "Y" : "X") +
                   " copied to every rank, over the data communicator; no output merge");
       }
-      res.local = buffers ? SparseTensor<T>(res.dims) : std::move(local);
-      res.local.dims = res.dims;
-      const SparseTensor<T>& share = buffers ? buffers->result() : res.local;
-      res.global_nnz = c.allreduce_value(static_cast<std::int64_t>(share.nnz()));
-      kept.done = true;
+      finish(std::move(local), true);
       return res;
     }
   }
@@ -367,18 +365,11 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
     nnz_t merge_zeros = 0;
     comm::run_collectively(c, [&] { kernels::sort_sum_drop_zeros(recv, 0, &merge_zeros); });
     zeros += merge_zeros;
-    res.local = std::move(recv);
+    part = std::move(recv);  // the merged share
     res.phases.add("merge", t.seconds());
-  } else if (!into) {
-    res.local = std::move(part);
   }
-  res.local.dims = res.dims;
-  if (buffers != nullptr && !into) buffers->take(std::move(res.local));
-  if (buffers != nullptr) res.local = SparseTensor<T>(res.dims);
-  const SparseTensor<T>& share = buffers ? buffers->result() : res.local;
-  res.global_nnz = c.allreduce_value(static_cast<std::int64_t>(share.nnz()));
+  finish(std::move(part), into);
   res.global_zeros_dropped = c.allreduce_value(zeros);
-  kept.done = true;
   return res;
 }
 
@@ -455,12 +446,9 @@ SparseTensor<T> gather(const SparseTensor<T>& local, const comm::Communicator& c
   std::vector<std::int64_t> send(static_cast<std::size_t>(P), 0);
   send[static_cast<std::size_t>(root)] = local.nnz();
   const auto recv = comm::exchange_counts(c, send);
-  std::vector<std::int64_t> sd(static_cast<std::size_t>(P), 0), rd(static_cast<std::size_t>(P), 0);
-  std::int64_t total = 0;
-  for (int p = 0; p < P; ++p) {
-    rd[static_cast<std::size_t>(p)] = total;
-    total += recv[static_cast<std::size_t>(p)];
-  }
+  const std::vector<std::int64_t> sd(static_cast<std::size_t>(P), 0),
+      rd = comm::displacements(recv);
+  const std::int64_t total = std::accumulate(recv.begin(), recv.end(), std::int64_t{0});
   for (int m = 0; m < local.order(); ++m) {
     out.idx[static_cast<std::size_t>(m)].resize(static_cast<std::size_t>(total));
     c.alltoallv_raw(local.idx[static_cast<std::size_t>(m)].data(), send.data(), sd.data(),
