@@ -26,7 +26,9 @@
 #include "comm/nccl_communicator.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "io/h5store.hpp"
 #include "kernels/ttmc.hpp"
+#include "plan/measure.hpp"
 #include "tensor/synthetic.hpp"
 #include "util/log.hpp"
 
@@ -353,6 +355,91 @@ void run_tucker_bench(const BenchArgs& a, BenchInput<T>& in, Compute<T>& cx,
   }
 }
 
+/// The bench's memory plan, made before anything large is allocated: a generated tensor or
+/// an HDF5 store from its header, a text file after its read (bench_input). The bench
+/// measures resident kernels: a plan whose first fitting tier is not 1 is refused with the
+/// command that streams it instead.
+template <typename T>
+plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims, nnz_t nnz,
+                      const std::string& path, kernels::BackendKind kind,
+                      const comm::MpiCommunicator& world) {
+  plan::Request req;
+  req.workload = a.what == "ttmc" || a.what == "tucker" ? plan::Workload::tucker
+                 : a.what == "cp"                       ? plan::Workload::cp
+                                                        : plan::Workload::mttkrp;
+  req.backend = kind == kernels::BackendKind::cuda        ? plan::Backend::cuda
+                : kind == kernels::BackendKind::reference ? plan::Backend::reference
+                                                          : plan::Backend::cpu;
+  req.value_bytes = static_cast<int>(sizeof(T));
+  req.ranks = world.size();
+  req.threads = effective_threads(a.run.threads);
+  req.cp_rank = a.rank;
+  req.tucker_ranks = std::vector<int>(dims.size(), a.rank);
+  if (!a.ranks.empty() && req.workload == plan::Workload::tucker)
+    req.tucker_ranks = algo::parse_ranks(a.ranks, static_cast<int>(dims.size()));
+  req.allreduce = a.run.strategy == "allreduce";
+  req.force_tier = 1;
+  // measure_bandwidth's two arrays: 512 MiB each on the host, 2 GiB each on a device.
+  if (kind == kernels::BackendKind::cuda)
+    req.extra.push_back({"bandwidth probe (2 arrays)", 0, std::uint64_t(4) << 30, 0, ""});
+  else
+    req.extra.push_back({"bandwidth probe (2 arrays)", std::uint64_t(1) << 30, 0, 0, ""});
+  comm::run_collectively(world, [&] {
+    if (!a.run.host_budget.empty())
+      req.host_budget = plan::parse_bytes(a.run.host_budget, "--host-budget");
+    if (!a.run.device_budget.empty())
+      req.device_budget = plan::parse_bytes(a.run.device_budget, "--device-budget");
+  });
+  plan::TensorFacts facts;
+  if (path.empty()) {
+    facts.generated = true;
+    facts.dims = dims;
+    facts.nnz = nnz;
+  } else {
+    facts = plan::facts_of_file(path, world);
+    if (!facts.store) {  // text, already read: plan what follows
+      facts.dims = dims;
+      facts.nnz = nnz;
+      facts.unique = 1;
+    }
+  }
+  const plan::Limits lim = plan::measure_limits(world, req.backend, ".");
+  plan::Plan p = plan::make_plan(req, facts, lim);
+  if (!p.fits && req.device_budget && kind == kernels::BackendKind::cuda) {
+    // An explicit device budget under the resident copies: the cuda backend's own streamed
+    // format (sorted copies in pinned host memory, docs/design-decisions.md) is what the
+    // bench then measures; the host side must still fit.
+    plan::Request host_only = req;
+    host_only.device_budget.reset();
+    plan::Limits big = lim;
+    big.device.bytes = ~std::uint64_t(0) >> 1;
+    const plan::Plan q = plan::make_plan(host_only, facts, big);
+    if (q.fits) {
+      log::info(
+          "bench: --device-budget is under the resident copies: the cuda backend streams "
+          "its sorted copies from pinned host memory");
+      p = q;
+      p.device_budget = *req.device_budget;
+    }
+  }
+  if (!p.fits) {
+    req.force_tier = 0;
+    const plan::Plan any = plan::make_plan(req, facts, lim);
+    std::string hint;
+    if (any.fits)
+      hint = " (the planner would stream it in tier " + std::to_string(any.tier) +
+             ": run `tessera cp " + (path.empty() ? std::string("X.h5") : path) +
+             "` for that; bench measures resident kernels)";
+    else if (path.empty())
+      hint = " (write it with `tessera generate --dims " + a.gen_dims +
+             " --nnz N --structure sampled --out X.h5` and run `tessera cp X.h5`, which "
+             "streams it)";
+    comm::run_collectively(world, [&] { TESSERA_INPUT_CHECK(false, p.refusal + hint); });
+  }
+  log::info(p.summary());
+  return p;
+}
+
 template <typename T>
 void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
   const auto strategy = algo::parse_comm_strategy(a.run.strategy);
@@ -361,7 +448,25 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
   auto cx = make_compute<T>(a.run, world);
   const auto kind = cx.kind;
   auto& be = cx.backend;
+  PeakSampler peaks(kind == kernels::BackendKind::cuda);
+  plan::Plan bp;
+  const bool header_plan = a.load.path.empty() || io::is_tensor_store(a.load.path, world);
+  if (header_plan) {
+    std::vector<std::uint64_t> dims;
+    nnz_t nnz = 0;
+    if (a.load.path.empty()) {
+      comm::run_collectively(world, [&] { dims = parse_dims(a.gen_dims); });
+      nnz = static_cast<nnz_t>(a.gen_nnz);
+    } else {
+      const auto h = io::read_h5_info(a.load.path, world);
+      dims = h.dims;
+      nnz = h.nnz;
+    }
+    bp = bench_plan<T>(a, dims, nnz, a.load.path, kind, world);
+    if (kind == kernels::BackendKind::cuda) be->set_memory_budget(bp.device_budget);
+  }
   auto in = bench_input<T>(a, scheme, world, *be);
+  if (!header_plan) bp = bench_plan<T>(a, in.dims, in.global_nnz, a.load.path, kind, world);
   const int N = static_cast<int>(in.dims.size());
   const int R = a.rank;
   const double bw = measure_bandwidth(*be, a.run.threads);
@@ -542,6 +647,7 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
       j["prepare_seconds"] = in.prepare_seconds;
     }
   }
+  j["memory_plan"] = memory_record(bp, peaks, world);
   write_json(a.run.json, j, world);
 }
 

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +16,8 @@
 #include "contract_common.hpp"
 #include "io/h5store.hpp"
 #include "kernels/sptc.hpp"
+#include "partition/partition.hpp"
+#include "plan/measure.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -135,6 +139,141 @@ void check_output_path(const std::string& out) {
                       "--out '" << out << "': folder '" << dir.string() << "' is not writable");
 }
 
+/// Writes an output made in pieces (algo::ContractPieceSink) so that memory holds one
+/// piece: every piece is redistributed into contiguous ranges of the global order
+/// (partition::distribute, as algo::write_sorted) and
+///  - text (.tns, .tns.gz): written as its own file next to the output, the files joined
+///    in piece order by rank 0 at the end (each keeps its '#' line, which readers skip;
+///    gzip members concatenate into one valid stream);
+///  - .h5: spilled raw to a file per rank next to the output, then written into one store
+///    (io::H5TensorWriter) once the total is known, piece by piece.
+/// The pieces are ascending ranges of output mode 0, so the file is in global order.
+template <typename T>
+class PieceFileSink final : public algo::ContractPieceSink<T> {
+ public:
+  PieceFileSink(std::string path, std::string source, std::vector<std::uint64_t> dims,
+                const comm::MpiCommunicator& world)
+      : path_(std::move(path)), source_(std::move(source)), dims_(std::move(dims)), w_(world) {
+    h5_ = io::has_h5_extension(path_);
+  }
+  ~PieceFileSink() override {
+    for (const auto& f : parts_) std::remove(f.c_str());
+    if (!spill_.empty()) std::remove(spill_.c_str());
+  }
+  std::size_t bytes_per_entry() const override {
+    // The double copy, distribute's sort and exchange (about three copies of a double entry).
+    return 3 * (dims_.size() * sizeof(index_t) + sizeof(double));
+  }
+  void put(SparseTensor<T>&& share, int piece) override {
+    if (!h5_) {
+      // The part's name tells write_tns whether to compress.
+      const std::string part = path_ + ".piece" + std::to_string(piece) +
+                               (path_.ends_with(".gz") ? ".tmp.tns.gz" : ".tmp.tns");
+      algo::write_sorted(part, share, w_, source_);
+      parts_.push_back(part);
+      return;
+    }
+    SparseTensor<double> copy = share.template cast<double>();
+    share = SparseTensor<T>();
+    auto d = partition::distribute(std::move(copy), partition::Scheme::nnz, {}, w_);
+    const SparseTensor<double>& b = d.block;
+    const std::int64_t n = static_cast<std::int64_t>(b.nnz());
+    std::int64_t before = 0;  // this rank's offset within the piece
+    {
+      std::vector<std::int64_t> all(static_cast<std::size_t>(w_.size()), 0);
+      all[static_cast<std::size_t>(w_.rank())] = n;
+      w_.allreduce(all.data(), w_.size());
+      for (int r = 0; r < w_.rank(); ++r) before += all[static_cast<std::size_t>(r)];
+      Run run{written_ + before, n};
+      for (auto v : all) written_ += v;
+      runs_.push_back(run);
+    }
+    comm::run_collectively(w_, [&] {
+      if (spill_.empty()) {
+        spill_ = path_ + ".spill-r" + std::to_string(w_.rank()) + ".tmp";
+        out_.open(spill_, std::ios::binary | std::ios::trunc);
+      }
+      for (const auto& col : b.idx)
+        out_.write(reinterpret_cast<const char*>(col.data()),
+                   static_cast<std::streamsize>(col.size() * sizeof(index_t)));
+      out_.write(reinterpret_cast<const char*>(b.vals.data()),
+                 static_cast<std::streamsize>(b.vals.size() * sizeof(double)));
+      out_.flush();
+      TESSERA_INPUT_CHECK(out_.good(), "--out '" << path_ << "': cannot write the spill file '"
+                                                 << spill_ << "' (disk full?)");
+    });
+  }
+  /// Collective: the output file from the pieces.
+  void finish() {
+    if (!h5_) {
+      comm::run_collectively(w_, [&] {
+        if (w_.rank() != 0) return;
+        const std::string tmp = path_ + ".joined.tmp";
+        {
+          std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
+          for (const auto& f : parts_) {
+            std::ifstream i(f, std::ios::binary);
+            o << i.rdbuf();
+          }
+          TESSERA_INPUT_CHECK(o.good(), "--out '" << path_ << "': cannot write '" << tmp << "'");
+        }
+        TESSERA_INPUT_CHECK(std::rename(tmp.c_str(), path_.c_str()) == 0,
+                            "cannot rename '" << tmp << "' to '" << path_ << "'");
+      });
+      w_.barrier();
+      return;
+    }
+    out_.close();
+    io::H5Header h;
+    h.dims = dims_;
+    h.nnz = written_;
+    h.has_duplicates = 0;
+    h.source = source_;
+    io::H5TensorWriter wr(path_, h, w_);
+    std::ifstream in;
+    comm::run_collectively(w_, [&] {
+      if (!spill_.empty()) in.open(spill_, std::ios::binary);
+    });
+    const int N = static_cast<int>(dims_.size());
+    for (const Run& r : runs_) {
+      std::vector<std::vector<index_t>> idx(static_cast<std::size_t>(N));
+      std::vector<double> vals(static_cast<std::size_t>(r.count));
+      comm::run_collectively(w_, [&] {
+        for (auto& col : idx) {
+          col.resize(static_cast<std::size_t>(r.count));
+          in.read(reinterpret_cast<char*>(col.data()),
+                  static_cast<std::streamsize>(col.size() * sizeof(index_t)));
+        }
+        in.read(reinterpret_cast<char*>(vals.data()),
+                static_cast<std::streamsize>(vals.size() * sizeof(double)));
+        TESSERA_INPUT_CHECK(r.count == 0 || in.good(),
+                            "--out '" << path_ << "': cannot read back '" << spill_ << "'");
+      });
+      io::H5Piece pc;
+      pc.first = r.first;
+      pc.count = r.count;
+      for (int m = 0; m < N; ++m) pc.idx[m] = idx[static_cast<std::size_t>(m)].data();
+      pc.vals = vals.data();
+      wr.write(std::vector<io::H5Piece>{pc});
+    }
+    wr.commit();
+  }
+
+ private:
+  struct Run {
+    std::int64_t first = 0, count = 0;
+  };
+  std::string path_, source_;
+  std::vector<std::uint64_t> dims_;
+  const comm::MpiCommunicator& w_;
+  bool h5_ = false;
+  std::vector<std::string> parts_;
+  std::string spill_;
+  std::ofstream out_;
+  std::vector<Run> runs_;
+  std::int64_t written_ = 0;
+};
+
 template <typename T>
 void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
   Timer total;
@@ -150,7 +289,25 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
     if (!a.mem_limit.empty()) o.memory_limit = parse_bytes(a.mem_limit, "--mem-limit");
     io::parse_index_base(a.load.index_base);
   });
-  if (a.mem_limit.empty()) o.memory_limit = default_memory_limit(world);
+  {
+    // The planner's measured limits (host: MemAvailable, cgroup, Slurm, shared by the
+    // node's ranks; device: the GPU's free memory less a reserve), agreed over the ranks.
+    const auto kind0 = kernels::parse_backend(a.run.backend);
+    const bool cuda = kind0 == kernels::BackendKind::cuda;
+    const plan::Limits lim =
+        plan::measure_limits(world, cuda ? plan::Backend::cuda : plan::Backend::cpu, "");
+    if (a.mem_limit.empty()) {
+      o.memory_limit = static_cast<std::size_t>(lim.host.bytes);
+      o.memory_limit_source = lim.host.source;
+    } else {
+      o.memory_limit_source = "--mem-limit " + a.mem_limit;
+    }
+    if (cuda && lim.device.known()) {
+      o.device_limit = static_cast<std::size_t>(lim.device.bytes);
+      o.device_limit_source = lim.device.source;
+    }
+  }
+  o.dry_run = a.run.dry_run;
   if (a.run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to contract: nonzeros are routed by hashes");
 
@@ -170,12 +327,36 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
   const SparseTensor<T>& X = in.x;
   const SparseTensor<T>& Y = in.same ? in.x : in.y;
 
+  const std::string source = "tessera contract " + a.x + " " + a.y + " --einsum " + spec.text;
+  std::unique_ptr<PieceFileSink<T>> sink;
+  if (!a.out.empty())  // a dry run plans with it (nothing is put)
+    sink = std::make_unique<PieceFileSink<T>>(a.out, source, out_dims, world);
   algo::ContractResult<T> res;
   try {
-    res = algo::contract(X, Y, spec, *cx.backend, world, o);
+    res = algo::contract<T>(X, Y, spec, *cx.backend, world, o, nullptr, sink.get());
   } catch (const InputError& e) {
     // algo::contract decides its InputErrors from data every rank shares: agreed already.
     throw CollectiveError(e.what());
+  }
+  if (res.dry_run) {
+    if (world.rank() == 0)
+      std::printf(
+          "contract plan (%s; the counts need the inputs read, routed and matched, "
+          "which this dry run did):\n  %s\n  host data peak per rank %s, output pieces "
+          "%d\n",
+          spec.text.c_str(), res.piece_plan.reason.c_str(),
+          human_bytes(static_cast<double>(res.piece_plan.host_bytes)).c_str(),
+          res.piece_plan.pieces);
+    if (!a.run.json.empty()) {
+      nlohmann::json j;
+      j["command"] = "contract";
+      j["dry_run"] = true;
+      j["memory_plan"] = res.piece_plan.to_json();
+      j["products"] = res.global_products;
+      j["partial_output_entries"] = res.global_partial_entries;
+      write_json(a.run.json, j, world);
+    }
+    return;
   }
   const double compute_s = res.phases.get("route_inputs") + res.phases.get("plan") +
                            res.phases.get("multiply") + res.phases.get("route_output") +
@@ -202,8 +383,11 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
   double write_s = 0;
   if (!a.out.empty()) {
     Timer tw;
-    algo::write_sorted(a.out, res.local, world,
-                       "tessera contract " + a.x + " " + a.y + " --einsum " + spec.text);
+    if (res.streamed) {
+      sink->finish();
+    } else {
+      algo::write_sorted(a.out, res.local, world, source);
+    }
     write_s = tw.seconds();
     log::info("Z written to " + a.out + " (" + std::to_string(write_s) + " s)");
   }
@@ -244,6 +428,8 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
     ph["write"] = write_s;
     ph["total"] = total.seconds();
     j["phases_seconds"] = ph;
+    j["pieces"] = res.pieces;
+    j["memory_plan"] = res.piece_plan.to_json();
     j["memory_estimate_bytes_per_rank"] = {
         {"total", res.memory.total_bytes},         {"mean_total", res.memory.mean_total_bytes},
         {"inputs", res.memory.input_bytes},        {"routed", res.memory.routed_bytes},
@@ -278,9 +464,10 @@ void add_contract(CLI::App& app, Runner& run) {
                   "Write Z here: .tns or .tns.gz (FROSTT text, 1-based) or .h5 (HDF5 tensor "
                   "store), in lexicographic order");
   sub->add_option("--mem-limit,--max-mem", a->mem_limit,
-                  "Memory per rank the contraction may use, e.g. 8G (K/M/G/T = 1024^k); the run "
-                  "is refused before multiplying when the estimate is over it. Default: 3/4 of "
-                  "the node's memory shared by its ranks");
+                  "Memory per rank the contraction may use, e.g. 8G (K/M/G/T = 1024^k); when the "
+                  "output does not fit, it is made in pieces (written piece by piece with "
+                  "--out); refused when even the inputs do not fit. Default: the planner's "
+                  "measured host limit (tessera plan)");
   sub->add_flag("--extend-dims", a->extend_dims,
                 "Give matched modes of unequal lengths the larger one (a .tns mode's length is "
                 "its largest coordinate); without it unequal lengths are an error");

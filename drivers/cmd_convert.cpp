@@ -1,8 +1,10 @@
 // tessera convert IN OUT: between FROSTT text (.tns, .tns.gz) and the HDF5 tensor store
 // (.h5), in either direction, in parallel over the ranks (text is parsed and formatted on
-// every rank; the store is read and written by every rank). Reports the throughput in
-// nonzeros (data lines) per second and MB/s, next to a plain sequential read of the input
-// when asked (--compare-sequential-read).
+// every rank; the store is read and written by every rank). A store written by convert has
+// unique coordinates (has_duplicates = 0): repeated coordinates of a text input, or of a
+// store with has_duplicates != 0 (streamed piece by piece), are summed in input order by
+// io::UniqueWriter. Reports the throughput in nonzeros (data lines) per second and MB/s,
+// next to a plain sequential read of the input when asked (--compare-sequential-read).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,10 +13,12 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "io/dedup.hpp"
 #include "io/h5store.hpp"
 #include "io/tns.hpp"
 #include "util/log.hpp"
@@ -23,8 +27,9 @@ namespace tessera::driver {
 namespace {
 
 struct ConvertArgs {
-  std::string in, out, index_base = "1", value_type = "float64", json;
+  std::string in, out, index_base = "1", value_type = "float64", json, dedup_memory, scratch;
   std::uint64_t chunk = io::kDefaultChunkElems;
+  double piece = 4.0 * (1 << 20);
   int compress = 0;
   bool compare_sequential = false;
 };
@@ -62,13 +67,21 @@ std::pair<double, double> sequential_read(const std::string& path, const comm::C
 void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
   Timer total;
   io::H5WriteOptions wo;
+  io::UniqueWriterOptions uo;
   comm::run_collectively(world, [&] {
     wo.value_type = io::parse_value_type(a.value_type);
     TESSERA_INPUT_CHECK(a.compress >= 0 && a.compress <= 9,
                         "--compress must be 0 (off) to 9, got " << a.compress);
     TESSERA_INPUT_CHECK(a.chunk >= 1 && a.chunk <= (std::uint64_t(1) << 28),
                         "--chunk must be 1 to 2^28 nonzeros, got " << a.chunk);
+    TESSERA_INPUT_CHECK(a.piece >= 1 && a.piece < 1e12,
+                        "--piece must be at least 1 (got " << a.piece << ")");
+    if (!a.dedup_memory.empty()) uo.memory_limit = parse_bytes(a.dedup_memory, "--dedup-memory");
   });
+  if (a.dedup_memory.empty()) uo.memory_limit = default_memory_limit(world) / 2;
+  uo.policy = io::MergePolicy::sum;
+  uo.scratch_dir = a.scratch;
+  const auto piece = static_cast<nnz_t>(a.piece);
   wo.deflate = a.compress;
   wo.chunk_elems = a.chunk;
 
@@ -84,13 +97,65 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
     log::info(line);
   }
 
-  // Read.
+  // Read. A store is written with unique coordinates: a text input, or a store that may
+  // hold repeats, goes through the unique writer (a store is streamed into it piece by
+  // piece, a text file after the parallel parse).
   const bool in_store = io::is_tensor_store(a.in, world);
   const bool out_store = io::has_h5_extension(a.out);
+  std::optional<io::H5TensorInfo> in_info;
+  if (in_store) in_info = io::read_h5_info(a.in, world);
+  const bool dedup = out_store && (!in_store || in_info->has_duplicates != 0);
   Timer t;
   io::TnsReadResult rr;
   io::H5Header meta;
-  if (in_store) {
+  std::unique_ptr<io::UniqueWriter> uw;
+  // Adds this rank's nonzeros, entry ids (input positions) from first_id, in rounds of
+  // `piece` (every rank the same number of add() calls).
+  auto add_all = [&](const SparseTensor<double>& x, nnz_t first_id) {
+    const nnz_t rounds =
+        world.allreduce_value<nnz_t>((x.nnz() + piece - 1) / piece, comm::ReduceOp::max);
+    for (nnz_t r = 0; r < rounds; ++r) {
+      const nnz_t at = std::min(r * piece, x.nnz());
+      const nnz_t n = std::min(piece, x.nnz() - at);
+      const index_t* ptr[kMaxOrder] = {};
+      for (int m = 0; m < x.order(); ++m) ptr[m] = x.idx[static_cast<std::size_t>(m)].data() + at;
+      uw->add(n, ptr, x.vals.data() + at, static_cast<std::uint64_t>(first_id + at));
+    }
+  };
+  if (in_store && dedup) {
+    const io::H5TensorInfo& h = *in_info;
+    log::info(a.in + " has " +
+              (h.has_duplicates == 1 ? std::string("repeated coordinates")
+                                     : std::string("not been checked for repeated coordinates")) +
+              " (has_duplicates = " + std::to_string(h.has_duplicates) +
+              "): summing repeats while writing " + a.out);
+    meta.source_index_base = h.source_index_base;
+    meta.source = h.source;
+    uw = std::make_unique<io::UniqueWriter>(a.out, h.order, world, uo);
+    uw->expect(static_cast<std::uint64_t>(h.nnz));
+    const int P = world.size(), me = world.rank();
+    const auto lo = static_cast<nnz_t>(static_cast<__int128>(h.nnz) * me / P);
+    const auto hi = static_cast<nnz_t>(static_cast<__int128>(h.nnz) * (me + 1) / P);
+    std::unique_ptr<io::H5TensorReader> rd;
+    comm::run_collectively(world, [&] { rd = std::make_unique<io::H5TensorReader>(a.in); });
+    const nnz_t rounds =
+        world.allreduce_value<nnz_t>((hi - lo + piece - 1) / piece, comm::ReduceOp::max);
+    SparseTensor<double> x;
+    for (nnz_t r = 0; r < rounds; ++r) {
+      const nnz_t first = std::min(lo + r * piece, hi);
+      const nnz_t n = std::min(piece, hi - first);
+      comm::run_collectively(world, [&] {
+        x = SparseTensor<double>(h.dims);
+        if (n > 0) rd->read(first, n, &x);
+      });
+      const index_t* ptr[kMaxOrder] = {};
+      for (int m = 0; m < h.order; ++m) ptr[m] = x.idx[static_cast<std::size_t>(m)].data();
+      uw->add(n, ptr, x.vals.data(), static_cast<std::uint64_t>(first));
+    }
+    rr.global_nnz = h.nnz;
+    rr.bytes = h.file_bytes;
+    rr.local = SparseTensor<double>(h.dims);
+  } else if (in_store) {
     io::H5ReadOptions ro;
     ro.by_block = false;  // keep the stored order
     auto hr = io::read_h5(a.in, world, ro);
@@ -104,6 +169,19 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
     rr = io::read_tns(a.in, world, ro);
     meta.source_index_base = rr.index_base;
     meta.source = "converted from " + a.in;
+    if (dedup) {
+      // Entry ids: positions in the file (the ranks hold consecutive runs of lines).
+      const nnz_t mine = rr.local.nnz();
+      std::vector<nnz_t> counts(static_cast<std::size_t>(world.size()), 0);
+      world.allgather(&mine, counts.data(), 1);
+      nnz_t first = 0;
+      for (int q = 0; q < world.rank(); ++q) first += counts[static_cast<std::size_t>(q)];
+      uw = std::make_unique<io::UniqueWriter>(a.out, rr.local.order(), world, uo);
+      uw->expect(static_cast<std::uint64_t>(rr.global_nnz));
+      add_all(rr.local, first);
+      const std::vector<std::uint64_t> dims = rr.local.dims;
+      rr.local = SparseTensor<double>(dims);  // held by the writer now
+    }
   }
   const double read_s = t.seconds();
   const nnz_t nnz = rr.global_nnz;
@@ -130,7 +208,15 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
   // Write.
   t.reset();
   std::string mode = "text";
-  if (out_store) {
+  io::UniqueStats us;
+  nnz_t out_nnz = nnz;
+  if (dedup) {
+    meta.dims = rr.local.dims;
+    us = uw->write(meta, wo);
+    uw.reset();
+    mode = us.write_mode;
+    out_nnz = us.unique;
+  } else if (out_store) {
     meta.dims = rr.local.dims;
     io::write_h5(a.out, rr.local, world, meta, wo);
     mode = wo.deflate > 0 ? "turns" : "direct";
@@ -146,7 +232,7 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
   world.broadcast(&out_bytes, 1, 0);
   // A store's file may be larger than its data (the last chunk is allocated whole).
   const double data_bytes =
-      out_store ? static_cast<double>(nnz) *
+      out_store ? static_cast<double>(out_nnz) *
                       (4.0 * rr.local.order() + (wo.value_type == io::ValueType::float32 ? 4 : 8))
                 : out_bytes;
   const double all_s = total.seconds();
@@ -160,6 +246,20 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
                   read_s + write_s, world.size(),
                   read_s + write_s > 0 ? static_cast<double>(nnz) / (read_s + write_s) : 0.0,
                   read_s + write_s > 0 ? in_bytes / 1e6 / (read_s + write_s) : 0.0);
+    log::info(line);
+  }
+  if (dedup) {
+    char line[400];
+    std::snprintf(line, sizeof(line),
+                  "%s has unique coordinates (has_duplicates = 0): %lld nonzeros, %lld repeated "
+                  "coordinates of the input summed (%.2f s sorting, %.2f s merging and writing%s)",
+                  a.out.c_str(), static_cast<long long>(us.unique),
+                  static_cast<long long>(us.repeats), us.sort_seconds, us.write_seconds,
+                  us.runs > 0 ? (", " + std::to_string(us.runs) + " sorted runs, " +
+                                 human_bytes(static_cast<double>(us.spilled_bytes)) +
+                                 " spilled to scratch files")
+                                    .c_str()
+                              : "");
     log::info(line);
   }
   if (a.compare_sequential && seq.second > 0 && read_s > 0) {
@@ -178,9 +278,17 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
                     {"index_base", a.index_base},
                     {"value_type", a.value_type},
                     {"chunk", a.chunk},
-                    {"compress", a.compress}};
+                    {"compress", a.compress},
+                    {"dedup_memory", uo.memory_limit},
+                    {"scratch", a.scratch},
+                    {"piece", piece}};
     j["machine"] = machine_json(world, "io", 0);
     j["tensor"] = {{"dims", rr.local.dims}, {"nnz", nnz}};
+    if (dedup)
+      j["dedup"] = {{"unique_nnz", us.unique},          {"repeats_summed", us.repeats},
+                    {"sorted_runs", us.runs},           {"spilled_bytes", us.spilled_bytes},
+                    {"memory_limit", uo.memory_limit},  {"sort_seconds", us.sort_seconds},
+                    {"write_seconds", us.write_seconds}};
     j["read"] = {{"seconds", read_s},
                  {"bytes", in_bytes},
                  {"text_bytes", text_bytes},
@@ -219,6 +327,15 @@ void add_convert(CLI::App& app, Runner& run) {
   sub->add_option("--compress", a->compress,
                   "Deflate level of the store, 0 (off, default: parallel writes) to 9 (ranks "
                   "then take turns writing)");
+  sub->add_option("--dedup-memory", a->dedup_memory,
+                  "To a store: host memory per rank for summing repeated coordinates (\"8G\"; "
+                  "default: half of 3/4 of the node's memory shared by its ranks); over it, "
+                  "sorted runs spill to the scratch folder");
+  sub->add_option("--scratch", a->scratch,
+                  "To a store: folder of the scratch files of sorted runs (default: the "
+                  "output's folder)");
+  sub->add_option("--piece", a->piece,
+                  "Nonzeros each rank passes to the deduplication at a time (4Mi)");
   sub->add_flag("--compare-sequential-read", a->compare_sequential,
                 "First time a plain sequential read of the input (rank 0) as the floor to "
                 "compare the parallel read with");

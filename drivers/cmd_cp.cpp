@@ -42,8 +42,13 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
             ", strategy " + a.run.strategy);
   const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
   Loaded li;
-  Input<T> in = load_input<T>(a.load, a.run, scheme, strategy == algo::CommStrategy::allreduce,
-                              kind, world, &li);
+  PlanContext pc;
+  pc.workload = plan::Workload::cp;
+  pc.cp_rank = a.rank;
+  PeakSampler peaks(kind == kernels::BackendKind::cuda);
+  Input<T> in = load_input<T>(a.load, a.run, scheme, strategy == algo::CommStrategy::allreduce, cx,
+                              pc, world, &li);
+  if (in.dry_run) return;
 
   algo::CpOptions o;
   o.rank = a.rank;
@@ -69,8 +74,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   // Checkpoint and restart (docs/formats.md): the input's identity, the resumed state and
   // the callback that writes a checkpoint on rank 0 after every K-th iteration.
   io::TensorFingerprint fingerprint;
-  if (!ckpt_path.empty() || !a.ckpt.resume.empty())
-    fingerprint = in.fingerprint(world);
+  if (!ckpt_path.empty() || !a.ckpt.resume.empty()) fingerprint = in.fingerprint(world);
   algo::CpState resumed;
   if (!a.ckpt.resume.empty()) {
     io::ResumeCheck now;
@@ -93,16 +97,19 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
           ckpt_path, a.ckpt.every, s.iteration,
           [&] {
             io::write_cp_checkpoint(ckpt_path, s.model,
-                         checkpoint_info(s, a.run.precision, fingerprint, opts.dump()));
+                                    checkpoint_info(s, a.run.precision, fingerprint, opts.dump()));
           },
           world);
     };
   }
   algo::CpResult res;
-  if (in.disk) {
-    // Memory tier 3: the handle streams from disk through the wrapped backend.
+  if (in.streamed()) {
+    // Memory tiers 2 and 3: the handle streams from host memory or disk through the
+    // wrapped backend.
     algo::StreamingBackend<T> streaming(*cx.backend);
-    res = algo::cp_als<T>(*in.disk, in.dims, in.global_nnz, streaming, world, *cx.data, o);
+    res = algo::cp_als<T>(*in.tensor(), in.dims, in.global_nnz, streaming, world, *cx.data, o);
+  } else if (in.handle) {
+    res = algo::cp_als<T>(*in.handle, in.dims, in.global_nnz, *cx.backend, world, *cx.data, o);
   } else {
     res = algo::cp_als<T>(*in.dist, *cx.backend, world, *cx.data, o);
   }
@@ -123,9 +130,14 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
           : (res.phases.get("kernel") + res.phases.get("comm") + res.phases.get("solve")) / ran,
       kern > 0 ? static_cast<double>(nnz) / world.size() * N * ran / kern : 0.0);
   log::info(line);
-  const nlohmann::json tier_json =
-      report_memory_tier(res.tier, res.tier_description, res.stream_copy_seconds,
-                         res.stream_compute_seconds, res.stream_overlap, ran);
+  const TierFloor floor =
+      in.plan.tier >= 2 ? tier_floor<T>(in.plan, a.load.path, *cx.backend, a.run.threads, world)
+                        : TierFloor{};
+  double it_s = 0;
+  for (const auto& h : res.history) it_s += h.seconds;
+  const nlohmann::json tier_json = report_memory_tier(
+      res.tier, res.tier_description, res.stream_copy_seconds, res.stream_compute_seconds,
+      res.stream_overlap, ran, floor, res.history.empty() ? 0.0 : it_s / res.history.size());
   if (res.solve_fallbacks > 0)
     log::info("note: " + std::to_string(res.solve_fallbacks) +
               " solve(s) used the pseudo-inverse (rank-deficient normal equations)");
@@ -143,6 +155,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     comm::run_collectively(world, [] {});
     log::info("model written to " + a.out + " (" + std::to_string(tw.seconds()) + " s)");
   }
+  const nlohmann::json memory = memory_record(in.plan, peaks, world);
   if (!a.run.json.empty()) {
     double peak = static_cast<double>(peak_rss_bytes());
     world.allreduce(&peak, 1, comm::ReduceOp::max);
@@ -185,6 +198,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
         {"mttkrp_nnz_per_s", per_it_kernel > 0 ? static_cast<double>(nnz) * N / per_it_kernel : 0},
         {"read_bytes_per_s", li.read_seconds > 0 ? li.read.bytes / li.read_seconds : 0}};
     j["peak_memory_bytes_per_rank"] = peak;
+    j["memory_plan"] = memory;
     write_json(a.run.json, j, world);
   }
 }

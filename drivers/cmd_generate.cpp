@@ -6,6 +6,7 @@
 #include "algo/generate.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "io/dedup.hpp"
 #include "io/h5store.hpp"
 #include "io/tns.hpp"
 #include "util/log.hpp"
@@ -21,31 +22,124 @@ struct GenArgs {
   std::uint64_t seed = 1;
   double chunk_nnz = 16.0 * (1 << 20);
   std::string value_type = "float64";
+  std::string dedup_memory, scratch;
 };
 
+/// Rounds of draws of `--structure sampled` (the first included) before giving up on the
+/// target: each round draws about the missing count over the last round's rate of new
+/// coordinates, so a few rounds reach it unless the coordinates are nearly exhausted.
+constexpr int kMaxDrawRounds = 8;
+
 /// --out X.h5: each rank generates its range of entry ids piece by piece (algo::
-/// EntryGenerator) and writes every piece into the preallocated store; memory per rank is
-/// one piece. Repeated coordinates are kept (the store's consumers sum them).
+/// EntryGenerator) and adds every piece to an io::UniqueWriter, which routes entries to the
+/// owners of their coordinates, merges repeats (blocks: summed, the tensor's meaning;
+/// sampled: the first draw kept, the model's value there) and writes a store without
+/// repeated coordinates (has_duplicates = 0). Sampled draws more entries (ids after the first
+/// batch) until the target count of distinct coordinates is reached. Memory per rank: one
+/// piece plus the writer's limit (--dedup-memory; over it, sorted runs spill to --scratch).
 void generate_h5(const GenArgs& a, const algo::GenerateOptions& o,
                  const comm::MpiCommunicator& world) {
   Timer total;
   std::unique_ptr<algo::EntryGenerator> gen;
   nnz_t piece = 0;
+  io::UniqueWriterOptions uo;
+  io::H5WriteOptions wo;
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(a.chunk_nnz >= 1 && a.chunk_nnz < 1e12,
                         "--chunk-nnz must be at least 1 (got " << a.chunk_nnz << ")");
     piece = static_cast<nnz_t>(a.chunk_nnz);
+    if (!a.dedup_memory.empty()) uo.memory_limit = parse_bytes(a.dedup_memory, "--dedup-memory");
+    wo.value_type = io::parse_value_type(a.value_type);
     gen = std::make_unique<algo::EntryGenerator>(o);
   });
-  const std::int64_t T = gen->total();
+  if (a.dedup_memory.empty()) uo.memory_limit = default_memory_limit(world) / 2;
+  const bool sampled = o.structure == algo::Structure::sampled;
+  uo.policy = sampled ? io::MergePolicy::keep_first : io::MergePolicy::sum;
+  uo.scratch_dir = a.scratch;
   const int P = world.size(), me = world.rank();
-  const auto lo = static_cast<std::int64_t>(static_cast<__int128>(T) * me / P);
-  const auto hi = static_cast<std::int64_t>(static_cast<__int128>(T) * (me + 1) / P);
+  const int N = static_cast<int>(o.dims.size());
+  io::UniqueWriter u(a.out, N, world, uo);
+  std::vector<std::vector<index_t>> idx(static_cast<std::size_t>(N));
+  std::vector<double> vals;
+  const double sigma = gen->noise_sigma();
+  double sums[2] = {0, 0};  // ||signal||^2, ||noise||^2 over the drawn entries
+  double gen_s = 0;
+  // Draws ids [from, to): an equal share per rank, piece by piece.
+  auto draw = [&](std::int64_t from, std::int64_t to) {
+    u.expect(static_cast<std::uint64_t>(to - from));
+    const std::int64_t T = to - from;
+    const auto lo = from + static_cast<std::int64_t>(static_cast<__int128>(T) * me / P);
+    const auto hi = from + static_cast<std::int64_t>(static_cast<__int128>(T) * (me + 1) / P);
+    const nnz_t rounds =
+        world.allreduce_value<nnz_t>((hi - lo + piece - 1) / piece, comm::ReduceOp::max);
+    for (nnz_t r = 0; r < rounds; ++r) {
+      Timer tg;
+      const std::int64_t first = lo + r * piece;
+      const std::int64_t n = first < hi ? std::min<std::int64_t>(piece, hi - first) : 0;
+      index_t* ptr[kMaxOrder] = {};
+      for (int m = 0; m < N; ++m) {
+        idx[static_cast<std::size_t>(m)].resize(static_cast<std::size_t>(n));
+        ptr[m] = idx[static_cast<std::size_t>(m)].data();
+      }
+      vals.resize(static_cast<std::size_t>(n));
+      if (n > 0) {
+        gen->fill(first, n, ptr, vals.data());
+        double s2 = 0, e2 = 0;
+#pragma omp parallel for schedule(static) reduction(+ : s2, e2)
+        for (std::int64_t k = 0; k < n; ++k) {
+          double& v = vals[static_cast<std::size_t>(k)];
+          s2 += v * v;
+          if (sigma > 0) {
+            const double e = sigma * gen->noise01(first + k);
+            v += e;
+            e2 += e * e;
+          }
+        }
+        sums[0] += s2;
+        sums[1] += e2;
+      }
+      gen_s += tg.seconds();
+      u.add(n, ptr, vals.data(), static_cast<std::uint64_t>(first));
+    }
+  };
+  const std::int64_t T = gen->total();
+  draw(0, T);
+  std::int64_t end = T;
+  int draw_rounds = 1;
+  std::uint64_t cutoff = io::UniqueWriter::kNoCutoff;
+  // Sampled: the target is o.nnz distinct coordinates (or all there are).
+  double space = 1;
+  for (auto d : o.dims) space *= static_cast<double>(d);
+  const nnz_t target =
+      sampled ? static_cast<nnz_t>(std::min<double>(static_cast<double>(o.nnz), space)) : 0;
+  nnz_t distinct = 0;
+  if (sampled) {
+    distinct = u.count_unique();
+    nnz_t before = 0;
+    std::int64_t drawn = T;
+    while (distinct < target && draw_rounds < kMaxDrawRounds) {
+      // New coordinates per draw in the last round (they only get rarer).
+      const double rate =
+          std::max(static_cast<double>(distinct - before) / static_cast<double>(drawn), 1e-3);
+      const double want = 1.1 * static_cast<double>(target - distinct) / rate + 64;
+      const auto m = static_cast<std::int64_t>(std::min(want, std::max<double>(T, 1 << 20)));
+      before = distinct;
+      drawn = m;
+      draw(end, end + m);
+      end += m;
+      ++draw_rounds;
+      distinct = u.count_unique();
+      if (distinct > target) {
+        // Keep the target coordinates drawn first: the store is the tensor of the draws
+        // with ids below the cutoff.
+        cutoff = u.id_cutoff(target, static_cast<std::uint64_t>(end - m),
+                             static_cast<std::uint64_t>(end));
+        distinct = target;
+      }
+    }
+  }
   io::H5Header h;
   h.dims = o.dims;
-  h.nnz = T;
-  // One block component has distinct coordinates; otherwise repeats are possible.
-  h.has_duplicates = o.structure == algo::Structure::blocks && o.rank == 1 ? 0 : -1;
   char src[400];
   std::snprintf(src, sizeof(src),
                 "tessera generate --dims %s --nnz %lld --rank %d --noise %.17g --dist %s "
@@ -54,70 +148,42 @@ void generate_h5(const GenArgs& a, const algo::GenerateOptions& o,
                 a.dist.c_str(), o.alpha, a.structure.c_str(),
                 static_cast<unsigned long long>(o.seed));
   h.source = src;
-  io::H5WriteOptions wo;
-  wo.value_type = io::parse_value_type(a.value_type);
-  io::H5TensorWriter w(a.out, h, world, wo);
-  const nnz_t rounds =
-      world.allreduce_value<nnz_t>((hi - lo + piece - 1) / piece, comm::ReduceOp::max);
-  const int N = static_cast<int>(o.dims.size());
-  std::vector<std::vector<index_t>> idx(static_cast<std::size_t>(N));
-  std::vector<double> vals;
-  const double sigma = gen->noise_sigma();
-  double sums[2] = {0, 0};  // ||signal||^2, ||noise||^2 over the entries
-  double gen_s = 0;
-  for (nnz_t r = 0; r < rounds; ++r) {
-    Timer tg;
-    const std::int64_t first = lo + r * piece;
-    const std::int64_t n = first < hi ? std::min<std::int64_t>(piece, hi - first) : 0;
-    std::vector<io::H5Piece> pieces;
-    if (n > 0) {
-      io::H5Piece p;
-      index_t* ptr[kMaxOrder] = {};
-      for (int m = 0; m < N; ++m) {
-        idx[static_cast<std::size_t>(m)].resize(static_cast<std::size_t>(n));
-        ptr[m] = idx[static_cast<std::size_t>(m)].data();
-        p.idx[m] = ptr[m];
-      }
-      vals.resize(static_cast<std::size_t>(n));
-      gen->fill(first, n, ptr, vals.data());
-      double s2 = 0, e2 = 0;
-#pragma omp parallel for schedule(static) reduction(+ : s2, e2)
-      for (std::int64_t k = 0; k < n; ++k) {
-        double& v = vals[static_cast<std::size_t>(k)];
-        s2 += v * v;
-        if (sigma > 0) {
-          const double e = sigma * gen->noise01(first + k);
-          v += e;
-          e2 += e * e;
-        }
-      }
-      sums[0] += s2;
-      sums[1] += e2;
-      p.first = first;
-      p.count = n;
-      p.vals = vals.data();
-      pieces.push_back(p);
-    }
-    gen_s += tg.seconds();
-    w.write(pieces);
-  }
-  w.commit();
+  const io::UniqueStats st = u.write(h, wo, cutoff);
   world.allreduce(sums, 2);
   gen_s = world.allreduce_value(gen_s, comm::ReduceOp::max);
   const double secs = total.seconds();
-  const double bytes = static_cast<double>(T) * (4.0 * N + 8.0);
-  char line[640];
+  const double bytes =
+      static_cast<double>(st.unique) * (4.0 * N + (a.value_type == "float32" ? 4.0 : 8.0));
+  char what[400];
+  if (sampled) {
+    std::snprintf(
+        what, sizeof(what),
+        "%lld distinct nonzeros (%lld repeated draws dropped; %d round(s) of draws%s)",
+        static_cast<long long>(st.unique), static_cast<long long>(st.repeats), draw_rounds,
+        st.unique < static_cast<nnz_t>(o.nnz) ? (", short of the target " + std::to_string(o.nnz) +
+                                                 ": the coordinates repeat too often")
+                                                    .c_str()
+                                              : "");
+  } else {
+    std::snprintf(what, sizeof(what), "%lld distinct nonzeros (%lld repeated coordinates summed)",
+                  static_cast<long long>(st.unique), static_cast<long long>(st.repeats));
+  }
+  char line[1024];
   std::snprintf(line, sizeof(line),
-                "generated %s: dims %s, %lld nonzeros (repeated coordinates kept: consumers sum "
-                "them), rank %d %s, %s indices, noise %.3g (||noise||/||signal|| over the "
-                "entries = %.3g); %.2f s in all (%.2f s generating per rank), %.3g nonzeros/s, "
+                "generated %s: dims %s, %s, rank %d %s, %s indices, noise %.3g "
+                "(||noise||/||signal|| over the draws = %.3g); %.2f s in all (%.2f s generating "
+                "per rank, %.2f s sorting, %.2f s merging, %.2f s writing), %.3g nonzeros/s, "
                 "%.1f MB/s written (%s) on %d rank(s)",
-                a.out.c_str(), format_dims(o.dims).c_str(), static_cast<long long>(T), o.rank,
-                a.structure.c_str(), a.dist.c_str(), a.noise,
-                sums[0] > 0 ? std::sqrt(sums[1] / sums[0]) : 0.0, secs, gen_s,
-                secs > 0 ? static_cast<double>(T) / secs : 0.0, secs > 0 ? bytes / 1e6 / secs : 0.0,
-                w.mode().c_str(), P);
+                a.out.c_str(), format_dims(o.dims).c_str(), what, o.rank, a.structure.c_str(),
+                a.dist.c_str(), a.noise, sums[0] > 0 ? std::sqrt(sums[1] / sums[0]) : 0.0, secs,
+                gen_s, st.sort_seconds, st.merge_seconds, st.write_seconds,
+                secs > 0 ? static_cast<double>(st.unique) / secs : 0.0,
+                secs > 0 ? bytes / 1e6 / secs : 0.0, st.write_mode.c_str(), P);
   log::info(line);
+  if (st.runs > 0)
+    log::info("  sorted runs spilled to scratch files: " + std::to_string(st.runs) + ", " +
+              human_bytes(static_cast<double>(st.spilled_bytes)) + " (--dedup-memory " +
+              human_bytes(static_cast<double>(uo.memory_limit)) + " per rank)");
 }
 
 void run_generate(const GenArgs& a, const comm::MpiCommunicator& world) {
@@ -180,14 +246,21 @@ void add_generate(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"blocks", "sampled"}));
   sub->add_option("-s,--seed", a->seed, "Random seed");
   sub->add_option("-o,--out", a->out,
-                  "Output file (.tns or .tns.gz; .h5: streamed to an HDF5 tensor store, "
-                  "repeated coordinates kept)")
+                  "Output file (.tns or .tns.gz; .h5: streamed to an HDF5 tensor store of "
+                  "unique coordinates)")
       ->required();
   sub->add_option("--value-type", a->value_type,
                   "--out X.h5: stored value type, float64 | float32 (halves the values' bytes)")
       ->check(CLI::IsMember({"float64", "float32"}));
   sub->add_option("--chunk-nnz", a->chunk_nnz,
-                  "--out X.h5: nonzeros each rank generates and writes at a time (16Mi)");
+                  "--out X.h5: nonzeros each rank generates and adds at a time (16Mi)");
+  sub->add_option("--dedup-memory", a->dedup_memory,
+                  "--out X.h5: host memory per rank for merging repeated coordinates (\"8G\"; "
+                  "default: half of 3/4 of the node's memory shared by its ranks); over it, "
+                  "sorted runs spill to the scratch folder");
+  sub->add_option("--scratch", a->scratch,
+                  "--out X.h5: folder of the scratch files of sorted runs (default: the output's "
+                  "folder)");
   sub->callback(
       [a, &run] { run = [a](const comm::MpiCommunicator& world) { run_generate(*a, world); }; });
 }

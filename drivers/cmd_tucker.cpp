@@ -61,7 +61,20 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
             ", init " + a.init);
   const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
   Loaded li;
-  Input<T> in = load_input<T>(a.load, run, scheme, true, kind, world, &li);
+  PlanContext pc;
+  pc.workload = plan::Workload::tucker;
+  for (std::size_t p = 0, q; p <= a.ranks.size(); p = q + 1) {
+    q = a.ranks.find(',', p);
+    if (q == std::string::npos) q = a.ranks.size();
+    try {
+      pc.tucker_ranks.push_back(std::stoi(a.ranks.substr(p, q - p)));
+    } catch (...) {
+      pc.tucker_ranks.push_back(1);  // parse_ranks below says what is wrong
+    }
+  }
+  PeakSampler peaks(kind == kernels::BackendKind::cuda);
+  Input<T> in = load_input<T>(a.load, run, scheme, true, cx, pc, world, &li);
+  if (in.dry_run) return;
   const int N = static_cast<int>(in.dims.size());
   comm::run_collectively(world, [&] {
     o.ranks = algo::parse_ranks(a.ranks, N);
@@ -92,8 +105,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
   // Checkpoint and restart (docs/formats.md), as for cp: the seed matters after a restart
   // too (random completion of undetermined columns), and so does the svd method.
   io::TensorFingerprint fingerprint;
-  if (!ckpt_path.empty() || !a.ckpt.resume.empty())
-    fingerprint = in.fingerprint(world);
+  if (!ckpt_path.empty() || !a.ckpt.resume.empty()) fingerprint = in.fingerprint(world);
   algo::TuckerState resumed;
   if (!a.ckpt.resume.empty()) {
     io::ResumeCheck now;
@@ -118,8 +130,8 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
       after_iteration(
           ckpt_path, a.ckpt.every, s.iteration,
           [&] {
-            io::write_tucker_checkpoint(ckpt_path, s.model,
-                         checkpoint_info(s, run.precision, fingerprint, opts.dump()));
+            io::write_tucker_checkpoint(
+                ckpt_path, s.model, checkpoint_info(s, run.precision, fingerprint, opts.dump()));
           },
           world);
     };
@@ -127,10 +139,18 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
 
   algo::TuckerResult res;
   try {
-    if (in.disk) {
-      // Memory tier 3: the handle streams from disk through the wrapped backend.
+    if (in.streamed()) {
+      // Memory tiers 2 and 3: the handle streams from host memory or disk through the
+      // wrapped backend.
       algo::StreamingBackend<T> streaming(*cx.backend);
-      res = algo::tucker_hooi<T>(std::move(in.disk), in.dims, streaming, world, o, cx.data);
+      std::unique_ptr<kernels::TensorHandle<T>> h;
+      if (in.disk)
+        h = std::move(in.disk);
+      else
+        h = std::move(in.handle);
+      res = algo::tucker_hooi<T>(std::move(h), in.dims, streaming, world, o, cx.data);
+    } else if (in.handle) {
+      res = algo::tucker_hooi<T>(std::move(in.handle), in.dims, *cx.backend, world, o, cx.data);
     } else {
       res = algo::tucker_hooi<T>(*in.dist, *cx.backend, world, o, cx.data);
     }
@@ -172,6 +192,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
     });
     log::info("model written to " + a.out + " (" + std::to_string(tw.seconds()) + " s)");
   }
+  const nlohmann::json memory = memory_record(in.plan, peaks, world);
   if (!run.json.empty()) {
     double peak = static_cast<double>(peak_rss_bytes());
     world.allreduce(&peak, 1, comm::ReduceOp::max);
@@ -225,6 +246,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
         {"ttmc_nnz_per_s", per_it > 0 ? static_cast<double>(nnz) * N / per_it : 0},
         {"read_bytes_per_s", li.read_seconds > 0 ? li.read.bytes / li.read_seconds : 0}};
     j["peak_memory_bytes_per_rank"] = peak;
+    j["memory_plan"] = memory;
     write_json(run.json, j, world);
   }
 }

@@ -20,5 +20,6 @@ void add_bench_contract(CLI::App* bench, Runner& run);
 void add_tucker(CLI::App& app, Runner& run);
 void add_convert(CLI::App& app, Runner& run);
 void add_partition(CLI::App& app, Runner& run);
+void add_plan(CLI::App& app, Runner& run);
 
 }  // namespace tessera::driver

@@ -3,8 +3,8 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "algo/disk_tier.hpp"
@@ -13,6 +13,7 @@
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
 #include "partition/partition.hpp"
+#include "plan/planner.hpp"
 #include "util/timer.hpp"
 
 namespace tessera::driver {
@@ -37,58 +38,26 @@ template <typename T>
 partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::Scheme scheme,
                                               const comm::Communicator& world, Loaded* info);
 
-/// Options of every subcommand that computes: backend, threads, precision, strategy.
+/// Options of every subcommand that computes: backend, threads, precision, strategy, and
+/// what the memory planner (src/plan) is told.
 struct ComputeOptions {
   std::string backend = "auto";
   std::string precision = "double";
   std::string strategy = "allreduce";
   int threads = 0;
-  std::string mem_budget;  ///< backend memory the tensor may use ("8G", "512M"); "" = all
-  /// Host memory this rank's block may use; a block over it is streamed from the HDF5
-  /// store (memory tier 3). "" = 3/4 of the node's memory shared by its ranks.
+  /// Device memory this rank's tensor and loop may use ("40G"); "" = the GPU's free memory
+  /// less a reserve. On host backends it caps the prepared format. --mem-budget is its
+  /// older name.
+  std::string device_budget;
+  /// Host memory this rank may use ("64G"); "" = measured (MemAvailable, cgroup, Slurm)
+  /// and shared among the node's ranks.
   std::string host_budget;
-  nnz_t stream_chunk = 0;  ///< tier 3: nonzeros per chunk (0: from the budget, <= 16 Mi)
+  std::string tier =
+      "auto";              ///< auto | 1 | 2 | 3: force a memory tier (refused if it does not fit)
+  nnz_t stream_chunk = 0;  ///< tiers 2-3: nonzeros per streamed chunk (0: planned)
+  bool dry_run = false;    ///< print the plan and stop
   std::string json;
 };
-
-/// A run's input: this rank's block in memory (tiers 1 and 2: distributed, then prepared by
-/// the backend) or on disk (tier 3: a range of an HDF5 store streamed by every MTTKRP/TTMc).
-template <typename T>
-struct Input {
-  std::optional<partition::Distributed<T>> dist;  ///< tiers 1 and 2
-  std::unique_ptr<algo::DiskTensor<T>> disk;      ///< tier 3
-  std::vector<std::uint64_t> dims;
-  nnz_t global_nnz = 0;
-  nnz_t duplicates = 0;  ///< summed in tiers 1-2; not looked for in tier 3
-  std::vector<int> grid;
-  double imbalance = 1.0;
-  nnz_t min_block_nnz = 0, max_block_nnz = 0;
-  std::string partition_scheme;  ///< "nnz" | "grid" | "store" (tier 3: stored order/blocks)
-  /// Collective: the checkpoint fingerprint of the input (io::tensor_fingerprint).
-  io::TensorFingerprint fingerprint(const comm::Communicator& world) const;
-};
-
-/// Loads the input of cp and tucker (collective). An HDF5 store whose per-rank block needs
-/// more host memory than the limit (--host-budget; on host backends --mem-budget too;
-/// default 3/4 of the node's memory shared by its ranks) is not loaded: each rank opens
-/// its range (its block of a stored partition of exactly P blocks, else an equal share of
-/// the stored order) as a DiskTensor (tier 3). Tier 3 needs the allreduce strategy and no
-/// --relabel (InputError otherwise). `allreduce` says which strategy the run uses.
-template <typename T>
-Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::Scheme scheme,
-                    bool allreduce, kernels::BackendKind kind, const comm::MpiCommunicator& world,
-                    Loaded* info);
-
-/// Rank 0 logs, for tiers 2 and 3, the copy (tier 2: host to GPU; tier 3: disk reads by the
-/// prefetch thread) and compute seconds per iteration and the share of copy time hidden
-/// behind compute; returns the "memory_tier" object of the run record.
-nlohmann::json report_memory_tier(int tier, const std::string& description, double copy_s,
-                                  double compute_s, double overlap, int iterations);
-
-/// "8G" / "512M" / "64K" / "1e9" -> bytes (K, M, G, T are powers of 1024); InputError.
-std::size_t parse_bytes(const std::string& s, const char* what);
-/// Registers --backend --threads --precision --comm-strategy --index-base --json.
-void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load);
 
 /// A backend and the communicator of its memory space (NCCL for cuda, else `world`).
 template <typename T>
@@ -102,6 +71,106 @@ struct Compute {
 /// CUDA backend binds to the current device.
 template <typename T>
 Compute<T> make_compute(const ComputeOptions& o, const comm::MpiCommunicator& world);
+
+/// What the planner is told about the computation (besides ComputeOptions).
+struct PlanContext {
+  plan::Workload workload = plan::Workload::cp;
+  int cp_rank = 16;
+  std::vector<int> tucker_ranks;
+};
+
+/// A run's input, where the plan put it:
+///  - tier 1 from a text file or a store that must be redistributed: `dist` (the block;
+///    the backend prepares it in the algorithm);
+///  - tier 1 from a store read in its stored order: `handle`, already prepared by the
+///    backend (the raw block is freed);
+///  - tier 2: `handle` is an algo::HostTensor (raw chunks in host memory, streamed);
+///  - tier 3: `disk` (streamed from the HDF5 store).
+/// Tiers 2 and 3 and prepared handles run the allreduce strategy.
+template <typename T>
+struct Input {
+  std::optional<partition::Distributed<T>> dist;
+  std::unique_ptr<kernels::TensorHandle<T>> handle;
+  std::unique_ptr<algo::DiskTensor<T>> disk;
+  plan::Plan plan;
+  bool dry_run = false;  ///< the plan was printed and nothing was loaded
+  std::vector<std::uint64_t> dims;
+  nnz_t global_nnz = 0;
+  nnz_t duplicates = 0;  ///< summed in tiers 1-2 (text inputs and unchecked stores)
+  std::vector<int> grid;
+  double imbalance = 1.0;
+  nnz_t min_block_nnz = 0, max_block_nnz = 0;
+  std::string partition_scheme;            ///< "nnz" | "grid" | "store-order" | "store-blocks"
+  io::TensorFingerprint fingerprint_part;  ///< handle inputs: this rank's part
+  /// Streams through algo::StreamingBackend (tiers 2 and 3).
+  bool streamed() const { return disk != nullptr || (handle && handle->tier() == 2); }
+  /// The prepared or streamed handle (null for `dist`).
+  const kernels::TensorHandle<T>* tensor() const {
+    return disk ? static_cast<const kernels::TensorHandle<T>*>(disk.get()) : handle.get();
+  }
+  /// Collective: the checkpoint fingerprint of the input (io::tensor_fingerprint).
+  io::TensorFingerprint fingerprint(const comm::Communicator& world) const;
+};
+
+/// Loads the input of cp and tucker (collective), as the memory planner decides: measures
+/// the limits (plan::measure_limits), reads the input's header, makes the plan
+/// (plan::make_plan), logs it, refuses it up front when nothing fits (InputError naming the
+/// limit), and loads the tensor into the chosen tier. With run.dry_run it prints the plan
+/// (rank 0) and returns with dry_run set. Text inputs are read before planning (their
+/// dims and nonzeros are known only then); the plan then covers what follows the read.
+template <typename T>
+Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::Scheme scheme,
+                    bool allreduce, Compute<T>& cx, const PlanContext& pc,
+                    const comm::MpiCommunicator& world, Loaded* info);
+
+/// Samples the device's free memory (cuda) every few milliseconds on a thread, from
+/// construction to stop(), and the process's VmHWM; the measured side of the run record's
+/// "memory" object.
+class PeakSampler {
+ public:
+  explicit PeakSampler(bool device);
+  ~PeakSampler();
+  PeakSampler(const PeakSampler&) = delete;
+  PeakSampler& operator=(const PeakSampler&) = delete;
+  /// Stops sampling (idempotent). Peaks: host = VmHWM; device = free memory at
+  /// construction less the lowest free memory seen.
+  void stop();
+  std::uint64_t host_peak() const;
+  std::uint64_t device_peak() const { return device_peak_; }
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+  std::uint64_t device_peak_ = 0;
+};
+
+/// Collective: the run record's "memory" object (planned and measured peaks, max over
+/// ranks) and one log line; warns when a measured peak is over its plan.
+nlohmann::json memory_record(const plan::Plan& p, PeakSampler& s, const comm::Communicator& world);
+
+/// What a streamed tier must move per iteration and the measured rate of the link it moves
+/// over (tier 3: the store's read rate; cuda tier 2: host to device from page-locked memory).
+struct TierFloor {
+  double bytes_per_iteration = 0, bandwidth = 0;
+  std::string what;
+};
+/// Measures the floor of plan `p`'s tier (collective; the smallest bandwidth over ranks).
+template <typename T>
+TierFloor tier_floor(const plan::Plan& p, const std::string& path, kernels::Backend<T>& be,
+                     int threads, const comm::Communicator& world);
+
+/// Rank 0 logs, for tiers 2 and 3, the copy (tier 2: host to GPU; tier 3: disk reads by the
+/// prefetch thread) and compute seconds per iteration, the share of copy time hidden behind
+/// compute, the floor and the iteration's ratio to max(floor, compute); returns the
+/// "memory_tier" object of the run record.
+nlohmann::json report_memory_tier(int tier, const std::string& description, double copy_s,
+                                  double compute_s, double overlap, int iterations,
+                                  const TierFloor& floor = {}, double iteration_s = 0);
+
+/// "8G" / "512M" / "64K" / "1e9" -> bytes (K, M, G, T are powers of 1024); InputError.
+std::size_t parse_bytes(const std::string& s, const char* what);
+/// Registers --backend --threads --precision --comm-strategy --index-base --json.
+void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load);
 
 /// Calls f.template operator()<float>() or <double>() by o.precision.
 template <typename F>

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
       "-q,--quiet", [&] { verbosity = 0; }, "Only errors and warnings");
   app.add_flag_callback(
       "-v,--verbose", [&] { verbosity = 2; }, "More detail");
+  // -q/-v also after the subcommand (tessera cp X.h5 -q): subcommands created below inherit
+  // this and pass options they do not know to the main app.
+  app.fallthrough();
   driver::Runner run;
   driver::add_cp(app, run);
   driver::add_contract(app, run);
@@ -33,6 +36,7 @@ int main(int argc, char** argv) {
   driver::add_tucker(app, run);
   driver::add_convert(app, run);
   driver::add_partition(app, run);
+  driver::add_plan(app, run);
 
   try {
     app.parse(argc, argv);

@@ -21,6 +21,13 @@
 #               (--host-budget TESSERA_TIER3_BUDGET, default 8G), and the same file in tier 1
 #       contract-scaling: the distributed SpTC tests, then bench contract (generated, 1.2e9
 #               products; congress) on 1, 2, 4, ... GPUs of the node
+#       planner: the memory planner on this node (issue 16): an amazon-shaped HDF5 store
+#               (TESSERA_PLAN_NNZ, default 1.74e9; power-law, float32, unique coordinates)
+#               generated on the node, `tessera plan` of it, then CP-ALS rank 32 with the
+#               default plan and with each tier in TESSERA_PLAN_TIERS (default "2 3"), and
+#               with --device-budget 40G; every run prints time per iteration next to its
+#               floor and its measured peak memory next to the plan. The store is kept for
+#               the next call on the same machine (TESSERA_SCRATCH, default build-gpu/scratch)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -96,9 +103,16 @@ elif "runs" in j:
 elif j.get("command") in ("cp", "tucker"):
     t = j["memory_tier"]; its = [x["seconds"] for x in j["per_iteration"]]; n_it = max(len(its), 1)
     it_s = sum(its) / n_it; rd = t["copy_seconds"] / n_it; cp = t["compute_seconds"] / n_it
-    print(f"{n:34s} tier {t['tier']}  {it_s:8.3f} s/iter  read {rd:7.3f} s  compute {cp:7.3f} s  "
-          f"ratio-to-max {it_s / max(rd, cp, 1e-12):5.2f}  hidden {t['overlap_fraction']*100:3.0f}%  "
-          f"load {j['phases_seconds']['io']:.1f} s  fit {j['fit']:.5f}")
+    fl = t.get("floor", {}).get("seconds_per_iteration", 0.0)
+    m = j.get("memory_plan", {})
+    mem = ""
+    if m:
+        mem = (f"  host {m['measured_peak_host_bytes']/1e9:.1f}/{m['planned_peak_host_bytes']/1e9:.1f} GB"
+               + (f"  dev {m.get('measured_peak_device_bytes', 0)/1e9:.1f}/{m['planned_peak_device_bytes']/1e9:.1f} GB" if m.get('backend') == 'cuda' else "")
+               + " (measured/planned)")
+    print(f"{n:34s} tier {t['tier']}  {it_s:8.3f} s/iter  copy|read {rd:7.3f} s  compute {cp:7.3f} s  floor {fl:7.3f} s  "
+          f"ratio-to-max(floor,compute) {it_s / max(fl, cp, 1e-12):5.2f}  hidden {t['overlap_fraction']*100:3.0f}%  "
+          f"load {j['phases_seconds']['io']:.1f} s  fit {j['fit']:.5f}{mem}")
 elif "ttmc" in j.get("share", {}):
     s = j["share"]
     print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   ttmc {s['ttmc']*100:4.1f}%  comm {s['comm']*100:4.1f}%  svd {s['svd']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}  fit {j['fit']:.4f}")
@@ -286,6 +300,31 @@ if has tier3; then
       --backend cuda --precision float --host-budget 100G
   fi
   rm -f "$t3"
+fi
+if has planner; then
+  scratch=${TESSERA_SCRATCH:-$build/scratch}
+  mkdir -p "$scratch"
+  pn=${TESSERA_PLAN_NNZ:-1.74e9}
+  st=$scratch/amz-$pn.h5
+  df -h "$scratch" | tail -1
+  free -g | head -2
+  if [ ! -f "$st" ]; then
+    log "generate $pn nonzeros (amazon shape, power-law, float32, unique) to $st"
+    time mpirun -np "$(nproc)" --bind-to none "$T" generate --dims $amz --nnz "$pn" --rank 8 \
+      --dist powerlaw --structure sampled --value-type float32 --out "$st" 2>&1 | tail -3
+  fi
+  ls -la "$st"
+  "$T" info "$st" 2>&1 | head -6
+  log "plan"
+  "$T" plan "$st" --backend cuda --precision float --rank 32 2>&1 | tee "$out/plan-$pn.txt"
+  for t in auto ${TESSERA_PLAN_TIERS:-2 3}; do
+    bench plan-cp-r32-$pn-tier-$t "$T" cp "$st" --rank 32 \
+      --iters ${TESSERA_PLAN_ITERS:-3} --tol 0 --backend cuda --precision float --tier $t
+  done
+  if [ -z "${TESSERA_PLAN_SKIP_40G:-}" ]; then
+    bench plan-cp-r32-$pn-dev40G "$T" cp "$st" --rank 32 --iters ${TESSERA_PLAN_ITERS:-3} --tol 0 \
+      --backend cuda --precision float --device-budget 40G
+  fi
 fi
 if has scaling; then
   p=1

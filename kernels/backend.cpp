@@ -11,6 +11,7 @@
 #include "linalg/blas.hpp"
 #include "tensor/synthetic.hpp"
 #include "util/error.hpp"
+#include "util/timer.hpp"
 
 namespace tessera::kernels {
 
@@ -102,6 +103,39 @@ std::unique_ptr<TensorHandle<T>> Backend<T>::prepare_synthetic(const synthetic::
 }
 
 template <typename T>
+void Backend<T>::mttkrp_accumulate(const SparseTensor<T>& chunk, int mode,
+                                   const std::vector<const T*>& factors, int R, T* out) {
+  TESSERA_EXPECTS(mode >= 0 && mode < chunk.order(), "mttkrp_accumulate: mode "
+                                                         << mode << " of an order-" << chunk.order()
+                                                         << " chunk");
+  TESSERA_EXPECTS(R >= 1, "mttkrp_accumulate: rank R = " << R);
+  if (chunk.nnz() == 0) return;
+  Timer t;
+  const auto rows = static_cast<std::int64_t>(chunk.dims[static_cast<std::size_t>(mode)]);
+  const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(R);
+  if (accumulate_scratch_.size() < n) {
+    accumulate_scratch_ = Array<T>();  // free first: the old buffer is too small
+    accumulate_scratch_ = allocate(n);
+  }
+  {
+    auto h = prepare(chunk);
+    mttkrp(*h, mode, factors, R, accumulate_scratch_.data());
+    add_rows(accumulate_scratch_.data(), rows, R, {}, out);
+    synchronize();  // the chunk's handle is released after this
+  }
+  accumulate_times_.compute += t.seconds();
+  ++accumulate_times_.chunks;
+}
+
+template <typename T>
+AccumulateTimes Backend<T>::take_accumulate_times() {
+  synchronize();
+  const AccumulateTimes t = accumulate_times_;
+  accumulate_times_ = AccumulateTimes{};
+  return t;
+}
+
+template <typename T>
 std::vector<index_t> Backend<T>::ttmc_rows(const TensorHandle<T>&, int) {
   TESSERA_THROW("ttmc is not implemented by the " << name() << " backend yet");
 }
@@ -132,7 +166,6 @@ template <typename T>
 void Backend<T>::download_double(const double* src, std::size_t n, double* host) {
   if (n > 0 && host != src) std::memcpy(host, src, n * sizeof(double));
 }
-
 
 template <typename T>
 void Backend<T>::wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double* S) {
@@ -213,8 +246,9 @@ void Backend<T>::add_rows(const T* src, std::int64_t rows, std::int64_t C,
 
 template <typename T>
 std::size_t Backend<T>::wide_scratch_bytes(std::int64_t C) const {
-  return std::is_same_v<T, double> ? 0
-                                   : static_cast<std::size_t>(kDoubleChunkRows * C) * sizeof(double);
+  return std::is_same_v<T, double>
+             ? 0
+             : static_cast<std::size_t>(kDoubleChunkRows * C) * sizeof(double);
 }
 
 template <typename T>

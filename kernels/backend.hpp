@@ -21,11 +21,11 @@ struct Spec;  // tensor/synthetic.hpp
 namespace tessera::kernels {
 
 template <typename T>
-class ContractPlan;    // kernels/sptc.hpp
+class ContractPlan;  // kernels/sptc.hpp
 template <typename T>
-class ContractSink;    // kernels/sptc.hpp
-struct ContractSpec;   // kernels/sptc.hpp
-struct ContractStats;  // kernels/sptc.hpp
+class ContractSink;        // kernels/sptc.hpp
+struct ContractSpec;       // kernels/sptc.hpp
+struct ContractStats;      // kernels/sptc.hpp
 struct ContractRouteInfo;  // kernels/sptc.hpp
 
 enum class BackendKind { reference, cpu, cuda };
@@ -104,6 +104,13 @@ class TensorHandle {
 
 using ::tessera::NormKind;
 
+/// Seconds of Backend::mttkrp_accumulate calls (Backend::take_accumulate_times).
+struct AccumulateTimes {
+  double copy = 0;     ///< host -> device copies of the chunks (0 on host backends)
+  double compute = 0;  ///< sorts and kernels (device events; host backends: the calls)
+  std::int64_t chunks = 0;
+};
+
 /// Host memory page-locked by Backend::pin_host; unlocked when destroyed.
 class HostPin {
  public:
@@ -170,6 +177,24 @@ class Backend {
   /// factors[m] is dims[m] x R row-major in backend memory; factors[mode] is not read.
   virtual void mttkrp(const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
                       int R, T* out) = 0;
+  /// out (dims[mode] x R, row-major, backend memory) += the MTTKRP of `chunk`, a part of a
+  /// tensor streamed through the backend (memory tier 3): its coordinates are global (dims
+  /// = the whole tensor's, each below its dimension), in any order; factors as for mttkrp().
+  /// Summing the calls over chunks that partition a tensor gives its mttkrp() to rounding.
+  /// `chunk`'s host arrays are read only during the call: it returns once they have been
+  /// read (the caller may refill them), and may return before the device has finished
+  /// computing (later work of the backend, or synchronize(), is ordered after it). The
+  /// default prepares the chunk, runs mttkrp() into a scratch kept between calls and adds
+  /// it with add_rows(); the cuda backend copies the chunk from page-locked memory (see
+  /// pin_host) on a copy stream while the previous chunk computes, sorts it on the device
+  /// and accumulates into `out` (kernels/cuda/mttkrp_stream.cu); its device buffers (two
+  /// chunk buffers and the sort's, kept between calls) hold pieces of at most 2^25
+  /// nonzeros, fewer when the memory budget asks (order 3 float: 72 bytes per nonzero).
+  virtual void mttkrp_accumulate(const SparseTensor<T>& chunk, int mode,
+                                 const std::vector<const T*>& factors, int R, T* out);
+  /// Seconds of the mttkrp_accumulate calls since the last take_accumulate_times() (or the
+  /// backend's creation), which it resets; waits for those calls to finish.
+  virtual AccumulateTimes take_accumulate_times();
 
   // ---- TTMc (Tucker-HOOI; output layout in kernels/ttmc.hpp) ----
   // The defaults throw Error "ttmc is not implemented by the <name> backend yet"; the
@@ -292,6 +317,8 @@ class Backend {
 
  private:
   Workload workload_ = Workload::mttkrp;
+  Array<T> accumulate_scratch_;       ///< default mttkrp_accumulate: the chunk's output
+  AccumulateTimes accumulate_times_;  ///< default mttkrp_accumulate: since the last take
 };
 
 /// Throws InputError unless prepare_synthetic(spec, first_id, count) is valid (see there).

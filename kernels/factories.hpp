@@ -1,6 +1,7 @@
 // Internal: per-backend factories behind kernels::make_backend.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "kernels/backend.hpp"
@@ -18,5 +19,12 @@ std::unique_ptr<Backend<T>> make_cuda_backend();
 bool cuda_built();
 /// Number of visible CUDA devices (0 in a CPU-only build).
 int cuda_device_count();
+/// Free and total bytes of the current CUDA device (cudaMemGetInfo, after trimming the
+/// stream-ordered pool when `trim`: memory it caches is then counted free); {0, 0} in a
+/// CPU-only build or without a device. Thread-safe without `trim` (samplers).
+struct DeviceMemory {
+  std::size_t free = 0, total = 0;
+};
+DeviceMemory cuda_memory_info(bool trim = true);
 
 }  // namespace tessera::kernels

@@ -22,6 +22,7 @@
 #include <parallel/algorithm>
 #endif
 #include "util/error.hpp"
+#include "util/progress.hpp"
 
 namespace tessera::partition {
 
@@ -271,9 +272,16 @@ SparseTensor<T> exchange(SparseTensor<T>& src, const std::vector<std::int32_t>* 
       std::vector<U>().swap(arr);
     }
   };
-  for (int m = 0; m < src.order(); ++m)
+  // Rank 0 reports its own sends, one array at a time (a large block can take long).
+  const auto n = static_cast<std::uint64_t>(src.vals.size());
+  Progress progress(c.rank() == 0, "exchanging", "nonzeros",
+                    n * (src.order() * sizeof(index_t) + sizeof(T)));
+  for (int m = 0; m < src.order(); ++m) {
     send_one(src.idx[static_cast<size_t>(m)], out.idx[static_cast<size_t>(m)]);
+    progress.update(n * (m + 1) * sizeof(index_t));
+  }
   send_one(src.vals, out.vals);
+  progress.finish();
   return out;
 }
 

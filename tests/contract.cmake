@@ -11,6 +11,14 @@ foreach(np 1 2 3 4)
   tessera_add_mpi_test(algo_contract algo_contract_test RANKS ${np})
 endforeach()
 
+# Output in pieces under a small memory limit (same Z as one piece; VmHWM under the plan;
+# refusal below the resident part) and the planner's piece model, at 1 and 2 ranks.
+tessera_test_executable(contract_pieces_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/mpi/contract_pieces_test.cpp LIBS tessera::algo tessera::plan)
+foreach(np 1 2)
+  tessera_add_mpi_test(contract_pieces contract_pieces_test RANKS ${np})
+endforeach()
+
 # End-to-end tests of `tessera contract` and `tessera bench contract` (mpiexec -n 2).
 add_executable(contract_driver_test ${CMAKE_CURRENT_LIST_DIR}/driver/contract_driver_test.cpp)
 target_link_libraries(contract_driver_test PRIVATE tessera::io GTest::gtest GTest::gtest_main

@@ -38,9 +38,11 @@ tessera_add_mpi_test(gpu_tier_cp gpu_tier_tests RANKS 2 ARGS --gtest_filter=GpuT
   LABELS gpu)
 set_tests_properties(gpu_tier_cp_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
-# Memory tier 3 on the cuda backend: StreamingBackend over a DiskTensor (chunks prepared in
-# tier 1, and in tier 2 under a small budget) against cuda tier 1 and the reference
-# backend, MTTKRP and TTMc; CP-ALS in tier 3 against tier 1 on one GPU.
+# Memory tier 3 on the cuda backend: StreamingBackend over a DiskTensor (MTTKRP through
+# mttkrp_accumulate, in pieces under a small budget; TTMc chunks prepared in tier 1 or 2)
+# against cuda tier 1 and the reference backend; mttkrp_accumulate itself (orders 2-5,
+# every sort path, known nonzero output, bad coordinates); CP-ALS in tier 3 against tier 1
+# on one GPU.
 tessera_test_executable(gpu_tier3_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_tier3.cpp
   LIBS tessera::algo tessera::io)

@@ -21,3 +21,10 @@ add_dependencies(h5store_driver_test tessera)
 add_test(NAME h5store_driver_test COMMAND h5store_driver_test)
 set_tests_properties(h5store_driver_test PROPERTIES
   ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;io" TIMEOUT 900 PROCESSORS 2)
+
+# One process: H5TensorReader::read_direct (parallel pread) bit for bit against the HDF5
+# path, the same errors, fallback for deflated stores; measure_read_bandwidth.
+tessera_test_executable(h5store_direct
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/h5store_direct_test.cpp
+  LIBS tessera::io hdf5::hdf5 ZLIB::ZLIB)
+tessera_add_test(h5store_direct h5store_direct LABELS io)

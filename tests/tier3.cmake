@@ -23,3 +23,9 @@ add_dependencies(tier3_driver_test tessera)
 add_test(NAME tier3_driver_test COMMAND tier3_driver_test)
 set_tests_properties(tier3_driver_test PROPERTIES
   ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;io" TIMEOUT 900 PROCESSORS 2)
+
+# Backend::mttkrp_accumulate on the host backends (the default implementation): chunks
+# that partition a tensor, added into a known output, give the whole tensor's MTTKRP.
+tessera_test_executable(kernels_accumulate_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels_accumulate.cpp LIBS tessera::kernels)
+tessera_add_test(kernels_accumulate kernels_accumulate_test LABELS algo)

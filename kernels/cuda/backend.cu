@@ -13,12 +13,15 @@
 // per tensor handle for its chunk copies. mttkrp makes the backend's stream wait (by
 // event) for every copy it enqueues, and its last kernel runs on the backend's stream,
 // so the contract above holds unchanged: the output is complete, and the chunk copies
-// are done, once the backend's stream has passed the mttkrp.
+// are done, once the backend's stream has passed the mttkrp. mttkrp_accumulate (memory
+// tier 3, mttkrp_stream.cu) likewise copies on a stream of its own and computes on the
+// backend's stream; it returns once its copies are done.
 #include <cstdlib>
 #include <sstream>
 #include <string>
 
 #include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/mttkrp_stream.cuh"
 #include "kernels/factories.hpp"
 #include "kernels/sptc.hpp"
 
@@ -36,6 +39,17 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+DeviceMemory cuda_memory_info(bool trim) {
+  if (cuda_device_count() == 0) return {};
+  if (trim) cuda::trim_pool();  // memory cached by the stream-ordered pool is free for the plan
+  DeviceMemory m;
+  if (cudaMemGetInfo(&m.free, &m.total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  return m;
 }
 
 namespace cuda {
@@ -176,16 +190,14 @@ class CudaBackend final : public Backend<T> {
     DeviceGuard g(ctx_.device);
     return cuda::contract(ctx_, plan, stats);
   }
-  bool contract_into(ContractPlan<T>& plan, ContractStats* stats,
-                     ContractSink<T>& sink) override {
+  bool contract_into(ContractPlan<T>& plan, ContractStats* stats, ContractSink<T>& sink) override {
     DeviceGuard g(ctx_.device);
     return cuda::contract_into(ctx_, plan, stats, sink);
   }
-  bool contract_routed(const SparseTensor<T>& x, const SparseTensor<T>& y,
-                       const ContractSpec& spec, const comm::Communicator& host,
-                       const comm::Communicator& data, std::size_t memory_limit,
-                       SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info,
-                       ContractSink<T>* sink) override {
+  bool contract_routed(const SparseTensor<T>& x, const SparseTensor<T>& y, const ContractSpec& spec,
+                       const comm::Communicator& host, const comm::Communicator& data,
+                       std::size_t memory_limit, SparseTensor<T>* out, ContractStats* stats,
+                       ContractRouteInfo* info, ContractSink<T>* sink) override {
     DeviceGuard g(ctx_.device);
     return cuda::contract_routed(ctx_, x, y, spec, host, data, memory_limit, out, stats, info,
                                  sink);
@@ -217,6 +229,16 @@ class CudaBackend final : public Backend<T> {
               T* out) override {
     DeviceGuard g(ctx_.device);
     cuda::mttkrp(ctx_, x, mode, factors, R, out);
+  }
+  void mttkrp_accumulate(const SparseTensor<T>& chunk, int mode,
+                         const std::vector<const T*>& factors, int R, T* out) override {
+    DeviceGuard g(ctx_.device);
+    if (!accumulator_) accumulator_ = std::make_unique<ChunkAccumulator<T>>(ctx_);
+    accumulator_->accumulate(chunk, mode, factors, R, out, budget_);
+  }
+  AccumulateTimes take_accumulate_times() override {
+    DeviceGuard g(ctx_.device);
+    return accumulator_ ? accumulator_->take_times() : AccumulateTimes{};
   }
 
   void gram(const T* A, std::int64_t rows, int R, T* G) override {
@@ -280,6 +302,8 @@ class CudaBackend final : public Backend<T> {
 
   Context ctx_;
   std::size_t budget_ = 0;  ///< device bytes a prepared tensor may occupy; 0 = free memory
+  /// mttkrp_accumulate's buffers and streams (made at the first call; released before ctx_).
+  std::unique_ptr<ChunkAccumulator<T>> accumulator_;
 };
 
 }  // namespace

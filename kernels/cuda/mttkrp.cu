@@ -25,7 +25,10 @@
 // exceed the memory budget, tier 2 keeps them in pinned host memory, cut into chunks of
 // whole tiles, and each MTTKRP streams its mode's chunks through two device buffers:
 // the copy of chunk k + 1 (on a copy stream of the handle) overlaps the kernel of chunk
-// k (on the backend's stream), one launch per chunk into the same output.
+// k (on the backend's stream), one launch per chunk into the same output. Tier 3 (chunks
+// of a tensor on disk, Backend::mttkrp_accumulate) sorts each chunk on the device
+// (mttkrp_stream.cu) and runs the same tile kernels through launch_mttkrp_sorted, with
+// `accumulate` set: a row inside one tile is read, added to and stored.
 //
 // Building the sorted copies (prepare): tier 1 sorts on the device when the peak memory
 // of the device sort fits the limit (see prepare_resident_on_device), else on the host;
@@ -52,6 +55,7 @@
 #include "kernels/cuda/detail.cuh"
 #include "kernels/cuda/host_sort.hpp"
 #include "kernels/cuda/mttkrp_blocked.cuh"
+#include "kernels/cuda/mttkrp_stream.cuh"
 #include "kernels/cuda/ttmc.cuh"
 #include "kernels/mttkrp.hpp"
 #include "kernels/ttmc.hpp"
@@ -528,10 +532,11 @@ __device__ __forceinline__ Pack<T, V> load_global_hint(const T* p, std::uint64_t
   return r;
 }
 
-/// Adds (shared_row) or stores the V columns at `col` of output row `row`.
+/// Adds (shared_row: with atomics; add: with a plain read and store) or stores the V
+/// columns at `col` of output row `row`.
 template <typename T, int V>
 __device__ __forceinline__ void write_pack(T* out, index_t row, int R, int col, bool col_ok,
-                                           const T (&acc)[V], bool shared_row) {
+                                           const T (&acc)[V], bool shared_row, bool add) {
   if (!col_ok) return;
   T* p = out + static_cast<std::size_t>(row) * static_cast<std::size_t>(R) + col;
   if (shared_row) {
@@ -539,8 +544,9 @@ __device__ __forceinline__ void write_pack(T* out, index_t row, int R, int col, 
     for (int u = 0; u < V; ++u) atomicAdd(p + u, acc[u]);
   } else {
     Pack<T, V> q;
+    if (add) q = *reinterpret_cast<const Pack<T, V>*>(p);
 #pragma unroll
-    for (int u = 0; u < V; ++u) q.v[u] = acc[u];
+    for (int u = 0; u < V; ++u) q.v[u] = add ? q.v[u] + acc[u] : acc[u];
     *reinterpret_cast<Pack<T, V>*>(p) = q;
   }
 }
@@ -560,8 +566,9 @@ struct RowSource {
 /// [begin, begin + len) of the copy (len may be 0), `steps` batches of G = 32 / V (the
 /// longest group's count, so every lane runs the same batches: the shuffles are
 /// warp-wide). Finished rows are stored, or added with atomics when they may be shared:
-/// always with kAllShared, else the group's first and last rows.
-template <typename T, int V, bool kSmem, bool kAllShared>
+/// always with kAllShared, else the group's first and last rows. kAcc: a stored row is
+/// added to what `out` holds (read, add, store) instead (tier 3: earlier chunks' sums).
+template <typename T, int V, bool kSmem, bool kAllShared, bool kAcc = false>
 __device__ __forceinline__ void group_pass(const MttkrpParams<T>& p, const RowSource<T>& src,
                                            std::int64_t begin, std::int64_t len, std::int64_t steps,
                                            int c0, int gl) {
@@ -627,7 +634,7 @@ __device__ __forceinline__ void group_pass(const MttkrpParams<T>& p, const RowSo
       const index_t rj = __shfl_sync(kFullMask, my_row, j, G);
       if (j < cnt) {  // uniform within the group
         if (rj != cur) {
-          write_pack<T, V>(p.out, cur, p.R, col, col_ok, acc, kAllShared || cur_shared);
+          write_pack<T, V>(p.out, cur, p.R, col, col_ok, acc, kAllShared || cur_shared, kAcc);
           cur = rj;
           cur_shared = false;
 #pragma unroll
@@ -639,7 +646,7 @@ __device__ __forceinline__ void group_pass(const MttkrpParams<T>& p, const RowSo
     }
   }
   // The last row may continue in the next sub-tile.
-  if (len > 0) write_pack<T, V>(p.out, cur, p.R, col, col_ok, acc, true);
+  if (len > 0) write_pack<T, V>(p.out, cur, p.R, col, col_ok, acc, true, false);
 }
 
 /// The tile kernel (plain layout, and the l2 layout with kL2). Warp w owns the tile of
@@ -648,8 +655,9 @@ __device__ __forceinline__ void group_pass(const MttkrpParams<T>& p, const RowSo
 /// first), so they do not push factor rows out of L2. kL2: the copy is ordered by blocks
 /// of p.hot_mode's indices (plan_mode), whose rows are read with an evict-last hint so
 /// the current block's rows stay in L2 while the other modes' rows stream past; an
-/// output row recurs in every block, so every finished row is added with atomics.
-template <typename T, int V, bool kL2>
+/// output row recurs in every block, so every finished row is added with atomics. kAcc:
+/// see group_pass.
+template <typename T, int V, bool kL2, bool kAcc = false>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kTileBlocksPerSm)
     mttkrp_tile_kernel(const __grid_constant__ MttkrpParams<T> p) {
   constexpr int G = kWarp / V;
@@ -671,7 +679,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kTileBlocksPerSm)
     src.pol = evict_last_policy();
   }
   for (int c0 = 0; c0 < p.R; c0 += kWarp)
-    group_pass<T, V, false, kL2>(p, src, begin, len, steps, c0, gl);
+    group_pass<T, V, false, kL2, kAcc>(p, src, begin, len, steps, c0, gl);
 }
 
 /// Vector width of the kernels for this call: 16-byte packs when R allows and every
@@ -687,7 +695,7 @@ int vector_width(const MttkrpParams<T>& p) {
   return kV;
 }
 
-template <typename T, bool kL2>
+template <typename T, bool kL2, bool kAcc = false>
 void launch_tiles(cudaStream_t stream, const MttkrpParams<T>& p) {
   const std::int64_t tiles = (p.nnz + kTileNnz - 1) / kTileNnz;
   const std::int64_t blocks = (tiles + kWarpsPerBlock - 1) / kWarpsPerBlock;
@@ -695,10 +703,10 @@ void launch_tiles(cudaStream_t stream, const MttkrpParams<T>& p) {
                   p.nnz << " nonzeros exceed one launch; split the block");
   constexpr int kV = static_cast<int>(16 / sizeof(T));
   if (vector_width(p) == kV)
-    mttkrp_tile_kernel<T, kV, kL2>
+    mttkrp_tile_kernel<T, kV, kL2, kAcc>
         <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p);
   else
-    mttkrp_tile_kernel<T, 1, kL2>
+    mttkrp_tile_kernel<T, 1, kL2, kAcc>
         <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
@@ -708,9 +716,11 @@ constexpr int kBlockedTile =
     std::max(blocked::kStage, kTileNnz / blocked::kStage * blocked::kStage);
 
 /// The blocked kernel over p (blocked::supports must hold). l2: the l2 layout, whose
-/// blocked mode `hint_mode` (-1: no hint) becomes input slot 0.
+/// blocked mode `hint_mode` (-1: no hint) becomes input slot 0. accumulate (plain layout
+/// only): rows inside one sub-tile are added to `out` (blocked::Params::accumulate).
 template <typename T>
-void launch_blocked(cudaStream_t stream, const MttkrpParams<T>& p, bool l2, int hint_mode) {
+void launch_blocked(cudaStream_t stream, const MttkrpParams<T>& p, bool l2, int hint_mode,
+                    bool accumulate = false) {
   blocked::Params<T> q;
   q.rows = p.idx[p.mode];
   int nin = 0;
@@ -734,6 +744,7 @@ void launch_blocked(cudaStream_t stream, const MttkrpParams<T>& p, bool l2, int 
   }
   q.tile = kBlockedTile;
   q.hint = hint;
+  q.accumulate = accumulate;
   auto aligned = [](const void* a) { return reinterpret_cast<std::uintptr_t>(a) % 16 == 0; };
   q.aligned16 = aligned(q.rows) && aligned(q.vals);
   for (int s = 0; s < nin; ++s) q.aligned16 = q.aligned16 && aligned(q.in_idx[s]);
@@ -1345,8 +1356,8 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
     p.layout = Layout::l2;
     p.spec.nin = 1;
     p.spec.in_mode[0] = hot;
-    p.spec.rows[0] =
-        static_cast<std::uint32_t>(std::min<std::uint64_t>(rows, dims[static_cast<std::size_t>(hot)]));
+    p.spec.rows[0] = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(rows, dims[static_cast<std::size_t>(hot)]));
     p.hint_mode = ov.l2_hint ? hot : -1;
     finish(p);
     const bool fits = index_bits(p.blocks) + bn <= 64;
@@ -2008,6 +2019,31 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
   x->note_kernel(mode, kernel, R);
 }
 
+template <typename T>
+const char* launch_mttkrp_sorted(cudaStream_t stream, const index_t* const* idx, const T* vals,
+                                 nnz_t nnz, int order, int mode, const T* const* factors, int R,
+                                 T* out) {
+  MttkrpParams<T> p{};
+  for (int m = 0; m < order; ++m) {
+    p.idx[m] = idx[m];
+    p.factors[m] = factors[m];
+  }
+  p.vals = vals;
+  p.out = out;
+  p.nnz = static_cast<std::int64_t>(nnz);
+  p.order = order;
+  p.mode = mode;
+  p.R = R;
+  if (nnz == 0) return "none";
+  if (kernel_selection() == KernelSelection::automatic &&
+      blocked::supports<T>(order, R, p.factors, mode, out)) {
+    launch_blocked(stream, p, false, -1, true);
+    return "blocked";
+  }
+  launch_tiles<T, false, true>(stream, p);
+  return "classic";
+}
+
 // ---------------------------------------------------------------------------
 // TTMc (kernel in ttmc.cu)
 // ---------------------------------------------------------------------------
@@ -2175,6 +2211,11 @@ template std::unique_ptr<TensorHandle<float>> prepare_synthetic<float>(Context&,
                                                                        std::size_t);
 template std::unique_ptr<TensorHandle<double>> prepare_synthetic<double>(
     Context&, const synthetic::Spec&, std::uint64_t, std::uint64_t, std::size_t);
+template const char* launch_mttkrp_sorted<float>(cudaStream_t, const index_t* const*, const float*,
+                                                 nnz_t, int, int, const float* const*, int, float*);
+template const char* launch_mttkrp_sorted<double>(cudaStream_t, const index_t* const*,
+                                                  const double*, nnz_t, int, int,
+                                                  const double* const*, int, double*);
 template void mttkrp<float>(Context&, const TensorHandle<float>&, int,
                             const std::vector<const float*>&, int, float*);
 template void mttkrp<double>(Context&, const TensorHandle<double>&, int,

@@ -59,6 +59,9 @@ struct Params {
   int tile = 0;            ///< nonzeros per warp, a multiple of kStage
   bool hint = false;       ///< l2 layout: read input slot 0 with an L2 evict-last hint
   bool aligned16 = false;  ///< rows, in_idx and vals all 16-byte aligned
+  /// Plain layout only: rows of one sub-tile are added to out (read, add, store), not
+  /// stored (tier 3: out holds earlier chunks' sums). Selects the kAcc instantiation.
+  bool accumulate = false;
 };
 
 /// Shared memory of one warp: two buffers of (kNin + 1) index arrays and one value array of
@@ -133,8 +136,8 @@ __device__ __forceinline__ void add_atomic(T* p, const T (&acc)[kVec<T>]) {
 
 /// See the top of this file. kL2: the l2 layout: input slot 0 is the blocked mode (read
 /// with an L2 evict-last hint when p.hint), the rows are sorted only within a block, and
-/// every finished row is added with atomics.
-template <typename T, int kNin, bool kL2>
+/// every finished row is added with atomics. kAcc: Params::accumulate.
+template <typename T, int kNin, bool kL2, bool kAcc = false>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
     mttkrp_blocked_kernel(const __grid_constant__ Params<T> p) {
   constexpr int V = kVec<T>;
@@ -235,6 +238,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
         q.x = acc[0], q.y = acc[1], q.z = acc[2], q.w = acc[3];
       } else {
         q.x = acc[0], q.y = acc[1];
+      }
+      if constexpr (kAcc) {  // a tier-3 chunk: earlier chunks' sums are in out
+        const Vec<T> w = *reinterpret_cast<const Vec<T>*>(o);
+        if constexpr (std::is_same_v<T, float>) {
+          q.x += w.x, q.y += w.y, q.z += w.z, q.w += w.w;
+        } else {
+          q.x += w.x, q.y += w.y;
+        }
       }
       *reinterpret_cast<Vec<T>*>(o) = q;
     }
@@ -339,14 +350,23 @@ const char* supported_shapes() {
                                   : "order 3-6, R in {2,4,8,16,32,64}";
 }
 
-template <typename T, int kNin, bool kL2>
+template <typename T, int kNin, bool kL2, bool kAcc = false>
 void launch_n(cudaStream_t stream, const Params<T>& p, unsigned blocks) {
   constexpr int smem = kWarpsPerBlock * warp_smem_bytes<T>(kNin);
   if constexpr (smem > 48 * 1024) {
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(mttkrp_blocked_kernel<T, kNin, kL2>,
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(mttkrp_blocked_kernel<T, kNin, kL2, kAcc>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   }
-  mttkrp_blocked_kernel<T, kNin, kL2><<<blocks, kWarpsPerBlock * kWarp, smem, stream>>>(p);
+  mttkrp_blocked_kernel<T, kNin, kL2, kAcc><<<blocks, kWarpsPerBlock * kWarp, smem, stream>>>(p);
+}
+
+/// launch_n of the plain layout, accumulating when p.accumulate.
+template <typename T, int kNin>
+void launch_plain(cudaStream_t stream, const Params<T>& p, unsigned blocks) {
+  if (p.accumulate)
+    launch_n<T, kNin, false, true>(stream, p, blocks);
+  else
+    launch_n<T, kNin, false>(stream, p, blocks);
 }
 
 /// Enqueues the kernel over p.nnz nonzeros (supports() must hold). l2: see the kernel.
@@ -356,27 +376,28 @@ void launch(cudaStream_t stream, const Params<T>& p, int nin, bool l2) {
   const std::int64_t blocks = (tiles + kWarpsPerBlock - 1) / kWarpsPerBlock;
   TESSERA_EXPECTS(blocks <= 0x7fffffff, p.nnz << " nonzeros exceed one launch; split the block");
   const auto nb = static_cast<unsigned>(blocks);
+  TESSERA_EXPECTS(!(l2 && p.accumulate), "the accumulating blocked kernel has no l2 layout");
   switch (nin * 2 + (l2 ? 1 : 0)) {
     case 4:
-      launch_n<T, 2, false>(stream, p, nb);
+      launch_plain<T, 2>(stream, p, nb);
       break;
     case 5:
       launch_n<T, 2, true>(stream, p, nb);
       break;
     case 6:
-      launch_n<T, 3, false>(stream, p, nb);
+      launch_plain<T, 3>(stream, p, nb);
       break;
     case 7:
       launch_n<T, 3, true>(stream, p, nb);
       break;
     case 8:
-      launch_n<T, 4, false>(stream, p, nb);
+      launch_plain<T, 4>(stream, p, nb);
       break;
     case 9:
       launch_n<T, 4, true>(stream, p, nb);
       break;
     case 10:
-      launch_n<T, 5, false>(stream, p, nb);
+      launch_plain<T, 5>(stream, p, nb);
       break;
     case 11:
       launch_n<T, 5, true>(stream, p, nb);

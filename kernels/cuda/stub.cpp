@@ -10,6 +10,9 @@ bool cuda_built() {
 int cuda_device_count() {
   return 0;
 }
+DeviceMemory cuda_memory_info(bool) {
+  return {};
+}
 
 template <typename T>
 std::unique_ptr<Backend<T>> make_cuda_backend() {

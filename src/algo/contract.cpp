@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
+#include <functional>
 #include <numeric>
 #include <sstream>
 
@@ -157,7 +159,7 @@ template <typename T>
 ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                            const ContractSpec& spec, kernels::Backend<T>& be,
                            const comm::Communicator& c, const ContractOptions& opt,
-                           ContractBuffers<T>* buffers) {
+                           ContractBuffers<T>* buffers, ContractPieceSink<T>* sink) {
   TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
                   "algo::contract routes host tensors: it needs a host communicator");
   const comm::Communicator& dc = opt.data != nullptr ? *opt.data : c;
@@ -200,7 +202,7 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
   const std::size_t input_bytes =
       tensor_bytes<T>(x.nnz(), x.order()) + (self ? 0 : tensor_bytes<T>(y.nnz(), y.order()));
   // ---- routed in backend memory (the cuda backend over NCCL) when it can ----
-  if (P > 1 && dc.memory_space() == comm::MemorySpace::device) {
+  if (P > 1 && !opt.dry_run && dc.memory_space() == comm::MemorySpace::device) {
     kernels::ContractRouteInfo info;
     SparseTensor<T> local;
     if (be.contract_routed(x, y, spec, c, dc, opt.memory_limit, &local, &res.stats, &info,
@@ -218,8 +220,8 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
       res.global_zeros_dropped = sums[2];
       res.max_rank_products = c.allreduce_value(info.count.products, comm::ReduceOp::max);
       ContractMemory& mem = res.memory;
-      const std::size_t total = info.input_bytes + info.routed_bytes +
-                                info.count.workspace_bytes + info.count.output_bytes;
+      const std::size_t total = info.input_bytes + info.routed_bytes + info.count.workspace_bytes +
+                                info.count.output_bytes;
       mem.input_bytes = max_over(c, info.input_bytes);
       mem.routed_bytes = max_over(c, info.routed_bytes);
       mem.workspace_bytes = max_over(c, info.count.workspace_bytes);
@@ -260,7 +262,10 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                                      << "alone need about " << bytes_str(static_cast<double>(pre))
                                      << " on the busiest rank, over the limit of "
                                      << bytes_str(static_cast<double>(opt.memory_limit))
-                                     << " per rank; about " << std::max(ranks, P + 1)
+                                     << " per rank (" << opt.memory_limit_source
+                                     << "); the output can be made in pieces but the inputs "
+                                        "stay resident for every piece; about "
+                                     << std::max(ranks, P + 1)
                                      << " ranks would fit, or raise the memory limit");
     }
     xr = execute_route(x, rx, dc);
@@ -275,12 +280,13 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
   res.phases.add("route_inputs", t.seconds());
   t.reset();
 
-  // ---- 2. plan: match and count locally; estimate memory; refuse when over ----
+  // ---- 2. plan: match and count locally; plan the memory (pieces); refuse when over ----
   std::unique_ptr<kernels::ContractPlan<T>> plan;
   comm::run_collectively(c, [&] { plan = be.contract_plan(*X, *Y, spec); });
   res.phases.add("plan", t.seconds());
   const kernels::ContractCount cnt = plan->count();
   const std::size_t entry = kernels::contract_entry_bytes(spec, sizeof(T));
+  const std::size_t send_entry = std::max(sizeof(index_t), sizeof(T));
   {
     std::int64_t sums[2] = {cnt.output_entries, cnt.products};
     c.allreduce(sums, 2);
@@ -288,88 +294,288 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
     res.global_products = sums[1];
     res.max_rank_products = c.allreduce_value(cnt.products, comm::ReduceOp::max);
   }
+  // The input that provides output mode 0 is split into pieces by ranges of that
+  // coordinate: the pieces' outputs are disjoint ranges of the output's order.
+  const bool split_y = spec.out_from_y[0];
+  const int split_mode = spec.out_mode[0];
+  const plan::ContractSinkKind sink_kind =
+      sink != nullptr ? plan::ContractSinkKind::stream : plan::ContractSinkKind::memory;
+  const bool on_device = be.memory_space() == comm::MemorySpace::device;
+  // This rank's counts (for the mean) and the busiest rank's of each part (for the plan).
+  plan::ContractCounts own;
+  own.input_bytes = input_bytes;
+  own.routed_bytes = routed_bytes;
+  own.workspace_bytes = cnt.workspace_bytes;
+  own.output_entries = static_cast<std::uint64_t>(cnt.output_entries);
+  own.output_bytes = cnt.output_bytes;
+  own.global_output_entries = static_cast<std::uint64_t>(res.global_partial_entries);
+  own.entry_bytes = entry;
+  own.send_entry_bytes = send_entry;
+  {
+    const SparseTensor<T>& S = split_y ? *Y : *X;
+    own.split_bytes = tensor_bytes<T>(S.nnz(), S.order());
+  }
+  own.write_entry_bytes = sink != nullptr ? sink->bytes_per_entry() : 0;
+  own.ranks = P;
+  own.device = on_device;
+  plan::ContractCounts pc = own;
+  {
+    std::uint64_t v[6] = {own.input_bytes,    own.routed_bytes, own.workspace_bytes,
+                          own.output_entries, own.output_bytes, own.split_bytes};
+    c.allreduce(v, 6, comm::ReduceOp::max);
+    pc.input_bytes = v[0];
+    pc.routed_bytes = v[1];
+    pc.workspace_bytes = v[2];
+    pc.output_entries = v[3];
+    pc.output_bytes = v[4];
+    pc.split_bytes = v[5];
+  }
+  plan::ContractLimits lim;
+  if (opt.memory_limit > 0) lim.host = {opt.memory_limit, opt.memory_limit_source};
+  if (opt.device_limit > 0 && on_device) lim.device = {opt.device_limit, opt.device_limit_source};
+  res.piece_plan = plan::plan_contract_pieces(pc, lim, sink_kind);
+  if (res.piece_plan.fits && opt.min_pieces > res.piece_plan.pieces) {
+    res.piece_plan.pieces = opt.min_pieces;
+    res.piece_plan.host_bytes = plan::contract_host_bytes(pc, opt.min_pieces, sink_kind);
+    res.piece_plan.device_bytes = plan::contract_device_bytes(pc, opt.min_pieces);
+    res.piece_plan.reason += "; " + std::to_string(opt.min_pieces) + " pieces asked for";
+  }
+  const int pieces = res.piece_plan.pieces;
   ContractMemory& mem = res.memory;
   {
-    const std::size_t out_b = cnt.output_bytes;
-    std::size_t recv_b = 0, exch_b = 0, stage_b = 0, stage_c = 0;
-    const std::size_t stage_a = input_bytes + routed_bytes + cnt.workspace_bytes + out_b;
+    std::size_t exch_b = 0;
     if (P > 1) {
       const auto recv_e = std::max(cnt.output_entries, (res.global_partial_entries + P - 1) / P);
-      recv_b = static_cast<std::size_t>(recv_e) * entry;
-      const std::size_t send_b =
-          static_cast<std::size_t>(cnt.output_entries) * std::max(sizeof(index_t), sizeof(T));
-      exch_b = send_b + 2 * recv_b;
-      stage_b = input_bytes + out_b + send_b + recv_b;
-      // sort_sum_drop_zeros: keys and permutation, doubled by the radix sort.
-      stage_c = input_bytes + 2 * recv_b + static_cast<std::size_t>(recv_e) * 2 * (8 + 4);
+      exch_b = static_cast<std::size_t>(cnt.output_entries) * send_entry +
+               2 * static_cast<std::size_t>(recv_e) * entry;
     }
-    const std::size_t total = std::max({stage_a, stage_b, stage_c});
-    mem.input_bytes = max_over(c, input_bytes);
-    mem.routed_bytes = max_over(c, routed_bytes);
-    mem.workspace_bytes = max_over(c, cnt.workspace_bytes);
-    mem.output_bytes = max_over(c, out_b);
+    mem.input_bytes = pc.input_bytes;
+    mem.routed_bytes = pc.routed_bytes;
+    mem.workspace_bytes = pc.workspace_bytes;
+    mem.output_bytes = pc.output_bytes;
     mem.exchange_bytes = max_over(c, exch_b);
-    mem.total_bytes = max_over(c, total);
-    mem.mean_total_bytes = static_cast<std::size_t>(c.allreduce_value(static_cast<double>(total)) /
-                                                    static_cast<double>(P));
+    mem.total_bytes =
+        res.piece_plan.fits ? res.piece_plan.host_bytes : res.piece_plan.one_piece_host_bytes;
+    const double own_total =
+        static_cast<double>(plan::contract_host_bytes(own, std::max(pieces, 1), sink_kind));
+    mem.mean_total_bytes =
+        static_cast<std::size_t>(c.allreduce_value(own_total) / static_cast<double>(P));
   }
-  if (opt.print) report_plan(res, spec, P, opt.memory_limit);
-  if (opt.memory_limit > 0 && mem.total_bytes > opt.memory_limit) {
-    // The per-rank need falls about as 1/P when the work spreads evenly.
-    const double scale = static_cast<double>(mem.mean_total_bytes) / opt.memory_limit;
-    const int ranks = std::max(P + 1, static_cast<int>(std::ceil(P * scale * 1.1)));
-    std::ostringstream msg;
-    msg << "contraction '" << spec.text << "' needs about "
-        << bytes_str(static_cast<double>(mem.total_bytes))
-        << " on the busiest rank, over the limit of "
-        << bytes_str(static_cast<double>(opt.memory_limit)) << " per rank (output "
-        << res.global_partial_entries << " entries from " << res.global_products << " products, "
-        << bytes_str(static_cast<double>(mem.output_bytes))
-        << " on the busiest rank; matching workspace "
-        << bytes_str(static_cast<double>(mem.workspace_bytes)) << "; routed inputs "
-        << bytes_str(static_cast<double>(mem.routed_bytes)) << "); ";
-    if (mem.total_bytes > 2 * mem.mean_total_bytes)
-      msg << "the busiest rank holds " << bytes_str(static_cast<double>(mem.total_bytes))
-          << " against a mean of " << bytes_str(static_cast<double>(mem.mean_total_bytes))
-          << " (skewed contracted indices), so more ranks help less than in proportion; ";
-    msg << "about " << ranks << " ranks (" << ranks - P
-        << " more) would fit if the work spreads evenly, or raise the memory limit to at least "
-        << bytes_str(static_cast<double>(mem.total_bytes));
-    TESSERA_INPUT_CHECK(false, msg.str());
+  if (opt.print) {
+    report_plan(res, spec, P, opt.memory_limit);
+    log::info("memory plan: " + res.piece_plan.reason);
+  }
+  TESSERA_INPUT_CHECK(res.piece_plan.fits,
+                      "contraction '" << spec.text << "': " << res.piece_plan.reason);
+  if (opt.dry_run) {
+    res.dry_run = true;
+    res.pieces = pieces;
+    res.local = SparseTensor<T>(res.dims);
+    return res;
   }
 
-  // ---- 3. multiply ----
-  t.reset();
-  SparseTensor<T> part;
-  bool into = false;  // one rank with buffers: written into them where the backend can
-  comm::run_collectively(c, [&] {
-    if (P == 1 && buffers != nullptr) into = be.contract_into(*plan, &res.stats, *buffers);
-    if (!into) part = be.contract(*plan, &res.stats);
-  });
-  plan.reset();
-  xr = SparseTensor<T>();
-  yr = SparseTensor<T>();
-  res.phases.add("multiply", t.seconds());
-  std::int64_t zeros = res.stats.zeros_dropped;
+  std::int64_t zeros = 0;
+  // Step 4: route the partial output by its coordinates and sum there.
+  auto finish_merge = [&](SparseTensor<T>&& part) {
+    if (P > 1) {
+      t.reset();
+      std::vector<int> all(static_cast<std::size_t>(N));
+      for (int k = 0; k < N; ++k) all[static_cast<std::size_t>(k)] = k;
+      const Route ro = plan_route(part, all, c);
+      SparseTensor<T> recv = execute_route(part, ro, dc);
+      part = SparseTensor<T>();
+      res.phases.add("route_output", t.seconds());
+      t.reset();
+      nnz_t merge_zeros = 0;
+      comm::run_collectively(c, [&] { kernels::sort_sum_drop_zeros(recv, 0, &merge_zeros); });
+      zeros += merge_zeros;
+      part = std::move(recv);  // the merged share
+      res.phases.add("merge", t.seconds());
+    }
+    part.dims = res.dims;
+    return std::move(part);
+  };
+  // Steps 3 and 4 for one plan: multiply; route the partial output by its coordinates and
+  // sum there. `release` runs after the multiplication (frees what is no longer needed).
+  auto multiply_and_merge = [&](std::unique_ptr<kernels::ContractPlan<T>>& pl, bool* into,
+                                const std::function<void()>& release) {
+    t.reset();
+    SparseTensor<T> part;
+    kernels::ContractStats st;
+    // One piece: the backend's statistics as they come; pieces: summed.
+    kernels::ContractStats* stp = pieces <= 1 ? &res.stats : &st;
+    comm::run_collectively(c, [&] {
+      if (into != nullptr && P == 1 && buffers != nullptr)
+        *into = be.contract_into(*pl, stp, *buffers);
+      if (into == nullptr || !*into) part = be.contract(*pl, stp);
+    });
+    pl.reset();
+    release();
+    res.phases.add("multiply", t.seconds());
+    zeros += stp->zeros_dropped;
+    if (pieces <= 1) return finish_merge(std::move(part));
+    res.stats.products += st.products;
+    res.stats.output_entries += st.output_entries;
+    res.stats.output_nnz += st.output_nnz;
+    res.stats.zeros_dropped += st.zeros_dropped;
+    res.stats.match_seconds += st.match_seconds;
+    res.stats.count_seconds += st.count_seconds;
+    res.stats.multiply_seconds += st.multiply_seconds;
+    res.stats.assemble_seconds += st.assemble_seconds;
+    return finish_merge(std::move(part));
+  };
 
-  // ---- 4. route the partial output by its coordinates and sum there ----
-  if (P > 1) {
-    t.reset();
-    std::vector<int> all(static_cast<std::size_t>(N));
-    for (int k = 0; k < N; ++k) all[static_cast<std::size_t>(k)] = k;
-    const Route ro = plan_route(part, all, c);
-    SparseTensor<T> recv = execute_route(part, ro, dc);
-    part = SparseTensor<T>();
-    res.phases.add("route_output", t.seconds());
-    t.reset();
-    nnz_t merge_zeros = 0;
-    comm::run_collectively(c, [&] { kernels::sort_sum_drop_zeros(recv, 0, &merge_zeros); });
-    zeros += merge_zeros;
-    part = std::move(recv);  // the merged share
-    res.phases.add("merge", t.seconds());
+  if (pieces <= 1) {
+    bool into = false;  // one rank with buffers: written into them where the backend can
+    SparseTensor<T> part = multiply_and_merge(plan, &into, [&] {
+      xr = SparseTensor<T>();
+      yr = SparseTensor<T>();
+    });
+    finish(std::move(part), into);
+    res.global_zeros_dropped = c.allreduce_value(zeros);
+    return res;
   }
-  finish(std::move(part), into);
+
+  // ---- output in pieces: ranges of output mode 0's coordinate on the split input ----
+  plan.reset();  // the whole-output plan; each piece plans its own
+  const SparseTensor<T>& S = split_y ? *Y : *X;
+  const std::uint64_t dim = S.dims[static_cast<std::size_t>(split_mode)];
+  const std::vector<index_t>& sc = S.idx[static_cast<std::size_t>(split_mode)];
+  // Ranges of about equal nonzeros from a histogram over at most 4096 buckets (all ranks).
+  const std::uint64_t nb = std::max<std::uint64_t>(std::min<std::uint64_t>(dim, 4096), 1);
+  std::vector<std::int64_t> hist(static_cast<std::size_t>(nb), 0);
+  for (index_t v : sc) ++hist[static_cast<std::size_t>(static_cast<std::uint64_t>(v) * nb / dim)];
+  c.allreduce(hist.data(), static_cast<int>(nb));
+  auto bucket_lo = [&](std::uint64_t b) { return (b * dim + nb - 1) / nb; };
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> todo;  // [lo, hi) coordinates
+  {
+    const std::int64_t total = std::accumulate(hist.begin(), hist.end(), std::int64_t{0});
+    std::uint64_t lo = 0;
+    std::int64_t cum = 0;
+    int made = 0;
+    for (std::uint64_t b = 0; b < nb; ++b) {
+      cum += hist[static_cast<std::size_t>(b)];
+      const bool cut = b + 1 == nb || (made + 1 < pieces &&
+                                       cum * pieces >= total * static_cast<std::int64_t>(made + 1));
+      if (cut) {
+        const std::uint64_t hi = bucket_lo(b + 1);
+        if (hi > lo) todo.emplace_back(lo, hi);
+        lo = hi;
+        ++made;
+      }
+    }
+  }
+  std::vector<SparseTensor<T>> done_pieces;
+  std::int64_t streamed_nnz = 0;
+  res.pieces = 0;
+  while (!todo.empty()) {
+    const auto [lo, hi] = todo.front();
+    todo.pop_front();
+    // This piece's share of the split input (its nonzeros in [lo, hi), in their order).
+    SparseTensor<T> sp(S.dims);
+    {
+      std::vector<std::int64_t> pos;
+      for (std::size_t k = 0; k < sc.size(); ++k)
+        if (sc[k] >= lo && sc[k] < hi) pos.push_back(static_cast<std::int64_t>(k));
+      for (int m = 0; m < S.order(); ++m) {
+        auto& dst = sp.idx[static_cast<std::size_t>(m)];
+        const auto& src = S.idx[static_cast<std::size_t>(m)];
+        dst.resize(pos.size());
+        for (std::size_t k = 0; k < pos.size(); ++k) dst[k] = src[static_cast<std::size_t>(pos[k])];
+      }
+      sp.vals.resize(pos.size());
+      for (std::size_t k = 0; k < pos.size(); ++k)
+        sp.vals[k] = S.vals[static_cast<std::size_t>(pos[k])];
+    }
+    t.reset();
+    std::unique_ptr<kernels::ContractPlan<T>> pp;
+    comm::run_collectively(
+        c, [&] { pp = split_y ? be.contract_plan(*X, sp, spec) : be.contract_plan(sp, *Y, spec); });
+    res.phases.add("plan", t.seconds());
+    const kernels::ContractCount pcnt = pp->count();
+    plan::ContractCounts q = pc;
+    {
+      std::uint64_t v[4] = {static_cast<std::uint64_t>(pcnt.output_entries), pcnt.output_bytes,
+                            pcnt.workspace_bytes, tensor_bytes<T>(sp.nnz(), sp.order())};
+      c.allreduce(v, 4, comm::ReduceOp::max);
+      q.output_entries = v[0];
+      q.output_bytes = v[1];
+      q.workspace_bytes = v[2];
+      q.split_bytes = v[3];
+      q.global_output_entries = static_cast<std::uint64_t>(
+          c.allreduce_value(static_cast<std::int64_t>(pcnt.output_entries)));
+    }
+    const std::uint64_t need_h = plan::contract_piece_host_bytes(pc, q, sink_kind),
+                        need_d = plan::contract_piece_device_bytes(pc, q);
+    const bool over_h = lim.host.known() && need_h > lim.host.bytes,
+               over_d = lim.device.known() && need_d > lim.device.bytes;
+    if (over_h || over_d) {
+      pp.reset();
+      if (hi - lo > 1) {  // bisect: the lower half first
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        todo.emplace_front(mid, hi);
+        todo.emplace_front(lo, mid);
+        continue;
+      }
+      TESSERA_INPUT_CHECK(false, "contraction '"
+                                     << spec.text << "': coordinate " << lo
+                                     << " of output mode 0 alone needs about "
+                                     << bytes_str(static_cast<double>(over_h ? need_h : need_d))
+                                     << " on the busiest rank, over the limit of "
+                                     << bytes_str(static_cast<double>(over_h ? lim.host.bytes
+                                                                             : lim.device.bytes))
+                                     << " (" << (over_h ? lim.host.source : lim.device.source)
+                                     << "); a piece cannot be smaller: run on more ranks, or "
+                                        "raise the limit");
+    }
+    res.memory.total_bytes = std::max<std::size_t>(res.memory.total_bytes, need_h);
+    SparseTensor<T> share = multiply_and_merge(pp, nullptr, [&] { sp = SparseTensor<T>(); });
+    ++res.pieces;
+    if (sink != nullptr) {
+      streamed_nnz += static_cast<std::int64_t>(share.nnz());
+      sink->put(std::move(share), res.pieces - 1);
+    } else {
+      done_pieces.push_back(std::move(share));
+    }
+  }
+  if (opt.print)
+    log::info("output made in " + std::to_string(res.pieces) + " pieces (" +
+              (sink != nullptr ? "written piece by piece" : "joined in host memory") + ")");
   res.global_zeros_dropped = c.allreduce_value(zeros);
+  if (sink != nullptr) {
+    res.streamed = true;
+    res.global_nnz = c.allreduce_value(streamed_nnz);
+    kept.done = true;
+    res.local = SparseTensor<T>(res.dims);
+    return res;
+  }
+  // Join the pieces (ascending ranges of output mode 0: the result stays sorted), one
+  // array at a time.
+  SparseTensor<T> joined(res.dims);
+  std::size_t total = 0;
+  for (const auto& p : done_pieces) total += static_cast<std::size_t>(p.nnz());
+  for (int m = 0; m < N; ++m) {
+    auto& dst = joined.idx[static_cast<std::size_t>(m)];
+    dst.resize(total);
+    std::size_t o = 0;
+    for (auto& p : done_pieces) {
+      auto& src = p.idx[static_cast<std::size_t>(m)];
+      std::copy(src.begin(), src.end(), dst.begin() + static_cast<std::ptrdiff_t>(o));
+      o += src.size();
+      std::vector<index_t>().swap(src);
+    }
+  }
+  joined.vals.resize(total);
+  {
+    std::size_t o = 0;
+    for (auto& p : done_pieces) {
+      std::copy(p.vals.begin(), p.vals.end(), joined.vals.begin() + static_cast<std::ptrdiff_t>(o));
+      o += p.vals.size();
+      std::vector<T>().swap(p.vals);
+    }
+  }
+  done_pieces.clear();
+  finish(std::move(joined), false);
   return res;
 }
 
@@ -382,7 +588,8 @@ ContractBuffers<T>::~ContractBuffers() {
 template <typename T>
 double ContractBuffers<T>::pin_input(const SparseTensor<T>& t) {
   Timer tm;
-  for (const auto& col : t.idx) lock(col.data(), col.size() * sizeof(index_t), in_pins_, pinned_in_);
+  for (const auto& col : t.idx)
+    lock(col.data(), col.size() * sizeof(index_t), in_pins_, pinned_in_);
   lock(t.vals.data(), t.vals.size() * sizeof(T), in_pins_, pinned_in_);
   return tm.seconds();
 }
@@ -400,8 +607,7 @@ void ContractBuffers<T>::lock(const void* p, std::size_t bytes,
 }
 
 template <typename T>
-SparseTensor<T>& ContractBuffers<T>::output(const std::vector<std::uint64_t>& dims,
-                                            std::size_t n) {
+SparseTensor<T>& ContractBuffers<T>::output(const std::vector<std::uint64_t>& dims, std::size_t n) {
   if (out_.idx.size() != dims.size() || n > cap_) {
     out_pins_.clear();  // unlocked before the old storage is released
     pinned_out_ = 0;
@@ -413,7 +619,8 @@ SparseTensor<T>& ContractBuffers<T>::output(const std::vector<std::uint64_t>& di
     fresh.vals.reserve(cap);
     out_ = std::move(fresh);
     cap_ = cap;
-    for (const auto& col : out_.idx) lock(col.data(), cap * sizeof(index_t), out_pins_, pinned_out_);
+    for (const auto& col : out_.idx)
+      lock(col.data(), cap * sizeof(index_t), out_pins_, pinned_out_);
     lock(out_.vals.data(), cap * sizeof(T), out_pins_, pinned_out_);
   }
   out_.dims = dims;
@@ -481,12 +688,14 @@ void write_sorted(const std::string& path, const SparseTensor<T>& local,
 template ContractResult<float> contract<float>(const SparseTensor<float>&,
                                                const SparseTensor<float>&, const ContractSpec&,
                                                kernels::Backend<float>&, const comm::Communicator&,
-                                               const ContractOptions&, ContractBuffers<float>*);
+                                               const ContractOptions&, ContractBuffers<float>*,
+                                               ContractPieceSink<float>*);
 template ContractResult<double> contract<double>(const SparseTensor<double>&,
                                                  const SparseTensor<double>&, const ContractSpec&,
                                                  kernels::Backend<double>&,
                                                  const comm::Communicator&, const ContractOptions&,
-                                                 ContractBuffers<double>*);
+                                                 ContractBuffers<double>*,
+                                                 ContractPieceSink<double>*);
 template SparseTensor<float> gather<float>(const SparseTensor<float>&, const comm::Communicator&,
                                            int);
 template SparseTensor<double> gather<double>(const SparseTensor<double>&, const comm::Communicator&,

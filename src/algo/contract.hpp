@@ -24,6 +24,7 @@
 #include "comm/communicator.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/sptc.hpp"
+#include "plan/contract.hpp"
 #include "util/timer.hpp"
 
 namespace tessera::algo {
@@ -34,6 +35,16 @@ struct ContractOptions {
   /// it the run is refused with an InputError (thrown on every rank alike) that says how
   /// much is needed and what would fit.
   std::size_t memory_limit = 0;
+  /// Where memory_limit came from (named in the plan and in refusals).
+  std::string memory_limit_source = "ContractOptions::memory_limit";
+  /// Device bytes per rank (cuda backend; 0 = not known: no device limit) and its source.
+  std::size_t device_limit = 0;
+  std::string device_limit_source = "ContractOptions::device_limit";
+  /// Stop after the plan (the inputs routed and matched, the output counted): the result
+  /// holds the counts, the memory estimate and the piece plan; nothing is multiplied.
+  bool dry_run = false;
+  /// Testing: make the output in at least this many pieces (0 = as the plan says).
+  int min_pieces = 0;
   bool print = true;  ///< the plan and the memory estimate on rank 0 (log::info)
   /// Communicator that moves the nonzeros (the input routing and the partial-output
   /// routing), spanning the ranks of `c` in the same order; null = `c`. The drivers pass
@@ -56,6 +67,21 @@ struct ContractMemory {
   std::size_t exchange_bytes = 0;    ///< send buffer, received and merged entries
   std::size_t total_bytes = 0;       ///< the busiest rank's peak
   std::size_t mean_total_bytes = 0;  ///< the mean over ranks of the per-rank peak
+};
+
+/// Receives the output piece by piece when it is made in pieces (docs/sptc.md, "Pieces").
+/// put() is collective: every rank calls it once per piece, in piece order. Pieces are
+/// ascending, disjoint ranges of output mode 0's coordinate, so a share's pieces in order
+/// are sorted and the pieces of all ranks, each redistributed in order, are the output in
+/// global lexicographic order.
+template <typename T>
+class ContractPieceSink {
+ public:
+  virtual ~ContractPieceSink() = default;
+  /// This rank's share of one piece (sorted, disjoint from the other ranks', no zeros).
+  virtual void put(SparseTensor<T>&& share, int piece) = 0;
+  /// Host bytes per output entry put() holds besides the share (the planner adds them).
+  virtual std::size_t bytes_per_entry() const { return 0; }
 };
 
 template <typename T>
@@ -82,6 +108,11 @@ struct ContractResult {
   bool routed_once = false;
   /// Routed in backend memory by Backend::contract_routed (no output routing or merge).
   bool routed_on_device = false;
+  /// The planner's answer (plan::plan_contract_pieces) on the host path.
+  plan::ContractPiecePlan piece_plan;
+  int pieces = 1;         ///< output pieces made (bisected pieces counted)
+  bool streamed = false;  ///< pieces went to the sink: `local` is empty
+  bool dry_run = false;   ///< stopped after the plan
 };
 
 /// Host buffers kept across contractions by a caller that contracts repeatedly (an
@@ -103,8 +134,8 @@ class ContractBuffers final : public kernels::ContractSink<T> {
   ContractBuffers& operator=(const ContractBuffers&) = delete;
 
   /// Page-locks t's arrays until these buffers are destroyed: t must stay allocated, and
-  /// its arrays neither resized nor reallocated, while they live. Do not pass result(). Arrays under 1 MiB are left alone (nothing to
-  /// gain). Returns the seconds it took.
+  /// its arrays neither resized nor reallocated, while they live. Do not pass result(). Arrays
+  /// under 1 MiB are left alone (nothing to gain). Returns the seconds it took.
   double pin_input(const SparseTensor<T>& t);
   /// This rank's share of the last contraction run with these buffers (sorted, disjoint
   /// from the other ranks', as ContractResult::local).
@@ -143,11 +174,16 @@ class ContractBuffers final : public kernels::ContractSink<T> {
 /// rank's kernel become a CollectiveError on every rank.
 /// With `buffers` (made for this backend), the share is written into buffers->result()
 /// and the result's `local` is empty.
+/// When one piece of output does not fit the limits (plan::plan_contract_pieces), the
+/// output is made in pieces: ranges of output mode 0's coordinate, split on the input that
+/// provides it, each piece planned, multiplied, routed and merged on its own. With `sink`
+/// each piece goes to it (and `local` stays empty), else the pieces are joined in memory.
 template <typename T>
 ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
                            const kernels::ContractSpec& spec, kernels::Backend<T>& backend,
                            const comm::Communicator& c, const ContractOptions& opt = {},
-                           ContractBuffers<T>* buffers = nullptr);
+                           ContractBuffers<T>* buffers = nullptr,
+                           ContractPieceSink<T>* sink = nullptr);
 
 /// Rank (of P) that owns the tuple coords[0..n): a 64-bit hash of the coordinates modulo
 /// P. Used for the matched coordinates of the inputs and for the output coordinates.

@@ -4,11 +4,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
 #include "kernels/ttmc.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/progress.hpp"
 #include "util/timer.hpp"
 
 namespace tessera::algo {
@@ -34,8 +37,10 @@ std::string human(double b) {
 
 template <typename T>
 DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
-  TESSERA_INPUT_CHECK(o.chunk_nnz >= 1, "memory tier 3: the chunk size must be at least one "
-                                        "nonzero, got " << o.chunk_nnz);
+  TESSERA_INPUT_CHECK(o.chunk_nnz >= 1,
+                      "memory tier 3: the chunk size must be at least one "
+                      "nonzero, got "
+                          << o.chunk_nnz);
   // No HDF5 chunk cache: every pass reads each chunk once, and a cache would keep (order +
   // 1) x its size of host memory the budget does not count (and serve small stores from
   // memory instead of the disk).
@@ -56,6 +61,7 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
     count_ = o.count;
   }
   chunk_ = std::max<nnz_t>(1, std::min<nnz_t>(o.chunk_nnz, std::max<nnz_t>(count_, 1)));
+  read_threads_ = o.read_threads;
 
   // First pass: every nonzero checked by the reader; distinct rows, ||X||^2, fingerprint.
   const int N = order();
@@ -64,7 +70,12 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
   for (int n = 0; n < N; ++n)
     if (dims_[static_cast<std::size_t>(n)] <= kBitmapMaxDim)
       bits[static_cast<std::size_t>(n)].assign((dims_[static_cast<std::size_t>(n)] + 63) / 64, 0);
+  Progress progress(log::rank() == 0, "first pass over",
+                    std::filesystem::path(o.path).filename().string(),
+                    static_cast<std::uint64_t>(count_), "nonzeros");
+  std::uint64_t seen = 0;
   stream([&](const SparseTensor<T>& c) {
+    progress.update(seen += static_cast<std::uint64_t>(c.nnz()));
     for (int n = 0; n < N; ++n) {
       const auto& idx = c.idx[static_cast<std::size_t>(n)];
       auto& b = bits[static_cast<std::size_t>(n)];
@@ -119,8 +130,7 @@ std::size_t DiskTensor<T>::bytes() const {
 
 template <typename T>
 std::size_t DiskTensor<T>::mttkrp_stream_bytes(int) const {
-  const std::size_t value_bytes =
-      reader_->info().value_type == io::ValueType::float32 ? 4 : 8;
+  const std::size_t value_bytes = reader_->info().value_type == io::ValueType::float32 ? 4 : 8;
   return static_cast<std::size_t>(count_) *
          (static_cast<std::size_t>(order()) * sizeof(index_t) + value_bytes);
 }
@@ -144,8 +154,40 @@ std::string DiskTensor<T>::describe() const {
          std::to_string(first_) + ", " + std::to_string(first_ + count_) + ") of " + path_ +
          " in " + std::to_string(chunks()) + " chunk(s) of " + std::to_string(chunk_) +
          " nonzeros read by a prefetch thread, " + human(static_cast<double>(bytes())) +
-         " of host chunk buffers, " + human(static_cast<double>(mttkrp_stream_bytes(0))) +
-         " read per pass";
+         " of host chunk buffers" + (pins_.empty() ? "" : " (page-locked)") + ", " +
+         human(static_cast<double>(mttkrp_stream_bytes(0))) + " read per pass";
+}
+
+template <typename T>
+void DiskTensor<T>::ensure_buffers() const {
+  const auto cap = static_cast<std::size_t>(chunk_);
+  for (auto& b : buffer_) {
+    if (b.dims == dims_ && b.vals.capacity() >= cap) continue;
+    b = SparseTensor<T>(dims_);
+    for (auto& v : b.idx) v.reserve(cap);
+    b.vals.reserve(cap);
+  }
+}
+
+template <typename T>
+void DiskTensor<T>::pin_buffers(kernels::Backend<T>& be) const {
+  if (pinned_for_ == &be) return;
+  ensure_buffers();
+  pins_.clear();  // another backend's locks first (a range is locked once)
+  pinned_for_ = &be;
+  const auto cap = static_cast<std::size_t>(chunk_);
+  for (auto& b : buffer_) {
+    for (auto& v : b.idx)
+      if (auto pin = be.pin_host(v.data(), cap * sizeof(index_t))) pins_.push_back(std::move(pin));
+    if (auto pin = be.pin_host(b.vals.data(), cap * sizeof(T))) pins_.push_back(std::move(pin));
+  }
+}
+
+template <typename T>
+void DiskTensor<T>::set_backend_times(const kernels::AccumulateTimes& t) const {
+  last_.backend_timed = true;
+  last_.upload = t.copy;
+  last_.device = t.compute;
 }
 
 template <typename T>
@@ -153,14 +195,16 @@ void DiskTensor<T>::read_chunk(nnz_t k, SparseTensor<T>* out) const {
   const nnz_t at = k * chunk_;
   const nnz_t n = std::min(chunk_, count_ - at);
   const int N = order();
-  if (out->dims != dims_) *out = SparseTensor<T>(dims_);
+  // Within the capacity reserved by ensure_buffers: no reallocation (the arrays may be
+  // page-locked).
   index_t* p[kMaxOrder] = {};
   for (int m = 0; m < N; ++m) {
     out->idx[static_cast<std::size_t>(m)].resize(static_cast<std::size_t>(n));
     p[m] = out->idx[static_cast<std::size_t>(m)].data();
   }
   out->vals.resize(static_cast<std::size_t>(n));
-  reader_->read<T>(first_ + at, n, p, out->vals.data());
+  // pread straight into these buffers by several threads (HDF5's path for compressed stores).
+  reader_->read_direct<T>(first_ + at, n, p, out->vals.data(), read_threads_);
 }
 
 template <typename T>
@@ -169,7 +213,8 @@ void DiskTensor<T>::stream(const std::function<void(const SparseTensor<T>&)>& f)
   DiskPassTimes t;
   Timer wall;
   // Two slots: the prefetch thread fills slot k % 2 while the compute thread uses the other.
-  SparseTensor<T> slot[2];
+  ensure_buffers();
+  SparseTensor<T>* slot = buffer_;
   bool full[2] = {false, false};
   bool stop = false;
   std::exception_ptr read_error;
@@ -186,7 +231,7 @@ void DiskTensor<T>::stream(const std::function<void(const SparseTensor<T>&)>& f)
       }
       Timer tr;
       try {
-        read_chunk(k, &slot[s]);
+        read_chunk(k, slot + s);
       } catch (...) {
         std::lock_guard<std::mutex> lk(mu);
         read_error = std::current_exception();
@@ -254,39 +299,27 @@ T* StreamingBackend<T>::scratch(std::size_t n) {
 template <typename T>
 void StreamingBackend<T>::mttkrp(const kernels::TensorHandle<T>& x, int mode,
                                  const std::vector<const T*>& factors, int R, T* out) {
-  const auto* d = dynamic_cast<const DiskTensor<T>*>(&x);
+  const auto* d = dynamic_cast<const StreamedTensor<T>*>(&x);
   if (d == nullptr) {
     in_.mttkrp(x, mode, factors, R, out);
     return;
   }
   TESSERA_EXPECTS(mode >= 0 && mode < d->order(), "mttkrp: mode " << mode << " out of range");
   const auto rows = static_cast<std::int64_t>(d->dims()[static_cast<std::size_t>(mode)]);
-  const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(R);
-  if (d->nnz() == 0) {
-    in_.fill(out, n, T(0));
-    return;
-  }
-  // The first chunk writes `out`; later chunks go through the scratch and are added.
-  T* tmp = nullptr;
-  bool first = true;
-  const std::vector<std::int64_t> identity;
-  d->stream([&](const SparseTensor<T>& c) {
-    auto h = in_.prepare(c);
-    if (first) {
-      in_.mttkrp(*h, mode, factors, R, out);
-      first = false;
-    } else {
-      if (tmp == nullptr) tmp = scratch(n);
-      in_.mttkrp(*h, mode, factors, R, tmp);
-      in_.add_rows(tmp, rows, R, identity, out);
-    }
-    in_.synchronize();  // the chunk's handle and host buffer are released after this
-  });
+  in_.fill(out, static_cast<std::size_t>(rows) * static_cast<std::size_t>(R), T(0));
+  if (d->nnz() == 0) return;
+  d->pin_buffers(in_);
+  (void)in_.take_accumulate_times();  // the sums start at this pass
+  // Each call returns once it has read the chunk's host arrays (the cuda backend: once the
+  // copy to the device is done), so the prefetch thread refills the buffer while the
+  // device computes; the backend orders every later use of `out` after the last chunk.
+  d->stream([&](const SparseTensor<T>& c) { in_.mttkrp_accumulate(c, mode, factors, R, out); });
+  d->set_backend_times(in_.take_accumulate_times());  // waits for the last chunk
 }
 
 template <typename T>
 std::vector<index_t> StreamingBackend<T>::ttmc_rows(const kernels::TensorHandle<T>& x, int mode) {
-  if (const auto* d = dynamic_cast<const DiskTensor<T>*>(&x)) {
+  if (const auto* d = dynamic_cast<const StreamedTensor<T>*>(&x)) {
     TESSERA_EXPECTS(mode >= 0 && mode < d->order(), "ttmc_rows: mode " << mode << " out of range");
     return d->rows(mode);
   }
@@ -296,24 +329,23 @@ std::vector<index_t> StreamingBackend<T>::ttmc_rows(const kernels::TensorHandle<
 template <typename T>
 std::size_t StreamingBackend<T>::ttmc_scratch_bytes(const kernels::TensorHandle<T>& x, int mode,
                                                     const std::vector<int>& ranks) {
-  const auto* d = dynamic_cast<const DiskTensor<T>*>(&x);
+  const auto* d = dynamic_cast<const StreamedTensor<T>*>(&x);
   if (d == nullptr) return in_.ttmc_scratch_bytes(x, mode, ranks);
   // Per chunk: the chunk's output rows (at most min(chunk, rows) of C values) and the
   // prepared chunk (sorted copies of every mode, bounded by (order + 1) copies of the COO).
-  const auto chunk_rows = std::min<std::int64_t>(
-      d->chunk_nnz(), static_cast<std::int64_t>(d->rows(mode).size()));
-  const std::size_t coo =
-      static_cast<std::size_t>(d->chunk_nnz()) *
-      (static_cast<std::size_t>(d->order()) * sizeof(index_t) + sizeof(T));
+  const auto chunk_rows =
+      std::min<std::int64_t>(d->chunk_nnz(), static_cast<std::int64_t>(d->rows(mode).size()));
+  const std::size_t coo = static_cast<std::size_t>(d->chunk_nnz()) *
+                          (static_cast<std::size_t>(d->order()) * sizeof(index_t) + sizeof(T));
   return kernels::ttmc_output_bytes(chunk_rows, ranks, mode, sizeof(T)) +
          coo * static_cast<std::size_t>(d->order() + 1);
 }
 
 template <typename T>
 void StreamingBackend<T>::ttmc(const kernels::TensorHandle<T>& x, int mode,
-                               const std::vector<const T*>& factors,
-                               const std::vector<int>& ranks, T* out) {
-  const auto* d = dynamic_cast<const DiskTensor<T>*>(&x);
+                               const std::vector<const T*>& factors, const std::vector<int>& ranks,
+                               T* out) {
+  const auto* d = dynamic_cast<const StreamedTensor<T>*>(&x);
   if (d == nullptr) {
     in_.ttmc(x, mode, factors, ranks, out);
     return;
@@ -324,6 +356,7 @@ void StreamingBackend<T>::ttmc(const kernels::TensorHandle<T>& x, int mode,
   const auto rows = static_cast<std::int64_t>(all.size());
   if (rows == 0 || C == 0) return;
   in_.fill(out, static_cast<std::size_t>(rows * C), T(0));
+  d->pin_buffers(in_);
   std::vector<std::int64_t> map;
   d->stream([&](const SparseTensor<T>& c) {
     auto h = in_.prepare(c);

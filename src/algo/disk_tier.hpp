@@ -7,16 +7,23 @@
 // mode, ||X||^2 and the checkpoint fingerprint); later passes read chunk k + 1 on a prefetch
 // thread while chunk k computes.
 //
-// StreamingBackend wraps any backend: for a DiskTensor it prepares each chunk with the
-// wrapped backend (tier 1 or 2 there), runs its MTTKRP or TTMc and adds the chunk's rows into
-// the output; every other call is forwarded. cp_als and tucker_hooi (their handle
-// overloads) run unchanged on it, on every backend.
+// StreamingBackend wraps any backend: for a DiskTensor, its MTTKRP zeroes the output once
+// and hands every chunk to the wrapped backend's mttkrp_accumulate (the cuda backend copies
+// it from the page-locked chunk buffer on a copy stream while the previous chunk computes,
+// sorts it on the device and adds it into the output; host backends prepare it and add its
+// MTTKRP); its TTMc prepares each chunk with the wrapped backend (tier 1 or 2 there), runs
+// the chunk's TTMc and adds the chunk's rows into the output. Every other call is
+// forwarded. cp_als and tucker_hooi (their handle overloads) run unchanged on it, on every
+// backend.
 //
-// Results equal tier 1 to rounding (the chunk sums are added in chunk order), with one
-// documented difference: a coordinate stored k times counts as k entries in ||X||^2 and in
-// the fingerprint (tier 1 sums repeated coordinates first); the MTTKRP and TTMc sum them as
-// tier 1 does. Stores written by `tessera generate --structure blocks --rank 1` and stores
-// marked has_duplicates = 0 have none (docs/formats.md).
+// Results equal tier 1 to rounding (the chunk sums are added in chunk order). Tier 3 does
+// not look for repeated coordinates (a coordinate stored k times would count as k entries in
+// ||X||^2 and the fingerprint, and the fit would be wrong), so it runs only stores marked
+// has_duplicates = 0: every store tessera convert and generate write (io::UniqueWriter sums
+// or merges repeats while writing). A store marked 1 or -1 (never checked, e.g. written by an
+// older `generate --out X.h5`) is refused for tier 3 before anything is read, with a
+// message naming the fix (`tessera convert X.h5 Y.h5` writes a deduplicated copy; the
+// check: io::require_unique_store); docs/formats.md.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/streamed.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5store.hpp"
 #include "kernels/backend.hpp"
@@ -43,6 +51,8 @@ struct DiskTensorOptions {
   nnz_t first = 0;
   nnz_t count = 0;
   nnz_t chunk_nnz = kDefaultDiskChunkNnz;  ///< nonzeros per chunk, >= 1
+  /// Threads reading a chunk (io::H5TensorReader::read_direct; 0: one per hardware thread).
+  int read_threads = 0;
   bool verify_checksums = true;
 };
 
@@ -50,12 +60,17 @@ struct DiskTensorOptions {
 struct DiskPassTimes {
   double read = 0;     ///< prefetch thread in HDF5 reads (and checks)
   double wait = 0;     ///< compute thread waiting for a chunk: read time not hidden
-  double compute = 0;  ///< compute thread working on chunks (prepare, kernel, add)
+  double compute = 0;  ///< compute thread in the chunk calls (enqueueing, copy waits, ...)
   double wall = 0;
+  /// MTTKRP passes (StreamingBackend::mttkrp): the backend's own times of the chunks
+  /// (Backend::take_accumulate_times): host -> device copies, and sorts and kernels.
+  bool backend_timed = false;
+  double upload = 0;
+  double device = 0;
 };
 
 template <typename T>
-class DiskTensor final : public kernels::TensorHandle<T> {
+class DiskTensor final : public StreamedTensor<T> {
  public:
   /// Opens the store and makes the first pass over the range. Local (not collective).
   /// Throws InputError on a bad store, range or chunk size, or bad data in the range.
@@ -77,19 +92,33 @@ class DiskTensor final : public kernels::TensorHandle<T> {
   double overlap_fraction() const override;
   /// Seconds the last pass spent reading from disk (prefetch thread).
   double last_copy_seconds() const override { return last_.read; }
-  /// Seconds the last pass computed (compute thread).
-  double last_compute_seconds() const override { return last_.compute; }
+  /// Seconds the last pass computed: the backend's compute time of its chunks when it
+  /// reported one (MTTKRP passes: device sorts and kernels on the cuda backend), else the
+  /// compute thread's time in the chunk calls (TTMc).
+  double last_compute_seconds() const override {
+    return last_.backend_timed ? last_.device : last_.compute;
+  }
 
   /// Runs f on every chunk, in order (the chunk's nonzeros with global coordinates, dims =
-  /// dims()); chunk k + 1 is read by a prefetch thread while f runs on chunk k. An
-  /// exception from the reader or from f ends the pass and is rethrown here.
-  void stream(const std::function<void(const SparseTensor<T>&)>& f) const;
+  /// dims()); chunk k + 1 is read by a prefetch thread while f runs on chunk k. The two
+  /// chunk buffers are allocated once (at the first pass) and kept: f may not keep a
+  /// reference to a chunk after it returns. An exception from the reader or from f ends
+  /// the pass and is rethrown here.
+  void stream(const std::function<void(const SparseTensor<T>&)>& f) const override;
+  /// Page-locks the two chunk buffers for `be`'s copies (Backend::pin_host; nothing on host
+  /// backends), once per backend; the locks are kept until the tensor is destroyed or
+  /// another backend asks. `be` need not outlive the tensor.
+  void pin_buffers(kernels::Backend<T>& be) const override;
+  /// Records the backend's times of the last pass (StreamingBackend::mttkrp).
+  void set_backend_times(const kernels::AccumulateTimes& t) const override;
 
   /// Sorted distinct indices of `mode` among the range's nonzeros.
-  const std::vector<index_t>& rows(int mode) const { return rows_[static_cast<std::size_t>(mode)]; }
+  const std::vector<index_t>& rows(int mode) const override {
+    return rows_[static_cast<std::size_t>(mode)];
+  }
   /// This rank's part of the checkpoint fingerprint (io::finish_fingerprint completes it).
   const io::TensorFingerprint& fingerprint_part() const { return fingerprint_; }
-  nnz_t chunk_nnz() const { return chunk_; }
+  nnz_t chunk_nnz() const override { return chunk_; }
   nnz_t chunks() const { return count_ == 0 ? 0 : (count_ + chunk_ - 1) / chunk_; }
   nnz_t first() const { return first_; }
   const std::string& path() const { return path_; }
@@ -102,21 +131,29 @@ class DiskTensor final : public kernels::TensorHandle<T> {
 
  private:
   void read_chunk(nnz_t k, SparseTensor<T>* out) const;
+  /// Allocates the chunk buffers (chunk_ nonzeros each) unless done.
+  void ensure_buffers() const;
 
   std::string path_;
   std::unique_ptr<io::H5TensorReader> reader_;  // used by one thread at a time
   std::vector<std::uint64_t> dims_;
   nnz_t first_ = 0, count_ = 0, chunk_ = 1;
+  int read_threads_ = 0;
   double norm2_ = 0;
   std::vector<std::vector<index_t>> rows_;
   io::TensorFingerprint fingerprint_;
   mutable DiskPassTimes open_, last_;
   mutable int passes_ = 0;
+  /// The chunk buffers: the prefetch thread fills buffer k % 2 while chunk k - 1 computes.
+  /// Their arrays never reallocate after ensure_buffers() (resized within capacity).
+  mutable SparseTensor<T> buffer_[2];
+  mutable std::vector<std::unique_ptr<kernels::HostPin>> pins_;  // after buffer_: freed first
+  mutable const void* pinned_for_ = nullptr;                     ///< the backend pins_ were made by
 };
 
 /// Forwards every call to `inner`, except MTTKRP and TTMc on a DiskTensor, which it runs
 /// chunk by chunk (see the top of this file). `inner` must outlive it. It keeps one chunk
-/// output buffer (the largest needed so far) between calls.
+/// output buffer for TTMc (the largest needed so far) between calls.
 template <typename T>
 class StreamingBackend final : public kernels::Backend<T> {
  public:
@@ -149,6 +186,14 @@ class StreamingBackend final : public kernels::Backend<T> {
   }
   void mttkrp(const kernels::TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
               int R, T* out) override;
+  void mttkrp_accumulate(const SparseTensor<T>& chunk, int mode,
+                         const std::vector<const T*>& factors, int R, T* out) override {
+    in_.mttkrp_accumulate(chunk, mode, factors, R, out);
+  }
+  kernels::AccumulateTimes take_accumulate_times() override { return in_.take_accumulate_times(); }
+  std::unique_ptr<kernels::HostPin> pin_host(const void* p, std::size_t bytes) override {
+    return in_.pin_host(p, bytes);
+  }
 
   std::vector<index_t> ttmc_rows(const kernels::TensorHandle<T>& x, int mode) override;
   std::size_t ttmc_scratch_bytes(const kernels::TensorHandle<T>& x, int mode,

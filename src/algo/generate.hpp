@@ -74,7 +74,8 @@ class EntryGenerator {
   /// Number of entries (ids).
   std::int64_t total() const;
   /// Entries [first, first + count): idx[n][k] (0-based) and the signal value vals[k]
-  /// (no noise). OpenMP-parallel.
+  /// (no noise). OpenMP-parallel. blocks: ids < total(); sampled: any id >= 0 (ids from
+  /// total() on are further draws, which replace repeated ones in a unique store).
   void fill(std::int64_t first, std::int64_t count, index_t* const* idx, double* vals) const;
   /// Noise sigma for the options' relative noise level: noise * RMS of the signal values of
   /// a fixed sample of up to 2^20 entries (the same on every rank, no communication).

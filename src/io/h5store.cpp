@@ -30,6 +30,14 @@
 // parallel builds) and reads hyperslabs of its range. Ranges are read chunk-aligned where
 // checksums are verified: whole chunks inside the range go straight into the caller's
 // buffers, the chunks at the range ends through a staging buffer.
+//
+// Direct reads (read_direct, used by read_h5 and available to streaming): for unfiltered,
+// allocated datasets the file offset of every chunk (or of the contiguous data) is looked
+// up once through HDF5; then threads pread() pieces of the range straight into the
+// caller's buffers (through a small staging buffer where the value type is converted or a
+// chunk at a range end is read whole for its CRC) and check what they read. Errors get a
+// key (check stage in read()'s order, then position) and the smallest is thrown, so the
+// message is the one read() gives.
 #include "io/h5store.hpp"
 
 #include <fcntl.h>
@@ -39,6 +47,8 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <bit>
 #include <cctype>
 #include <cerrno>
@@ -47,12 +57,20 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
+#include <mutex>
 #include <new>
 #include <random>
 #include <sstream>
+#include <system_error>
+#include <thread>
 #include <tuple>
 #include <type_traits>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "io/posix_io.hpp"
 #include "util/error.hpp"
@@ -100,6 +118,40 @@ constexpr nnz_t kDefaultPiece = nnz_t(16) << 20;
 constexpr std::uint64_t kMaxChunkElems = std::uint64_t(1) << 28;
 constexpr std::uint64_t kNoError = std::numeric_limits<std::uint64_t>::max();
 constexpr std::size_t kStageBytes = std::size_t(64) << 20;
+/// Direct reads: bytes per task (one pread, or one staged piece; the block check takes as
+/// many coordinates per task).
+constexpr std::uint64_t kDirectPieceBytes = std::uint64_t(8) << 20;
+
+/// Runs body(t) for t = 0 .. n-1 on n threads (the caller is thread 0; n <= 0: one per
+/// hardware thread). body must not throw. Fewer threads when the system refuses more.
+void run_threads(int n, const std::function<void(int)>& body) {
+  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(n - 1));
+  for (int t = 1; t < n; ++t) {
+    try {
+      pool.emplace_back(body, t);
+    } catch (const std::system_error&) {
+      break;  // the threads started share the work
+    }
+  }
+  body(0);
+  for (auto& th : pool) th.join();
+}
+
+int thread_count(int threads) {
+  return threads > 0 ? threads
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+/// double -> float as HDF5's conversion does it: beyond the float range becomes +-Inf (a
+/// plain cast rounds values just above FLT_MAX down to FLT_MAX).
+inline float to_float_as_hdf5(double v) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (v > kMax) return std::numeric_limits<float>::infinity();
+  if (v < -kMax) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(v);
+}
 
 // ---------------------------------------------------------------------------------------
 // HDF5 plumbing
@@ -552,11 +604,52 @@ struct H5TensorReader::Impl {
                                                                      : H5T_NATIVE_DOUBLE);
   }
   void verify_chunk(int d, std::uint64_t k, const void* p) const;
-  void read_range(int d, nnz_t first, nnz_t count, hid_t out_type, std::size_t out_size, void* out);
+  /// crc false: no checksum verification (else: when verifying and the store has them).
+  void read_range(int d, nnz_t first, nnz_t count, hid_t out_type, std::size_t out_size, void* out,
+                  bool crc = true);
   void check_coords(int mode, nnz_t first, nnz_t count, const index_t* v) const;
   template <typename T>
   void check_values(nnz_t first, nnz_t count, const T* v) const;
+  /// A nonzero outside its block's index ranges.
+  struct BlockError {
+    std::uint64_t block = 0, pos = 0, lo = 0, hi = 0;
+    int mode = 0;
+    index_t value = 0;
+  };
+  /// The first (block, then mode, then position) nonzero of [from, to) outside its block;
+  /// idx[n][0] is nonzero idx_first.
+  std::optional<BlockError> find_block_error(std::uint64_t from, std::uint64_t to,
+                                             std::uint64_t idx_first,
+                                             const index_t* const* idx) const;
+  PositionedError block_error(const BlockError& e) const;
   void check_blocks(nnz_t first, nnz_t count, const index_t* const* idx) const;
+  /// read() restricted to `checks`, through HDF5 (one thread).
+  template <typename T>
+  void read_checked(nnz_t first, nnz_t count, index_t* const* idx, T* vals,
+                    const H5ReadChecks& checks);
+
+  // ---- direct reads ----
+  struct DirectLayout {
+    std::uint64_t seg = 1;            ///< elements per segment: the chunk length, or nnz
+    std::vector<std::uint64_t> addr;  ///< file offset of every segment
+  };
+  int direct_state = 0;  ///< 0: not looked up yet; 1: available; -1: fall back
+  std::uint64_t direct_piece_bytes = kDirectPieceBytes;
+  std::string direct_why;
+  std::vector<DirectLayout> direct;  ///< per dataset (modes, then values)
+  int fd = -1;
+  ~Impl() {
+    if (fd >= 0) ::close(fd);
+  }
+  void init_direct();
+  template <typename T>
+  void read_direct(nnz_t first, nnz_t count, index_t* const* idx, T* vals, int threads,
+                   const H5ReadChecks& checks);
+  /// Reads the stored elements [a, b) of dataset d (a task of read_direct) into `out`
+  /// (element `first` of the range at out), verifying whole chunks when `crc`.
+  template <typename T>
+  void direct_piece(int d, std::uint64_t first, std::uint64_t a, std::uint64_t b, void* out,
+                    bool crc, std::vector<unsigned char>& stage) const;
 };
 
 void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
@@ -775,12 +868,12 @@ void H5TensorReader::Impl::verify_chunk(int d, std::uint64_t k, const void* p) c
 }
 
 void H5TensorReader::Impl::read_range(int d, nnz_t first_in, nnz_t count_in, hid_t out_type,
-                                      std::size_t out_size, void* out) {
+                                      std::size_t out_size, void* out, bool crc) {
   if (count_in <= 0) return;
   const Dataset& dset = ds[static_cast<std::size_t>(d)];
   const auto first = static_cast<std::uint64_t>(first_in);
   const auto end = first + static_cast<std::uint64_t>(count_in);
-  if (!verify || !info.has_checksums) {
+  if (!crc || !verify || !info.has_checksums) {
     h5_read_range(dset, first, end - first, out_type, out, path());
     return;
   }
@@ -860,11 +953,12 @@ void H5TensorReader::Impl::check_values(nnz_t first, nnz_t count, const T* v) co
   }
 }
 
-void H5TensorReader::Impl::check_blocks(nnz_t first, nnz_t count, const index_t* const* idx) const {
+std::optional<H5TensorReader::Impl::BlockError> H5TensorReader::Impl::find_block_error(
+    std::uint64_t from, std::uint64_t end, std::uint64_t idx_first,
+    const index_t* const* idx) const {
   const H5Partition& p = *info.partition;
   const auto& off = p.offsets;
-  const auto end = static_cast<std::uint64_t>(first + count);
-  auto pos = static_cast<std::uint64_t>(first);
+  std::uint64_t pos = from;
   // The block holding `pos` (the last of equal offsets: empty blocks hold nothing).
   auto b =
       static_cast<std::size_t>(std::upper_bound(off.begin(), off.end(), pos) - off.begin()) - 1;
@@ -876,20 +970,45 @@ void H5TensorReader::Impl::check_blocks(nnz_t first, nnz_t count, const index_t*
       const auto& cut = p.cuts[static_cast<std::size_t>(n)];
       const std::uint64_t lo = cut[static_cast<std::size_t>(bc[static_cast<std::size_t>(n)])];
       const std::uint64_t hi = cut[static_cast<std::size_t>(bc[static_cast<std::size_t>(n)]) + 1];
-      const index_t* v = idx[n] + (pos - static_cast<std::uint64_t>(first));
+      const index_t* v = idx[n] + (pos - idx_first);
       for (std::uint64_t k = 0; k < stop - pos; ++k) {
         if (v[k] >= lo && v[k] < hi) continue;
-        const auto at = static_cast<nnz_t>(pos + k);
-        throw PositionedError(at, quoted(path()) + ": nonzero " + std::to_string(at) + " (" +
-                                      dataset_name(n, order()) + " = " + std::to_string(v[k]) +
-                                      ") is stored in block " + std::to_string(b) +
-                                      ", whose mode-" + std::to_string(n) + " range is [" +
-                                      std::to_string(lo) + ", " + std::to_string(hi) +
-                                      "): /partition disagrees with the data");
+        return BlockError{b, pos + k, lo, hi, n, v[k]};
       }
     }
     pos = stop;
   }
+  return std::nullopt;
+}
+
+PositionedError H5TensorReader::Impl::block_error(const BlockError& e) const {
+  const auto at = static_cast<nnz_t>(e.pos);
+  return PositionedError(at, quoted(path()) + ": nonzero " + std::to_string(at) + " (" +
+                                 dataset_name(e.mode, order()) + " = " + std::to_string(e.value) +
+                                 ") is stored in block " + std::to_string(e.block) +
+                                 ", whose mode-" + std::to_string(e.mode) + " range is [" +
+                                 std::to_string(e.lo) + ", " + std::to_string(e.hi) +
+                                 "): /partition disagrees with the data");
+}
+
+void H5TensorReader::Impl::check_blocks(nnz_t first, nnz_t count, const index_t* const* idx) const {
+  const auto f = static_cast<std::uint64_t>(first);
+  if (const auto e = find_block_error(f, f + static_cast<std::uint64_t>(count), f, idx))
+    throw block_error(*e);
+}
+
+template <typename T>
+void H5TensorReader::Impl::read_checked(nnz_t first, nnz_t count, index_t* const* idx, T* vals,
+                                        const H5ReadChecks& checks) {
+  for (int n = 0; n < order(); ++n) {
+    read_range(n, first, count, H5T_NATIVE_UINT32, sizeof(index_t), idx[n], checks.checksums);
+    if (checks.coordinates) check_coords(n, first, count, idx[n]);
+  }
+  if (info.partition && checks.blocks) check_blocks(first, count, idx);
+  read_range(order(), first, count,
+             std::is_same_v<T, double> ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, sizeof(T), vals,
+             checks.checksums);
+  if (checks.values) check_values(first, count, vals);
 }
 
 H5TensorReader::H5TensorReader(const std::string& path, bool verify_checksums,
@@ -914,14 +1033,7 @@ void H5TensorReader::read(nnz_t first, nnz_t count, index_t* const* idx, T* vals
   TESSERA_EXPECTS(
       first >= 0 && count >= 0 && first + count <= m.info.nnz,
       "range [" << first << ", " << first + count << ") of " << m.info.nnz << " nonzeros");
-  for (int n = 0; n < m.order(); ++n) {
-    m.read_range(n, first, count, H5T_NATIVE_UINT32, sizeof(index_t), idx[n]);
-    m.check_coords(n, first, count, idx[n]);
-  }
-  if (m.info.partition) m.check_blocks(first, count, idx);
-  m.read_range(m.order(), first, count,
-               std::is_same_v<T, double> ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, sizeof(T), vals);
-  m.check_values(first, count, vals);
+  m.read_checked(first, count, idx, vals, H5ReadChecks{});
 }
 
 template void H5TensorReader::read<double>(nnz_t, nnz_t, index_t* const*, double*);
@@ -967,6 +1079,383 @@ void H5TensorReader::read_block(int block, nnz_t first, nnz_t count, index_t* co
 
 template void H5TensorReader::read_block<double>(int, nnz_t, nnz_t, index_t* const*, double*);
 template void H5TensorReader::read_block<float>(int, nnz_t, nnz_t, index_t* const*, float*);
+
+// ---- direct reads ----
+
+void H5TensorReader::Impl::init_direct() {
+  if (direct_state != 0) return;
+  direct_state = -1;
+#if !H5_VERSION_GE(1, 10, 5)
+  direct_why = "this HDF5 (older than 1.10.5) cannot report chunk addresses";
+#else
+  {
+    H5Id fcpl(H5Fget_create_plist(file), H5Pclose);
+    hsize_t user_block = 0;
+    if (!fcpl.valid() || H5Pget_userblock(fcpl, &user_block) < 0) {
+      direct_why = "cannot read the file's creation properties" + h5_detail();
+      return;
+    }
+    if (user_block != 0) {
+      direct_why = "the file starts with a user block";
+      return;
+    }
+  }
+  const auto nnz = static_cast<std::uint64_t>(info.nnz);
+  std::vector<DirectLayout> lay(ds.size());
+  for (std::size_t d = 0; d < ds.size(); ++d) {
+    const Dataset& dset = ds[d];
+    const std::size_t s = stored_size(static_cast<int>(d));
+    H5Id t(H5Dget_type(dset.id), H5Tclose);
+    const hid_t want = static_cast<int>(d) < order()
+                           ? H5T_STD_U32LE
+                           : (dset.is_float32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE);
+    if (!t.valid() || H5Tequal(t, want) <= 0) {
+      direct_why = dset.name + " is not stored as little-endian " + type_text(want);
+      return;
+    }
+    if (nnz == 0) continue;
+    H5Id dcpl(H5Dget_create_plist(dset.id), H5Pclose);
+    const H5D_layout_t layout = dcpl.valid() ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+    DirectLayout& L = lay[d];
+    if (layout == H5D_CONTIGUOUS) {
+      const haddr_t a = H5Pget_external_count(dcpl) == 0 ? H5Dget_offset(dset.id) : HADDR_UNDEF;
+      if (a == HADDR_UNDEF) {
+        direct_why = dset.name + " has no storage in the file (unwritten, or external)";
+        return;
+      }
+      L.seg = nnz;
+      L.addr = {static_cast<std::uint64_t>(a)};
+    } else if (layout == H5D_CHUNKED) {
+      if (H5Pget_nfilters(dcpl) != 0) {
+        direct_why = dset.name + " is compressed (or otherwise filtered)";
+        return;
+      }
+      L.seg = dset.chunk;
+      L.addr.resize(div_up(nnz, L.seg));
+      for (std::uint64_t k = 0; k < L.addr.size(); ++k) {
+        const hsize_t at = k * L.seg;
+        unsigned mask = 0;
+        haddr_t a = HADDR_UNDEF;
+        hsize_t size = 0;
+        if (H5Dget_chunk_info_by_coord(dset.id, &at, &mask, &a, &size) < 0 || a == HADDR_UNDEF ||
+            mask != 0 || size != L.seg * s) {
+          direct_why = "chunk " + std::to_string(k) + " of " + dset.name +
+                       " is not allocated as a plain chunk" + h5_detail();
+          return;
+        }
+        L.addr[k] = a;
+      }
+    } else {
+      direct_why = dset.name + " has a compact or virtual layout";
+      return;
+    }
+    for (std::uint64_t k = 0; k < L.addr.size(); ++k) {
+      const std::uint64_t len = std::min(L.seg, nnz - k * L.seg);
+      if (L.addr[k] + len * s > info.file_bytes) {
+        direct_why = dset.name + " has data past the end of the file (truncated?)";
+        return;
+      }
+    }
+  }
+  fd = ::open(path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    direct_why = "cannot open the file: " + errno_text(errno);
+    return;
+  }
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // larger readahead; a hint only
+  direct = std::move(lay);
+  direct_state = 1;
+#endif
+}
+
+template <typename T>
+void H5TensorReader::Impl::direct_piece(int d, std::uint64_t first, std::uint64_t a,
+                                        std::uint64_t b, void* out_v, bool crc,
+                                        std::vector<unsigned char>& stage) const {
+  const DirectLayout& L = direct[static_cast<std::size_t>(d)];
+  const std::size_t s = stored_size(d);
+  const bool is_values = d == order();
+  const std::size_t out_size = is_values ? sizeof(T) : sizeof(index_t);
+  const bool same = out_size == s;  // coordinates are uint32 = index_t; else float/double
+  auto* out = static_cast<unsigned char*>(out_v);
+  const std::uint64_t seg = L.seg;
+  auto out_at = [&](std::uint64_t pos) { return out + (pos - first) * out_size; };
+  auto file_at = [&](std::uint64_t pos) {
+    const std::uint64_t k = pos / seg;
+    return L.addr[static_cast<std::size_t>(k)] + (pos - k * seg) * s;
+  };
+  // End of the run from `pos` (< limit) whose bytes lie back to back in the file.
+  auto run_end = [&](std::uint64_t pos, std::uint64_t limit) {
+    std::uint64_t k = pos / seg;
+    std::uint64_t stop = std::min(limit, (k + 1) * seg);
+    while (stop < limit && L.addr[k + 1] == L.addr[k] + seg * s) {
+      ++k;
+      stop = std::min(limit, (k + 1) * seg);
+    }
+    return stop;
+  };
+  // Stored elements (float32 or float64 values) to the caller's type.
+  auto convert = [&](const unsigned char* src, std::uint64_t pos, std::uint64_t n) {
+    T* o = reinterpret_cast<T*>(out_at(pos));
+    if (s == 4) {
+      const float* f = reinterpret_cast<const float*>(src);
+      for (std::uint64_t i = 0; i < n; ++i) o[i] = static_cast<T>(f[i]);
+    } else {
+      const double* v = reinterpret_cast<const double*>(src);
+      for (std::uint64_t i = 0; i < n; ++i) o[i] = static_cast<T>(to_float_as_hdf5(v[i]));
+    }
+  };
+  if (!crc) {
+    const std::uint64_t stage_elems = std::max<std::uint64_t>(1, direct_piece_bytes / s);
+    for (std::uint64_t pos = a; pos < b;) {
+      const std::uint64_t stop = run_end(pos, b);
+      if (same) {
+        pread_full(fd, out_at(pos), (stop - pos) * s, file_at(pos), path());
+        pos = stop;
+      } else {
+        const std::uint64_t n = std::min(stop - pos, stage_elems);
+        if (stage.size() < n * s) stage.resize(n * s);
+        pread_full(fd, stage.data(), n * s, file_at(pos), path());
+        convert(stage.data(), pos, n);
+        pos += n;
+      }
+    }
+    return;
+  }
+  // Checksums: every chunk touched is read whole and verified (chunked, equal lengths).
+  const std::uint64_t C = seg;
+  const auto nnz = static_cast<std::uint64_t>(info.nnz);
+  const std::uint64_t whole_end = b == nnz ? b : (b / C) * C;  // chunks inside [a, b) end here
+  for (std::uint64_t k = a / C; k * C < b;) {
+    const std::uint64_t c0 = k * C, c1 = std::min(c0 + C, nnz);
+    if (same && c0 >= a && c1 <= b) {
+      // A run of whole chunks straight into the caller's buffer, verified in place.
+      const std::uint64_t stop = run_end(c0, whole_end);
+      pread_full(fd, out_at(c0), (stop - c0) * s, file_at(c0), path());
+      for (; k * C < stop; ++k) verify_chunk(d, k, out_at(k * C));
+      continue;
+    }
+    if (stage.size() < (c1 - c0) * s) stage.resize((c1 - c0) * s);
+    pread_full(fd, stage.data(), (c1 - c0) * s, L.addr[static_cast<std::size_t>(k)], path());
+    verify_chunk(d, k, stage.data());
+    const std::uint64_t p0 = std::max(a, c0), p1 = std::min(b, c1);
+    if (same)
+      std::memcpy(out_at(p0), stage.data() + (p0 - c0) * s, (p1 - p0) * s);
+    else
+      convert(stage.data() + (p0 - c0) * s, p0, p1 - p0);
+    ++k;
+  }
+}
+
+namespace {
+
+/// True when every value is finite (vectorises; the exact position comes from check_values).
+template <typename T>
+bool all_finite(const T* v, std::size_t n) {
+  int bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (std::size_t k = 0; k < n; ++k)
+    bad |= std::fabs(v[k]) <= std::numeric_limits<T>::max() ? 0 : 1;
+  return bad == 0;
+}
+
+/// True when every coordinate is < dim (vectorises better than check_coords' maximum; the
+/// exact position comes from check_coords).
+bool all_below(const index_t* v, std::size_t n, std::uint64_t dim) {
+  if (dim > std::numeric_limits<index_t>::max()) return true;
+  const auto last = static_cast<index_t>(dim - 1);
+  int bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (std::size_t k = 0; k < n; ++k) bad |= v[k] > last ? 1 : 0;
+  return bad == 0;
+}
+
+}  // namespace
+
+template <typename T>
+void H5TensorReader::Impl::read_direct(nnz_t first_in, nnz_t count_in, index_t* const* idx, T* vals,
+                                       int threads, const H5ReadChecks& checks) {
+  if (count_in <= 0) return;
+  const int N = order();
+  const auto first = static_cast<std::uint64_t>(first_in);
+  const auto end = first + static_cast<std::uint64_t>(count_in);
+  const bool crc = checks.checksums && verify && info.has_checksums;
+  // Tasks: pieces of each dataset's range; with checksums whole chunks (each chunk in one
+  // task), else any element boundary.
+  struct Task {
+    int d;
+    std::uint64_t a, b;
+  };
+  std::vector<Task> tasks;
+  for (int d = 0; d <= N; ++d) {
+    const std::uint64_t unit = crc ? info.chunk_elems : 1;
+    const std::uint64_t piece =
+        std::max<std::uint64_t>(1, direct_piece_bytes / (unit * stored_size(d))) * unit;
+    for (std::uint64_t w = first / piece * piece; w < end; w += piece)
+      tasks.push_back({d, std::max(first, w), std::min(end, w + piece)});
+  }
+  // Errors are ranked as read() meets them: per mode its CRCs then its coordinates, then
+  // the blocks, then the values' CRCs and the values themselves; then by position.
+  using Key = std::array<std::uint64_t, 4>;  // stage, then position (blocks: block, mode, pos)
+  constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
+  Key best{kNone, 0, 0, 0};
+  std::exception_ptr best_err;
+  std::atomic<std::uint64_t> best_stage{kNone};
+  std::mutex mu;
+  auto record = [&](const Key& key, std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (key < best) {
+      best = key;
+      best_err = std::move(e);
+      best_stage.store(key[0]);
+    }
+  };
+  auto record_current = [&](std::uint64_t stage, std::uint64_t where) {
+    try {
+      throw;
+    } catch (const PositionedError& e) {
+      record({stage, static_cast<std::uint64_t>(e.position()), 0, 0}, std::current_exception());
+    } catch (...) {
+      record({stage, where, 0, 0}, std::current_exception());
+    }
+  };
+  const int nt = static_cast<int>(
+      std::min<std::size_t>(static_cast<std::size_t>(thread_count(threads)), tasks.size()));
+  std::atomic<std::size_t> next{0};
+  run_threads(nt, [&](int) {
+    std::vector<unsigned char> stage;
+    for (std::size_t i = next++; i < tasks.size(); i = next++) {
+      const Task& t = tasks[i];
+      const auto read_stage = static_cast<std::uint64_t>(t.d < N ? 2 * t.d : 2 * N + 1);
+      if (best_stage.load() < read_stage) continue;  // an earlier stage failed already
+      void* out = t.d < N ? static_cast<void*>(idx[t.d]) : static_cast<void*>(vals);
+      try {
+        direct_piece<T>(t.d, first, t.a, t.b, out, crc, stage);
+      } catch (...) {
+        record_current(read_stage, t.a);
+        continue;
+      }
+      try {
+        const auto a = static_cast<nnz_t>(t.a), n = static_cast<nnz_t>(t.b - t.a);
+        if (t.d < N && checks.coordinates) {
+          const index_t* v = idx[t.d] + (t.a - first);
+          if (!all_below(v, static_cast<std::size_t>(n), info.dims[static_cast<std::size_t>(t.d)]))
+            check_coords(t.d, a, n, v);
+        } else if (t.d == N && checks.values) {
+          const T* v = vals + (t.a - first);
+          if (!all_finite(v, static_cast<std::size_t>(n))) check_values(a, n, v);
+        }
+      } catch (...) {
+        record_current(read_stage + 1, t.a);
+      }
+    }
+  });
+  const auto block_stage = static_cast<std::uint64_t>(2 * N);
+  if (info.partition && checks.blocks && best[0] > block_stage) {
+    const std::uint64_t piece = std::max<std::uint64_t>(1, direct_piece_bytes / sizeof(index_t));
+    const std::uint64_t pieces = div_up(end - first, piece);
+    std::atomic<std::uint64_t> next_piece{0};
+    run_threads(static_cast<int>(std::min<std::uint64_t>(
+                    static_cast<std::uint64_t>(thread_count(threads)), pieces)),
+                [&](int) {
+                  for (std::uint64_t i = next_piece++; i < pieces; i = next_piece++) {
+                    const std::uint64_t a = first + i * piece;
+                    const std::uint64_t b = std::min(end, a + piece);
+                    try {
+                      if (const auto e = find_block_error(a, b, first, idx))
+                        record({block_stage, e->block, static_cast<std::uint64_t>(e->mode), e->pos},
+                               std::make_exception_ptr(block_error(*e)));
+                    } catch (...) {
+                      record_current(block_stage, a);
+                    }
+                  }
+                });
+  }
+  if (best_err) std::rethrow_exception(best_err);
+}
+
+template <typename T>
+void H5TensorReader::read_direct(nnz_t first, nnz_t count, index_t* const* idx, T* vals,
+                                 int threads, const H5ReadChecks& checks) {
+  static_assert(std::is_same_v<T, double> || std::is_same_v<T, float>);
+  const H5Quiet quiet;
+  Impl& m = *impl_;
+  TESSERA_EXPECTS(
+      first >= 0 && count >= 0 && first + count <= m.info.nnz,
+      "range [" << first << ", " << first + count << ") of " << m.info.nnz << " nonzeros");
+  m.init_direct();
+  if (m.direct_state > 0)
+    m.read_direct(first, count, idx, vals, threads, checks);
+  else
+    m.read_checked(first, count, idx, vals, checks);
+}
+
+template void H5TensorReader::read_direct<double>(nnz_t, nnz_t, index_t* const*, double*, int,
+                                                  const H5ReadChecks&);
+template void H5TensorReader::read_direct<float>(nnz_t, nnz_t, index_t* const*, float*, int,
+                                                 const H5ReadChecks&);
+
+bool H5TensorReader::direct_read_available() {
+  const H5Quiet quiet;
+  impl_->init_direct();
+  return impl_->direct_state > 0;
+}
+
+std::string H5TensorReader::direct_read_fallback_reason() {
+  const H5Quiet quiet;
+  impl_->init_direct();
+  return impl_->direct_state > 0 ? std::string() : impl_->direct_why;
+}
+
+void H5TensorReader::set_direct_piece_bytes(std::uint64_t bytes) {
+  impl_->direct_piece_bytes = std::max<std::uint64_t>(1, bytes);
+}
+
+// ---- read floor ----
+
+double measure_read_bandwidth(const std::string& path, std::uint64_t max_bytes, int threads) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(path + ": cannot open: " + errno_text(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw InputError(path + ": cannot stat: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  const std::uint64_t bytes = max_bytes == 0 ? size : std::min(size, max_bytes);
+  if (bytes == 0) return 0.0;
+  constexpr std::uint64_t kBlock = std::uint64_t(16) << 20;
+  const std::uint64_t nblocks = div_up(bytes, kBlock);
+  const int nt = static_cast<int>(
+      std::min<std::uint64_t>(static_cast<std::uint64_t>(thread_count(threads)), nblocks));
+  ::posix_fadvise(fd, 0, static_cast<off_t>(bytes), POSIX_FADV_SEQUENTIAL);
+  // Buffers touched before the clock starts: page faults are not the file's cost.
+  std::vector<std::vector<unsigned char>> buf(static_cast<std::size_t>(nt));
+  for (auto& b : buf) b.assign(static_cast<std::size_t>(std::min(kBlock, bytes)), 0);
+  std::atomic<std::uint64_t> next{0};
+  std::exception_ptr err;
+  std::mutex mu;
+  Timer timer;
+  run_threads(nt, [&](int t) {
+    auto& b = buf[static_cast<std::size_t>(t)];
+    for (std::uint64_t i = next++; i < nblocks; i = next++) {
+      const std::uint64_t off = i * kBlock;
+      try {
+        pread_full(fd, b.data(), static_cast<std::size_t>(std::min(kBlock, bytes - off)), off,
+                   path);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (!err) err = std::current_exception();
+        next = nblocks;
+      }
+    }
+  });
+  const double seconds = timer.seconds();
+  if (err) std::rethrow_exception(err);
+  return static_cast<double>(bytes) / std::max(seconds, 1e-9);
+}
 
 // =======================================================================================
 // Collective readers
@@ -1017,14 +1506,17 @@ void read_share(const std::string& path, const comm::Communicator& c, const H5Re
     Progress progress(r == 0 && opt.progress, "reading", base_name(path),
                       static_cast<std::uint64_t>(count) * per_nnz * static_cast<std::uint64_t>(P));
     index_t* p[kMaxOrder];
+    int threads = opt.threads;
+#ifdef _OPENMP
+    if (threads <= 0) threads = omp_get_max_threads();
+#endif
+    // Block reads are ranges of the block's positions (read_block's checks come with the
+    // partition: every nonzero is checked against its block's index ranges).
     for (nnz_t done = 0; done < count; done += piece) {
       const nnz_t n = std::min(piece, count - done);
       const std::size_t at = keep ? static_cast<std::size_t>(done) : 0;
       for (int m = 0; m < N; ++m) p[m] = x.idx[static_cast<std::size_t>(m)].data() + at;
-      if (res->by_block)
-        rd->read_block(r, done, n, p, x.vals.data() + at);
-      else
-        rd->read(first + done, n, p, x.vals.data() + at);
+      rd->read_direct(first + done, n, p, x.vals.data() + at, threads);
       progress.update(static_cast<std::uint64_t>(done + n) * per_nnz *
                       static_cast<std::uint64_t>(P));
     }
@@ -1075,7 +1567,6 @@ struct CrcPart {
   std::uint64_t d, k, off, len, crc;
 };
 constexpr int kCrcWords = 5;
-
 
 H5Id make_fapl() {
   H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);

@@ -4,8 +4,9 @@
 //   attributes on /: format ("tessera-tensor"), format_version (1), order, dims (uint64[N]),
 //                    nnz (uint64), value_type ("float64" | "float32"), index_base (0: the
 //                    stored coordinates are 0-based), source_index_base (base of the text
-//                    file it was converted from, -1 when none), has_duplicates (0 no, 1 yes,
-//                    -1 not checked; repeated coordinates are summed by every consumer),
+//                    file it was converted from, -1 when none), has_duplicates (0 no: every
+//                    store convert/generate write, io/dedup.hpp; 1 yes; -1 not checked;
+//                    tiers 1-2 sum repeats, tier 3 refuses 1 and -1),
 //                    source (free text), complete (1 once every writer finished)
 //   /coords/mode<n>  uint32[nnz]   0-based coordinates of mode n, chunked 1-D
 //   /values          float64[nnz] (or float32), chunked like the coordinates
@@ -91,6 +92,19 @@ bool has_h5_extension(const std::string& path);
 /// named .h5 without the signature then fails with "not an HDF5 file").
 bool is_tensor_store(const std::string& path, const comm::Communicator& c);
 
+/// Which checks a read runs (H5TensorReader::read_direct). Every one is on by default;
+/// turn one off only for data already checked (e.g. a later pass over a store whose first
+/// pass verified everything): unchecked coordinates reach the kernels as they are.
+struct H5ReadChecks {
+  /// CRC-32 of every chunk the range touches (the chunks at the range ends are read whole
+  /// for it). Only where the reader was opened with verify_checksums and the store has
+  /// /checksums.
+  bool checksums = true;
+  bool coordinates = true;  ///< every coordinate < dims
+  bool values = true;       ///< every value finite (and in float range when read as float)
+  bool blocks = true;       ///< partitioned store: every nonzero inside its block's ranges
+};
+
 /// Reads ranges of nonzeros of one store; the building block of the collective readers
 /// and of streaming (memory tier 3: a rank reads its block piece by piece). Local (not
 /// collective); one thread at a time. Every range read is checked: the CRC of every chunk
@@ -126,6 +140,33 @@ class H5TensorReader {
   template <typename T>
   void read_block(int block, nnz_t first, nnz_t count, index_t* const* idx, T* vals);
 
+  /// Fast read of nonzeros [first, first + count) (arguments as read(); T = double or
+  /// float, converted from the stored value type exactly as read() converts): for stores
+  /// whose nonzero datasets are unfiltered (no deflate) and allocated, chunked or
+  /// contiguous, the byte ranges are computed from the datasets' file addresses (looked
+  /// up once, at the first call, and kept) and read with pread() by `threads` threads
+  /// (<= 0: one per hardware thread; the calling thread is one of them) straight into
+  /// the caller's buffers, which the same threads then check. The checks and their error
+  /// messages are those of read() (file, dataset, position; when several elements are bad
+  /// the one read() would report), restricted to `checks`. The result is bitwise
+  /// identical to read(). Any other store (deflate or another filter, big-endian data, a
+  /// user block, unallocated chunks, data past the end of the file) falls back to read()'s
+  /// path (HDF5, one thread) with the same checks. Scratch: none when T is the stored
+  /// type and checksums are off; else up to `threads` buffers of at most max(8 MiB (see
+  /// set_direct_piece_bytes), one chunk). The first call costs (order + 1) x chunks HDF5
+  /// index lookups. Not thread-safe (one call at a time per reader), like read().
+  template <typename T>
+  void read_direct(nnz_t first, nnz_t count, index_t* const* idx, T* vals, int threads,
+                   const H5ReadChecks& checks = {});
+  /// Whether read_direct reads with pread (true) or falls back to read()'s path; looks the
+  /// chunk addresses up if that was not done yet.
+  bool direct_read_available();
+  /// Why read_direct falls back ("" when it does not).
+  std::string direct_read_fallback_reason();
+  /// Bytes per read_direct task (one pread or one staged piece; with checksums, whole
+  /// chunks): 8 MiB by default. Tuning and tests (small stores in many tasks).
+  void set_direct_piece_bytes(std::uint64_t bytes);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -138,6 +179,9 @@ H5TensorInfo read_h5_info(const std::string& path, const comm::Communicator& c);
 struct H5ReadOptions {
   /// Rank 0 shows a progress bar on a terminal, log lines otherwise.
   bool progress = true;
+  /// Threads per rank reading with H5TensorReader::read_direct; 0 = OpenMP's thread count
+  /// (omp_get_max_threads()).
+  int threads = 0;
   bool verify_checksums = true;
   /// When the store holds a partition of exactly c.size() blocks, rank r reads block r.
   bool by_block = true;
@@ -162,6 +206,15 @@ H5ReadResult read_h5(const std::string& path, const comm::Communicator& c,
 /// Collective: reads and checks every nonzero (as read_h5) without keeping them; memory is
 /// one piece per rank.
 void verify_h5(const std::string& path, const comm::Communicator& c, const H5ReadOptions& opt = {});
+
+/// Read floor of a file: reads its first min(max_bytes, file size) bytes (max_bytes 0: the
+/// whole file) with sequential pread()s of 16 MiB blocks, the blocks handed out in order
+/// to `threads` threads (<= 0: one per hardware thread), and returns bytes per second.
+/// Reads through the page cache: a file read recently (or written recently) is served from
+/// memory, so the result is the cache's bandwidth, not the disk's; a cold file gives the
+/// disk's. Local (not collective). Throws InputError when the file cannot be read; 0 for
+/// an empty file.
+double measure_read_bandwidth(const std::string& path, std::uint64_t max_bytes, int threads);
 
 struct H5WriteOptions {
   ValueType value_type = ValueType::float64;

@@ -1,10 +1,10 @@
 // Memory tier 3 end to end through the `tessera` binary (mpiexec -n 1 and 2): a generated
 // tensor without repeated coordinates, converted to an HDF5 store, decomposed by cp and
-// tucker within the host limit (tier 1) and over --host-budget / --mem-budget (tier 3, the
-// store streamed from disk): the tier-3 runs say so, record memory_tier.tier = 3 and give
-// the fits of tier 1; a killed tier-3 run resumes to the fits of an uninterrupted one (and
-// its checkpoint resumes in tier 1); text inputs, the layer strategy and --relabel are
-// refused with a message naming the fix.
+// tucker within the host limit (tier 1) and with --tier 3 (the store streamed from disk;
+// budgets that pick the tiers are in plan_driver_test): the tier-3 runs say so, record
+// memory_tier.tier = 3 and give the fits of tier 1; a killed tier-3 run resumes to the fits of an
+// uninterrupted one (and its checkpoint resumes in tier 1); text inputs, the layer strategy and
+// --relabel are refused with a message naming the fix.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -59,7 +59,7 @@ void expect_same_fits(const std::vector<double>& got, const std::vector<double>&
 
 /// The test tensor: generated (blocks of rank 3 plus noise; generate merges repeated
 /// coordinates), as text and as a store. 20000 nonzeros of 20 bytes: about 600 KB per rank
-/// at the peak of tiers 1-2 on 2 ranks, over --host-budget 200K.
+/// at the peak of tiers 1-2 on 2 ranks.
 class Tier3Driver : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -138,11 +138,11 @@ TEST_F(Tier3Driver, CpInTier3GivesTheFitsOfTier1) {
     const std::string n = std::to_string(np);
     const std::string a = path("cp1-" + n + ".json"), b = path("cp3-" + n + ".json");
     const RunResult r1 = ok(mpirun(np) + cp + " --json " + a);
-    const RunResult r3 = ok(mpirun(np) + cp + " --host-budget 200K --json " + b);
+    const RunResult r3 = ok(mpirun(np) + cp + " --tier 3 --json " + b);
     const auto j1 = read_json(a), j3 = read_json(b);
     expect_tier1(r1, j1, "tier 1 on " + n);
-    expect_tier3(r3, j3, "--host-budget on " + n);
-    EXPECT_TRUE(contains(r3.out, "--host-budget")) << r3.out;
+    expect_tier3(r3, j3, "--tier 3 on " + n);
+    EXPECT_TRUE(contains(r3.out, "plan: tier 3 (disk-streamed)")) << r3.out;
     EXPECT_EQ(j3.at("partition").at("scheme").get<std::string>(), "store-order");
     EXPECT_EQ(j3.at("iterations").get<int>(), 5);
     EXPECT_EQ(j3.at("tensor").at("nnz"), j1.at("tensor").at("nnz"));
@@ -155,18 +155,17 @@ TEST_F(Tier3Driver, CpInTier3GivesTheFitsOfTier1) {
       expect_same_fits(fits_of(j3), tier3_np1, 1e-9, "cp tier 3 on 2 ranks vs 1");
     }
   }
-  // On a host backend --mem-budget streams from disk too; small chunks (--stream-chunk).
+  // Small chunks (--stream-chunk).
   const std::string c = path("cp3-mem.json");
-  const RunResult r = ok(mpirun(2) + cp + " --mem-budget 200K --stream-chunk 700 --json " + c);
-  expect_tier3(r, read_json(c), "--mem-budget");
+  const RunResult r = ok(mpirun(2) + cp + " --tier 3 --stream-chunk 700 --json " + c);
+  expect_tier3(r, read_json(c), "--stream-chunk");
   EXPECT_TRUE(contains(r.out, "chunks of 700 nonzeros")) << r.out;
-  expect_same_fits(fits_of(read_json(c)), tier3_np1, 1e-9, "cp --mem-budget");
+  expect_same_fits(fits_of(read_json(c)), tier3_np1, 1e-9, "cp --stream-chunk 700");
   // A store partitioned for 2 ranks: each rank streams its block.
   const std::string p = path("p.h5"), pj = path("cp3-blocks.json"), pj1 = path("cp1-blocks.json");
   ok(mpirun(2) + " partition " + h5_ + " --blocks 2 --out " + p);
-  const RunResult rb =
-      ok(mpirun(2) + " cp " + p +
-         " --backend reference --rank 3 --iters 5 --tol 0 --host-budget 200K --json " + pj);
+  const RunResult rb = ok(mpirun(2) + " cp " + p +
+                          " --backend reference --rank 3 --iters 5 --tol 0 --tier 3 --json " + pj);
   const auto jb = read_json(pj);
   expect_tier3(rb, jb, "stored blocks");
   EXPECT_EQ(jb.at("partition").at("scheme").get<std::string>(), "store-blocks");
@@ -180,10 +179,10 @@ TEST_F(Tier3Driver, TuckerInTier3GivesTheFitsOfTier1) {
     const std::string n = std::to_string(np);
     const std::string a = path("tk1-" + n + ".json"), b = path("tk3-" + n + ".json");
     const RunResult r1 = ok(mpirun(np) + tk + " --json " + a);
-    const RunResult r3 = ok(mpirun(np) + tk + " --host-budget 200K --json " + b);
+    const RunResult r3 = ok(mpirun(np) + tk + " --tier 3 --json " + b);
     const auto j1 = read_json(a), j3 = read_json(b);
     expect_tier1(r1, j1, "tucker tier 1 on " + n);
-    expect_tier3(r3, j3, "tucker --host-budget on " + n);
+    expect_tier3(r3, j3, "tucker --tier 3 on " + n);
     expect_same_fits(fits_of(j3), fits_of(j1), 1e-9, "tucker tier 3 vs tier 1 on " + n);
     EXPECT_GT(j1.at("fit").get<double>(), 0.3);
     if (np == 1) {
@@ -214,7 +213,7 @@ double rel_gap(const std::vector<double>& a, const std::vector<double>& b) {
 
 TEST_F(Tier3Driver, KilledTier3RunResumesToTheSameFits) {
   const std::string args = " cp " + h5_ + " --backend cpu --rank 3 --iters 6 --tol 0";
-  const std::string t3 = " --host-budget 200K";
+  const std::string t3 = " --tier 3";
   const auto full = path("full.h5"), part = path("part.h5"), ckpt = path("part.ckpt.h5");
   RunResult r = ok(mpirun(2) + args + t3 + " --out " + full);
   EXPECT_TRUE(contains(r.out, "memory tier 3")) << r.out;
@@ -222,7 +221,7 @@ TEST_F(Tier3Driver, KilledTier3RunResumesToTheSameFits) {
   r = run("TESSERA_TEST_KILL_AFTER_ITERATION=3 " + mpirun(2) + args + t3 +
           " --checkpoint-every 2 --out " + part);
   EXPECT_NE(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "memory tier 3")) << r.out;
+  EXPECT_TRUE(contains(r.out, "plan: tier 3 (disk-streamed)")) << r.out;
   EXPECT_FALSE(contains(r.out, "iter   4")) << r.out;
   EXPECT_FALSE(fs::exists(part));
   ASSERT_TRUE(fs::exists(ckpt)) << r.out;

@@ -1,10 +1,15 @@
 // Memory tier 3 on the CUDA backend (DESIGN §8): a tensor streamed from its HDF5 store
-// chunk by chunk (algo::DiskTensor) through algo::StreamingBackend over the cuda backend,
-// each chunk prepared in tier 1 or, under a small memory budget, in tier 2 (pinned host
-// memory streamed to the GPU). The MTTKRP and TTMc of every mode must equal the cuda
-// backend's on the whole tensor in tier 1 and the reference backend (fresh random inputs,
-// outputs poisoned with NaN), and CP-ALS in tier 3 must give the fits and factors of tier
-// 1. Skips (with a message) where no CUDA device is visible.
+// chunk by chunk (algo::DiskTensor) through algo::StreamingBackend over the cuda backend.
+// The MTTKRP goes through Backend::mttkrp_accumulate (chunks copied on a copy stream,
+// sorted on the device, added into the output; in pieces under a small memory budget); the
+// TTMc prepares each chunk in tier 1 or, under a small budget, tier 2. The MTTKRP and TTMc
+// of every mode must equal the cuda backend's on the whole tensor in tier 1 and the
+// reference backend (fresh random inputs, outputs poisoned with NaN), and CP-ALS in tier 3
+// must give the fits and factors of tier 1. mttkrp_accumulate itself is checked on its own:
+// chunks of orders 2 to 5 (every sort path), R 16, 32 and 33, rows straddling chunks, an
+// empty chunk, a hot row over many tiles, pieces under a budget, a reused host buffer,
+// added to a known nonzero output; a coordinate outside its mode is an InputError and adds
+// nothing. Skips (with a message) where no CUDA device is visible.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -190,6 +195,35 @@ TYPED_TEST(GpuTier3, StreamedChunksInTier1) {
   }
 }
 
+TYPED_TEST(GpuTier3, StreamedPassReportsDeviceTimes) {
+  using T = TypeParam;
+  const auto x64 = random_unique({70, 60, 50}, 20000, 990);
+  const SparseTensor<T> x = x64.template cast<T>();
+  const std::string p = write_store(x64, "times");
+  auto inner = kernels::make_backend<T>(BackendKind::cuda);
+  StreamingBackend<T> sb(*inner);
+  DiskTensorOptions o;
+  o.path = p;
+  o.count = x.nnz();
+  o.chunk_nnz = 6000;
+  DiskTensor<T> d(o);
+  const int R = 32;
+  const auto f = random_factors(*inner, x.dims, R, 991);
+  auto out = poisoned(*inner, static_cast<std::size_t>(x.dims[0]) * R);
+  sb.mttkrp(d, 0, f.ptrs, R, out.data());
+  EXPECT_TRUE(d.last_times().backend_timed);
+  EXPECT_GT(d.last_times().upload, 0.0) << "host -> device copies of the chunks";
+  EXPECT_GT(d.last_times().device, 0.0) << "sorts and kernels of the chunks";
+  EXPECT_EQ(d.last_compute_seconds(), d.last_times().device);
+  {  // The chunk buffers are page-locked where this system lets the backend lock memory.
+    const std::vector<char> probe(std::size_t(1) << 20);
+    if (inner->pin_host(probe.data(), probe.size()) != nullptr) {
+      EXPECT_TRUE(contains(d.describe(), "page-locked")) << d.describe();
+    }
+  }
+  this->check_mttkrp(sb, d, x, R, 992, "tier 3 after a timed pass");
+}
+
 TYPED_TEST(GpuTier3, StreamedChunksInTier2) {
   using T = TypeParam;
   // The smallest budget that works (two one-tile chunk buffers): every chunk of more than
@@ -199,6 +233,144 @@ TYPED_TEST(GpuTier3, StreamedChunksInTier2) {
   const std::size_t budget = 2 * chunk_bytes<T>(3, kTileNnz);
   for (nnz_t chunk : {nnz_t(5 * kTileNnz + 17), nnz_t(12000)})
     this->compare(x, p, chunk, budget, 2, 970 + static_cast<std::uint64_t>(chunk));
+}
+
+// ---- Backend::mttkrp_accumulate on the cuda backend ----
+
+/// Nonzeros [first, first + count) of x into `c` (its arrays reused, as DiskTensor does).
+template <typename T>
+void slice_into(const SparseTensor<T>& x, nnz_t first, nnz_t count, SparseTensor<T>* c) {
+  if (c->dims != x.dims) *c = SparseTensor<T>(x.dims);
+  for (int m = 0; m < x.order(); ++m) {
+    const auto& src = x.idx[static_cast<std::size_t>(m)];
+    c->idx[static_cast<std::size_t>(m)].assign(src.begin() + first, src.begin() + first + count);
+  }
+  c->vals.assign(x.vals.begin() + first, x.vals.begin() + first + count);
+}
+
+template <typename T>
+class GpuAccumulate : public GpuVsReference<T> {
+ protected:
+  using GpuVsReference<T>::ref_;
+
+  /// For every mode and R in {16, 32, 33}: out = `before` (random, nonzero), then
+  /// mttkrp_accumulate of the chunks [cuts[j], cuts[j + 1]) of x, all through one host
+  /// buffer that is refilled as soon as each call returns (page-locked when `pin`), on a
+  /// cuda backend under `budget` (0: none). Must equal before + the reference MTTKRP of
+  /// `want_x` (x itself unless nonzeros are expected to be left out).
+  void check(const SparseTensor<T>& x, const std::vector<nnz_t>& cuts, std::size_t budget, bool pin,
+             std::uint64_t seed, const std::string& what, const SparseTensor<T>* want_x = nullptr,
+             bool expect_bad = false) {
+    const int N = x.order();
+    auto be = kernels::make_backend<T>(BackendKind::cuda);
+    if (budget > 0) be->set_memory_budget(budget);
+    auto hr = ref_->prepare(want_x != nullptr ? *want_x : x);
+    nnz_t largest = 0;
+    for (std::size_t j = 0; j + 1 < cuts.size(); ++j)
+      largest = std::max(largest, cuts[j + 1] - cuts[j]);
+    // The host buffer: full size once, so refilling never moves it (it may be locked).
+    SparseTensor<T> buf(x.dims);
+    for (auto& v : buf.idx) v.reserve(static_cast<std::size_t>(largest));
+    buf.vals.reserve(static_cast<std::size_t>(largest));
+    std::vector<std::unique_ptr<kernels::HostPin>> pins;
+    if (pin && largest > 0) {
+      for (auto& v : buf.idx)
+        pins.push_back(be->pin_host(v.data(), static_cast<std::size_t>(largest) * sizeof(index_t)));
+      pins.push_back(be->pin_host(buf.vals.data(), static_cast<std::size_t>(largest) * sizeof(T)));
+    }
+    std::int64_t nonempty = 0;
+    for (std::size_t j = 0; j + 1 < cuts.size(); ++j) nonempty += cuts[j + 1] > cuts[j] ? 1 : 0;
+    for (int R : {16, 32, 33}) {
+      const auto fg = random_factors(*be, x.dims, R, seed + R);
+      const auto fr = random_factors(*ref_, x.dims, R, seed + R);
+      for (int mode = 0; mode < N; ++mode) {
+        const std::string at = what + ": order " + std::to_string(N) + " mode " +
+                               std::to_string(mode) + " R " + std::to_string(R);
+        const std::size_t n = static_cast<std::size_t>(x.dims[static_cast<std::size_t>(mode)]) * R;
+        const auto before = random_vector<T>(n, seed * 3 + static_cast<std::uint64_t>(mode));
+        auto out = uploaded(*be, before);
+        auto skip = fg.ptrs;
+        skip[static_cast<std::size_t>(mode)] = nullptr;  // documented as not read
+        (void)be->take_accumulate_times();
+        for (std::size_t j = 0; j + 1 < cuts.size(); ++j) {
+          slice_into(x, cuts[j], cuts[j + 1] - cuts[j], &buf);
+          be->mttkrp_accumulate(buf, mode, skip, R, out.data());
+        }
+        if (expect_bad) {
+          EXPECT_THROW((void)be->take_accumulate_times(), InputError) << at;
+        } else {
+          const auto t = be->take_accumulate_times();
+          EXPECT_EQ(t.chunks, nonempty) << at;
+          if (nonempty > 0) {
+            EXPECT_GT(t.copy, 0.0) << at;
+            EXPECT_GT(t.compute, 0.0) << at;
+          }
+        }
+        const auto got = downloaded(*be, out.data(), n);
+        std::vector<T> m(n);
+        ref_->mttkrp(*hr, mode, fr.ptrs, R, m.data());
+        std::vector<double> want(n);
+        for (std::size_t k = 0; k < n; ++k)
+          want[k] = static_cast<double>(before[k]) + static_cast<double>(m[k]);
+        EXPECT_LT(rel_error(got, want), tol<T>()) << at;
+      }
+    }
+  }
+};
+
+TYPED_TEST_SUITE(GpuAccumulate, ValueTypes);
+
+TYPED_TEST(GpuAccumulate, ChunksOfEveryOrder) {
+  using T = TypeParam;
+  const struct {
+    std::vector<std::uint64_t> dims;
+    nnz_t nnz;
+    int skew;
+  } shapes[] = {
+      {{60, 50, 45}, 20000, -1},     // order 3: payload sort (3 words float, 4 double)
+      {{14, 11, 13, 9}, 15000, -1},  // order 4: payload (float), positions (double)
+      {{40, 1, 33}, 9000, -1},       // a mode of one index: no sort for it
+      {{300, 40}, 12000, -1},        // order 2: positions (float), payload (double)
+      {{9, 8, 7, 10, 6}, 9000, -1},  // order 5: positions
+      {{200, 30, 40}, 30000, 0},     // 70% in row 0 of mode 0: one row over many tiles
+  };
+  std::uint64_t seed = 1200;
+  for (const auto& sh : shapes) {
+    const auto x = random_tensor<T>(sh.dims, sh.nnz, ++seed, sh.skew);
+    // Rows straddle the chunks; an empty chunk in the middle.
+    const nnz_t a = sh.nnz / 3, b = sh.nnz / 3 + 4097;
+    this->check(x, {0, a, a, b, sh.nnz}, 0, false, seed * 7, "chunks");
+  }
+}
+
+TYPED_TEST(GpuAccumulate, PiecesUnderABudgetFromPinnedMemory) {
+  using T = TypeParam;
+  // A budget this small gives pieces of the smallest size (4096 nonzeros): a chunk of 15000
+  // goes to the device in 4 pieces through the two device buffers.
+  const auto x = random_tensor<T>({120, 90, 70}, 40000, 1300);
+  this->check(x, {0, 15000, 30000, 40000}, 1 << 16, true, 1301, "pieces");
+  this->check(x, {0, 40000}, 0, true, 1302, "one chunk");
+}
+
+TYPED_TEST(GpuAccumulate, CoordinateOutsideItsModeAddsNothing) {
+  using T = TypeParam;
+  const auto x = random_tensor<T>({50, 40, 30}, 9000, 1400);
+  // In the last chunk, so the error is reported by take_accumulate_times (an earlier one
+  // may be reported by the next call instead).
+  const nnz_t bad_k[] = {5005, 5007, 5009};
+  auto bad = x;
+  bad.idx[1][bad_k[0]] = 40;     // outside mode 1
+  bad.idx[0][bad_k[1]] = 1000;   // outside mode 0
+  bad.idx[2][bad_k[2]] = 30;     // outside mode 2
+  SparseTensor<T> good(x.dims);  // x without those nonzeros
+  for (nnz_t k = 0; k < x.nnz(); ++k) {
+    if (std::find(std::begin(bad_k), std::end(bad_k), k) != std::end(bad_k)) continue;
+    index_t c[3] = {x.idx[0][k], x.idx[1][k], x.idx[2][k]};
+    good.push_back(c, x.vals[static_cast<std::size_t>(k)]);
+  }
+  // One backend for every mode and R: each pass follows the previous pass's reported error,
+  // so the error flag must be cleared when it is reported.
+  this->check(bad, {0, 3000, 9000}, 0, false, 1401, "bad coordinates", &good, true);
 }
 
 }  // namespace
@@ -242,6 +414,10 @@ class GpuTier3Cp : public GpuJobTest {
     EXPECT_LE(r3.stream_overlap, 1.0);
     EXPECT_NEAR(r3.norm_x, r1.norm_x, 1e-6 * r1.norm_x);
     expect_same_cp(r3, r1, tol);
+    ASSERT_FALSE(r3.history.empty());
+    EXPECT_NEAR(r3.history.back().fit, r1.history.back().fit, 1e-4) << "final fit";
+    EXPECT_GT(r3.stream_compute_seconds, 0.0) << "device time of the chunks";
+    EXPECT_TRUE(disk.last_times().backend_timed);
   }
 };
 
@@ -252,7 +428,8 @@ TEST_F(GpuTier3Cp, Float) {
   compare<float>(7000, 0, 2e-4);
 }
 TEST_F(GpuTier3Cp, DoubleChunksInTier2) {
-  // Chunks of 16 tiles under a budget of two one-tile chunk buffers.
+  // Chunks of 16 tiles under a budget of two one-tile chunk buffers: the MTTKRP's chunks
+  // go to the device in pieces of the smallest size (4096 nonzeros), the TTMc's in tier 2.
   compare<double>(16 * static_cast<nnz_t>(kTileNnz), 2 * chunk_bytes<double>(3, kTileNnz), 1e-9);
 }
 

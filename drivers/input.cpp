@@ -1,0 +1,364 @@
+// The input of cp and tucker through the memory planner: measure, plan, refuse or load into
+// the chosen tier; and the measured side of the plan (peak host and device memory).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "algo/host_tier.hpp"
+#include "checkpoint.hpp"
+#include "common.hpp"
+#include "io/dedup.hpp"
+#include "io/h5store.hpp"
+#include "kernels/factories.hpp"
+#include "plan/measure.hpp"
+#include "util/log.hpp"
+#include "util/progress.hpp"
+
+namespace tessera::driver {
+namespace {
+
+plan::Backend plan_backend(kernels::BackendKind k) {
+  switch (k) {
+    case kernels::BackendKind::cuda:
+      return plan::Backend::cuda;
+    case kernels::BackendKind::reference:
+      return plan::Backend::reference;
+    default:
+      return plan::Backend::cpu;
+  }
+}
+
+/// The folder that receives spills next to the input (free disk is measured there).
+std::string spill_dir_of(const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+/// This rank's range of a store: its block of a stored partition of exactly P blocks, else
+/// an equal share of the stored order.
+std::pair<nnz_t, nnz_t> store_range(const io::H5TensorInfo& h, int r, int P) {
+  if (h.partition && h.partition->nblocks() == P) return h.partition->block_range(r);
+  const nnz_t a = static_cast<nnz_t>(static_cast<__int128>(h.nnz) * r / P);
+  const nnz_t b = static_cast<nnz_t>(static_cast<__int128>(h.nnz) * (r + 1) / P);
+  return {a, b - a};
+}
+
+/// Reads this rank's range of a store (stored order) straight into the run's arrays.
+template <typename T>
+SparseTensor<T> read_store_range(const std::string& path, nnz_t first, nnz_t count, int threads) {
+  io::H5TensorReader reader(path, true, 0);
+  SparseTensor<T> x(reader.info().dims);
+  const int N = x.order();
+  index_t* idx[kMaxOrder] = {};
+  for (int m = 0; m < N; ++m) {
+    x.idx[static_cast<std::size_t>(m)].resize(static_cast<std::size_t>(count));
+    idx[m] = x.idx[static_cast<std::size_t>(m)].data();
+  }
+  x.vals.resize(static_cast<std::size_t>(count));
+  // Pieces of 64 Mi nonzeros: the progress line moves and a bad value is found early.
+  const nnz_t piece = nnz_t(1) << 26;
+  Progress progress(log::rank() == 0, "reading", std::filesystem::path(path).filename().string(),
+                    static_cast<std::uint64_t>(count), "nonzeros");
+  for (nnz_t done = 0; done < count; done += piece) {
+    const nnz_t n = std::min(piece, count - done);
+    index_t* at[kMaxOrder] = {};
+    for (int m = 0; m < N; ++m) at[m] = idx[m] + done;
+    reader.read_direct<T>(first + done, n, at, x.vals.data() + done, threads);
+    progress.update(static_cast<std::uint64_t>(done + n));
+  }
+  return x;
+}
+
+template <typename T>
+void fill_stats_from_store(Input<T>& in, const io::H5TensorInfo& h, int P, bool by_block) {
+  nnz_t mx = 0, mn = h.nnz;
+  for (int r = 0; r < P; ++r) {
+    const nnz_t c = store_range(h, r, P).second;
+    mx = std::max(mx, c);
+    mn = std::min(mn, c);
+  }
+  in.dims = h.dims;
+  in.global_nnz = h.nnz;
+  in.grid.assign(h.dims.size(), 1);
+  in.min_block_nnz = mn;
+  in.max_block_nnz = mx;
+  const double mean = P > 0 ? static_cast<double>(h.nnz) / P : 0.0;
+  in.imbalance = mean > 0 ? static_cast<double>(mx) / mean : 1.0;
+  in.partition_scheme = by_block ? "store-blocks" : "store-order";
+}
+
+template <typename T>
+void fill_stats_from_dist(Input<T>& in) {
+  const auto& dd = in.dist->dist;
+  in.dims = dd.dims;
+  in.global_nnz = dd.global_nnz;
+  in.duplicates = dd.duplicates;
+  in.grid = dd.grid;
+  in.imbalance = dd.imbalance;
+  in.min_block_nnz = dd.min_block_nnz;
+  in.max_block_nnz = dd.max_block_nnz;
+  in.partition_scheme = partition::to_string(dd.scheme);
+}
+
+/// Tier 2 from a distributed block: the raw chunks in host memory (page-locked for cuda).
+template <typename T>
+void make_host_tier(Input<T>& in, const plan::Plan& p, kernels::Backend<T>& be,
+                    const comm::Communicator& world) {
+  io::add_to_fingerprint(in.dist->block, original_index_of(in.dist->dist), &in.fingerprint_part);
+  SparseTensor<T> block = std::move(in.dist->block);
+  in.dist.reset();
+  comm::run_collectively(world, [&] {
+    in.handle = std::make_unique<algo::HostTensor<T>>(
+        std::move(block), p.chunk_nnz, be.kind() == kernels::BackendKind::cuda ? &be : nullptr);
+  });
+}
+
+}  // namespace
+
+template <typename T>
+io::TensorFingerprint Input<T>::fingerprint(const comm::Communicator& world) const {
+  if (disk) return io::finish_fingerprint(disk->fingerprint_part(), dims, world);
+  if (handle) return io::finish_fingerprint(fingerprint_part, dims, world);
+  return io::tensor_fingerprint(dist->block, original_index_of(dist->dist), world);
+}
+
+template <typename T>
+Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::Scheme scheme,
+                    bool allreduce, Compute<T>& cx, const PlanContext& pc,
+                    const comm::MpiCommunicator& world, Loaded* info) {
+  Input<T> in;
+  const int P = world.size(), me = world.rank();
+  plan::Request req;
+  req.workload = pc.workload;
+  req.backend = plan_backend(cx.kind);
+  req.value_bytes = static_cast<int>(sizeof(T));
+  req.ranks = P;
+  req.threads = effective_threads(run.threads);
+  req.cp_rank = pc.cp_rank;
+  req.tucker_ranks = pc.tucker_ranks;
+  req.allreduce = allreduce && scheme == partition::Scheme::nnz && o.grid.empty();
+  req.relabel = o.relabel;
+  comm::run_collectively(world, [&] {
+    if (!run.host_budget.empty())
+      req.host_budget = plan::parse_bytes(run.host_budget, "--host-budget");
+    if (!run.device_budget.empty())
+      req.device_budget = plan::parse_bytes(run.device_budget, "--device-budget");
+    req.force_tier = run.tier == "auto" ? 0 : std::stoi(run.tier);
+    TESSERA_INPUT_CHECK(run.stream_chunk >= 0, "--stream-chunk must be >= 0");
+    req.stream_chunk = run.stream_chunk;
+  });
+  plan::TensorFacts facts;
+  comm::run_collectively(world, [&] {
+    TESSERA_INPUT_CHECK(std::filesystem::exists(o.path),
+                        "cannot open '" << o.path << "': no such file");
+  });
+  facts = plan::facts_of_file(o.path, world);
+  const plan::Limits lim = plan::measure_limits(world, req.backend, spill_dir_of(o.path));
+  req.ranks_on_node = 1;
+
+  std::optional<io::H5TensorInfo> h;
+  if (facts.store) h = io::read_h5_info(o.path, world);
+  const bool by_block = h && h->partition && h->partition->nblocks() == P;
+  // A store with unique coordinates run with the allreduce strategy is read in its stored
+  // order: no exchange, no sort (the nnz scheme's equal shares, or the stored blocks).
+  const bool store_order = facts.store && facts.unique == 1 && req.allreduce && !o.relabel;
+
+  if (facts.store) {
+    fill_stats_from_store(in, *h, P, by_block);
+    facts.max_block_nnz = in.max_block_nnz;
+    in.plan = plan::make_plan(req, facts, lim);  // from the header
+    // Tier 3 cannot sum repeated coordinates: when it is forced or the only way left, the
+    // fix is a deduplicated copy, not more memory.
+    if (h->has_duplicates != 0 && (req.force_tier == 3 || !in.plan.fits))
+      comm::run_collectively(world, [&] { io::require_unique_store(*h); });
+  }
+  // Text is read before planning (its dims and nonzeros are known only then); a store that
+  // must be redistributed (repeats, the layer strategy, --relabel) is read as text is when
+  // its header plan says tier 1 or 2, and planned again with the real blocks.
+  const bool read_all =
+      facts.text || (facts.store && !store_order && in.plan.fits && in.plan.tier <= 2);
+  if (read_all && !(run.dry_run && facts.store)) {
+    if (facts.text && run.dry_run)
+      log::info("plan: " + o.path +
+                " is text: reading it to learn its dims and nonzeros "
+                "(tessera convert writes an HDF5 store, planned from its header)");
+    in.dist.emplace(load_and_distribute<T>(o, scheme, world, info));
+    fill_stats_from_dist(in);
+    facts.dims = in.dims;
+    facts.nnz = in.global_nnz;
+    facts.max_block_nnz = in.max_block_nnz;
+    facts.unique = 1;     // summed while distributing
+    facts.store = false;  // in memory now: tiers 1-2
+    in.plan = plan::make_plan(req, facts, lim);
+  }
+  const plan::Plan& p = in.plan;
+  if (run.dry_run) {
+    if (me == 0) std::printf("%s", p.describe().c_str());
+    std::fflush(stdout);
+    in.dry_run = true;
+    return in;
+  }
+  comm::run_collectively(world, [&] { TESSERA_INPUT_CHECK(p.fits, p.refusal); });
+  log::info(p.summary());
+  log::debug(plan::describe_limits(lim));
+  if (cx.kind == kernels::BackendKind::cuda) cx.backend->set_memory_budget(p.device_budget);
+
+  if (p.tier == 3) {
+    if (!o.grid.empty() || o.partition != "auto")
+      log::info("memory tier 3: --grid/--partition do not apply (each rank streams " +
+                std::string(by_block ? "its block of the stored partition"
+                                     : "an equal share of the stored order") +
+                ")");
+    Timer t;
+    comm::run_collectively(world, [&] {
+      algo::DiskTensorOptions d;
+      d.path = o.path;
+      if (by_block) {
+        d.block = me;
+      } else {
+        const auto [a, c] = store_range(*h, me, P);
+        d.first = a;
+        d.count = c;
+      }
+      d.chunk_nnz = p.chunk_nnz;
+      d.read_threads = effective_threads(run.threads);
+      in.disk = std::make_unique<algo::DiskTensor<T>>(d);
+    });
+    const double open_s = world.allreduce_value(t.seconds(), comm::ReduceOp::max);
+    in.dist.reset();
+    log::info("first pass over " + o.path + " (checks, distinct rows, norm) in " +
+              std::to_string(open_s) + " s; rank 0: " + in.disk->describe());
+    if (info) {
+      info->read_seconds = open_s;
+      info->read.bytes = static_cast<std::size_t>(in.disk->mttkrp_stream_bytes(0));
+    }
+    return in;
+  }
+  if (in.dist) {
+    if (p.tier == 2) make_host_tier(in, p, *cx.backend, world);
+    return in;
+  }
+  // A store read in its stored order, straight into place.
+  Timer t;
+  SparseTensor<T> block;
+  comm::run_collectively(world, [&] {
+    const auto [a, c] = store_range(*h, me, P);
+    block = read_store_range<T>(o.path, a, c, effective_threads(run.threads));
+  });
+  const double read_s = world.allreduce_value(t.seconds(), comm::ReduceOp::max);
+  log::info("read " + o.path + " in its stored order: " + std::to_string(in.global_nnz) +
+            " nonzeros, dims " + format_dims(in.dims) + " in " + std::to_string(read_s) + " s");
+  if (info) {
+    info->read_seconds = read_s;
+    info->read.bytes = h->file_bytes;
+  }
+  io::add_to_fingerprint(
+      block, [](int, std::uint64_t i) { return i; }, &in.fingerprint_part);
+  if (p.tier == 2) {
+    comm::run_collectively(world, [&] {
+      in.handle = std::make_unique<algo::HostTensor<T>>(
+          std::move(block), p.chunk_nnz,
+          cx.kind == kernels::BackendKind::cuda ? cx.backend.get() : nullptr);
+    });
+  } else {
+    // Tier 1: prepared now; the raw block is freed.
+    comm::run_collectively(world, [&] { in.handle = cx.backend->prepare(block); });
+    block = SparseTensor<T>();
+  }
+  return in;
+}
+
+#define TESSERA_LOAD_INPUT(T)                                                                   \
+  template struct Input<T>;                                                                     \
+  template Input<T> load_input<T>(const LoadOptions&, const ComputeOptions&, partition::Scheme, \
+                                  bool, Compute<T>&, const PlanContext&,                        \
+                                  const comm::MpiCommunicator&, Loaded*);
+TESSERA_LOAD_INPUT(float)
+TESSERA_LOAD_INPUT(double)
+#undef TESSERA_LOAD_INPUT
+
+// ---- measured peaks ----
+
+struct PeakSampler::State {
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::uint64_t start_free = 0, min_free = 0;
+};
+
+PeakSampler::PeakSampler(bool device) : s_(std::make_unique<State>()) {
+  if (!device) return;
+  const kernels::DeviceMemory m = kernels::cuda_memory_info(false);
+  if (m.total == 0) return;
+  s_->start_free = s_->min_free = m.free;
+  s_->thread = std::thread([st = s_.get()] {
+    std::unique_lock<std::mutex> lk(st->mu);
+    while (!st->stop) {
+      lk.unlock();
+      const kernels::DeviceMemory d = kernels::cuda_memory_info(false);
+      lk.lock();
+      if (d.total > 0) st->min_free = std::min<std::uint64_t>(st->min_free, d.free);
+      st->cv.wait_for(lk, std::chrono::milliseconds(5), [st] { return st->stop; });
+    }
+  });
+}
+
+PeakSampler::~PeakSampler() {
+  stop();
+}
+
+void PeakSampler::stop() {
+  if (!s_->thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lk(s_->mu);
+    s_->stop = true;
+  }
+  s_->cv.notify_all();
+  s_->thread.join();
+  device_peak_ = s_->start_free > s_->min_free ? s_->start_free - s_->min_free : 0;
+}
+
+std::uint64_t PeakSampler::host_peak() const {
+  return plan::process_memory().hwm;
+}
+
+nlohmann::json memory_record(const plan::Plan& p, PeakSampler& s, const comm::Communicator& world) {
+  s.stop();
+  std::uint64_t peaks[2] = {s.host_peak(), s.device_peak()};
+  world.allreduce(peaks, 2, comm::ReduceOp::max);
+  const bool cuda = p.backend == plan::Backend::cuda;
+  char line[320];
+  std::snprintf(
+      line, sizeof(line), "memory per rank: host peak %s measured (VmHWM) vs %s planned (%.2f)%s%s",
+      human_bytes(static_cast<double>(peaks[0])).c_str(),
+      human_bytes(static_cast<double>(p.host_peak)).c_str(),
+      p.host_peak > 0 ? static_cast<double>(peaks[0]) / static_cast<double>(p.host_peak) : 0.0,
+      cuda ? "; device peak " : "",
+      cuda ? (human_bytes(static_cast<double>(peaks[1])) + " measured (sampled) vs " +
+              human_bytes(static_cast<double>(p.device_peak)) + " planned")
+                 .c_str()
+           : "");
+  log::info(line);
+  if (peaks[0] > p.host_peak)
+    log::warn("the measured host peak is over the plan: the planner's model missed " +
+              human_bytes(static_cast<double>(peaks[0] - p.host_peak)) +
+              " (please report it with the run record)");
+  if (cuda && peaks[1] > p.device_peak)
+    log::warn("the measured device peak is over the plan by " +
+              human_bytes(static_cast<double>(peaks[1] - p.device_peak)));
+  nlohmann::json j = p.to_json();
+  j["measured_peak_host_bytes"] = peaks[0];
+  j["measured_peak_host_source"] = "VmHWM of /proc/self/status, max over ranks";
+  if (cuda) {
+    j["measured_peak_device_bytes"] = peaks[1];
+    j["measured_peak_device_source"] =
+        "free memory at planning less the lowest free memory sampled every 5 ms, max over ranks";
+  }
+  return j;
+}
+
+}  // namespace tessera::driver

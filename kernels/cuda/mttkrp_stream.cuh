@@ -1,0 +1,62 @@
+// Internal to the CUDA backend: the MTTKRP of chunks streamed through the backend (memory
+// tier 3, Backend::mttkrp_accumulate). The chunk pipeline is in mttkrp_stream.cu; the tile
+// kernels it launches are those of mttkrp.cu.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/detail.cuh"
+
+namespace tessera::kernels::cuda {
+
+/// Enqueues on `stream`: out (rows of R, device) += the MTTKRP of `nnz` nonzeros sorted by
+/// their mode-`mode` index (device arrays idx[0 .. order) and vals; the runs of every row
+/// contiguous). The tile kernels of mttkrp.cu (the blocked one where it supports the call,
+/// else the classic one; TESSERA_CUDA_MTTKRP_KERNEL as for mttkrp) with their write rule: a
+/// row wholly inside one tile is added with a plain read and store (no other tile of the
+/// launch has it), a row a tile may share with atomics. No per-nonzero atomics. `out` may
+/// hold any earlier sums. factors[mode] is not read. Returns the kernel's name. (mttkrp.cu)
+template <typename T>
+const char* launch_mttkrp_sorted(cudaStream_t stream, const index_t* const* idx, const T* vals,
+                                 nnz_t nnz, int order, int mode, const T* const* factors, int R,
+                                 T* out);
+
+/// What CudaBackend keeps for mttkrp_accumulate between calls (mttkrp_stream.cu): two
+/// device chunk buffers filled in turn on a copy stream of its own, the sort and gather
+/// scratch, timing events, and an error flag in mapped host memory. Grow-only; one per
+/// backend, used from one thread at a time.
+template <typename T>
+class ChunkAccumulator {
+ public:
+  explicit ChunkAccumulator(Context& ctx);
+  ~ChunkAccumulator();
+  ChunkAccumulator(const ChunkAccumulator&) = delete;
+  ChunkAccumulator& operator=(const ChunkAccumulator&) = delete;
+
+  /// Backend::mttkrp_accumulate. `budget` (bytes, 0 = none): the backend's memory budget,
+  /// which caps the device buffers (piece_nnz).
+  void accumulate(const SparseTensor<T>& chunk, int mode, const std::vector<const T*>& factors,
+                  int R, T* out, std::size_t budget);
+  /// Backend::take_accumulate_times: waits for the queued chunks, sums their event times and
+  /// resets the sums. Throws InputError when a chunk since the last call had a coordinate
+  /// outside its mode (its nonzero was left out of the sums).
+  AccumulateTimes take_times();
+  /// Device bytes held now (chunk buffers, scratch).
+  std::size_t device_bytes() const;
+
+  /// Nonzeros of one device piece for a chunk of `nnz` nonzeros of an order-`order` tensor
+  /// under `budget` (0 = none): min(nnz, 2^25) rounded up to 64, capped so the piece's
+  /// device bytes (bytes_per_nnz) fit the budget, but at least 4096.
+  static nnz_t piece_nnz(nnz_t nnz, int order, std::size_t budget);
+  /// Device bytes per nonzero of a piece: two chunk buffers, the sort buffers and the
+  /// sorted copy (the CUB temporary comes on top, a few percent).
+  static std::size_t bytes_per_nnz(int order);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace tessera::kernels::cuda

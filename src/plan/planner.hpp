@@ -1,0 +1,139 @@
+// The memory planner (DESIGN §8): one place that decides, per rank and before any large
+// allocation, where a run's tensor lives (the memory tier), how it is cut into chunks and
+// how many bytes each component takes on the host, the device and the disk, from measured
+// limits (plan/limits.hpp). Every subcommand that computes (cp, tucker, contract, bench)
+// asks it first; `tessera plan` and --dry-run print its answer without running.
+//
+// Tiers (the first that fits is chosen, unless --tier forces one):
+//   1  resident: the backend's prepared format holds the whole block (GPU memory for cuda,
+//      host memory for reference/cpu), the raw block stays on the host for the run.
+//   2  host-resident, streamed: the raw block (one copy, page-locked for cuda) stays in host
+//      memory; every MTTKRP/TTMc streams it chunk by chunk through the backend.
+//   3  disk-resident, streamed: the block stays in the HDF5 store and every pass reads it
+//      chunk by chunk through a prefetch thread (HDF5 stores with unique coordinates only).
+//
+// The byte model is written out in docs/planner.md; tests check it against the measured
+// peak (VmHWM) on the reference and cpu backends for every tier.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/limits.hpp"
+#include "tensor/sparse_tensor.hpp"
+
+namespace tessera::plan {
+
+/// What computes on the tensor.
+enum class Workload {
+  cp,        ///< CP-ALS: N MTTKRPs per iteration
+  tucker,    ///< Tucker-HOOI: N TTMcs per iteration
+  contract,  ///< one sparse contraction (inputs resident; see plan_contract)
+  mttkrp,    ///< bench mttkrp: N MTTKRPs per repeat
+};
+std::string to_string(Workload w);
+
+enum class Backend { reference, cpu, cuda };
+
+/// The input as the planner sees it (from the file's header, never its nonzeros).
+struct TensorFacts {
+  std::string path;                 ///< "" for a generated tensor
+  bool store = false;               ///< HDF5 tensor store (tier 3 needs one)
+  bool generated = false;           ///< made by the backend (bench --generate): no file
+  int unique = -1;                  ///< store: 1 = coordinates unique, 0 = repeats, -1 = not known
+  std::vector<std::uint64_t> dims;  ///< mode lengths
+  nnz_t nnz = 0;                    ///< nonzeros (stored entries) in the file
+  nnz_t max_block_nnz = 0;          ///< largest per-rank block (0: nnz / ranks, rounded up)
+  std::uint64_t file_bytes = 0;     ///< bytes on disk
+  int stored_value_bytes = 8;       ///< store: bytes of one stored value (4 or 8)
+  std::uint64_t store_chunk_elems = 0;  ///< store: chunk length of its datasets (0: contiguous)
+  bool text = false;                    ///< FROSTT text (.tns, .tns.gz): read as double, summed
+  int order() const { return static_cast<int>(dims.size()); }
+};
+
+/// One part of the plan's memory.
+struct Component {
+  std::string name;
+  std::uint64_t host = 0, device = 0, disk = 0;
+  std::string note;
+};
+
+/// What the run asks for.
+struct Request {
+  Workload workload = Workload::cp;
+  Backend backend = Backend::cpu;
+  int value_bytes = 8;            ///< 4 (float) or 8 (double)
+  int ranks = 1;                  ///< MPI ranks of the job
+  int ranks_on_node = 1;          ///< of them on this node
+  int threads = 1;                ///< threads per rank (store reads stage one buffer each)
+  int cp_rank = 16;               ///< CP rank R
+  std::vector<int> tucker_ranks;  ///< Tucker ranks R_n
+  bool allreduce = true;          ///< strategy: allreduce (else layer, which needs tier 1-2)
+  bool relabel = false;           ///< --relabel: tiers 1-2 only
+  int force_tier = 0;             ///< --tier: 0 = auto, else 1, 2 or 3
+  nnz_t stream_chunk = 0;         ///< --stream-chunk: nonzeros per streamed chunk (0: planned)
+  /// --host-budget (bytes per rank): bounds the data the plan lists (tensor, formats,
+  /// buffers, dense arrays), not the process's baseline or the fixed slack.
+  std::optional<std::uint64_t> host_budget;
+  std::optional<std::uint64_t> device_budget;  ///< --device-budget / --mem-budget
+  /// Memory the caller adds to every tier (a benchmark's bandwidth probe, say).
+  std::vector<Component> extra;
+};
+
+/// Limits the plan is made against (per rank), each with its source.
+struct Limits {
+  Limit host;    ///< host memory this rank may use
+  Limit device;  ///< device memory this rank may use (cuda); unknown on host backends
+  Limit disk;    ///< free space for spills
+  std::uint64_t baseline_host = 0;  ///< this process's resident memory when planning (VmRSS)
+  std::vector<std::string> notes;   ///< every source looked at
+};
+
+struct Plan {
+  int tier = 0;           ///< 1, 2 or 3 (0: none fits)
+  std::string tier_name;  ///< "resident", "host-streamed", "disk-streamed"
+  Workload workload = Workload::cp;
+  Backend backend = Backend::cpu;
+  nnz_t block_nnz = 0;                  ///< nonzeros of the largest per-rank block
+  nnz_t chunk_nnz = 0;                  ///< tiers 2-3: nonzeros per streamed chunk
+  nnz_t chunks = 0;                     ///< tiers 2-3: chunks per pass
+  std::vector<Component> components;    ///< at the peak (sums to host_peak/device_peak)
+  std::uint64_t host_peak = 0;          ///< planned peak resident memory of a rank (with baseline)
+  std::uint64_t device_peak = 0;        ///< planned peak device memory of a rank (cuda)
+  std::uint64_t device_budget = 0;      ///< what the backend is told it may use for the tensor
+  double read_bytes_per_iteration = 0;  ///< tier 3: bytes read from disk per iteration
+  double copy_bytes_per_iteration = 0;  ///< cuda tiers 2-3: bytes copied host -> device
+  Limits limits;
+  std::vector<std::string> reasons;  ///< why each tier was taken or passed over
+  bool fits = false;
+  std::string refusal;  ///< when !fits: one line naming the limit and the fix
+
+  nlohmann::json to_json() const;
+  /// Several lines for `tessera plan` and --dry-run.
+  std::string describe() const;
+  /// One line for the log of a run.
+  std::string summary() const;
+};
+
+/// The plan for `req` on `t` under `lim`. Pure: no I/O, no collectives.
+Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim);
+
+/// Host bytes the planner counts for one raw nonzero block of `nnz` entries of order N with
+/// `value_bytes` values (coordinates uint32).
+inline std::uint64_t coo_bytes(nnz_t nnz, int order, int value_bytes) {
+  return static_cast<std::uint64_t>(nnz) * (static_cast<std::uint64_t>(order) * sizeof(index_t) +
+                                            static_cast<std::uint64_t>(value_bytes));
+}
+
+/// Default nonzeros per streamed chunk (16 Mi) and the smallest chunk the planner makes.
+inline constexpr nnz_t kDefaultChunkNnz = nnz_t(1) << 24;
+inline constexpr nnz_t kMinChunkNnz = nnz_t(1) << 10;
+
+/// Slack added to every host peak: allocator fragmentation and library working memory that
+/// the model does not list (MPI, HDF5, OpenMP stacks).
+inline constexpr std::uint64_t kHostSlackBytes = std::uint64_t(48) << 20;
+
+}  // namespace tessera::plan

@@ -1,0 +1,35 @@
+# tests for plan: the memory planner's measured limits (tessera::plan).
+
+# One process: cgroup v1/v2, /proc/meminfo and Slurm facts from fixture trees and variables,
+# host_limit, parse_bytes / human_bytes, this process's VmRSS / VmHWM.
+tessera_test_executable(plan_limits_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/plan_limits_test.cpp
+  LIBS tessera::plan)
+tessera_add_test(plan_limits_test plan_limits_test LABELS plan)
+
+# Across ranks: ranks_on_node (MPI_Comm_split_type) on 2 ranks of one host.
+tessera_test_executable(plan_limits_mpi
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/plan_limits_mpi_test.cpp
+  LIBS tessera::plan)
+tessera_add_mpi_test(plan_limits_mpi plan_limits_mpi RANKS 2 LABELS plan)
+
+# The planner's choices (plan::make_plan is pure): tiers under budgets, refusals, chunks,
+# the issue's amazon shape on an H100 node.
+tessera_test_executable(plan_planner_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/plan_planner_test.cpp
+  LIBS tessera::plan)
+tessera_add_test(plan_planner_test plan_planner_test LABELS plan)
+
+# The planner end to end (`tessera plan`, --dry-run, refusals, every tier on the reference
+# and cpu backends: equal fits, measured peak within the plan).
+add_executable(plan_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/plan_driver_test.cpp)
+target_include_directories(plan_driver_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/driver)
+target_link_libraries(plan_driver_test PRIVATE GTest::gtest GTest::gtest_main
+  nlohmann_json::nlohmann_json)
+target_compile_definitions(plan_driver_test PRIVATE
+  TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+tessera_target_defaults(plan_driver_test)
+add_dependencies(plan_driver_test tessera)
+add_test(NAME plan_driver_test COMMAND plan_driver_test)
+set_tests_properties(plan_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
+  LABELS "driver;plan" TIMEOUT 900 PROCESSORS 2)

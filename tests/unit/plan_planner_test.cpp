@@ -1,0 +1,215 @@
+// The planner's choices (plan::make_plan is pure): tiers under budgets, refusals that name
+// the limit, chunking, and the byte model on the shapes the issue names.
+#include <gtest/gtest.h>
+
+#include "plan/planner.hpp"
+
+namespace tessera::plan {
+namespace {
+
+constexpr std::uint64_t kGiB = std::uint64_t(1) << 30;
+
+Limits limits(std::uint64_t host, std::uint64_t device = 0) {
+  Limits l;
+  l.host = {host, "test host limit"};
+  if (device) l.device = {device, "test device limit"};
+  l.disk = {1000 * kGiB, "test disk"};
+  l.baseline_host = 64 << 20;
+  return l;
+}
+
+TensorFacts store(std::vector<std::uint64_t> dims, nnz_t nnz, int unique = 1, int vbytes = 4) {
+  TensorFacts t;
+  t.path = "x.h5";
+  t.store = true;
+  t.unique = unique;
+  t.dims = std::move(dims);
+  t.nnz = nnz;
+  t.stored_value_bytes = vbytes;
+  t.store_chunk_elems = 1 << 20;
+  t.file_bytes = coo_bytes(nnz, static_cast<int>(t.dims.size()), vbytes);
+  return t;
+}
+
+TensorFacts amazon(nnz_t nnz = 1740000000) {
+  return store({4821207, 1774269, 1805187}, nnz, 1, 4);
+}
+
+Request cuda_cp(int R = 32) {
+  Request r;
+  r.workload = Workload::cp;
+  r.backend = Backend::cuda;
+  r.value_bytes = 4;
+  r.cp_rank = R;
+  return r;
+}
+
+TEST(Planner, SmallTensorIsResidentOnEveryBackend) {
+  const auto t = store({100, 200, 300}, 100000);
+  for (Backend b : {Backend::reference, Backend::cpu, Backend::cuda}) {
+    Request r;
+    r.backend = b;
+    const Plan p = make_plan(r, t, limits(8 * kGiB, 8 * kGiB));
+    EXPECT_TRUE(p.fits);
+    EXPECT_EQ(p.tier, 1);
+    EXPECT_GT(p.host_peak, coo_bytes(100000, 3, 8));
+    EXPECT_EQ(p.chunk_nnz, 0);
+  }
+}
+
+TEST(Planner, HostBudgetForcesTheStreamedTiers) {
+  const auto t = store({2000, 3000, 4000}, 20000000);
+  Request r;
+  r.backend = Backend::cpu;
+  const Plan p1 = make_plan(r, t, limits(64 * kGiB));
+  ASSERT_TRUE(p1.fits);
+  EXPECT_EQ(p1.tier, 1);
+  // Under the CSF's needs but over one raw copy: tier 2.
+  const std::uint64_t raw = coo_bytes(20000000, 3, 8);
+  // Budgets bound the data: the planned peak less the baseline and the fixed slack.
+  const std::uint64_t fixed = limits(0).baseline_host + kHostSlackBytes;
+  r.host_budget = p1.host_peak - fixed - 1;
+  const Plan p2 = make_plan(r, t, limits(64 * kGiB));
+  ASSERT_TRUE(p2.fits) << p2.refusal;
+  EXPECT_EQ(p2.tier, 2);
+  EXPECT_LE(p2.host_peak - fixed, *r.host_budget);
+  EXPECT_GT(p2.chunks, 1);
+  // Under one raw copy: tier 3, with a read volume of N passes over the stored block.
+  r.host_budget = raw / 2;
+  const Plan p3 = make_plan(r, t, limits(64 * kGiB));
+  ASSERT_TRUE(p3.fits) << p3.refusal;
+  EXPECT_EQ(p3.tier, 3);
+  EXPECT_DOUBLE_EQ(p3.read_bytes_per_iteration,
+                   3.0 * static_cast<double>(coo_bytes(20000000, 3, 4)));
+  // Under what even streaming needs: refused, naming the limit.
+  r.host_budget = 1 << 20;
+  const Plan p0 = make_plan(r, t, limits(64 * kGiB));
+  EXPECT_FALSE(p0.fits);
+  EXPECT_EQ(p0.tier, 0);
+  EXPECT_NE(p0.refusal.find("--host-budget"), std::string::npos) << p0.refusal;
+}
+
+TEST(Planner, TierThreeNeedsAStoreWithUniqueCoordinates) {
+  Request r;
+  r.backend = Backend::cpu;
+  r.force_tier = 3;
+  for (int unique : {0, -1}) {
+    const Plan p = make_plan(r, store({10, 20, 30}, 1000, unique), limits(8 * kGiB));
+    EXPECT_FALSE(p.fits);
+    EXPECT_NE(p.refusal.find("tessera convert"), std::string::npos) << p.refusal;
+  }
+  const Plan ok = make_plan(r, store({10, 20, 30}, 1000, 1), limits(8 * kGiB));
+  EXPECT_TRUE(ok.fits);
+  EXPECT_EQ(ok.tier, 3);
+  TensorFacts text;
+  text.text = true;
+  text.dims = {10, 20, 30};
+  text.nnz = 1000;
+  const Plan t = make_plan(r, text, limits(8 * kGiB));
+  EXPECT_FALSE(t.fits);
+}
+
+TEST(Planner, StreamedTiersNeedTheAllreduceStrategy) {
+  Request r;
+  r.backend = Backend::cpu;
+  r.allreduce = false;
+  r.host_budget = 200 << 20;
+  const Plan p = make_plan(r, store({2000, 3000, 4000}, 20000000), limits(64 * kGiB));
+  EXPECT_FALSE(p.fits);
+  EXPECT_NE(p.refusal.find("allreduce"), std::string::npos) << p.refusal;
+}
+
+TEST(Planner, ChunksFollowTheRequestAndTheStoreChunks) {
+  Request r;
+  r.backend = Backend::cpu;
+  r.force_tier = 3;
+  const auto t = store({2000, 3000, 4000}, 20000000);
+  const Plan p = make_plan(r, t, limits(64 * kGiB));
+  ASSERT_TRUE(p.fits);
+  EXPECT_EQ(p.chunk_nnz % (1 << 20), 0);
+  EXPECT_LE(p.chunk_nnz, kDefaultChunkNnz);
+  r.stream_chunk = 12345;
+  const Plan q = make_plan(r, t, limits(64 * kGiB));
+  EXPECT_EQ(q.chunk_nnz, 12345);
+  EXPECT_EQ(q.chunks, (20000000 + 12344) / 12345);
+}
+
+// The issue's node: one H100 80 GB (about 76 GB usable for the tensor after the reserve)
+// and 128 GB of host memory (about 120 GB available), amazon shape, float, R = 32.
+TEST(Planner, AmazonShapeOnAnH100NodeStreamsFromHostMemory) {
+  const Plan p = make_plan(cuda_cp(), amazon(), limits(120 * kGiB, 76 * kGiB));
+  ASSERT_TRUE(p.fits) << p.refusal;
+  // Tier 1 needs one sorted copy per mode on the device: 3 x 27.8 GB > 76 GB.
+  EXPECT_EQ(p.tier, 2) << p.describe();
+  EXPECT_LT(p.host_peak, 120 * kGiB);
+  EXPECT_GT(p.host_peak, coo_bytes(1740000000, 3, 4));  // at least the raw block
+  EXPECT_DOUBLE_EQ(p.copy_bytes_per_iteration,
+                   3.0 * static_cast<double>(coo_bytes(1740000000, 3, 4)));
+  // The same on the 141 GB H200 (about 135 GB usable): resident.
+  const Plan h200 = make_plan(cuda_cp(), amazon(), limits(120 * kGiB, 135 * kGiB));
+  EXPECT_EQ(h200.tier, 1) << h200.describe();
+  // A 40 GB device budget (an A100 40 GB): still host-streamed.
+  Request r = cuda_cp();
+  r.device_budget = 40 * kGiB;
+  const Plan a100 = make_plan(r, amazon(), limits(120 * kGiB, 76 * kGiB));
+  EXPECT_EQ(a100.tier, 2);
+  EXPECT_LE(a100.device_peak, 40 * kGiB);
+  // A 16 GB host budget: streamed from disk.
+  r.host_budget = 16 * kGiB;
+  const Plan small = make_plan(r, amazon(), limits(120 * kGiB, 76 * kGiB));
+  EXPECT_EQ(small.tier, 3) << small.describe();
+  EXPECT_LE(small.host_peak, 16 * kGiB + limits(0).baseline_host + kHostSlackBytes);
+}
+
+TEST(Planner, GeneratedTensorsAreResidentOrRefused) {
+  TensorFacts g;
+  g.generated = true;
+  g.dims = {4821207, 1774269, 1805187};
+  g.nnz = 1740000000;
+  Request r = cuda_cp();
+  r.workload = Workload::mttkrp;
+  const Plan p = make_plan(r, g, limits(120 * kGiB, 76 * kGiB));
+  EXPECT_FALSE(p.fits);
+  EXPECT_NE(p.refusal.find("device memory"), std::string::npos) << p.refusal;
+  const Plan ok = make_plan(r, g, limits(120 * kGiB, 135 * kGiB));
+  EXPECT_TRUE(ok.fits);
+  EXPECT_EQ(ok.tier, 1);
+}
+
+TEST(Planner, RecordAndDescriptionNameTheLimits) {
+  const Plan p = make_plan(cuda_cp(), amazon(), limits(120 * kGiB, 76 * kGiB));
+  const auto j = p.to_json();
+  EXPECT_EQ(j["tier"], 2);
+  EXPECT_EQ(j["limits"]["host"]["source"], "test host limit");
+  EXPECT_EQ(j["limits"]["device"]["source"], "test device limit");
+  EXPECT_GT(j["planned_peak_host_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_FALSE(j["components"].empty());
+  const std::string d = p.describe();
+  EXPECT_NE(d.find("test host limit"), std::string::npos);
+  EXPECT_NE(d.find("chosen: tier 2"), std::string::npos) << d;
+  std::uint64_t host = 0, device = 0;
+  for (const auto& c : p.components) {
+    host += c.host;
+    device += c.device;
+  }
+  EXPECT_EQ(host, p.host_peak);
+  EXPECT_EQ(device, p.device_peak);
+}
+
+TEST(Planner, TuckerCountsTheSemiSparseOutput) {
+  Request r;
+  r.backend = Backend::cpu;
+  r.workload = Workload::tucker;
+  r.tucker_ranks = {16, 16, 16};
+  const auto t = store({10000, 10000, 10000}, 1000000);
+  const Plan p = make_plan(r, t, limits(64 * kGiB));
+  Request c;
+  c.backend = Backend::cpu;
+  c.cp_rank = 16;
+  const Plan q = make_plan(c, t, limits(64 * kGiB));
+  // 256 columns per output row against 16: Tucker's loop needs more.
+  EXPECT_GT(p.host_peak, q.host_peak);
+}
+
+}  // namespace
+}  // namespace tessera::plan
