@@ -130,6 +130,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
           : (res.phases.get("kernel") + res.phases.get("comm") + res.phases.get("solve")) / ran,
       kern > 0 ? static_cast<double>(nnz) / world.size() * N * ran / kern : 0.0);
   log::info(line);
+  peaks.stop();  // the floor's probes below are not the run's memory
   const TierFloor floor =
       in.plan.tier >= 2 ? tier_floor<T>(in.plan, a.load.path, *cx.backend, a.run.threads, world)
                         : TierFloor{};

@@ -46,30 +46,34 @@ std::pair<nnz_t, nnz_t> store_range(const io::H5TensorInfo& h, int r, int P) {
   return {a, b - a};
 }
 
-/// Reads this rank's range of a store (stored order) straight into the run's arrays.
+/// Reads this rank's range of a store (stored order) straight into the run's arrays, as
+/// chunks of `chunk` nonzeros (one chunk of the whole range when chunk >= count).
 template <typename T>
-SparseTensor<T> read_store_range(const std::string& path, nnz_t first, nnz_t count, int threads) {
+std::vector<SparseTensor<T>> read_store_chunks(const std::string& path, nnz_t first, nnz_t count,
+                                               nnz_t chunk, int threads) {
   io::H5TensorReader reader(path, true, 0);
-  SparseTensor<T> x(reader.info().dims);
-  const int N = x.order();
-  index_t* idx[kMaxOrder] = {};
-  for (int m = 0; m < N; ++m) {
-    x.idx[static_cast<std::size_t>(m)].resize(static_cast<std::size_t>(count));
-    idx[m] = x.idx[static_cast<std::size_t>(m)].data();
-  }
-  x.vals.resize(static_cast<std::size_t>(count));
-  // Pieces of 64 Mi nonzeros: the progress line moves and a bad value is found early.
-  const nnz_t piece = nnz_t(1) << 26;
+  const int N = static_cast<int>(reader.info().dims.size());
+  std::vector<SparseTensor<T>> out;
   Progress progress(log::rank() == 0, "reading", std::filesystem::path(path).filename().string(),
                     static_cast<std::uint64_t>(count), "nonzeros");
-  for (nnz_t done = 0; done < count; done += piece) {
-    const nnz_t n = std::min(piece, count - done);
-    index_t* at[kMaxOrder] = {};
-    for (int m = 0; m < N; ++m) at[m] = idx[m] + done;
-    reader.read_direct<T>(first + done, n, at, x.vals.data() + done, threads);
-    progress.update(static_cast<std::uint64_t>(done + n));
+  // Reads of at most 64 Mi nonzeros: the progress line moves and a bad value is found early.
+  const nnz_t piece = nnz_t(1) << 26;
+  for (nnz_t at = 0; at < count || (count == 0 && out.empty()); at += chunk) {
+    const nnz_t n = std::min(chunk, count - at);
+    SparseTensor<T> x(reader.info().dims);
+    for (auto& col : x.idx) col.resize(static_cast<std::size_t>(n));
+    x.vals.resize(static_cast<std::size_t>(n));
+    for (nnz_t done = 0; done < n; done += piece) {
+      const nnz_t k = std::min(piece, n - done);
+      index_t* idx[kMaxOrder] = {};
+      for (int m = 0; m < N; ++m) idx[m] = x.idx[static_cast<std::size_t>(m)].data() + done;
+      reader.read_direct<T>(first + at + done, k, idx, x.vals.data() + done, threads);
+      progress.update(static_cast<std::uint64_t>(at + done + k));
+    }
+    out.push_back(std::move(x));
+    if (count == 0) break;
   }
-  return x;
+  return out;
 }
 
 template <typename T>
@@ -225,6 +229,8 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
       }
       d.chunk_nnz = p.chunk_nnz;
       d.read_threads = effective_threads(run.threads);
+      // The cuda backend checks every coordinate on the device (mttkrp_accumulate).
+      d.check_later_passes = cx.kind != kernels::BackendKind::cuda;
       in.disk = std::make_unique<algo::DiskTensor<T>>(d);
     });
     const double open_s = world.allreduce_value(t.seconds(), comm::ReduceOp::max);
@@ -241,12 +247,14 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
     if (p.tier == 2) make_host_tier(in, p, *cx.backend, world);
     return in;
   }
-  // A store read in its stored order, straight into place.
+  // A store read in its stored order, straight into place: tier 1 as one block (prepared,
+  // then freed), tier 2 as the streamed chunks themselves.
   Timer t;
-  SparseTensor<T> block;
+  std::vector<SparseTensor<T>> chunks;
   comm::run_collectively(world, [&] {
     const auto [a, c] = store_range(*h, me, P);
-    block = read_store_range<T>(o.path, a, c, effective_threads(run.threads));
+    chunks = read_store_chunks<T>(o.path, a, c, p.tier == 2 ? p.chunk_nnz : std::max<nnz_t>(c, 1),
+                                  effective_threads(run.threads));
   });
   const double read_s = world.allreduce_value(t.seconds(), comm::ReduceOp::max);
   log::info("read " + o.path + " in its stored order: " + std::to_string(in.global_nnz) +
@@ -255,18 +263,19 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
     info->read_seconds = read_s;
     info->read.bytes = h->file_bytes;
   }
-  io::add_to_fingerprint(
-      block, [](int, std::uint64_t i) { return i; }, &in.fingerprint_part);
+  for (const auto& c : chunks)
+    io::add_to_fingerprint(
+        c, [](int, std::uint64_t i) { return i; }, &in.fingerprint_part);
   if (p.tier == 2) {
     comm::run_collectively(world, [&] {
       in.handle = std::make_unique<algo::HostTensor<T>>(
-          std::move(block), p.chunk_nnz,
+          std::move(chunks), in.dims, p.chunk_nnz,
           cx.kind == kernels::BackendKind::cuda ? cx.backend.get() : nullptr);
     });
   } else {
     // Tier 1: prepared now; the raw block is freed.
-    comm::run_collectively(world, [&] { in.handle = cx.backend->prepare(block); });
-    block = SparseTensor<T>();
+    comm::run_collectively(world, [&] { in.handle = cx.backend->prepare(chunks.front()); });
+    chunks.clear();
   }
   return in;
 }

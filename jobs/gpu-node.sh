@@ -24,7 +24,7 @@
 #       planner: the memory planner on this node (issue 16): an amazon-shaped HDF5 store
 #               (TESSERA_PLAN_NNZ, default 1.74e9; power-law, float32, unique coordinates)
 #               generated on the node, `tessera plan` of it, then CP-ALS rank 32 with the
-#               default plan and with each tier in TESSERA_PLAN_TIERS (default "2 3"), and
+#               plan and each tier in TESSERA_PLAN_TIERS (default "auto 2 3"), and
 #               with --device-budget 40G; every run prints time per iteration next to its
 #               floor and its measured peak memory next to the plan. The store is kept for
 #               the next call on the same machine (TESSERA_SCRATCH, default build-gpu/scratch)
@@ -308,16 +308,18 @@ if has planner; then
   st=$scratch/amz-$pn.h5
   df -h "$scratch" | tail -1
   free -g | head -2
+  find "$scratch" -maxdepth 1 -name 'amz-*.h5' ! -name "amz-$pn.h5" -delete
   if [ ! -f "$st" ]; then
     log "generate $pn nonzeros (amazon shape, power-law, float32, unique) to $st"
     time mpirun -np "$(nproc)" --bind-to none "$T" generate --dims $amz --nnz "$pn" --rank 8 \
-      --dist powerlaw --structure sampled --value-type float32 --out "$st" 2>&1 | tail -3
+      --dist powerlaw --structure sampled --value-type float32 --out "$st" ${TESSERA_GEN_ARGS:-} 2>&1 |
+      tee "$out/generate-$pn.log" | grep -E "error|generated|rounds|short" | head -5
   fi
   ls -la "$st"
   "$T" info "$st" 2>&1 | head -6
   log "plan"
   "$T" plan "$st" --backend cuda --precision float --rank 32 2>&1 | tee "$out/plan-$pn.txt"
-  for t in auto ${TESSERA_PLAN_TIERS:-2 3}; do
+  for t in ${TESSERA_PLAN_TIERS:-auto 2 3}; do
     bench plan-cp-r32-$pn-tier-$t "$T" cp "$st" --rank 32 \
       --iters ${TESSERA_PLAN_ITERS:-3} --tol 0 --backend cuda --precision float --tier $t
   done

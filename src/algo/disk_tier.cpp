@@ -62,6 +62,11 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
   }
   chunk_ = std::max<nnz_t>(1, std::min<nnz_t>(o.chunk_nnz, std::max<nnz_t>(count_, 1)));
   read_threads_ = o.read_threads;
+  if (!o.check_later_passes) {
+    later_checks_.coordinates = false;
+    later_checks_.values = false;
+    later_checks_.blocks = false;
+  }
 
   // First pass: every nonzero checked by the reader; distinct rows, ||X||^2, fingerprint.
   const int N = order();
@@ -112,6 +117,7 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
         r.push_back(static_cast<index_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(x))));
   }
   open_ = last_;
+  first_pass_ = false;
 }
 
 template <typename T>
@@ -204,7 +210,10 @@ void DiskTensor<T>::read_chunk(nnz_t k, SparseTensor<T>* out) const {
   }
   out->vals.resize(static_cast<std::size_t>(n));
   // pread straight into these buffers by several threads (HDF5's path for compressed stores).
-  reader_->read_direct<T>(first_ + at, n, p, out->vals.data(), read_threads_);
+  if (first_pass_)
+    reader_->read_direct<T>(first_ + at, n, p, out->vals.data(), read_threads_);
+  else
+    reader_->read_direct<T>(first_ + at, n, p, out->vals.data(), read_threads_, later_checks_);
 }
 
 template <typename T>

@@ -53,6 +53,10 @@ struct DiskTensorOptions {
   nnz_t chunk_nnz = kDefaultDiskChunkNnz;  ///< nonzeros per chunk, >= 1
   /// Threads reading a chunk (io::H5TensorReader::read_direct; 0: one per hardware thread).
   int read_threads = 0;
+  /// Check coordinates and values again on every pass after the first (which checks
+  /// everything, CRCs included). Off where the kernels check coordinates themselves (the
+  /// cuda backend's mttkrp_accumulate): later passes are then plain preads.
+  bool check_later_passes = true;
   bool verify_checksums = true;
 };
 
@@ -139,6 +143,8 @@ class DiskTensor final : public StreamedTensor<T> {
   std::vector<std::uint64_t> dims_;
   nnz_t first_ = 0, count_ = 0, chunk_ = 1;
   int read_threads_ = 0;
+  io::H5ReadChecks later_checks_;
+  bool first_pass_ = true;
   double norm2_ = 0;
   std::vector<std::vector<index_t>> rows_;
   io::TensorFingerprint fingerprint_;

@@ -10,16 +10,6 @@ HostTensor<T>::HostTensor(SparseTensor<T>&& block, nnz_t chunk_nnz, kernels::Bac
     : dims_(block.dims), nnz_(block.nnz()), chunk_(chunk_nnz) {
   TESSERA_EXPECTS(chunk_nnz >= 1, "HostTensor: chunk_nnz must be >= 1 (got " << chunk_nnz << ")");
   const int N = block.order();
-  norm2_ = block.norm_squared();
-  rows_.resize(static_cast<std::size_t>(N));
-  for (int m = 0; m < N; ++m) {
-    auto& r = rows_[static_cast<std::size_t>(m)];
-    const auto& col = block.idx[static_cast<std::size_t>(m)];
-    std::vector<char> seen(static_cast<std::size_t>(dims_[static_cast<std::size_t>(m)]), 0);
-    for (index_t i : col) seen[i] = 1;
-    for (std::size_t i = 0; i < seen.size(); ++i)
-      if (seen[i]) r.push_back(static_cast<index_t>(i));
-  }
   const nnz_t k = nnz_ == 0 ? 0 : (nnz_ + chunk_ - 1) / chunk_;
   chunks_.reserve(static_cast<std::size_t>(k));
   for (nnz_t c = 0; c < k; ++c) chunks_.emplace_back(dims_);
@@ -38,7 +28,37 @@ HostTensor<T>::HostTensor(SparseTensor<T>&& block, nnz_t chunk_nnz, kernels::Bac
     });
   cut(block.vals, [](SparseTensor<T>& t) -> std::vector<T>& { return t.vals; });
   block = SparseTensor<T>(dims_);
+  summarise();
   if (pin != nullptr) pin_buffers(*pin);
+}
+
+template <typename T>
+HostTensor<T>::HostTensor(std::vector<SparseTensor<T>>&& chunks, std::vector<std::uint64_t> dims,
+                          nnz_t chunk_nnz, kernels::Backend<T>* pin)
+    : dims_(std::move(dims)), chunk_(chunk_nnz), chunks_(std::move(chunks)) {
+  TESSERA_EXPECTS(chunk_nnz >= 1, "HostTensor: chunk_nnz must be >= 1 (got " << chunk_nnz << ")");
+  summarise();
+  if (pin != nullptr) pin_buffers(*pin);
+}
+
+template <typename T>
+void HostTensor<T>::summarise() {
+  const int N = order();
+  nnz_ = 0;
+  norm2_ = 0;
+  rows_.assign(static_cast<std::size_t>(N), {});
+  for (int m = 0; m < N; ++m) {
+    std::vector<char> seen(static_cast<std::size_t>(dims_[static_cast<std::size_t>(m)]), 0);
+    for (const auto& c : chunks_)
+      for (index_t i : c.idx[static_cast<std::size_t>(m)]) seen[i] = 1;
+    auto& r = rows_[static_cast<std::size_t>(m)];
+    for (std::size_t i = 0; i < seen.size(); ++i)
+      if (seen[i]) r.push_back(static_cast<index_t>(i));
+  }
+  for (const auto& c : chunks_) {
+    nnz_ += c.nnz();
+    norm2_ += c.norm_squared();
+  }
 }
 
 template <typename T>

@@ -27,6 +27,10 @@ class HostTensor final : public StreamedTensor<T> {
   /// of its arrays. `pin`, when given, page-locks each chunk's arrays now (else at the first
   /// pass through a device backend; kept until the tensor is destroyed).
   HostTensor(SparseTensor<T>&& block, nnz_t chunk_nnz, kernels::Backend<T>* pin = nullptr);
+  /// Takes chunks made by the caller (every one but the last of `chunk_nnz` nonzeros, dims
+  /// = `dims`): a store read straight into chunks needs no second copy.
+  HostTensor(std::vector<SparseTensor<T>>&& chunks, std::vector<std::uint64_t> dims,
+             nnz_t chunk_nnz, kernels::Backend<T>* pin = nullptr);
   ~HostTensor() override;
 
   int order() const override { return static_cast<int>(dims_.size()); }
@@ -56,6 +60,9 @@ class HostTensor final : public StreamedTensor<T> {
   bool pinned() const { return !pins_.empty(); }
 
  private:
+  /// nnz, ||X||^2 and the distinct rows of the chunks.
+  void summarise();
+
   std::vector<std::uint64_t> dims_;
   nnz_t nnz_ = 0, chunk_ = 1;
   double norm2_ = 0;

@@ -207,8 +207,11 @@ struct Candidate {
   std::string load_how;
 };
 
-void total(Candidate& c, u64 baseline, const std::vector<Component>& extra) {
+void total(Candidate& c, u64 baseline, const std::vector<Component>& extra, bool cuda) {
   for (const auto& e : extra) c.parts.push_back(e);
+  // cuBLAS/cuSOLVER handles and workspaces, CUB temporaries, NCCL buffers: measured about
+  // 0.3 GB on an H100 beyond what the model lists.
+  if (cuda) c.parts.push_back({"CUDA library workspaces", 0, u64(512) << 20, 0, ""});
   c.host = baseline + kHostSlackBytes;
   c.device = 0;
   for (const auto& p : c.parts) {
@@ -278,16 +281,26 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     const u64 load = load_peak(req, t, s, &c.load_how);
     if (cuda) {
       const u64 fmt = cuda_resident_bytes(s, s.n);
-      // The copies are sorted on the device when its sort buffers fit beside them, else on
-      // the host (a permutation, its scratch and one staged copy: freed after prepare).
-      const u64 host_sort = add(mul(s.n, 16), cuda_resident_bytes(s, s.n) / static_cast<u64>(s.N));
+      // The copies are sorted on the device when its sort buffers fit beside them (the
+      // uploaded COO and 8 bytes of keys per nonzero: measured 36.06 GB for 5e8 float
+      // nonzeros of order 3 against 24 GB of copies), else on the host (a permutation, its
+      // scratch and one staged copy), freed after prepare either way.
+      const u64 device_sort = add(add(fmt, s.coo), add(mul(s.n, 8), u64(64) << 20));
+      const bool on_device = device_sort <= dev_limit;
+      const u64 host_sort =
+          on_device ? 0 : add(mul(s.n, 16), cuda_resident_bytes(s, s.n) / static_cast<u64>(s.N));
       const bool store_order = t.store && t.unique == 1 && req.allreduce && !req.relabel;
       c.parts.push_back({store_order ? "input block (raw, freed after prepare)"
                                      : "input block (raw, kept for the run)",
                          t.generated ? 0 : s.coo, 0, 0, c.load_how});
-      c.parts.push_back({"load transients (read, distribute) or host sort",
+      c.parts.push_back({on_device ? "load transients (read, distribute)"
+                                   : "load transients (read, distribute) or host sort",
                          std::max(load > s.coo ? load - s.coo : 0, host_sort), 0, 0,
-                         "the larger of the two; freed after prepare"});
+                         on_device ? "" : "the larger of the two; freed after prepare"});
+      if (on_device)
+        c.parts.push_back({"device sort while preparing (beyond the copies)", 0,
+                           device_sort > add(fmt, loop_b) ? device_sort - fmt - loop_b : 0, 0,
+                           "freed after prepare"});
       c.parts.push_back({"sorted copies, one per mode", 0, fmt, 0, ""});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, loop_b, 0, ""});
     } else {
@@ -301,7 +314,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
            fmt >= load_extra ? "" : "the load's transients are larger"});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, 0, 0, ""});
     }
-    total(c, lim.baseline_host, req.extra);
+    total(c, lim.baseline_host, req.extra, cuda);
     cands.push_back(std::move(c));
   }
   // ---- tier 2: the raw block in host memory, streamed in chunks ----
@@ -313,9 +326,13 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     c.chunk = chunk_for(req, t, s, cuda ? std::min<u64>(room, dev_limit) : room);
     c.parts.push_back(
         {cuda ? "input block (raw, page-locked)" : "input block (raw)", s.coo, 0, 0, c.load_how});
-    const u64 load_extra = load > s.coo ? load - s.coo : 0;
+    // A store read in its stored order goes straight into the chunks; a distributed block
+    // is cut into them array by array (one array held twice).
+    const bool direct = t.store && t.unique == 1 && req.allreduce && !req.relabel;
+    const u64 cut = direct ? 0 : mul(s.n, static_cast<u64>(std::max(s.v, 4)));
+    const u64 load_extra = std::max(load > s.coo ? load - s.coo : 0, cut);
     if (cuda) {
-      c.parts.push_back({"load transients (read, distribute)", load_extra, 0, 0, ""});
+      c.parts.push_back({"load transients (read, distribute, cut)", load_extra, 0, 0, ""});
       c.parts.push_back({"chunk buffers and per-chunk sort", 0, chunk_device_bytes(s, c.chunk), 0,
                          "cuda mttkrp_accumulate"});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, loop_b, 0, ""});
@@ -326,7 +343,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       c.parts.push_back(
           {"factors, MTTKRP/TTMc output, chunk output", add(loop_h, loop_b), 0, 0, ""});
     }
-    total(c, lim.baseline_host, req.extra);
+    total(c, lim.baseline_host, req.extra, cuda);
     cands.push_back(std::move(c));
   }
   // ---- tier 3: the block stays in the store ----
@@ -353,7 +370,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       c.parts.push_back(
           {"factors, MTTKRP/TTMc output, chunk output", add(loop_h, loop_b), 0, 0, ""});
     }
-    total(c, lim.baseline_host, req.extra);
+    total(c, lim.baseline_host, req.extra, cuda);
     cands.push_back(std::move(c));
   }
 
