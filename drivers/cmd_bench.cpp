@@ -574,7 +574,8 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     o.tol = 0;  // run every iteration
     o.strategy = strategy;
     o.print_iterations = log::verbosity() >= 2;
-    o.count_distinct_rows = true;  // for the floor
+    o.count_distinct_rows = true;         // for the floor
+    o.approximate_fit = in.X != nullptr;  // generated: repeats kept, ||X|| not merged
     // A generated tensor (allreduce) runs on its backend handle; otherwise cp_als
     // prepares the distributed block.
     if (in.X)

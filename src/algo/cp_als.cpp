@@ -221,7 +221,6 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   std::vector<const T*> fptr(static_cast<std::size_t>(N));
   double fit_old = 0;
   double overlap_sum = 0;
-  bool warned_norm = false;
   int overlap_count = 0;
   int first_iter = 0;
   if (opt.resume) {
@@ -363,15 +362,17 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
       }
     }
     const double resid2_raw = norm_x2 + norm_m2 - 2 * inner;
-    if (resid2_raw < -1e-9 * std::max(norm_x2, norm_m2) && !warned_norm) {
-      // ||X - model||^2 < 0: ||X||^2 is too small for the tensor the MTTKRP sees, e.g. a
-      // handle whose repeated coordinates value_norm_squared() counts separately.
-      log::warn("CP-ALS fit: ||X||^2 + ||model||^2 - 2 <X, model> = " + std::to_string(resid2_raw) +
-                " < 0, so ||X||^2 understates the tensor (repeated coordinates in a tensor "
-                "handle are counted separately in ||X||^2 but summed by the MTTKRP); the fit "
-                "is clamped to 1 and not meaningful");
-      warned_norm = true;
-    }
+    // ||X - model||^2 < 0 beyond rounding: ||X||^2 understates the tensor the MTTKRP sees
+    // (a handle whose repeated coordinates value_norm_squared() counts separately), so no
+    // fit can be given: stop rather than print a clamped number. The planner keeps such
+    // inputs out of the streamed tiers (stores must have unique coordinates there); the
+    // values are the same on every rank, so every rank throws alike.
+    TESSERA_INPUT_CHECK(opt.approximate_fit || resid2_raw >= -1e-3 * std::max(norm_x2, norm_m2),
+                        "CP-ALS fit: ||X||^2 + ||model||^2 - 2 <X, model> = "
+                            << resid2_raw
+                            << " < 0, so ||X||^2 understates the tensor (repeated "
+                               "coordinates counted separately in ||X||^2 but summed by the "
+                               "MTTKRP); deduplicate the input (tessera convert IN OUT.h5)");
     const double resid2 = std::max(resid2_raw, 0.0);
     const double fit = 1.0 - std::sqrt(resid2) / res.norm_x;
     t_solve += tf.seconds();

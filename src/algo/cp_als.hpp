@@ -56,6 +56,9 @@ struct CpOptions {
   /// to do (the driver writes checkpoints on rank 0).
   std::function<void(const CpState&)> on_iteration;
   int state_every = 1;
+  /// A benchmark's generated handle keeps repeated coordinates, so ||X||^2 understates the
+  /// tensor and the fit is approximate: clamp it (and say so) instead of refusing.
+  bool approximate_fit = false;
 };
 
 struct CpIteration {

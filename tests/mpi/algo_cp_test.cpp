@@ -243,6 +243,8 @@ algo::CpOptions handle_opts(int R, int iters) {
   o.tol = 0;
   o.seed = 5;
   o.print_iterations = false;
+  // The synthetic handles keep repeated coordinates: ||X||^2 understates the tensor.
+  o.approximate_fit = true;
   return o;
 }
 
@@ -279,6 +281,20 @@ void expect_same_history(const algo::CpResult& a, const algo::CpResult& b, doubl
 // host, and (2) a single-process run over all ids; and the same factors as (3) the
 // tensor with repeated coordinates merged by partition::distribute (the MTTKRP sums
 // repeats either way; only ||X|| and so the fit differ when there are repeats).
+// Without approximate_fit, a tensor whose ||X||^2 understates what the MTTKRP sums (repeated
+// coordinates counted one by one) is refused on every rank instead of printing a clamped fit.
+TEST(CpOnHandle, UnderstatedNormIsRefusedUnlessApproximate) {
+  const auto& w = world();
+  const std::uint64_t nnz = 6000;
+  const auto [lo, hi] = id_range(nnz, w);
+  const std::vector<std::uint64_t> dims{60, 50, 40};
+  auto be = kernels::make_backend<double>(BackendKind::reference, 1);
+  auto X = be->prepare_synthetic(cp_spec(true), lo, hi - lo);
+  auto opt = handle_opts(5, 6);
+  opt.approximate_fit = false;
+  EXPECT_THROW(algo::cp_als<double>(*X, dims, static_cast<nnz_t>(nnz), *be, w, w, opt), InputError);
+}
+
 TEST(CpOnHandle, SameAsHostTensorAndSingleProcess) {
   const auto& w = world();
   const std::uint64_t nnz = 6000;
