@@ -161,7 +161,6 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   });
   facts = plan::facts_of_file(o.path, world);
   const plan::Limits lim = plan::measure_limits(world, req.backend, spill_dir_of(o.path));
-  req.ranks_on_node = 1;
 
   std::optional<io::H5TensorInfo> h;
   if (facts.store) h = io::read_h5_info(o.path, world);

@@ -67,7 +67,6 @@ struct Request {
   Backend backend = Backend::cpu;
   int value_bytes = 8;            ///< 4 (float) or 8 (double)
   int ranks = 1;                  ///< MPI ranks of the job
-  int ranks_on_node = 1;          ///< of them on this node
   int threads = 1;                ///< threads per rank (store reads stage one buffer each)
   int cp_rank = 16;               ///< CP rank R
   std::vector<int> tucker_ranks;  ///< Tucker ranks R_n
