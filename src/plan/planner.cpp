@@ -272,6 +272,20 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   const std::string dev_src = req.device_budget ? "--device-budget" : lim.device.source;
   const u64 loop_b = loop_backend_bytes(req, s);
   const u64 loop_h = loop_host_bytes(req, s);
+  // A budget emulates a smaller machine; one larger than this machine would hand the
+  // decision to the kernel's OOM killer (or a failed allocation): refused.
+  auto over_machine = [&](const char* opt, u64 budget, const Limit& l) {
+    p.fits = false;
+    p.refusal = std::string(opt) + " " + gb(budget) +
+                " is more than this rank may use here: " + gb(l.bytes) + " (" + l.source +
+                "); a budget can only emulate a smaller machine";
+    p.reasons.push_back(p.refusal);
+    return p;
+  };
+  if (req.host_budget && lim.host.known() && *req.host_budget > lim.host.bytes)
+    return over_machine("--host-budget", *req.host_budget, lim.host);
+  if (cuda && req.device_budget && lim.device.known() && *req.device_budget > lim.device.bytes)
+    return over_machine("--device-budget", *req.device_budget, lim.device);
 
   std::vector<Candidate> cands;
   // ---- tier 1: the prepared format holds the block ----

@@ -89,6 +89,24 @@ TEST(Planner, HostBudgetForcesTheStreamedTiers) {
   EXPECT_NE(p0.refusal.find("--host-budget"), std::string::npos) << p0.refusal;
 }
 
+TEST(Planner, ABudgetLargerThanTheMachineIsRefused) {
+  Request r;
+  r.backend = Backend::cpu;
+  r.host_budget = 10 * kGiB;
+  const Plan p = make_plan(r, store({10, 20, 30}, 1000), limits(8 * kGiB));
+  EXPECT_FALSE(p.fits);
+  EXPECT_NE(p.refusal.find("--host-budget"), std::string::npos) << p.refusal;
+  EXPECT_NE(p.refusal.find("test host limit"), std::string::npos) << p.refusal;
+  Request c = cuda_cp();
+  c.device_budget = 100 * kGiB;
+  const Plan q = make_plan(c, amazon(), limits(120 * kGiB, 76 * kGiB));
+  EXPECT_FALSE(q.fits);
+  EXPECT_NE(q.refusal.find("--device-budget"), std::string::npos) << q.refusal;
+  // Within the machine, both are taken as given.
+  c.device_budget = 40 * kGiB;
+  EXPECT_TRUE(make_plan(c, amazon(), limits(120 * kGiB, 76 * kGiB)).fits);
+}
+
 TEST(Planner, TierThreeNeedsAStoreWithUniqueCoordinates) {
   Request r;
   r.backend = Backend::cpu;
