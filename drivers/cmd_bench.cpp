@@ -363,33 +363,21 @@ template <typename T>
 plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims, nnz_t nnz,
                       const std::string& path, kernels::BackendKind kind,
                       const comm::MpiCommunicator& world) {
-  plan::Request req;
+  plan::Request req = plan_request(a.run, kind, static_cast<int>(sizeof(T)), world);
   req.workload = a.what == "ttmc" || a.what == "tucker" ? plan::Workload::tucker
                  : a.what == "cp"                       ? plan::Workload::cp
                                                         : plan::Workload::mttkrp;
-  req.backend = kind == kernels::BackendKind::cuda        ? plan::Backend::cuda
-                : kind == kernels::BackendKind::reference ? plan::Backend::reference
-                                                          : plan::Backend::cpu;
-  req.value_bytes = static_cast<int>(sizeof(T));
-  req.ranks = world.size();
-  req.threads = effective_threads(a.run.threads);
   req.cp_rank = a.rank;
   req.tucker_ranks = std::vector<int>(dims.size(), a.rank);
   if (!a.ranks.empty() && req.workload == plan::Workload::tucker)
     req.tucker_ranks = algo::parse_ranks(a.ranks, static_cast<int>(dims.size()));
   req.allreduce = a.run.strategy == "allreduce";
-  req.force_tier = 1;
+  req.force_tier = 1;  // bench measures resident kernels
   // measure_bandwidth's two arrays: 512 MiB each on the host, 2 GiB each on a device.
   if (kind == kernels::BackendKind::cuda)
     req.extra.push_back({"bandwidth probe (2 arrays)", 0, std::uint64_t(4) << 30, 0, ""});
   else
     req.extra.push_back({"bandwidth probe (2 arrays)", std::uint64_t(1) << 30, 0, 0, ""});
-  comm::run_collectively(world, [&] {
-    if (!a.run.host_budget.empty())
-      req.host_budget = plan::parse_bytes(a.run.host_budget, "--host-budget");
-    if (!a.run.device_budget.empty())
-      req.device_budget = plan::parse_bytes(a.run.device_budget, "--device-budget");
-  });
   plan::TensorFacts facts;
   if (path.empty()) {
     facts.generated = true;

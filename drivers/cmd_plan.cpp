@@ -28,11 +28,7 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   if (a.workload == "tucker") {
     pc.workload = plan::Workload::tucker;
     allreduce = true;
-    for (std::size_t p = 0, q; p <= a.ranks.size(); p = q + 1) {
-      q = a.ranks.find(',', p);
-      if (q == std::string::npos) q = a.ranks.size();
-      pc.tucker_ranks.push_back(std::stoi(a.ranks.substr(p, q - p)));
-    }
+    pc.tucker_ranks = rank_list(a.ranks);
   } else {
     pc.workload = plan::Workload::cp;
     pc.cp_rank = a.rank;

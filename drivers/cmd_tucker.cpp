@@ -63,15 +63,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
   Loaded li;
   PlanContext pc;
   pc.workload = plan::Workload::tucker;
-  for (std::size_t p = 0, q; p <= a.ranks.size(); p = q + 1) {
-    q = a.ranks.find(',', p);
-    if (q == std::string::npos) q = a.ranks.size();
-    try {
-      pc.tucker_ranks.push_back(std::stoi(a.ranks.substr(p, q - p)));
-    } catch (...) {
-      pc.tucker_ranks.push_back(1);  // parse_ranks below says what is wrong
-    }
-  }
+  pc.tucker_ranks = rank_list(a.ranks);
   PeakSampler peaks(kind == kernels::BackendKind::cuda);
   Input<T> in = load_input<T>(a.load, run, scheme, true, cx, pc, world, &li);
   if (in.dry_run) return;

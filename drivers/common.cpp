@@ -1,7 +1,6 @@
 #include "common.hpp"
 
 #include <omp.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -236,9 +235,7 @@ template Compute<float> make_compute<float>(const ComputeOptions&, const comm::M
 template Compute<double> make_compute<double>(const ComputeOptions&, const comm::MpiCommunicator&);
 
 std::size_t peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<std::size_t>(u.ru_maxrss) * 1024;
+  return static_cast<std::size_t>(plan::process_memory().hwm);
 }
 
 nlohmann::json machine_json(const comm::Communicator& world, const std::string& backend,

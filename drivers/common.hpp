@@ -112,6 +112,16 @@ struct Input {
   io::TensorFingerprint fingerprint(const comm::Communicator& world) const;
 };
 
+/// The planner's request for this run's options (collective: budgets and --tier are
+/// parsed on every rank alike, InputError naming the option). Workload, ranks of the
+/// decomposition and strategy are the caller's to set.
+plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind, int value_bytes,
+                           const comm::MpiCommunicator& world);
+
+/// "16,16,4" -> {16, 16, 4}; an entry that is not a number becomes 1 (algo::parse_ranks,
+/// which knows the order, reports it).
+std::vector<int> rank_list(const std::string& s);
+
 /// Loads the input of cp and tucker (collective), as the memory planner decides: measures
 /// the limits (plan::measure_limits), reads the input's header, makes the plan
 /// (plan::make_plan), logs it, refuses it up front when nothing fits (InputError naming the

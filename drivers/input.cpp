@@ -122,6 +122,39 @@ void make_host_tier(Input<T>& in, const plan::Plan& p, kernels::Backend<T>& be,
 
 }  // namespace
 
+plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind, int value_bytes,
+                           const comm::MpiCommunicator& world) {
+  plan::Request req;
+  req.backend = plan_backend(kind);
+  req.value_bytes = value_bytes;
+  req.ranks = world.size();
+  req.threads = effective_threads(run.threads);
+  comm::run_collectively(world, [&] {
+    if (!run.host_budget.empty())
+      req.host_budget = plan::parse_bytes(run.host_budget, "--host-budget");
+    if (!run.device_budget.empty())
+      req.device_budget = plan::parse_bytes(run.device_budget, "--device-budget");
+    req.force_tier = run.tier == "auto" ? 0 : std::stoi(run.tier);
+    TESSERA_INPUT_CHECK(run.stream_chunk >= 0, "--stream-chunk must be >= 0");
+    req.stream_chunk = run.stream_chunk;
+  });
+  return req;
+}
+
+std::vector<int> rank_list(const std::string& s) {
+  std::vector<int> out;
+  for (std::size_t p = 0, q; p <= s.size(); p = q + 1) {
+    q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    try {
+      out.push_back(std::stoi(s.substr(p, q - p)));
+    } catch (...) {
+      out.push_back(1);
+    }
+  }
+  return out;
+}
+
 template <typename T>
 io::TensorFingerprint Input<T>::fingerprint(const comm::Communicator& world) const {
   if (disk) return io::finish_fingerprint(disk->fingerprint_part(), dims, world);
@@ -135,25 +168,12 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
                     const comm::MpiCommunicator& world, Loaded* info) {
   Input<T> in;
   const int P = world.size(), me = world.rank();
-  plan::Request req;
+  plan::Request req = plan_request(run, cx.kind, static_cast<int>(sizeof(T)), world);
   req.workload = pc.workload;
-  req.backend = plan_backend(cx.kind);
-  req.value_bytes = static_cast<int>(sizeof(T));
-  req.ranks = P;
-  req.threads = effective_threads(run.threads);
   req.cp_rank = pc.cp_rank;
   req.tucker_ranks = pc.tucker_ranks;
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && o.grid.empty();
   req.relabel = o.relabel;
-  comm::run_collectively(world, [&] {
-    if (!run.host_budget.empty())
-      req.host_budget = plan::parse_bytes(run.host_budget, "--host-budget");
-    if (!run.device_budget.empty())
-      req.device_budget = plan::parse_bytes(run.device_budget, "--device-budget");
-    req.force_tier = run.tier == "auto" ? 0 : std::stoi(run.tier);
-    TESSERA_INPUT_CHECK(run.stream_chunk >= 0, "--stream-chunk must be >= 0");
-    req.stream_chunk = run.stream_chunk;
-  });
   plan::TensorFacts facts;
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(std::filesystem::exists(o.path),
