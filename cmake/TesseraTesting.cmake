@@ -11,6 +11,14 @@ set(TESSERA_TEST_ENV
   "OMP_WAIT_POLICY=PASSIVE"
   "TESSERA_SHARED_DATA=${PROJECT_SOURCE_DIR}/../shared/data"
   "TESSERA_BIN=$<TARGET_FILE:tessera>")
+# Sanitizer builds (TESSERA_SANITIZE): leaks inside OpenMPI/HDF5 are suppressed by name
+# (tests/sanitizers/lsan.supp), never Tessera frames; UB stops the test with a stack.
+if(NOT TESSERA_SANITIZE STREQUAL "")
+  list(APPEND TESSERA_TEST_ENV
+    "ASAN_OPTIONS=${TESSERA_ASAN_OPTIONS}"
+    "LSAN_OPTIONS=${TESSERA_LSAN_OPTIONS}"
+    "UBSAN_OPTIONS=${TESSERA_UBSAN_OPTIONS}")
+endif()
 
 # tessera_test_executable(NAME SOURCES ... [LIBS ...]): a GoogleTest binary whose main
 # initialises MPI (tests/test_main.cpp), so the same binary runs alone or under mpiexec.

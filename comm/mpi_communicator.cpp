@@ -9,6 +9,7 @@
 #include "comm/nccl_communicator.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
+#include "util/sanitizer.hpp"
 
 namespace tessera::comm {
 
@@ -81,6 +82,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Initialized(&inited);
   if (!inited) {
     int provided = 0;
+    const util::LeakCheckPause pause;  // OpenMPI's own allocations (util/sanitizer.hpp)
     TESSERA_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     owns_ = true;
   }
@@ -94,7 +96,10 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owns_ && !finalized) MPI_Finalize();
+  if (owns_ && !finalized) {
+    util::leak_check_before_mpi_finalize();  // sanitizer builds only (util/sanitizer.hpp)
+    MPI_Finalize();
+  }
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {

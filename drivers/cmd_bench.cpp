@@ -27,6 +27,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "io/h5store.hpp"
+#include "io/output.hpp"
 #include "kernels/ttmc.hpp"
 #include "plan/measure.hpp"
 #include "tensor/synthetic.hpp"
@@ -98,17 +99,22 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   const bool on_backend = a.load.path.empty() &&
                           (handle_kind || a.what == "tucker" || scheme == partition::Scheme::nnz);
   if (a.load.path.empty()) {
-    TESSERA_INPUT_CHECK(!a.gen_dims.empty() && a.gen_nnz >= 1,
-                        "bench needs a FILE or --generate DIMS with --nnz N");
+    comm::run_collectively(world, [&] {  // the same options everywhere: agreed
+      TESSERA_INPUT_CHECK(!a.gen_dims.empty() && a.gen_nnz >= 1,
+                          "bench needs a FILE or --generate DIMS with --nnz N");
+    });
   }
   const auto dist = a.load.path.empty() ? algo::parse_index_dist(a.dist) : algo::IndexDist{};
 
   if (on_backend) {
     synthetic::Spec spec;
-    const auto dims = parse_dims(a.gen_dims);
-    TESSERA_INPUT_CHECK(dims.size() >= 1 && dims.size() <= static_cast<std::size_t>(kMaxOrder),
-                        "--generate: order must be 1.." << kMaxOrder);
-    TESSERA_INPUT_CHECK(a.gen_nnz < 9.2e18, "--nnz " << a.gen_nnz << " is too large");
+    std::vector<std::uint64_t> dims;
+    comm::run_collectively(world, [&] {  // the same options everywhere: agreed
+      dims = parse_dims(a.gen_dims);
+      TESSERA_INPUT_CHECK(dims.size() >= 1 && dims.size() <= static_cast<std::size_t>(kMaxOrder),
+                          "--generate: order must be 1.." << kMaxOrder);
+      TESSERA_INPUT_CHECK(a.gen_nnz < 9.2e18, "--nnz " << a.gen_nnz << " is too large");
+    });
     spec.order = static_cast<int>(dims.size());
     for (int n = 0; n < spec.order; ++n) spec.dims[n] = dims[static_cast<std::size_t>(n)];
     spec.powerlaw = dist == algo::IndexDist::powerlaw;
@@ -430,6 +436,12 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
 
 template <typename T>
 void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
+  {
+    io::OutputSet outputs;  // --json checked before any work (io/output.hpp)
+    outputs.add_input("the input", a.load.path);
+    outputs.add_output("--json", a.run.json, io::OutputKind::record);
+    outputs.validate(a.run.force, world);
+  }
   const auto strategy = algo::parse_comm_strategy(a.run.strategy);
   const auto scheme =
       strategy == algo::CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;

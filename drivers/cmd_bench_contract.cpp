@@ -46,6 +46,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "contract_common.hpp"
+#include "io/output.hpp"
 #include "kernels/sptc.hpp"
 #include "util/log.hpp"
 #include "util/rng.hpp"
@@ -215,9 +216,9 @@ struct Timing {
   double value_sum = 0, value_sq = 0;  ///< checksums of the output (all ranks)
   std::size_t memory = 0;
   int runs = 0;
-  bool kept = false;           ///< host buffers kept across the runs (algo::ContractBuffers)
-  double pinned_bytes = 0;     ///< page-locked by them, summed over ranks (after the runs)
-  double pin_input_s = 0;      ///< page-locking the inputs (slowest rank; not in the times)
+  bool kept = false;        ///< host buffers kept across the runs (algo::ContractBuffers)
+  double pinned_bytes = 0;  ///< page-locked by them, summed over ranks (after the runs)
+  double pin_input_s = 0;   ///< page-locking the inputs (slowest rank; not in the times)
 };
 
 /// Host link rates of a device backend, bytes/s per rank, measured with every rank copying
@@ -333,6 +334,13 @@ Timing time_backend(const std::string& name, kernels::Backend<T>& be, const Spar
 
 template <typename T>
 void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator& world) {
+  {
+    io::OutputSet outputs;  // --json checked before any work (io/output.hpp)
+    outputs.add_input("input X", a.x);
+    outputs.add_input("input Y", a.y);
+    outputs.add_output("--json", a.run.json, io::OutputKind::record);
+    outputs.validate(a.run.force, world);
+  }
   kernels::ContractSpec spec;
   algo::ContractOptions o;
   std::map<char, std::uint64_t> len;
@@ -409,8 +417,8 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
   auto own = o;
   own.data = cx.data;  // nonzeros routed over NCCL on GPUs
   const bool keep = !a.fresh_buffers;
-  rows.push_back(time_backend(kernels::to_string(kind), *cx.backend, X, Y, spec, a.repeat, world,
-                              own, keep));
+  rows.push_back(
+      time_backend(kernels::to_string(kind), *cx.backend, X, Y, spec, a.repeat, world, own, keep));
   auto base = o;  // host backends route over MPI
   base.print = false;
   const bool cpu_too =
@@ -439,11 +447,11 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
   const HostLink link = measure_host_link(*cx.backend, world);
   double link_s = 0;
   if (link.up > 0) {
-    link_s = (static_cast<double>(X.nnz()) * ebytes(X.order()) +
-              (in.same ? 0.0 : static_cast<double>(Y.nnz()) * ebytes(Y.order()))) /
-                 link.up +
-             static_cast<double>(rows[0].out_nnz) / world.size() * ebytes(spec.out_order()) /
-                 link.down;
+    link_s =
+        (static_cast<double>(X.nnz()) * ebytes(X.order()) +
+         (in.same ? 0.0 : static_cast<double>(Y.nnz()) * ebytes(Y.order()))) /
+            link.up +
+        static_cast<double>(rows[0].out_nnz) / world.size() * ebytes(spec.out_order()) / link.down;
     link_s = world.allreduce_value(link_s, comm::ReduceOp::max);
   }
 
@@ -619,6 +627,11 @@ SweepError sweep_error(const SparseTensor<T>& got, const SparseTensor<double>& w
 /// and the errors against the float64 sparse result (docs/sptc.md, "Tensor cores").
 template <typename T>
 void run_tc_sweep(const BenchContractArgs& a, const comm::MpiCommunicator& world) {
+  {
+    io::OutputSet outputs;  // --json checked before any work (io/output.hpp)
+    outputs.add_output("--json", a.run.json, io::OutputKind::record);
+    outputs.validate(a.run.force, world);
+  }
   kernels::ContractSpec spec;
   std::vector<double> densities;
   comm::run_collectively(world, [&] {

@@ -15,6 +15,7 @@
 #include "common.hpp"
 #include "contract_common.hpp"
 #include "io/h5store.hpp"
+#include "io/output.hpp"
 #include "kernels/sptc.hpp"
 #include "partition/partition.hpp"
 #include "plan/measure.hpp"
@@ -42,11 +43,15 @@ ContractInputs<T> contract_read_inputs(const std::string& xpath, const std::stri
   in.same = xpath == ypath || std::filesystem::equivalent(xpath, ypath, ec);
   auto read = [&](const std::string& path, SparseTensor<T>& dst, std::uint64_t* bytes) {
     io::TnsReadResult rr;
+    // Single precision: values float cannot hold are refused with FILE:LINE (/values[k]).
     if (io::is_tensor_store(path, world)) {
-      rr = io::read_h5(path, world);
+      io::H5ReadOptions ho;
+      ho.float_values = std::is_same_v<T, float>;
+      rr = io::read_h5(path, world, ho);
     } else {
       io::TnsReadOptions ro;
       ro.base = io::parse_index_base(index_base);
+      ro.float_values = std::is_same_v<T, float>;
       rr = io::read_tns(path, world, ro);
     }
     log::info("read " + path + ": " + std::to_string(rr.global_nnz) + " nonzeros, order " +
@@ -123,20 +128,13 @@ struct ContractArgs {
   ComputeOptions run;
 };
 
-/// ".h5"/".hdf5" (the tensor store), ".tns" or ".tns.gz"; the folder must exist.
+/// ".h5"/".hdf5" (the tensor store), ".tns" or ".tns.gz"; the folder and the rest are
+/// checked by io::OutputSet.
 void check_output_path(const std::string& out) {
-  namespace fs = std::filesystem;
   const bool ok = io::has_h5_extension(out) || out.ends_with(".tns") || out.ends_with(".tns.gz");
   TESSERA_INPUT_CHECK(ok, "--out '" << out
                                     << "': expected a name ending in .tns, .tns.gz (FROSTT text) "
                                        "or .h5 (HDF5 tensor store)");
-  const fs::path dir =
-      fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path();
-  std::error_code ec;
-  TESSERA_INPUT_CHECK(fs::is_directory(dir, ec),
-                      "--out '" << out << "': folder '" << dir.string() << "' does not exist");
-  TESSERA_INPUT_CHECK(::access(dir.c_str(), W_OK) == 0,
-                      "--out '" << out << "': folder '" << dir.string() << "' is not writable");
 }
 
 /// Writes an output made in pieces (algo::ContractPieceSink) so that memory holds one
@@ -166,9 +164,17 @@ class PieceFileSink final : public algo::ContractPieceSink<T> {
   }
   void put(SparseTensor<T>&& share, int piece) override {
     if (!h5_) {
-      // The part's name tells write_tns whether to compress.
-      const std::string part = path_ + ".piece" + std::to_string(piece) +
-                               (path_.ends_with(".gz") ? ".tmp.tns.gz" : ".tmp.tns");
+      // A temporary of the output (io/output.hpp; rank 0's name, so every rank agrees; a
+      // special output's parts go to the current folder). The part's name tells write_tns
+      // whether to compress.
+      std::string base = path_;
+      if (io::is_special_file(path_)) base = std::filesystem::path(path_).filename().string();
+      std::string part = io::temp_path(
+          base, "piece" + std::to_string(piece) + (path_.ends_with(".gz") ? ".tns.gz" : ".tns"));
+      std::int64_t len = static_cast<std::int64_t>(part.size());
+      w_.broadcast(&len, 1, 0);
+      part.resize(static_cast<std::size_t>(len));
+      w_.broadcast(part.data(), part.size(), 0);
       algo::write_sorted(part, share, w_, source_);
       parts_.push_back(part);
       return;
@@ -190,7 +196,7 @@ class PieceFileSink final : public algo::ContractPieceSink<T> {
     }
     comm::run_collectively(w_, [&] {
       if (spill_.empty()) {
-        spill_ = path_ + ".spill-r" + std::to_string(w_.rank()) + ".tmp";
+        spill_ = io::temp_path(path_, "spill-r" + std::to_string(w_.rank()));
         out_.open(spill_, std::ios::binary | std::ios::trunc);
       }
       for (const auto& col : b.idx)
@@ -208,17 +214,18 @@ class PieceFileSink final : public algo::ContractPieceSink<T> {
     if (!h5_) {
       comm::run_collectively(w_, [&] {
         if (w_.rank() != 0) return;
-        const std::string tmp = path_ + ".joined.tmp";
+        io::AtomicOutput out(path_);  // a temporary renamed by commit(), removed on error
+        const std::string& tmp = out.write_path();
         {
           std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
           for (const auto& f : parts_) {
             std::ifstream i(f, std::ios::binary);
             o << i.rdbuf();
           }
-          TESSERA_INPUT_CHECK(o.good(), "--out '" << path_ << "': cannot write '" << tmp << "'");
+          o.close();
+          TESSERA_INPUT_CHECK(!o.fail(), "--out '" << path_ << "': cannot write '" << tmp << "'");
         }
-        TESSERA_INPUT_CHECK(std::rename(tmp.c_str(), path_.c_str()) == 0,
-                            "cannot rename '" << tmp << "' to '" << path_ << "'");
+        out.commit();
       });
       w_.barrier();
       return;
@@ -289,6 +296,16 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
     if (!a.mem_limit.empty()) o.memory_limit = parse_bytes(a.mem_limit, "--mem-limit");
     io::parse_index_base(a.load.index_base);
   });
+  {
+    // Every output checked before any work (io/output.hpp).
+    io::OutputSet outputs;
+    outputs.add_input("input X", a.x);
+    outputs.add_input("input Y", a.y);
+    outputs.add_output("--out", a.out,
+                       io::has_h5_extension(a.out) ? io::OutputKind::store : io::OutputKind::text);
+    outputs.add_output("--json", a.run.json, io::OutputKind::record);
+    outputs.validate(a.run.force, world);
+  }
   {
     // The planner's measured limits (host: MemAvailable, cgroup, Slurm, shared by the
     // node's ranks; device: the GPU's free memory less a reserve), agreed over the ranks.

@@ -20,6 +20,7 @@
 #include "common.hpp"
 #include "io/dedup.hpp"
 #include "io/h5store.hpp"
+#include "io/output.hpp"
 #include "io/tns.hpp"
 #include "util/log.hpp"
 
@@ -32,6 +33,7 @@ struct ConvertArgs {
   double piece = 4.0 * (1 << 20);
   int compress = 0;
   bool compare_sequential = false;
+  bool force = false;
 };
 
 /// Rank 0 reads the whole file with plain read() calls of 64 MiB and discards the bytes:
@@ -66,6 +68,15 @@ std::pair<double, double> sequential_read(const std::string& path, const comm::C
 
 void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
   Timer total;
+  {
+    // Every output checked before any work (io/output.hpp).
+    io::OutputSet outputs;
+    outputs.add_input("the input", a.in);
+    outputs.add_output("output", a.out,
+                       io::has_h5_extension(a.out) ? io::OutputKind::store : io::OutputKind::text);
+    outputs.add_output("--json", a.json, io::OutputKind::record);
+    outputs.validate(a.force, world);
+  }
   io::H5WriteOptions wo;
   io::UniqueWriterOptions uo;
   comm::run_collectively(world, [&] {
@@ -340,6 +351,7 @@ void add_convert(CLI::App& app, Runner& run) {
                 "First time a plain sequential read of the input (rank 0) as the floor to "
                 "compare the parallel read with");
   sub->add_option("--json", a->json, "Write the throughput record (JSON) here");
+  add_force_option(sub, a->force);
   sub->callback(
       [a, &run] { run = [a](const comm::MpiCommunicator& world) { run_convert(*a, world); }; });
 }

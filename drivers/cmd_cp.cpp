@@ -9,6 +9,7 @@
 #include "common.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
+#include "io/output.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -34,13 +35,24 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   if (a.load.partition != "auto") scheme = partition::parse_scheme(a.load.partition);
   if (!a.load.grid.empty() && a.load.partition == "auto") scheme = partition::Scheme::grid;
 
+  // Every output checked before any work (io/output.hpp): none is an input, each can be
+  // created, existing files are replaced only by the rule (--force).
+  const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
+  {
+    io::OutputSet outputs;
+    outputs.add_input("the input", a.load.path);
+    outputs.add_input("--resume", a.ckpt.resume);
+    outputs.add_output("--out", a.out, io::OutputKind::model);
+    outputs.add_output("--checkpoint", ckpt_path, io::OutputKind::model, "--resume");
+    outputs.add_output("--json", a.run.json, io::OutputKind::record);
+    outputs.validate(a.run.force, world);
+  }
   auto cx = make_compute<T>(a.run, world);
   const auto kind = cx.kind;
   log::info("tessera cp: " + std::to_string(world.size()) + " rank(s), backend " +
             kernels::to_string(kind) + ", " + std::to_string(effective_threads(a.run.threads)) +
             " thread(s) per rank, " + a.run.precision + ", rank " + std::to_string(a.rank) +
             ", strategy " + a.run.strategy);
-  const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
   Loaded li;
   PlanContext pc;
   pc.workload = plan::Workload::cp;
@@ -52,6 +64,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
 
   algo::CpOptions o;
   o.rank = a.rank;
+  o.tensor_name = a.load.path;
   o.max_iters = a.iters;
   o.tol = a.tol;
   o.seed = a.seed;

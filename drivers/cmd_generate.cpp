@@ -8,6 +8,7 @@
 #include "common.hpp"
 #include "io/dedup.hpp"
 #include "io/h5store.hpp"
+#include "io/output.hpp"
 #include "io/tns.hpp"
 #include "util/log.hpp"
 
@@ -23,6 +24,7 @@ struct GenArgs {
   double chunk_nnz = 16.0 * (1 << 20);
   std::string value_type = "float64";
   std::string dedup_memory, scratch;
+  bool force = false;
 };
 
 /// Rounds of draws of `--structure sampled` (the first included) before giving up on the
@@ -187,10 +189,20 @@ void generate_h5(const GenArgs& a, const algo::GenerateOptions& o,
 }
 
 void run_generate(const GenArgs& a, const comm::MpiCommunicator& world) {
+  {
+    // The output checked before any work (io/output.hpp).
+    io::OutputSet outputs;
+    outputs.add_output("--out", a.out,
+                       io::has_h5_extension(a.out) ? io::OutputKind::store : io::OutputKind::text);
+    outputs.validate(a.force, world);
+  }
   algo::GenerateOptions o;
-  o.dims = parse_dims(a.dims);
-  TESSERA_INPUT_CHECK(a.nnz >= 1 && a.nnz < 9.2e18 && a.nnz == std::floor(a.nnz),
-                      "--nnz must be a positive integer (got " << a.nnz << ")");
+  // The same options on every rank: an error is agreed (one line, no abort).
+  comm::run_collectively(world, [&] {
+    o.dims = parse_dims(a.dims);
+    TESSERA_INPUT_CHECK(a.nnz >= 1 && a.nnz < 9.2e18 && a.nnz == std::floor(a.nnz),
+                        "--nnz must be a positive integer (got " << a.nnz << ")");
+  });
   o.nnz = static_cast<std::int64_t>(a.nnz);
   o.rank = a.rank;
   o.noise = a.noise;
@@ -261,6 +273,7 @@ void add_generate(CLI::App& app, Runner& run) {
   sub->add_option("--scratch", a->scratch,
                   "--out X.h5: folder of the scratch files of sorted runs (default: the output's "
                   "folder)");
+  add_force_option(sub, a->force);
   sub->callback(
       [a, &run] { run = [a](const comm::MpiCommunicator& world) { run_generate(*a, world); }; });
 }

@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "io/h5store.hpp"
+#include "io/output.hpp"
 #include "partition/detail.hpp"
 #include "util/log.hpp"
 
@@ -29,6 +30,7 @@ struct PartitionArgs {
   std::string in, out, grid;
   int blocks = 0;
   double piece = 16.0 * (1 << 20);
+  bool force = false;
 };
 
 /// Block of every nonzero of a piece (row-major grid coordinates, mode 0 slowest).
@@ -53,6 +55,19 @@ void block_ids(const io::H5Partition& p, std::size_t n, index_t* const* idx,
 void run_partition(const PartitionArgs& a, const comm::MpiCommunicator& world) {
   Timer total;
   const std::string out = a.out.empty() ? a.in : a.out;
+  {
+    // The output checked before any work (io/output.hpp): without --out the input is
+    // rewritten in place (asked for); an --out that is the input is refused.
+    io::OutputSet outputs;
+    outputs.add_input("the input", a.in);
+    if (a.out.empty())
+      outputs.add_output("the input (rewritten in place)", a.in, io::OutputKind::store,
+                         "the input");
+    else
+      outputs.add_output("--out", a.out, io::OutputKind::store, "",
+                         "leave out --out to rewrite the input in place");
+    outputs.validate(a.force, world);
+  }
   const io::H5TensorInfo info = io::read_h5_info(a.in, world);
   const int N = info.order;
   const int P = world.size(), me = world.rank();
@@ -252,6 +267,7 @@ void add_partition(CLI::App& app, Runner& run) {
   sub->add_option("-o,--out", a->out, "Output store (default: rewrite the input in place)");
   sub->add_option("--piece", a->piece,
                   "Nonzeros each rank reads and writes at a time (default 16Mi)");
+  add_force_option(sub, a->force);
   sub->callback(
       [a, &run] { run = [a](const comm::MpiCommunicator& world) { run_partition(*a, world); }; });
 }

@@ -4,6 +4,7 @@
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "io/output.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -19,6 +20,12 @@ struct PlanArgs {
 
 template <typename T>
 void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
+  {
+    io::OutputSet outputs;  // --json checked before any work (io/output.hpp)
+    outputs.add_input("the input", a.load.path);
+    outputs.add_output("--json", a.run.json, io::OutputKind::record);
+    outputs.validate(a.run.force, world);
+  }
   ComputeOptions run = a.run;
   run.dry_run = true;
   auto cx = make_compute<T>(run, world);

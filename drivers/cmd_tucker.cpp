@@ -12,6 +12,7 @@
 #include "common.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
+#include "io/output.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -53,13 +54,23 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
   if (run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to tucker: TTMc rows always go to their owner rank");
 
+  // Every output checked before any work (io/output.hpp), as in cp.
+  const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
+  {
+    io::OutputSet outputs;
+    outputs.add_input("the input", a.load.path);
+    outputs.add_input("--resume", a.ckpt.resume);
+    outputs.add_output("--out", a.out, io::OutputKind::model);
+    outputs.add_output("--checkpoint", ckpt_path, io::OutputKind::model, "--resume");
+    outputs.add_output("--json", run.json, io::OutputKind::record);
+    outputs.validate(run.force, world);
+  }
   auto cx = make_compute<T>(run, world);
   const auto kind = cx.kind;
   log::info("tessera tucker: " + std::to_string(world.size()) + " rank(s), backend " +
             kernels::to_string(kind) + ", " + std::to_string(effective_threads(run.threads)) +
             " thread(s) per rank, " + run.precision + ", ranks " + a.ranks + ", svd " + a.svd +
             ", init " + a.init);
-  const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
   Loaded li;
   PlanContext pc;
   pc.workload = plan::Workload::tucker;
@@ -75,6 +86,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
   o.max_iters = a.iters;
   o.tol = a.tol;
   o.seed = a.seed;
+  o.tensor_name = a.load.path;
   o.subspace_steps = a.subspace_steps;
   nlohmann::json opts = {{"file", a.load.path},
                          {"ranks", o.ranks},

@@ -5,20 +5,24 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "checkpoint.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "io/h5store.hpp"
+#include "io/output.hpp"
 #include "kernels/factories.hpp"
 #include "plan/limits.hpp"
 #include "plan/measure.hpp"
+#include "util/cpus.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -29,12 +33,16 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
   Timer t;
   io::TnsReadOptions ro;
   ro.base = io::parse_index_base(o.index_base);
+  // Single precision: values float cannot hold are refused with FILE:LINE (or /values[k]).
+  ro.float_values = std::is_same_v<T, float>;
+  io::H5ReadOptions ho;
+  ho.float_values = ro.float_values;
   // HDF5 tensor stores are recognised by name (.h5, .hdf5) or signature bytes (rank 0 looks,
   // so every rank takes the same path); the index base does not apply (stored 0-based).
   std::vector<int> stored_grid;  // grid of the store's partition when each rank read a block
   io::TnsReadResult rr;
   if (io::is_tensor_store(o.path, world)) {
-    auto hr = io::read_h5(o.path, world);
+    auto hr = io::read_h5(o.path, world, ho);
     if (hr.by_block) stored_grid = hr.info.partition->grid;
     rr = std::move(hr);
   } else {
@@ -46,7 +54,10 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
             human_bytes(static_cast<double>(rr.bytes)) + " in " + std::to_string(read_s) + " s");
   t.reset();
   std::vector<int> grid;
-  if (!o.grid.empty()) grid = partition::parse_grid(o.grid, rr.local.order(), world.size());
+  // The same options and order on every rank: an error is agreed (one line, no abort).
+  if (!o.grid.empty())
+    comm::run_collectively(
+        world, [&] { grid = partition::parse_grid(o.grid, rr.local.order(), world.size()); });
   // A store partitioned for this many ranks: each rank read its block, and the grid scheme
   // on the stored grid cuts the same chunks (partition::detail::balanced_cuts on the same
   // nonzeros), so the redistribution below keeps every nonzero on its rank.
@@ -175,8 +186,11 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load) {
   sub->add_option("--backend", o.backend,
                   "auto (cuda when a GPU is present, else cpu) | reference | cpu | cuda")
       ->check(CLI::IsMember({"auto", "reference", "cpu", "cuda"}));
-  sub->add_option("--threads", o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS)")
-      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--threads", o.threads,
+                  "OpenMP threads per rank (0: OMP_NUM_THREADS); more than the CPUs the rank "
+                  "may use (affinity mask, cgroup CPU quota) is capped to them with a warning")
+      ->check(CLI::NonNegativeNumber)
+      ->transform([](std::string s) { return cap_threads_option(s); });
   sub->add_option("--precision", o.precision, "double | float")
       ->check(CLI::IsMember({"double", "float"}));
   sub->add_option("--index-base", load.index_base, "Coordinate base of the file: 1 | 0 | auto")
@@ -200,8 +214,21 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load) {
   sub->add_option("--stream-chunk", o.stream_chunk,
                   "Tiers 2-3: nonzeros per streamed chunk (0: planned, at most 16 Mi)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--read-ahead", o.read_ahead,
+                  "Tier 3: chunks read ahead of the one computing, each by its own prefetch "
+                  "thread (host buffers: N + 1 chunks)")
+      ->check(CLI::Range(1, 64));
   sub->add_flag("--dry-run", o.dry_run, "Print the memory plan and stop (tessera plan)");
   sub->add_option("--json", o.json, "Write the run record (JSON) here");
+  add_force_option(sub, o.force);
+}
+
+void add_force_option(CLI::App* sub, bool& force) {
+  sub->add_flag("--force", force,
+                "Replace existing output files that Tessera did not write. Without it an "
+                "existing output is replaced only when it is Tessera's own file of the same "
+                "kind (model, store, FROSTT text, run record); an input is never replaced, "
+                "not even with --force (docs/reliability.md)");
 }
 
 std::size_t parse_bytes(const std::string& s, const char* what) {
@@ -250,19 +277,36 @@ nlohmann::json machine_json(const comm::Communicator& world, const std::string& 
 
 void write_json(const std::string& path, const nlohmann::json& j, const comm::Communicator& world) {
   if (path.empty() || world.rank() != 0) return;
-  const std::string tmp = path + ".tmp";
+  // io/output.hpp: a temporary renamed by commit() and removed on error; a character
+  // device or FIFO is written directly.
+  io::AtomicOutput out(path);
+  nlohmann::json rec = j;
+  rec[io::kRecordKey] = io::kRecordValue;
   {
-    std::ofstream f(tmp);
-    TESSERA_INPUT_CHECK(f.good(), "cannot write '" << tmp << "'");
-    f << j.dump(2) << "\n";
-    TESSERA_INPUT_CHECK(f.good(), "cannot write '" << tmp << "'");
+    std::ofstream f(out.write_path());
+    TESSERA_INPUT_CHECK(f.good(), "--json: cannot write '" << out.write_path() << "'");
+    f << rec.dump(2) << "\n";
+    f.close();
+    TESSERA_INPUT_CHECK(!f.fail(), "--json: cannot write '" << out.write_path() << "'");
   }
-  TESSERA_INPUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
-                      "cannot rename '" << tmp << "' to '" << path << "'");
+  out.commit();
 }
 
 int effective_threads(int requested) {
-  return requested > 0 ? requested : omp_get_max_threads();
+  return requested > 0 ? requested : std::min(omp_get_max_threads(), util::usable_cpus().cpus);
+}
+
+std::string cap_threads_option(const std::string& value) {
+  int n = 0;
+  const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec == std::errc::result_out_of_range && !value.empty() && value[0] != '-')
+    n = std::numeric_limits<int>::max();
+  else if (ec != std::errc() || p != value.data() + value.size())
+    return value;  // not a number: the option's own check reports it
+  std::string warning;
+  const int capped = util::cap_threads(n, "--threads " + value, &warning);
+  if (!warning.empty()) log::warn(warning);
+  return std::to_string(capped);
 }
 
 std::string human_bytes(double b) {

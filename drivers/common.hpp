@@ -55,8 +55,10 @@ struct ComputeOptions {
   std::string tier =
       "auto";              ///< auto | 1 | 2 | 3: force a memory tier (refused if it does not fit)
   nnz_t stream_chunk = 0;  ///< tiers 2-3: nonzeros per streamed chunk (0: planned)
+  int read_ahead = 2;      ///< tier 3: chunks read ahead (algo::DiskTensorOptions::read_ahead)
   bool dry_run = false;    ///< print the plan and stop
   std::string json;
+  bool force = false;  ///< --force: replace existing outputs Tessera did not write (io/output.hpp)
 };
 
 /// A backend and the communicator of its memory space (NCCL for cuda, else `world`).
@@ -179,8 +181,11 @@ nlohmann::json report_memory_tier(int tier, const std::string& description, doub
 
 /// "8G" / "512M" / "64K" / "1e9" -> bytes (K, M, G, T are powers of 1024); InputError.
 std::size_t parse_bytes(const std::string& s, const char* what);
-/// Registers --backend --threads --precision --comm-strategy --index-base --json.
+/// Registers --backend --threads --precision --comm-strategy --index-base --json --force.
 void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load);
+/// Registers --force (every subcommand that writes files): existing outputs that Tessera
+/// did not write are replaced only with it; an input never is (io::OutputSet).
+void add_force_option(CLI::App* sub, bool& force);
 
 /// Calls f.template operator()<float>() or <double>() by o.precision.
 template <typename F>
@@ -209,11 +214,16 @@ std::size_t peak_rss_bytes();
 nlohmann::json machine_json(const comm::Communicator& world, const std::string& backend,
                             int threads);
 
-/// Writes `j` to `path` (rank 0 only; others return at once).
+/// Writes `j` to `path` (rank 0 only; others return at once) through io::AtomicOutput,
+/// with the key io::kRecordKey that marks it as Tessera's run record.
 void write_json(const std::string& path, const nlohmann::json& j, const comm::Communicator& world);
 
-/// Threads each rank's OpenMP regions use (0 -> omp_get_max_threads()).
+/// Threads each rank's OpenMP regions use (0 -> omp_get_max_threads(), at most the CPUs the
+/// process may use).
 int effective_threads(int requested);
+/// --threads VALUE capped to the CPUs this process may use (util::cap_threads), with one
+/// warning line on rank 0 when capped; a VALUE that is not a number is returned unchanged.
+std::string cap_threads_option(const std::string& value);
 
 /// Human-readable byte count ("1.25 GB").
 std::string human_bytes(double b);

@@ -137,6 +137,9 @@ plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind,
     req.force_tier = run.tier == "auto" ? 0 : std::stoi(run.tier);
     TESSERA_INPUT_CHECK(run.stream_chunk >= 0, "--stream-chunk must be >= 0");
     req.stream_chunk = run.stream_chunk;
+    TESSERA_INPUT_CHECK(run.read_ahead >= 1 && run.read_ahead <= 64,
+                        "--read-ahead must be 1 to 64, got " << run.read_ahead);
+    req.read_ahead = run.read_ahead;
   });
   return req;
 }
@@ -248,6 +251,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
       }
       d.chunk_nnz = p.chunk_nnz;
       d.read_threads = effective_threads(run.threads);
+      d.read_ahead = p.read_ahead;
       // The cuda backend checks every coordinate on the device (mttkrp_accumulate).
       d.check_later_passes = cx.kind != kernels::BackendKind::cuda;
       in.disk = std::make_unique<algo::DiskTensor<T>>(d);

@@ -1,68 +1,135 @@
 // tessera: one binary, many subcommands. Run under mpirun/srun, one rank per GPU.
-#include <CLI/CLI.hpp>
-#include <cstdio>
-#include <exception>
+//
+// Errors (docs/reliability.md, "Inputs, threads and errors"): one line per failure.
+//   - Bad options: every rank parsed the same arguments, rank 0 prints one line, every rank
+//     exits with CLI11's code.
+//   - CollectiveError: every rank agreed on the error (after a reduction, or through
+//     comm::raise_collectively); rank 0 prints it once and every rank exits 1 through
+//     MPI_Finalize (no MPI_Abort).
+//   - Any other error was found by one rank alone while the others may wait in a collective:
+//     the first rank to fail (comm::FirstFailure) prints it with its rank and host, and the
+//     job ends with MPI_Abort so that no rank hangs.
+#include <omp.h>
 
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app.hpp"
+#include "comm/first_failure.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "commands.hpp"
+#include "util/cpus.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
+
+namespace {
+
+/// The innermost subcommand the parse reached (the app itself when none).
+CLI::App* deepest(CLI::App* app) {
+  for (CLI::App* sub : app->get_subcommands())
+    if (sub->parsed()) return deepest(sub);
+  return app;
+}
+
+/// "cp, tucker, ..." of the subcommands of `app`.
+std::string subcommand_names(CLI::App* app) {
+  std::string s;
+  for (const CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; }))
+    s += (s.empty() ? "" : ", ") + sub->get_name();
+  return s;
+}
+
+/// The one line for a failed parse: an unknown subcommand names the word typed and lists
+/// the subcommands; other errors are CLI11's message.
+std::string parse_error_line(CLI::App& app, const CLI::ParseError& e) {
+  CLI::App* at = deepest(&app);
+  const std::string where = at == &app ? "tessera" : "tessera " + at->get_name();
+  const bool wants_sub = at->get_require_subcommand_min() > 0 && at->get_subcommands().empty() &&
+                         !at->get_subcommands([](CLI::App*) { return true; }).empty();
+  if (wants_sub) {
+    for (const std::string& w : at->remaining()) {
+      if (w.empty() || w[0] == '-') continue;
+      return "unknown subcommand '" + w + "'" + (at == &app ? "" : " of " + where) +
+             ": expected one of " + subcommand_names(at) + " (" + where + " --help describes them)";
+    }
+  }
+  return std::string(e.what()) + " (" + where + " --help lists the options)";
+}
+
+/// OpenMP's default team (OMP_NUM_THREADS, or every CPU of the node) capped to the CPUs this
+/// process may use (--threads is capped where it is parsed): a warning when OMP_NUM_THREADS
+/// asked for more; a debug line when OpenMP's own default is over a cgroup CPU quota, which
+/// is normal in containers.
+void cap_openmp_default() {
+  const int have = omp_get_max_threads();
+  const bool asked = std::getenv("OMP_NUM_THREADS") != nullptr;
+  std::string warning;
+  const int capped =
+      tessera::util::cap_threads(have,
+                                 (asked ? "OMP_NUM_THREADS asks for " : "OpenMP's default of ") +
+                                     std::to_string(have) + " threads, which",
+                                 &warning);
+  if (capped < have) {
+    omp_set_num_threads(capped);
+    if (asked)
+      tessera::log::warn(warning);
+    else
+      tessera::log::debug(warning);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tessera;
   comm::MpiRuntime mpi(&argc, &argv);
   comm::MpiCommunicator world(MPI_COMM_WORLD);
+  comm::FirstFailure first_failure(MPI_COMM_WORLD);  // freed before MPI_Finalize
 
-  CLI::App app{
-      "Tessera: distributed sparse tensor decomposition (CP-ALS, Tucker-HOOI) on CPUs and GPUs.\n"
-      "Run under mpirun -np P (or srun), one rank per GPU.",
-      "tessera"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "tessera 0.1.0");
-  int verbosity = 1;
-  app.add_flag_callback(
-      "-q,--quiet", [&] { verbosity = 0; }, "Only errors and warnings");
-  app.add_flag_callback(
-      "-v,--verbose", [&] { verbosity = 2; }, "More detail");
-  // -q/-v also after the subcommand (tessera cp X.h5 -q): subcommands created below inherit
-  // this and pass options they do not know to the main app.
-  app.fallthrough();
+  CLI::App app;
   driver::Runner run;
-  driver::add_cp(app, run);
-  driver::add_contract(app, run);
-  driver::add_generate(app, run);
-  driver::add_info(app, run);
-  driver::add_bench(app, run);
-  driver::add_tucker(app, run);
-  driver::add_convert(app, run);
-  driver::add_partition(app, run);
-  driver::add_plan(app, run);
+  int verbosity = 1;
+  driver::build_app(app, run, verbosity);  // drivers/app.cpp
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // Every rank parsed the same arguments: rank 0 reports, all exit with the same code.
-    int rc = 0;
+    if (e.get_exit_code() == 0) return world.rank() == 0 ? app.exit(e) : 0;  // --help, --version
     if (world.rank() == 0) {
-      rc = app.exit(e);
-    } else {
-      rc = e.get_exit_code();
+      std::fprintf(stderr, "tessera: error: %s\n", parse_error_line(app, e).c_str());
+      std::fflush(stderr);
     }
-    return rc;
+    return e.get_exit_code();
   }
   log::set_verbosity(verbosity);
+  cap_openmp_default();
 
   try {
     run(world);
   } catch (const CollectiveError& e) {
     // All ranks agreed on this error: rank 0 reports it, every rank exits non-zero.
-    if (world.rank() == 0) std::fprintf(stderr, "tessera: error: %s\n", e.what());
+    if (world.rank() == 0) {
+      std::fprintf(stderr, "tessera: error: %s\n", e.what());
+      std::fflush(stderr);
+    }
     return 1;
   } catch (const std::exception& e) {
-    // This rank alone failed: report with rank and host, and end the whole job so no
-    // rank waits forever in a collective.
-    log::error_here(e.what());
-    if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    // This rank failed on its own, maybe while others wait in a collective: the first
+    // failing rank reports with rank and host, and the whole job ends so no rank waits
+    // forever. Later failing ranks stay silent and give the first one time to print.
+    const bool first = first_failure.claim();
+    if (first) log::error_here(e.what());
+    if (world.size() > 1) {
+      if (!first) std::this_thread::sleep_for(std::chrono::seconds(5));
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     return 1;
   }
   return 0;

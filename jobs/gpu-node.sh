@@ -28,6 +28,11 @@
 #               with --device-budget 40G; every run prints time per iteration next to its
 #               floor and its measured peak memory next to the plan. The store is kept for
 #               the next call on the same machine (TESSERA_SCRATCH, default build-gpu/scratch)
+#       sanitize: the GPU test binaries under compute-sanitizer, memcheck then racecheck
+#               (TESSERA_SANITIZE_TOOLS, default "memcheck racecheck"; binaries matching
+#               TESSERA_SANITIZE_R, default all gpu_*_tests; TESSERA_SANITIZE_GTEST: a
+#               --gtest_filter, e.g. for racecheck, which is slow); a line per binary and tool with
+#               the errors found; any error fails the mode
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -148,6 +153,36 @@ if has ctest; then  # only the GPU tests matching TESSERA_CTEST_R (with TESSERA_
   log "GPU tests matching ${TESSERA_CTEST_R:-gpu}"
   (cd "$build" && ctest -L gpu -R "${TESSERA_CTEST_R:-gpu}" --output-on-failure --timeout 600) 2>&1 |
     tee "$out/ctest-gpu.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -40
+fi
+if has sanitize; then  # compute-sanitizer over the GPU test binaries
+  cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+  bad=0
+  for tool in ${TESSERA_SANITIZE_TOOLS:-memcheck racecheck}; do
+    for b in "$build"/tests/gpu_*_tests; do
+      name=$(basename "$b")
+      [[ "$name" =~ ${TESSERA_SANITIZE_R:-.} ]] || continue
+      start=$(date +%s)
+      # API errors are not reported: NCCL probes cudaFuncGetAttributes for kernels not built
+      # for this GPU (error 209) on purpose, and Tessera checks every CUDA call it makes
+      # itself (TESSERA_CUDA_CHECK throws); memory and race errors are all reported.
+      timeout "${TESSERA_SANITIZE_TIMEOUT:-300}" "$cs" --tool "$tool" --error-exitcode 99 \
+        --report-api-errors no --print-limit 20 "$b" ${TESSERA_SANITIZE_GTEST:+--gtest_filter="$TESSERA_SANITIZE_GTEST"} \
+        >"$out/sanitize-$tool-$name.log" 2>&1
+      rc=$?
+      errs=$(grep -oE "(ERROR SUMMARY: |hazards displayed \()[0-9]+" "$out/sanitize-$tool-$name.log" |
+        tail -1 | grep -oE "[0-9]+$")
+      tests=$(grep -oE "\[  PASSED  \] [0-9]+ tests?" "$out/sanitize-$tool-$name.log" | grep -oE "[0-9]+")
+      state=clean
+      [ "$rc" = 124 ] && state=timeout
+      [ "$rc" = 99 ] && { state=ERRORS; bad=1; }
+      [ "$rc" != 0 ] && [ "$rc" != 99 ] && [ "$rc" != 124 ] && { state="rc=$rc"; bad=1; }
+      line=$(printf "sanitize %-10s %-28s %-8s errors %-4s gtest-passed %-4s %4ss" "$tool" "$name" \
+        "$state" "${errs:-?}" "${tests:-?}" "$(( $(date +%s) - start ))")
+      echo "$line" | tee -a "$summary"
+      [ "$state" = clean ] || grep -E "=========" "$out/sanitize-$tool-$name.log" | head -20
+    done
+  done
+  [ "$bad" = 0 ] || log "compute-sanitizer found errors (see $out/sanitize-*.log)"
 fi
 if has mttkrp-ab; then  # MTTKRP tile kernels A/B: classic vs blocked (TESSERA_CUDA_MTTKRP_KERNEL)
   for k in classic blocked; do
@@ -320,6 +355,15 @@ if has planner; then
   log "plan"
   "$T" plan "$st" --backend cuda --precision float --rank 32 2>&1 | tee "$out/plan-$pn.txt"
   for t in ${TESSERA_PLAN_TIERS:-auto 2 3}; do
+    if [ "$t" = 3 ]; then
+      # Tier 3 once per read-ahead in TESSERA_PLAN_READ_AHEAD (default: the default, 2).
+      for ra in ${TESSERA_PLAN_READ_AHEAD:-2}; do
+        bench plan-cp-r32-$pn-tier-3-ra$ra "$T" cp "$st" --rank 32 \
+          --iters ${TESSERA_PLAN_ITERS:-3} --tol 0 --backend cuda --precision float --tier 3 \
+          --read-ahead "$ra"
+      done
+      continue
+    fi
     bench plan-cp-r32-$pn-tier-$t "$T" cp "$st" --rank 32 \
       --iters ${TESSERA_PLAN_ITERS:-3} --tol 0 --backend cuda --precision float --tier $t
   done

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # Installs what Tessera needs (Debian packages) when missing, then configures and builds.
 #   jobs/setup.sh [BUILD_DIR]        (default: build)
+#   jobs/setup.sh --packages [PKG...] only installs what is missing (these packages too)
 # Environment: TESSERA_CMAKE_ARGS (extra cmake arguments), TESSERA_JOBS (build jobs).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+packages_only=0
+extra=()
+if [ "${1:-}" = "--packages" ]; then
+  packages_only=1
+  shift
+  extra=("$@")
+  set --
+fi
 build=${1:-$here/build}
 
 pkgs=(cmake ninja-build g++ pkg-config openmpi-bin libopenmpi-dev libhdf5-dev zlib1g-dev
       liblapack-dev libblas-dev libscalapack-openmpi-dev libcli11-dev nlohmann-json3-dev
-      libgtest-dev)
+      libgtest-dev ${extra[@]+"${extra[@]}"})
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,6 +29,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+[ "$packages_only" = 1 ] && exit 0
 
 # nvcc is often outside PATH; CMake finds it through CUDACXX.
 if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then

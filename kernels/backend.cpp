@@ -103,8 +103,18 @@ std::unique_ptr<TensorHandle<T>> Backend<T>::prepare_synthetic(const synthetic::
 }
 
 template <typename T>
+int Backend<T>::prepare_stream_chunk(SparseTensor<T>&) {
+  return -1;
+}
+
+template <typename T>
+std::size_t Backend<T>::stream_chunk_scratch_bytes(nnz_t) const {
+  return 0;
+}
+
+template <typename T>
 void Backend<T>::mttkrp_accumulate(const SparseTensor<T>& chunk, int mode,
-                                   const std::vector<const T*>& factors, int R, T* out) {
+                                   const std::vector<const T*>& factors, int R, T* out, int) {
   TESSERA_EXPECTS(mode >= 0 && mode < chunk.order(), "mttkrp_accumulate: mode "
                                                          << mode << " of an order-" << chunk.order()
                                                          << " chunk");

@@ -3,6 +3,7 @@
 // against this interface only; buffers live in the backend's memory space.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -79,6 +80,12 @@ class TensorHandle {
   /// fit of a tensor that exists only in the backend, e.g. generated on the GPU). May wait
   /// for queued work.
   virtual double value_norm_squared() const = 0;
+  /// 2-norm of the handle's values, computed with scaling so that it neither overflows nor
+  /// underflows while the norm is a finite double (values near 1e200 or 1e-200 in double
+  /// precision). The default, sqrt(value_norm_squared()), is exact only for norms in about
+  /// [1e-154, 1e154]: handles that can hold other values override it. May wait for queued
+  /// work.
+  virtual double value_norm() const { return std::sqrt(value_norm_squared()); }
 
   // ---- memory tier (DESIGN §8) and streaming report ----
   /// 1: the stored format is resident in backend memory (host backends always; the
@@ -190,8 +197,21 @@ class Backend {
   /// and accumulates into `out` (kernels/cuda/mttkrp_stream.cu); its device buffers (two
   /// chunk buffers and the sort's, kept between calls) hold pieces of at most 2^25
   /// nonzeros, fewer when the memory budget asks (order 3 float: 72 bytes per nonzero).
+  /// `sorted_mode` >= 0 promises that the chunk's `sorted_mode` indices are non-decreasing
+  /// (as prepare_stream_chunk leaves them); the cuda backend then skips its sort for that
+  /// mode (and fails the next call with an Error if the promise was false).
   virtual void mttkrp_accumulate(const SparseTensor<T>& chunk, int mode,
-                                 const std::vector<const T*>& factors, int R, T* out);
+                                 const std::vector<const T*>& factors, int R, T* out,
+                                 int sorted_mode = -1);
+  /// Reorders a host chunk that will be streamed through mttkrp_accumulate many times (memory
+  /// tier 2) into the order this backend computes fastest, once; returns the mode whose
+  /// indices are then non-decreasing (pass it as mttkrp_accumulate's sorted_mode), or -1 when
+  /// the chunk was left as it is (the default). The cuda backend sorts by (i_m, i_{m+1}),
+  /// m the mode with the most key bits, as tier 1 orders its copies; scratch: 24 bytes per
+  /// nonzero (stream_chunk_scratch_bytes), released before it returns.
+  virtual int prepare_stream_chunk(SparseTensor<T>& chunk);
+  /// Host bytes prepare_stream_chunk holds at its peak besides the chunk (0: none).
+  virtual std::size_t stream_chunk_scratch_bytes(nnz_t chunk_nnz) const;
   /// Seconds of the mttkrp_accumulate calls since the last take_accumulate_times() (or the
   /// backend's creation), which it resets; waits for those calls to finish.
   virtual AccumulateTimes take_accumulate_times();

@@ -15,3 +15,11 @@ tessera_test_executable(io_tns_mpi
 foreach(np 1 2 3 4)
   tessera_add_mpi_test(io_tns_mpi io_tns_mpi RANKS ${np} LABELS io)
 endforeach()
+
+# The output policy (src/io/output.hpp): same-file refusals, special files, probes, stale
+# temporaries, the replace rule; alone and on 2 ranks (the collective validate).
+tessera_test_executable(io_output_unit
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/io_output_test.cpp
+  LIBS tessera::io)
+tessera_add_test(io_output_unit io_output_unit LABELS io)
+tessera_add_mpi_test(io_output io_output_unit RANKS 2 LABELS io)

@@ -231,10 +231,17 @@ class CudaBackend final : public Backend<T> {
     cuda::mttkrp(ctx_, x, mode, factors, R, out);
   }
   void mttkrp_accumulate(const SparseTensor<T>& chunk, int mode,
-                         const std::vector<const T*>& factors, int R, T* out) override {
+                         const std::vector<const T*>& factors, int R, T* out,
+                         int sorted_mode = -1) override {
     DeviceGuard g(ctx_.device);
     if (!accumulator_) accumulator_ = std::make_unique<ChunkAccumulator<T>>(ctx_);
-    accumulator_->accumulate(chunk, mode, factors, R, out, budget_);
+    accumulator_->accumulate(chunk, mode, factors, R, out, budget_, sorted_mode);
+  }
+  int prepare_stream_chunk(SparseTensor<T>& chunk) override {
+    return cuda::sort_stream_chunk(chunk);
+  }
+  std::size_t stream_chunk_scratch_bytes(nnz_t n) const override {
+    return static_cast<std::size_t>(n) * 2 * sizeof(std::int64_t);
   }
   AccumulateTimes take_accumulate_times() override {
     DeviceGuard g(ctx_.device);

@@ -193,6 +193,40 @@ __global__ void unpack_checked(const __grid_constant__ FinishParams<T> p,
   }
 }
 
+/// A piece whose mode-`mode` indices the caller promised non-decreasing (sorted_mode, or a
+/// mode of length 1), checked where it lies: a coordinate outside its mode is clamped (the
+/// key to mode_dim - 1, which keeps the keys sorted; another to 0), its value zeroed and
+/// flag 1 set; keys that are not non-decreasing set flag 2.
+template <typename T>
+struct InPlaceParams {
+  index_t* idx[kMaxOrder];
+  std::uint64_t dim[kMaxOrder];
+  T* vals;
+  int order;
+  int mode;
+  std::int64_t n;
+  int* error;
+};
+
+template <typename T>
+__global__ void check_in_place(const __grid_constant__ InPlaceParams<T> p) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const index_t* keys = p.idx[p.mode];
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < p.n;
+       k += stride) {
+    const index_t key = keys[k];
+    if (k + 1 < p.n && key > keys[k + 1]) *reinterpret_cast<volatile int*>(p.error) = 2;
+    bool bad = false;
+    for (int s = 0; s < p.order; ++s) bad |= static_cast<std::uint64_t>(p.idx[s][k]) >= p.dim[s];
+    if (!bad) continue;
+    for (int s = 0; s < p.order; ++s)
+      if (static_cast<std::uint64_t>(p.idx[s][k]) >= p.dim[s])
+        p.idx[s][k] = s == p.mode ? static_cast<index_t>(p.dim[s] - 1) : 0;
+    p.vals[k] = T(0);
+    *reinterpret_cast<volatile int*>(p.error) = 1;
+  }
+}
+
 // ---- CUB sorts (one instantiation per value type) ----
 
 template <typename V>
@@ -292,7 +326,11 @@ struct ChunkAccumulator<T>::State {
     if (*f == 0) return;
     ctx.sync();
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(copy));
+    const int code = *f;
     *f = 0;
+    TESSERA_EXPECTS(code != 2,
+                    "mttkrp_accumulate: a chunk passed as sorted by a mode is not sorted by it "
+                    "(its MTTKRP sums are not to be trusted)");
     TESSERA_INPUT_CHECK(false,
                         "memory tier 3: a chunk has a coordinate outside its mode's "
                         "dimension (the store is damaged, or the chunk does not belong "
@@ -351,7 +389,7 @@ std::size_t ChunkAccumulator<T>::device_bytes() const {
 template <typename T>
 void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
                                      const std::vector<const T*>& factors, int R, T* out,
-                                     std::size_t budget) {
+                                     std::size_t budget, int sorted_mode) {
   State& s = *s_;
   check_kernel_shape(chunk);  // order, array lengths, dims <= 2^32 (coordinates: on the device)
   const int N = chunk.order();
@@ -374,7 +412,7 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
   // Buffers: grow-only (a reallocation frees first; cudaFree waits for the device).
   const std::uint64_t mode_dim = chunk.dims[static_cast<std::size_t>(mode)];
   const int bits = host_sort::key_bits(mode_dim);
-  const SortPath path = sort_path<T>(N, bits);
+  const SortPath path = mode == sorted_mode ? SortPath::none : sort_path<T>(N, bits);
   const nnz_t want = piece_nnz(nnz, N, budget);
   if (want > s.cap || N != s.order) {
     s.cap = std::max(want, s.order == N ? s.cap : nnz_t(0));
@@ -481,10 +519,25 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
         TESSERA_CUDA_CHECK_LAUNCH();
         break;
       }
-      case SortPath::none:  // one index: the chunk order is sorted
-        gather_checked<T><<<grid, kBlock, 0, st>>>(f);
+      case SortPath::none: {  // sorted as uploaded (sorted_mode, or one index): check in place
+        InPlaceParams<T> q{};
+        for (int m = 0; m < N; ++m) {
+          q.idx[m] = up[m];
+          q.dim[m] = chunk.dims[static_cast<std::size_t>(m)];
+        }
+        q.vals = up_vals;
+        q.order = N;
+        q.mode = mode;
+        q.n = f.n;
+        q.error = s.flag_dev;
+        check_in_place<T><<<grid, kBlock, 0, st>>>(q);
         TESSERA_CUDA_CHECK_LAUNCH();
+        f.keys = up[mode];
+        for (int m = 0, q2 = 0; m < N; ++m)
+          if (m != mode) f.dst[q2++] = up[m];
+        f.dst_vals = up_vals;
         break;
+      }
     }
     const index_t* idx[kMaxOrder] = {};
     for (int m = 0, q = 0; m < N; ++m) idx[m] = m == mode ? f.keys : f.dst[q++];
@@ -508,6 +561,52 @@ AccumulateTimes ChunkAccumulator<T>::take_times() {
   s.check_flag();
   return t;
 }
+
+template <typename T>
+int sort_stream_chunk(SparseTensor<T>& c) {
+  const int N = c.order();
+  const auto n = static_cast<std::size_t>(c.nnz());
+  if (n == 0 || N == 0) return -1;
+  check_kernel_shape(c);  // dims <= 2^32, array lengths
+  int m = 0;
+  for (int d = 1; d < N; ++d)
+    if (host_sort::key_bits(c.dims[static_cast<std::size_t>(d)]) >
+        host_sort::key_bits(c.dims[static_cast<std::size_t>(m)]))
+      m = d;
+  // The counting sorts index histograms by the keys: every coordinate must be inside.
+  for (int d = 0; d < N; ++d) {
+    const auto& v = c.idx[static_cast<std::size_t>(d)];
+    const std::uint64_t dim = c.dims[static_cast<std::size_t>(d)];
+    const auto bad = std::find_if(
+        v.begin(), v.end(), [dim](index_t i) { return static_cast<std::uint64_t>(i) >= dim; });
+    TESSERA_INPUT_CHECK(bad == v.end(), "memory tier 2: nonzero "
+                                            << (bad - v.begin()) << " of a chunk has mode-" << d
+                                            << " index " << *bad << ", outside the mode's " << dim);
+  }
+  const int m2 = (m + 1) % N;
+  std::vector<std::int64_t> perm(n);
+  {
+    std::vector<std::int64_t> tmp(n);
+    host_sort::sort_lexicographic(c.idx[static_cast<std::size_t>(m)].data(),
+                                  c.dims[static_cast<std::size_t>(m)],
+                                  m2 != m ? c.idx[static_cast<std::size_t>(m2)].data() : nullptr,
+                                  c.dims[static_cast<std::size_t>(m2)], perm.data(), tmp.data(), n);
+  }
+  std::vector<index_t> g(n);
+  for (auto& v : c.idx) {
+    host_sort::gather(v.data(), perm.data(), n, g.data());
+    v.swap(g);
+  }
+  {
+    std::vector<T> gv(n);
+    host_sort::gather(c.vals.data(), perm.data(), n, gv.data());
+    c.vals.swap(gv);
+  }
+  return m;
+}
+
+template int sort_stream_chunk<float>(SparseTensor<float>&);
+template int sort_stream_chunk<double>(SparseTensor<double>&);
 
 template class ChunkAccumulator<float>;
 template class ChunkAccumulator<double>;

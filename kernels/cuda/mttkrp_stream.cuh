@@ -27,6 +27,14 @@ const char* launch_mttkrp_sorted(cudaStream_t stream, const index_t* const* idx,
 /// device chunk buffers filled in turn on a copy stream of its own, the sort and gather
 /// scratch, timing events, and an error flag in mapped host memory. Grow-only; one per
 /// backend, used from one thread at a time.
+/// Backend::prepare_stream_chunk on the cuda backend: sorts the chunk's arrays by (i_m,
+/// i_{m+1 mod N}, position), m the mode with the most key bits (the first such), on the
+/// host (host_sort, OpenMP); returns m (-1 for an empty chunk). Throws InputError naming a
+/// coordinate outside its mode. Peak scratch: 16 bytes of permutation and one array's
+/// copy per nonzero.
+template <typename T>
+int sort_stream_chunk(SparseTensor<T>& chunk);
+
 template <typename T>
 class ChunkAccumulator {
  public:
@@ -38,7 +46,7 @@ class ChunkAccumulator {
   /// Backend::mttkrp_accumulate. `budget` (bytes, 0 = none): the backend's memory budget,
   /// which caps the device buffers (piece_nnz).
   void accumulate(const SparseTensor<T>& chunk, int mode, const std::vector<const T*>& factors,
-                  int R, T* out, std::size_t budget);
+                  int R, T* out, std::size_t budget, int sorted_mode = -1);
   /// Backend::take_accumulate_times: waits for the queued chunks, sums their event times and
   /// resets the sums. Throws InputError when a chunk since the last call had a coordinate
   /// outside its mode (its nonzero was left out of the sums).

@@ -42,6 +42,7 @@ class ReferenceTensor final : public TensorHandle<T> {
     return out;
   }
   double value_norm_squared() const override { return x_.norm_squared(); }
+  double value_norm() const override { return x_.norm(); }
   int tier() const override { return 1; }
   std::string describe() const override {
     return "tier 1: host-resident, " + std::to_string(bytes()) + " bytes (reference COO)";

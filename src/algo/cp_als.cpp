@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <type_traits>
 
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -118,6 +119,30 @@ std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool l
   return lay;
 }
 
+/// ||X|| over the ranks of `c` from each rank's scaled norm (Backend value_norm): the largest
+/// times the root of the summed squares of the ratios, so no step overflows or underflows.
+double global_norm(double mine, const comm::Communicator& c) {
+  double mx = mine;
+  c.allreduce(&mx, 1, comm::ReduceOp::max);
+  if (mx == 0 || !std::isfinite(mx)) return mx;
+  double r = (mine / mx) * (mine / mx);
+  c.allreduce(&r, 1);
+  return mx * std::sqrt(r);
+}
+
+/// The power of two the loop scales the tensor by: 1 while ||X|| lies where every quantity
+/// of the loop (sums of squares of MTTKRP outputs, lambda^2, Grams of unnormalised factors)
+/// stays well inside the range of T, else 2^-e with 2^e ~ ||X||, so the loop sees ||c X||
+/// near 1. A power of two scales exactly (no rounding).
+template <typename T>
+double loop_scale(double norm_x) {
+  constexpr bool single = std::is_same_v<T, float>;
+  const int e = std::ilogb(norm_x);
+  const int lo = single ? -20 : -128, hi = single ? 64 : 128;
+  if (e >= lo && e <= hi) return 1.0;
+  return std::ldexp(1.0, -std::clamp(e, single ? -100 : -1000, single ? 100 : 1000));
+}
+
 /// The ALS loop both overloads share. `X` holds this rank's nonzeros with coordinates
 /// relative to the held chunks (lay[n].lo; 0 for allreduce), `dist` describes the global
 /// tensor and the ownership, `lay` comes from make_layouts(dist, ...). `setup_timer`
@@ -167,10 +192,37 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     res.rows_held.push_back(static_cast<std::uint64_t>(lay[static_cast<std::size_t>(n)].len));
   }
 
+  // ||X||: the plain sum of squares while it is far from the ends of the double range
+  // (results as ever), else the handles' scaled norms (values near 1e200 or 1e-200). The
+  // sums are allreduced, so every rank decides alike and the errors below are agreed.
+  const std::string& name = opt.tensor_name;
   double norm_x2 = X.value_norm_squared();
   ctrl.allreduce(&norm_x2, 1);
-  TESSERA_INPUT_CHECK(norm_x2 > 0, "the tensor has no nonzero values: nothing to decompose");
-  res.norm_x = std::sqrt(norm_x2);
+  const bool plain = std::isfinite(norm_x2) && norm_x2 >= 0x1p-1000 && norm_x2 <= 0x1p+1000;
+  const double norm_x = plain ? std::sqrt(norm_x2) : global_norm(X.value_norm(), ctrl);
+  // The cuda tier-1 handle does not override value_norm yet: it sums unscaled squares, so
+  // there values under ~1e-154 in double also give 0 (tiers 2-3 keep scaled chunk norms).
+  const bool unscaled =
+      std::is_same_v<T, double> && X.tier() == 1 && be.kind() == kernels::BackendKind::cuda;
+  const char* streamed_note =
+      unscaled ? " (or values under about 1e-154, whose squares underflow in this memory tier "
+                 "or backend)"
+               : "";
+  if (norm_x == 0)
+    throw CollectiveError(name + ": every value is 0 (no nonzero values)" + streamed_note +
+                          ": nothing to decompose");
+  if (!std::isfinite(norm_x))
+    throw CollectiveError(
+        name + ": ||X|| = " + std::to_string(norm_x) +
+        ": the 2-norm of the values is not a finite double (values too large, or this memory "
+        "tier sums squares without scaling and its sum overflowed); rescale the values");
+  res.norm_x = norm_x;
+  // The loop computes on c X (exactly: c is a power of two): MTTKRP outputs are scaled as
+  // they come out, lambda holds c times the model's weights (divided by c in the model).
+  const double c = loop_scale<T>(norm_x);
+  const double norm_cx = c == 1.0 ? norm_x : c * norm_x;
+  const double norm_cx2 = c == 1.0 && plain ? norm_x2 : norm_cx * norm_cx;
+  const std::vector<double> c_cols(static_cast<std::size_t>(R), c);
 
   // ---- factors: chunk rows held by this rank, initialised from global row ids (or taken
   // from the resumed state, saved in original index order) ----
@@ -227,6 +279,8 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     // Continue the saved run: its lambda, fit history and previous fit.
     const CpState& s = *opt.resume;
     lambda = s.model.lambda;
+    if (c != 1.0)
+      for (auto& l : lambda) l *= c;
     first_iter = s.iteration;
     for (int i = 0; i < s.iteration; ++i) {
       CpIteration rec;
@@ -248,6 +302,8 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     model.dims = dims;
     model.rank = R;
     model.lambda = lambda;
+    if (c != 1.0)
+      for (auto& l : model.lambda) l /= c;
     for (int n = 0; n < N; ++n) {
       const auto& L = lay[static_cast<std::size_t>(n)];
       Matrix<double> F(static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]), R, 0.0);
@@ -278,6 +334,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
 
       Timer t;
       be.mttkrp(X, n, fptr, R, M.data());
+      if (c != 1.0) be.scale_columns(M.data(), L.len, R, c_cols.data());
       if (res.tier > 1) {
         res.stream_copy_seconds += X.last_copy_seconds();
         res.stream_compute_seconds += X.last_compute_seconds();
@@ -324,6 +381,13 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
       t.reset();
       for (int r = 0; r < R; ++r) {
         const double s = host_norms[static_cast<std::size_t>(r)];
+        // Agreed on every rank (the norms are allreduced when the rows are split).
+        if (!std::isfinite(s))
+          throw CollectiveError(
+              name + ": CP-ALS: the update of mode " + std::to_string(n) + " overflowed (" +
+              (std::is_same_v<T, float> ? "single" : "double") +
+              " precision): the MTTKRP sums exceed its range; " +
+              (std::is_same_v<T, float> ? "run with --precision double" : "rescale the values"));
         double l = kind == NormKind::two ? std::sqrt(s) : std::max(s, 1.0);
         lambda[static_cast<std::size_t>(r)] = l;
         scale[static_cast<std::size_t>(r)] = l > 0 ? 1.0 / l : 1.0;
@@ -361,20 +425,25 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
         norm_m2 += p;
       }
     }
-    const double resid2_raw = norm_x2 + norm_m2 - 2 * inner;
+    const double resid2_raw = norm_cx2 + norm_m2 - 2 * inner;
     // ||X - model||^2 < 0 beyond rounding: ||X||^2 understates the tensor the MTTKRP sees
     // (a handle whose repeated coordinates value_norm_squared() counts separately), so no
     // fit can be given: stop rather than print a clamped number. The planner keeps such
     // inputs out of the streamed tiers (stores must have unique coordinates there); the
     // values are the same on every rank, so every rank throws alike.
-    TESSERA_INPUT_CHECK(opt.approximate_fit || resid2_raw >= -1e-3 * std::max(norm_x2, norm_m2),
+    TESSERA_INPUT_CHECK(opt.approximate_fit || resid2_raw >= -1e-3 * std::max(norm_cx2, norm_m2),
                         "CP-ALS fit: ||X||^2 + ||model||^2 - 2 <X, model> = "
                             << resid2_raw
                             << " < 0, so ||X||^2 understates the tensor (repeated "
                                "coordinates counted separately in ||X||^2 but summed by the "
                                "MTTKRP); deduplicate the input (tessera convert IN OUT.h5)");
     const double resid2 = std::max(resid2_raw, 0.0);
-    const double fit = 1.0 - std::sqrt(resid2) / res.norm_x;
+    const double fit = 1.0 - std::sqrt(resid2) / norm_cx;
+    if (!std::isfinite(fit))  // from allreduced sums: agreed
+      throw CollectiveError(name + ": CP-ALS: the fit of iteration " + std::to_string(it + 1) +
+                            " is not a number (||model||^2 = " + std::to_string(norm_m2) +
+                            ", <X, model> = " + std::to_string(inner) + " for ||X|| scaled to " +
+                            std::to_string(norm_cx) + "): the factors overflowed");
     t_solve += tf.seconds();
 
     CpIteration rec;
@@ -433,8 +502,8 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   const auto& dist = d.dist;
   const int N = dist.order();
   const bool layer = opt.strategy == CommStrategy::layer;
-  TESSERA_INPUT_CHECK(!layer || dist.scheme == partition::Scheme::grid,
-                      "the layer strategy needs the grid partition (use --partition grid)");
+  if (layer && dist.scheme != partition::Scheme::grid)  // the same on every rank: agreed
+    throw CollectiveError("the layer strategy needs the grid partition (use --partition grid)");
   TESSERA_EXPECTS(d.block.order() == N,
                   "block of order " << d.block.order() << " for a distribution of order " << N);
   Timer setup_timer;

@@ -59,6 +59,8 @@ struct CpOptions {
   /// A benchmark's generated handle keeps repeated coordinates, so ||X||^2 understates the
   /// tensor and the fit is approximate: clamp it (and say so) instead of refusing.
   bool approximate_fit = false;
+  /// The tensor's name in messages (the driver passes the input file).
+  std::string tensor_name = "the tensor";
 };
 
 struct CpIteration {
@@ -93,8 +95,14 @@ struct CpResult {
 /// Collective over `ctrl` (host communicator, MPI) and `data` (communicator in the
 /// backend's memory space; the same object on CPU backends), which must span the same
 /// ranks in the same order. `d` comes from partition::distribute; the layer strategy
-/// needs the grid scheme. Initial factors depend only on (seed, mode, global row), so
-/// the result does not depend on the number of ranks beyond rounding.
+/// needs the grid scheme (else CollectiveError). Initial factors depend only on (seed,
+/// mode, global row), so the result does not depend on the number of ranks beyond rounding.
+/// Values far from 1 (any finite values whose 2-norm is a finite double) give the fit of the
+/// same tensor scaled to 1: ||X|| is computed with scaling (value_norm) when the plain sum
+/// of squares would over- or underflow, and the loop runs on c X for a power of two c when
+/// ||X|| is far from 1 (exact; lambda is divided by c in the model). Errors decided from
+/// allreduced values (an all-zero tensor, a non-finite norm or fit) are CollectiveErrors
+/// naming opt.tensor_name.
 template <typename T>
 CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& backend,
                 const comm::Communicator& ctrl, const comm::Communicator& data,
@@ -106,7 +114,8 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& backend
 /// coordinates allowed (the MTTKRP sums them). `dims` are the global mode lengths and
 /// `global_nnz` the sum of X.nnz() over the ranks (checked). Only the allreduce strategy:
 /// opt.strategy == layer throws InputError (it needs a grid partition; use the overload
-/// above). ||X||^2 is the sum over ranks of X.value_norm_squared(), so a coordinate
+/// above). ||X||^2 is the sum over ranks of X.value_norm_squared() (value_norm() when that
+/// sum over- or underflows), so a coordinate
 /// stored k times counts as k entries there, not as one entry with the summed value.
 /// Rows are not relabelled: initial factors are keyed by (seed, mode, global row), as in
 /// the overload above, so the two agree on the same nonzeros whatever the rank count.

@@ -1,6 +1,7 @@
 #include "algo/disk_tier.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
@@ -62,6 +63,10 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
   }
   chunk_ = std::max<nnz_t>(1, std::min<nnz_t>(o.chunk_nnz, std::max<nnz_t>(count_, 1)));
   read_threads_ = o.read_threads;
+  TESSERA_INPUT_CHECK(o.read_ahead >= 1 && o.read_ahead <= 64,
+                      "memory tier 3: the read-ahead must be 1 to 64 chunks, got " << o.read_ahead);
+  read_ahead_ = o.read_ahead;
+  buffer_.resize(static_cast<std::size_t>(read_ahead_) + 1);
   if (!o.check_later_passes) {
     later_checks_.coordinates = false;
     later_checks_.values = false;
@@ -98,6 +103,7 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
       }
     }
     io::add_to_fingerprint(c, {}, &fingerprint_);  // also sums the squared values
+    norm_ = std::hypot(norm_, c.norm());
   });
   norm2_ = fingerprint_.norm2;
   // Every chunk's checksum was verified in this pass; later passes keep the cheap checks
@@ -130,7 +136,7 @@ const io::H5TensorInfo& DiskTensor<T>::info() const {
 
 template <typename T>
 std::size_t DiskTensor<T>::bytes() const {
-  return 2 * static_cast<std::size_t>(chunk_) *
+  return buffer_.size() * static_cast<std::size_t>(chunk_) *
          (static_cast<std::size_t>(order()) * sizeof(index_t) + sizeof(T));
 }
 
@@ -159,8 +165,9 @@ std::string DiskTensor<T>::describe() const {
   return "tier 3 (streamed from disk): " + std::to_string(count_) + " nonzeros [" +
          std::to_string(first_) + ", " + std::to_string(first_ + count_) + ") of " + path_ +
          " in " + std::to_string(chunks()) + " chunk(s) of " + std::to_string(chunk_) +
-         " nonzeros read by a prefetch thread, " + human(static_cast<double>(bytes())) +
-         " of host chunk buffers" + (pins_.empty() ? "" : " (page-locked)") + ", " +
+         " nonzeros read " + std::to_string(read_ahead_) + " ahead, " +
+         human(static_cast<double>(bytes())) + " of host chunk buffers" +
+         (pins_.empty() ? "" : " (page-locked)") + ", " +
          human(static_cast<double>(mttkrp_stream_bytes(0))) + " read per pass";
 }
 
@@ -209,11 +216,16 @@ void DiskTensor<T>::read_chunk(nnz_t k, SparseTensor<T>* out) const {
     p[m] = out->idx[static_cast<std::size_t>(m)].data();
   }
   out->vals.resize(static_cast<std::size_t>(n));
-  // pread straight into these buffers by several threads (HDF5's path for compressed stores).
+  // pread straight into these buffers by several threads (HDF5's path for compressed stores),
+  // this prefetch thread's share of the read threads.
+  const int threads = std::max(
+      1, (read_threads_ > 0 ? read_threads_
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) /
+             read_ahead_);
   if (first_pass_)
-    reader_->read_direct<T>(first_ + at, n, p, out->vals.data(), read_threads_);
+    reader_->read_direct<T>(first_ + at, n, p, out->vals.data(), threads);
   else
-    reader_->read_direct<T>(first_ + at, n, p, out->vals.data(), read_threads_, later_checks_);
+    reader_->read_direct<T>(first_ + at, n, p, out->vals.data(), threads, later_checks_);
 }
 
 template <typename T>
@@ -221,62 +233,77 @@ void DiskTensor<T>::stream(const std::function<void(const SparseTensor<T>&)>& f)
   const nnz_t K = chunks();
   DiskPassTimes t;
   Timer wall;
-  // Two slots: the prefetch thread fills slot k % 2 while the compute thread uses the other.
+  // Chunk k goes to buffer k % B (B = read_ahead + 1), read by prefetch thread k % P (P =
+  // read_ahead); the compute thread takes the chunks in order. A buffer is refilled once
+  // its chunk has computed, so up to P reads run while one chunk computes.
   ensure_buffers();
-  SparseTensor<T>* slot = buffer_;
-  bool full[2] = {false, false};
+  const auto B = static_cast<nnz_t>(buffer_.size());
+  const int P = read_ahead_;
+  std::vector<char> full(static_cast<std::size_t>(B), 0);
+  nnz_t consumed = 0;  // chunks the compute thread has finished with
   bool stop = false;
+  // The first chunk whose read failed, and why: the pass fails there, as a single reader
+  // would (chunks before it are still read and computed; a thread stops at its failure).
+  nnz_t error_chunk = K;
   std::exception_ptr read_error;
   std::mutex mu;
   std::condition_variable cv;
   double read_s = 0;
-  std::thread prefetch([&] {
-    for (nnz_t k = 0; k < K; ++k) {
-      const int s = static_cast<int>(k % 2);
+  auto prefetch = [&](int p) {
+    for (nnz_t k = p; k < K; k += P) {
+      const auto s = static_cast<std::size_t>(k % B);
       {
         std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return stop || !full[s]; });
+        // Buffer s last held chunk k - B: free once it has computed.
+        cv.wait(lk, [&] { return stop || (k < B || consumed > k - B); });
         if (stop) return;
       }
       Timer tr;
       try {
-        read_chunk(k, slot + s);
+        read_chunk(k, &buffer_[s]);
       } catch (...) {
         std::lock_guard<std::mutex> lk(mu);
-        read_error = std::current_exception();
+        if (k < error_chunk) {
+          error_chunk = k;
+          read_error = std::current_exception();
+        }
         cv.notify_all();
         return;
       }
       std::lock_guard<std::mutex> lk(mu);
       read_s += tr.seconds();
-      full[s] = true;
+      full[s] = 1;
       cv.notify_all();
     }
-  });
+  };
+  std::vector<std::thread> readers;
+  readers.reserve(static_cast<std::size_t>(P));
+  for (int p = 0; p < P && p < K; ++p) readers.emplace_back(prefetch, p);
   auto finish = [&] {
     {
       std::lock_guard<std::mutex> lk(mu);
       stop = true;
     }
     cv.notify_all();
-    prefetch.join();
+    for (auto& r : readers) r.join();
   };
   try {
     for (nnz_t k = 0; k < K; ++k) {
-      const int s = static_cast<int>(k % 2);
+      const auto s = static_cast<std::size_t>(k % B);
       {
         Timer tw;
         std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return full[s] || read_error != nullptr; });
+        cv.wait(lk, [&] { return full[s] != 0 || error_chunk == k; });
         t.wait += tw.seconds();
-        if (!full[s]) std::rethrow_exception(read_error);
+        if (full[s] == 0) std::rethrow_exception(read_error);
       }
       Timer tc;
-      f(slot[s]);
+      f(buffer_[s]);
       t.compute += tc.seconds();
       {
         std::lock_guard<std::mutex> lk(mu);
-        full[s] = false;
+        full[s] = 0;
+        consumed = k + 1;
       }
       cv.notify_all();
     }
@@ -322,7 +349,9 @@ void StreamingBackend<T>::mttkrp(const kernels::TensorHandle<T>& x, int mode,
   // Each call returns once it has read the chunk's host arrays (the cuda backend: once the
   // copy to the device is done), so the prefetch thread refills the buffer while the
   // device computes; the backend orders every later use of `out` after the last chunk.
-  d->stream([&](const SparseTensor<T>& c) { in_.mttkrp_accumulate(c, mode, factors, R, out); });
+  d->stream_sorted([&](const SparseTensor<T>& c, int sorted_mode) {
+    in_.mttkrp_accumulate(c, mode, factors, R, out, sorted_mode);
+  });
   d->set_backend_times(in_.take_accumulate_times());  // waits for the last chunk
 }
 

@@ -43,6 +43,9 @@ namespace tessera::algo {
 /// Default nonzeros per tier-3 chunk (16 Mi).
 inline constexpr nnz_t kDefaultDiskChunkNnz = nnz_t(1) << 24;
 
+/// DiskTensorOptions::read_ahead by default.
+inline constexpr int kDefaultReadAhead = 2;
+
 struct DiskTensorOptions {
   std::string path;
   /// Block of the store's partition to stream (>= 0), or -1: the positions
@@ -51,8 +54,13 @@ struct DiskTensorOptions {
   nnz_t first = 0;
   nnz_t count = 0;
   nnz_t chunk_nnz = kDefaultDiskChunkNnz;  ///< nonzeros per chunk, >= 1
-  /// Threads reading a chunk (io::H5TensorReader::read_direct; 0: one per hardware thread).
+  /// Threads reading (io::H5TensorReader::read_direct; 0: one per hardware thread), shared
+  /// among the prefetch threads.
   int read_threads = 0;
+  /// Chunks read ahead of the one computing, each by a prefetch thread of its own (>= 1):
+  /// a chunk's read starts while the previous one's last pieces are still being read, so
+  /// the read threads do not idle at chunk boundaries. Host chunk buffers: read_ahead + 1.
+  int read_ahead = kDefaultReadAhead;
   /// Check coordinates and values again on every pass after the first (which checks
   /// everything, CRCs included). Off where the kernels check coordinates themselves (the
   /// cuda backend's mttkrp_accumulate): later passes are then plain preads.
@@ -84,12 +92,15 @@ class DiskTensor final : public StreamedTensor<T> {
   int order() const override { return static_cast<int>(dims_.size()); }
   const std::vector<std::uint64_t>& dims() const override { return dims_; }
   nnz_t nnz() const override { return count_; }
-  /// Host bytes of the two chunk buffers (the tensor itself is on disk).
+  /// Host bytes of the read_ahead + 1 chunk buffers (the tensor itself is on disk).
   std::size_t bytes() const override;
   /// Bytes one pass reads from disk (every mode's coordinates and the values).
   std::size_t mttkrp_stream_bytes(int mode) const override;
   std::vector<std::uint64_t> distinct_rows() const override;
   double value_norm_squared() const override { return norm2_; }
+  /// ||X|| from the chunks' scaled norms of the first pass (no overflow or underflow for
+  /// finite values).
+  double value_norm() const override { return norm_; }
   int tier() const override { return 3; }
   std::string describe() const override;
   /// Fraction of the last pass's read time hidden behind compute: 1 - wait / read.
@@ -109,7 +120,7 @@ class DiskTensor final : public StreamedTensor<T> {
   /// reference to a chunk after it returns. An exception from the reader or from f ends
   /// the pass and is rethrown here.
   void stream(const std::function<void(const SparseTensor<T>&)>& f) const override;
-  /// Page-locks the two chunk buffers for `be`'s copies (Backend::pin_host; nothing on host
+  /// Page-locks the chunk buffers for `be`'s copies (Backend::pin_host; nothing on host
   /// backends), once per backend; the locks are kept until the tensor is destroyed or
   /// another backend asks. `be` need not outlive the tensor.
   void pin_buffers(kernels::Backend<T>& be) const override;
@@ -145,14 +156,16 @@ class DiskTensor final : public StreamedTensor<T> {
   int read_threads_ = 0;
   io::H5ReadChecks later_checks_;
   bool first_pass_ = true;
-  double norm2_ = 0;
+  double norm2_ = 0, norm_ = 0;
   std::vector<std::vector<index_t>> rows_;
   io::TensorFingerprint fingerprint_;
   mutable DiskPassTimes open_, last_;
   mutable int passes_ = 0;
-  /// The chunk buffers: the prefetch thread fills buffer k % 2 while chunk k - 1 computes.
-  /// Their arrays never reallocate after ensure_buffers() (resized within capacity).
-  mutable SparseTensor<T> buffer_[2];
+  /// The chunk buffers (read_ahead + 1): chunk k is read into buffer k % size() by
+  /// prefetch thread k % read_ahead. Their arrays never reallocate after ensure_buffers()
+  /// (resized within capacity).
+  mutable std::vector<SparseTensor<T>> buffer_;
+  int read_ahead_ = kDefaultReadAhead;
   mutable std::vector<std::unique_ptr<kernels::HostPin>> pins_;  // after buffer_: freed first
   mutable const void* pinned_for_ = nullptr;                     ///< the backend pins_ were made by
 };
@@ -193,8 +206,15 @@ class StreamingBackend final : public kernels::Backend<T> {
   void mttkrp(const kernels::TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
               int R, T* out) override;
   void mttkrp_accumulate(const SparseTensor<T>& chunk, int mode,
-                         const std::vector<const T*>& factors, int R, T* out) override {
-    in_.mttkrp_accumulate(chunk, mode, factors, R, out);
+                         const std::vector<const T*>& factors, int R, T* out,
+                         int sorted_mode = -1) override {
+    in_.mttkrp_accumulate(chunk, mode, factors, R, out, sorted_mode);
+  }
+  int prepare_stream_chunk(SparseTensor<T>& chunk) override {
+    return in_.prepare_stream_chunk(chunk);
+  }
+  std::size_t stream_chunk_scratch_bytes(nnz_t n) const override {
+    return in_.stream_chunk_scratch_bytes(n);
   }
   kernels::AccumulateTimes take_accumulate_times() override { return in_.take_accumulate_times(); }
   std::unique_ptr<kernels::HostPin> pin_host(const void* p, std::size_t bytes) override {

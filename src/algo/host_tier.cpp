@@ -1,12 +1,13 @@
 #include "algo/host_tier.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 namespace tessera::algo {
 
 template <typename T>
-HostTensor<T>::HostTensor(SparseTensor<T>&& block, nnz_t chunk_nnz, kernels::Backend<T>* pin)
+HostTensor<T>::HostTensor(SparseTensor<T>&& block, nnz_t chunk_nnz, kernels::Backend<T>* be)
     : dims_(block.dims), nnz_(block.nnz()), chunk_(chunk_nnz) {
   TESSERA_EXPECTS(chunk_nnz >= 1, "HostTensor: chunk_nnz must be >= 1 (got " << chunk_nnz << ")");
   const int N = block.order();
@@ -28,21 +29,19 @@ HostTensor<T>::HostTensor(SparseTensor<T>&& block, nnz_t chunk_nnz, kernels::Bac
     });
   cut(block.vals, [](SparseTensor<T>& t) -> std::vector<T>& { return t.vals; });
   block = SparseTensor<T>(dims_);
-  summarise();
-  if (pin != nullptr) pin_buffers(*pin);
+  summarise(be);
 }
 
 template <typename T>
 HostTensor<T>::HostTensor(std::vector<SparseTensor<T>>&& chunks, std::vector<std::uint64_t> dims,
-                          nnz_t chunk_nnz, kernels::Backend<T>* pin)
+                          nnz_t chunk_nnz, kernels::Backend<T>* be)
     : dims_(std::move(dims)), chunk_(chunk_nnz), chunks_(std::move(chunks)) {
   TESSERA_EXPECTS(chunk_nnz >= 1, "HostTensor: chunk_nnz must be >= 1 (got " << chunk_nnz << ")");
-  summarise();
-  if (pin != nullptr) pin_buffers(*pin);
+  summarise(be);
 }
 
 template <typename T>
-void HostTensor<T>::summarise() {
+void HostTensor<T>::summarise(kernels::Backend<T>* be) {
   const int N = order();
   nnz_ = 0;
   norm2_ = 0;
@@ -58,7 +57,13 @@ void HostTensor<T>::summarise() {
   for (const auto& c : chunks_) {
     nnz_ += c.nnz();
     norm2_ += c.norm_squared();
+    norm_ = std::hypot(norm_, c.norm());
   }
+  sorted_.assign(chunks_.size(), -1);
+  if (be == nullptr) return;
+  for (std::size_t k = 0; k < chunks_.size(); ++k)
+    sorted_[k] = be->prepare_stream_chunk(chunks_[k]);
+  pin_buffers(*be);
 }
 
 template <typename T>
@@ -117,6 +122,12 @@ template <typename T>
 void HostTensor<T>::stream(const std::function<void(const SparseTensor<T>&)>& f) const {
   pass_.reset();
   for (const auto& c : chunks_) f(c);
+}
+
+template <typename T>
+void HostTensor<T>::stream_sorted(const std::function<void(const SparseTensor<T>&, int)>& f) const {
+  pass_.reset();
+  for (std::size_t k = 0; k < chunks_.size(); ++k) f(chunks_[k], sorted_[k]);
 }
 
 template class HostTensor<float>;

@@ -24,13 +24,16 @@ class HostTensor final : public StreamedTensor<T> {
  public:
   /// Takes the block's arrays (global coordinates, dims = the tensor's), cutting them into
   /// chunks of `chunk_nnz` (>= 1) nonzeros mode by mode, so the peak is the block plus one
-  /// of its arrays. `pin`, when given, page-locks each chunk's arrays now (else at the first
-  /// pass through a device backend; kept until the tensor is destroyed).
-  HostTensor(SparseTensor<T>&& block, nnz_t chunk_nnz, kernels::Backend<T>* pin = nullptr);
+  /// of its arrays. `be`, when given, is the backend the chunks will stream through: each
+  /// chunk is prepared for it now (Backend::prepare_stream_chunk: the cuda backend sorts it
+  /// by one mode, so that mode's MTTKRP needs no device sort; peak scratch
+  /// stream_chunk_scratch_bytes(chunk_nnz)), then page-locked (else at the first pass through
+  /// a device backend; kept until the tensor is destroyed).
+  HostTensor(SparseTensor<T>&& block, nnz_t chunk_nnz, kernels::Backend<T>* be = nullptr);
   /// Takes chunks made by the caller (every one but the last of `chunk_nnz` nonzeros, dims
   /// = `dims`): a store read straight into chunks needs no second copy.
   HostTensor(std::vector<SparseTensor<T>>&& chunks, std::vector<std::uint64_t> dims,
-             nnz_t chunk_nnz, kernels::Backend<T>* pin = nullptr);
+             nnz_t chunk_nnz, kernels::Backend<T>* be = nullptr);
   ~HostTensor() override;
 
   int order() const override { return static_cast<int>(dims_.size()); }
@@ -40,6 +43,8 @@ class HostTensor final : public StreamedTensor<T> {
   std::size_t mttkrp_stream_bytes(int mode) const override;
   std::vector<std::uint64_t> distinct_rows() const override;
   double value_norm_squared() const override { return norm2_; }
+  /// ||X|| from the chunks' scaled norms (no overflow or underflow for finite values).
+  double value_norm() const override { return norm_; }
   int tier() const override { return 2; }
   std::string describe() const override;
   double overlap_fraction() const override { return overlap_; }
@@ -48,6 +53,10 @@ class HostTensor final : public StreamedTensor<T> {
 
   /// Runs f on every chunk, in order (the chunks are the tensor's own arrays: no copy).
   void stream(const std::function<void(const SparseTensor<T>&)>& f) const override;
+  /// As stream(), with the mode each chunk was sorted by when it was prepared (or -1).
+  void stream_sorted(const std::function<void(const SparseTensor<T>&, int)>& f) const override;
+  /// The mode chunk k was sorted by (Backend::prepare_stream_chunk), or -1.
+  int sorted_mode(nnz_t k) const { return sorted_[static_cast<std::size_t>(k)]; }
   const std::vector<index_t>& rows(int mode) const override {
     return rows_[static_cast<std::size_t>(mode)];
   }
@@ -60,13 +69,15 @@ class HostTensor final : public StreamedTensor<T> {
   bool pinned() const { return !pins_.empty(); }
 
  private:
-  /// nnz, ||X||^2 and the distinct rows of the chunks.
-  void summarise();
+  /// nnz, ||X||^2 and the distinct rows of the chunks; then, with `be`, each chunk prepared
+  /// for it and page-locked.
+  void summarise(kernels::Backend<T>* be);
 
   std::vector<std::uint64_t> dims_;
   nnz_t nnz_ = 0, chunk_ = 1;
-  double norm2_ = 0;
+  double norm2_ = 0, norm_ = 0;
   std::vector<SparseTensor<T>> chunks_;
+  std::vector<int> sorted_;  ///< per chunk: the mode it is sorted by, or -1
   std::vector<std::vector<index_t>> rows_;
   mutable std::vector<std::unique_ptr<kernels::HostPin>> pins_;
   mutable const void* pinned_for_ = nullptr;

@@ -15,6 +15,11 @@ class StreamedTensor : public kernels::TensorHandle<T> {
   /// Runs f on every chunk, in order (global coordinates, dims = dims()). f may not keep a
   /// reference to a chunk after it returns.
   virtual void stream(const std::function<void(const SparseTensor<T>&)>& f) const = 0;
+  /// As stream(), with each chunk's sorted mode: a mode whose indices are non-decreasing in
+  /// the chunk (Backend::prepare_stream_chunk), or -1. The default passes -1.
+  virtual void stream_sorted(const std::function<void(const SparseTensor<T>&, int)>& f) const {
+    stream([&](const SparseTensor<T>& c) { f(c, -1); });
+  }
   /// Sorted distinct indices of `mode` among the tensor's nonzeros.
   virtual const std::vector<index_t>& rows(int mode) const = 0;
   /// Nonzeros per chunk (the last may be shorter).

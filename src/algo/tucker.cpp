@@ -554,11 +554,12 @@ int update_scalapack(const T* Y, const RowsView& v, int R, double* U, Net& net,
   const int size = std::min(M, Nc);
   std::vector<double> A(static_cast<std::size_t>(K * C), 0.0);  // column-major K x C
   std::vector<double> buf;
-  kernels::for_double_row_chunks(Y, v.rows, C, buf, [&](const double* y, std::int64_t r0, std::int64_t nr) {
-    for (std::int64_t j = 0; j < nr; ++j)
-      for (std::int64_t c = 0; c < C; ++c)
-        A[static_cast<std::size_t>(c * K + r0 + j)] = y[j * C + c];
-  });
+  kernels::for_double_row_chunks(Y, v.rows, C, buf,
+                                 [&](const double* y, std::int64_t r0, std::int64_t nr) {
+                                   for (std::int64_t j = 0; j < nr; ++j)
+                                     for (std::int64_t c = 0; c < C; ++c)
+                                       A[static_cast<std::size_t>(c * K + r0 + j)] = y[j * C + c];
+                                 });
   std::vector<double> Uc(static_cast<std::size_t>(K) * size), s(static_cast<std::size_t>(size));
   int descA[9], descU[9], info = 0;
   const int zero = 0, one = 1, ctxt = grid.context();
@@ -716,10 +717,41 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
 
   TuckerResult res;
   Timer setup_timer;
+  // ||X||: the plain sum of squares while it is far from the ends of the double range
+  // (results as ever), else scaled norms (values near 1e200 or 1e-200), as CP-ALS does.
   double norm_x2 = block != nullptr ? block->norm_squared() : given->value_norm_squared();
   c.allreduce(&norm_x2, 1);
-  TESSERA_INPUT_CHECK(norm_x2 > 0, "the tensor has no nonzero values: nothing to decompose");
-  res.norm_x = std::sqrt(norm_x2);
+  const bool plain_norm = std::isfinite(norm_x2) && norm_x2 >= 0x1p-1000 && norm_x2 <= 0x1p+1000;
+  if (!plain_norm) {
+    double mine = block != nullptr ? block->norm() : given->value_norm(), mx = mine;
+    c.allreduce(&mx, 1, comm::ReduceOp::max);
+    double r = mx > 0 && std::isfinite(mx) ? (mine / mx) * (mine / mx) : 0.0;
+    c.allreduce(&r, 1);
+    res.norm_x = mx > 0 && std::isfinite(mx) ? mx * std::sqrt(r) : mx;
+  } else {
+    res.norm_x = std::sqrt(norm_x2);
+  }
+  TESSERA_INPUT_CHECK(res.norm_x > 0, opt.tensor_name << ": every value is 0 (no nonzero values): "
+                                                         "nothing to decompose");
+  TESSERA_INPUT_CHECK(std::isfinite(res.norm_x),
+                      opt.tensor_name
+                          << ": ||X|| = " << res.norm_x
+                          << ": the 2-norm of the values is not a finite double (values "
+                             "too large, or this memory tier sums squares without "
+                             "scaling); rescale the values");
+  // The loop computes on cs X (cs a power of two, exact) when ||X|| is far from 1, so the
+  // Grams of the TTMc rows, the core and the fit stay in range: TTMc outputs are scaled as
+  // they come out and the core is divided by cs in the model and the saved states.
+  const int norm_exp = std::ilogb(res.norm_x);
+  const int lo_exp = std::is_same_v<T, float> ? -20 : -128;
+  const int hi_exp = std::is_same_v<T, float> ? 32 : 128;
+  const double cs =
+      norm_exp >= lo_exp && norm_exp <= hi_exp
+          ? 1.0
+          : std::ldexp(1.0, -std::clamp(norm_exp, std::is_same_v<T, float> ? -100 : -1000,
+                                        std::is_same_v<T, float> ? 100 : 1000));
+  if (cs != 1.0 || !plain_norm) norm_x2 = (cs * res.norm_x) * (cs * res.norm_x);
+  const double norm_cx = cs * res.norm_x;
 
   // ---- local work that may fail on one rank only: agreed before any further collective ----
   std::unique_ptr<kernels::TensorHandle<T>> X;
@@ -945,7 +977,8 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   if (device_publish) {
     std::int64_t most = 1;
     for (int n = 0; n < N; ++n)
-      most = std::max(most, plan[static_cast<std::size_t>(n)].b * ranks[static_cast<std::size_t>(n)]);
+      most =
+          std::max(most, plan[static_cast<std::size_t>(n)].b * ranks[static_cast<std::size_t>(n)]);
     pub_send = be.allocate(static_cast<std::size_t>(most));
     pub_recv = be.allocate(static_cast<std::size_t>(most) * static_cast<std::size_t>(P));
   }
@@ -990,7 +1023,8 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
       t_svd += t.seconds();
       t.reset();
       dc.allgather_raw(pub_send.data(), pub_recv.data(), h.size(), comm::data_type_of<T>());
-      be.copy(pub_recv.data(), static_cast<std::size_t>(I * R), A[static_cast<std::size_t>(n)].data());
+      be.copy(pub_recv.data(), static_cast<std::size_t>(I * R),
+              A[static_cast<std::size_t>(n)].data());
       be.synchronize();
       t_comm += t.seconds();
       full_stale[static_cast<std::size_t>(n)] = 1;
@@ -1013,6 +1047,11 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
       fptr[static_cast<std::size_t>(m)] = m == n ? nullptr : A[static_cast<std::size_t>(m)].data();
     Timer t;
     be.ttmc(*X, n, fptr, ranks, ybuf.data());
+    if (cs != 1.0) {
+      const std::vector<double> up(static_cast<std::size_t>(mp.cols), cs);
+      be.scale_columns(ybuf.data(), static_cast<std::int64_t>(mp.local.size()),
+                       static_cast<int>(mp.cols), up.data());
+    }
     be.synchronize();
     t_ttmc += t.seconds();
     if (res.tier > 1) {
@@ -1119,6 +1158,14 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   std::vector<double> core;
   double fit_old = 0;
   if (opt.resume) detail::resume_record(*opt.resume, res, core, fit_old);
+  // `core` holds cs G during the loop (the model's core is G).
+  auto unscaled = [&](std::vector<double> g) {
+    if (cs != 1.0)
+      for (double& v : g) v /= cs;
+    return g;
+  };
+  if (cs != 1.0)
+    for (double& v : core) v *= cs;
   std::vector<double> P_rows;
   for (int it = opt.resume ? opt.resume->iteration : 0; it < opt.max_iters && !res.converged;
        ++it) {
@@ -1147,7 +1194,11 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
       }
       publish(n);
     }
-    const double fit = 1.0 - std::sqrt(std::max(norm_x2 - norm_g2, 0.0)) / res.norm_x;
+    const double fit = 1.0 - std::sqrt(std::max(norm_x2 - norm_g2, 0.0)) / norm_cx;
+    TESSERA_INPUT_CHECK(std::isfinite(fit),  // from allreduced sums: agreed
+                        "Tucker-HOOI: the fit of iteration "
+                            << it + 1 << " is not a number (||G||^2 = " << norm_g2
+                            << " for ||X|| scaled to " << norm_cx << "): the core overflowed");
 
     TuckerIteration rec;
     rec.iter = it + 1;
@@ -1157,7 +1208,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     rec.ttmc = t_ttmc;
     rec.comm = t_comm;
     rec.svd = t_svd;
-    rec.core_norm = std::sqrt(norm_g2);
+    rec.core_norm = std::sqrt(norm_g2) / cs;
     rec.svd_products = wide.prod - prod0;
     rec.svd_eig = wide.eig - eig0;
     rec.svd_orth = wide.orth - orth0;
@@ -1193,8 +1244,8 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
       if (want) gather_full();
     }
     if (opt.on_iteration && (it + 1) % std::max(opt.state_every, 1) == 0)
-      opt.on_iteration(
-          detail::tucker_state(it + 1, done, dims, ranks, core, Ufull, res.history, dist));
+      opt.on_iteration(detail::tucker_state(it + 1, done, dims, ranks, unscaled(core), Ufull,
+                                            res.history, dist));
     if (done) {
       res.converged = true;
       break;
@@ -1205,7 +1256,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   gather_full();
   res.model.dims = dims;
   res.model.ranks = ranks;
-  res.model.core = core;
+  res.model.core = unscaled(core);
   for (int n = 0; n < N; ++n) {
     const int R = ranks[static_cast<std::size_t>(n)];
     const auto I = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);

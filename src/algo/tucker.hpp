@@ -82,6 +82,8 @@ struct TuckerOptions {
   /// when ||U_new - U_old U_old^T U_new||_F < subspace_tol.
   int subspace_steps = 3;
   double subspace_tol = 1e-10;
+  /// The tensor's name in messages (the driver passes the input file).
+  std::string tensor_name = "the tensor";
   /// Bytes per rank the semi-sparse rows (TTMc output, received and combined rows), the
   /// SVD workspace and the factors may take; 0 = no limit. Over it, tucker_hooi refuses
   /// with an InputError naming ranks that would fit.

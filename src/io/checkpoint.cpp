@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "io/model_io.hpp"
+#include "io/output.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -162,11 +163,6 @@ void sync_path(const std::string& p, bool folder) {
                       "cannot sync '" << p << "' to disk: " << std::strerror(err));
 }
 
-std::string folder_of(const std::string& path) {
-  const fs::path parent = fs::path(path).parent_path();
-  return parent.empty() ? std::string(".") : parent.string();
-}
-
 /// The common write path: the model file (written by `write_model` to a temporary name),
 /// the checkpoint attributes, fsync, rename, fsync of the folder. On any error the
 /// temporary files are removed and the previous checkpoint is left as it was.
@@ -177,10 +173,13 @@ void write_atomically(const std::string& path, WriteModel&& write_model, const C
   std::error_code ec;
   TESSERA_INPUT_CHECK(!fs::is_directory(path, ec),
                       "cannot write checkpoint '" << path << "': it is a folder");
-  const std::string pid = std::to_string(::getpid());
-  const std::string tmp = path + ".tmp-ckpt-" + pid;
   QuietHdf5 quiet;
   try {
+    // io/output.hpp: PATH.tmp-HOST_PID_ckpt, removed on any error (and by the next run
+    // when this process is killed).
+    AtomicOutput out(path, "ckpt");
+    TESSERA_INPUT_CHECK(!out.special(), "HDF5 files need a regular (seekable) file");
+    const std::string& tmp = out.write_path();
     ModelRecord rec;
     rec.fit = info.fit_history.empty() ? 0.0 : info.fit_history.back();
     rec.iterations = info.iteration;
@@ -206,13 +205,8 @@ void write_atomically(const std::string& path, WriteModel&& write_model, const C
     }
     sync_path(tmp, false);
     if (hooks && hooks->before_rename) hooks->before_rename(tmp);
-    TESSERA_INPUT_CHECK(
-        std::rename(tmp.c_str(), path.c_str()) == 0,
-        "cannot rename '" << tmp << "' to '" << path << "': " << std::strerror(errno));
-    sync_path(folder_of(path), true);
+    out.commit();  // fsync, rename, fsync of the folder
   } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
-    std::remove((tmp + ".tmp-" + pid).c_str());  // the model writer's own temporary
     TESSERA_INPUT_CHECK(false, "cannot write checkpoint '" << path << "': " << e.what());
   }
 }
@@ -243,6 +237,11 @@ Model read_checkpoint(const std::string& path, const char* format, CheckpointInf
   std::error_code ec;
   TESSERA_INPUT_CHECK(fs::exists(path, ec), "checkpoint '" << path << "' does not exist");
   TESSERA_INPUT_CHECK(!fs::is_directory(path, ec), "checkpoint '" << path << "' is a folder");
+  // stat() only: HDF5 would open a FIFO with no writer and wait forever.
+  TESSERA_INPUT_CHECK(fs::is_regular_file(path, ec),
+                      "checkpoint '" << path
+                                     << "' is not a regular file (a FIFO, device or "
+                                        "socket): expected an HDF5 checkpoint");
   QuietHdf5 quiet;
   const char* hint =
       " (a truncated or corrupted file? checkpoints are replaced atomically, so use an intact "
@@ -465,17 +464,7 @@ void check_checkpoint_writable(const std::string& path) {
   std::error_code ec;
   TESSERA_INPUT_CHECK(!fs::is_directory(path, ec),
                       "cannot write checkpoint '" << path << "': it is a folder");
-  const std::string dir = folder_of(path);
-  TESSERA_INPUT_CHECK(fs::is_directory(dir, ec), "cannot write checkpoint '" << path
-                                                                             << "': folder '" << dir
-                                                                             << "' does not exist");
-  const std::string probe = path + ".tmp-probe-" + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_CREAT | O_WRONLY | O_EXCL, 0644);
-  TESSERA_INPUT_CHECK(fd >= 0, "cannot write checkpoint '" << path << "': cannot create a file in '"
-                                                           << dir << "' (" << std::strerror(errno)
-                                                           << ")");
-  ::close(fd);
-  ::unlink(probe.c_str());
+  probe_folder(path, "cannot write checkpoint '" + path + "'");  // io/output.hpp
 }
 
 }  // namespace tessera::io

@@ -44,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/output.hpp"
 #include "io/posix_io.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -189,18 +190,10 @@ class ImplK final : public detail::UniqueWriterImpl {
     merge_records_ = std::max<std::uint64_t>(kMinRecords, merge_bytes / rec);
     out_piece_ = std::max<std::uint64_t>(kMinRecords, out_bytes / out_rec);
     block_ = std::min<std::size_t>(o.sort_block > 0 ? o.sort_block : kSortBlock, cap_);
-    std::uint64_t tag = 0;
-    if (me_ == 0) {
-      std::random_device rd;
-      tag = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
-            static_cast<std::uint64_t>(::getpid()) ^
-            static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    }
-    c.broadcast(&tag, 1, 0);
-    char hex[24];
-    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(tag));
     const std::string dir = o.scratch_dir.empty() ? dir_name(path) : o.scratch_dir;
-    scratch_ = dir + "/" + base_name(path) + ".dedup-" + hex + "-r" + std::to_string(me_) + ".tmp";
+    // io/output.hpp's naming (this rank's host and pid): unlinked at creation, and a file
+    // left by a process killed in between is removed by the next run writing `path`.
+    scratch_ = temp_path(dir + "/" + base_name(path), "dedup-r" + std::to_string(me_));
     comm::run_collectively(c, [&] {
       struct stat st {};
       const bool exists = ::stat(dir.c_str(), &st) == 0;

@@ -21,8 +21,9 @@
 // per chunk (crc32_combine) and stores /checksums. Readers verify every chunk they touch,
 // so bit rot, a truncated copy or a raw-data overwrite is reported instead of decomposed.
 //
-// Atomicity: the file is PATH.tmp-<16 hex digits> until rank 0 sets complete = 1 and
-// renames it; any error (agreed by all ranks) removes the temporary file.
+// Atomicity: the file is PATH.tmp-HOST_PID (io/output.hpp, rank 0's host and pid) until
+// rank 0 sets complete = 1, fsyncs and renames it; any error (agreed by all ranks) removes
+// the temporary file.
 //
 // Reading
 // -------
@@ -72,6 +73,7 @@
 #include <omp.h>
 #endif
 
+#include "io/output.hpp"
 #include "io/posix_io.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -234,6 +236,22 @@ class PositionedError : public InputError {
  private:
   nnz_t pos_;
 };
+
+/// H5ReadOptions::float_values: throws PositionedError at the first of v[0, n) (positions
+/// first..) that float cannot represent (over 3.4e38, or a nonzero that rounds to 0).
+void check_float_range(const std::string& path, nnz_t first, nnz_t n, const double* v) {
+  for (nnz_t k = 0; k < n; ++k) {
+    const auto f = static_cast<float>(v[k]);
+    if (std::isfinite(f) && (f != 0.0f || v[k] == 0.0)) continue;
+    std::ostringstream os;
+    os << quoted(path) << ": /values[" << first + k << "] = " << v[k]
+       << ": expected a value representable in single precision (--precision float: magnitudes "
+       << static_cast<double>(std::numeric_limits<float>::denorm_min()) << " to "
+       << static_cast<double>(std::numeric_limits<float>::max())
+       << ", or 0); run with --precision double";
+    throw PositionedError(first + k, os.str());
+  }
+}
 
 /// Every rank passes its candidate (kNoError: none; 0: a file-level problem; else
 /// position + 1); the earliest is thrown as CollectiveError on every rank.
@@ -540,7 +558,8 @@ std::uint64_t div_up(std::uint64_t a, std::uint64_t b) {
 // Detection
 
 bool is_hdf5_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO with no writer must not block the open (it is then not HDF5).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
   struct stat st {};
   bool found = false;
@@ -633,6 +652,9 @@ struct H5TensorReader::Impl {
     std::uint64_t seg = 1;            ///< elements per segment: the chunk length, or nnz
     std::vector<std::uint64_t> addr;  ///< file offset of every segment
   };
+  /// Held by read_direct around every HDF5 call, so that several threads may call it (the
+  /// tier-3 prefetch threads): only the preads of the direct path run side by side.
+  std::mutex hdf5_mutex;
   int direct_state = 0;  ///< 0: not looked up yet; 1: available; -1: fall back
   std::uint64_t direct_piece_bytes = kDirectPieceBytes;
   std::string direct_why;
@@ -660,7 +682,8 @@ void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0)
       throw InputError(path + ": cannot open: " + errno_text(errno));
-    if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory, expected an .h5 file");
+    if (!S_ISREG(st.st_mode))  // a FIFO or device: refused before anything opens it
+      throw InputError(posix::not_regular_message(path, st.st_mode, "an .h5 file"));
     info.file_bytes = static_cast<std::uint64_t>(st.st_size);
   }
   if (!is_hdf5_file(path))
@@ -1378,16 +1401,22 @@ template <typename T>
 void H5TensorReader::read_direct(nnz_t first, nnz_t count, index_t* const* idx, T* vals,
                                  int threads, const H5ReadChecks& checks) {
   static_assert(std::is_same_v<T, double> || std::is_same_v<T, float>);
-  const H5Quiet quiet;
   Impl& m = *impl_;
   TESSERA_EXPECTS(
       first >= 0 && count >= 0 && first + count <= m.info.nnz,
       "range [" << first << ", " << first + count << ") of " << m.info.nnz << " nonzeros");
-  m.init_direct();
-  if (m.direct_state > 0)
-    m.read_direct(first, count, idx, vals, threads, checks);
-  else
+  {
+    std::lock_guard<std::mutex> lk(m.hdf5_mutex);
+    const H5Quiet quiet;
+    m.init_direct();
+  }
+  if (m.direct_state > 0) {
+    m.read_direct(first, count, idx, vals, threads, checks);  // preads: calls may overlap
+  } else {
+    std::lock_guard<std::mutex> lk(m.hdf5_mutex);  // HDF5 (serial builds) is not thread-safe
+    const H5Quiet quiet;
     m.read_checked(first, count, idx, vals, checks);
+  }
 }
 
 template void H5TensorReader::read_direct<double>(nnz_t, nnz_t, index_t* const*, double*, int,
@@ -1517,6 +1546,7 @@ void read_share(const std::string& path, const comm::Communicator& c, const H5Re
       const std::size_t at = keep ? static_cast<std::size_t>(done) : 0;
       for (int m = 0; m < N; ++m) p[m] = x.idx[static_cast<std::size_t>(m)].data() + at;
       rd->read_direct(first + done, n, p, x.vals.data() + at, threads);
+      if (opt.float_values) check_float_range(path, first + done, n, x.vals.data() + at);
       progress.update(static_cast<std::uint64_t>(done + n) * per_nnz *
                       static_cast<std::uint64_t>(P));
     }
@@ -1594,6 +1624,7 @@ struct H5TensorWriter::Impl {
   int rounds = 0;
   std::uint64_t total_bytes = 0, done_bytes = 0;
   std::unique_ptr<Progress> progress;
+  std::unique_ptr<SharedOutput> out;  // io/output.hpp
 
   Impl(const comm::Communicator& comm) : c(comm) {}
   ~Impl() {
@@ -1743,16 +1774,14 @@ H5TensorWriter::H5TensorWriter(const std::string& path, const H5Header& h,
 #else
   m.direct = false;  // chunk addresses need H5Dget_chunk_info_by_coord (HDF5 1.10.5)
 #endif
-  std::uint64_t tag = 0;
-  if (c.rank() == 0) {
-    std::random_device rd;
-    tag = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid()) ^
-          static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  }
-  c.broadcast(&tag, 1, 0);
-  char hex[24];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(tag));
-  m.tmp = path + ".tmp-" + hex;
+  // io/output.hpp: rank 0's temporary PATH.tmp-HOST_PID, renamed by commit() and removed on
+  // any error; HDF5 needs a seekable file, so a character device or FIFO is refused.
+  m.out = std::make_unique<SharedOutput>(path, c);
+  m.tmp = m.out->write_path();
+  if (m.out->special())
+    throw CollectiveError("cannot write " + path +
+                          ": an HDF5 tensor store needs a regular (seekable) file, and this is a "
+                          "character device or FIFO");
   comm::run_collectively(c, [&] {
     if (c.rank() == 0) m.create();
   });
@@ -2016,8 +2045,7 @@ void H5TensorWriter::commit(const H5Partition* partition) {
         throw InputError("cannot write " + m.tmp + h5_detail());
     }
     if (!f.close()) throw InputError("cannot write " + m.tmp + h5_detail());
-    if (std::rename(m.tmp.c_str(), m.path.c_str()) != 0)
-      throw InputError("cannot rename " + m.tmp + " to " + m.path + ": " + errno_text(errno));
+    m.out->commit();  // fsync and rename
   });
   m.committed = true;
 }

@@ -23,7 +23,7 @@
 // datasets, every rank writes its nonzeros straight into the allocated chunks with pwrite()
 // at the chunk addresses HDF5 reports (all ranks at once); for compressed datasets the ranks
 // take turns writing through HDF5 (rank order). Reads are concurrent (every rank opens the
-// file read-only). Files are written to PATH.tmp-<random> and renamed by rank 0 once
+// file read-only). Files are written to PATH.tmp-HOST_PID and renamed by rank 0 once
 // complete, so an interrupted write never leaves PATH.
 #pragma once
 
@@ -154,7 +154,10 @@ class H5TensorReader {
   /// path (HDF5, one thread) with the same checks. Scratch: none when T is the stored
   /// type and checksums are off; else up to `threads` buffers of at most max(8 MiB (see
   /// set_direct_piece_bytes), one chunk). The first call costs (order + 1) x chunks HDF5
-  /// index lookups. Not thread-safe (one call at a time per reader), like read().
+  /// index lookups. Several threads may call it at once on one reader (the tier-3 prefetch
+  /// threads): the direct path's preads run side by side, every HDF5 call (the lookup,
+  /// the fallback) one at a time under a lock of the reader. Other members are not
+  /// thread-safe.
   template <typename T>
   void read_direct(nnz_t first, nnz_t count, index_t* const* idx, T* vals, int threads,
                    const H5ReadChecks& checks = {});
@@ -187,6 +190,10 @@ struct H5ReadOptions {
   bool by_block = true;
   /// Nonzeros read per call (progress granularity); 0 = 16 Mi.
   nnz_t piece = 0;
+  /// The run computes in single precision (--precision float): a value float cannot
+  /// represent (magnitude over 3.4e38, or a nonzero that would round to 0) is refused,
+  /// naming /values[position], instead of becoming Inf or 0 later.
+  bool float_values = false;
 };
 
 struct H5ReadResult : TnsReadResult {
@@ -257,7 +264,8 @@ struct H5Piece {
 /// on any rank, agreed collectively) removes the temporary file.
 class H5TensorWriter {
  public:
-  /// Collective: rank 0 creates PATH.tmp-<random> with datasets of h.nnz nonzeros.
+  /// Collective: rank 0 creates PATH.tmp-HOST_PID (io/output.hpp) with datasets of h.nnz
+  /// nonzeros. A character device or FIFO at `path` is refused (CollectiveError).
   H5TensorWriter(const std::string& path, const H5Header& h, const comm::Communicator& c,
                  const H5WriteOptions& o = {});
   ~H5TensorWriter();

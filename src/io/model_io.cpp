@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
+#include "io/output.hpp"
 #include "util/error.hpp"
 
 namespace tessera::io {
@@ -128,7 +130,11 @@ std::vector<double> read_dataset(hid_t loc, const std::string& name, const std::
 }  // namespace
 
 void write_kruskal_h5(const std::string& path, const KruskalModel& m, const ModelRecord& rec) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  AtomicOutput out(path);  // io/output.hpp: a temporary renamed by commit(), removed on error
+  TESSERA_INPUT_CHECK(!out.special(), "cannot write model file '"
+                                          << path
+                                          << "': HDF5 files need a regular (seekable) file");
+  const std::string& tmp = out.write_path();
   {
     H5Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     TESSERA_INPUT_CHECK(f.id >= 0, "cannot create model file '" << tmp << "'");
@@ -153,8 +159,7 @@ void write_kruskal_h5(const std::string& path, const KruskalModel& m, const Mode
     }
     TESSERA_H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush " << tmp);
   }
-  TESSERA_INPUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
-                      "cannot rename '" << tmp << "' to '" << path << "'");
+  out.commit();
 }
 
 KruskalModel read_kruskal_h5(const std::string& path, ModelRecord* rec) {
@@ -168,6 +173,11 @@ KruskalModel read_kruskal_h5(const std::string& path, ModelRecord* rec) {
     ~Restore() { H5Eset_auto2(H5E_DEFAULT, f, d); }
   } restore{old_func, old_data};
 
+  {  // stat() only: HDF5 would open a FIFO with no writer and wait forever.
+    std::error_code ec;
+    TESSERA_INPUT_CHECK(std::filesystem::is_regular_file(path, ec),
+                        "'" << path << "' is not a regular file: expected an HDF5 model file");
+  }
   TESSERA_INPUT_CHECK(H5Fis_hdf5(path.c_str()) > 0, "'" << path << "' is not an HDF5 file");
   H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   TESSERA_INPUT_CHECK(f.id >= 0, "cannot open '" << path << "'");
@@ -243,7 +253,11 @@ void write_tucker_h5(const std::string& path, const TuckerModel& m, const ModelR
   }
   TESSERA_EXPECTS(m.core.size() == core_len,
                   "Tucker model: core has " << m.core.size() << " values, expected " << core_len);
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  AtomicOutput out(path);  // io/output.hpp: a temporary renamed by commit(), removed on error
+  TESSERA_INPUT_CHECK(!out.special(), "cannot write model file '"
+                                          << path
+                                          << "': HDF5 files need a regular (seekable) file");
+  const std::string& tmp = out.write_path();
   {
     H5Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     TESSERA_INPUT_CHECK(f.id >= 0, "cannot create model file '" << tmp << "'");
@@ -268,8 +282,7 @@ void write_tucker_h5(const std::string& path, const TuckerModel& m, const ModelR
     }
     TESSERA_H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush " << tmp);
   }
-  TESSERA_INPUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
-                      "cannot rename '" << tmp << "' to '" << path << "'");
+  out.commit();
 }
 
 TuckerModel read_tucker_h5(const std::string& path, ModelRecord* rec) {
@@ -283,6 +296,11 @@ TuckerModel read_tucker_h5(const std::string& path, ModelRecord* rec) {
     ~Restore() { H5Eset_auto2(H5E_DEFAULT, f, d); }
   } restore{old_func, old_data};
 
+  {  // stat() only: HDF5 would open a FIFO with no writer and wait forever.
+    std::error_code ec;
+    TESSERA_INPUT_CHECK(std::filesystem::is_regular_file(path, ec),
+                        "'" << path << "' is not a regular file: expected an HDF5 model file");
+  }
   TESSERA_INPUT_CHECK(H5Fis_hdf5(path.c_str()) > 0, "'" << path << "' is not an HDF5 file");
   H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   TESSERA_INPUT_CHECK(f.id >= 0, "cannot open '" << path << "'");

@@ -23,7 +23,9 @@ struct ModelRecord {
 };
 
 /// Writes the model to `path` through a temporary name renamed when complete, so an
-/// interrupted write never leaves a file that looks valid. Call on one rank.
+/// interrupted write never leaves a file that looks valid (io::AtomicOutput: the temporary
+/// is removed on any error; a character device or FIFO is refused, HDF5 needs a seekable
+/// file). Call on one rank.
 void write_kruskal_h5(const std::string& path, const KruskalModel& m, const ModelRecord& rec);
 
 /// Reads a file written by write_kruskal_h5; throws InputError on a wrong layout.

@@ -3,6 +3,8 @@
 // library.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +18,50 @@
 
 namespace tessera::io::posix {
 
-inline std::string errno_text(int e) { return std::strerror(e); }
+inline std::string errno_text(int e) {
+  return std::strerror(e);
+}
+
+/// What a file of mode `m` is, for messages: "a directory", "a FIFO (named pipe)", ...
+inline const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+/// Message for an input that is not a regular file (`expected`: "a .tns file", ...).
+inline std::string not_regular_message(const std::string& path, mode_t m,
+                                       const std::string& expected) {
+  std::string s = path + ": is " + file_kind(m) + ", expected " + expected;
+  if (!S_ISDIR(m))
+    s += " (inputs are read at byte offsets by every rank, so pipes, devices and sockets are "
+         "refused rather than waited on: save the data to a file first)";
+  return s;
+}
+
+/// Opens `path` for reading without ever blocking (a FIFO with no writer would block a
+/// plain open forever): stat() first, then open(O_NONBLOCK) and fstat() again (the path may
+/// have changed in between). Throws InputError "PATH: cannot open: ..." when it does not
+/// exist or cannot be opened, and not_regular_message() for anything but a regular file.
+/// Returns the descriptor (the caller closes it); `*st` receives its fstat().
+inline int open_regular_input(const std::string& path, const std::string& expected,
+                              struct stat* st) {
+  if (::stat(path.c_str(), st) != 0) throw InputError(path + ": cannot open: " + errno_text(errno));
+  if (!S_ISREG(st->st_mode)) throw InputError(not_regular_message(path, st->st_mode, expected));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw InputError(path + ": cannot open: " + errno_text(errno));
+  if (::fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    const int e = errno;
+    const mode_t m = st->st_mode;
+    ::close(fd);
+    if (!S_ISREG(m)) throw InputError(not_regular_message(path, m, expected));
+    throw InputError(path + ": cannot stat: " + errno_text(e));
+  }
+  return fd;
+}
 
 /// Reads exactly n bytes at `off`; throws InputError naming `path` on an error or an early
 /// end of file.

@@ -11,7 +11,8 @@
 // the file's first data line: rank 0 reads from offset 0 up to that line and broadcasts N.
 //
 // .gz files. A gzip stream cannot be entered in the middle, so every rank inflates the
-// whole stream (zlib gzread: streaming, concatenated members, CRC checked) and parses only
+// whole stream (zlib inflate: streaming, concatenated members, CRC checked; anything after
+// the last member but the end of the file is an error naming its byte) and parses only
 // its share of the text: the decompressed text is cut into fixed-size blocks (4 MiB by
 // default), block b belongs to rank b % P, and a line belongs to the block in which it
 // starts. Every rank sees every line, so every rank knows N and the global line numbers
@@ -55,6 +56,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/output.hpp"
 #include "io/posix_io.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -152,6 +154,22 @@ std::string fields_message(int order, std::size_t found) {
 
 enum class ValueStatus { ok, invalid, range, nonfinite };
 
+/// True when v survives the conversion to float (--precision float): finite, and not a
+/// nonzero that rounds to 0.
+inline bool fits_float(double v) {
+  const auto f = static_cast<float>(v);
+  return std::isfinite(f) && (f != 0.0f || v == 0.0);
+}
+
+std::string float_range_message(std::string_view t) {
+  char lim[96];
+  std::snprintf(lim, sizeof(lim), "magnitudes %.3g to %.3g, or 0",
+                static_cast<double>(std::numeric_limits<float>::denorm_min()),
+                static_cast<double>(std::numeric_limits<float>::max()));
+  return "value: expected a number representable in single precision (--precision float: " +
+         std::string(lim) + "), found " + quote(t) + " (run with --precision double)";
+}
+
 /// Parses a value token [b, e) (non-empty, no blanks).
 inline ValueStatus parse_value(const char* b, const char* e, double* out) {
   // Plain integers of up to 15 digits convert exactly (the common case in real tensors).
@@ -206,7 +224,8 @@ bool detect_order(const char* line, const char* b, const char* e, int* order, st
 }
 
 /// Why the data line [b, e) is malformed: expected vs found, for the user.
-std::string describe_bad_line(const char* b, const char* e, int order, IndexBase base) {
+std::string describe_bad_line(const char* b, const char* e, int order, IndexBase base,
+                              bool float_values) {
   if (const char* bad = find_binary(b, e)) return binary_message(b, bad);
   const auto f = split_fields(b, e);
   if (f.size() != static_cast<std::size_t>(order) + 1) return fields_message(order, f.size());
@@ -240,6 +259,7 @@ std::string describe_bad_line(const char* b, const char* e, int order, IndexBase
     case ValueStatus::nonfinite:
       return "value: expected a finite number (NaN and Inf are not allowed), found " + quote(t);
     case ValueStatus::ok:
+      if (float_values && !fits_float(v)) return float_range_message(t);
       break;
   }
   return "malformed line";  // not reached: the fast parser accepts what passes the above
@@ -259,7 +279,9 @@ struct LocalError {
 class Parser {
  public:
   /// `order` 0: set by the first data line seen (every rank sees it; .gz reading).
-  Parser(int order, IndexBase base, SparseTensor<double>* out) : base_(base), out_(out) {
+  /// `float_values`: values must survive the conversion to float (fits_float).
+  Parser(int order, IndexBase base, SparseTensor<double>* out, bool float_values = false)
+      : base_(base), out_(out), float_values_(float_values) {
     if (order > 0) set_order(order);
   }
 
@@ -287,7 +309,7 @@ class Parser {
       set_order(n);
     }
     if (!owned) return;
-    if (!parse_data(p, e)) fail(describe_bad_line(b, e, order_, base_));
+    if (!parse_data(p, e)) fail(describe_bad_line(b, e, order_, base_, float_values_));
   }
 
   std::uint64_t lines() const { return lines_; }
@@ -328,6 +350,7 @@ class Parser {
     if (p == t) return false;
     double v = 0;
     if (parse_value(t, p, &v) != ValueStatus::ok) return false;
+    if (float_values_ && !fits_float(v)) return false;
     while (p < e && is_ws(*p)) ++p;
     if (p != e) return false;
     for (int m = 0; m < order_; ++m) out_->idx[static_cast<std::size_t>(m)].push_back(c[m]);
@@ -337,6 +360,7 @@ class Parser {
 
   IndexBase base_;
   SparseTensor<double>* out_;
+  bool float_values_ = false;
   int order_ = 0;
   std::uint64_t lines_ = 0;
   bool saw_zero_ = false;
@@ -356,7 +380,6 @@ struct Fd {
     if (fd >= 0) ::close(fd);
   }
 };
-
 
 /// Calls on_line(b, e) for every line starting in [lo, hi) of the `size`-byte file, in
 /// order, reading `chunk` bytes at a time; stops early when on_line returns false. A
@@ -451,25 +474,113 @@ int find_order_plain(int fd, const std::string& path, std::uint64_t size, std::s
 // ---------------------------------------------------------------------------------------
 // .gz files
 
-struct GzFile {
-  gzFile f = nullptr;
-  GzFile() = default;
-  GzFile(const GzFile&) = delete;
-  GzFile& operator=(const GzFile&) = delete;
-  ~GzFile() {
-    if (f) gzclose_r(f);
+/// Inflates a gzip file from a descriptor, member after member (RFC 1952 allows several
+/// concatenated members: they read as one stream). After each member the file must end or
+/// another member must start (magic bytes 1f 8b); anything else (text appended to a
+/// compressed file, padding, a second file glued on) is an InputError naming the byte
+/// offset, never dropped in silence. zlib's gzread would stop at such data without a word.
+class GzInflater {
+ public:
+  GzInflater(int fd, const std::string& path, std::uint64_t size)
+      : fd_(fd), path_(path), size_(size), in_(kInBytes) {
+    if (inflateInit2(&zs_, 15 + 16) != Z_OK) throw Error(path + ": zlib inflateInit2 failed");
   }
+  ~GzInflater() { inflateEnd(&zs_); }
+  GzInflater(const GzInflater&) = delete;
+  GzInflater& operator=(const GzInflater&) = delete;
+
+  /// Up to n bytes of text into dst; fewer only at the end of the stream or on an error,
+  /// when *zerr receives zlib's reason (the bytes before it are valid).
+  std::size_t read(char* dst, std::size_t n, std::string* zerr) {
+    std::size_t got = 0;
+    while (got < n && !done_) {
+      if (zs_.avail_in == 0) refill();
+      if (zs_.avail_in == 0) {
+        *zerr = "unexpected end of file";
+        return got;
+      }
+      const auto room = static_cast<uInt>(std::min<std::size_t>(n - got, 1u << 30));
+      zs_.next_out = reinterpret_cast<Bytef*>(dst + got);
+      zs_.avail_out = room;
+      const int rc = inflate(&zs_, Z_NO_FLUSH);
+      got += room - zs_.avail_out;
+      if (rc == Z_STREAM_END) {
+        next_member();
+      } else if (rc != Z_OK && !(rc == Z_BUF_ERROR && zs_.avail_in == 0)) {
+        *zerr = zs_.msg ? zs_.msg : ("zlib error " + std::to_string(rc));
+        return got;
+      }
+    }
+    return got;
+  }
+  /// Compressed bytes consumed so far.
+  std::uint64_t offset() const { return pos_ - zs_.avail_in; }
+
+ private:
+  static constexpr std::size_t kInBytes = std::size_t(1) << 20;
+
+  /// Keeps the unread input and appends what the file has next, up to the buffer's size.
+  void refill() {
+    const std::size_t keep = zs_.avail_in;
+    if (keep > 0 && zs_.next_in != in_.data()) std::memmove(in_.data(), zs_.next_in, keep);
+    const auto want = static_cast<std::size_t>(
+        std::min<std::uint64_t>(in_.size() - keep, size_ - std::min(pos_, size_)));
+    if (want > 0) pread_full(fd_, in_.data() + keep, want, pos_, path_);
+    pos_ += want;
+    zs_.next_in = in_.data();
+    zs_.avail_in = static_cast<uInt>(keep + want);
+  }
+
+  /// After a member's trailer: the end of the file, or the next member.
+  void next_member() {
+    ++members_;
+    if (zs_.avail_in < 2) refill();
+    if (zs_.avail_in == 0) {
+      done_ = true;
+      return;
+    }
+    const unsigned char* b = zs_.next_in;
+    if (zs_.avail_in >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
+      if (inflateReset(&zs_) != Z_OK) throw Error(path_ + ": zlib inflateReset failed");
+      return;
+    }
+    const std::uint64_t at = offset();
+    const std::size_t show = std::min<std::size_t>(zs_.avail_in, 24);
+    std::string found;
+    for (std::size_t k = 0; k < show; ++k) {
+      const auto ch = b[k];
+      if (ch >= 0x20 && ch < 0x7f) {
+        found += static_cast<char>(ch);
+      } else {
+        char e[8];
+        std::snprintf(e, sizeof(e), "\\x%02x", ch);
+        found += e;
+      }
+    }
+    throw InputError(path_ + ": byte " + std::to_string(at) + ": " + std::to_string(size_ - at) +
+                     " byte" + (size_ - at == 1 ? "" : "s") + " after the end of gzip member " +
+                     std::to_string(members_) + " are not a gzip member (found '" + found +
+                     (zs_.avail_in > show ? "..." : "") +
+                     "'): expected the end of the file or another gzip member (data appended "
+                     "to a compressed file is not read; recompress the whole text)");
+  }
+
+  int fd_;
+  const std::string& path_;
+  std::uint64_t size_;
+  std::uint64_t pos_ = 0;  // file offset of the next read
+  std::vector<unsigned char> in_;
+  z_stream zs_{};
+  int members_ = 0;
+  bool done_ = false;
 };
 
 /// Inflates the whole stream; calls parser.line() for every line, owned when its start
 /// offset lies in a block of this rank. Returns the number of text bytes.
-std::uint64_t read_gz_stream(const std::string& path, std::size_t chunk, std::size_t block,
-                             int rank, int nranks, Parser& parser, Progress& progress) {
-  GzFile gz;
-  gz.f = gzopen(path.c_str(), "rb");
-  if (gz.f == nullptr)
-    throw InputError(path + ": cannot open: " + (errno ? errno_text(errno) : "out of memory"));
-  gzbuffer(gz.f, 1u << 20);
+std::uint64_t read_gz_stream(int fd, const std::string& path, std::uint64_t size, std::size_t chunk,
+                             std::size_t block, int rank, int nranks, Parser& parser,
+                             Progress& progress) {
+  GzInflater gz(fd, path, size);
   const auto owns = [&](std::uint64_t off) {
     return static_cast<int>((off / block) % static_cast<std::uint64_t>(nranks)) == rank;
   };
@@ -480,14 +591,12 @@ std::uint64_t read_gz_stream(const std::string& path, std::size_t chunk, std::si
   bool skip_to_newline = false;  // rest of an over-long line
   while (true) {
     if (buf.size() < have + want) buf.resize(have + want);
-    const int n = gzread(gz.f, buf.data() + have, want);
-    int zerr = Z_OK;
-    const char* zmsg = gzerror(gz.f, &zerr);
-    if (n < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
-      const std::size_t got = static_cast<std::size_t>(std::max(n, 0));
+    std::string zmsg;
+    const auto n = static_cast<std::int64_t>(gz.read(buf.data() + have, want, &zmsg));
+    if (!zmsg.empty()) {
+      const auto got = static_cast<std::size_t>(n);
       const auto newlines = std::count(buf.data() + have, buf.data() + have + got, '\n');
-      throw InputError(path + ": corrupt or truncated gzip data (zlib: " +
-                       std::string(zmsg ? zmsg : "unknown error") + ") after " +
+      throw InputError(path + ": corrupt or truncated gzip data (zlib: " + zmsg + ") after " +
                        std::to_string(buf_off + have + got) +
                        " bytes of decompressed text, in line " +
                        std::to_string(parser.lines() + static_cast<std::uint64_t>(newlines) + 1));
@@ -526,7 +635,7 @@ std::uint64_t read_gz_stream(const std::string& path, std::size_t chunk, std::si
       have = 0;
       skip_to_newline = true;
     }
-    progress.update(static_cast<std::uint64_t>(std::max<z_off_t>(gzoffset(gz.f), 0)));
+    progress.update(gz.offset());
   }
 }
 
@@ -568,12 +677,9 @@ TnsReadResult read_tns(const std::string& path, const comm::Communicator& c,
   Fd fd;
   std::uint64_t info[2] = {0, 0};  // size in bytes, is gzip
   comm::run_collectively(c, [&] {
-    fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd.fd < 0) throw InputError(path + ": cannot open: " + errno_text(errno));
+    // Regular files only, opened without blocking (a FIFO with no writer would hang).
     struct stat st {};
-    if (::fstat(fd.fd, &st) != 0) throw InputError(path + ": cannot stat: " + errno_text(errno));
-    if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory, expected a .tns file");
-    if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file");
+    fd.fd = posix::open_regular_input(path, "a .tns file", &st);
     if (rank == 0) {
       info[0] = static_cast<std::uint64_t>(st.st_size);
       unsigned char magic[2] = {0, 0};
@@ -600,17 +706,15 @@ TnsReadResult read_tns(const std::string& path, const comm::Communicator& c,
 
   // 3. Parse this rank's lines; no communication, no early exit.
   SparseTensor<double>& x = res.local;
-  Parser parser(order, opt.base, &x);
+  Parser parser(order, opt.base, &x, opt.float_values);
   std::optional<std::string> file_error;
   {
     // Plain files: rank 0's share, scaled to the file (the ranks move at similar speeds).
     Progress progress(rank == 0 && opt.progress, "reading", base_name(path), size);
     try {
       if (gz) {
-        ::close(fd.fd);  // zlib opens the file itself
-        fd.fd = -1;
-        res.text_bytes = read_gz_stream(path, chunk ? chunk : kDefaultGzChunk, gz_block, rank,
-                                        nranks, parser, progress);
+        res.text_bytes = read_gz_stream(fd.fd, path, size, chunk ? chunk : kDefaultGzChunk,
+                                        gz_block, rank, nranks, parser, progress);
       } else {
         const std::uint64_t lo = size * static_cast<std::uint64_t>(rank) / nranks;
         const std::uint64_t hi = size * static_cast<std::uint64_t>(rank + 1) / nranks;
@@ -727,7 +831,6 @@ void format_text(const std::string& prefix, const SparseTensor<double>& x, Sink&
   }
 }
 
-
 /// The local text compressed as one gzip member.
 std::vector<char> gzip_member(const std::string& prefix, const SparseTensor<double>& x,
                               const std::string& path) {
@@ -808,17 +911,10 @@ void write_tns(const std::string& path, const SparseTensor<double>& x,
   c.allreduce(dims.data(), dims.size(), comm::ReduceOp::max);
   const nnz_t nnz = c.allreduce_value<nnz_t>(x.nnz(), comm::ReduceOp::sum);
 
-  // 2. Temporary name, chosen by rank 0.
-  std::uint64_t tag = 0;
-  if (rank == 0) {
-    std::random_device rd;
-    tag = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid()) ^
-          static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  }
-  c.broadcast(&tag, 1, 0);
-  char hex[24];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(tag));
-  const std::string tmp = path + ".tmp-" + hex;
+  // 2. Where to write (io/output.hpp): rank 0's temporary PATH.tmp-HOST_PID, renamed at the
+  // end and removed on any error; a character device or FIFO is written directly.
+  SharedOutput out(path, c);
+  const std::string& tmp = out.write_path();
   const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
 
   // 3. This rank's bytes: their length first (for the offsets), then the bytes.
@@ -841,16 +937,29 @@ void write_tns(const std::string& path, const SparseTensor<double>& x,
   std::uint64_t offset = 0;
   for (int q = 0; q < rank; ++q) offset += sizes[static_cast<std::size_t>(q)];
 
+  // A special file cannot be written at offsets: rank 0 writes every rank's bytes in order.
+  if (out.special()) {
+    std::string bytes;
+    comm::run_collectively(c, [&] {
+      if (gz) {
+        bytes.assign(member.begin(), member.end());
+      } else {
+        bytes.reserve(static_cast<std::size_t>(my_bytes));
+        format_text(header, x, [&](const char* d, std::size_t n) { bytes.append(d, n); });
+      }
+    });
+    write_in_rank_order(path, bytes.data(), bytes.size(), c);
+    return;
+  }
+
   // 4. Rank 0 creates the file; every rank writes its part; rank 0 renames.
-  bool created = false;
-  try {
+  {
     Fd fd;
     comm::run_collectively(c, [&] {
       if (rank != 0) return;
       fd.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd.fd < 0) throw InputError("cannot create " + tmp + ": " + errno_text(errno));
     });
-    created = true;
     comm::run_collectively(c, [&] {
       if (my_bytes == 0) return;
       if (rank != 0) {
@@ -871,13 +980,7 @@ void write_tns(const std::string& path, const SparseTensor<double>& x,
       fd.fd = -1;
       if (::close(f) != 0) throw InputError("cannot close " + tmp + ": " + errno_text(errno));
     });
-    comm::run_collectively(c, [&] {
-      if (rank == 0 && std::rename(tmp.c_str(), path.c_str()) != 0)
-        throw InputError("cannot rename " + tmp + " to " + path + ": " + errno_text(errno));
-    });
-  } catch (...) {
-    if (rank == 0 && created) ::unlink(tmp.c_str());
-    throw;
+    comm::run_collectively(c, [&] { out.commit(); });  // rank 0: fsync and rename
   }
 }
 

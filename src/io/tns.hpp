@@ -10,7 +10,10 @@
 //  - coordinates are stored 0-based as index_t (uint32): the largest accepted coordinate
 //    in the file is 4294967295;
 //  - the format is taken from the content, not the name: a file starting with the gzip
-//    magic bytes is inflated (concatenated gzip members are read as one stream).
+//    magic bytes is inflated (concatenated gzip members are read as one stream; any other
+//    data after a member is an error naming its byte offset, never ignored);
+//  - only regular files are read: a directory, FIFO, character or block device or socket
+//    is refused with a message (never opened in a way that could block).
 #pragma once
 
 #include <cstddef>
@@ -37,6 +40,11 @@ struct TnsReadOptions {
   /// Size of the blocks of decompressed text dealt round-robin to the ranks when reading
   /// a .gz file (block b belongs to rank b % P); 0 = default (4 MiB).
   std::size_t gz_block_bytes = 0;
+  /// The run computes in single precision (--precision float): a value that float cannot
+  /// represent (magnitude over 3.4e38, or a nonzero that would round to 0) is refused as a
+  /// malformed line ("FILE:LINE: value: expected a number representable in single
+  /// precision ...") instead of becoming Inf or 0 later.
+  bool float_values = false;
 };
 
 struct TnsReadResult {

@@ -346,7 +346,11 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     const u64 cut = direct ? 0 : mul(s.n, static_cast<u64>(std::max(s.v, 4)));
     const u64 load_extra = std::max(load > s.coo ? load - s.coo : 0, cut);
     if (cuda) {
-      c.parts.push_back({"load transients (read, distribute, cut)", load_extra, 0, 0, ""});
+      // Backend::prepare_stream_chunk sorts each chunk once the load is done: a permutation
+      // and its scratch (16 bytes per nonzero of one chunk).
+      const u64 sort = mul(static_cast<u64>(c.chunk), 16);
+      c.parts.push_back({"load transients (read, distribute, cut), then the chunk sort",
+                         std::max(load_extra, sort), 0, 0, "the larger of the two"});
       c.parts.push_back({"chunk buffers and per-chunk sort", 0, chunk_device_bytes(s, c.chunk), 0,
                          "cuda mttkrp_accumulate"});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, loop_b, 0, ""});
@@ -369,9 +373,10 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     const u64 room = host_limit > fixed ? host_limit - fixed : 0;
     c.chunk = chunk_for(req, t, s, cuda ? std::min<u64>(room, dev_limit) : room);
     const u64 chunk_coo = coo_bytes(c.chunk, s.N, s.v);
-    c.parts.push_back({"chunk buffers (2, page-locked for cuda) and read scratch",
-                       add(mul(chunk_coo, 2), read_scratch(req, t, static_cast<u64>(c.chunk))), 0,
-                       0, c.load_how});
+    const auto nbuf = static_cast<u64>(std::max(req.read_ahead, 1)) + 1;
+    c.parts.push_back({"chunk buffers (read-ahead + 1, page-locked for cuda) and read scratch",
+                       add(mul(chunk_coo, nbuf), read_scratch(req, t, static_cast<u64>(c.chunk))),
+                       0, 0, c.load_how});
     c.parts.push_back({"distinct rows of every mode", mul(s.sum_rows, 4), 0, 0, ""});
     if (cuda) {
       c.parts.push_back({"chunk buffers and per-chunk sort", 0, chunk_device_bytes(s, c.chunk), 0,
@@ -464,7 +469,26 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     p.tier_name = "none";
     std::ostringstream os;
     os << "no memory tier fits " << (t.path.empty() ? std::string("the generated tensor") : t.path)
-       << ": this rank's block of " << s.n << " nonzeros (" << gb(s.coo) << " raw): ";
+       << ": ";
+    // Factors are never streamed: when they alone exceed a limit, say so first, naming the
+    // longest mode (a store with dims of 2^32 needs tens of GB per factor).
+    const bool dev_short = cuda && loop_b > dev_limit;
+    if (loop_h > host_limit || dev_short) {
+      int m = 0;
+      for (int k = 1; k < s.N; ++k)
+        if (t.dims[static_cast<std::size_t>(k)] > t.dims[static_cast<std::size_t>(m)]) m = k;
+      const u64 I = t.dims[static_cast<std::size_t>(m)];
+      os << "the dense factor matrices and MTTKRP/TTMc outputs alone need "
+         << gb(dev_short ? loop_b : loop_h) << " of " << (dev_short ? "device" : "host")
+         << " memory per rank, over the limit of " << gb(dev_short ? dev_limit : host_limit) << " ("
+         << (dev_short ? dev_src : host_src) << "): mode " << m << " has " << I
+         << " rows, so its factor (" << I << " x " << std::max(s.R, 1) << ", "
+         << (s.v == 4 ? "float" : "double") << ") alone takes "
+         << gb(mul(mul(I, static_cast<u64>(std::max(s.R, 1))), static_cast<u64>(s.v)))
+         << "; factors are held whole and never streamed, so lower the rank or the mode "
+            "lengths; ";
+    }
+    os << "this rank's block of " << s.n << " nonzeros (" << gb(s.coo) << " raw): ";
     for (std::size_t k = 0; k < p.reasons.size(); ++k) os << (k ? "; " : "") << p.reasons[k];
     if (t.generated)
       os << ". A generated tensor is resident";
@@ -494,6 +518,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   p.host_peak = chosen->host;
   p.device_peak = chosen->device;
   p.chunk_nnz = chosen->chunk;
+  p.read_ahead = std::max(req.read_ahead, 1);
   p.chunks = chosen->chunk > 0 ? static_cast<nnz_t>((s.n + static_cast<u64>(chosen->chunk) - 1) /
                                                     static_cast<u64>(chosen->chunk))
                                : 0;
@@ -527,6 +552,7 @@ nlohmann::json Plan::to_json() const {
           {"backend", backend_name(backend)},
           {"block_nnz", block_nnz},
           {"chunk_nnz", chunk_nnz},
+          {"read_ahead", read_ahead},
           {"chunks_per_pass", chunks},
           {"planned_peak_host_bytes", host_peak},
           {"planned_data_host_bytes", host_peak > limits.baseline_host + kHostSlackBytes

@@ -1,6 +1,8 @@
 // Coordinate-format sparse tensor (order 1..16), structure of arrays.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -48,6 +50,23 @@ struct SparseTensor {
     double s = 0;
     for (T v : vals) s += static_cast<double>(v) * static_cast<double>(v);
     return s;
+  }
+  /// 2-norm of the values (local), without overflow or underflow while the norm itself is
+  /// a finite double (as LAPACK dnrm2): the sum of squares of the values scaled by a power
+  /// of two near 1 / max |value|, so it equals sqrt(norm_squared()) bitwise whenever that
+  /// neither overflows nor underflows.
+  double norm() const {
+    double mx = 0;
+    for (T v : vals) mx = std::max(mx, std::abs(static_cast<double>(v)));
+    if (mx == 0 || !std::isfinite(mx)) return mx;
+    const int e = std::clamp(std::ilogb(mx), -1000, 1000);  // 2^-e stays a finite double
+    const double down = std::ldexp(1.0, -e);
+    double s = 0;
+    for (T v : vals) {
+      const double x = static_cast<double>(v) * down;
+      s += x * x;
+    }
+    return std::ldexp(std::sqrt(s), e);
   }
   /// Same tensor with values converted to U.
   template <typename U>

@@ -248,6 +248,19 @@ void slice_into(const SparseTensor<T>& x, nnz_t first, nnz_t count, SparseTensor
   c->vals.assign(x.vals.begin() + first, x.vals.begin() + first + count);
 }
 
+/// The first mode with the most key bits (the one prepare_stream_chunk sorts by).
+int longest_mode(const std::vector<std::uint64_t>& dims) {
+  auto bits = [](std::uint64_t d) {
+    int b = 0;
+    while (d > 1 && ((d - 1) >> b) != 0) ++b;
+    return b;
+  };
+  int m = 0;
+  for (int d = 1; d < static_cast<int>(dims.size()); ++d)
+    if (bits(dims[static_cast<std::size_t>(d)]) > bits(dims[static_cast<std::size_t>(m)])) m = d;
+  return m;
+}
+
 template <typename T>
 class GpuAccumulate : public GpuVsReference<T> {
  protected:
@@ -257,10 +270,12 @@ class GpuAccumulate : public GpuVsReference<T> {
   /// mttkrp_accumulate of the chunks [cuts[j], cuts[j + 1]) of x, all through one host
   /// buffer that is refilled as soon as each call returns (page-locked when `pin`), on a
   /// cuda backend under `budget` (0: none). Must equal before + the reference MTTKRP of
-  /// `want_x` (x itself unless nonzeros are expected to be left out).
+  /// `want_x` (x itself unless nonzeros are expected to be left out). `prepared`: each chunk
+  /// goes through prepare_stream_chunk (sorted on the host by its longest mode) and is
+  /// passed with that sorted mode, so that mode's MTTKRP skips the device sort.
   void check(const SparseTensor<T>& x, const std::vector<nnz_t>& cuts, std::size_t budget, bool pin,
              std::uint64_t seed, const std::string& what, const SparseTensor<T>* want_x = nullptr,
-             bool expect_bad = false) {
+             bool expect_bad = false, bool prepared = false) {
     const int N = x.order();
     auto be = kernels::make_backend<T>(BackendKind::cuda);
     if (budget > 0) be->set_memory_budget(budget);
@@ -294,7 +309,16 @@ class GpuAccumulate : public GpuVsReference<T> {
         (void)be->take_accumulate_times();
         for (std::size_t j = 0; j + 1 < cuts.size(); ++j) {
           slice_into(x, cuts[j], cuts[j + 1] - cuts[j], &buf);
-          be->mttkrp_accumulate(buf, mode, skip, R, out.data());
+          int sorted_mode = -1;
+          if (prepared) {
+            sorted_mode = be->prepare_stream_chunk(buf);
+            if (buf.nnz() > 0) {
+              EXPECT_EQ(sorted_mode, longest_mode(x.dims)) << at;
+              const auto& k = buf.idx[static_cast<std::size_t>(sorted_mode)];
+              EXPECT_TRUE(std::is_sorted(k.begin(), k.end())) << at;
+            }
+          }
+          be->mttkrp_accumulate(buf, mode, skip, R, out.data(), sorted_mode);
         }
         if (expect_bad) {
           EXPECT_THROW((void)be->take_accumulate_times(), InputError) << at;
@@ -341,6 +365,53 @@ TYPED_TEST(GpuAccumulate, ChunksOfEveryOrder) {
     const nnz_t a = sh.nnz / 3, b = sh.nnz / 3 + 4097;
     this->check(x, {0, a, a, b, sh.nnz}, 0, false, seed * 7, "chunks");
   }
+}
+
+TYPED_TEST(GpuAccumulate, PreparedChunksSkipTheSortOfTheirMode) {
+  using T = TypeParam;
+  const struct {
+    std::vector<std::uint64_t> dims;
+    nnz_t nnz;
+    int skew;
+  } shapes[] = {
+      {{60, 50, 45}, 20000, -1},      // sorted by mode 0
+      {{14, 11, 130, 9}, 15000, -1},  // sorted by mode 2
+      {{40, 1, 33}, 9000, -1},        // a mode of one index
+      {{9, 8, 7, 10, 6}, 9000, -1},   // order 5
+      {{200, 30, 40}, 30000, 0},      // 70% in row 0 of mode 0
+  };
+  std::uint64_t seed = 1250;
+  for (const auto& sh : shapes) {
+    const auto x = random_tensor<T>(sh.dims, sh.nnz, ++seed, sh.skew);
+    const nnz_t a = sh.nnz / 3, b = sh.nnz / 3 + 4097;
+    this->check(x, {0, a, a, b, sh.nnz}, 0, false, seed * 7, "prepared chunks", nullptr, false,
+                true);
+  }
+  // Pieces: a budget that cuts each prepared chunk into pieces of 4096 nonzeros.
+  const auto x = random_tensor<T>({120, 90, 70}, 40000, 1299);
+  this->check(x, {0, 15000, 40000}, 1 << 16, false, 1298, "prepared pieces", nullptr, false, true);
+}
+
+TYPED_TEST(GpuAccumulate, AChunkPassedAsSortedThatIsNotIsAnError) {
+  using T = TypeParam;
+  const auto x = random_tensor<T>({50, 40, 30}, 9000, 1450);
+  ASSERT_FALSE(std::is_sorted(x.idx[0].begin(), x.idx[0].end()));  // random order
+  auto be = kernels::make_backend<T>(BackendKind::cuda);
+  const int R = 16;
+  const auto f = random_factors(*be, x.dims, R, 1451);
+  auto out = uploaded(*be, std::vector<T>(static_cast<std::size_t>(50) * R, T(0)));
+  be->mttkrp_accumulate(x, 0, f.ptrs, R, out.data(), 0);
+  try {
+    (void)be->take_accumulate_times();
+    ADD_FAILURE() << "a false sorted_mode was not reported";
+  } catch (const InputError& e) {
+    ADD_FAILURE() << "reported as a bad coordinate: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not sorted"), std::string::npos) << e.what();
+  }
+  // The flag is cleared once reported: an honest call afterwards succeeds.
+  be->mttkrp_accumulate(x, 0, f.ptrs, R, out.data());
+  EXPECT_NO_THROW((void)be->take_accumulate_times());
 }
 
 TYPED_TEST(GpuAccumulate, PiecesUnderABudgetFromPinnedMemory) {

@@ -450,6 +450,39 @@ TEST(Tier3Disk, EmptyRange) {
   }
 }
 
+TEST(Tier3Disk, EveryReadAheadStreamsTheSameChunksInOrder) {
+  // 1 to 5 prefetch threads, each reading every P-th chunk into read_ahead + 1 buffers: the
+  // chunks arrive in store order with the same contents, pass after pass, and the host
+  // buffers grow with the read-ahead.
+  const auto st = store(random_unique({40, 30, 20}, 2000, shared_seed(), 5), "ahead");
+  const nnz_t nnz = st.x.nnz();
+  const SparseTensor<double> want = range_of<double>(st.x, 0, nnz);
+  for (int ahead : {1, 2, 5}) {
+    for (nnz_t chunk : {nnz_t(7), nnz_t(300), nnz + 3}) {
+      DiskTensorOptions o;
+      o.path = st.plain;
+      o.count = nnz;
+      o.chunk_nnz = chunk;
+      o.read_ahead = ahead;
+      o.read_threads = 3;
+      DiskTensor<double> d(o);
+      const std::string what =
+          "read-ahead " + std::to_string(ahead) + ", chunk " + std::to_string(chunk);
+      const nnz_t c = std::min(chunk, nnz);
+      EXPECT_EQ(d.bytes(), static_cast<std::size_t>(ahead + 1) * static_cast<std::size_t>(c) *
+                               (3 * sizeof(index_t) + sizeof(double)))
+          << what;
+      for (int pass = 0; pass < 2; ++pass)
+        expect_same(streamed(d, c, what), want, what + ", pass " + std::to_string(pass));
+    }
+  }
+  DiskTensorOptions bad;
+  bad.path = st.plain;
+  bad.count = nnz;
+  bad.read_ahead = 0;
+  EXPECT_THROW(DiskTensor<double>{bad}, InputError);
+}
+
 TEST(Tier3Disk, LongModeKeepsItsDistinctRowsSorted) {
   // Modes over 2^28 keep their distinct indices by merging sorted chunk sets (no bitmap).
   const std::vector<std::uint64_t> dims{(std::uint64_t(1) << 28) + 5, 9, 7};

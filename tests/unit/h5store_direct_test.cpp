@@ -195,14 +195,17 @@ struct Buffers {
   explicit Buffers(nnz_t n, unsigned char poison)
       : idx(3, std::vector<index_t>(static_cast<std::size_t>(n))),
         vals(static_cast<std::size_t>(n)) {
-    for (auto& v : idx) std::memset(v.data(), poison, v.size() * sizeof(index_t));
-    std::memset(vals.data(), poison, vals.size() * sizeof(T));
+    if (n > 0) {  // memset of an empty vector's null data() is undefined
+      for (auto& v : idx) std::memset(v.data(), poison, v.size() * sizeof(index_t));
+      std::memset(vals.data(), poison, vals.size() * sizeof(T));
+    }
     for (int m = 0; m < 3; ++m) p[m] = idx[static_cast<std::size_t>(m)].data();
   }
   bool same_bits(const Buffers& o) const {
     for (int m = 0; m < 3; ++m)
       if (idx[static_cast<std::size_t>(m)] != o.idx[static_cast<std::size_t>(m)]) return false;
-    return std::memcmp(vals.data(), o.vals.data(), vals.size() * sizeof(T)) == 0;
+    return vals.size() == o.vals.size() &&
+           (vals.empty() || std::memcmp(vals.data(), o.vals.data(), vals.size() * sizeof(T)) == 0);
   }
 };
 
