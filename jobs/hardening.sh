@@ -40,12 +40,13 @@ cxx=$(command -v clang++-14 || command -v clang++)
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+mkdir -p "$build"
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
   -DTESSERA_WITH_CUDA=OFF -DTESSERA_SANITIZE=address,undefined -DTESSERA_FUZZ=ON \
-  ${launcher[@]+"${launcher[@]}"} >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+  ${launcher[@]+"${launcher[@]}"} >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
 stamp "configured $build"
 # Build only what the subset runs: the executables named by its test commands, the tessera
 # binary the driver tests launch, and the harnesses.
@@ -63,11 +64,14 @@ cmake --build "$build" -j "$jobs" --target tessera "${subset_targets[@]}" \
   "${fuzz_targets[@]/#/fuzz_}"
 stamp "built"
 
-# Sanitizer subset, then every harness over its seed corpus (ctest label fuzz).
-(cd "$build" && ctest --output-on-failure --timeout 1800 -j 2 -LE fuzz -E "$subset_exclude")
-stamp "sanitizer tests passed"
-(cd "$build" && ctest --output-on-failure --timeout 600 -L fuzz)
-stamp "seed corpora passed"
+# Sanitizer subset, then every harness over its seed corpus (ctest label fuzz). A failure
+# is reported at the end, after the fuzzing, so one run shows every problem.
+problems=()
+(cd "$build" && ctest --output-on-failure --timeout 1800 -j 2 -LE fuzz -E "$subset_exclude") ||
+  problems+=("sanitizer tests")
+stamp "sanitizer tests run"
+(cd "$build" && ctest --output-on-failure --timeout 600 -L fuzz) || problems+=("seed corpora")
+stamp "seed corpora run"
 
 # Bounded fuzzing, two harnesses at a time (one core each). New inputs go to BUILD/fuzz/,
 # never into the repository's seed corpus.
@@ -84,7 +88,6 @@ fuzz_one() {
     ${dict[@]+"${dict[@]}"} "$dir/corpus" "$here/tests/fuzz/corpus/$t" >"$dir/log" 2>&1
 }
 if [ "$fuzz_seconds" -gt 0 ]; then
-  failed=()
   for ((i = 0; i < ${#fuzz_targets[@]}; i += 2)); do
     pids=()
     for t in "${fuzz_targets[@]:i:2}"; do
@@ -96,16 +99,16 @@ if [ "$fuzz_seconds" -gt 0 ]; then
         echo "fuzz_${p#*:}: $(grep -E '^(Done|stat::number_of_executed_units)' \
           "$build/fuzz/${p#*:}/log" | tr '\n' ' ')"
       else
-        failed+=("${p#*:}")
+        problems+=("fuzz_${p#*:}")
         echo "fuzz_${p#*:}: FAILED (log and input: $build/fuzz/${p#*:}/)"
         tail -60 "$build/fuzz/${p#*:}/log"
       fi
     done
   done
   stamp "fuzzed ${#fuzz_targets[@]} harnesses for ${fuzz_seconds} s each"
-  if [ ${#failed[@]} -gt 0 ]; then
-    echo "hardening: fuzzing found a problem in: ${failed[*]}"
-    exit 1
-  fi
 fi
-stamp "done"
+if [ ${#problems[@]} -gt 0 ]; then
+  echo "hardening: FAILED: ${problems[*]}"
+  exit 1
+fi
+stamp "done, no problem found"

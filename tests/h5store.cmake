@@ -28,3 +28,12 @@ tessera_test_executable(h5store_direct
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/h5store_direct_test.cpp
   LIBS tessera::io hdf5::hdf5 ZLIB::ZLIB)
 tessera_add_test(h5store_direct h5store_direct LABELS io)
+
+# One process: corrupt stores the fuzz harness found (tests/fuzz/corpus/h5store/crash-*.h5)
+# are refused at open; the seed stores still read.
+tessera_test_executable(h5store_corrupt
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/h5store_corrupt_test.cpp
+  LIBS tessera::io hdf5::hdf5)
+target_compile_definitions(h5store_corrupt PRIVATE
+  TESSERA_FUZZ_CORPUS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus")
+tessera_add_test(h5store_corrupt h5store_corrupt LABELS io)

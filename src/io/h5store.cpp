@@ -443,6 +443,57 @@ std::string type_text(hid_t t) {
   return os.str();
 }
 
+/// Unfiltered data has a known size: every allocated chunk holds chunk x `elem` bytes, a
+/// contiguous or compact dataset length x `elem`. HDF5 1.10 trusts the sizes its chunk index
+/// and layout message record, and a corrupted one makes H5Dread copy past its own buffer
+/// (found by tests/fuzz/fuzz_h5store); refuse such a file before reading from it.
+void check_storage_sizes(const Dataset& d, hid_t dcpl, std::size_t elem, const std::string& path) {
+  if (d.length == 0 || H5Pget_nfilters(dcpl) != 0 || H5Pget_external_count(dcpl) != 0) return;
+  const auto corrupt = [&](const std::string& what) {
+    return InputError(layout_error(path, "dataset '" + d.name + "' " + what +
+                                             ": the file is corrupted (its storage sizes "
+                                             "disagree with its shape)"));
+  };
+  const hsize_t storage = H5Dget_storage_size(d.id);
+  const H5D_layout_t layout = H5Pget_layout(dcpl);
+  if (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT) {
+    if (storage != 0 && storage != d.length * elem)
+      throw corrupt("stores " + std::to_string(storage) + " bytes for " + std::to_string(d.length) +
+                    " elements of " + std::to_string(elem) + " bytes");
+    return;
+  }
+  if (layout != H5D_CHUNKED || d.chunk == 0) return;
+  const hsize_t chunk_bytes = d.chunk * elem;
+  const hsize_t nchunks = (d.length + d.chunk - 1) / d.chunk;
+#if H5_VERSION_GE(1, 10, 5)
+  // Every allocated chunk (unallocated ones read as fill values): by position when all are
+  // allocated (the usual case, one index lookup each), else by index.
+  H5Id space(H5Dget_space(d.id), H5Sclose);
+  hsize_t allocated = 0;
+  if (!space.valid() || H5Dget_num_chunks(d.id, space, &allocated) < 0)
+    throw corrupt("has an unreadable chunk index" + h5_detail());
+  if (allocated > nchunks)
+    throw corrupt("has " + std::to_string(allocated) + " chunks for " + std::to_string(nchunks) +
+                  " chunk positions");
+  for (hsize_t k = 0; k < allocated; ++k) {
+    hsize_t offset = k * d.chunk, size = 0;
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    const herr_t rc = allocated == nchunks
+                          ? H5Dget_chunk_info_by_coord(d.id, &offset, &mask, &addr, &size)
+                          : H5Dget_chunk_info(d.id, space, k, &offset, &mask, &addr, &size);
+    if (rc < 0) throw corrupt("has an unreadable chunk index" + h5_detail());
+    if (addr != HADDR_UNDEF && size != chunk_bytes)
+      throw corrupt("has a chunk of " + std::to_string(size) + " bytes at element " +
+                    std::to_string(offset) + ", expected " + std::to_string(chunk_bytes));
+  }
+#else
+  if (storage != 0 && storage % chunk_bytes != 0)
+    throw corrupt("stores " + std::to_string(storage) + " bytes, not whole chunks of " +
+                  std::to_string(chunk_bytes));
+#endif
+}
+
 /// Opens a 1-D dataset and checks its type; `expect_len` < 0: any length.
 Dataset open_dataset(hid_t file, const std::string& name, Kind kind, const std::string& path,
                      long long expect_len, const char* len_meaning,
@@ -506,6 +557,7 @@ Dataset open_dataset(hid_t file, const std::string& name, Kind kind, const std::
       if (f == H5Z_FILTER_DEFLATE) d.deflate = ncd > 0 ? static_cast<int>(cd[0]) : 6;
     }
   }
+  check_storage_sizes(d, dcpl, size, path);
   return d;
 }
 

@@ -37,8 +37,8 @@ void check_spec(const ContractSpec& sp) {
   const ContractSpec again = tessera::kernels::parse_contract_spec(sp.text);
   if (again.text != sp.text || again.x != sp.x || again.y != sp.y || again.out != sp.out ||
       again.x_key != sp.x_key || again.y_key != sp.y_key || again.key_batch != sp.key_batch ||
-      again.x_free != sp.x_free || again.y_free != sp.y_free ||
-      again.out_from_y != sp.out_from_y || again.out_mode != sp.out_mode)
+      again.x_free != sp.x_free || again.y_free != sp.y_free || again.out_from_y != sp.out_from_y ||
+      again.out_mode != sp.out_mode)
     finding("the canonical text '" + sp.text + "' parses to another spec");
   const int nx = sp.x_order(), ny = sp.y_order(), no = sp.out_order();
   if (nx < 1 || ny < 1 || no < 1 || nx > tessera::kMaxOrder || ny > tessera::kMaxOrder ||
@@ -48,8 +48,8 @@ void check_spec(const ContractSpec& sp) {
       sp.y_key.size() + sp.y_free.size() != static_cast<std::size_t>(ny) ||
       sp.x_key.size() != sp.y_key.size() || sp.key_batch.size() != sp.x_key.size() ||
       sp.out_mode.size() != static_cast<std::size_t>(no) ||
-      static_cast<std::size_t>(no) != sp.x_free.size() + sp.y_free.size() +
-                                          static_cast<std::size_t>(sp.batch()))
+      static_cast<std::size_t>(no) !=
+          sp.x_free.size() + sp.y_free.size() + static_cast<std::size_t>(sp.batch()))
     finding("spec '" + sp.text + "': modes do not add up");
   for (std::size_t c = 0; c < sp.x_key.size(); ++c)
     if (sp.x[static_cast<std::size_t>(sp.x_key[c])] != sp.y[static_cast<std::size_t>(sp.y_key[c])])
@@ -65,8 +65,8 @@ tessera::SparseTensor<double> tiny_tensor(int order, Bytes& b, std::vector<std::
   std::vector<tessera::index_t> c(static_cast<std::size_t>(order));
   for (int k = 0; k < nnz; ++k) {
     for (int m = 0; m < order; ++m)
-      c[static_cast<std::size_t>(m)] = static_cast<tessera::index_t>(
-          b.next() % t.dims[static_cast<std::size_t>(m)]);
+      c[static_cast<std::size_t>(m)] =
+          static_cast<tessera::index_t>(b.next() % t.dims[static_cast<std::size_t>(m)]);
     t.push_back(c.data(), static_cast<double>(static_cast<int>(b.next() % 9) - 4) * 0.5);
   }
   return t;

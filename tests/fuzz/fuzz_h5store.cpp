@@ -26,7 +26,7 @@ namespace {
 using tessera::nnz_t;
 using tessera::fuzz::finding;
 
-constexpr nnz_t kWindow = 512;     // nonzeros read at each end of the store
+constexpr nnz_t kWindow = 512;      // nonzeros read at each end of the store
 constexpr nnz_t kWholeRead = 4096;  // stores up to this size are read whole
 
 struct Buffers {
@@ -76,8 +76,9 @@ void read_store(const std::string& path, const tessera::comm::Communicator& worl
         r.read_direct(first, n, b.ptr.data(), b.d.data(), threads);
         check_read(info, b, n, "read_direct<double>");
       });
-      tessera::fuzz::expect_tessera_errors(
-          "read_direct<float>", [&] { r.read_direct(first, n, b.ptr.data(), b.f.data(), threads); });
+      tessera::fuzz::expect_tessera_errors("read_direct<float>", [&] {
+        r.read_direct(first, n, b.ptr.data(), b.f.data(), threads);
+      });
     }
   }
   if (info.partition) {
