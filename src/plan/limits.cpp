@@ -19,6 +19,7 @@
 
 #include "comm/mpi_communicator.hpp"
 #include "util/error.hpp"
+#include "util/sysfs.hpp"
 
 namespace tessera::plan {
 
@@ -27,21 +28,8 @@ namespace {
 constexpr std::uint64_t kNoLimitFrom = std::uint64_t{1} << 62;  // v1 "unlimited" is ~2^63
 constexpr double kTwoTo64 = 18446744073709551616.0;
 
-/// `abs` (starting with '/') under `root`: "/" + "/proc/x" -> "/proc/x".
-std::string under(const std::string& root, const std::string& abs) {
-  std::string r = root;
-  while (!r.empty() && r.back() == '/') r.pop_back();
-  return r + abs;
-}
-
-std::optional<std::string> slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::ostringstream os;
-  os << f.rdbuf();
-  if (f.bad()) return std::nullopt;
-  return os.str();
-}
+using util::read_text_file;
+using util::under_root;
 
 std::string trim(const std::string& s) {
   std::size_t b = 0, e = s.size();
@@ -75,8 +63,8 @@ std::string hb(std::uint64_t b) {
 // ---- /proc/meminfo ----------------------------------------------------------------
 
 void read_meminfo(const std::string& root, HostFacts& f) {
-  const std::string path = under(root, "/proc/meminfo");
-  auto text = slurp(path);
+  const std::string path = under_root(root, "/proc/meminfo");
+  auto text = read_text_file(path);
   if (!text) {
     f.notes.push_back(path + ": cannot read (MemAvailable unknown)");
     return;
@@ -123,7 +111,7 @@ struct CgroupFlavour {
 
 /// A limit file's value: nullopt and a note when there is none or it is odd.
 std::optional<std::uint64_t> read_limit_file(const std::string& path, HostFacts& f) {
-  auto text = slurp(path);
+  auto text = read_text_file(path);
   if (!text) {
     f.notes.push_back(path + ": absent");
     return std::nullopt;
@@ -153,7 +141,7 @@ std::optional<std::uint64_t> read_limit_file(const std::string& path, HostFacts&
 /// Memory in use by the cgroup in `dir`: usage less the inactive page cache.
 std::uint64_t read_cgroup_usage(const CgroupFlavour& cg, const std::string& dir, HostFacts& f) {
   const std::string upath = dir + "/" + cg.usage_file;
-  auto text = slurp(upath);
+  auto text = read_text_file(upath);
   std::optional<std::uint64_t> usage = text ? to_u64(trim(*text)) : std::nullopt;
   if (!usage) {
     f.notes.push_back(upath + (text ? ": unreadable value " + excerpt(*text) : ": absent") +
@@ -162,7 +150,7 @@ std::uint64_t read_cgroup_usage(const CgroupFlavour& cg, const std::string& dir,
   }
   std::uint64_t inactive = 0;
   const std::string spath = dir + "/memory.stat";
-  if (auto stat = slurp(spath)) {
+  if (auto stat = read_text_file(spath)) {
     for (const char* key : cg.stat_keys) {
       std::istringstream in(*stat);
       std::string k, v;
@@ -229,42 +217,25 @@ void read_cgroup_limits(const CgroupFlavour& cg, const std::string& path, HostFa
 }
 
 void read_cgroup(const std::string& root, HostFacts& f) {
-  const std::string path = under(root, "/proc/self/cgroup");
-  auto text = slurp(path);
+  const std::string path = under_root(root, "/proc/self/cgroup");
+  auto text = read_text_file(path);
   if (!text) {
     f.notes.push_back(path + ": cannot read (no cgroup limit)");
     return;
   }
-  std::optional<std::string> v1, v2;
-  int odd = 0;
-  std::istringstream in(*text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (trim(line).empty()) continue;
-    const auto c1 = line.find(':');
-    const auto c2 = c1 == std::string::npos ? std::string::npos : line.find(':', c1 + 1);
-    if (c2 == std::string::npos || c1 == 0 || line.size() == c2 + 1 || line[c2 + 1] != '/') {
-      ++odd;
-      continue;
-    }
-    const std::string id = line.substr(0, c1), ctl = line.substr(c1 + 1, c2 - c1 - 1);
-    const std::string cpath = trim(line.substr(c2 + 1));
-    if (id == "0" && ctl.empty()) {
-      v2 = cpath;
-      continue;
-    }
-    std::istringstream cs(ctl);
-    std::string c;
-    while (std::getline(cs, c, ','))
-      if (c == "memory") v1 = cpath;
-  }
+  const util::ProcCgroup cg = util::parse_proc_cgroup(*text);
+  const int odd = cg.malformed;
+  const auto mem = cg.v1.find("memory");
+  const std::optional<std::string> v1 =
+      mem != cg.v1.end() ? std::optional<std::string>(mem->second) : std::nullopt;
+  const std::optional<std::string>& v2 = cg.v2;
   if (odd > 0)
     f.notes.push_back(path + ": " + std::to_string(odd) + " malformed line" + (odd > 1 ? "s" : "") +
                       " ignored");
   if (v1) {
     f.notes.push_back(path + ": cgroup v1 memory controller at " + *v1);
     read_cgroup_limits(CgroupFlavour{"cgroup v1",
-                                     under(root, "/sys/fs/cgroup/memory"),
+                                     under_root(root, "/sys/fs/cgroup/memory"),
                                      {"memory.limit_in_bytes"},
                                      "memory.usage_in_bytes",
                                      {"total_inactive_file", "inactive_file"}},
@@ -272,7 +243,7 @@ void read_cgroup(const std::string& root, HostFacts& f) {
   } else if (v2) {
     f.notes.push_back(path + ": cgroup v2 at " + *v2);
     read_cgroup_limits(CgroupFlavour{"cgroup v2",
-                                     under(root, "/sys/fs/cgroup"),
+                                     under_root(root, "/sys/fs/cgroup"),
                                      {"memory.max", "memory.high"},
                                      "memory.current",
                                      {"inactive_file"}},
@@ -505,7 +476,7 @@ int ranks_on_node(const comm::MpiCommunicator& world) {
 
 ProcessMemory process_memory(const std::string& root) {
   ProcessMemory m;
-  auto text = slurp(under(root, "/proc/self/status"));
+  auto text = read_text_file(under_root(root, "/proc/self/status"));
   if (!text) return m;
   std::istringstream in(*text);
   std::string line;

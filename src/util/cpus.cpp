@@ -13,23 +13,10 @@
 #include <sstream>
 #include <vector>
 
+#include "util/sysfs.hpp"
+
 namespace tessera::util {
 namespace {
-
-std::string under(const std::string& root, const std::string& abs) {
-  std::string r = root;
-  while (!r.empty() && r.back() == '/') r.pop_back();
-  return r + abs;
-}
-
-std::optional<std::string> slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::ostringstream os;
-  os << f.rdbuf();
-  if (f.bad()) return std::nullopt;
-  return os.str();
-}
 
 std::vector<std::string> words(const std::string& s) {
   std::istringstream in(s);
@@ -94,28 +81,13 @@ int affinity_cpus() {
 }
 
 std::optional<int> cgroup_cpu_quota(const std::string& root, std::string* source) {
-  const auto text = slurp(under(root, "/proc/self/cgroup"));
+  const auto text = read_text_file(under_root(root, "/proc/self/cgroup"));
   if (!text) return std::nullopt;
-  std::optional<std::string> v1, v2;
-  std::istringstream in(*text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto c1 = line.find(':');
-    const auto c2 = c1 == std::string::npos ? std::string::npos : line.find(':', c1 + 1);
-    if (c2 == std::string::npos) continue;
-    const std::string id = line.substr(0, c1), ctl = line.substr(c1 + 1, c2 - c1 - 1);
-    std::string cpath = line.substr(c2 + 1);
-    while (!cpath.empty() && std::isspace(static_cast<unsigned char>(cpath.back())))
-      cpath.pop_back();
-    if (id == "0" && ctl.empty()) {
-      v2 = cpath;
-      continue;
-    }
-    std::istringstream cs(ctl);
-    std::string c;
-    while (std::getline(cs, c, ','))
-      if (c == "cpu") v1 = cpath;
-  }
+  const ProcCgroup cg = parse_proc_cgroup(*text);
+  const auto cpu = cg.v1.find("cpu");
+  const std::optional<std::string> v1 =
+      cpu != cg.v1.end() ? std::optional<std::string>(cpu->second) : std::nullopt;
+  const std::optional<std::string>& v2 = cg.v2;
   std::optional<int> best;
   auto keep = [&](std::optional<int> n, const std::string& file, const char* flavour) {
     if (!n || (best && *best <= *n)) return;
@@ -124,9 +96,9 @@ std::optional<int> cgroup_cpu_quota(const std::string& root, std::string* source
   };
   if (v1) {
     for (const char* mount : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
-      for (const auto& dir : folders(under(root, mount), *v1)) {
-        const auto q = slurp(dir + "/cpu.cfs_quota_us");
-        const auto p = slurp(dir + "/cpu.cfs_period_us");
+      for (const auto& dir : folders(under_root(root, mount), *v1)) {
+        const auto q = read_text_file(dir + "/cpu.cfs_quota_us");
+        const auto p = read_text_file(dir + "/cpu.cfs_period_us");
         if (!q || !p) continue;
         const auto qw = words(*q), pw = words(*p);
         if (qw.size() != 1 || pw.size() != 1) continue;
@@ -135,8 +107,8 @@ std::optional<int> cgroup_cpu_quota(const std::string& root, std::string* source
       }
     }
   } else if (v2) {
-    for (const auto& dir : folders(under(root, "/sys/fs/cgroup"), *v2)) {
-      const auto t = slurp(dir + "/cpu.max");
+    for (const auto& dir : folders(under_root(root, "/sys/fs/cgroup"), *v2)) {
+      const auto t = read_text_file(dir + "/cpu.max");
       if (!t) continue;
       const auto w = words(*t);
       if (w.empty() || w[0] == "max") continue;
