@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "io/checkpoint.hpp"
+#include "io/output.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/timer.hpp"
@@ -48,6 +49,20 @@ std::string prepare_checkpoint_path(const CheckpointArgs& a, const std::string& 
   if (!path.empty())
     log::info("checkpoint: after every " + std::to_string(a.every) + " iteration(s) to " + path);
   return path;
+}
+
+std::string check_model_outputs(const std::string& input, const CheckpointArgs& a,
+                                const std::string& out, const std::string& json, bool force,
+                                const comm::Communicator& world) {
+  const std::string ckpt_path = prepare_checkpoint_path(a, out, world);
+  io::OutputSet outputs;
+  outputs.add_input("the input", input);
+  outputs.add_input("--resume", a.resume);
+  outputs.add_output("--out", out, io::OutputKind::model);
+  outputs.add_output("--checkpoint", ckpt_path, io::OutputKind::model, "--resume");
+  outputs.add_output("--json", json, io::OutputKind::record);
+  outputs.validate(force, world);
+  return ckpt_path;
 }
 
 std::function<std::uint64_t(int, std::uint64_t)> original_index_of(

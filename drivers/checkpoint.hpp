@@ -28,6 +28,15 @@ void add_checkpoint_options(CLI::App* sub, CheckpointArgs& a);
 std::string prepare_checkpoint_path(const CheckpointArgs& a, const std::string& out,
                                     const comm::Communicator& world);
 
+/// Collective, for cp and tucker: resolves the checkpoint path (prepare_checkpoint_path)
+/// and checks every output before any work (io::OutputSet): the model (--out), the
+/// checkpoint (which may be the --resume file) and the run record (--json) are not the
+/// input, can be created, and replace existing files only by the rule (--force). Returns
+/// the checkpoint path.
+std::string check_model_outputs(const std::string& input, const CheckpointArgs& a,
+                                const std::string& out, const std::string& json, bool force,
+                                const comm::Communicator& world);
+
 /// Maps a distribution's labels to the input's indices, for io::tensor_fingerprint (empty
 /// without relabelling). Keeps a reference to `dist`.
 std::function<std::uint64_t(int, std::uint64_t)> original_index_of(

@@ -9,7 +9,6 @@
 #include "common.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
-#include "io/output.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -37,16 +36,8 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
 
   // Every output checked before any work (io/output.hpp): none is an input, each can be
   // created, existing files are replaced only by the rule (--force).
-  const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
-  {
-    io::OutputSet outputs;
-    outputs.add_input("the input", a.load.path);
-    outputs.add_input("--resume", a.ckpt.resume);
-    outputs.add_output("--out", a.out, io::OutputKind::model);
-    outputs.add_output("--checkpoint", ckpt_path, io::OutputKind::model, "--resume");
-    outputs.add_output("--json", a.run.json, io::OutputKind::record);
-    outputs.validate(a.run.force, world);
-  }
+  const std::string ckpt_path =
+      check_model_outputs(a.load.path, a.ckpt, a.out, a.run.json, a.run.force, world);
   auto cx = make_compute<T>(a.run, world);
   const auto kind = cx.kind;
   log::info("tessera cp: " + std::to_string(world.size()) + " rank(s), backend " +

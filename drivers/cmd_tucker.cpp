@@ -12,7 +12,6 @@
 #include "common.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
-#include "io/output.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -54,17 +53,9 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
   if (run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to tucker: TTMc rows always go to their owner rank");
 
-  // Every output checked before any work (io/output.hpp), as in cp.
-  const std::string ckpt_path = prepare_checkpoint_path(a.ckpt, a.out, world);
-  {
-    io::OutputSet outputs;
-    outputs.add_input("the input", a.load.path);
-    outputs.add_input("--resume", a.ckpt.resume);
-    outputs.add_output("--out", a.out, io::OutputKind::model);
-    outputs.add_output("--checkpoint", ckpt_path, io::OutputKind::model, "--resume");
-    outputs.add_output("--json", run.json, io::OutputKind::record);
-    outputs.validate(run.force, world);
-  }
+  // Every output checked before any work (check_model_outputs).
+  const std::string ckpt_path =
+      check_model_outputs(a.load.path, a.ckpt, a.out, run.json, run.force, world);
   auto cx = make_compute<T>(run, world);
   const auto kind = cx.kind;
   log::info("tessera tucker: " + std::to_string(world.size()) + " rank(s), backend " +
