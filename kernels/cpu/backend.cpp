@@ -58,17 +58,7 @@ class CpuTensor final : public TensorHandle<T> {
   double value_norm() const override {
     if (order() == 0) return 0;
     const auto& v = csf_->tree(0).vals;
-    double mx = 0;
-    for (T x : v) mx = std::max(mx, std::abs(static_cast<double>(x)));
-    if (mx == 0 || !std::isfinite(mx)) return mx;
-    const int e = std::clamp(std::ilogb(mx), -1000, 1000);
-    const double down = std::ldexp(1.0, -e);
-    double s = 0;
-    for (T x : v) {
-      const double y = static_cast<double>(x) * down;
-      s += y * y;
-    }
-    return std::ldexp(std::sqrt(s), e);
+    return scaled_norm(v.data(), v.size());
   }
   int tier() const override { return 1; }
   std::string describe() const override {

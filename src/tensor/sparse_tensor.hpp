@@ -19,6 +19,24 @@ inline constexpr int kMaxOrder = 16;
 /// COO sparse tensor. Coordinates are 0-based. `dims` are the (global) mode lengths;
 /// for a rank's block the coordinates may be global or block-local, which the owner
 /// documents. Values have type T (float or double).
+/// sqrt(sum of v[k]^2) of n values, summed after scaling by a power of two near the largest
+/// magnitude, so it neither overflows nor underflows for finite values (+inf or NaN when one
+/// is).
+template <typename T>
+double scaled_norm(const T* v, std::size_t n) {
+  double mx = 0;
+  for (std::size_t k = 0; k < n; ++k) mx = std::max(mx, std::abs(static_cast<double>(v[k])));
+  if (mx == 0 || !std::isfinite(mx)) return mx;
+  const int e = std::clamp(std::ilogb(mx), -1000, 1000);  // 2^-e stays a finite double
+  const double down = std::ldexp(1.0, -e);
+  double s = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const double x = static_cast<double>(v[k]) * down;
+    s += x * x;
+  }
+  return std::ldexp(std::sqrt(s), e);
+}
+
 template <typename T>
 struct SparseTensor {
   std::vector<std::uint64_t> dims;        ///< mode lengths
@@ -55,19 +73,7 @@ struct SparseTensor {
   /// a finite double (as LAPACK dnrm2): the sum of squares of the values scaled by a power
   /// of two near 1 / max |value|, so it equals sqrt(norm_squared()) bitwise whenever that
   /// neither overflows nor underflows.
-  double norm() const {
-    double mx = 0;
-    for (T v : vals) mx = std::max(mx, std::abs(static_cast<double>(v)));
-    if (mx == 0 || !std::isfinite(mx)) return mx;
-    const int e = std::clamp(std::ilogb(mx), -1000, 1000);  // 2^-e stays a finite double
-    const double down = std::ldexp(1.0, -e);
-    double s = 0;
-    for (T v : vals) {
-      const double x = static_cast<double>(v) * down;
-      s += x * x;
-    }
-    return std::ldexp(std::sqrt(s), e);
-  }
+  double norm() const { return scaled_norm(vals.data(), vals.size()); }
   /// Same tensor with values converted to U.
   template <typename U>
   SparseTensor<U> cast() const {
