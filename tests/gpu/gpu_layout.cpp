@@ -247,6 +247,34 @@ TYPED_TEST(GpuLayout, L2ManyBlocks) {
   }
 }
 
+// Each tile kernel and blocked layout above once, on a few thousand nonzeros: the cases
+// that `jobs/gpu-node.sh sanitize` runs under compute-sanitizer racecheck and memcheck
+// (TESSERA_SANITIZE_GTEST='*Small*'; docs/reliability.md). Same checks as the full-size
+// tests.
+TYPED_TEST(GpuKernel, SmallTier1AndTier2) {
+  using T = TypeParam;
+  const auto x = random_tensor<T>({3000, 2000, 1000}, 6003, 4801, 0);
+  this->check_kernels(x, {8, 24}, 4802, 0, "small, skew mode 0, tier 1");
+  const auto x4 = make_tensor<T>({40, 30, 20, 50}, 3001, true, 4803);
+  this->check_kernels(x4, {16}, 4804, 0, "small, order 4, repeats, tier 1");
+  auto be = make_backend<T>(BackendKind::cuda);
+  const std::size_t tier1 = be->prepare(x)->bytes();
+  this->check_kernels(x, {16}, 4805, tier1 / 3, "small, tier 2");
+}
+
+TYPED_TEST(GpuLayout, SmallSmemAndL2) {
+  using T = TypeParam;
+  const auto x = make_tensor<T>({300, 200, 100}, 6007, true, 4901);
+  this->check_forced(x, "smem", 40, {16, 70}, 4902);
+  const auto x4 = make_tensor<T>({40, 30, 20, 50}, 4001, true, 4903);
+  this->check_forced(x4, "smem", 45, {16}, 4904);
+  const auto y = make_tensor<T>({3000, 2000, 1000}, 8021, true, 4905);
+  for (const char* kernel : {"classic", "blocked"}) {
+    EnvGuard g("TESSERA_CUDA_MTTKRP_KERNEL", kernel);
+    this->check_forced(y, "l2", 37, {8, 70}, 4906);
+  }
+}
+
 TYPED_TEST(GpuLayout, PlainForced) {
   using T = TypeParam;
   const auto x = make_tensor<T>({300, 200, 100}, 60013, true, 4301);

@@ -46,8 +46,8 @@ using namespace ::tessera::test;
     }                                           \
   } while (0)
 
-using test::Problem;
 using test::dims_of;
+using test::Problem;
 using test::random_problem;
 
 /// `nnz` random draws, repeats kept (the kernels must multiply every copy); integer values
@@ -386,9 +386,9 @@ TYPED_TEST(GpuSptc, ColumnRanksByTableAndBySort) {
     const auto x = random_tensor<T>({60, 7}, 3000, false, rng);
     const auto y = random_tensor<T>({7, len, len}, 3000, false, rng);
     expect_matches_reference(x, y, spec, "column ranks");
-    expect_matches_reference(x, y, with_device(spec, TensorCorePrecision::fp64, 0.0,
-                                               ContractAssembly::rows),
-                             "column ranks, tensor cores forced");
+    expect_matches_reference(
+        x, y, with_device(spec, TensorCorePrecision::fp64, 0.0, ContractAssembly::rows),
+        "column ranks, tensor cores forced");
   }
 }
 
@@ -619,6 +619,105 @@ TYPED_TEST(GpuSptc, TensorCoresMixedWithSparsePath) {
         expect_matches_reference(x, y, with_device(spec, TensorCorePrecision::fp64, 0.15),
                                  "interleaved with a batch letter");
     EXPECT_GT(st.tc_products, 0) << st.path;
+  }
+}
+
+/// One cuda run of x (spec) y against the reference (coordinates exactly, values within
+/// `tolerance` scaled for cancellation): the sanitizer-sized check, without the repeats of
+/// expect_matches_reference. Returns the run's stats.
+template <typename T>
+ContractStats expect_once(const SparseTensor<T>& x, const SparseTensor<T>& y,
+                          const ContractSpec& spec, const std::string& what,
+                          double tolerance = tol<T>()) {
+  SCOPED_TRACE(what + " spec " + spec.text);
+  auto cu = make_backend<T>(BackendKind::cuda);
+  auto ref = make_backend<T>(BackendKind::reference);
+  ContractStats cs;
+  const SparseTensor<T> got = contract(*cu, x, y, spec, &cs);
+  const SparseTensor<T> want = contract(*ref, x, y, spec);
+  EXPECT_EQ(got.dims, want.dims);
+  EXPECT_EQ(got.nnz(), want.nnz());
+  if (got.nnz() != want.nnz() || got.idx.size() != want.idx.size()) return cs;
+  for (std::size_t m = 0; m < want.idx.size(); ++m)
+    EXPECT_TRUE(got.idx[m] == want.idx[m]) << "coordinates of output mode " << m << " differ";
+  EXPECT_LE(rel_error(got.vals, want.vals), tolerance * cancellation_factor(x, y, spec, want));
+  return cs;
+}
+
+// Every device path of the contraction once, on a few thousand nonzeros: the cases that
+// `jobs/gpu-node.sh sanitize` runs under compute-sanitizer racecheck and memcheck
+// (TESSERA_SANITIZE_GTEST='*Small*'; docs/reliability.md). Row classes of the rows
+// assembly (small rows in groups, dense rows on one and on several column tiles, spill
+// rows), the sort assembly, a self-contraction, and the tensor-core blocks in every
+// precision, forced on and mixed with the sparse path. The stats' path names the classes,
+// so each case asserts that it ran the path it is there for.
+TYPED_TEST(GpuSptc, SmallEveryPathOnce) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937_64 rng(2026);
+  const auto off = with_device(parse_contract_spec("ij,jk->ik"), TensorCorePrecision::off, -1);
+  // Columns are Y's distinct k. K 3000 (~1900 columns, ranked by a table): one column
+  // tile; row 0 meets every j (3000 products): a dense row. K 3e6 (ranked by sorting the
+  // codes; ~20000 columns, over one tile): row 0 meets every j (20000 products, x 4 >=
+  // columns): dense on several tiles; row 1 meets 20 j (~4000 products, x 4 < columns):
+  // spill. Rows 2.. are small (groups).
+  for (const std::uint64_t K : {std::uint64_t(3000), std::uint64_t(3000000)}) {
+    SparseTensor<T> x({40, 100}), y({100, K});
+    for (index_t j = 0; j < 100; ++j) {
+      const index_t c[] = {0, j};
+      x.push_back(c, static_cast<T>(0.5 + j / 128.0));
+      if (K > 3000 && j % 5 == 0) {
+        const index_t c1[] = {1, j};
+        x.push_back(c1, static_cast<T>(1.5 - j / 128.0));
+      }
+    }
+    for (int k = 0; k < 60; ++k) {
+      const index_t c[] = {static_cast<index_t>(2 + rng() % 38), static_cast<index_t>(rng() % 100)};
+      x.push_back(c, static_cast<T>(1 + rng() % 3));
+    }
+    const int ny = K == 3000 ? 3000 : 20000;
+    for (int k = 0; k < ny; ++k) {
+      const index_t c[] = {static_cast<index_t>(rng() % 100), static_cast<index_t>(rng() % K)};
+      y.push_back(c, static_cast<T>((rng() & 1) ? 1 : -2));
+    }
+    const auto st = expect_once(x, y, off, "row classes, K " + std::to_string(K));
+    EXPECT_EQ(st.path.find(" 0 groups"), std::string::npos) << st.path;
+    EXPECT_EQ(st.path.find(" 0 dense rows"), std::string::npos) << st.path;
+    if (K > 3000) {
+      EXPECT_EQ(st.path.find(" 0 spill rows"), std::string::npos) << st.path;
+      EXPECT_EQ(st.path.find(" x 1 column tile"), std::string::npos) << st.path;
+    }
+  }
+  {
+    const Problem p = random_problem(3, 3, 1, 0, 6, rng);
+    const auto x = random_tensor<T>(dims_of(p.spec.x, p.len), 1200, false, rng);
+    const auto y = random_tensor<T>(dims_of(p.spec.y, p.len), 1200, false, rng);
+    const auto st = expect_once(
+        x, y, with_device(p.spec, TensorCorePrecision::fp64, -1, ContractAssembly::sort), "sort");
+    EXPECT_NE(st.path.find("sort"), std::string::npos) << st.path;
+  }
+  {
+    const auto x = random_tensor<T>({9, 9, 9}, 1000, false, rng);
+    expect_once(x, x, parse_contract_spec("ijy,kjy->ik"), "self-contraction");
+  }
+  for (const bool positive : {false, true}) {
+    SparseTensor<T> x, y;
+    mixed_inputs(rng, positive, x, y);
+    const auto spec = parse_contract_spec("ijk,jkl->il");
+    for (const TensorCorePrecision prec : kAllTc) {
+      if (!positive && prec != TensorCorePrecision::fp64) continue;
+      for (const double threshold : {0.0, 0.5}) {
+        const auto st = expect_once(
+            x, y, with_device(spec, prec, threshold),
+            "tensor cores " + to_string(prec) + " threshold " + std::to_string(threshold),
+            tc_tol<T>(prec));
+        EXPECT_GT(st.tc_products, 0) << st.path;
+        if (threshold == 0.0)
+          EXPECT_EQ(st.tc_products, st.products) << st.path;
+        else
+          EXPECT_LT(st.tc_products, st.products) << st.path;
+      }
+    }
   }
 }
 

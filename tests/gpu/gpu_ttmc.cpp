@@ -5,16 +5,15 @@
 // lane can own (8, 2 and 1 consecutive columns of the last mode) and with several column
 // slices (C > 256), the register-blocked kernel at orders 3 to 5, and the tensor-core
 // kernel (order 3, float; ttmc_tc.cuh) with every tile shape and with rows shorter than
-// its 8-nonzero step, and the CUDA-core kernels alone; uniform indices and one slice holding 70% of the nonzeros (rows that
-// span many tiles: the boundary atomics); float and double; tier 1 in the plain and the
-// blocked (smem, l2) layouts, where rows come in several runs and every row is added with
-// atomics; tier 2 with chunks of a few tiles. Rows must equal the reference's exactly,
-// values to the precision's tolerance; outputs are NaN-poisoned first.
-// Wide products: Y^T Y, Y W and Y^T P in double against the host implementation; the
-// top eigenpairs (cuSOLVER) against LAPACK.
-// Tucker: the fit of every iteration and the core norm equal the CPU backend's for the
-// gram and subspace methods at 1 and 2 ranks (one GPU each), and tier 2 equals tier 1.
-// Everything skips (with a message) where no CUDA device is visible.
+// its 8-nonzero step, and the CUDA-core kernels alone; uniform indices and one slice holding 70% of
+// the nonzeros (rows that span many tiles: the boundary atomics); float and double; tier 1 in the
+// plain and the blocked (smem, l2) layouts, where rows come in several runs and every row is added
+// with atomics; tier 2 with chunks of a few tiles. Rows must equal the reference's exactly, values
+// to the precision's tolerance; outputs are NaN-poisoned first. Wide products: Y^T Y, Y W and Y^T P
+// in double against the host implementation; the top eigenpairs (cuSOLVER) against LAPACK. Tucker:
+// the fit of every iteration and the core norm equal the CPU backend's for the gram and subspace
+// methods at 1 and 2 ranks (one GPU each), and tier 2 equals tier 1. Everything skips (with a
+// message) where no CUDA device is visible.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -79,13 +78,16 @@ class GpuTtmc : public ::testing::Test {
   }
 
   /// TTMc of every mode on the cuda backend (budget 0: tier 1) against the reference.
+  /// `nnz_div` divides every case's nonzero count (at least 200 remain): the sanitizer-sized
+  /// runs (compute-sanitizer racecheck costs ~1e3x per shared-memory access).
   template <typename T>
-  void check(const std::string& what, std::size_t budget_chunk_tiles, int skew) {
+  void check(const std::string& what, std::size_t budget_chunk_tiles, int skew, nnz_t nnz_div = 1) {
     auto ref = kernels::make_backend<T>(BackendKind::reference);
     std::uint64_t seed = 100;
     for (const auto& tc : ttmc_cases()) {
       const int N = static_cast<int>(tc.dims.size());
-      auto x = random_tensor<T>(tc.dims, tc.nnz, ++seed, skew < N ? skew : -1);
+      const nnz_t nnz = std::max<nnz_t>(200, tc.nnz / nnz_div);
+      auto x = random_tensor<T>(tc.dims, nnz, ++seed, skew < N ? skew : -1);
       auto gpu = kernels::make_backend<T>(BackendKind::cuda);
       // Tier 2 with chunks of budget_chunk_tiles MTTKRP tiles where that is smaller than
       // tier 1 (tensors of several tiles), else tier 1 within the same budget.
@@ -158,6 +160,25 @@ TEST_F(GpuTtmc, BlockedLayoutsMatchReference) {
 TEST_F(GpuTtmc, Tier2ChunksMatchReference) {
   check<double>("double, tier 2", 1, -1);
   check<float>("float, tier 2", 1, 0);
+}
+
+// Every kernel and layout above once, on a tenth of the nonzeros: the cases that
+// `jobs/gpu-node.sh sanitize` runs under compute-sanitizer racecheck and memcheck
+// (TESSERA_SANITIZE_GTEST='*Small*'; docs/reliability.md). Same checks as the full-size
+// tests.
+TEST_F(GpuTtmc, SmallEveryKernelAndLayout) {
+  check<double>("small, double", 0, -1, 10);
+  check<float>("small, float (tensor cores at order 3)", 0, 0, 10);
+  {
+    EnvGuard k("TESSERA_CUDA_TTMC_KERNEL", "cores");
+    check<float>("small, float, CUDA cores", 0, 1, 10);
+  }
+  for (const char* layout : {"smem", "l2"}) {
+    EnvGuard l("TESSERA_CUDA_LAYOUT", layout);
+    EnvGuard b("TESSERA_CUDA_BLOCK_ROWS", "8");
+    check<float>(std::string("small, float, ") + layout, 0, 0, 10);
+  }
+  check<double>("small, double, tier 2", 1, -1, 4);  // several chunks of one tile
 }
 
 TEST_F(GpuTtmc, WideProductsMatchHost) {
