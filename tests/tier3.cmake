@@ -1,12 +1,18 @@
 # Memory tier 3 (DESIGN §8: the tensor streamed from its HDF5 store by a prefetch thread).
 
 # DiskTensor against the tensor in memory, StreamingBackend against the wrapped host
-# backends, CP-ALS and Tucker-HOOI in tier 3 against tier 1 and one process, and bad
-# stores, ranges and chunk sizes (tier3_np<P>).
-tessera_test_executable(tier3_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/tier3_test.cpp
+# backends, and bad stores, ranges and chunk sizes (tier3_disk_np<P>).
+tessera_test_executable(tier3_disk_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/tier3_disk_test.cpp
   LIBS tessera::algo tessera::io hdf5::hdf5)
 foreach(np 1 2 3)
-  tessera_add_mpi_test(tier3 tier3_test RANKS ${np} LABELS "io;algo")
+  tessera_add_mpi_test(tier3_disk tier3_disk_test RANKS ${np} LABELS "io;algo")
+endforeach()
+
+# CP-ALS and Tucker-HOOI in tier 3 against tier 1 and one process (tier3_algo_np<P>).
+tessera_test_executable(tier3_algo_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/tier3_algo_test.cpp
+  LIBS tessera::algo tessera::io hdf5::hdf5)
+foreach(np 1 2 3)
+  tessera_add_mpi_test(tier3_algo tier3_algo_test RANKS ${np} LABELS "io;algo")
 endforeach()
 
 # End to end through the tessera binary: --host-budget / --mem-budget force tier 3 on a

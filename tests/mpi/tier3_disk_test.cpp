@@ -1,14 +1,14 @@
-// Memory tier 3 (DESIGN §8, src/algo/disk_tier.hpp) under MPI (tier3_np<P>, P = 1, 2, 3).
-// Random tensors of orders 3 to 5 without repeated coordinates (an empty slice, a mode of
-// length 1) are written to temporary HDF5 stores, plain and with a stored partition of P
-// blocks; then:
+// Memory tier 3 (DESIGN §8, src/algo/disk_tier.hpp) under MPI (tier3_disk_np<P>, P = 1, 2,
+// 3): reading and streaming a store, and its errors. Random tensors of orders 3 to 5
+// without repeated coordinates (an empty slice, a mode of length 1) are written to
+// temporary HDF5 stores, plain and with a stored partition of P blocks; then:
 //  - DiskTensor streams exactly the stored nonzeros of its range, in order, for every chunk
 //    size, and its distinct rows, ||X||^2 and fingerprint equal those of the tensor in
 //    memory; an exception from the callback or the reader ends a pass cleanly;
 //  - StreamingBackend (reference and cpu, float and double) gives the MTTKRP and TTMc of the
 //    wrapped backend on the whole tensor, and forwards every other handle;
-//  - CP-ALS and Tucker-HOOI in tier 3 equal tier 1 on the same ranks and a single process;
 //  - bad stores, ranges and chunk sizes are InputErrors naming the file.
+// CP-ALS and Tucker-HOOI in tier 3 are in tier3_algo_test.cpp.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -25,85 +25,26 @@
 #include <unordered_set>
 #include <vector>
 
-#include "algo/cp_als.hpp"
 #include "algo/disk_tier.hpp"
-#include "algo/generate.hpp"
-#include "algo/tucker.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "h5store_test_util.hpp"
-#include "io/checkpoint.hpp"
 #include "io/h5store.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/ttmc.hpp"
 #include "partition/partition.hpp"
 #include "test_util.hpp"
+#include "tier3_test_util.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
 namespace tessera {
 namespace {
 
-namespace fs = std::filesystem;
-
 using algo::DiskTensor;
 using algo::DiskTensorOptions;
 using algo::StreamingBackend;
 using kernels::BackendKind;
-
-const comm::MpiCommunicator& world() {
-  static const comm::MpiCommunicator w(MPI_COMM_WORLD);
-  return w;
-}
-
-std::uint64_t shared_seed() {
-  std::uint64_t s = test::fresh_seed();
-  MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  return s;
-}
-
-/// A fresh path in the (collective) test folder; the same on every rank.
-std::string fresh(const std::string& name) {
-  static int counter = 0;
-  return test::temp_dir() + "/tier3-" + std::to_string(counter++) + "-" + name;
-}
-
-/// A path of this rank only (for files one rank damages and reads alone).
-std::string mine(const std::string& name) {
-  return fresh(name) + ".rank" + std::to_string(world().rank()) + ".h5";
-}
-
-/// Removes the test folder (its stores) once every test has run.
-class RemoveTempDir : public ::testing::Environment {
- public:
-  void TearDown() override {
-    const std::string dir = test::temp_dir();
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (world().rank() == 0) fs::remove_all(dir);
-  }
-};
-[[maybe_unused]] ::testing::Environment* const kRemoveTempDir =
-    ::testing::AddGlobalTestEnvironment(new RemoveTempDir);
-
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
-
-/// Equal share r of n positions over P: [n r / P, n (r + 1) / P), as load_input cuts them.
-std::pair<nnz_t, nnz_t> share_range(nnz_t n, int r, int P) {
-  const nnz_t a = n * r / P, b = n * (r + 1) / P;
-  return {a, b - a};
-}
-
-/// Nonzeros [first, first + count) of x, values converted to T.
-template <typename T>
-SparseTensor<T> range_of(const SparseTensor<double>& x, nnz_t first, nnz_t count) {
-  SparseTensor<T> s(x.dims);
-  for (int m = 0; m < x.order(); ++m)
-    s.idx[m].assign(x.idx[m].begin() + first, x.idx[m].begin() + first + count);
-  for (nnz_t k = first; k < first + count; ++k)
-    s.vals.push_back(static_cast<T>(x.vals[static_cast<std::size_t>(k)]));
-  return s;
-}
+using namespace test::tier3;
 
 /// nnz distinct random coordinates (no repeats; the first nonzero has the last index of
 /// every mode, so the dims are tight), values +-[0.5, 1.5). Index `empty` of mode 0 is
@@ -132,71 +73,6 @@ SparseTensor<double> random_unique(const std::vector<std::uint64_t>& dims, std::
   return x;
 }
 
-io::H5WriteOptions write_opts(std::uint64_t chunk) {
-  io::H5WriteOptions o;
-  o.chunk_elems = chunk;
-  o.progress = false;
-  o.piece = 100;
-  return o;
-}
-
-/// One tensor in two stores: `plain` in x's order, `blocked` sorted (stably) into the
-/// blocks of a stored partition of P blocks (mode 0 cut into P index ranges), whose
-/// nonzeros in stored order are `s`.
-struct Stored {
-  SparseTensor<double> x;
-  std::string plain, blocked;
-  SparseTensor<double> s;
-  io::H5Partition part;
-};
-
-/// Collective: every rank passes the whole tensor x and writes its share of both stores.
-Stored store(SparseTensor<double> x, const std::string& name, std::uint64_t chunk = 64) {
-  const int P = world().size(), r = world().rank();
-  const int N = x.order();
-  Stored st;
-  st.plain = fresh(name + ".h5");
-  st.blocked = fresh(name + "-blocks.h5");
-  io::H5Header meta;
-  meta.dims = x.dims;
-  meta.has_duplicates = 0;
-  const auto [a, n] = share_range(x.nnz(), r, P);
-  io::write_h5(st.plain, range_of<double>(x, a, n), world(), meta, write_opts(chunk));
-
-  auto& part = st.part;
-  part.grid.assign(static_cast<std::size_t>(N), 1);
-  part.grid[0] = P;
-  std::vector<std::uint64_t> cut;
-  for (int b = 0; b <= P; ++b) cut.push_back(x.dims[0] * static_cast<std::uint64_t>(b) / P);
-  part.cuts.push_back(cut);
-  for (int m = 1; m < N; ++m) part.cuts.push_back({0, x.dims[static_cast<std::size_t>(m)]});
-  st.s = SparseTensor<double>(x.dims);
-  part.offsets = {0};
-  index_t c[kMaxOrder];
-  for (int b = 0; b < P; ++b) {
-    for (nnz_t k = 0; k < x.nnz(); ++k) {
-      const auto i = x.idx[0][static_cast<std::size_t>(k)];
-      if (i < cut[static_cast<std::size_t>(b)] || i >= cut[static_cast<std::size_t>(b) + 1])
-        continue;
-      for (int m = 0; m < N; ++m) c[m] = x.idx[m][static_cast<std::size_t>(k)];
-      st.s.push_back(c, x.vals[static_cast<std::size_t>(k)]);
-    }
-    part.offsets.push_back(static_cast<std::uint64_t>(st.s.nnz()));
-  }
-  io::H5Header hd = meta;
-  hd.nnz = x.nnz();
-  io::H5TensorWriter w(st.blocked, hd, world(), write_opts(chunk));
-  io::H5Piece pc;
-  pc.first = a;
-  pc.count = n;
-  for (int m = 0; m < N; ++m) pc.idx[m] = st.s.idx[m].data() + a;
-  pc.vals = st.s.vals.data() + a;
-  w.write({pc});
-  w.commit(&part);
-  st.x = std::move(x);
-  return st;
-}
-
 struct Shape {
   std::vector<std::uint64_t> dims;
   std::size_t nnz;
@@ -222,24 +98,6 @@ std::vector<Stored> stored_shapes(std::uint64_t seed) {
   return out;
 }
 
-std::string shape_name(const SparseTensor<double>& x) {
-  std::ostringstream s;
-  s << "dims";
-  for (auto d : x.dims) s << ' ' << d;
-  s << ", nnz " << x.nnz();
-  return s.str();
-}
-
-std::unique_ptr<DiskTensor<double>> open_range(const std::string& path, nnz_t first, nnz_t count,
-                                               nnz_t chunk) {
-  DiskTensorOptions o;
-  o.path = path;
-  o.first = first;
-  o.count = count;
-  o.chunk_nnz = chunk;
-  return std::make_unique<DiskTensor<double>>(o);
-}
-
 /// Every chunk of one pass, concatenated; checks the chunk sizes and the dims of each.
 template <typename T>
 SparseTensor<T> streamed(const DiskTensor<T>& d, nnz_t chunk, const std::string& what) {
@@ -256,17 +114,6 @@ SparseTensor<T> streamed(const DiskTensor<T>& d, nnz_t chunk, const std::string&
   });
   EXPECT_EQ(chunks, d.chunks()) << what;
   return all;
-}
-
-/// Same coordinates in the same order, values equal bit for bit.
-template <typename T>
-void expect_same(const SparseTensor<T>& got, const SparseTensor<T>& want, const std::string& what) {
-  ASSERT_EQ(got.order(), want.order()) << what;
-  ASSERT_EQ(got.nnz(), want.nnz()) << what;
-  for (int m = 0; m < want.order(); ++m)
-    EXPECT_TRUE(got.idx[m] == want.idx[m]) << what << " mode " << m;
-  EXPECT_EQ(std::memcmp(got.vals.data(), want.vals.data(), want.vals.size() * sizeof(T)), 0)
-      << what << ": values differ";
 }
 
 /// Sorted distinct indices of every mode.
@@ -682,274 +529,6 @@ TEST(Tier3Streaming, AddRowsAddsIntoTheNamedRows) {
     EXPECT_EQ(got, want) << kernels::to_string(kind);
   }
 }
-
-// ---- c. CP-ALS, d. Tucker-HOOI: tier 3 against tier 1 ----------------------------------
-
-/// A generated exact low-rank tensor plus noise (sorted, no repeats), whole on every rank.
-SparseTensor<double> lowrank(std::vector<std::uint64_t> dims, std::int64_t nnz, int rank,
-                             std::uint64_t seed) {
-  algo::GenerateOptions o;
-  o.dims = std::move(dims);
-  o.nnz = nnz;
-  o.rank = rank;
-  o.noise = 0.05;
-  o.seed = seed;
-  auto g = algo::generate(o, world());
-  const int P = world().size();
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(P), g.block.nnz());
-  auto replicate = [P](const auto& v) {
-    std::remove_cvref_t<decltype(v)> out;
-    for (int r = 0; r < P; ++r) out.insert(out.end(), v.begin(), v.end());
-    return out;
-  };
-  SparseTensor<double> all(g.block.dims);
-  for (int m = 0; m < all.order(); ++m)
-    all.idx[m] = world().alltoallv(replicate(g.block.idx[m]), counts);
-  all.vals = world().alltoallv(replicate(g.block.vals), counts);
-  return all;
-}
-
-double model_difference(const KruskalModel& a, const KruskalModel& b) {
-  double worst = 0;
-  for (int n = 0; n < a.order(); ++n) {
-    double num = 0, den = 0;
-    for (std::size_t k = 0; k < a.factors[n].data.size(); ++k) {
-      const double d = a.factors[n].data[k] - b.factors[n].data[k];
-      num += d * d;
-      den += a.factors[n].data[k] * a.factors[n].data[k];
-    }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-300)));
-  }
-  double num = 0, den = 0;
-  for (int r = 0; r < a.rank; ++r) {
-    num += (a.lambda[r] - b.lambda[r]) * (a.lambda[r] - b.lambda[r]);
-    den += a.lambda[r] * a.lambda[r];
-  }
-  return std::max(worst, std::sqrt(num / den));
-}
-
-algo::CpOptions cp_opts(int R, int iters) {
-  algo::CpOptions o;
-  o.rank = R;
-  o.max_iters = iters;
-  o.tol = 0;
-  o.seed = 7;
-  o.print_iterations = false;
-  return o;
-}
-
-/// Tier 3 on `d` (this rank's DiskTensor) through a StreamingBackend over `kind`.
-template <typename T>
-algo::CpResult cp_tier3(const DiskTensor<T>& d, const Stored& st, BackendKind kind,
-                        const algo::CpOptions& o) {
-  auto inner = kernels::make_backend<T>(kind, 1);
-  StreamingBackend<T> sb(*inner);
-  return algo::cp_als<T>(d, st.x.dims, st.x.nnz(), sb, world(), world(), o);
-}
-
-/// Tier 1 on the same share of nonzeros, distributed by the nnz scheme.
-template <typename T>
-algo::CpResult cp_tier1(const Stored& st, BackendKind kind, const algo::CpOptions& o) {
-  const auto [a, n] = share_range(st.x.nnz(), world().rank(), world().size());
-  auto d = partition::distribute(range_of<T>(st.x, a, n), partition::Scheme::nnz, {}, world());
-  auto be = kernels::make_backend<T>(kind, 1);
-  return algo::cp_als<T>(d, *be, world(), world(), o);
-}
-
-/// One process (rank 0, reference backend, tier 1 on the whole tensor), broadcast.
-algo::CpResult cp_single_process(const Stored& st, const algo::CpOptions& o) {
-  const auto& w = world();
-  algo::CpResult ref;
-  std::vector<double> fits(static_cast<std::size_t>(o.max_iters), 0.0);
-  if (w.rank() == 0) {
-    comm::MpiCommunicator self(MPI_COMM_SELF);
-    auto d = partition::distribute(SparseTensor<double>(st.x), partition::Scheme::nnz, {}, self);
-    auto be = kernels::make_backend<double>(BackendKind::reference, 1);
-    ref = algo::cp_als<double>(d, *be, self, self, o);
-    for (std::size_t i = 0; i < ref.history.size(); ++i) fits[i] = ref.history[i].fit;
-  } else {
-    ref.model.dims = st.x.dims;
-    ref.model.rank = o.rank;
-    ref.model.lambda.assign(static_cast<std::size_t>(o.rank), 0.0);
-    for (auto n : st.x.dims) ref.model.factors.emplace_back(static_cast<std::int64_t>(n), o.rank);
-  }
-  w.broadcast(fits.data(), fits.size(), 0);
-  ref.history.resize(fits.size());
-  for (std::size_t i = 0; i < fits.size(); ++i) ref.history[i].fit = fits[i];
-  w.broadcast(ref.model.lambda.data(), ref.model.lambda.size(), 0);
-  for (auto& f : ref.model.factors) w.broadcast(f.data.data(), f.data.size(), 0);
-  return ref;
-}
-
-void expect_same_cp(const algo::CpResult& got, const algo::CpResult& want, double fit_tol,
-                    double model_tol, const std::string& what) {
-  ASSERT_EQ(got.history.size(), want.history.size()) << what;
-  for (std::size_t i = 0; i < want.history.size(); ++i)
-    EXPECT_NEAR(got.history[i].fit, want.history[i].fit, fit_tol) << what << " iteration " << i + 1;
-  EXPECT_LT(model_difference(got.model, want.model), model_tol) << what;
-}
-
-TEST(Tier3Cp, SameAsTier1AndAsOneProcess) {
-  const std::uint64_t seed = shared_seed();
-  const int iters = 5;
-  const struct {
-    std::vector<std::uint64_t> dims;
-    std::int64_t nnz;
-    int R;
-  } cases[] = {{{30, 25, 20}, 3000, 3}, {{12, 10, 9, 8}, 2500, 4}};
-  for (const auto& c : cases) {
-    const auto st = store(lowrank(c.dims, c.nnz, 3, seed), "cp");
-    const auto o = cp_opts(c.R, iters);
-    const std::string base = shape_name(st.x) + " on " + std::to_string(world().size()) +
-                             " ranks, seed " + std::to_string(seed);
-    const auto single = cp_single_process(st, o);
-    ASSERT_EQ(single.history.size(), static_cast<std::size_t>(iters));
-    EXPECT_GT(single.history.back().fit, 0.5) << base;  // low rank plus 5% noise
-    const int P = world().size(), r = world().rank();
-    const auto [a, n] = share_range(st.x.nnz(), r, P);
-    for (auto kind : {BackendKind::reference, BackendKind::cpu}) {
-      const std::string what = base + ", " + kernels::to_string(kind);
-      const auto t1 = cp_tier1<double>(st, kind, o);
-      EXPECT_EQ(t1.tier, 1) << what;
-      // Equal shares of the stored order, and the blocks of the stored partition.
-      const auto share = open_range(st.plain, a, n, 211);
-      DiskTensorOptions bo;
-      bo.path = st.blocked;
-      bo.block = r;
-      bo.chunk_nnz = 100;
-      const DiskTensor<double> block(bo);
-      for (const DiskTensor<double>* d :
-           {static_cast<const DiskTensor<double>*>(share.get()), &block}) {
-        const std::string w2 = what + (d == &block ? ", stored blocks" : ", equal shares");
-        const auto t3 = cp_tier3<double>(*d, st, kind, o);
-        EXPECT_EQ(t3.tier, 3) << w2;
-        EXPECT_TRUE(contains(t3.tier_description, "tier 3")) << t3.tier_description;
-        EXPECT_GE(t3.stream_overlap, 0.0) << w2;
-        EXPECT_LE(t3.stream_overlap, 1.0) << w2;
-        EXPECT_GT(t3.stream_compute_seconds, 0.0) << w2;
-        EXPECT_NEAR(t3.norm_x, t1.norm_x, 1e-13 * t1.norm_x) << w2;
-        expect_same_cp(t3, t1, 1e-10, 1e-8, w2 + " vs tier 1");
-        expect_same_cp(t3, single, 1e-10, 1e-8, w2 + " vs one process");
-      }
-    }
-    // Float: the same iteration to float rounding.
-    const auto f1 = cp_tier1<float>(st, BackendKind::cpu, o);
-    DiskTensorOptions fo;
-    fo.path = st.plain;
-    fo.first = a;
-    fo.count = n;
-    fo.chunk_nnz = 150;
-    const DiskTensor<float> fd(fo);
-    const auto f3 = cp_tier3<float>(fd, st, BackendKind::cpu, o);
-    ASSERT_EQ(f3.history.size(), f1.history.size());
-    for (std::size_t i = 0; i < f1.history.size(); ++i)
-      EXPECT_NEAR(f3.history[i].fit, f1.history[i].fit, 1e-4) << base << " float iteration " << i;
-    EXPECT_LT(model_difference(f3.model, f1.model), 1e-3) << base << " float";
-  }
-}
-
-algo::TuckerOptions tucker_opts(std::vector<int> ranks, int iters) {
-  algo::TuckerOptions o;
-  o.ranks = std::move(ranks);
-  o.max_iters = iters;
-  o.tol = 0;
-  o.seed = 3;
-  o.svd = algo::SvdMethod::gram;
-  o.print_iterations = false;
-  return o;
-}
-
-/// Largest over modes of ||Ub - Ua Ua^T Ub||_F (orthonormal columns): 0 for equal spans.
-double max_gap(const TuckerModel& a, const TuckerModel& b) {
-  double worst = 0;
-  for (std::size_t n = 0; n < a.factors.size(); ++n) {
-    const auto& Ua = a.factors[n];
-    const auto& Ub = b.factors[n];
-    std::vector<double> M(static_cast<std::size_t>(Ua.cols * Ub.cols), 0.0);
-    for (std::int64_t i = 0; i < Ua.rows; ++i)
-      for (std::int64_t p = 0; p < Ua.cols; ++p)
-        for (std::int64_t q = 0; q < Ub.cols; ++q) M[p * Ub.cols + q] += Ua(i, p) * Ub(i, q);
-    double s = 0;
-    for (std::int64_t i = 0; i < Ub.rows; ++i)
-      for (std::int64_t q = 0; q < Ub.cols; ++q) {
-        double v = Ub(i, q);
-        for (std::int64_t p = 0; p < Ua.cols; ++p) v -= Ua(i, p) * M[p * Ub.cols + q];
-        s += v * v;
-      }
-    worst = std::max(worst, std::sqrt(s));
-  }
-  return worst;
-}
-
-TEST(Tier3Tucker, SameAsTier1AndAsOneProcess) {
-  const std::uint64_t seed = shared_seed();
-  const int iters = 4;
-  const struct {
-    std::vector<std::uint64_t> dims;
-    std::int64_t nnz;
-    std::vector<int> ranks;
-  } cases[] = {{{30, 25, 20}, 3000, {3, 3, 2}}, {{12, 10, 9, 8}, 2500, {2, 3, 2, 2}}};
-  const int P = world().size(), r = world().rank();
-  for (const auto& c : cases) {
-    const auto st = store(lowrank(c.dims, c.nnz, 3, seed + 1), "tucker");
-    const auto o = tucker_opts(c.ranks, iters);
-    const std::string base =
-        shape_name(st.x) + " on " + std::to_string(P) + " ranks, seed " + std::to_string(seed);
-    const auto [a, n] = share_range(st.x.nnz(), r, P);
-    // One process, broadcast.
-    std::vector<double> single(static_cast<std::size_t>(iters), 0.0);
-    if (r == 0) {
-      comm::MpiCommunicator self(MPI_COMM_SELF);
-      auto d = partition::distribute(SparseTensor<double>(st.x), partition::Scheme::nnz, {}, self);
-      auto be = kernels::make_backend<double>(BackendKind::reference, 1);
-      const auto res = algo::tucker_hooi<double>(d, *be, self, o);
-      for (int i = 0; i < iters; ++i) single[static_cast<std::size_t>(i)] = res.history[i].fit;
-    }
-    world().broadcast(single.data(), single.size(), 0);
-    EXPECT_GT(single.back(), 0.3) << base;
-    for (auto kind : {BackendKind::reference, BackendKind::cpu}) {
-      const std::string what = base + ", " + kernels::to_string(kind);
-      auto be = kernels::make_backend<double>(kind, 1);
-      auto dist =
-          partition::distribute(range_of<double>(st.x, a, n), partition::Scheme::nnz, {}, world());
-      const auto t1 = algo::tucker_hooi<double>(dist, *be, world(), o);
-      EXPECT_EQ(t1.tier, 1) << what;
-      StreamingBackend<double> sb(*be);
-      DiskTensorOptions dopt;
-      dopt.path = st.plain;
-      dopt.first = a;
-      dopt.count = n;
-      dopt.chunk_nnz = 173;
-      const auto t3 = algo::tucker_hooi<double>(std::make_unique<DiskTensor<double>>(dopt),
-                                                st.x.dims, sb, world(), o);
-      EXPECT_EQ(t3.tier, 3) << what;
-      EXPECT_TRUE(contains(t3.tier_description, "tier 3")) << t3.tier_description;
-      EXPECT_GE(t3.stream_overlap, 0.0) << what;
-      EXPECT_LE(t3.stream_overlap, 1.0) << what;
-      ASSERT_EQ(t3.iterations, iters) << what;
-      ASSERT_EQ(t1.iterations, iters) << what;
-      for (int i = 0; i < iters; ++i) {
-        EXPECT_NEAR(t3.history[i].fit, t1.history[i].fit, 1e-9) << what << " iteration " << i + 1;
-        EXPECT_NEAR(t3.history[i].fit, single[static_cast<std::size_t>(i)], 1e-9)
-            << what << " vs one process, iteration " << i + 1;
-      }
-      EXPECT_NEAR(t3.norm_x, t1.norm_x, 1e-12 * t1.norm_x) << what;
-      EXPECT_NEAR(t3.core_norm, t1.core_norm, 1e-9 * t1.core_norm) << what;
-      EXPECT_LT(max_gap(t1.model, t3.model), 1e-6) << what;
-      // Blocks of the stored partition.
-      DiskTensorOptions bo;
-      bo.path = st.blocked;
-      bo.block = r;
-      bo.chunk_nnz = 64;
-      const auto tb = algo::tucker_hooi<double>(std::make_unique<DiskTensor<double>>(bo), st.x.dims,
-                                                sb, world(), o);
-      for (int i = 0; i < iters; ++i)
-        EXPECT_NEAR(tb.history[i].fit, t1.history[i].fit, 1e-9)
-            << what << " stored blocks, iteration " << i + 1;
-    }
-  }
-}
-
 // ---- e. bad stores, ranges and chunk sizes ----------------------------------------------
 
 /// Runs f, expects an InputError whose message contains every part.
