@@ -22,12 +22,12 @@ jobs=${TESSERA_JOBS:-$(nproc)}
 
 # The sanitizer subset: every ctest test (unit, MPI, driver) but these (ctest -E):
 #  - the rank sweeps on 1, 4 and 5 ranks, and on 3 ranks for the slow algorithm tests
-#    (algo_cp, algo_tucker, algo_contract, tier3): the subset runs the same code on 2 ranks
+#    (algo_cp, algo_tucker, algo_contract, tier3_disk, tier3_algo): the subset runs the same code on 2 ranks
 #    (and on 3 where that is quick), at a fraction of the time;
 #  - plan_driver_test: it asserts measured peak RSS against the planner's estimate, and
 #    ASan's shadow memory and quarantine add hundreds of MB to every process.
 # docs/reliability.md lists the measured times of the subset and of what it leaves out.
-subset_exclude='(_np[145]|^(algo_cp|algo_tucker|algo_contract|tier3)_np3|^plan_driver_test)$'
+subset_exclude='(_np[145]|^(algo_cp|algo_tucker|algo_contract|tier3_disk|tier3_algo)_np3|^plan_driver_test)$'
 fuzz_targets=(tns h5store einsum options)
 
 t0=$(date +%s)
