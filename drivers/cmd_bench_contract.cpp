@@ -48,6 +48,7 @@
 #include "contract_common.hpp"
 #include "io/output.hpp"
 #include "kernels/sptc.hpp"
+#include "record.hpp"
 #include "util/log.hpp"
 #include "util/rng.hpp"
 
@@ -538,10 +539,14 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
           link.locked ? "page-locked" : "staged: page-locking refused", link_s, me.total / link_s);
     std::fflush(stdout);
   }
-  nlohmann::json j;
-  j["command"] = "bench contract";
-  j["machine"] = machine_json(world, kernels::to_string(kind), a.run.threads);
+  if (a.run.json.empty()) return;
+  nlohmann::json j = record_envelope("bench contract", nlohmann::json::object(), world,
+                                     kernels::to_string(kind), a.run.threads);
   j["machine"]["bandwidth_bytes_per_s"] = bw;
+  // One contraction of the benchmarked backend end to end (median run, slowest rank): the
+  // kernel (match, count, multiply, assemble), routing and merge.
+  j["timing"] =
+      timing_record("contraction", me.total, {{"kernel", me.kernel()}, {"comm", me.route}});
   j["einsum"] = spec.text;
   j["precision"] = a.run.precision;
   j["device_options"] = {{"tensor_cores", kernels::to_string(spec.device.tensor_cores)},
@@ -770,9 +775,10 @@ void run_tc_sweep(const BenchContractArgs& a, const comm::MpiCommunicator& world
         "is %.3g (kernels::kDefaultTensorCoreThreshold)\n",
         crossover, crossover, kernels::kDefaultTensorCoreThreshold);
   std::fflush(stdout);
-  nlohmann::json j;
+  if (a.run.json.empty()) return;
+  nlohmann::json j =
+      record_envelope("bench contract", nlohmann::json::object(), world, "cuda", a.run.threads);
   j["command"] = "bench contract --tc-sweep";
-  j["machine"] = machine_json(world, "cuda", a.run.threads);
   j["einsum"] = spec.text;
   j["precision"] = a.run.precision;
   j["block_size"] = B;
@@ -841,7 +847,7 @@ void add_bench_contract(CLI::App* bench, Runner& run) {
   sub->add_option("--sweep-densities", a->sweep_densities,
                   "Block densities of --tc-sweep, comma-separated (default "
                   "0.01,0.02,0.05,0.1,0.2,0.3,0.5,0.75,1)");
-  add_compute_options(sub, a->run, a->load);
+  add_compute_options(sub, a->run, a->load, 0);
   sub->callback([a, &run] {
     run = [a](const comm::MpiCommunicator& world) {
       with_precision(a->run, [&]<typename T>() {

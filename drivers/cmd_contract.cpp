@@ -19,6 +19,7 @@
 #include "kernels/sptc.hpp"
 #include "partition/partition.hpp"
 #include "plan/measure.hpp"
+#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -365,8 +366,9 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
           human_bytes(static_cast<double>(res.piece_plan.host_bytes)).c_str(),
           res.piece_plan.pieces);
     if (!a.run.json.empty()) {
-      nlohmann::json j;
-      j["command"] = "contract";
+      // Envelope timing: the default (unit "run", seconds since the start).
+      nlohmann::json j = record_envelope("contract", {{"x", a.x}, {"y", a.y}}, world,
+                                         kernels::to_string(kind), a.run.threads);
       j["dry_run"] = true;
       j["memory_plan"] = res.piece_plan.to_json();
       j["products"] = res.global_products;
@@ -411,18 +413,17 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
   if (!a.run.json.empty()) {
     double peak = static_cast<double>(peak_rss_bytes());
     world.allreduce(&peak, 1, comm::ReduceOp::max);
-    nlohmann::json j;
-    j["command"] = "contract";
-    j["options"] = {{"x", a.x},
-                    {"y", a.y},
-                    {"einsum", spec.text},
-                    {"out", a.out},
-                    {"backend", kernels::to_string(kind)},
-                    {"precision", a.run.precision},
-                    {"index_base", a.load.index_base},
-                    {"extend_dims", a.extend_dims},
-                    {"memory_limit_bytes", o.memory_limit}};
-    j["machine"] = machine_json(world, kernels::to_string(kind), a.run.threads);
+    nlohmann::json j = record_envelope("contract",
+                                       {{"x", a.x},
+                                        {"y", a.y},
+                                        {"einsum", spec.text},
+                                        {"out", a.out},
+                                        {"backend", kernels::to_string(kind)},
+                                        {"precision", a.run.precision},
+                                        {"index_base", a.load.index_base},
+                                        {"extend_dims", a.extend_dims},
+                                        {"memory_limit_bytes", o.memory_limit}},
+                                       world, kernels::to_string(kind), a.run.threads);
     j["inputs"] = {{"x", {{"dims", X.dims}, {"nnz", in.nnz[0]}}},
                    {"y", {{"dims", Y.dims}, {"nnz", in.nnz[1]}}},
                    {"self_contraction", in.same},
@@ -443,8 +444,18 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
     }
     ph["read"] = in.read_seconds;
     ph["write"] = write_s;
+    ph["io"] = in.read_seconds + write_s;
+    ph["partition"] = ph["route_inputs"];  // the inputs' nonzeros routed to their ranks
+    ph["setup"] = ph["plan"];
+    // The contraction after routing and planning (one "iteration").
+    ph["iterations"] =
+        ph["multiply"].get<double>() + ph["route_output"].get<double>() + ph["merge"].get<double>();
     ph["total"] = total.seconds();
     j["phases_seconds"] = ph;
+    // One contraction, slowest rank: routing, planning, multiplication and merge; the
+    // kernel is the multiplication, comm the routing of inputs and output.
+    j["timing"] = timing_record("contraction", times[4],
+                                {{"kernel", ph["multiply"].get<double>()}, {"comm", times[5]}});
     j["pieces"] = res.pieces;
     j["memory_plan"] = res.piece_plan.to_json();
     j["memory_estimate_bytes_per_rank"] = {
@@ -488,7 +499,7 @@ void add_contract(CLI::App& app, Runner& run) {
   sub->add_flag("--extend-dims", a->extend_dims,
                 "Give matched modes of unequal lengths the larger one (a .tns mode's length is "
                 "its largest coordinate); without it unequal lengths are an error");
-  add_compute_options(sub, a->run, a->load);
+  add_compute_options(sub, a->run, a->load, kStrategyOption | kDryRunOption);
   sub->callback([a, &run] {
     run = [a](const comm::MpiCommunicator& world) {
       with_precision(a->run, [&]<typename T>() { run_contract<T>(*a, world); });

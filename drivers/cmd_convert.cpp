@@ -22,6 +22,7 @@
 #include "io/h5store.hpp"
 #include "io/output.hpp"
 #include "io/tns.hpp"
+#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -282,18 +283,17 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
     log::info(line);
   }
   if (!a.json.empty()) {
-    nlohmann::json j;
-    j["command"] = "convert";
-    j["options"] = {{"in", a.in},
-                    {"out", a.out},
-                    {"index_base", a.index_base},
-                    {"value_type", a.value_type},
-                    {"chunk", a.chunk},
-                    {"compress", a.compress},
-                    {"dedup_memory", uo.memory_limit},
-                    {"scratch", a.scratch},
-                    {"piece", piece}};
-    j["machine"] = machine_json(world, "io", 0);
+    nlohmann::json j = record_envelope("convert",
+                                       {{"in", a.in},
+                                        {"out", a.out},
+                                        {"index_base", a.index_base},
+                                        {"value_type", a.value_type},
+                                        {"chunk", a.chunk},
+                                        {"compress", a.compress},
+                                        {"dedup_memory", uo.memory_limit},
+                                        {"scratch", a.scratch},
+                                        {"piece", piece}},
+                                       world, "io", 0);
     j["tensor"] = {{"dims", rr.local.dims}, {"nnz", nnz}};
     if (dedup)
       j["dedup"] = {{"unique_nnz", us.unique},          {"repeats_summed", us.repeats},
@@ -315,6 +315,7 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
                               {"seconds", seq.second},
                               {"bytes_per_s", seq.second > 0 ? seq.first / seq.second : 0.0}};
     j["seconds_total"] = all_s;
+    j["timing"] = timing_record("run", all_s, {{"io", read_s + write_s}});
     write_json(a.json, j, world);
   }
 }
@@ -326,7 +327,10 @@ void add_convert(CLI::App& app, Runner& run) {
   auto* sub = app.add_subcommand(
       "convert",
       "Convert between FROSTT text (.tns, .tns.gz) and the HDF5 tensor store (.h5), in parallel");
-  sub->add_option("in", a->in, "Input tensor (.tns, .tns.gz or .h5)")->required();
+  sub->add_option("in", a->in,
+                  "Input tensor (.tns, .tns.gz or .h5; pyttb / Tensor Toolbox export_data "
+                  "sptensor text is read as .tns, docs/formats.md)")
+      ->required();
   sub->add_option("out", a->out,
                   "Output: .h5/.hdf5 writes the store; otherwise FROSTT text (.gz: compressed)")
       ->required();

@@ -9,6 +9,7 @@
 #include "common.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
+#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -164,10 +165,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   if (!a.run.json.empty()) {
     double peak = static_cast<double>(peak_rss_bytes());
     world.allreduce(&peak, 1, comm::ReduceOp::max);
-    nlohmann::json j;
-    j["command"] = "cp";
-    j["options"] = opts;
-    j["machine"] = machine_json(world, kernels::to_string(kind), a.run.threads);
+    nlohmann::json j = record_envelope("cp", opts, world, kernels::to_string(kind), a.run.threads);
     j["tensor"] = {{"dims", in.dims}, {"nnz", nnz}, {"duplicates_summed", in.duplicates}};
     j["partition"] = {{"scheme", in.partition_scheme},
                       {"grid", in.grid},
@@ -191,13 +189,25 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     j["per_iteration"] = its;
     j["fits"] = nlohmann::json::array();
     for (const auto& h : res.history) j["fits"].push_back(h.fit);
+    // The iterations this process ran are the last `ran` of the history.
+    double iters_s = 0;
+    for (std::size_t k =
+             res.history.size() - std::min(res.history.size(), static_cast<std::size_t>(ran));
+         k < res.history.size(); ++k)
+      iters_s += res.history[k].seconds;
     j["phases_seconds"] = {{"io", li.read_seconds},
+                           {"read", li.read_seconds},
                            {"partition", li.distribute_seconds},
                            {"setup", res.phases.get("setup")},
                            {"kernel", res.phases.get("kernel")},
                            {"comm", res.phases.get("comm")},
                            {"solve", res.phases.get("solve")},
+                           {"iterations", iters_s},
                            {"total", total.seconds()}};
+    j["timing"] = timing_record("iteration", iters_s / ran,
+                                {{"kernel", kern / ran},
+                                 {"comm", res.phases.get("comm") / ran},
+                                 {"solve", res.phases.get("solve") / ran}});
     const double per_it_kernel = kern / ran;
     j["throughput"] = {
         {"mttkrp_nnz_per_s", per_it_kernel > 0 ? static_cast<double>(nnz) * N / per_it_kernel : 0},
@@ -216,7 +226,7 @@ void add_cp(CLI::App& app, Runner& run) {
   sub->add_option("file", a->load.path, "Input tensor (.tns or .tns.gz)")->required();
   sub->add_option("-r,--rank", a->rank, "CP rank R")->check(CLI::Range(1, 4096));
   sub->add_option("-i,--iters", a->iters, "Maximum ALS iterations")->check(CLI::Range(1, 1000000));
-  sub->add_option("-t,--tol", a->tol, "Stop when |fit change| < tol")
+  sub->add_option("--tol", a->tol, "Stop when |fit change| < tol (-t is --threads)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("-s,--seed", a->seed, "Seed of the initial factors");
   sub->add_option("--partition", a->load.partition,

@@ -10,6 +10,7 @@
 #include "io/h5store.hpp"
 #include "io/output.hpp"
 #include "io/tns.hpp"
+#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -25,6 +26,7 @@ struct GenArgs {
   std::string value_type = "float64";
   std::string dedup_memory, scratch;
   bool force = false;
+  std::string json;  ///< --json: the run record
 };
 
 /// Rounds of draws of `--structure sampled` (the first included) before giving up on the
@@ -39,8 +41,14 @@ constexpr int kMaxDrawRounds = 8;
 /// repeated coordinates (has_duplicates = 0). Sampled draws more entries (ids after the first
 /// batch) until the target count of distinct coordinates is reached. Memory per rank: one
 /// piece plus the writer's limit (--dedup-memory; over it, sorted runs spill to --scratch).
+/// What the run record of generate tells: nonzeros written and seconds writing.
+struct GenOutcome {
+  nnz_t nnz = 0;
+  double write_seconds = 0;
+};
+
 void generate_h5(const GenArgs& a, const algo::GenerateOptions& o,
-                 const comm::MpiCommunicator& world) {
+                 const comm::MpiCommunicator& world, GenOutcome* outcome) {
   Timer total;
   std::unique_ptr<algo::EntryGenerator> gen;
   nnz_t piece = 0;
@@ -182,11 +190,16 @@ void generate_h5(const GenArgs& a, const algo::GenerateOptions& o,
                 secs > 0 ? static_cast<double>(st.unique) / secs : 0.0,
                 secs > 0 ? bytes / 1e6 / secs : 0.0, st.write_mode.c_str(), P);
   log::info(line);
+  outcome->nnz = st.unique;
+  outcome->write_seconds = st.write_seconds;
   if (st.runs > 0)
     log::info("  sorted runs spilled to scratch files: " + std::to_string(st.runs) + ", " +
               human_bytes(static_cast<double>(st.spilled_bytes)) + " (--dedup-memory " +
               human_bytes(static_cast<double>(uo.memory_limit)) + " per rank)");
 }
+
+void generate_text(const GenArgs& a, const algo::GenerateOptions& o,
+                   const comm::MpiCommunicator& world, GenOutcome* outcome);
 
 void run_generate(const GenArgs& a, const comm::MpiCommunicator& world) {
   {
@@ -194,8 +207,10 @@ void run_generate(const GenArgs& a, const comm::MpiCommunicator& world) {
     io::OutputSet outputs;
     outputs.add_output("--out", a.out,
                        io::has_h5_extension(a.out) ? io::OutputKind::store : io::OutputKind::text);
+    outputs.add_output("--json", a.json, io::OutputKind::record);
     outputs.validate(a.force, world);
   }
+  Timer total;
   algo::GenerateOptions o;
   // The same options on every rank: an error is agreed (one line, no abort).
   comm::run_collectively(world, [&] {
@@ -210,16 +225,33 @@ void run_generate(const GenArgs& a, const comm::MpiCommunicator& world) {
   o.dist = algo::parse_index_dist(a.dist);
   o.structure = algo::parse_structure(a.structure);
   o.seed = a.seed;
+  GenOutcome outcome;
   if (io::has_h5_extension(a.out)) {
-    generate_h5(a, o, world);
-    return;
+    generate_h5(a, o, world, &outcome);
+  } else {
+    generate_text(a, o, world, &outcome);
   }
+  if (!a.json.empty()) {
+    nlohmann::json j = record_envelope("generate", nlohmann::json::object(), world, "io", 0);
+    j["tensor"] = {{"dims", o.dims}, {"nnz", outcome.nnz}};
+    j["output"] = a.out;
+    const double all_s = total.seconds();
+    j["phases_seconds"] = {{"write", outcome.write_seconds}, {"total", all_s}};
+    j["timing"] = timing_record("run", all_s, {{"io", outcome.write_seconds}});
+    write_json(a.json, j, world);
+  }
+}
+
+void generate_text(const GenArgs& a, const algo::GenerateOptions& o,
+                   const comm::MpiCommunicator& world, GenOutcome* outcome) {
   Timer t;
   algo::GenerateInfo gi;
   auto d = algo::generate(o, world, &gi);
   const double gen_s = t.seconds();
   t.reset();
   io::write_tns(a.out, d.block, world);
+  outcome->nnz = static_cast<nnz_t>(gi.nnz);
+  outcome->write_seconds = t.seconds();
   char line[512];
   std::snprintf(line, sizeof(line),
                 "generated %s: dims %s, %lld nonzeros (%lld repeated coordinates dropped), "
@@ -273,6 +305,7 @@ void add_generate(CLI::App& app, Runner& run) {
   sub->add_option("--scratch", a->scratch,
                   "--out X.h5: folder of the scratch files of sorted runs (default: the output's "
                   "folder)");
+  sub->add_option("--json", a->json, "Write the run record (JSON) here (docs/run-record.md)");
   add_force_option(sub, a->force);
   sub->callback(
       [a, &run] { run = [a](const comm::MpiCommunicator& world) { run_generate(*a, world); }; });

@@ -1,15 +1,20 @@
-// tessera info: what a tensor file holds. FROSTT text: read, distribute and describe.
-// HDF5 tensor store: its attributes, layout and partition balance from the metadata alone
-// (no nonzero is read); --verify reads and checks every nonzero, --stats adds the
-// statistics the text files get.
+// tessera info: what a tensor or model file holds. FROSTT text (and Tensor Toolbox sptensor
+// text): read, distribute and describe. HDF5 tensor store: its attributes, layout and
+// partition balance from the metadata alone (no nonzero is read); --verify reads and checks
+// every nonzero, --stats adds the statistics the text files get. Model files and
+// checkpoints (tessera cp/tucker --out, --checkpoint-every): kind, shape, ranks, precision,
+// fit, iterations and the run's options.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "io/checkpoint.hpp"
 #include "io/h5store.hpp"
+#include "io/model_io.hpp"
 #include "tensor/stats.hpp"
 #include "util/log.hpp"
 
@@ -120,7 +125,88 @@ std::string describe_store(const io::H5TensorInfo& s) {
   return os.str();
 }
 
+/// A model file or checkpoint as text (rank 0 reads and prints it).
+std::string describe_model(const std::string& path, const io::ModelFileKind& k) {
+  std::ostringstream os;
+  char buf[256];
+  io::ModelRecord rec;
+  io::CheckpointInfo ck;
+  std::vector<std::uint64_t> dims;
+  std::string shape_line;
+  const bool cp = k.format == "tessera-kruskal";
+  if (cp) {
+    const KruskalModel m =
+        k.checkpoint ? io::read_cp_checkpoint(path, &ck) : io::read_kruskal_h5(path, &rec);
+    dims = m.dims;
+    shape_line = "rank " + std::to_string(m.rank);
+  } else {
+    const TuckerModel m =
+        k.checkpoint ? io::read_tucker_checkpoint(path, &ck) : io::read_tucker_h5(path, &rec);
+    dims = m.dims;
+    shape_line = "ranks";
+    for (std::size_t n = 0; n < m.ranks.size(); ++n)
+      shape_line += (n ? "x" : " ") + std::to_string(m.ranks[n]);
+    shape_line += " (core of " + std::to_string(m.core.size()) + " values)";
+  }
+  if (k.checkpoint) {
+    rec.iterations = ck.iteration;
+    rec.fit_history = ck.fit_history;
+    rec.fit = ck.fit_history.empty() ? 0.0 : ck.fit_history.back();
+    rec.options_json = ck.options_json;
+  }
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  os << "file: " << path << " (" << (k.checkpoint ? "Tessera checkpoint" : "Tessera model")
+     << ", format " << k.format << ", " << human_bytes(ec ? 0.0 : static_cast<double>(bytes))
+     << ")\n";
+  os << "kind: " << (cp ? "CP (Kruskal)" : "Tucker") << ", order " << dims.size() << ", dims "
+     << format_dims(dims) << ", " << shape_line << "\n";
+  nlohmann::json opts = nlohmann::json::parse(rec.options_json, nullptr, false);
+  if (!opts.is_object()) opts = nlohmann::json::object();
+  std::string precision = k.checkpoint ? ck.precision : "";
+  if (precision.empty() && opts.contains("precision") && opts["precision"].is_string())
+    precision = opts["precision"].get<std::string>();
+  os << "precision: "
+     << (precision.empty() ? std::string("not recorded") : precision + " (the run's)")
+     << "; values stored as float64\n";
+  std::snprintf(buf, sizeof(buf), "fit: %.6f after %d iteration(s)", rec.fit, rec.iterations);
+  os << buf;
+  if (k.checkpoint) os << (ck.converged ? ", converged" : ", not converged");
+  os << "\n";
+  if (k.checkpoint)
+    os << "checkpoint of an input with " << ck.input.nnz << " nonzeros (resume with --resume "
+       << path << ")\n";
+  if (opts.empty()) {
+    os << "options: not recorded\n";
+  } else {
+    os << "options:\n";
+    for (const auto& [key, v] : opts.items())
+      os << "  " << key << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+  }
+  return os.str();
+}
+
 void run_info(const InfoArgs& a, const comm::MpiCommunicator& world) {
+  // Model files and checkpoints (rank 0 reads; the error, if any, is every rank's).
+  std::int32_t is_model = 0;
+  std::string text;
+  comm::run_collectively(world, [&] {
+    if (world.rank() != 0) return;
+    const io::ModelFileKind k = io::probe_model_file(a.load.path);
+    if (k.format.empty()) return;
+    is_model = 1;
+    TESSERA_INPUT_CHECK(!a.verify && !a.stats, "--verify and --stats describe tensor stores; '"
+                                                   << a.load.path << "' is a model file");
+    text = describe_model(a.load.path, k);
+  });
+  world.broadcast(&is_model, 1, 0);
+  if (is_model != 0) {
+    if (world.rank() == 0) {
+      std::printf("%s", text.c_str());
+      std::fflush(stdout);
+    }
+    return;
+  }
   if (!io::is_tensor_store(a.load.path, world)) {
     print_stats(a, world);
     return;
@@ -151,8 +237,12 @@ void add_info(CLI::App& app, Runner& run) {
   auto* sub = app.add_subcommand(
       "info",
       "Order, dims, nonzeros and per-mode statistics of a tensor; for an HDF5 store its "
-      "attributes, layout and per-block balance");
-  sub->add_option("file", a->load.path, "Tensor (.tns, .tns.gz or .h5)")->required();
+      "attributes, layout and per-block balance; for a model file or checkpoint its kind "
+      "(CP/Tucker), dims, rank(s), precision, fit, iterations and the run's options");
+  sub->add_option("file", a->load.path,
+                  "Tensor (.tns, .tns.gz, Tensor Toolbox sptensor text, or an .h5 store), or "
+                  "a model file / checkpoint (.h5)")
+      ->required();
   sub->add_option("--index-base", a->load.index_base, "1 | 0 | auto (text files)")
       ->check(CLI::IsMember({"1", "0", "auto"}));
   sub->add_flag("--verify", a->verify,

@@ -21,6 +21,7 @@
 #include "io/h5store.hpp"
 #include "io/output.hpp"
 #include "partition/detail.hpp"
+#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -31,6 +32,7 @@ struct PartitionArgs {
   int blocks = 0;
   double piece = 16.0 * (1 << 20);
   bool force = false;
+  std::string json;  ///< --json: the run record
 };
 
 /// Block of every nonzero of a piece (row-major grid coordinates, mode 0 slowest).
@@ -66,6 +68,7 @@ void run_partition(const PartitionArgs& a, const comm::MpiCommunicator& world) {
     else
       outputs.add_output("--out", a.out, io::OutputKind::store, "",
                          "leave out --out to rewrite the input in place");
+    outputs.add_output("--json", a.json, io::OutputKind::record);
     outputs.validate(a.force, world);
   }
   const io::H5TensorInfo info = io::read_h5_info(a.in, world);
@@ -248,6 +251,21 @@ void run_partition(const PartitionArgs& a, const comm::MpiCommunicator& world) {
                 static_cast<long long>(mx), mean > 0 ? static_cast<double>(mx) / mean : 1.0, cut_s,
                 count_s, write_s, w.mode().c_str(), total.seconds(), P);
   log::info(line);
+  if (!a.json.empty()) {
+    nlohmann::json j = record_envelope("partition", nlohmann::json::object(), world, "io", 0);
+    j["tensor"] = {{"dims", info.dims}, {"nnz", info.nnz}};
+    j["partition"] = {{"grid", grid},
+                      {"blocks", nblocks},
+                      {"min_block_nnz", mn},
+                      {"max_block_nnz", mx},
+                      {"imbalance", mean > 0 ? static_cast<double>(mx) / mean : 1.0}};
+    j["output"] = out;
+    const double all_s = total.seconds();
+    j["phases_seconds"] = {
+        {"cuts", cut_s}, {"count", count_s}, {"write", write_s}, {"total", all_s}};
+    j["timing"] = timing_record("run", all_s, {{"io", write_s}});
+    write_json(a.json, j, world);
+  }
 }
 
 }  // namespace
@@ -267,6 +285,7 @@ void add_partition(CLI::App& app, Runner& run) {
   sub->add_option("-o,--out", a->out, "Output store (default: rewrite the input in place)");
   sub->add_option("--piece", a->piece,
                   "Nonzeros each rank reads and writes at a time (default 16Mi)");
+  sub->add_option("--json", a->json, "Write the run record (JSON) here (docs/run-record.md)");
   add_force_option(sub, a->force);
   sub->callback(
       [a, &run] { run = [a](const comm::MpiCommunicator& world) { run_partition(*a, world); }; });

@@ -5,6 +5,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "io/output.hpp"
+#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -45,11 +46,12 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   if (!a.load.grid.empty() && a.load.partition == "auto") scheme = partition::Scheme::grid;
   Input<T> in = load_input<T>(a.load, run, scheme, allreduce, cx, pc, world, nullptr);
   if (!run.json.empty()) {
-    nlohmann::json j;
-    j["command"] = "plan";
+    // Envelope timing: the default (unit "run", seconds since the start).
+    nlohmann::json j = record_envelope("plan", nlohmann::json::object(), world,
+                                       kernels::to_string(cx.kind), run.threads);
     j["file"] = a.load.path;
     j["plan"] = in.plan.to_json();
-    j["machine"] = machine_json(world, kernels::to_string(cx.kind), run.threads);
+    if (!in.plan.fits) j["status"] = "refused";  // written, then the exit status is 1
     write_json(run.json, j, world);
   }
   // The plan was printed; a plan that fits nothing is an error (exit status 1).
@@ -74,7 +76,7 @@ void add_plan(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"auto", "nnz", "grid"}));
   sub->add_option("--grid", a->load.grid, "Rank grid, e.g. 4x2x1");
   sub->add_flag("--relabel", a->load.relabel, "As cp --relabel");
-  add_compute_options(sub, a->run, a->load);
+  add_compute_options(sub, a->run, a->load, kStrategyOption | kBudgetOptions | kStreamingOptions);
   sub->callback([a, &run] {
     run = [a](const comm::MpiCommunicator& world) {
       with_precision(a->run, [&]<typename T>() { run_plan<T>(*a, world); });

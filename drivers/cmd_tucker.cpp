@@ -12,6 +12,7 @@
 #include "common.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
+#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -191,10 +192,8 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
   if (!run.json.empty()) {
     double peak = static_cast<double>(peak_rss_bytes());
     world.allreduce(&peak, 1, comm::ReduceOp::max);
-    nlohmann::json j;
-    j["command"] = "tucker";
-    j["options"] = opts;
-    j["machine"] = machine_json(world, kernels::to_string(kind), run.threads);
+    nlohmann::json j =
+        record_envelope("tucker", opts, world, kernels::to_string(kind), run.threads);
     j["tensor"] = {{"dims", in.dims}, {"nnz", nnz}, {"duplicates_summed", in.duplicates}};
     j["memory_tier"] = tier_json;
     j["partition"] = {{"scheme", in.partition_scheme},
@@ -208,13 +207,13 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
     j["iterations"] = res.iterations;
     j["converged"] = res.converged;
     j["completed_columns"] = res.completed_columns;
-    j["memory"] = {{"ttmc_rows", res.memory.ttmc_rows},
-                   {"received_rows", res.memory.received_rows},
-                   {"combined_rows", res.memory.owned_rows},
-                   {"cols", res.memory.cols},
-                   {"semi_sparse_bytes_per_rank", res.memory.semi_sparse_bytes},
-                   {"total_bytes_per_rank", res.memory.total_bytes},
-                   {"limit_bytes_per_rank", o.memory_limit}};
+    j["memory"].update({{"ttmc_rows", res.memory.ttmc_rows},
+                        {"received_rows", res.memory.received_rows},
+                        {"combined_rows", res.memory.owned_rows},
+                        {"cols", res.memory.cols},
+                        {"semi_sparse_bytes_per_rank", res.memory.semi_sparse_bytes},
+                        {"total_bytes_per_rank", res.memory.total_bytes},
+                        {"limit_bytes_per_rank", o.memory_limit}});
     nlohmann::json its = nlohmann::json::array();
     for (const auto& h : res.history)
       its.push_back({{"iter", h.iter},
@@ -228,14 +227,27 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
     j["per_iteration"] = its;
     j["fits"] = nlohmann::json::array();
     for (const auto& h : res.history) j["fits"].push_back(h.fit);
+    // The iterations this process ran are the last `ran` of the history.
+    double iters_s = 0;
+    for (std::size_t k =
+             res.history.size() - std::min(res.history.size(), static_cast<std::size_t>(ran));
+         k < res.history.size(); ++k)
+      iters_s += res.history[k].seconds;
     j["phases_seconds"] = {{"io", li.read_seconds},
+                           {"read", li.read_seconds},
                            {"partition", li.distribute_seconds},
                            {"setup", res.phases.get("setup")},
                            {"init", res.phases.get("init")},
                            {"ttmc", t_ttmc},
                            {"comm", res.phases.get("comm")},
                            {"svd", res.phases.get("svd")},
+                           {"iterations", iters_s},
                            {"total", total.seconds()}};
+    // Split: TTMc is the kernel, the SVD (or Gram eigen-solve) the solve.
+    j["timing"] = timing_record("iteration", iters_s / ran,
+                                {{"kernel", t_ttmc / ran},
+                                 {"comm", res.phases.get("comm") / ran},
+                                 {"solve", res.phases.get("svd") / ran}});
     const double per_it = t_ttmc / ran;
     j["throughput"] = {
         {"ttmc_nnz_per_s", per_it > 0 ? static_cast<double>(nnz) * N / per_it : 0},
@@ -266,7 +278,7 @@ void add_tucker(CLI::App& app, Runner& run) {
                   "(randomized HOSVD)")
       ->check(CLI::IsMember({"random", "hosvd"}));
   sub->add_option("-i,--iters", a->iters, "Maximum HOOI iterations")->check(CLI::Range(1, 1000000));
-  sub->add_option("-t,--tol", a->tol, "Stop when |fit change| < tol")
+  sub->add_option("--tol", a->tol, "Stop when |fit change| < tol (-t is --threads)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("-s,--seed", a->seed, "Seed of the initial factors");
   sub->add_option("--subspace-steps", a->subspace_steps,

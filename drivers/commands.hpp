@@ -21,5 +21,6 @@ void add_tucker(CLI::App& app, Runner& run);
 void add_convert(CLI::App& app, Runner& run);
 void add_partition(CLI::App& app, Runner& run);
 void add_plan(CLI::App& app, Runner& run);
+void add_export(CLI::App& app, Runner& run);
 
 }  // namespace tessera::driver

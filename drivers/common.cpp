@@ -1,6 +1,8 @@
 #include "common.hpp"
 
+#include <mpi.h>
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -178,47 +181,57 @@ template TierFloor tier_floor<float>(const plan::Plan&, const std::string&,
 template TierFloor tier_floor<double>(const plan::Plan&, const std::string&,
                                       kernels::Backend<double>&, int, const comm::Communicator&);
 
-void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load) {
-  sub->add_option("--comm-strategy", o.strategy,
-                  "Factor update: allreduce (all-reduce whole MTTKRP outputs) | layer "
-                  "(reduce-scatter/all-gather inside grid layers)")
-      ->check(CLI::IsMember({"allreduce", "layer"}));
+void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, unsigned which) {
+  // Options a subcommand does not use are not registered (`which`): CLI11 then rejects them
+  // and main() names them and the subcommands that have them, instead of ignoring them.
+  if (which & kStrategyOption)
+    sub->add_option("--comm-strategy", o.strategy,
+                    "Factor update: allreduce (all-reduce whole MTTKRP outputs) | layer "
+                    "(reduce-scatter/all-gather inside grid layers)")
+        ->check(CLI::IsMember({"allreduce", "layer"}));
   sub->add_option("--backend", o.backend,
                   "auto (cuda when a GPU is present, else cpu) | reference | cpu | cuda")
       ->check(CLI::IsMember({"auto", "reference", "cpu", "cuda"}));
-  sub->add_option("--threads", o.threads,
+  sub->add_option("-t,--threads", o.threads,
                   "OpenMP threads per rank (0: OMP_NUM_THREADS); more than the CPUs the rank "
-                  "may use (affinity mask, cgroup CPU quota) is capped to them with a warning")
+                  "may use (affinity mask, cgroup CPU quota) is capped to them with a warning, "
+                  "and ranks x threads over the node's CPUs (or SLURM_CPUS_ON_NODE) is warned")
       ->check(CLI::NonNegativeNumber)
       ->transform([](std::string s) { return cap_threads_option(s); });
   sub->add_option("--precision", o.precision, "double | float")
       ->check(CLI::IsMember({"double", "float"}));
   sub->add_option("--index-base", load.index_base, "Coordinate base of the file: 1 | 0 | auto")
       ->check(CLI::IsMember({"1", "0", "auto"}));
-  auto* dev = sub->add_option("--device-budget", o.device_budget,
-                              "Device memory this rank may use, e.g. 40G (K/M/G/T = 1024^k): "
-                              "emulates a smaller GPU; a tensor over it streams from host "
-                              "memory (tier 2) or disk (tier 3). On host backends it caps the "
-                              "prepared format. Default: the GPU's free memory less a reserve");
-  sub->add_option("--mem-budget", o.device_budget, "Older name of --device-budget")->excludes(dev);
-  sub->add_option("--host-budget", o.host_budget,
-                  "Host memory this rank may use, e.g. 64G; the planner streams what does "
-                  "not fit (tier 2 from host memory, tier 3 from an HDF5 store). Default: the "
-                  "smallest of MemAvailable, the cgroup limit and Slurm's grant, shared among "
-                  "the node's ranks (tessera plan shows it)");
-  sub->add_option("--tier", o.tier,
-                  "Memory tier: auto (the first that fits) | 1 (resident) | 2 (host memory, "
-                  "streamed) | 3 (HDF5 store, streamed from disk); a forced tier that does not "
-                  "fit is refused")
-      ->check(CLI::IsMember({"auto", "1", "2", "3"}));
-  sub->add_option("--stream-chunk", o.stream_chunk,
-                  "Tiers 2-3: nonzeros per streamed chunk (0: planned, at most 16 Mi)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--read-ahead", o.read_ahead,
-                  "Tier 3: chunks read ahead of the one computing, each by its own prefetch "
-                  "thread (host buffers: N + 1 chunks)")
-      ->check(CLI::Range(1, 64));
-  sub->add_flag("--dry-run", o.dry_run, "Print the memory plan and stop (tessera plan)");
+  if (which & kBudgetOptions) {
+    auto* dev = sub->add_option("--device-budget", o.device_budget,
+                                "Device memory this rank may use, e.g. 40G (K/M/G/T = 1024^k): "
+                                "emulates a smaller GPU; a tensor over it streams from host "
+                                "memory (tier 2) or disk (tier 3). On host backends it caps the "
+                                "prepared format. Default: the GPU's free memory less a reserve");
+    sub->add_option("--mem-budget", o.device_budget, "Older name of --device-budget")
+        ->excludes(dev);
+    sub->add_option("--host-budget", o.host_budget,
+                    "Host memory this rank may use, e.g. 64G; the planner streams what does "
+                    "not fit (tier 2 from host memory, tier 3 from an HDF5 store). Default: the "
+                    "smallest of MemAvailable, the cgroup limit and Slurm's grant, shared among "
+                    "the node's ranks (tessera plan shows it)");
+  }
+  if (which & kStreamingOptions) {
+    sub->add_option("--tier", o.tier,
+                    "Memory tier: auto (the first that fits) | 1 (resident) | 2 (host memory, "
+                    "streamed) | 3 (HDF5 store, streamed from disk); a forced tier that does not "
+                    "fit is refused")
+        ->check(CLI::IsMember({"auto", "1", "2", "3"}));
+    sub->add_option("--stream-chunk", o.stream_chunk,
+                    "Tiers 2-3: nonzeros per streamed chunk (0: planned, at most 16 Mi)")
+        ->check(CLI::NonNegativeNumber);
+    sub->add_option("--read-ahead", o.read_ahead,
+                    "Tier 3: chunks read ahead of the one computing, each by its own prefetch "
+                    "thread (host buffers: N + 1 chunks)")
+        ->check(CLI::Range(1, 64));
+  }
+  if (which & kDryRunOption)
+    sub->add_flag("--dry-run", o.dry_run, "Print the memory plan and stop (tessera plan)");
   sub->add_option("--json", o.json, "Write the run record (JSON) here");
   add_force_option(sub, o.force);
 }
@@ -307,6 +320,54 @@ std::string cap_threads_option(const std::string& value) {
   const int capped = util::cap_threads(n, "--threads " + value, &warning);
   if (!warning.empty()) log::warn(warning);
   return std::to_string(capped);
+}
+
+std::string warn_oversubscription(const comm::MpiCommunicator& world, int threads) {
+  MPI_Comm node = MPI_COMM_NULL;
+  TESSERA_MPI_CHECK(MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(),
+                                        MPI_INFO_NULL, &node));
+  int ranks = 1;
+  MPI_Comm_size(node, &ranks);
+  // The node's CPUs: the union of the ranks' affinity masks (bound ranks see their own
+  // cores only), then the container's quota and Slurm's grant.
+  cpu_set_t mine, all;
+  CPU_ZERO(&mine);
+  CPU_ZERO(&all);
+  int cpus = 0;
+  std::string source;
+  if (sched_getaffinity(0, sizeof(mine), &mine) == 0) {
+    MPI_Allreduce(&mine, &all, static_cast<int>(sizeof(cpu_set_t)), MPI_BYTE, MPI_BOR, node);
+    cpus = CPU_COUNT(&all);
+    source = "the CPUs in the affinity masks of this node's ranks";
+  } else {
+    cpus = util::affinity_cpus();
+    source = "this node's CPUs";
+  }
+  std::string quota_src;
+  if (const auto q = util::cgroup_cpu_quota("/", &quota_src); q && *q < cpus) {
+    cpus = *q;
+    source = "the CPU quota of " + quota_src;
+  }
+  if (const char* s = std::getenv("SLURM_CPUS_ON_NODE")) {
+    int n = 0;
+    const auto [p, ec] = std::from_chars(s, s + std::strlen(s), n);
+    if (ec == std::errc() && *p == '\0' && n > 0 && n < cpus) {
+      cpus = n;
+      source = "SLURM_CPUS_ON_NODE, Slurm's grant on this node";
+    }
+  }
+  int total = std::max(threads, 1);
+  MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, node);
+  MPI_Comm_free(&node);
+  if (total <= cpus) return {};
+  const int fit = std::max(1, cpus / ranks);
+  std::string line =
+      std::to_string(total) + " threads on this node (" + std::to_string(ranks) + " rank(s) x " +
+      std::to_string(threads) + " thread(s)) but only " + std::to_string(cpus) + " CPU(s) (" +
+      source + "): they will take turns and slow every rank; run --threads " + std::to_string(fit) +
+      " (or OMP_NUM_THREADS=" + std::to_string(fit) + ") or fewer ranks per node";
+  log::warn(line);
+  return line;
 }
 
 std::string human_bytes(double b) {

@@ -181,8 +181,19 @@ nlohmann::json report_memory_tier(int tier, const std::string& description, doub
 
 /// "8G" / "512M" / "64K" / "1e9" -> bytes (K, M, G, T are powers of 1024); InputError.
 std::size_t parse_bytes(const std::string& s, const char* what);
-/// Registers --backend --threads --precision --comm-strategy --index-base --json --force.
-void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load);
+/// Groups of add_compute_options that not every subcommand uses (one that does not use a
+/// group does not register it, so its options are rejected rather than ignored).
+enum ComputeOptionGroup : unsigned {
+  kStrategyOption = 1u,    ///< --comm-strategy
+  kBudgetOptions = 2u,     ///< --device-budget (--mem-budget), --host-budget
+  kStreamingOptions = 4u,  ///< --tier, --stream-chunk, --read-ahead
+  kDryRunOption = 8u,      ///< --dry-run
+  kAllComputeOptions = 15u
+};
+/// Registers -t/--threads --backend --precision --index-base --json --force and the groups
+/// in `which`.
+void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load,
+                         unsigned which = kAllComputeOptions);
 /// Registers --force (every subcommand that writes files): existing outputs that Tessera
 /// did not write are replaced only with it; an input never is (io::OutputSet).
 void add_force_option(CLI::App* sub, bool& force);
@@ -224,6 +235,13 @@ int effective_threads(int requested);
 /// --threads VALUE capped to the CPUs this process may use (util::cap_threads), with one
 /// warning line on rank 0 when capped; a VALUE that is not a number is returned unchanged.
 std::string cap_threads_option(const std::string& value);
+
+/// Collective over `world`: one warning line on rank 0 when the ranks on rank 0's node run
+/// more OpenMP threads in all (their `threads` summed) than the node gives them: the CPUs
+/// of the union of their affinity masks, the cgroup CPU quota and SLURM_CPUS_ON_NODE, the
+/// smallest. The line names the numbers and what to change. Returns the line (empty when
+/// there is nothing to say), on every rank of that node.
+std::string warn_oversubscription(const comm::MpiCommunicator& world, int threads);
 
 /// Human-readable byte count ("1.25 GB").
 std::string human_bytes(double b);

@@ -14,6 +14,7 @@
 #include "io/h5store.hpp"
 #include "kernels/factories.hpp"
 #include "plan/measure.hpp"
+#include "record.hpp"
 #include "util/log.hpp"
 #include "util/progress.hpp"
 
@@ -352,6 +353,7 @@ void PeakSampler::stop() {
   s_->cv.notify_all();
   s_->thread.join();
   device_peak_ = s_->start_free > s_->min_free ? s_->start_free - s_->min_free : 0;
+  note_device_peak(device_peak_);  // the run record's memory.peak_device_bytes_per_rank
 }
 
 std::uint64_t PeakSampler::host_peak() const {

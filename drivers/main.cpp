@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,8 @@
 #include "comm/first_failure.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "commands.hpp"
+#include "common.hpp"
+#include "record.hpp"
 #include "util/cpus.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -45,11 +48,65 @@ std::string subcommand_names(CLI::App* app) {
   return s;
 }
 
+/// "tessera bench contract": the names from the app down to `at`.
+std::string command_path(CLI::App* at) {
+  std::string s;
+  for (CLI::App* a = at; a != nullptr; a = a->get_parent())
+    s = a->get_parent() == nullptr ? "tessera" + s : " " + a->get_name() + s;
+  return s;
+}
+
+/// The subcommands (as "cp", "bench cp") under `app` that have option `name`.
+void subcommands_with(CLI::App* app, const std::string& name, const std::string& prefix,
+                      std::vector<std::string>* out) {
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_option_no_throw(name) != nullptr) out->push_back(prefix + sub->get_name());
+    subcommands_with(sub, name, prefix + sub->get_name() + " ", out);
+  }
+}
+
+/// Options typed (in the order typed) that the chosen subcommand does not have: "--x and
+/// --y do not apply to tessera contract (--x: an option of cp, tucker, plan)". Empty when
+/// the unexpected words are not options.
+std::string unexpected_options_line(CLI::App& app, CLI::App* at, int argc,
+                                    const char* const* argv) {
+  std::vector<std::string> extra;
+  for (CLI::App* a = at; a != nullptr; a = a->get_parent())
+    for (const std::string& w : a->remaining()) extra.push_back(w);
+  std::vector<std::string> typed;
+  for (int i = 1; i < argc; ++i) {
+    std::string w = argv[i];
+    w = w.substr(0, w.find('='));
+    if (w.size() < 2 || w[0] != '-' || w == "--") continue;
+    if (std::find(extra.begin(), extra.end(), w) == extra.end()) continue;
+    if (std::find(typed.begin(), typed.end(), w) == typed.end()) typed.push_back(w);
+  }
+  if (typed.empty()) return {};
+  std::string names, where_else;
+  for (std::size_t k = 0; k < typed.size(); ++k) {
+    names += (k == 0 ? "" : k + 1 == typed.size() ? " and " : ", ") + typed[k];
+    std::vector<std::string> subs;
+    subcommands_with(&app, typed[k], "", &subs);
+    if (subs.empty()) continue;
+    std::string list;
+    for (const std::string& x : subs) list += (list.empty() ? "" : ", ") + x;
+    where_else += (where_else.empty() ? "" : "; ") + typed[k] + ": an option of " + list;
+  }
+  const std::string where = command_path(at);
+  if (where_else.empty())
+    return std::string(typed.size() == 1 ? "unknown option " : "unknown options ") + names + "; " +
+           where + " --help lists its options";
+  return names + (typed.size() == 1 ? " does" : " do") + " not apply to " + where + " (" +
+         where_else + "); " + where + " --help lists its options";
+}
+
 /// The one line for a failed parse: an unknown subcommand names the word typed and lists
-/// the subcommands; other errors are CLI11's message.
-std::string parse_error_line(CLI::App& app, const CLI::ParseError& e) {
+/// the subcommands; options the subcommand does not have are named with the subcommands
+/// that have them; other errors are CLI11's message.
+std::string parse_error_line(CLI::App& app, const CLI::ParseError& e, int argc,
+                             const char* const* argv) {
   CLI::App* at = deepest(&app);
-  const std::string where = at == &app ? "tessera" : "tessera " + at->get_name();
+  const std::string where = command_path(at);
   const bool wants_sub = at->get_require_subcommand_min() > 0 && at->get_subcommands().empty() &&
                          !at->get_subcommands([](CLI::App*) { return true; }).empty();
   if (wants_sub) {
@@ -58,6 +115,10 @@ std::string parse_error_line(CLI::App& app, const CLI::ParseError& e) {
       return "unknown subcommand '" + w + "'" + (at == &app ? "" : " of " + where) +
              ": expected one of " + subcommand_names(at) + " (" + where + " --help describes them)";
     }
+  }
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    const std::string line = unexpected_options_line(app, at, argc, argv);
+    if (!line.empty()) return line;
   }
   return std::string(e.what()) + " (" + where + " --help lists the options)";
 }
@@ -103,13 +164,26 @@ int main(int argc, char** argv) {
     // Every rank parsed the same arguments: rank 0 reports, all exit with the same code.
     if (e.get_exit_code() == 0) return world.rank() == 0 ? app.exit(e) : 0;  // --help, --version
     if (world.rank() == 0) {
-      std::fprintf(stderr, "tessera: error: %s\n", parse_error_line(app, e).c_str());
+      std::fprintf(stderr, "tessera: error: %s\n", parse_error_line(app, e, argc, argv).c_str());
       std::fflush(stderr);
     }
     return e.get_exit_code();
   }
   log::set_verbosity(verbosity);
+  // Run records (drivers/record.hpp): the command line and the options with their defaults.
+  driver::set_invocation(argc, argv, deepest(&app));
   cap_openmp_default();
+  try {
+    // Ranks x threads over the node's CPUs (or Slurm's grant): one warning line on rank 0.
+    // --threads (already capped to this rank's CPUs) where given, else OpenMP's team.
+    int threads = omp_get_max_threads();
+    if (const CLI::Option* t = deepest(&app)->get_option_no_throw("--threads");
+        t != nullptr && t->count() > 0 && t->as<int>() > 0)
+      threads = t->as<int>();
+    driver::warn_oversubscription(world, threads);
+  } catch (const std::exception& e) {
+    log::debug(std::string("oversubscription check skipped: ") + e.what());
+  }
 
   try {
     run(world);

@@ -33,6 +33,11 @@
 #               TESSERA_SANITIZE_R, default all gpu_*_tests; TESSERA_SANITIZE_GTEST: a
 #               --gtest_filter, e.g. for racecheck, which is slow); a line per binary and tool with
 #               the errors found; any error fails the mode
+#       python: congress CP-ALS (rank 16, 20 iterations, float, cuda) through the Python module
+#               and through the CLI, seconds per iteration (median of iterations 2..20) and
+#               their ratio (issue 19: within 10%)
+#       study: jobs/study.py on TESSERA_STUDY (default jobs/studies/gpu-1.toml), locally, into
+#               $OUT/study (table, CSV, plots)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -379,6 +384,39 @@ if has scaling; then
       --dist powerlaw --rank 32 --backend cuda --precision float --iters 5
     p=$((p * 2))
   done
+fi
+if has python || has study; then  # real tensors beside a checkout or carried in .deps/data
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { pdata=$(cd "$d" && pwd); break; }
+  done
+fi
+if has python; then
+  if [ -z "${pdata:-}" ] || ! ls "$build"/python/tessera/_tessera*.so >/dev/null 2>&1; then
+    echo "python: skipped (module not built or congress not found)" | tee -a "$summary"
+  else
+    log "congress CP through Python and through the CLI"
+    C=$pdata/congress-cosponsor_leg-leg-year.tns.gz
+    "$T" cp "$C" --rank 16 --iters 20 --tol 0 --backend cuda --precision float \
+      --json "$out/python-cli.json" >"$out/python-cli.log" 2>&1
+    PYTHONPATH=$build/python python3 - "$C" "$out/python-cli.json" <<'PY' | tee -a "$summary"
+import json, statistics, sys, tessera
+path, cli_json = sys.argv[1], sys.argv[2]
+r = tessera.cp_als(path, 16, backend="cuda", precision="float", iters=20, tol=0)
+py = statistics.median(h["seconds"] for h in r.history[1:])
+cli_rec = json.load(open(cli_json))
+cli = statistics.median(h["seconds"] for h in cli_rec["per_iteration"][1:])
+print(f"python-vs-cli congress cp r16 float cuda: python {py*1e3:.3f} ms/iter  cli {cli*1e3:.3f} ms/iter  "
+      f"ratio {py/cli:.3f}  fit python {r.fit:.6f} cli {cli_rec['fit']:.6f}")
+PY
+  fi
+fi
+if has study; then
+  st=${TESSERA_STUDY:-jobs/studies/gpu-1.toml}
+  log "study $st"
+  TESSERA=$T TESSERA_SHARED_DATA=${pdata:-} python3 jobs/study.py run "$st" --local --out "$out/study" \
+    >"$out/study.log" 2>&1
+  echo "study $st: rc $? ($out/study/results.md)" | tee -a "$summary"
+  cat "$out/study/results.md" 2>/dev/null | tee -a "$summary"
 fi
 echo
 echo "==== summary ($(nvidia-smi -L | head -1 | cut -c1-40), $ngpu GPU(s), commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)) ===="

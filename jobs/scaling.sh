@@ -1,32 +1,35 @@
 #!/usr/bin/env bash
-# Strong-scaling sweep: runs one tessera command at several rank counts and prints a
-# table (seconds per iteration or per mode, speedup, efficiency, communication share).
+# Strong-scaling sweep of one tessera command at several rank counts: a thin wrapper around
+# jobs/study.py (docs/studies.md), which writes results.csv, results.md and PNG plots.
 #   jobs/scaling.sh "1 2 4 8" bench cp --generate 12092x9184x28818 --nnz 76.9e6 --rank 32 --backend cuda
-# Uses srun inside a Slurm allocation, else mpirun. Results: scaling-<P>.json.
+#   jobs/scaling.sh "1 2" cp congress.tns.gz --rank 16 --iters 20
+# Runs here with mpirun -np P (OMP_NUM_THREADS=SCALING_THREADS, default 1; inside a Slurm
+# allocation mpirun uses it). Environment: TESSERA (binary), SCALING_OUT (results folder,
+# default scaling), SCALING_THREADS. For sweeps over nodes and GPUs, Slurm jobs, several
+# commands or weak scaling, write a study file and run jobs/study.py.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-counts=${1:?usage: jobs/scaling.sh "P1 P2 ..." tessera-args...}
-shift
-T=${TESSERA:-$here/build/drivers/tessera}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-for p in $counts; do
-  if [ -n "${SLURM_JOB_ID:-}" ]; then
-    srun -n "$p" "$T" "$@" --json "scaling-$p.json"
-  else
-    mpirun -np "$p" --oversubscribe "$T" "$@" --json "scaling-$p.json"
-  fi
+here=$(cd "$(dirname "$0")" && pwd)
+usage='usage: jobs/scaling.sh "P1 P2 ..." COMMAND [tessera options]   (COMMAND: cp, tucker, contract, bench KIND)'
+counts=${1:?$usage}
+cmd=${2:?$usage}
+shift 2
+if [ "$cmd" = bench ]; then
+  cmd="bench ${1:?$usage}"
+  shift
+fi
+out=${SCALING_OUT:-scaling}
+mkdir -p "$out"
+args=()
+for a in "$@"; do  # points run in their own folders: files named relative to here get absolute
+  if [ -e "$a" ] && [[ $a != /* ]]; then a=$(cd "$(dirname "$a")" && pwd)/$(basename "$a"); fi
+  args+=("$a")
 done
-python3 - $counts <<'PY'
+python3 - "$out/scaling-study.json" "$cmd" "$counts" "${SCALING_THREADS:-1}" "${args[@]}" <<'PY'
 import json, sys
-rows = []
-for p in sys.argv[1:]:
-    j = json.load(open(f"scaling-{p}.json"))
-    t = j.get("seconds_per_iteration", j.get("mean_seconds_per_mode"))
-    comm = j.get("share", {}).get("comm", float("nan"))
-    rows.append((int(p), t, comm))
-base_p, base_t, _ = rows[0]
-print(f"{'ranks':>6} {'seconds':>12} {'speedup':>9} {'efficiency':>11} {'comm share':>11}")
-for p, t, c in rows:
-    s = base_t / t
-    print(f"{p:6d} {t:12.5f} {s:9.2f} {s * base_p / p:11.2%} {c:11.1%}")
+path, cmd, counts, threads, *args = sys.argv[1:]
+json.dump({"name": "scaling", "scaling": "strong",
+           "commands": [{"command": cmd, "args": args}],
+           "resources": [{"ranks": int(p), "threads": int(threads)} for p in counts.split()]},
+          open(path, "w"), indent=1)
 PY
+exec python3 "$here/study.py" run "$out/scaling-study.json" --local --out "$out"

@@ -17,7 +17,15 @@ build=${1:-$here/build}
 
 pkgs=(cmake ninja-build g++ pkg-config openmpi-bin libopenmpi-dev libhdf5-dev zlib1g-dev
       liblapack-dev libblas-dev libscalapack-openmpi-dev libcli11-dev nlohmann-json3-dev
-      libgtest-dev ${extra[@]+"${extra[@]}"})
+      libgtest-dev
+      # the Python module and its tests (python/, tests/python, docs/python.md)
+      python3-dev pybind11-dev python3-numpy python3-scipy python3-pytest python3-mpi4py
+      python3-sparse python3-h5py
+      # run records checked against docs/run-record.schema.json (tests/driver/run_record_test.py)
+      python3-jsonschema
+      # plots of jobs/study.py (docs/studies.md)
+      python3-matplotlib
+      ${extra[@]+"${extra[@]}"})
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

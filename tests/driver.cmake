@@ -29,3 +29,39 @@ add_dependencies(output_driver_test tessera)
 add_test(NAME output_driver_test COMMAND output_driver_test)
 set_tests_properties(output_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
   LABELS "driver;io" TIMEOUT 600 PROCESSORS 2)
+# CLI interop end to end (issue 19): export of CP/Tucker models as .npy and text read back
+# bit for bit, info on models and checkpoints, pyttb sptensor text through convert.
+add_executable(interop_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/interop_driver_test.cpp)
+target_link_libraries(interop_driver_test PRIVATE tessera::io GTest::gtest GTest::gtest_main)
+target_compile_definitions(interop_driver_test PRIVATE
+  TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+tessera_target_defaults(interop_driver_test)
+add_dependencies(interop_driver_test tessera)
+add_test(NAME interop_driver_test COMMAND interop_driver_test)
+set_tests_properties(interop_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
+  LABELS "driver;io" TIMEOUT 300 PROCESSORS 2)
+# Every subcommand's --json run record checked against the JSON Schema file
+# docs/run-record.schema.json (docs/run-record.md); skipped without python3-jsonschema.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME run_record_schema
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/driver/run_record_test.py)
+  set_tests_properties(run_record_schema PROPERTIES
+    ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1;TESSERA_MPIEXEC=${MPIEXEC_EXECUTABLE};TESSERA_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+    LABELS "driver" TIMEOUT 300 PROCESSORS 2 SKIP_RETURN_CODE 77)
+else()
+  add_test(NAME run_record_schema COMMAND ${CMAKE_COMMAND} -E echo
+    "SKIP: python3 not found: the run records are not checked against docs/run-record.schema.json")
+  set_tests_properties(run_record_schema PROPERTIES LABELS "driver" SKIP_REGULAR_EXPRESSION "SKIP:")
+endif()
+# Command-line habits (issue 20): oversubscription warning, -t as --threads, options a
+# subcommand does not use refused, defaults in --help.
+add_executable(cli_habits_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/cli_habits_driver_test.cpp)
+target_link_libraries(cli_habits_driver_test PRIVATE GTest::gtest GTest::gtest_main
+  nlohmann_json::nlohmann_json)
+target_compile_definitions(cli_habits_driver_test PRIVATE
+  TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+add_dependencies(cli_habits_driver_test tessera)
+add_test(NAME cli_habits_driver_test COMMAND cli_habits_driver_test)
+set_tests_properties(cli_habits_driver_test PROPERTIES
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 300 PROCESSORS 2)

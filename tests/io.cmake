@@ -23,3 +23,10 @@ tessera_test_executable(io_output_unit
   LIBS tessera::io)
 tessera_add_test(io_output_unit io_output_unit LABELS io)
 tessera_add_mpi_test(io_output io_output_unit RANKS 2 LABELS io)
+
+# Tensor Toolbox (pyttb / MATLAB export_data) sptensor text through read_tns, and the .npy
+# writer of `tessera export` (src/io/pyttb_text.hpp, src/io/npy.hpp).
+tessera_test_executable(io_pyttb_unit
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/io_pyttb_test.cpp
+  LIBS tessera::io ZLIB::ZLIB)
+tessera_add_test(io_pyttb_unit io_pyttb_unit LABELS io)

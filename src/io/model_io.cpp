@@ -338,4 +338,32 @@ TuckerModel read_tucker_h5(const std::string& path, ModelRecord* rec) {
   return m;
 }
 
+ModelFileKind probe_model_file(const std::string& path) {
+  ModelFileKind k;
+  try {
+    std::error_code ec;  // stat() only: HDF5 would wait on a FIFO with no writer
+    if (!std::filesystem::is_regular_file(path, ec)) return k;
+    struct Quiet {  // no HDF5 error stack on stderr for a file that is not one
+      H5E_auto2_t func = nullptr;
+      void* data = nullptr;
+      Quiet() {
+        H5Eget_auto2(H5E_DEFAULT, &func, &data);
+        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+      }
+      ~Quiet() { H5Eset_auto2(H5E_DEFAULT, func, data); }
+    } quiet;
+    if (H5Fis_hdf5(path.c_str()) > 0) {
+      H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+      if (f.id >= 0 && H5Aexists(f, "format") > 0) {
+        const std::string fmt = read_attr_string(f, "format", path);
+        if (fmt == kFormat || fmt == kTuckerFormat) k.format = fmt;
+        k.checkpoint = !k.format.empty() && H5Aexists(f, "checkpoint") > 0;
+      }
+    }
+  } catch (...) {
+    k = ModelFileKind{};
+  }
+  return k;
+}
+
 }  // namespace tessera::io

@@ -44,4 +44,14 @@ void write_tucker_h5(const std::string& path, const TuckerModel& m, const ModelR
 /// Reads a file written by write_tucker_h5; throws InputError on a wrong layout.
 TuckerModel read_tucker_h5(const std::string& path, ModelRecord* rec = nullptr);
 
+/// What a file holds, from its root attributes alone (no dataset is read): `format` is
+/// "tessera-kruskal" or "tessera-tucker" for a model or checkpoint ("" for anything else:
+/// not a regular file, not HDF5, another format), `checkpoint` whether it carries the
+/// checkpoint attributes (io/checkpoint.hpp). Never throws.
+struct ModelFileKind {
+  std::string format;
+  bool checkpoint = false;
+};
+ModelFileKind probe_model_file(const std::string& path);
+
 }  // namespace tessera::io

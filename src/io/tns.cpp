@@ -58,6 +58,7 @@
 
 #include "io/output.hpp"
 #include "io/posix_io.hpp"
+#include "io/pyttb_text.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/progress.hpp"
@@ -289,7 +290,15 @@ class Parser {
   /// (and looked at until the order is known).
   void line(const char* b, const char* e, bool owned) {
     ++lines_;
+    text_bytes_ += static_cast<std::uint64_t>(e - b) + 1;
     if (error_) return;
+    if (pyttb_reader_) {  // a Tensor Toolbox header (.gz: every rank reads it)
+      const auto st = pyttb_reader_->line(b, e, lines_, text_bytes_);
+      if (st == PyttbHeaderReader::Status::error) fail(pyttb_reader_->message());
+      if (st == PyttbHeaderReader::Status::done) expect_pyttb(pyttb_reader_->header());
+      if (st != PyttbHeaderReader::Status::more) pyttb_reader_.reset();
+      return;
+    }
     if (!owned && order_ != 0) return;
     if (static_cast<std::size_t>(e - b) > kMaxLineBytes) {
       fail("line longer than " + std::to_string(kMaxLineBytes >> 20) +
@@ -299,6 +308,13 @@ class Parser {
     const char* p = b;
     while (p < e && is_ws(*p)) ++p;
     if (p == e || *p == '#') return;
+    if (order_ == 0 && is_pyttb_kind_line(p, e)) {
+      pyttb_reader_.emplace();
+      --lines_;
+      text_bytes_ -= static_cast<std::uint64_t>(e - b) + 1;
+      line(b, e, owned);
+      return;
+    }
     if (order_ == 0) {
       int n = 0;
       std::string msg;
@@ -309,11 +325,24 @@ class Parser {
       set_order(n);
     }
     if (!owned) return;
-    if (!parse_data(p, e)) fail(describe_bad_line(b, e, order_, base_, float_values_));
+    if (!parse_data(p, e))
+      fail(beyond_ >= 0 ? pyttb_beyond_shape_message(*pyttb_, beyond_, beyond_raw_,
+                                                     base_ == IndexBase::zero ? 0 : 1)
+                        : describe_bad_line(b, e, order_, base_, float_values_));
   }
+
+  /// The file is a Tensor Toolbox sptensor export with header `h` (io/pyttb_text.hpp): its
+  /// order, and coordinates within the declared shape (1-based unless base 0 was asked).
+  void expect_pyttb(const PyttbHeader& h) {
+    pyttb_ = h;
+    if (base_ == IndexBase::automatic) base_ = IndexBase::one;
+    set_order(h.order());
+  }
+  const std::optional<PyttbHeader>& pyttb() const { return pyttb_; }
 
   std::uint64_t lines() const { return lines_; }
   int order() const { return order_; }
+  bool in_pyttb_header() const { return pyttb_reader_.has_value(); }
   bool saw_zero() const { return saw_zero_; }
   const std::array<index_t, kMaxOrder>& max_raw() const { return max_; }
   const std::optional<LocalError>& error() const { return error_; }
@@ -329,6 +358,7 @@ class Parser {
   /// Fast path for a data line starting at its first non-blank byte p.
   bool parse_data(const char* p, const char* e) {
     index_t c[kMaxOrder];
+    beyond_ = -1;
     for (int m = 0; m < order_; ++m) {
       const char* t = p;
       std::uint64_t v = 0;
@@ -340,6 +370,11 @@ class Parser {
       if (v == 0) {
         if (base_ == IndexBase::one) return false;
         saw_zero_ = true;
+      }
+      if (pyttb_ && v > pyttb_->shape[static_cast<std::size_t>(m)] - (base_ == IndexBase::zero)) {
+        beyond_ = m;
+        beyond_raw_ = v;
+        return false;
       }
       c[m] = static_cast<index_t>(v);
       max_[static_cast<std::size_t>(m)] = std::max(max_[static_cast<std::size_t>(m)], c[m]);
@@ -366,6 +401,11 @@ class Parser {
   bool saw_zero_ = false;
   std::array<index_t, kMaxOrder> max_{};
   std::optional<LocalError> error_;
+  std::uint64_t text_bytes_ = 0;                   // bytes of the lines seen (headers)
+  std::optional<PyttbHeaderReader> pyttb_reader_;  // reading a Tensor Toolbox header
+  std::optional<PyttbHeader> pyttb_;               // the header read (or broadcast)
+  int beyond_ = -1;                                // mode beyond the declared shape
+  std::uint64_t beyond_raw_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -443,15 +483,28 @@ void walk_plain_lines(int fd, const std::string& path, std::uint64_t size, std::
   }
 }
 
-/// Rank 0: the order set by the first data line (throws InputError "FILE:LINE: ...").
-int find_order_plain(int fd, const std::string& path, std::uint64_t size, std::size_t chunk) {
+/// Rank 0: the order set by the first data line (throws InputError "FILE:LINE: ..."), or
+/// by a Tensor Toolbox header (returned in `pyttb`).
+int find_order_plain(int fd, const std::string& path, std::uint64_t size, std::size_t chunk,
+                     std::optional<PyttbHeader>* pyttb) {
   int order = 0;
-  std::uint64_t line = 0;
+  std::uint64_t line = 0, offset = 0;
   std::string msg;
+  std::optional<PyttbHeaderReader> header;
   walk_plain_lines(
       fd, path, size, 0, size, chunk,
       [&](const char* b, const char* e) {
         ++line;
+        offset += static_cast<std::uint64_t>(e - b) + 1;
+        if (header) {
+          const auto st = header->line(b, e, line, offset);
+          if (st == PyttbHeaderReader::Status::error) msg = header->message();
+          if (st == PyttbHeaderReader::Status::done) {
+            *pyttb = header->header();
+            order = (*pyttb)->order();
+          }
+          return st == PyttbHeaderReader::Status::more;
+        }
         if (static_cast<std::size_t>(e - b) > kMaxLineBytes) {
           msg = "line longer than " + std::to_string(kMaxLineBytes >> 20) +
                 " MiB: expected lines of coordinates and a value (binary data?)";
@@ -460,12 +513,25 @@ int find_order_plain(int fd, const std::string& path, std::uint64_t size, std::s
         const char* p = b;
         while (p < e && is_ws(*p)) ++p;
         if (p == e || *p == '#') return true;
+        if (is_pyttb_kind_line(p, e)) {
+          header.emplace();
+          header->line(b, e, line, offset);  // the kind line: an error is the next line's
+          if (!header->message().empty()) {
+            msg = header->message();
+            return false;
+          }
+          return true;
+        }
         if (!detect_order(b, p, e, &order, &msg)) order = 0;
         return false;
       },
       [](std::uint64_t) {});
   if (order > 0) return order;
   if (!msg.empty()) throw InputError(path + ":" + std::to_string(line) + ": " + msg);
+  if (header)
+    throw InputError(path + ":" + std::to_string(line) +
+                     ": sptensor header: the file ends before the header is complete "
+                     "(expected the lines: sptensor, N, the shape, the number of nonzeros)");
   throw InputError(path +
                    ": no data lines: expected lines of coordinates and a value, found an empty "
                    "file or only comments and blank lines");
@@ -693,20 +759,34 @@ TnsReadResult read_tns(const std::string& path, const comm::Communicator& c,
   res.bytes = size;
   res.text_bytes = size;
 
-  // 2. Plain files: the order comes from the first data line, read by rank 0.
+  // 2. Plain files: the order comes from the first data line, read by rank 0, or from a
+  //    Tensor Toolbox sptensor header (io/pyttb_text.hpp), broadcast to every rank.
   std::int32_t order = 0;
+  std::optional<PyttbHeader> pyttb;
   if (!gz) {
     comm::run_collectively(c, [&] {
       // The first data line is usually near the start: read small pieces (the carry-over
       // buffer grows if it is not).
-      if (rank == 0) order = find_order_plain(fd.fd, path, size, chunk ? chunk : 64 << 10);
+      if (rank == 0) order = find_order_plain(fd.fd, path, size, chunk ? chunk : 64 << 10, &pyttb);
     });
     c.broadcast(&order, 1, 0);
+    std::uint64_t h[6 + kMaxOrder] = {};  // present, nnz, lines, bytes, shape/nnz line, shape
+    if (pyttb) {
+      const std::uint64_t v[6] = {
+          1, pyttb->nnz, pyttb->lines, pyttb->bytes, pyttb->shape_line, pyttb->nnz_line};
+      std::copy(v, v + 6, h);
+      std::copy(pyttb->shape.begin(), pyttb->shape.end(), h + 6);
+    }
+    c.broadcast(h, 6 + kMaxOrder, 0);
+    if (h[0] != 0)
+      pyttb = PyttbHeader{
+          std::vector<std::uint64_t>(h + 6, h + 6 + order), h[1], h[2], h[3], h[4], h[5]};
   }
 
   // 3. Parse this rank's lines; no communication, no early exit.
   SparseTensor<double>& x = res.local;
   Parser parser(order, opt.base, &x, opt.float_values);
+  if (pyttb) parser.expect_pyttb(*pyttb);
   std::optional<std::string> file_error;
   {
     // Plain files: rank 0's share, scaled to the file (the ranks move at similar speeds).
@@ -715,9 +795,16 @@ TnsReadResult read_tns(const std::string& path, const comm::Communicator& c,
       if (gz) {
         res.text_bytes = read_gz_stream(fd.fd, path, size, chunk ? chunk : kDefaultGzChunk,
                                         gz_block, rank, nranks, parser, progress);
+        if (parser.in_pyttb_header() && !parser.error())
+          file_error = path + ":" + std::to_string(parser.lines()) +
+                       ": sptensor header: the file ends before the header is complete "
+                       "(expected the lines: sptensor, N, the shape, the number of nonzeros)";
       } else {
-        const std::uint64_t lo = size * static_cast<std::uint64_t>(rank) / nranks;
-        const std::uint64_t hi = size * static_cast<std::uint64_t>(rank + 1) / nranks;
+        // A Tensor Toolbox header is nobody's: the ranks share the bytes after it.
+        const std::uint64_t skip = pyttb ? pyttb->bytes : 0;
+        const std::uint64_t lo = std::max(skip, size * static_cast<std::uint64_t>(rank) / nranks);
+        const std::uint64_t hi =
+            std::max(skip, size * static_cast<std::uint64_t>(rank + 1) / nranks);
         // Reserve from the density of the first lines; plain files only (size known).
         bool reserved = false;
         std::uint64_t seen = 0;
@@ -748,8 +835,10 @@ TnsReadResult read_tns(const std::string& path, const comm::Communicator& c,
   std::vector<std::uint64_t> lines(static_cast<std::size_t>(nranks), 0);
   c.allgather(&my_lines, lines.data(), 1);
   std::uint64_t line_offset = 0;
-  if (!gz)
+  if (!gz) {
     for (int q = 0; q < rank; ++q) line_offset += lines[static_cast<std::size_t>(q)];
+    if (pyttb) line_offset += pyttb->lines;  // read by rank 0 before the parse
+  }
   std::uint64_t key = kNoError;
   std::string msg;
   if (file_error) {
@@ -782,7 +871,14 @@ TnsReadResult read_tns(const std::string& path, const comm::Communicator& c,
       for (auto& i : v) --i;
   res.index_base = base;
   res.global_nnz = c.allreduce_value<nnz_t>(x.nnz(), comm::ReduceOp::sum);
-  if (res.global_nnz == 0)  // not reached: a first data line either parses or is an error
+  if (gz) pyttb = parser.pyttb();  // every rank read the header from the stream
+  if (pyttb) {  // the declared shape is the tensor's; the declared count must be the file's
+    if (static_cast<std::uint64_t>(res.global_nnz) != pyttb->nnz)
+      throw CollectiveError(path + ":" + std::to_string(pyttb->nnz_line) + ": " +
+                            pyttb_count_message(*pyttb, res.global_nnz));
+    x.dims = pyttb->shape;
+  }
+  if (res.global_nnz == 0)  // a Tensor Toolbox header may declare 0; FROSTT text cannot
     throw CollectiveError(path + ": no nonzeros");
   res.seconds = c.allreduce_value(timer.seconds(), comm::ReduceOp::max);
   log::debug("read " + path + ": " + std::to_string(res.global_nnz) + " nonzeros, dims " +

@@ -14,6 +14,10 @@
 //    data after a member is an error naming its byte offset, never ignored);
 //  - only regular files are read: a directory, FIFO, character or block device or socket
 //    is refused with a message (never opened in a way that could block).
+//  - a file whose first non-blank, non-comment line starts with "sptensor" is Tensor
+//    Toolbox text (pyttb / MATLAB export_data, io/pyttb_text.hpp): its four header lines
+//    give the order, the dims (the declared shape) and the nonzero count, checked against
+//    the data lines that follow (FROSTT lines, 1-based unless IndexBase::zero is asked).
 #pragma once
 
 #include <cstddef>

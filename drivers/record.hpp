@@ -1,0 +1,45 @@
+// The run record's envelope: the keys every --json record starts with, whatever the
+// subcommand (docs/run-record.md; JSON Schema in docs/run-record.schema.json).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.hpp"
+
+namespace tessera::driver {
+
+/// Version of the record layout: adding a field keeps it, renaming or removing one bumps it.
+inline constexpr int kRunRecordVersion = 1;
+/// The record's "schema" value.
+inline constexpr const char* kRunRecordSchema = "tessera-run-record";
+
+/// main(): this process's command line, its start time and the subcommand the parse chose
+/// (its options, defaults included, go into every record's "options"). Not collective.
+void set_invocation(int argc, const char* const* argv, const CLI::App* parsed);
+
+/// The envelope every run record starts with (docs/run-record.md). Collective (gathers the
+/// GPU models and host names of all ranks).
+nlohmann::json record_envelope(const std::string& command, const nlohmann::json& options,
+                               const comm::Communicator& world, const std::string& backend,
+                               int threads);
+
+/// The record's "timing" object: `unit` ("iteration" | "mode" | "contraction" | "run"), the
+/// seconds per unit and their split (seconds per unit; names from kernel, comm, solve, io);
+/// "other" is the rest of seconds_per_unit, never negative.
+nlohmann::json timing_record(const std::string& unit, double seconds_per_unit,
+                             const std::vector<std::pair<std::string, double>>& split = {});
+
+/// The options of a parsed subcommand, each under its long name with '-' as '_' (positional
+/// arguments under their name), with its value or default: flags as booleans, numbers as
+/// numbers, the rest as strings ("" when unset and without default).
+nlohmann::json cli_options_json(const CLI::App& sub);
+
+/// Called by PeakSampler::stop(): this process's largest measured device memory peak, for
+/// the envelope's memory.peak_device_bytes_per_rank.
+void note_device_peak(std::uint64_t bytes);
+
+}  // namespace tessera::driver

@@ -1,0 +1,204 @@
+"""Tessera from Python: CP-ALS, Tucker-HOOI and sparse tensor contraction of sparse tensors,
+on the same C++ library (and backends) as the ``tessera`` command. See docs/python.md.
+
+    import numpy as np, tessera
+    coords = np.array([[0, 0, 0], [1, 2, 0], [2, 1, 1]])
+    m = tessera.cp_als((coords, np.array([1.0, 2.0, 3.0]), (3, 3, 2)), rank=2)
+    print(m.fit, m.weights, [f.shape for f in m.factors])
+
+Defaults are the CLI's (``tessera cp --help``): iters 50, tol 1e-5, seed 1, backend
+"auto" (cuda when a GPU is present, else cpu), precision "double".
+
+Under ``mpirun -np P python3 script.py`` every rank calls the same function: the input on
+rank 0 (other ranks pass None; ``distributed="root"``, the default), or every rank's share
+of the nonzeros with global coordinates (``distributed="share"``); a path is read by all
+ranks together. Results are returned on every rank. ``comm`` takes an mpi4py
+communicator (default: MPI_COMM_WORLD); MPI is initialised here when mpi4py has not.
+
+Errors: ValueError for bad input (the messages of the CLI, naming the file and line or the
+array field and entry), RuntimeError for device, MPI or internal failures,
+KeyboardInterrupt on Ctrl-C (checked after every iteration). The GIL is released while the
+library computes.
+"""
+
+import atexit as _atexit
+import numbers as _numbers
+
+from . import _tessera
+from ._inputs import to_core as _to_core
+from ._results import COOResult, CPResult, TuckerResult, _record
+
+__all__ = [
+    "cp_als",
+    "tucker_hooi",
+    "contract",
+    "read_tensor",
+    "load_model",
+    "save_model",
+    "CPResult",
+    "TuckerResult",
+    "COOResult",
+    "cuda_built",
+]
+
+__version__ = "0.1.0"
+
+_atexit.register(_tessera.finalize_mpi)  # only when this module initialised MPI
+
+
+def _comm_handle(comm):
+    if comm is None:
+        return 0
+    try:
+        from mpi4py import MPI  # noqa: PLC0415
+    except ImportError:
+        raise ValueError("comm= needs mpi4py (an mpi4py communicator)") from None
+    return int(MPI._handleof(comm))
+
+
+def _share(distributed):
+    if distributed in (False, None, "root"):
+        return False
+    if distributed in (True, "share"):
+        return True
+    raise ValueError('distributed=%r: expected "root" (input on rank 0) or "share" (each '
+                     "rank's share)" % (distributed,))
+
+
+def _threads(threads):
+    if threads is not None and (not isinstance(threads, int) or threads < 0):
+        raise ValueError("threads=%r: expected None or an integer >= 0" % (threads,))
+    return threads
+
+
+def _init_arg(init):
+    if init is None or isinstance(init, str):
+        return init
+    import numpy as np  # noqa: PLC0415
+
+    return [np.ascontiguousarray(f, dtype=np.float64) for f in init]
+
+
+def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",
+           precision="double", threads=None, comm_strategy="allreduce", index_base="1",
+           checkpoint=None, checkpoint_every=None, resume=None, callback=None, verbose=False,
+           distributed="root", comm=None):
+    """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
+
+    X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
+    seed, mode and row: the same factors as the CLI on any rank count) or a list of N
+    initial factor arrays (I_n x R). checkpoint / checkpoint_every / resume: as the CLI's
+    --checkpoint / --checkpoint-every (default 1 when a checkpoint file is given) /
+    --resume. callback(info) runs on every rank after every iteration with
+    {"iteration", "fit", "delta", "rank"}; an exception it raises stops the run on every
+    rank. verbose: print the CLI's per-iteration lines (rank 0). Returns a CPResult.
+    """
+    if isinstance(rank, bool) or not isinstance(rank, _numbers.Integral):
+        raise ValueError("rank=%r: expected an integer from 1 to 4096" % (rank,))
+    share = _share(distributed)
+    r = _tessera.cp_als(
+        _to_core(X), int(rank), int(iters), float(tol), int(seed), _init_arg(init), backend,
+        precision, _threads(threads), comm_strategy, str(index_base), checkpoint,
+        int(checkpoint_every or 0), resume, callback, bool(verbose), share,
+        _comm_handle(comm))
+    rec = _record(r)
+    return CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
+                    r["history"], rec)
+
+
+def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",
+                svd="gram", subspace_steps=3, max_mem=None, precision="double", threads=None,
+                index_base="1", checkpoint=None, checkpoint_every=None, resume=None,
+                callback=None, verbose=False, distributed="root", comm=None):
+    """Tucker-HOOI of a sparse tensor (the algorithm and defaults of ``tessera tucker``).
+
+    ranks: one int for every mode, a list (R_1..R_N), or "16,16,4". init: "random" or
+    "hosvd"; svd: "gram", "subspace" or "scalapack"; max_mem: bytes per rank ("8G"; default:
+    the planner's measured host limit). Other arguments as cp_als. Returns a TuckerResult.
+    """
+    share = _share(distributed)
+    if isinstance(ranks, bool) or not isinstance(ranks, (int, str, list, tuple)):
+        raise ValueError("ranks=%r: expected an int, a list of ints or \"R1,R2,...\"" % (ranks,))
+    r = _tessera.tucker_hooi(
+        _to_core(X), ranks if not isinstance(ranks, tuple) else list(ranks), int(iters),
+        float(tol), int(seed), init, svd, int(subspace_steps), max_mem or "", backend,
+        precision, _threads(threads), str(index_base), checkpoint, int(checkpoint_every or 0),
+        resume, callback, bool(verbose), share, _comm_handle(comm))
+    rec = _record(r)
+    return TuckerResult(r["core"], r["factors"], r["fit"], r["iterations"], r["converged"],
+                        r["history"], rec)
+
+
+def contract(X, Y, einsum, *, backend="auto", precision="double", threads=None,
+             extend_dims=False, mem_limit=None, index_base="1", verbose=False,
+             distributed="root", comm=None):
+    """Sparse tensor contraction Z = X x Y by an einsum spec (``tessera contract``), e.g.
+    "ijy,kjy->ik": letters in both inputs and not in the output are summed, letters in both
+    and in the output are batch modes. Pass the same object as X and Y for a
+    self-contraction. Returns a COOResult (sorted, no repeats, exact zeros dropped) on
+    every rank."""
+    share = _share(distributed)
+    same = X is Y
+    r = _tessera.contract(
+        _to_core(X, "X"), None if same else _to_core(Y, "Y"), same, str(einsum),
+        bool(extend_dims), mem_limit or "", backend, precision, _threads(threads),
+        str(index_base), bool(verbose), share, _comm_handle(comm))
+    rec = _record(r)
+    return COOResult(r["coords"], r["values"], r["shape"], rec)
+
+
+def read_tensor(path, *, index_base="1"):
+    """Reads a .tns / .tns.gz (FROSTT text; index_base "1", "0" or "auto") or .h5 tensor
+    store into a COOResult (0-based coordinates, in file order, repeats kept)."""
+    import os  # noqa: PLC0415
+
+    r = _tessera.read_tensor(os.fspath(path), str(index_base))
+    return COOResult(r["coords"], r["values"], r["shape"])
+
+
+def load_model(path):
+    """Reads a model file written by ``tessera cp/tucker --out`` or save_model: a CPResult
+    or a TuckerResult (history holds the fits; record["options"] the run's options)."""
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    r = _tessera.load_model(os.fspath(path))
+    try:
+        options = json.loads(r["options_json"])
+    except ValueError:
+        options = {}
+    rec = {"options": options, "fit": r["fit"], "iterations": r["iterations"]}
+    hist = [{"iter": i + 1, "fit": f} for i, f in enumerate(r["fit_history"])]
+    if r["kind"] == "cp":
+        return CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], False, hist, rec)
+    return TuckerResult(r["core"], r["factors"], r["fit"], r["iterations"], False, hist, rec)
+
+
+def save_model(result, path, *, comm=None):
+    """Writes a CPResult or TuckerResult as a model file (the HDF5 layout of ``--out``,
+    docs/formats.md), through a temporary renamed when complete. Collective under MPI:
+    rank 0 writes."""
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    if not isinstance(result, (CPResult, TuckerResult)):
+        raise ValueError("save_model: expected a CPResult or TuckerResult, got %s"
+                         % type(result).__name__)
+    m = {
+        "kind": result.kind,
+        "factors": list(result.factors),
+        "fit": float(result.fit),
+        "iterations": int(result.iterations),
+        "fit_history": [float(h["fit"]) for h in result.history],
+        "options_json": json.dumps(result.record.get("options", {})),
+    }
+    if result.kind == "cp":
+        m["weights"] = result.weights
+    else:
+        m["core"] = result.core
+    _tessera.save_model(m, os.fspath(path), _comm_handle(comm))
+
+
+def cuda_built():
+    """True when this build has the CUDA backend."""
+    return bool(_tessera.cuda_built())

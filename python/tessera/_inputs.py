@@ -1,0 +1,89 @@
+"""Conversions of the input kinds tessera accepts into the dicts of the C++ core.
+
+Accepted kinds (docs/python.md, "Input kinds"):
+
+- ``(coords, values, shape)``: NumPy arrays (or anything ``numpy.asarray`` takes), 0-based
+  integer coordinates of any integer dtype, shaped ``(nnz, N)`` (one row per nonzero, as
+  pyttb's ``subs``) or ``(N, nnz)`` (one row per mode, as pydata ``sparse.COO.coords``);
+  when ``nnz == N`` the array is read as ``(nnz, N)``. Values of any real dtype.
+- a ``scipy.sparse`` COO array or matrix (2-way; other formats are converted with
+  ``tocoo()``),
+- a pydata ``sparse.COO``,
+- a path (``str`` or ``os.PathLike``) to a ``.tns``, ``.tns.gz`` or ``.h5`` file, read by the
+  library itself (every rank passes the same path),
+- any object with pyttb sptensor fields ``subs`` (nnz x N), ``vals`` (nnz or nnz x 1) and
+  ``shape``.
+
+Arrays are handed over as they are (no transpose or dtype copy on the Python side); the
+core reads them in place and copies once into its per-mode arrays.
+"""
+
+import os
+
+import numpy as np
+
+
+def _layout(coords, nnz, order):
+    if coords.ndim != 2:
+        raise ValueError(
+            "coords must be 2-D, (nnz, N) or (N, nnz); got %d dimension(s)" % coords.ndim
+        )
+    if coords.shape == (nnz, order):
+        return "nnz_by_mode"
+    if coords.shape == (order, nnz):
+        return "mode_by_nnz"
+    raise ValueError(
+        "coords has shape %s but values has %d entries and shape has %d modes: expected "
+        "(%d, %d) or (%d, %d)" % (coords.shape, nnz, order, nnz, order, order, nnz)
+    )
+
+
+def _arrays(coords, values, shape, name):
+    coords = np.asarray(coords)
+    values = np.asarray(values)
+    if values.ndim == 2 and values.shape[1] == 1:  # pyttb keeps vals as a column
+        values = values[:, 0]
+    if values.ndim != 1:
+        raise ValueError("%s: values must be 1-D, got shape %s" % (name, values.shape))
+    if coords.dtype.kind not in "iu":
+        if coords.size == 0:
+            coords = coords.astype(np.int64)
+        else:
+            raise ValueError(
+                "%s: coords must be an integer array, got dtype %s" % (name, coords.dtype)
+            )
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise ValueError("%s: shape must be a sequence of mode lengths" % name) from None
+    if coords.ndim == 2 and coords.size == 0 and values.size == 0:
+        coords = np.zeros((0, len(shape)), dtype=np.int64)
+    layout = _layout(coords, values.shape[0], len(shape))
+    return {"coords": coords, "values": values, "shape": shape, "layout": layout, "name": name}
+
+
+def to_core(X, name="X"):
+    """The dict the C++ core takes for one input (None stays None)."""
+    if X is None:
+        return None
+    if isinstance(X, (str, os.PathLike)):
+        return {"path": os.fspath(X)}
+    if isinstance(X, tuple) and len(X) == 3:
+        return _arrays(X[0], X[1], X[2], name)
+    mod = type(X).__module__ or ""
+    # pydata sparse.COO: coords (N, nnz), data, shape.
+    if mod.startswith("sparse") and hasattr(X, "coords") and hasattr(X, "data"):
+        return _arrays(X.coords, X.data, X.shape, name)
+    # scipy.sparse (2-way): COO row/col/data.
+    if mod.startswith("scipy.sparse"):
+        coo = X if getattr(X, "format", None) == "coo" else X.tocoo()
+        coords = np.stack([np.asarray(coo.row), np.asarray(coo.col)], axis=0)
+        return _arrays(coords, coo.data, coo.shape, name)
+    # pyttb.sptensor or anything with its fields.
+    if hasattr(X, "subs") and hasattr(X, "vals") and hasattr(X, "shape"):
+        return _arrays(X.subs, X.vals, X.shape, name)
+    raise TypeError(
+        "%s: unsupported input of type %s; pass (coords, values, shape) NumPy arrays, a "
+        "scipy.sparse COO array/matrix, a pydata sparse.COO, a path to a .tns/.tns.gz/.h5 "
+        "file, or an object with pyttb sptensor fields (subs, vals, shape)" % (name, type(X))
+    )

@@ -1,0 +1,171 @@
+// Command-line habits (issue 20, point 5), through the tessera binary:
+//   - ranks x threads over the node's CPUs (here: SLURM_CPUS_ON_NODE) gets one warning line
+//     on rank 0 naming the numbers and what to run instead; a run that fits gets none;
+//   - -t is --threads (SPLATT users type it), the tolerance is only --tol;
+//   - options a subcommand does not use are refused with one line naming them and the
+//     subcommands that have them (contract --host-budget 1M --stream-chunk 1000 used to run
+//     without a word), also under bench and bench contract;
+//   - --help shows the default of every numeric option.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "driver_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using ::tessera::test::mpirun;
+using ::tessera::test::run;
+using ::tessera::test::tessera;
+
+int count_of(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (std::size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+class CliHabits : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("tessera-cli-habits-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    x_ = (dir_ / "x.tns").string();
+    const auto g = run(tessera() + " generate --dims 12x10x8 --nnz 300 -q -o " + x_);
+    ASSERT_EQ(g.code, 0) << g.out;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string path(const std::string& name) { return (dir_ / name).string(); }
+  static nlohmann::json read_json(const std::string& p) {
+    std::ifstream in(p);
+    return nlohmann::json::parse(in);
+  }
+  static inline fs::path dir_;
+  static inline std::string x_;
+};
+
+// --- (1) oversubscription ----------------------------------------------------------------
+
+TEST_F(CliHabits, RanksTimesThreadsOverTheAllocationWarnsOnceOnRankZero) {
+  // 2 ranks x 1 thread on a node where Slurm granted 1 CPU.
+  const auto r =
+      run("SLURM_CPUS_ON_NODE=1 " + mpirun(2) + " cp " + x_ + " -r 2 -i 1 -t 1 --backend cpu");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count_of(r.out, "threads on this node"), 1) << r.out;  // rank 0 only, one line
+  EXPECT_NE(r.out.find("warning: 2 threads on this node (2 rank(s) x 1 thread(s)) but only 1 "
+                       "CPU(s) (SLURM_CPUS_ON_NODE"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("run --threads 1 (or OMP_NUM_THREADS=1) or fewer ranks per node"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(CliHabits, ThreadsWithinTheAllocationDoNotWarn) {
+  const auto r =
+      run("SLURM_CPUS_ON_NODE=64 " + tessera() + " cp " + x_ + " -r 2 -i 1 -t 1 --backend cpu");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("threads on this node"), std::string::npos) << r.out;
+}
+
+// --- (2) -t is --threads -----------------------------------------------------------------
+
+TEST_F(CliHabits, DashTIsThreadsAndTolHasOnlyItsLongName) {
+  for (const std::string cmd : {"cp", "tucker"}) {
+    const std::string rec = path(cmd + "-t.json");
+    const std::string rank = cmd == "cp" ? " -r 2" : " -r 2,2,2";
+    const auto r =
+        run(tessera() + " " + cmd + " " + x_ + rank + " -i 2 -t 2 --backend cpu -q --json " + rec);
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto j = read_json(rec);
+    ASSERT_TRUE(j.contains("options") && j["options"].contains("threads")) << j.dump(1);
+    EXPECT_EQ(j["options"]["threads"], 2) << cmd;  // -t 2: two threads ...
+    EXPECT_EQ(j["options"]["tol"], 1e-5) << cmd;   // ... and the default tolerance
+    // The tolerance as -t (the old meaning) is refused: not a thread count.
+    const auto bad = run(tessera() + " " + cmd + " " + x_ + rank + " -t 1e-4 --backend cpu -q");
+    EXPECT_NE(bad.code, 0) << bad.out;
+    EXPECT_NE(bad.out.find("--threads"), std::string::npos) << bad.out;
+    const auto tol = run(tessera() + " " + cmd + " " + x_ + rank +
+                         " -i 2 --tol 1e-4 --backend cpu -q --json " + rec);
+    ASSERT_EQ(tol.code, 0) << tol.out;
+    EXPECT_EQ(read_json(rec)["options"]["tol"], 1e-4) << cmd;
+  }
+}
+
+// --- (3) options that do not apply -------------------------------------------------------
+
+TEST_F(CliHabits, OptionsASubcommandDoesNotUseAreRefusedWithOneLine) {
+  struct Case {
+    std::string args, expect;
+  };
+  const std::vector<Case> cases = {
+      {" contract " + x_ + " " + x_ +
+           " --einsum 'ijk,ijl->kl' --host-budget 1M --stream-chunk 1000",
+       "tessera: error: --host-budget and --stream-chunk do not apply to tessera contract "
+       "(--host-budget: an option of cp, bench, tucker, plan; --stream-chunk: an option of "
+       "cp, tucker, plan); tessera contract --help lists its options"},
+      {" contract " + x_ + " " + x_ + " --einsum 'ijk,ijl->kl' --tier 2",
+       "--tier does not apply to tessera contract"},
+      {" bench contract --generate --tier 2", "--tier does not apply to tessera bench contract"},
+      {" bench contract --generate --host-budget 1M",
+       "--host-budget: is an option of bench mttkrp|cp|ttmc|tucker, not of bench contract"},
+      {" bench mttkrp " + x_ + " --iters 3",
+       "--iters: does not apply to bench mttkrp (only to bench cp|tucker)"},
+      {" bench cp " + x_ + " --repeat 3",
+       "--repeat: does not apply to bench cp (only to bench mttkrp|ttmc)"},
+      {" bench cp " + x_ + " --nnz 100", "--nnz: applies only with --generate"},
+      {" plan " + x_ + " --dry-run", "--dry-run does not apply to tessera plan"},
+      {" cp " + x_ + " --no-such-option 3",
+       "unknown option --no-such-option; tessera cp --help lists its options"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run(tessera() + c.args);
+    EXPECT_NE(r.code, 0) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(count_of(r.out, "\n"), 1) << c.args << "\n" << r.out;  // one line
+    EXPECT_EQ(r.out.rfind("tessera: error: ", 0), 0u) << r.out;
+  }
+  // The options a subcommand does use still work.
+  const auto ok = run(tessera() + " contract " + x_ + " " + x_ +
+                      " --einsum 'ijk,ijl->kl' --backend cpu -t 1 -q");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
+// --- (4) --help shows the defaults -------------------------------------------------------
+
+TEST_F(CliHabits, HelpShowsTheDefaultOfEveryNumericOption) {
+  const std::vector<std::string> subs = {"cp",      "tucker",        "contract",  "generate",
+                                         "convert", "plan",          "partition", "info",
+                                         "bench",   "bench contract"};
+  for (const std::string& s : subs) {
+    const auto r = run(tessera() + " " + s + " --help");
+    ASSERT_EQ(r.code, 0) << s << "\n" << r.out;
+    std::istringstream in(r.out);
+    int numeric = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("  -", 0) != 0) continue;  // option lines start with two spaces and -
+      const bool typed = line.find(" INT") != std::string::npos ||
+                         line.find(" UINT") != std::string::npos ||
+                         line.find(" FLOAT") != std::string::npos;
+      if (!typed) continue;
+      ++numeric;
+      EXPECT_NE(line.find('='), std::string::npos) << s << ": no default shown in: " << line;
+    }
+    if (s != "info" && s != "convert" && s != "partition") EXPECT_GT(numeric, 0) << s;
+  }
+  const auto cp = run(tessera() + " cp --help");
+  EXPECT_NE(cp.out.find("-r,--rank INT:INT in [1 - 4096]=16"), std::string::npos) << cp.out;
+  EXPECT_NE(cp.out.find("--backend TEXT:{auto,reference,cpu,cuda}=auto"), std::string::npos);
+  EXPECT_NE(cp.out.find("-t,--threads INT:NONNEGATIVE=0"), std::string::npos) << cp.out;
+  EXPECT_NE(cp.out.find("--tol FLOAT:NONNEGATIVE=1e-05"), std::string::npos) << cp.out;
+}
+
+}  // namespace

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Every subcommand's --json run record checked against docs/run-record.schema.json.
+
+Runs each subcommand that writes a record (cp, tucker, contract and its dry run, generate,
+convert, partition, plan, bench mttkrp|cp|ttmc|tucker|contract) on a tiny generated
+tensor, validates each record with the JSON Schema file (python3-jsonschema), and checks
+what the schema cannot: the options carry their defaults, the per-rank lists have one entry
+per rank (a 2-rank run), the Slurm fields come from SLURM_* variables, the timing split adds
+up. Exit 77 (ctest SKIP_RETURN_CODE) with a message when jsonschema is missing.
+
+Environment: TESSERA_BIN (the tessera binary), TESSERA_MPIEXEC (mpiexec), TESSERA_SOURCE_DIR.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import jsonschema
+except ImportError:
+    print("SKIP: python3-jsonschema is not installed (jobs/setup.sh --packages installs it)")
+    sys.exit(77)
+
+BIN = os.environ["TESSERA_BIN"]
+MPIEXEC = os.environ.get("TESSERA_MPIEXEC", "mpiexec")
+SRC = os.environ.get("TESSERA_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+SCHEMA_PATH = os.path.join(SRC, "docs", "run-record.schema.json")
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what)
+
+
+def run(args, cwd, env=None, np=None):
+    cmd = ([MPIEXEC, "-n", str(np), "--oversubscribe"] if np else []) + [BIN] + args + ["-q"]
+    e = dict(os.environ)
+    # A real Slurm job around the test must not leak into the records checked below.
+    for k in list(e):
+        if k.startswith("SLURM_"):
+            del e[k]
+    e.update(env or {})
+    p = subprocess.run(cmd, cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120)
+    if p.returncode != 0:
+        print(p.stdout)
+        raise SystemExit("command failed (%d): %s" % (p.returncode, " ".join(cmd)))
+    return p.stdout
+
+
+def main():
+    with open(SCHEMA_PATH) as f:
+        schema = json.load(f)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    validator = cls(schema)
+
+    with tempfile.TemporaryDirectory(prefix="tessera_run_record_") as d:
+        run(["generate", "--dims", "12x10x8", "--nnz", "300", "-o", "x.tns", "--json",
+             "generate.json"], d)
+        slurm = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "1",
+                 "SLURM_JOB_NODELIST": "node[01-02]", "SLURM_CPUS_PER_TASK": "2",
+                 "SLURM_RESTART_COUNT": "1"}
+        cases = {
+            "generate": None,  # written above
+            "convert": (["convert", "x.tns", "x.h5", "--json", "convert.json"], {}, None),
+            "partition": (["partition", "x.h5", "--grid", "2x1x1", "-o", "xp.h5", "--json",
+                           "partition.json"], {}, None),
+            "cp": (["cp", "x.tns", "-r", "2", "-i", "2", "--json", "cp.json"], slurm, None),
+            "cp_np2": (["cp", "x.tns", "-r", "2", "-i", "2", "-t", "1", "--json",
+                        "cp_np2.json"], {}, 2),
+            "tucker": (["tucker", "x.tns", "-r", "2,2,2", "-i", "2", "--json", "tucker.json"],
+                       {}, None),
+            "contract": (["contract", "x.tns", "x.tns", "--einsum", "ijk,ijl->kl", "--json",
+                          "contract.json"], {}, None),
+            "contract_dry": (["contract", "x.tns", "x.tns", "--einsum", "ijk,ijl->kl",
+                              "--dry-run", "--json", "contract_dry.json"], {}, None),
+            "plan": (["plan", "x.tns", "--json", "plan.json"], {}, None),
+            "bench_mttkrp": (["bench", "mttkrp", "x.tns", "-r", "2", "--repeat", "1", "--json",
+                              "bench_mttkrp.json"], {}, None),
+            "bench_cp": (["bench", "cp", "x.tns", "-r", "2", "--iters", "2", "--json",
+                          "bench_cp.json"], {}, None),
+            "bench_ttmc": (["bench", "ttmc", "x.tns", "--ranks", "2,2,2", "--repeat", "1",
+                            "--json", "bench_ttmc.json"], {}, None),
+            "bench_tucker": (["bench", "tucker", "x.tns", "--ranks", "2,2,2", "--iters", "2",
+                              "--json", "bench_tucker.json"], {}, None),
+            "bench_contract": (["bench", "contract", "x.tns", "x.tns", "--einsum", "ijk,ijl->kl",
+                                "--repeat", "1", "--no-reference", "--json",
+                                "bench_contract.json"], {}, None),
+        }
+        records = {}
+        for name, c in cases.items():
+            if c is not None:
+                run(c[0], d, c[1], c[2])
+            with open(os.path.join(d, name + ".json")) as f:
+                records[name] = json.load(f)
+
+        expected_unit = {"generate": "run", "convert": "run", "partition": "run", "cp": "iteration",
+                         "cp_np2": "iteration", "tucker": "iteration", "contract": "contraction",
+                         "contract_dry": "run", "plan": "run", "bench_mttkrp": "mode",
+                         "bench_cp": "iteration", "bench_ttmc": "mode",
+                         "bench_tucker": "iteration", "bench_contract": "contraction"}
+        for name, rec in records.items():
+            errors = sorted(validator.iter_errors(rec), key=lambda e: list(e.path))
+            for e in errors:
+                check(False, "%s: %s at /%s" % (name, e.message,
+                                                "/".join(str(p) for p in e.path)))
+            check(rec["command"] == name.replace("_np2", "").replace("_dry", "").replace("_", " "),
+                  "%s: command is %r" % (name, rec.get("command")))
+            check(rec["argv"][1:3] == rec["command"].split()[:2] or
+                  rec["argv"][1] == rec["command"].split()[0],
+                  "%s: argv %r does not start with the command" % (name, rec["argv"]))
+            t = rec["timing"]
+            check(t["unit"] == expected_unit[name], "%s: timing unit %r" % (name, t["unit"]))
+            parts = sum(v for k, v in t["split"].items() if k != "other")
+            check(abs(parts + t["split"]["other"] - t["seconds_per_unit"]) <=
+                  1e-9 + 1e-6 * t["seconds_per_unit"] or parts > t["seconds_per_unit"],
+                  "%s: split does not add up to seconds_per_unit" % name)
+            check(len(rec["memory"]["peak_host_bytes_per_rank"]) == rec["machine"]["ranks"],
+                  "%s: one host peak per rank" % name)
+            check(all(v > 0 for v in rec["memory"]["peak_host_bytes_per_rank"]),
+                  "%s: host peaks are measured" % name)
+
+        # Options: every option of the subcommand with its default, the record's own kept.
+        cp = records["cp"]["options"]
+        check(cp.get("read_ahead") == 2 and cp.get("tier") == "auto" and cp.get("tol") == 1e-5,
+              "cp: defaults of options not given are in the record: %r" % cp)
+        check(cp.get("rank") == 2 and cp.get("iters") == 2, "cp: given options are in the record")
+        check(records["generate"]["options"].get("noise") == 0, "generate: --noise default")
+        check(records["bench_mttkrp"]["options"].get("repeat") == 1, "bench mttkrp: --repeat")
+        # Two ranks: per-rank lists and the host names gathered.
+        np2 = records["cp_np2"]
+        check(np2["machine"]["ranks"] == 2, "cp_np2: ranks")
+        check(len(np2["memory"]["peak_host_bytes_per_rank"]) == 2, "cp_np2: two host peaks")
+        check(np2["machine"]["nodes"] == len(np2["machine"]["hosts"]) == 1, "cp_np2: one node")
+        check(np2["machine"]["slurm"] is None, "cp_np2: not under Slurm")
+        # Slurm fields from the environment.
+        s = records["cp"]["machine"]["slurm"]
+        check(s is not None and s["job_id"] == "4242" and s["step_id"] == "0" and
+              s["ntasks"] == 1 and s["cpus_per_task"] == 2 and s["restart_count"] == 1 and
+              s["nodelist"] == "node[01-02]" and s["array_job_id"] is None,
+              "cp: slurm object from SLURM_* variables: %r" % s)
+        # The phases a study reads.
+        for name in ("cp", "tucker"):
+            ph = records[name]["phases_seconds"]
+            its = records[name]["timing"]["seconds_per_unit"] * records[name]["iterations"]
+            check(abs(ph["iterations"] - its) <= 1e-9 + 1e-6 * its,
+                  "%s: phases_seconds.iterations is the sum of the iterations" % name)
+            check(ph["total"] >= ph["iterations"], "%s: total >= iterations" % name)
+
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    print("all %d run records match docs/run-record.schema.json" % len(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+#!/usr/bin/env bash
+# CI test under a real Slurm (docs/studies.md, "Testing under Slurm"): installs Slurm and
+# munge when missing (apt-get, as root or with sudo), starts munged, slurmctld and slurmd for
+# a one-node cluster on this host from a slurm.conf in a temporary folder, and submits
+#   1. jobs/slurm/cp.sbatch without GPUs (CP rank 8 on congress),
+#   2. jobs/slurm/resumable.sbatch, signalled with USR1 (what Slurm sends before the time
+#      limit) once its first checkpoint exists: the job requeues itself once, resumes from
+#      the checkpoint and must end with the model of an uninterrupted run,
+#   3. a 2-point study (1 and 2 ranks) through jobs/study.py run --slurm,
+# then checks the run records, results.csv and the PNGs, and always stops the daemons it
+# started and removes its folder. Exit 77 (skipped) where Slurm cannot be installed or run.
+# Environment: TESSERA_BIN (tessera binary), TESSERA_MODEL_COMPARE (tests/slurm/
+# model_compare), TESSERA_SHARED_DATA (the real tensors); set by ctest (tests/slurm.cmake).
+#   ctest -R slurm_ci --output-on-failure
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+say() { echo "slurm_ci: $*"; }
+skip() { say "SKIPPED: $*"; exit 77; }
+fail() { say "FAILED: $*"; exit 1; }
+t0=$(date +%s)
+tessera=${TESSERA_BIN:?set TESSERA_BIN to the tessera binary}
+compare=${TESSERA_MODEL_COMPARE:?set TESSERA_MODEL_COMPARE to the model_compare binary}
+data=${TESSERA_SHARED_DATA:-$repo/../shared/data}
+tensor=$data/congress-cosponsor_leg-leg-year.tns.gz
+[ -r "$tensor" ] || skip "no $tensor (set TESSERA_SHARED_DATA to the folder of the real tensors)"
+
+# --- Slurm and munge ----------------------------------------------------------------------
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo -n"
+need=()
+for p in slurmctld slurmd slurm-client munge python3-matplotlib; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  command -v apt-get >/dev/null || skip "missing ${need[*]} and no apt-get to install them"
+  if [ -n "$sudo" ] && ! sudo -n true 2>/dev/null; then
+    skip "missing ${need[*]}; installing needs root or passwordless sudo"
+  fi
+  say "installing ${need[*]} (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! { $sudo apt-get update -qq && $sudo apt-get install -y -qq \
+      "${need[@]}" >/dev/null; }; then
+    skip "apt-get could not install ${need[*]}"
+  fi
+fi
+for c in slurmctld slurmd sbatch squeue scontrol munged; do
+  command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || skip "$c not found after installing"
+done
+export PATH=$PATH:/usr/sbin
+[ "$(id -u)" -eq 0 ] || skip "the daemons of the test cluster run as root (SlurmUser=root)"
+python=""
+for py in python3 /usr/bin/python3; do
+  if "$py" -c "import matplotlib, tomllib" 2>/dev/null; then python=$py; break; fi
+done
+[ -n "$python" ] || fail "no python3 with matplotlib and tomllib (python3-matplotlib)"
+
+# --- a one-node cluster in a temporary folder ----------------------------------------------
+tmp=$(mktemp -d /tmp/tessera-slurm-ci.XXXXXX)
+chmod 755 "$tmp"
+pids=()
+cleanup() {
+  for pid in ${study_pid:-} ${ref_pid:-}; do kill "$pid" 2>/dev/null; done
+  [ -n "${SLURM_CONF:-}" ] && scancel --quiet --user="$(id -un)" 2>/dev/null
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+  for pid in "${pids[@]}"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.3; done
+    kill -9 "$pid" 2>/dev/null
+  done
+  if [ "${KEEP_SLURM_CI:-0}" = 1 ]; then say "kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" "$tmp/log" "$tmp/work"
+chmod 700 "$tmp/munge"
+head -c 1024 /dev/urandom > "$tmp/munge/munge.key"
+chmod 400 "$tmp/munge/munge.key"
+munged --force --socket="$tmp/munge/munge.sock" --key-file="$tmp/munge/munge.key" \
+  --pid-file="$tmp/munge/munged.pid" --seed-file="$tmp/munge/seed" \
+  --log-file="$tmp/log/munged.log" || fail "munged did not start ($(cat "$tmp/log/munged.log"))"
+for _ in $(seq 50); do [ -s "$tmp/munge/munged.pid" ] && break; sleep 0.1; done
+pids+=("$(cat "$tmp/munge/munged.pid")")
+
+host=$(hostname -s)
+node=$(slurmd -C 2>/dev/null | head -1)  # NodeName=... CPUs=... RealMemory=...
+cpus=$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$node")
+mem=$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$node")
+[ -n "$cpus" ] && [ -n "$mem" ] || fail "slurmd -C did not describe this node: $node"
+base=$((20000 + RANDOM % 20000))
+mpi=none
+cat > "$tmp/slurm.conf" <<EOF
+ClusterName=tessera-ci
+SlurmctldHost=$host(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=$base
+SlurmdPort=$((base + 1))
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$tmp/munge/munge.sock,cred_expire=10
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd.pid
+SlurmctldLogFile=$tmp/log/slurmctld.log
+SlurmdLogFile=$tmp/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=$mpi
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/builtin
+ReturnToService=2
+JobRequeue=1
+SlurmctldTimeout=10
+SlurmdTimeout=10
+InactiveLimit=0
+KillWait=5
+MinJobAge=60
+MessageTimeout=10
+PlugStackConfig=$tmp/plugstack.conf
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+PartitionName=ci Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+: > "$tmp/plugstack.conf"
+export SLURM_CONF=$tmp/slurm.conf
+slurmctld -D -i -f "$SLURM_CONF" > "$tmp/log/slurmctld.out" 2>&1 &
+pids+=($!)
+slurmd -D -f "$SLURM_CONF" > "$tmp/log/slurmd.out" 2>&1 &
+pids+=($!)
+up=0
+for _ in $(seq 60); do
+  if sinfo -h -o %T 2>/dev/null | grep -qx idle; then up=1; break; fi
+  sleep 0.5
+done
+if [ $up = 0 ]; then
+  tail -n 20 "$tmp/log/slurmctld.log" "$tmp/log/slurmd.log" "$tmp/log/"*.out 2>/dev/null
+  fail "the one-node cluster did not come up within 30 s"
+fi
+mpis=$(srun --mpi=list 2>&1 | tr '\n' ' ')
+say "cluster up after $(( $(date +%s) - t0 )) s: $node; srun --mpi=list: $mpis"
+
+# --- jobs ------------------------------------------------------------------------------------
+cd "$tmp/work" || fail "no $tmp/work"
+export TESSERA=$tessera TESSERA_SLURM_DIR=$repo/jobs/slurm
+job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+restarts() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p'; }
+wait_done() {  # JOB TIMEOUT_S: waits until the job is in a final state; prints it
+  local end=$(( $(date +%s) + $2 )) s
+  while :; do
+    s=$(job_state "$1")
+    case $s in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE)
+      echo "$s"; return ;; esac
+    [ "$(date +%s)" -lt "$end" ] || { echo "TIMEOUT_WAITING($s)"; return; }
+    sleep 1
+  done
+}
+
+# 1. cp.sbatch on CPUs only (no --gpus-per-node anywhere).
+cp_job=$(sbatch --parsable --ntasks=1 --cpus-per-task=2 --time=5 \
+  "$repo/jobs/slurm/cp.sbatch" "$tensor" 8 --iters 5 --backend cpu --seed 3) ||
+  fail "sbatch refused cp.sbatch"
+# ... and started by mpirun inside the allocation (no PMIx needed). Both with 2 threads.
+cp2_job=$(TESSERA_LAUNCHER=mpirun sbatch --parsable --ntasks=1 --cpus-per-task=2 --time=5 \
+  "$repo/jobs/slurm/cp.sbatch" "$tensor" 8 --iters 5 --backend cpu --seed 3) ||
+  fail "sbatch refused cp.sbatch (mpirun)"
+# 2. resumable.sbatch: many cheap iterations, a checkpoint every 20.
+iters=600
+res_args=("$tensor" --rank 8 --iters "$iters" --tol 0 --seed 5 --backend cpu)
+res_job=$(CHECKPOINT_EVERY=20 sbatch --parsable --ntasks=1 --cpus-per-task=1 --time=5 \
+  "$repo/jobs/slurm/resumable.sbatch" cp res "${res_args[@]}") ||
+  fail "sbatch refused resumable.sbatch"
+say "submitted cp.sbatch as jobs $cp_job and $cp2_job (mpirun), resumable.sbatch as job $res_job"
+
+# 3. the 2-point study, submitted at once (its jobs queue behind these two).
+cat > study.toml <<EOF
+name = "ci"
+launcher = "auto"
+wait_timeout = 150
+[slurm]
+time = "00:05:00"
+[[inputs]]
+name = "congress"
+file = "$tensor"
+[[commands]]
+command = "cp"
+input = "congress"
+args = ["--iters", "4", "--tol", "0", "--backend", "cpu"]
+[grid]
+rank = [8]
+[[resources]]
+ranks = 1
+[[resources]]
+ranks = 2
+EOF
+STUDY_NO_REEXEC=1 "$python" "$repo/jobs/study.py" run study.toml --slurm --out study \
+  > study.log 2>&1 &
+study_pid=$!
+
+# The uninterrupted reference run of the resumable job, here, beside the jobs.
+OMP_NUM_THREADS=1 "$tessera" cp "${res_args[@]}" --out ref.h5 --json ref.json > ref.log 2>&1 &
+ref_pid=$!
+
+# Once the first checkpoint exists, send USR1 to the batch shell: what Slurm sends
+# --signal=B:USR1@120 before the time limit. The trap requeues the job.
+end=$(( $(date +%s) + 90 ))
+until [ -f res.ckpt.h5 ]; do
+  [ "$(date +%s)" -lt "$end" ] || { cat tessera-resumable-*.out; fail "no checkpoint in 90 s"; }
+  case $(job_state "$res_job") in COMPLETED|FAILED|CANCELLED)
+    cat tessera-resumable-*.out; fail "resumable job ended before its first checkpoint" ;; esac
+  sleep 0.2
+done
+scancel --batch --signal=USR1 "$res_job" || fail "scancel --signal=USR1 failed"
+say "checkpoint written; sent USR1 to job $res_job"
+end=$(( $(date +%s) + 60 ))
+until [ "$(restarts "$res_job")" = 1 ]; do
+  [ "$(date +%s)" -lt "$end" ] || { cat tessera-resumable-*.out; fail "job was not requeued"; }
+  sleep 0.5
+done
+
+st=$(wait_done "$cp_job" 120)
+[ "$st" = COMPLETED ] || { cat tessera-cp-"$cp_job".out; fail "cp.sbatch job $cp_job: $st"; }
+st=$(wait_done "$cp2_job" 120)
+[ "$st" = COMPLETED ] || { cat tessera-cp-"$cp2_job".out; fail "cp.sbatch job $cp2_job: $st"; }
+st=$(wait_done "$res_job" 150)
+[ "$st" = COMPLETED ] || { cat tessera-resumable-*.out; fail "resumable job $res_job: $st"; }
+wait $ref_pid || { cat ref.log; fail "the reference run failed"; }
+wait $study_pid
+study_rc=$?
+say "jobs done after $(( $(date +%s) - t0 )) s"
+
+# --- checks ---------------------------------------------------------------------------------
+check_record() {  # FILE [RANKS [THREADS]]: a cp run record with a fit and per-iteration times
+  "$python" - "$1" "${2:-1}" "${3:-1}" <<'PY' || fail "bad run record $1"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["command"] == "cp", j["command"]
+assert j["machine"]["ranks"] == int(sys.argv[2]), j["machine"]
+assert j["machine"]["threads_per_rank"] == int(sys.argv[3]), j["machine"]
+if "slurm" in j["machine"]:  # the versioned record (docs/run-record.md) names the job
+    assert j["machine"]["slurm"] and j["machine"]["slurm"].get("job_id"), j["machine"]
+assert 0 < j["fit"] <= 1, j["fit"]
+assert j.get("per_iteration") or j.get("timing"), "no per-iteration times"
+PY
+}
+[ -s "cp-$cp_job.h5" ] || fail "cp.sbatch wrote no model cp-$cp_job.h5"
+check_record "cp-$cp_job.json" 1 2
+grep -q "launcher mpirun" tessera-cp-"$cp2_job".out || fail "job $cp2_job did not use mpirun"
+check_record "cp-$cp2_job.json" 1 2
+log=$(cat tessera-resumable-"$res_job".out)
+grep -q "requeueing job $res_job" <<<"$log" || { echo "$log"; fail "the trap did not requeue"; }
+grep -q "resuming res from res.ckpt.h5 (restart 1)" <<<"$log" ||
+  { echo "$log"; fail "the requeued job did not resume from the checkpoint"; }
+check_record "res-$res_job-1.json"
+"$python" - "res-$res_job-1.json" "$iters" <<'PY' || fail "the resumed run did not finish"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["iterations"] == int(sys.argv[2]), (j["iterations"], sys.argv[2])
+PY
+"$compare" res.h5 ref.h5 1e-9 || fail "the resumed model differs from the uninterrupted run"
+
+[ "$study_rc" = 0 ] || { cat study.log; fail "study.py exited with $study_rc"; }
+"$python" - study <<'PY' || { cat study.log; fail "study outputs"; }
+import csv, glob, json, os, struct, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(d, "results.csv"))))
+assert len(rows) == 2, rows
+assert sorted(int(r["ranks"]) for r in rows) == [1, 2], rows
+for r in rows:
+    assert r["status"] == "ok", r
+    assert float(r["seconds_per_unit"]) > 0 and r["job_id"], r
+    assert 0 < float(r["fit"]) <= 1 and float(r["peak_host_bytes_per_rank"]) > 0, r
+    assert float(r["kernel_share"]) > 0, r
+for r in rows:
+    j = json.load(open(os.path.join(d, "points", r["point"], "record.json")))
+    assert j["command"] == "cp" and j["machine"]["ranks"] == int(r["ranks"]), r
+    if "slurm" in j["machine"]:
+        assert str(j["machine"]["slurm"]["job_id"]) == r["job_id"], (j["machine"], r)
+md = open(os.path.join(d, "results.md")).read()
+assert md.count("| cp-congress") == 2, md
+for png in ("time", "efficiency", "split", "memory"):
+    p = os.path.join(d, png + ".png")
+    b = open(p, "rb").read()
+    assert b[:8] == b"\x89PNG\r\n\x1a\n", p
+    w, h = struct.unpack(">II", b[16:24])
+    assert len(b) > 5000 and w >= 300 and h >= 200, (p, len(b), w, h)
+    import matplotlib.image
+    img = matplotlib.image.imread(p)
+    assert img.std() > 0.01, f"{p} is blank"
+print("study: 2 points, CSV, table and 4 PNGs checked")
+PY
+# A point the cluster cannot run (a GPU on a node without any): sbatch refuses it, the
+# study lists it as failed with sbatch's message and exits 1.
+sed -e 's/^name = "ci"/name = "ci-gpu"/' -e 's/^ranks = 2$/ranks = 1\ngpus_per_node = 1/' \
+  study.toml > gpu.toml
+STUDY_NO_REEXEC=1 "$python" "$repo/jobs/study.py" run gpu.toml --slurm --out gpu \
+  > gpu.log 2> gpu.err
+rc=$?
+[ "$rc" = 1 ] || { cat gpu.log gpu.err; fail "a refused point gave exit $rc"; }
+grep -q "sbatch refused" gpu.err && grep -q "1 of 2 point(s) failed" gpu.err &&
+  grep -q "failed (no exit code, no valid record)" gpu/results.md ||
+  { cat gpu.log gpu.err gpu/results.md; fail "the refused point is not reported"; }
+say "passed in $(( $(date +%s) - t0 )) s"
