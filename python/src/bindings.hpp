@@ -1,0 +1,53 @@
+// The internal header of the _tessera extension (docs/python.md): what its source files
+// share. One file per part, each registering its functions on the module:
+//   runtime.{hpp,cpp}  MPI, the communicator of a call, GIL release, the Ctrl-C/callback
+//                      hook, C++ exceptions -> Python exceptions; finalize_mpi, mpi_size,
+//                      cuda_built
+//   inputs.{hpp,cpp}   NumPy/COO dicts and paths -> this rank's tensor, distribution, the
+//                      options every entry point takes
+//   results.cpp        NumPy arrays of results and the run record's envelope
+//   cp.cpp             cp_als
+//   tucker.cpp         tucker_hooi
+//   contract.cpp       contract
+//   files.cpp          read_tensor, load_model, save_model
+//   module.cpp         PYBIND11_MODULE: the registration calls
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "tensor/sparse_tensor.hpp"
+
+namespace py = pybind11;
+
+namespace tessera::python {
+
+// ---- registration (one per part; module.cpp calls them in this order) ---------------------
+
+void register_cp(py::module_& m);        // cp.cpp: cp_als
+void register_tucker(py::module_& m);    // tucker.cpp: tucker_hooi
+void register_contract(py::module_& m);  // contract.cpp: contract
+void register_files(py::module_& m);     // files.cpp: read_tensor, load_model, save_model
+void register_runtime(py::module_& m);   // runtime.cpp: finalize_mpi, mpi_size, cuda_built
+
+// ---- results (results.cpp) ----------------------------------------------------------------
+
+/// A rows x cols float64 array (a copy).
+py::array_t<double> matrix_to_numpy(const Matrix<double>& m);
+
+/// A 1-D float64 array (a copy).
+py::array_t<double> vector_to_numpy(const std::vector<double>& v);
+
+/// The run record: the versioned envelope of drivers/record.hpp (collective), marked as
+/// coming from Python; the callers add what the CLI's --json adds for the command.
+nlohmann::json record_base(const std::string& command, const nlohmann::json& opts,
+                           const comm::Communicator& world, const std::string& backend,
+                           int threads);
+
+}  // namespace tessera::python

@@ -1,0 +1,225 @@
+// cp_als of the _tessera extension (docs/python.md): CP-ALS on the input of one call, as
+// `tessera cp` runs it (options, checkpoints and resume, initial factors from NumPy), with
+// the iteration hook after every iteration; returns the model, history and run record.
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "algo/cp_als.hpp"
+#include "checkpoint.hpp"
+#include "common.hpp"
+#include "inputs.hpp"
+#include "io/checkpoint.hpp"
+#include "kernels/factories.hpp"
+#include "runtime.hpp"
+#include "util/error.hpp"
+#include "util/timer.hpp"
+
+namespace tessera::python {
+namespace {
+
+template <typename T>
+py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::uint64_t seed,
+                const py::object& init, const CommonArgs& a, const py::object& callback,
+                std::uintptr_t comm_handle) {
+  Session ss(comm_handle, a.verbose);
+  const comm::MpiCommunicator& world = ss.world;
+  IterationHook hook(callback, world);
+  Timer total;
+  algo::CpResult res;
+  driver::Input<T> in;
+  driver::Loaded li;
+  nlohmann::json opts;
+  std::string kind_name;
+  std::string ckpt_path;
+  translate(&hook, world, [&] {
+    comm::run_collectively(world, [&] {
+      check_common(a);
+      TESSERA_INPUT_CHECK(rank >= 1 && rank <= 4096, "rank=" << rank << ": expected 1 to 4096");
+      TESSERA_INPUT_CHECK(iters >= 1, "iters=" << iters << ": expected >= 1");
+      TESSERA_INPUT_CHECK(tol >= 0 && std::isfinite(tol), "tol=" << tol << ": expected >= 0");
+    });
+    Source<T> src = read_source<T>(tensor, a.share, world);
+    const auto strategy = algo::parse_comm_strategy(a.strategy);
+    const partition::Scheme scheme =
+        strategy == algo::CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
+    driver::CheckpointArgs ck;
+    ck.path = a.checkpoint;
+    ck.every = !a.checkpoint.empty() && a.checkpoint_every == 0 ? 1 : a.checkpoint_every;
+    ck.resume = a.resume;
+    ckpt_path = driver::check_model_outputs(src.is_path ? src.path : std::string(), ck, "", "",
+                                            false, world);
+    std::optional<driver::Compute<T>> cx;
+    algo::CpState resumed;
+    algo::CpOptions o;
+    {
+      py::gil_scoped_release nogil;
+      cx.emplace(driver::make_compute<T>(compute_options(a), world));
+      kind_name = kernels::to_string(cx->kind);
+      driver::PlanContext pc;
+      pc.workload = plan::Workload::cp;
+      pc.cp_rank = rank;
+      in = load<T>(src, a, scheme, strategy == algo::CommStrategy::allreduce, *cx, pc, world, &li);
+    }
+    o.rank = rank;
+    o.tensor_name = src.name;
+    o.max_iters = iters;
+    o.tol = tol;
+    o.seed = seed;
+    o.strategy = strategy;
+    o.print_iterations = a.verbose;
+    opts = {{"file", src.is_path ? src.path : src.name},
+            {"rank", rank},
+            {"iters", iters},
+            {"tol", tol},
+            {"seed", seed},
+            {"comm_strategy", a.strategy},
+            {"partition", in.partition_scheme},
+            {"grid", in.grid},
+            {"relabel", false},
+            {"backend", kind_name},
+            {"precision", a.precision},
+            {"index_base", a.index_base}};
+    if (ck.every > 0) opts["checkpoint_every"] = ck.every;
+    if (!a.resume.empty()) opts["resumed_from"] = a.resume;
+    io::TensorFingerprint fingerprint;
+    if (!ckpt_path.empty() || !a.resume.empty()) fingerprint = in.fingerprint(world);
+    if (!a.resume.empty()) {
+      io::ResumeCheck now;
+      now.input = fingerprint;
+      now.precision = a.precision;
+      now.options_json = opts.dump();
+      now.must_match = {"rank"};
+      now.ignore = {"file", "checkpoint_every", "resumed_from"};
+      const io::CheckpointInfo info = driver::resume_from(
+          a.resume, now, iters,
+          [&](io::CheckpointInfo* i) { resumed.model = io::read_cp_checkpoint(a.resume, i); },
+          world);
+      driver::restore_progress(info, &resumed);
+      o.resume = &resumed;
+    } else if (!init.is_none() && !py::isinstance<py::str>(init)) {
+      // Initial factors given: the state "after iteration 0" (lambda 1).
+      py::sequence fs = py::reinterpret_borrow<py::sequence>(init);
+      comm::run_collectively(world, [&] {
+        TESSERA_INPUT_CHECK(
+            static_cast<std::size_t>(py::len(fs)) == in.dims.size(),
+            "init: " << py::len(fs) << " factor(s) for a tensor of order " << in.dims.size());
+        resumed.model.dims = in.dims;
+        resumed.model.rank = rank;
+        resumed.model.lambda.assign(static_cast<std::size_t>(rank), 1.0);
+        for (std::size_t n = 0; n < in.dims.size(); ++n) {
+          const std::string what = "init[" + std::to_string(n) + "]";
+          resumed.model.factors.push_back(
+              numpy_to_matrix(fs[n], static_cast<std::int64_t>(in.dims[n]), rank, what.c_str()));
+        }
+      });
+      o.resume = &resumed;
+    } else {
+      comm::run_collectively(world, [&] {
+        const std::string s = init.is_none() ? "random" : py::cast<std::string>(init);
+        TESSERA_INPUT_CHECK(s == "random", "init=\"" << s
+                                                     << "\": expected \"random\" or a list of "
+                                                        "initial factor arrays");
+      });
+    }
+    o.state_every = 1;  // the hook runs after every iteration (checkpoints every K-th)
+    o.on_iteration = [&](const algo::CpState& s) {
+      if (!ckpt_path.empty() && s.iteration % ck.every == 0)
+        driver::after_iteration(
+            ckpt_path, ck.every, s.iteration,
+            [&] {
+              io::write_cp_checkpoint(
+                  ckpt_path, s.model,
+                  driver::checkpoint_info(s, a.precision, fingerprint, opts.dump()));
+            },
+            world);
+      const double f = s.fit_history.empty() ? 0.0 : s.fit_history.back();
+      const double prev = s.fit_history.size() > 1 ? s.fit_history[s.fit_history.size() - 2] : 0.0;
+      hook(s.iteration, f, f - prev);
+    };
+    {
+      py::gil_scoped_release nogil;
+      if (in.streamed()) {
+        algo::StreamingBackend<T> streaming(*cx->backend);
+        res = algo::cp_als<T>(*in.tensor(), in.dims, in.global_nnz, streaming, world, *cx->data, o);
+      } else if (in.handle) {
+        res =
+            algo::cp_als<T>(*in.handle, in.dims, in.global_nnz, *cx->backend, world, *cx->data, o);
+      } else {
+        res = algo::cp_als<T>(*in.dist, *cx->backend, world, *cx->data, o);
+      }
+    }
+  });
+
+  nlohmann::json j = record_base("cp", opts, world, kind_name, a.threads);
+  j["tensor"] = {{"dims", in.dims}, {"nnz", in.global_nnz}, {"duplicates_summed", in.duplicates}};
+  j["partition"] = {{"scheme", in.partition_scheme},
+                    {"grid", in.grid},
+                    {"imbalance", in.imbalance},
+                    {"min_block_nnz", in.min_block_nnz},
+                    {"max_block_nnz", in.max_block_nnz}};
+  j["fit"] = res.fit;
+  j["iterations"] = res.iterations;
+  j["converged"] = res.converged;
+  j["solve_fallbacks"] = res.solve_fallbacks;
+  j["memory_tier"] = {{"tier", res.tier}, {"description", res.tier_description}};
+  if (!ckpt_path.empty()) j["checkpoint"] = ckpt_path;
+  py::list hist;
+  nlohmann::json its = nlohmann::json::array();
+  for (const auto& h : res.history) {
+    py::dict d;
+    d["iter"] = h.iter;
+    d["fit"] = h.fit;
+    d["delta"] = h.delta;
+    d["seconds"] = h.seconds;
+    d["kernel"] = h.kernel;
+    d["comm"] = h.comm;
+    d["solve"] = h.solve;
+    hist.append(d);
+    its.push_back({{"iter", h.iter},
+                   {"fit", h.fit},
+                   {"delta", h.delta},
+                   {"seconds", h.seconds},
+                   {"kernel", h.kernel},
+                   {"comm", h.comm},
+                   {"solve", h.solve}});
+  }
+  j["per_iteration"] = its;
+  j["phases_seconds"] = {{"io", li.read_seconds},
+                         {"partition", li.distribute_seconds},
+                         {"setup", res.phases.get("setup")},
+                         {"kernel", res.phases.get("kernel")},
+                         {"comm", res.phases.get("comm")},
+                         {"solve", res.phases.get("solve")},
+                         {"total", total.seconds()}};
+  py::dict out;
+  out["weights"] = vector_to_numpy(res.model.lambda);
+  py::list factors;
+  for (const auto& f : res.model.factors) factors.append(matrix_to_numpy(f));
+  out["factors"] = factors;
+  out["fit"] = res.fit;
+  out["iterations"] = res.iterations;
+  out["converged"] = res.converged;
+  out["history"] = hist;
+  out["record_json"] = j.dump();
+  return out;
+}
+
+}  // namespace
+
+void register_cp(py::module_& m) {
+  m.def("cp_als",
+        [](py::object tensor, int rank, int iters, double tol, std::uint64_t seed, py::object init,
+           std::string backend, std::string precision, py::object threads, std::string strategy,
+           std::string index_base, py::object checkpoint, int checkpoint_every, py::object resume,
+           py::object callback, bool verbose, bool share, std::uintptr_t comm) {
+          const CommonArgs a = common_args(backend, precision, threads, strategy, index_base,
+                                           checkpoint, checkpoint_every, resume, verbose, share);
+          if (precision == "float")
+            return run_cp<float>(tensor, rank, iters, tol, seed, init, a, callback, comm);
+          return run_cp<double>(tensor, rank, iters, tol, seed, init, a, callback, comm);
+        });
+}
+
+}  // namespace tessera::python

@@ -1,0 +1,126 @@
+// The runtime of the _tessera entry points (runtime.hpp): MPI initialisation and
+// finalisation, the communicator of a call from mpi4py's handle, the iteration hook's
+// callback/Ctrl-C check, and the module functions finalize_mpi, mpi_size and cuda_built.
+#include "runtime.hpp"
+
+#include <mpi.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "kernels/factories.hpp"
+
+namespace tessera::python {
+namespace {
+
+bool g_initialised_mpi = false;  // this module called MPI_Init_thread (so it finalises)
+
+/// mpi4py's MPI._handleof(comm): a pointer (OpenMPI) or an integer (MPICH).
+template <typename C>
+C comm_cast(std::uintptr_t h) {
+  if constexpr (std::is_pointer_v<C>) {
+    return reinterpret_cast<C>(h);
+  } else {
+    return static_cast<C>(h);
+  }
+}
+
+MPI_Comm comm_from_handle(std::uintptr_t h) {
+  return h == 0 ? MPI_COMM_WORLD : comm_cast<MPI_Comm>(h);
+}
+
+}  // namespace
+
+// ---- MPI ---------------------------------------------------------------------------------
+
+void ensure_mpi() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (fin)
+    throw std::runtime_error(
+        "MPI is already finalized in this process: call tessera functions before "
+        "MPI.Finalize()");
+  int init = 0;
+  MPI_Initialized(&init);
+  if (init) return;
+  int provided = 0;
+  int argc = 0;
+  char** argv = nullptr;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    throw std::runtime_error("MPI_Init_thread failed");
+  g_initialised_mpi = true;
+}
+
+void finalize_mpi() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (g_initialised_mpi && init && !fin) MPI_Finalize();
+  g_initialised_mpi = false;
+}
+
+Session::Session(std::uintptr_t handle, bool verbose)
+    : world((ensure_mpi(), comm_from_handle(handle))),
+      old_verbosity(log::verbosity()),
+      old_threads(omp_get_max_threads()) {
+  log::set_rank(world.rank(), world.size());
+  log::set_verbosity(verbose ? 1 : 0);
+}
+
+Session::~Session() {
+  log::set_verbosity(old_verbosity);
+  omp_set_num_threads(old_threads);
+}
+
+// ---- errors ------------------------------------------------------------------------------
+
+void IterationHook::operator()(int iteration, double fit, double delta) {
+  std::int32_t code = 0;
+  {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) {
+      pending_.fetch();
+      code = 1;
+    } else if (!cb_.is_none()) {
+      py::dict info;
+      info["iteration"] = iteration;
+      info["fit"] = fit;
+      info["delta"] = delta;
+      info["rank"] = world_.rank();
+      PyObject* r = PyObject_CallOneArg(cb_.ptr(), info.ptr());
+      if (r == nullptr) {
+        const bool kbd = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+        pending_.fetch();
+        code = kbd ? 1 : 2;
+      } else {
+        Py_DECREF(r);
+      }
+    }
+  }
+  world_.allreduce(&code, 1, comm::ReduceOp::max);
+  if (code != 0) throw Stop{code};
+}
+
+bool has_source_location(const std::string& m) {
+  const auto open = m.rfind(" [");
+  if (open == std::string::npos || m.empty() || m.back() != ']') return false;
+  const auto colon = m.rfind(':');
+  return colon != std::string::npos && colon > open;
+}
+
+// ---- module functions --------------------------------------------------------------------
+
+void register_runtime(py::module_& m) {
+  m.def("finalize_mpi", &finalize_mpi);
+  m.def("mpi_size", [] {
+    ensure_mpi();
+    int s = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    return s;
+  });
+  m.def("cuda_built", [] { return tessera::kernels::cuda_built(); });
+}
+
+}  // namespace tessera::python
