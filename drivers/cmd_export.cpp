@@ -9,8 +9,11 @@
 // by one space (SPLATT's mode1.mat style; lambda one value per line; the core as
 // prod(R_1..R_{N-1}) lines of R_N values, row-major). `mat` names the files as SPLATT
 // does (mode1.mat, ..., lambda.mat); `txt` uses the .txt extension.
+//
+// --json FILE: a run record (docs/run-record.md) naming the files written and their shapes.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -22,6 +25,7 @@
 #include "io/model_io.hpp"
 #include "io/npy.hpp"
 #include "io/output.hpp"
+#include "record.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 
@@ -35,6 +39,7 @@ struct ExportArgs {
   std::string prefix;
   std::string dtype = "f8";
   bool force = false;
+  std::string json;  ///< --json: the run record
 };
 
 /// One array to write: its file name stem, shape and row-major values.
@@ -70,6 +75,15 @@ void write_file(const std::string& path, const std::string& bytes) {
 }
 
 void run_export(const ExportArgs& a, const comm::MpiCommunicator& world) {
+  {
+    // --json checked before any work (io/output.hpp): never the model; an existing file
+    // Tessera did not write only with --force.
+    io::OutputSet outputs;
+    outputs.add_input("the model", a.model);
+    outputs.add_output("--json", a.json, io::OutputKind::record);
+    outputs.validate(a.force, world);
+  }
+  Timer total;
   // The model, on rank 0 (export is small, serial work; other ranks wait for the result).
   std::vector<Array> arrays;
   KruskalModel cp;
@@ -130,6 +144,7 @@ void run_export(const ExportArgs& a, const comm::MpiCommunicator& world) {
   outputs.add_input("the model", a.model);
   for (const auto& p : paths)
     outputs.add_output("export", p, io::OutputKind::text, "", "give another --out-dir or --prefix");
+  outputs.add_output("--json", a.json, io::OutputKind::record);  // not one of the exports
   // Tessera cannot tell its own .npy or header-free text files from others: an existing
   // output is replaced only with --force (an input never is: OutputSet says so first).
   comm::run_collectively(world, [&] {
@@ -147,18 +162,37 @@ void run_export(const ExportArgs& a, const comm::MpiCommunicator& world) {
   });
   outputs.validate(true, world);
 
+  double write_s = 0;
+  nlohmann::json files = nlohmann::json::array();
   comm::run_collectively(world, [&] {
     if (world.rank() != 0) return;
+    Timer tw;
     const bool single = a.dtype == "f4";
     for (std::size_t i = 0; i < arrays.size(); ++i) {
       const Array& x = arrays[i];
-      write_file(paths[i],
-                 a.format == "npy" ? io::npy_file(x.shape, x.values->data(), single) : text_of(x));
+      const std::string bytes =
+          a.format == "npy" ? io::npy_file(x.shape, x.values->data(), single) : text_of(x);
+      write_file(paths[i], bytes);
+      files.push_back(
+          {{"name", x.stem}, {"path", paths[i]}, {"shape", x.shape}, {"bytes", bytes.size()}});
     }
+    write_s = tw.seconds();
     std::string names;
     for (const auto& p : paths) names += (names.empty() ? "" : ", ") + p;
     log::info("export: " + kind + " model '" + a.model + "' written as " + names);
   });
+
+  if (!a.json.empty()) {
+    nlohmann::json j = record_envelope("export", nlohmann::json::object(), world, "io", 0);
+    j["file"] = a.model;
+    j["kind"] = kind == "CP" ? "cp" : "tucker";
+    j["format"] = a.format;
+    j["dtype"] = a.format == "npy" ? (a.dtype == "f4" ? "float32" : "float64") : "text";
+    j["files"] = files;
+    const double all_s = total.seconds();
+    j["timing"] = timing_record("run", all_s, {{"io", std::min(write_s, all_s)}});
+    write_json(a.json, j, world);
+  }
 }
 
 }  // namespace
@@ -186,10 +220,13 @@ void add_export(CLI::App& app, Runner& run) {
   sub->add_option("--dtype", a->dtype,
                   "npy: f8 (float64, the model's values bit for bit) or f4 (float32, rounded)")
       ->check(CLI::IsMember({"f8", "f4"}));
+  sub->add_option("--json", a->json,
+                  "Write a run record (JSON) here: the format and the files written with "
+                  "their shapes (docs/run-record.md)");
   sub->add_flag("--force", a->force,
                 "Replace existing files of these names (Tessera cannot tell its own exports "
-                "from other files, so an existing one is never replaced without it); the "
-                "model itself is never replaced");
+                "from other files, so an existing one is never replaced without it), and a --json "
+                "file that is not a Tessera run record; the model itself is never replaced");
   sub->callback(
       [a, &run] { run = [a](const comm::MpiCommunicator& world) { run_export(*a, world); }; });
 }

@@ -3,7 +3,8 @@
 // partition balance from the metadata alone (no nonzero is read); --verify reads and checks
 // every nonzero, --stats adds the statistics the text files get. Model files and
 // checkpoints (tessera cp/tucker --out, --checkpoint-every): kind, shape, ranks, precision,
-// fit, iterations and the run's options.
+// fit, iterations and the run's options. --json FILE: the same as a run record
+// (docs/run-record.md).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +16,8 @@
 #include "io/checkpoint.hpp"
 #include "io/h5store.hpp"
 #include "io/model_io.hpp"
+#include "io/output.hpp"
+#include "record.hpp"
 #include "tensor/stats.hpp"
 #include "util/log.hpp"
 
@@ -25,9 +28,31 @@ struct InfoArgs {
   LoadOptions load;
   bool stats = false;
   bool verify = false;
+  bool force = false;
+  std::string json;  ///< --json: the run record
 };
 
-void print_stats(const InfoArgs& a, const comm::MpiCommunicator& world) {
+/// The statistics as record fields.
+nlohmann::json stats_json(const TensorStats& s) {
+  nlohmann::json modes = nlohmann::json::array();
+  for (const ModeStats& m : s.modes)
+    modes.push_back({{"dim", m.dim},
+                     {"nonempty_slices", m.nonempty_slices},
+                     {"max_slice_nnz", m.max_slice_nnz},
+                     {"mean_slice_nnz", m.mean_slice_nnz}});
+  return {{"order", s.order},
+          {"dims", s.dims},
+          {"nnz", s.nnz},
+          {"density", s.density},
+          {"min_value", s.min_value},
+          {"max_value", s.max_value},
+          {"norm", s.norm},
+          {"modes", modes}};
+}
+
+/// Reads the tensor, prints its statistics (rank 0) and, when `rec` is given, adds them to
+/// it (rank 0): `stats`, `read`, `duplicates_summed`; returns the read seconds.
+double print_stats(const InfoArgs& a, const comm::MpiCommunicator& world, nlohmann::json* rec) {
   Loaded li;
   auto d = load_and_distribute<double>(a.load, partition::Scheme::nnz, world, &li);
   // Gather the (deduplicated) tensor on rank 0 for the statistics.
@@ -49,7 +74,16 @@ void print_stats(const InfoArgs& a, const comm::MpiCommunicator& world) {
                 li.read_seconds);
     std::printf("repeated coordinates summed: %lld\n", static_cast<long long>(d.dist.duplicates));
     std::fflush(stdout);
+    if (rec != nullptr) {
+      (*rec)["stats"] = stats_json(s);
+      (*rec)["read"] = {{"bytes", li.read.bytes},
+                        {"text_bytes", li.read.text_bytes},
+                        {"index_base", li.read.index_base},
+                        {"seconds", li.read_seconds}};
+      (*rec)["duplicates_summed"] = d.dist.duplicates;
+    }
   }
+  return li.read_seconds;
 }
 
 std::string join(const std::vector<std::uint64_t>& v) {
@@ -64,8 +98,9 @@ std::string grid_text(const std::vector<int>& g) {
   return os.str();
 }
 
-/// The store's metadata as text (rank 0 prints it).
-std::string describe_store(const io::H5TensorInfo& s) {
+/// The store's metadata as text (rank 0 prints it); `rec` (optional) gets the same as
+/// record fields: `tensor` and `store`.
+std::string describe_store(const io::H5TensorInfo& s, nlohmann::json* rec) {
   std::ostringstream os;
   char buf[256];
   os << "file: " << s.path << " (HDF5 tensor store, format " << io::kTensorStoreFormat << " v"
@@ -94,8 +129,28 @@ std::string describe_store(const io::H5TensorInfo& s) {
   os << (s.deflate > 0 ? "shuffle + deflate level " + std::to_string(s.deflate)
                        : std::string("uncompressed"))
      << ", " << (s.has_checksums ? "CRC-32 per chunk" : "no checksums") << "\n";
+  nlohmann::json store;
+  if (rec != nullptr) {
+    (*rec)["tensor"] = {{"order", s.order}, {"dims", s.dims}, {"nnz", s.nnz}};
+    store = {{"format", io::kTensorStoreFormat},
+             {"format_version", s.format_version},
+             {"file_bytes", s.file_bytes},
+             {"value_type", io::to_string(s.value_type)},
+             {"density", static_cast<double>(s.nnz) / cells},
+             {"source_index_base", s.source_index_base >= 0 ? nlohmann::json(s.source_index_base)
+                                                            : nlohmann::json(nullptr)},
+             {"duplicates", s.has_duplicates == 0   ? "none"
+                            : s.has_duplicates == 1 ? "present"
+                                                    : "not checked"},
+             {"source", s.source},
+             {"chunk_elems", s.chunk_elems},
+             {"deflate", s.deflate},
+             {"checksums", s.has_checksums},
+             {"partition", nullptr}};
+  }
   if (!s.partition) {
     os << "partition: none (ranks read equal shares; `tessera partition` stores blocks)\n";
+    if (rec != nullptr) (*rec)["store"] = store;
     return os.str();
   }
   const io::H5Partition& p = *s.partition;
@@ -122,23 +177,37 @@ std::string describe_store(const io::H5TensorInfo& s) {
          << ".." << first + count << " (" << count << ")\n";
     }
   }
+  if (rec != nullptr) {
+    nlohmann::json blocks = nlohmann::json::array();
+    for (int b = 0; b < nb; ++b) blocks.push_back(p.block_range(b).second);
+    store["partition"] = {
+        {"grid", p.grid},      {"blocks", nb},
+        {"cuts", p.cuts},      {"block_nnz", blocks},
+        {"min_block_nnz", mn}, {"mean_block_nnz", mean},
+        {"max_block_nnz", mx}, {"imbalance", mean > 0 ? static_cast<double>(mx) / mean : 1.0}};
+    (*rec)["store"] = store;
+  }
   return os.str();
 }
 
-/// A model file or checkpoint as text (rank 0 reads and prints it).
-std::string describe_model(const std::string& path, const io::ModelFileKind& k) {
+/// A model file or checkpoint as text (rank 0 reads and prints it); `rec` (optional) gets
+/// the same as record fields: `model`.
+std::string describe_model(const std::string& path, const io::ModelFileKind& k,
+                           nlohmann::json* rec_json) {
   std::ostringstream os;
   char buf[256];
   io::ModelRecord rec;
   io::CheckpointInfo ck;
   std::vector<std::uint64_t> dims;
   std::string shape_line;
+  nlohmann::json model;
   const bool cp = k.format == "tessera-kruskal";
   if (cp) {
     const KruskalModel m =
         k.checkpoint ? io::read_cp_checkpoint(path, &ck) : io::read_kruskal_h5(path, &rec);
     dims = m.dims;
     shape_line = "rank " + std::to_string(m.rank);
+    model["rank"] = m.rank;
   } else {
     const TuckerModel m =
         k.checkpoint ? io::read_tucker_checkpoint(path, &ck) : io::read_tucker_h5(path, &rec);
@@ -147,6 +216,8 @@ std::string describe_model(const std::string& path, const io::ModelFileKind& k) 
     for (std::size_t n = 0; n < m.ranks.size(); ++n)
       shape_line += (n ? "x" : " ") + std::to_string(m.ranks[n]);
     shape_line += " (core of " + std::to_string(m.core.size()) + " values)";
+    model["ranks"] = m.ranks;
+    model["core_values"] = m.core.size();
   }
   if (k.checkpoint) {
     rec.iterations = ck.iteration;
@@ -183,13 +254,51 @@ std::string describe_model(const std::string& path, const io::ModelFileKind& k) 
     for (const auto& [key, v] : opts.items())
       os << "  " << key << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
   }
+  if (rec_json != nullptr) {
+    model["kind"] = cp ? "cp" : "tucker";
+    model["format"] = k.format;
+    model["checkpoint"] = k.checkpoint;
+    model["file_bytes"] = ec ? 0 : static_cast<std::uint64_t>(bytes);
+    model["order"] = dims.size();
+    model["dims"] = dims;
+    model["precision"] = precision.empty() ? nlohmann::json(nullptr) : nlohmann::json(precision);
+    model["fit"] = rec.fit;
+    model["iterations"] = rec.iterations;
+    model["fit_history"] = rec.fit_history;
+    if (k.checkpoint) {
+      model["converged"] = ck.converged;
+      model["input_nnz"] = ck.input.nnz;
+    }
+    model["run_options"] = opts;
+    (*rec_json)["model"] = model;
+  }
   return os.str();
 }
 
+/// --json: the envelope and what info found (rank 0's `rec`); `io_s` is the reading time.
+void write_info_record(const InfoArgs& a, const comm::MpiCommunicator& world,
+                       const nlohmann::json& rec, double total_s, double io_s) {
+  if (a.json.empty()) return;
+  nlohmann::json j = record_envelope("info", nlohmann::json::object(), world, "io", 0);
+  for (const auto& [k, v] : rec.items()) j[k] = v;
+  j["timing"] = timing_record("run", total_s, {{"io", std::min(io_s, total_s)}});
+  write_json(a.json, j, world);
+}
+
 void run_info(const InfoArgs& a, const comm::MpiCommunicator& world) {
+  {
+    io::OutputSet outputs;  // --json checked before any work (io/output.hpp)
+    outputs.add_input("the input", a.load.path);
+    outputs.add_output("--json", a.json, io::OutputKind::record);
+    outputs.validate(a.force, world);
+  }
+  Timer total;
+  nlohmann::json rec = {{"file", a.load.path}};
+  nlohmann::json* out = a.json.empty() ? nullptr : &rec;
   // Model files and checkpoints (rank 0 reads; the error, if any, is every rank's).
   std::int32_t is_model = 0;
   std::string text;
+  double io_s = 0;
   comm::run_collectively(world, [&] {
     if (world.rank() != 0) return;
     const io::ModelFileKind k = io::probe_model_file(a.load.path);
@@ -197,7 +306,10 @@ void run_info(const InfoArgs& a, const comm::MpiCommunicator& world) {
     is_model = 1;
     TESSERA_INPUT_CHECK(!a.verify && !a.stats, "--verify and --stats describe tensor stores; '"
                                                    << a.load.path << "' is a model file");
-    text = describe_model(a.load.path, k);
+    Timer t;
+    text = describe_model(a.load.path, k, out);
+    io_s = t.seconds();
+    rec["kind"] = k.checkpoint ? "checkpoint" : "model";
   });
   world.broadcast(&is_model, 1, 0);
   if (is_model != 0) {
@@ -205,29 +317,43 @@ void run_info(const InfoArgs& a, const comm::MpiCommunicator& world) {
       std::printf("%s", text.c_str());
       std::fflush(stdout);
     }
+    write_info_record(a, world, rec, total.seconds(), io_s);
     return;
   }
   if (!io::is_tensor_store(a.load.path, world)) {
-    print_stats(a, world);
+    rec["kind"] = "tensor";
+    io_s = print_stats(a, world, out);
+    if (out != nullptr && rec.contains("stats")) {
+      const nlohmann::json& st = rec["stats"];
+      rec["tensor"] = {{"order", st["order"]}, {"dims", st["dims"]}, {"nnz", st["nnz"]}};
+    }
+    write_info_record(a, world, rec, total.seconds(), io_s);
     return;
   }
+  rec["kind"] = "store";
+  Timer t_meta;
   const io::H5TensorInfo s = io::read_h5_info(a.load.path, world);
+  io_s = t_meta.seconds();
   if (world.rank() == 0) {
-    std::printf("%s", describe_store(s).c_str());
+    std::printf("%s", describe_store(s, out).c_str());
     std::fflush(stdout);
   }
   if (a.verify) {
     Timer t;
     io::verify_h5(a.load.path, world);
+    const double verify_s = t.seconds();
+    io_s += verify_s;
     char buf[200];
     std::snprintf(buf, sizeof(buf),
                   "verified: %lld nonzeros read on %d rank(s) in %.3f s (checksums, coordinates "
                   "< dims, finite values%s)",
-                  static_cast<long long>(s.nnz), world.size(), t.seconds(),
+                  static_cast<long long>(s.nnz), world.size(), verify_s,
                   s.partition && s.partition->nblocks() == world.size() ? ", block ranges" : "");
     log::info(buf);
+    rec["verified"] = {{"nnz", s.nnz}, {"ranks", world.size()}, {"seconds", verify_s}};
   }
-  if (a.stats) print_stats(a, world);
+  if (a.stats) io_s += print_stats(a, world, out);
+  write_info_record(a, world, rec, total.seconds(), io_s);
 }
 
 }  // namespace
@@ -249,6 +375,11 @@ void add_info(CLI::App& app, Runner& run) {
                 "HDF5 store: read every nonzero and check checksums, coordinates and values");
   sub->add_flag("--stats", a->stats,
                 "HDF5 store: also read the tensor and print the per-mode statistics");
+  sub->add_option("--json", a->json,
+                  "Write what info found (kind of file, dims, nonzeros, statistics; for a "
+                  "model its kind, rank(s), fit, iterations) as a run record (JSON) here "
+                  "(docs/run-record.md)");
+  add_force_option(sub, a->force);
   sub->callback(
       [a, &run] { run = [a](const comm::MpiCommunicator& world) { run_info(*a, world); }; });
 }

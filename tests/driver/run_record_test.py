@@ -2,11 +2,12 @@
 """Every subcommand's --json run record checked against docs/run-record.schema.json.
 
 Runs each subcommand that writes a record (cp, tucker, contract and its dry run, generate,
-convert, partition, plan, bench mttkrp|cp|ttmc|tucker|contract) on a tiny generated
-tensor, validates each record with the JSON Schema file (python3-jsonschema), and checks
+convert, partition, plan, info on a tensor, a store and CP/Tucker models, export,
+bench mttkrp|cp|ttmc|tucker|contract) on a tiny generated tensor, validates each record with the JSON Schema file (python3-jsonschema), and checks
 what the schema cannot: the options carry their defaults, the per-rank lists have one entry
 per rank (a 2-rank run), the Slurm fields come from SLURM_* variables, the timing split adds
-up. Exit 77 (ctest SKIP_RETURN_CODE) with a message when jsonschema is missing.
+up, info and export describe what they found and wrote, and a --json that is the input is
+refused. Exit 77 (ctest SKIP_RETURN_CODE) with a message when jsonschema is missing.
 
 Environment: TESSERA_BIN (the tessera binary), TESSERA_MPIEXEC (mpiexec), TESSERA_SOURCE_DIR.
 """
@@ -52,6 +53,23 @@ def run(args, cwd, env=None, np=None):
     return p.stdout
 
 
+def run_refused(args, cwd):
+    """The command fails (exit status 1) with an error line; returns its output."""
+    cmd = [BIN] + args + ["-q"]
+    p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=120)
+    check(p.returncode == 1, "%s: exit status %d, expected 1" % (" ".join(args), p.returncode))
+    return p.stdout
+
+
+def command_of(name):
+    """The record's command for a case name (cp_np2 -> cp, bench_mttkrp -> bench mttkrp)."""
+    for prefix in ("info", "export"):
+        if name.startswith(prefix):
+            return prefix
+    return name.replace("_np2", "").replace("_dry", "").replace("_", " ")
+
+
 def main():
     with open(SCHEMA_PATH) as f:
         schema = json.load(f)
@@ -70,16 +88,26 @@ def main():
             "convert": (["convert", "x.tns", "x.h5", "--json", "convert.json"], {}, None),
             "partition": (["partition", "x.h5", "--grid", "2x1x1", "-o", "xp.h5", "--json",
                            "partition.json"], {}, None),
-            "cp": (["cp", "x.tns", "-r", "2", "-i", "2", "--json", "cp.json"], slurm, None),
+            "cp": (["cp", "x.tns", "-r", "2", "-i", "2", "--out", "cp_model.h5", "--json",
+                    "cp.json"], slurm, None),
             "cp_np2": (["cp", "x.tns", "-r", "2", "-i", "2", "-t", "1", "--json",
                         "cp_np2.json"], {}, 2),
-            "tucker": (["tucker", "x.tns", "-r", "2,2,2", "-i", "2", "--json", "tucker.json"],
-                       {}, None),
+            "tucker": (["tucker", "x.tns", "-r", "2,2,2", "-i", "2", "--out", "tk_model.h5",
+                        "--json", "tucker.json"], {}, None),
             "contract": (["contract", "x.tns", "x.tns", "--einsum", "ijk,ijl->kl", "--json",
                           "contract.json"], {}, None),
             "contract_dry": (["contract", "x.tns", "x.tns", "--einsum", "ijk,ijl->kl",
                               "--dry-run", "--json", "contract_dry.json"], {}, None),
             "plan": (["plan", "x.tns", "--json", "plan.json"], {}, None),
+            "info_tensor": (["info", "x.tns", "--json", "info_tensor.json"], {}, None),
+            "info_store": (["info", "xp.h5", "--verify", "--stats", "--json",
+                            "info_store.json"], {}, None),
+            "info_cp": (["info", "cp_model.h5", "--json", "info_cp.json"], {}, None),
+            "info_tucker": (["info", "tk_model.h5", "--json", "info_tucker.json"], {}, None),
+            "export": (["export", "cp_model.h5", "--out-dir", "exp", "--json", "export.json"],
+                       {}, None),
+            "export_tucker": (["export", "tk_model.h5", "--format", "txt", "--prefix", "tk_",
+                               "--json", "export_tucker.json"], {}, None),
             "bench_mttkrp": (["bench", "mttkrp", "x.tns", "-r", "2", "--repeat", "1", "--json",
                               "bench_mttkrp.json"], {}, None),
             "bench_cp": (["bench", "cp", "x.tns", "-r", "2", "--iters", "2", "--json",
@@ -103,14 +131,15 @@ def main():
                          "cp_np2": "iteration", "tucker": "iteration", "contract": "contraction",
                          "contract_dry": "run", "plan": "run", "bench_mttkrp": "mode",
                          "bench_cp": "iteration", "bench_ttmc": "mode",
-                         "bench_tucker": "iteration", "bench_contract": "contraction"}
+                         "bench_tucker": "iteration", "bench_contract": "contraction",
+                         "info_tensor": "run", "info_store": "run", "info_cp": "run",
+                         "info_tucker": "run", "export": "run", "export_tucker": "run"}
         for name, rec in records.items():
             errors = sorted(validator.iter_errors(rec), key=lambda e: list(e.path))
             for e in errors:
                 check(False, "%s: %s at /%s" % (name, e.message,
                                                 "/".join(str(p) for p in e.path)))
-            check(rec["command"] == name.replace("_np2", "").replace("_dry", "").replace("_", " "),
-                  "%s: command is %r" % (name, rec.get("command")))
+            check(rec["command"] == command_of(name), "%s: command is %r" % (name, rec.get("command")))
             check(rec["argv"][1:3] == rec["command"].split()[:2] or
                   rec["argv"][1] == rec["command"].split()[0],
                   "%s: argv %r does not start with the command" % (name, rec["argv"]))
@@ -151,6 +180,57 @@ def main():
             check(abs(ph["iterations"] - its) <= 1e-9 + 1e-6 * its,
                   "%s: phases_seconds.iterations is the sum of the iterations" % name)
             check(ph["total"] >= ph["iterations"], "%s: total >= iterations" % name)
+
+        # info: what it found, against what generate wrote and cp/tucker computed.
+        gen = records["generate"]["tensor"]
+        it = records["info_tensor"]
+        check(it["kind"] == "tensor" and it["file"] == "x.tns", "info_tensor: kind and file")
+        check(it["tensor"] == {"order": 3, "dims": [12, 10, 8], "nnz": gen["nnz"]},
+              "info_tensor: tensor %r, generate wrote %r" % (it["tensor"], gen))
+        check(it["stats"]["nnz"] == gen["nnz"] and len(it["stats"]["modes"]) == 3 and
+              [m["dim"] for m in it["stats"]["modes"]] == [12, 10, 8] and
+              it["stats"]["norm"] > 0, "info_tensor: stats %r" % it.get("stats"))
+        st = records["info_store"]
+        check(st["kind"] == "store" and st["tensor"] == it["tensor"], "info_store: tensor")
+        check(st["store"]["partition"] is not None and st["store"]["partition"]["grid"] ==
+              [2, 1, 1] and sum(st["store"]["partition"]["block_nnz"]) == gen["nnz"],
+              "info_store: partition %r" % st["store"].get("partition"))
+        check(st.get("verified", {}).get("nnz") == gen["nnz"], "info_store: --verify recorded")
+        check(abs(st["stats"]["norm"] - it["stats"]["norm"]) <= 1e-12 * it["stats"]["norm"],
+              "info_store: --stats gives the text file's norm")
+        m = records["info_cp"]["model"]
+        check(records["info_cp"]["kind"] == "model" and m["kind"] == "cp" and m["rank"] == 2 and
+              m["dims"] == [12, 10, 8] and m["iterations"] == records["cp"]["iterations"] and
+              abs(m["fit"] - records["cp"]["fit"]) <= 1e-12, "info_cp: model %r" % m)
+        m = records["info_tucker"]["model"]
+        check(m["kind"] == "tucker" and m["ranks"] == [2, 2, 2] and m["order"] == 3 and
+              m["iterations"] == records["tucker"]["iterations"] and
+              abs(m["fit"] - records["tucker"]["fit"]) <= 1e-12, "info_tucker: model %r" % m)
+        # export: the files it wrote, with their shapes and sizes.
+        for name, shapes, fmt in (("export", [[12, 2], [10, 2], [8, 2], [2]], "npy"),
+                                  ("export_tucker", [[12, 2], [10, 2], [8, 2], [2, 2, 2]],
+                                   "txt")):
+            ex = records[name]
+            check(ex["format"] == fmt and [f["shape"] for f in ex["files"]] == shapes,
+                  "%s: format and shapes %r" % (name, ex["files"]))
+            for f in ex["files"]:
+                p = os.path.join(d, f["path"])
+                check(os.path.isfile(p) and os.path.getsize(p) == f["bytes"],
+                      "%s: %s written with %d bytes" % (name, f["path"], f["bytes"]))
+        check([f["name"] for f in records["export"]["files"]] ==
+              ["mode1", "mode2", "mode3", "lambda"], "export: CP file names")
+        check(records["export_tucker"]["files"][3]["path"] == "tk_core.txt",
+              "export_tucker: --prefix names the files")
+        # A --json that is the input (the tensor, the model) is refused; nothing is written.
+        before = os.path.getsize(os.path.join(d, "x.tns"))
+        out = run_refused(["info", "x.tns", "--json", "x.tns"], d)
+        check("same file as the input" in out and
+              os.path.getsize(os.path.join(d, "x.tns")) == before,
+              "info --json x.tns refused: %r" % out)
+        out = run_refused(["export", "cp_model.h5", "--out-dir", "exp2", "--json",
+                           "cp_model.h5"], d)
+        check("same file as the model" in out and not os.path.exists(os.path.join(d, "exp2")),
+              "export --json MODEL refused before any export: %r" % out)
 
     if failures:
         print("%d check(s) failed" % len(failures))
