@@ -3,9 +3,11 @@
 # munge when missing (apt-get, as root or with sudo), starts munged, slurmctld and slurmd for
 # a one-node cluster on this host from a slurm.conf in a temporary folder, and submits
 #   1. jobs/slurm/cp.sbatch without GPUs (CP rank 8 on congress),
-#   2. jobs/slurm/resumable.sbatch, signalled with USR1 (what Slurm sends before the time
-#      limit) once its first checkpoint exists: the job requeues itself once, resumes from
-#      the checkpoint and must end with the model of an uninterrupted run,
+#   2. jobs/slurm/resumable.sbatch with a one-minute time limit (--time=1
+#      --signal=B:USR1@26): Slurm itself signals the job before the limit, the job requeues
+#      itself, resumes from its checkpoint and must end with the model of an uninterrupted
+#      run. TESSERA_SLURM_REAL_TIMELIMIT=0 sends the USR1 from the test instead, once the
+#      first checkpoint exists (quicker: no wait for Slurm's 30 s time-limit check),
 #   3. a 2-point study (1 and 2 ranks) through jobs/study.py run --slurm,
 # then checks the run records, results.csv and the PNGs, and always stops the daemons it
 # started and removes its folder. Exit 77 (skipped) where Slurm cannot be installed or run.
@@ -114,13 +116,14 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 ReturnToService=2
 JobRequeue=1
 SlurmctldTimeout=10
 SlurmdTimeout=10
 InactiveLimit=0
 KillWait=5
-MinJobAge=60
+MinJobAge=300
 MessageTimeout=10
 PlugStackConfig=$tmp/plugstack.conf
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
@@ -169,9 +172,29 @@ cp2_job=$(TESSERA_LAUNCHER=mpirun sbatch --parsable --ntasks=1 --cpus-per-task=2
   "$repo/jobs/slurm/cp.sbatch" "$tensor" 8 --iters 5 --backend cpu --seed 3) ||
   fail "sbatch refused cp.sbatch (mpirun)"
 # 2. resumable.sbatch: many cheap iterations, a checkpoint every 20.
+# Real time limit (default): slurmctld checks time limits every 30 s (PERIODIC_TIMEOUT, fixed
+# at build time) and sends --signal=B:USR1@W at the first check at most W + 30 s before the
+# end, so with --time=1 and W=26 the signal comes 4 to 34 s after the job starts. The run is
+# sized from a short calibration run to take at least ~48 s (at the calibration's fastest
+# iterations: 10th percentile), so the first run cannot finish before the signal; once a
+# requeued run has resumed, its time limit is raised so that it ends without a second
+# requeue (one more would be correct too, only slower). A requeued job may start again
+# cred_expire + 1 s later, at the next scheduling pass (sched_interval=2).
+real=${TESSERA_SLURM_REAL_TIMELIMIT:-1}
 iters=600
+if [ "$real" = 1 ]; then
+  OMP_NUM_THREADS=1 "$tessera" cp "$tensor" --rank 8 --iters 100 --tol 0 --seed 5 \
+    --backend cpu --json calib.json > calib.log 2>&1 || { cat calib.log; fail "calibration run"; }
+  iters=$("$python" -c 'import json, math, sys
+t = sorted(i["seconds"] for i in json.load(open(sys.argv[1]))["per_iteration"])
+print(min(20000, max(600, math.ceil(48 / t[len(t) // 10]))))' calib.json) ||
+    fail "no per-iteration times in calib.json"
+  res_limit=(--time=1 --signal=B:USR1@26)
+else
+  res_limit=(--time=5)
+fi
 res_args=("$tensor" --rank 8 --iters "$iters" --tol 0 --seed 5 --backend cpu)
-res_job=$(CHECKPOINT_EVERY=20 sbatch --parsable --ntasks=1 --cpus-per-task=1 --time=5 \
+res_job=$(CHECKPOINT_EVERY=20 sbatch --parsable --ntasks=1 --cpus-per-task=1 "${res_limit[@]}" \
   "$repo/jobs/slurm/resumable.sbatch" cp res "${res_args[@]}") ||
   fail "sbatch refused resumable.sbatch"
 say "submitted cp.sbatch as jobs $cp_job and $cp2_job (mpirun), resumable.sbatch as job $res_job"
@@ -180,7 +203,7 @@ say "submitted cp.sbatch as jobs $cp_job and $cp2_job (mpirun), resumable.sbatch
 cat > study.toml <<EOF
 name = "ci"
 launcher = "auto"
-wait_timeout = 150
+wait_timeout = 240
 [slurm]
 time = "00:05:00"
 [[inputs]]
@@ -205,29 +228,60 @@ study_pid=$!
 OMP_NUM_THREADS=1 "$tessera" cp "${res_args[@]}" --out ref.h5 --json ref.json > ref.log 2>&1 &
 ref_pid=$!
 
-# Once the first checkpoint exists, send USR1 to the batch shell: what Slurm sends
-# --signal=B:USR1@120 before the time limit. The trap requeues the job.
-end=$(( $(date +%s) + 90 ))
-until [ -f res.ckpt.h5 ]; do
-  [ "$(date +%s)" -lt "$end" ] || { cat tessera-resumable-*.out; fail "no checkpoint in 90 s"; }
-  case $(job_state "$res_job") in COMPLETED|FAILED|CANCELLED)
-    cat tessera-resumable-*.out; fail "resumable job ended before its first checkpoint" ;; esac
-  sleep 0.2
-done
-scancel --batch --signal=USR1 "$res_job" || fail "scancel --signal=USR1 failed"
-say "checkpoint written; sent USR1 to job $res_job"
-end=$(( $(date +%s) + 60 ))
-until [ "$(restarts "$res_job")" = 1 ]; do
-  [ "$(date +%s)" -lt "$end" ] || { cat tessera-resumable-*.out; fail "job was not requeued"; }
-  sleep 0.5
-done
+res_out=tessera-resumable-$res_job.out
+if [ "$real" != 1 ]; then
+  # Once the first checkpoint exists, send USR1 to the batch shell: what Slurm sends
+  # --signal=B:USR1@120 before the time limit. The trap requeues the job.
+  end=$(( $(date +%s) + 90 ))
+  until [ -f res.ckpt.h5 ]; do
+    [ "$(date +%s)" -lt "$end" ] || { tail -n 30 "$res_out"; fail "no checkpoint in 90 s"; }
+    case $(job_state "$res_job") in COMPLETED|FAILED|CANCELLED)
+      tail -n 30 "$res_out"; fail "resumable job ended before its first checkpoint" ;; esac
+    sleep 0.2
+  done
+  scancel --batch --signal=USR1 "$res_job" || fail "scancel --signal=USR1 failed"
+  say "checkpoint written; sent USR1 to job $res_job"
+  end=$(( $(date +%s) + 60 ))
+  until [ "$(restarts "$res_job")" = 1 ]; do
+    [ "$(date +%s)" -lt "$end" ] || { tail -n 30 "$res_out"; fail "job was not requeued"; }
+    sleep 0.5
+  done
+fi
 
 st=$(wait_done "$cp_job" 120)
 [ "$st" = COMPLETED ] || { cat tessera-cp-"$cp_job".out; fail "cp.sbatch job $cp_job: $st"; }
 st=$(wait_done "$cp2_job" 120)
 [ "$st" = COMPLETED ] || { cat tessera-cp-"$cp2_job".out; fail "cp.sbatch job $cp2_job: $st"; }
-st=$(wait_done "$res_job" 150)
-[ "$st" = COMPLETED ] || { cat tessera-resumable-*.out; fail "resumable job $res_job: $st"; }
+if [ "$real" = 1 ]; then
+  # Nothing is sent from here: Slurm signals the job near its one-minute limit. Once a
+  # requeued run has resumed from the checkpoint, give it time to finish.
+  say "resumable job $res_job: $iters iterations, ${res_limit[*]}"
+  end=$(( $(date +%s) + 240 ))
+  raised=0
+  while :; do
+    s=$(job_state "$res_job")
+    case $s in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE)
+      break ;; esac
+    if [ $raised = 0 ] && [ "$(restarts "$res_job")" -ge 1 ] 2>/dev/null &&
+        grep -q "resuming res from res.ckpt.h5" "$res_out" 2>/dev/null; then
+      scontrol update JobId="$res_job" TimeLimit=10 || fail "scontrol update TimeLimit failed"
+      raised=1
+      started=$(sed -n "s/: job $res_job on .*//p" "$res_out" | head -1)
+      signalled=$(sed -n "s/: time limit near, requeueing job .*//p" "$res_out" | head -1)
+      secs=$(( $(date -d "$signalled" +%s) - $(date -d "$started" +%s) ))
+      say "Slurm signalled job $res_job $secs s after it started (limit 60 s); the requeued" \
+        "run resumed; its time limit raised to 10 min"
+    fi
+    [ "$(date +%s)" -lt "$end" ] ||
+      { tail -n 30 "$res_out"; fail "resumable job $res_job: $s after 240 s"; }
+    sleep 0.5
+  done
+  st=$s
+else
+  st=$(wait_done "$res_job" 150)
+fi
+[ "$st" = COMPLETED ] || { tail -n 30 "$res_out"; fail "resumable job $res_job: $st"; }
+res_restarts=$(restarts "$res_job")
 wait $ref_pid || { cat ref.log; fail "the reference run failed"; }
 wait $study_pid
 study_rc=$?
@@ -251,12 +305,25 @@ PY
 check_record "cp-$cp_job.json" 1 2
 grep -q "launcher mpirun" tessera-cp-"$cp2_job".out || fail "job $cp2_job did not use mpirun"
 check_record "cp-$cp2_job.json" 1 2
-log=$(cat tessera-resumable-"$res_job".out)
-grep -q "requeueing job $res_job" <<<"$log" || { echo "$log"; fail "the trap did not requeue"; }
-grep -q "resuming res from res.ckpt.h5 (restart 1)" <<<"$log" ||
-  { echo "$log"; fail "the requeued job did not resume from the checkpoint"; }
-check_record "res-$res_job-1.json"
-"$python" - "res-$res_job-1.json" "$iters" <<'PY' || fail "the resumed run did not finish"
+log=$(cat "$res_out")
+# Every restart was the trap's requeue (>= 1), and a requeued run resumed from the checkpoint.
+n=$(grep -c "requeueing job $res_job" <<<"$log")
+if [ "$n" = 0 ] && [ "$real" = 1 ]; then
+  grep -E "on $host:|done:" <<<"$log"
+  fail "job $res_job ended before Slurm's time-limit signal ($iters iterations from the" \
+    "calibration were too few: it ran faster than calib.json says)"
+fi
+[ "$n" -ge 1 ] && [ "$n" = "$res_restarts" ] || {
+  grep -E "requeueing|resuming|CANCELLED|on $host:" <<<"$log"
+  fail "$n requeue(s) by the trap, $res_restarts restart(s) by Slurm"
+}
+grep -q "resuming res from res.ckpt.h5 (restart [1-9]" <<<"$log" ||
+  { grep -E "requeueing|resuming|CANCELLED|on $host:" <<<"$log"
+    fail "the requeued job did not resume from the checkpoint"; }
+say "resumable job $res_job: $res_restarts requeue(s), resumed from its checkpoint"
+check_record "res-$res_job-$res_restarts.json"
+"$python" - "res-$res_job-$res_restarts.json" "$iters" <<'PY' ||
+  fail "the resumed run did not finish"
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["iterations"] == int(sys.argv[2]), (j["iterations"], sys.argv[2])
