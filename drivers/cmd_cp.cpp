@@ -166,35 +166,12 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     double peak = static_cast<double>(peak_rss_bytes());
     world.allreduce(&peak, 1, comm::ReduceOp::max);
     nlohmann::json j = record_envelope("cp", opts, world, kernels::to_string(kind), a.run.threads);
-    j["tensor"] = {{"dims", in.dims}, {"nnz", nnz}, {"duplicates_summed", in.duplicates}};
-    j["partition"] = {{"scheme", in.partition_scheme},
-                      {"grid", in.grid},
-                      {"imbalance", in.imbalance},
-                      {"min_block_nnz", in.min_block_nnz},
-                      {"max_block_nnz", in.max_block_nnz}};
+    add_input_fields(j, in);
     j["fit"] = res.fit;
     j["iterations"] = res.iterations;
     j["converged"] = res.converged;
     j["solve_fallbacks"] = res.solve_fallbacks;
     j["memory_tier"] = tier_json;
-    nlohmann::json its = nlohmann::json::array();
-    for (const auto& h : res.history)
-      its.push_back({{"iter", h.iter},
-                     {"fit", h.fit},
-                     {"delta", h.delta},
-                     {"seconds", h.seconds},
-                     {"kernel", h.kernel},
-                     {"comm", h.comm},
-                     {"solve", h.solve}});
-    j["per_iteration"] = its;
-    j["fits"] = nlohmann::json::array();
-    for (const auto& h : res.history) j["fits"].push_back(h.fit);
-    // The iterations this process ran are the last `ran` of the history.
-    double iters_s = 0;
-    for (std::size_t k =
-             res.history.size() - std::min(res.history.size(), static_cast<std::size_t>(ran));
-         k < res.history.size(); ++k)
-      iters_s += res.history[k].seconds;
     j["phases_seconds"] = {{"io", li.read_seconds},
                            {"read", li.read_seconds},
                            {"partition", li.distribute_seconds},
@@ -202,12 +179,10 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                            {"kernel", res.phases.get("kernel")},
                            {"comm", res.phases.get("comm")},
                            {"solve", res.phases.get("solve")},
-                           {"iterations", iters_s},
                            {"total", total.seconds()}};
-    j["timing"] = timing_record("iteration", iters_s / ran,
-                                {{"kernel", kern / ran},
-                                 {"comm", res.phases.get("comm") / ran},
-                                 {"solve", res.phases.get("solve") / ran}});
+    add_iteration_fields(
+        j, cp_iterations_json(res.history), ran,
+        {{"kernel", kern}, {"comm", res.phases.get("comm")}, {"solve", res.phases.get("solve")}});
     const double per_it_kernel = kern / ran;
     j["throughput"] = {
         {"mttkrp_nnz_per_s", per_it_kernel > 0 ? static_cast<double>(nnz) * N / per_it_kernel : 0},

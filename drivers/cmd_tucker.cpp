@@ -194,13 +194,8 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
     world.allreduce(&peak, 1, comm::ReduceOp::max);
     nlohmann::json j =
         record_envelope("tucker", opts, world, kernels::to_string(kind), run.threads);
-    j["tensor"] = {{"dims", in.dims}, {"nnz", nnz}, {"duplicates_summed", in.duplicates}};
+    add_input_fields(j, in);
     j["memory_tier"] = tier_json;
-    j["partition"] = {{"scheme", in.partition_scheme},
-                      {"grid", in.grid},
-                      {"imbalance", in.imbalance},
-                      {"min_block_nnz", in.min_block_nnz},
-                      {"max_block_nnz", in.max_block_nnz}};
     j["fit"] = res.fit;
     j["core_norm"] = res.core_norm;
     j["norm_x"] = res.norm_x;
@@ -214,25 +209,6 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
                         {"semi_sparse_bytes_per_rank", res.memory.semi_sparse_bytes},
                         {"total_bytes_per_rank", res.memory.total_bytes},
                         {"limit_bytes_per_rank", o.memory_limit}});
-    nlohmann::json its = nlohmann::json::array();
-    for (const auto& h : res.history)
-      its.push_back({{"iter", h.iter},
-                     {"fit", h.fit},
-                     {"delta", h.delta},
-                     {"core_norm", h.core_norm},
-                     {"seconds", h.seconds},
-                     {"ttmc", h.ttmc},
-                     {"comm", h.comm},
-                     {"svd", h.svd}});
-    j["per_iteration"] = its;
-    j["fits"] = nlohmann::json::array();
-    for (const auto& h : res.history) j["fits"].push_back(h.fit);
-    // The iterations this process ran are the last `ran` of the history.
-    double iters_s = 0;
-    for (std::size_t k =
-             res.history.size() - std::min(res.history.size(), static_cast<std::size_t>(ran));
-         k < res.history.size(); ++k)
-      iters_s += res.history[k].seconds;
     j["phases_seconds"] = {{"io", li.read_seconds},
                            {"read", li.read_seconds},
                            {"partition", li.distribute_seconds},
@@ -241,13 +217,11 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
                            {"ttmc", t_ttmc},
                            {"comm", res.phases.get("comm")},
                            {"svd", res.phases.get("svd")},
-                           {"iterations", iters_s},
                            {"total", total.seconds()}};
     // Split: TTMc is the kernel, the SVD (or Gram eigen-solve) the solve.
-    j["timing"] = timing_record("iteration", iters_s / ran,
-                                {{"kernel", t_ttmc / ran},
-                                 {"comm", res.phases.get("comm") / ran},
-                                 {"solve", res.phases.get("svd") / ran}});
+    add_iteration_fields(
+        j, tucker_iterations_json(res.history), ran,
+        {{"kernel", t_ttmc}, {"comm", res.phases.get("comm")}, {"solve", res.phases.get("svd")}});
     const double per_it = t_ttmc / ran;
     j["throughput"] = {
         {"ttmc_nnz_per_s", per_it > 0 ? static_cast<double>(nnz) * N / per_it : 0},

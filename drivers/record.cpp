@@ -250,6 +250,49 @@ nlohmann::json timing_record(const std::string& unit, double seconds_per_unit,
   return {{"unit", unit}, {"seconds_per_unit", seconds_per_unit}, {"split", s}};
 }
 
+nlohmann::json cp_iterations_json(const std::vector<algo::CpIteration>& history) {
+  nlohmann::json its = nlohmann::json::array();
+  for (const auto& h : history)
+    its.push_back({{"iter", h.iter},
+                   {"fit", h.fit},
+                   {"delta", h.delta},
+                   {"seconds", h.seconds},
+                   {"kernel", h.kernel},
+                   {"comm", h.comm},
+                   {"solve", h.solve}});
+  return its;
+}
+
+nlohmann::json tucker_iterations_json(const std::vector<algo::TuckerIteration>& history) {
+  nlohmann::json its = nlohmann::json::array();
+  for (const auto& h : history)
+    its.push_back({{"iter", h.iter},
+                   {"fit", h.fit},
+                   {"delta", h.delta},
+                   {"core_norm", h.core_norm},
+                   {"seconds", h.seconds},
+                   {"ttmc", h.ttmc},
+                   {"comm", h.comm},
+                   {"svd", h.svd}});
+  return its;
+}
+
+void add_iteration_fields(nlohmann::json& j, const nlohmann::json& per_iteration, int ran,
+                          const std::vector<std::pair<std::string, double>>& split_totals) {
+  ran = std::max(ran, 1);
+  j["per_iteration"] = per_iteration;
+  j["fits"] = nlohmann::json::array();
+  for (const auto& h : per_iteration) j["fits"].push_back(h.at("fit"));
+  double iters_s = 0;
+  const std::size_t n = per_iteration.size();
+  for (std::size_t k = n - std::min(n, static_cast<std::size_t>(ran)); k < n; ++k)
+    iters_s += per_iteration[k].at("seconds").get<double>();
+  j["phases_seconds"]["iterations"] = iters_s;
+  std::vector<std::pair<std::string, double>> split;
+  for (const auto& [name, total] : split_totals) split.emplace_back(name, total / ran);
+  j["timing"] = timing_record("iteration", iters_s / ran, split);
+}
+
 nlohmann::json record_envelope(const std::string& command, const nlohmann::json& options,
                                const comm::Communicator& world, const std::string& backend,
                                int threads) {

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "algo/cp_als.hpp"
+#include "algo/tucker.hpp"
 #include "comm/communicator.hpp"
 
 namespace tessera::driver {
@@ -32,6 +34,31 @@ nlohmann::json record_envelope(const std::string& command, const nlohmann::json&
 /// "other" is the rest of seconds_per_unit, never negative.
 nlohmann::json timing_record(const std::string& unit, double seconds_per_unit,
                              const std::vector<std::pair<std::string, double>>& split = {});
+
+/// One object per iteration of a cp run (iter, fit, delta, seconds, kernel, comm, solve) or
+/// of a tucker run (iter, fit, delta, core_norm, seconds, ttmc, comm, svd): the records'
+/// "per_iteration".
+nlohmann::json cp_iterations_json(const std::vector<algo::CpIteration>& history);
+nlohmann::json tucker_iterations_json(const std::vector<algo::TuckerIteration>& history);
+
+/// "tensor" and "partition" of a decomposition's run record, from its loaded input
+/// (driver::Input<T>; cp and tucker, in the CLI and in the Python module).
+template <typename In>
+void add_input_fields(nlohmann::json& j, const In& in) {
+  j["tensor"] = {{"dims", in.dims}, {"nnz", in.global_nnz}, {"duplicates_summed", in.duplicates}};
+  j["partition"] = {{"scheme", in.partition_scheme},
+                    {"grid", in.grid},
+                    {"imbalance", in.imbalance},
+                    {"min_block_nnz", in.min_block_nnz},
+                    {"max_block_nnz", in.max_block_nnz}};
+}
+
+/// The iteration fields of a cp or tucker record: "per_iteration" (one object per iteration
+/// with at least "fit" and "seconds"), "fits", "phases_seconds"."iterations" (the seconds of
+/// the last `ran` iterations: those this process ran, after a resume) and "timing" per
+/// iteration, whose split is given as totals over those iterations.
+void add_iteration_fields(nlohmann::json& j, const nlohmann::json& per_iteration, int ran,
+                          const std::vector<std::pair<std::string, double>>& split_totals);
 
 /// The options of a parsed subcommand, each under its long name with '-' as '_' (positional
 /// arguments under their name), with its value or default: flags as booleans, numbers as

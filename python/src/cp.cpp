@@ -12,6 +12,7 @@
 #include "inputs.hpp"
 #include "io/checkpoint.hpp"
 #include "kernels/factories.hpp"
+#include "record.hpp"
 #include "runtime.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
@@ -33,6 +34,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
   nlohmann::json opts;
   std::string kind_name;
   std::string ckpt_path;
+  int first_iteration = 0;  // iterations before this call (resume): the record times the rest
   translate(&hook, world, [&] {
     comm::run_collectively(world, [&] {
       check_common(a);
@@ -138,6 +140,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
       const double prev = s.fit_history.size() > 1 ? s.fit_history[s.fit_history.size() - 2] : 0.0;
       hook(s.iteration, f, f - prev);
     };
+    first_iteration = o.resume ? o.resume->iteration : 0;
     {
       py::gil_scoped_release nogil;
       if (in.streamed()) {
@@ -153,46 +156,29 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
   });
 
   nlohmann::json j = record_base("cp", opts, world, kind_name, a.threads);
-  j["tensor"] = {{"dims", in.dims}, {"nnz", in.global_nnz}, {"duplicates_summed", in.duplicates}};
-  j["partition"] = {{"scheme", in.partition_scheme},
-                    {"grid", in.grid},
-                    {"imbalance", in.imbalance},
-                    {"min_block_nnz", in.min_block_nnz},
-                    {"max_block_nnz", in.max_block_nnz}};
+  driver::add_input_fields(j, in);
   j["fit"] = res.fit;
   j["iterations"] = res.iterations;
   j["converged"] = res.converged;
   j["solve_fallbacks"] = res.solve_fallbacks;
   j["memory_tier"] = {{"tier", res.tier}, {"description", res.tier_description}};
   if (!ckpt_path.empty()) j["checkpoint"] = ckpt_path;
-  py::list hist;
-  nlohmann::json its = nlohmann::json::array();
-  for (const auto& h : res.history) {
-    py::dict d;
-    d["iter"] = h.iter;
-    d["fit"] = h.fit;
-    d["delta"] = h.delta;
-    d["seconds"] = h.seconds;
-    d["kernel"] = h.kernel;
-    d["comm"] = h.comm;
-    d["solve"] = h.solve;
-    hist.append(d);
-    its.push_back({{"iter", h.iter},
-                   {"fit", h.fit},
-                   {"delta", h.delta},
-                   {"seconds", h.seconds},
-                   {"kernel", h.kernel},
-                   {"comm", h.comm},
-                   {"solve", h.solve}});
-  }
-  j["per_iteration"] = its;
   j["phases_seconds"] = {{"io", li.read_seconds},
+                         {"read", li.read_seconds},
                          {"partition", li.distribute_seconds},
                          {"setup", res.phases.get("setup")},
                          {"kernel", res.phases.get("kernel")},
                          {"comm", res.phases.get("comm")},
                          {"solve", res.phases.get("solve")},
                          {"total", total.seconds()}};
+  const nlohmann::json its = driver::cp_iterations_json(res.history);
+  const int ran = res.iterations - first_iteration;
+  driver::add_iteration_fields(j, its, ran,
+                               {{"kernel", res.phases.get("kernel")},
+                                {"comm", res.phases.get("comm")},
+                                {"solve", res.phases.get("solve")}});
+  py::list hist;  // the record's per_iteration entries as dicts
+  for (const auto& h : its) hist.append(py::module_::import("json").attr("loads")(h.dump()));
   py::dict out;
   out["weights"] = vector_to_numpy(res.model.lambda);
   py::list factors;

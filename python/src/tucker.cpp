@@ -18,6 +18,7 @@
 #include "inputs.hpp"
 #include "io/checkpoint.hpp"
 #include "kernels/factories.hpp"
+#include "record.hpp"
 #include "runtime.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
@@ -40,6 +41,7 @@ py::dict run_tucker(const py::object& tensor, const py::object& ranks_obj, int i
   nlohmann::json opts;
   std::string kind_name;
   std::string ckpt_path;
+  int first_iteration = 0;  // iterations before this call (resume): the record times the rest
   std::string ranks_text;
   if (py::isinstance<py::int_>(ranks_obj)) {
     ranks_text = std::to_string(py::cast<long long>(ranks_obj));
@@ -143,6 +145,7 @@ py::dict run_tucker(const py::object& tensor, const py::object& ranks_obj, int i
       const double prev = s.fit_history.size() > 1 ? s.fit_history[s.fit_history.size() - 2] : 0.0;
       hook(s.iteration, f, f - prev);
     };
+    first_iteration = o.resume ? o.resume->iteration : 0;
     py::gil_scoped_release nogil;
     if (in.streamed()) {
       algo::StreamingBackend<T> streaming(*cx->backend);
@@ -160,7 +163,7 @@ py::dict run_tucker(const py::object& tensor, const py::object& ranks_obj, int i
   });
 
   nlohmann::json j = record_base("tucker", opts, world, kind_name, a.threads);
-  j["tensor"] = {{"dims", in.dims}, {"nnz", in.global_nnz}, {"duplicates_summed", in.duplicates}};
+  driver::add_input_fields(j, in);
   j["fit"] = res.fit;
   j["iterations"] = res.iterations;
   j["converged"] = res.converged;
@@ -168,7 +171,6 @@ py::dict run_tucker(const py::object& tensor, const py::object& ranks_obj, int i
   j["completed_columns"] = res.completed_columns;
   j["memory_tier"] = {{"tier", res.tier}, {"description", res.tier_description}};
   py::list hist;
-  nlohmann::json its = nlohmann::json::array();
   for (const auto& h : res.history) {
     py::dict d;
     d["iter"] = h.iter;
@@ -180,17 +182,9 @@ py::dict run_tucker(const py::object& tensor, const py::object& ranks_obj, int i
     d["solve"] = h.svd;
     d["core_norm"] = h.core_norm;
     hist.append(d);
-    its.push_back({{"iter", h.iter},
-                   {"fit", h.fit},
-                   {"delta", h.delta},
-                   {"seconds", h.seconds},
-                   {"ttmc", h.ttmc},
-                   {"comm", h.comm},
-                   {"svd", h.svd},
-                   {"core_norm", h.core_norm}});
   }
-  j["per_iteration"] = its;
   j["phases_seconds"] = {{"io", li.read_seconds},
+                         {"read", li.read_seconds},
                          {"partition", li.distribute_seconds},
                          {"setup", res.phases.get("setup")},
                          {"init", res.phases.get("init")},
@@ -198,6 +192,11 @@ py::dict run_tucker(const py::object& tensor, const py::object& ranks_obj, int i
                          {"comm", res.phases.get("comm")},
                          {"svd", res.phases.get("svd")},
                          {"total", total.seconds()}};
+  driver::add_iteration_fields(j, driver::tucker_iterations_json(res.history),
+                               res.iterations - first_iteration,
+                               {{"kernel", res.phases.get("ttmc")},
+                                {"comm", res.phases.get("comm")},
+                                {"solve", res.phases.get("svd")}});
   py::dict out;
   std::vector<py::ssize_t> core_shape(res.model.ranks.begin(), res.model.ranks.end());
   py::array_t<double> core(core_shape);

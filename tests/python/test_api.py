@@ -236,6 +236,14 @@ def test_results_and_model_round_trip(small, tmp_path):
     assert set(r.history[0]) >= {"iter", "fit", "seconds", "kernel", "comm", "solve"}
     assert r.record["command"] == "cp" and r.record["options"]["rank"] == 3
     assert r.record["tensor"]["nnz"] == 60 and len(r.record["per_iteration"]) == 5
+    # The same record fields as `tessera cp --json` (drivers/record.hpp): time per iteration
+    # over the iterations run, split as the history says.
+    timing, its = r.record["timing"], r.record["per_iteration"]
+    assert timing["unit"] == "iteration" and r.record["fits"] == [h["fit"] for h in its]
+    iters_s = sum(h["seconds"] for h in its)
+    assert r.record["phases_seconds"]["iterations"] == pytest.approx(iters_s)
+    assert timing["seconds_per_unit"] == pytest.approx(iters_s / 5)
+    assert r.record["partition"]["scheme"] == "nnz"
     w, f = r.to_tensorly()
     np.testing.assert_array_equal(np.asarray(w), r.weights)
     kt = r.to_pyttb()
@@ -246,6 +254,7 @@ def test_results_and_model_round_trip(small, tmp_path):
     back = tessera.load_model(path)
     same_cp(back, r)
     t = tessera.tucker_hooi(small, 2, iters=3, **CPU1)
+    assert t.record["timing"]["unit"] == "iteration" and len(t.record["per_iteration"]) == 3
     tessera.save_model(t, tmp_path / "t.h5")
     tb = tessera.load_model(tmp_path / "t.h5")
     np.testing.assert_array_equal(tb.core, t.core)
