@@ -22,6 +22,17 @@ inline std::string errno_text(int e) {
   return std::strerror(e);
 }
 
+/// A file descriptor closed when the guard goes out of scope (-1: none).
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 /// What a file of mode `m` is, for messages: "a directory", "a FIFO (named pipe)", ...
 inline const char* file_kind(mode_t m) {
   if (S_ISDIR(m)) return "a directory";

@@ -56,6 +56,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/gz_inflater.hpp"
 #include "io/output.hpp"
 #include "io/posix_io.hpp"
 #include "io/pyttb_text.hpp"
@@ -67,6 +68,7 @@
 namespace tessera::io {
 
 using posix::errno_text;
+using posix::Fd;
 using posix::pread_full;
 using posix::pwrite_full;
 
@@ -411,16 +413,6 @@ class Parser {
 // ---------------------------------------------------------------------------------------
 // Plain files
 
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 /// Calls on_line(b, e) for every line starting in [lo, hi) of the `size`-byte file, in
 /// order, reading `chunk` bytes at a time; stops early when on_line returns false. A
 /// line longer than kMaxLineBytes is passed truncated (longer than kMaxLineBytes, so the
@@ -538,115 +530,14 @@ int find_order_plain(int fd, const std::string& path, std::uint64_t size, std::s
 }
 
 // ---------------------------------------------------------------------------------------
-// .gz files
-
-/// Inflates a gzip file from a descriptor, member after member (RFC 1952 allows several
-/// concatenated members: they read as one stream). After each member the file must end or
-/// another member must start (magic bytes 1f 8b); anything else (text appended to a
-/// compressed file, padding, a second file glued on) is an InputError naming the byte
-/// offset, never dropped in silence. zlib's gzread would stop at such data without a word.
-class GzInflater {
- public:
-  GzInflater(int fd, const std::string& path, std::uint64_t size)
-      : fd_(fd), path_(path), size_(size), in_(kInBytes) {
-    if (inflateInit2(&zs_, 15 + 16) != Z_OK) throw Error(path + ": zlib inflateInit2 failed");
-  }
-  ~GzInflater() { inflateEnd(&zs_); }
-  GzInflater(const GzInflater&) = delete;
-  GzInflater& operator=(const GzInflater&) = delete;
-
-  /// Up to n bytes of text into dst; fewer only at the end of the stream or on an error,
-  /// when *zerr receives zlib's reason (the bytes before it are valid).
-  std::size_t read(char* dst, std::size_t n, std::string* zerr) {
-    std::size_t got = 0;
-    while (got < n && !done_) {
-      if (zs_.avail_in == 0) refill();
-      if (zs_.avail_in == 0) {
-        *zerr = "unexpected end of file";
-        return got;
-      }
-      const auto room = static_cast<uInt>(std::min<std::size_t>(n - got, 1u << 30));
-      zs_.next_out = reinterpret_cast<Bytef*>(dst + got);
-      zs_.avail_out = room;
-      const int rc = inflate(&zs_, Z_NO_FLUSH);
-      got += room - zs_.avail_out;
-      if (rc == Z_STREAM_END) {
-        next_member();
-      } else if (rc != Z_OK && !(rc == Z_BUF_ERROR && zs_.avail_in == 0)) {
-        *zerr = zs_.msg ? zs_.msg : ("zlib error " + std::to_string(rc));
-        return got;
-      }
-    }
-    return got;
-  }
-  /// Compressed bytes consumed so far.
-  std::uint64_t offset() const { return pos_ - zs_.avail_in; }
-
- private:
-  static constexpr std::size_t kInBytes = std::size_t(1) << 20;
-
-  /// Keeps the unread input and appends what the file has next, up to the buffer's size.
-  void refill() {
-    const std::size_t keep = zs_.avail_in;
-    if (keep > 0 && zs_.next_in != in_.data()) std::memmove(in_.data(), zs_.next_in, keep);
-    const auto want = static_cast<std::size_t>(
-        std::min<std::uint64_t>(in_.size() - keep, size_ - std::min(pos_, size_)));
-    if (want > 0) pread_full(fd_, in_.data() + keep, want, pos_, path_);
-    pos_ += want;
-    zs_.next_in = in_.data();
-    zs_.avail_in = static_cast<uInt>(keep + want);
-  }
-
-  /// After a member's trailer: the end of the file, or the next member.
-  void next_member() {
-    ++members_;
-    if (zs_.avail_in < 2) refill();
-    if (zs_.avail_in == 0) {
-      done_ = true;
-      return;
-    }
-    const unsigned char* b = zs_.next_in;
-    if (zs_.avail_in >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
-      if (inflateReset(&zs_) != Z_OK) throw Error(path_ + ": zlib inflateReset failed");
-      return;
-    }
-    const std::uint64_t at = offset();
-    const std::size_t show = std::min<std::size_t>(zs_.avail_in, 24);
-    std::string found;
-    for (std::size_t k = 0; k < show; ++k) {
-      const auto ch = b[k];
-      if (ch >= 0x20 && ch < 0x7f) {
-        found += static_cast<char>(ch);
-      } else {
-        char e[8];
-        std::snprintf(e, sizeof(e), "\\x%02x", ch);
-        found += e;
-      }
-    }
-    throw InputError(path_ + ": byte " + std::to_string(at) + ": " + std::to_string(size_ - at) +
-                     " byte" + (size_ - at == 1 ? "" : "s") + " after the end of gzip member " +
-                     std::to_string(members_) + " are not a gzip member (found '" + found +
-                     (zs_.avail_in > show ? "..." : "") +
-                     "'): expected the end of the file or another gzip member (data appended "
-                     "to a compressed file is not read; recompress the whole text)");
-  }
-
-  int fd_;
-  const std::string& path_;
-  std::uint64_t size_;
-  std::uint64_t pos_ = 0;  // file offset of the next read
-  std::vector<unsigned char> in_;
-  z_stream zs_{};
-  int members_ = 0;
-  bool done_ = false;
-};
+// .gz files (detail::GzInflater, io/gz_inflater.hpp)
 
 /// Inflates the whole stream; calls parser.line() for every line, owned when its start
 /// offset lies in a block of this rank. Returns the number of text bytes.
 std::uint64_t read_gz_stream(int fd, const std::string& path, std::uint64_t size, std::size_t chunk,
                              std::size_t block, int rank, int nranks, Parser& parser,
                              Progress& progress) {
-  GzInflater gz(fd, path, size);
+  detail::GzInflater gz(fd, path, size);
   const auto owns = [&](std::uint64_t off) {
     return static_cast<int>((off / block) % static_cast<std::uint64_t>(nranks)) == rank;
   };
@@ -885,199 +776,6 @@ TnsReadResult read_tns(const std::string& path, const comm::Communicator& c,
              format_dims(x.dims) + ", base " + std::to_string(base) + ", " +
              std::to_string(res.seconds) + " s");
   return res;
-}
-
-// =======================================================================================
-// Writing
-
-namespace {
-
-/// Longest line format_line writes: 16 coordinates of up to 10 digits, a value of up to
-/// 24 characters, separators and the newline.
-constexpr std::size_t kMaxLineChars = kMaxOrder * 11 + 32;
-constexpr std::size_t kWriteChunk = std::size_t(16) << 20;
-
-/// Writes nonzero k as a 1-based line at p; returns the end.
-inline char* format_line(const SparseTensor<double>& x, std::size_t k, char* p) {
-  for (const auto& v : x.idx) {
-    p = std::to_chars(p, p + 11, static_cast<std::uint64_t>(v[k]) + 1).ptr;
-    *p++ = ' ';
-  }
-  // Shortest representation that std::from_chars reads back to the same double.
-  p = std::to_chars(p, p + 32, x.vals[k]).ptr;
-  *p++ = '\n';
-  return p;
-}
-
-/// Calls sink(data, n) with the formatted text of all local nonzeros, `prefix` first, in
-/// pieces of at most kWriteChunk bytes.
-template <typename Sink>
-void format_text(const std::string& prefix, const SparseTensor<double>& x, Sink&& sink) {
-  if (!prefix.empty()) sink(prefix.data(), prefix.size());
-  if (x.nnz() == 0) return;
-  const std::size_t cap = std::min(kWriteChunk, static_cast<std::size_t>(x.nnz()) * kMaxLineChars);
-  std::vector<char> buf(cap + kMaxLineChars);
-  const auto n = static_cast<std::size_t>(x.nnz());
-  std::size_t k = 0;
-  while (k < n) {
-    char* p = buf.data();
-    char* const end = buf.data() + cap;
-    for (; k < n && p < end; ++k) p = format_line(x, k, p);
-    sink(buf.data(), static_cast<std::size_t>(p - buf.data()));
-  }
-}
-
-/// The local text compressed as one gzip member.
-std::vector<char> gzip_member(const std::string& prefix, const SparseTensor<double>& x,
-                              const std::string& path) {
-  z_stream zs{};
-  // Level 1: ~8x faster than the default level 6 on FROSTT text (0.3 s vs 2.6 s for the
-  // 37 MB congress tensor) for ~25% larger output; writing is usually the bottleneck.
-  if (deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-    throw Error(path + ": zlib deflateInit2 failed");
-  struct End {
-    z_stream* z;
-    ~End() { deflateEnd(z); }
-  } end{&zs};
-  std::vector<char> out;
-  std::vector<unsigned char> stage(std::size_t(1) << 18);
-  const auto pump = [&](const char* data, std::size_t n, int flush) {
-    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
-    zs.avail_in = static_cast<uInt>(n);
-    do {
-      zs.next_out = stage.data();
-      zs.avail_out = static_cast<uInt>(stage.size());
-      if (deflate(&zs, flush) == Z_STREAM_ERROR) throw Error(path + ": zlib deflate failed");
-      out.insert(out.end(), stage.data(), stage.data() + (stage.size() - zs.avail_out));
-    } while (zs.avail_out == 0);
-  };
-  format_text(prefix, x, [&](const char* d, std::size_t n) { pump(d, n, Z_NO_FLUSH); });
-  pump(nullptr, 0, Z_FINISH);
-  return out;
-}
-
-}  // namespace
-
-void write_tns(const std::string& path, const SparseTensor<double>& x,
-               const comm::Communicator& c) {
-  TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
-                  "write_tns needs a host communicator");
-  const int rank = c.rank();
-  const int nranks = c.size();
-  const int order = x.order();
-  // A rank without nonzeros may hold a default-constructed (order 0) tensor.
-  const bool shapeless = order == 0 && x.nnz() == 0;
-
-  // 1. Validate: the same order everywhere, coordinates inside dims, finite values.
-  comm::run_collectively(c, [&] {
-    if (shapeless) return;
-    TESSERA_INPUT_CHECK(order >= 1 && order <= kMaxOrder,
-                        "write_tns " << path << ": expected a tensor of order 1 to " << kMaxOrder
-                                     << ", found order " << order);
-    TESSERA_INPUT_CHECK(x.idx.size() == static_cast<std::size_t>(order),
-                        "write_tns " << path << ": expected " << order
-                                     << " coordinate arrays, found " << x.idx.size());
-    for (int m = 0; m < order; ++m) {
-      const auto& v = x.idx[static_cast<std::size_t>(m)];
-      TESSERA_INPUT_CHECK(v.size() == x.vals.size(),
-                          "write_tns " << path << ": mode " << m << " has " << v.size()
-                                       << " coordinates for " << x.vals.size() << " values");
-      const std::uint64_t dim = x.dims[static_cast<std::size_t>(m)];
-      for (std::size_t k = 0; k < v.size(); ++k)
-        TESSERA_INPUT_CHECK(v[k] < dim, "write_tns " << path << ": nonzero " << k << " of rank "
-                                                     << rank << " has coordinate " << v[k]
-                                                     << " in mode " << m << " of length " << dim);
-    }
-    for (std::size_t k = 0; k < x.vals.size(); ++k)
-      TESSERA_INPUT_CHECK(std::isfinite(x.vals[k]),
-                          "write_tns " << path << ": expected finite values, found " << x.vals[k]
-                                       << " at nonzero " << k << " of rank " << rank);
-  });
-  const std::int32_t omin = c.allreduce_value<std::int32_t>(
-      shapeless ? std::numeric_limits<std::int32_t>::max() : order, comm::ReduceOp::min);
-  const std::int32_t omax = c.allreduce_value<std::int32_t>(order, comm::ReduceOp::max);
-  if (omax == 0)
-    throw CollectiveError("write_tns " + path + ": expected a tensor of order 1 to " +
-                          std::to_string(kMaxOrder) + ", found order 0 on every rank");
-  if (omin != omax)
-    throw CollectiveError("write_tns " + path + ": ranks hold tensors of different orders (" +
-                          std::to_string(omin) + " to " + std::to_string(omax) + ")");
-  std::vector<std::uint64_t> dims = x.dims;
-  dims.resize(static_cast<std::size_t>(omax), 0);
-  c.allreduce(dims.data(), dims.size(), comm::ReduceOp::max);
-  const nnz_t nnz = c.allreduce_value<nnz_t>(x.nnz(), comm::ReduceOp::sum);
-
-  // 2. Where to write (io/output.hpp): rank 0's temporary PATH.tmp-HOST_PID, renamed at the
-  // end and removed on any error; a character device or FIFO is written directly.
-  SharedOutput out(path, c);
-  const std::string& tmp = out.write_path();
-  const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-
-  // 3. This rank's bytes: their length first (for the offsets), then the bytes.
-  std::string header;
-  if (rank == 0)
-    header = "# FROSTT sparse tensor, 1-based coordinates: order " + std::to_string(omax) +
-             ", dims " + format_dims(dims) + ", nnz " + std::to_string(nnz) + "\n";
-  std::vector<char> member;  // .gz: this rank's compressed member
-  std::uint64_t my_bytes = 0;
-  comm::run_collectively(c, [&] {
-    if (gz) {
-      if (!header.empty() || x.nnz() > 0) member = gzip_member(header, x, path);
-      my_bytes = member.size();
-    } else {
-      format_text(header, x, [&](const char*, std::size_t n) { my_bytes += n; });
-    }
-  });
-  std::vector<std::uint64_t> sizes(static_cast<std::size_t>(nranks), 0);
-  c.allgather(&my_bytes, sizes.data(), 1);
-  std::uint64_t offset = 0;
-  for (int q = 0; q < rank; ++q) offset += sizes[static_cast<std::size_t>(q)];
-
-  // A special file cannot be written at offsets: rank 0 writes every rank's bytes in order.
-  if (out.special()) {
-    std::string bytes;
-    comm::run_collectively(c, [&] {
-      if (gz) {
-        bytes.assign(member.begin(), member.end());
-      } else {
-        bytes.reserve(static_cast<std::size_t>(my_bytes));
-        format_text(header, x, [&](const char* d, std::size_t n) { bytes.append(d, n); });
-      }
-    });
-    write_in_rank_order(path, bytes.data(), bytes.size(), c);
-    return;
-  }
-
-  // 4. Rank 0 creates the file; every rank writes its part; rank 0 renames.
-  {
-    Fd fd;
-    comm::run_collectively(c, [&] {
-      if (rank != 0) return;
-      fd.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd.fd < 0) throw InputError("cannot create " + tmp + ": " + errno_text(errno));
-    });
-    comm::run_collectively(c, [&] {
-      if (my_bytes == 0) return;
-      if (rank != 0) {
-        fd.fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
-        if (fd.fd < 0) throw InputError("cannot open " + tmp + ": " + errno_text(errno));
-      }
-      if (gz) {
-        pwrite_full(fd.fd, member.data(), member.size(), offset, tmp);
-      } else {
-        std::uint64_t off = offset;
-        format_text(header, x, [&](const char* d, std::size_t n) {
-          pwrite_full(fd.fd, d, n, off, tmp);
-          off += n;
-        });
-        TESSERA_EXPECTS(off == offset + my_bytes, "formatted text changed length");
-      }
-      const int f = fd.fd;
-      fd.fd = -1;
-      if (::close(f) != 0) throw InputError("cannot close " + tmp + ": " + errno_text(errno));
-    });
-    comm::run_collectively(c, [&] { out.commit(); });  // rank 0: fsync and rename
-  }
 }
 
 }  // namespace tessera::io
