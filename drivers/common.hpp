@@ -134,6 +134,10 @@ template <typename T>
 Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::Scheme scheme,
                     bool allreduce, Compute<T>& cx, const PlanContext& pc,
                     const comm::MpiCommunicator& world, Loaded* info);
+/// The tensor, partition and balance fields of `in` from its distributed block (in.dist):
+/// the statistics of an input distributed in memory (load_input, the Python module).
+template <typename T>
+void fill_stats_from_dist(Input<T>& in);
 
 /// Samples the device's free memory (cuda) every few milliseconds on a thread, from
 /// construction to stop(), and the process's VmHWM; the measured side of the run record's

@@ -95,19 +95,6 @@ void fill_stats_from_store(Input<T>& in, const io::H5TensorInfo& h, int P, bool 
   in.partition_scheme = by_block ? "store-blocks" : "store-order";
 }
 
-template <typename T>
-void fill_stats_from_dist(Input<T>& in) {
-  const auto& dd = in.dist->dist;
-  in.dims = dd.dims;
-  in.global_nnz = dd.global_nnz;
-  in.duplicates = dd.duplicates;
-  in.grid = dd.grid;
-  in.imbalance = dd.imbalance;
-  in.min_block_nnz = dd.min_block_nnz;
-  in.max_block_nnz = dd.max_block_nnz;
-  in.partition_scheme = partition::to_string(dd.scheme);
-}
-
 /// Tier 2 from a distributed block: the raw chunks in host memory (page-locked for cuda).
 template <typename T>
 void make_host_tier(Input<T>& in, const plan::Plan& p, kernels::Backend<T>& be,
@@ -122,6 +109,19 @@ void make_host_tier(Input<T>& in, const plan::Plan& p, kernels::Backend<T>& be,
 }
 
 }  // namespace
+
+template <typename T>
+void fill_stats_from_dist(Input<T>& in) {
+  const auto& dd = in.dist->dist;
+  in.dims = dd.dims;
+  in.global_nnz = dd.global_nnz;
+  in.duplicates = dd.duplicates;
+  in.grid = dd.grid;
+  in.imbalance = dd.imbalance;
+  in.min_block_nnz = dd.min_block_nnz;
+  in.max_block_nnz = dd.max_block_nnz;
+  in.partition_scheme = partition::to_string(dd.scheme);
+}
 
 plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind, int value_bytes,
                            const comm::MpiCommunicator& world) {
@@ -308,7 +308,8 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   template struct Input<T>;                                                                     \
   template Input<T> load_input<T>(const LoadOptions&, const ComputeOptions&, partition::Scheme, \
                                   bool, Compute<T>&, const PlanContext&,                        \
-                                  const comm::MpiCommunicator&, Loaded*);
+                                  const comm::MpiCommunicator&, Loaded*);                       \
+  template void fill_stats_from_dist<T>(Input<T>&);
 TESSERA_LOAD_INPUT(float)
 TESSERA_LOAD_INPUT(double)
 #undef TESSERA_LOAD_INPUT

@@ -293,15 +293,7 @@ driver::Input<T> load(Source<T>& src, const CommonArgs& a, partition::Scheme sch
   }
   driver::Input<T> in;
   in.dist.emplace(partition::distribute(std::move(src.local), scheme, {}, world));
-  const auto& dd = in.dist->dist;
-  in.dims = dd.dims;
-  in.global_nnz = dd.global_nnz;
-  in.duplicates = dd.duplicates;
-  in.grid = dd.grid;
-  in.imbalance = dd.imbalance;
-  in.min_block_nnz = dd.min_block_nnz;
-  in.max_block_nnz = dd.max_block_nnz;
-  in.partition_scheme = partition::to_string(dd.scheme);
+  driver::fill_stats_from_dist(in);
   return in;
 }
 
