@@ -143,6 +143,7 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
               "): summing repeats while writing " + a.out);
     meta.source_index_base = h.source_index_base;
     meta.source = h.source;
+    uo.sort_mode = io::longest_mode(h.dims);
     uw = std::make_unique<io::UniqueWriter>(a.out, h.order, world, uo);
     uw->expect(static_cast<std::uint64_t>(h.nnz));
     const int P = world.size(), me = world.rank();
@@ -173,6 +174,7 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
     auto hr = io::read_h5(a.in, world, ro);
     meta.source_index_base = hr.info.source_index_base;
     meta.has_duplicates = hr.info.has_duplicates;
+    meta.sorted_mode = hr.info.sorted_mode;  // the stored order is kept
     meta.source = hr.info.source;
     rr = std::move(hr);
   } else {
@@ -188,6 +190,7 @@ void run_convert(const ConvertArgs& a, const comm::MpiCommunicator& world) {
       world.allgather(&mine, counts.data(), 1);
       nnz_t first = 0;
       for (int q = 0; q < world.rank(); ++q) first += counts[static_cast<std::size_t>(q)];
+      uo.sort_mode = io::longest_mode(rr.local.dims);
       uw = std::make_unique<io::UniqueWriter>(a.out, rr.local.order(), world, uo);
       uw->expect(static_cast<std::uint64_t>(rr.global_nnz));
       add_all(rr.local, first);

@@ -68,6 +68,7 @@ void generate_h5(const GenArgs& a, const algo::GenerateOptions& o,
   uo.scratch_dir = a.scratch;
   const int P = world.size(), me = world.rank();
   const int N = static_cast<int>(o.dims.size());
+  uo.sort_mode = io::longest_mode(o.dims);  // tier 3 then skips that mode's device sort
   io::UniqueWriter u(a.out, N, world, uo);
   std::vector<std::vector<index_t>> idx(static_cast<std::size_t>(N));
   std::vector<double> vals;

@@ -118,6 +118,9 @@ std::string describe_store(const io::H5TensorInfo& s, nlohmann::json* rec) {
          : s.has_duplicates == 1 ? "present (summed by every consumer)"
                                  : "not checked (summed by every consumer)")
      << "\n";
+  if (s.sorted_mode >= 0)
+    os << "stored order: non-decreasing mode-" << s.sorted_mode
+       << " indices (memory tier 3 skips that mode's sort on the GPU)\n";
   if (!s.source.empty()) os << "source: " << s.source << "\n";
   if (s.chunk_elems > 0) {
     const std::uint64_t nchunks =
@@ -143,6 +146,8 @@ std::string describe_store(const io::H5TensorInfo& s, nlohmann::json* rec) {
                             : s.has_duplicates == 1 ? "present"
                                                     : "not checked"},
              {"source", s.source},
+             {"sorted_mode", s.sorted_mode >= 0 ? nlohmann::json(s.sorted_mode)
+                                                : nlohmann::json(nullptr)},
              {"chunk_elems", s.chunk_elems},
              {"deflate", s.deflate},
              {"checksums", s.has_checksums},

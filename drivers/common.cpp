@@ -150,9 +150,14 @@ TierFloor tier_floor(const plan::Plan& p, const std::string& path, kernels::Back
     f.bytes_per_iteration = p.read_bytes_per_iteration;
     // The whole file when it is under 8 GiB, else its first 8 GiB (the rate, not the
     // volume, is what the floor needs).
-    f.bandwidth =
-        io::measure_read_bandwidth(path, std::uint64_t(8) << 30, effective_threads(threads));
-    f.what = "the store read by pread() just before the run, through the page cache";
+    // With drop-behind the probe is cold too (evicted first, each block dropped once read):
+    // the disk's rate, as the run's passes see it.
+    f.bandwidth = io::measure_read_bandwidth(path, std::uint64_t(8) << 30,
+                                             effective_threads(threads), p.drop_behind);
+    f.what = p.drop_behind
+                 ? "the store read by pread() just before the run, evicted from the page cache "
+                   "first and dropped behind the reads (the disk)"
+                 : "the store read by pread() just before the run, through the page cache";
   } else if (p.tier == 2 && be.kind() == kernels::BackendKind::cuda) {
     f.bytes_per_iteration = p.copy_bytes_per_iteration;
     // Host -> device from page-locked memory, as the chunks are copied: best of 3.
@@ -229,6 +234,13 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
                     "Tier 3: chunks read ahead of the one computing, each by its own prefetch "
                     "thread (host buffers: N + 1 chunks)")
         ->check(CLI::Range(1, 64));
+    sub->add_option("--read-cache", o.read_cache,
+                    "Tier 3: keep (the store's pages stay in the page cache; a store that fits "
+                    "memory is then read from memory on later passes) | drop (drop-behind: "
+                    "every chunk leaves the page cache once read, so passes read the disk and "
+                    "the store does not push other files out of memory)")
+        ->check(CLI::IsMember({"keep", "drop"}))
+        ->capture_default_str();
   }
   if (which & kDryRunOption)
     sub->add_flag("--dry-run", o.dry_run, "Print the memory plan and stop (tessera plan)");

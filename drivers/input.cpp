@@ -141,6 +141,9 @@ plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind,
     TESSERA_INPUT_CHECK(run.read_ahead >= 1 && run.read_ahead <= 64,
                         "--read-ahead must be 1 to 64, got " << run.read_ahead);
     req.read_ahead = run.read_ahead;
+    TESSERA_INPUT_CHECK(run.read_cache == "keep" || run.read_cache == "drop",
+                        "--read-cache must be keep or drop, got '" << run.read_cache << "'");
+    req.drop_behind = run.read_cache == "drop";
   });
   return req;
 }
@@ -253,6 +256,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
       d.chunk_nnz = p.chunk_nnz;
       d.read_threads = effective_threads(run.threads);
       d.read_ahead = p.read_ahead;
+      d.drop_behind = p.drop_behind;
       // The cuda backend checks every coordinate on the device (mttkrp_accumulate).
       d.check_later_passes = cx.kind != kernels::BackendKind::cuda;
       in.disk = std::make_unique<algo::DiskTensor<T>>(d);

@@ -25,7 +25,9 @@
 #               (TESSERA_PLAN_NNZ, default 1.74e9; power-law, float32, unique coordinates)
 #               generated on the node, `tessera plan` of it, then CP-ALS rank 32 with the
 #               plan and each tier in TESSERA_PLAN_TIERS (default "auto 2 3"), and
-#               with --device-budget 40G; every run prints time per iteration next to its
+#               with --device-budget 40G (TESSERA_PLAN_SKIP_40G=1: not), tier 3 per
+#               TESSERA_PLAN_READ_AHEAD and TESSERA_PLAN_READ_CACHE (keep | drop, e.g.
+#               "keep drop"); every run prints time per iteration next to its
 #               floor and its measured peak memory next to the plan. The store is kept for
 #               the next call on the same machine (TESSERA_SCRATCH, default build-gpu/scratch)
 #       sanitize: the GPU test binaries under compute-sanitizer, memcheck then racecheck
@@ -361,11 +363,15 @@ if has planner; then
   "$T" plan "$st" --backend cuda --precision float --rank 32 2>&1 | tee "$out/plan-$pn.txt"
   for t in ${TESSERA_PLAN_TIERS:-auto 2 3}; do
     if [ "$t" = 3 ]; then
-      # Tier 3 once per read-ahead in TESSERA_PLAN_READ_AHEAD (default: the default, 2).
-      for ra in ${TESSERA_PLAN_READ_AHEAD:-2}; do
-        bench plan-cp-r32-$pn-tier-3-ra$ra "$T" cp "$st" --rank 32 \
-          --iters ${TESSERA_PLAN_ITERS:-3} --tol 0 --backend cuda --precision float --tier 3 \
-          --read-ahead "$ra"
+      # Tier 3 once per read-ahead in TESSERA_PLAN_READ_AHEAD (default: the default, 2) and
+      # per page-cache policy in TESSERA_PLAN_READ_CACHE (default keep; drop: every pass
+      # reads the disk, against a cold read floor).
+      for rc in ${TESSERA_PLAN_READ_CACHE:-keep}; do
+        for ra in ${TESSERA_PLAN_READ_AHEAD:-2}; do
+          bench plan-cp-r32-$pn-tier-3-ra$ra-$rc "$T" cp "$st" --rank 32 \
+            --iters ${TESSERA_PLAN_ITERS:-3} --tol 0 --backend cuda --precision float --tier 3 \
+            --read-ahead "$ra" --read-cache "$rc"
+        done
       done
       continue
     fi

@@ -46,8 +46,11 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
   // 1) x its size of host memory the budget does not count (and serve small stores from
   // memory instead of the disk).
   reader_ = std::make_unique<io::H5TensorReader>(o.path, o.verify_checksums, 0);
+  drop_behind_ = o.drop_behind;
+  if (drop_behind_) reader_->set_drop_behind(true);
   const io::H5TensorInfo& inf = reader_->info();
   dims_ = inf.dims;
+  sorted_mode_ = inf.sorted_mode;
   if (o.block >= 0) {
     TESSERA_INPUT_CHECK(inf.partition.has_value() && o.block < inf.partition->nblocks(),
                         o.path << ": no block " << o.block << " in the stored partition");
@@ -112,6 +115,7 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
   if (o.verify_checksums && reader_->info().has_checksums) {
     reader_.reset();  // closed first: HDF5 shares an open dataset's state between openers
     reader_ = std::make_unique<io::H5TensorReader>(o.path, false, 0);
+    if (drop_behind_) reader_->set_drop_behind(true);
   }
   fingerprint_.dims = dims_;
   for (int n = 0; n < N; ++n) {
@@ -165,7 +169,9 @@ std::string DiskTensor<T>::describe() const {
   return "tier 3 (streamed from disk): " + std::to_string(count_) + " nonzeros [" +
          std::to_string(first_) + ", " + std::to_string(first_ + count_) + ") of " + path_ +
          " in " + std::to_string(chunks()) + " chunk(s) of " + std::to_string(chunk_) +
-         " nonzeros read " + std::to_string(read_ahead_) + " ahead, " +
+         " nonzeros read " + std::to_string(read_ahead_) + " ahead" +
+         (drop_behind_ ? " (drop-behind)" : "") +
+         (sorted_mode_ >= 0 ? ", sorted by mode " + std::to_string(sorted_mode_) : "") + ", " +
          human(static_cast<double>(bytes())) + " of host chunk buffers" +
          (pins_.empty() ? "" : " (page-locked)") + ", " +
          human(static_cast<double>(mttkrp_stream_bytes(0))) + " read per pass";

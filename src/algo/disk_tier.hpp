@@ -66,6 +66,9 @@ struct DiskTensorOptions {
   /// cuda backend's mttkrp_accumulate): later passes are then plain preads.
   bool check_later_passes = true;
   bool verify_checksums = true;
+  /// Drop-behind (io::H5TensorReader::set_drop_behind): the store is evicted from the page
+  /// cache when opened and every chunk once read, so every pass reads the disk.
+  bool drop_behind = false;
 };
 
 /// Seconds of one streamed pass (the last one, and the sums since opening).
@@ -120,6 +123,12 @@ class DiskTensor final : public StreamedTensor<T> {
   /// reference to a chunk after it returns. An exception from the reader or from f ends
   /// the pass and is rethrown here.
   void stream(const std::function<void(const SparseTensor<T>&)>& f) const override;
+  /// As stream(), each chunk with the store's sorted mode (io::H5TensorInfo::sorted_mode:
+  /// every range of a store written in non-decreasing mode-m order is sorted by m), or -1.
+  void stream_sorted(const std::function<void(const SparseTensor<T>&, int)>& f) const override {
+    const int m = sorted_mode_;
+    stream([&](const SparseTensor<T>& c) { f(c, m); });
+  }
   /// Page-locks the chunk buffers for `be`'s copies (Backend::pin_host; nothing on host
   /// backends), once per backend; the locks are kept until the tensor is destroyed or
   /// another backend asks. `be` need not outlive the tensor.
@@ -154,6 +163,8 @@ class DiskTensor final : public StreamedTensor<T> {
   std::vector<std::uint64_t> dims_;
   nnz_t first_ = 0, count_ = 0, chunk_ = 1;
   int read_threads_ = 0;
+  int sorted_mode_ = -1;
+  bool drop_behind_ = false;
   io::H5ReadChecks later_checks_;
   bool first_pass_ = true;
   double norm2_ = 0, norm_ = 0;

@@ -2,9 +2,10 @@
 //
 // Records
 // -------
-// An entry travels and is sorted as one fixed-size record: the 64-bit hash of its
-// coordinate, its entry id, its value and K >= N coordinates (K in 2, 4, 8, 16, unused ones
-// zero; 40 bytes for N = 3 or 4). Records order by (hash, coordinate, id): equal
+// An entry travels and is sorted as one fixed-size record: a 64-bit key (the hash of its
+// coordinate, or in the mode-sorted order its index in the sort mode), its entry id, its
+// value and K >= N coordinates (K in 2, 4, 8, 16, unused ones zero; 40 bytes for N = 3 or
+// 4). Records order by (key, coordinate, id): equal
 // coordinates are adjacent, their copies in id order, and since ids are unique the order is
 // total, so every sort and merge has one result whatever the input order.
 //
@@ -70,6 +71,13 @@ std::string unique_copy_name(const std::string& path) {
 }
 
 }  // namespace
+
+int longest_mode(const std::vector<std::uint64_t>& dims) {
+  int best = -1;
+  for (std::size_t n = 0; n < dims.size(); ++n)
+    if (best < 0 || dims[n] > dims[static_cast<std::size_t>(best)]) best = static_cast<int>(n);
+  return best;
+}
 
 void require_unique_store(const H5TensorInfo& info) {
   TESSERA_INPUT_CHECK(
@@ -239,6 +247,7 @@ class ImplK final : public detail::UniqueWriterImpl {
       added_ += n_all;
     }
     local_count_valid_ = false;
+    if (o_.sort_mode >= 0 && splitters_.empty()) choose_splitters(n_all, idx[o_.sort_mode]);
     std::vector<R> send;
     std::vector<std::uint64_t> hash;
     std::vector<std::int64_t> pos;
@@ -250,21 +259,26 @@ class ImplK final : public detail::UniqueWriterImpl {
       hash.resize(n);
       pos.resize(n);
       const auto sn = static_cast<std::int64_t>(n);
+      const int sm = o_.sort_mode;
 #pragma omp parallel for schedule(static) if (n > 65536)
       for (std::int64_t k = 0; k < sn; ++k) {
         const auto at = static_cast<std::size_t>(s0) + static_cast<std::size_t>(k);
         std::uint64_t h = kHashSeed;
-        for (int m = 0; m < N_; ++m)
-          h = mix64(
-              h ^ (static_cast<std::uint64_t>(idx[m][at]) | (static_cast<std::uint64_t>(m) << 32)));
+        if (sm >= 0) {
+          h = idx[sm][at];  // the key of the mode-sorted order
+        } else {
+          for (int m = 0; m < N_; ++m)
+            h = mix64(h ^ (static_cast<std::uint64_t>(idx[m][at]) |
+                           (static_cast<std::uint64_t>(m) << 32)));
+        }
         hash[static_cast<std::size_t>(k)] = h;
       }
       for (std::int64_t k = 0; k < sn; ++k)
-        ++counts[static_cast<std::size_t>(owner_of(hash[static_cast<std::size_t>(k)], P_))];
+        ++counts[static_cast<std::size_t>(owner(hash[static_cast<std::size_t>(k)]))];
       std::vector<std::int64_t> next = comm::displacements(counts);
       for (std::int64_t k = 0; k < sn; ++k)
         pos[static_cast<std::size_t>(k)] =
-            next[static_cast<std::size_t>(owner_of(hash[static_cast<std::size_t>(k)], P_))]++;
+            next[static_cast<std::size_t>(owner(hash[static_cast<std::size_t>(k)]))]++;
       send.resize(n);
 #pragma omp parallel for schedule(static) if (n > 65536)
       for (std::int64_t k = 0; k < sn; ++k) {
@@ -304,6 +318,38 @@ class ImplK final : public detail::UniqueWriterImpl {
         progress_->update(progress_done_);
       }
     }
+  }
+
+  /// The owner of a record's key: its hash range, or (mode-sorted order) the splitter
+  /// interval of its sort-mode index.
+  int owner(std::uint64_t key) const {
+    if (o_.sort_mode < 0) return owner_of(key, P_);
+    return static_cast<int>(std::upper_bound(splitters_.begin(), splitters_.end(), key) -
+                            splitters_.begin());
+  }
+
+  /// Mode-sorted order: the P - 1 splitters of the sort-mode indices, quantiles of a sample
+  /// of every rank's first non-empty add (collective; chosen once). They balance the
+  /// owners' shares only: the store's order is the same whatever they are.
+  void choose_splitters(std::uint64_t n, const index_t* key) {
+    constexpr std::size_t S = 256;
+    std::vector<std::uint64_t> mine(S + 1, 0), all(static_cast<std::size_t>(P_) * (S + 1));
+    const std::uint64_t take = std::min<std::uint64_t>(n, S);
+    mine[0] = take;
+    for (std::uint64_t j = 0; j < take; ++j)
+      mine[static_cast<std::size_t>(j) + 1] = key[static_cast<std::size_t>(j * n / take)];
+    c_.allgather(mine.data(), all.data(), S + 1);
+    std::vector<std::uint64_t> sample;
+    for (int q = 0; q < P_; ++q) {
+      const std::uint64_t* b = all.data() + static_cast<std::size_t>(q) * (S + 1);
+      sample.insert(sample.end(), b + 1, b + 1 + b[0]);
+    }
+    if (sample.empty()) return;  // nothing added anywhere yet: nothing to route
+    std::sort(sample.begin(), sample.end());
+    splitters_.resize(static_cast<std::size_t>(P_) - 1);
+    for (std::size_t q = 0; q + 1 < static_cast<std::size_t>(P_); ++q)
+      splitters_[q] = sample[(q + 1) * sample.size() / static_cast<std::size_t>(P_)];
+    if (P_ == 1) splitters_.push_back(std::numeric_limits<std::uint64_t>::max());  // chosen
   }
 
   nnz_t count_unique() override {
@@ -398,6 +444,7 @@ class ImplK final : public detail::UniqueWriterImpl {
     if (total == 0) throw CollectiveError("write " + path_ + ": no nonzeros to write");
     h.nnz = total;
     h.has_duplicates = 0;
+    h.sorted_mode = o_.sort_mode;
     Timer tw;
     H5TensorWriter writer(path_, h, c_, w);
     const auto piece = static_cast<nnz_t>(out_piece_);
@@ -659,6 +706,9 @@ class ImplK final : public detail::UniqueWriterImpl {
   std::size_t block_ = 0;
   std::vector<std::vector<R>> blocks_;  // sorted blocks held in memory
   std::vector<R> tail_;                 // received, not sorted yet
+  /// Mode-sorted order: the owners' key bounds (owner q holds keys in
+  /// [splitters_[q-1], splitters_[q])); empty until chosen.
+  std::vector<std::uint64_t> splitters_;
   std::size_t held_ = 0;                // records in blocks_ and tail_
   std::vector<Run> runs_;
   int fd_ = -1;

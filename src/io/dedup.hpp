@@ -9,9 +9,10 @@
 // entry id. The unique entries are written into a new store (has_duplicates = 0) with the
 // exact unique count, rank r at the exclusive scan of the per-rank counts.
 //
-// The store is ordered by (hash, coordinate): the same order for any number of ranks and
-// any memory limit, so the file is the same byte for byte (and sums, added in entry-id
-// order, are the same bit for bit).
+// The store is ordered by (hash, coordinate), or with UniqueWriterOptions::sort_mode = m by
+// (index of mode m, coordinate) with owners holding mode-m index ranges: the same order for
+// any number of ranks and any memory limit, so the file is the same byte for byte (and
+// sums, added in entry-id order, are the same bit for bit).
 //
 // When a rank's share is over its memory limit, sorted runs spill to one scratch file per
 // rank (in the scratch folder, default the output's folder) and are merged k ways at the end
@@ -23,6 +24,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "io/h5store.hpp"
@@ -55,6 +57,12 @@ struct UniqueWriterOptions {
   /// Records sorted at a time (a block; sorting overlaps adding and reports progress):
   /// 0 = 4 Mi; tuning and testing.
   std::size_t sort_block = 0;
+  /// -1: the store is ordered by (hash of the coordinate, coordinate). A mode m >= 0: by
+  /// (index of mode m, coordinate), so every run of the store is sorted by mode m (the
+  /// store's sorted_mode attribute; memory tier 3 then skips that mode's sort on the
+  /// device). Entries are then routed to owners by mode-m index ranges (splitters sampled
+  /// at the first add). Either order is the same for any number of ranks and memory limit.
+  int sort_mode = -1;
   /// Testing only: the last rank fails when it is about to write its (n+1)-th sorted run to
   /// the scratch file (an error in the middle of an external sort). -1: never.
   int fail_at_spill = -1;
@@ -118,6 +126,10 @@ class UniqueWriter {
  private:
   std::unique_ptr<detail::UniqueWriterImpl> impl_;
 };
+
+/// The first mode of the largest dimension (the sort mode convert and generate give
+/// UniqueWriterOptions::sort_mode); -1 for no modes.
+int longest_mode(const std::vector<std::uint64_t>& dims);
 
 /// The check for memory tier 3 (and any consumer that cannot sum repeated coordinates):
 /// throws InputError naming the file and the fix when info.has_duplicates != 0 (1: repeated

@@ -7,7 +7,10 @@
 //                    file it was converted from, -1 when none), has_duplicates (0 no: every
 //                    store convert/generate write, io/dedup.hpp; 1 yes; -1 not checked;
 //                    tiers 1-2 sum repeats, tier 3 refuses 1 and -1),
-//                    source (free text), complete (1 once every writer finished)
+//                    source (free text), complete (1 once every writer finished),
+//                    sorted_mode (optional: m when the nonzeros are stored in non-decreasing
+//                    order of their mode-m index, as convert and generate write them;
+//                    absent or -1: no such order)
 //   /coords/mode<n>  uint32[nnz]   0-based coordinates of mode n, chunked 1-D
 //   /values          float64[nnz] (or float32), chunked like the coordinates
 //   /checksums       uint32[N+1][nchunks]: CRC-32 (zlib) of every chunk's little-endian
@@ -74,6 +77,7 @@ struct H5TensorInfo {
   ValueType value_type = ValueType::float64;
   int source_index_base = -1;     ///< base of the text file converted from; -1 none/unknown
   int has_duplicates = -1;        ///< 0: no repeated coordinates, 1: some, -1: not checked
+  int sorted_mode = -1;           ///< m: stored in non-decreasing mode-m index order; -1 none
   std::string source;             ///< where the tensor came from (free text)
   std::uint64_t chunk_elems = 0;  ///< chunk length of the nonzero datasets; 0 = contiguous
   int deflate = 0;                ///< deflate level of the nonzero datasets (0: none)
@@ -169,6 +173,11 @@ class H5TensorReader {
   /// Bytes per read_direct task (one pread or one staged piece; with checksums, whole
   /// chunks): 8 MiB by default. Tuning and tests (small stores in many tasks).
   void set_direct_piece_bytes(std::uint64_t bytes);
+  /// Drop-behind for read_direct's pread path: every range read is then dropped from the
+  /// page cache (posix_fadvise DONTNEED), so a store larger than memory does not evict
+  /// everything else, and repeated passes read the disk, not memory. Turning it on evicts
+  /// the whole file first (evict_file). Not for HDF5's fallback path.
+  void set_drop_behind(bool on);
 
  private:
   struct Impl;
@@ -217,11 +226,17 @@ void verify_h5(const std::string& path, const comm::Communicator& c, const H5Rea
 /// Read floor of a file: reads its first min(max_bytes, file size) bytes (max_bytes 0: the
 /// whole file) with sequential pread()s of 16 MiB blocks, the blocks handed out in order
 /// to `threads` threads (<= 0: one per hardware thread), and returns bytes per second.
-/// Reads through the page cache: a file read recently (or written recently) is served from
-/// memory, so the result is the cache's bandwidth, not the disk's; a cold file gives the
-/// disk's. Local (not collective). Throws InputError when the file cannot be read; 0 for
-/// an empty file.
-double measure_read_bandwidth(const std::string& path, std::uint64_t max_bytes, int threads);
+/// Warm (cold = false): through the page cache, so a file read (or written) recently is
+/// served from memory and the result is the cache's bandwidth. Cold: the file is evicted
+/// first (evict_file) and every block after it is read (drop-behind), so the result is the
+/// disk's, where the system honours the eviction. Local (not collective). Throws InputError
+/// when the file cannot be read; 0 for an empty file.
+double measure_read_bandwidth(const std::string& path, std::uint64_t max_bytes, int threads,
+                              bool cold = false);
+
+/// Flushes the file's dirty pages and drops its pages from the page cache (fdatasync, then
+/// posix_fadvise DONTNEED); true when both calls succeeded. Local; needs no privileges.
+bool evict_file(const std::string& path);
 
 struct H5WriteOptions {
   ValueType value_type = ValueType::float64;
@@ -247,6 +262,9 @@ struct H5Header {
   nnz_t nnz = 0;
   int source_index_base = -1;
   int has_duplicates = -1;
+  /// m >= 0: the writers promise the store's non-decreasing mode-m order (attribute
+  /// sorted_mode; written only then). -1: no promise.
+  int sorted_mode = -1;
   std::string source;
 };
 

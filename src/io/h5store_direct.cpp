@@ -148,6 +148,13 @@ void H5TensorReader::Impl::direct_piece(int d, std::uint64_t first, std::uint64_
     }
     return stop;
   };
+  // One pread; with drop-behind, the range then leaves the page cache (clean pages only:
+  // evict_file flushed the file when drop-behind was turned on).
+  auto rd = [&](void* buf, std::uint64_t len, std::uint64_t off) {
+    pread_full(fd, buf, static_cast<std::size_t>(len), off, path());
+    if (drop_behind)
+      ::posix_fadvise(fd, static_cast<off_t>(off), static_cast<off_t>(len), POSIX_FADV_DONTNEED);
+  };
   // Stored elements (float32 or float64 values) to the caller's type.
   auto convert = [&](const unsigned char* src, std::uint64_t pos, std::uint64_t n) {
     T* o = reinterpret_cast<T*>(out_at(pos));
@@ -164,12 +171,12 @@ void H5TensorReader::Impl::direct_piece(int d, std::uint64_t first, std::uint64_
     for (std::uint64_t pos = a; pos < b;) {
       const std::uint64_t stop = run_end(pos, b);
       if (same) {
-        pread_full(fd, out_at(pos), (stop - pos) * s, file_at(pos), path());
+        rd(out_at(pos), (stop - pos) * s, file_at(pos));
         pos = stop;
       } else {
         const std::uint64_t n = std::min(stop - pos, stage_elems);
         if (stage.size() < n * s) stage.resize(n * s);
-        pread_full(fd, stage.data(), n * s, file_at(pos), path());
+        rd(stage.data(), n * s, file_at(pos));
         convert(stage.data(), pos, n);
         pos += n;
       }
@@ -185,12 +192,12 @@ void H5TensorReader::Impl::direct_piece(int d, std::uint64_t first, std::uint64_
     if (same && c0 >= a && c1 <= b) {
       // A run of whole chunks straight into the caller's buffer, verified in place.
       const std::uint64_t stop = run_end(c0, whole_end);
-      pread_full(fd, out_at(c0), (stop - c0) * s, file_at(c0), path());
+      rd(out_at(c0), (stop - c0) * s, file_at(c0));
       for (; k * C < stop; ++k) verify_chunk(d, k, out_at(k * C));
       continue;
     }
     if (stage.size() < (c1 - c0) * s) stage.resize((c1 - c0) * s);
-    pread_full(fd, stage.data(), (c1 - c0) * s, L.addr[static_cast<std::size_t>(k)], path());
+    rd(stage.data(), (c1 - c0) * s, L.addr[static_cast<std::size_t>(k)]);
     verify_chunk(d, k, stage.data());
     const std::uint64_t p0 = std::max(a, c0), p1 = std::min(b, c1);
     if (same)
@@ -371,9 +378,27 @@ void H5TensorReader::set_direct_piece_bytes(std::uint64_t bytes) {
   impl_->direct_piece_bytes = std::max<std::uint64_t>(1, bytes);
 }
 
+void H5TensorReader::set_drop_behind(bool on) {
+  if (on && !impl_->drop_behind) evict_file(impl_->path());
+  impl_->drop_behind = on;
+}
+
+bool evict_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  // Dirty pages (a store just written) are not dropped: flush them first. fdatasync on a
+  // read-only descriptor is allowed on Linux; a file system that cannot is left as it is.
+  const bool synced = ::fdatasync(fd) == 0;
+  const bool dropped = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  ::close(fd);
+  return synced && dropped;
+}
+
 // ---- read floor ----
 
-double measure_read_bandwidth(const std::string& path, std::uint64_t max_bytes, int threads) {
+double measure_read_bandwidth(const std::string& path, std::uint64_t max_bytes, int threads,
+                              bool cold) {
+  if (cold) evict_file(path);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw InputError(path + ": cannot open: " + errno_text(errno));
   struct Closer {
@@ -403,8 +428,11 @@ double measure_read_bandwidth(const std::string& path, std::uint64_t max_bytes, 
     for (std::uint64_t i = next++; i < nblocks; i = next++) {
       const std::uint64_t off = i * kBlock;
       try {
-        pread_full(fd, b.data(), static_cast<std::size_t>(std::min(kBlock, bytes - off)), off,
-                   path);
+        const auto len = static_cast<std::size_t>(std::min(kBlock, bytes - off));
+        pread_full(fd, b.data(), len, off, path);
+        if (cold)  // drop-behind, as the tier-3 reader's: the blocks stay cold for later
+          ::posix_fadvise(fd, static_cast<off_t>(off), static_cast<off_t>(len),
+                          POSIX_FADV_DONTNEED);
       } catch (...) {
         std::lock_guard<std::mutex> lk(mu);
         if (!err) err = std::current_exception();

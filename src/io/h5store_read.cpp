@@ -124,6 +124,14 @@ void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
   if (has_attr(file, "has_duplicates", path))
     info.has_duplicates = static_cast<int>(read_attr_scalar(file, "has_duplicates", path));
   if (has_attr(file, "source", path)) info.source = read_attr_string(file, "source", path);
+  if (has_attr(file, "sorted_mode", path)) {
+    const long long m = read_attr_scalar(file, "sorted_mode", path);
+    if (m < -1 || m >= order)
+      throw InputError(layout_error(path, "attribute sorted_mode = " + std::to_string(m) +
+                                              ": expected -1 (no order) or a mode 0.." +
+                                              std::to_string(order - 1)));
+    info.sorted_mode = static_cast<int>(m);
+  }
 
   // Datasets: one per mode, exactly, and the values.
   if (!has_link(file, "coords", path))

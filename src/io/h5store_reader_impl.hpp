@@ -79,6 +79,7 @@ struct H5TensorReader::Impl {
   int direct_state = 0;  ///< 0: not looked up yet; 1: available; -1: fall back
   std::uint64_t direct_piece_bytes = detail::kDirectPieceBytes;
   std::string direct_why;
+  bool drop_behind = false;  ///< set_drop_behind: each range read leaves the page cache
   std::vector<DirectLayout> direct;  ///< per dataset (modes, then values)
   int fd = -1;
   ~Impl() {

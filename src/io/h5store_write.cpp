@@ -119,6 +119,7 @@ void H5TensorWriter::Impl::create() {
   write_attr_i64(f, "index_base", 0, tmp);
   write_attr_i64(f, "source_index_base", h.source_index_base, tmp);
   write_attr_i64(f, "has_duplicates", h.has_duplicates, tmp);
+  if (h.sorted_mode >= 0) write_attr_i64(f, "sorted_mode", h.sorted_mode, tmp);
   write_attr_string(f, "source", h.source, tmp);
   write_attr_i64(f, "complete", 0, tmp);
 

@@ -519,6 +519,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   p.device_peak = chosen->device;
   p.chunk_nnz = chosen->chunk;
   p.read_ahead = std::max(req.read_ahead, 1);
+  p.drop_behind = req.drop_behind;
   p.chunks = chosen->chunk > 0 ? static_cast<nnz_t>((s.n + static_cast<u64>(chosen->chunk) - 1) /
                                                     static_cast<u64>(chosen->chunk))
                                : 0;
@@ -553,6 +554,7 @@ nlohmann::json Plan::to_json() const {
           {"block_nnz", block_nnz},
           {"chunk_nnz", chunk_nnz},
           {"read_ahead", read_ahead},
+          {"read_cache", drop_behind ? "drop" : "keep"},
           {"chunks_per_pass", chunks},
           {"planned_peak_host_bytes", host_peak},
           {"planned_data_host_bytes", host_peak > limits.baseline_host + kHostSlackBytes

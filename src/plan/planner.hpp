@@ -75,6 +75,7 @@ struct Request {
   int force_tier = 0;             ///< --tier: 0 = auto, else 1, 2 or 3
   nnz_t stream_chunk = 0;         ///< --stream-chunk: nonzeros per streamed chunk (0: planned)
   int read_ahead = 2;             ///< --read-ahead: tier 3 chunks read ahead (buffers: + 1)
+  bool drop_behind = false;       ///< --read-cache drop: tier 3 reads leave the page cache
   /// --host-budget (bytes per rank): bounds the data the plan lists (tensor, formats,
   /// buffers, dense arrays), not the process's baseline or the fixed slack.
   std::optional<std::uint64_t> host_budget;
@@ -100,6 +101,7 @@ struct Plan {
   nnz_t block_nnz = 0;                  ///< nonzeros of the largest per-rank block
   nnz_t chunk_nnz = 0;                  ///< tiers 2-3: nonzeros per streamed chunk
   int read_ahead = 2;                   ///< tier 3: chunks read ahead (Request::read_ahead)
+  bool drop_behind = false;             ///< tier 3: Request::drop_behind
   nnz_t chunks = 0;                     ///< tiers 2-3: chunks per pass
   std::vector<Component> components;    ///< at the peak (sums to host_peak/device_peak)
   std::uint64_t host_peak = 0;          ///< planned peak resident memory of a rank (with baseline)

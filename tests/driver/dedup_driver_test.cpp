@@ -153,6 +153,7 @@ TEST_F(DedupDriver, GenerateSampledDrawsTheTargetDistinctCoordinatesOnAnyRankCou
       }
       const H5TensorReader rd(path(name));
       EXPECT_EQ(rd.info().has_duplicates, 0);
+      EXPECT_EQ(rd.info().sorted_mode, 0);  // the longest mode (dedup_mpi checks the order)
       EXPECT_EQ(rd.info().nnz, 30000);
       const std::string b = bytes_of(path(name));
       if (first.empty()) {
@@ -318,9 +319,33 @@ TEST_F(DedupDriver, Tier3RefusesAStoreThatMayHoldRepeats) {
   EXPECT_TRUE(contains(r.out, "repeated coordinates")) << r.out;
   EXPECT_TRUE(contains(r.out, "tessera convert " + old)) << r.out;
   EXPECT_FALSE(contains(r.out, "iter   1")) << r.out;
-  // The store generate wrote (has_duplicates = 0) runs in tier 3.
+  // The store generate wrote (has_duplicates = 0, sorted by its longest mode) runs in tier 3.
   const RunResult t = ok(mpirun(2) + cp + path("t.h5"));
   EXPECT_TRUE(contains(t.out, "tier 3")) << t.out;
+  EXPECT_TRUE(contains(t.out, "sorted by mode 0")) << t.out;
+  // Drop-behind (the store leaves the page cache as it is read) computes the same thing.
+  const RunResult d = ok(mpirun(2) + cp + path("t.h5") + " --read-cache drop");
+  EXPECT_TRUE(contains(d.out, "(drop-behind)")) << d.out;
+  const auto fits = [](const std::string& out) {
+    std::vector<std::string> f;
+    for (std::size_t at = out.find(" fit "); at != std::string::npos; at = out.find(" fit ", at + 1))
+      f.push_back(out.substr(at + 5, out.find(' ', at + 5) - (at + 5)));  // the number
+    return f;
+  };
+  EXPECT_FALSE(fits(t.out).empty()) << t.out;
+  EXPECT_EQ(fits(d.out), fits(t.out));
+  const RunResult bad = run(mpirun(1) + cp + path("t.h5") + " --read-cache maybe");
+  EXPECT_NE(bad.code, 0) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "--read-cache")) << bad.out;
+  // A sorted_mode attribute naming no mode is a layout error naming it.
+  const std::string wrong = path("wrong-order.h5");
+  th::copy(path("t.h5"), wrong);
+  th::set_attr_i64(wrong, "sorted_mode", 3);
+  const RunResult w = run(::tessera::test::tessera() + " info " + wrong);
+  EXPECT_NE(w.code, 0) << w.out;
+  EXPECT_EQ(count_of(w.out, "tessera: error:"), 1) << w.out;
+  EXPECT_TRUE(contains(w.out, "sorted_mode = 3")) << w.out;
+  EXPECT_TRUE(contains(w.out, wrong)) << w.out;
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 // byte for byte on sub-communicators of 1..P ranks and with a memory limit so small that
 // sorted runs spill to scratch files (which are gone afterwards); the id cutoff of
 // keep-first; an injected failure in the middle of the external sort leaves no file; and
-// require_unique_store's message.
+// require_unique_store's message. Both store orders: by coordinate hash, and by the
+// longest mode (sorted_mode, what convert and generate write).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <filesystem>
@@ -133,13 +135,21 @@ UniqueWriterOptions options(MergePolicy policy, std::uint64_t memory, const std:
 }
 
 /// The store read back (every nonzero, stored order) and checked: has_duplicates = 0, no
-/// coordinate twice.
-std::map<Coord, double> read_back(const std::string& path, nnz_t* nnz = nullptr) {
+/// coordinate twice, sorted_mode as written (-1: none) and, when one, the stored order
+/// non-decreasing in that mode.
+std::map<Coord, double> read_back(const std::string& path, nnz_t* nnz = nullptr,
+                                  int sorted_mode = -1) {
   H5TensorReader rd(path);
   EXPECT_EQ(rd.info().has_duplicates, 0) << path;
+  EXPECT_EQ(rd.info().sorted_mode, sorted_mode) << path;
   SparseTensor<double> x;
   rd.read(0, rd.info().nnz, &x);
   if (nnz) *nnz = x.nnz();
+  if (sorted_mode >= 0) {
+    const auto& k = x.idx[static_cast<std::size_t>(sorted_mode)];
+    EXPECT_TRUE(std::is_sorted(k.begin(), k.end()))
+        << path << ": not in non-decreasing mode-" << sorted_mode << " order";
+  }
   std::map<Coord, double> m;
   for (nnz_t k = 0; k < x.nnz(); ++k) {
     Coord c(static_cast<std::size_t>(x.order()));
@@ -214,14 +224,19 @@ const std::vector<Shape> kShapes = {
 
 TEST(DedupMpi, UniqueStoreEqualsTheMapReferenceOnEveryRankCountAndMemoryLimit) {
   const int P = world().size();
+  // Both orders: by coordinate hash (sort mode -1) and by the longest mode's index (what
+  // convert and generate write; owners hold index ranges).
+  for (int sorted : {0, 1})
   for (MergePolicy policy : {MergePolicy::sum, MergePolicy::keep_first}) {
     for (const Shape& sh : kShapes) {
       Entries e;
       e.dims = sh.dims;
       e.count = sh.count;
       e.seed = shared_seed();
+      const int sort_mode = sorted ? longest_mode(sh.dims) : -1;
       const std::string what = to_string(policy) + ", order " + std::to_string(sh.dims.size()) +
-                               ", seed " + std::to_string(e.seed);
+                               ", sort mode " + std::to_string(sort_mode) + ", seed " +
+                               std::to_string(e.seed);
       SCOPED_TRACE(what);
       const auto want = reference(e, policy);
       ASSERT_LT(want.size(), e.count / 2 + 1) << "the test needs many repeats";
@@ -234,13 +249,14 @@ TEST(DedupMpi, UniqueStoreEqualsTheMapReferenceOnEveryRankCountAndMemoryLimit) {
           UniqueWriterOptions o =
               options(policy, tiny ? kTinyMemory : std::uint64_t(1) << 30, scratch);
           if (tiny) o.sort_block = 64;
+          o.sort_mode = sort_mode;
           const std::string out = dir + "/q" + std::to_string(q) + (tiny ? "-tiny" : "") + ".h5";
           const UniqueStats s = write_on(q, e, o, out);
           if (world().rank() == 0) {
             const std::string run =
                 what + ", " + std::to_string(q) + " rank(s)" + (tiny ? ", tiny memory" : "");
             nnz_t nnz = 0;
-            expect_equal(read_back(out, &nnz), want, run);
+            expect_equal(read_back(out, &nnz, sort_mode), want, run);
             EXPECT_EQ(s.unique, static_cast<nnz_t>(want.size())) << run;
             EXPECT_EQ(s.entries, static_cast<nnz_t>(e.count)) << run;
             EXPECT_EQ(s.used, s.entries) << run;
