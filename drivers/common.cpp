@@ -178,10 +178,9 @@ TierFloor tier_floor(const plan::Plan& p, const std::string& path, kernels::Back
                    "first and dropped behind the reads (the disk)"
                  : "the store read by pread() just before the run, through the page cache";
     if (be.kind() == kernels::BackendKind::cuda) {
-      // The same reads, each 256 MiB block (a tier-3 chunk's size) then copied from
-      // page-locked memory to the device while the next are read: what tier 3 moves,
-      // without its compute.
-      constexpr std::size_t kBlock = std::size_t(256) << 20;
+      // The same reads, each 64 MiB block then copied from page-locked memory to the device
+      // while the next are read: what tier 3 moves, without its compute.
+      constexpr std::size_t kBlock = std::size_t(64) << 20;
       std::vector<std::vector<unsigned char>> host(3, std::vector<unsigned char>(kBlock));
       std::vector<std::unique_ptr<kernels::HostPin>> pins;
       std::vector<unsigned char*> bufs;

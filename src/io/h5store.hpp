@@ -236,9 +236,8 @@ double measure_read_bandwidth(const std::string& path, std::uint64_t max_bytes, 
                               bool cold = false);
 
 /// The read-and-hand-over floor: reads the file's first min(max_bytes, file size) bytes as
-/// measure_read_bandwidth does (the same threads, warm or cold), a block of `block` bytes
-/// at a time (each split among the threads) into `buffers` (each `block` bytes, used round
-/// robin), and hands
+/// measure_read_bandwidth does (the same threads, 16 MiB preads, warm or cold), a block of
+/// `block` bytes at a time into `buffers` (each `block` bytes, used round robin), and hands
 /// every block to `consume` on the calling thread while the next ones are read (e.g. a copy
 /// to the GPU: the pipeline of memory tier 3 without its compute). Returns bytes per
 /// second of the whole. Local. Throws InputError as measure_read_bandwidth; an exception

@@ -468,10 +468,8 @@ double measure_read_handover_bandwidth(
   ::posix_fadvise(fd, 0, static_cast<off_t>(bytes), POSIX_FADV_SEQUENTIAL);
   const std::uint64_t nblocks = div_up(bytes, block);
   const std::size_t B = buffers.size();
+  constexpr std::uint64_t kPiece = std::uint64_t(16) << 20;
   const int nt = thread_count(threads);
-  // Every reader busy on each block: pieces of block / nt (whole 4 KiB pages, >= 1 MiB).
-  const std::uint64_t kPiece = std::max<std::uint64_t>(
-      std::uint64_t(1) << 20, div_up(div_up(block, static_cast<std::uint64_t>(nt)), 4096) * 4096);
   std::mutex mu;
   std::condition_variable cv;
   std::vector<char> full(B, 0);
@@ -479,7 +477,7 @@ double measure_read_handover_bandwidth(
   bool stop = false;
   auto len_of = [&](std::uint64_t i) { return std::min(block, bytes - i * block); };
   Timer timer;
-  // One thread hands the blocks out to `nt` readers (block / nt each), block i into buffer
+  // One thread hands the blocks out to `nt` readers (16 MiB pieces), block i into buffer
   // i % B once the consumer has released it; the calling thread consumes them in order.
   std::thread reader([&] {
     for (std::uint64_t i = 0; i < nblocks; ++i) {

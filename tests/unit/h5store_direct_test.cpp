@@ -508,7 +508,7 @@ TEST(H5StoreDirect, MeasureReadBandwidth) {
 
 TEST(H5StoreDirect, ReadHandoverHandsEveryByteOverInOrderWarmAndCold) {
   // 21 MiB + 5 bytes of distinct bytes: blocks of 3 MiB through 2 buffers (the last block
-  // short), pieces of at least 1 MiB, warm and cold (evicted, drop-behind).
+  // short), pieces of 16 MiB (one per block), warm and cold (evicted, drop-behind).
   const std::string p = fresh("handover.bin");
   std::vector<unsigned char> want((std::size_t(21) << 20) + 5);
   for (std::size_t i = 0; i < want.size(); ++i)
