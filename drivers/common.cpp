@@ -109,9 +109,6 @@ nlohmann::json report_memory_tier(int tier, const std::string& description, doub
   const int it = std::max(iterations, 1);
   const double floor_s = floor.bandwidth > 0 ? floor.bytes_per_iteration / floor.bandwidth : 0;
   const double bound = std::max(floor_s, compute_s / it);
-  const double handover_s = floor.handover_bandwidth > 0
-                                ? floor.bytes_per_iteration / floor.handover_bandwidth
-                                : 0;
   if (tier >= 2) {
     char line[512];
     std::snprintf(line, sizeof(line),
@@ -125,14 +122,6 @@ nlohmann::json report_memory_tier(int tier, const std::string& description, doub
                   human_bytes(floor.bandwidth).c_str(), floor.what.c_str(), iteration_s,
                   bound > 0 ? iteration_s / bound : 0.0);
     log::info(line);
-    if (handover_s > 0) {
-      std::snprintf(line, sizeof(line),
-                    "memory tier 3: the same reads with each block copied to the device, no "
-                    "compute: %s/s, %.4f s per iteration; iteration = %.2fx max(that, compute)",
-                    human_bytes(floor.handover_bandwidth).c_str(), handover_s,
-                    iteration_s / std::max(handover_s, compute_s / it));
-      log::info(line);
-    }
   }
   nlohmann::json j = {{"tier", tier},
                       {"description", description},
@@ -149,14 +138,6 @@ nlohmann::json report_memory_tier(int tier, const std::string& description, doub
                   {"seconds_per_iteration", floor_s}};
     j["seconds_per_iteration"] = iteration_s;
     j["ratio_to_max_floor_compute"] = bound > 0 ? iteration_s / bound : 0.0;
-    if (handover_s > 0) {
-      j["handover_floor"] = {
-          {"bandwidth_bytes_per_s", floor.handover_bandwidth},
-          {"seconds_per_iteration", handover_s},
-          {"what", "the same reads, each block copied to the device while the next are read, "
-                   "no compute"}};
-      j["ratio_to_max_handover_compute"] = iteration_s / std::max(handover_s, compute_s / it);
-    }
   }
   return j;
 }
@@ -177,25 +158,6 @@ TierFloor tier_floor(const plan::Plan& p, const std::string& path, kernels::Back
                  ? "the store read by pread() just before the run, evicted from the page cache "
                    "first and dropped behind the reads (the disk)"
                  : "the store read by pread() just before the run, through the page cache";
-    if (be.kind() == kernels::BackendKind::cuda) {
-      // The same reads, each 64 MiB block then copied from page-locked memory to the device
-      // while the next are read: what tier 3 moves, without its compute.
-      constexpr std::size_t kBlock = std::size_t(64) << 20;
-      std::vector<std::vector<unsigned char>> host(3, std::vector<unsigned char>(kBlock));
-      std::vector<std::unique_ptr<kernels::HostPin>> pins;
-      std::vector<unsigned char*> bufs;
-      for (auto& h : host) {
-        if (auto pin = be.pin_host(h.data(), kBlock)) pins.push_back(std::move(pin));
-        bufs.push_back(h.data());
-      }
-      auto d = be.allocate(kBlock / sizeof(T));
-      f.handover_bandwidth = io::measure_read_handover_bandwidth(
-          path, std::uint64_t(8) << 30, effective_threads(threads), p.drop_behind, bufs, kBlock,
-          [&](const unsigned char* b, std::size_t n) {
-            be.upload(reinterpret_cast<const T*>(b), n / sizeof(T), d.data());
-            be.synchronize();
-          });
-    }
   } else if (p.tier == 2 && be.kind() == kernels::BackendKind::cuda) {
     f.bytes_per_iteration = p.copy_bytes_per_iteration;
     // Host -> device from page-locked memory, as the chunks are copied: best of 3.
@@ -217,7 +179,6 @@ TierFloor tier_floor(const plan::Plan& p, const std::string& path, kernels::Back
     f.what = "not measured on host backends";
   }
   world.allreduce(&f.bandwidth, 1, comm::ReduceOp::min);
-  world.allreduce(&f.handover_bandwidth, 1, comm::ReduceOp::min);
   return f;
 }
 template TierFloor tier_floor<float>(const plan::Plan&, const std::string&,

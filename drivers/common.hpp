@@ -172,10 +172,6 @@ nlohmann::json memory_record(const plan::Plan& p, PeakSampler& s, const comm::Co
 struct TierFloor {
   double bytes_per_iteration = 0, bandwidth = 0;
   std::string what;
-  /// Tier 3 on a GPU backend: the same bytes read and copied to the device together, no
-  /// compute (io::measure_read_handover_bandwidth): the pipeline's own floor, reported
-  /// beside the read floor (0: not measured).
-  double handover_bandwidth = 0;
 };
 /// Measures the floor of plan `p`'s tier (collective; the smallest bandwidth over ranks).
 template <typename T>

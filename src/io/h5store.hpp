@@ -31,7 +31,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -234,18 +233,6 @@ void verify_h5(const std::string& path, const comm::Communicator& c, const H5Rea
 /// when the file cannot be read; 0 for an empty file.
 double measure_read_bandwidth(const std::string& path, std::uint64_t max_bytes, int threads,
                               bool cold = false);
-
-/// The read-and-hand-over floor: reads the file's first min(max_bytes, file size) bytes as
-/// measure_read_bandwidth does (the same threads, 16 MiB preads, warm or cold), a block of
-/// `block` bytes at a time into `buffers` (each `block` bytes, used round robin), and hands
-/// every block to `consume` on the calling thread while the next ones are read (e.g. a copy
-/// to the GPU: the pipeline of memory tier 3 without its compute). Returns bytes per
-/// second of the whole. Local. Throws InputError as measure_read_bandwidth; an exception
-/// from `consume` stops the readers and is rethrown.
-double measure_read_handover_bandwidth(
-    const std::string& path, std::uint64_t max_bytes, int threads, bool cold,
-    const std::vector<unsigned char*>& buffers, std::uint64_t block,
-    const std::function<void(const unsigned char*, std::size_t)>& consume);
 
 /// Flushes the file's dirty pages and drops its pages from the page cache (fdatasync, then
 /// posix_fadvise DONTNEED); true when both calls succeeded. Local; needs no privileges.

@@ -17,12 +17,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <limits>
 #include <mutex>
-#include <thread>
 #include <type_traits>
 
 #include "io/h5_plumbing.hpp"
@@ -442,106 +440,6 @@ double measure_read_bandwidth(const std::string& path, std::uint64_t max_bytes, 
       }
     }
   });
-  const double seconds = timer.seconds();
-  if (err) std::rethrow_exception(err);
-  return static_cast<double>(bytes) / std::max(seconds, 1e-9);
-}
-
-double measure_read_handover_bandwidth(
-    const std::string& path, std::uint64_t max_bytes, int threads, bool cold,
-    const std::vector<unsigned char*>& buffers, std::uint64_t block,
-    const std::function<void(const unsigned char*, std::size_t)>& consume) {
-  TESSERA_EXPECTS(!buffers.empty() && block > 0, "buffers of at least one byte");
-  if (cold) evict_file(path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw InputError(path + ": cannot open: " + errno_text(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw InputError(path + ": cannot stat: " + errno_text(errno));
-  if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file");
-  const auto size = static_cast<std::uint64_t>(st.st_size);
-  const std::uint64_t bytes = max_bytes == 0 ? size : std::min(size, max_bytes);
-  if (bytes == 0) return 0.0;
-  ::posix_fadvise(fd, 0, static_cast<off_t>(bytes), POSIX_FADV_SEQUENTIAL);
-  const std::uint64_t nblocks = div_up(bytes, block);
-  const std::size_t B = buffers.size();
-  constexpr std::uint64_t kPiece = std::uint64_t(16) << 20;
-  const int nt = thread_count(threads);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<char> full(B, 0);
-  std::exception_ptr err;
-  bool stop = false;
-  auto len_of = [&](std::uint64_t i) { return std::min(block, bytes - i * block); };
-  Timer timer;
-  // One thread hands the blocks out to `nt` readers (16 MiB pieces), block i into buffer
-  // i % B once the consumer has released it; the calling thread consumes them in order.
-  std::thread reader([&] {
-    for (std::uint64_t i = 0; i < nblocks; ++i) {
-      const std::size_t s = static_cast<std::size_t>(i % B);
-      {
-        std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return stop || full[s] == 0; });
-        if (stop) return;
-      }
-      const std::uint64_t off = i * block, len = len_of(i);
-      const std::uint64_t pieces = div_up(len, kPiece);
-      std::atomic<std::uint64_t> next{0};
-      std::exception_ptr e;
-      std::mutex emu;
-      run_threads(static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(nt), pieces)),
-                  [&](int) {
-                    for (std::uint64_t p = next++; p < pieces; p = next++) {
-                      const std::uint64_t o = p * kPiece, l = std::min(kPiece, len - o);
-                      try {
-                        pread_full(fd, buffers[s] + o, static_cast<std::size_t>(l), off + o, path);
-                        if (cold)
-                          ::posix_fadvise(fd, static_cast<off_t>(off + o), static_cast<off_t>(l),
-                                          POSIX_FADV_DONTNEED);
-                      } catch (...) {
-                        std::lock_guard<std::mutex> lk(emu);
-                        if (!e) e = std::current_exception();
-                        next = pieces;
-                      }
-                    }
-                  });
-      std::lock_guard<std::mutex> lk(mu);
-      if (e) {
-        err = e;
-        stop = true;
-        cv.notify_all();
-        return;
-      }
-      full[s] = 1;
-      cv.notify_all();
-    }
-  });
-  try {
-    for (std::uint64_t i = 0; i < nblocks; ++i) {
-      const std::size_t s = static_cast<std::size_t>(i % B);
-      {
-        std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return full[s] != 0 || err != nullptr; });
-        if (full[s] == 0) break;
-      }
-      consume(buffers[s], static_cast<std::size_t>(len_of(i)));
-      std::lock_guard<std::mutex> lk(mu);
-      full[s] = 0;
-      cv.notify_all();
-    }
-  } catch (...) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      stop = true;
-    }
-    cv.notify_all();
-    reader.join();
-    throw;
-  }
-  reader.join();
   const double seconds = timer.seconds();
   if (err) std::rethrow_exception(err);
   return static_cast<double>(bytes) / std::max(seconds, 1e-9);

@@ -506,54 +506,5 @@ TEST(H5StoreDirect, MeasureReadBandwidth) {
   }
 }
 
-TEST(H5StoreDirect, ReadHandoverHandsEveryByteOverInOrderWarmAndCold) {
-  // 21 MiB + 5 bytes of distinct bytes: blocks of 3 MiB through 2 buffers (the last block
-  // short), pieces of 16 MiB (one per block), warm and cold (evicted, drop-behind).
-  const std::string p = fresh("handover.bin");
-  std::vector<unsigned char> want((std::size_t(21) << 20) + 5);
-  for (std::size_t i = 0; i < want.size(); ++i)
-    want[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
-  {
-    std::ofstream f(p, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(want.data()), static_cast<std::streamsize>(want.size()));
-  }
-  const std::uint64_t block = std::uint64_t(3) << 20;
-  std::vector<std::vector<unsigned char>> host(2, std::vector<unsigned char>(block));
-  const std::vector<unsigned char*> bufs = {host[0].data(), host[1].data()};
-  for (bool cold : {false, true}) {
-    for (int threads : {1, 3}) {
-      std::vector<unsigned char> got;
-      const double bw = measure_read_handover_bandwidth(
-          p, 0, threads, cold, bufs, block, [&](const unsigned char* b, std::size_t n) {
-            got.insert(got.end(), b, b + n);
-          });
-      EXPECT_TRUE(std::isfinite(bw) && bw > 0) << bw;
-      EXPECT_TRUE(got == want) << "cold " << cold << ", threads " << threads << ": "
-                               << got.size() << " bytes handed over of " << want.size();
-    }
-    // The first 4 MiB only.
-    std::size_t n_got = 0;
-    measure_read_handover_bandwidth(p, std::uint64_t(4) << 20, 2, cold, bufs, block,
-                                    [&](const unsigned char*, std::size_t n) { n_got += n; });
-    EXPECT_EQ(n_got, std::size_t(4) << 20);
-  }
-  // A consumer that throws stops the readers (no hang) and the error comes out.
-  int calls = 0;
-  EXPECT_THROW(measure_read_handover_bandwidth(p, 0, 2, false, bufs, block,
-                                               [&](const unsigned char*, std::size_t) {
-                                                 if (++calls == 2) throw InputError("stop");
-                                               }),
-               InputError);
-  EXPECT_EQ(calls, 2);
-  try {
-    measure_read_handover_bandwidth(p + ".missing", 0, 1, false, bufs, block,
-                                    [](const unsigned char*, std::size_t) {});
-    ADD_FAILURE() << "no error for a missing file";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(p + ".missing"), std::string::npos) << e.what();
-  }
-  EXPECT_FALSE(evict_file(p + ".missing"));  // (success depends on the file system)
-}
-
 }  // namespace
 }  // namespace tessera::io
