@@ -122,8 +122,9 @@ elif j.get("command") in ("cp", "tucker"):
         mem = (f"  host {m['measured_peak_host_bytes']/1e9:.1f}/{m['planned_peak_host_bytes']/1e9:.1f} GB"
                + (f"  dev {m.get('measured_peak_device_bytes', 0)/1e9:.1f}/{m['planned_peak_device_bytes']/1e9:.1f} GB" if m.get('backend') == 'cuda' else "")
                + " (measured/planned)")
+    ratio = f"{it_s / max(fl, cp):5.2f}" if t['tier'] >= 2 and max(fl, cp) > 0 else "    -"
     print(f"{n:34s} tier {t['tier']}  {it_s:8.3f} s/iter  copy|read {rd:7.3f} s  compute {cp:7.3f} s  floor {fl:7.3f} s  "
-          f"ratio-to-max(floor,compute) {it_s / max(fl, cp, 1e-12):5.2f}  hidden {t['overlap_fraction']*100:3.0f}%  "
+          f"ratio-to-max(floor,compute) {ratio}  hidden {t['overlap_fraction']*100:3.0f}%  "
           f"load {j['phases_seconds']['io']:.1f} s  fit {j['fit']:.5f}{mem}")
 elif "ttmc" in j.get("share", {}):
     s = j["share"]
