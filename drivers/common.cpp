@@ -238,8 +238,9 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
                     "Tier 3: keep (the store's pages stay in the page cache; a store that fits "
                     "memory is then read from memory on later passes) | drop (drop-behind: "
                     "every chunk leaves the page cache once read, so passes read the disk and "
-                    "the store does not push other files out of memory)")
-        ->check(CLI::IsMember({"keep", "drop"}))
+                    "the store does not push other files out of memory) | auto (drop when the "
+                    "rank's range of the store is larger than its share of the node's memory)")
+        ->check(CLI::IsMember({"auto", "keep", "drop"}))
         ->capture_default_str();
   }
   if (which & kDryRunOption)

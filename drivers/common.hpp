@@ -56,9 +56,9 @@ struct ComputeOptions {
       "auto";              ///< auto | 1 | 2 | 3: force a memory tier (refused if it does not fit)
   nnz_t stream_chunk = 0;  ///< tiers 2-3: nonzeros per streamed chunk (0: planned)
   int read_ahead = 2;      ///< tier 3: chunks read ahead (algo::DiskTensorOptions::read_ahead)
-  /// tier 3: keep (reads go through the page cache and stay there) | drop (drop-behind:
-  /// algo::DiskTensorOptions::drop_behind)
-  std::string read_cache = "keep";
+  /// tier 3: auto | keep (reads go through the page cache and stay there) | drop
+  /// (drop-behind: algo::DiskTensorOptions::drop_behind); plan::ReadCache
+  std::string read_cache = "auto";
   bool dry_run = false;    ///< print the plan and stop
   std::string json;
   bool force = false;  ///< --force: replace existing outputs Tessera did not write (io/output.hpp)

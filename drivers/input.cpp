@@ -141,9 +141,12 @@ plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind,
     TESSERA_INPUT_CHECK(run.read_ahead >= 1 && run.read_ahead <= 64,
                         "--read-ahead must be 1 to 64, got " << run.read_ahead);
     req.read_ahead = run.read_ahead;
-    TESSERA_INPUT_CHECK(run.read_cache == "keep" || run.read_cache == "drop",
-                        "--read-cache must be keep or drop, got '" << run.read_cache << "'");
-    req.drop_behind = run.read_cache == "drop";
+    TESSERA_INPUT_CHECK(
+        run.read_cache == "auto" || run.read_cache == "keep" || run.read_cache == "drop",
+        "--read-cache must be auto, keep or drop, got '" << run.read_cache << "'");
+    req.read_cache = run.read_cache == "keep"   ? plan::ReadCache::keep
+                     : run.read_cache == "drop" ? plan::ReadCache::drop
+                                                : plan::ReadCache::automatic;
   });
   return req;
 }

@@ -519,7 +519,26 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   p.device_peak = chosen->device;
   p.chunk_nnz = chosen->chunk;
   p.read_ahead = std::max(req.read_ahead, 1);
-  p.drop_behind = req.drop_behind;
+  if (p.tier == 3) {
+    const u64 range = coo_bytes(static_cast<nnz_t>(s.n), s.N, t.stored_value_bytes);
+    if (req.read_cache == ReadCache::keep) {
+      p.read_cache_why = "--read-cache keep";
+    } else if (req.read_cache == ReadCache::drop) {
+      p.drop_behind = true;
+      p.read_cache_why = "--read-cache drop";
+    } else if (lim.host.known() && range > lim.host.bytes) {
+      p.drop_behind = true;
+      p.read_cache_why = "auto: the rank's range of the store (" + gb(range) +
+                         ") is larger than its share of the node's memory (" +
+                         gb(lim.host.bytes) + ", " + lim.host.source +
+                         "), so the page cache could not keep it";
+    } else {
+      p.read_cache_why = "auto: the rank's range of the store (" + gb(range) + ") " +
+                         (lim.host.known() ? "fits its share of the node's memory (" +
+                                                 gb(lim.host.bytes) + ", " + lim.host.source + ")"
+                                           : std::string("(the node's memory is unknown)"));
+    }
+  }
   p.chunks = chosen->chunk > 0 ? static_cast<nnz_t>((s.n + static_cast<u64>(chosen->chunk) - 1) /
                                                     static_cast<u64>(chosen->chunk))
                                : 0;
@@ -554,7 +573,9 @@ nlohmann::json Plan::to_json() const {
           {"block_nnz", block_nnz},
           {"chunk_nnz", chunk_nnz},
           {"read_ahead", read_ahead},
-          {"read_cache", drop_behind ? "drop" : "keep"},
+          {"read_cache", tier == 3 ? nlohmann::json(drop_behind ? "drop" : "keep")
+                                   : nlohmann::json(nullptr)},
+          {"read_cache_why", read_cache_why},
           {"chunks_per_pass", chunks},
           {"planned_peak_host_bytes", host_peak},
           {"planned_data_host_bytes", host_peak > limits.baseline_host + kHostSlackBytes
@@ -626,6 +647,9 @@ std::string Plan::describe() const {
   os << "  (planned peaks)\n";
   if (read_bytes_per_iteration > 0)
     os << "  disk reads per iteration: " << gb(static_cast<u64>(read_bytes_per_iteration)) << "\n";
+  if (tier == 3)
+    os << "  page cache: " << (drop_behind ? "dropped behind the reads" : "kept") << " ("
+       << read_cache_why << ")\n";
   if (copy_bytes_per_iteration > 0)
     os << "  host-to-device copies per iteration: "
        << gb(static_cast<u64>(copy_bytes_per_iteration)) << "\n";

@@ -61,6 +61,9 @@ struct Component {
   std::string note;
 };
 
+/// Tier 3's use of the page cache (--read-cache auto | keep | drop).
+enum class ReadCache { automatic, keep, drop };
+
 /// What the run asks for.
 struct Request {
   Workload workload = Workload::cp;
@@ -75,7 +78,10 @@ struct Request {
   int force_tier = 0;             ///< --tier: 0 = auto, else 1, 2 or 3
   nnz_t stream_chunk = 0;         ///< --stream-chunk: nonzeros per streamed chunk (0: planned)
   int read_ahead = 2;             ///< --read-ahead: tier 3 chunks read ahead (buffers: + 1)
-  bool drop_behind = false;       ///< --read-cache drop: tier 3 reads leave the page cache
+  /// --read-cache: tier 3 reads through the page cache (keep), dropped behind (drop), or
+  /// automatic: drop when the rank's range of the store is larger than its measured share of
+  /// the node's memory (the cache could not keep it anyway), else keep.
+  ReadCache read_cache = ReadCache::automatic;
   /// --host-budget (bytes per rank): bounds the data the plan lists (tensor, formats,
   /// buffers, dense arrays), not the process's baseline or the fixed slack.
   std::optional<std::uint64_t> host_budget;
@@ -101,7 +107,8 @@ struct Plan {
   nnz_t block_nnz = 0;                  ///< nonzeros of the largest per-rank block
   nnz_t chunk_nnz = 0;                  ///< tiers 2-3: nonzeros per streamed chunk
   int read_ahead = 2;                   ///< tier 3: chunks read ahead (Request::read_ahead)
-  bool drop_behind = false;             ///< tier 3: Request::drop_behind
+  bool drop_behind = false;             ///< tier 3: reads dropped behind (Request::read_cache)
+  std::string read_cache_why;           ///< tier 3: why keep or drop
   nnz_t chunks = 0;                     ///< tiers 2-3: chunks per pass
   std::vector<Component> components;    ///< at the peak (sums to host_peak/device_peak)
   std::uint64_t host_peak = 0;          ///< planned peak resident memory of a rank (with baseline)

@@ -494,7 +494,9 @@ TEST(FirstFailure, ExactlyOneRankClaimsFirst) {
   int firsts = mine ? 1 : 0;
   w.allreduce(&firsts, 1);
   EXPECT_EQ(firsts, 1);
-  if (w.size() > 1) EXPECT_EQ(f.claims(), w.size() - 1);
+  if (w.size() > 1) {
+    EXPECT_EQ(f.claims(), w.size() - 1);
+  }
   w.barrier();
 }
 

@@ -152,6 +152,43 @@ TEST(Planner, ChunksFollowTheRequestAndTheStoreChunks) {
   EXPECT_EQ(q.chunks, (20000000 + 12344) / 12345);
 }
 
+TEST(Planner, TierThreeDropsThePageCacheOnlyForStoresOverTheNodesMemory) {
+  Request r;
+  r.backend = Backend::cpu;
+  r.force_tier = 3;
+  // 1e8 nonzeros of order 3, float32: 1.6 GB per pass.
+  const auto t = store({2000, 3000, 4000}, 100000000);
+  Plan p = make_plan(r, t, limits(64 * kGiB));  // fits memory: kept
+  ASSERT_TRUE(p.fits);
+  EXPECT_FALSE(p.drop_behind);
+  EXPECT_NE(p.read_cache_why.find("fits its share"), std::string::npos) << p.read_cache_why;
+  EXPECT_EQ(p.to_json().at("read_cache"), "keep");
+  // A budget below the store does not change it (the machine's memory decides) ...
+  r.host_budget = kGiB;
+  p = make_plan(r, t, limits(64 * kGiB));
+  ASSERT_TRUE(p.fits);
+  EXPECT_FALSE(p.drop_behind);
+  // ... a node whose memory is below the store's range does: dropped behind.
+  r.host_budget.reset();
+  p = make_plan(r, t, limits(kGiB));
+  ASSERT_TRUE(p.fits) << p.refusal;
+  EXPECT_TRUE(p.drop_behind);
+  EXPECT_NE(p.read_cache_why.find("larger than its share"), std::string::npos)
+      << p.read_cache_why;
+  EXPECT_NE(p.describe().find("page cache: dropped behind the reads"), std::string::npos)
+      << p.describe();
+  EXPECT_EQ(p.to_json().at("read_cache"), "drop");
+  // Forced either way.
+  r.read_cache = ReadCache::keep;
+  EXPECT_FALSE(make_plan(r, t, limits(kGiB)).drop_behind);
+  r.read_cache = ReadCache::drop;
+  EXPECT_TRUE(make_plan(r, t, limits(64 * kGiB)).drop_behind);
+  // Other tiers: no page-cache policy.
+  r.force_tier = 0;
+  r.read_cache = ReadCache::automatic;
+  EXPECT_TRUE(make_plan(r, t, limits(64 * kGiB)).to_json().at("read_cache").is_null());
+}
+
 // The node: one H100 80 GB (about 76 GB usable for the tensor after the reserve)
 // and 128 GB of host memory (about 120 GB available), amazon shape, float, R = 32.
 TEST(Planner, AmazonShapeOnAnH100NodeStreamsFromHostMemory) {
