@@ -110,8 +110,9 @@ int state_every(const std::string& path, int every) {
 }
 
 void after_iteration(const std::string& path, int every, int iteration,
-                     const std::function<void()>& write, const comm::Communicator& world) {
-  if (!path.empty() && iteration % every == 0) {
+                     const std::function<void()>& write, const comm::Communicator& world,
+                     bool last) {
+  if (!path.empty() && (iteration % every == 0 || last)) {
     Timer tw;
     comm::run_collectively(world, [&] {
       if (world.rank() == 0) write();

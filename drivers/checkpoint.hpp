@@ -55,10 +55,12 @@ io::CheckpointInfo resume_from(const std::string& path, const io::ResumeCheck& n
 int state_every(const std::string& path, int every);
 
 /// The end of an iteration's state callback: when checkpointing (`path` not empty) and
-/// `iteration` is a multiple of `every`, `write` runs on rank 0 (its errors end every rank)
-/// and the time is logged; then maybe_test_kill(iteration). Collective.
+/// `iteration` is a multiple of `every` (or `last`: the run stops after it, e.g. its time
+/// limit), `write` runs on rank 0 (its errors end every rank) and the time is logged; then
+/// maybe_test_kill(iteration). Collective.
 void after_iteration(const std::string& path, int every, int iteration,
-                     const std::function<void()>& write, const comm::Communicator& world);
+                     const std::function<void()>& write, const comm::Communicator& world,
+                     bool last = false);
 
 /// Test hook: the iteration after which the process kills itself (SIGKILL, like a
 /// scheduler's time limit), from the environment variable TESSERA_TEST_KILL_AFTER_ITERATION;

@@ -20,6 +20,8 @@ struct CpArgs {
   int rank = 16;
   int iters = 50;
   double tol = 1e-5;
+  double max_seconds = 0;
+  int print_every = 1;
   std::uint64_t seed = 1;
   ComputeOptions run;
   std::string out;
@@ -59,12 +61,16 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   o.tensor_name = a.load.path;
   o.max_iters = a.iters;
   o.tol = a.tol;
+  o.max_seconds = a.max_seconds;
+  o.print_every = a.print_every;
   o.seed = a.seed;
   o.strategy = strategy;
   nlohmann::json opts = {{"file", a.load.path},
                          {"rank", a.rank},
                          {"iters", a.iters},
                          {"tol", a.tol},
+                         {"max_seconds", a.max_seconds},
+                         {"print_every", a.print_every},
                          {"seed", a.seed},
                          {"comm_strategy", a.run.strategy},
                          {"partition", in.partition_scheme},
@@ -87,7 +93,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     now.precision = a.run.precision;
     now.options_json = opts.dump();
     now.must_match = {"rank"};
-    now.ignore = {"file", "checkpoint_every", "resumed_from"};
+    now.ignore = {"file", "checkpoint_every", "resumed_from", "max_seconds", "print_every"};
     const io::CheckpointInfo info = resume_from(
         a.ckpt.resume, now, a.iters,
         [&](io::CheckpointInfo* i) { resumed.model = io::read_cp_checkpoint(a.ckpt.resume, i); },
@@ -104,7 +110,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
             io::write_cp_checkpoint(ckpt_path, s.model,
                                     checkpoint_info(s, a.run.precision, fingerprint, opts.dump()));
           },
-          world);
+          world, s.time_limit);
     };
   }
   algo::CpResult res;
@@ -129,7 +135,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
       line, sizeof(line),
       "done: fit %.6f after %d iteration(s) (%s), %.4f s per iteration; "
       "MTTKRP %.3g nonzeros/s per rank",
-      res.fit, res.iterations, res.converged ? "converged" : "iteration limit",
+      res.fit, res.iterations, res.stop_reason.c_str(),
       res.history.empty()
           ? 0.0
           : (res.phases.get("kernel") + res.phases.get("comm") + res.phases.get("solve")) / ran,
@@ -170,6 +176,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     j["fit"] = res.fit;
     j["iterations"] = res.iterations;
     j["converged"] = res.converged;
+    j["stop_reason"] = res.stop_reason;
     j["solve_fallbacks"] = res.solve_fallbacks;
     j["memory_tier"] = tier_json;
     j["phases_seconds"] = {{"io", li.read_seconds},
@@ -203,6 +210,16 @@ void add_cp(CLI::App& app, Runner& run) {
   sub->add_option("-i,--iters", a->iters, "Maximum ALS iterations")->check(CLI::Range(1, 1000000));
   sub->add_option("--tol", a->tol, "Stop when |fit change| < tol (-t is --threads)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-seconds", a->max_seconds,
+                  "Stop after the first iteration that ends more than this many seconds after "
+                  "the iterations began (0: no limit); the record's stop_reason says \"time "
+                  "limit\", and a checkpoint (--checkpoint-every) is written at the stop")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  sub->add_option("--print-every", a->print_every,
+                  "Print an iteration line every N iterations (and the last)")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   sub->add_option("-s,--seed", a->seed, "Seed of the initial factors");
   sub->add_option("--partition", a->load.partition,
                   "Nonzero distribution: auto (nnz for allreduce, grid for layer) | nnz | grid")

@@ -20,10 +20,16 @@
 namespace tessera::python {
 namespace {
 
+/// Stopping and printing (the CLI's --max-seconds, --print-every).
+struct StopArgs {
+  double max_seconds = 0;
+  int print_every = 1;
+};
+
 template <typename T>
 py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::uint64_t seed,
-                const py::object& init, const CommonArgs& a, const py::object& callback,
-                std::uintptr_t comm_handle) {
+                const py::object& init, const CommonArgs& a, const StopArgs& stop,
+                const py::object& callback, std::uintptr_t comm_handle) {
   Session ss(comm_handle, a.verbose);
   const comm::MpiCommunicator& world = ss.world;
   IterationHook hook(callback, world);
@@ -41,6 +47,10 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
       TESSERA_INPUT_CHECK(rank >= 1 && rank <= 4096, "rank=" << rank << ": expected 1 to 4096");
       TESSERA_INPUT_CHECK(iters >= 1, "iters=" << iters << ": expected >= 1");
       TESSERA_INPUT_CHECK(tol >= 0 && std::isfinite(tol), "tol=" << tol << ": expected >= 0");
+      TESSERA_INPUT_CHECK(stop.max_seconds >= 0 && std::isfinite(stop.max_seconds),
+                          "max_seconds=" << stop.max_seconds << ": expected >= 0 (0: no limit)");
+      TESSERA_INPUT_CHECK(stop.print_every >= 1,
+                          "print_every=" << stop.print_every << ": expected >= 1");
     });
     Source<T> src = read_source<T>(tensor, a.share, world);
     const auto strategy = algo::parse_comm_strategy(a.strategy);
@@ -68,6 +78,8 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
     o.tensor_name = src.name;
     o.max_iters = iters;
     o.tol = tol;
+    o.max_seconds = stop.max_seconds;
+    o.print_every = stop.print_every;
     o.seed = seed;
     o.strategy = strategy;
     o.print_iterations = a.verbose;
@@ -75,6 +87,8 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
             {"rank", rank},
             {"iters", iters},
             {"tol", tol},
+            {"max_seconds", stop.max_seconds},
+            {"print_every", stop.print_every},
             {"seed", seed},
             {"comm_strategy", a.strategy},
             {"partition", in.partition_scheme},
@@ -93,7 +107,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
       now.precision = a.precision;
       now.options_json = opts.dump();
       now.must_match = {"rank"};
-      now.ignore = {"file", "checkpoint_every", "resumed_from"};
+      now.ignore = {"file", "checkpoint_every", "resumed_from", "max_seconds", "print_every"};
       const io::CheckpointInfo info = driver::resume_from(
           a.resume, now, iters,
           [&](io::CheckpointInfo* i) { resumed.model = io::read_cp_checkpoint(a.resume, i); },
@@ -160,6 +174,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
   j["fit"] = res.fit;
   j["iterations"] = res.iterations;
   j["converged"] = res.converged;
+  j["stop_reason"] = res.stop_reason;
   j["solve_fallbacks"] = res.solve_fallbacks;
   j["memory_tier"] = {{"tier", res.tier}, {"description", res.tier_description}};
   if (!ckpt_path.empty()) j["checkpoint"] = ckpt_path;
@@ -187,6 +202,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
   out["fit"] = res.fit;
   out["iterations"] = res.iterations;
   out["converged"] = res.converged;
+  out["stop_reason"] = res.stop_reason;
   out["history"] = hist;
   out["record_json"] = j.dump();
   return out;
@@ -199,12 +215,14 @@ void register_cp(py::module_& m) {
         [](py::object tensor, int rank, int iters, double tol, std::uint64_t seed, py::object init,
            std::string backend, std::string precision, py::object threads, std::string strategy,
            std::string index_base, py::object checkpoint, int checkpoint_every, py::object resume,
-           py::object callback, bool verbose, bool share, std::uintptr_t comm) {
+           py::object callback, bool verbose, bool share, std::uintptr_t comm, double max_seconds,
+           int print_every) {
           const CommonArgs a = common_args(backend, precision, threads, strategy, index_base,
                                            checkpoint, checkpoint_every, resume, verbose, share);
+          const StopArgs stop{max_seconds, print_every};
           if (precision == "float")
-            return run_cp<float>(tensor, rank, iters, tol, seed, init, a, callback, comm);
-          return run_cp<double>(tensor, rank, iters, tol, seed, init, a, callback, comm);
+            return run_cp<float>(tensor, rank, iters, tol, seed, init, a, stop, callback, comm);
+          return run_cp<double>(tensor, rank, iters, tol, seed, init, a, stop, callback, comm);
         });
 }
 

@@ -82,7 +82,7 @@ def _init_arg(init):
 def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",
            precision="double", threads=None, comm_strategy="allreduce", index_base="1",
            checkpoint=None, checkpoint_every=None, resume=None, callback=None, verbose=False,
-           distributed="root", comm=None):
+           distributed="root", comm=None, max_seconds=None, print_every=1):
     """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
 
     X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
@@ -91,7 +91,11 @@ def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="rand
     --checkpoint / --checkpoint-every (default 1 when a checkpoint file is given) /
     --resume. callback(info) runs on every rank after every iteration with
     {"iteration", "fit", "delta", "rank"}; an exception it raises stops the run on every
-    rank. verbose: print the CLI's per-iteration lines (rank 0). Returns a CPResult.
+    rank. verbose: print the CLI's per-iteration lines (rank 0), every print_every
+    iterations (and the last). max_seconds: stop after the first iteration that ends past
+    this many seconds (the CLI's --max-seconds; None: no limit). Returns a CPResult; its
+    stop_reason says why the iterations stopped ("converged", "iteration limit" or "time
+    limit").
     """
     if isinstance(rank, bool) or not isinstance(rank, _numbers.Integral):
         raise ValueError("rank=%r: expected an integer from 1 to 4096" % (rank,))
@@ -100,10 +104,10 @@ def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="rand
         _to_core(X), int(rank), int(iters), float(tol), int(seed), _init_arg(init), backend,
         precision, _threads(threads), comm_strategy, str(index_base), checkpoint,
         int(checkpoint_every or 0), resume, callback, bool(verbose), share,
-        _comm_handle(comm))
+        _comm_handle(comm), float(max_seconds or 0), int(print_every))
     rec = _record(r)
     return CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
-                    r["history"], rec)
+                    r["history"], rec, stop_reason=r["stop_reason"])
 
 
 def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",

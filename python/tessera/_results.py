@@ -9,15 +9,17 @@ class CPResult:
     """A CP (Kruskal) model: X ~ sum_r weights[r] * factors[0][:, r] o ... o factors[N-1][:, r].
 
     Attributes: ``weights`` (R,), ``factors`` (list of I_n x R arrays), ``fit``,
-    ``iterations``, ``converged``, ``history`` (one dict per iteration: ``iter``, ``fit``,
-    ``delta``, ``seconds``, ``kernel``, ``comm``, ``solve``), ``record`` (the run record, as
-    the CLI's ``--json`` writes it, as a dict).
+    ``iterations``, ``converged``, ``stop_reason`` ("converged", "iteration limit", "time
+    limit"; None for a model not made by a run), ``history`` (one dict per iteration:
+    ``iter``, ``fit``, ``delta``, ``seconds``, ``kernel``, ``comm``, ``solve``), ``record``
+    (the run record, as the CLI's ``--json`` writes it, as a dict).
     """
 
     kind = "cp"
 
     def __init__(self, weights, factors, fit, iterations=0, converged=False, history=(),
-                 record=None):
+                 record=None, stop_reason=None):
+        self.stop_reason = stop_reason
         self.weights = np.asarray(weights, dtype=np.float64)
         self.factors = [np.asarray(f, dtype=np.float64) for f in factors]
         self.fit = float(fit)

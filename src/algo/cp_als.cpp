@@ -324,7 +324,12 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     return model;
   };
 
-  for (int it = first_iter; it < opt.max_iters && !res.converged; ++it) {
+  TESSERA_EXPECTS(opt.max_seconds >= 0 && std::isfinite(opt.max_seconds),
+                  "max_seconds >= 0, got " << opt.max_seconds);
+  const int print_every = std::max(opt.print_every, 1);
+  bool time_up = false;
+  Timer run_timer;  // --max-seconds counts from here (this process's iterations)
+  for (int it = first_iter; it < opt.max_iters && !res.converged && !time_up; ++it) {
     Timer iter_timer;
     double t_kernel = 0, t_comm = 0, t_solve = 0;
     for (int n = 0; n < N; ++n) {
@@ -460,7 +465,15 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     res.phases.add("solve", t_solve);
     res.fit = fit;
     res.iterations = it + 1;
-    if (opt.print_iterations) {
+    const bool done = it > 0 && std::abs(fit - fit_old) < opt.tol;
+    if (opt.max_seconds > 0 && !done) {
+      // The slowest rank's clock, so that every rank stops after the same iteration.
+      double elapsed = run_timer.seconds();
+      ctrl.allreduce(&elapsed, 1, comm::ReduceOp::max);
+      time_up = elapsed >= opt.max_seconds;
+    }
+    const bool last = done || time_up || it + 1 == opt.max_iters;
+    if (opt.print_iterations && ((it + 1) % print_every == 0 || last)) {
       const double tot = std::max(rec.seconds, 1e-12);
       char line[256];
       std::snprintf(line, sizeof(line),
@@ -470,14 +483,15 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
                     100 * t_solve / tot);
       log::info(line);
     }
-    const bool done = it > 0 && std::abs(fit - fit_old) < opt.tol;
     fit_old = fit;
-    if (opt.on_iteration && (it + 1) % std::max(opt.state_every, 1) == 0) {
+    // A run stopped by its time limit hands over its last state too (a checkpoint to resume).
+    if (opt.on_iteration && ((it + 1) % std::max(opt.state_every, 1) == 0 || time_up)) {
       CpState st;
       st.iteration = it + 1;
       st.model = assemble_model();
       for (const auto& h : res.history) st.fit_history.push_back(h.fit);
       st.converged = done;
+      st.time_limit = time_up;
       opt.on_iteration(st);
     }
     if (done) {
@@ -487,6 +501,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   }
 
   if (overlap_count > 0) res.stream_overlap = overlap_sum / overlap_count;
+  res.stop_reason = res.converged ? "converged" : time_up ? "time limit" : "iteration limit";
 
   res.model = assemble_model();
   return res;

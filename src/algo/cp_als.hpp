@@ -34,6 +34,9 @@ struct CpState {
   KruskalModel model;
   std::vector<double> fit_history;  ///< fit after each iteration (size == iteration)
   bool converged = false;           ///< the last iteration met the tolerance
+  /// The run stops after this iteration: its time limit (CpOptions::max_seconds) is up (not
+  /// saved: a resumed run gets a limit of its own).
+  bool time_limit = false;
 };
 
 struct CpOptions {
@@ -43,6 +46,12 @@ struct CpOptions {
   std::uint64_t seed = 1;
   CommStrategy strategy = CommStrategy::allreduce;
   bool print_iterations = true;  ///< one line per iteration on rank 0
+  /// With print_iterations: a line every print_every iterations, and the last one.
+  int print_every = 1;
+  /// > 0: stop after the first iteration that ends more than this many seconds after this
+  /// process started iterating (the slowest rank's clock; CpResult::stop_reason "time
+  /// limit"). 0: no limit.
+  double max_seconds = 0;
   /// Fill CpResult::distinct_rows (a pass over the stored tensor; benchmarks want it).
   bool count_distinct_rows = false;
   /// Continue from this state instead of the initial factors (same dims and rank; the
@@ -74,6 +83,9 @@ struct CpResult {
   double fit = 0;
   int iterations = 0;
   bool converged = false;
+  /// Why the iterations stopped: "converged" (|fit change| < tol), "iteration limit"
+  /// (max_iters, also when a resumed run had none left) or "time limit" (max_seconds).
+  std::string stop_reason;
   int solve_fallbacks = 0;  ///< pseudo-inverse fallbacks taken (rank-deficient V)
   double norm_x = 0;
   std::vector<CpIteration> history;

@@ -9,12 +9,14 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "driver_util.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -128,6 +130,59 @@ TEST_F(CheckpointDriver, CpKilledRunResumesToTheSameModel) {
     EXPECT_LE(rel_gap(ra.fit_history, rb.fit_history), tol) << extra;
     for (int n = 0; n < 3; ++n)
       EXPECT_LE(rel_gap(a.factors[n].data, c.factors[n].data), tol) << extra << " mode " << n;
+  }
+}
+
+TEST_F(CheckpointDriver, CpTimeLimitStopsWritesACheckpointAndResumes) {
+  const auto t = generated();
+  const std::string args = " cp " + t + " --rank 4 --iters 6 --tol 0";
+  const auto full = path("full.h5"), part = path("part.h5"), ckpt = path("part.ckpt.h5");
+  auto r = run(mpirun(2) + args + " --out " + full + " --json " + path("full.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("after 6 iteration(s) (iteration limit)"), std::string::npos) << r.out;
+  // A limit every iteration passes: the first one ends the run, on both ranks, with a
+  // checkpoint at the stop although --checkpoint-every 4 would not have written one yet.
+  r = run(mpirun(2) + args + " --max-seconds 1e-9 --checkpoint-every 4 --out " + part +
+          " --json " + path("part.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("after 1 iteration(s) (time limit)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("checkpoint: iteration 1 written to " + ckpt), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("iter   2"), std::string::npos) << r.out;
+  {
+    std::ifstream f(path("part.json"));
+    const auto j = nlohmann::json::parse(f);
+    EXPECT_EQ(j.at("stop_reason"), "time limit");
+    EXPECT_EQ(j.at("iterations"), 1);
+    EXPECT_EQ(j.at("options").at("max_seconds"), 1e-9);
+    std::ifstream g(path("full.json"));
+    EXPECT_EQ(nlohmann::json::parse(g).at("stop_reason"), "iteration limit");
+  }
+  // Resumed without the limit, printing every 2nd iteration: the uninterrupted model.
+  r = run(mpirun(2) + args + " --print-every 2 --out " + part + " --resume " + ckpt);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("resuming " + ckpt + " after iteration 1"), std::string::npos) << r.out;
+  for (const char* shown : {"iter   2 ", "iter   4 ", "iter   6 "})
+    EXPECT_NE(r.out.find(shown), std::string::npos) << shown << "\n" << r.out;
+  for (const char* hidden : {"iter   3 ", "iter   5 "})
+    EXPECT_EQ(r.out.find(hidden), std::string::npos) << hidden << "\n" << r.out;
+  tessera::io::ModelRecord ra, rb;
+  const auto a = tessera::io::read_kruskal_h5(full, &ra);
+  const auto b = tessera::io::read_kruskal_h5(part, &rb);
+  EXPECT_EQ(rb.iterations, 6);
+  EXPECT_LE(rel_gap(ra.fit_history, rb.fit_history), 1e-12);
+  for (int n = 0; n < 3; ++n)
+    EXPECT_LE(rel_gap(a.factors[n].data, b.factors[n].data), 1e-12) << "mode " << n;
+  // The last iteration is printed whatever --print-every says; bad values are refused.
+  r = run(mpirun(1) + args + " --print-every 4");
+  EXPECT_NE(r.out.find("iter   4 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("iter   6 "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("iter   5 "), std::string::npos) << r.out;
+  for (const char* bad : {" --max-seconds -1", " --print-every 0"}) {
+    r = run(mpirun(1) + args + bad);
+    EXPECT_NE(r.code, 0) << bad << "\n" << r.out;
+    EXPECT_NE(r.out.find(std::string(bad).substr(1, std::string(bad).find(' ', 1) - 1)),
+              std::string::npos)
+        << r.out;
   }
 }
 

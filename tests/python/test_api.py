@@ -106,6 +106,30 @@ def test_cp_equals_cli_bitwise(small, tmp_path, tessera_bin):
         assert [h["fit"] for h in py.history] == [h["fit"] for h in cli.history]
 
 
+def test_cp_stop_reason_time_limit_and_print_every(small, capfd):
+    coords, vals, shape = small
+    X = (coords, vals, shape)
+    full = tessera.cp_als(X, rank=3, iters=5, tol=0, **CPU1)
+    assert full.stop_reason == "iteration limit" and full.iterations == 5
+    assert full.record["stop_reason"] == "iteration limit"
+    # A limit every iteration passes: one iteration, then "time limit".
+    cut = tessera.cp_als(X, rank=3, iters=5, tol=0, max_seconds=1e-9, **CPU1)
+    assert cut.stop_reason == "time limit" and cut.iterations == 1
+    assert cut.record["options"]["max_seconds"] == 1e-9
+    assert cut.history[0]["fit"] == full.history[0]["fit"]
+    conv = tessera.cp_als(X, rank=3, iters=200, tol=1e-1, **CPU1)
+    assert conv.stop_reason == "converged" and conv.converged
+    capfd.readouterr()
+    tessera.cp_als(X, rank=3, iters=5, tol=0, verbose=True, print_every=2, **CPU1)
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert "iter   2 " in text and "iter   4 " in text and "iter   5 " in text, text
+    assert "iter   1 " not in text and "iter   3 " not in text, text
+    for bad in [dict(max_seconds=-1), dict(print_every=0)]:
+        with pytest.raises(ValueError, match=list(bad)[0]):
+            tessera.cp_als(X, rank=3, iters=2, **bad, **CPU1)
+
+
 def test_tucker_equals_cli_bitwise(small, tmp_path, tessera_bin):
     coords, vals, shape = small
     tns = tmp_path / "x.tns"
