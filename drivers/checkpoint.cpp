@@ -58,6 +58,7 @@ std::string check_model_outputs(const std::string& input, const CheckpointArgs& 
   io::OutputSet outputs;
   outputs.add_input("the input", input);
   outputs.add_input("--resume", a.resume);
+  outputs.add_input("--init", a.init_model);
   outputs.add_output("--out", out, io::OutputKind::model);
   outputs.add_output("--checkpoint", ckpt_path, io::OutputKind::model, "--resume");
   outputs.add_output("--json", json, io::OutputKind::record);

@@ -17,6 +17,8 @@ struct CheckpointArgs {
   int every = 0;       ///< write after every K-th iteration; 0 = never
   std::string path;    ///< checkpoint file; "" = derived from --out
   std::string resume;  ///< checkpoint to continue from; "" = fresh run
+  /// A model file a fresh run starts from (cp --init file:PATH); an input like --resume.
+  std::string init_model;
 };
 
 /// Registers --checkpoint-every, --checkpoint and --resume.

@@ -23,6 +23,7 @@ struct CpArgs {
   double max_seconds = 0;
   int print_every = 1;
   std::uint64_t seed = 1;
+  std::string init = "random";  ///< random | file:MODEL.h5
   ComputeOptions run;
   std::string out;
   CheckpointArgs ckpt;
@@ -37,10 +38,23 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   if (a.load.partition != "auto") scheme = partition::parse_scheme(a.load.partition);
   if (!a.load.grid.empty() && a.load.partition == "auto") scheme = partition::Scheme::grid;
 
+  CheckpointArgs ck = a.ckpt;
+  comm::run_collectively(world, [&] {
+    if (a.init.rfind("file:", 0) == 0) {
+      ck.init_model = a.init.substr(5);
+      TESSERA_INPUT_CHECK(!ck.init_model.empty(), "--init file: names no model file");
+      TESSERA_INPUT_CHECK(a.ckpt.resume.empty(),
+                          "--init " << a.init << " and --resume " << a.ckpt.resume
+                                    << ": a run starts from one of them, not both");
+    } else {
+      TESSERA_INPUT_CHECK(a.init == "random", "--init " << a.init
+                                                        << ": expected random or file:MODEL.h5");
+    }
+  });
   // Every output checked before any work (io/output.hpp): none is an input, each can be
   // created, existing files are replaced only by the rule (--force).
   const std::string ckpt_path =
-      check_model_outputs(a.load.path, a.ckpt, a.out, a.run.json, a.run.force, world);
+      check_model_outputs(a.load.path, ck, a.out, a.run.json, a.run.force, world);
   auto cx = make_compute<T>(a.run, world);
   const auto kind = cx.kind;
   log::info("tessera cp: " + std::to_string(world.size()) + " rank(s), backend " +
@@ -72,6 +86,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                          {"max_seconds", a.max_seconds},
                          {"print_every", a.print_every},
                          {"seed", a.seed},
+                         {"init", a.init},
                          {"comm_strategy", a.run.strategy},
                          {"partition", in.partition_scheme},
                          {"grid", in.grid},
@@ -100,6 +115,22 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
         world);
     restore_progress(info, &resumed);
     o.resume = &resumed;
+  } else if (!ck.init_model.empty()) {
+    // A model file as the start: its factors and weights are the state "after iteration 0".
+    comm::run_collectively(world, [&] {
+      resumed.model = io::read_kruskal_h5(ck.init_model);
+      TESSERA_INPUT_CHECK(resumed.model.dims == in.dims,
+                          "--init " << ck.init_model << ": the model's dims "
+                                    << format_dims(resumed.model.dims) << " are not the input's "
+                                    << format_dims(in.dims));
+      TESSERA_INPUT_CHECK(resumed.model.rank == a.rank,
+                          "--init " << ck.init_model << ": the model has rank "
+                                    << resumed.model.rank << ", the run asks for --rank "
+                                    << a.rank);
+    });
+    resumed.iteration = 0;
+    o.resume = &resumed;
+    log::info("starting from the model in " + ck.init_model);
   }
   if (!ckpt_path.empty() || test_kill_after_iteration() > 0) {
     o.state_every = state_every(ckpt_path, a.ckpt.every);
@@ -221,6 +252,11 @@ void add_cp(CLI::App& app, Runner& run) {
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   sub->add_option("-s,--seed", a->seed, "Seed of the initial factors");
+  sub->add_option("--init", a->init,
+                  "Initial factors: random (keyed by --seed, mode and row: the same on any rank "
+                  "count) | file:MODEL.h5 (a model written by tessera cp --out or the Python "
+                  "module: its factors and weights are the start; same dims and rank)")
+      ->capture_default_str();
   sub->add_option("--partition", a->load.partition,
                   "Nonzero distribution: auto (nnz for allreduce, grid for layer) | nnz | grid")
       ->check(CLI::IsMember({"auto", "nnz", "grid"}));

@@ -141,7 +141,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
     }
     o.state_every = 1;  // the hook runs after every iteration (checkpoints every K-th)
     o.on_iteration = [&](const algo::CpState& s) {
-      if (!ckpt_path.empty() && s.iteration % ck.every == 0)
+      if (!ckpt_path.empty() && (s.iteration % ck.every == 0 || s.time_limit))
         driver::after_iteration(
             ckpt_path, ck.every, s.iteration,
             [&] {
@@ -149,7 +149,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
                   ckpt_path, s.model,
                   driver::checkpoint_info(s, a.precision, fingerprint, opts.dump()));
             },
-            world);
+            world, s.time_limit);
       const double f = s.fit_history.empty() ? 0.0 : s.fit_history.back();
       const double prev = s.fit_history.size() > 1 ? s.fit_history[s.fit_history.size() - 2] : 0.0;
       hook(s.iteration, f, f - prev);

@@ -70,6 +70,25 @@ double rel_gap(const std::vector<double>& a, const std::vector<double>& b) {
 
 const std::string kKill = "TESSERA_TEST_KILL_AFTER_ITERATION=3 ";
 
+/// A CP model without its column scaling: per component the weight lambda_r x the product of
+/// its columns' 2-norms, then every column at unit 2-norm (two models that differ only in how
+/// their columns are scaled give the same vector).
+std::vector<double> canonical(const tessera::KruskalModel& m) {
+  const int R = m.rank;
+  std::vector<double> w(m.lambda.begin(), m.lambda.end()), cols;
+  for (const auto& F : m.factors) {
+    for (int r = 0; r < R; ++r) {
+      double s = 0;
+      for (std::int64_t i = 0; i < F.rows; ++i) s += F(i, r) * F(i, r);
+      s = std::sqrt(s);
+      w[static_cast<std::size_t>(r)] *= s;
+      for (std::int64_t i = 0; i < F.rows; ++i) cols.push_back(s > 0 ? F(i, r) / s : 0.0);
+    }
+  }
+  w.insert(w.end(), cols.begin(), cols.end());
+  return w;
+}
+
 TEST_F(CheckpointDriver, HelpListsTheOptions) {
   for (const char* sub : {" cp", " tucker"}) {
     auto r = run(tessera() + sub + " --help");
@@ -184,6 +203,61 @@ TEST_F(CheckpointDriver, CpTimeLimitStopsWritesACheckpointAndResumes) {
               std::string::npos)
         << r.out;
   }
+}
+
+TEST_F(CheckpointDriver, CpStartsFromAModelFile) {
+  const auto t = generated();
+  const std::string args = " cp " + t + " --rank 4 --tol 0";
+  const auto full = path("full.h5"), m3 = path("m3.h5"), cont = path("cont.h5");
+  auto r = run(mpirun(2) + args + " --iters 6 --out " + full);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run(mpirun(2) + args + " --iters 3 --out " + m3);
+  ASSERT_EQ(r.code, 0) << r.out;
+  // Three more iterations from the model of the first three: those of the 6-iteration run.
+  r = run(mpirun(2) + args + " --iters 3 --init file:" + m3 + " --out " + cont + " --json " +
+          path("cont.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("starting from the model in " + m3), std::string::npos) << r.out;
+  tessera::io::ModelRecord ra, rc;
+  const auto a = tessera::io::read_kruskal_h5(full, &ra);
+  const auto c = tessera::io::read_kruskal_h5(cont, &rc);
+  ASSERT_EQ(ra.fit_history.size(), 6u);
+  ASSERT_EQ(rc.fit_history.size(), 3u);
+  EXPECT_LE(rel_gap({ra.fit_history.begin() + 3, ra.fit_history.end()}, rc.fit_history), 1e-12);
+  // The same model; its columns may be scaled otherwise (the first iteration of a run
+  // normalises by the 2-norm, later ones by the max-norm).
+  EXPECT_LE(rel_gap(canonical(a), canonical(c)), 1e-10);
+  {
+    std::ifstream f(path("cont.json"));
+    EXPECT_EQ(nlohmann::json::parse(f).at("options").at("init"), "file:" + m3);
+  }
+  // On 3 ranks: the same within rounding.
+  r = run(mpirun(3) + args + " --iters 3 --init file:" + m3 + " --out " + cont + " --force");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto c3 = tessera::io::read_kruskal_h5(cont, &rc);
+  EXPECT_LE(rel_gap({ra.fit_history.begin() + 3, ra.fit_history.end()}, rc.fit_history), 1e-9);
+  EXPECT_LE(rel_gap(canonical(a), canonical(c3)), 1e-8);
+  // Refusals, each one error line naming what is wrong; the model file is untouched.
+  const auto before = fs::last_write_time(m3);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {" --iters 2 --rank 5 --init file:" + m3, "rank 4"},
+      {" --iters 2 --init file:" + path("none.h5"), "none.h5"},
+      {" --iters 2 --init nvecs", "expected random or file:MODEL.h5"},
+      {" --iters 2 --init file:" + m3 + " --resume " + m3, "not both"},
+      {" --iters 2 --init file:" + m3 + " --out " + m3, m3},
+  };
+  for (const auto& [extra, want] : bad) {
+    r = run(mpirun(2) + " cp " + t + " --tol 0" + (extra.find("--rank") == std::string::npos
+                                                        ? std::string(" --rank 4")
+                                                        : std::string()) +
+            extra);
+    EXPECT_NE(r.code, 0) << extra << "\n" << r.out;
+    EXPECT_NE(r.code, 124) << "hung: " << extra;
+    EXPECT_NE(r.out.find(want), std::string::npos) << extra << "\n" << r.out;
+    EXPECT_EQ(r.out.find("iter   1"), std::string::npos) << extra << "\n" << r.out;
+  }
+  EXPECT_EQ(fs::last_write_time(m3), before);
+  EXPECT_EQ(tessera::io::read_kruskal_h5(m3, &rc).rank, 4);
 }
 
 TEST_F(CheckpointDriver, TuckerKilledRunResumesToTheSameModel) {
