@@ -45,9 +45,10 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
   // No HDF5 chunk cache: every pass reads each chunk once, and a cache would keep (order +
   // 1) x its size of host memory the budget does not count (and serve small stores from
   // memory instead of the disk).
-  reader_ = std::make_unique<io::H5TensorReader>(o.path, o.verify_checksums, 0);
   drop_behind_ = o.drop_behind;
-  if (drop_behind_) reader_->set_drop_behind(true);
+  if (drop_behind_) io::evict_file(o.path);  // once: later reads drop behind themselves
+  reader_ = std::make_unique<io::H5TensorReader>(o.path, o.verify_checksums, 0);
+  reader_->set_drop_behind(drop_behind_);
   const io::H5TensorInfo& inf = reader_->info();
   dims_ = inf.dims;
   sorted_mode_ = inf.sorted_mode;
@@ -115,7 +116,7 @@ DiskTensor<T>::DiskTensor(const DiskTensorOptions& o) : path_(o.path) {
   if (o.verify_checksums && reader_->info().has_checksums) {
     reader_.reset();  // closed first: HDF5 shares an open dataset's state between openers
     reader_ = std::make_unique<io::H5TensorReader>(o.path, false, 0);
-    if (drop_behind_) reader_->set_drop_behind(true);
+    reader_->set_drop_behind(drop_behind_);
   }
   fingerprint_.dims = dims_;
   for (int n = 0; n < N; ++n) {

@@ -66,8 +66,9 @@ struct DiskTensorOptions {
   /// cuda backend's mttkrp_accumulate): later passes are then plain preads.
   bool check_later_passes = true;
   bool verify_checksums = true;
-  /// Drop-behind (io::H5TensorReader::set_drop_behind): the store is evicted from the page
-  /// cache when opened and every chunk once read, so every pass reads the disk.
+  /// Drop-behind: the store is evicted from the page cache once when opened (io::evict_file)
+  /// and every chunk once read (io::H5TensorReader::set_drop_behind), so every pass reads
+  /// the disk.
   bool drop_behind = false;
 };
 

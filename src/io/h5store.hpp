@@ -175,8 +175,9 @@ class H5TensorReader {
   void set_direct_piece_bytes(std::uint64_t bytes);
   /// Drop-behind for read_direct's pread path: every range read is then dropped from the
   /// page cache (posix_fadvise DONTNEED), so a store larger than memory does not evict
-  /// everything else, and repeated passes read the disk, not memory. Turning it on evicts
-  /// the whole file first (evict_file). Not for HDF5's fallback path.
+  /// everything else, and repeated passes read the disk, not memory. Pages read before are
+  /// not touched: evict_file drops (and first flushes) the whole file. Not for HDF5's
+  /// fallback path.
   void set_drop_behind(bool on);
 
  private:

@@ -149,7 +149,7 @@ void H5TensorReader::Impl::direct_piece(int d, std::uint64_t first, std::uint64_
     return stop;
   };
   // One pread; with drop-behind, the range then leaves the page cache (clean pages only:
-  // evict_file flushed the file when drop-behind was turned on).
+  // the caller flushes a file just written with evict_file).
   auto rd = [&](void* buf, std::uint64_t len, std::uint64_t off) {
     pread_full(fd, buf, static_cast<std::size_t>(len), off, path());
     if (drop_behind)
@@ -378,10 +378,7 @@ void H5TensorReader::set_direct_piece_bytes(std::uint64_t bytes) {
   impl_->direct_piece_bytes = std::max<std::uint64_t>(1, bytes);
 }
 
-void H5TensorReader::set_drop_behind(bool on) {
-  if (on && !impl_->drop_behind) evict_file(impl_->path());
-  impl_->drop_behind = on;
-}
+void H5TensorReader::set_drop_behind(bool on) { impl_->drop_behind = on; }
 
 bool evict_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
