@@ -3,9 +3,11 @@
 #include <memory>
 
 #include "algo/cp_als.hpp"
+#include "algo/cp_init.hpp"
 #include "checkpoint.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "commands.hpp"
+#include "cp_options.hpp"
 #include "common.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
@@ -23,7 +25,8 @@ struct CpArgs {
   double max_seconds = 0;
   int print_every = 1;
   std::uint64_t seed = 1;
-  std::string init = "random";  ///< random | file:MODEL.h5
+  std::string init = "random";  ///< random | nvecs | file:MODEL.h5
+  CpConstraintArgs con;  ///< constrained, regularised and weighted CP
   ComputeOptions run;
   std::string out;
   CheckpointArgs ckpt;
@@ -47,8 +50,11 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                           "--init " << a.init << " and --resume " << a.ckpt.resume
                                     << ": a run starts from one of them, not both");
     } else {
-      TESSERA_INPUT_CHECK(a.init == "random", "--init " << a.init
-                                                        << ": expected random or file:MODEL.h5");
+      TESSERA_INPUT_CHECK(a.init == "random" || a.init == "nvecs",
+                          "--init " << a.init << ": expected random, nvecs or file:MODEL.h5");
+      TESSERA_INPUT_CHECK(a.init == "random" || a.ckpt.resume.empty(),
+                          "--init " << a.init << " and --resume " << a.ckpt.resume
+                                    << ": a run starts from one of them, not both");
     }
   });
   // Every output checked before any work (io/output.hpp): none is an input, each can be
@@ -79,6 +85,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   o.print_every = a.print_every;
   o.seed = a.seed;
   o.strategy = strategy;
+  apply_cp_constraints(a.con, static_cast<int>(in.dims.size()), a.seed, o, world);
   nlohmann::json opts = {{"file", a.load.path},
                          {"rank", a.rank},
                          {"iters", a.iters},
@@ -94,6 +101,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                          {"backend", kernels::to_string(kind)},
                          {"precision", a.run.precision},
                          {"index_base", a.load.index_base}};
+  add_cp_constraint_options(opts, o);
   if (a.ckpt.every > 0) opts["checkpoint_every"] = a.ckpt.every;
   if (!a.ckpt.resume.empty()) opts["resumed_from"] = a.ckpt.resume;
 
@@ -131,6 +139,22 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     resumed.iteration = 0;
     o.resume = &resumed;
     log::info("starting from the model in " + ck.init_model);
+  } else if (a.init == "nvecs") {
+    // The leading left singular vectors of each unfolding, from the Tucker machinery.
+    comm::run_collectively(world, [&] {
+      TESSERA_INPUT_CHECK(in.dist.has_value(),
+                          "--init nvecs needs the tensor distributed in memory (memory tier 1 "
+                          "from a text file or a store read whole); this run holds it as a "
+                          "prepared or streamed handle (tier "
+                              << in.plan.tier << "): use --init random or file:MODEL.h5");
+    });
+    Timer tn;
+    resumed.model =
+        algo::nvecs_start<T>(*in.dist, *cx.backend, world, *cx.data, a.rank, a.seed, o.nonneg);
+    resumed.iteration = 0;
+    o.resume = &resumed;
+    log::info("starting from nvecs (leading singular vectors of each unfolding, " +
+              std::to_string(tn.seconds()) + " s)");
   }
   if (!ckpt_path.empty() || test_kill_after_iteration() > 0) {
     o.state_every = state_every(ckpt_path, a.ckpt.every);
@@ -172,6 +196,14 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
           : (res.phases.get("kernel") + res.phases.get("comm") + res.phases.get("solve")) / ran,
       kern > 0 ? static_cast<double>(nnz) / world.size() * N * ran / kern : 0.0);
   log::info(line);
+  if (o.holdout > 0) {
+    std::snprintf(line, sizeof(line),
+                  "held-out entries: validation RMSE %.6g on %llu entries (predicting the "
+                  "training mean: %.6g)",
+                  res.validation_rmse, static_cast<unsigned long long>(res.holdout_entries),
+                  res.mean_predictor_rmse);
+    log::info(line);
+  }
   peaks.stop();  // the floor's probes below are not the run's memory
   const TierFloor floor =
       in.plan.tier >= 2 ? tier_floor<T>(in.plan, a.load.path, *cx.backend, a.run.threads, world)
@@ -208,6 +240,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
     j["iterations"] = res.iterations;
     j["converged"] = res.converged;
     j["stop_reason"] = res.stop_reason;
+    add_cp_constraint_results(j, res, o);
     j["solve_fallbacks"] = res.solve_fallbacks;
     j["memory_tier"] = tier_json;
     j["phases_seconds"] = {{"io", li.read_seconds},
@@ -254,8 +287,34 @@ void add_cp(CLI::App& app, Runner& run) {
   sub->add_option("-s,--seed", a->seed, "Seed of the initial factors");
   sub->add_option("--init", a->init,
                   "Initial factors: random (keyed by --seed, mode and row: the same on any rank "
-                  "count) | file:MODEL.h5 (a model written by tessera cp --out or the Python "
-                  "module: its factors and weights are the start; same dims and rank)")
+                  "count) | nvecs (leading left singular vectors of each unfolding, from a "
+                  "randomized HOSVD and one HOOI step; tier 1) | file:MODEL.h5 (a model written "
+                  "by tessera cp --out or the Python module: its factors and weights are the "
+                  "start; same dims and rank)")
+      ->capture_default_str();
+  sub->add_option("--nonneg", a->con.nonneg,
+                  "Nonnegative factors on these modes: all | none | a list such as 0,2 (HALS: "
+                  "coordinate descent on each row, --inner-sweeps per update)")
+      ->capture_default_str();
+  sub->add_option("--l1", a->con.l1,
+                  "L1 penalty l1 * sum |a| on each factor update: one value, or one per mode "
+                  "(0.1,0,0)")
+      ->capture_default_str();
+  sub->add_option("--l2", a->con.l2,
+                  "L2 (Frobenius) penalty l2/2 * ||A||^2 on each factor update: one value, or one "
+                  "per mode")
+      ->capture_default_str();
+  sub->add_option("--inner-sweeps", a->con.inner_sweeps,
+                  "Coordinate-descent sweeps per factor update with --nonneg or --l1")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  sub->add_flag("--observed-only", a->con.observed_only,
+                "Completion: the stored entries are the observed ones and the loss counts only "
+                "them (row-wise normal equations; the fit is over the stored entries)");
+  sub->add_option("--holdout", a->con.holdout,
+                  "Hold this fraction of the stored entries out (chosen by --seed and the "
+                  "coordinates) and print their RMSE after every iteration (0: none)")
+      ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
   sub->add_option("--partition", a->load.partition,
                   "Nonzero distribution: auto (nnz for allreduce, grid for layer) | nnz | grid")

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <ctime>
@@ -260,6 +261,9 @@ nlohmann::json cp_iterations_json(const std::vector<algo::CpIteration>& history)
                    {"kernel", h.kernel},
                    {"comm", h.comm},
                    {"solve", h.solve}});
+  for (std::size_t k = 0; k < history.size(); ++k)
+    if (!std::isnan(history[k].validation_rmse))
+      its[k]["validation_rmse"] = history[k].validation_rmse;
   return its;
 }
 

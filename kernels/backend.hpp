@@ -13,6 +13,7 @@
 
 #include "comm/communicator.hpp"
 #include "linalg/dense.hpp"
+#include "linalg/row_update.hpp"
 #include "tensor/sparse_tensor.hpp"
 
 namespace tessera::synthetic {
@@ -334,6 +335,14 @@ class Backend {
   virtual void scale_columns(T* A, std::int64_t rows, int R, const double* host_scale) = 0;
   /// host_out[r] = sum_i A(i,r) * B(i,r), accumulated in double.
   virtual void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* host_out) = 0;
+  /// P (rows x R(R+1)/2) = the packed outer products of A's rows (linalg::pack_outer).
+  virtual void pack_outer(const T* A, std::int64_t rows, int R, T* P) = 0;
+  /// Row-wise update of constrained, regularised or weighted CP (linalg::row_update, whose
+  /// comment is the contract): A (rows x R) from M and the shared V or the rows' packed
+  /// Grams Gp; returns the rows that needed a ridge; *host_quad (if given, with Gp) =
+  /// sum_i a_i^T G_i a_i in double.
+  virtual std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V,
+                                  const T* Gp, const linalg::RowUpdate& u, double* host_quad) = 0;
 
  private:
   Workload workload_ = Workload::mttkrp;

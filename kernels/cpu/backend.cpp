@@ -167,6 +167,13 @@ class CpuBackend final : public Backend<T> {
   void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* host_out) override {
     linalg::column_dots(A, B, rows, R, host_out, threads_);
   }
+  void pack_outer(const T* A, std::int64_t rows, int R, T* P) override {
+    linalg::pack_outer(A, rows, R, P, threads_);
+  }
+  std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V, const T* Gp,
+                          const linalg::RowUpdate& u, double* host_quad) override {
+    return linalg::row_update(A, M, rows, R, V, Gp, u, host_quad, threads_);
+  }
 
  private:
   int team() const {

@@ -279,6 +279,17 @@ class CudaBackend final : public Backend<T> {
     cuda::column_dots(ctx_, A, B, rows, R, host_out);
   }
 
+  void pack_outer(const T* A, std::int64_t rows, int R, T* P) override {
+    DeviceGuard g(ctx_.device);
+    cuda::pack_outer(ctx_, A, rows, R, P);
+  }
+
+  std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V, const T* Gp,
+                          const linalg::RowUpdate& u, double* host_quad) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::row_update(ctx_, A, M, rows, R, V, Gp, u, host_quad);
+  }
+
  private:
   /// n elements of device memory, freed by the Array; a failed cudaMalloc throws with the
   /// device's free memory.

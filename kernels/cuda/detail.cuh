@@ -447,5 +447,11 @@ template <typename T>
 void scale_columns(Context& ctx, T* A, std::int64_t rows, int R, const double* host_scale);
 template <typename T>
 void column_dots(Context& ctx, const T* A, const T* B, std::int64_t rows, int R, double* host_out);
+/// Backend::pack_outer and Backend::row_update (kernels/cuda/row_update.cu).
+template <typename T>
+void pack_outer(Context& ctx, const T* A, std::int64_t rows, int R, T* P);
+template <typename T>
+std::int64_t row_update(Context& ctx, T* A, const T* M, std::int64_t rows, int R, const T* V,
+                        const T* Gp, const linalg::RowUpdate& u, double* host_quad);
 
 }  // namespace tessera::kernels::cuda

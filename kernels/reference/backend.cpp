@@ -144,6 +144,13 @@ class ReferenceBackend final : public Backend<T> {
   void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* host_out) override {
     linalg::column_dots(A, B, rows, R, host_out);
   }
+  void pack_outer(const T* A, std::int64_t rows, int R, T* P) override {
+    linalg::pack_outer(A, rows, R, P, 1);
+  }
+  std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V, const T* Gp,
+                          const linalg::RowUpdate& u, double* host_quad) override {
+    return linalg::row_update(A, M, rows, R, V, Gp, u, host_quad, 1);
+  }
 
  private:
   std::size_t budget_ = 0;  ///< recorded only: the reference format is host-resident

@@ -7,8 +7,10 @@
 #include <string>
 
 #include "algo/cp_als.hpp"
+#include "algo/cp_init.hpp"
 #include "checkpoint.hpp"
 #include "common.hpp"
+#include "cp_options.hpp"
 #include "inputs.hpp"
 #include "io/checkpoint.hpp"
 #include "kernels/factories.hpp"
@@ -29,12 +31,14 @@ struct StopArgs {
 template <typename T>
 py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::uint64_t seed,
                 const py::object& init, const CommonArgs& a, const StopArgs& stop,
-                const py::object& callback, std::uintptr_t comm_handle) {
+                const driver::CpConstraintArgs& con, const py::object& callback,
+                std::uintptr_t comm_handle) {
   Session ss(comm_handle, a.verbose);
   const comm::MpiCommunicator& world = ss.world;
   IterationHook hook(callback, world);
   Timer total;
   algo::CpResult res;
+  algo::CpOptions o_used;  // the options of the run, for the record
   driver::Input<T> in;
   driver::Loaded li;
   nlohmann::json opts;
@@ -83,6 +87,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
     o.seed = seed;
     o.strategy = strategy;
     o.print_iterations = a.verbose;
+    driver::apply_cp_constraints(con, static_cast<int>(in.dims.size()), seed, o, world);
     opts = {{"file", src.is_path ? src.path : src.name},
             {"rank", rank},
             {"iters", iters},
@@ -97,6 +102,10 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
             {"backend", kind_name},
             {"precision", a.precision},
             {"index_base", a.index_base}};
+    driver::add_cp_constraint_options(opts, o);
+    opts["init"] = init.is_none() ? std::string("random")
+                   : py::isinstance<py::str>(init) ? py::cast<std::string>(init)
+                                                   : std::string("factors");
     if (ck.every > 0) opts["checkpoint_every"] = ck.every;
     if (!a.resume.empty()) opts["resumed_from"] = a.resume;
     io::TensorFingerprint fingerprint;
@@ -132,12 +141,22 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
       });
       o.resume = &resumed;
     } else {
+      const std::string s = init.is_none() ? "random" : py::cast<std::string>(init);
       comm::run_collectively(world, [&] {
-        const std::string s = init.is_none() ? "random" : py::cast<std::string>(init);
-        TESSERA_INPUT_CHECK(s == "random", "init=\"" << s
-                                                     << "\": expected \"random\" or a list of "
-                                                        "initial factor arrays");
+        TESSERA_INPUT_CHECK(s == "random" || s == "nvecs",
+                            "init=\"" << s
+                                      << "\": expected \"random\", \"nvecs\" or a list of "
+                                         "initial factor arrays");
+        TESSERA_INPUT_CHECK(s == "random" || in.dist.has_value(),
+                            "init=\"nvecs\" needs the tensor distributed in memory (tier 1); "
+                            "this run holds it as a prepared or streamed handle");
       });
+      if (s == "nvecs") {
+        py::gil_scoped_release nogil;
+        resumed.model = algo::nvecs_start<T>(*in.dist, *cx->backend, world, *cx->data, rank,
+                                             seed, o.nonneg);
+        o.resume = &resumed;
+      }
     }
     o.state_every = 1;  // the hook runs after every iteration (checkpoints every K-th)
     o.on_iteration = [&](const algo::CpState& s) {
@@ -155,6 +174,9 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
       hook(s.iteration, f, f - prev);
     };
     first_iteration = o.resume ? o.resume->iteration : 0;
+    o_used = o;
+    o_used.on_iteration = nullptr;
+    o_used.resume = nullptr;
     {
       py::gil_scoped_release nogil;
       if (in.streamed()) {
@@ -176,6 +198,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
   j["converged"] = res.converged;
   j["stop_reason"] = res.stop_reason;
   j["solve_fallbacks"] = res.solve_fallbacks;
+  driver::add_cp_constraint_results(j, res, o_used);
   j["memory_tier"] = {{"tier", res.tier}, {"description", res.tier_description}};
   if (!ckpt_path.empty()) j["checkpoint"] = ckpt_path;
   j["phases_seconds"] = {{"io", li.read_seconds},
@@ -203,6 +226,8 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
   out["iterations"] = res.iterations;
   out["converged"] = res.converged;
   out["stop_reason"] = res.stop_reason;
+  out["validation_rmse"] = res.validation_rmse;
+  out["mean_predictor_rmse"] = res.mean_predictor_rmse;
   out["history"] = hist;
   out["record_json"] = j.dump();
   return out;
@@ -216,13 +241,18 @@ void register_cp(py::module_& m) {
            std::string backend, std::string precision, py::object threads, std::string strategy,
            std::string index_base, py::object checkpoint, int checkpoint_every, py::object resume,
            py::object callback, bool verbose, bool share, std::uintptr_t comm, double max_seconds,
-           int print_every) {
+           int print_every, std::string nonneg, std::string l1, std::string l2, int inner_sweeps,
+           bool observed_only, double holdout) {
           const CommonArgs a = common_args(backend, precision, threads, strategy, index_base,
                                            checkpoint, checkpoint_every, resume, verbose, share);
           const StopArgs stop{max_seconds, print_every};
+          const driver::CpConstraintArgs con{nonneg, l1, l2, inner_sweeps, observed_only,
+                                             holdout};
           if (precision == "float")
-            return run_cp<float>(tensor, rank, iters, tol, seed, init, a, stop, callback, comm);
-          return run_cp<double>(tensor, rank, iters, tol, seed, init, a, stop, callback, comm);
+            return run_cp<float>(tensor, rank, iters, tol, seed, init, a, stop, con, callback,
+                                 comm);
+          return run_cp<double>(tensor, rank, iters, tol, seed, init, a, stop, con, callback,
+                                comm);
         });
 }
 

@@ -79,10 +79,34 @@ def _init_arg(init):
     return [np.ascontiguousarray(f, dtype=np.float64) for f in init]
 
 
+def _modes_arg(nonneg):
+    if nonneg is True:
+        return "all"
+    if nonneg is False or nonneg is None:
+        return "none"
+    if isinstance(nonneg, str):
+        return nonneg
+    try:
+        return ",".join(str(int(m)) for m in nonneg)
+    except (TypeError, ValueError):
+        raise ValueError("nonneg=%r: expected True, False or a list of modes" % (nonneg,)) from None
+
+
+def _per_mode_arg(v, name):
+    if isinstance(v, str):
+        return v
+    try:
+        vals = [float(v)] if isinstance(v, _numbers.Real) else [float(x) for x in v]
+    except (TypeError, ValueError):
+        raise ValueError("%s=%r: expected a number or one number per mode" % (name, v)) from None
+    return ",".join(repr(x) for x in vals)
+
+
 def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",
            precision="double", threads=None, comm_strategy="allreduce", index_base="1",
            checkpoint=None, checkpoint_every=None, resume=None, callback=None, verbose=False,
-           distributed="root", comm=None, max_seconds=None, print_every=1):
+           distributed="root", comm=None, max_seconds=None, print_every=1, nonneg=False,
+           l1=0.0, l2=0.0, inner_sweeps=3, observed_only=False, holdout=0.0):
     """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
 
     X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
@@ -96,6 +120,15 @@ def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="rand
     this many seconds (the CLI's --max-seconds; None: no limit). Returns a CPResult; its
     stop_reason says why the iterations stopped ("converged", "iteration limit" or "time
     limit").
+
+    Constrained, regularised and weighted CP (the CLI's options of the same names; see
+    docs/constrained-cp.md): nonneg: True (every mode), False, or a list of modes; l1, l2:
+    one penalty for every mode or a list with one per mode; inner_sweeps: coordinate-descent
+    sweeps per update; observed_only: the stored entries are the observed ones (completion);
+    holdout: the fraction of stored entries held out (chosen by seed), whose RMSE after each
+    iteration is in history ("validation_rmse") and CPResult.validation_rmse (with
+    mean_predictor_rmse, the RMSE of predicting the training mean). init="nvecs": leading
+    singular vectors of each unfolding.
     """
     if isinstance(rank, bool) or not isinstance(rank, _numbers.Integral):
         raise ValueError("rank=%r: expected an integer from 1 to 4096" % (rank,))
@@ -104,10 +137,15 @@ def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="rand
         _to_core(X), int(rank), int(iters), float(tol), int(seed), _init_arg(init), backend,
         precision, _threads(threads), comm_strategy, str(index_base), checkpoint,
         int(checkpoint_every or 0), resume, callback, bool(verbose), share,
-        _comm_handle(comm), float(max_seconds or 0), int(print_every))
+        _comm_handle(comm), float(max_seconds or 0), int(print_every), _modes_arg(nonneg),
+        _per_mode_arg(l1, "l1"), _per_mode_arg(l2, "l2"), int(inner_sweeps),
+        bool(observed_only), float(holdout))
     rec = _record(r)
-    return CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
-                    r["history"], rec, stop_reason=r["stop_reason"])
+    res = CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
+                   r["history"], rec, stop_reason=r["stop_reason"])
+    res.validation_rmse = r["validation_rmse"]
+    res.mean_predictor_rmse = r["mean_predictor_rmse"]
+    return res
 
 
 def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",

@@ -20,6 +20,9 @@ class CPResult:
     def __init__(self, weights, factors, fit, iterations=0, converged=False, history=(),
                  record=None, stop_reason=None):
         self.stop_reason = stop_reason
+        # Set by cp_als with holdout > 0: RMSE on the held-out entries, and of the mean.
+        self.validation_rmse = None
+        self.mean_predictor_rmse = None
         self.weights = np.asarray(weights, dtype=np.float64)
         self.factors = [np.asarray(f, dtype=np.float64) for f in factors]
         self.fit = float(fit)

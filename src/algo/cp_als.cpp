@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <type_traits>
 
+#include "linalg/row_update.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/rng.hpp"
@@ -28,7 +30,64 @@ double initial_factor_value(std::uint64_t seed, int mode, std::uint64_t row, int
                              static_cast<std::uint64_t>(col)));
 }
 
+bool held_out(std::uint64_t seed, double fraction, const std::uint64_t* coords, int order) {
+  std::uint64_t h = hash_keys(seed, 0x484f4c444f5554ull, static_cast<std::uint64_t>(order));
+  for (int m = 0; m < order; ++m) h = hash_keys(h, coords[m], static_cast<std::uint64_t>(m));
+  return uniform01(h) < fraction;
+}
+
+std::vector<bool> parse_mode_set(const std::string& s, int order, const std::string& option) {
+  std::vector<bool> out(static_cast<std::size_t>(order), false);
+  if (s == "none" || s.empty()) return out;
+  if (s == "all") return std::vector<bool>(static_cast<std::size_t>(order), true);
+  std::size_t pos = 0;
+  while (pos <= s.size()) {
+    const std::size_t e = std::min(s.find(',', pos), s.size());
+    const std::string t = s.substr(pos, e - pos);
+    char* end = nullptr;
+    const long v = std::strtol(t.c_str(), &end, 10);
+    TESSERA_INPUT_CHECK(!t.empty() && end != nullptr && *end == '\0' && v >= 0 && v < order,
+                        option << " " << s << ": '" << t
+                               << "' is not a mode of this order-" << order
+                               << " tensor (expected all, none or modes 0.." << order - 1
+                               << " separated by commas)");
+    out[static_cast<std::size_t>(v)] = true;
+    pos = e + 1;
+  }
+  return out;
+}
+
+std::vector<double> parse_mode_values(const std::string& s, int order, const std::string& option) {
+  std::vector<double> v;
+  std::size_t pos = 0;
+  while (pos <= s.size()) {
+    const std::size_t e = std::min(s.find(',', pos), s.size());
+    const std::string t = s.substr(pos, e - pos);
+    char* end = nullptr;
+    const double x = std::strtod(t.c_str(), &end);
+    TESSERA_INPUT_CHECK(!t.empty() && end != nullptr && *end == '\0' && std::isfinite(x) && x >= 0,
+                        option << " " << s << ": '" << t
+                               << "' is not a finite number >= 0 (expected one value, or one "
+                                  "per mode separated by commas)");
+    v.push_back(x);
+    pos = e + 1;
+  }
+  if (v.size() == 1) return std::vector<double>(static_cast<std::size_t>(order), v[0]);
+  TESSERA_INPUT_CHECK(static_cast<int>(v.size()) == order,
+                      option << " " << s << ": " << v.size() << " values for an order-" << order
+                             << " tensor (give one value, or one per mode)");
+  return v;
+}
+
 namespace {
+
+/// The held-out entries of this rank (CpOptions::holdout), coordinates as the handle's.
+struct Holdout {
+  std::vector<std::vector<std::uint64_t>> idx;  ///< per mode
+  std::vector<double> vals;
+  double train_sum = 0;  ///< sum of this rank's training values
+  std::uint64_t train_count = 0;
+};
 
 /// The factor rows one rank holds and owns for one mode.
 struct ModeLayout {
@@ -54,6 +113,32 @@ void check_cp_inputs(kernels::Backend<T>& be, const comm::Communicator& ctrl,
                   "data communicator and backend must use the same memory space");
   TESSERA_EXPECTS(ctrl.size() == data.size() && ctrl.rank() == data.rank(),
                   "ctrl and data communicators must span the same ranks");
+  TESSERA_INPUT_CHECK(opt.inner_sweeps >= 1,
+                      "--inner-sweeps must be at least 1 (got " << opt.inner_sweeps << ")");
+  TESSERA_INPUT_CHECK(opt.holdout >= 0 && opt.holdout < 1,
+                      "--holdout must be a fraction in [0, 1) (got " << opt.holdout << ")");
+  for (double v : opt.l1)
+    TESSERA_INPUT_CHECK(std::isfinite(v) && v >= 0, "--l1 values must be finite and >= 0");
+  for (double v : opt.l2)
+    TESSERA_INPUT_CHECK(std::isfinite(v) && v >= 0, "--l2 values must be finite and >= 0");
+}
+
+/// The row update of mode n (CpOptions: per-mode vectors, empty = none).
+linalg::RowUpdate update_of(const CpOptions& opt, int n, int N) {
+  auto check = [&](std::size_t size, const char* what) {
+    TESSERA_INPUT_CHECK(size == 0 || static_cast<int>(size) == N,
+                        what << ": " << size << " values for an order-" << N << " tensor");
+  };
+  check(opt.nonneg.size(), "nonneg");
+  check(opt.l1.size(), "l1");
+  check(opt.l2.size(), "l2");
+  linalg::RowUpdate u;
+  const auto k = static_cast<std::size_t>(n);
+  u.nonneg = !opt.nonneg.empty() && opt.nonneg[k];
+  u.l1 = opt.l1.empty() ? 0.0 : opt.l1[k];
+  u.l2 = opt.l2.empty() ? 0.0 : opt.l2[k];
+  u.sweeps = opt.inner_sweeps;
+  return u;
 }
 
 /// Throws InputError unless `s` is the state of a run on a tensor of shape `dims` with
@@ -151,7 +236,8 @@ template <typename T>
 CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distribution& dist,
                  std::vector<ModeLayout>& lay, kernels::Backend<T>& be,
                  const comm::Communicator& ctrl, const comm::Communicator& data,
-                 const CpOptions& opt, const Timer& setup_timer) {
+                 const CpOptions& opt, const Timer& setup_timer,
+                 const kernels::TensorHandle<T>* Xones = nullptr, const Holdout* hold = nullptr) {
   const int N = dist.order();
   const int R = opt.rank;
   const bool layer = opt.strategy == CommStrategy::layer;
@@ -160,6 +246,15 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
                   "tensor handle of order " << X.order() << " for a distribution of order " << N);
   CpResult res;
   if (opt.resume) check_cp_state(*opt.resume, dims, R);
+  std::vector<linalg::RowUpdate> upd;
+  bool any_rowwise = opt.observed_only;
+  for (int n = 0; n < N; ++n) {
+    upd.push_back(update_of(opt, n, N));
+    any_rowwise = any_rowwise || upd.back().descent() || upd.back().l2 > 0;
+  }
+  TESSERA_EXPECTS(!opt.observed_only || Xones != nullptr,
+                  "observed_only needs the pattern handle (the Distributed overload)");
+  const int W = static_cast<int>(linalg::packed_size(R));
 
   if (opt.print_iterations) {
     // Factor rows entering the update collectives each iteration (largest over ranks).
@@ -251,6 +346,20 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   auto Mown = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * R));
   auto Aown = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * R));
   auto V = be.allocate(static_cast<std::size_t>(R * R));
+  // Completion: each mode's packed outer products of its factor rows, the wide MTTKRP of
+  // the pattern (the rows' packed Grams) and its owned block.
+  std::vector<kernels::Array<T>> P;
+  kernels::Array<T> MW, MWown;
+  if (opt.observed_only) {
+    for (int n = 0; n < N; ++n) {
+      const auto& L = lay[static_cast<std::size_t>(n)];
+      P.push_back(be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(L.alloc, 1) * W)));
+      if (L.len > 0) be.pack_outer(A[static_cast<std::size_t>(n)].data(), L.len, R, P.back().data());
+    }
+    MW = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_alloc, 1) * W));
+    MWown = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * W));
+  }
+  std::vector<const T*> pptr(static_cast<std::size_t>(N));
 
   // Gram of the owned rows of each factor, summed over the ranks when the rows are split.
   auto update_gram = [&](int n, const T* own_rows, std::int64_t own_n) {
@@ -324,6 +433,60 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     return model;
   };
 
+  // Held-out entries: the RMSE of the model on them (collective), and of the training mean.
+  std::vector<std::vector<T>> Ah(static_cast<std::size_t>(N));
+  auto holdout_rmse = [&](double mean, bool use_mean) {
+    double se = 0;
+    if (!hold->vals.empty()) {
+      if (!use_mean)
+        for (int m = 0; m < N; ++m) {
+          const auto& L = lay[static_cast<std::size_t>(m)];
+          auto& h = Ah[static_cast<std::size_t>(m)];
+          h.resize(static_cast<std::size_t>(L.len * R));
+          if (!h.empty()) be.download(A[static_cast<std::size_t>(m)].data(), h.size(), h.data());
+        }
+      for (std::size_t k = 0; k < hold->vals.size(); ++k) {
+        double pred = mean;
+        if (!use_mean) {
+          pred = 0;
+          for (int r = 0; r < R; ++r) {
+            double p = lambda[static_cast<std::size_t>(r)];
+            for (int m = 0; m < N; ++m)
+              p *= static_cast<double>(
+                  Ah[static_cast<std::size_t>(m)][hold->idx[static_cast<std::size_t>(m)][k] * R +
+                                                  static_cast<std::size_t>(r)]);
+            pred += p;
+          }
+          pred /= c;
+        }
+        const double e = hold->vals[k] - pred;
+        se += e * e;
+      }
+    }
+    ctrl.allreduce(&se, 1);
+    return res.holdout_entries > 0 ? std::sqrt(se / static_cast<double>(res.holdout_entries))
+                                   : std::numeric_limits<double>::quiet_NaN();
+  };
+  if (hold != nullptr) {
+    double sums[3] = {hold->train_sum, static_cast<double>(hold->train_count),
+                      static_cast<double>(hold->vals.size())};
+    ctrl.allreduce(sums, 3);
+    res.training_entries = static_cast<std::uint64_t>(sums[1]);
+    res.holdout_entries = static_cast<std::uint64_t>(sums[2]);
+    res.mean_predictor_rmse = holdout_rmse(sums[1] > 0 ? sums[0] / sums[1] : 0.0, true);
+    if (opt.print_iterations) {
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "held out %llu of %llu stored entries (--holdout %g, seed %llu); predicting "
+                    "the training mean gives RMSE %.6g on them",
+                    static_cast<unsigned long long>(res.holdout_entries),
+                    static_cast<unsigned long long>(res.holdout_entries + res.training_entries),
+                    opt.holdout, static_cast<unsigned long long>(opt.holdout_seed),
+                    res.mean_predictor_rmse);
+      log::info(line);
+    }
+  }
+
   TESSERA_EXPECTS(opt.max_seconds >= 0 && std::isfinite(opt.max_seconds),
                   "max_seconds >= 0, got " << opt.max_seconds);
   const int print_every = std::max(opt.print_every, 1);
@@ -332,6 +495,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   for (int it = first_iter; it < opt.max_iters && !res.converged && !time_up; ++it) {
     Timer iter_timer;
     double t_kernel = 0, t_comm = 0, t_solve = 0;
+    double quad = 0;  // observed_only: sum_i a_i^T G_i a_i of the last mode (the model's norm)
     for (int n = 0; n < N; ++n) {
       auto& L = lay[static_cast<std::size_t>(n)];
       for (int m = 0; m < N; ++m)
@@ -348,15 +512,27 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
       }
       if (L.alloc > L.len)
         be.fill(M.data() + L.len * R, static_cast<std::size_t>((L.alloc - L.len) * R), T(0));
+      if (opt.observed_only) {
+        // The rows' packed Grams: the MTTKRP of the pattern with the packed outer products.
+        for (int m = 0; m < N; ++m) pptr[static_cast<std::size_t>(m)] = P[static_cast<std::size_t>(m)].data();
+        be.mttkrp(*Xones, n, pptr, W, MW.data());
+        if (L.alloc > L.len)
+          be.fill(MW.data() + L.len * W, static_cast<std::size_t>((L.alloc - L.len) * W), T(0));
+      }
       be.synchronize();
       t_kernel += t.seconds();
 
       t.reset();
       T* Mrows = M.data();
       const bool split = L.rows != nullptr;
+      T* MWrows = MW.data();
       if (split) {
         L.rows->reduce_scatter(M.data(), Mown.data(), static_cast<std::size_t>(L.b * R));
         Mrows = Mown.data();
+        if (opt.observed_only) {
+          L.rows->reduce_scatter(MW.data(), MWown.data(), static_cast<std::size_t>(L.b * W));
+          MWrows = MWown.data();
+        }
       }
       be.synchronize();
       t_comm += t.seconds();
@@ -365,15 +541,35 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
       T* own = split ? Aown.data() : A[static_cast<std::size_t>(n)].data();
       if (N == 1) {
         be.fill(V.data(), static_cast<std::size_t>(R * R), T(1));
-      } else {
+      } else if (!opt.observed_only) {
         std::vector<const T*> gs;
         for (int m = 0; m < N; ++m)
           if (m != n) gs.push_back(G[static_cast<std::size_t>(m)].data());
         be.hadamard(gs, R, V.data());
       }
+      const linalg::RowUpdate& u = upd[static_cast<std::size_t>(n)];
       if (split) be.fill(own, static_cast<std::size_t>(L.b * R), T(0));
-      if (L.own_n > 0) be.copy(Mrows, static_cast<std::size_t>(L.own_n * R), own);
-      if (be.solve_normal(own, L.own_n, V.data(), R)) ++res.solve_fallbacks;
+      if (!opt.observed_only && !u.descent() && u.l2 == 0) {
+        if (L.own_n > 0) be.copy(Mrows, static_cast<std::size_t>(L.own_n * R), own);
+        if (be.solve_normal(own, L.own_n, V.data(), R)) ++res.solve_fallbacks;
+      } else {
+        if (u.descent() && L.own_n > 0) {
+          // Coordinate descent starts from the current rows with the weights: the factor
+          // of the model whose other factors are the normalised ones.
+          if (split)
+            be.copy(A[static_cast<std::size_t>(n)].data() + L.own_lo * R,
+                    static_cast<std::size_t>(L.own_n * R), own);
+          be.scale_columns(own, L.own_n, R, lambda.data());
+        }
+        linalg::RowUpdate uc = u;
+        uc.l1 = u.l1 * c;  // the loop solves for c X: the linear terms scale by c
+        double q = 0;
+        res.ridged_rows +=
+            be.row_update(own, Mrows, L.own_n, R, opt.observed_only ? nullptr : V.data(),
+                          opt.observed_only ? MWrows : nullptr, uc,
+                          opt.observed_only && n == N - 1 ? &q : nullptr);
+        if (n == N - 1) quad = q;
+      }
       const NormKind kind = it == 0 ? NormKind::two : NormKind::max;
       be.column_norms(own, L.own_n, R, kind, host_norms.data());
       be.synchronize();
@@ -409,7 +605,11 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
         L.rows->allgather(Aown.data(), A[static_cast<std::size_t>(n)].data(),
                           static_cast<std::size_t>(L.b * R));
         if (n == N - 1) ctrl.allreduce(dots.data(), static_cast<std::size_t>(R));
+        if (n == N - 1 && opt.observed_only) ctrl.allreduce(&quad, 1);
       }
+      if (opt.observed_only && L.len > 0)
+        be.pack_outer(A[static_cast<std::size_t>(n)].data(), L.len, R,
+                      P[static_cast<std::size_t>(n)].data());
       be.synchronize();
       t_comm += t.seconds();
     }
@@ -422,7 +622,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     double norm_m2 = 0, inner = 0;
     for (int r = 0; r < R; ++r) {
       inner += lambda[static_cast<std::size_t>(r)] * dots[static_cast<std::size_t>(r)];
-      for (int s = 0; s < R; ++s) {
+      for (int s = 0; s < R && !opt.observed_only; ++s) {
         double p = lambda[static_cast<std::size_t>(r)] * lambda[static_cast<std::size_t>(s)];
         for (int n = 0; n < N; ++n)
           p *= static_cast<double>(
@@ -430,6 +630,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
         norm_m2 += p;
       }
     }
+    if (opt.observed_only) norm_m2 = quad;  // over the stored entries only
     const double resid2_raw = norm_cx2 + norm_m2 - 2 * inner;
     // ||X - model||^2 < 0 beyond rounding: ||X||^2 understates the tensor the MTTKRP sees
     // (a handle whose repeated coordinates value_norm_squared() counts separately), so no
@@ -449,9 +650,12 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
                             " is not a number (||model||^2 = " + std::to_string(norm_m2) +
                             ", <X, model> = " + std::to_string(inner) + " for ||X|| scaled to " +
                             std::to_string(norm_cx) + "): the factors overflowed");
-    t_solve += tf.seconds();
+
+    if (hold != nullptr) res.validation_rmse = holdout_rmse(0.0, false);
+    t_solve += tf.seconds();  // the validation RMSE included
 
     CpIteration rec;
+    rec.validation_rmse = res.validation_rmse;
     rec.iter = it + 1;
     rec.fit = fit;
     rec.delta = fit - fit_old;
@@ -475,13 +679,18 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     const bool last = done || time_up || it + 1 == opt.max_iters;
     if (opt.print_iterations && ((it + 1) % print_every == 0 || last)) {
       const double tot = std::max(rec.seconds, 1e-12);
-      char line[256];
+      char line[320];
       std::snprintf(line, sizeof(line),
                     "  iter %3d  fit %.6f  delta %+.3e  %.4f s  (kernel %2.0f%%  comm %2.0f%%  "
                     "solve %2.0f%%)",
                     rec.iter, fit, rec.delta, rec.seconds, 100 * t_kernel / tot, 100 * t_comm / tot,
                     100 * t_solve / tot);
-      log::info(line);
+      std::string text = line;
+      if (hold != nullptr) {
+        std::snprintf(line, sizeof(line), "  validation RMSE %.6g", rec.validation_rmse);
+        text += line;
+      }
+      log::info(text);
     }
     fit_old = fit;
     // A run stopped by its time limit hands over its last state too (a checkpoint to resume).
@@ -525,28 +734,60 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   auto lay = make_layouts(dist, layer, data);
 
   // The kernel's view of the local block: global coordinates (allreduce), or shifted to
-  // the held chunks (layer).
-  std::unique_ptr<kernels::TensorHandle<T>> X;
-  if (!layer) {
+  // the held chunks (layer); with a holdout, its training entries only.
+  const bool plain_view = !layer && opt.holdout == 0 && !opt.observed_only;
+  std::unique_ptr<kernels::TensorHandle<T>> X, Xones;
+  if (plain_view) {
     X = be.prepare(d.block);
-  } else {
-    SparseTensor<T> shifted(std::vector<std::uint64_t>(static_cast<std::size_t>(N)));
+    return run_als(*X, dist, lay, be, ctrl, data, opt, setup_timer);
+  }
+  SparseTensor<T> view(std::vector<std::uint64_t>(static_cast<std::size_t>(N)));
+  for (int n = 0; n < N; ++n) {
+    const auto& L = lay[static_cast<std::size_t>(n)];
+    view.dims[static_cast<std::size_t>(n)] =
+        layer ? static_cast<std::uint64_t>(L.len) : dist.dims[static_cast<std::size_t>(n)];
+  }
+  Holdout hold;
+  if (opt.holdout > 0) hold.idx.resize(static_cast<std::size_t>(N));
+  std::vector<std::uint64_t> orig(static_cast<std::size_t>(N));
+  const nnz_t nnz = d.block.nnz();
+  for (int n = 0; n < N; ++n) view.idx[static_cast<std::size_t>(n)].reserve(nnz);
+  view.vals.reserve(nnz);
+  for (nnz_t k = 0; k < nnz; ++k) {
+    bool out = false;
+    if (opt.holdout > 0) {
+      for (int n = 0; n < N; ++n)
+        orig[static_cast<std::size_t>(n)] =
+            dist.original_index(n, d.block.idx[static_cast<std::size_t>(n)][k]);
+      out = held_out(opt.holdout_seed, opt.holdout, orig.data(), N);
+    }
     for (int n = 0; n < N; ++n) {
       const auto& L = lay[static_cast<std::size_t>(n)];
-      shifted.dims[static_cast<std::size_t>(n)] = static_cast<std::uint64_t>(L.len);
-      auto& dst = shifted.idx[static_cast<std::size_t>(n)];
-      const auto& src = d.block.idx[static_cast<std::size_t>(n)];
-      dst.resize(src.size());
-      for (std::size_t k = 0; k < src.size(); ++k) {
-        TESSERA_EXPECTS(src[k] >= L.lo && src[k] < L.lo + static_cast<std::uint64_t>(L.len),
-                        "nonzero outside this rank's grid block");
-        dst[k] = static_cast<index_t>(src[k] - L.lo);
-      }
+      const std::uint64_t g = d.block.idx[static_cast<std::size_t>(n)][k];
+      TESSERA_EXPECTS(!layer || (g >= L.lo && g < L.lo + static_cast<std::uint64_t>(L.len)),
+                      "nonzero outside this rank's grid block");
+      const std::uint64_t local = layer ? g - L.lo : g;
+      if (out)
+        hold.idx[static_cast<std::size_t>(n)].push_back(local);
+      else
+        view.idx[static_cast<std::size_t>(n)].push_back(static_cast<index_t>(local));
     }
-    shifted.vals = d.block.vals;
-    X = be.prepare(shifted);
+    const T v = d.block.vals[k];
+    if (out) {
+      hold.vals.push_back(static_cast<double>(v));
+    } else {
+      view.vals.push_back(v);
+      hold.train_sum += static_cast<double>(v);
+      ++hold.train_count;
+    }
   }
-  return run_als(*X, dist, lay, be, ctrl, data, opt, setup_timer);
+  X = be.prepare(view);
+  if (opt.observed_only) {
+    std::fill(view.vals.begin(), view.vals.end(), T(1));  // the pattern of the stored entries
+    Xones = be.prepare(view);
+  }
+  return run_als(*X, dist, lay, be, ctrl, data, opt, setup_timer, Xones.get(),
+                 opt.holdout > 0 ? &hold : nullptr);
 }
 
 template <typename T>
@@ -554,6 +795,12 @@ CpResult cp_als(const kernels::TensorHandle<T>& X, const std::vector<std::uint64
                 nnz_t global_nnz, kernels::Backend<T>& be, const comm::Communicator& ctrl,
                 const comm::Communicator& data, const CpOptions& opt) {
   check_cp_inputs(be, ctrl, data, opt);
+  TESSERA_INPUT_CHECK(!opt.observed_only && opt.holdout == 0,
+                      opt.tensor_name
+                          << ": --observed-only and --holdout need the tensor distributed in "
+                             "memory (memory tier 1 from a text file or a store read whole); "
+                             "this run holds it as a prepared or streamed handle (tier "
+                          << X.tier() << "): use --tier 1 (or a larger memory budget)");
   TESSERA_INPUT_CHECK(opt.strategy == CommStrategy::allreduce,
                       "CP-ALS on a tensor prepared in the backend supports only the allreduce "
                       "strategy: the layer strategy needs a grid partition of the nonzeros "

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -70,12 +71,35 @@ struct CpOptions {
   bool approximate_fit = false;
   /// The tensor's name in messages (the driver passes the input file).
   std::string tensor_name = "the tensor";
+
+  // ---- constrained, regularised and weighted CP (docs/constrained-cp.md) ----
+  // Per mode (size = the order, or empty: none): the factor update of mode n solves, row by
+  // row, min_a 1/2 a^T (H + l2[n] I) a - m^T a + l1[n] |a|_1 (a >= 0 if nonneg[n]) with m the
+  // MTTKRP row and H the Hadamard product of the other modes' Grams (linalg::RowUpdate; for
+  // nonneg or l1 by `inner_sweeps` coordinate-descent (HALS) sweeps from the current row, else
+  // a linear solve). All empty, no observed_only: plain CP-ALS, bitwise as ever.
+  std::vector<bool> nonneg;
+  std::vector<double> l1, l2;
+  int inner_sweeps = 3;
+  /// Completion: the loss counts the stored entries only (the others are missing, not zero):
+  /// each row's H is the Gram of the Khatri-Rao rows of its own entries (CP-WOPT's row-wise
+  /// normal equations), and the fit is 1 - ||P(X - model)|| / ||P X|| over the stored entries.
+  /// Needs the tensor in memory (the Distributed overload).
+  bool observed_only = false;
+  /// Hold this fraction of the stored entries out of the decomposition (chosen by a hash of
+  /// (holdout_seed, original coordinates): the same entries on any rank count, partition or
+  /// relabelling) and report their RMSE after every iteration. 0: none. The Distributed
+  /// overload only.
+  double holdout = 0;
+  std::uint64_t holdout_seed = 1;
 };
 
 struct CpIteration {
   int iter = 0;
   double fit = 0, delta = 0, seconds = 0;
   double kernel = 0, comm = 0, solve = 0;  ///< seconds in this iteration
+  /// RMSE of the model on the held-out entries (CpOptions::holdout), else NaN.
+  double validation_rmse = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct CpResult {
@@ -87,6 +111,13 @@ struct CpResult {
   /// (max_iters, also when a resumed run had none left) or "time limit" (max_seconds).
   std::string stop_reason;
   int solve_fallbacks = 0;  ///< pseudo-inverse fallbacks taken (rank-deficient V)
+  /// Row solves that needed a ridge (rows with fewer stored entries than R, observed_only).
+  std::int64_t ridged_rows = 0;
+  /// With CpOptions::holdout: entries held out and kept (over all ranks), the RMSE of the
+  /// final model on the held-out entries, and that of predicting the training entries' mean.
+  std::uint64_t holdout_entries = 0, training_entries = 0;
+  double validation_rmse = std::numeric_limits<double>::quiet_NaN();
+  double mean_predictor_rmse = std::numeric_limits<double>::quiet_NaN();
   double norm_x = 0;
   std::vector<CpIteration> history;
   PhaseTimes phases;  ///< "kernel", "comm", "solve", "setup" (seconds, this rank)
@@ -139,5 +170,15 @@ CpResult cp_als(const kernels::TensorHandle<T>& X, const std::vector<std::uint64
 
 /// Initial factor value: uniform in [0, 1) keyed by (seed, mode, global row, column).
 double initial_factor_value(std::uint64_t seed, int mode, std::uint64_t row, int col);
+
+/// True when the entry at these ORIGINAL coordinates is held out (CpOptions::holdout).
+bool held_out(std::uint64_t seed, double fraction, const std::uint64_t* coords, int order);
+
+/// "all" | "none" | a comma list of modes ("0,2") -> one flag per mode; throws InputError
+/// naming `option`.
+std::vector<bool> parse_mode_set(const std::string& s, int order, const std::string& option);
+/// "0.1" (every mode) or "0.1,0,0.5" (one per mode) -> one value per mode, each finite and
+/// >= 0; throws InputError naming `option`.
+std::vector<double> parse_mode_values(const std::string& s, int order, const std::string& option);
 
 }  // namespace tessera::algo

@@ -294,6 +294,13 @@ class StreamingBackend final : public kernels::Backend<T> {
   void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* out) override {
     in_.column_dots(A, B, rows, R, out);
   }
+  void pack_outer(const T* A, std::int64_t rows, int R, T* P) override {
+    in_.pack_outer(A, rows, R, P);
+  }
+  std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V, const T* Gp,
+                          const linalg::RowUpdate& u, double* host_quad) override {
+    return in_.row_update(A, M, rows, R, V, Gp, u, host_quad);
+  }
 
  private:
   /// A buffer of at least n values in backend memory for a chunk's output, kept across

@@ -1,0 +1,39 @@
+// The options of constrained, regularised and weighted CP (docs/constrained-cp.md) as the
+// CLI (`tessera cp`) and the Python module take them: parsed into algo::CpOptions in one
+// place, recorded in the run record in one place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "algo/cp_als.hpp"
+#include "comm/communicator.hpp"
+
+namespace tessera::driver {
+
+struct CpConstraintArgs {
+  std::string nonneg = "none";  ///< all | none | modes "0,2"
+  std::string l1 = "0";         ///< one value, or one per mode "0.1,0,0"
+  std::string l2 = "0";
+  int inner_sweeps = 3;
+  bool observed_only = false;
+  double holdout = 0;  ///< fraction of the stored entries held out (seed: the run's --seed)
+};
+
+/// Sets o.nonneg, l1, l2, inner_sweeps, observed_only, holdout and holdout_seed (= seed)
+/// for a tensor of this order. Collective: an InputError names the option on every rank.
+void apply_cp_constraints(const CpConstraintArgs& a, int order, std::uint64_t seed,
+                          algo::CpOptions& o, const comm::Communicator& world);
+
+/// The options' entries of the run record ("nonneg" as a list of modes, "l1", "l2" per
+/// mode, "inner_sweeps", "observed_only", "holdout"), merged into `opts`.
+void add_cp_constraint_options(nlohmann::json& opts, const algo::CpOptions& o);
+
+/// The result's entries: "ridged_rows", and "holdout" (fraction, entries, RMSEs) when
+/// entries were held out.
+void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
+                               const algo::CpOptions& o);
+
+}  // namespace tessera::driver
