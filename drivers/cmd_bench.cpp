@@ -21,6 +21,8 @@
 #include <unordered_set>
 
 #include "algo/cp_als.hpp"
+#include "cp_options.hpp"
+#include "linalg/row_update.hpp"
 #include "algo/generate.hpp"
 #include "algo/tucker.hpp"
 #include "comm/nccl_communicator.hpp"
@@ -45,6 +47,8 @@ struct BenchArgs {
   int rank = 16, repeat = 5, iters = 5;
   std::string ranks;         ///< Tucker ranks (bench ttmc|tucker); empty: --rank for every mode
   std::string svd = "gram";  ///< bench tucker
+  std::string generate_on = "auto";  ///< auto | host | backend
+  CpConstraintArgs con;              ///< bench cp: constrained, regularised, weighted CP
   ComputeOptions run;
 };
 
@@ -97,8 +101,17 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   BenchInput<T> in;
   const bool handle_kind = a.what == "mttkrp" || a.what == "ttmc";
   if (a.what == "ttmc" || a.what == "tucker") be.set_workload(kernels::Workload::ttmc);
-  const bool on_backend = a.load.path.empty() &&
-                          (handle_kind || a.what == "tucker" || scheme == partition::Scheme::nnz);
+  // bench cp generates on the backend unless asked (--generate-on host) or unless it needs the
+  // distributed host block (--observed-only, --holdout: cp_als on a Distributed).
+  const bool needs_block = a.what == "cp" && (a.con.observed_only || a.con.holdout > 0);
+  comm::run_collectively(world, [&] {
+    TESSERA_INPUT_CHECK(!(needs_block && a.generate_on == "backend"),
+                        "--generate-on backend: --observed-only and --holdout need the tensor "
+                        "distributed from the host (use --generate-on host or auto)");
+  });
+  const bool on_backend =
+      a.load.path.empty() && a.generate_on != "host" && !needs_block &&
+      (handle_kind || a.what == "tucker" || scheme == partition::Scheme::nnz);
   if (a.load.path.empty()) {
     comm::run_collectively(world, [&] {  // the same options everywhere: agreed
       TESSERA_INPUT_CHECK(!a.gen_dims.empty() && a.gen_nnz >= 1,
@@ -143,12 +156,12 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   partition::Distributed<T> d;
   if (!a.load.path.empty()) {
     d = load_and_distribute<T>(a.load, scheme, world, nullptr);
-  } else {  // bench cp, layer strategy
+  } else {  // bench cp: layer strategy, --generate-on host, or a constraint that needs it
     log::info(
-        "bench cp --generate with --comm-strategy layer: generating on the host "
-        "(algo::generate, repeated coordinates merged) and distributing on a grid, as the "
-        "layer strategy needs a grid partition (the allreduce strategy generates on the "
-        "backend)");
+        "bench --generate on the host (algo::generate, repeated coordinates merged), "
+        "distributed by the partition scheme: the layer strategy needs a grid partition, "
+        "--observed-only and --holdout the host block; otherwise it was asked for with "
+        "--generate-on host");
     algo::GenerateOptions o;
     o.dims = parse_dims(a.gen_dims);
     o.nnz = static_cast<std::int64_t>(a.gen_nnz);
@@ -575,6 +588,7 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     o.print_iterations = log::verbosity() >= 2;
     o.count_distinct_rows = true;         // for the floor
     o.approximate_fit = in.X != nullptr;  // generated: repeats kept, ||X|| not merged
+    apply_cp_constraints(a.con, N, o.seed, o, world);
     // A generated tensor (allreduce) runs on its backend handle; otherwise cp_als
     // prepares the distributed block.
     if (in.X)
@@ -605,9 +619,16 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     // collectives are not in it; their share is printed beside).
     const std::vector<double> distinct(res.distinct_rows.begin(), res.distinct_rows.end());
     double bytes = 0;
-    for (int n = 0; n < N; ++n)
+    // Completion adds, per mode, the MTTKRP of the pattern with R(R+1)/2 columns (the rows'
+    // packed Grams): the same nonzeros, wider rows.
+    const int W = static_cast<int>(linalg::packed_size(R));
+    for (int n = 0; n < N; ++n) {
       bytes += mttkrp_floor_bytes(res.mttkrp_stream_bytes[static_cast<std::size_t>(n)], distinct,
                                   res.rows_held, n, R, sizeof(T));
+      if (o.observed_only)
+        bytes += mttkrp_floor_bytes(res.mttkrp_stream_bytes[static_cast<std::size_t>(n)],
+                                    distinct, res.rows_held, n, W, sizeof(T));
+    }
     world.allreduce(&bytes, 1, comm::ReduceOp::max);
     const double floor_s = bytes / bw;
     if (log::rank() == 0) {
@@ -642,6 +663,12 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     j["share"] = {{"kernel", k / it_s}, {"comm", c / it_s}, {"solve", s / it_s}};
     j["fit"] = res.fit;
     j["strategy"] = a.run.strategy;
+    {
+      nlohmann::json con;
+      add_cp_constraint_options(con, o);
+      add_cp_constraint_results(con, res, o);
+      j["constraints"] = con;
+    }
     if (in.X) {
       j["tensor"]["generated_on_backend"] = true;
       j["prepare_seconds"] = in.prepare_seconds;
@@ -687,7 +714,13 @@ void reject_unused_bench_options(const CLI::App& bench, const BenchArgs& a) {
   const std::vector<Use> uses = {{"--repeat", {"mttkrp", "ttmc"}},
                                  {"--iters", {"cp", "tucker"}},
                                  {"--svd", {"tucker"}},
-                                 {"--ranks", {"ttmc", "tucker"}}};
+                                 {"--ranks", {"ttmc", "tucker"}},
+                                 {"--nonneg", {"cp"}},
+                                 {"--l1", {"cp"}},
+                                 {"--l2", {"cp"}},
+                                 {"--inner-sweeps", {"cp"}},
+                                 {"--observed-only", {"cp"}},
+                                 {"--holdout", {"cp"}}};
   for (const CLI::Option* o : bench.get_options()) {
     if (o->count() == 0 || o == bench.get_help_ptr()) continue;
     const std::string name = o->get_name();
@@ -735,6 +768,12 @@ void add_bench(CLI::App& app, Runner& run) {
                   "Tucker ranks per mode (bench ttmc|tucker), e.g. 16,16,16; default --rank");
   sub->add_option("--svd", a->svd,
                   "Tucker factor update (bench tucker): gram | subspace | scalapack");
+  sub->add_option("--generate-on", a->generate_on,
+                  "Where --generate makes the tensor: auto (the backend, or the host where the "
+                  "run needs the distributed block) | host | backend")
+      ->check(CLI::IsMember({"auto", "host", "backend"}))
+      ->capture_default_str();
+  add_cp_constraint_flags(sub, a->con);
   add_compute_options(sub, a->run, a->load, kStrategyOption | kBudgetOptions);
   sub->callback([a, sub, &run] {
     reject_unused_bench_options(*sub, *a);

@@ -292,30 +292,7 @@ void add_cp(CLI::App& app, Runner& run) {
                   "by tessera cp --out or the Python module: its factors and weights are the "
                   "start; same dims and rank)")
       ->capture_default_str();
-  sub->add_option("--nonneg", a->con.nonneg,
-                  "Nonnegative factors on these modes: all | none | a list such as 0,2 (HALS: "
-                  "coordinate descent on each row, --inner-sweeps per update)")
-      ->capture_default_str();
-  sub->add_option("--l1", a->con.l1,
-                  "L1 penalty l1 * sum |a| on each factor update: one value, or one per mode "
-                  "(0.1,0,0)")
-      ->capture_default_str();
-  sub->add_option("--l2", a->con.l2,
-                  "L2 (Frobenius) penalty l2/2 * ||A||^2 on each factor update: one value, or one "
-                  "per mode")
-      ->capture_default_str();
-  sub->add_option("--inner-sweeps", a->con.inner_sweeps,
-                  "Coordinate-descent sweeps per factor update with --nonneg or --l1")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  sub->add_flag("--observed-only", a->con.observed_only,
-                "Completion: the stored entries are the observed ones and the loss counts only "
-                "them (row-wise normal equations; the fit is over the stored entries)");
-  sub->add_option("--holdout", a->con.holdout,
-                  "Hold this fraction of the stored entries out (chosen by --seed and the "
-                  "coordinates) and print their RMSE after every iteration (0: none)")
-      ->check(CLI::Range(0.0, 0.99))
-      ->capture_default_str();
+  add_cp_constraint_flags(sub, a->con);
   sub->add_option("--partition", a->load.partition,
                   "Nonzero distribution: auto (nnz for allreduce, grid for layer) | nnz | grid")
       ->check(CLI::IsMember({"auto", "nnz", "grid"}));

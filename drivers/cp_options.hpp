@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "algo/cp_als.hpp"
@@ -21,6 +22,10 @@ struct CpConstraintArgs {
   bool observed_only = false;
   double holdout = 0;  ///< fraction of the stored entries held out (seed: the run's --seed)
 };
+
+/// The options --nonneg, --l1, --l2, --inner-sweeps, --observed-only and --holdout of a
+/// subcommand (tessera cp, tessera bench cp), with their defaults in --help.
+void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a);
 
 /// Sets o.nonneg, l1, l2, inner_sweeps, observed_only, holdout and holdout_seed (= seed)
 /// for a tensor of this order. Collective: an InputError names the option on every rank.

@@ -201,6 +201,32 @@ TEST(Tier3Cp, SameAsTier1AndAsOneProcess) {
   }
 }
 
+TEST(Tier3Cp, NonnegativeRegularisedSameAsTier1AndAsOneProcess) {
+  // Constrained CP needs nothing of the tier but the MTTKRP: the row updates (HALS, L1,
+  // L2) run on the factors, so tier 3 gives tier 1's iterations (docs/constrained-cp.md).
+  const std::uint64_t seed = shared_seed();
+  const auto st = store(lowrank({30, 25, 20}, 3000, 3, seed), "cpnn");
+  auto o = cp_opts(3, 5);
+  o.nonneg = {true, true, true};
+  o.l1 = {0.01, 0.0, 0.02};
+  o.l2 = {0.1, 0.1, 0.0};
+  const std::string base = "nonneg on " + std::to_string(world().size()) + " ranks, seed " +
+                           std::to_string(seed);
+  const auto single = cp_single_process(st, o);
+  const auto [a, n] = share_range(st.x.nnz(), world().rank(), world().size());
+  for (auto kind : {BackendKind::reference, BackendKind::cpu}) {
+    const std::string what = base + ", " + kernels::to_string(kind);
+    const auto t1 = cp_tier1<double>(st, kind, o);
+    const auto share = open_range(st.plain, a, n, 211);
+    const auto t3 = cp_tier3<double>(*share, st, kind, o);
+    EXPECT_EQ(t3.tier, 3) << what;
+    expect_same_cp(t3, t1, 1e-10, 1e-8, what + " tier 3 vs tier 1");
+    expect_same_cp(t3, single, 1e-10, 1e-8, what + " tier 3 vs one process");
+    for (const auto& f : t3.model.factors)
+      for (double x : f.data) ASSERT_GE(x, 0.0) << what;
+  }
+}
+
 algo::TuckerOptions tucker_opts(std::vector<int> ranks, int iters) {
   algo::TuckerOptions o;
   o.ranks = std::move(ranks);
