@@ -71,6 +71,11 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   PlanContext pc;
   pc.workload = plan::Workload::cp;
   pc.cp_rank = a.rank;
+  pc.completion = a.con.observed_only;
+  pc.tier1_only = a.con.observed_only || a.con.holdout > 0 || a.init == "nvecs";
+  pc.tier1_why = a.con.observed_only ? "--observed-only"
+                 : a.con.holdout > 0 ? "--holdout"
+                                     : "--init nvecs";
   PeakSampler peaks(kind == kernels::BackendKind::cuda);
   Input<T> in = load_input<T>(a.load, a.run, scheme, strategy == algo::CommStrategy::allreduce, cx,
                               pc, world, &li);

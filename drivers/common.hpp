@@ -82,6 +82,11 @@ struct PlanContext {
   plan::Workload workload = plan::Workload::cp;
   int cp_rank = 16;
   std::vector<int> tucker_ranks;
+  /// CP: the run needs the block distributed in memory (tier 1; not a store read in place):
+  /// --observed-only, --holdout, --init nvecs; `tier1_why` names the option.
+  bool tier1_only = false;
+  std::string tier1_why;
+  bool completion = false;  ///< CP --observed-only (plan::Request::completion)
 };
 
 /// A run's input, where the plan put it:

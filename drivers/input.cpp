@@ -182,6 +182,9 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   req.workload = pc.workload;
   req.cp_rank = pc.cp_rank;
   req.tucker_ranks = pc.tucker_ranks;
+  req.tier1_only = pc.tier1_only;
+  req.tier1_why = pc.tier1_why;
+  req.completion = pc.completion;
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && o.grid.empty();
   req.relabel = o.relabel;
   plan::TensorFacts facts;
@@ -197,7 +200,8 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   const bool by_block = h && h->partition && h->partition->nblocks() == P;
   // A store with unique coordinates run with the allreduce strategy is read in its stored
   // order: no exchange, no sort (the nnz scheme's equal shares, or the stored blocks).
-  const bool store_order = facts.store && facts.unique == 1 && req.allreduce && !o.relabel;
+  const bool store_order =
+      facts.store && facts.unique == 1 && req.allreduce && !o.relabel && !pc.tier1_only;
 
   if (facts.store) {
     fill_stats_from_store(in, *h, P, by_block);

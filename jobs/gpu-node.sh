@@ -40,6 +40,9 @@
 #               their ratio (issue 19: within 10%)
 #       study: jobs/study.py on TESSERA_STUDY (default jobs/studies/gpu-1.toml), locally, into
 #               $OUT/study (table, CSV, plots)
+#       constrained: bench cp on the nell-2 shape (generated on the host, float, cuda, rank
+#               TESSERA_CON_RANK, default 32): plain, --nonneg, --nonneg with L1/L2, and
+#               --observed-only --holdout 0.1, each next to plain CP (issue 23)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -391,6 +394,30 @@ if has scaling; then
       --dist powerlaw --rank 32 --backend cuda --precision float --iters 5
     p=$((p * 2))
   done
+fi
+if has constrained; then  # issue 23: constrained / completion CP next to plain CP, nell-2 shape
+  rk=${TESSERA_CON_RANK:-32}
+  g="--generate $nell --nnz 76.9e6 --generate-on host --backend cuda --precision float -r $rk --iters ${TESSERA_CON_ITERS:-6}"
+  bench con-plain-r$rk "$T" bench cp $g
+  bench con-nonneg-r$rk "$T" bench cp $g --nonneg all
+  bench con-nonneg-l1l2-r$rk "$T" bench cp $g --nonneg all --l1 0.01 --l2 0.1
+  bench con-observed-r$rk "$T" bench cp $g --observed-only --holdout 0.1 --l2 1e-3
+  python3 - "$out" "$rk" <<'PY' | tee -a "$summary"
+import json, os, sys
+out, rk = sys.argv[1], sys.argv[2]
+def load(n):
+    p = os.path.join(out, f"con-{n}-r{rk}.json")
+    return json.load(open(p)) if os.path.exists(p) else None
+plain = load("plain")
+for n in ("plain", "nonneg", "nonneg-l1l2", "observed"):
+    j = load(n)
+    if j is None or plain is None:
+        print(f"constrained {n}: no result"); continue
+    s = j["share"]; c = j.get("constraints", {}); h = c.get("holdout")
+    extra = f"  validation RMSE {h['validation_rmse']:.4g} (mean {h['mean_predictor_rmse']:.4g})" if h else ""
+    print(f"constrained r{rk} {n:12s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter  x{j['seconds_per_iteration']/plain['seconds_per_iteration']:5.2f} plain  "
+          f"kernel {s['kernel']*100:4.1f}% solve {s['solve']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}  fit {j['fit']:.5f}{extra}")
+PY
 fi
 if has python || has study; then  # real tensors beside a checkout or carried in .deps/data
   for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do

@@ -66,6 +66,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
     ck.resume = a.resume;
     ckpt_path = driver::check_model_outputs(src.is_path ? src.path : std::string(), ck, "", "",
                                             false, world);
+    const bool nvecs = py::isinstance<py::str>(init) && py::cast<std::string>(init) == "nvecs";
     std::optional<driver::Compute<T>> cx;
     algo::CpState resumed;
     algo::CpOptions o;
@@ -76,6 +77,9 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
       driver::PlanContext pc;
       pc.workload = plan::Workload::cp;
       pc.cp_rank = rank;
+      pc.completion = con.observed_only;
+      pc.tier1_only = con.observed_only || con.holdout > 0 || nvecs;
+      pc.tier1_why = con.observed_only ? "observed_only" : con.holdout > 0 ? "holdout" : "init=\"nvecs\"";
       in = load<T>(src, a, scheme, strategy == algo::CommStrategy::allreduce, *cx, pc, world, &li);
     }
     o.rank = rank;

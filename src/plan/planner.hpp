@@ -75,6 +75,13 @@ struct Request {
   std::vector<int> tucker_ranks;  ///< Tucker ranks R_n
   bool allreduce = true;          ///< strategy: allreduce (else layer, which needs tier 1-2)
   bool relabel = false;           ///< --relabel: tiers 1-2 only
+  /// The run needs the distributed block in memory, tier 1 only (CP's --observed-only,
+  /// --holdout, --init nvecs): tiers 2-3 are not considered.
+  bool tier1_only = false;
+  std::string tier1_why;  ///< the option that asks for it, for the plan's reasons
+  /// CP --observed-only: a second prepared copy of the block (its pattern) and, per mode,
+  /// R(R+1)/2-wide packed outer products and row Grams in the backend's memory.
+  bool completion = false;
   int force_tier = 0;             ///< --tier: 0 = auto, else 1, 2 or 3
   nnz_t stream_chunk = 0;         ///< --stream-chunk: nonzeros per streamed chunk (0: planned)
   int read_ahead = 2;             ///< --read-ahead: tier 3 chunks read ahead (buffers: + 1)
