@@ -76,6 +76,16 @@ double ttmc_floor_bytes(double stream_bytes, const std::vector<double>& distinct
   return b;
 }
 
+/// True when --generate makes the tensor on the host (algo::generate) rather than on the
+/// backend: bench cp with the layer strategy, with --observed-only or --holdout (cp_als
+/// takes the distributed block), or with --generate-on host.
+bool generates_on_host(const BenchArgs& a) {
+  if (!a.load.path.empty()) return false;
+  if (a.generate_on == "host") return true;
+  if (a.what != "cp") return false;
+  return a.con.observed_only || a.con.holdout > 0 || a.run.strategy == "layer";
+}
+
 /// This rank's benchmark input: the prepared handle X (bench mttkrp, and bench cp on a
 /// generated tensor with the allreduce strategy; the host block is not kept), or the
 /// distributed block d (bench cp otherwise: cp_als prepares it itself).
@@ -109,9 +119,7 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
                         "--generate-on backend: --observed-only and --holdout need the tensor "
                         "distributed from the host (use --generate-on host or auto)");
   });
-  const bool on_backend =
-      a.load.path.empty() && a.generate_on != "host" && !needs_block &&
-      (handle_kind || a.what == "tucker" || scheme == partition::Scheme::nnz);
+  const bool on_backend = a.load.path.empty() && !generates_on_host(a);
   if (a.load.path.empty()) {
     comm::run_collectively(world, [&] {  // the same options everywhere: agreed
       TESSERA_INPUT_CHECK(!a.gen_dims.empty() && a.gen_nnz >= 1,
@@ -398,11 +406,16 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
     req.extra.push_back({"bandwidth probe (2 arrays)", 0, std::uint64_t(4) << 30, 0, ""});
   else
     req.extra.push_back({"bandwidth probe (2 arrays)", std::uint64_t(1) << 30, 0, 0, ""});
+  req.completion = a.what == "cp" && a.con.observed_only;
   plan::TensorFacts facts;
   if (path.empty()) {
-    facts.generated = true;
+    // On the backend: nothing read. On the host, algo::generate's block is made, merged and
+    // distributed like a text input's (modelled as one).
+    facts.generated = !generates_on_host(a);
+    facts.text = !facts.generated;
     facts.dims = dims;
     facts.nnz = nnz;
+    facts.unique = 1;
   } else {
     facts = plan::facts_of_file(path, world);
     if (!facts.store) {  // text, already read: plan what follows

@@ -157,6 +157,151 @@ __global__ void row_update_kernel(T* __restrict__ A, const T* __restrict__ M, st
   }
 }
 
+/// Largest R of the warp-per-row kernel (its R x R matrix in shared memory, double).
+constexpr int kWarpRowMaxR = 64;
+
+/// One warp per row of the packed Grams Gp (the completion's rows): the row's matrix in
+/// shared memory, Cholesky (right-looking, the trailing update spread over the lanes) or
+/// coordinate-descent sweeps with warp-reduced dot products. Same arithmetic as the host's
+/// up to the order of summation.
+template <typename T>
+__global__ void row_update_warp_kernel(T* __restrict__ A, const T* __restrict__ M,
+                                       std::int64_t rows, const T* __restrict__ Gp, Params p,
+                                       double* quad, unsigned long long* ridges) {
+  extern __shared__ double smem[];
+  const int R = p.R;
+  const int warps = blockDim.x / 32;
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  double* H = smem + static_cast<std::size_t>(w) * (R * R + 2 * R);
+  double* a = H + R * R;
+  double* m = a + R;
+  const std::int64_t W = static_cast<std::int64_t>(R) * (R + 1) / 2;
+  double q = 0;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * warps + w; i < rows;
+       i += static_cast<std::int64_t>(gridDim.x) * warps) {
+    const T* G = Gp + i * W;
+    auto load = [&](double add) {
+      for (std::int64_t e = lane; e < W; e += 32) {
+        int r = 0;
+        std::int64_t k = e;
+        while (k >= R - r) {
+          k -= R - r;
+          ++r;
+        }
+        const int c = r + static_cast<int>(k);
+        const double v = static_cast<double>(G[e]);
+        H[r * R + c] = v + (r == c ? add : 0.0);
+        H[c * R + r] = v + (r == c ? add : 0.0);
+      }
+      __syncwarp();
+    };
+    for (int r = lane; r < R; r += 32) {
+      m[r] = static_cast<double>(M[i * R + r]);
+      a[r] = p.descent ? static_cast<double>(A[i * R + r]) : 0.0;
+    }
+    __syncwarp();
+    if (p.descent) {
+      load(0.0);
+      for (int sweep = 0; sweep < p.sweeps; ++sweep)
+        for (int r = 0; r < R; ++r) {
+          double z = 0;
+          for (int s = lane; s < R; s += 32)
+            if (s != r) z += H[r * R + s] * a[s];
+          for (int off = 16; off > 0; off /= 2) z += __shfl_xor_sync(0xffffffffu, z, off);
+          z = m[r] - z;
+          const double d = H[r * R + r] + p.l2;
+          double v = 0;
+          if (d > 0) {
+            if (p.nonneg)
+              v = fmax(0.0, z - p.l1) / d;
+            else
+              v = (z > p.l1 ? z - p.l1 : z < -p.l1 ? z + p.l1 : 0.0) / d;
+          }
+          __syncwarp();
+          if (lane == 0) a[r] = v;
+          __syncwarp();
+        }
+    } else {
+      double trace = 0;
+      for (int r = lane; r < R; r += 32) trace += static_cast<double>(G[r * static_cast<std::int64_t>(R) - static_cast<std::int64_t>(r) * (r - 1) / 2]);
+      for (int off = 16; off > 0; off /= 2) trace += __shfl_xor_sync(0xffffffffu, trace, off);
+      bool solved = false, ridge = false;
+      if (trace + R * p.l2 > 0) {
+        for (int attempt = 0; attempt < 2 && !solved; ++attempt) {
+          load(p.l2 + (attempt == 0 ? 0.0 : 1e-10 * trace / R + DBL_MIN));
+          bool ok = true;
+          for (int j = 0; j < R && ok; ++j) {  // lower factor in H's lower triangle
+            const double d2 = H[j * R + j];
+            if (!(d2 > 1e-14 * (trace / R + p.l2))) {
+              ok = false;
+              break;
+            }
+            const double d = sqrt(d2);
+            __syncwarp();
+            for (int r = j + 1 + lane; r < R; r += 32) H[r * R + j] /= d;
+            if (lane == 0) H[j * R + j] = d;
+            __syncwarp();
+            // Trailing update of the lower triangle: (r, c), j < c <= r.
+            const int n = R - j - 1;
+            for (int t = lane; t < n * n; t += 32) {
+              const int r = j + 1 + t / n, c = j + 1 + t % n;
+              if (c <= r) H[r * R + c] -= H[r * R + j] * H[c * R + j];
+            }
+            __syncwarp();
+          }
+          if (!ok) {
+            ridge = true;
+            continue;
+          }
+          if (lane == 0) {  // the triangular solves: R^2 work, small next to the factorisation
+            for (int r = 0; r < R; ++r) {
+              double v = m[r];
+              for (int c = 0; c < r; ++c) v -= H[r * R + c] * a[c];
+              a[r] = v / H[r * R + r];
+            }
+            for (int r = R - 1; r >= 0; --r) {
+              double v = a[r];
+              for (int c = r + 1; c < R; ++c) v -= H[c * R + r] * a[c];
+              a[r] = v / H[r * R + r];
+            }
+          }
+          __syncwarp();
+          solved = true;
+        }
+      } else {
+        ridge = true;
+      }
+      if (!solved) {
+        for (int r = lane; r < R; r += 32) a[r] = 0.0;
+        __syncwarp();
+      }
+      if (ridge && lane == 0) atomicAdd(ridges, 1ull);
+    }
+    for (int r = lane; r < R; r += 32) A[i * R + r] = static_cast<T>(a[r]);
+    if (quad != nullptr) {
+      // a^T G a with the stored (rounded) values and the packed G itself.
+      __syncwarp();
+      for (int r = lane; r < R; r += 32) a[r] = static_cast<double>(static_cast<T>(a[r]));
+      __syncwarp();
+      for (std::int64_t e = lane; e < W; e += 32) {
+        int r = 0;
+        std::int64_t k = e;
+        while (k >= R - r) {
+          k -= R - r;
+          ++r;
+        }
+        const int c = r + static_cast<int>(k);
+        q += (r == c ? 1.0 : 2.0) * static_cast<double>(G[e]) * a[r] * a[c];
+      }
+    }
+    __syncwarp();
+  }
+  if (quad != nullptr) {
+    for (int off = 16; off > 0; off /= 2) q += __shfl_down_sync(0xffffffffu, q, off);
+    if (lane == 0 && q != 0) atomicAdd(quad, q);
+  }
+}
+
 template <typename T>
 __global__ void add_diagonal_kernel(T* V, int R, double v) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -214,7 +359,17 @@ std::int64_t row_update(Context& ctx, T* A, const T* M, std::int64_t rows, int R
   auto* dridges = reinterpret_cast<unsigned long long*>(dquad + 1);
   TESSERA_CUDA_CHECK(cudaMemsetAsync(dquad, 0, 16, ctx.stream));
   Params p{R, u.nonneg, u.l1, u.l2, u.sweeps, u.descent()};
-  for (std::int64_t r0 = 0; r0 < rows; r0 += batch) {
+  if (Gp != nullptr && R <= kWarpRowMaxR) {
+    // One warp per row, its matrix in shared memory.
+    const int warps = R <= 32 ? 4 : 1;
+    const std::size_t shm = static_cast<std::size_t>(warps) * (R * R + 2 * R) * sizeof(double);
+    const unsigned blocks =
+        static_cast<unsigned>(std::min<std::int64_t>((rows + warps - 1) / warps, 65536));
+    row_update_warp_kernel<T><<<blocks, warps * 32, shm, ctx.stream>>>(
+        A, M, rows, Gp, p, host_quad != nullptr ? dquad : nullptr, dridges);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+  for (std::int64_t r0 = 0; r0 < rows && !(Gp != nullptr && R <= kWarpRowMaxR); r0 += batch) {
     const std::int64_t nb = std::min(batch, rows - r0);
     row_update_kernel<T><<<static_cast<unsigned>((nb + 127) / 128), 128, 0, ctx.stream>>>(
         A, M, r0, nb, V, Gp, p, S, host_quad != nullptr && Gp != nullptr ? dquad : nullptr,
