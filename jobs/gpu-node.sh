@@ -401,7 +401,8 @@ if has constrained; then  # issue 23: constrained / completion CP next to plain 
   bench con-plain-r$rk "$T" bench cp $g
   bench con-nonneg-r$rk "$T" bench cp $g --nonneg all
   bench con-nonneg-l1l2-r$rk "$T" bench cp $g --nonneg all --l1 0.01 --l2 0.1
-  bench con-observed-r$rk "$T" bench cp $g --observed-only --holdout 0.1 --l2 1e-3
+  bench con-observed-r$rk "$T" bench cp $g --observed-only --l2 1e-3
+  bench con-observed-holdout-r$rk "$T" bench cp $g --observed-only --holdout 0.1 --l2 1e-3
   python3 - "$out" "$rk" <<'PY' | tee -a "$summary"
 import json, os, sys
 out, rk = sys.argv[1], sys.argv[2]
@@ -409,13 +410,13 @@ def load(n):
     p = os.path.join(out, f"con-{n}-r{rk}.json")
     return json.load(open(p)) if os.path.exists(p) else None
 plain = load("plain")
-for n in ("plain", "nonneg", "nonneg-l1l2", "observed"):
+for n in ("plain", "nonneg", "nonneg-l1l2", "observed", "observed-holdout"):
     j = load(n)
     if j is None or plain is None:
         print(f"constrained {n}: no result"); continue
     s = j["share"]; c = j.get("constraints", {}); h = c.get("holdout")
     extra = f"  validation RMSE {h['validation_rmse']:.4g} (mean {h['mean_predictor_rmse']:.4g})" if h else ""
-    print(f"constrained r{rk} {n:12s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter  x{j['seconds_per_iteration']/plain['seconds_per_iteration']:5.2f} plain  "
+    print(f"constrained r{rk} {n:16s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter  x{j['seconds_per_iteration']/plain['seconds_per_iteration']:5.2f} plain  "
           f"kernel {s['kernel']*100:4.1f}% solve {s['solve']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}  fit {j['fit']:.5f}{extra}")
 PY
 fi

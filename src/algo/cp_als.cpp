@@ -445,7 +445,11 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
           h.resize(static_cast<std::size_t>(L.len * R));
           if (!h.empty()) be.download(A[static_cast<std::size_t>(m)].data(), h.size(), h.data());
         }
-      for (std::size_t k = 0; k < hold->vals.size(); ++k) {
+      const auto nk = static_cast<std::int64_t>(hold->vals.size());
+      // Host threads over the held-out entries (OpenMP's default team: the rank's cores).
+#pragma omp parallel for schedule(static) reduction(+ : se) if (nk > 65536)
+      for (std::int64_t kk = 0; kk < nk; ++kk) {
+        const auto k = static_cast<std::size_t>(kk);
         double pred = mean;
         if (!use_mean) {
           pred = 0;
