@@ -21,6 +21,17 @@ __device__ __forceinline__ std::int64_t packed_at(int R, int r, int s) {  // r <
   return static_cast<std::int64_t>(r) * R - static_cast<std::int64_t>(r) * (r - 1) / 2 + (s - r);
 }
 
+/// The (r, c), r <= c, of entry e of a packed R x R triangle (row r holds R - r entries).
+__device__ __forceinline__ void packed_pair(int R, std::int64_t e, int* r, int* c) {
+  int row = 0;
+  while (e >= R - row) {
+    e -= R - row;
+    ++row;
+  }
+  *r = row;
+  *c = row + static_cast<int>(e);
+}
+
 /// H(r, s) of row i: the shared V, or the row's packed Gram.
 template <typename T>
 __device__ __forceinline__ double h_at(const T* V, const T* G, int R, int r, int s) {
@@ -35,13 +46,8 @@ __global__ void pack_outer_kernel(const T* __restrict__ A, std::int64_t rows, in
   for (std::int64_t t = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
        t < rows * W; t += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t i = t / W;
-    std::int64_t e = t - i * W;
-    int r = 0;
-    while (e >= R - r) {  // row r of the packed triangle holds R - r entries
-      e -= R - r;
-      ++r;
-    }
-    const int s = r + static_cast<int>(e);
+    int r = 0, s = 0;
+    packed_pair(R, t - i * W, &r, &s);
     P[t] = A[i * R + r] * A[i * R + s];
   }
 }
@@ -182,13 +188,8 @@ __global__ void row_update_warp_kernel(T* __restrict__ A, const T* __restrict__ 
     const T* G = Gp + i * W;
     auto load = [&](double add) {
       for (std::int64_t e = lane; e < W; e += 32) {
-        int r = 0;
-        std::int64_t k = e;
-        while (k >= R - r) {
-          k -= R - r;
-          ++r;
-        }
-        const int c = r + static_cast<int>(k);
+        int r = 0, c = 0;
+        packed_pair(R, e, &r, &c);
         const double v = static_cast<double>(G[e]);
         H[r * R + c] = v + (r == c ? add : 0.0);
         H[c * R + r] = v + (r == c ? add : 0.0);
@@ -284,13 +285,8 @@ __global__ void row_update_warp_kernel(T* __restrict__ A, const T* __restrict__ 
       for (int r = lane; r < R; r += 32) a[r] = static_cast<double>(static_cast<T>(a[r]));
       __syncwarp();
       for (std::int64_t e = lane; e < W; e += 32) {
-        int r = 0;
-        std::int64_t k = e;
-        while (k >= R - r) {
-          k -= R - r;
-          ++r;
-        }
-        const int c = r + static_cast<int>(k);
+        int r = 0, c = 0;
+        packed_pair(R, e, &r, &c);
         q += (r == c ? 1.0 : 2.0) * static_cast<double>(G[e]) * a[r] * a[c];
       }
     }

@@ -17,6 +17,7 @@
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
 #include "linalg/dense.hpp"
+#include "gather_util.hpp"
 #include "test_util.hpp"
 
 namespace tessera {
@@ -30,21 +31,7 @@ comm::MpiCommunicator& world() {
   return w;
 }
 
-/// Every rank's nonzeros on every rank.
-template <typename T>
-SparseTensor<T> gather_all(const SparseTensor<T>& x, const comm::Communicator& c) {
-  const int P = c.size();
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(P), x.nnz());
-  auto replicate = [P](const auto& v) {
-    std::remove_cvref_t<decltype(v)> out;
-    for (int r = 0; r < P; ++r) out.insert(out.end(), v.begin(), v.end());
-    return out;
-  };
-  SparseTensor<T> all(x.dims);
-  for (int n = 0; n < x.order(); ++n) all.idx[n] = c.alltoallv(replicate(x.idx[n]), counts);
-  all.vals = c.alltoallv(replicate(x.vals), counts);
-  return all;
-}
+using test::gather_all;
 
 struct Variant {
   const char* name;

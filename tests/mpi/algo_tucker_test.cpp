@@ -22,6 +22,7 @@
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
 #include "linalg/dense.hpp"
+#include "gather_util.hpp"
 #include "test_util.hpp"
 
 namespace tessera {
@@ -416,21 +417,7 @@ TEST(TuckerSvd, MethodsReachTheSameSubspaces) {
 
 // ---- same result on every rank count, backend and labelling --------------------------------
 
-/// Gathers every rank's nonzeros to every rank.
-template <typename T>
-SparseTensor<T> gather_all(const SparseTensor<T>& x, const comm::Communicator& c) {
-  const int P = c.size();
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(P), x.nnz());
-  auto replicate = [P](const auto& v) {
-    std::remove_cvref_t<decltype(v)> out;
-    for (int r = 0; r < P; ++r) out.insert(out.end(), v.begin(), v.end());
-    return out;
-  };
-  SparseTensor<T> all(x.dims);
-  for (int n = 0; n < x.order(); ++n) all.idx[n] = c.alltoallv(replicate(x.idx[n]), counts);
-  all.vals = c.alltoallv(replicate(x.vals), counts);
-  return all;
-}
+using test::gather_all;
 
 /// A single-process reference run (rank 0, reference backend) broadcast to every rank.
 template <typename T>
