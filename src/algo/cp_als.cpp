@@ -7,6 +7,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "algo/cp_constraints.hpp"
 #include "linalg/row_update.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -30,67 +31,7 @@ double initial_factor_value(std::uint64_t seed, int mode, std::uint64_t row, int
                              static_cast<std::uint64_t>(col)));
 }
 
-bool held_out(std::uint64_t seed, double fraction, const std::uint64_t* coords, int order) {
-  std::uint64_t h = hash_keys(seed, 0x484f4c444f5554ull, static_cast<std::uint64_t>(order));
-  for (int m = 0; m < order; ++m) h = hash_keys(h, coords[m], static_cast<std::uint64_t>(m));
-  return uniform01(h) < fraction;
-}
-
-std::vector<bool> parse_mode_set(const std::string& s, int order, const std::string& option) {
-  std::vector<bool> out(static_cast<std::size_t>(order), false);
-  if (s == "none" || s.empty()) return out;
-  if (s == "all") return std::vector<bool>(static_cast<std::size_t>(order), true);
-  std::size_t pos = 0;
-  while (pos <= s.size()) {
-    const std::size_t e = std::min(s.find(',', pos), s.size());
-    const std::string t = s.substr(pos, e - pos);
-    char* end = nullptr;
-    const long v = std::strtol(t.c_str(), &end, 10);
-    TESSERA_INPUT_CHECK(!t.empty() && end != nullptr && *end == '\0' && v >= 0 && v < order,
-                        option << " " << s << ": '" << t
-                               << "' is not a mode of this order-" << order
-                               << " tensor (expected all, none or modes 0.." << order - 1
-                               << " separated by commas)");
-    out[static_cast<std::size_t>(v)] = true;
-    pos = e + 1;
-  }
-  return out;
-}
-
-std::vector<double> parse_mode_values(const std::string& s, int order, const std::string& option) {
-  std::vector<double> v;
-  std::size_t pos = 0;
-  while (pos <= s.size()) {
-    const std::size_t e = std::min(s.find(',', pos), s.size());
-    const std::string t = s.substr(pos, e - pos);
-    char* end = nullptr;
-    const double x = std::strtod(t.c_str(), &end);
-    TESSERA_INPUT_CHECK(!t.empty() && end != nullptr && *end == '\0' && std::isfinite(x) && x >= 0,
-                        option << " " << s << ": '" << t
-                               << "' is not a finite number >= 0 (expected one value, or one "
-                                  "per mode separated by commas)");
-    v.push_back(x);
-    pos = e + 1;
-  }
-  if (v.size() == 1) return std::vector<double>(static_cast<std::size_t>(order), v[0]);
-  TESSERA_INPUT_CHECK(static_cast<int>(v.size()) == order,
-                      option << " " << s << ": " << v.size() << " values for an order-" << order
-                             << " tensor (give one value, or one per mode)");
-  return v;
-}
-
 namespace {
-
-/// Columns of a held-out prediction computed together (a stack array).
-constexpr int kPredictChunk = 64;
-
-/// The held-out entries of this rank (CpOptions::holdout), coordinates as the handle's.
-struct Holdout {
-  std::vector<std::vector<std::uint64_t>> idx;  ///< per mode
-  std::vector<double> vals;
-  double train_sum = 0;  ///< sum of this rank's training values
-  std::uint64_t train_count = 0;
-};
 
 /// The factor rows one rank holds and owns for one mode.
 struct ModeLayout {
@@ -124,24 +65,6 @@ void check_cp_inputs(kernels::Backend<T>& be, const comm::Communicator& ctrl,
     TESSERA_INPUT_CHECK(std::isfinite(v) && v >= 0, "--l1 values must be finite and >= 0");
   for (double v : opt.l2)
     TESSERA_INPUT_CHECK(std::isfinite(v) && v >= 0, "--l2 values must be finite and >= 0");
-}
-
-/// The row update of mode n (CpOptions: per-mode vectors, empty = none).
-linalg::RowUpdate update_of(const CpOptions& opt, int n, int N) {
-  auto check = [&](std::size_t size, const char* what) {
-    TESSERA_INPUT_CHECK(size == 0 || static_cast<int>(size) == N,
-                        what << ": " << size << " values for an order-" << N << " tensor");
-  };
-  check(opt.nonneg.size(), "nonneg");
-  check(opt.l1.size(), "l1");
-  check(opt.l2.size(), "l2");
-  linalg::RowUpdate u;
-  const auto k = static_cast<std::size_t>(n);
-  u.nonneg = !opt.nonneg.empty() && opt.nonneg[k];
-  u.l1 = opt.l1.empty() ? 0.0 : opt.l1[k];
-  u.l2 = opt.l2.empty() ? 0.0 : opt.l2[k];
-  u.sweeps = opt.inner_sweeps;
-  return u;
 }
 
 /// Throws InputError unless `s` is the state of a run on a tensor of shape `dims` with
@@ -240,7 +163,8 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
                  std::vector<ModeLayout>& lay, kernels::Backend<T>& be,
                  const comm::Communicator& ctrl, const comm::Communicator& data,
                  const CpOptions& opt, const Timer& setup_timer,
-                 const kernels::TensorHandle<T>* Xones = nullptr, const Holdout* hold = nullptr) {
+                 const kernels::TensorHandle<T>* Xones = nullptr,
+                 const detail::Holdout* hold = nullptr) {
   const int N = dist.order();
   const int R = opt.rank;
   const bool layer = opt.strategy == CommStrategy::layer;
@@ -252,7 +176,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   std::vector<linalg::RowUpdate> upd;
   bool any_rowwise = opt.observed_only;
   for (int n = 0; n < N; ++n) {
-    upd.push_back(update_of(opt, n, N));
+    upd.push_back(detail::update_of(opt, n, N));
     any_rowwise = any_rowwise || upd.back().descent() || upd.back().l2 > 0;
   }
   TESSERA_EXPECTS(!opt.observed_only || Xones != nullptr,
@@ -448,31 +372,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
           h.resize(static_cast<std::size_t>(L.len * R));
           if (!h.empty()) be.download(A[static_cast<std::size_t>(m)].data(), h.size(), h.data());
         }
-      const auto nk = static_cast<std::int64_t>(hold->vals.size());
-      // Host threads over the held-out entries (OpenMP's default team: the rank's cores).
-#pragma omp parallel for schedule(static) reduction(+ : se) if (nk > 65536)
-      for (std::int64_t kk = 0; kk < nk; ++kk) {
-        const auto k = static_cast<std::size_t>(kk);
-        double pred = mean;
-        if (!use_mean) {
-          // prod[r] = lambda_r prod_m A_m(i_m, r), one factor row at a time.
-          double prod[kPredictChunk];
-          pred = 0;
-          for (int r0 = 0; r0 < R; r0 += kPredictChunk) {
-            const int nr = std::min(kPredictChunk, R - r0);
-            for (int r = 0; r < nr; ++r) prod[r] = lambda[static_cast<std::size_t>(r0 + r)];
-            for (int m = 0; m < N; ++m) {
-              const T* row = Ah[static_cast<std::size_t>(m)].data() +
-                             hold->idx[static_cast<std::size_t>(m)][k] * R + r0;
-              for (int r = 0; r < nr; ++r) prod[r] *= static_cast<double>(row[r]);
-            }
-            for (int r = 0; r < nr; ++r) pred += prod[r];
-          }
-          pred /= c;
-        }
-        const double e = hold->vals[k] - pred;
-        se += e * e;
-      }
+      se = detail::holdout_squared_error(*hold, Ah, lambda, R, c, mean, use_mean);
     }
     ctrl.allreduce(&se, 1);
     return res.holdout_entries > 0 ? std::sqrt(se / static_cast<double>(res.holdout_entries))
@@ -764,46 +664,14 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
     X = be.prepare(d.block);
     return run_als(*X, dist, lay, be, ctrl, data, opt, setup_timer);
   }
-  SparseTensor<T> view(std::vector<std::uint64_t>(static_cast<std::size_t>(N)));
-  for (int n = 0; n < N; ++n) {
-    const auto& L = lay[static_cast<std::size_t>(n)];
-    view.dims[static_cast<std::size_t>(n)] =
-        layer ? static_cast<std::uint64_t>(L.len) : dist.dims[static_cast<std::size_t>(n)];
+  std::vector<std::uint64_t> lo;
+  std::vector<std::int64_t> len;
+  for (const auto& L : lay) {
+    lo.push_back(L.lo);
+    len.push_back(L.len);
   }
-  Holdout hold;
-  if (opt.holdout > 0) hold.idx.resize(static_cast<std::size_t>(N));
-  std::vector<std::uint64_t> orig(static_cast<std::size_t>(N));
-  const nnz_t nnz = d.block.nnz();
-  for (int n = 0; n < N; ++n) view.idx[static_cast<std::size_t>(n)].reserve(nnz);
-  view.vals.reserve(nnz);
-  for (nnz_t k = 0; k < nnz; ++k) {
-    bool out = false;
-    if (opt.holdout > 0) {
-      for (int n = 0; n < N; ++n)
-        orig[static_cast<std::size_t>(n)] =
-            dist.original_index(n, d.block.idx[static_cast<std::size_t>(n)][k]);
-      out = held_out(opt.holdout_seed, opt.holdout, orig.data(), N);
-    }
-    for (int n = 0; n < N; ++n) {
-      const auto& L = lay[static_cast<std::size_t>(n)];
-      const std::uint64_t g = d.block.idx[static_cast<std::size_t>(n)][k];
-      TESSERA_EXPECTS(!layer || (g >= L.lo && g < L.lo + static_cast<std::uint64_t>(L.len)),
-                      "nonzero outside this rank's grid block");
-      const std::uint64_t local = layer ? g - L.lo : g;
-      if (out)
-        hold.idx[static_cast<std::size_t>(n)].push_back(local);
-      else
-        view.idx[static_cast<std::size_t>(n)].push_back(static_cast<index_t>(local));
-    }
-    const T v = d.block.vals[k];
-    if (out) {
-      hold.vals.push_back(static_cast<double>(v));
-    } else {
-      view.vals.push_back(v);
-      hold.train_sum += static_cast<double>(v);
-      ++hold.train_count;
-    }
-  }
+  detail::Holdout hold;
+  SparseTensor<T> view = detail::training_view(d, layer, lo, len, opt, &hold);
   X = be.prepare(view);
   if (opt.observed_only) {
     std::fill(view.vals.begin(), view.vals.end(), T(1));  // the pattern of the stored entries

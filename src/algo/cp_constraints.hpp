@@ -1,0 +1,44 @@
+// Internal to src/algo: the pieces of constrained, regularised and weighted CP that
+// cp_als.cpp's loop calls (docs/constrained-cp.md): each mode's row update, the training
+// view of a block with its held-out entries, and the held-out entries' squared error.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "algo/cp_als.hpp"
+#include "linalg/row_update.hpp"
+
+namespace tessera::algo::detail {
+
+/// The row update of mode n of an order-N run (CpOptions' per-mode vectors, empty = none);
+/// InputError when a vector has another length.
+linalg::RowUpdate update_of(const CpOptions& opt, int n, int N);
+
+/// The held-out entries of this rank (CpOptions::holdout), coordinates as the handle's.
+struct Holdout {
+  std::vector<std::vector<std::uint64_t>> idx;  ///< per mode
+  std::vector<double> vals;
+  double train_sum = 0;  ///< sum of this rank's training values
+  std::uint64_t train_count = 0;
+};
+
+/// The block as the kernels see it: coordinates global (allreduce) or shifted to the held
+/// chunks [lo[n], lo[n] + len[n]) (layer), without the entries CpOptions::holdout takes
+/// out, which go to *hold (chosen from the ORIGINAL coordinates, so the same on any rank
+/// count, partition or relabelling).
+template <typename T>
+SparseTensor<T> training_view(const partition::Distributed<T>& d, bool layer,
+                              const std::vector<std::uint64_t>& lo,
+                              const std::vector<std::int64_t>& len, const CpOptions& opt,
+                              Holdout* hold);
+
+/// sum over this rank's held-out entries of (x - prediction)^2: the prediction is `mean`
+/// (use_mean) or sum_r lambda_r prod_m A_m(i_m, r) / c, A_m this rank's rows of the factors
+/// (rows x R, row-major, as the handle's coordinates). Host threads (OpenMP).
+template <typename T>
+double holdout_squared_error(const Holdout& h, const std::vector<std::vector<T>>& A,
+                             const std::vector<double>& lambda, int R, double c, double mean,
+                             bool use_mean);
+
+}  // namespace tessera::algo::detail
