@@ -166,7 +166,8 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
     d = load_and_distribute<T>(a.load, scheme, world, nullptr);
   } else {  // bench cp: layer strategy, --generate-on host, or a constraint that needs it
     log::info(
-        "bench --generate on the host (algo::generate, repeated coordinates merged), "
+        "bench --generate: generating on the host (algo::generate, repeated coordinates "
+        "merged), "
         "distributed by the partition scheme: the layer strategy needs a grid partition, "
         "--observed-only and --holdout the host block; otherwise it was asked for with "
         "--generate-on host");

@@ -242,7 +242,7 @@ TEST_F(CheckpointDriver, CpStartsFromAModelFile) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {" --iters 2 --rank 5 --init file:" + m3, "rank 4"},
       {" --iters 2 --init file:" + path("none.h5"), "none.h5"},
-      {" --iters 2 --init nvecs", "expected random or file:MODEL.h5"},
+      {" --iters 2 --init svd", "expected random, nvecs or file:MODEL.h5"},
       {" --iters 2 --init file:" + m3 + " --resume " + m3, "not both"},
       {" --iters 2 --init file:" + m3 + " --out " + m3, m3},
   };
