@@ -60,6 +60,14 @@ struct Params {
   bool descent;
 };
 
+/// One coordinate-descent step (linalg::RowUpdate): z = m_r - sum_{s != r} H_rs a_s and
+/// d = H_rr + l2 give the new a_r.
+__device__ __forceinline__ double descent_value(double z, double d, const Params& p) {
+  if (!(d > 0)) return 0.0;
+  if (p.nonneg) return fmax(0.0, z - p.l1) / d;
+  return (z > p.l1 ? z - p.l1 : z < -p.l1 ? z + p.l1 : 0.0) / d;
+}
+
 /// One thread per row of a batch [r0, r0 + nb): coordinate descent or the Cholesky solve.
 /// S holds (2 R + R(R+1)/2) doubles per row, element-major.
 template <typename T>
@@ -87,15 +95,7 @@ __global__ void row_update_kernel(T* __restrict__ A, const T* __restrict__ M, st
           double z = m[r * nb];
           for (int s = 0; s < R; ++s)
             if (s != r) z -= h_at(V, G, R, r, s) * a[s * nb];
-          const double d = h_at(V, G, R, r, r) + p.l2;
-          double v = 0;
-          if (d > 0) {
-            if (p.nonneg)
-              v = fmax(0.0, z - p.l1) / d;
-            else
-              v = (z > p.l1 ? z - p.l1 : z < -p.l1 ? z + p.l1 : 0.0) / d;
-          }
-          a[r * nb] = v;
+          a[r * nb] = descent_value(z, h_at(V, G, R, r, r) + p.l2, p);
         }
     } else {
       double trace = 0;
@@ -210,14 +210,7 @@ __global__ void row_update_warp_kernel(T* __restrict__ A, const T* __restrict__ 
             if (s != r) z += H[r * R + s] * a[s];
           for (int off = 16; off > 0; off /= 2) z += __shfl_xor_sync(0xffffffffu, z, off);
           z = m[r] - z;
-          const double d = H[r * R + r] + p.l2;
-          double v = 0;
-          if (d > 0) {
-            if (p.nonneg)
-              v = fmax(0.0, z - p.l1) / d;
-            else
-              v = (z > p.l1 ? z - p.l1 : z < -p.l1 ? z + p.l1 : 0.0) / d;
-          }
+          const double v = descent_value(z, H[r * R + r] + p.l2, p);
           __syncwarp();
           if (lane == 0) a[r] = v;
           __syncwarp();

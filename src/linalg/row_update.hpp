@@ -31,9 +31,6 @@ struct RowUpdate {
 inline std::int64_t packed_size(int R) {
   return static_cast<std::int64_t>(R) * (R + 1) / 2;
 }
-inline std::int64_t packed_index(int R, int r, int s) {  // r <= s
-  return static_cast<std::int64_t>(r) * R - static_cast<std::int64_t>(r) * (r - 1) / 2 + (s - r);
-}
 
 /// P (rows x packed_size(R)) row i = the packed outer product a_i a_i^T of row i of A
 /// (rows x R). The MTTKRP of the tensor's pattern (values 1) with these as factors gives,
