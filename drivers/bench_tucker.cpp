@@ -173,7 +173,7 @@ void run_tucker_bench(const BenchArgs& a, BenchInput<T>& in, Compute<T>& cx,
     }
     world.allreduce(&bytes, 1, comm::ReduceOp::max);
     const std::size_t first = res.history.size() > 1 ? 1 : 0;
-    double it_s = 0, tt = 0, cm = 0, sv = 0, sp = 0, se = 0, so = 0;
+    double it_s = 0, tt = 0, cm = 0, sv = 0, sp = 0, se = 0, so = 0, sc = 0;
     for (std::size_t i = first; i < res.history.size(); ++i) {
       it_s += res.history[i].seconds;
       tt += res.history[i].ttmc;
@@ -182,9 +182,10 @@ void run_tucker_bench(const BenchArgs& a, BenchInput<T>& in, Compute<T>& cx,
       sp += res.history[i].svd_products;
       se += res.history[i].svd_eig;
       so += res.history[i].svd_orth;
+      sc += res.history[i].svd_core;
     }
     const double cnt = static_cast<double>(res.history.size() - first);
-    it_s /= cnt, tt /= cnt, cm /= cnt, sv /= cnt, sp /= cnt, se /= cnt, so /= cnt;
+    it_s /= cnt, tt /= cnt, cm /= cnt, sv /= cnt, sp /= cnt, se /= cnt, so /= cnt, sc /= cnt;
     double max_it = it_s;
     world.allreduce(&max_it, 1, comm::ReduceOp::max);
     const double floor_s = bytes / bw;
@@ -195,12 +196,13 @@ void run_tucker_bench(const BenchArgs& a, BenchInput<T>& in, Compute<T>& cx,
                   100 * tt / it_s, 100 * cm / it_s, 100 * sv / it_s, human_bytes(bytes).c_str(),
                   floor_s, max_it / floor_s, res.fit);
       std::printf(
-          "svd split (rank 0, s/iter): products %.4g, eigen-solves %.4g, "
-          "orthonormalisation %.4g, other %.4g\n",
-          sp, se, so, sv - sp - se - so);
+          "svd split (rank 0, s/iter, %s): products %.4g, eigen-solves %.4g, "
+          "orthonormalisation %.4g, core %.4g, other %.4g\n",
+          res.dense_method.c_str(), sp, se, so, sc, sv - sp - se - so - sc);
       std::fflush(stdout);
     }
-    j["svd_split"] = {{"products", sp}, {"eigen", se}, {"orthonormalize", so}};
+    j["svd_split"] = {{"products", sp}, {"eigen", se}, {"orthonormalize", so}, {"core", sc}};
+    j["dense_stage"] = res.dense_method;
     j["iterations"] = res.iterations;
     j["seconds_per_iteration"] = max_it;
     j["share"] = {{"ttmc", tt / it_s}, {"comm", cm / it_s}, {"svd", sv / it_s}};

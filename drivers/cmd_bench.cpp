@@ -327,8 +327,8 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     log::info("prepare: " + std::to_string(prep) + " s, stored format " +
               human_bytes(static_cast<double>(X->bytes())) + ", " + X->describe());
     if (log::rank() == 0)
-      std::printf("%-6s %10s %12s %12s %12s %8s %12s %8s\n", "mode", "time_ms", "nnz/s", "bytes",
-                  "floor_ms", "ratio", "noreuse_ms", "ratio");
+      std::printf("%-6s %10s %12s %12s %12s %8s %10s %12s %8s\n", "mode", "time_ms", "nnz/s", "bytes",
+                  "floor_ms", "ratio", "GB/s", "noreuse_ms", "ratio");
     nlohmann::json modes = nlohmann::json::array();
     double sum_t = 0, sum_floor = 0, sum_noreuse = 0;
     for (int n = 0; n < N; ++n) {
@@ -357,15 +357,18 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
       const double floor_s = bytes / bw, nr_s = noreuse / bw;
       const double nnzps = static_cast<double>(in.global_nnz) / med;
       if (log::rank() == 0)
-        std::printf("%-6d %10.3f %12.3g %12s %12.3f %8.2f %12.3f %8.2f\n", n, med * 1e3, nnzps,
-                    human_bytes(bytes).c_str(), floor_s * 1e3, med / floor_s, nr_s * 1e3,
-                    med / nr_s);
+        std::printf("%-6d %10.3f %12.3g %12s %12.3f %8.2f %10.1f %12.3f %8.2f\n", n, med * 1e3,
+                    nnzps, human_bytes(bytes).c_str(), floor_s * 1e3, med / floor_s,
+                    bytes / med / 1e9, nr_s * 1e3, med / nr_s);
       modes.push_back({{"mode", n},
                        {"median_seconds", med},
                        {"nnz_per_s", nnzps},
                        {"bytes", bytes},
                        {"floor_seconds", floor_s},
                        {"ratio_to_floor", med / floor_s},
+                       // The floor's bytes over the time: the bandwidth achieved at the
+                       // floor's traffic (the machine's measured bandwidth is the bound).
+                       {"achieved_bytes_per_s", bytes / med},
                        {"noreuse_floor_seconds", nr_s},
                        {"ratio_to_noreuse_floor", med / nr_s}});
       sum_t += med;
@@ -373,9 +376,10 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
       sum_noreuse += nr_s;
     }
     if (log::rank() == 0) {
-      std::printf("%-6s %10.3f %12s %12s %12.3f %8.2f %12.3f %8.2f\n", "mean", sum_t / N * 1e3, "",
-                  "", sum_floor / N * 1e3, sum_t / sum_floor, sum_noreuse / N * 1e3,
-                  sum_t / sum_noreuse);
+      std::printf("%-6s %10.3f %12s %12s %12.3f %8.2f %10.1f %12.3f %8.2f\n", "mean",
+                  sum_t / N * 1e3, "", "", sum_floor / N * 1e3, sum_t / sum_floor,
+                  bw / 1e9 * sum_floor / sum_t, sum_noreuse / N * 1e3, sum_t / sum_noreuse);
+      std::printf("measured bandwidth (the floor's): %.1f GB/s\n", bw / 1e9);
       std::fflush(stdout);
     }
     j["prepare_seconds"] = prep;
@@ -468,6 +472,14 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     j["ratio_to_floor"] = max_it / floor_s;
     j["iterations"] = res.iterations;
     j["seconds_per_iteration"] = max_it;
+    {
+      // Median over the same iterations (this rank): robust to a slow outlier.
+      std::vector<double> its;
+      for (std::size_t i = first; i < res.history.size(); ++i) its.push_back(res.history[i].seconds);
+      std::sort(its.begin(), its.end());
+      j["median_seconds_per_iteration"] = its[its.size() / 2];
+    }
+    j["iteration_engine"] = res.iteration_engine;
     j["share"] = {{"kernel", k / it_s}, {"comm", c / it_s}, {"solve", s / it_s}};
     j["fit"] = res.fit;
     j["strategy"] = a.run.strategy;

@@ -202,6 +202,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
     j["iterations"] = res.iterations;
     j["converged"] = res.converged;
     j["completed_columns"] = res.completed_columns;
+    j["dense_stage"] = res.dense_method;
     j["memory"].update({{"ttmc_rows", res.memory.ttmc_rows},
                         {"received_rows", res.memory.received_rows},
                         {"combined_rows", res.memory.owned_rows},

@@ -29,6 +29,12 @@ void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a) {
                   "coordinates) and print their RMSE after every iteration (0: none)")
       ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
+  sub->add_option("--cuda-graph", a.cuda_graph,
+                  "on: with --backend cuda on one rank, plain CP runs each iteration on the "
+                  "device (dense steps as kernels, one CUDA graph replayed per iteration, one "
+                  "wait for the fit); off: per-operation calls with host round trips")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
 }
 
 void apply_cp_constraints(const CpConstraintArgs& a, int order, std::uint64_t seed,
@@ -46,6 +52,7 @@ void apply_cp_constraints(const CpConstraintArgs& a, int order, std::uint64_t se
   o.observed_only = a.observed_only;
   o.holdout = a.holdout;
   o.holdout_seed = seed;
+  o.device_loop = a.cuda_graph == "on";
 }
 
 void add_cp_constraint_options(nlohmann::json& opts, const algo::CpOptions& o) {
@@ -58,11 +65,13 @@ void add_cp_constraint_options(nlohmann::json& opts, const algo::CpOptions& o) {
   opts["inner_sweeps"] = o.inner_sweeps;
   opts["observed_only"] = o.observed_only;
   opts["holdout"] = o.holdout;
+  opts["cuda_graph"] = o.device_loop ? "on" : "off";
 }
 
 void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
                                const algo::CpOptions& o) {
   j["ridged_rows"] = res.ridged_rows;
+  j["iteration_engine"] = res.iteration_engine;
   if (o.holdout > 0)
     j["holdout"] = {{"fraction", o.holdout},
                     {"held_out_entries", res.holdout_entries},

@@ -21,6 +21,10 @@ struct CpConstraintArgs {
   int inner_sweeps = 3;
   bool observed_only = false;
   double holdout = 0;  ///< fraction of the stored entries held out (seed: the run's --seed)
+  /// on: plain CP on one rank with the cuda backend runs its iterations on the device as a
+  /// CUDA graph (docs/cp-device-loop.md); off: per-operation calls (the phase split of
+  /// every step is then timed on the host).
+  std::string cuda_graph = "on";
 };
 
 /// The options --nonneg, --l1, --l2, --inner-sweeps, --observed-only and --holdout of a

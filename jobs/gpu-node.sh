@@ -43,6 +43,14 @@
 #       constrained: bench cp on the nell-2 shape (generated on the host, float, cuda, rank
 #               TESSERA_CON_RANK, default 32): plain, --nonneg, --nonneg with L1/L2, and
 #               --observed-only --holdout 0.1, each next to plain CP (issue 23)
+#       latency: iteration latency (issue 21; docs/perf/gpu-h100-latency.md): CP-ALS on congress
+#               (R 16 and 32, 26 iterations, median of 2..26; needs the data beside the checkout
+#               or in .deps/data) and on the nell-2 shape (R 32), each with --cuda-graph on and
+#               off; MTTKRP nell-2 R 32 per mode (achieved GB/s next to the floor; with ncu
+#               on the node, its DRAM bytes and L2 hit rate per kernel); Tucker nell-2
+#               16,16,16. With TESSERA_BASE_TAR (a `git archive --format=tar.gz` of an earlier
+#               commit, carried e.g. in .deps/) the same cases on that build too, so before
+#               and after come from one card in one call
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -419,6 +427,55 @@ for n in ("plain", "nonneg", "nonneg-l1l2", "observed", "observed-holdout"):
     print(f"constrained r{rk} {n:16s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter  x{j['seconds_per_iteration']/plain['seconds_per_iteration']:5.2f} plain  "
           f"kernel {s['kernel']*100:4.1f}% solve {s['solve']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}  fit {j['fit']:.5f}{extra}")
 PY
+fi
+if has latency; then  # issue 21: iteration latency, before (base build) and after
+  ldata=
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { ldata=$(cd "$d" && pwd); break; }
+  done
+  bins="new:$T"
+  if [ -n "${TESSERA_BASE_TAR:-}" ] && [ -f "$TESSERA_BASE_TAR" ]; then
+    log "build the base commit (target tessera)"
+    rm -rf "$here/build-base-src" && mkdir -p "$here/build-base-src" &&
+      tar -xzf "$TESSERA_BASE_TAR" -C "$here/build-base-src"
+    cmake -S "$here/build-base-src" -B "$here/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DTESSERA_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_LIBRARY_PATH="$lib" \
+      -DCMAKE_INCLUDE_PATH="$prefix/usr/include" -DZLIB_INCLUDE_DIR="$prefix/usr/include" \
+      -DTESSERA_BUILD_TESTS=OFF >"$out/configure-base.log" 2>&1 &&
+      cmake --build "$here/build-base" -j "$(nproc)" --target tessera >"$out/build-base.log" 2>&1 &&
+      bins="base:$here/build-base/drivers/tessera $bins" || log "base build failed (see $out/build-base.log)"
+  fi
+  C=$ldata/congress-cosponsor_leg-leg-year.tns.gz
+  for b in $bins; do
+    lab=${b%%:*}; bin=${b#*:}
+    variants="default"; [ "$lab" = new ] && variants="graph nograph"
+    for v in $variants; do
+      flag=; [ "$v" = nograph ] && flag="--cuda-graph off"
+      for R in 16 32; do
+        [ -n "$ldata" ] && bench lat-$lab-$v-congress-cp-r$R "$bin" cp "$C" --rank $R --iters 26 --tol 0 \
+          --backend cuda --precision float $flag
+      done
+      bench lat-$lab-$v-nell2-cp-r32 "$bin" bench cp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda \
+        --precision float --iters 11 $flag
+    done
+    [ -n "$ldata" ] && bench lat-$lab-congress-mttkrp-r16 "$bin" bench mttkrp "$C" --rank 16 --backend cuda \
+      --precision float --repeat 20
+    bench lat-$lab-nell2-mttkrp-r32 "$bin" bench mttkrp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda \
+      --precision float --repeat 10
+    bench lat-$lab-nell2-tucker-16 "$bin" bench tucker --generate $nell --nnz 76.9e6 --ranks 16,16,16 \
+      --backend cuda --precision float --iters 6 -v
+  done
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  if [ -n "$ncu_bin" ]; then
+    log "ncu: MTTKRP nell-2 R 32 (one launch per mode after its warm-up)"
+    timeout 300 "$ncu_bin" --kernel-name regex:mttkrp --launch-skip 0 --launch-count 6 --csv \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,l1tex__t_sector_hit_rate.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__t_bytes.sum \
+      "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --repeat 1 \
+      >"$out/ncu-mttkrp.csv" 2>"$out/ncu-mttkrp.err" || log "ncu failed (see $out/ncu-mttkrp.err)"
+  else
+    echo "ncu: not on this node" >"$out/ncu-mttkrp.csv"
+  fi
+  python3 jobs/latency_table.py "$out" | tee -a "$summary"
 fi
 if has python || has study; then  # real tensors beside a checkout or carried in .deps/data
   for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do

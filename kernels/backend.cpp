@@ -218,6 +218,161 @@ void Backend<T>::symmetric_eig_top(double* S, int n, int k, double* w_host, doub
   upload_double(Vh.data(), Vh.size(), V);
 }
 
+// ---- Tucker's dense stage: host defaults (the loops src/algo/tucker.cpp ran before) ----
+
+namespace {
+/// Rows per BLAS call of the tall-skinny products (bounds the temporary of times_small).
+constexpr std::int64_t kTallChunkRows = 16384;
+
+/// U (rows x R) := U M for M (R x R), through tmp (rows x R).
+void host_times_small(double* U, std::int64_t rows, int R, const double* M,
+                      std::vector<double>& tmp) {
+  tmp.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(R));
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kTallChunkRows) {
+    const std::int64_t nr = std::min(kTallChunkRows, rows - r0);
+    linalg::gemm(false, false, nr, R, R, 1.0, U + r0 * R, R, M, R, 0.0, tmp.data() + r0 * R, R);
+  }
+  std::copy(tmp.begin(), tmp.end(), U);
+}
+
+/// Cholesky of G (R x R) and M = L^{-T} (upper, row-major); false when G is not
+/// numerically positive definite (pivot ratio under what CholeskyQR tolerates).
+bool host_cholesky_inverse_t(const double* G, int R, std::vector<double>& M) {
+  const auto RR = static_cast<std::size_t>(R) * static_cast<std::size_t>(R);
+  std::vector<double> L(G, G + RR);
+  if (!linalg::cholesky(L.data(), R)) return false;
+  double dmin = std::numeric_limits<double>::infinity(), dmax = 0;
+  for (int i = 0; i < R; ++i) {
+    const double d = L[static_cast<std::size_t>(i) * R + i];
+    if (!(d > 0) || !std::isfinite(d)) return false;
+    dmin = std::min(dmin, d);
+    dmax = std::max(dmax, d);
+  }
+  if (dmin * dmin < 1e-13 * dmax * dmax) return false;
+  // Linv (lower) by forward substitution, then M = Linv^T (upper).
+  std::vector<double> Li(RR, 0.0);
+  for (int j = 0; j < R; ++j) {
+    for (int i = j; i < R; ++i) {
+      double s = i == j ? 1.0 : 0.0;
+      for (int k = j; k < i; ++k)
+        s -= L[static_cast<std::size_t>(i) * R + k] * Li[static_cast<std::size_t>(k) * R + j];
+      Li[static_cast<std::size_t>(i) * R + j] = s / L[static_cast<std::size_t>(i) * R + i];
+    }
+  }
+  M.assign(RR, 0.0);
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < R; ++j)
+      M[static_cast<std::size_t>(i) * R + j] = Li[static_cast<std::size_t>(j) * R + i];
+  return true;
+}
+}  // namespace
+
+template <typename T>
+Array<std::int64_t> Backend<T>::upload_index(const std::int64_t* host, std::size_t n) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement upload_index");
+  if (n == 0) return Array<std::int64_t>();
+  auto* p = new std::int64_t[n];
+  std::copy(host, host + n, p);
+  return Array<std::int64_t>(p, n, [](std::int64_t* q) { delete[] q; });
+}
+template <typename T>
+void Backend<T>::gather_rows_double(const double* U, int R, const std::int64_t* pos,
+                                    std::int64_t rows, double* P) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement gather_rows_double");
+  for (std::int64_t j = 0; j < rows; ++j) {
+    const std::int64_t i = pos != nullptr ? pos[j] : j;
+    std::copy(U + i * R, U + (i + 1) * R, P + j * R);
+  }
+}
+template <typename T>
+void Backend<T>::scatter_rows_double(const double* Z, std::int64_t rows, int R,
+                                     const std::int64_t* pos, std::int64_t len,
+                                     const double* host_scale, double* U) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement scatter_rows_double");
+  std::fill(U, U + len * R, 0.0);
+  for (std::int64_t j = 0; j < rows; ++j) {
+    double* u = U + (pos != nullptr ? pos[j] : j) * R;
+    const double* z = Z + j * R;
+    if (host_scale == nullptr)
+      std::copy(z, z + R, u);
+    else
+      for (int c = 0; c < R; ++c) u[c] = z[c] * host_scale[c];
+  }
+}
+template <typename T>
+void Backend<T>::gram_double(const double* U, std::int64_t rows, int R, double* G) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement gram_double");
+  std::fill(G, G + static_cast<std::size_t>(R) * static_cast<std::size_t>(R), 0.0);
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kTallChunkRows) {
+    const std::int64_t nr = std::min(kTallChunkRows, rows - r0);
+    linalg::syrk_lower(R, nr, 1.0, U + r0 * R, R, 1.0, G);
+  }
+  linalg::symmetrize_lower(R, G);
+}
+template <typename T>
+void Backend<T>::inner_double(const double* A, const double* B, std::int64_t rows, int R,
+                              double* M) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement inner_double");
+  if (rows == 0) {
+    std::fill(M, M + static_cast<std::size_t>(R) * static_cast<std::size_t>(R), 0.0);
+    return;
+  }
+  linalg::gemm(true, false, R, R, rows, 1.0, A, R, B, R, 0.0, M, R);
+}
+template <typename T>
+void Backend<T>::times_small_double(double* U, std::int64_t rows, int R, const double* M) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement times_small_double");
+  std::vector<double> tmp;
+  host_times_small(U, rows, R, M, tmp);
+}
+template <typename T>
+bool Backend<T>::cholqr_step(double* U, std::int64_t rows, int R, const double* G,
+                             double* host_dev) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement cholqr_step");
+  double dev = 0;
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < R; ++j)
+      dev = std::max(dev, std::abs(G[static_cast<std::size_t>(i) * R + j] - (i == j ? 1.0 : 0.0)));
+  *host_dev = dev;
+  std::vector<double> M, tmp;
+  if (!host_cholesky_inverse_t(G, R, M)) return false;
+  host_times_small(U, rows, R, M.data(), tmp);
+  return true;
+}
+template <typename T>
+double Backend<T>::subspace_change(const double* U, const double* Unew, const double* M,
+                                   std::int64_t rows, int R) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement subspace_change");
+  const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(R);
+  std::vector<double> proj(U, U + n), tmp;
+  host_times_small(proj.data(), rows, R, M, tmp);
+  double change = 0;
+  for (std::size_t k = 0; k < n; ++k) change += (Unew[k] - proj[k]) * (Unew[k] - proj[k]);
+  return change;
+}
+template <typename T>
+double Backend<T>::sum_squares_double(const double* x, std::size_t n) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement sum_squares_double");
+  double s = 0;
+  for (std::size_t k = 0; k < n; ++k) s += x[k] * x[k];
+  return s;
+}
+template <typename T>
+void Backend<T>::convert_from_double(const double* src, std::size_t n, T* dst) {
+  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+                  "the " << name() << " backend must implement convert_from_double");
+  for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(src[k]);
+}
+
 template <typename T>
 void Backend<T>::sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
                           const std::vector<std::int64_t>& row, std::int64_t C, T* dst) {

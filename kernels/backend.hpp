@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "kernels/cp_device.hpp"
 #include "linalg/dense.hpp"
 #include "linalg/row_update.hpp"
 #include "tensor/sparse_tensor.hpp"
@@ -261,6 +262,44 @@ class Backend {
   /// the unit eigenvector of w_host[j] (sign unspecified). The default copies S to the host
   /// and runs LAPACK dsyevr; the cuda backend runs cuSOLVER dsyevdx on the device.
   virtual void symmetric_eig_top(double* S, int n, int k, double* w_host, double* V);
+
+  // ---- Tucker's dense stage: tall-skinny doubles in backend memory (DESIGN §6) ----
+  // U, Z, P are row-major rows x R doubles in backend memory (R small: 1..~4096), G and M
+  // R x R. Factor updates, CholeskyQR2 and the core run where the TTMc rows are, so only
+  // R x R matrices and scalars reach the host. The defaults are the host loops and BLAS
+  // calls (host backends); the cuda backend runs kernels, cuBLAS and cuSOLVER in double on
+  // its stream (kernels/cuda/tucker_dense.cu). Results agree to rounding.
+  /// A copy of n host indices in backend memory (the row maps of gather/scatter_rows_double).
+  virtual Array<std::int64_t> upload_index(const std::int64_t* host, std::size_t n);
+  /// P (rows x R) row j = U row pos[j]; pos (rows entries, backend memory) null means the
+  /// identity map.
+  virtual void gather_rows_double(const double* U, int R, const std::int64_t* pos,
+                                  std::int64_t rows, double* P);
+  /// U (len x R) = 0 except row pos[j] = Z row j (j < rows) times host_scale (R factors on
+  /// the host; null: 1). pos (backend memory) holds distinct rows < len; null means the
+  /// identity map (rows <= len).
+  virtual void scatter_rows_double(const double* Z, std::int64_t rows, int R,
+                                   const std::int64_t* pos, std::int64_t len,
+                                   const double* host_scale, double* U);
+  /// G (R x R, both triangles) = U^T U for U (rows x R). rows may be 0 (G = 0).
+  virtual void gram_double(const double* U, std::int64_t rows, int R, double* G);
+  /// M (R x R) = A^T B for A, B (rows x R). rows may be 0 (M = 0).
+  virtual void inner_double(const double* A, const double* B, std::int64_t rows, int R, double* M);
+  /// U (rows x R) := U M for M (R x R).
+  virtual void times_small_double(double* U, std::int64_t rows, int R, const double* M);
+  /// One CholeskyQR pass of U (rows x R) whose Gram, summed over ranks, is G (R x R, both
+  /// triangles): *host_dev = max_ij |G_ij - delta_ij|; when G = L L^T has a Cholesky factor
+  /// with finite positive pivots and min L_ii^2 >= 1e-13 max L_ii^2, U := U L^{-T} and true;
+  /// else false with U unchanged (numerically singular: the caller's eigen fallback).
+  /// Every rank decides alike from the same G.
+  virtual bool cholqr_step(double* U, std::int64_t rows, int R, const double* G, double* host_dev);
+  /// ||Unew - U M||_F^2 over these rows (U, Unew rows x R; M R x R), accumulated in double.
+  virtual double subspace_change(const double* U, const double* Unew, const double* M,
+                                 std::int64_t rows, int R);
+  /// sum_k x[k]^2 over n doubles in backend memory, accumulated in double.
+  virtual double sum_squares_double(const double* x, std::size_t n);
+  /// dst[k] = T(src[k]) for k < n (double to the tensor's type, backend memory).
+  virtual void convert_from_double(const double* src, std::size_t n, T* dst);
   /// dst (rows x C) row j = sum of src rows row[ptr[j]] .. row[ptr[j + 1] - 1], added in
   /// that order (deterministic); ptr (rows + 1 entries) and row are on the host, src and
   /// dst in backend memory (Tucker: TTMc rows received from other ranks combined on
@@ -343,6 +382,15 @@ class Backend {
   /// sum_i a_i^T G_i a_i in double.
   virtual std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V,
                                   const T* Gp, const linalg::RowUpdate& u, double* host_quad) = 0;
+  /// A CP-ALS iteration kept on the device (kernels/cp_device.hpp), or nullptr with *why
+  /// set when this backend has none for the spec (host backends; R above the kernels'
+  /// limit): the algorithm then runs the per-operation calls above.
+  virtual std::unique_ptr<CpDeviceLoop<T>> cp_device_loop(const CpLoopSpec<T>& spec,
+                                                          std::string* why) {
+    (void)spec;
+    if (why) *why = "the " + name() + " backend runs the dense steps on the host";
+    return nullptr;
+  }
 
  private:
   Workload workload_ = Workload::mttkrp;

@@ -115,3 +115,16 @@ foreach(np 1 2)
   set_tests_properties(gpu_contract_nccl_np${np} PROPERTIES
     SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 endforeach()
+
+# Tucker-HOOI's dense stage on the device (kernels/cuda/tucker_dense.cu): every Backend
+# operation of it against the cpu backend's host defaults; Tucker-HOOI (gram, subspace;
+# float, double; also through StreamingBackend) against the cpu backend in fits, core
+# norm, factor spans and model values, and the singular-Gram fallback, on 1 and 2 GPUs.
+tessera_test_executable(gpu_tucker_dense_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_tucker_dense.cpp
+  LIBS tessera::algo)
+foreach(np 1 2)
+  tessera_add_mpi_test(gpu_tucker_dense gpu_tucker_dense_tests RANKS ${np} LABELS gpu)
+  set_tests_properties(gpu_tucker_dense_np${np} PROPERTIES
+    SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+endforeach()

@@ -16,3 +16,7 @@ tessera_add_test(kernels_backend kernels_backend_test)
 tessera_test_executable(kernels_ttmc_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_ttmc.cpp LIBS tessera::kernels)
 tessera_add_test(kernels_ttmc kernels_ttmc_test)
+
+tessera_test_executable(kernels_tucker_dense_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_tucker_dense.cpp LIBS tessera::kernels)
+tessera_add_test(kernels_tucker_dense kernels_tucker_dense_test)

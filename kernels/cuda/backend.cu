@@ -152,6 +152,53 @@ class CudaBackend final : public Backend<T> {
     DeviceGuard g(ctx_.device);
     cuda::symmetric_eig_top(ctx_, S, n, k, w_host, V);
   }
+  // Tucker's dense stage (tucker_dense.cu).
+  Array<std::int64_t> upload_index(const std::int64_t* host, std::size_t n) override {
+    Array<std::int64_t> a = device_array<std::int64_t>(n);
+    copy_sync(a.data(), host, n * sizeof(std::int64_t), cudaMemcpyHostToDevice);
+    return a;
+  }
+  void gather_rows_double(const double* U, int R, const std::int64_t* pos, std::int64_t rows,
+                          double* P) override {
+    DeviceGuard g(ctx_.device);
+    cuda::gather_rows_double(ctx_, U, R, pos, rows, P);
+  }
+  void scatter_rows_double(const double* Z, std::int64_t rows, int R, const std::int64_t* pos,
+                           std::int64_t len, const double* host_scale, double* U) override {
+    DeviceGuard g(ctx_.device);
+    cuda::scatter_rows_double(ctx_, Z, rows, R, pos, len, host_scale, U);
+  }
+  void gram_double(const double* U, std::int64_t rows, int R, double* G) override {
+    DeviceGuard g(ctx_.device);
+    cuda::gram_double(ctx_, U, rows, R, G);
+  }
+  void inner_double(const double* A, const double* B, std::int64_t rows, int R,
+                    double* M) override {
+    DeviceGuard g(ctx_.device);
+    cuda::inner_double(ctx_, A, B, rows, R, M);
+  }
+  void times_small_double(double* U, std::int64_t rows, int R, const double* M) override {
+    DeviceGuard g(ctx_.device);
+    cuda::times_small_double(ctx_, U, rows, R, M);
+  }
+  bool cholqr_step(double* U, std::int64_t rows, int R, const double* G,
+                   double* host_dev) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::cholqr_step(ctx_, U, rows, R, G, host_dev);
+  }
+  double subspace_change(const double* U, const double* Unew, const double* M, std::int64_t rows,
+                         int R) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::subspace_change(ctx_, U, Unew, M, rows, R);
+  }
+  double sum_squares_double(const double* x, std::size_t n) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::sum_squares_double(ctx_, x, n);
+  }
+  void convert_from_double(const double* src, std::size_t n, T* dst) override {
+    DeviceGuard g(ctx_.device);
+    cuda::convert_from_double<T>(ctx_, src, n, dst);
+  }
   void sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
                 const std::vector<std::int64_t>& row, std::int64_t C, T* dst) override {
     DeviceGuard g(ctx_.device);
@@ -288,6 +335,12 @@ class CudaBackend final : public Backend<T> {
                           const linalg::RowUpdate& u, double* host_quad) override {
     DeviceGuard g(ctx_.device);
     return cuda::row_update(ctx_, A, M, rows, R, V, Gp, u, host_quad);
+  }
+
+  std::unique_ptr<CpDeviceLoop<T>> cp_device_loop(const CpLoopSpec<T>& spec,
+                                                  std::string* why) override {
+    DeviceGuard g(ctx_.device);
+    return cuda::make_cp_loop(ctx_, spec, why);
   }
 
  private:

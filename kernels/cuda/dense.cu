@@ -216,11 +216,11 @@ __global__ void column_final_kernel(const double* partial, int R, std::int64_t p
   if (threadIdx.x == 0) out[r] = s[0];
 }
 
+/// The R column results into out_dev (device memory; nullptr: into ctx.scratch), which
+/// it returns; nothing waits.
 template <typename T, Reduce kind>
-void column_reduce(Context& ctx, const T* A, const T* B, std::int64_t rows, int R,
-                   double* host_out) {
-  TESSERA_EXPECTS(R >= 0 && rows >= 0, "column reduction: R = " << R << ", rows = " << rows);
-  if (R == 0) return;
+double* column_reduce_device(Context& ctx, const T* A, const T* B, std::int64_t rows, int R,
+                             double* out_dev) {
   const std::int64_t n = rows * R;
   // Threads of the first pass: enough to cover n (at most kReduceThreads), at least R,
   // rounded down to a multiple of R.
@@ -233,12 +233,21 @@ void column_reduce(Context& ctx, const T* A, const T* B, std::int64_t rows, int 
   const auto o_out = a.add<double>(static_cast<std::size_t>(R));
   ctx.scratch.reserve(a.total());
   double* partial = Arena::at<double>(ctx.scratch.get(), o_partial);
-  double* out = Arena::at<double>(ctx.scratch.get(), o_out);
+  double* out = out_dev != nullptr ? out_dev : Arena::at<double>(ctx.scratch.get(), o_out);
 
   column_partial_kernel<T, kind><<<blocks, kBlock, 0, ctx.stream>>>(A, B, n, stride, partial);
   TESSERA_CUDA_CHECK_LAUNCH();
   column_final_kernel<kind><<<R, kBlock, 0, ctx.stream>>>(partial, R, stride / R, out);
   TESSERA_CUDA_CHECK_LAUNCH();
+  return out;
+}
+
+template <typename T, Reduce kind>
+void column_reduce(Context& ctx, const T* A, const T* B, std::int64_t rows, int R,
+                   double* host_out) {
+  TESSERA_EXPECTS(R >= 0 && rows >= 0, "column reduction: R = " << R << ", rows = " << rows);
+  if (R == 0) return;
+  const double* out = column_reduce_device<T, kind>(ctx, A, B, rows, R, nullptr);
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(host_out, out, static_cast<std::size_t>(R) * sizeof(double),
                                      cudaMemcpyDeviceToHost, ctx.stream));
   ctx.sync();
@@ -786,6 +795,33 @@ void column_dots(Context& ctx, const T* A, const T* B, std::int64_t rows, int R,
 }
 
 template <typename T>
+void column_norms_device(Context& ctx, const T* A, std::int64_t rows, int R, NormKind kind,
+                         double* out_dev) {
+  TESSERA_EXPECTS(R >= 1 && rows >= 0, "column norms: R = " << R << ", rows = " << rows);
+  if (kind == NormKind::two)
+    column_reduce_device<T, Reduce::sum_squares>(ctx, A, nullptr, rows, R, out_dev);
+  else
+    column_reduce_device<T, Reduce::max_abs>(ctx, A, nullptr, rows, R, out_dev);
+}
+
+template <typename T>
+void column_dots_device(Context& ctx, const T* A, const T* B, std::int64_t rows, int R,
+                        double* out_dev) {
+  TESSERA_EXPECTS(R >= 1 && rows >= 0, "column dots: R = " << R << ", rows = " << rows);
+  column_reduce_device<T, Reduce::dot>(ctx, A, B, rows, R, out_dev);
+}
+
+bool times_w_fits(const Context& ctx, int R) {
+  return times_w_by_kernel_fits(ctx, R);
+}
+
+template <typename T>
+void times_w(Context& ctx, T* M, std::int64_t rows, int R, const double* W) {
+  TESSERA_EXPECTS(times_w_by_kernel_fits(ctx, R), "times_w: R = " << R << " above the kernel's");
+  if (rows > 0) times_w_by_kernel(ctx, M, rows, R, W);
+}
+
+template <typename T>
 void scale_columns(Context& ctx, T* A, std::int64_t rows, int R, const double* host_scale) {
   TESSERA_EXPECTS(R >= 0 && rows >= 0, "scale_columns: R = " << R << ", rows = " << rows);
   if (rows == 0 || R == 0) return;
@@ -1017,7 +1053,10 @@ std::size_t wide_scratch_bytes(std::int64_t C, std::size_t value_size) {
   template bool solve_normal<T>(Context&, T*, std::int64_t, const T*, int);                       \
   template void column_norms<T>(Context&, const T*, std::int64_t, int, NormKind, double*);        \
   template void scale_columns<T>(Context&, T*, std::int64_t, int, const double*);                 \
-  template void column_dots<T>(Context&, const T*, const T*, std::int64_t, int, double*);
+  template void column_dots<T>(Context&, const T*, const T*, std::int64_t, int, double*);        \
+  template void column_norms_device<T>(Context&, const T*, std::int64_t, int, NormKind, double*); \
+  template void column_dots_device<T>(Context&, const T*, const T*, std::int64_t, int, double*); \
+  template void times_w<T>(Context&, T*, std::int64_t, int, const double*);
 
 TESSERA_CUDA_DENSE_INSTANTIATE(float)
 TESSERA_CUDA_DENSE_INSTANTIATE(double)

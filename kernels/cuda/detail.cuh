@@ -295,6 +295,9 @@ struct Context {
   cusolverDnHandle_t cusolver = nullptr;
   DeviceMemory scratch;  ///< large pieces (row chunks, partial sums, solver workspace)
   DeviceMemory small;    ///< R x R pieces that must outlive a workspace query
+  /// A CUDA graph is being captured from `stream` (cp_device.cu): operations skip their
+  /// timing events, which a captured stream cannot give back.
+  bool capturing = false;
 
   void sync() const { TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 };
@@ -453,5 +456,44 @@ void pack_outer(Context& ctx, const T* A, std::int64_t rows, int R, T* P);
 template <typename T>
 std::int64_t row_update(Context& ctx, T* A, const T* M, std::int64_t rows, int R, const T* V,
                         const T* Gp, const linalg::RowUpdate& u, double* host_quad);
+
+// ---- CP-ALS iteration on the device (cp_device.cu; helpers in dense.cu) ----
+
+/// Backend::cp_device_loop: nullptr (and *why) when R is above the kernels' limit.
+template <typename T>
+std::unique_ptr<CpDeviceLoop<T>> make_cp_loop(Context& ctx, const CpLoopSpec<T>& spec,
+                                              std::string* why);
+/// column_norms / column_dots with the R results left in device memory (out_dev); no wait.
+template <typename T>
+void column_norms_device(Context& ctx, const T* A, std::int64_t rows, int R, NormKind kind,
+                         double* out_dev);
+template <typename T>
+void column_dots_device(Context& ctx, const T* A, const T* B, std::int64_t rows, int R,
+                        double* out_dev);
+/// Whether times_w runs as one kernel at this R (what the device loop needs).
+bool times_w_fits(const Context& ctx, int R);
+/// M := M W for W (R x R, column-major, double, device memory); times_w_fits(ctx, R).
+template <typename T>
+void times_w(Context& ctx, T* M, std::int64_t rows, int R, const double* W);
+
+// Tucker dense stage (kernels/cuda/tucker_dense.cu): the Backend operations of the same
+// names, in double on ctx.stream. cholqr_step, subspace_change and sum_squares_double wait
+// for their host result; the others return with the work queued.
+void gather_rows_double(Context& ctx, const double* U, int R, const std::int64_t* pos,
+                        std::int64_t rows, double* P);
+void scatter_rows_double(Context& ctx, const double* Z, std::int64_t rows, int R,
+                         const std::int64_t* pos, std::int64_t len, const double* host_scale,
+                         double* U);
+void gram_double(Context& ctx, const double* U, std::int64_t rows, int R, double* G);
+void inner_double(Context& ctx, const double* A, const double* B, std::int64_t rows, int R,
+                  double* M);
+void times_small_double(Context& ctx, double* U, std::int64_t rows, int R, const double* M);
+bool cholqr_step(Context& ctx, double* U, std::int64_t rows, int R, const double* G,
+                 double* host_dev);
+double subspace_change(Context& ctx, const double* U, const double* Unew, const double* M,
+                       std::int64_t rows, int R);
+double sum_squares_double(Context& ctx, const double* x, std::size_t n);
+template <typename T>
+void convert_from_double(Context& ctx, const double* src, std::size_t n, T* dst);
 
 }  // namespace tessera::kernels::cuda

@@ -715,6 +715,22 @@ void launch_tiles(cudaStream_t stream, const MttkrpParams<T>& p) {
 constexpr int kBlockedTile =
     std::max(blocked::kStage, kTileNnz / blocked::kStage * blocked::kStage);
 
+/// Nonzeros per warp of the blocked kernel for a launch over nnz nonzeros: kBlockedTile,
+/// or less (whole staging batches, at least one) when that would leave fewer than two
+/// full waves of warps on the device: the gathers are latency-bound, so a small tensor
+/// (congress: 2.86M nonzeros, 175 blocks of 2048-nonzero warps for 528 resident blocks on
+/// an H100) needs more, shorter tiles to keep enough of them in flight.
+int blocked_tile(std::int64_t nnz) {
+  int device = 0, sms = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::int64_t want =
+      2 * static_cast<std::int64_t>(std::max(sms, 1)) * blocked::kBlocksPerSm * blocked::kWarpsPerBlock;
+  if (nnz >= want * kBlockedTile) return kBlockedTile;
+  const std::int64_t per = nnz / want / blocked::kStage * blocked::kStage;
+  return static_cast<int>(std::clamp<std::int64_t>(per, blocked::kStage, kBlockedTile));
+}
+
 /// The blocked kernel over p (blocked::supports must hold). l2: the l2 layout, whose
 /// blocked mode `hint_mode` (-1: no hint) becomes input slot 0. accumulate (plain layout
 /// only): rows inside one sub-tile are added to `out` (blocked::Params::accumulate).
@@ -742,7 +758,7 @@ void launch_blocked(cudaStream_t stream, const MttkrpParams<T>& p, bool l2, int 
     lanes /= 2;
     ++q.log_lanes;
   }
-  q.tile = kBlockedTile;
+  q.tile = blocked_tile(p.nnz);
   q.hint = hint;
   q.accumulate = accumulate;
   auto aligned = [](const void* a) { return reinterpret_cast<std::uintptr_t>(a) % 16 == 0; };
@@ -1920,10 +1936,23 @@ void over_copy(Context& ctx, const CudaTensorHandle<T>& h, int mode, void* out,
   const auto* st = x->streamed();
   const nnz_t nnz = x->nnz();
   const int chunks = (st != nullptr && nnz > 0) ? st->chunks : 0;
+  const index_t* idx[kMaxOrder] = {};
+  if (chunks == 0 && ctx.capturing) {
+    // Tier 1 inside a CUDA graph capture (cp_device.cu): no timing events, which could
+    // not be waited for later.
+    x->begin_timing(0);
+    if (out_bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, ctx.stream));
+    if (nnz > 0) {
+      for (int m = 0; m < N; ++m) idx[m] = x->idx(mode, m);
+      launch(static_cast<const index_t* const*>(idx), x->vals(mode), nnz, true);
+    }
+    x->end_timing(0, 0);
+    return;
+  }
+  TESSERA_EXPECTS(!ctx.capturing, "a streamed (tier 2) MTTKRP cannot be captured in a graph");
   x->begin_timing(chunks);
   TESSERA_CUDA_CHECK(cudaEventRecord(x->event(0), ctx.stream));
   if (out_bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, ctx.stream));
-  const index_t* idx[kMaxOrder] = {};
 
   if (chunks == 0) {  // tier 1 (or no nonzeros): one launch over the resident copy
     if (nnz > 0) {

@@ -169,6 +169,7 @@ py::dict run_tucker(const py::object& tensor, const py::object& ranks_obj, int i
   j["converged"] = res.converged;
   j["core_norm"] = res.core_norm;
   j["completed_columns"] = res.completed_columns;
+  j["dense_stage"] = res.dense_method;
   j["memory_tier"] = {{"tier", res.tier}, {"description", res.tier_description}};
   py::list hist;
   for (const auto& h : res.history) {

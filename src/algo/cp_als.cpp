@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "algo/cp_constraints.hpp"
+#include "algo/cp_layout.hpp"
 #include "linalg/row_update.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -33,19 +34,9 @@ double initial_factor_value(std::uint64_t seed, int mode, std::uint64_t row, int
 
 namespace {
 
-/// The factor rows one rank holds and owns for one mode.
-struct ModeLayout {
-  std::uint64_t lo = 0;    ///< first global row held (chunk start)
-  std::int64_t len = 0;    ///< rows held (chunk length, or dims[n] for allreduce)
-  std::int64_t alloc = 0;  ///< rows allocated (len padded to q * b for layer)
-  std::unique_ptr<comm::Communicator> layer;  ///< ranks sharing this chunk (layer only)
-  std::int64_t b = 0;                         ///< rows per layer member (padded block)
-  std::int64_t own_lo = 0;                    ///< first owned row, relative to lo
-  std::int64_t own_n = 0;                     ///< rows owned (solved) by this rank
-  /// The ranks the held rows are split over for the solve: the layer (layer strategy), all
-  /// of `data` (allreduce strategy on 2+ ranks), or none (one rank: it solves every row).
-  const comm::Communicator* rows = nullptr;
-};
+using detail::make_device_loop;
+using detail::make_layouts;
+using detail::ModeLayout;
 
 /// Input checks both overloads make before any work.
 template <typename T>
@@ -90,45 +81,6 @@ void check_cp_state(const CpState& s, const std::vector<std::uint64_t>& dims, in
       "resume: " << s.fit_history.size() << " saved fits for " << s.iteration << " iterations");
 }
 
-/// The factor rows this rank holds and owns, per mode (collective over `data` for the
-/// layer strategy: it splits the layer communicators).
-std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool layer,
-                                     const comm::Communicator& data) {
-  const int N = dist.order();
-  std::vector<ModeLayout> lay(static_cast<std::size_t>(N));
-  for (int n = 0; n < N; ++n) {
-    auto& L = lay[static_cast<std::size_t>(n)];
-    if (!layer) {
-      // Every rank holds the whole factor. On 2+ ranks the MTTKRP rows are reduce-scattered
-      // in equal padded blocks, each rank solves its block, and the factor is allgathered:
-      // the same bytes as one allreduce, and the solve divided by the rank count.
-      L.lo = 0;
-      L.len = static_cast<std::int64_t>(dist.dims[static_cast<std::size_t>(n)]);
-      const std::int64_t P = data.size();
-      L.b = (L.len + P - 1) / P;
-      L.alloc = L.b * P;
-      L.own_lo = std::min<std::int64_t>(L.b * data.rank(), L.len);
-      L.own_n = std::min<std::int64_t>(L.b, L.len - L.own_lo);
-      L.rows = P > 1 ? &data : nullptr;
-    } else {
-      const auto [c0, c1] = dist.chunk(n);
-      const auto [o0, o1] = dist.owned_rows(n);
-      L.lo = c0;
-      L.len = static_cast<std::int64_t>(c1 - c0);
-      L.layer = data.split(dist.coords[static_cast<std::size_t>(n)], data.rank());
-      TESSERA_EXPECTS(
-          L.layer->size() == dist.layer_size(n) && L.layer->rank() == dist.layer_rank(n),
-          "layer communicator disagrees with the distribution");
-      const std::int64_t q = L.layer->size();
-      L.b = (L.len + q - 1) / q;  // equal padded blocks: NCCL needs equal counts
-      L.alloc = L.b * q;
-      L.own_lo = static_cast<std::int64_t>(o0 - c0);
-      L.own_n = static_cast<std::int64_t>(o1 - o0);
-      L.rows = L.layer.get();
-    }
-  }
-  return lay;
-}
 
 /// ||X|| over the ranks of `c` from each rank's scaled norm (Backend value_norm): the largest
 /// times the root of the summed squares of the ratios, so no step overflows or underflows.
@@ -157,6 +109,7 @@ double loop_scale(double norm_x) {
 /// The ALS loop both overloads share. `X` holds this rank's nonzeros with coordinates
 /// relative to the held chunks (lay[n].lo; 0 for allreduce), `dist` describes the global
 /// tensor and the ownership, `lay` comes from make_layouts(dist, ...). `setup_timer`
+
 /// started before the caller's own setup (prepare), which counts into phase "setup".
 template <typename T>
 CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distribution& dist,
@@ -218,6 +171,13 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   // (results as ever), else the handles' scaled norms (values near 1e200 or 1e-200). The
   // sums are allreduced, so every rank decides alike and the errors below are agreed.
   const std::string& name = opt.tensor_name;
+  auto throw_overflow = [&](int n) {
+    throw CollectiveError(
+        name + ": CP-ALS: the update of mode " + std::to_string(n) + " overflowed (" +
+        (std::is_same_v<T, float> ? "single" : "double") +
+        " precision): the MTTKRP sums exceed its range; " +
+        (std::is_same_v<T, float> ? "run with --precision double" : "rescale the values"));
+  };
   double norm_x2 = X.value_norm_squared();
   ctrl.allreduce(&norm_x2, 1);
   const bool plain = std::isfinite(norm_x2) && norm_x2 >= 0x1p-1000 && norm_x2 <= 0x1p+1000;
@@ -307,6 +267,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   std::vector<std::vector<T>> Gh(static_cast<std::size_t>(N),
                                  std::vector<T>(static_cast<std::size_t>(R * R)));
   std::vector<const T*> fptr(static_cast<std::size_t>(N));
+  auto dev = make_device_loop(be, lay, upd, A, G, M, R, ctrl, res, opt, hold != nullptr);
   double fit_old = 0;
   double overlap_sum = 0;
   int overlap_count = 0;
@@ -407,7 +368,24 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     Timer iter_timer;
     double t_kernel = 0, t_comm = 0, t_solve = 0;
     double quad = 0;  // observed_only: sum_i a_i^T G_i a_i of the last mode (the model's norm)
-    for (int n = 0; n < N; ++n) {
+    kernels::CpLoopSums sums;
+    if (dev) {
+      // The whole iteration on the device: the MTTKRPs from here, the rest in the loop.
+      sums = dev->iterate(
+          [&](int n) {
+            for (int m = 0; m < N; ++m)
+              fptr[static_cast<std::size_t>(m)] = A[static_cast<std::size_t>(m)].data();
+            be.mttkrp(X, n, fptr, R, M.data());
+            if (c != 1.0)
+              be.scale_columns(M.data(), lay[static_cast<std::size_t>(n)].len, R, c_cols.data());
+          },
+          it == 0);
+      if (sums.bad_mode >= 0) throw_overflow(sums.bad_mode);
+      res.solve_fallbacks += sums.fallbacks;
+      t_kernel = sums.kernel_seconds;
+      t_solve = sums.solve_seconds;
+    }
+    for (int n = 0; n < N && !dev; ++n) {
       auto& L = lay[static_cast<std::size_t>(n)];
       for (int m = 0; m < N; ++m)
         fptr[static_cast<std::size_t>(m)] = A[static_cast<std::size_t>(m)].data();
@@ -494,12 +472,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
       for (int r = 0; r < R; ++r) {
         const double s = host_norms[static_cast<std::size_t>(r)];
         // Agreed on every rank (the norms are allreduced when the rows are split).
-        if (!std::isfinite(s))
-          throw CollectiveError(
-              name + ": CP-ALS: the update of mode " + std::to_string(n) + " overflowed (" +
-              (std::is_same_v<T, float> ? "single" : "double") +
-              " precision): the MTTKRP sums exceed its range; " +
-              (std::is_same_v<T, float> ? "run with --precision double" : "rescale the values"));
+        if (!std::isfinite(s)) throw_overflow(n);
         double l = kind == NormKind::two ? std::sqrt(s) : std::max(s, 1.0);
         lambda[static_cast<std::size_t>(r)] = l;
         scale[static_cast<std::size_t>(r)] = l > 0 ? 1.0 / l : 1.0;
@@ -527,11 +500,11 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
 
     // ---- fit without forming the model ----
     Timer tf;
-    for (int n = 0; n < N; ++n)
+    for (int n = 0; n < N && !dev; ++n)
       be.download(G[static_cast<std::size_t>(n)].data(), static_cast<std::size_t>(R * R),
                   Gh[static_cast<std::size_t>(n)].data());
-    double norm_m2 = 0, inner = 0;
-    for (int r = 0; r < R; ++r) {
+    double norm_m2 = sums.norm_m2, inner = sums.inner;  // the device loop's sums
+    for (int r = 0; r < R && !dev; ++r) {
       inner += lambda[static_cast<std::size_t>(r)] * dots[static_cast<std::size_t>(r)];
       for (int s = 0; s < R && !opt.observed_only; ++s) {
         double p = lambda[static_cast<std::size_t>(r)] * lambda[static_cast<std::size_t>(s)];
@@ -618,6 +591,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     fit_old = fit;
     // A run stopped by its time limit hands over its last state too (a checkpoint to resume).
     if (opt.on_iteration && ((it + 1) % std::max(opt.state_every, 1) == 0 || time_up)) {
+      if (dev) dev->lambda(lambda.data());
       CpState st;
       st.iteration = it + 1;
       st.model = assemble_model();
@@ -635,6 +609,10 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
   if (overlap_count > 0) res.stream_overlap = overlap_sum / overlap_count;
   res.stop_reason = res.converged ? "converged" : time_up ? "time limit" : "iteration limit";
 
+  if (dev) {
+    dev->lambda(lambda.data());
+    res.iteration_engine = dev->describe();
+  }
   res.model = assemble_model();
   return res;
 }

@@ -71,6 +71,11 @@ struct CpOptions {
   bool approximate_fit = false;
   /// The tensor's name in messages (the driver passes the input file).
   std::string tensor_name = "the tensor";
+  /// Backends with a device loop (cuda; kernels/cp_device.hpp) run plain CP-ALS on one rank
+  /// with the whole iteration on the device, captured as a CUDA graph from the second
+  /// iteration (docs/cp-device-loop.md). false: the per-operation path with host round
+  /// trips (--cuda-graph off).
+  bool device_loop = true;
 
   // ---- constrained, regularised and weighted CP (docs/constrained-cp.md) ----
   // Per mode (size = the order, or empty: none): the factor update of mode n solves, row by
@@ -111,6 +116,9 @@ struct CpResult {
   /// (max_iters, also when a resumed run had none left) or "time limit" (max_seconds).
   std::string stop_reason;
   int solve_fallbacks = 0;  ///< pseudo-inverse fallbacks taken (rank-deficient V)
+  /// How the iterations ran: "cuda graph", "device kernels, no graph (why)" or
+  /// "per-operation calls (why)" (CpOptions::device_loop).
+  std::string iteration_engine;
   /// Row solves that needed a ridge (rows with fewer stored entries than R, observed_only).
   std::int64_t ridged_rows = 0;
   /// With CpOptions::holdout: entries held out and kept (over all ranks), the RMSE of the

@@ -260,6 +260,41 @@ class StreamingBackend final : public kernels::Backend<T> {
   void symmetric_eig_top(double* S, int n, int k, double* w, double* V) override {
     in_.symmetric_eig_top(S, n, k, w, V);
   }
+  // Tucker's dense stage runs where the wrapped backend's memory is.
+  kernels::Array<std::int64_t> upload_index(const std::int64_t* h, std::size_t n) override {
+    return in_.upload_index(h, n);
+  }
+  void gather_rows_double(const double* U, int R, const std::int64_t* pos, std::int64_t rows,
+                          double* P) override {
+    in_.gather_rows_double(U, R, pos, rows, P);
+  }
+  void scatter_rows_double(const double* Z, std::int64_t rows, int R, const std::int64_t* pos,
+                           std::int64_t len, const double* scale, double* U) override {
+    in_.scatter_rows_double(Z, rows, R, pos, len, scale, U);
+  }
+  void gram_double(const double* U, std::int64_t rows, int R, double* G) override {
+    in_.gram_double(U, rows, R, G);
+  }
+  void inner_double(const double* A, const double* B, std::int64_t rows, int R,
+                    double* M) override {
+    in_.inner_double(A, B, rows, R, M);
+  }
+  void times_small_double(double* U, std::int64_t rows, int R, const double* M) override {
+    in_.times_small_double(U, rows, R, M);
+  }
+  bool cholqr_step(double* U, std::int64_t rows, int R, const double* G, double* dev) override {
+    return in_.cholqr_step(U, rows, R, G, dev);
+  }
+  double subspace_change(const double* U, const double* Unew, const double* M, std::int64_t rows,
+                         int R) override {
+    return in_.subspace_change(U, Unew, M, rows, R);
+  }
+  double sum_squares_double(const double* x, std::size_t n) override {
+    return in_.sum_squares_double(x, n);
+  }
+  void convert_from_double(const double* src, std::size_t n, T* dst) override {
+    in_.convert_from_double(src, n, dst);
+  }
   void sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
                 const std::vector<std::int64_t>& row, std::int64_t C, T* dst) override {
     in_.sum_rows(src, ptr, row, C, dst);

@@ -9,12 +9,11 @@
 #include <sstream>
 #include <type_traits>
 
+#include "algo/tucker_dense.hpp"
 #include "algo/tucker_resume.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "kernels/row_chunks.hpp"
 #include "kernels/ttmc.hpp"
-#include "linalg/blas.hpp"
-#include "linalg/dense.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/rng.hpp"
@@ -151,13 +150,10 @@ double tucker_initial_value(std::uint64_t seed, int mode, std::uint64_t row, int
 
 namespace {
 
-constexpr std::int64_t kChunkRows = 2048;  ///< rows per dense product (float: converted)
-/// Columns whose squared singular value is below this fraction of the largest are taken
-/// as not determined by the data (sigma ratio 1e-11, far above double rounding of the
-/// Gram's ~1e-16 relative floor, squared).
-constexpr double kRankTolSq = 1e-22;
-/// Largest deviation of U^T U from the identity for which one CholeskyQR pass suffices.
-constexpr double kOrthSkip = 1e-8;
+using detail::kRankTolSq;
+using detail::Net;
+using detail::RandomFill;
+using detail::RowsView;
 
 std::string bytes_str(double b) {
   const char* u[] = {"B", "KB", "MB", "GB", "TB", "PB"};
@@ -175,230 +171,6 @@ std::string ranks_str(const std::vector<int>& r) {
   std::ostringstream os;
   for (std::size_t i = 0; i < r.size(); ++i) os << (i ? "," : "") << r[i];
   return os.str();
-}
-
-/// Collectives of the dense stages, timed into the comm share.
-struct Net {
-  const comm::Communicator& c;
-  double seconds = 0;
-  void sum(double* p, std::size_t n) {
-    if (c.size() == 1 || n == 0) return;
-    Timer t;
-    c.allreduce(p, n);
-    seconds += t.seconds();
-  }
-};
-
-/// The wide products of Y (rows x C, backend memory) with host operands, through the
-/// backend (cuBLAS in double on GPUs, BLAS on the host): small operands go to backend
-/// memory, results come back to the host; sums over ranks run on the data communicator
-/// (NCCL for device backends) before the copy back.
-template <typename T>
-struct Wide {
-  Wide(kernels::Backend<T>& backend, Net& data_net) : be(backend), dnet(data_net) {}
-  kernels::Backend<T>& be;
-  Net& dnet;  ///< sums over ranks of backend-memory buffers
-  kernels::Array<double> a, b;
-  /// Seconds (this rank) in the wide products with their transfers, in the host
-  /// eigen-solves of the Gram method, and in the orthonormalisations: the parts of the
-  /// factor-update time, printed with -v.
-  double prod = 0, eig = 0, orth = 0;
-
-  double* ensure(kernels::Array<double>& x, std::size_t n) {
-    if (x.size() < n) x = be.allocate_double(std::max<std::size_t>(n, 1));
-    return x.data();
-  }
-  /// w_host (R, descending) and the unit eigenvectors V (C x R, kept in backend memory
-  /// for times_top) of the R largest eigenvalues of sum over ranks of Y^T Y. The
-  /// eigen-solve runs where the Gram is (cuSOLVER on GPUs, LAPACK on the host).
-  kernels::Array<double> v;
-  void gram_eig(const T* Y, std::int64_t rows, std::int64_t C, int R, double* w_host) {
-    Timer t;
-    const auto n = static_cast<std::size_t>(C * C);
-    double* S = ensure(a, n);
-    be.wide_gram(Y, rows, C, S);
-    const double n0 = dnet.seconds;
-    dnet.sum(S, n);
-    be.synchronize();
-    prod += t.seconds() - (dnet.seconds - n0);
-    t.reset();
-    be.symmetric_eig_top(S, static_cast<int>(C), R, w_host,
-                         ensure(v, static_cast<std::size_t>(C) * R));
-    eig += t.seconds();
-  }
-  /// Z_host (rows x R) = Y V for the eigenvectors V of the last gram_eig.
-  void times_top(const T* Y, std::int64_t rows, std::int64_t C, int R, double* Z_host) {
-    if (rows == 0) return;
-    Timer t;
-    double* Z = ensure(b, static_cast<std::size_t>(rows) * R);
-    be.wide_times(Y, rows, C, v.data(), R, Z);
-    be.download_double(Z, static_cast<std::size_t>(rows) * R, Z_host);
-    prod += t.seconds();
-  }
-  /// Z_host (rows x R) = Y W_host (this rank's rows).
-  void times(const T* Y, std::int64_t rows, std::int64_t C, const double* W_host, int R,
-             double* Z_host) {
-    if (rows == 0) return;
-    Timer t;
-    double* W = ensure(a, static_cast<std::size_t>(C) * R);
-    be.upload_double(W_host, static_cast<std::size_t>(C) * R, W);
-    double* Z = ensure(b, static_cast<std::size_t>(rows) * R);
-    be.wide_times(Y, rows, C, W, R, Z);
-    be.download_double(Z, static_cast<std::size_t>(rows) * R, Z_host);
-    prod += t.seconds();
-  }
-  /// B_host (C x R) = sum over ranks of Y^T P_host.
-  void times_t_sum(const T* Y, std::int64_t rows, std::int64_t C, const double* P_host, int R,
-                   double* B_host) {
-    Timer t;
-    double* P = ensure(a, static_cast<std::size_t>(std::max<std::int64_t>(rows, 1)) * R);
-    be.upload_double(P_host, static_cast<std::size_t>(rows) * R, P);
-    const auto n = static_cast<std::size_t>(C) * R;
-    double* B = ensure(b, n);
-    be.wide_times_t(Y, rows, C, P, R, B);
-    const double n0 = dnet.seconds;
-    dnet.sum(B, n);
-    be.download_double(B, n, B_host);
-    prod += t.seconds() - (dnet.seconds - n0);
-  }
-};
-
-/// Fills columns [first, first + ncols) of a rows x ncols block (row stride ncols) with
-/// keyed random values (rows are this rank's owned rows).
-using RandomFill = std::function<void(double* Z, int first, int ncols)>;
-
-/// G (R x R) = U^T U summed over ranks.
-void gram_all(const double* U, std::int64_t rows, int R, double* G, Net& net) {
-  std::fill(G, G + static_cast<std::size_t>(R) * R, 0.0);
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kChunkRows * 8) {
-    const std::int64_t nr = std::min(kChunkRows * 8, rows - r0);
-    linalg::syrk_lower(R, nr, 1.0, U + r0 * R, R, 1.0, G);
-  }
-  linalg::symmetrize_lower(R, G);
-  net.sum(G, static_cast<std::size_t>(R) * R);
-}
-
-/// U (rows x R) := U * M for M (R x R).
-void times_small(double* U, std::int64_t rows, int R, const double* M, std::vector<double>& tmp) {
-  tmp.resize(static_cast<std::size_t>(rows) * R);
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kChunkRows * 8) {
-    const std::int64_t nr = std::min(kChunkRows * 8, rows - r0);
-    linalg::gemm(false, false, nr, R, R, 1.0, U + r0 * R, R, M, R, 0.0, tmp.data() + r0 * R, R);
-  }
-  std::copy(tmp.begin(), tmp.end(), U);
-}
-
-/// Cholesky of G (R x R) into L (lower, row-major) and M = L^{-T}; false when G is not
-/// numerically positive definite (pivot ratio under what CholeskyQR tolerates).
-bool cholesky_inverse_t(const double* G, int R, std::vector<double>& M) {
-  std::vector<double> L(G, G + static_cast<std::size_t>(R) * R);
-  if (!linalg::cholesky(L.data(), R)) return false;
-  double dmin = std::numeric_limits<double>::infinity(), dmax = 0;
-  for (int i = 0; i < R; ++i) {
-    const double d = L[static_cast<std::size_t>(i) * R + i];
-    if (!(d > 0) || !std::isfinite(d)) return false;
-    dmin = std::min(dmin, d);
-    dmax = std::max(dmax, d);
-  }
-  if (dmin * dmin < 1e-13 * dmax * dmax) return false;
-  // Linv (lower) by forward substitution, then M = Linv^T (upper).
-  std::vector<double> Li(static_cast<std::size_t>(R) * R, 0.0);
-  for (int j = 0; j < R; ++j) {
-    for (int i = j; i < R; ++i) {
-      double s = i == j ? 1.0 : 0.0;
-      for (int k = j; k < i; ++k)
-        s -= L[static_cast<std::size_t>(i) * R + k] * Li[static_cast<std::size_t>(k) * R + j];
-      Li[static_cast<std::size_t>(i) * R + j] = s / L[static_cast<std::size_t>(i) * R + i];
-    }
-  }
-  M.assign(static_cast<std::size_t>(R) * R, 0.0);
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < R; ++j)
-      M[static_cast<std::size_t>(i) * R + j] = Li[static_cast<std::size_t>(j) * R + i];
-  return true;
-}
-
-int orthonormalize(double* U, std::int64_t rows, int R, Net& net, const RandomFill& rnd,
-                   int col_offset = 0, int depth = 0);
-
-/// The eigen-based path of orthonormalize for a numerically singular Gram G of U: an
-/// orthonormal basis of U's well-determined span, completed by random directions.
-int orthonormalize_singular(double* U, std::int64_t rows, int R, const std::vector<double>& G,
-                            Net& net, const RandomFill& rnd, int col_offset, int depth) {
-  TESSERA_EXPECTS(depth < 3,
-                  "could not complete an orthonormal basis (rows " << rows << ", R " << R << ")");
-  std::vector<double> w(static_cast<std::size_t>(R)), Q(static_cast<std::size_t>(R) * R);
-  linalg::symmetric_eig(G.data(), R, w.data(), Q.data());  // ascending
-  const double lmax = w[static_cast<std::size_t>(R - 1)];
-  int good = 0;
-  for (int j = R - 1; j >= 0; --j)
-    if (std::isfinite(lmax) && lmax > 0 && w[static_cast<std::size_t>(j)] > lmax * kRankTolSq)
-      ++good;
-  // W (R x R): the first `good` columns are eigenvectors (descending) / sqrt(lambda).
-  std::vector<double> W(static_cast<std::size_t>(R) * R, 0.0), tmp;
-  for (int j = 0; j < good; ++j) {
-    const int src = R - 1 - j;
-    const double s = 1.0 / std::sqrt(w[static_cast<std::size_t>(src)]);
-    for (int i = 0; i < R; ++i)
-      W[static_cast<std::size_t>(i) * R + j] = Q[static_cast<std::size_t>(i) * R + src] * s;
-  }
-  times_small(U, rows, R, W.data(), tmp);  // columns >= good are now 0
-  int added = 0;
-  if (good > 0) {
-    // Clean the good columns with one CholeskyQR pass (they are nearly orthonormal).
-    std::vector<double> Ug(static_cast<std::size_t>(rows) * good);
-    for (std::int64_t i = 0; i < rows; ++i)
-      std::copy(U + i * R, U + i * R + good, Ug.data() + i * good);
-    added += orthonormalize(Ug.data(), rows, good, net, rnd, col_offset, depth + 1);
-    for (std::int64_t i = 0; i < rows; ++i)
-      std::copy(Ug.data() + i * good, Ug.data() + (i + 1) * good, U + i * R);
-  }
-  if (good < R) {
-    const int miss = R - good;
-    std::vector<double> Z(static_cast<std::size_t>(rows) * miss);
-    rnd(Z.data(), col_offset + good, miss);
-    std::vector<double> Ug(static_cast<std::size_t>(rows) * std::max(good, 1));
-    for (std::int64_t i = 0; i < rows; ++i)
-      std::copy(U + i * R, U + i * R + good, Ug.data() + i * good);
-    for (int pass = 0; pass < 2 && good > 0; ++pass) {  // Z -= Ug (Ug^T Z), twice
-      std::vector<double> M(static_cast<std::size_t>(good) * miss);
-      linalg::gemm(true, false, good, miss, rows, 1.0, Ug.data(), good, Z.data(), miss, 0.0,
-                   M.data(), miss);
-      net.sum(M.data(), M.size());
-      linalg::gemm(false, false, rows, miss, good, -1.0, Ug.data(), good, M.data(), miss, 1.0,
-                   Z.data(), miss);
-    }
-    added += miss + orthonormalize(Z.data(), rows, miss, net, rnd, col_offset + good, depth + 1);
-    for (std::int64_t i = 0; i < rows; ++i)
-      std::copy(Z.data() + i * miss, Z.data() + (i + 1) * miss, U + i * R + good);
-  }
-  return added;
-}
-
-/// Orthonormalises the columns of the row-distributed U (rows x R: this rank's rows) over
-/// all ranks by CholeskyQR2 (column order and span kept). When the Gram is numerically
-/// singular, U becomes an orthonormal basis of its well-determined span completed by
-/// keyed random directions. Returns the number of random directions added.
-int orthonormalize(double* U, std::int64_t rows, int R, Net& net, const RandomFill& rnd,
-                   int col_offset, int depth) {
-  if (R == 0) return 0;
-  std::vector<double> G(static_cast<std::size_t>(R) * R), M, tmp;
-  for (int pass = 0; pass < 2; ++pass) {
-    gram_all(U, rows, R, G.data(), net);
-    // Already orthonormal to within kOrthSkip (the usual case for Y V / sigma of the
-    // Gram method and for power steps near convergence): one CholeskyQR pass leaves an
-    // error of order kOrthSkip^2 + rounding, so the second pass is skipped.
-    double dev = 0;
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < R; ++j)
-        dev =
-            std::max(dev, std::abs(G[static_cast<std::size_t>(i) * R + j] - (i == j ? 1.0 : 0.0)));
-    if (!cholesky_inverse_t(G.data(), R, M))
-      return orthonormalize_singular(U, rows, R, G, net, rnd, col_offset, depth);
-    times_small(U, rows, R, M.data(), tmp);
-    if (pass == 0 && dev < kOrthSkip) break;
-  }
-  return 0;
 }
 
 #if TESSERA_HAVE_SCALAPACK
@@ -435,101 +207,12 @@ class BlacsGrid {
 };
 #endif
 
-/// Everything one mode's factor update needs about the combined rows of Y_(n) on this rank.
-struct RowsView {
-  std::int64_t rows = 0;              ///< combined rows held (present rows of the owned range)
-  std::int64_t C = 0;                 ///< columns
-  const std::int64_t* pos = nullptr;  ///< row j is owned-range row pos[j]
-  std::int64_t own_len = 0;           ///< rows of the owned range
-};
-
-/// Gathers the present rows of U (own_len x R) into P (rows x R).
-void gather_present(const RowsView& v, const double* U, int R, std::vector<double>& P) {
-  P.resize(static_cast<std::size_t>(v.rows) * R);
-  for (std::int64_t j = 0; j < v.rows; ++j)
-    std::copy(U + v.pos[j] * R, U + (v.pos[j] + 1) * R, P.data() + j * R);
-}
-
-/// U (own_len x R) := 0 except the present rows, taken from Z (rows x R).
-void scatter_present(const RowsView& v, const double* Z, int R, double* U) {
-  std::fill(U, U + v.own_len * R, 0.0);
-  for (std::int64_t j = 0; j < v.rows; ++j) std::copy(Z + j * R, Z + (j + 1) * R, U + v.pos[j] * R);
-}
-
+/// --svd scalapack: U (own_len x R, host) := the top R left singular vectors of the
+/// combined rows Y (host), zero in the rows this rank does not hold; the caller
+/// orthonormalises (through the backend) and completes undetermined columns.
 template <typename T>
-int update_gram(const T* Y, const RowsView& v, int R, double* U, Net& net, Wide<T>& wide,
-                const RandomFill& rnd) {
-  const std::int64_t C = v.C;
-  std::vector<double> w(static_cast<std::size_t>(R)), sc(static_cast<std::size_t>(R));
-  wide.gram_eig(Y, v.rows, C, R, w.data());
-  for (int j = 0; j < R; ++j) {
-    const double wj = w[static_cast<std::size_t>(j)];
-    sc[static_cast<std::size_t>(j)] =
-        (w[0] > 0 && std::isfinite(w[0]) && wj > w[0] * kRankTolSq) ? 1.0 / std::sqrt(wj) : 0.0;
-  }
-  // U = Y V / sigma (columns scaled after the product).
-  std::vector<double> Z(static_cast<std::size_t>(v.rows) * R);
-  wide.times_top(Y, v.rows, C, R, Z.data());
-  for (std::int64_t i = 0; i < v.rows; ++i)
-    for (int j = 0; j < R; ++j)
-      Z[static_cast<std::size_t>(i * R + j)] *= sc[static_cast<std::size_t>(j)];
-  scatter_present(v, Z.data(), R, U);
-  // Y V / sigma is orthonormal up to rounding amplified by the Gram's condition; CholeskyQR2
-  // restores it (and completes columns no data determines).
-  Timer to;
-  const int added = orthonormalize(U, v.own_len, R, net, rnd);
-  wide.orth += to.seconds();
-  return added;
-}
-
-template <typename T>
-int update_subspace(const T* Y, const RowsView& v, int R, double* U, int steps, double tol,
-                    Net& net, Wide<T>& wide, const RandomFill& rnd) {
-  const std::int64_t C = v.C;
-  int added = 0;
-  std::vector<double> P, B(static_cast<std::size_t>(C) * R),
-      Z(static_cast<std::size_t>(v.rows) * R);
-  std::vector<double> Unew(static_cast<std::size_t>(v.own_len) * R),
-      M(static_cast<std::size_t>(R) * R);
-  std::vector<double> proj, tmp;
-  gather_present(v, U, R, P);
-  for (int s = 0; s < steps; ++s) {
-    wide.times_t_sum(Y, v.rows, C, P.data(), R, B.data());
-    wide.times(Y, v.rows, C, B.data(), R, Z.data());
-    scatter_present(v, Z.data(), R, Unew.data());
-    Timer to;
-    added += orthonormalize(Unew.data(), v.own_len, R, net, rnd);
-    wide.orth += to.seconds();
-    // Change of the subspace: || Unew - U (U^T Unew) ||_F (no cancellation, unlike angles).
-    linalg::gemm(true, false, R, R, v.own_len, 1.0, U, R, Unew.data(), R, 0.0, M.data(), R);
-    net.sum(M.data(), M.size());
-    proj.assign(U, U + v.own_len * R);
-    times_small(proj.data(), v.own_len, R, M.data(), tmp);
-    double change = 0;
-    for (std::size_t k = 0; k < proj.size(); ++k)
-      change += (Unew[k] - proj[k]) * (Unew[k] - proj[k]);
-    net.sum(&change, 1);
-    std::copy(Unew.begin(), Unew.end(), U);
-    gather_present(v, U, R, P);
-    if (std::sqrt(change) < tol) break;
-  }
-  // Rayleigh-Ritz: rotate the basis to the singular vectors' order (B^T B = U^T Y Y^T U).
-  wide.times_t_sum(Y, v.rows, C, P.data(), R, B.data());
-  std::vector<double> H(static_cast<std::size_t>(R) * R), w(static_cast<std::size_t>(R)),
-      Q(static_cast<std::size_t>(R) * R), Qd(static_cast<std::size_t>(R) * R);
-  linalg::gemm(true, false, R, R, C, 1.0, B.data(), R, B.data(), R, 0.0, H.data(), R);
-  linalg::symmetrize_lower(R, H.data());
-  linalg::symmetric_eig(H.data(), R, w.data(), Q.data());
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < R; ++j)
-      Qd[static_cast<std::size_t>(i) * R + j] = Q[static_cast<std::size_t>(i) * R + (R - 1 - j)];
-  times_small(U, v.own_len, R, Qd.data(), tmp);
-  return added;
-}
-
-template <typename T>
-int update_scalapack(const T* Y, const RowsView& v, int R, double* U, Net& net,
-                     const RandomFill& rnd, const BlacsGrid& grid) {
+void update_scalapack(const T* Y, const RowsView& v, int R, std::vector<double>& U, Net& net,
+                      const BlacsGrid& grid) {
 #if TESSERA_HAVE_SCALAPACK
   const int P = net.c.size();
   const std::int64_t C = v.C;
@@ -584,12 +267,12 @@ int update_scalapack(const T* Y, const RowsView& v, int R, double* U, Net& net,
     for (std::int64_t i = 0; i < v.rows; ++i)
       Z[static_cast<std::size_t>(i * R + j)] = Uc[static_cast<std::size_t>(j) * K + i];
   }
-  scatter_present(v, Z.data(), R, U);
-  return orthonormalize(U, v.own_len, R, net, rnd);
+  U.assign(static_cast<std::size_t>(v.own_len) * R, 0.0);
+  for (std::int64_t j = 0; j < v.rows; ++j)
+    std::copy(Z.begin() + j * R, Z.begin() + (j + 1) * R, U.begin() + v.pos[j] * R);
 #else
-  (void)Y, (void)v, (void)R, (void)U, (void)net, (void)rnd, (void)grid;
+  (void)Y, (void)v, (void)R, (void)U, (void)net, (void)grid;
   TESSERA_INPUT_CHECK(false, "--svd scalapack: this tessera was built without ScaLAPACK");
-  return 0;
 #endif
 }
 
@@ -662,30 +345,39 @@ Estimate estimate_rank(const RankCounts& rc, const std::vector<std::uint64_t>& d
 
 namespace {
 
-/// The HOOI of both tucker_hooi overloads: `block` is this rank's nonzeros (prepared
-/// here), or null with `given` the prepared handle.
-template <typename T>
-TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor<T>* block,
-                         std::unique_ptr<kernels::TensorHandle<T>> given, kernels::Backend<T>& be,
-                         const comm::Communicator& c, const TuckerOptions& opt,
-                         const comm::Communicator* data_comm) {
-  const auto& dims = dist.dims;
-  const int N = static_cast<int>(dims.size());
-  const int P = c.size();
-  const std::vector<int> ranks = opt.ranks;
-  TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
-                  "tucker_hooi needs a host communicator");
-  const comm::Communicator& dc = data_comm != nullptr ? *data_comm : c;
-  TESSERA_EXPECTS(dc.memory_space() == be.memory_space() && dc.size() == P,
-                  "tucker_hooi: the data communicator must span the same ranks in the "
-                  "backend's memory space");
-  const bool on_host = be.memory_space() == comm::MemorySpace::host;
-  TESSERA_EXPECTS((block != nullptr && block->order() == N) ||
-                      (block == nullptr && given != nullptr && given->order() == N),
-                  "tucker_hooi: a block or a prepared handle of order " << N);
+/// Appends an iteration to the result (history, phases, fit) and prints its line on rank
+/// 0, with the split of the factor-update time at -v.
+void record_iteration(const TuckerIteration& rec, TuckerResult& res, bool print) {
+  res.history.push_back(rec);
+  res.phases.add("ttmc", rec.ttmc);
+  res.phases.add("comm", rec.comm);
+  res.phases.add("svd", rec.svd);
+  res.fit = rec.fit;
+  res.core_norm = rec.core_norm;
+  res.iterations = rec.iter;
+  if (!print) return;
+  const double tot = std::max(rec.seconds, 1e-12);
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "  iter %3d  fit %.6f  delta %+.3e  %.4f s  (ttmc %2.0f%%  comm %2.0f%%  "
+                "svd %2.0f%%)",
+                rec.iter, rec.fit, rec.delta, rec.seconds, 100 * rec.ttmc / tot,
+                100 * rec.comm / tot, 100 * rec.svd / tot);
+  log::info(line);
+  std::snprintf(line, sizeof(line),
+                "            svd split: products %.4f s, eigen-solves %.4f s, "
+                "orthonormalisation %.4f s, core %.4f s, rest %.4f s",
+                rec.svd_products, rec.svd_eig, rec.svd_orth, rec.svd_core,
+                rec.svd - rec.svd_products - rec.svd_eig - rec.svd_orth - rec.svd_core);
+  log::debug(line);
+}
 
-  // ---- options: every rank sees the same, so every rank throws the same InputError ----
-  check_tucker_ranks(dims, ranks);
+/// The options every rank sees alike (so every rank throws the same InputError); returns
+/// the TTMc output columns of every mode.
+std::vector<std::int64_t> check_options(const std::vector<std::uint64_t>& dims,
+                                        const TuckerOptions& opt) {
+  const int N = static_cast<int>(dims.size());
+  check_tucker_ranks(dims, opt.ranks);
   TESSERA_INPUT_CHECK(opt.max_iters >= 1,
                       "--iters must be at least 1 (got " << opt.max_iters << ")");
   TESSERA_INPUT_CHECK(opt.tol >= 0 && std::isfinite(opt.tol), "--tol must be >= 0");
@@ -698,38 +390,43 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
                       "--svd gram or --svd subspace");
   std::vector<std::int64_t> cols(static_cast<std::size_t>(N));
   for (int n = 0; n < N; ++n) {
-    cols[static_cast<std::size_t>(n)] = kernels::ttmc_output_cols(ranks, n);
+    cols[static_cast<std::size_t>(n)] = kernels::ttmc_output_cols(opt.ranks, n);
     TESSERA_INPUT_CHECK(opt.svd != SvdMethod::gram || cols[static_cast<std::size_t>(n)] <= 4096,
                         "--svd gram: mode " << n << " needs a " << cols[static_cast<std::size_t>(n)]
                                             << " x " << cols[static_cast<std::size_t>(n)]
                                             << " Gram matrix (the product of the other modes' "
                                                "ranks); use --svd subspace or smaller ranks");
   }
+  return cols;
+}
 
-  // Copies prepared during the run (the block below; a streaming backend's chunks in tier
-  // 3) are ordered for TTMc; the caller's workload comes back at the end.
-  struct WorkloadScope {
-    kernels::Backend<T>& be;
-    kernels::Workload was;
-    ~WorkloadScope() { be.set_workload(was); }
-  } workload_scope{be, be.workload()};
-  be.set_workload(kernels::Workload::ttmc);
+/// ||X|| (into res.norm_x) and the scale the loop computes with.
+struct NormScale {
+  double norm_x2 = 0;  ///< ||cs X||^2
+  double cs = 1;       ///< a power of two: the loop runs on cs X
+  double norm_cx = 0;  ///< ||cs X||
+};
 
-  TuckerResult res;
-  Timer setup_timer;
+/// `mine2` is this rank's sum of squared values; `mine` its scaled 2-norm (called only when
+/// the plain sum leaves the safe range).
+template <typename T>
+NormScale norm_and_scale(double mine2, const std::function<double()>& mine,
+                         const comm::Communicator& c, const TuckerOptions& opt, TuckerResult& res) {
   // ||X||: the plain sum of squares while it is far from the ends of the double range
   // (results as ever), else scaled norms (values near 1e200 or 1e-200), as CP-ALS does.
-  double norm_x2 = block != nullptr ? block->norm_squared() : given->value_norm_squared();
-  c.allreduce(&norm_x2, 1);
-  const bool plain_norm = std::isfinite(norm_x2) && norm_x2 >= 0x1p-1000 && norm_x2 <= 0x1p+1000;
+  NormScale s;
+  s.norm_x2 = mine2;
+  c.allreduce(&s.norm_x2, 1);
+  const bool plain_norm =
+      std::isfinite(s.norm_x2) && s.norm_x2 >= 0x1p-1000 && s.norm_x2 <= 0x1p+1000;
   if (!plain_norm) {
-    double mine = block != nullptr ? block->norm() : given->value_norm(), mx = mine;
+    double own = mine(), mx = own;
     c.allreduce(&mx, 1, comm::ReduceOp::max);
-    double r = mx > 0 && std::isfinite(mx) ? (mine / mx) * (mine / mx) : 0.0;
+    double r = mx > 0 && std::isfinite(mx) ? (own / mx) * (own / mx) : 0.0;
     c.allreduce(&r, 1);
     res.norm_x = mx > 0 && std::isfinite(mx) ? mx * std::sqrt(r) : mx;
   } else {
-    res.norm_x = std::sqrt(norm_x2);
+    res.norm_x = std::sqrt(s.norm_x2);
   }
   TESSERA_INPUT_CHECK(res.norm_x > 0, opt.tensor_name << ": every value is 0 (no nonzero values): "
                                                          "nothing to decompose");
@@ -745,46 +442,23 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   const int norm_exp = std::ilogb(res.norm_x);
   const int lo_exp = std::is_same_v<T, float> ? -20 : -128;
   const int hi_exp = std::is_same_v<T, float> ? 32 : 128;
-  const double cs =
-      norm_exp >= lo_exp && norm_exp <= hi_exp
-          ? 1.0
-          : std::ldexp(1.0, -std::clamp(norm_exp, std::is_same_v<T, float> ? -100 : -1000,
-                                        std::is_same_v<T, float> ? 100 : 1000));
-  if (cs != 1.0 || !plain_norm) norm_x2 = (cs * res.norm_x) * (cs * res.norm_x);
-  const double norm_cx = cs * res.norm_x;
+  s.cs = norm_exp >= lo_exp && norm_exp <= hi_exp
+             ? 1.0
+             : std::ldexp(1.0, -std::clamp(norm_exp, std::is_same_v<T, float> ? -100 : -1000,
+                                           std::is_same_v<T, float> ? 100 : 1000));
+  if (s.cs != 1.0 || !plain_norm) s.norm_x2 = (s.cs * res.norm_x) * (s.cs * res.norm_x);
+  s.norm_cx = s.cs * res.norm_x;
+  return s;
+}
 
-  // ---- local work that may fail on one rank only: agreed before any further collective ----
-  std::unique_ptr<kernels::TensorHandle<T>> X;
-  std::vector<ModePlan> plan(static_cast<std::size_t>(N));
-  comm::run_collectively(c, [&] {
-    X = block != nullptr ? be.prepare(*block) : std::move(given);
-    for (int n = 0; n < N; ++n) {
-      auto& mp = plan[static_cast<std::size_t>(n)];
-      mp.cols = cols[static_cast<std::size_t>(n)];
-      mp.local = be.ttmc_rows(*X, n);
-      mp.scratch_per_col =
-          static_cast<double>(be.ttmc_scratch_bytes(*X, n, ranks)) / static_cast<double>(mp.cols);
-    }
-  });
-
-  res.tier = X->tier();
-  res.tier_description = X->describe();
-  {
-    std::int32_t tier_max = res.tier;
-    c.allreduce(&tier_max, 1, comm::ReduceOp::max);
-    if (opt.print_iterations)
-      log::info("memory tier (rank 0): " + res.tier_description +
-                (tier_max != res.tier
-                     ? " (some ranks stream: tier " + std::to_string(tier_max) + ")"
-                     : ""));
-  }
-  double overlap_sum = 0;
-  int overlap_count = 0;
-
-  // ---- row ownership and the combine plan (index exchange, once) ----
-  for (int n = 0; n < N; ++n) {
-    auto& mp = plan[static_cast<std::size_t>(n)];
-    const auto I = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
+/// Row ownership (mode-n rows cut into P ranges of ceil(I_n / P)) and the plan that
+/// combines the TTMc rows on their owners: one index exchange per mode (collective).
+void plan_combine(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
+                  const comm::Communicator& c) {
+  const int P = c.size();
+  for (std::size_t n = 0; n < dims.size(); ++n) {
+    auto& mp = plan[n];
+    const auto I = static_cast<std::int64_t>(dims[n]);
     mp.b = (I + P - 1) / P;
     mp.lo = std::min<std::int64_t>(mp.b * c.rank(), I);
     mp.len = std::min<std::int64_t>(mp.b * (c.rank() + 1), I) - mp.lo;
@@ -814,9 +488,17 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     }
     if (!order.empty()) mp.src_ptr.push_back(static_cast<std::int64_t>(order.size()));
   }
+}
 
-  // ---- memory plan: every rank evaluates the same estimate from all ranks' counts ----
-  const std::size_t vsize = sizeof(T);
+/// The memory plan: every rank evaluates the same estimate from all ranks' counts
+/// (collective), records it in res.memory, prints it and refuses, naming ranks that
+/// would fit, when it is over opt.memory_limit.
+void plan_memory(const std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
+                 const std::vector<std::int64_t>& cols, std::size_t vsize,
+                 const std::function<double(std::int64_t)>& wide_scratch,
+                 const comm::Communicator& c, const TuckerOptions& opt, TuckerResult& res) {
+  const int N = static_cast<int>(dims.size()), P = c.size();
+  const std::vector<int>& ranks = opt.ranks;
   std::vector<double> mine(static_cast<std::size_t>(4 * N)),
       all(static_cast<std::size_t>(4 * N * P));
   for (int n = 0; n < N; ++n) {
@@ -840,9 +522,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   auto estimate = [&](const std::vector<int>& r) {
     Estimate worst;
     for (const auto& rc : counts) {
-      const Estimate e = estimate_rank(rc, dims, r, vsize, P, opt.svd, [&](std::int64_t C) {
-        return static_cast<double>(be.wide_scratch_bytes(C));
-      });
+      const Estimate e = estimate_rank(rc, dims, r, vsize, P, opt.svd, wide_scratch);
       worst.semi = std::max(worst.semi, e.semi);
       worst.total = std::max(worst.total, e.total);
     }
@@ -914,362 +594,426 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     msg << "; more MPI ranks (fewer rows each) or a larger memory limit also help";
     TESSERA_INPUT_CHECK(false, msg.str());
   }
+}
 
-  // ---- buffers ----
+/// One run of HOOI after the setup: the prepared tensor, the combine plan, the buffers,
+/// the factors and the dense stage of this rank, and the loops over them.
+template <typename T>
+class Hooi {
+ public:
+  Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::TensorHandle<T>> X,
+       std::vector<ModePlan> plan, kernels::Backend<T>& be, const comm::Communicator& c,
+       const comm::Communicator& dc, const TuckerOptions& opt, const NormScale& ns,
+       TuckerResult& res);
+  /// Initial factors (random, then HOSVD when asked) or the resumed state's.
+  void init();
+  /// HOOI iterations until the tolerance or max_iters.
+  void iterate();
+  /// The model, complete on every rank, rows in original index order (collective).
+  void finish();
+
+ private:
+  /// Keyed random values for the owned rows of mode n (salt separates init and completion).
+  RandomFill random_fill(int n, std::uint64_t salt) const;
+  void publish(int n) { factors_.publish(n, &t_svd_, &t_comm_); }
+  /// TTMc of mode n with the current backend factors, combined on the owners; returns the
+  /// combined rows (P == 1: the TTMc output itself).
+  const T* ttmc_combined(int n);
+  RowsView view_of(int n) const;
+  /// New U_n (owned rows, backend memory, in place) from the combined rows Y.
+  void factor_update(int n, const T* Y);
+  /// The last core on the host (copied from backend memory when newer there).
+  const std::vector<double>& host_core();
+  std::vector<double> unscaled(std::vector<double> g) const;
+
+  const partition::Distribution& dist_;
+  std::unique_ptr<kernels::TensorHandle<T>> X_;
+  std::vector<ModePlan> plan_;
+  kernels::Backend<T>& be_;
+  const comm::Communicator& c_;
+  const comm::Communicator& dc_;
+  const TuckerOptions& opt_;
+  const NormScale ns_;
+  TuckerResult& res_;
+  const int N_, P_;
+  kernels::Array<T> ybuf_, recv_, own_;
+  detail::TuckerFactors<T> factors_;
+  std::vector<kernels::Array<std::int64_t>> pos_dev_;
+  std::unique_ptr<BlacsGrid> grid_;
+  Net net_, dnet_;  // dnet_: sums of backend-memory buffers (NCCL on GPUs)
+  detail::DenseStage<T> dense_;
+  double t_ttmc_ = 0, t_comm_ = 0, t_svd_ = 0;  // of the current iteration (or the init)
+  double overlap_sum_ = 0;
+  int overlap_count_ = 0;
+  std::vector<T> yhost_;         // --svd scalapack on a device backend: Y copied to the host
+  std::vector<double> core_;     // cs G (the model's core is G)
+  bool core_on_device_ = false;  // the last core is in dense_.core_data(), not in core_
+  double fit_old_ = 0;
+};
+
+std::vector<std::int64_t> owned_lengths(const std::vector<ModePlan>& plan, bool block) {
+  std::vector<std::int64_t> v;
+  for (const auto& mp : plan) v.push_back(block ? mp.b : mp.len);
+  return v;
+}
+
+template <typename T>
+Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::TensorHandle<T>> X,
+              std::vector<ModePlan> plan, kernels::Backend<T>& be, const comm::Communicator& c,
+              const comm::Communicator& dc, const TuckerOptions& opt, const NormScale& ns,
+              TuckerResult& res)
+    : dist_(dist),
+      X_(std::move(X)),
+      plan_(std::move(plan)),
+      be_(be),
+      c_(c),
+      dc_(dc),
+      opt_(opt),
+      ns_(ns),
+      res_(res),
+      N_(static_cast<int>(dist.dims.size())),
+      P_(c.size()),
+      factors_(be, c, dc, dist.dims, opt.ranks, owned_lengths(plan_, false),
+               owned_lengths(plan_, true)),
+      net_{c},
+      dnet_{dc},
+      dense_(be, net_, dnet_) {
   std::int64_t max_out = 0, max_recv = 0, max_own = 0;
-  for (const auto& mp : plan) {
+  for (const auto& mp : plan_) {
     max_out = std::max(max_out, static_cast<std::int64_t>(mp.local.size()) * mp.cols);
-    if (P > 1) {
+    if (P_ > 1) {
       max_recv = std::max(max_recv, mp.recv_total * mp.cols);
       max_own = std::max(max_own, static_cast<std::int64_t>(mp.own_pos.size()) * mp.cols);
     }
   }
-  auto ybuf = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_out, 1)));
+  ybuf_ = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_out, 1)));
   // Rows received from other ranks and their sums on the owner, in backend memory (the
   // exchange runs on the data communicator: NCCL between GPUs).
-  kernels::Array<T> recv, own;
-  if (P > 1) {
-    recv = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_recv, 1)));
-    own = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_own, 1)));
+  if (P_ > 1) {
+    recv_ = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_recv, 1)));
+    own_ = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_own, 1)));
   }
-  std::vector<kernels::Array<T>> A(static_cast<std::size_t>(N));
-  std::vector<std::vector<double>> Uown(static_cast<std::size_t>(N)),
-      Ufull(static_cast<std::size_t>(N));
-  for (int n = 0; n < N; ++n) {
-    const auto I = static_cast<std::size_t>(dims[static_cast<std::size_t>(n)]);
-    const auto R = static_cast<std::size_t>(ranks[static_cast<std::size_t>(n)]);
-    A[static_cast<std::size_t>(n)] = be.allocate(I * R);
-    Uown[static_cast<std::size_t>(n)].assign(
-        static_cast<std::size_t>(plan[static_cast<std::size_t>(n)].len) * R, 0.0);
+  // Row maps of the combined rows in backend memory (none where they are the identity).
+  pos_dev_.resize(static_cast<std::size_t>(N_));
+  for (int n = 0; n < N_; ++n) {
+    const auto& mp = plan_[static_cast<std::size_t>(n)];
+    if (static_cast<std::int64_t>(mp.own_pos.size()) != mp.len)
+      pos_dev_[static_cast<std::size_t>(n)] = be.upload_index(mp.own_pos.data(), mp.own_pos.size());
   }
-  std::unique_ptr<BlacsGrid> grid;
-  if (opt.svd == SvdMethod::scalapack) grid = std::make_unique<BlacsGrid>(c);
-  res.phases.add("setup", setup_timer.seconds());
+  if (opt.svd == SvdMethod::scalapack) grid_ = std::make_unique<BlacsGrid>(c);
+  res.dense_method = detail::dense_method(opt.svd, be.memory_space());
+  if (opt.print_iterations) log::info("dense stage: " + res.dense_method);
+}
 
-  Net net{c};
-  Net dnet{dc};  // sums of backend-memory buffers (NCCL on GPUs)
-  Wide<T> wide(be, dnet);
-  double t_ttmc = 0, t_comm = 0, t_svd = 0;  // of the current iteration (or the init)
-  std::vector<T> yhost;  // --svd scalapack on a device backend: Y copied to the host
+template <typename T>
+RandomFill Hooi<T>::random_fill(int n, std::uint64_t salt) const {
+  return [this, n, salt](double* Z, int first, int ncols) {
+    const auto& mp = plan_[static_cast<std::size_t>(n)];
+    for (std::int64_t i = 0; i < mp.len; ++i) {
+      const std::uint64_t orig = dist_.original_index(n, static_cast<std::uint64_t>(mp.lo + i));
+      for (int j = 0; j < ncols; ++j)
+        Z[static_cast<std::size_t>(i * ncols + j)] =
+            tucker_initial_value(opt_.seed + salt, n, orig, first + j);
+    }
+  };
+}
 
-  // Keyed random values for the owned rows of mode n (salt separates init and completion).
-  auto random_fill = [&](int n, std::uint64_t salt) -> RandomFill {
-    return [&, n, salt](double* Z, int first, int ncols) {
-      const auto& mp = plan[static_cast<std::size_t>(n)];
-      for (std::int64_t i = 0; i < mp.len; ++i) {
-        const std::uint64_t orig = dist.original_index(n, static_cast<std::uint64_t>(mp.lo + i));
-        for (int j = 0; j < ncols; ++j)
-          Z[static_cast<std::size_t>(i * ncols + j)] =
-              tucker_initial_value(opt.seed + salt, n, orig, first + j);
+template <typename T>
+const T* Hooi<T>::ttmc_combined(int n) {
+  const auto& mp = plan_[static_cast<std::size_t>(n)];
+  std::vector<const T*> fptr(static_cast<std::size_t>(N_));
+  for (int m = 0; m < N_; ++m)
+    fptr[static_cast<std::size_t>(m)] = m == n ? nullptr : factors_.backend(m);
+  Timer t;
+  be_.ttmc(*X_, n, fptr, opt_.ranks, ybuf_.data());
+  if (ns_.cs != 1.0) {
+    const std::vector<double> up(static_cast<std::size_t>(mp.cols), ns_.cs);
+    be_.scale_columns(ybuf_.data(), static_cast<std::int64_t>(mp.local.size()),
+                      static_cast<int>(mp.cols), up.data());
+  }
+  be_.synchronize();
+  t_ttmc_ += t.seconds();
+  if (res_.tier > 1) {
+    res_.stream_copy_seconds += X_->last_copy_seconds();
+    res_.stream_compute_seconds += X_->last_compute_seconds();
+    overlap_sum_ += X_->overlap_fraction();
+    ++overlap_count_;
+  }
+  if (P_ == 1) return ybuf_.data();
+  t.reset();
+  const auto P = static_cast<std::size_t>(P_);
+  std::vector<std::int64_t> sc(P), sd(P), rc(P), rd(P);
+  for (std::size_t p = 0; p < P; ++p) {
+    sc[p] = mp.send_rows[p] * mp.cols;
+    rc[p] = mp.recv_rows[p] * mp.cols;
+    if (p > 0) {
+      sd[p] = sd[p - 1] + sc[p - 1];
+      rd[p] = rd[p - 1] + rc[p - 1];
+    }
+  }
+  dc_.alltoallv_raw(ybuf_.data(), sc.data(), sd.data(), recv_.data(), rc.data(), rd.data(),
+                    comm::data_type_of<T>());
+  // Duplicates summed in a fixed order (stable by source rank): the same on every run.
+  be_.sum_rows(recv_.data(), mp.src_ptr, mp.src_row, mp.cols, own_.data());
+  be_.synchronize();
+  t_comm_ += t.seconds();
+  return own_.data();
+}
+
+template <typename T>
+RowsView Hooi<T>::view_of(int n) const {
+  const auto& mp = plan_[static_cast<std::size_t>(n)];
+  RowsView v;
+  v.rows = static_cast<std::int64_t>(mp.own_pos.size());
+  v.C = mp.cols;
+  v.pos = mp.own_pos.data();
+  v.pos_dev = pos_dev_[static_cast<std::size_t>(n)].data();
+  v.own_len = mp.len;
+  return v;
+}
+
+template <typename T>
+void Hooi<T>::factor_update(int n, const T* Y) {
+  const int R = opt_.ranks[static_cast<std::size_t>(n)];
+  const RowsView v = view_of(n);
+  auto& U = factors_.owned(n);
+  const RandomFill rnd = random_fill(n, 0x5EED0000ull);
+  Timer t;
+  const double net0 = net_.seconds + dnet_.seconds;
+  int added = 0;
+  switch (opt_.svd) {
+    case SvdMethod::gram:
+      added = dense_.update_gram(Y, v, R, U.data(), rnd);
+      break;
+    case SvdMethod::subspace:
+      added = dense_.update_subspace(Y, v, R, U, opt_.subspace_steps, opt_.subspace_tol, rnd);
+      break;
+    case SvdMethod::scalapack: {
+      const T* Yh = Y;
+      if (be_.memory_space() != comm::MemorySpace::host) {
+        yhost_.resize(static_cast<std::size_t>(v.rows * v.C));
+        be_.download(Y, yhost_.size(), yhost_.data());
+        Yh = yhost_.data();
       }
-    };
-  };
-
-  // On GPUs (backend and data communicator in device memory) a new factor goes to the
-  // backend by an allgather of the owned rows in T over the data communicator (NCCL), and
-  // the host copies in double (Ufull: checkpoints, the model) are gathered only when
-  // needed. Same values as gathering in double and converting: the conversion is per
-  // element.
-  const bool device_publish = P > 1 && dc.memory_space() == comm::MemorySpace::device &&
-                              be.memory_space() == comm::MemorySpace::device;
-  std::vector<char> full_stale(static_cast<std::size_t>(N), 0);
-  kernels::Array<T> pub_send, pub_recv;
-  if (device_publish) {
-    std::int64_t most = 1;
-    for (int n = 0; n < N; ++n)
-      most =
-          std::max(most, plan[static_cast<std::size_t>(n)].b * ranks[static_cast<std::size_t>(n)]);
-    pub_send = be.allocate(static_cast<std::size_t>(most));
-    pub_recv = be.allocate(static_cast<std::size_t>(most) * static_cast<std::size_t>(P));
-  }
-  // Ufull[n], every rank's host copy in double, from the owners' rows (collective).
-  auto gather_host = [&](int n) {
-    const auto& mp = plan[static_cast<std::size_t>(n)];
-    const int R = ranks[static_cast<std::size_t>(n)];
-    const auto I = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
-    auto& full = Ufull[static_cast<std::size_t>(n)];
-    if (P == 1) {
-      full = Uown[static_cast<std::size_t>(n)];
-      return;
-    }
-    std::vector<double> send(static_cast<std::size_t>(mp.b * R), 0.0);
-    std::copy(Uown[static_cast<std::size_t>(n)].begin(), Uown[static_cast<std::size_t>(n)].end(),
-              send.begin());
-    full.assign(static_cast<std::size_t>(mp.b * R * P), 0.0);
-    c.allgather(send.data(), full.data(), send.size());
-    full.resize(static_cast<std::size_t>(I * R));
-  };
-  // Every stale Ufull[n] gathered (collective).
-  auto gather_full = [&]() {
-    for (int n = 0; n < N; ++n) {
-      if (!full_stale[static_cast<std::size_t>(n)]) continue;
-      gather_host(n);
-      full_stale[static_cast<std::size_t>(n)] = 0;
-    }
-  };
-
-  // Owned rows -> every rank's full factor (label order) -> backend factor.
-  auto publish = [&](int n) {
-    const auto& mp = plan[static_cast<std::size_t>(n)];
-    const int R = ranks[static_cast<std::size_t>(n)];
-    const auto I = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
-    auto& full = Ufull[static_cast<std::size_t>(n)];
-    Timer t;
-    if (device_publish) {
-      const auto& own = Uown[static_cast<std::size_t>(n)];
-      std::vector<T> h(static_cast<std::size_t>(mp.b * R), T(0));
-      for (std::size_t k = 0; k < own.size(); ++k) h[k] = static_cast<T>(own[k]);
-      be.upload(h.data(), h.size(), pub_send.data());
-      t_svd += t.seconds();
-      t.reset();
-      dc.allgather_raw(pub_send.data(), pub_recv.data(), h.size(), comm::data_type_of<T>());
-      be.copy(pub_recv.data(), static_cast<std::size_t>(I * R),
-              A[static_cast<std::size_t>(n)].data());
-      be.synchronize();
-      t_comm += t.seconds();
-      full_stale[static_cast<std::size_t>(n)] = 1;
-      return;
-    }
-    gather_host(n);
-    t_comm += t.seconds();
-    t.reset();
-    std::vector<T> h(full.begin(), full.end());
-    if (!h.empty()) be.upload(h.data(), h.size(), A[static_cast<std::size_t>(n)].data());
-    t_svd += t.seconds();
-  };
-
-  // TTMc of mode n with the current backend factors, combined on the owners; returns the
-  // combined rows (P == 1: the TTMc output itself).
-  auto ttmc_combined = [&](int n) -> const T* {
-    const auto& mp = plan[static_cast<std::size_t>(n)];
-    std::vector<const T*> fptr(static_cast<std::size_t>(N));
-    for (int m = 0; m < N; ++m)
-      fptr[static_cast<std::size_t>(m)] = m == n ? nullptr : A[static_cast<std::size_t>(m)].data();
-    Timer t;
-    be.ttmc(*X, n, fptr, ranks, ybuf.data());
-    if (cs != 1.0) {
-      const std::vector<double> up(static_cast<std::size_t>(mp.cols), cs);
-      be.scale_columns(ybuf.data(), static_cast<std::int64_t>(mp.local.size()),
-                       static_cast<int>(mp.cols), up.data());
-    }
-    be.synchronize();
-    t_ttmc += t.seconds();
-    if (res.tier > 1) {
-      res.stream_copy_seconds += X->last_copy_seconds();
-      res.stream_compute_seconds += X->last_compute_seconds();
-      overlap_sum += X->overlap_fraction();
-      ++overlap_count;
-    }
-    if (P == 1) return ybuf.data();
-    t.reset();
-    std::vector<std::int64_t> sc(static_cast<std::size_t>(P)), sd(static_cast<std::size_t>(P)),
-        rc(static_cast<std::size_t>(P)), rd(static_cast<std::size_t>(P));
-    for (int p = 0; p < P; ++p) {
-      sc[static_cast<std::size_t>(p)] = mp.send_rows[static_cast<std::size_t>(p)] * mp.cols;
-      rc[static_cast<std::size_t>(p)] = mp.recv_rows[static_cast<std::size_t>(p)] * mp.cols;
-      if (p > 0) {
-        sd[static_cast<std::size_t>(p)] =
-            sd[static_cast<std::size_t>(p - 1)] + sc[static_cast<std::size_t>(p - 1)];
-        rd[static_cast<std::size_t>(p)] =
-            rd[static_cast<std::size_t>(p - 1)] + rc[static_cast<std::size_t>(p - 1)];
-      }
-    }
-    dc.alltoallv_raw(ybuf.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(),
-                     comm::data_type_of<T>());
-    // Duplicates summed in a fixed order (stable by source rank): the same on every run.
-    be.sum_rows(recv.data(), mp.src_ptr, mp.src_row, mp.cols, own.data());
-    be.synchronize();
-    t_comm += t.seconds();
-    return own.data();
-  };
-
-  auto view_of = [&](int n) {
-    const auto& mp = plan[static_cast<std::size_t>(n)];
-    RowsView v;
-    v.rows = static_cast<std::int64_t>(mp.own_pos.size());
-    v.C = mp.cols;
-    v.pos = mp.own_pos.data();
-    v.own_len = mp.len;
-    return v;
-  };
-
-  // New U_n (owned rows, in place) from the combined rows Y.
-  auto factor_update = [&](int n, const T* Y) {
-    const int R = ranks[static_cast<std::size_t>(n)];
-    const RowsView v = view_of(n);
-    double* U = Uown[static_cast<std::size_t>(n)].data();
-    const RandomFill rnd = random_fill(n, 0x5EED0000ull);
-    Timer t;
-    const double net0 = net.seconds + dnet.seconds;
-    int added = 0;
-    switch (opt.svd) {
-      case SvdMethod::gram:
-        added = update_gram(Y, v, R, U, net, wide, rnd);
-        break;
-      case SvdMethod::subspace:
-        added = update_subspace(Y, v, R, U, opt.subspace_steps, opt.subspace_tol, net, wide, rnd);
-        break;
-      case SvdMethod::scalapack: {
-        const T* Yh = Y;
-        if (!on_host) {
-          yhost.resize(static_cast<std::size_t>(v.rows * v.C));
-          be.download(Y, yhost.size(), yhost.data());
-          Yh = yhost.data();
-        }
-        added = update_scalapack(Yh, v, R, U, net, rnd, *grid);
-        break;
-      }
-    }
-    const double in_net = net.seconds + dnet.seconds - net0;
-    t_svd += t.seconds() - in_net;
-    t_comm += in_net;
-    res.completed_columns += added;
-  };
-
-  // ---- initial factors ----
-  Timer init_timer;
-  for (int n = 0; n < N && !opt.resume; ++n) {
-    const int R = ranks[static_cast<std::size_t>(n)];
-    auto& U = Uown[static_cast<std::size_t>(n)];
-    random_fill(n, 0)(U.data(), 0, R);
-    res.completed_columns += orthonormalize(U.data(), plan[static_cast<std::size_t>(n)].len, R, net,
-                                            random_fill(n, 0x5EED0000ull));
-    publish(n);
-  }
-  if (opt.init == TuckerInit::hosvd && !opt.resume) {
-    // Every mode from the random factors of the others (Jacobi order), then publish all.
-    for (int n = 0; n < N; ++n) factor_update(n, ttmc_combined(n));
-    for (int n = 0; n < N; ++n) publish(n);
-  }
-  if (opt.resume) {  // checkpoint restart: the saved factors replace the initialisation
-    detail::check_tucker_state(*opt.resume, dims, ranks);
-    for (int n = 0; n < N; ++n) {
-      const auto& mp = plan[static_cast<std::size_t>(n)];
-      detail::saved_rows(*opt.resume, dist, n, static_cast<std::uint64_t>(mp.lo), mp.len,
-                         Uown[static_cast<std::size_t>(n)]);
-      publish(n);
-    }
-  }
-  res.phases.add("init", init_timer.seconds());
-  t_ttmc = t_comm = t_svd = 0;
-  net.seconds = dnet.seconds = 0;
-
-  // ---- HOOI iterations ----
-  std::vector<double> core;
-  double fit_old = 0;
-  if (opt.resume) detail::resume_record(*opt.resume, res, core, fit_old);
-  // `core` holds cs G during the loop (the model's core is G).
-  auto unscaled = [&](std::vector<double> g) {
-    if (cs != 1.0)
-      for (double& v : g) v /= cs;
-    return g;
-  };
-  if (cs != 1.0)
-    for (double& v : core) v *= cs;
-  std::vector<double> P_rows;
-  for (int it = opt.resume ? opt.resume->iteration : 0; it < opt.max_iters && !res.converged;
-       ++it) {
-    Timer iter_timer;
-    t_ttmc = t_comm = t_svd = 0;
-    const double prod0 = wide.prod, eig0 = wide.eig, orth0 = wide.orth;
-    double norm_g2 = 0;
-    for (int n = 0; n < N; ++n) {
-      const T* Y = ttmc_combined(n);
-      factor_update(n, Y);
-      if (n == N - 1) {
-        // Core G_(N) = U_N^T Y_(N): B = Y^T U_N (C x R_N) is the core, row-major, last mode
-        // fastest.
-        Timer t;
-        const RowsView v = view_of(n);
-        const int R = ranks[static_cast<std::size_t>(n)];
-        gather_present(v, Uown[static_cast<std::size_t>(n)].data(), R, P_rows);
-        core.assign(static_cast<std::size_t>(v.C) * R, 0.0);
-        // Summed over ranks on the data communicator: NCCL on GPUs.
-        const double net0 = dnet.seconds;
-        wide.times_t_sum(Y, v.rows, v.C, P_rows.data(), R, core.data());
-        for (double g : core) norm_g2 += g * g;
-        const double in_net = dnet.seconds - net0;
-        t_svd += t.seconds() - in_net;
-        t_comm += in_net;
-      }
-      publish(n);
-    }
-    const double fit = 1.0 - std::sqrt(std::max(norm_x2 - norm_g2, 0.0)) / norm_cx;
-    TESSERA_INPUT_CHECK(std::isfinite(fit),  // from allreduced sums: agreed
-                        "Tucker-HOOI: the fit of iteration "
-                            << it + 1 << " is not a number (||G||^2 = " << norm_g2
-                            << " for ||X|| scaled to " << norm_cx << "): the core overflowed");
-
-    TuckerIteration rec;
-    rec.iter = it + 1;
-    rec.fit = fit;
-    rec.delta = fit - fit_old;
-    rec.seconds = iter_timer.seconds();
-    rec.ttmc = t_ttmc;
-    rec.comm = t_comm;
-    rec.svd = t_svd;
-    rec.core_norm = std::sqrt(norm_g2) / cs;
-    rec.svd_products = wide.prod - prod0;
-    rec.svd_eig = wide.eig - eig0;
-    rec.svd_orth = wide.orth - orth0;
-    res.history.push_back(rec);
-    res.phases.add("ttmc", t_ttmc);
-    res.phases.add("comm", t_comm);
-    res.phases.add("svd", t_svd);
-    res.fit = fit;
-    res.core_norm = rec.core_norm;
-    res.iterations = it + 1;
-    if (opt.print_iterations) {
-      const double tot = std::max(rec.seconds, 1e-12);
-      char line[256];
-      std::snprintf(line, sizeof(line),
-                    "  iter %3d  fit %.6f  delta %+.3e  %.4f s  (ttmc %2.0f%%  comm %2.0f%%  "
-                    "svd %2.0f%%)",
-                    rec.iter, fit, rec.delta, rec.seconds, 100 * t_ttmc / tot, 100 * t_comm / tot,
-                    100 * t_svd / tot);
-      log::info(line);
-      std::snprintf(line, sizeof(line),
-                    "            svd split: products %.4f s, eigen-solves %.4f s, "
-                    "orthonormalisation %.4f s, rest %.4f s",
-                    rec.svd_products, rec.svd_eig, rec.svd_orth,
-                    t_svd - rec.svd_products - rec.svd_eig - rec.svd_orth);
-      log::debug(line);
-    }
-    const bool done = it > 0 && std::abs(fit - fit_old) < opt.tol;
-    fit_old = fit;
-    if ((it + 1) % std::max(opt.state_every, 1) == 0 && device_publish) {
-      // The host factors for the state, gathered when any rank takes it (collective).
-      std::int32_t want = opt.on_iteration ? 1 : 0;
-      c.allreduce(&want, 1, comm::ReduceOp::max);
-      if (want) gather_full();
-    }
-    if (opt.on_iteration && (it + 1) % std::max(opt.state_every, 1) == 0)
-      opt.on_iteration(detail::tucker_state(it + 1, done, dims, ranks, unscaled(core), Ufull,
-                                            res.history, dist));
-    if (done) {
-      res.converged = true;
+      std::vector<double> Uh;
+      update_scalapack(Yh, v, R, Uh, net_, *grid_);
+      factors_.set_owned(n, Uh);
+      Timer to;
+      added = dense_.orthonormalize(U.data(), v.own_len, R, rnd);
+      dense_.times.orth += to.seconds();
       break;
     }
   }
+  const double in_net = net_.seconds + dnet_.seconds - net0;
+  t_svd_ += t.seconds() - in_net;
+  t_comm_ += in_net;
+  res_.completed_columns += added;
+}
 
-  // ---- the model, complete on every rank, rows in original index order ----
-  gather_full();
-  res.model.dims = dims;
-  res.model.ranks = ranks;
-  res.model.core = unscaled(core);
-  for (int n = 0; n < N; ++n) {
-    const int R = ranks[static_cast<std::size_t>(n)];
-    const auto I = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
+template <typename T>
+void Hooi<T>::init() {
+  Timer init_timer;
+  for (int n = 0; n < N_ && !opt_.resume; ++n) {
+    const int R = opt_.ranks[static_cast<std::size_t>(n)];
+    const std::int64_t len = plan_[static_cast<std::size_t>(n)].len;
+    std::vector<double> U0(static_cast<std::size_t>(len) * static_cast<std::size_t>(R));
+    random_fill(n, 0)(U0.data(), 0, R);
+    factors_.set_owned(n, U0);
+    res_.completed_columns +=
+        dense_.orthonormalize(factors_.owned(n).data(), len, R, random_fill(n, 0x5EED0000ull));
+    publish(n);
+  }
+  if (opt_.init == TuckerInit::hosvd && !opt_.resume) {
+    // Every mode from the random factors of the others (Jacobi order), then publish all.
+    for (int n = 0; n < N_; ++n) factor_update(n, ttmc_combined(n));
+    for (int n = 0; n < N_; ++n) publish(n);
+  }
+  if (opt_.resume) {  // checkpoint restart: the saved factors replace the initialisation
+    detail::check_tucker_state(*opt_.resume, dist_.dims, opt_.ranks);
+    for (int n = 0; n < N_; ++n) {
+      const auto& mp = plan_[static_cast<std::size_t>(n)];
+      std::vector<double> U0;
+      detail::saved_rows(*opt_.resume, dist_, n, static_cast<std::uint64_t>(mp.lo), mp.len, U0);
+      factors_.set_owned(n, U0);
+      publish(n);
+    }
+    detail::resume_record(*opt_.resume, res_, core_, fit_old_);
+    if (ns_.cs != 1.0)
+      for (double& v : core_) v *= ns_.cs;
+  }
+  res_.phases.add("init", init_timer.seconds());
+  t_ttmc_ = t_comm_ = t_svd_ = 0;
+  net_.seconds = dnet_.seconds = 0;
+}
+
+template <typename T>
+const std::vector<double>& Hooi<T>::host_core() {
+  if (core_on_device_) {
+    core_.resize(dense_.core_size());
+    be_.download_double(dense_.core_data(), core_.size(), core_.data());
+    core_on_device_ = false;
+  }
+  return core_;
+}
+
+template <typename T>
+std::vector<double> Hooi<T>::unscaled(std::vector<double> g) const {
+  if (ns_.cs != 1.0)
+    for (double& v : g) v /= ns_.cs;
+  return g;
+}
+
+template <typename T>
+void Hooi<T>::iterate() {
+  const auto& ranks = opt_.ranks;
+  for (int it = opt_.resume ? opt_.resume->iteration : 0; it < opt_.max_iters && !res_.converged;
+       ++it) {
+    Timer iter_timer;
+    t_ttmc_ = t_comm_ = t_svd_ = 0;
+    const detail::DenseTimes dt0 = dense_.times;
+    double norm_g2 = 0;
+    for (int n = 0; n < N_; ++n) {
+      const T* Y = ttmc_combined(n);
+      factor_update(n, Y);
+      if (n == N_ - 1) {
+        // Core G_(N) = U_N^T Y_(N), summed over ranks on the data communicator (NCCL on
+        // GPUs) where Y is; only ||G||^2 comes to the host.
+        Timer t;
+        const double net0 = dnet_.seconds;
+        norm_g2 = dense_.core(Y, view_of(n), ranks[static_cast<std::size_t>(n)],
+                              factors_.owned(n).data());
+        core_on_device_ = true;
+        const double in_net = dnet_.seconds - net0;
+        t_svd_ += t.seconds() - in_net;
+        t_comm_ += in_net;
+      }
+      publish(n);
+    }
+    const double fit = 1.0 - std::sqrt(std::max(ns_.norm_x2 - norm_g2, 0.0)) / ns_.norm_cx;
+    TESSERA_INPUT_CHECK(std::isfinite(fit),  // from allreduced sums: agreed
+                        "Tucker-HOOI: the fit of iteration "
+                            << it + 1 << " is not a number (||G||^2 = " << norm_g2
+                            << " for ||X|| scaled to " << ns_.norm_cx << "): the core overflowed");
+    TuckerIteration rec;
+    rec.iter = it + 1;
+    rec.fit = fit;
+    rec.delta = fit - fit_old_;
+    rec.seconds = iter_timer.seconds();
+    rec.ttmc = t_ttmc_;
+    rec.comm = t_comm_;
+    rec.svd = t_svd_;
+    rec.core_norm = std::sqrt(norm_g2) / ns_.cs;
+    rec.svd_products = dense_.times.prod - dt0.prod;
+    rec.svd_eig = dense_.times.eig - dt0.eig;
+    rec.svd_orth = dense_.times.orth - dt0.orth;
+    rec.svd_core = dense_.times.core - dt0.core;
+    record_iteration(rec, res_, opt_.print_iterations);
+    const bool done = it > 0 && std::abs(fit - fit_old_) < opt_.tol;
+    fit_old_ = fit;
+    if ((it + 1) % std::max(opt_.state_every, 1) == 0) {
+      // The host factors for the state, gathered when any rank takes it (collective).
+      std::int32_t want = opt_.on_iteration ? 1 : 0;
+      c_.allreduce(&want, 1, comm::ReduceOp::max);
+      if (want) factors_.gather_full();
+      if (opt_.on_iteration)
+        opt_.on_iteration(detail::tucker_state(it + 1, done, dist_.dims, ranks,
+                                               unscaled(host_core()), factors_.full(), res_.history,
+                                               dist_));
+    }
+    if (done) res_.converged = true;
+  }
+}
+
+template <typename T>
+void Hooi<T>::finish() {
+  factors_.gather_full();
+  res_.model.dims = dist_.dims;
+  res_.model.ranks = opt_.ranks;
+  res_.model.core = unscaled(host_core());
+  for (int n = 0; n < N_; ++n) {
+    const int R = opt_.ranks[static_cast<std::size_t>(n)];
+    const auto I = static_cast<std::int64_t>(dist_.dims[static_cast<std::size_t>(n)]);
     Matrix<double> F(I, R, 0.0);
-    const auto& full = Ufull[static_cast<std::size_t>(n)];
+    const auto& full = factors_.full()[static_cast<std::size_t>(n)];
     for (std::int64_t i = 0; i < I; ++i) {
       const auto row =
-          static_cast<std::int64_t>(dist.original_index(n, static_cast<std::uint64_t>(i)));
+          static_cast<std::int64_t>(dist_.original_index(n, static_cast<std::uint64_t>(i)));
       std::copy(full.begin() + i * R, full.begin() + (i + 1) * R, F.row(row));
     }
-    res.model.factors.push_back(std::move(F));
+    res_.model.factors.push_back(std::move(F));
   }
-  if (overlap_count > 0) res.stream_overlap = overlap_sum / overlap_count;
+  if (overlap_count_ > 0) res_.stream_overlap = overlap_sum_ / overlap_count_;
+}
+
+/// The HOOI of both tucker_hooi overloads: `block` is this rank's nonzeros (prepared
+/// here), or null with `given` the prepared handle.
+template <typename T>
+TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor<T>* block,
+                         std::unique_ptr<kernels::TensorHandle<T>> given, kernels::Backend<T>& be,
+                         const comm::Communicator& c, const TuckerOptions& opt,
+                         const comm::Communicator* data_comm) {
+  const auto& dims = dist.dims;
+  const int N = static_cast<int>(dims.size());
+  TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
+                  "tucker_hooi needs a host communicator");
+  const comm::Communicator& dc = data_comm != nullptr ? *data_comm : c;
+  TESSERA_EXPECTS(dc.memory_space() == be.memory_space() && dc.size() == c.size(),
+                  "tucker_hooi: the data communicator must span the same ranks in the "
+                  "backend's memory space");
+  TESSERA_EXPECTS((block != nullptr && block->order() == N) ||
+                      (block == nullptr && given != nullptr && given->order() == N),
+                  "tucker_hooi: a block or a prepared handle of order " << N);
+  const std::vector<std::int64_t> cols = check_options(dims, opt);
+
+  // Copies prepared during the run (the block below; a streaming backend's chunks in tier
+  // 3) are ordered for TTMc; the caller's workload comes back at the end.
+  struct WorkloadScope {
+    kernels::Backend<T>& be;
+    kernels::Workload was;
+    ~WorkloadScope() { be.set_workload(was); }
+  } workload_scope{be, be.workload()};
+  be.set_workload(kernels::Workload::ttmc);
+
+  TuckerResult res;
+  Timer setup_timer;
+  const NormScale ns = norm_and_scale<T>(
+      block != nullptr ? block->norm_squared() : given->value_norm_squared(),
+      [&] { return block != nullptr ? block->norm() : given->value_norm(); }, c, opt, res);
+
+  // ---- local work that may fail on one rank only: agreed before any further collective ----
+  std::unique_ptr<kernels::TensorHandle<T>> X;
+  std::vector<ModePlan> plan(static_cast<std::size_t>(N));
+  comm::run_collectively(c, [&] {
+    X = block != nullptr ? be.prepare(*block) : std::move(given);
+    for (int n = 0; n < N; ++n) {
+      auto& mp = plan[static_cast<std::size_t>(n)];
+      mp.cols = cols[static_cast<std::size_t>(n)];
+      mp.local = be.ttmc_rows(*X, n);
+      mp.scratch_per_col = static_cast<double>(be.ttmc_scratch_bytes(*X, n, opt.ranks)) /
+                           static_cast<double>(mp.cols);
+    }
+  });
+  res.tier = X->tier();
+  res.tier_description = X->describe();
+  {
+    std::int32_t tier_max = res.tier;
+    c.allreduce(&tier_max, 1, comm::ReduceOp::max);
+    if (opt.print_iterations)
+      log::info("memory tier (rank 0): " + res.tier_description +
+                (tier_max != res.tier
+                     ? " (some ranks stream: tier " + std::to_string(tier_max) + ")"
+                     : ""));
+  }
+  plan_combine(plan, dims, c);
+  plan_memory(
+      plan, dims, cols, sizeof(T),
+      [&](std::int64_t C) { return static_cast<double>(be.wide_scratch_bytes(C)); }, c, opt, res);
+
+  Hooi<T> hooi(dist, std::move(X), std::move(plan), be, c, dc, opt, ns, res);
+  res.phases.add("setup", setup_timer.seconds());
+  hooi.init();
+  hooi.iterate();
+  hooi.finish();
   return res;
 }
 

@@ -105,9 +105,10 @@ struct TuckerIteration {
   double fit = 0, delta = 0, seconds = 0;
   double ttmc = 0, comm = 0, svd = 0;  ///< seconds in this iteration
   double core_norm = 0;                ///< ||G||_F
-  /// Parts of `svd`: the wide products (TTMc rows times small matrices, with their
-  /// transfers), the host eigen-solves (gram), the orthonormalisations (CholeskyQR2).
-  double svd_products = 0, svd_eig = 0, svd_orth = 0;
+  /// Parts of `svd`: the wide products (TTMc rows times small matrices), the eigen-solves
+  /// (gram's Gram, subspace's Rayleigh-Ritz), the orthonormalisations (CholeskyQR2) and
+  /// the core (the last mode's product and ||G||).
+  double svd_products = 0, svd_eig = 0, svd_orth = 0, svd_core = 0;
 };
 
 /// Memory plan, known before the first TTMc. Per mode: the largest value over ranks.
@@ -141,6 +142,9 @@ struct TuckerResult {
   /// Factor columns no data determined (a mode whose Y_(n) has rank < R_n), filled with
   /// keyed random orthonormal directions; summed over all updates.
   int completed_columns = 0;
+  /// Where and how the dense stage ran (algo/tucker_dense.hpp), e.g.
+  /// "gram/device-syevdx+cholqr2" (cuda backend) or "subspace/host-cholqr2".
+  std::string dense_method;
 };
 
 /// Collective over `c` (a host communicator spanning the ranks of `d`). `d` comes from

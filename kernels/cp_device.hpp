@@ -1,0 +1,63 @@
+// A CP-ALS iteration kept on the device (docs/cp-device-loop.md): the dense work of every
+// mode's update (Hadamard of the Grams, the normal-equation solve with its eigen fallback,
+// column norms and weights, the new Gram) and the fit's sums run as a few kernels in the
+// backend's stream, with no host round trip; from the second iteration on, the whole
+// iteration (the caller's MTTKRPs included) is captured once as a CUDA graph and replayed.
+// The host waits once per iteration, for the few scalars the convergence test needs.
+//
+// The algorithm (algo/cp_als.cpp) asks the backend for a loop (Backend::cp_device_loop);
+// backends without one (reference, cpu) return nullptr and the iteration runs through the
+// per-operation Backend calls as before. Results equal those calls' to rounding.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tessera::kernels {
+
+/// What the loop works on, all in backend memory and fixed for its lifetime (one rank
+/// holding every factor row: the loop does not talk to other ranks).
+template <typename T>
+struct CpLoopSpec {
+  int R = 0;
+  std::vector<T*> A;                ///< factor n: rows[n] x R, row-major
+  std::vector<T*> G;                ///< Gram of factor n: R x R
+  std::vector<std::int64_t> rows;   ///< rows of factor n
+  T* M = nullptr;                   ///< the MTTKRP output: max rows x R
+  bool graph = true;                ///< capture and replay a CUDA graph (else launch eagerly)
+};
+
+/// One iteration's scalars, read by the host after it.
+struct CpLoopSums {
+  double norm_m2 = 0;  ///< ||model||^2 = sum_rs lambda_r lambda_s prod_n G_n(r, s)
+  double inner = 0;    ///< <X, model> = sum_r lambda_r dots_r (last mode's M and A)
+  int fallbacks = 0;   ///< mode solves that took the pseudo-inverse (V numerically singular)
+  int bad_mode = -1;   ///< first mode whose column norms were not finite, else -1
+  double kernel_seconds = 0;  ///< device time of the MTTKRPs (events in the stream)
+  double solve_seconds = 0;   ///< device time of the rest
+  bool replayed = false;      ///< the iteration ran as a replay of the captured graph
+};
+
+template <typename T>
+class CpDeviceLoop {
+ public:
+  virtual ~CpDeviceLoop() = default;
+  /// Runs one iteration and waits for it. For each mode n in order: `mttkrp(n)` enqueues
+  /// the MTTKRP of mode n into spec.M (scaled as the caller wants) in the backend's
+  /// stream, then the loop updates A[n] := M V^-1 (V the Hadamard product of the other
+  /// Grams; Cholesky, or the pseudo-inverse by an on-device Jacobi eigen-solve when V is
+  /// numerically singular, M V^+; 0 when V is not finite), lambda := its column norms (the
+  /// 2-norm when two_norm, else max(max_i |A(i,r)|, 1)), divides A[n]'s columns by lambda
+  /// and forms G[n]; after the last mode the fit's sums. An iteration with two_norm false
+  /// after the first call is captured as a CUDA graph (spec.graph) and later ones replay
+  /// it, without calling `mttkrp` (so it must enqueue the same work every time).
+  virtual CpLoopSums iterate(const std::function<void(int)>& mttkrp, bool two_norm) = 0;
+  /// lambda (R values) after the last iteration, copied to the host.
+  virtual void lambda(double* host) = 0;
+  /// How the iterations run: "cuda graph", or "device kernels, no graph (why)".
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace tessera::kernels

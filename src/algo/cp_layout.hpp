@@ -1,0 +1,46 @@
+// Where CP-ALS keeps its factor rows on each rank (ModeLayout, by strategy), and whether
+// its iterations can run as the backend's device loop (kernels/cp_device.hpp). Internal to
+// algo/cp_als.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "algo/cp_als.hpp"
+#include "comm/communicator.hpp"
+#include "kernels/backend.hpp"
+#include "linalg/row_update.hpp"
+#include "partition/partition.hpp"
+
+namespace tessera::algo::detail {
+
+/// The factor rows one rank holds and owns for one mode.
+struct ModeLayout {
+  std::uint64_t lo = 0;    ///< first global row held (chunk start)
+  std::int64_t len = 0;    ///< rows held (chunk length, or dims[n] for allreduce)
+  std::int64_t alloc = 0;  ///< rows allocated (len padded to q * b for layer)
+  std::unique_ptr<comm::Communicator> layer;  ///< ranks sharing this chunk (layer only)
+  std::int64_t b = 0;                         ///< rows per layer member (padded block)
+  std::int64_t own_lo = 0;                    ///< first owned row, relative to lo
+  std::int64_t own_n = 0;                     ///< rows owned (solved) by this rank
+  /// The ranks the held rows are split over for the solve: the layer (layer strategy), all
+  /// of `data` (allreduce strategy on 2+ ranks), or none (one rank: it solves every row).
+  const comm::Communicator* rows = nullptr;
+};
+
+/// The factor rows this rank holds and owns, per mode (collective over `data` for the
+/// layer strategy: it splits the layer communicators).
+std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool layer,
+                                     const comm::Communicator& data);
+
+/// The backend's device loop (kernels/cp_device.hpp) when this run can use it: plain CP
+/// on one rank in memory tier 1. Sets res.iteration_engine for the other case.
+template <typename T>
+std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
+    kernels::Backend<T>& be, const std::vector<ModeLayout>& lay,
+    const std::vector<linalg::RowUpdate>& upd, std::vector<kernels::Array<T>>& A,
+    std::vector<kernels::Array<T>>& G, kernels::Array<T>& M, int R,
+    const comm::Communicator& ctrl, CpResult& res, const CpOptions& opt, bool holdout);
+
+}  // namespace tessera::algo::detail

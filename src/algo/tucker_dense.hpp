@@ -1,0 +1,156 @@
+// Tucker-HOOI's dense stage (DESIGN §6, docs/design-decisions.md "Where the dense stage
+// runs"): the factor updates (gram, subspace), CholeskyQR2 with its eigen fallback, the
+// core and the factors themselves, written once against kernels::Backend. The owned rows
+// of every U_n live in backend memory as doubles, next to the TTMc rows Y, so on the cuda
+// backend the whole stage runs on the device (cuBLAS, cuSOLVER, NCCL sums) and only R x R
+// matrices and scalars reach the host; on the host backends backend memory is host memory
+// and the same code runs the host loops. Internal to src/algo (tucker.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algo/tucker.hpp"
+#include "comm/communicator.hpp"
+#include "kernels/backend.hpp"
+
+namespace tessera::algo::detail {
+
+/// Columns whose squared singular value is below this fraction of the largest are taken
+/// as not determined by the data (sigma ratio 1e-11, far above double rounding of the
+/// Gram's ~1e-16 relative floor, squared).
+inline constexpr double kRankTolSq = 1e-22;
+
+/// Collectives of the dense stages over one communicator, timed into the comm share.
+struct Net {
+  const comm::Communicator& c;
+  double seconds = 0;
+  /// In place: p[0..n) summed over the ranks of c (p in c's memory space).
+  void sum(double* p, std::size_t n);
+};
+
+/// Fills columns [first, first + ncols) of a host block of this rank's owned rows (row
+/// stride ncols) with keyed random values.
+using RandomFill = std::function<void(double* Z, int first, int ncols)>;
+
+/// Everything one mode's factor update needs about the combined rows of Y_(n) on this rank.
+struct RowsView {
+  std::int64_t rows = 0;              ///< combined rows held (present rows of the owned range)
+  std::int64_t C = 0;                 ///< columns
+  const std::int64_t* pos = nullptr;  ///< host: row j is owned-range row pos[j]
+  /// The same map in backend memory; null when it is the identity (rows == own_len).
+  const std::int64_t* pos_dev = nullptr;
+  std::int64_t own_len = 0;  ///< rows of the owned range
+};
+
+/// Seconds (this rank) of the parts of the factor updates, printed with -v: the wide
+/// products (with their sums' waits, not the sums), the eigen-solves (the Gram's, the
+/// Rayleigh-Ritz rotation), the orthonormalisations and the core.
+struct DenseTimes {
+  double prod = 0, eig = 0, orth = 0, core = 0;
+};
+
+/// The dense-stage method in words for the run record and the log, e.g.
+/// "gram/device-syevdx+cholqr2" or "subspace/host-cholqr2".
+std::string dense_method(SvdMethod svd, comm::MemorySpace where);
+
+/// CholeskyQR2 through a backend: its memory, the net that sums buffers there, the host
+/// net of the eigen fallback and an R x R workspace.
+template <typename X>
+struct OrthContext {
+  kernels::Backend<X>& be;
+  Net& gnet;  ///< sums of buffers in be's memory (NCCL for the cuda backend)
+  Net& hnet;  ///< sums of host buffers (the fallback)
+  kernels::Array<double> G{};
+};
+
+/// Orthonormalises the columns of the row-distributed U (rows x R: this rank's rows, in
+/// o.be's memory) over all ranks by CholeskyQR2 (column order and span kept). When the
+/// Gram is numerically singular, U becomes an orthonormal basis of its well-determined
+/// span completed by keyed random directions (on the host: rare). Returns the number of
+/// random directions added.
+template <typename X>
+int orthonormalize(OrthContext<X>& o, double* U, std::int64_t rows, int R, const RandomFill& rnd,
+                   int col_offset = 0, int depth = 0);
+
+/// The factor updates and the core of one rank, in the backend's memory.
+template <typename T>
+class DenseStage {
+ public:
+  DenseStage(kernels::Backend<T>& be, Net& net, Net& dnet);
+
+  /// orthonormalize() of U (rows x R, backend memory) with this stage's backend.
+  int orthonormalize(double* U, std::int64_t rows, int R, const RandomFill& rnd);
+  /// U (own_len x R, backend memory) := the top R left singular vectors of the combined
+  /// Y_(n) (rows x C, backend memory): S = Y^T Y summed over ranks, its top eigenpairs,
+  /// U = Y V / sigma scattered to the owned rows, CholeskyQR2. Returns completed columns.
+  int update_gram(const T* Y, const RowsView& v, int R, double* U, const RandomFill& rnd);
+  /// Block power steps U <- orth(Y Y^T U) from the current U (at most `steps`, stopping
+  /// when ||U_new - U U^T U_new||_F < tol), then a Rayleigh-Ritz rotation. U may be
+  /// exchanged with a workspace of the same size (the Array keeps the result).
+  int update_subspace(const T* Y, const RowsView& v, int R, kernels::Array<double>& U, int steps,
+                      double tol, const RandomFill& rnd);
+  /// The core G_(N) = U^T Y (C x R, backend memory, row-major, last mode fastest) summed
+  /// over ranks; returns ||G||_F^2.
+  double core(const T* Y, const RowsView& v, int R, const double* U);
+  const double* core_data() const { return core_.data(); }
+  std::size_t core_size() const { return core_size_; }
+
+  DenseTimes times;
+
+ private:
+  /// U's present rows (v.rows x R): U itself for the identity map, else gathered.
+  const double* present(const RowsView& v, int R, const double* U);
+  double* ensure(kernels::Array<double>& a, std::size_t n);
+
+  kernels::Backend<T>& be_;
+  Net& net_;
+  Net& dnet_;
+  OrthContext<T> orth_;
+  kernels::Array<double> s_, v_, z_, p_, b_, m_, unew_, core_;
+  std::size_t core_size_ = 0;
+};
+
+/// The factors of one rank: every U_n's owned rows (double, backend memory), the backend
+/// copy of every factor in T (what TTMc reads, label order) and every rank's host copy in
+/// double (checkpoints and the model), gathered only when asked for.
+template <typename T>
+class TuckerFactors {
+ public:
+  /// own_len[n], block[n]: this rank's owned rows of mode n and the padded rows per rank.
+  TuckerFactors(kernels::Backend<T>& be, const comm::Communicator& c, const comm::Communicator& dc,
+                const std::vector<std::uint64_t>& dims, const std::vector<int>& ranks,
+                const std::vector<std::int64_t>& own_len, const std::vector<std::int64_t>& block);
+
+  kernels::Array<double>& owned(int n) { return own_[static_cast<std::size_t>(n)]; }
+  const T* backend(int n) const { return backend_[static_cast<std::size_t>(n)].data(); }
+  /// Owned rows from the host (own_len x R).
+  void set_owned(int n, const std::vector<double>& host);
+  /// Owned rows -> every rank's backend factor: converted to T in backend memory and
+  /// all-gathered over the data communicator (collective). Adds the conversion's seconds
+  /// to *t_svd and the gather's to *t_comm.
+  void publish(int n, double* t_svd, double* t_comm);
+  /// Every host copy not gathered since its mode's last publish (collective over c).
+  void gather_full();
+  /// Host copies, label order (I_n x R_n); current after gather_full().
+  const std::vector<std::vector<double>>& full() const { return full_; }
+
+ private:
+  kernels::Backend<T>& be_;
+  const comm::Communicator& c_;
+  const comm::Communicator& dc_;
+  std::vector<std::uint64_t> dims_;
+  std::vector<int> ranks_;
+  std::vector<std::int64_t> len_, block_;
+  std::vector<kernels::Array<double>> own_;
+  std::vector<kernels::Array<T>> backend_;
+  std::vector<std::vector<double>> full_;
+  std::vector<char> stale_;
+  kernels::Array<T> send_, recv_;  ///< P > 1: the publish buffers (padded blocks)
+};
+
+}  // namespace tessera::algo::detail
