@@ -240,7 +240,8 @@ namespace cpu {
 struct ContractOptions {
   int threads = 0;  ///< OpenMP team size; 0 = omp_get_max_threads()
   /// Rows accumulate into a dense per-thread array when the column side has at most this
-  /// many distinct coordinate tuples (memory: 12 bytes each per thread), else into a
+  /// many distinct coordinate tuples (memory: up to about 17 bytes each per thread: a double,
+  /// a flag byte and two list slots), else into a
   /// per-row open-addressing hash table. Tests set 0 to force the hash tables.
   std::int64_t dense_accumulator_limit = std::int64_t(1) << 20;
   /// Let the kernel swap the roles of X and Y when that makes the output come out in

@@ -30,3 +30,10 @@ add_dependencies(contract_driver_test tessera)
 add_test(NAME contract_driver_test COMMAND contract_driver_test)
 set_tests_properties(contract_driver_test PROPERTIES
   ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 900 PROCESSORS 2)
+
+# The cpu kernel on real tensors: the output of 1, 2 and 3 threads and of every accumulator
+# is the same, bitwise, and agrees with the reference.
+tessera_test_executable(kernels_sptc_real_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_sptc_real.cpp
+  LIBS tessera::kernels tessera::io tessera::comm)
+tessera_add_test(kernels_sptc_real kernels_sptc_real_test)

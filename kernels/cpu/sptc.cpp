@@ -2,25 +2,38 @@
 //
 // The contraction is a sparse matrix product in disguise: the "row side" A (X, or Y when
 // swapping the roles puts the output in order) is grouped by the coordinates it gives the
-// output, the "column side" B by its matched (contracted and batch) coordinates. Every A
-// nonzero is joined with the B group of its matched coordinates through a direct-address
-// table or an open-addressing hash table (the match), then each output row is the sum over
-// its A nonzeros of value x (the B group), accumulated in double per row (Gustavson's
-// SpGEMM): into a dense per-thread array indexed by the column's rank when the column side
-// has few distinct coordinate tuples, else into a per-row hash table. A first pass counts
-// each row's distinct columns, so the output is allocated once at its exact size and every
-// row is written at its own offset, without atomics. Coordinate tuples are compared as
-// mixed-radix packed 64-bit keys (ranked when the packing would overflow), which keep the
-// lexicographic order, so rows and columns come out sorted; when the output letters
-// interleave those of the two inputs a final radix sort restores the order.
+// output, the "column side" B by its matched (contracted and batch) coordinates, each group
+// listing its columns (ranks of B's output coordinates) in ascending order. Every A nonzero
+// is joined with the B group of its matched coordinates through a direct-address table or
+// an open-addressing hash table (the match), then each output row is the sum over its A
+// nonzeros of value x (the B group), in double (Gustavson's SpGEMM): a row of one group is
+// that group scaled, a row of a few groups their merge, any other row accumulates in a
+// per-thread dense array over the column ranks or, for wide column sides, a per-row hash
+// table (kernels/cpu/sptc_rows.hpp). A first pass counts each row's distinct columns, so
+// the output is allocated once at its exact size and every row is written at its own
+// offset, without atomics; both passes run on chunks of rows of about equal products. The
+// row side and the column side are sorted at the same time with two threads. Coordinate
+// tuples are compared as mixed-radix packed 64-bit keys (ranked when the packing would
+// overflow; kernels/cpu/sptc_keys.cpp), which keep the lexicographic order, so rows and
+// columns come out sorted; when the output letters interleave those of the two inputs a
+// final radix sort restores the order.
 #include "kernels/sptc.hpp"
 
 #include <omp.h>
 
-#include <algorithm>
-#include <cstring>
-#include <numeric>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <numeric>
+#include <string>
+
+#include "kernels/cpu/sptc_keys.hpp"
+#include "kernels/cpu/sptc_rows.hpp"
 #include "kernels/mttkrp.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
@@ -32,197 +45,19 @@ namespace cpu {
 
 namespace {
 
-using u32 = std::uint32_t;
-using u64 = std::uint64_t;
-constexpr u32 kNone = 0xFFFFFFFFu;
-/// Index arrays are 32-bit: at most this many nonzeros per input (and output) per rank.
-constexpr u64 kMaxEntries = 0xFFFFFFFEull;
-
-int team_size(int threads) {
-  return threads > 0 ? threads : omp_get_max_threads();
-}
-int bit_width(u64 v) {
-  return v == 0 ? 0 : 64 - __builtin_clzll(v);
-}
-/// Smallest power of two >= v (v >= 1).
-u64 pow2_at_least(u64 v) {
-  u64 p = 1;
-  while (p < v) p <<= 1;
-  return p;
-}
-/// Threads worth using for n elements of streaming work.
-int team_for(std::size_t n, int threads) {
-  const auto t = static_cast<std::size_t>(team_size(threads));
-  return static_cast<int>(std::max<std::size_t>(1, std::min(t, n / 32768)));
-}
-
-/// Stable LSD radix sort of the pairs (key[k], val[k]) by key (every key < bound). Per-thread
-/// histograms over contiguous blocks keep the result independent of the team size.
-void radix_sort_pairs(std::vector<u64>& key, std::vector<u32>& val, u64 bound, int threads) {
-  const std::size_t n = key.size();
-  if (n <= 1 || bound <= 1) return;
-  if (std::is_sorted(key.begin(), key.end())) return;
-  if (n < (std::size_t{1} << 14)) {
-    std::vector<std::pair<u64, u32>> p(n);
-    for (std::size_t k = 0; k < n; ++k) p[k] = {key[k], val[k]};
-    std::stable_sort(p.begin(), p.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (std::size_t k = 0; k < n; ++k) {
-      key[k] = p[k].first;
-      val[k] = p[k].second;
-    }
-    return;
-  }
-  const int bits = bit_width(bound - 1);
-  const int passes = (bits + 10) / 11;
-  const int width = (bits + passes - 1) / passes;
-  const std::size_t B = std::size_t{1} << width;
-  const int T = team_for(n, threads);
-  std::vector<u64> k2(n);
-  std::vector<u32> v2(n);
-  std::vector<std::size_t> hist(static_cast<std::size_t>(T) * B);
-  for (int p = 0; p < passes; ++p) {
-    const int shift = p * width;
-    const u64 mask = B - 1;
-    bool skip = false;
-#pragma omp parallel num_threads(T)
-    {
-      const auto t = static_cast<std::size_t>(omp_get_thread_num());
-      const std::size_t lo = n * t / static_cast<std::size_t>(T);
-      const std::size_t hi = n * (t + 1) / static_cast<std::size_t>(T);
-      std::size_t* h = hist.data() + t * B;
-      std::fill(h, h + B, std::size_t{0});
-      for (std::size_t k = lo; k < hi; ++k) ++h[(key[k] >> shift) & mask];
-#pragma omp barrier
-#pragma omp single
-      {
-        std::size_t run = 0;
-        for (std::size_t b = 0; b < B && !skip; ++b) {
-          std::size_t tot = 0;
-          for (std::size_t u = 0; u < static_cast<std::size_t>(T); ++u) tot += hist[u * B + b];
-          if (tot == n) skip = true;  // every key has this digit: the pass is the identity
-        }
-        for (std::size_t b = 0; b < B && !skip; ++b)
-          for (std::size_t u = 0; u < static_cast<std::size_t>(T); ++u) {
-            const std::size_t c = hist[u * B + b];
-            hist[u * B + b] = run;
-            run += c;
-          }
-      }
-      if (!skip) {
-        for (std::size_t k = lo; k < hi; ++k) {
-          const std::size_t d = h[(key[k] >> shift) & mask]++;
-          k2[d] = key[k];
-          v2[d] = val[k];
-        }
-      }
-    }
-    if (!skip) {
-      key.swap(k2);
-      val.swap(v2);
-    }
-  }
-}
-
-/// Coordinate columns of one source of tuples: col[p] is the array of tuple position p.
-struct TupleCols {
-  std::vector<const index_t*> col;
-  std::size_t n = 0;
-};
-
-/// Replaces keys by the dense rank of the pairs (key, coordinate), jointly over all
-/// sources (so equal pairs in different sources get equal ranks). Returns the rank count.
-u64 rank_pairs(std::vector<std::vector<u64>>& keys, const std::vector<TupleCols>& src, int pos,
-               u64 key_bound, u64 dim, int threads) {
-  std::size_t N = 0;
-  for (const auto& s : src) N += s.n;
-  TESSERA_INPUT_CHECK(N <= kMaxEntries,
-                      "SpTC: more than 2^32 - 2 coordinate tuples to rank on "
-                      "one rank; use more ranks");
-  std::vector<u64> k(N);
-  std::vector<u32> id(N);
-  {
-    std::size_t o = 0;
-    for (const auto& s : src) {
-      const index_t* c = s.col[static_cast<std::size_t>(pos)];
-      for (std::size_t j = 0; j < s.n; ++j) {
-        k[o + j] = c[j];
-        id[o + j] = static_cast<u32>(o + j);
-      }
-      o += s.n;
-    }
-  }
-  radix_sort_pairs(k, id, dim, threads);  // by coordinate
-  std::vector<u64> hi(N);
-  std::vector<u64> flat(N);
-  {
-    std::size_t o = 0;
-    for (std::size_t s = 0; s < src.size(); ++s) {
-      std::copy(keys[s].begin(), keys[s].end(), flat.begin() + static_cast<std::ptrdiff_t>(o));
-      o += src[s].n;
-    }
-  }
-  std::vector<u64> lo(N);
-  for (std::size_t j = 0; j < N; ++j) {
-    hi[j] = flat[id[j]];
-    lo[j] = k[j];
-  }
-  // Stable by key: ties keep the coordinate order. Carry the coordinate along as payload
-  // through the index into lo (sorted by coordinate, so position j has coordinate lo[j]).
-  std::vector<u32> pos_in_lo(N);
-  std::iota(pos_in_lo.begin(), pos_in_lo.end(), u32{0});
-  radix_sort_pairs(hi, pos_in_lo, key_bound, threads);
-  u64 r = 0;
-  for (std::size_t j = 0; j < N; ++j) {
-    if (j > 0 && (hi[j] != hi[j - 1] || lo[pos_in_lo[j]] != lo[pos_in_lo[j - 1]])) ++r;
-    flat[id[pos_in_lo[j]]] = r;
-  }
-  {
-    std::size_t o = 0;
-    for (std::size_t s = 0; s < src.size(); ++s) {
-      std::copy(flat.begin() + static_cast<std::ptrdiff_t>(o),
-                flat.begin() + static_cast<std::ptrdiff_t>(o + src[s].n), keys[s].begin());
-      o += src[s].n;
-    }
-  }
-  return N == 0 ? 1 : r + 1;
-}
-
-/// Keys of coordinate tuples, jointly over several sources: equal tuples get equal keys,
-/// and keys order like the tuples (lexicographic, position 0 first). Mixed-radix packing
-/// while the product of the dims fits in 64 bits; ranking (sorts) where it would overflow.
-/// *bound receives a bound on the keys (every key < *bound, *bound >= 1).
-std::vector<std::vector<u64>> pack_tuples(const std::vector<TupleCols>& src,
-                                          const std::vector<u64>& dims, u64* bound, int threads) {
-  std::vector<std::vector<u64>> keys(src.size());
-  for (std::size_t s = 0; s < src.size(); ++s) keys[s].assign(src[s].n, 0);
-  u64 b = 1;
-  for (std::size_t p = 0; p < dims.size(); ++p) {
-    const u64 d = dims[p];
-    if (static_cast<unsigned __int128>(b) * d <= ~u64{0}) {
-      for (std::size_t s = 0; s < src.size(); ++s) {
-        u64* kk = keys[s].data();
-        const index_t* c = src[s].col[p];
-        const auto n = static_cast<std::int64_t>(src[s].n);
-#pragma omp parallel for schedule(static) num_threads(team_for(src[s].n, threads))
-        for (std::int64_t j = 0; j < n; ++j) kk[j] = kk[j] * d + c[j];
-      }
-      b *= d;
-    } else {
-      b = rank_pairs(keys, src, static_cast<int>(p), b, d, threads);
-    }
-  }
-  *bound = b;
-  return keys;
-}
-
-TupleCols tuple_cols(const std::vector<std::vector<index_t>>& idx, const std::vector<int>& modes,
-                     std::size_t n) {
-  TupleCols t;
-  t.n = n;
-  for (int m : modes) t.col.push_back(idx[static_cast<std::size_t>(m)].data());
-  return t;
-}
+using detail::bit_width;
+using detail::DenseRow;
+using detail::HashRow;
+using detail::kMaxEntries;
+using detail::kNone;
+using detail::pack_tuples;
+using detail::pow2_at_least;
+using detail::radix_sort_pairs;
+using detail::team_for;
+using detail::team_size;
+using detail::tuple_cols;
+using detail::u32;
+using detail::u64;
 
 /// True when every output mode taken from X precedes every one taken from Y: then
 /// (row, column) order is the output's lexicographic order.
@@ -242,154 +77,65 @@ std::size_t bytes_of(const std::vector<T>& v) {
   return v.size() * sizeof(T);
 }
 
-/// Per-thread row accumulator over column ranks: dense (array of all columns, reset by a
-/// stamp) or hashed (open addressing sized for the row).
-class RowAccumulator {
- public:
-  RowAccumulator(bool dense, u64 ncols) : dense_(dense), ncols_(ncols) {
-    if (dense_) {
-      acc_.assign(ncols, 0.0);
-      mark_.assign(ncols, 0);
+/// Boundaries of about `parts` chunks of consecutive rows of about equal work (products
+/// plus a fixed cost per row): rows [cut[c], cut[c + 1]) form chunk c.
+std::vector<std::int64_t> row_chunks(const std::vector<std::int64_t>& prod, int parts) {
+  const auto nrows = static_cast<std::int64_t>(prod.size());
+  constexpr std::int64_t kRowCost = 16;
+  std::int64_t total = 0;
+  for (auto p : prod) total += p + kRowCost;
+  const std::int64_t target = std::max<std::int64_t>(1, total / std::max(parts, 1));
+  std::vector<std::int64_t> cut{0};
+  std::int64_t acc = 0;
+  for (std::int64_t r = 0; r < nrows; ++r) {
+    acc += prod[static_cast<std::size_t>(r)] + kRowCost;
+    if (acc >= target && r + 1 < nrows) {
+      cut.push_back(r + 1);
+      acc = 0;
     }
   }
-  /// Starts a row that adds at most `bound` distinct columns.
-  void begin(u64 bound) {
-    touched_.clear();
-    distinct_ = 0;
-    // Rows with many products relative to the columns accumulate without marks and are
-    // read back by a scan of all columns (the array is all zeros between rows).
-    scan_ = dense_ && ncols_ <= 4 * bound;
-    if (dense_) {
-      if (++stamp_ == 0) {
-        std::fill(mark_.begin(), mark_.end(), 0u);
-        stamp_ = 1;
-      }
-      return;
-    }
-    const u64 cap = std::max<u64>(16, pow2_at_least(2 * std::min(bound, ncols_)));
-    if (keys_.size() < cap) {
-      keys_.assign(cap, kNone);
-      acc_.resize(cap);
-    }
-    mask_ = cap - 1;
-  }
-  /// Count pass: notes the columns cols[0..n) without values.
-  void note(const u32* cols, std::int64_t n) {
-    if (dense_) {
-      u32* mark = mark_.data();
-      const u32 st = stamp_;
-      u64 d = distinct_;
-      for (std::int64_t i = 0; i < n; ++i) {
-        const u32 c = cols[i];
-        d += mark[c] != st ? 1 : 0;
-        mark[c] = st;
-      }
-      distinct_ = d;
-      return;
-    }
-    for (std::int64_t i = 0; i < n; ++i) slot(cols[i]);
-  }
-  /// Adds av * vals[i] to column cols[i], i < n.
-  void add(const u32* cols, const double* vals, std::int64_t n, double av) {
-    if (scan_) {
-      double* acc = acc_.data();
-      for (std::int64_t i = 0; i < n; ++i) acc[cols[i]] += av * vals[i];
-      return;
-    }
-    if (dense_) {
-      double* acc = acc_.data();
-      u32* mark = mark_.data();
-      const u32 st = stamp_;
-      for (std::int64_t i = 0; i < n; ++i) {
-        const u32 c = cols[i];
-        const double v = av * vals[i];
-        if (mark[c] != st) {
-          mark[c] = st;
-          acc[c] = v;
-          touched_.push_back(c);
-        } else {
-          acc[c] += v;
-        }
-      }
-      distinct_ = touched_.size();
-      return;
-    }
-    for (std::int64_t i = 0; i < n; ++i) acc_[slot(cols[i])] += av * vals[i];
-  }
-  u64 distinct() const { return distinct_; }
-  /// The row's (column, sum) pairs in column order (after add; a scanned row skips the
-  /// sums that are exactly zero); leaves the accumulator clear for the next row.
-  template <typename F>
-  void drain(F&& f) {
-    if (scan_) {
-      double* acc = acc_.data();
-      for (u64 c = 0; c < ncols_; ++c)
-        if (acc[c] != 0.0) {
-          f(static_cast<u32>(c), acc[c]);
-          acc[c] = 0.0;
-        }
-      return;
-    }
-    if (dense_) {
-      const u64 t = touched_.size();
-      if (ncols_ <= 8 * t * static_cast<u64>(bit_width(t) + 1)) {
-        for (u64 c = 0; c < ncols_; ++c)
-          if (mark_[c] == stamp_) f(static_cast<u32>(c), acc_[c]);
-      } else {
-        std::sort(touched_.begin(), touched_.end());
-        for (u32 c : touched_) f(c, acc_[c]);
-      }
-      for (u32 c : touched_) acc_[c] = 0.0;
-      return;
-    }
-    pairs_.clear();
-    for (u32 sl : touched_) {
-      pairs_.push_back({keys_[sl], acc_[sl]});
-      keys_[sl] = kNone;
-    }
-    std::sort(pairs_.begin(), pairs_.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [c, v] : pairs_) f(c, v);
-  }
-  /// Ends a row without reading it (count pass).
-  void discard() {
-    if (!dense_)
-      for (u32 sl : touched_) keys_[sl] = kNone;
-  }
-  std::size_t bytes() const {
-    return bytes_of(acc_) + bytes_of(mark_) + bytes_of(keys_) + touched_.capacity() * sizeof(u32) +
-           pairs_.capacity() * sizeof(std::pair<u32, double>);
-  }
+  cut.push_back(nrows);
+  return cut;
+}
 
- private:
-  /// Hash slot of column c, inserted (value 0) when new.
-  u64 slot(u32 c) {
-    u64 h = (static_cast<u64>(c) * 0x9E3779B97F4A7C15ull >> 20) & mask_;
-    while (true) {
-      const u32 k = keys_[h];
-      if (k == c) return h;
-      if (k == kNone) {
-        keys_[h] = c;
-        acc_[h] = 0.0;
-        touched_.push_back(static_cast<u32>(h));
-        ++distinct_;
-        return h;
-      }
-      h = (h + 1) & mask_;
-    }
-  }
+/// Asks the kernel to back [p, p + bytes) with transparent huge pages (Linux, where THP is in
+/// "madvise" or "always" mode; a no-op elsewhere, or where THP is "never", which is how a
+/// site turns it off): one page fault per 2 MiB instead of per 4 KiB when the output is
+/// first touched.
+void advise_huge_pages(void* p, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const auto lo = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const auto hi = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
 
-  bool dense_, scan_ = false;
-  u64 ncols_;
-  std::vector<double> acc_;
-  std::vector<u32> mark_;
-  u32 stamp_ = 0;
-  std::vector<u32> keys_;
-  u64 mask_ = 0;
-  u64 distinct_ = 0;
-  std::vector<u32> touched_;  // dense: columns; hashed: slots
-  std::vector<std::pair<u32, double>> pairs_;
-};
+/// Sizes every array of out to n entries: storage reserved and advised huge pages first,
+/// then the arrays zero-filled (their pages first touched) by up to `threads` threads, one
+/// array each, the largest first.
+template <typename T>
+void size_output(SparseTensor<T>& out, std::size_t n, int threads) {
+  for (auto& v : out.idx) {
+    v.reserve(n);
+    advise_huge_pages(v.data(), n * sizeof(index_t));
+  }
+  out.vals.reserve(n);
+  advise_huge_pages(out.vals.data(), n * sizeof(T));
+  const int arrays = static_cast<int>(out.idx.size()) + 1;
+  const int T_ = n < (std::size_t{1} << 18) ? 1 : std::min(team_size(threads), arrays);
+  // The storage is reserved: resize neither allocates nor throws.
+#pragma omp parallel for schedule(dynamic, 1) num_threads(T_)
+  for (int k = 0; k < arrays; ++k) {
+    if (k == 0)
+      out.vals.resize(n);
+    else
+      out.idx[static_cast<std::size_t>(k) - 1].resize(n);
+  }
+}
 
 template <typename T>
 class CpuContractPlan final : public ContractPlan<T> {
@@ -428,12 +174,43 @@ class CpuContractPlan final : public ContractPlan<T> {
 
  private:
   void build();
+  /// The groups: B's nonzeros sorted by matched key (bkey, consumed; bperm receives the
+  /// order), g_start_ and the group lookup. Returns its transient bytes.
+  std::size_t build_groups(std::vector<u64>& bkey, u64 kbound, int threads,
+                           std::vector<u32>& bperm);
+  /// The column ranks: col_of[p] for every B nonzero p, ncols_, col_coord_. Returns its
+  /// transient bytes.
+  std::size_t build_columns(std::vector<u32>& col_of, int threads);
+  /// The row side (r_start_, row_rep_, a_val_); aperm receives the sorted order of A.
+  /// Returns its transient bytes.
+  std::size_t build_rows(std::vector<u32>& aperm, int threads);
   void count_rows();
+  template <typename Acc>
+  std::size_t count_rows_with();
+  /// The run's rows with accumulator Acc; NB: the output modes taken from B when 1 or 2
+  /// (their coordinates written as the entries are found), 0: any number (gathered after).
+  template <typename Acc, int NB>
+  void multiply_with(SparseTensor<T>& out, std::vector<std::int64_t>& kept) const;
+  template <typename Acc>
+  void multiply_rows(SparseTensor<T>& out, std::vector<std::int64_t>& kept) const {
+    if (b_out_.size() == 1)
+      multiply_with<Acc, 1>(out, kept);
+    else if (b_out_.size() == 2)
+      multiply_with<Acc, 2>(out, kept);
+    else
+      multiply_with<Acc, 0>(out, kept);
+  }
+  /// Team size of the row passes.
+  int row_team() const {
+    return std::max(1, std::min<int>(threads_, static_cast<int>(std::min<std::int64_t>(
+                                                   static_cast<std::int64_t>(chunks_.size()) - 1,
+                                                   count_.products / 4096 + 1))));
+  }
   std::size_t held_bytes() const {
-    return bytes_of(b_col_) + bytes_of(b_val_) + bytes_of(g_start_) + bytes_of(col_coord_) +
-           bytes_of(direct_) + bytes_of(ht_key_) + bytes_of(ht_grp_) + bytes_of(a_group_) +
-           bytes_of(a_val_) + bytes_of(r_start_) + bytes_of(row_rep_) + bytes_of(row_prod_) +
-           bytes_of(row_off_);
+    return bytes_of(b_col_) + bytes_of(b_val_) + bytes_of(g_start_) + bytes_of(g_plain_) +
+           bytes_of(col_coord_) + bytes_of(direct_) + bytes_of(ht_key_) + bytes_of(ht_grp_) +
+           bytes_of(a_group_) + bytes_of(a_val_) + bytes_of(r_start_) + bytes_of(row_rep_) +
+           bytes_of(row_prod_) + bytes_of(row_off_);
   }
   u32 lookup(u64 key) const {
     if (!direct_.empty()) return direct_[key];
@@ -444,6 +221,27 @@ class CpuContractPlan final : public ContractPlan<T> {
       h = (h + 1) & ht_mask_;
     }
     return kNone;
+  }
+  /// Rows of at most this many groups, none with repeated columns, are merged group by
+  /// group instead of accumulated.
+  static constexpr int kMergeGroups = 4;
+  /// The group of A nonzero q, scaled by its value.
+  detail::ScaledGroup scaled_group(std::int64_t q) const {
+    const u32 g = a_group_[static_cast<std::size_t>(q)];
+    return {b_col_.data() + g_start_[g], b_val_.data() + g_start_[g],
+            static_cast<std::size_t>(g_start_[g + 1] - g_start_[g]),
+            a_val_[static_cast<std::size_t>(q)]};
+  }
+  /// The A nonzero of row r when the row is one group without repeated columns (its only
+  /// matched nonzero; `prod` its products): the row is that group scaled. Else -1.
+  std::int64_t single_group(std::int64_t r, std::int64_t prod) const {
+    for (std::int64_t q = r_start_[static_cast<std::size_t>(r)];
+         q < r_start_[static_cast<std::size_t>(r) + 1]; ++q) {
+      const u32 g = a_group_[static_cast<std::size_t>(q)];
+      if (g == kNone) continue;
+      return g_start_[g + 1] - g_start_[g] == prod && g_plain_[g] != 0 ? q : -1;
+    }
+    return -1;
   }
   bool dense_acc() const {
     return static_cast<std::int64_t>(ncols_) <= opt_.dense_accumulator_limit;
@@ -464,6 +262,7 @@ class CpuContractPlan final : public ContractPlan<T> {
   std::vector<u32> b_col_;     // column rank of each sorted B nonzero
   std::vector<double> b_val_;  // its value
   std::vector<std::int64_t> g_start_;
+  std::vector<std::uint8_t> g_plain_;  // 1: the group's columns are distinct
   u64 ncols_ = 0;
   std::vector<index_t> col_coord_;  // b_out_.size() x ncols: output coordinates of each column
   std::vector<u32> direct_;         // matched key -> group (small key spaces)
@@ -477,8 +276,108 @@ class CpuContractPlan final : public ContractPlan<T> {
   std::vector<u32> row_rep_;            // an A nonzero of each row (its output coordinates)
   std::vector<std::int64_t> row_prod_;  // products of each row
   std::vector<std::int64_t> row_off_;   // output offsets (exclusive prefix of the counts)
+  std::vector<std::int64_t> chunks_;    // row chunks of about equal products (row_chunks)
+  std::int64_t max_row_entries_ = 0;
+  std::int64_t max_merge_entries_ = 0;  // of the rows of at most kMergeGroups matched nonzeros
   std::size_t build_peak_ = 0;
 };
+
+template <typename T>
+std::size_t CpuContractPlan<T>::build_groups(std::vector<u64>& bkey, u64 kbound, int threads,
+                                             std::vector<u32>& bperm) {
+  const auto nB = bkey.size();
+  bperm.resize(nB);
+  std::iota(bperm.begin(), bperm.end(), u32{0});
+  radix_sort_pairs(bkey, bperm, kbound, threads);
+  const std::size_t peak = 3 * (bytes_of(bkey) + bytes_of(bperm));
+  std::vector<u64> gkey;
+  for (std::size_t q = 0; q < nB; ++q)
+    if (q == 0 || bkey[q] != bkey[q - 1]) {
+      g_start_.push_back(static_cast<std::int64_t>(q));
+      gkey.push_back(bkey[q]);
+    }
+  g_start_.push_back(static_cast<std::int64_t>(nB));
+  const std::size_t ngroups = gkey.size();
+  bkey = {};
+  // Group lookup: a direct table for small key spaces, else a hash table.
+  if (ngroups > 0) {
+    const auto nA = static_cast<u64>(A_->nnz());
+    if (kbound <= std::max<u64>(u64{1} << 22, 4 * (nA + nB))) {
+      direct_.assign(kbound, kNone);
+      for (std::size_t g = 0; g < ngroups; ++g) direct_[gkey[g]] = static_cast<u32>(g);
+    } else {
+      const u64 cap = pow2_at_least(std::max<u64>(16, 2 * ngroups));
+      ht_key_.assign(cap, 0);
+      ht_grp_.assign(cap, kNone);
+      ht_mask_ = cap - 1;
+      for (std::size_t g = 0; g < ngroups; ++g) {
+        u64 h = mix64(gkey[g]) & ht_mask_;
+        while (ht_grp_[h] != kNone) h = (h + 1) & ht_mask_;
+        ht_key_[h] = gkey[g];
+        ht_grp_[h] = static_cast<u32>(g);
+      }
+    }
+  }
+  return peak;
+}
+
+template <typename T>
+std::size_t CpuContractPlan<T>::build_columns(std::vector<u32>& col_of, int threads) {
+  const SparseTensor<T>& B = *B_;
+  const auto nB = static_cast<std::size_t>(B.nnz());
+  std::vector<u64> cdims;
+  std::vector<int> cmodes;
+  for (int k : b_out_) {
+    cdims.push_back(out_dims_[static_cast<std::size_t>(k)]);
+    cmodes.push_back(s_.out_mode[static_cast<std::size_t>(k)]);
+  }
+  u64 cbound = 1;
+  auto ck = pack_tuples({tuple_cols(B.idx, cmodes, nB)}, cdims, &cbound, threads);
+  std::vector<u64> ckey = std::move(ck[0]);
+  std::vector<u32> cperm(nB);
+  std::iota(cperm.begin(), cperm.end(), u32{0});
+  radix_sort_pairs(ckey, cperm, cbound, threads);
+  const std::size_t peak = 3 * (bytes_of(ckey) + bytes_of(cperm));
+  std::vector<u32> reps;
+  col_of.resize(nB);
+  for (std::size_t q = 0; q < nB; ++q) {
+    if (q == 0 || ckey[q] != ckey[q - 1]) reps.push_back(cperm[q]);
+    col_of[cperm[q]] = static_cast<u32>(reps.size() - 1);
+  }
+  ncols_ = reps.size();
+  col_coord_.resize(b_out_.size() * ncols_);
+  for (std::size_t j = 0; j < cmodes.size(); ++j)
+    for (u64 c = 0; c < ncols_; ++c)
+      col_coord_[j * ncols_ + c] = B.idx[static_cast<std::size_t>(cmodes[j])][reps[c]];
+  return peak;
+}
+
+template <typename T>
+std::size_t CpuContractPlan<T>::build_rows(std::vector<u32>& aperm, int threads) {
+  const SparseTensor<T>& A = *A_;
+  const auto nA = static_cast<std::size_t>(A.nnz());
+  std::vector<u64> rdims;
+  std::vector<int> rmodes;
+  for (int k : a_out_) {
+    rdims.push_back(out_dims_[static_cast<std::size_t>(k)]);
+    rmodes.push_back(s_.out_mode[static_cast<std::size_t>(k)]);
+  }
+  u64 rbound = 1;
+  auto rk = pack_tuples({tuple_cols(A.idx, rmodes, nA)}, rdims, &rbound, threads);
+  std::vector<u64> rkey = std::move(rk[0]);
+  aperm.resize(nA);
+  std::iota(aperm.begin(), aperm.end(), u32{0});
+  radix_sort_pairs(rkey, aperm, rbound, threads);
+  for (std::size_t q = 0; q < nA; ++q)
+    if (q == 0 || rkey[q] != rkey[q - 1]) {
+      r_start_.push_back(static_cast<std::int64_t>(q));
+      row_rep_.push_back(aperm[q]);
+    }
+  r_start_.push_back(static_cast<std::int64_t>(nA));
+  a_val_.resize(nA);
+  for (std::size_t q = 0; q < nA; ++q) a_val_[q] = static_cast<double>(A.vals[aperm[q]]);
+  return 3 * (bytes_of(rkey) + bytes_of(aperm));
+}
 
 template <typename T>
 void CpuContractPlan<T>::build() {
@@ -496,110 +395,93 @@ void CpuContractPlan<T>::build() {
                           &kbound, threads_);
   std::vector<u64>& akey = keys[0];
   std::vector<u64> bkey = std::move(keys[1]);
+  const std::size_t key_bytes = bytes_of(akey) + bytes_of(bkey);
 
-  // ---- column side: sort by matched key, groups, column ranks ----
-  std::vector<u32> bperm(nB);
-  std::iota(bperm.begin(), bperm.end(), u32{0});
-  radix_sort_pairs(bkey, bperm, kbound, threads_);
-  std::vector<u64> gkey;
-  for (std::size_t q = 0; q < nB; ++q)
-    if (q == 0 || bkey[q] != bkey[q - 1]) {
-      g_start_.push_back(static_cast<std::int64_t>(q));
-      gkey.push_back(bkey[q]);
-    }
-  g_start_.push_back(static_cast<std::int64_t>(nB));
-  const std::size_t ngroups = gkey.size();
-  {
-    std::vector<u64> cdims;
-    std::vector<int> cmodes;
-    for (int k : b_out_) {
-      cdims.push_back(out_dims_[static_cast<std::size_t>(k)]);
-      cmodes.push_back(s_.out_mode[static_cast<std::size_t>(k)]);
-    }
-    u64 cbound = 1;
-    auto ck = pack_tuples({tuple_cols(B.idx, cmodes, nB)}, cdims, &cbound, threads_);
-    std::vector<u64> ckey = std::move(ck[0]);
-    std::vector<u32> cperm(nB);
-    std::iota(cperm.begin(), cperm.end(), u32{0});
-    radix_sort_pairs(ckey, cperm, cbound, threads_);
-    build_peak_ = std::max(build_peak_, bytes_of(akey) + bytes_of(bkey) + bytes_of(bperm) +
-                                            3 * (bytes_of(ckey) + bytes_of(cperm)));
-    std::vector<u32> col_of(nB);
-    std::vector<u32> reps;
-    for (std::size_t q = 0; q < nB; ++q) {
-      if (q == 0 || ckey[q] != ckey[q - 1]) reps.push_back(cperm[q]);
-      col_of[cperm[q]] = static_cast<u32>(reps.size() - 1);
-    }
-    ncols_ = reps.size();
-    col_coord_.resize(b_out_.size() * ncols_);
-    for (std::size_t j = 0; j < cmodes.size(); ++j)
-      for (u64 c = 0; c < ncols_; ++c)
-        col_coord_[j * ncols_ + c] = B.idx[static_cast<std::size_t>(cmodes[j])][reps[c]];
-    b_col_.resize(nB);
-    b_val_.resize(nB);
-    const auto n = static_cast<std::int64_t>(nB);
-#pragma omp parallel for schedule(static) num_threads(team_for(nB, threads_))
-    for (std::int64_t q = 0; q < n; ++q) {
-      b_col_[static_cast<std::size_t>(q)] = col_of[bperm[static_cast<std::size_t>(q)]];
-      b_val_[static_cast<std::size_t>(q)] =
-          static_cast<double>(B.vals[bperm[static_cast<std::size_t>(q)]]);
-    }
-  }
-  bkey = {};
-  bperm = {};
-
-  // ---- group lookup: a direct table for small key spaces, else a hash table ----
-  if (ngroups > 0) {
-    if (kbound <= std::max<u64>(u64{1} << 22, 4 * static_cast<u64>(nA + nB))) {
-      direct_.assign(kbound, kNone);
-      for (std::size_t g = 0; g < ngroups; ++g) direct_[gkey[g]] = static_cast<u32>(g);
-    } else {
-      const u64 cap = pow2_at_least(std::max<u64>(16, 2 * ngroups));
-      ht_key_.assign(cap, 0);
-      ht_grp_.assign(cap, kNone);
-      ht_mask_ = cap - 1;
-      for (std::size_t g = 0; g < ngroups; ++g) {
-        u64 h = mix64(gkey[g]) & ht_mask_;
-        while (ht_grp_[h] != kNone) h = (h + 1) & ht_mask_;
-        ht_key_[h] = gkey[g];
-        ht_grp_[h] = static_cast<u32>(g);
+  // ---- three independent sorts: the row side by the output coordinates A provides, the
+  // column side by matched key (the groups) and by its output coordinates (the column
+  // ranks). A self-contraction whose column letters are the row letters at the same
+  // modes (ijk,ljk->il) takes the columns from the rows. With 2 or more threads and inputs
+  // worth it they run at the same time: the rows on one thread, the rest on another ----
+  bool mirrored = A_ == B_ && a_out_.size() == b_out_.size();
+  for (std::size_t j = 0; mirrored && j < a_out_.size(); ++j)
+    mirrored = s_.out_mode[static_cast<std::size_t>(a_out_[j])] ==
+               s_.out_mode[static_cast<std::size_t>(b_out_[j])];
+  std::vector<u32> aperm, bperm, col_of;
+  std::size_t peaks[2] = {0, 0};
+  std::exception_ptr err[2];
+  const int T2 = threads_ >= 2 && nA + nB >= (std::size_t{1} << 15) ? 2 : 1;
+  const int inner = T2 == 2 ? 1 : threads_;
+#pragma omp parallel num_threads(T2)
+  for (int side = 0; side < 2; ++side) {
+    if (T2 == 2 && side != omp_get_thread_num()) continue;
+    try {
+      if (side == 0) {
+        peaks[0] = build_rows(aperm, inner);
+      } else {
+        peaks[1] = build_groups(bkey, kbound, inner, bperm);
+        if (!mirrored) peaks[1] = std::max(peaks[1], build_columns(col_of, inner));
       }
+    } catch (...) {
+      err[side] = std::current_exception();
     }
   }
-  gkey = {};
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+  if (mirrored) {  // B is A: the column of nonzero p is the row of p
+    ncols_ = row_rep_.size();
+    col_of.resize(nB);
+    for (std::size_t r = 0; r < ncols_; ++r)
+      for (std::int64_t q = r_start_[r]; q < r_start_[r + 1]; ++q)
+        col_of[aperm[static_cast<std::size_t>(q)]] = static_cast<u32>(r);
+    col_coord_.resize(b_out_.size() * ncols_);
+    for (std::size_t j = 0; j < b_out_.size(); ++j) {
+      const index_t* m =
+          B.idx[static_cast<std::size_t>(s_.out_mode[static_cast<std::size_t>(b_out_[j])])].data();
+      for (u64 c = 0; c < ncols_; ++c) col_coord_[j * ncols_ + c] = m[row_rep_[c]];
+    }
+  }
+  build_peak_ = held_bytes() + key_bytes + peaks[0] + peaks[1];
 
-  // ---- row side: sort by the output coordinates it provides, join with the groups ----
-  std::vector<u64> rdims;
-  std::vector<int> rmodes;
-  for (int k : a_out_) {
-    rdims.push_back(out_dims_[static_cast<std::size_t>(k)]);
-    rmodes.push_back(s_.out_mode[static_cast<std::size_t>(k)]);
+  // ---- the column side in group order, each group's columns ascending (a stable sort of
+  // the groups that are not, so repeated columns keep their order); groups without a
+  // repeated column are marked plain ----
+  b_col_.resize(nB);
+  b_val_.resize(nB);
+  for (std::size_t q = 0; q < nB; ++q) {
+    b_col_[q] = col_of[bperm[q]];
+    b_val_[q] = static_cast<double>(B.vals[bperm[q]]);
   }
-  u64 rbound = 1;
-  auto rk = pack_tuples({tuple_cols(A.idx, rmodes, nA)}, rdims, &rbound, threads_);
-  std::vector<u64> rkey = std::move(rk[0]);
-  std::vector<u32> aperm(nA);
-  std::iota(aperm.begin(), aperm.end(), u32{0});
-  radix_sort_pairs(rkey, aperm, rbound, threads_);
-  build_peak_ =
-      std::max(build_peak_, held_bytes() + bytes_of(akey) + 3 * (bytes_of(rkey) + bytes_of(aperm)));
-  for (std::size_t q = 0; q < nA; ++q)
-    if (q == 0 || rkey[q] != rkey[q - 1]) {
-      r_start_.push_back(static_cast<std::int64_t>(q));
-      row_rep_.push_back(aperm[q]);
+  col_of = {};
+  bperm = {};
+  const std::size_t ngroups = g_start_.size() - 1;
+  g_plain_.assign(ngroups, 1);
+  std::vector<std::pair<u32, double>> tmp;
+  for (std::size_t g = 0; g < ngroups; ++g) {
+    const auto lo = static_cast<std::size_t>(g_start_[g]),
+               hi = static_cast<std::size_t>(g_start_[g + 1]);
+    std::size_t q = lo + 1;
+    while (q < hi && b_col_[q] > b_col_[q - 1]) ++q;
+    if (q == hi) continue;  // strictly ascending
+    tmp.clear();
+    for (std::size_t i = lo; i < hi; ++i) tmp.emplace_back(b_col_[i], b_val_[i]);
+    std::stable_sort(tmp.begin(), tmp.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
+    for (std::size_t i = lo; i < hi; ++i) {
+      b_col_[i] = tmp[i - lo].first;
+      b_val_[i] = tmp[i - lo].second;
+      if (i > lo && b_col_[i] == b_col_[i - 1]) g_plain_[g] = 0;
     }
-  r_start_.push_back(static_cast<std::int64_t>(nA));
-  rkey = {};
+  }
+
+  // ---- the match: every row-side nonzero's group ----
   a_group_.resize(nA);
-  a_val_.resize(nA);
   {
     const auto n = static_cast<std::int64_t>(nA);
-#pragma omp parallel for schedule(static) num_threads(team_for(nA, threads_))
-    for (std::int64_t q = 0; q < n; ++q) {
-      const u32 i = aperm[static_cast<std::size_t>(q)];
-      a_group_[static_cast<std::size_t>(q)] = lookup(akey[i]);
-      a_val_[static_cast<std::size_t>(q)] = static_cast<double>(A.vals[i]);
-    }
+    const int Tm = static_cast<int>(std::max<std::size_t>(
+        1, std::min<std::size_t>(static_cast<std::size_t>(threads_), nA >> 15)));
+#pragma omp parallel for schedule(static) num_threads(Tm)
+    for (std::int64_t q = 0; q < n; ++q)
+      a_group_[static_cast<std::size_t>(q)] = lookup(akey[aperm[static_cast<std::size_t>(q)]]);
   }
   const auto nrows = static_cast<std::int64_t>(row_rep_.size());
   row_prod_.assign(static_cast<std::size_t>(nrows), 0);
@@ -616,39 +498,58 @@ void CpuContractPlan<T>::build() {
     products += p;
   }
   count_.products = products;
+  chunks_ = row_chunks(row_prod_, 16 * threads_);
+}
+
+template <typename T>
+template <typename Acc>
+std::size_t CpuContractPlan<T>::count_rows_with() {
+  const auto nchunks = static_cast<std::int64_t>(chunks_.size()) - 1;
+  std::size_t acc_bytes = 0;
+#pragma omp parallel num_threads(row_team()) reduction(max : acc_bytes)
+  {
+    Acc acc(ncols_);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t ch = 0; ch < nchunks; ++ch)
+      for (std::int64_t r = chunks_[static_cast<std::size_t>(ch)];
+           r < chunks_[static_cast<std::size_t>(ch) + 1]; ++r) {
+        const std::int64_t prod = row_prod_[static_cast<std::size_t>(r)];
+        if (prod <= 1 || single_group(r, prod) >= 0) {
+          row_off_[static_cast<std::size_t>(r) + 1] = prod;
+          continue;
+        }
+        acc.begin(static_cast<u64>(prod), 0);
+        u64 distinct = 0;
+        for (std::int64_t q = r_start_[static_cast<std::size_t>(r)];
+             q < r_start_[static_cast<std::size_t>(r) + 1]; ++q) {
+          const u32 g = a_group_[static_cast<std::size_t>(q)];
+          if (g == kNone) continue;
+          distinct += acc.note(b_col_.data() + g_start_[g], g_start_[g + 1] - g_start_[g]);
+        }
+        row_off_[static_cast<std::size_t>(r) + 1] = static_cast<std::int64_t>(distinct);
+        acc.clear();
+      }
+    acc_bytes = acc.bytes();
+  }
+  return acc_bytes;
 }
 
 template <typename T>
 void CpuContractPlan<T>::count_rows() {
   const auto nrows = static_cast<std::int64_t>(row_rep_.size());
   row_off_.assign(static_cast<std::size_t>(nrows) + 1, 0);
-  const int T_ = std::max(1, std::min<int>(threads_, static_cast<int>(std::min<std::int64_t>(
-                                                         nrows, count_.products / 4096 + 1))));
-  std::size_t acc_bytes = 0;
-#pragma omp parallel num_threads(T_) reduction(max : acc_bytes)
-  {
-    RowAccumulator acc(dense_acc(), ncols_);
-#pragma omp for schedule(dynamic, 8)
-    for (std::int64_t r = 0; r < nrows; ++r) {
-      const std::int64_t prod = row_prod_[static_cast<std::size_t>(r)];
-      if (prod <= 1) {
-        row_off_[static_cast<std::size_t>(r) + 1] = prod;
-        continue;
-      }
-      acc.begin(static_cast<u64>(prod));
-      for (std::int64_t q = r_start_[static_cast<std::size_t>(r)];
-           q < r_start_[static_cast<std::size_t>(r) + 1]; ++q) {
-        const u32 g = a_group_[static_cast<std::size_t>(q)];
-        if (g == kNone) continue;
-        acc.note(b_col_.data() + g_start_[g], g_start_[g + 1] - g_start_[g]);
-      }
-      row_off_[static_cast<std::size_t>(r) + 1] = static_cast<std::int64_t>(acc.distinct());
-      acc.discard();
-    }
-    acc_bytes = acc.bytes();
-  }
-  for (std::int64_t r = 0; r < nrows; ++r)
+  const std::size_t acc_bytes =
+      dense_acc() ? count_rows_with<DenseRow>() : count_rows_with<HashRow>();
+  for (std::int64_t r = 0; r < nrows; ++r) {
+    const std::int64_t n = row_off_[static_cast<std::size_t>(r) + 1];
+    max_row_entries_ = std::max(max_row_entries_, n);
+    int matched = 0;  // the run merges rows of at most kMergeGroups matched nonzeros
+    for (std::int64_t q = r_start_[static_cast<std::size_t>(r)];
+         q < r_start_[static_cast<std::size_t>(r) + 1] && matched <= kMergeGroups; ++q)
+      matched += a_group_[static_cast<std::size_t>(q)] != kNone ? 1 : 0;
+    if (matched <= kMergeGroups) max_merge_entries_ = std::max(max_merge_entries_, n);
     row_off_[static_cast<std::size_t>(r) + 1] += row_off_[static_cast<std::size_t>(r)];
+  }
   const std::int64_t entries = row_off_.back();
   TESSERA_INPUT_CHECK(static_cast<u64>(entries) <= kMaxEntries,
                       "SpTC (cpu backend): the output has " << entries
@@ -657,17 +558,114 @@ void CpuContractPlan<T>::count_rows() {
   count_.output_entries = entries;
   count_.output_bytes = static_cast<std::size_t>(entries) * contract_entry_bytes(spec_, sizeof(T));
   const auto E = static_cast<std::size_t>(entries);
-  // The run: per-thread accumulators, kept counts, and for a final sort the keys, the
-  // permutation and a gather buffer (each doubled by the radix sort).
-  std::size_t run =
-      static_cast<std::size_t>(threads_) * acc_bytes + row_rep_.size() * sizeof(std::int64_t);
+  // The run: per-thread accumulators and row buffers (a row's columns, the two buffers of
+  // merge_groups), kept counts, and for a final sort the keys, the permutation and a gather
+  // buffer (each doubled by the radix sort).
+  const auto row_buf =
+      static_cast<std::size_t>(max_row_entries_) * sizeof(u32) +
+      static_cast<std::size_t>(max_merge_entries_) * 2 * (sizeof(u32) + sizeof(double));
+  std::size_t run = static_cast<std::size_t>(threads_) * (acc_bytes + row_buf) +
+                    row_rep_.size() * sizeof(std::int64_t);
   if (!natural_) run += 2 * E * (sizeof(u64) + sizeof(u32)) + E * sizeof(double);
   count_.workspace_bytes = std::max(build_peak_, held_bytes() + run);
 }
 
 template <typename T>
-SparseTensor<T> CpuContractPlan<T>::run(ContractStats* stats) const {
+template <typename Acc, int NB>
+void CpuContractPlan<T>::multiply_with(SparseTensor<T>& out,
+                                       std::vector<std::int64_t>& kept) const {
   const SparseTensor<T>& A = *A_;
+  const auto nchunks = static_cast<std::int64_t>(chunks_.size()) - 1;
+  const std::size_t na = a_out_.size(), nb = b_out_.size();
+#pragma omp parallel num_threads(row_team())
+  {
+    Acc acc(ncols_);
+    // NB = 0: a row's kept columns, then their coordinates gathered mode by mode.
+    std::vector<u32> cbuf(NB == 0 ? static_cast<std::size_t>(max_row_entries_) : 0);
+    // merge_groups: two (column, sum) buffers.
+    std::vector<u32> mc(2 * static_cast<std::size_t>(max_merge_entries_));
+    std::vector<double> mv(2 * static_cast<std::size_t>(max_merge_entries_));
+    index_t* ai[kMaxOrder];
+    index_t* bi[kMaxOrder];
+    const index_t* acol[kMaxOrder];
+    for (std::size_t j = 0; j < na; ++j) {
+      ai[j] = out.idx[static_cast<std::size_t>(a_out_[j])].data();
+      acol[j] =
+          A.idx[static_cast<std::size_t>(s_.out_mode[static_cast<std::size_t>(a_out_[j])])].data();
+    }
+    for (std::size_t j = 0; j < nb; ++j)
+      bi[j] = out.idx[static_cast<std::size_t>(b_out_[j])].data();
+    T* ov = out.vals.data();
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t ch = 0; ch < nchunks; ++ch)
+      for (std::int64_t r = chunks_[static_cast<std::size_t>(ch)];
+           r < chunks_[static_cast<std::size_t>(ch) + 1]; ++r) {
+        const std::int64_t entries =
+            row_off_[static_cast<std::size_t>(r) + 1] - row_off_[static_cast<std::size_t>(r)];
+        if (entries == 0) continue;
+        const auto o = static_cast<std::size_t>(row_off_[static_cast<std::size_t>(r)]);
+        std::size_t k = 0;
+        u32* cb = cbuf.data();
+        T* vo = ov + o;
+        index_t* b0 = NB >= 1 ? bi[0] + o : nullptr;
+        index_t* b1 = NB >= 2 ? bi[1] + o : nullptr;
+        const index_t* cc = col_coord_.data();
+        auto keep = [&](u32 c, double v) {
+          const T tv = static_cast<T>(v);
+          if constexpr (NB == 0) cb[k] = c;
+          if constexpr (NB >= 1) b0[k] = cc[c];
+          if constexpr (NB >= 2) b1[k] = cc[ncols_ + c];
+          vo[k] = tv;
+          k += tv != T(0) ? 1 : 0;  // exact zero: dropped (overwritten by the next entry)
+        };
+        // The row's matched nonzeros when they are at most kMergeGroups, of groups without
+        // repeated columns; else few = -1.
+        std::int64_t qs[kMergeGroups];
+        int few = 0;
+        for (std::int64_t q = r_start_[static_cast<std::size_t>(r)];
+             q < r_start_[static_cast<std::size_t>(r) + 1] && few >= 0; ++q) {
+          const u32 g = a_group_[static_cast<std::size_t>(q)];
+          if (g == kNone) continue;
+          few = few < kMergeGroups && g_plain_[g] != 0 ? few : -1;
+          if (few >= 0) qs[few++] = q;
+        }
+        if (few == 1) {  // the row is one group, scaled
+          const u32 g = a_group_[static_cast<std::size_t>(qs[0])];
+          const double av = a_val_[static_cast<std::size_t>(qs[0])];
+          for (std::int64_t i = g_start_[g]; i < g_start_[g + 1]; ++i)
+            keep(b_col_[static_cast<std::size_t>(i)], av * b_val_[static_cast<std::size_t>(i)]);
+        } else if (few > 1) {
+          detail::ScaledGroup gs[kMergeGroups];
+          for (int i = 0; i < few; ++i) gs[i] = scaled_group(qs[i]);
+          detail::merge_groups(gs, few, mc.data(), mv.data(), mc.size() / 2, keep);
+        } else {
+          acc.begin(static_cast<u64>(entries),
+                    static_cast<u64>(r_start_[static_cast<std::size_t>(r) + 1] -
+                                     r_start_[static_cast<std::size_t>(r)]));
+          for (std::int64_t q = r_start_[static_cast<std::size_t>(r)];
+               q < r_start_[static_cast<std::size_t>(r) + 1]; ++q) {
+            const u32 g = a_group_[static_cast<std::size_t>(q)];
+            if (g == kNone) continue;
+            acc.add(b_col_.data() + g_start_[g], b_val_.data() + g_start_[g],
+                    g_start_[g + 1] - g_start_[g], a_val_[static_cast<std::size_t>(q)]);
+          }
+          acc.drain(keep);
+        }
+        const u32 rep = row_rep_[static_cast<std::size_t>(r)];
+        for (std::size_t j = 0; j < na; ++j) std::fill(ai[j] + o, ai[j] + o + k, acol[j][rep]);
+        if constexpr (NB == 0)
+          for (std::size_t j = 0; j < nb; ++j) {
+            const index_t* ccj = cc + j * ncols_;
+            index_t* dst = bi[j] + o;
+            for (std::size_t i = 0; i < k; ++i) dst[i] = ccj[cb[i]];
+          }
+        kept[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(k);
+      }
+  }
+}
+
+template <typename T>
+SparseTensor<T> CpuContractPlan<T>::run(ContractStats* stats) const {
   ContractStats st;
   st.match_seconds = match_s_;
   st.count_seconds = count_s_;
@@ -678,49 +676,13 @@ SparseTensor<T> CpuContractPlan<T>::run(ContractStats* stats) const {
   const auto E = static_cast<std::size_t>(count_.output_entries);
   const int N = s_.out_order();
   SparseTensor<T> out(out_dims_);
-  for (auto& v : out.idx) v.resize(E);
-  out.vals.resize(E);
+  size_output(out, E, threads_);
   const auto nrows = static_cast<std::int64_t>(row_rep_.size());
   std::vector<std::int64_t> kept(static_cast<std::size_t>(nrows), 0);
-  const int T_ = std::max(1, std::min<int>(threads_, static_cast<int>(std::min<std::int64_t>(
-                                                         nrows, count_.products / 4096 + 1))));
-#pragma omp parallel num_threads(T_)
-  {
-    RowAccumulator acc(dense_acc(), ncols_);
-    index_t* oi[kMaxOrder];
-    for (int k = 0; k < N; ++k) oi[k] = out.idx[static_cast<std::size_t>(k)].data();
-    T* ov = out.vals.data();
-#pragma omp for schedule(dynamic, 8)
-    for (std::int64_t r = 0; r < nrows; ++r) {
-      const std::int64_t prod = row_prod_[static_cast<std::size_t>(r)];
-      if (prod == 0) continue;
-      acc.begin(static_cast<u64>(prod));
-      for (std::int64_t q = r_start_[static_cast<std::size_t>(r)];
-           q < r_start_[static_cast<std::size_t>(r) + 1]; ++q) {
-        const u32 g = a_group_[static_cast<std::size_t>(q)];
-        if (g == kNone) continue;
-        acc.add(b_col_.data() + g_start_[g], b_val_.data() + g_start_[g],
-                g_start_[g + 1] - g_start_[g], a_val_[static_cast<std::size_t>(q)]);
-      }
-      index_t rc[kMaxOrder];
-      const u32 rep = row_rep_[static_cast<std::size_t>(r)];
-      for (std::size_t j = 0; j < a_out_.size(); ++j)
-        rc[j] =
-            A.idx[static_cast<std::size_t>(s_.out_mode[static_cast<std::size_t>(a_out_[j])])][rep];
-      std::int64_t o = row_off_[static_cast<std::size_t>(r)];
-      const std::int64_t first = o;
-      acc.drain([&](u32 c, double v) {
-        const T tv = static_cast<T>(v);
-        if (tv == T(0)) return;  // exact zero: dropped
-        for (std::size_t j = 0; j < a_out_.size(); ++j) oi[a_out_[j]][o] = rc[j];
-        for (std::size_t j = 0; j < b_out_.size(); ++j)
-          oi[b_out_[j]][o] = col_coord_[j * ncols_ + c];
-        ov[o] = tv;
-        ++o;
-      });
-      kept[static_cast<std::size_t>(r)] = o - first;
-    }
-  }
+  if (dense_acc())
+    multiply_rows<DenseRow>(out, kept);
+  else
+    multiply_rows<HashRow>(out, kept);
   st.multiply_seconds = t.seconds();
   t.reset();
 
@@ -819,91 +781,5 @@ template SparseTensor<double> contract<double>(const SparseTensor<double>&,
                                                ContractStats*, const ContractOptions&);
 
 }  // namespace cpu
-
-template <typename T>
-nnz_t sort_sum_drop_zeros(SparseTensor<T>& t, int threads, nnz_t* zeros_dropped) {
-  if (zeros_dropped) *zeros_dropped = 0;
-  const int N = t.order();
-  TESSERA_EXPECTS(N >= 1 && N <= kMaxOrder && t.idx.size() == static_cast<std::size_t>(N),
-                  "tensor of order " << N);
-  const auto n = static_cast<std::size_t>(t.nnz());
-  for (const auto& v : t.idx) TESSERA_EXPECTS(v.size() == n, "ragged coordinate arrays");
-  if (n == 0) return 0;
-  TESSERA_INPUT_CHECK(n <= cpu::kMaxEntries,
-                      "more than 2^32 - 2 nonzeros to merge on one rank; "
-                      "use more ranks");
-  for (int m = 0; m < N; ++m)
-    for (index_t c : t.idx[static_cast<std::size_t>(m)])
-      TESSERA_EXPECTS(
-          c < t.dims[static_cast<std::size_t>(m)],
-          "coordinate " << c << " >= dimension " << t.dims[static_cast<std::size_t>(m)]);
-  std::vector<int> all(static_cast<std::size_t>(N));
-  std::iota(all.begin(), all.end(), 0);
-  cpu::u64 bound = 1;
-  auto kk = cpu::pack_tuples({cpu::tuple_cols(t.idx, all, n)}, t.dims, &bound, threads);
-  std::vector<cpu::u64>& key = kk[0];
-  std::vector<cpu::u32> perm(n);
-  std::iota(perm.begin(), perm.end(), cpu::u32{0});
-  cpu::radix_sort_pairs(key, perm, bound, threads);
-  // Runs of equal keys, summed in storage order (the sort is stable); chunks of the sorted
-  // range start at run starts so threads never split a run.
-  const int T_ = cpu::team_for(n, threads);
-  std::vector<std::size_t> cut(static_cast<std::size_t>(T_) + 1, n);
-  cut[0] = 0;
-  for (int c = 1; c < T_; ++c) {
-    std::size_t p = n * static_cast<std::size_t>(c) / static_cast<std::size_t>(T_);
-    p = std::max(p, cut[static_cast<std::size_t>(c) - 1]);
-    while (p < n && p > 0 && key[p] == key[p - 1]) ++p;
-    cut[static_cast<std::size_t>(c)] = p;
-  }
-  std::vector<std::size_t> kept(static_cast<std::size_t>(T_) + 1, 0);
-  std::vector<std::size_t> runs(static_cast<std::size_t>(T_), 0);
-  auto for_runs = [&](int c, auto&& f) {
-    std::size_t a = cut[static_cast<std::size_t>(c)];
-    const std::size_t e = cut[static_cast<std::size_t>(c) + 1];
-    while (a < e) {
-      std::size_t b = a + 1;
-      double s = static_cast<double>(t.vals[perm[a]]);
-      while (b < e && key[b] == key[a]) s += static_cast<double>(t.vals[perm[b++]]);
-      f(perm[a], static_cast<T>(s));
-      a = b;
-    }
-  };
-#pragma omp parallel for schedule(static, 1) num_threads(T_)
-  for (int c = 0; c < T_; ++c) {
-    std::size_t k = 0, r = 0;
-    for_runs(c, [&](cpu::u32, T v) {
-      ++r;
-      if (v != T(0)) ++k;
-    });
-    kept[static_cast<std::size_t>(c) + 1] = k;
-    runs[static_cast<std::size_t>(c)] = r;
-  }
-  std::size_t distinct = 0;
-  for (auto r : runs) distinct += r;
-  for (int c = 0; c < T_; ++c)
-    kept[static_cast<std::size_t>(c) + 1] += kept[static_cast<std::size_t>(c)];
-  const std::size_t total = kept.back();
-  SparseTensor<T> o(t.dims);
-  for (auto& v : o.idx) v.resize(total);
-  o.vals.resize(total);
-#pragma omp parallel for schedule(static, 1) num_threads(T_)
-  for (int c = 0; c < T_; ++c) {
-    std::size_t w = kept[static_cast<std::size_t>(c)];
-    for_runs(c, [&](cpu::u32 i, T v) {
-      if (v == T(0)) return;  // exact zero: dropped
-      for (int m = 0; m < N; ++m)
-        o.idx[static_cast<std::size_t>(m)][w] = t.idx[static_cast<std::size_t>(m)][i];
-      o.vals[w] = v;
-      ++w;
-    });
-  }
-  t = std::move(o);
-  if (zeros_dropped) *zeros_dropped = static_cast<nnz_t>(distinct - total);
-  return static_cast<nnz_t>(n - total);
-}
-
-template nnz_t sort_sum_drop_zeros<float>(SparseTensor<float>&, int, nnz_t*);
-template nnz_t sort_sum_drop_zeros<double>(SparseTensor<double>&, int, nnz_t*);
 
 }  // namespace tessera::kernels

@@ -1001,18 +1001,15 @@ U* dalloc(DeviceMemory& m, i64 n, const char* what) {
 }
 
 /// Asks the kernel to back [p, p + bytes) with transparent huge pages (Linux, where THP is
-/// in "madvise" or "always" mode; a no-op elsewhere or with TESSERA_SPTC_THP=0): one page
-/// fault per 2 MiB instead of per 4 KiB when the output's pages are first touched.
+/// in "madvise" or "always" mode; a no-op elsewhere, or where THP is "never", which is how
+/// a site turns it off): one page fault per 2 MiB instead of per 4 KiB when the output's
+/// pages are first touched.
 void advise_huge_pages(char* p, std::size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  static const bool on = [] {
-    const char* s = std::getenv("TESSERA_SPTC_THP");
-    return s == nullptr || std::string(s) != "0";
-  }();
   constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
   const auto lo = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
   const auto hi = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (on && hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
 #else
   (void)p;
   (void)bytes;
