@@ -258,11 +258,15 @@ __global__ void normalize_kernel(T* A, std::int64_t n, int R, const double* __re
   }
 }
 
-__global__ void reset_kernel(Status* st) {
-  st->norm_m2 = 0;
-  st->inner = 0;
-  st->fallbacks = 0;
-  st->bad_mode = INT_MAX;
+/// Clears the status and the n norms (times_w's column maxima accumulate into them).
+__global__ void reset_kernel(Status* st, double* norms, int n) {
+  for (int e = static_cast<int>(threadIdx.x); e < n; e += blockDim.x) norms[e] = 0;
+  if (threadIdx.x == 0) {
+    st->norm_m2 = 0;
+    st->inner = 0;
+    st->fallbacks = 0;
+    st->bad_mode = INT_MAX;
+  }
 }
 
 /// st->norm_m2 = sum_rs lambda_r lambda_s prod_n G_n(r, s); st->inner = sum_r lambda_r
@@ -293,8 +297,9 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
   CudaCpLoop(Context& ctx, const CpLoopSpec<T>& spec) : ctx_(ctx), s_(spec) {
     N_ = static_cast<int>(s_.A.size());
     const std::size_t RR = static_cast<std::size_t>(s_.R) * s_.R;
-    // Vd, L, Q, W (R x R each), then ev, norms, lambda, dots (R each), then Status.
-    const std::size_t doubles = 4 * RR + 4 * static_cast<std::size_t>(s_.R);
+    // Vd, L, Q, W (R x R each), then ev (R), norms (R per mode), lambda, dots (R each),
+    // then Status.
+    const std::size_t doubles = 4 * RR + (3 + static_cast<std::size_t>(N_)) * s_.R;
     mem_ = DeviceMemory(doubles * sizeof(double) + sizeof(Status));
     auto* d = static_cast<double*>(mem_.get());
     Vd_ = d;
@@ -303,7 +308,7 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
     W_ = d + 3 * RR;
     ev_ = d + 4 * RR;
     norms_ = ev_ + s_.R;
-    lambda_ = norms_ + s_.R;
+    lambda_ = norms_ + static_cast<std::size_t>(N_) * s_.R;
     dots_ = lambda_ + s_.R;
     st_ = reinterpret_cast<Status*>(dots_ + s_.R);
     TESSERA_CUDA_CHECK(cudaMallocHost(&host_, sizeof(Status)));
@@ -401,7 +406,7 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
   /// The iteration's work, in the stream.
   void enqueue(const std::function<void(int)>& mttkrp, bool two_norm) {
     const int R = s_.R;
-    reset_kernel<<<1, 1, 0, ctx_.stream>>>(st_);
+    reset_kernel<<<1, kBlock, 0, ctx_.stream>>>(st_, norms_, N_ * R);
     TESSERA_CUDA_CHECK_LAUNCH();
     record(0);
     for (int n = 0; n < N_; ++n) {
@@ -419,13 +424,13 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
       mttkrp(n);
       record(2 * n + 1);
       TESSERA_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, join_[sn], 0));
-      if (rows > 0)
-        TESSERA_CUDA_CHECK(cudaMemcpyAsync(A, s_.M, static_cast<std::size_t>(rows * R) * sizeof(T),
-                                           cudaMemcpyDeviceToDevice, ctx_.stream));
-      times_w(ctx_, A, rows, R, W_);
-      column_norms_device(ctx_, A, rows, R, two_norm ? NormKind::two : NormKind::max, norms_);
+      // A = M W; the max-norms (every iteration after the first) come out of the same
+      // pass, the first iteration's 2-norms from a second one.
+      double* norms = norms_ + static_cast<std::size_t>(n) * R;
+      times_w(ctx_, static_cast<const T*>(s_.M), A, rows, R, W_, two_norm ? nullptr : norms);
+      if (two_norm) column_norms_device(ctx_, A, rows, R, NormKind::two, norms);
       normalize_kernel<T><<<grid_for(std::max<std::int64_t>(rows * R, 1)), kBlock, 0, ctx_.stream>>>(
-          A, rows * R, R, norms_, two_norm, n, lambda_, st_);
+          A, rows * R, R, norms, two_norm, n, lambda_, st_);
       TESSERA_CUDA_CHECK_LAUNCH();
       gram(ctx_, A, rows, R, s_.G[static_cast<std::size_t>(n)]);
       if (n == N_ - 1) {

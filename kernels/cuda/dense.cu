@@ -417,17 +417,27 @@ __global__ void gram_finish_kernel(const double* __restrict__ partial, int block
   }
 }
 
-/// M := M W in place (M rows x R of T, W R x R double), accumulated in double: out(row, c)
-/// = sum_k M(row, k) W[k * R + c]. W sits in shared memory (R rows of stride Rp, zero
+/// D := S W (S, D rows x R of T, S == D allowed; W R x R double), accumulated in double:
+/// D(row, c) = sum_k S(row, k) W[k * R + c]. With colmax (device, R doubles, >= 0 on entry)
+/// it also leaves colmax[c] = max(colmax[c], max over rows of |D(row, c)|) as stored (after
+/// rounding to T), NaN ignored as column_norms' fmax ignores it: CP's max-norm without a
+/// second pass over D. W sits in shared memory (R rows of stride Rp, zero
 /// padded); block x takes row batches x, x + gridDim.x, ... and stages each transposed
 /// (column c at sm + c * ld; ld = batch + 2 is even, for 16-byte loads, and spreads the
 /// staging stores over the banks). Thread (rq, cq) computes rows 4 rq ... 4 rq + 3 times
 /// columns 4 cq ... 4 cq + 3 of the batch; the results go back through shared memory for
 /// coalesced stores, once the whole batch has been read.
+/// times_w_kernel's static shared memory: the block's column maxima.
+constexpr std::size_t kTimesWStaticSmem = sizeof(unsigned long long) * kTimesWKernelMaxR;
+
 template <typename T>
 __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
-    times_w_kernel(T* M, std::int64_t rows, int R, const double* __restrict__ W, int batch) {
+    times_w_kernel(const T* S, T* D, std::int64_t rows, int R, const double* __restrict__ W,
+                   int batch, double* colmax) {
   extern __shared__ __align__(16) double smem[];
+  // Non-negative doubles order as their bit patterns: the block's column maxima as integers.
+  __shared__ unsigned long long smax[kTimesWKernelMaxR];
+  for (int c = static_cast<int>(threadIdx.x); c < R; c += blockDim.x) smax[c] = 0;
   const int Rp = padded_r(R), nq = Rp / kQuad, ld = batch + 2;
   double* sw = smem;           // R x Rp
   double* sm = smem + R * Rp;  // R x ld
@@ -441,12 +451,12 @@ __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
 
   const int cq = static_cast<int>(threadIdx.x) % nq, rq = static_cast<int>(threadIdx.x) / nq;
   const bool active = rq < batch / kQuad;
+  double cmax[kQuad] = {};  // this thread's column maxima (columns 4 cq ... 4 cq + 3)
   const std::int64_t batches = (rows + batch - 1) / batch;
   for (std::int64_t b = blockIdx.x; b < batches; b += gridDim.x) {
     const std::int64_t r0 = b * batch;
     const int nv = static_cast<int>(min(static_cast<std::int64_t>(batch), rows - r0));
-    T* m = M + r0 * R;
-    stage_rows(m, nv, R, sm, 1, ld);
+    stage_rows(S + r0 * R, nv, R, sm, 1, ld);
     __syncthreads();
     double acc[kQuad][kQuad] = {};  // [row][column]
     if (active) {
@@ -475,13 +485,29 @@ __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
           double2* out = reinterpret_cast<double2*>(sm + c * ld + rq * kQuad);
           out[0] = make_double2(acc[0][q], acc[1][q]);
           out[1] = make_double2(acc[2][q], acc[3][q]);
+          if (colmax != nullptr)
+#pragma unroll
+            for (int p = 0; p < kQuad; ++p)
+              if (rq * kQuad + p < nv)
+                cmax[q] = fmax(cmax[q], fabs(static_cast<double>(static_cast<T>(acc[p][q]))));
         }
       }
     }
     __syncthreads();
-    unstage_rows(sm, nv, R, m, 1, ld);
+    unstage_rows(sm, nv, R, D + r0 * R, 1, ld);
     __syncthreads();  // before the next batch is staged
   }
+  if (colmax == nullptr) return;
+  if (active)
+#pragma unroll
+    for (int q = 0; q < kQuad; ++q) {
+      const int c = cq * kQuad + q;
+      if (c < R && cmax[q] > 0)
+        atomicMax(&smax[c], static_cast<unsigned long long>(__double_as_longlong(cmax[q])));
+    }
+  __syncthreads();
+  for (int c = static_cast<int>(threadIdx.x); c < R; c += blockDim.x)
+    if (smax[c] != 0) atomicMax(reinterpret_cast<unsigned long long*>(colmax + c), smax[c]);
 }
 
 int device_attribute(const Context& ctx, cudaDeviceAttr attr) {
@@ -552,26 +578,29 @@ TimesWShape times_w_shape(int R) {
 bool times_w_by_kernel_fits(const Context& ctx, int R) {
   if (R < 1 || R > kTimesWKernelMaxR) return false;
   const int optin = device_attribute(ctx, cudaDevAttrMaxSharedMemoryPerBlockOptin);
-  return times_w_shape(R).smem <= static_cast<std::size_t>(optin);
+  return times_w_shape(R).smem + kTimesWStaticSmem <= static_cast<std::size_t>(optin);
 }
 
-/// M := M W by times_w_kernel (times_w_by_kernel_fits(R), rows >= 1), one wave of blocks at
-/// most.
+/// D := S W by times_w_kernel (times_w_by_kernel_fits(R), rows >= 1), one wave of blocks at
+/// most; colmax as times_w_kernel's (nullptr: none).
 template <typename T>
-void times_w_by_kernel(Context& ctx, T* M, std::int64_t rows, int R, const double* W) {
+void times_w_by_kernel(Context& ctx, const T* S, T* D, std::int64_t rows, int R, const double* W,
+                       double* colmax = nullptr) {
   const TimesWShape s = times_w_shape(R);
   if (s.smem > std::size_t(48) << 10) {
-    // Above the default limit: allow the device's maximum (the same value from every
-    // call, so concurrent callers do not undo each other).
+    // Above the default limit: allow the device's maximum less the kernel's static shared
+    // memory (the same value from every call, so concurrent callers do not undo each other).
     const int optin = device_attribute(ctx, cudaDevAttrMaxSharedMemoryPerBlockOptin);
     TESSERA_CUDA_CHECK(cudaFuncSetAttribute(times_w_kernel<T>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            optin - static_cast<int>(kTimesWStaticSmem)));
   }
   const std::int64_t batches = (rows + s.batch - 1) / s.batch;
   const std::int64_t blocks =
       std::min(batches, wave_blocks(ctx, times_w_kernel<T>, s.threads, s.smem));
   times_w_kernel<T>
-      <<<static_cast<unsigned>(blocks), s.threads, s.smem, ctx.stream>>>(M, rows, R, W, s.batch);
+      <<<static_cast<unsigned>(blocks), s.threads, s.smem, ctx.stream>>>(S, D, rows, R, W, s.batch,
+                                                                         colmax);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -757,7 +786,7 @@ bool solve_normal(Context& ctx, T* M, std::int64_t rows, const T* V, int R) {
     TESSERA_CUDA_CHECK_LAUNCH();
   }
   if (by_kernel) {
-    if (rows > 0) times_w_by_kernel(ctx, M, rows, R, W);
+    if (rows > 0) times_w_by_kernel(ctx, M, M, rows, R, W);
     return fallback;
   }
   // Large R: M := M W in double, a row chunk at a time (gemm is out of place). Row-major
@@ -816,9 +845,10 @@ bool times_w_fits(const Context& ctx, int R) {
 }
 
 template <typename T>
-void times_w(Context& ctx, T* M, std::int64_t rows, int R, const double* W) {
+void times_w(Context& ctx, const T* S, T* D, std::int64_t rows, int R, const double* W,
+             double* colmax) {
   TESSERA_EXPECTS(times_w_by_kernel_fits(ctx, R), "times_w: R = " << R << " above the kernel's");
-  if (rows > 0) times_w_by_kernel(ctx, M, rows, R, W);
+  if (rows > 0) times_w_by_kernel(ctx, S, D, rows, R, W, colmax);
 }
 
 template <typename T>
@@ -1056,7 +1086,7 @@ std::size_t wide_scratch_bytes(std::int64_t C, std::size_t value_size) {
   template void column_dots<T>(Context&, const T*, const T*, std::int64_t, int, double*);        \
   template void column_norms_device<T>(Context&, const T*, std::int64_t, int, NormKind, double*); \
   template void column_dots_device<T>(Context&, const T*, const T*, std::int64_t, int, double*); \
-  template void times_w<T>(Context&, T*, std::int64_t, int, const double*);
+  template void times_w<T>(Context&, const T*, T*, std::int64_t, int, const double*, double*);
 
 TESSERA_CUDA_DENSE_INSTANTIATE(float)
 TESSERA_CUDA_DENSE_INSTANTIATE(double)

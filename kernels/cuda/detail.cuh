@@ -472,9 +472,12 @@ void column_dots_device(Context& ctx, const T* A, const T* B, std::int64_t rows,
                         double* out_dev);
 /// Whether times_w runs as one kernel at this R (what the device loop needs).
 bool times_w_fits(const Context& ctx, int R);
-/// M := M W for W (R x R, column-major, double, device memory); times_w_fits(ctx, R).
+/// D := S W (S == D allowed) for W (R x R, column-major, double, device memory);
+/// times_w_fits(ctx, R). With colmax (device, R doubles, zero or earlier maxima on entry):
+/// colmax[c] = max(colmax[c], max_row |D(row, c)|), NaN ignored, in the same pass.
 template <typename T>
-void times_w(Context& ctx, T* M, std::int64_t rows, int R, const double* W);
+void times_w(Context& ctx, const T* S, T* D, std::int64_t rows, int R, const double* W,
+             double* colmax = nullptr);
 
 // Tucker dense stage (kernels/cuda/tucker_dense.cu): the Backend operations of the same
 // names, in double on ctx.stream. cholqr_step, subspace_change and sum_squares_double wait
