@@ -233,6 +233,31 @@ __global__ void __launch_bounds__(kSolveThreads)
   }
 }
 
+/// The weights from the column norms: lambda_r = sqrt(norm_r) (two) or max(norm_r, 1).
+__device__ __forceinline__ double weight_of(double norm, bool two) {
+  return two ? sqrt(norm) : fmax(norm, 1.0);
+}
+
+/// A(i, r) *= 1 / lambda_r (1 when lambda_r is 0), as scale_columns does; block 0 also
+/// stores lambda and records the first mode with a norm that is not finite in
+/// st->bad_mode. n = rows R elements.
+template <typename T>
+__global__ void normalize_kernel(T* A, std::int64_t n, int R, const double* __restrict__ norm,
+                                 bool two, int mode, double* lambda, Status* st) {
+  if (blockIdx.x == 0)
+    for (int r = threadIdx.x; r < R; r += blockDim.x) {
+      const double s = norm[r];
+      if (!isfinite(s)) atomicMin(&st->bad_mode, mode);
+      lambda[r] = weight_of(s, two);
+    }
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += stride) {
+    const double l = weight_of(norm[e % R], two);
+    A[e] = static_cast<T>(static_cast<double>(A[e]) * (l > 0 ? 1.0 / l : 1.0));
+  }
+}
+
 /// Clears the status and the n norms (times_w's column maxima accumulate into them).
 __global__ void reset_kernel(Status* st, double* norms, int n) {
   for (int e = static_cast<int>(threadIdx.x); e < n; e += blockDim.x) norms[e] = 0;
@@ -404,14 +429,10 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
       double* norms = norms_ + static_cast<std::size_t>(n) * R;
       times_w(ctx_, static_cast<const T*>(s_.M), A, rows, R, W_, two_norm ? nullptr : norms);
       if (two_norm) column_norms_device(ctx_, A, rows, R, NormKind::two, norms);
-      // The weights, the scaled columns and their Gram, in one pass over A.
-      ColumnWeights w;
-      w.norm = norms;
-      w.two = two_norm;
-      w.lambda = lambda_;
-      w.bad_mode = &st_->bad_mode;
-      w.mode = n;
-      gram_normalized(ctx_, A, rows, R, s_.G[static_cast<std::size_t>(n)], w);
+      normalize_kernel<T><<<grid_for(std::max<std::int64_t>(rows * R, 1)), kBlock, 0, ctx_.stream>>>(
+          A, rows * R, R, norms, two_norm, n, lambda_, st_);
+      TESSERA_CUDA_CHECK_LAUNCH();
+      gram(ctx_, A, rows, R, s_.G[static_cast<std::size_t>(n)]);
       if (n == N_ - 1) {
         column_dots_device(ctx_, s_.M, A, rows, R, dots_);
         GramSet<T> all{};

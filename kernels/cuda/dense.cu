@@ -330,21 +330,9 @@ constexpr int kQuadEntries = kQuad * kQuad;
 /// of micro-tile t (row-major in the micro-tile), total the number of micro-tiles.
 template <typename T>
 __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
-    gram_partial_kernel(const T* A, T* scaled, std::int64_t rows, int R, int tiles, int groups,
-                        int batch, double* __restrict__ partial, ColumnWeights w) {
+    gram_partial_kernel(const T* __restrict__ A, std::int64_t rows, int R, int tiles, int groups,
+                        int batch, double* __restrict__ partial) {
   extern __shared__ __align__(16) double smem[];
-  // With w.norm (one block of tiles: gridDim.x == 1, scaled == A): every block scales the
-  // rows it stages and writes them back, and block 0 stores the weights.
-  __shared__ double inv[kGramKernelMaxR];
-  if (w.norm != nullptr)
-    for (int c = static_cast<int>(threadIdx.x); c < R; c += blockDim.x) {
-      const double s = w.norm[c], l = column_weight(s, w.two);
-      inv[c] = l > 0 ? 1.0 / l : 1.0;
-      if (blockIdx.y == 0) {
-        w.lambda[c] = l;
-        if (!isfinite(s)) atomicMin(w.bad_mode, w.mode);
-      }
-    }
   const int Rp = padded_r(R), nq = Rp / kQuad, total = nq * (nq + 1) / 2;
   const int lt = static_cast<int>(threadIdx.x) % tiles, g = static_cast<int>(threadIdx.x) / tiles;
   const int t = static_cast<int>(blockIdx.x) * tiles + lt;
@@ -361,18 +349,7 @@ __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
   for (std::int64_t b = blockIdx.y; b < batches; b += gridDim.y) {
     const std::int64_t r0 = b * batch;
     const int nv = static_cast<int>(min(static_cast<std::int64_t>(batch), rows - r0));
-    if (w.norm == nullptr) {
-      stage_rows(A + r0 * R, nv, R, smem, Rp, 1);
-    } else {
-      const T* a = A + r0 * R;
-      T* out = scaled + r0 * R;
-      for (int e = static_cast<int>(threadIdx.x); e < nv * R; e += blockDim.x) {
-        const int r = e / R, c = e - r * R;
-        const T v = static_cast<T>(static_cast<double>(a[e]) * inv[c]);
-        out[e] = v;
-        smem[r * Rp + c] = static_cast<double>(v);
-      }
-    }
+    stage_rows(A + r0 * R, nv, R, smem, Rp, 1);
     __syncthreads();
     if (active) {
       for (int r = g; r < nv; r += groups) {
@@ -549,40 +526,14 @@ std::int64_t wave_blocks(const Context& ctx, Kernel kernel, int threads, std::si
          std::max(device_attribute(ctx, cudaDevAttrMultiProcessorCount), 1);
 }
 
-/// A(i, r) *= 1 / lambda_r (1 when lambda_r is 0) for the weights of w; block 0 also stores
-/// lambda and the bad mode. n = rows R elements.
-template <typename T>
-__global__ void normalize_kernel(T* A, std::int64_t n, int R, ColumnWeights w) {
-  if (blockIdx.x == 0)
-    for (int r = threadIdx.x; r < R; r += blockDim.x) {
-      const double s = w.norm[r];
-      if (!isfinite(s)) atomicMin(w.bad_mode, w.mode);
-      w.lambda[r] = column_weight(s, w.two);
-    }
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
-       e += stride) {
-    const double l = column_weight(w.norm[e % R], w.two);
-    A[e] = static_cast<T>(static_cast<double>(A[e]) * (l > 0 ? 1.0 / l : 1.0));
-  }
-}
-
-/// Micro-tile blocks of gram_by_kernel at rank R (1: the whole Gram in one block of tiles).
-int gram_tile_blocks(int R) {
-  const int nq = padded_r(R) / kQuad, total = nq * (nq + 1) / 2;
-  return (total + kTileThreads - 1) / kTileThreads;
-}
-
 /// G = A^T A by gram_partial_kernel and gram_finish_kernel (1 <= R <= kGramKernelMaxR,
-/// rows >= 1); with w.norm (gram_tile_blocks(R) == 1), A scaled into `scaled` (A itself
-/// allowed) first, as gram_normalized. One wave of blocks; the partials live in ctx.scratch.
+/// rows >= 1). One wave of blocks; the partials live in ctx.scratch.
 template <typename T>
-void gram_by_kernel(Context& ctx, const T* A, std::int64_t rows, int R, T* G,
-                    T* scaled = nullptr, const ColumnWeights& w = {}) {
+void gram_by_kernel(Context& ctx, const T* A, std::int64_t rows, int R, T* G) {
   const int Rp = padded_r(R), nq = Rp / kQuad, total = nq * (nq + 1) / 2;
   // Micro-tiles per block (balanced over the blocks when there are more than threads)
   // and groups of threads splitting the rows of a batch.
-  const int tile_blocks = gram_tile_blocks(R);
+  const int tile_blocks = (total + kTileThreads - 1) / kTileThreads;
   const int tiles = (total + tile_blocks - 1) / tile_blocks;
   const int groups = kTileThreads / tiles;
   const int threads = (groups * tiles + 31) / 32 * 32;
@@ -597,7 +548,7 @@ void gram_by_kernel(Context& ctx, const T* A, std::int64_t rows, int R, T* G,
   ctx.scratch.reserve(sizeof(double) * static_cast<std::size_t>(n) * row_blocks);
   double* partial = static_cast<double*>(ctx.scratch.get());
   gram_partial_kernel<T><<<dim3(tile_blocks, row_blocks), threads, smem, ctx.stream>>>(
-      A, scaled, rows, R, tiles, groups, batch, partial, w);
+      A, rows, R, tiles, groups, batch, partial);
   TESSERA_CUDA_CHECK_LAUNCH();
   gram_finish_kernel<T>
       <<<(n + 31) / 32, dim3(32, kFinishSlices), 0, ctx.stream>>>(partial, row_blocks, R, G);
@@ -715,20 +666,6 @@ void gram(Context& ctx, const T* A, std::int64_t rows, int R, T* G) {
     symmetrize_from_lower_kernel<T><<<grid_for(RR), kBlock, 0, ctx.stream>>>(acc, R, G);
     TESSERA_CUDA_CHECK_LAUNCH();
   }
-}
-
-template <typename T>
-void gram_normalized(Context& ctx, T* A, std::int64_t rows, int R, T* G, const ColumnWeights& w) {
-  TESSERA_EXPECTS(R >= 1 && rows >= 0 && w.norm && w.lambda && w.bad_mode,
-                  "gram_normalized: R = " << R << ", rows = " << rows);
-  if (rows > 0 && R <= kGramKernelMaxR && gram_tile_blocks(R) == 1) {
-    gram_by_kernel(ctx, A, rows, R, G, A, w);
-    return;
-  }
-  normalize_kernel<T>
-      <<<grid_for(std::max<std::int64_t>(rows * R, 1)), kBlock, 0, ctx.stream>>>(A, rows * R, R, w);
-  TESSERA_CUDA_CHECK_LAUNCH();
-  gram(ctx, A, rows, R, G);
 }
 
 template <typename T>
@@ -1142,7 +1079,6 @@ std::size_t wide_scratch_bytes(std::int64_t C, std::size_t value_size) {
                             const std::vector<std::int64_t>&, T*);                                \
   template void fill<T>(Context&, T*, std::size_t, T);                                            \
   template void gram<T>(Context&, const T*, std::int64_t, int, T*);                               \
-  template void gram_normalized<T>(Context&, T*, std::int64_t, int, T*, const ColumnWeights&);                               \
   template void hadamard<T>(Context&, const std::vector<const T*>&, int, T*);                     \
   template bool solve_normal<T>(Context&, T*, std::int64_t, const T*, int);                       \
   template void column_norms<T>(Context&, const T*, std::int64_t, int, NormKind, double*);        \

@@ -439,26 +439,6 @@ template <typename T>
 void fill(Context& ctx, T* dst, std::size_t n, T value);
 template <typename T>
 void gram(Context& ctx, const T* A, std::int64_t rows, int R, T* G);
-
-/// CP's weight of a column from its norm: sqrt(norm) (two: norm is the sum of squares)
-/// or max(norm, 1) (max-norm).
-__host__ __device__ inline double column_weight(double norm, bool two) {
-  return two ? sqrt(norm) : fmax(norm, 1.0);
-}
-
-/// CP's column normalisation as gram_normalized applies it.
-struct ColumnWeights {
-  const double* norm = nullptr;  ///< device, R: column sums of squares (two) or max-norms
-  bool two = false;              ///< lambda_r = sqrt(norm_r) (two) or max(norm_r, 1)
-  double* lambda = nullptr;      ///< device, R: receives the weights
-  int* bad_mode = nullptr;       ///< device: atomicMin'd with `mode` where a norm is not finite
-  int mode = 0;
-};
-/// lambda = the weights of w.norm; A := A diag(1 / lambda_r) (1 where lambda_r is 0); G =
-/// A^T A of the scaled A. One pass over A where the Gram kernel's tiles fit one block
-/// (R <= 88), else a scaling kernel and gram. Rounds as a scaling followed by gram.
-template <typename T>
-void gram_normalized(Context& ctx, T* A, std::int64_t rows, int R, T* G, const ColumnWeights& w);
 template <typename T>
 void hadamard(Context& ctx, const std::vector<const T*>& Gs, int R, T* V);
 template <typename T>
