@@ -232,6 +232,9 @@ def main():
     if args.worker:
         return worker(args)
     import importlib.util  # noqa: PLC0415
+    if importlib.util.find_spec("numpy") is None:
+        raise SystemExit(f"contract-vs-scipy: NumPy is not importable by {sys.executable} "
+                         "(Debian: apt-get install python3-numpy; or run it with /usr/bin/python3)")
     have_scipy = importlib.util.find_spec("scipy") is not None
     if not have_scipy:
         print("SciPy is not importable: the SciPy columns are skipped")
