@@ -1,7 +1,6 @@
 #include "io/checkpoint.hpp"
 
 #include <fcntl.h>
-#include <hdf5.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +12,8 @@
 #include <set>
 #include <sstream>
 
+#include "io/h5/attribute.hpp"
+#include "io/h5/file.hpp"
 #include "io/model_io.hpp"
 #include "io/output.hpp"
 #include "util/error.hpp"
@@ -25,74 +26,27 @@ namespace fs = std::filesystem;
 
 constexpr int kCheckpointVersion = 1;
 
-/// Silences HDF5's error stack printing in scope (our messages say what failed).
-struct QuietHdf5 {
-  H5E_auto2_t func = nullptr;
-  void* data = nullptr;
-  QuietHdf5() {
-    H5Eget_auto2(H5E_DEFAULT, &func, &data);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func, data); }
-  QuietHdf5(const QuietHdf5&) = delete;
-  QuietHdf5& operator=(const QuietHdf5&) = delete;
-};
-
-/// Closes an HDF5 handle on scope exit.
-struct Handle {
-  hid_t id = -1;
-  herr_t (*close)(hid_t) = nullptr;
-  Handle(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
-  ~Handle() {
-    if (id >= 0) close(id);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  operator hid_t() const { return id; }
-};
-
-void put_attr(hid_t f, const char* name, hid_t type, const void* v) {
-  Handle sp(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle a(H5Acreate2(f, name, type, sp, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (a.id < 0 || H5Awrite(a, type, v) < 0) TESSERA_THROW("HDF5: write attribute " << name);
+/// The attribute, or "'path' is not a complete checkpoint: attribute 'name' is missing".
+void require_attr(hid_t f, const char* name, const std::string& path) {
+  TESSERA_INPUT_CHECK(
+      h5::has_attr(f, name, path),
+      "'" << path << "' is not a complete checkpoint: attribute '" << name << "' is missing");
 }
-void put_string(hid_t f, const char* name, const std::string& s) {
-  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(t, s.empty() ? 1 : s.size());
-  H5Tset_strpad(t, H5T_STR_NULLTERM);
-  std::string buf = s.empty() ? std::string(1, '\0') : s;
-  put_attr(f, name, t, buf.data());
+long long attr_i64(hid_t f, const char* name, const std::string& path) {
+  require_attr(f, name, path);
+  return h5::read_i64(f, name, path);
 }
-
-/// Reads a scalar attribute; InputError naming the file when it is missing.
-template <typename V>
-V get_attr(hid_t f, const char* name, hid_t type, const std::string& path) {
-  TESSERA_INPUT_CHECK(H5Aexists(f, name) > 0, "'" << path
-                                                  << "' is not a complete checkpoint: attribute '"
-                                                  << name << "' is missing");
-  Handle a(H5Aopen(f, name, H5P_DEFAULT), H5Aclose);
-  Handle sp(H5Aget_space(a), H5Sclose);
-  TESSERA_INPUT_CHECK(a.id >= 0 && H5Sget_simple_extent_npoints(sp) == 1,
-                      "'" << path << "': attribute '" << name << "' is not a scalar");
-  V v{};
-  if (H5Aread(a, type, &v) < 0) TESSERA_THROW("HDF5: read attribute " << name);
-  return v;
+std::uint64_t attr_u64(hid_t f, const char* name, const std::string& path) {
+  require_attr(f, name, path);
+  return h5::read_u64(f, name, path);
 }
-std::string get_string(hid_t f, const char* name, const std::string& path) {
-  TESSERA_INPUT_CHECK(H5Aexists(f, name) > 0, "'" << path
-                                                  << "' is not a complete checkpoint: attribute '"
-                                                  << name << "' is missing");
-  Handle a(H5Aopen(f, name, H5P_DEFAULT), H5Aclose);
-  Handle t(H5Aget_type(a), H5Tclose);
-  TESSERA_INPUT_CHECK(a.id >= 0 && H5Tget_class(t) == H5T_STRING,
-                      "'" << path << "': attribute '" << name << "' is not a string");
-  const std::size_t n = H5Tget_size(t);
-  std::string s(n, '\0');
-  Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(mt, n);
-  if (H5Aread(a, mt, s.data()) < 0) TESSERA_THROW("HDF5: read attribute " << name);
-  while (!s.empty() && s.back() == '\0') s.pop_back();
-  return s;
+double attr_f64(hid_t f, const char* name, const std::string& path) {
+  require_attr(f, name, path);
+  return h5::read_f64(f, name, path);
+}
+std::string attr_string(hid_t f, const char* name, const std::string& path) {
+  require_attr(f, name, path);
+  return h5::read_string(f, name, path);
 }
 
 /// 64-bit checksum in four independent lanes (fast on large factors).
@@ -173,7 +127,6 @@ void write_atomically(const std::string& path, WriteModel&& write_model, const C
   std::error_code ec;
   TESSERA_INPUT_CHECK(!fs::is_directory(path, ec),
                       "cannot write checkpoint '" << path << "': it is a folder");
-  QuietHdf5 quiet;
   try {
     // io/output.hpp: PATH.tmp-HOST_PID_ckpt, removed on any error (and by the next run
     // when this process is killed).
@@ -187,21 +140,16 @@ void write_atomically(const std::string& path, WriteModel&& write_model, const C
     rec.options_json = info.options_json;
     write_model(tmp, rec);
     {
-      Handle f(H5Fopen(tmp.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
-      TESSERA_INPUT_CHECK(f.id >= 0, "cannot reopen '" << tmp << "'");
-      const long long one = 1, version = kCheckpointVersion, conv = info.converged ? 1 : 0;
-      put_attr(f, "checkpoint", H5T_NATIVE_LLONG, &one);
-      put_attr(f, "checkpoint_version", H5T_NATIVE_LLONG, &version);
-      put_attr(f, "converged", H5T_NATIVE_LLONG, &conv);
-      put_string(f, "precision", info.precision);
-      put_attr(f, "input_nnz", H5T_NATIVE_UINT64, &info.input.nnz);
-      put_attr(f, "input_norm2", H5T_NATIVE_DOUBLE, &info.input.norm2);
-      put_attr(f, "input_coord_hash", H5T_NATIVE_UINT64, &info.input.coord_hash);
-      put_attr(f, "checksum", H5T_NATIVE_UINT64, &checksum);
-      if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) TESSERA_THROW("HDF5: flush " << tmp);
-      const hid_t id = f.id;
-      f.id = -1;
-      TESSERA_INPUT_CHECK(H5Fclose(id) >= 0, "cannot close '" << tmp << "'");
+      h5::Handle f = h5::open_file(tmp, H5F_ACC_RDWR);
+      h5::write_i64(f, "checkpoint", 1, tmp);
+      h5::write_i64(f, "checkpoint_version", kCheckpointVersion, tmp);
+      h5::write_i64(f, "converged", info.converged ? 1 : 0, tmp);
+      h5::write_string(f, "precision", info.precision, tmp);
+      h5::write_u64(f, "input_nnz", info.input.nnz, tmp);
+      h5::write_f64(f, "input_norm2", info.input.norm2, tmp);
+      h5::write_u64(f, "input_coord_hash", info.input.coord_hash, tmp);
+      h5::write_u64(f, "checksum", checksum, tmp);
+      h5::close_file(f, tmp);  // flushes: a full disk fails here, not at the rename
     }
     sync_path(tmp, false);
     if (hooks && hooks->before_rename) hooks->before_rename(tmp);
@@ -211,20 +159,19 @@ void write_atomically(const std::string& path, WriteModel&& write_model, const C
   }
 }
 
-/// Reads the checkpoint attributes of `path` (a model file already read into `rec`).
-void read_info(const std::string& path, const ModelRecord& rec,
+/// Reads the checkpoint attributes of `path` (open as `f`; a model file already read into
+/// `rec`).
+void read_info(hid_t f, const std::string& path, const ModelRecord& rec,
                const std::vector<std::uint64_t>& dims, CheckpointInfo* info) {
-  Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  TESSERA_INPUT_CHECK(f.id >= 0, "cannot open '" << path << "'");
   info->iteration = rec.iterations;
   info->fit_history = rec.fit_history;
   info->options_json = rec.options_json;
-  info->converged = get_attr<long long>(f, "converged", H5T_NATIVE_LLONG, path) != 0;
-  info->precision = get_string(f, "precision", path);
+  info->converged = attr_i64(f, "converged", path) != 0;
+  info->precision = attr_string(f, "precision", path);
   info->input.dims = dims;
-  info->input.nnz = get_attr<std::uint64_t>(f, "input_nnz", H5T_NATIVE_UINT64, path);
-  info->input.norm2 = get_attr<double>(f, "input_norm2", H5T_NATIVE_DOUBLE, path);
-  info->input.coord_hash = get_attr<std::uint64_t>(f, "input_coord_hash", H5T_NATIVE_UINT64, path);
+  info->input.nnz = attr_u64(f, "input_nnz", path);
+  info->input.norm2 = attr_f64(f, "input_norm2", path);
+  info->input.coord_hash = attr_u64(f, "input_coord_hash", path);
   TESSERA_INPUT_CHECK(
       info->iteration >= 0 && static_cast<int>(info->fit_history.size()) == info->iteration,
       "'" << path << "': the fit history has " << info->fit_history.size() << " entries for "
@@ -242,32 +189,40 @@ Model read_checkpoint(const std::string& path, const char* format, CheckpointInf
                       "checkpoint '" << path
                                      << "' is not a regular file (a FIFO, device or "
                                         "socket): expected an HDF5 checkpoint");
-  QuietHdf5 quiet;
   const char* hint =
       " (a truncated or corrupted file? checkpoints are replaced atomically, so use an intact "
       "copy or start the run again)";
+  // HDF5 failing on the file itself (rather than a piece missing): a damaged file.
+  const auto damaged = [&](const auto& read) {
+    try {
+      return read();
+    } catch (const InputError& e) {
+      throw InputError("cannot resume from checkpoint '" + path + "': " + e.what() + hint);
+    }
+  };
   {
     // What kind of file this is: plain messages for a wrong file, the hint for a damaged one.
-    TESSERA_INPUT_CHECK(H5Fis_hdf5(path.c_str()) > 0,
+    TESSERA_INPUT_CHECK(h5::is_hdf5(path),
                         "cannot resume from checkpoint '" << path << "': not an HDF5 file" << hint);
-    Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    TESSERA_INPUT_CHECK(
-        f.id >= 0, "cannot resume from checkpoint '" << path << "': HDF5 cannot open it" << hint);
-    TESSERA_INPUT_CHECK(H5Aexists(f, "checkpoint") > 0,
+    const h5::Handle f = h5::try_open_file(path, H5F_ACC_RDONLY);
+    TESSERA_INPUT_CHECK(f.valid(), "cannot resume from checkpoint '"
+                                       << path << "': HDF5 cannot open it" << h5::detail() << hint);
+    TESSERA_INPUT_CHECK(damaged([&] { return h5::has_attr(f, "checkpoint", path); }),
                         "cannot resume from '"
                             << path
                             << "': it is not a checkpoint (no 'checkpoint' attribute; "
                                "checkpoints are written by --checkpoint-every)");
-    std::string fmt;
-    if (H5Aexists(f, "format") > 0) fmt = get_string(f, "format", path);
+    const std::string fmt = damaged([&] {
+      return h5::has_attr(f, "format", path) ? h5::read_string(f, "format", path) : std::string();
+    });
     TESSERA_INPUT_CHECK(fmt == format, "cannot resume from checkpoint '"
                                            << path << "': it holds a '" << fmt
                                            << "' model, this run needs '" << format << "'");
-    long long version = 0;
-    {
-      Handle a(H5Aopen(f, "checkpoint_version", H5P_DEFAULT), H5Aclose);
-      if (a.id >= 0) H5Aread(a, H5T_NATIVE_LLONG, &version);
-    }
+    const long long version = damaged([&] {
+      return h5::has_attr(f, "checkpoint_version", path)
+                 ? h5::read_i64(f, "checkpoint_version", path)
+                 : 0LL;
+    });
     TESSERA_INPUT_CHECK(version >= 1 && version <= kCheckpointVersion,
                         "cannot resume from checkpoint '"
                             << path << "': checkpoint version " << version
@@ -278,9 +233,9 @@ Model read_checkpoint(const std::string& path, const char* format, CheckpointInf
     Model m = read_model(path, &rec);
     CheckpointInfo local;
     CheckpointInfo& ck = info ? *info : local;
-    read_info(path, rec, m.dims, &ck);
-    Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    const auto stored = get_attr<std::uint64_t>(f, "checksum", H5T_NATIVE_UINT64, path);
+    const h5::Handle f = h5::open_file(path, H5F_ACC_RDONLY);
+    read_info(f, path, rec, m.dims, &ck);
+    const std::uint64_t stored = attr_u64(f, "checksum", path);
     TESSERA_INPUT_CHECK(stored == checksum_of(m, ck),
                         "checksum mismatch: the file's data changed after it was written");
     return m;

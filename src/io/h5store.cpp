@@ -1,7 +1,8 @@
 // HDF5 tensor store (see h5store.hpp for the layout and the contracts): the value types,
 // the stored partition's blocks and the detection of store files. The rest lives in
 // h5store_read.cpp (reading through HDF5), h5store_direct.cpp (direct reads, read floor),
-// h5store_write.cpp (writing) and h5_plumbing.cpp (HDF5 helpers shared by them).
+// h5store_write.cpp (writing) and h5store_internal.cpp (helpers shared by them); every HDF5
+// call goes through the HDF5 layer in src/io/h5/ (docs/io-hdf5.md).
 #include "io/h5store.hpp"
 
 #include <fcntl.h>

@@ -23,8 +23,8 @@
 #include <mutex>
 #include <type_traits>
 
-#include "io/h5_plumbing.hpp"
 #include "io/h5store.hpp"
+#include "io/h5store_internal.hpp"
 #include "io/h5store_reader_impl.hpp"
 #include "io/posix_io.hpp"
 #include "util/error.hpp"
@@ -43,10 +43,10 @@ void H5TensorReader::Impl::init_direct() {
   direct_why = "this HDF5 (older than 1.10.5) cannot report chunk addresses";
 #else
   {
-    H5Id fcpl(H5Fget_create_plist(file), H5Pclose);
+    const h5::Handle fcpl = h5::plist(H5Fget_create_plist(file));
     hsize_t user_block = 0;
     if (!fcpl.valid() || H5Pget_userblock(fcpl, &user_block) < 0) {
-      direct_why = "cannot read the file's creation properties" + h5_detail();
+      direct_why = "cannot read the file's creation properties" + h5::detail();
       return;
     }
     if (user_block != 0) {
@@ -59,16 +59,16 @@ void H5TensorReader::Impl::init_direct() {
   for (std::size_t d = 0; d < ds.size(); ++d) {
     const Dataset& dset = ds[d];
     const std::size_t s = stored_size(static_cast<int>(d));
-    H5Id t(H5Dget_type(dset.id), H5Tclose);
+    const h5::Handle t = h5::datatype(H5Dget_type(dset.id));
     const hid_t want = static_cast<int>(d) < order()
                            ? H5T_STD_U32LE
                            : (dset.is_float32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE);
     if (!t.valid() || H5Tequal(t, want) <= 0) {
-      direct_why = dset.name + " is not stored as little-endian " + type_text(want);
+      direct_why = dset.name + " is not stored as little-endian " + h5::type_text(want);
       return;
     }
     if (nnz == 0) continue;
-    H5Id dcpl(H5Dget_create_plist(dset.id), H5Pclose);
+    const h5::Handle dcpl = h5::plist(H5Dget_create_plist(dset.id));
     const H5D_layout_t layout = dcpl.valid() ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
     DirectLayout& L = lay[d];
     if (layout == H5D_CONTIGUOUS) {
@@ -94,7 +94,7 @@ void H5TensorReader::Impl::init_direct() {
         if (H5Dget_chunk_info_by_coord(dset.id, &at, &mask, &a, &size) < 0 || a == HADDR_UNDEF ||
             mask != 0 || size != L.seg * s) {
           direct_why = "chunk " + std::to_string(k) + " of " + dset.name +
-                       " is not allocated as a plain chunk" + h5_detail();
+                       " is not allocated as a plain chunk" + h5::detail();
           return;
         }
         L.addr[k] = a;
@@ -345,14 +345,14 @@ void H5TensorReader::read_direct(nnz_t first, nnz_t count, index_t* const* idx, 
       "range [" << first << ", " << first + count << ") of " << m.info.nnz << " nonzeros");
   {
     std::lock_guard<std::mutex> lk(m.hdf5_mutex);
-    const H5Quiet quiet;
+    h5::quiet_errors();
     m.init_direct();
   }
   if (m.direct_state > 0) {
     m.read_direct(first, count, idx, vals, threads, checks);  // preads: calls may overlap
   } else {
     std::lock_guard<std::mutex> lk(m.hdf5_mutex);  // HDF5 (serial builds) is not thread-safe
-    const H5Quiet quiet;
+    h5::quiet_errors();
     m.read_checked(first, count, idx, vals, checks);
   }
 }
@@ -363,13 +363,13 @@ template void H5TensorReader::read_direct<float>(nnz_t, nnz_t, index_t* const*, 
                                                  const H5ReadChecks&);
 
 bool H5TensorReader::direct_read_available() {
-  const H5Quiet quiet;
+  h5::quiet_errors();
   impl_->init_direct();
   return impl_->direct_state > 0;
 }
 
 std::string H5TensorReader::direct_read_fallback_reason() {
-  const H5Quiet quiet;
+  h5::quiet_errors();
   impl_->init_direct();
   return impl_->direct_state > 0 ? std::string() : impl_->direct_why;
 }
@@ -378,7 +378,9 @@ void H5TensorReader::set_direct_piece_bytes(std::uint64_t bytes) {
   impl_->direct_piece_bytes = std::max<std::uint64_t>(1, bytes);
 }
 
-void H5TensorReader::set_drop_behind(bool on) { impl_->drop_behind = on; }
+void H5TensorReader::set_drop_behind(bool on) {
+  impl_->drop_behind = on;
+}
 
 bool evict_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -27,8 +27,8 @@
 #include <omp.h>
 #endif
 
-#include "io/h5_plumbing.hpp"
 #include "io/h5store.hpp"
+#include "io/h5store_internal.hpp"
 #include "io/h5store_reader_impl.hpp"
 #include "io/posix_io.hpp"
 #include "util/error.hpp"
@@ -54,51 +54,51 @@ void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
     info.file_bytes = static_cast<std::uint64_t>(st.st_size);
   }
   if (!is_hdf5_file(path))
-    throw InputError(quoted(path) +
+    throw InputError(h5::quoted(path) +
                      " is not an HDF5 file (no HDF5 signature; truncated, or not a tensor store)");
   // Strong close: closing the file also closes whatever a failed call left open in it.
-  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  const h5::Handle fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
-  file = H5Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), H5Fclose);
+  file = h5::try_open_file(path, H5F_ACC_RDONLY, fapl);
   if (!file.valid())
-    throw InputError("cannot open " + quoted(path) + " as an HDF5 file" + h5_detail() +
+    throw InputError("cannot open " + h5::quoted(path) + " as an HDF5 file" + h5::detail() +
                      ": the file is truncated or corrupted");
 
   // Format and version first: they say what the rest must be.
-  if (!has_attr(file, "format", path))
-    throw InputError(quoted(path) +
+  if (!h5::has_attr(file, "format", path))
+    throw InputError(h5::quoted(path) +
                      " is not a Tessera tensor store: attribute 'format' is "
                      "missing (expected format '" +
                      std::string(kTensorStoreFormat) + "')");
-  const std::string fmt = read_attr_string(file, "format", path);
+  const std::string fmt = h5::read_string(file, "format", path);
   if (fmt != kTensorStoreFormat) {
     std::string hint;
     if (fmt == "tessera-kruskal" || fmt == "tessera-tucker")
       hint = " (a decomposition model written by --out, not a tensor)";
-    throw InputError(quoted(path) + " has format '" + fmt + "'" + hint + ", expected '" +
+    throw InputError(h5::quoted(path) + " has format '" + fmt + "'" + hint + ", expected '" +
                      kTensorStoreFormat + "'");
   }
   require_attr(file, "format_version", path, "format version");
-  const long long ver = read_attr_scalar(file, "format_version", path);
+  const long long ver = h5::read_i64(file, "format_version", path);
   if (ver != kTensorStoreVersion)
     throw InputError(
-        quoted(path) + ": format_version " + std::to_string(ver) +
+        h5::quoted(path) + ": format_version " + std::to_string(ver) +
         (ver > kTensorStoreVersion ? " is newer than this tessera reads" : " is invalid") +
         " (expected " + std::to_string(kTensorStoreVersion) + ")");
   info.format_version = static_cast<int>(ver);
-  if (has_attr(file, "complete", path) && read_attr_scalar(file, "complete", path) != 1)
-    throw InputError(quoted(path) +
+  if (h5::has_attr(file, "complete", path) && h5::read_i64(file, "complete", path) != 1)
+    throw InputError(h5::quoted(path) +
                      " was not completely written (attribute complete = 0: an interrupted "
                      "write?); write it again");
 
   require_attr(file, "order", path, "number of modes");
-  const long long order = read_attr_scalar(file, "order", path);
+  const long long order = h5::read_i64(file, "order", path);
   if (order < 1 || order > kMaxOrder)
     throw InputError(layout_error(path, "attribute order = " + std::to_string(order) +
                                             ", expected 1 to " + std::to_string(kMaxOrder)));
   info.order = static_cast<int>(order);
   require_attr(file, "dims", path, "mode lengths");
-  info.dims = read_attr_ints<std::uint64_t>(file, "dims", path);
+  info.dims = h5::read_ints<std::uint64_t>(file, "dims", path);
   if (info.dims.size() != static_cast<std::size_t>(order))
     throw InputError(layout_error(path, "attribute 'dims' has " + std::to_string(info.dims.size()) +
                                             " entries, but order = " + std::to_string(order)));
@@ -108,24 +108,24 @@ void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
                                               "] = " + std::to_string(info.dims[n]) +
                                               ", expected 1 to 2^32"));
   require_attr(file, "nnz", path, "number of nonzeros");
-  const auto nnzv = read_attr_ints<std::uint64_t>(file, "nnz", path);
+  const auto nnzv = h5::read_ints<std::uint64_t>(file, "nnz", path);
   if (nnzv.size() != 1 || nnzv[0] > static_cast<std::uint64_t>(std::numeric_limits<nnz_t>::max()))
     throw InputError(layout_error(path, "attribute 'nnz' must be one count"));
   info.nnz = static_cast<nnz_t>(nnzv[0]);
-  if (has_attr(file, "index_base", path)) {
-    const long long b = read_attr_scalar(file, "index_base", path);
+  if (h5::has_attr(file, "index_base", path)) {
+    const long long b = h5::read_i64(file, "index_base", path);
     if (b != 0)
       throw InputError(layout_error(
           path, "attribute index_base = " + std::to_string(b) +
                     ": stored coordinates must be 0-based (index_base 0) in format version 1"));
   }
-  if (has_attr(file, "source_index_base", path))
-    info.source_index_base = static_cast<int>(read_attr_scalar(file, "source_index_base", path));
-  if (has_attr(file, "has_duplicates", path))
-    info.has_duplicates = static_cast<int>(read_attr_scalar(file, "has_duplicates", path));
-  if (has_attr(file, "source", path)) info.source = read_attr_string(file, "source", path);
-  if (has_attr(file, "sorted_mode", path)) {
-    const long long m = read_attr_scalar(file, "sorted_mode", path);
+  if (h5::has_attr(file, "source_index_base", path))
+    info.source_index_base = static_cast<int>(h5::read_i64(file, "source_index_base", path));
+  if (h5::has_attr(file, "has_duplicates", path))
+    info.has_duplicates = static_cast<int>(h5::read_i64(file, "has_duplicates", path));
+  if (h5::has_attr(file, "source", path)) info.source = h5::read_string(file, "source", path);
+  if (h5::has_attr(file, "sorted_mode", path)) {
+    const long long m = h5::read_i64(file, "sorted_mode", path);
     if (m < -1 || m >= order)
       throw InputError(layout_error(path, "attribute sorted_mode = " + std::to_string(m) +
                                               ": expected -1 (no order) or a mode 0.." +
@@ -134,14 +134,14 @@ void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
   }
 
   // Datasets: one per mode, exactly, and the values.
-  if (!has_link(file, "coords", path))
+  if (!h5::has_link(file, "coords", path))
     throw InputError(
         layout_error(path, "group '/coords' (one uint32 dataset per mode) is missing"));
   {
-    H5Id g(H5Gopen2(file, "coords", H5P_DEFAULT), H5Gclose);
+    const h5::Handle g = h5::group(H5Gopen2(file, "coords", H5P_DEFAULT));
     H5G_info_t gi{};
     if (!g.valid() || H5Gget_info(g, &gi) < 0)
-      throw InputError(layout_error(path, "'/coords' is not a group" + h5_detail()));
+      throw InputError(layout_error(path, "'/coords' is not a group" + h5::detail()));
     if (gi.nlinks != static_cast<hsize_t>(order))
       throw InputError(layout_error(path, "'/coords' holds " + std::to_string(gi.nlinks) +
                                               " objects, but order = " + std::to_string(order) +
@@ -155,8 +155,8 @@ void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
   ds.push_back(
       open_dataset(file, "/values", Kind::values, path, info.nnz, nnz_text.c_str(), chunk_cache));
   info.value_type = ds.back().is_float32 ? ValueType::float32 : ValueType::float64;
-  if (has_attr(file, "value_type", path)) {
-    const std::string vt = read_attr_string(file, "value_type", path);
+  if (h5::has_attr(file, "value_type", path)) {
+    const std::string vt = h5::read_string(file, "value_type", path);
     if (vt != to_string(info.value_type))
       throw InputError(layout_error(path, "attribute value_type = '" + vt +
                                               "' but dataset '/values' holds " +
@@ -166,7 +166,7 @@ void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
   info.deflate = ds.back().deflate;
 
   // Checksums: per chunk of equal-length chunks.
-  if (has_link(file, "checksums", path)) {
+  if (h5::has_link(file, "checksums", path)) {
     info.has_checksums = true;
     for (const auto& d : ds)
       if (d.chunk == 0 || d.chunk != info.chunk_elems)
@@ -175,10 +175,10 @@ void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
                                    d.name + "' has chunk length " + std::to_string(d.chunk) +
                                    ", '/values' " + std::to_string(info.chunk_elems) + ")"));
     nchunks = div_up(static_cast<std::uint64_t>(info.nnz), info.chunk_elems);
-    H5Id c(H5Dopen2(file, "checksums", H5P_DEFAULT), H5Dclose);
-    if (!c.valid()) throw InputError(layout_error(path, "cannot open '/checksums'" + h5_detail()));
-    H5Id t(H5Dget_type(c), H5Tclose);
-    H5Id sp(H5Dget_space(c), H5Sclose);
+    const h5::Handle c = h5::dataset(H5Dopen2(file, "checksums", H5P_DEFAULT));
+    if (!c.valid()) throw InputError(layout_error(path, "cannot open '/checksums'" + h5::detail()));
+    const h5::Handle t = h5::datatype(H5Dget_type(c));
+    const h5::Handle sp = h5::space(H5Dget_space(c));
     hsize_t shape[2] = {0, 0};
     const int nd = H5Sget_simple_extent_ndims(sp);
     if (nd == 2) H5Sget_simple_extent_dims(sp, shape, nullptr);
@@ -187,17 +187,17 @@ void H5TensorReader::Impl::open(const std::string& p, bool verify_checksums) {
       throw InputError(layout_error(
           path, "'/checksums' must be uint32[" + std::to_string(order + 1) + "][" +
                     std::to_string(nchunks) + "] (one CRC-32 per chunk of each dataset), found " +
-                    type_text(t) + " with " + std::to_string(nd) + " dimensions [" +
+                    h5::type_text(t) + " with " + std::to_string(nd) + " dimensions [" +
                     std::to_string(shape[0]) + "][" + std::to_string(shape[1]) + "]"));
     if (verify) {
       crc.resize(static_cast<std::size_t>((order + 1) * nchunks));
       if (!crc.empty() &&
           H5Dread(c, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, crc.data()) < 0)
-        throw InputError(layout_error(path, "cannot read '/checksums'" + h5_detail() +
+        throw InputError(layout_error(path, "cannot read '/checksums'" + h5::detail() +
                                                 ": the file is truncated or corrupted"));
     }
   }
-  if (has_link(file, "partition", path)) read_partition();
+  if (h5::has_link(file, "partition", path)) read_partition();
 }
 
 void H5TensorReader::Impl::read_partition() {
@@ -258,7 +258,7 @@ void H5TensorReader::Impl::verify_chunk(int d, std::uint64_t k, const void* p) c
     std::snprintf(buf, sizeof(buf), "0x%08x, expected 0x%08x", got, want);
     throw PositionedError(
         static_cast<nnz_t>(first),
-        quoted(path()) + ": checksum mismatch in " + dataset_name(d, order()) + " chunk " +
+        h5::quoted(path()) + ": checksum mismatch in " + dataset_name(d, order()) + " chunk " +
             std::to_string(k) + " (nonzeros " + std::to_string(first) + ".." +
             std::to_string(first + len) + "): CRC-32 " + buf +
             "; the file is corrupted (or was modified without updating /checksums)");
@@ -305,12 +305,11 @@ void H5TensorReader::Impl::read_range(int d, nnz_t first_in, nnz_t count_in, hid
     if (same) {
       std::memcpy(o + (pos - first) * out_size, stage.data() + (pos - s0) * ss, (stop - pos) * ss);
     } else {
-      H5Id mt(H5Tcopy(stored_type(d)), H5Tclose);
       // Convert in place in a copy of the part (H5Tconvert needs room for the larger type).
       std::vector<unsigned char> tmp((stop - pos) * std::max(ss, out_size));
       std::memcpy(tmp.data(), stage.data() + (pos - s0) * ss, (stop - pos) * ss);
       if (H5Tconvert(stored_type(d), out_type, stop - pos, tmp.data(), nullptr, H5P_DEFAULT) < 0)
-        throw InputError(quoted(path()) + ": cannot convert " + dset.name + h5_detail());
+        throw InputError(h5::quoted(path()) + ": cannot convert " + dset.name + h5::detail());
       std::memcpy(o + (pos - first) * out_size, tmp.data(), (stop - pos) * out_size);
     }
     pos = stop;
@@ -329,7 +328,7 @@ void H5TensorReader::Impl::check_coords(int mode, nnz_t first, nnz_t count,
   std::size_t k = 0;
   while (v[k] < dim) ++k;
   throw PositionedError(first + static_cast<nnz_t>(k),
-                        quoted(path()) + ": " + dataset_name(mode, order()) + "[" +
+                        h5::quoted(path()) + ": " + dataset_name(mode, order()) + "[" +
                             std::to_string(first + static_cast<nnz_t>(k)) +
                             "] = " + std::to_string(v[k]) + " is out of range: attribute dims[" +
                             std::to_string(mode) + "] = " + std::to_string(dim) +
@@ -342,7 +341,7 @@ void H5TensorReader::Impl::check_values(nnz_t first, nnz_t count, const T* v) co
   for (std::size_t k = 0; k < n; ++k) {
     if (!std::isfinite(v[k])) {
       std::ostringstream os;
-      os << quoted(path()) << ": /values[" << first + static_cast<nnz_t>(k) << "] = " << v[k]
+      os << h5::quoted(path()) << ": /values[" << first + static_cast<nnz_t>(k) << "] = " << v[k]
          << ": expected finite values (NaN and Inf are not allowed)";
       if (std::is_same_v<T, float> && info.value_type == ValueType::float64)
         os << " or values in the float32 range of this read (read in double precision)";
@@ -381,7 +380,7 @@ std::optional<H5TensorReader::Impl::BlockError> H5TensorReader::Impl::find_block
 
 PositionedError H5TensorReader::Impl::block_error(const BlockError& e) const {
   const auto at = static_cast<nnz_t>(e.pos);
-  return PositionedError(at, quoted(path()) + ": nonzero " + std::to_string(at) + " (" +
+  return PositionedError(at, h5::quoted(path()) + ": nonzero " + std::to_string(at) + " (" +
                                  dataset_name(e.mode, order()) + " = " + std::to_string(e.value) +
                                  ") is stored in block " + std::to_string(e.block) +
                                  ", whose mode-" + std::to_string(e.mode) + " range is [" +
@@ -420,7 +419,7 @@ template void H5TensorReader::Impl::read_checked<float>(nnz_t, nnz_t, index_t* c
 H5TensorReader::H5TensorReader(const std::string& path, bool verify_checksums,
                                std::size_t chunk_cache_bytes)
     : impl_(std::make_unique<Impl>()) {
-  const H5Quiet quiet;
+  h5::quiet_errors();
   impl_->chunk_cache = chunk_cache_bytes;
   impl_->open(path, verify_checksums);
 }
@@ -434,7 +433,7 @@ const H5TensorInfo& H5TensorReader::info() const {
 template <typename T>
 void H5TensorReader::read(nnz_t first, nnz_t count, index_t* const* idx, T* vals) {
   static_assert(std::is_same_v<T, double> || std::is_same_v<T, float>);
-  const H5Quiet quiet;
+  h5::quiet_errors();
   Impl& m = *impl_;
   TESSERA_EXPECTS(
       first >= 0 && count >= 0 && first + count <= m.info.nnz,
@@ -446,7 +445,7 @@ template void H5TensorReader::read<double>(nnz_t, nnz_t, index_t* const*, double
 template void H5TensorReader::read<float>(nnz_t, nnz_t, index_t* const*, float*);
 
 void H5TensorReader::read_mode(int mode, nnz_t first, nnz_t count, index_t* out) {
-  const H5Quiet quiet;
+  h5::quiet_errors();
   Impl& m = *impl_;
   TESSERA_EXPECTS(mode >= 0 && mode < m.order(), "mode " << mode);
   TESSERA_EXPECTS(

@@ -14,15 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "io/h5_plumbing.hpp"
 #include "io/h5store.hpp"
+#include "io/h5store_internal.hpp"
 
 namespace tessera::io {
 
 struct H5TensorReader::Impl {
   H5TensorInfo info;
   bool verify = true;
-  detail::H5Id file;
+  h5::Handle file;
   std::vector<detail::Dataset> ds;  // order coordinate datasets, then the values
   std::vector<std::uint32_t> crc;   // [dataset][chunk], when verifying
   std::uint64_t nchunks = 0;
@@ -79,7 +79,7 @@ struct H5TensorReader::Impl {
   int direct_state = 0;  ///< 0: not looked up yet; 1: available; -1: fall back
   std::uint64_t direct_piece_bytes = detail::kDirectPieceBytes;
   std::string direct_why;
-  bool drop_behind = false;  ///< set_drop_behind: each range read leaves the page cache
+  bool drop_behind = false;          ///< set_drop_behind: each range read leaves the page cache
   std::vector<DirectLayout> direct;  ///< per dataset (modes, then values)
   int fd = -1;
   ~Impl() {

@@ -26,7 +26,6 @@
 // rank 0 sets complete = 1, fsyncs and renames it; any error (agreed by all ranks) removes
 // the temporary file.
 #include <fcntl.h>
-#include <hdf5.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -42,8 +41,8 @@
 #include <string>
 #include <vector>
 
-#include "io/h5_plumbing.hpp"
 #include "io/h5store.hpp"
+#include "io/h5store_internal.hpp"
 #include "io/output.hpp"
 #include "io/posix_io.hpp"
 #include "util/error.hpp"
@@ -63,8 +62,8 @@ struct CrcPart {
 };
 constexpr int kCrcWords = 5;
 
-H5Id make_fapl() {
-  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+h5::Handle make_fapl() {
+  h5::Handle fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS));
   // The 1.8 object formats (superblock v2, object header v2) carry checksums of the
   // metadata, so corrupted metadata is detected; readable by HDF5 1.8 and later.
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
@@ -104,32 +103,30 @@ struct H5TensorWriter::Impl {
 };
 
 void H5TensorWriter::Impl::create() {
-  const H5Id fapl = make_fapl();
-  H5Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  const h5::Handle fapl = make_fapl();
+  const h5::Handle fcpl = h5::plist(H5Pcreate(H5P_FILE_CREATE));
   H5Pset_obj_track_times(fcpl, 0);  // no timestamps: the same tensor gives the same bytes
-  H5Id f(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl, fapl), H5Fclose);
-  if (!f.valid()) throw InputError("cannot create " + tmp + h5_detail());
+  h5::Handle f = h5::create_file(tmp, H5F_ACC_EXCL, fcpl, fapl);
   created = true;
-  write_attr_string(f, "format", kTensorStoreFormat, tmp);
-  write_attr_i64(f, "format_version", kTensorStoreVersion, tmp);
-  write_attr_i64(f, "order", N, tmp);
-  write_attr_u64s(f, "dims", h.dims, tmp);
-  write_attr_u64s(f, "nnz", {static_cast<std::uint64_t>(h.nnz)}, tmp, true);
-  write_attr_string(f, "value_type", to_string(o.value_type), tmp);
-  write_attr_i64(f, "index_base", 0, tmp);
-  write_attr_i64(f, "source_index_base", h.source_index_base, tmp);
-  write_attr_i64(f, "has_duplicates", h.has_duplicates, tmp);
-  if (h.sorted_mode >= 0) write_attr_i64(f, "sorted_mode", h.sorted_mode, tmp);
-  write_attr_string(f, "source", h.source, tmp);
-  write_attr_i64(f, "complete", 0, tmp);
+  h5::write_string(f, "format", kTensorStoreFormat, tmp);
+  h5::write_i64(f, "format_version", kTensorStoreVersion, tmp);
+  h5::write_i64(f, "order", N, tmp);
+  h5::write_u64s(f, "dims", h.dims, tmp);
+  h5::write_u64(f, "nnz", static_cast<std::uint64_t>(h.nnz), tmp);
+  h5::write_string(f, "value_type", to_string(o.value_type), tmp);
+  h5::write_i64(f, "index_base", 0, tmp);
+  h5::write_i64(f, "source_index_base", h.source_index_base, tmp);
+  h5::write_i64(f, "has_duplicates", h.has_duplicates, tmp);
+  if (h.sorted_mode >= 0) h5::write_i64(f, "sorted_mode", h.sorted_mode, tmp);
+  h5::write_string(f, "source", h.source, tmp);
+  h5::write_i64(f, "complete", 0, tmp);
 
-  H5Id gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+  const h5::Handle gcpl = h5::plist(H5Pcreate(H5P_GROUP_CREATE));
   H5Pset_obj_track_times(gcpl, 0);
-  H5Id g(H5Gcreate2(f, "coords", H5P_DEFAULT, gcpl, H5P_DEFAULT), H5Gclose);
-  if (!g.valid()) throw InputError("cannot create group /coords in " + tmp + h5_detail());
-  const hsize_t len = static_cast<hsize_t>(h.nnz), chunk = C;
-  H5Id space(H5Screate_simple(1, &len, nullptr), H5Sclose);
-  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  h5::Handle g = h5::group(H5Gcreate2(f, "coords", H5P_DEFAULT, gcpl, H5P_DEFAULT));
+  if (!g.valid()) h5::fail(tmp, "create group", "/coords");
+  const hsize_t chunk = C;
+  const h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
   H5Pset_chunk(dcpl, 1, &chunk);
   H5Pset_obj_track_times(dcpl, 0);
   if (o.deflate > 0) {
@@ -141,15 +138,11 @@ void H5TensorWriter::Impl::create() {
   }
   if (direct) addr.assign(static_cast<std::size_t>((N + 1) * nchunks), 0);
   for (int d = 0; d <= N; ++d) {
-    const std::string name = d < N ? "mode" + std::to_string(d) : "values";
     const hid_t type = d < N
                            ? H5T_STD_U32LE
                            : (o.value_type == ValueType::float32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE);
-    H5Id ds(H5Dcreate2(d < N ? hid_t(g) : hid_t(f), name.c_str(), type, space, H5P_DEFAULT, dcpl,
-                       H5P_DEFAULT),
-            H5Dclose);
-    if (!ds.valid())
-      throw InputError("cannot create dataset " + dataset_name(d, N) + " in " + tmp + h5_detail());
+    const h5::Handle ds =
+        h5::create_dataset(f, dataset_name(d, N), type, {static_cast<hsize_t>(h.nnz)}, tmp, dcpl);
 #if H5_VERSION_GE(1, 10, 5)
     if (direct) {
       const hsize_t bytes = C * elem_size(d);
@@ -161,14 +154,14 @@ void H5TensorWriter::Impl::create() {
         if (H5Dget_chunk_info_by_coord(ds, &at, &mask, &a, &size) < 0 || a == HADDR_UNDEF ||
             size != bytes)
           throw Error("HDF5 did not allocate chunk " + std::to_string(k) + " of " +
-                      dataset_name(d, N) + " in " + tmp + h5_detail());
+                      dataset_name(d, N) + " in " + tmp + h5::detail());
         addr[static_cast<std::size_t>(static_cast<std::uint64_t>(d) * nchunks + k)] = a;
       }
     }
 #endif
   }
   g.reset();
-  if (!f.close()) throw InputError("cannot write " + tmp + h5_detail());
+  h5::close_file(f, tmp);
 }
 
 void H5TensorWriter::Impl::add_crc(int d, std::uint64_t first, std::uint64_t count,
@@ -208,7 +201,7 @@ void H5TensorWriter::Impl::add_crc(int d, std::uint64_t first, std::uint64_t cou
 H5TensorWriter::H5TensorWriter(const std::string& path, const H5Header& h,
                                const comm::Communicator& c, const H5WriteOptions& o)
     : impl_(std::make_unique<Impl>(c)) {
-  const H5Quiet quiet;
+  h5::quiet_errors();
   TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
                   "H5TensorWriter needs a host communicator");
   Impl& m = *impl_;
@@ -276,7 +269,7 @@ std::string H5TensorWriter::mode() const {
 }
 
 void H5TensorWriter::write(const std::vector<H5Piece>& pieces) {
-  const H5Quiet quiet;
+  h5::quiet_errors();
   Impl& m = *impl_;
   TESSERA_EXPECTS(!m.committed, "write after commit");
   const int N = m.N;
@@ -351,15 +344,14 @@ void H5TensorWriter::write(const std::vector<H5Piece>& pieces) {
       std::exception_ptr err;
       if (q == me && bytes > 0) {
         try {
-          const H5Id fapl = make_fapl();
-          H5Id f(H5Fopen(m.tmp.c_str(), H5F_ACC_RDWR, fapl), H5Fclose);
-          if (!f.valid()) throw InputError("cannot open " + m.tmp + " for writing" + h5_detail());
-          H5Id dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+          const h5::Handle fapl = make_fapl();
+          h5::Handle f = h5::open_file(m.tmp, H5F_ACC_RDWR, fapl);
+          const h5::Handle dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
           H5Pset_chunk_cache(dapl, 521, std::size_t(64) << 20, 1.0);
           for (int d = 0; d <= N; ++d) {
             const std::string name = dataset_name(d, N);
-            H5Id ds(H5Dopen2(f, name.c_str(), dapl), H5Dclose);
-            if (!ds.valid()) throw InputError("cannot open " + name + " in " + m.tmp + h5_detail());
+            const h5::Handle ds = h5::dataset(H5Dopen2(f, name.c_str(), dapl));
+            if (!ds.valid()) h5::fail(m.tmp, "open dataset", name);
             for (std::size_t i = 0; i < pieces.size(); ++i) {
               const H5Piece& p = pieces[i];
               if (p.count == 0) continue;
@@ -370,11 +362,12 @@ void H5TensorWriter::write(const std::vector<H5Piece>& pieces) {
               const hid_t mt = d < N ? H5T_NATIVE_UINT32
                                      : (m.o.value_type == ValueType::float32 ? H5T_NATIVE_FLOAT
                                                                              : H5T_NATIVE_DOUBLE);
-              h5_write_range(ds, static_cast<hsize_t>(p.first), static_cast<hsize_t>(p.count), mt,
-                             src, name + " of " + m.tmp);
+              h5::check(h5::write_range(ds, static_cast<hsize_t>(p.first),
+                                        static_cast<hsize_t>(p.count), mt, src),
+                        m.tmp, "write", name);
             }
           }
-          if (!f.close()) throw InputError("cannot write " + m.tmp + h5_detail());
+          h5::close_file(f, m.tmp);
         } catch (...) {
           err = std::current_exception();
         }
@@ -388,7 +381,7 @@ void H5TensorWriter::write(const std::vector<H5Piece>& pieces) {
 }
 
 void H5TensorWriter::commit(const H5Partition* partition) {
-  const H5Quiet quiet;
+  h5::quiet_errors();
   Impl& m = *impl_;
   TESSERA_EXPECTS(!m.committed, "commit twice");
   const int N = m.N;
@@ -459,58 +452,46 @@ void H5TensorWriter::commit(const H5Partition* partition) {
                           std::is_sorted(pt.offsets.begin(), pt.offsets.end()),
                       "a consistent partition (grid, cuts, offsets)");
     }
-    const H5Id fapl = make_fapl();
-    H5Id f(H5Fopen(m.tmp.c_str(), H5F_ACC_RDWR, fapl), H5Fclose);
-    if (!f.valid()) throw InputError("cannot open " + m.tmp + " to finish it" + h5_detail());
+    const h5::Handle fapl = make_fapl();
+    h5::Handle f = h5::open_file(m.tmp, H5F_ACC_RDWR, fapl);
     {
-      const hsize_t shape[2] = {static_cast<hsize_t>(N + 1), m.nchunks};
-      H5Id sp(H5Screate_simple(2, shape, nullptr), H5Sclose);
-      H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      const h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
       H5Pset_obj_track_times(dcpl, 0);
-      H5Id ds(H5Dcreate2(f, "checksums", H5T_STD_U32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-              H5Dclose);
-      if (!ds.valid() ||
-          H5Dwrite(ds, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, crc.data()) < 0)
-        throw InputError("cannot write /checksums in " + m.tmp + h5_detail());
-      write_attr_string(ds, "algorithm",
-                        "CRC-32 (zlib.crc32) of each chunk's little-endian element bytes; rows: "
-                        "/coords/mode0.., /values",
-                        m.tmp);
+      const h5::Handle ds = h5::create_dataset(
+          f, "checksums", H5T_STD_U32LE, {static_cast<hsize_t>(N + 1), m.nchunks}, m.tmp, dcpl);
+      h5::write_all(ds, H5T_NATIVE_UINT32, crc.data(), "/checksums", m.tmp);
+      h5::write_string(ds, "algorithm",
+                       "CRC-32 (zlib.crc32) of each chunk's little-endian element bytes; rows: "
+                       "/coords/mode0.., /values",
+                       m.tmp);
     }
     if (partition) {
-      H5Id gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+      const h5::Handle gcpl = h5::plist(H5Pcreate(H5P_GROUP_CREATE));
       H5Pset_obj_track_times(gcpl, 0);
-      H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      const h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
       H5Pset_obj_track_times(dcpl, 0);
-      H5Id g(H5Gcreate2(f, "partition", H5P_DEFAULT, gcpl, H5P_DEFAULT), H5Gclose);
-      H5Id gc(H5Gcreate2(g, "cuts", H5P_DEFAULT, gcpl, H5P_DEFAULT), H5Gclose);
-      if (!g.valid() || !gc.valid())
-        throw InputError("cannot create /partition in " + m.tmp + h5_detail());
+      const h5::Handle g = h5::group(H5Gcreate2(f, "partition", H5P_DEFAULT, gcpl, H5P_DEFAULT));
+      if (!g.valid()) h5::fail(m.tmp, "create group", "/partition");
+      const h5::Handle gc = h5::group(H5Gcreate2(g, "cuts", H5P_DEFAULT, gcpl, H5P_DEFAULT));
+      if (!gc.valid()) h5::fail(m.tmp, "create group", "/partition/cuts");
       const auto put = [&](hid_t loc, const std::string& name, hid_t ftype, hid_t mtype,
                            const void* data, hsize_t n) {
-        H5Id sp(H5Screate_simple(1, &n, nullptr), H5Sclose);
-        H5Id ds(H5Dcreate2(loc, name.c_str(), ftype, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
-        if (!ds.valid() || H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-          throw InputError("cannot write /partition/" + name + " in " + m.tmp + h5_detail());
+        const h5::Handle ds = h5::create_dataset(loc, name, ftype, {n}, m.tmp, dcpl);
+        h5::write_all(ds, mtype, data, name, m.tmp);
       };
       const std::vector<std::uint32_t> grid(partition->grid.begin(), partition->grid.end());
-      put(g, "grid", H5T_STD_U32LE, H5T_NATIVE_UINT32, grid.data(), grid.size());
-      put(g, "offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, partition->offsets.data(),
+      put(g, "/partition/grid", H5T_STD_U32LE, H5T_NATIVE_UINT32, grid.data(), grid.size());
+      put(g, "/partition/offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, partition->offsets.data(),
           partition->offsets.size());
       for (int n = 0; n < N; ++n) {
         const auto& cut = partition->cuts[static_cast<std::size_t>(n)];
-        put(gc, "mode" + std::to_string(n), H5T_STD_U64LE, H5T_NATIVE_UINT64, cut.data(),
-            cut.size());
+        put(gc, "/partition/cuts/mode" + std::to_string(n), H5T_STD_U64LE, H5T_NATIVE_UINT64,
+            cut.data(), cut.size());
       }
-      write_attr_string(g, "scheme", "grid", m.tmp);
+      h5::write_string(g, "scheme", "grid", m.tmp);
     }
-    {
-      H5Id a(H5Aopen(f, "complete", H5P_DEFAULT), H5Aclose);
-      const long long one = 1;
-      if (!a.valid() || H5Awrite(a, H5T_NATIVE_LLONG, &one) < 0)
-        throw InputError("cannot write " + m.tmp + h5_detail());
-    }
-    if (!f.close()) throw InputError("cannot write " + m.tmp + h5_detail());
+    h5::overwrite_i64(f, "complete", 1, m.tmp);
+    h5::close_file(f, m.tmp);
     m.out->commit();  // fsync and rename
   });
   m.committed = true;

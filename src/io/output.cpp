@@ -2,7 +2,6 @@
 #include "io/output.hpp"
 
 #include <fcntl.h>
-#include <hdf5.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -21,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "io/h5/file.hpp"
 #include "io/h5store.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -69,60 +69,6 @@ bool process_runs(long pid) {
   if (pid == static_cast<long>(::getpid())) return true;
   if (::kill(static_cast<pid_t>(pid), 0) == 0) return true;
   return errno != ESRCH;
-}
-
-/// Silences HDF5's automatic error printing for a scope and restores it.
-class QuietHdf5 {
- public:
-  QuietHdf5() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-  QuietHdf5(const QuietHdf5&) = delete;
-  QuietHdf5& operator=(const QuietHdf5&) = delete;
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
-
-/// The string attribute `format` on / of an HDF5 file ("" when it is not one or has none).
-std::string hdf5_format(const std::string& path) {
-  const QuietHdf5 quiet;
-  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) return "";
-  std::string out;
-  if (H5Aexists(f, "format") > 0) {
-    const hid_t a = H5Aopen(f, "format", H5P_DEFAULT);
-    const hid_t t = a >= 0 ? H5Aget_type(a) : -1;
-    if (t >= 0 && H5Tget_class(t) == H5T_STRING) {
-      if (H5Tis_variable_str(t) > 0) {
-        const hid_t mt = H5Tcopy(H5T_C_S1);
-        H5Tset_size(mt, H5T_VARIABLE);
-        char* s = nullptr;
-        if (H5Aread(a, mt, &s) >= 0 && s != nullptr) {
-          out = s;
-          H5free_memory(s);
-        }
-        H5Tclose(mt);
-      } else {
-        const std::size_t n = H5Tget_size(t);
-        if (n > 0 && n < (std::size_t(1) << 20)) {
-          std::string buf(n + 1, '\0');
-          const hid_t mt = H5Tcopy(H5T_C_S1);
-          H5Tset_size(mt, n + 1);
-          H5Tset_strpad(mt, H5T_STR_NULLTERM);
-          if (H5Aread(a, mt, buf.data()) >= 0) out = buf.c_str();
-          H5Tclose(mt);
-        }
-      }
-    }
-    if (t >= 0) H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
-  }
-  H5Fclose(f);
-  return out;
 }
 
 /// The first line of a text file, plain or gzip (at most 255 bytes; "" when unreadable).
@@ -227,11 +173,11 @@ bool written_by_tessera(const std::string& path, OutputKind kind) {
     if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
     switch (kind) {
       case OutputKind::model: {
-        const std::string f = hdf5_format(path);
+        const std::string f = h5::peek_format(path);
         return f == "tessera-kruskal" || f == "tessera-tucker";
       }
       case OutputKind::store:
-        return hdf5_format(path) == kTensorStoreFormat;
+        return h5::peek_format(path) == kTensorStoreFormat;
       case OutputKind::text:
         return first_line(path).rfind("# FROSTT sparse tensor", 0) == 0;
       case OutputKind::record:

@@ -100,91 +100,71 @@ H5WriteOptions wopts(std::uint64_t chunk, ValueType vt, int deflate = 0) {
 
 /// A store with contiguous (unchunked) datasets and no checksums, as h5py might write it.
 void write_contiguous(const std::string& path, const SparseTensor<double>& x, ValueType vt) {
-  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  ASSERT_GE(f, 0);
+  const h5::Handle f = h5::file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  ASSERT_TRUE(f.valid());
+  auto attr = [&](const char* name, hid_t ftype, const h5::Handle& sp, hid_t mtype, const void* v) {
+    const h5::Handle a = h5::attribute(H5Acreate2(f, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT));
+    test::h5::check(a.valid() && H5Awrite(a, mtype, v) >= 0, name);
+  };
   auto attr_i64 = [&](const char* name, long long v) {
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(f, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, H5T_NATIVE_LLONG, &v);
-    H5Aclose(a);
-    H5Sclose(sp);
+    attr(name, H5T_STD_I64LE, h5::space(H5Screate(H5S_SCALAR)), H5T_NATIVE_LLONG, &v);
   };
   {
-    hid_t t = H5Tcopy(H5T_C_S1);
+    const h5::Handle t = h5::datatype(H5Tcopy(H5T_C_S1));
     H5Tset_size(t, std::strlen(kTensorStoreFormat));
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(f, "format", t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, t, kTensorStoreFormat);
-    H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
+    attr("format", t, h5::space(H5Screate(H5S_SCALAR)), t, kTensorStoreFormat);
   }
   attr_i64("format_version", kTensorStoreVersion);
   attr_i64("order", 3);
   {
     const hsize_t n = 3;
-    hid_t sp = H5Screate_simple(1, &n, nullptr);
-    hid_t a = H5Acreate2(f, "dims", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, H5T_NATIVE_UINT64, x.dims.data());
-    H5Aclose(a);
-    H5Sclose(sp);
+    attr("dims", H5T_STD_U64LE, h5::space(H5Screate_simple(1, &n, nullptr)), H5T_NATIVE_UINT64,
+         x.dims.data());
     const auto nnz = static_cast<std::uint64_t>(x.nnz());
-    hid_t s1 = H5Screate(H5S_SCALAR);
-    hid_t b = H5Acreate2(f, "nnz", H5T_STD_U64LE, s1, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(b, H5T_NATIVE_UINT64, &nnz);
-    H5Aclose(b);
-    H5Sclose(s1);
+    attr("nnz", H5T_STD_U64LE, h5::space(H5Screate(H5S_SCALAR)), H5T_NATIVE_UINT64, &nnz);
   }
-  hid_t g = H5Gcreate2(f, "coords", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const h5::Handle g = h5::group(H5Gcreate2(f, "coords", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   const hsize_t len = static_cast<hsize_t>(x.nnz());
-  hid_t sp = H5Screate_simple(1, &len, nullptr);
+  const h5::Handle sp = h5::space(H5Screate_simple(1, &len, nullptr));
   for (int m = 0; m < 3; ++m) {
     const std::string name = "mode" + std::to_string(m);
-    hid_t d = H5Dcreate2(g, name.c_str(), H5T_STD_U32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const h5::Handle d = h5::dataset(
+        H5Dcreate2(g, name.c_str(), H5T_STD_U32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     ASSERT_GE(H5Dwrite(d, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, x.idx[m].data()), 0);
-    H5Dclose(d);
   }
-  hid_t d = H5Dcreate2(f, "values", vt == ValueType::float32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE, sp,
-                       H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const h5::Handle d = h5::dataset(
+      H5Dcreate2(f, "values", vt == ValueType::float32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE, sp,
+                 H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   ASSERT_GE(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, x.vals.data()), 0);
-  H5Dclose(d);
-  H5Sclose(sp);
-  H5Gclose(g);
-  H5Fclose(f);
 }
 
 /// Recomputes the stored CRC of chunk k of /coords/mode<m> (a bad coordinate that a
 /// writer checksummed: only the coordinate check can catch it).
 void fix_checksum(const std::string& p, int m, std::uint64_t k) {
-  test::h5::File f(p);
-  const std::string name = "/coords/mode" + std::to_string(m);
-  hid_t d = H5Dopen2(f.id, name.c_str(), H5P_DEFAULT);
-  hid_t dcpl = H5Dget_create_plist(d);
-  hsize_t C = 0;
-  H5Pget_chunk(dcpl, 1, &C);
-  H5Pclose(dcpl);
-  hid_t fs = H5Dget_space(d);
-  hsize_t len = 0;
-  H5Sget_simple_extent_dims(fs, &len, nullptr);
-  hsize_t at = k * C, n = std::min<hsize_t>(C, len - at);
-  std::vector<std::uint32_t> v(n);
-  hid_t ms = H5Screate_simple(1, &n, nullptr);
-  H5Sselect_hyperslab(fs, H5S_SELECT_SET, &at, nullptr, &n, nullptr);
-  test::h5::check(H5Dread(d, H5T_NATIVE_UINT32, ms, fs, H5P_DEFAULT, v.data()) >= 0, "read");
-  H5Sclose(ms);
-  H5Sclose(fs);
-  H5Dclose(d);
+  const h5::Handle f = test::h5::open_rw(p);
+  std::vector<std::uint32_t> v;
+  {
+    const h5::Handle d = test::h5::open_dataset(f, "/coords/mode" + std::to_string(m));
+    const h5::Handle dcpl = h5::plist(H5Dget_create_plist(d));
+    hsize_t C = 0;
+    H5Pget_chunk(dcpl, 1, &C);
+    const h5::Handle fs = h5::space(H5Dget_space(d));
+    hsize_t len = 0;
+    H5Sget_simple_extent_dims(fs, &len, nullptr);
+    hsize_t at = k * C, n = std::min<hsize_t>(C, len - at);
+    v.resize(n);
+    const h5::Handle ms = h5::space(H5Screate_simple(1, &n, nullptr));
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, &at, nullptr, &n, nullptr);
+    test::h5::check(H5Dread(d, H5T_NATIVE_UINT32, ms, fs, H5P_DEFAULT, v.data()) >= 0, "read");
+  }
   const auto crc = static_cast<std::uint32_t>(
-      crc32_z(0, reinterpret_cast<const Bytef*>(v.data()), n * sizeof(std::uint32_t)));
-  hid_t c = H5Dopen2(f.id, "/checksums", H5P_DEFAULT);
-  hid_t cs = H5Dget_space(c);
+      crc32_z(0, reinterpret_cast<const Bytef*>(v.data()), v.size() * sizeof(std::uint32_t)));
+  const h5::Handle c = test::h5::open_dataset(f, "/checksums");
+  const h5::Handle cs = h5::space(H5Dget_space(c));
   const hsize_t pos[2] = {static_cast<hsize_t>(m), k}, one[2] = {1, 1};
   H5Sselect_hyperslab(cs, H5S_SELECT_SET, pos, nullptr, one, nullptr);
-  hid_t m1 = H5Screate_simple(2, one, nullptr);
+  const h5::Handle m1 = h5::space(H5Screate_simple(2, one, nullptr));
   test::h5::check(H5Dwrite(c, H5T_NATIVE_UINT32, m1, cs, H5P_DEFAULT, &crc) >= 0, "write crc");
-  H5Sclose(m1);
-  H5Sclose(cs);
-  H5Dclose(c);
 }
 
 template <typename T>
