@@ -40,6 +40,13 @@ endif()
 if(TESSERA_FUZZ)
   list(APPEND TESSERA_SANITIZE_COMPILE_FLAGS -fsanitize=fuzzer-no-link)
 endif()
+# clang cannot vectorize an `omp simd` loop once the sanitizers instrument it and says so
+# (-Wpass-failed=transform-warning, "loop not vectorized"), an error with TESSERA_WERROR. It
+# is about the instrumentation, not the code: the same loops vectorize in builds without
+# sanitizers (clang 14 at -O1, -O2 and -O3 gives no such warning), so it is off here only.
+if(TESSERA_SANITIZE_COMPILE_FLAGS AND CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  list(APPEND TESSERA_SANITIZE_COMPILE_FLAGS -Wno-pass-failed)
+endif()
 
 # Runtime options the tests run with (cmake/TesseraTesting.cmake) and jobs/hardening.sh
 # exports: leaks inside OpenMPI (PMIx, hwloc, libevent) and HDF5 are suppressed by library

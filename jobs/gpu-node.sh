@@ -56,7 +56,8 @@
 #
 # Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps),
 # TESSERA_TARGETS (build only these targets, e.g. "tessera gpu_ttmc_tests"; default all),
-# TESSERA_CMAKE_ARGS (extra configure arguments, e.g. tuning defines).
+# TESSERA_CMAKE_ARGS (extra configure arguments, e.g. tuning defines), TESSERA_WERROR (warnings
+# are errors, default ON).
 # NCCL_NVLS_ENABLE stays 0: NVLink multicast can take a shared node's GPUs out of service.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -97,9 +98,11 @@ ngpu=$(nvidia-smi -L | wc -l)
 
 # ---- build ----
 log "configure"
+# Warnings are errors (host code and nvcc, as in CI; TESSERA_WERROR=OFF: not).
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WITH_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_LIBRARY_PATH="$lib" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
-  -DZLIB_INCLUDE_DIR="$prefix/usr/include" ${TESSERA_CMAKE_ARGS:-} >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+  -DZLIB_INCLUDE_DIR="$prefix/usr/include" -DTESSERA_WERROR="${TESSERA_WERROR:-ON}" \
+  ${TESSERA_CMAKE_ARGS:-} >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 grep -E "^-- +(CUDA|NCCL|MPI|HDF5|LAPACK)" "$out/configure.log"
 log "build"
 cmake --build "$build" -j "$(nproc)" ${TESSERA_TARGETS:+--target $TESSERA_TARGETS} >"$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }

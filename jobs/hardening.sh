@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hardening job (docs/reliability.md, "Sanitizers and fuzzing"), run by CI after the normal
 # tests (.ci/run). One clang build, CPU only, with AddressSanitizer + UndefinedBehaviorSanitizer
-# (-DTESSERA_SANITIZE=address,undefined) and the libFuzzer harnesses (-DTESSERA_FUZZ=ON):
+# (-DTESSERA_SANITIZE=address,undefined), the libFuzzer harnesses (-DTESSERA_FUZZ=ON) and
+# warnings as errors (-DTESSERA_WERROR=ON, as jobs/test.sh with GCC):
 #   1. builds the tessera binary, the test binaries of the sanitizer subset and the harnesses;
 #   2. runs the sanitizer subset with ctest (any ASan/UBSan report fails its test);
 #   3. runs each harness over its seed corpus (tests/fuzz/corpus/<target>), then fuzzes each
@@ -13,6 +14,7 @@
 #   TESSERA_FUZZ_SECONDS     fuzzing time per harness in seconds (default 60; 0: corpus only)
 #   TESSERA_FUZZ_SEED        libFuzzer's -seed (default 1, so a CI run can be repeated)
 #   TESSERA_JOBS             build jobs (default: nproc)
+#   TESSERA_WERROR           warnings are errors (default ON, as in jobs/test.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${TESSERA_HARDENING_BUILD:-$here/build-hardening}
@@ -46,6 +48,7 @@ cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
   -DTESSERA_WITH_CUDA=OFF -DTESSERA_SANITIZE=address,undefined -DTESSERA_FUZZ=ON \
+  -DTESSERA_WERROR="${TESSERA_WERROR:-ON}" \
   ${launcher[@]+"${launcher[@]}"} >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
 stamp "configured $build"
 # Build only what the subset runs: the executables named by its test commands, the tessera

@@ -3,6 +3,7 @@ add_executable(driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/driver_test.cpp)
 target_link_libraries(driver_test PRIVATE GTest::gtest GTest::gtest_main nlohmann_json::nlohmann_json)
 target_compile_definitions(driver_test PRIVATE
   TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+tessera_target_defaults(driver_test)
 add_dependencies(driver_test tessera)
 add_test(NAME driver_test COMMAND driver_test)
 set_tests_properties(driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
@@ -25,6 +26,7 @@ target_link_libraries(output_driver_test PRIVATE GTest::gtest GTest::gtest_main
   nlohmann_json::nlohmann_json)
 target_compile_definitions(output_driver_test PRIVATE
   TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+tessera_target_defaults(output_driver_test)
 add_dependencies(output_driver_test tessera)
 add_test(NAME output_driver_test COMMAND output_driver_test)
 set_tests_properties(output_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
@@ -61,6 +63,7 @@ target_link_libraries(cli_habits_driver_test PRIVATE GTest::gtest GTest::gtest_m
   nlohmann_json::nlohmann_json)
 target_compile_definitions(cli_habits_driver_test PRIVATE
   TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+tessera_target_defaults(cli_habits_driver_test)
 add_dependencies(cli_habits_driver_test tessera)
 add_test(NAME cli_habits_driver_test COMMAND cli_habits_driver_test)
 set_tests_properties(cli_habits_driver_test PROPERTIES

@@ -159,7 +159,9 @@ TEST_F(CliHabits, HelpShowsTheDefaultOfEveryNumericOption) {
       ++numeric;
       EXPECT_NE(line.find('='), std::string::npos) << s << ": no default shown in: " << line;
     }
-    if (s != "info" && s != "convert" && s != "partition") EXPECT_GT(numeric, 0) << s;
+    if (s != "info" && s != "convert" && s != "partition") {
+      EXPECT_GT(numeric, 0) << s;
+    }
   }
   const auto cp = run(tessera() + " cp --help");
   EXPECT_NE(cp.out.find("-r,--rank INT:INT in [1 - 4096]=16"), std::string::npos) << cp.out;

@@ -69,9 +69,11 @@ class GpuCp : public GpuJobTest {
       SCOPED_TRACE(std::string("observed_only ") + (opt.observed_only ? "1" : "0") + " nonneg " +
                    (opt.nonneg.empty() ? "0" : "1") + " holdout " + std::to_string(opt.holdout));
       expect_same_cp(rg, rc, tol);
-      for (std::size_t n = 0; n < opt.nonneg.size(); ++n)
-        if (opt.nonneg[n])
+      for (std::size_t n = 0; n < opt.nonneg.size(); ++n) {
+        if (opt.nonneg[n]) {
           for (double x : rg.model.factors[n].data) ASSERT_GE(x, 0.0);
+        }
+      }
       if (opt.holdout > 0) {
         EXPECT_EQ(rg.holdout_entries, rc.holdout_entries);
         EXPECT_NEAR(rg.validation_rmse, rc.validation_rmse, tol * 10 * rc.validation_rmse);
@@ -97,7 +99,8 @@ class GpuCp : public GpuJobTest {
       EXPECT_NE(rl.iteration_engine.find("per-operation calls"), std::string::npos)
           << rl.iteration_engine;
     }
-    EXPECT_NE(ro.iteration_engine.find("--cuda-graph off"), std::string::npos) << ro.iteration_engine;
+    EXPECT_NE(ro.iteration_engine.find("--cuda-graph off"), std::string::npos)
+        << ro.iteration_engine;
     expect_same_cp(rl, ro, tol);
     expect_same_cp(rl, rc, tol);
     ASSERT_EQ(rl.model.lambda.size(), rc.model.lambda.size());
@@ -146,7 +149,8 @@ TEST_F(GpuCp, DeviceLoopSingularNormalEquations) {
       for (index_t j = 0; j < 2; ++j)
         for (index_t k = 0; k < 40; ++k) {
           const index_t c[3] = {i, j, k};
-          x.push_back(c, 1.0 + 0.25 * i - 0.5 * j + 0.01 * k * k + ((i + j + k) % 3 == 0 ? 0.7 : 0.0));
+          x.push_back(c,
+                      1.0 + 0.25 * i - 0.5 * j + 0.01 * k * k + ((i + j + k) % 3 == 0 ? 0.7 : 0.0));
         }
   auto d = partition::distribute(std::move(x), partition::Scheme::nnz, {}, *world_);
   auto opt = cp_test_options(CommStrategy::allreduce);
@@ -160,7 +164,9 @@ TEST_F(GpuCp, DeviceLoopSingularNormalEquations) {
   compare_device_loop(d, opt, 1e-6, true);
   auto gpu = kernels::make_backend<double>(kernels::BackendKind::cuda);
   auto r = algo::cp_als<double>(d, *gpu, *world_, *nccl_, opt);
-  if (world_->size() == 1) EXPECT_EQ(r.solve_fallbacks, 2);  // mode 2, once per iteration
+  if (world_->size() == 1) {
+    EXPECT_EQ(r.solve_fallbacks, 2);  // mode 2, once per iteration
+  }
 }
 
 TEST_F(GpuCp, AllreduceDouble) {

@@ -14,10 +14,10 @@
 #include "algo/cp_init.hpp"
 #include "algo/generate.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "gather_util.hpp"
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
 #include "linalg/dense.hpp"
-#include "gather_util.hpp"
 #include "test_util.hpp"
 
 namespace tessera {
@@ -87,7 +87,8 @@ double model_difference(const KruskalModel& a, const KruskalModel& b) {
       den += x * x;
     }
   for (int r = 0; r < a.rank; ++r) {
-    num += (a.lambda[r] - b.lambda[r]) * (a.lambda[r] - b.lambda[r]) / (a.lambda[r] * a.lambda[r] + 1e-300);
+    num += (a.lambda[r] - b.lambda[r]) * (a.lambda[r] - b.lambda[r]) /
+           (a.lambda[r] * a.lambda[r] + 1e-300);
   }
   return std::sqrt(num / std::max(den, 1e-300));
 }
@@ -138,16 +139,16 @@ TEST(ConstrainedCp, SameOnEveryRankCountStrategyBackendAndRelabelling) {
     for (auto s : {CommStrategy::allreduce, CommStrategy::layer})
       for (auto k : {BackendKind::reference, BackendKind::cpu})
         for (bool relabel : {false, true}) {
-          const std::string what = std::string(v.name) + (s == CommStrategy::layer ? " layer" : " allreduce") +
-                                   (k == BackendKind::cpu ? " cpu" : " reference") +
-                                   (relabel ? " relabelled" : "") + " on " +
-                                   std::to_string(world().size()) + " rank(s)";
+          const std::string what =
+              std::string(v.name) + (s == CommStrategy::layer ? " layer" : " allreduce") +
+              (k == BackendKind::cpu ? " cpu" : " reference") + (relabel ? " relabelled" : "") +
+              " on " + std::to_string(world().size()) + " rank(s)";
           const auto scheme =
               s == CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
-          auto d = relabel ? partition::distribute_relabelled(SparseTensor<double>(gen.block),
-                                                              scheme, {}, world(), 77)
-                           : partition::distribute(SparseTensor<double>(gen.block), scheme, {},
-                                                   world());
+          auto d =
+              relabel ? partition::distribute_relabelled(SparseTensor<double>(gen.block), scheme,
+                                                         {}, world(), 77)
+                      : partition::distribute(SparseTensor<double>(gen.block), scheme, {}, world());
           auto be = kernels::make_backend<double>(k, 1);
           algo::CpOptions o = v.opt;
           o.strategy = s;
@@ -170,9 +171,11 @@ TEST(ConstrainedCp, SameOnEveryRankCountStrategyBackendAndRelabelling) {
           else
             EXPECT_TRUE(std::isnan(res.mean_predictor_rmse)) << what;
           EXPECT_LT(model_difference(ref_model, res.model), 1e-8) << what;
-          for (std::size_t n = 0; n < o.nonneg.size(); ++n)
-            if (o.nonneg[n])
+          for (std::size_t n = 0; n < o.nonneg.size(); ++n) {
+            if (o.nonneg[n]) {
               for (double x : res.model.factors[n].data) ASSERT_GE(x, 0.0) << what << " mode " << n;
+            }
+          }
         }
   }
 }
@@ -214,8 +217,8 @@ TEST(ConstrainedCp, CompletionOfARealTensorBeatsTheMeanAndZerosForMissing) {
   auto rr = io::read_tns(path, world());
   auto be = kernels::make_backend<double>(BackendKind::cpu, 1);
   auto run = [&](bool observed) {
-    auto d = partition::distribute(SparseTensor<double>(rr.local), partition::Scheme::nnz, {},
-                                   world());
+    auto d =
+        partition::distribute(SparseTensor<double>(rr.local), partition::Scheme::nnz, {}, world());
     algo::CpOptions o;
     o.rank = 3;
     o.max_iters = 100;
@@ -235,8 +238,9 @@ TEST(ConstrainedCp, CompletionOfARealTensorBeatsTheMeanAndZerosForMissing) {
   EXPECT_LT(comp.validation_rmse, 0.5 * comp.mean_predictor_rmse);
   EXPECT_LT(comp.validation_rmse, 0.5 * zeros.validation_rmse);
   if (world().rank() == 0)
-    std::printf("aminoacid, 10%% held out: completion RMSE %.4g, mean %.4g, zeros-for-missing %.4g\n",
-                comp.validation_rmse, comp.mean_predictor_rmse, zeros.validation_rmse);
+    std::printf(
+        "aminoacid, 10%% held out: completion RMSE %.4g, mean %.4g, zeros-for-missing %.4g\n",
+        comp.validation_rmse, comp.mean_predictor_rmse, zeros.validation_rmse);
 }
 
 TEST(Nvecs, StartSpansTheLeadingSingularVectorsOfEachUnfolding) {
