@@ -7,8 +7,8 @@
 #include "checkpoint.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "commands.hpp"
-#include "cp_options.hpp"
 #include "common.hpp"
+#include "cp_options.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
 #include "record.hpp"
@@ -26,7 +26,7 @@ struct CpArgs {
   int print_every = 1;
   std::uint64_t seed = 1;
   std::string init = "random";  ///< random | nvecs | file:MODEL.h5
-  CpConstraintArgs con;  ///< constrained, regularised and weighted CP
+  CpConstraintArgs con;         ///< constrained, regularised and weighted CP
   ComputeOptions run;
   std::string out;
   CheckpointArgs ckpt;

@@ -146,8 +146,8 @@ std::string describe_store(const io::H5TensorInfo& s, nlohmann::json* rec) {
                             : s.has_duplicates == 1 ? "present"
                                                     : "not checked"},
              {"source", s.source},
-             {"sorted_mode", s.sorted_mode >= 0 ? nlohmann::json(s.sorted_mode)
-                                                : nlohmann::json(nullptr)},
+             {"sorted_mode",
+              s.sorted_mode >= 0 ? nlohmann::json(s.sorted_mode) : nlohmann::json(nullptr)},
              {"chunk_elems", s.chunk_elems},
              {"deflate", s.deflate},
              {"checksums", s.has_checksums},

@@ -59,7 +59,7 @@ struct ComputeOptions {
   /// tier 3: auto | keep (reads go through the page cache and stay there) | drop
   /// (drop-behind: algo::DiskTensorOptions::drop_behind); plan::ReadCache
   std::string read_cache = "auto";
-  bool dry_run = false;    ///< print the plan and stop
+  bool dry_run = false;  ///< print the plan and stop
   std::string json;
   bool force = false;  ///< --force: replace existing outputs Tessera did not write (io/output.hpp)
 };

@@ -3,11 +3,10 @@
 // place, recorded in the run record in one place.
 #pragma once
 
-#include <cstdint>
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "algo/cp_als.hpp"
 #include "comm/communicator.hpp"

@@ -22,19 +22,19 @@ namespace tessera::kernels {
 template <typename T>
 struct CpLoopSpec {
   int R = 0;
-  std::vector<T*> A;                ///< factor n: rows[n] x R, row-major
-  std::vector<T*> G;                ///< Gram of factor n: R x R
-  std::vector<std::int64_t> rows;   ///< rows of factor n
-  T* M = nullptr;                   ///< the MTTKRP output: max rows x R
-  bool graph = true;                ///< capture and replay a CUDA graph (else launch eagerly)
+  std::vector<T*> A;               ///< factor n: rows[n] x R, row-major
+  std::vector<T*> G;               ///< Gram of factor n: R x R
+  std::vector<std::int64_t> rows;  ///< rows of factor n
+  T* M = nullptr;                  ///< the MTTKRP output: max rows x R
+  bool graph = true;               ///< capture and replay a CUDA graph (else launch eagerly)
 };
 
 /// One iteration's scalars, read by the host after it.
 struct CpLoopSums {
-  double norm_m2 = 0;  ///< ||model||^2 = sum_rs lambda_r lambda_s prod_n G_n(r, s)
-  double inner = 0;    ///< <X, model> = sum_r lambda_r dots_r (last mode's M and A)
-  int fallbacks = 0;   ///< mode solves that took the pseudo-inverse (V numerically singular)
-  int bad_mode = -1;   ///< first mode whose column norms were not finite, else -1
+  double norm_m2 = 0;         ///< ||model||^2 = sum_rs lambda_r lambda_s prod_n G_n(r, s)
+  double inner = 0;           ///< <X, model> = sum_r lambda_r dots_r (last mode's M and A)
+  int fallbacks = 0;          ///< mode solves that took the pseudo-inverse (V numerically singular)
+  int bad_mode = -1;          ///< first mode whose column norms were not finite, else -1
   double kernel_seconds = 0;  ///< device time of the MTTKRPs (events in the stream)
   double solve_seconds = 0;   ///< device time of the rest
   bool replayed = false;      ///< the iteration ran as a replay of the captured graph

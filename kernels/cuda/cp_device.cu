@@ -125,9 +125,8 @@ __global__ void __launch_bounds__(kSolveThreads)
         pmax = fmax(pmax, d * d);
         pmin = fmin(pmin, d * d);
       }
-      s_flag = (isfinite(pmin) && isfinite(pmax) && pmax > 0.0 && pmin > R * DBL_EPSILON * pmax)
-                   ? 1
-                   : 0;
+      s_flag =
+          (isfinite(pmin) && isfinite(pmax) && pmax > 0.0 && pmin > R * DBL_EPSILON * pmax) ? 1 : 0;
     }
     __syncthreads();
     spd = s_flag == 1;
@@ -368,16 +367,16 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
 
   void lambda(double* host) override {
     DeviceGuard g(ctx_.device);
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, lambda_, static_cast<std::size_t>(s_.R) * sizeof(double),
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, lambda_,
+                                       static_cast<std::size_t>(s_.R) * sizeof(double),
                                        cudaMemcpyDeviceToHost, ctx_.stream));
     ctx_.sync();
   }
 
   std::string describe() const override {
     if (exec_) return "cuda graph";
-    return "device kernels, no graph (" + (why_no_graph_.empty() ? std::string("not captured yet")
-                                                                  : why_no_graph_) +
-           ")";
+    return "device kernels, no graph (" +
+           (why_no_graph_.empty() ? std::string("not captured yet") : why_no_graph_) + ")";
   }
 
  private:
@@ -429,8 +428,9 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
       double* norms = norms_ + static_cast<std::size_t>(n) * R;
       times_w(ctx_, static_cast<const T*>(s_.M), A, rows, R, W_, two_norm ? nullptr : norms);
       if (two_norm) column_norms_device(ctx_, A, rows, R, NormKind::two, norms);
-      normalize_kernel<T><<<grid_for(std::max<std::int64_t>(rows * R, 1)), kBlock, 0, ctx_.stream>>>(
-          A, rows * R, R, norms, two_norm, n, lambda_, st_);
+      normalize_kernel<T>
+          <<<grid_for(std::max<std::int64_t>(rows * R, 1)), kBlock, 0, ctx_.stream>>>(
+              A, rows * R, R, norms, two_norm, n, lambda_, st_);
       TESSERA_CUDA_CHECK_LAUNCH();
       gram(ctx_, A, rows, R, s_.G[static_cast<std::size_t>(n)]);
       if (n == N_ - 1) {
@@ -472,7 +472,8 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
     if (!failure.empty()) {
       (void)cudaGetLastError();  // the capture's error is not sticky: clear it
       why_no_graph_ = "graph capture failed: " + failure;
-      log::warn("CP-ALS: " + why_no_graph_ + "; the iterations run as device kernels without a graph");
+      log::warn("CP-ALS: " + why_no_graph_ +
+                "; the iterations run as device kernels without a graph");
       return false;
     }
     scratch_ = ctx_.scratch.get();
@@ -515,8 +516,9 @@ std::unique_ptr<CpDeviceLoop<T>> make_cp_loop(Context& ctx, const CpLoopSpec<T>&
                       static_cast<int>(spec.rows.size()) == N && spec.M != nullptr,
                   "cp_device_loop: inconsistent spec for order " << N);
   if (spec.R < 1 || spec.R > kLoopMaxR || !times_w_fits(ctx, spec.R)) {
-    if (why) *why = "R = " + std::to_string(spec.R) + " is above the device loop's " +
-                    std::to_string(kLoopMaxR);
+    if (why)
+      *why = "R = " + std::to_string(spec.R) + " is above the device loop's " +
+             std::to_string(kLoopMaxR);
     return nullptr;
   }
   return std::make_unique<CudaCpLoop<T>>(ctx, spec);

@@ -598,9 +598,8 @@ void times_w_by_kernel(Context& ctx, const T* S, T* D, std::int64_t rows, int R,
   const std::int64_t batches = (rows + s.batch - 1) / s.batch;
   const std::int64_t blocks =
       std::min(batches, wave_blocks(ctx, times_w_kernel<T>, s.threads, s.smem));
-  times_w_kernel<T>
-      <<<static_cast<unsigned>(blocks), s.threads, s.smem, ctx.stream>>>(S, D, rows, R, W, s.batch,
-                                                                         colmax);
+  times_w_kernel<T><<<static_cast<unsigned>(blocks), s.threads, s.smem, ctx.stream>>>(
+      S, D, rows, R, W, s.batch, colmax);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -1083,9 +1082,9 @@ std::size_t wide_scratch_bytes(std::int64_t C, std::size_t value_size) {
   template bool solve_normal<T>(Context&, T*, std::int64_t, const T*, int);                       \
   template void column_norms<T>(Context&, const T*, std::int64_t, int, NormKind, double*);        \
   template void scale_columns<T>(Context&, T*, std::int64_t, int, const double*);                 \
-  template void column_dots<T>(Context&, const T*, const T*, std::int64_t, int, double*);        \
+  template void column_dots<T>(Context&, const T*, const T*, std::int64_t, int, double*);         \
   template void column_norms_device<T>(Context&, const T*, std::int64_t, int, NormKind, double*); \
-  template void column_dots_device<T>(Context&, const T*, const T*, std::int64_t, int, double*); \
+  template void column_dots_device<T>(Context&, const T*, const T*, std::int64_t, int, double*);  \
   template void times_w<T>(Context&, const T*, T*, std::int64_t, int, const double*, double*);
 
 TESSERA_CUDA_DENSE_INSTANTIATE(float)

@@ -30,9 +30,9 @@ class AllocClock {
  public:
   AllocClock() : t0_(std::chrono::steady_clock::now()) {}
   ~AllocClock() {
-    alloc_nanos() += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::steady_clock::now() - t0_)
-                         .count();
+    alloc_nanos() +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
+            .count();
   }
   AllocClock(const AllocClock&) = delete;
   AllocClock& operator=(const AllocClock&) = delete;
@@ -429,9 +429,8 @@ bool contract_into(Context& ctx, ContractPlan<T>& plan, ContractStats* stats,
 template <typename T>
 bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<T>& y,
                      const ContractSpec& spec, const comm::Communicator& host,
-                     const comm::Communicator& data, std::size_t memory_limit,
-                     SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info,
-                     ContractSink<T>* sink);
+                     const comm::Communicator& data, std::size_t memory_limit, SparseTensor<T>* out,
+                     ContractStats* stats, ContractRouteInfo* info, ContractSink<T>* sink);
 /// Backend::pin_host: cudaHostRegister of [p, p + bytes) for the handle's lifetime.
 std::unique_ptr<HostPin> pin_host(int device, const void* p, std::size_t bytes);
 

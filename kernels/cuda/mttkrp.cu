@@ -724,8 +724,8 @@ int blocked_tile(std::int64_t nnz) {
   int device = 0, sms = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const std::int64_t want =
-      2 * static_cast<std::int64_t>(std::max(sms, 1)) * blocked::kBlocksPerSm * blocked::kWarpsPerBlock;
+  const std::int64_t want = 2 * static_cast<std::int64_t>(std::max(sms, 1)) *
+                            blocked::kBlocksPerSm * blocked::kWarpsPerBlock;
   if (nnz >= want * kBlockedTile) return kBlockedTile;
   const std::int64_t per = nnz / want / blocked::kStage * blocked::kStage;
   return static_cast<int>(std::clamp<std::int64_t>(per, blocked::kStage, kBlockedTile));

@@ -5,8 +5,8 @@
 // touch consecutive addresses; the shared V is read by every thread alike (a broadcast).
 // These updates cost O(rows R^2) per sweep, small next to the MTTKRP that feeds them.
 #include <algorithm>
-#include <cmath>
 #include <cfloat>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cuda/detail.cuh"
@@ -217,7 +217,9 @@ __global__ void row_update_warp_kernel(T* __restrict__ A, const T* __restrict__ 
         }
     } else {
       double trace = 0;
-      for (int r = lane; r < R; r += 32) trace += static_cast<double>(G[r * static_cast<std::int64_t>(R) - static_cast<std::int64_t>(r) * (r - 1) / 2]);
+      for (int r = lane; r < R; r += 32)
+        trace += static_cast<double>(
+            G[r * static_cast<std::int64_t>(R) - static_cast<std::int64_t>(r) * (r - 1) / 2]);
       for (int off = 16; off > 0; off /= 2) trace += __shfl_xor_sync(0xffffffffu, trace, off);
       bool solved = false, ridge = false;
       if (trace + R * p.l2 > 0) {
@@ -313,9 +315,9 @@ std::int64_t row_update(Context& ctx, T* A, const T* M, std::int64_t rows, int R
                         const T* Gp, const linalg::RowUpdate& u, double* host_quad) {
   TESSERA_EXPECTS(rows >= 0 && R >= 1, "row_update: rows " << rows << ", R " << R);
   TESSERA_EXPECTS((V == nullptr) != (Gp == nullptr), "row_update: V or Gp, not both");
-  TESSERA_EXPECTS(u.sweeps >= 1 && u.l1 >= 0 && u.l2 >= 0 && std::isfinite(u.l1) &&
-                      std::isfinite(u.l2),
-                  "row_update: sweeps >= 1 and finite l1, l2 >= 0");
+  TESSERA_EXPECTS(
+      u.sweeps >= 1 && u.l1 >= 0 && u.l2 >= 0 && std::isfinite(u.l1) && std::isfinite(u.l2),
+      "row_update: sweeps >= 1 and finite l1, l2 >= 0");
   if (host_quad != nullptr) *host_quad = 0;
   if (rows == 0) return 0;
   if (V != nullptr && !u.descent()) {
@@ -374,9 +376,9 @@ std::int64_t row_update(Context& ctx, T* A, const T* M, std::int64_t rows, int R
   return static_cast<std::int64_t>(nr);
 }
 
-#define TESSERA_ROW_UPDATE_INSTANTIATE(T)                                                     \
-  template void pack_outer<T>(Context&, const T*, std::int64_t, int, T*);                     \
-  template std::int64_t row_update<T>(Context&, T*, const T*, std::int64_t, int, const T*,    \
+#define TESSERA_ROW_UPDATE_INSTANTIATE(T)                                                  \
+  template void pack_outer<T>(Context&, const T*, std::int64_t, int, T*);                  \
+  template std::int64_t row_update<T>(Context&, T*, const T*, std::int64_t, int, const T*, \
                                       const T*, const linalg::RowUpdate&, double*);
 
 TESSERA_ROW_UPDATE_INSTANTIATE(float)

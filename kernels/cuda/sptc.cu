@@ -331,7 +331,8 @@ void radix_sort_pairs(Context& ctx, DeviceMemory& tmp, cub::DoubleBuffer<K>& k,
   std::size_t bytes = 0;
   TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, k, v, n, 0, bits, ctx.stream));
   alloc(tmp, bytes, "SpTC sort temporaries");
-  TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp.get(), bytes, k, v, n, 0, bits, ctx.stream));
+  TESSERA_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(tmp.get(), bytes, k, v, n, 0, bits, ctx.stream));
 }
 
 /// Sums the runs of equal keys of n sorted pairs (k.Current(), v.Current()) into the
@@ -382,7 +383,8 @@ struct DeviceTensor {
     const std::size_t n = t.vals.size();
     for (std::size_t m = 0; m < t.idx.size(); ++m) {
       alloc(cols[m], n * sizeof(index_t), "SpTC input");
-      copies.push_back({cols[m].get(), t.idx[m].data(), n * sizeof(index_t), cudaMemcpyHostToDevice});
+      copies.push_back(
+          {cols[m].get(), t.idx[m].data(), n * sizeof(index_t), cudaMemcpyHostToDevice});
     }
     alloc(vals, n * sizeof(T), "SpTC input");
     copies.push_back({vals.get(), t.vals.data(), n * sizeof(T), cudaMemcpyHostToDevice});
@@ -409,8 +411,8 @@ struct DeviceTensor {
     if (n == 0 || N == 0) return;
     DeviceMemory mx;
     alloc(mx, static_cast<std::size_t>(N) * sizeof(unsigned), "SpTC input checks");
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(mx.get(), 0, static_cast<std::size_t>(N) * sizeof(unsigned),
-                                       ctx.stream));
+    TESSERA_CUDA_CHECK(
+        cudaMemsetAsync(mx.get(), 0, static_cast<std::size_t>(N) * sizeof(unsigned), ctx.stream));
     ColPtrs c;
     c.n = N;
     for (int m = 0; m < N; ++m) c.col[m] = col(m);
@@ -495,7 +497,8 @@ __global__ void col_table_kernel(i64 ny, KeyMap m, u32* rep) {
   for (i64 k = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; k < ny;
        k += static_cast<i64>(gridDim.x) * blockDim.x) {
     u32* r = rep + pack(m, k);
-    if (__ldcg(r) > static_cast<u32>(k)) atomicMin(r, static_cast<u32>(k));  // most see a smaller one
+    if (__ldcg(r) > static_cast<u32>(k))
+      atomicMin(r, static_cast<u32>(k));  // most see a smaller one
   }
 }
 
@@ -1034,7 +1037,8 @@ class HostOutput {
         SparseTensor<T>& o = sink.output(dims, n);
         TESSERA_EXPECTS(o.idx.size() == dims.size() && o.vals.size() == n,
                         "SpTC output sink: arrays of the wrong size");
-        for (const auto& c : o.idx) TESSERA_EXPECTS(c.size() == n, "SpTC output sink: arrays of the wrong size");
+        for (const auto& c : o.idx)
+          TESSERA_EXPECTS(c.size() == n, "SpTC output sink: arrays of the wrong size");
         target_ = &o;
       } catch (...) {
         err_ = std::current_exception();
@@ -1090,7 +1094,7 @@ class HostOutput {
   SparseTensor<T>& target() const { return *target_; }
 
  private:
-/// Writes one byte per 4 KiB page of the spans, the pages split over threads: this
+  /// Writes one byte per 4 KiB page of the spans, the pages split over threads: this
   /// process's share of the node's cores (OMPI_COMM_WORLD_LOCAL_SIZE ranks), 1 to 16.
   static void touch(const std::vector<std::pair<char*, std::size_t>>& spans) {
     constexpr std::size_t kPage = 4096;
@@ -1098,7 +1102,8 @@ class HostOutput {
     for (const auto& s : spans) pages += (s.second + kPage - 1) / kPage;
     if (pages == 0) return;
     int local = 1;
-    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(v));
+    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+      local = std::max(1, std::atoi(v));
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int nt = static_cast<int>(std::clamp<std::size_t>(
         std::min<std::size_t>(static_cast<std::size_t>(hw / local), pages / 256), 1, 16));
@@ -1147,8 +1152,8 @@ class RowsEngine {
   void build(const SparseTensor<T>& x, const SparseTensor<T>& y, ContractCount& count);
   /// The same from inputs already on the device (routed there): X with dims xdims, nx
   /// nonzeros; Y with ny. The engine keeps them.
-  void build_device(DeviceTensor<T>&& x, DeviceTensor<T>&& y, const std::vector<u64>& xdims,
-                    i64 nx, i64 ny, ContractCount& count);
+  void build_device(DeviceTensor<T>&& x, DeviceTensor<T>&& y, const std::vector<u64>& xdims, i64 nx,
+                    i64 ny, ContractCount& count);
   /// The output: a new tensor, or (sink given) written into sink->output(...), and then an
   /// empty tensor is returned.
   SparseTensor<T> run(ContractStats& st, ContractSink<T>* sink = nullptr);
@@ -1231,14 +1236,13 @@ void RowsEngine<T>::sort_pairs(cub::DoubleBuffer<u64>& k, cub::DoubleBuffer<V>& 
 }
 
 template <typename T>
-void RowsEngine<T>::sort_by_code(const KeyMap& m, i64 n, int bits, const char* what,
-                                 Sorted* out) {
+void RowsEngine<T>::sort_by_code(const KeyMap& m, i64 n, int bits, const char* what, Sorted* out) {
   for (int b = 0; b < 2; ++b) {
     dalloc<u64>(out->k[b], n, what);
     dalloc<index_t>(out->p[b], n, "SpTC permutation");
   }
   y_keys_kernel<<<grid_for(n), kBlock, 0, ctx_.stream>>>(n, m, ptr<u64>(out->k[0]),
-                                                        ptr<index_t>(out->p[0]));
+                                                         ptr<index_t>(out->p[0]));
   TESSERA_CUDA_CHECK(cudaGetLastError());
   cub::DoubleBuffer<u64> kb(ptr<u64>(out->k[0]), ptr<u64>(out->k[1]));
   cub::DoubleBuffer<index_t> pb(ptr<index_t>(out->p[0]), ptr<index_t>(out->p[1]));
@@ -1402,10 +1406,11 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
     dalloc<i64>(excl, nf + 1, "SpTC flags");
     if (table) {
       dalloc<u32>(rep, nf, "SpTC column table");
-      TESSERA_CUDA_CHECK(cudaMemsetAsync(rep.get(), 0xff, static_cast<std::size_t>(nf) * 4, ctx_.stream));
+      TESSERA_CUDA_CHECK(
+          cudaMemsetAsync(rep.get(), 0xff, static_cast<std::size_t>(nf) * 4, ctx_.stream));
       col_table_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ck, ptr<u32>(rep));
       col_present_kernel<<<grid_for(nf + 1), kBlock, 0, ctx_.stream>>>(nf, ptr<u32>(rep),
-                                                                      ptr<i64>(flag));
+                                                                       ptr<i64>(flag));
     } else {
       sort_by_code(ck, ny_, cbits, "SpTC column keys", &cs);
       change_flags_kernel<<<grid_for(ny_ + 1), kBlock, 0, ctx_.stream>>>(ny_, cs.keys, 0,
@@ -1419,11 +1424,11 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
       col_table_ranks_kernel<<<grid_for(nf), kBlock, 0, ctx_.stream>>>(
           nf, ptr<u32>(rep), ptr<i64>(flag), ptr<i64>(excl), ptr<u32>(colrep_), ptr<u64>(colkey));
       col_rank_of_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(ny_, ck, ptr<i64>(excl),
-                                                                   ptr<u32>(crank));
+                                                                    ptr<u32>(crank));
     } else {
       col_ranks_kernel<<<grid_for(ny_), kBlock, 0, ctx_.stream>>>(
-          ny_, ptr<i64>(flag), ptr<i64>(excl), cs.perm, cs.keys, ptr<u32>(crank),
-          ptr<u32>(colrep_), ptr<u64>(colkey));
+          ny_, ptr<i64>(flag), ptr<i64>(excl), cs.perm, cs.keys, ptr<u32>(crank), ptr<u32>(colrep_),
+          ptr<u64>(colkey));
     }
     TESSERA_CUDA_CHECK(cudaGetLastError());
     dalloc<u32>(ysc_, ny_, "SpTC sorted Y");
@@ -1470,8 +1475,8 @@ void RowsEngine<T>::build_loaded(const std::vector<u64>& xdims, ContractCount& c
     dalloc<u64>(mx_rk, nmx_, "SpTC matched X");
     TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr<i64>(mx_cnt) + nmx_, 0, sizeof(i64), ctx_.stream));
     x_compact_kernel<T><<<grid_for(nx_), kBlock, 0, ctx_.stream>>>(
-        nx_, ptr<i64>(mflag), ptr<i64>(mpos), xs.perm, ptr<u32>(xfirst), ptr<i64>(xcnt),
-        xs.keys, ptr<T>(xd_.vals), ptr<u32>(mx_first_), ptr<i64>(mx_cnt), ptr<double>(mx_val_),
+        nx_, ptr<i64>(mflag), ptr<i64>(mpos), xs.perm, ptr<u32>(xfirst), ptr<i64>(xcnt), xs.keys,
+        ptr<T>(xd_.vals), ptr<u32>(mx_first_), ptr<i64>(mx_cnt), ptr<double>(mx_val_),
         ptr<u32>(mx_orig), ptr<u64>(mx_rk));
     TESSERA_CUDA_CHECK(cudaGetLastError());
     // Free the sort buffers before the per-row arrays.
@@ -2358,7 +2363,6 @@ SparseTensor<T> CudaContractPlan<T>::run(ContractStats* stats, ContractSink<T>* 
   return out;
 }
 
-
 // ---- routing on the device (contract_routed) ----
 
 /// splitmix64's finaliser: any fixed mix will do, it only spreads tuples over ranks.
@@ -2369,8 +2373,7 @@ __device__ __forceinline__ u64 route_mix(u64 z) {
 }
 
 /// dest[k] = the rank owning nonzero k's tuple of the modes m; iota[k] = k.
-__global__ void route_owner_kernel(i64 n, ColPtrs m, unsigned P, unsigned* dest,
-                                   index_t* iota) {
+__global__ void route_owner_kernel(i64 n, ColPtrs m, unsigned P, unsigned* dest, index_t* iota) {
   const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
   for (i64 k = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
     u64 h = 0x2545F4914F6CDD1Dull;
@@ -2418,7 +2421,6 @@ std::unique_ptr<ContractPlan<T>> plan_contract(Context& ctx, const SparseTensor<
   return p;
 }
 
-
 // Distributed contraction routed on the device (Backend::contract_routed; docs/sptc.md,
 // "Distributed"). The engine's row side (X, or Y when the plan would swap the inputs) is
 // partitioned by a hash of its output modes, so every output entry is made and summed on
@@ -2431,9 +2433,8 @@ std::unique_ptr<ContractPlan<T>> plan_contract(Context& ctx, const SparseTensor<
 template <typename T>
 bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<T>& y,
                      const ContractSpec& spec, const comm::Communicator& host,
-                     const comm::Communicator& data, std::size_t memory_limit,
-                     SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info,
-                     ContractSink<T>* sink) {
+                     const comm::Communicator& data, std::size_t memory_limit, SparseTensor<T>* out,
+                     ContractStats* stats, ContractRouteInfo* info, ContractSink<T>* sink) {
   const int P = host.size();
   if (P < 2 || data.size() != P || data.memory_space() != comm::MemorySpace::device) return false;
   if (spec.device.assembly != ContractAssembly::rows) return false;
@@ -2467,8 +2468,8 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
   if (pooled()) enable_pool_caching();
   const std::size_t free_b = free_bytes();
   int ok = need < 0.8 * static_cast<double>(free_b) &&
-           (memory_limit == 0 || need < static_cast<double>(memory_limit)) &&
-           routed_x < 4.0e9 && glob[1] < (std::int64_t{1} << 32) - 1;
+           (memory_limit == 0 || need < static_cast<double>(memory_limit)) && routed_x < 4.0e9 &&
+           glob[1] < (std::int64_t{1} << 32) - 1;
   host.allreduce(&ok, 1, comm::ReduceOp::min);
   if (!ok) return false;
 
@@ -2484,7 +2485,7 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
     if (&y != &x) check_kernel_shape(y);
     tr.mark("checks");
     DeviceTensor<T>::load(ctx, exd, ex, &eyd, &ey);  // a self-contraction too: each role
-                                                      // keeps a copy of its own
+                                                     // keeps a copy of its own
     tr.mark("upload");
     for (int m = 0; m <= nex; ++m) {
       const std::size_t es = m < nex ? sizeof(index_t) : sizeof(T);
@@ -2547,18 +2548,21 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
   DeviceTensor<T> xr, yr;
   comm::run_collectively(host, [&] {
     TESSERA_INPUT_CHECK(nx < (i64{1} << 32) - 1,
-                        "SpTC (cuda backend): " << nx << " routed nonzeros on one rank; use more "
+                        "SpTC (cuda backend): " << nx
+                                                << " routed nonzeros on one rank; use more "
                                                    "ranks");
     xr.cols.resize(static_cast<std::size_t>(nex));
     for (int m = 0; m < nex; ++m)
-      alloc(xr.cols[static_cast<std::size_t>(m)], static_cast<std::size_t>(std::max<i64>(nx, 1)) * sizeof(index_t),
-            "SpTC routed input");
+      alloc(xr.cols[static_cast<std::size_t>(m)],
+            static_cast<std::size_t>(std::max<i64>(nx, 1)) * sizeof(index_t), "SpTC routed input");
     alloc(xr.vals, static_cast<std::size_t>(std::max<i64>(nx, 1)) * sizeof(T), "SpTC routed input");
     yr.cols.resize(static_cast<std::size_t>(ney));
     for (int m = 0; m < ney; ++m)
-      alloc(yr.cols[static_cast<std::size_t>(m)], static_cast<std::size_t>(std::max<i64>(ny, 1)) * sizeof(index_t),
+      alloc(yr.cols[static_cast<std::size_t>(m)],
+            static_cast<std::size_t>(std::max<i64>(ny, 1)) * sizeof(index_t),
             "SpTC replicated input");
-    alloc(yr.vals, static_cast<std::size_t>(std::max<i64>(ny, 1)) * sizeof(T), "SpTC replicated input");
+    alloc(yr.vals, static_cast<std::size_t>(std::max<i64>(ny, 1)) * sizeof(T),
+          "SpTC replicated input");
   });
   xr.bytes = static_cast<std::size_t>(nx) * ebx;
   yr.bytes = static_cast<std::size_t>(ny) * eby;
@@ -2605,7 +2609,8 @@ bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<
     info->routed_nnz[0] = swapped ? ny : nx;
     info->routed_nnz[1] = swapped ? nx : ny;
     info->replicated = swapped ? 0 : 1;
-    info->input_bytes = static_cast<std::size_t>(nx_local) * ebx + static_cast<std::size_t>(ny_local) * eby;
+    info->input_bytes =
+        static_cast<std::size_t>(nx_local) * ebx + static_cast<std::size_t>(ny_local) * eby;
     info->routed_bytes = static_cast<std::size_t>(nx) * ebx + static_cast<std::size_t>(ny) * eby;
     info->count = count;
   }
@@ -2681,14 +2686,14 @@ template bool contract_into<double>(Context&, ContractPlan<double>&, ContractSta
                                     ContractSink<double>&);
 
 template bool contract_routed<float>(Context&, const SparseTensor<float>&,
-                                    const SparseTensor<float>&, const ContractSpec&,
-                                    const comm::Communicator&, const comm::Communicator&,
-                                    std::size_t, SparseTensor<float>*, ContractStats*,
-                                    ContractRouteInfo*, ContractSink<float>*);
-template bool contract_routed<double>(Context&, const SparseTensor<double>&,
-                                     const SparseTensor<double>&, const ContractSpec&,
+                                     const SparseTensor<float>&, const ContractSpec&,
                                      const comm::Communicator&, const comm::Communicator&,
-                                     std::size_t, SparseTensor<double>*, ContractStats*,
-                                     ContractRouteInfo*, ContractSink<double>*);
+                                     std::size_t, SparseTensor<float>*, ContractStats*,
+                                     ContractRouteInfo*, ContractSink<float>*);
+template bool contract_routed<double>(Context&, const SparseTensor<double>&,
+                                      const SparseTensor<double>&, const ContractSpec&,
+                                      const comm::Communicator&, const comm::Communicator&,
+                                      std::size_t, SparseTensor<double>*, ContractStats*,
+                                      ContractRouteInfo*, ContractSink<double>*);
 
 }  // namespace tessera::kernels::cuda

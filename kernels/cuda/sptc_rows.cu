@@ -84,8 +84,7 @@ __device__ void out_blocks_of(const TcView& tc, u64 ib, i64* lo_out, i64* hi_out
 /// o0 + first, o0 + first + step, ... and in each the set bits of the row's mask; c is the
 /// cell's column (kNone when the column table lacks it, an error the caller flags).
 template <typename F>
-__device__ __forceinline__ void for_tc_cells(const RowsView& v, u32 r, i64 first, i64 step,
-                                             F&& f) {
+__device__ __forceinline__ void for_tc_cells(const RowsView& v, u32 r, i64 first, i64 step, F&& f) {
   i64 o0, o1;
   out_blocks_of(v.tc, v.tc.rowblk[r], &o0, &o1);
   const int rr = v.tc.rowlo[r];

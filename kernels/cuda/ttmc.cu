@@ -281,13 +281,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kMinB)
 #pragma unroll
         for (int s = 0; s < kMaxIn; ++s)
           if (s < nin - 2)
-            pre[t] *= __ldg(fac[s] + static_cast<std::size_t>(ii[s]) *
-                                         static_cast<std::size_t>(stride[s]));
+            pre[t] *= __ldg(fac[s] +
+                            static_cast<std::size_t>(ii[s]) * static_cast<std::size_t>(stride[s]));
         load4<T>(fac[nin - 2] + static_cast<std::size_t>(ii[nin - 2]) *
                                     static_cast<std::size_t>(stride[nin - 2]),
                  a[t]);
-        load4<T>(last + static_cast<std::size_t>(ii[nin - 1]) * static_cast<std::size_t>(RL),
-                 u[t]);
+        load4<T>(last + static_cast<std::size_t>(ii[nin - 1]) * static_cast<std::size_t>(RL), u[t]);
       }
 #pragma unroll
       for (int t = 0; t < U; ++t) {

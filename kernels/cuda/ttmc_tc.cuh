@@ -221,13 +221,26 @@ inline void launch(cudaStream_t stream, const TtmcParams<float>& p, unsigned blo
   const int mt = p.in_rank[0] / 16, nt = p.in_rank[1] / 8;
   const dim3 grid(blocks), block(kWarpsPerBlock * kWarp);
   switch (mt * 10 + nt) {
-    case 11: ttmc_tc_kernel<1, 1><<<grid, block, 0, stream>>>(p); break;
-    case 12: ttmc_tc_kernel<1, 2><<<grid, block, 0, stream>>>(p); break;
-    case 14: ttmc_tc_kernel<1, 4><<<grid, block, 0, stream>>>(p); break;
-    case 21: ttmc_tc_kernel<2, 1><<<grid, block, 0, stream>>>(p); break;
-    case 22: ttmc_tc_kernel<2, 2><<<grid, block, 0, stream>>>(p); break;
-    case 24: ttmc_tc_kernel<2, 4><<<grid, block, 0, stream>>>(p); break;
-    default: TESSERA_THROW("tensor-core TTMc with ranks " << p.in_rank[0] << ", " << p.in_rank[1]);
+    case 11:
+      ttmc_tc_kernel<1, 1><<<grid, block, 0, stream>>>(p);
+      break;
+    case 12:
+      ttmc_tc_kernel<1, 2><<<grid, block, 0, stream>>>(p);
+      break;
+    case 14:
+      ttmc_tc_kernel<1, 4><<<grid, block, 0, stream>>>(p);
+      break;
+    case 21:
+      ttmc_tc_kernel<2, 1><<<grid, block, 0, stream>>>(p);
+      break;
+    case 22:
+      ttmc_tc_kernel<2, 2><<<grid, block, 0, stream>>>(p);
+      break;
+    case 24:
+      ttmc_tc_kernel<2, 4><<<grid, block, 0, stream>>>(p);
+      break;
+    default:
+      TESSERA_THROW("tensor-core TTMc with ranks " << p.in_rank[0] << ", " << p.in_rank[1]);
   }
   TESSERA_CUDA_CHECK_LAUNCH();
 }

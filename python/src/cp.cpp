@@ -79,7 +79,9 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
       pc.cp_rank = rank;
       pc.completion = con.observed_only;
       pc.tier1_only = con.observed_only || con.holdout > 0 || nvecs;
-      pc.tier1_why = con.observed_only ? "observed_only" : con.holdout > 0 ? "holdout" : "init=\"nvecs\"";
+      pc.tier1_why = con.observed_only ? "observed_only"
+                     : con.holdout > 0 ? "holdout"
+                                       : "init=\"nvecs\"";
       in = load<T>(src, a, scheme, strategy == algo::CommStrategy::allreduce, *cx, pc, world, &li);
     }
     o.rank = rank;
@@ -107,7 +109,7 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
             {"precision", a.precision},
             {"index_base", a.index_base}};
     driver::add_cp_constraint_options(opts, o);
-    opts["init"] = init.is_none() ? std::string("random")
+    opts["init"] = init.is_none()                  ? std::string("random")
                    : py::isinstance<py::str>(init) ? py::cast<std::string>(init)
                                                    : std::string("factors");
     if (ck.every > 0) opts["checkpoint_every"] = ck.every;
@@ -157,8 +159,8 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
       });
       if (s == "nvecs") {
         py::gil_scoped_release nogil;
-        resumed.model = algo::nvecs_start<T>(*in.dist, *cx->backend, world, *cx->data, rank,
-                                             seed, o.nonneg);
+        resumed.model =
+            algo::nvecs_start<T>(*in.dist, *cx->backend, world, *cx->data, rank, seed, o.nonneg);
         o.resume = &resumed;
       }
     }
@@ -240,24 +242,21 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
 }  // namespace
 
 void register_cp(py::module_& m) {
-  m.def("cp_als",
-        [](py::object tensor, int rank, int iters, double tol, std::uint64_t seed, py::object init,
-           std::string backend, std::string precision, py::object threads, std::string strategy,
-           std::string index_base, py::object checkpoint, int checkpoint_every, py::object resume,
-           py::object callback, bool verbose, bool share, std::uintptr_t comm, double max_seconds,
-           int print_every, std::string nonneg, std::string l1, std::string l2, int inner_sweeps,
-           bool observed_only, double holdout) {
-          const CommonArgs a = common_args(backend, precision, threads, strategy, index_base,
-                                           checkpoint, checkpoint_every, resume, verbose, share);
-          const StopArgs stop{max_seconds, print_every};
-          const driver::CpConstraintArgs con{nonneg, l1, l2, inner_sweeps, observed_only,
-                                             holdout};
-          if (precision == "float")
-            return run_cp<float>(tensor, rank, iters, tol, seed, init, a, stop, con, callback,
-                                 comm);
-          return run_cp<double>(tensor, rank, iters, tol, seed, init, a, stop, con, callback,
-                                comm);
-        });
+  m.def("cp_als", [](py::object tensor, int rank, int iters, double tol, std::uint64_t seed,
+                     py::object init, std::string backend, std::string precision,
+                     py::object threads, std::string strategy, std::string index_base,
+                     py::object checkpoint, int checkpoint_every, py::object resume,
+                     py::object callback, bool verbose, bool share, std::uintptr_t comm,
+                     double max_seconds, int print_every, std::string nonneg, std::string l1,
+                     std::string l2, int inner_sweeps, bool observed_only, double holdout) {
+    const CommonArgs a = common_args(backend, precision, threads, strategy, index_base, checkpoint,
+                                     checkpoint_every, resume, verbose, share);
+    const StopArgs stop{max_seconds, print_every};
+    const driver::CpConstraintArgs con{nonneg, l1, l2, inner_sweeps, observed_only, holdout};
+    if (precision == "float")
+      return run_cp<float>(tensor, rank, iters, tol, seed, init, a, stop, con, callback, comm);
+    return run_cp<double>(tensor, rank, iters, tol, seed, init, a, stop, con, callback, comm);
+  });
 }
 
 }  // namespace tessera::python

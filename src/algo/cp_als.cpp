@@ -81,7 +81,6 @@ void check_cp_state(const CpState& s, const std::vector<std::uint64_t>& dims, in
       "resume: " << s.fit_history.size() << " saved fits for " << s.iteration << " iterations");
 }
 
-
 /// ||X|| over the ranks of `c` from each rank's scaled norm (Backend value_norm): the largest
 /// times the root of the summed squares of the ratios, so no step overflows or underflows.
 double global_norm(double mine, const comm::Communicator& c) {
@@ -241,7 +240,8 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
     for (int n = 0; n < N; ++n) {
       const auto& L = lay[static_cast<std::size_t>(n)];
       P.push_back(be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(L.alloc, 1) * W)));
-      if (L.len > 0) be.pack_outer(A[static_cast<std::size_t>(n)].data(), L.len, R, P.back().data());
+      if (L.len > 0)
+        be.pack_outer(A[static_cast<std::size_t>(n)].data(), L.len, R, P.back().data());
     }
     MW = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_alloc, 1) * W));
     MWown = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * W));
@@ -403,7 +403,8 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
         be.fill(M.data() + L.len * R, static_cast<std::size_t>((L.alloc - L.len) * R), T(0));
       if (opt.observed_only) {
         // The rows' packed Grams: the MTTKRP of the pattern with the packed outer products.
-        for (int m = 0; m < N; ++m) pptr[static_cast<std::size_t>(m)] = P[static_cast<std::size_t>(m)].data();
+        for (int m = 0; m < N; ++m)
+          pptr[static_cast<std::size_t>(m)] = P[static_cast<std::size_t>(m)].data();
         be.mttkrp(*Xones, n, pptr, W, MW.data());
         if (L.alloc > L.len)
           be.fill(MW.data() + L.len * W, static_cast<std::size_t>((L.alloc - L.len) * W), T(0));

@@ -28,9 +28,8 @@ std::vector<bool> parse_mode_set(const std::string& s, int order, const std::str
     char* end = nullptr;
     const long v = std::strtol(t.c_str(), &end, 10);
     TESSERA_INPUT_CHECK(!t.empty() && end != nullptr && *end == '\0' && v >= 0 && v < order,
-                        option << " " << s << ": '" << t
-                               << "' is not a mode of this order-" << order
-                               << " tensor (expected all, none or modes 0.." << order - 1
+                        option << " " << s << ": '" << t << "' is not a mode of this order-"
+                               << order << " tensor (expected all, none or modes 0.." << order - 1
                                << " separated by commas)");
     out[static_cast<std::size_t>(v)] = true;
     pos = e + 1;
@@ -94,8 +93,9 @@ SparseTensor<T> training_view(const partition::Distributed<T>& d, bool layer,
   const int N = dist.order();
   SparseTensor<T> view(std::vector<std::uint64_t>(static_cast<std::size_t>(N)));
   for (int n = 0; n < N; ++n)
-    view.dims[static_cast<std::size_t>(n)] = layer ? static_cast<std::uint64_t>(len[static_cast<std::size_t>(n)])
-                                                   : dist.dims[static_cast<std::size_t>(n)];
+    view.dims[static_cast<std::size_t>(n)] =
+        layer ? static_cast<std::uint64_t>(len[static_cast<std::size_t>(n)])
+              : dist.dims[static_cast<std::size_t>(n)];
   if (opt.holdout > 0) hold->idx.resize(static_cast<std::size_t>(N));
   std::vector<std::uint64_t> orig(static_cast<std::size_t>(N));
   const nnz_t nnz = d.block.nnz();
@@ -152,8 +152,8 @@ double holdout_squared_error(const Holdout& h, const std::vector<std::vector<T>>
         const int nr = std::min(kPredictChunk, R - r0);
         for (int r = 0; r < nr; ++r) prod[r] = lambda[static_cast<std::size_t>(r0 + r)];
         for (int m = 0; m < N; ++m) {
-          const T* row =
-              A[static_cast<std::size_t>(m)].data() + h.idx[static_cast<std::size_t>(m)][k] * R + r0;
+          const T* row = A[static_cast<std::size_t>(m)].data() +
+                         h.idx[static_cast<std::size_t>(m)][k] * R + r0;
           for (int r = 0; r < nr; ++r) prod[r] *= static_cast<double>(row[r]);
         }
         for (int r = 0; r < nr; ++r) pred += prod[r];
@@ -166,14 +166,12 @@ double holdout_squared_error(const Holdout& h, const std::vector<std::vector<T>>
   return se;
 }
 
-#define TESSERA_CP_CONSTRAINTS_INSTANTIATE(T)                                                   \
-  template SparseTensor<T> training_view<T>(const partition::Distributed<T>&, bool,             \
-                                            const std::vector<std::uint64_t>&,                  \
-                                            const std::vector<std::int64_t>&, const CpOptions&, \
-                                            Holdout*);                                          \
-  template double holdout_squared_error<T>(const Holdout&, const std::vector<std::vector<T>>&,  \
-                                           const std::vector<double>&, int, double, double,     \
-                                           bool);
+#define TESSERA_CP_CONSTRAINTS_INSTANTIATE(T)                                                  \
+  template SparseTensor<T> training_view<T>(                                                   \
+      const partition::Distributed<T>&, bool, const std::vector<std::uint64_t>&,               \
+      const std::vector<std::int64_t>&, const CpOptions&, Holdout*);                           \
+  template double holdout_squared_error<T>(const Holdout&, const std::vector<std::vector<T>>&, \
+                                           const std::vector<double>&, int, double, double, bool);
 
 TESSERA_CP_CONSTRAINTS_INSTANTIATE(float)
 TESSERA_CP_CONSTRAINTS_INSTANTIATE(double)

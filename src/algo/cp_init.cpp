@@ -57,7 +57,8 @@ KruskalModel nvecs_start(const partition::Distributed<T>& d, kernels::Backend<T>
   for (int n = 0; n < N; ++n) {
     const auto I = static_cast<std::int64_t>(dims[static_cast<std::size_t>(n)]);
     const int rn = o.ranks[static_cast<std::size_t>(n)];
-    const bool abs = static_cast<std::size_t>(n) < nonneg.size() && nonneg[static_cast<std::size_t>(n)];
+    const bool abs =
+        static_cast<std::size_t>(n) < nonneg.size() && nonneg[static_cast<std::size_t>(n)];
     Matrix<double> F(I, R, 0.0);
     const auto& U = t.model.factors[static_cast<std::size_t>(n)];
     for (std::int64_t i = 0; i < I; ++i)

@@ -54,8 +54,8 @@ template <typename T>
 std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
     kernels::Backend<T>& be, const std::vector<ModeLayout>& lay,
     const std::vector<linalg::RowUpdate>& upd, std::vector<kernels::Array<T>>& A,
-    std::vector<kernels::Array<T>>& G, kernels::Array<T>& M, int R,
-    const comm::Communicator& ctrl, CpResult& res, const CpOptions& opt, bool holdout) {
+    std::vector<kernels::Array<T>>& G, kernels::Array<T>& M, int R, const comm::Communicator& ctrl,
+    CpResult& res, const CpOptions& opt, bool holdout) {
   const int N = static_cast<int>(lay.size());
   bool plain = !opt.observed_only && !holdout && N >= 2;
   for (const auto& u : upd) plain = plain && !u.descent() && u.l2 == 0;
@@ -99,7 +99,7 @@ template std::unique_ptr<kernels::CpDeviceLoop<float>> make_device_loop<float>(
 template std::unique_ptr<kernels::CpDeviceLoop<double>> make_device_loop<double>(
     kernels::Backend<double>&, const std::vector<ModeLayout>&,
     const std::vector<linalg::RowUpdate>&, std::vector<kernels::Array<double>>&,
-    std::vector<kernels::Array<double>>&, kernels::Array<double>&, int,
-    const comm::Communicator&, CpResult&, const CpOptions&, bool);
+    std::vector<kernels::Array<double>>&, kernels::Array<double>&, int, const comm::Communicator&,
+    CpResult&, const CpOptions&, bool);
 
 }  // namespace tessera::algo::detail

@@ -40,7 +40,7 @@ template <typename T>
 std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
     kernels::Backend<T>& be, const std::vector<ModeLayout>& lay,
     const std::vector<linalg::RowUpdate>& upd, std::vector<kernels::Array<T>>& A,
-    std::vector<kernels::Array<T>>& G, kernels::Array<T>& M, int R,
-    const comm::Communicator& ctrl, CpResult& res, const CpOptions& opt, bool holdout);
+    std::vector<kernels::Array<T>>& G, kernels::Array<T>& M, int R, const comm::Communicator& ctrl,
+    CpResult& res, const CpOptions& opt, bool holdout);
 
 }  // namespace tessera::algo::detail

@@ -709,7 +709,7 @@ class ImplK final : public detail::UniqueWriterImpl {
   /// Mode-sorted order: the owners' key bounds (owner q holds keys in
   /// [splitters_[q-1], splitters_[q])); empty until chosen.
   std::vector<std::uint64_t> splitters_;
-  std::size_t held_ = 0;                // records in blocks_ and tail_
+  std::size_t held_ = 0;  // records in blocks_ and tail_
   std::vector<Run> runs_;
   int fd_ = -1;
   std::uint64_t scratch_end_ = 0;

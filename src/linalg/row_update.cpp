@@ -54,8 +54,8 @@ bool solve_row(const double* H, double* m, double* L, int R, double l2) {
   }
   bool ridge = false;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    const double add = l2 + (attempt == 0 ? 0.0
-                                          : 1e-10 * trace / R + std::numeric_limits<double>::min());
+    const double add =
+        l2 + (attempt == 0 ? 0.0 : 1e-10 * trace / R + std::numeric_limits<double>::min());
     std::copy(H, H + RR, L);
     for (int r = 0; r < R; ++r) L[static_cast<std::size_t>(r) * R + r] += add;
     bool ok = true;
@@ -118,9 +118,9 @@ std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V, 
                         const RowUpdate& u, double* quad, int threads) {
   TESSERA_EXPECTS(rows >= 0 && R >= 1, "row_update: rows " << rows << ", R " << R);
   TESSERA_EXPECTS((V == nullptr) != (Gp == nullptr), "row_update: V or Gp, not both");
-  TESSERA_EXPECTS(u.sweeps >= 1 && u.l1 >= 0 && u.l2 >= 0 && std::isfinite(u.l1) &&
-                      std::isfinite(u.l2),
-                  "row_update: sweeps >= 1 and finite l1, l2 >= 0");
+  TESSERA_EXPECTS(
+      u.sweeps >= 1 && u.l1 >= 0 && u.l2 >= 0 && std::isfinite(u.l1) && std::isfinite(u.l2),
+      "row_update: sweeps >= 1 and finite l1, l2 >= 0");
   const std::size_t RR = static_cast<std::size_t>(R) * R;
   const std::int64_t W = packed_size(R);
   if (quad != nullptr) *quad = 0;
@@ -140,7 +140,8 @@ std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V, 
   const int nt = team(rows, static_cast<double>(RR) * (u.descent() ? u.sweeps : R), threads);
 #pragma omp parallel num_threads(nt) reduction(+ : ridges, q)
   {
-    std::vector<double> H(RR), L(RR), m(static_cast<std::size_t>(R)), a(static_cast<std::size_t>(R));
+    std::vector<double> H(RR), L(RR), m(static_cast<std::size_t>(R)),
+        a(static_cast<std::size_t>(R));
 #pragma omp for schedule(static)
     for (std::int64_t i = 0; i < rows; ++i) {
       const double* h = Hs.data();
@@ -154,9 +155,11 @@ std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V, 
           }
         h = H.data();
       }
-      for (int r = 0; r < R; ++r) m[static_cast<std::size_t>(r)] = static_cast<double>(M[i * R + r]);
+      for (int r = 0; r < R; ++r)
+        m[static_cast<std::size_t>(r)] = static_cast<double>(M[i * R + r]);
       if (u.descent()) {
-        for (int r = 0; r < R; ++r) a[static_cast<std::size_t>(r)] = static_cast<double>(A[i * R + r]);
+        for (int r = 0; r < R; ++r)
+          a[static_cast<std::size_t>(r)] = static_cast<double>(A[i * R + r]);
         descend(h, m.data(), a.data(), R, u);
       } else {
         a = m;
@@ -181,9 +184,9 @@ std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V, 
   return ridges;
 }
 
-#define TESSERA_ROW_UPDATE_INSTANTIATE(T)                                                     \
-  template void pack_outer<T>(const T*, std::int64_t, int, T*, int);                          \
-  template std::int64_t row_update<T>(T*, const T*, std::int64_t, int, const T*, const T*,    \
+#define TESSERA_ROW_UPDATE_INSTANTIATE(T)                                                  \
+  template void pack_outer<T>(const T*, std::int64_t, int, T*, int);                       \
+  template std::int64_t row_update<T>(T*, const T*, std::int64_t, int, const T*, const T*, \
                                       const RowUpdate&, double*, int);
 
 TESSERA_ROW_UPDATE_INSTANTIATE(float)

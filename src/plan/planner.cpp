@@ -312,7 +312,8 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       const bool on_device = device_sort <= dev_limit;
       const u64 host_sort =
           on_device ? 0 : add(mul(s.n, 16), cuda_resident_bytes(s, s.n) / static_cast<u64>(s.N));
-      const bool store_order = t.store && t.unique == 1 && req.allreduce && !req.relabel && !req.tier1_only;
+      const bool store_order =
+          t.store && t.unique == 1 && req.allreduce && !req.relabel && !req.tier1_only;
       c.parts.push_back({store_order ? "input block (raw, freed after prepare)"
                                      : "input block (raw, kept for the run)",
                          t.generated ? 0 : s.coo, 0, 0, c.load_how});
@@ -327,8 +328,8 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       c.parts.push_back({"sorted copies, one per mode", 0, fmt, 0, ""});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, loop_b, 0, ""});
       if (req.completion)
-        c.parts.push_back({"completion: the pattern's sorted copies, packed Grams",
-                           s.coo, add(fmt, completion_bytes(s)), 0,
+        c.parts.push_back({"completion: the pattern's sorted copies, packed Grams", s.coo,
+                           add(fmt, completion_bytes(s)), 0,
                            "host: the training block copy while preparing"});
     } else {
       const u64 fmt = host_format_bytes(req.backend, s, s.n, t);
@@ -361,7 +362,8 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
         {cuda ? "input block (raw, page-locked)" : "input block (raw)", s.coo, 0, 0, c.load_how});
     // A store read in its stored order goes straight into the chunks; a distributed block
     // is cut into them array by array (one array held twice).
-    const bool direct = t.store && t.unique == 1 && req.allreduce && !req.relabel && !req.tier1_only;
+    const bool direct =
+        t.store && t.unique == 1 && req.allreduce && !req.relabel && !req.tier1_only;
     const u64 cut = direct ? 0 : mul(s.n, static_cast<u64>(std::max(s.v, 4)));
     const u64 load_extra = std::max(load > s.coo ? load - s.coo : 0, cut);
     if (cuda) {
@@ -548,9 +550,8 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     } else if (lim.host.known() && range > lim.host.bytes) {
       p.drop_behind = true;
       p.read_cache_why = "auto: the rank's range of the store (" + gb(range) +
-                         ") is larger than its share of the node's memory (" +
-                         gb(lim.host.bytes) + ", " + lim.host.source +
-                         "), so the page cache could not keep it";
+                         ") is larger than its share of the node's memory (" + gb(lim.host.bytes) +
+                         ", " + lim.host.source + "), so the page cache could not keep it";
     } else {
       p.read_cache_why = "auto: the rank's range of the store (" + gb(range) + ") " +
                          (lim.host.known() ? "fits its share of the node's memory (" +
@@ -592,8 +593,8 @@ nlohmann::json Plan::to_json() const {
           {"block_nnz", block_nnz},
           {"chunk_nnz", chunk_nnz},
           {"read_ahead", read_ahead},
-          {"read_cache", tier == 3 ? nlohmann::json(drop_behind ? "drop" : "keep")
-                                   : nlohmann::json(nullptr)},
+          {"read_cache",
+           tier == 3 ? nlohmann::json(drop_behind ? "drop" : "keep") : nlohmann::json(nullptr)},
           {"read_cache_why", read_cache_why},
           {"chunks_per_pass", chunks},
           {"planned_peak_host_bytes", host_peak},

@@ -82,9 +82,9 @@ struct Request {
   /// CP --observed-only: a second prepared copy of the block (its pattern) and, per mode,
   /// R(R+1)/2-wide packed outer products and row Grams in the backend's memory.
   bool completion = false;
-  int force_tier = 0;             ///< --tier: 0 = auto, else 1, 2 or 3
-  nnz_t stream_chunk = 0;         ///< --stream-chunk: nonzeros per streamed chunk (0: planned)
-  int read_ahead = 2;             ///< --read-ahead: tier 3 chunks read ahead (buffers: + 1)
+  int force_tier = 0;      ///< --tier: 0 = auto, else 1, 2 or 3
+  nnz_t stream_chunk = 0;  ///< --stream-chunk: nonzeros per streamed chunk (0: planned)
+  int read_ahead = 2;      ///< --read-ahead: tier 3 chunks read ahead (buffers: + 1)
   /// --read-cache: tier 3 reads through the page cache (keep), dropped behind (drop), or
   /// automatic: drop when the rank's range of the store is larger than its measured share of
   /// the node's memory (the cache could not keep it anyway), else keep.

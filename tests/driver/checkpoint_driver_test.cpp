@@ -10,13 +10,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "driver_util.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
-#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -161,8 +161,8 @@ TEST_F(CheckpointDriver, CpTimeLimitStopsWritesACheckpointAndResumes) {
   EXPECT_NE(r.out.find("after 6 iteration(s) (iteration limit)"), std::string::npos) << r.out;
   // A limit every iteration passes: the first one ends the run, on both ranks, with a
   // checkpoint at the stop although --checkpoint-every 4 would not have written one yet.
-  r = run(mpirun(2) + args + " --max-seconds 1e-9 --checkpoint-every 4 --out " + part +
-          " --json " + path("part.json"));
+  r = run(mpirun(2) + args + " --max-seconds 1e-9 --checkpoint-every 4 --out " + part + " --json " +
+          path("part.json"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("after 1 iteration(s) (time limit)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("checkpoint: iteration 1 written to " + ckpt), std::string::npos) << r.out;
@@ -247,9 +247,8 @@ TEST_F(CheckpointDriver, CpStartsFromAModelFile) {
       {" --iters 2 --init file:" + m3 + " --out " + m3, m3},
   };
   for (const auto& [extra, want] : bad) {
-    r = run(mpirun(2) + " cp " + t + " --tol 0" + (extra.find("--rank") == std::string::npos
-                                                        ? std::string(" --rank 4")
-                                                        : std::string()) +
+    r = run(mpirun(2) + " cp " + t + " --tol 0" +
+            (extra.find("--rank") == std::string::npos ? std::string(" --rank 4") : std::string()) +
             extra);
     EXPECT_NE(r.code, 0) << extra << "\n" << r.out;
     EXPECT_NE(r.code, 124) << "hung: " << extra;

@@ -7,10 +7,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "driver_util.hpp"
 #include "io/model_io.hpp"
@@ -85,8 +84,7 @@ TEST_F(ConstrainedDriver, NonnegSameInTiers1And2AndOnThreeRanks) {
 
 TEST_F(ConstrainedDriver, CompletionReportsTheHeldOutSet) {
   auto r = run(tessera() + " cp " + path("x.tns") +
-               " -r 3 -i 60 --observed-only --holdout 0.2 --seed 3 -t 1 --json " +
-               path("c.json"));
+               " -r 3 -i 60 --observed-only --holdout 0.2 --seed 3 -t 1 --json " + path("c.json"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("validation RMSE"), std::string::npos) << r.out;
   const auto j = record("c.json");
@@ -98,8 +96,8 @@ TEST_F(ConstrainedDriver, CompletionReportsTheHeldOutSet) {
   EXPECT_TRUE(j["per_iteration"].back().contains("validation_rmse"));
   EXPECT_EQ(j["options"]["observed_only"], true);
   // Treating the missing entries as zeros predicts them far worse.
-  auto z = run(tessera() + " cp " + path("x.tns") + " -r 3 -i 60 --holdout 0.2 --seed 3 -t 1 --json " +
-               path("z.json"));
+  auto z = run(tessera() + " cp " + path("x.tns") +
+               " -r 3 -i 60 --holdout 0.2 --seed 3 -t 1 --json " + path("z.json"));
   ASSERT_EQ(z.code, 0) << z.out;
   EXPECT_LT(h["validation_rmse"].get<double>(),
             0.5 * record("z.json")["holdout"]["validation_rmse"].get<double>());
@@ -114,8 +112,8 @@ TEST_F(ConstrainedDriver, NvecsStartsAndIsRecorded) {
 }
 
 TEST_F(ConstrainedDriver, BadOptionsGetOneLineAndNoOutput) {
-  const std::string base = tessera() + " cp " + path("x.tns") + " -r 3 -i 2 -t 1 --out " +
-                           path("bad.h5");
+  const std::string base =
+      tessera() + " cp " + path("x.tns") + " -r 3 -i 2 -t 1 --out " + path("bad.h5");
   struct Case {
     std::string args, expect;
   } cases[] = {

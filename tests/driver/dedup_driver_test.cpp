@@ -328,7 +328,8 @@ TEST_F(DedupDriver, Tier3RefusesAStoreThatMayHoldRepeats) {
   EXPECT_TRUE(contains(d.out, "(drop-behind)")) << d.out;
   const auto fits = [](const std::string& out) {
     std::vector<std::string> f;
-    for (std::size_t at = out.find(" fit "); at != std::string::npos; at = out.find(" fit ", at + 1))
+    for (std::size_t at = out.find(" fit "); at != std::string::npos;
+         at = out.find(" fit ", at + 1))
       f.push_back(out.substr(at + 5, out.find(' ', at + 5) - (at + 5)));  // the number
     return f;
   };

@@ -1,10 +1,10 @@
 // Distributed SpTC on GPUs with the nonzeros routed over NCCL (ContractOptions::data; on
 // the device where the cuda backend can, see below): every rank holds a share of X and Y,
 // the cuda backend contracts locally, and the gathered result must equal the reference
-// backend on the whole tensors, and the same run routed over MPI (on the host). Integer values, so every sum is exact whatever the routing and summation order.
-#include <gtest/gtest.h>
-
+// backend on the whole tensors, and the same run routed over MPI (on the host). Integer values, so
+// every sum is exact whatever the routing and summation order.
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <random>
@@ -28,7 +28,8 @@ SparseTensor<double> whole(const std::vector<std::uint64_t>& dims, std::size_t n
   std::vector<index_t> c(dims.size());
   for (std::size_t k = 0; k < nnz; ++k) {
     for (std::size_t m = 0; m < dims.size(); ++m)
-      c[m] = static_cast<index_t>(std::uniform_int_distribution<std::uint64_t>(0, dims[m] - 1)(rng));
+      c[m] =
+          static_cast<index_t>(std::uniform_int_distribution<std::uint64_t>(0, dims[m] - 1)(rng));
     const double v = static_cast<double>(1 + rng() % 3) * ((rng() & 1) ? 1.0 : -1.0);
     x.push_back(c.data(), v);
   }

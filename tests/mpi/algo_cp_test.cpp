@@ -9,11 +9,11 @@
 #include "algo/cp_als.hpp"
 #include "algo/generate.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "gather_util.hpp"
 #include "io/model_io.hpp"
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
 #include "tensor/synthetic.hpp"
-#include "gather_util.hpp"
 #include "test_util.hpp"
 
 namespace tessera {

@@ -18,11 +18,11 @@
 #include "algo/generate.hpp"
 #include "algo/tucker.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "gather_util.hpp"
 #include "io/model_io.hpp"
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
 #include "linalg/dense.hpp"
-#include "gather_util.hpp"
 #include "test_util.hpp"
 
 namespace tessera {

@@ -227,65 +227,65 @@ TEST(DedupMpi, UniqueStoreEqualsTheMapReferenceOnEveryRankCountAndMemoryLimit) {
   // Both orders: by coordinate hash (sort mode -1) and by the longest mode's index (what
   // convert and generate write; owners hold index ranges).
   for (int sorted : {0, 1})
-  for (MergePolicy policy : {MergePolicy::sum, MergePolicy::keep_first}) {
-    for (const Shape& sh : kShapes) {
-      Entries e;
-      e.dims = sh.dims;
-      e.count = sh.count;
-      e.seed = shared_seed();
-      const int sort_mode = sorted ? longest_mode(sh.dims) : -1;
-      const std::string what = to_string(policy) + ", order " + std::to_string(sh.dims.size()) +
-                               ", sort mode " + std::to_string(sort_mode) + ", seed " +
-                               std::to_string(e.seed);
-      SCOPED_TRACE(what);
-      const auto want = reference(e, policy);
-      ASSERT_LT(want.size(), e.count / 2 + 1) << "the test needs many repeats";
-      const std::string dir = fresh_dir("unique"), scratch = fresh_dir("scratch");
-      std::string first;
-      // Every rank count 1..P, with plenty of memory and with a tiny limit (spills) and
-      // sorted blocks of 64 records (several blocks in memory before a spill).
-      for (int q = 1; q <= P; ++q) {
-        for (int tiny : {0, 1}) {
-          UniqueWriterOptions o =
-              options(policy, tiny ? kTinyMemory : std::uint64_t(1) << 30, scratch);
-          if (tiny) o.sort_block = 64;
-          o.sort_mode = sort_mode;
-          const std::string out = dir + "/q" + std::to_string(q) + (tiny ? "-tiny" : "") + ".h5";
-          const UniqueStats s = write_on(q, e, o, out);
-          if (world().rank() == 0) {
-            const std::string run =
-                what + ", " + std::to_string(q) + " rank(s)" + (tiny ? ", tiny memory" : "");
-            nnz_t nnz = 0;
-            expect_equal(read_back(out, &nnz, sort_mode), want, run);
-            EXPECT_EQ(s.unique, static_cast<nnz_t>(want.size())) << run;
-            EXPECT_EQ(s.entries, static_cast<nnz_t>(e.count)) << run;
-            EXPECT_EQ(s.used, s.entries) << run;
-            EXPECT_EQ(s.repeats, s.entries - s.unique) << run;
-            if (tiny && policy == MergePolicy::sum && sh.spills) {
-              // sum keeps every copy until the end (keep-first holds one per coordinate per
-              // sorted block, which may stay under the limit).
-              EXPECT_GT(s.runs, 0) << run << ": nothing spilled";
-              EXPECT_GT(s.spilled_bytes, 0u) << run;
-            } else if (!tiny) {
-              EXPECT_EQ(s.runs, 0) << run;
+    for (MergePolicy policy : {MergePolicy::sum, MergePolicy::keep_first}) {
+      for (const Shape& sh : kShapes) {
+        Entries e;
+        e.dims = sh.dims;
+        e.count = sh.count;
+        e.seed = shared_seed();
+        const int sort_mode = sorted ? longest_mode(sh.dims) : -1;
+        const std::string what = to_string(policy) + ", order " + std::to_string(sh.dims.size()) +
+                                 ", sort mode " + std::to_string(sort_mode) + ", seed " +
+                                 std::to_string(e.seed);
+        SCOPED_TRACE(what);
+        const auto want = reference(e, policy);
+        ASSERT_LT(want.size(), e.count / 2 + 1) << "the test needs many repeats";
+        const std::string dir = fresh_dir("unique"), scratch = fresh_dir("scratch");
+        std::string first;
+        // Every rank count 1..P, with plenty of memory and with a tiny limit (spills) and
+        // sorted blocks of 64 records (several blocks in memory before a spill).
+        for (int q = 1; q <= P; ++q) {
+          for (int tiny : {0, 1}) {
+            UniqueWriterOptions o =
+                options(policy, tiny ? kTinyMemory : std::uint64_t(1) << 30, scratch);
+            if (tiny) o.sort_block = 64;
+            o.sort_mode = sort_mode;
+            const std::string out = dir + "/q" + std::to_string(q) + (tiny ? "-tiny" : "") + ".h5";
+            const UniqueStats s = write_on(q, e, o, out);
+            if (world().rank() == 0) {
+              const std::string run =
+                  what + ", " + std::to_string(q) + " rank(s)" + (tiny ? ", tiny memory" : "");
+              nnz_t nnz = 0;
+              expect_equal(read_back(out, &nnz, sort_mode), want, run);
+              EXPECT_EQ(s.unique, static_cast<nnz_t>(want.size())) << run;
+              EXPECT_EQ(s.entries, static_cast<nnz_t>(e.count)) << run;
+              EXPECT_EQ(s.used, s.entries) << run;
+              EXPECT_EQ(s.repeats, s.entries - s.unique) << run;
+              if (tiny && policy == MergePolicy::sum && sh.spills) {
+                // sum keeps every copy until the end (keep-first holds one per coordinate per
+                // sorted block, which may stay under the limit).
+                EXPECT_GT(s.runs, 0) << run << ": nothing spilled";
+                EXPECT_GT(s.spilled_bytes, 0u) << run;
+              } else if (!tiny) {
+                EXPECT_EQ(s.runs, 0) << run;
+              }
+              // The same file for every rank count and memory limit.
+              const std::string b = bytes_of(out);
+              if (first.empty()) {
+                first = b;
+              } else {
+                EXPECT_TRUE(b == first) << run << ": the file differs from 1 rank's";
+              }
             }
-            // The same file for every rank count and memory limit.
-            const std::string b = bytes_of(out);
-            if (first.empty()) {
-              first = b;
-            } else {
-              EXPECT_TRUE(b == first) << run << ": the file differs from 1 rank's";
-            }
+            MPI_Barrier(MPI_COMM_WORLD);
           }
-          MPI_Barrier(MPI_COMM_WORLD);
         }
+        if (world().rank() == 0) {
+          EXPECT_EQ(entries_in(scratch), 0);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
       }
-      if (world().rank() == 0) {
-        EXPECT_EQ(entries_in(scratch), 0);
-      }
-      MPI_Barrier(MPI_COMM_WORLD);
     }
-  }
 }
 
 TEST(DedupMpi, KeepFirstCutoffKeepsExactlyTheTargetFirstDrawn) {

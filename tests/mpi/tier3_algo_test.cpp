@@ -210,8 +210,8 @@ TEST(Tier3Cp, NonnegativeRegularisedSameAsTier1AndAsOneProcess) {
   o.nonneg = {true, true, true};
   o.l1 = {0.01, 0.0, 0.02};
   o.l2 = {0.1, 0.1, 0.0};
-  const std::string base = "nonneg on " + std::to_string(world().size()) + " ranks, seed " +
-                           std::to_string(seed);
+  const std::string base =
+      "nonneg on " + std::to_string(world().size()) + " ranks, seed " + std::to_string(seed);
   const auto single = cp_single_process(st, o);
   const auto [a, n] = share_range(st.x.nnz(), world().rank(), world().size());
   for (auto kind : {BackendKind::reference, BackendKind::cpu}) {

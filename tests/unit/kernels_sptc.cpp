@@ -147,8 +147,8 @@ TEST(SptcSpec, ChecksOrdersAndMatchedLengths) {
 
 // ---- problems and brute force -------------------------------------------------------
 
-using test::Problem;
 using test::dims_of;
+using test::Problem;
 using test::random_problem;
 
 /// Random COO tensor with `nnz` draws (repeats kept when allow_repeats, so the kernels must

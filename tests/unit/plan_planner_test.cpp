@@ -173,8 +173,7 @@ TEST(Planner, TierThreeDropsThePageCacheOnlyForStoresOverTheNodesMemory) {
   p = make_plan(r, t, limits(kGiB));
   ASSERT_TRUE(p.fits) << p.refusal;
   EXPECT_TRUE(p.drop_behind);
-  EXPECT_NE(p.read_cache_why.find("larger than its share"), std::string::npos)
-      << p.read_cache_why;
+  EXPECT_NE(p.read_cache_why.find("larger than its share"), std::string::npos) << p.read_cache_why;
   EXPECT_NE(p.describe().find("page cache: dropped behind the reads"), std::string::npos)
       << p.describe();
   EXPECT_EQ(p.to_json().at("read_cache"), "drop");
