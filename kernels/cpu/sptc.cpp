@@ -22,7 +22,6 @@
 #include <omp.h>
 
 #if defined(__linux__)
-#include <sys/mman.h>
 #endif
 
 #include <algorithm>
@@ -36,6 +35,7 @@
 #include "kernels/cpu/sptc_rows.hpp"
 #include "kernels/mttkrp.hpp"
 #include "util/error.hpp"
+#include "util/huge_pages.hpp"
 #include "util/rng.hpp"
 #include "util/timer.hpp"
 
@@ -98,22 +98,6 @@ std::vector<std::int64_t> row_chunks(const std::vector<std::int64_t>& prod, int 
   return cut;
 }
 
-/// Asks the kernel to back [p, p + bytes) with transparent huge pages (Linux, where THP is in
-/// "madvise" or "always" mode; a no-op elsewhere, or where THP is "never", which is how a
-/// site turns it off): one page fault per 2 MiB instead of per 4 KiB when the output is
-/// first touched.
-void advise_huge_pages(void* p, std::size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto lo = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  const auto hi = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 /// Sizes every array of out to n entries: storage reserved and advised huge pages first,
 /// then the arrays zero-filled (their pages first touched) by up to `threads` threads, one
 /// array each, the largest first.
@@ -121,10 +105,10 @@ template <typename T>
 void size_output(SparseTensor<T>& out, std::size_t n, int threads) {
   for (auto& v : out.idx) {
     v.reserve(n);
-    advise_huge_pages(v.data(), n * sizeof(index_t));
+    util::advise_huge_pages(v.data(), n * sizeof(index_t));
   }
   out.vals.reserve(n);
-  advise_huge_pages(out.vals.data(), n * sizeof(T));
+  util::advise_huge_pages(out.vals.data(), n * sizeof(T));
   const int arrays = static_cast<int>(out.idx.size()) + 1;
   const int T_ = n < (std::size_t{1} << 18) ? 1 : std::min(team_size(threads), arrays);
   // The storage is reserved: resize neither allocates nor throws.

@@ -54,7 +54,6 @@
 #include <cstdio>
 #include <cstdlib>
 #if defined(__linux__)
-#include <sys/mman.h>
 #endif
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_reduce.cuh>
@@ -76,6 +75,7 @@
 #include "kernels/mttkrp.hpp"
 #include "kernels/sptc.hpp"
 #include "util/error.hpp"
+#include "util/huge_pages.hpp"
 #include "util/log.hpp"
 
 namespace tessera::kernels::cuda {
@@ -1003,22 +1003,6 @@ U* dalloc(DeviceMemory& m, i64 n, const char* what) {
   return ptr<U>(m);
 }
 
-/// Asks the kernel to back [p, p + bytes) with transparent huge pages (Linux, where THP is
-/// in "madvise" or "always" mode; a no-op elsewhere, or where THP is "never", which is how
-/// a site turns it off): one page fault per 2 MiB instead of per 4 KiB when the output's
-/// pages are first touched.
-void advise_huge_pages(char* p, std::size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto lo = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  const auto hi = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 /// Sizes the output's arrays to n on helper threads, so the first touch of their pages
 /// overlaps the device work; join() waits (and rethrows). Joins in the destructor too.
 /// The arrays' storage is reserved first and its pages faulted in by several threads at
@@ -1054,7 +1038,7 @@ class HostOutput {
       }
       out.vals.reserve(n);
       spans.emplace_back(reinterpret_cast<char*>(out.vals.data()), n * sizeof(T));
-      for (const auto& sp : spans) advise_huge_pages(sp.first, sp.second);
+      for (const auto& sp : spans) util::advise_huge_pages(sp.first, sp.second);
     } catch (...) {
       err_ = std::current_exception();
       return;
