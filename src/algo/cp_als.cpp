@@ -9,6 +9,7 @@
 
 #include "algo/cp_constraints.hpp"
 #include "algo/cp_layout.hpp"
+#include "algo/host_tier.hpp"
 #include "linalg/row_update.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -151,15 +152,7 @@ CpResult run_als(const kernels::TensorHandle<T>& X, const partition::Distributio
 
   res.tier = X.tier();
   res.tier_description = X.describe();
-  {
-    std::int32_t tier_max = res.tier;
-    ctrl.allreduce(&tier_max, 1, comm::ReduceOp::max);
-    if (opt.print_iterations)
-      log::info("memory tier (rank 0): " + res.tier_description +
-                (tier_max != res.tier
-                     ? " (some ranks stream: tier " + std::to_string(tier_max) + ")"
-                     : ""));
-  }
+  log_memory_tier(res.tier, res.tier_description, ctrl, opt.print_iterations);
   if (opt.count_distinct_rows) res.distinct_rows = X.distinct_rows();
   for (int n = 0; n < N; ++n) {
     res.mttkrp_stream_bytes.push_back(static_cast<double>(X.mttkrp_stream_bytes(n)));

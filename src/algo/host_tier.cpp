@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <string>
+
+#include "util/log.hpp"
 
 namespace tessera::algo {
 
@@ -128,6 +131,16 @@ template <typename T>
 void HostTensor<T>::stream_sorted(const std::function<void(const SparseTensor<T>&, int)>& f) const {
   pass_.reset();
   for (std::size_t k = 0; k < chunks_.size(); ++k) f(chunks_[k], sorted_[k]);
+}
+
+void log_memory_tier(int tier, const std::string& description, const comm::Communicator& c,
+                     bool print) {
+  std::int32_t tier_max = tier;
+  c.allreduce(&tier_max, 1, comm::ReduceOp::max);
+  if (print)
+    log::info(
+        "memory tier (rank 0): " + description +
+        (tier_max != tier ? " (some ranks stream: tier " + std::to_string(tier_max) + ")" : ""));
 }
 
 template class HostTensor<float>;

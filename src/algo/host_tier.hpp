@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "algo/streamed.hpp"
+#include "comm/communicator.hpp"
 #include "kernels/backend.hpp"
 #include "util/timer.hpp"
 
@@ -84,5 +85,11 @@ class HostTensor final : public StreamedTensor<T> {
   mutable Timer pass_;
   mutable double copy_s_ = 0, compute_s_ = 0, overlap_ = 0;
 };
+
+/// Collective over c (one allreduce): logs, when `print`, this rank's memory tier as
+/// "memory tier (rank 0): <description>", with the highest tier of any rank where some
+/// ranks stream. CP-ALS and Tucker-HOOI call it once their tensor handle is ready.
+void log_memory_tier(int tier, const std::string& description, const comm::Communicator& c,
+                     bool print);
 
 }  // namespace tessera::algo

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "algo/host_tier.hpp"
 #include "algo/tucker_dense.hpp"
 #include "algo/tucker_resume.hpp"
 #include "comm/mpi_communicator.hpp"
@@ -995,15 +996,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   });
   res.tier = X->tier();
   res.tier_description = X->describe();
-  {
-    std::int32_t tier_max = res.tier;
-    c.allreduce(&tier_max, 1, comm::ReduceOp::max);
-    if (opt.print_iterations)
-      log::info("memory tier (rank 0): " + res.tier_description +
-                (tier_max != res.tier
-                     ? " (some ranks stream: tier " + std::to_string(tier_max) + ")"
-                     : ""));
-  }
+  log_memory_tier(res.tier, res.tier_description, c, opt.print_iterations);
   plan_combine(plan, dims, c);
   plan_memory(
       plan, dims, cols, sizeof(T),
