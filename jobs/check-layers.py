@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks that every #include "module/..." of a tracked source file is allowed by the layer
-table of docs/architecture.md (between <!-- layers:begin --> and <!-- layers:end -->).
+table of docs/architecture.md (between <!-- layers:begin --> and <!-- layers:end -->), and
+that the README's layout block names every top-level folder of the repository and no other.
 
 Usage: jobs/check-layers.py [--list]
   --list   print the table as read and the include counts per pair of modules
@@ -72,6 +73,20 @@ def include_target(prefix, table):
     return None
 
 
+def check_readme_layout(files):
+    """Lines naming a folder missing from, or absent in, the README's "## Layout" block."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    m = re.search(r"^## Layout\s*\n+```\n(.*?)```", text, re.S | re.M)
+    if m is None:
+        return ["README.md: no \"## Layout\" section with a ``` block"]
+    listed = set(re.findall(r"^([A-Za-z0-9_.-]+)/", m.group(1), re.M))
+    tree = {f.split("/")[0] for f in files if "/" in f and not f.startswith(".")}
+    out = [f"README.md: the layout block does not name the folder {d}/" for d in sorted(tree - listed)]
+    out += [f"README.md: the layout block names {d}/, which is not in the tree"
+            for d in sorted(listed - tree)]
+    return out
+
+
 def main():
     table = read_table()
     files = subprocess.run(["git", "-C", ROOT, "ls-files"], check=True, capture_output=True,
@@ -99,12 +114,15 @@ def main():
             print(f"{module:10} {folder:16} may include {' '.join(sorted(allowed))}")
         for (s, d), c in sorted(pairs.items()):
             print(f"{s:10} -> {d:10} {c}")
+    bad += check_readme_layout(files)
     for b in bad:
         print(b)
     if bad:
-        print(f"check-layers: {len(bad)} include(s) break the layers of {DOC}", file=sys.stderr)
+        print(f"check-layers: {len(bad)} problem(s): includes that break the layers of {DOC}, "
+              "or README.md's layout block out of step with the tree", file=sys.stderr)
         return 1
-    print(f"check-layers: {sum(pairs.values())} includes across modules, all within {DOC}'s table")
+    print(f"check-layers: {sum(pairs.values())} includes across modules, all within {DOC}'s "
+          "table; README.md's layout block names every top-level folder")
     return 0
 
 
