@@ -1,7 +1,9 @@
 #include "kernels/backend.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 
@@ -42,16 +44,49 @@ bool cuda_device_available() {
 }
 
 template <typename T>
-std::unique_ptr<Backend<T>> make_backend(BackendKind kind, int threads) {
+std::unique_ptr<Backend<T>> make_backend(BackendKind kind, int threads, const Tuning& tuning) {
+  check(tuning);
+  std::unique_ptr<Backend<T>> be;
   switch (kind) {
     case BackendKind::reference:
-      return make_reference_backend<T>();
+      be = make_reference_backend<T>();
+      break;
     case BackendKind::cpu:
-      return make_cpu_backend<T>(threads);
+      be = make_cpu_backend<T>(threads);
+      break;
     case BackendKind::cuda:
-      return make_cuda_backend<T>();
+      be = make_cuda_backend<T>();
+      break;
   }
-  TESSERA_THROW("unknown backend kind");
+  if (!be) TESSERA_THROW("unknown backend kind");
+  be->set_tuning(tuning);
+  return be;
+}
+
+void check(const Tuning& t) {
+  auto one_of = [](const std::string& v, std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (v == n) return true;
+    return false;
+  };
+  TESSERA_INPUT_CHECK(
+      one_of(t.cuda_layout, {"default", "auto", "plain", "smem", "l2"}),
+      "--cuda-layout must be default, auto, plain, smem or l2 (got '" << t.cuda_layout << "')");
+  TESSERA_INPUT_CHECK(t.cuda_block_rows < (std::uint64_t(1) << 32),
+                      "--cuda-block-rows must be below 2^32 (got " << t.cuda_block_rows << ")");
+  TESSERA_INPUT_CHECK(
+      one_of(t.mttkrp_kernel, {"auto", "blocked", "classic"}),
+      "--mttkrp-kernel must be auto, blocked or classic (got '" << t.mttkrp_kernel << "')");
+  TESSERA_INPUT_CHECK(one_of(t.ttmc_kernel, {"auto", "cores"}),
+                      "--ttmc-kernel must be auto or cores (got '" << t.ttmc_kernel << "')");
+  TESSERA_INPUT_CHECK(
+      t.ttmc_tile == 0 || (t.ttmc_tile >= 64 && t.ttmc_tile <= 65536 && t.ttmc_tile % 32 == 0),
+      "--ttmc-tile must be 0 (built-in) or a multiple of 32 in 64..65536 (got " << t.ttmc_tile
+                                                                                << ")");
+  TESSERA_INPUT_CHECK(!std::isnan(t.sptc_tc_threshold),
+                      "--tc-threshold must be a block density >= 0, or < 0 for the default");
+  TESSERA_INPUT_CHECK(one_of(t.cpu_isa, {"auto", "base", "avx2", "avx512"}),
+                      "--cpu-isa must be auto, base, avx2 or avx512 (got '" << t.cpu_isa << "')");
 }
 
 void check_synthetic(const synthetic::Spec& spec, std::uint64_t first_id, std::uint64_t count) {
@@ -434,7 +469,7 @@ template SparseTensor<float> make_synthetic_tensor<float>(const synthetic::Spec&
 template SparseTensor<double> make_synthetic_tensor<double>(const synthetic::Spec&, std::uint64_t,
                                                             std::uint64_t);
 
-template std::unique_ptr<Backend<float>> make_backend<float>(BackendKind, int);
-template std::unique_ptr<Backend<double>> make_backend<double>(BackendKind, int);
+template std::unique_ptr<Backend<float>> make_backend<float>(BackendKind, int, const Tuning&);
+template std::unique_ptr<Backend<double>> make_backend<double>(BackendKind, int, const Tuning&);
 
 }  // namespace tessera::kernels

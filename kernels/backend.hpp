@@ -13,6 +13,7 @@
 
 #include "comm/communicator.hpp"
 #include "kernels/cp_device.hpp"
+#include "kernels/tuning.hpp"
 #include "linalg/dense.hpp"
 #include "linalg/row_update.hpp"
 #include "tensor/sparse_tensor.hpp"
@@ -166,6 +167,14 @@ class Backend {
   /// The workload of tensors prepared from now on (default: mttkrp). Call before prepare().
   virtual void set_workload(Workload w) { workload_ = w; }
   Workload workload() const { return workload_; }
+  /// The kernel tuning options (kernels/tuning.hpp) of operations called from now on;
+  /// layout choices take effect at the next prepare(). Throws InputError (kernels::check)
+  /// on an invalid value, leaving the previous options in place.
+  virtual void set_tuning(const Tuning& t) {
+    check(t);
+    tuning_ = t;
+  }
+  const Tuning& tuning() const { return tuning_; }
   /// Prepares `x` (coordinates local to the block: idx[m][k] < x.dims[m]) for repeated
   /// MTTKRP in every mode. The handle keeps what it needs; `x` may be freed after.
   virtual std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) = 0;
@@ -394,6 +403,7 @@ class Backend {
 
  private:
   Workload workload_ = Workload::mttkrp;
+  Tuning tuning_;
   Array<T> accumulate_scratch_;       ///< default mttkrp_accumulate: the chunk's output
   AccumulateTimes accumulate_times_;  ///< default mttkrp_accumulate: since the last take
 };
@@ -408,8 +418,10 @@ SparseTensor<T> make_synthetic_tensor(const synthetic::Spec& spec, std::uint64_t
                                       std::uint64_t count);
 
 /// Creates a backend. Throws Error "built without CUDA" for cuda in a CPU-only build.
-/// `threads` limits OpenMP threads for the cpu backend (0 = OpenMP's default).
+/// `threads` limits OpenMP threads for the cpu backend (0 = OpenMP's default); `tuning`
+/// is given to Backend::set_tuning.
 template <typename T>
-std::unique_ptr<Backend<T>> make_backend(BackendKind kind, int threads = 0);
+std::unique_ptr<Backend<T>> make_backend(BackendKind kind, int threads = 0,
+                                         const Tuning& tuning = {});
 
 }  // namespace tessera::kernels

@@ -207,6 +207,10 @@ class StreamingBackend final : public kernels::Backend<T> {
     kernels::Backend<T>::set_workload(w);
     in_.set_workload(w);
   }
+  void set_tuning(const kernels::Tuning& t) override {
+    kernels::Backend<T>::set_tuning(t);
+    in_.set_tuning(t);
+  }
   std::unique_ptr<kernels::TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
     return in_.prepare(x);
   }
