@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "util/memory_space.hpp"
+
 namespace tessera::comm {
 
 enum class DataType { i32, i64, u32, u64, f32, f64, u8 };
@@ -51,8 +53,8 @@ constexpr DataType data_type_of<char>() {
 
 std::size_t size_of(DataType t);
 
-/// Where a communicator's buffers live.
-enum class MemorySpace { host, device };
+/// Where a communicator's buffers live (util/memory_space.hpp).
+using ::tessera::MemorySpace;
 
 /// Collectives over a group of ranks. Buffers live in `memory_space()`.
 /// Every call is collective over the group unless stated otherwise; counts are

@@ -4,8 +4,9 @@
 // Every call returns only after the operation has completed on the device (the
 // algorithms use results right away). Completion is awaited by polling the stream and
 // ncclCommGetAsyncError: an asynchronous NCCL error (a peer or the network failed)
-// aborts the communicator and throws, and so does a wait longer than
-// TESSERA_NCCL_TIMEOUT_S seconds (default 1800, 0 = no limit), so a dead or stuck rank
+// aborts the communicator and throws, and so does a wait longer than the creation
+// option's timeout (NcclOptions::timeout_s, the drivers' --nccl-timeout: default 1800 s,
+// 0 = no limit), so a dead or stuck rank
 // ends the job with a message instead of a hang. Communicators are created non-blocking
 // (ncclConfig_t::blocking = 0) so that initialisation and split can be polled the same way.
 //
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -118,16 +120,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
       return ncclMin;
   }
   TESSERA_THROW("unknown ReduceOp " << static_cast<int>(op));
-}
-
-double timeout_from_env() {
-  const char* s = std::getenv("TESSERA_NCCL_TIMEOUT_S");
-  if (!s || !*s) return 1800.0;
-  char* end = nullptr;
-  const double v = std::strtod(s, &end);
-  TESSERA_INPUT_CHECK(end != s && *end == '\0' && v >= 0,
-                      "TESSERA_NCCL_TIMEOUT_S='" << s << "': expected seconds >= 0 (0 = no limit)");
-  return v;
 }
 
 /// Grow-only device scratch for staging host buffers.
@@ -342,7 +334,7 @@ class NcclCommunicator final : public Communicator {
         TESSERA_THROW(what << " did not complete within " << timeout_s << " s on rank "
                            << log::rank() << " (" << log::hostname()
                            << "): a peer rank may have died or not called it; "
-                              "TESSERA_NCCL_TIMEOUT_S sets the limit");
+                              "--nccl-timeout sets the limit");
       }
       backoff(spins);
     }
@@ -475,7 +467,7 @@ class NcclCommunicator final : public Communicator {
         TESSERA_THROW(what << " did not complete within " << timeout_s_ << " s on rank " << rank_
                            << " of " << size_ << " (" << log::hostname()
                            << "): a peer rank may have died or be stuck; the communicator was "
-                              "aborted (TESSERA_NCCL_TIMEOUT_S sets the limit, 0 = none)");
+                              "aborted (--nccl-timeout sets the limit, 0 = none)");
       }
       backoff(spins);
     }
@@ -520,13 +512,17 @@ bool nccl_available() {
   return true;
 }
 
-std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot) {
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot,
+                                                     const NcclOptions& options) {
   // NVLink SHARP (NVLS) stays off unless the user asked for it: it needs multicast
   // objects from the fabric manager / IMEX, reserves large buffers per communicator and
   // fails or degrades on shared nodes, MIG slices and containers. Must be set before
   // NCCL's first call reads its environment.
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
-  const double timeout_s = timeout_from_env();
+  TESSERA_INPUT_CHECK(
+      options.timeout_s >= 0 && std::isfinite(options.timeout_s),
+      "--nccl-timeout " << options.timeout_s << ": expected seconds >= 0 (0 = no limit)");
+  const double timeout_s = options.timeout_s;
 
   // Device selection: collective agreement first, so a rank without a usable GPU makes
   // every rank throw instead of leaving the others waiting in NCCL's bootstrap.

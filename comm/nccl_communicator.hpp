@@ -7,6 +7,14 @@
 
 namespace tessera::comm {
 
+/// Creation options of the NCCL communicator (the drivers set them from the command line).
+struct NcclOptions {
+  /// Seconds a wait for a collective, an initialisation or a split may take before the
+  /// communicator is aborted and the call throws (--nccl-timeout; 0 = no limit). The
+  /// communicators split from it inherit it.
+  double timeout_s = 1800;
+};
+
 /// True when this build has the NCCL communicator.
 bool nccl_available();
 
@@ -14,9 +22,11 @@ bool nccl_available();
 /// allgather, cudaSetDevice(local_rank), unique id from rank 0 by MPI_Bcast,
 /// ncclCommInitRank. Buffers passed to the result are device pointers; calls are
 /// enqueued on the communicator's stream and complete before returning (waits poll
-/// ncclCommGetAsyncError and abort the communicator on error).
-/// Throws tessera::Error "built without CUDA" in a CPU-only build.
-std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot);
+/// ncclCommGetAsyncError and abort the communicator on error or after
+/// `options.timeout_s`). Throws InputError on a negative or non-finite timeout, and
+/// tessera::Error "built without CUDA" in a CPU-only build.
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot,
+                                                     const NcclOptions& options = {});
 
 /// Rank of this process among the ranks of `boot` on the same host (hostname hash).
 int local_rank(const MpiCommunicator& boot);

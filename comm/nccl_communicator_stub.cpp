@@ -8,7 +8,7 @@ bool nccl_available() {
   return false;
 }
 
-std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator&) {
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator&, const NcclOptions&) {
   TESSERA_THROW(
       "NCCL communicator requested, but Tessera was built without CUDA "
       "(reconfigure with -DTESSERA_WITH_CUDA=ON on a machine with the CUDA toolkit and NCCL)");

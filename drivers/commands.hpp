@@ -15,7 +15,7 @@ void add_contract(CLI::App& app, Runner& run);
 void add_generate(CLI::App& app, Runner& run);
 void add_info(CLI::App& app, Runner& run);
 void add_bench(CLI::App& app, Runner& run);
-/// `bench contract` under the `bench` subcommand (cmd_bench_contract.cpp; add_bench calls it).
+/// `bench contract` under the `bench` subcommand (drivers/bench/contract.cpp; add_bench calls it).
 void add_bench_contract(CLI::App* bench, Runner& run);
 void add_tucker(CLI::App& app, Runner& run);
 void add_convert(CLI::App& app, Runner& run);

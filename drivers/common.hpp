@@ -12,6 +12,7 @@
 #include "io/checkpoint.hpp"
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/tuning.hpp"
 #include "partition/partition.hpp"
 #include "plan/planner.hpp"
 #include "util/timer.hpp"
@@ -62,6 +63,12 @@ struct ComputeOptions {
   bool dry_run = false;  ///< print the plan and stop
   std::string json;
   bool force = false;  ///< --force: replace existing outputs Tessera did not write (io/output.hpp)
+  /// Kernel tuning (--cuda-layout, --mttkrp-kernel, --cpu-isa, ...: the "Kernel tuning"
+  /// group of --help), given to the backend make_compute makes.
+  kernels::Tuning tuning;
+  /// --nccl-timeout: seconds a NCCL wait may take before the job is aborted (0 = no limit;
+  /// comm::NcclOptions::timeout_s).
+  double nccl_timeout_s = 1800;
 };
 
 /// A backend and the communicator of its memory space (NCCL for cuda, else `world`).
@@ -202,10 +209,15 @@ enum ComputeOptionGroup : unsigned {
   kDryRunOption = 8u,      ///< --dry-run
   kAllComputeOptions = 15u
 };
-/// Registers -t/--threads --backend --precision --index-base --json --force and the groups
-/// in `which`.
+/// Registers -t/--threads --backend --precision --index-base --json --force, the kernel
+/// tuning options (add_tuning_options) and the groups in `which`.
 void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load,
                          unsigned which = kAllComputeOptions);
+/// Registers the "Kernel tuning" group of `sub` into `t` (every field of kernels::Tuning,
+/// each with its default in --help and a check; the combination is checked by
+/// kernels::check when parsing ends) and --nccl-timeout into `nccl_timeout_s`. An option the
+/// subcommand already has (bench contract's own --tc-threshold) is left to it.
+void add_tuning_options(CLI::App* sub, kernels::Tuning& t, double& nccl_timeout_s);
 /// Registers --force (every subcommand that writes files): existing outputs that Tessera
 /// did not write are replaced only with it; an input never is (io::OutputSet).
 void add_force_option(CLI::App* sub, bool& force);

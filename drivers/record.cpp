@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,9 @@ Invocation& invocation() {
 }
 
 std::atomic<std::uint64_t> g_device_peak{0};
+/// note_tuning(): the tuning of the last backend make_compute made (none: no record field).
+std::mutex g_tuning_mutex;
+std::optional<kernels::Tuning> g_tuning;
 
 /// "2026-11-25T18:35:22.123Z"
 std::string iso8601_utc(std::chrono::system_clock::time_point t) {
@@ -204,6 +209,19 @@ void set_invocation(int argc, const char* const* argv, const CLI::App* parsed) {
   inv.parsed = parsed;
 }
 
+nlohmann::json tuning_json(const kernels::Tuning& t) {
+  return {{"cuda_layout", t.cuda_layout},   {"cuda_block_rows", t.cuda_block_rows},
+          {"cuda_l2_hint", t.cuda_l2_hint}, {"mttkrp_kernel", t.mttkrp_kernel},
+          {"ttmc_kernel", t.ttmc_kernel},   {"ttmc_tile", t.ttmc_tile},
+          {"sptc_pool", t.sptc_pool},       {"sptc_tc_threshold", t.sptc_tc_threshold},
+          {"cpu_isa", t.cpu_isa},           {"trace", t.trace}};
+}
+
+void note_tuning(const kernels::Tuning& t) {
+  std::lock_guard<std::mutex> lock(g_tuning_mutex);
+  g_tuning = t;
+}
+
 void note_device_peak(std::uint64_t bytes) {
   std::uint64_t cur = g_device_peak.load();
   while (bytes > cur && !g_device_peak.compare_exchange_weak(cur, bytes)) {
@@ -318,6 +336,11 @@ nlohmann::json record_envelope(const std::string& command, const nlohmann::json&
   nlohmann::json opts = inv.parsed ? cli_options_json(*inv.parsed) : nlohmann::json::object();
   for (const auto& [k, v] : options.items()) opts[k] = v;
   j["options"] = opts;
+  {
+    // The kernel tuning of the backend this process computed with (make_compute).
+    std::lock_guard<std::mutex> lock(g_tuning_mutex);
+    if (g_tuning) j["tuning"] = tuning_json(*g_tuning);
+  }
 
   nlohmann::json m = machine_json(world, backend, threads);
   const std::vector<std::string> hosts = allgather_strings(world, log::hostname());

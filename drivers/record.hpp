@@ -11,6 +11,7 @@
 #include "algo/cp_als.hpp"
 #include "algo/tucker.hpp"
 #include "comm/communicator.hpp"
+#include "kernels/tuning.hpp"
 
 namespace tessera::driver {
 
@@ -64,6 +65,15 @@ void add_iteration_fields(nlohmann::json& j, const nlohmann::json& per_iteration
 /// arguments under their name), with its value or default: flags as booleans, numbers as
 /// numbers, the rest as strings ("" when unset and without default).
 nlohmann::json cli_options_json(const CLI::App& sub);
+
+/// The run record's "tuning" object: every field of kernels::Tuning under its own name
+/// (cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel, ttmc_kernel, ttmc_tile,
+/// sptc_pool, sptc_tc_threshold, cpu_isa, trace), typed as in the struct.
+nlohmann::json tuning_json(const kernels::Tuning& t);
+
+/// Called by make_compute: the tuning the process's backend was made with; every record
+/// written after it carries it as "tuning" (the computing commands, the Python module).
+void note_tuning(const kernels::Tuning& t);
 
 /// Called by PeakSampler::stop(): this process's largest measured device memory peak, for
 /// the envelope's memory.peak_device_bytes_per_rank.

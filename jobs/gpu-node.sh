@@ -48,7 +48,8 @@
 #               or in .deps/data) and on the nell-2 shape (R 32), each with --cuda-graph on and
 #               off; MTTKRP nell-2 R 32 per mode (achieved GB/s next to the floor; with ncu
 #               on the node, its DRAM bytes and L2 hit rate per kernel); Tucker nell-2
-#               16,16,16. With TESSERA_BASE_TAR (a `git archive --format=tar.gz` of an earlier
+#               16,16,16; TTMc nell-2 16,16,16; SpTC generated (1.2e9 products, double; the
+#               issue 17 set). With TESSERA_BASE_TAR (a `git archive --format=tar.gz` of an earlier
 #               commit, carried e.g. in .deps/) the same cases on that build too, so before
 #               and after come from one card in one call
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
@@ -206,17 +207,17 @@ if has sanitize; then  # compute-sanitizer over the GPU test binaries
   done
   [ "$bad" = 0 ] || log "compute-sanitizer found errors (see $out/sanitize-*.log)"
 fi
-if has mttkrp-ab; then  # MTTKRP tile kernels A/B: classic vs blocked (TESSERA_CUDA_MTTKRP_KERNEL)
+if has mttkrp-ab; then  # MTTKRP tile kernels A/B: classic vs blocked (--mttkrp-kernel)
   for k in classic blocked; do
     for R in 32 16; do
-      bench nell2-uniform-mttkrp-r$R-$k env TESSERA_CUDA_MTTKRP_KERNEL=$k "$T" bench mttkrp --generate $nell \
+      bench nell2-uniform-mttkrp-r$R-$k "$T" bench mttkrp --mttkrp-kernel $k --generate $nell \
         --nnz 76.9e6 --rank $R --backend cuda --precision float --repeat 10
     done
-    bench nell2-powerlaw-mttkrp-r32-$k env TESSERA_CUDA_MTTKRP_KERNEL=$k "$T" bench mttkrp --generate $nell \
+    bench nell2-powerlaw-mttkrp-r32-$k "$T" bench mttkrp --mttkrp-kernel $k --generate $nell \
       --nnz 76.9e6 --dist powerlaw --rank 32 --backend cuda --precision float --repeat 10
   done
   for k in ${TESSERA_AB_AMAZON:-blocked}; do
-    bench amazon-powerlaw-mttkrp-r32-$k env TESSERA_CUDA_MTTKRP_KERNEL=$k "$T" bench mttkrp --generate $amz \
+    bench amazon-powerlaw-mttkrp-r32-$k "$T" bench mttkrp --mttkrp-kernel $k --generate $amz \
       --nnz 1.74e9 --dist powerlaw --rank 32 --backend cuda --precision float --repeat 3
   done
 fi
@@ -228,7 +229,7 @@ fi
 # ---- benchmarks ----
 if has quick || has full || has quick-bench; then
   bench nell2-uniform-mttkrp-r32 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --repeat 10
-  bench nell2-uniform-mttkrp-r32-auto env TESSERA_CUDA_LAYOUT=auto "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --repeat 10
+  bench nell2-uniform-mttkrp-r32-auto "$T" bench mttkrp --cuda-layout auto --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --repeat 10
   bench nell2-powerlaw-mttkrp-r32 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --dist powerlaw --rank 32 --backend cuda --precision float --repeat 10
   bench nell2-uniform-mttkrp-r16 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 16 --backend cuda --precision float --repeat 10
   bench nell2-uniform-cp-r32 "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --iters 6
@@ -243,7 +244,7 @@ if has amazon; then
     bench amazon-$dist-mttkrp-r32 "$T" bench mttkrp --generate $amz --nnz 1.74e9 --dist $dist --rank 32 \
       --backend cuda --precision float --repeat 3
   done
-  bench amazon-uniform-mttkrp-r32-auto env TESSERA_CUDA_LAYOUT=auto "$T" bench mttkrp --generate $amz --nnz 1.74e9 \
+  bench amazon-uniform-mttkrp-r32-auto "$T" bench mttkrp --cuda-layout auto --generate $amz --nnz 1.74e9 \
     --rank 32 --backend cuda --precision float --repeat 3
   bench amazon-powerlaw-mttkrp-r16 "$T" bench mttkrp --generate $amz --nnz 1.74e9 --dist powerlaw --rank 16 \
     --backend cuda --precision float --repeat 3
@@ -259,7 +260,7 @@ if has tucker; then
       --backend cuda --precision float --repeat 10
   done
   for tile in 512 2048; do  # TTMc tile size (tuning; the default is 1024)
-    bench nell2-uniform-ttmc-16-tile$tile env TESSERA_CUDA_TTMC_TILE=$tile "$T" bench ttmc --generate $nell \
+    bench nell2-uniform-ttmc-16-tile$tile "$T" bench ttmc --ttmc-tile $tile --generate $nell \
       --nnz 76.9e6 --ranks 16,16,16 --backend cuda --precision float --repeat 10
   done
   for th in 1 16; do  # host BLAS threads of the dense stages (default 4)
@@ -467,6 +468,10 @@ if has latency; then  # issue 21: iteration latency, before (base build) and aft
       --precision float --repeat 10
     bench lat-$lab-nell2-tucker-16 "$bin" bench tucker --generate $nell --nnz 76.9e6 --ranks 16,16,16 \
       --backend cuda --precision float --iters 6 -v
+    bench lat-$lab-nell2-ttmc-16 "$bin" bench ttmc --generate $nell --nnz 76.9e6 --ranks 16,16,16 \
+      --backend cuda --precision float --repeat 10
+    bench lat-$lab-sptc-gen "$bin" bench contract --generate --nnz 2e7 --products 1.2e9 --backend cuda \
+      --precision double --repeat 3 --no-reference
   done
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   if [ -n "$ncu_bin" ]; then

@@ -37,13 +37,18 @@ def main(out):
         except (OSError, ValueError):
             rows.append(f"{name:34s} no result")
             continue
-        if "modes" in j:  # bench mttkrp
+        if "einsum" in j:  # bench contract
+            f = j["floor"]
+            rows.append(f"{name:34s} {f['seconds'] * f['total_ratio'] * 1e3:8.3f} ms/contraction "
+                        f"(median)  kernel/floor {f['kernel_ratio']:5.2f}  total/floor "
+                        f"{f['total_ratio']:5.2f}  output nnz {j['output']['nnz']}")
+        elif "modes" in j:  # bench mttkrp, bench ttmc
             per = "  ".join(
                 f"m{m['mode']} {m['median_seconds']*1e3:.3f} ms x{m['ratio_to_floor']:.2f} "
                 f"{m.get('achieved_bytes_per_s', 0)/1e9:.0f} GB/s" for m in j["modes"])
             rows.append(f"{name:34s} mean {j['mean_seconds_per_mode']*1e3:8.3f} ms/mode  "
                         f"floor-ratio {j['mean_ratio_to_floor']:5.2f}  bw "
-                        f"{j['machine']['bandwidth_bytes_per_s']/1e9:6.0f} GB/s  | {per}")
+                        f"{j.get('machine', {}).get('bandwidth_bytes_per_s', 0)/1e9:6.0f} GB/s  | {per}")
         elif "ttmc" in j.get("share", {}):  # bench tucker
             sp = j.get("svd_split", {})
             rows.append(f"{name:34s} {j['seconds_per_iteration']*1e3:8.3f} ms/iter  ttmc "

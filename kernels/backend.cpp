@@ -198,7 +198,7 @@ void Backend<T>::ttmc(const TensorHandle<T>&, int, const std::vector<const T*>&,
 
 template <typename T>
 Array<double> Backend<T>::allocate_double(std::size_t n) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement allocate_double");
   if (n == 0) return Array<double>();
   return Array<double>(new double[n], n, [](double* p) { delete[] p; });
@@ -214,7 +214,7 @@ void Backend<T>::download_double(const double* src, std::size_t n, double* host)
 
 template <typename T>
 void Backend<T>::wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double* S) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement wide_gram");
   std::fill(S, S + C * C, 0.0);
   std::vector<double> buf;
@@ -226,7 +226,7 @@ void Backend<T>::wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double
 template <typename T>
 void Backend<T>::wide_times(const T* Y, std::int64_t rows, std::int64_t C, const double* W, int R,
                             double* Z) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement wide_times");
   std::vector<double> buf;
   for_double_row_chunks(Y, rows, C, buf, [&](const double* y, std::int64_t r0, std::int64_t nr) {
@@ -236,7 +236,7 @@ void Backend<T>::wide_times(const T* Y, std::int64_t rows, std::int64_t C, const
 template <typename T>
 void Backend<T>::wide_times_t(const T* Y, std::int64_t rows, std::int64_t C, const double* P, int R,
                               double* B) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement wide_times_t");
   std::fill(B, B + C * R, 0.0);
   std::vector<double> buf;
@@ -304,7 +304,7 @@ bool host_cholesky_inverse_t(const double* G, int R, std::vector<double>& M) {
 
 template <typename T>
 Array<std::int64_t> Backend<T>::upload_index(const std::int64_t* host, std::size_t n) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement upload_index");
   if (n == 0) return Array<std::int64_t>();
   auto* p = new std::int64_t[n];
@@ -314,7 +314,7 @@ Array<std::int64_t> Backend<T>::upload_index(const std::int64_t* host, std::size
 template <typename T>
 void Backend<T>::gather_rows_double(const double* U, int R, const std::int64_t* pos,
                                     std::int64_t rows, double* P) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement gather_rows_double");
   for (std::int64_t j = 0; j < rows; ++j) {
     const std::int64_t i = pos != nullptr ? pos[j] : j;
@@ -325,7 +325,7 @@ template <typename T>
 void Backend<T>::scatter_rows_double(const double* Z, std::int64_t rows, int R,
                                      const std::int64_t* pos, std::int64_t len,
                                      const double* host_scale, double* U) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement scatter_rows_double");
   std::fill(U, U + len * R, 0.0);
   for (std::int64_t j = 0; j < rows; ++j) {
@@ -339,7 +339,7 @@ void Backend<T>::scatter_rows_double(const double* Z, std::int64_t rows, int R,
 }
 template <typename T>
 void Backend<T>::gram_double(const double* U, std::int64_t rows, int R, double* G) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement gram_double");
   std::fill(G, G + static_cast<std::size_t>(R) * static_cast<std::size_t>(R), 0.0);
   for (std::int64_t r0 = 0; r0 < rows; r0 += kTallChunkRows) {
@@ -351,7 +351,7 @@ void Backend<T>::gram_double(const double* U, std::int64_t rows, int R, double* 
 template <typename T>
 void Backend<T>::inner_double(const double* A, const double* B, std::int64_t rows, int R,
                               double* M) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement inner_double");
   if (rows == 0) {
     std::fill(M, M + static_cast<std::size_t>(R) * static_cast<std::size_t>(R), 0.0);
@@ -361,7 +361,7 @@ void Backend<T>::inner_double(const double* A, const double* B, std::int64_t row
 }
 template <typename T>
 void Backend<T>::times_small_double(double* U, std::int64_t rows, int R, const double* M) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement times_small_double");
   std::vector<double> tmp;
   host_times_small(U, rows, R, M, tmp);
@@ -369,7 +369,7 @@ void Backend<T>::times_small_double(double* U, std::int64_t rows, int R, const d
 template <typename T>
 bool Backend<T>::cholqr_step(double* U, std::int64_t rows, int R, const double* G,
                              double* host_dev) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement cholqr_step");
   double dev = 0;
   for (int i = 0; i < R; ++i)
@@ -384,7 +384,7 @@ bool Backend<T>::cholqr_step(double* U, std::int64_t rows, int R, const double* 
 template <typename T>
 double Backend<T>::subspace_change(const double* U, const double* Unew, const double* M,
                                    std::int64_t rows, int R) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement subspace_change");
   const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(R);
   std::vector<double> proj(U, U + n), tmp;
@@ -395,7 +395,7 @@ double Backend<T>::subspace_change(const double* U, const double* Unew, const do
 }
 template <typename T>
 double Backend<T>::sum_squares_double(const double* x, std::size_t n) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement sum_squares_double");
   double s = 0;
   for (std::size_t k = 0; k < n; ++k) s += x[k] * x[k];
@@ -403,7 +403,7 @@ double Backend<T>::sum_squares_double(const double* x, std::size_t n) {
 }
 template <typename T>
 void Backend<T>::convert_from_double(const double* src, std::size_t n, T* dst) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement convert_from_double");
   for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(src[k]);
 }
@@ -411,7 +411,7 @@ void Backend<T>::convert_from_double(const double* src, std::size_t n, T* dst) {
 template <typename T>
 void Backend<T>::sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
                           const std::vector<std::int64_t>& row, std::int64_t C, T* dst) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement sum_rows");
   const auto rows = static_cast<std::int64_t>(ptr.empty() ? 0 : ptr.size() - 1);
 #pragma omp parallel for schedule(static) if (rows * C > (1 << 16))
@@ -431,7 +431,7 @@ void Backend<T>::sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
 template <typename T>
 void Backend<T>::add_rows(const T* src, std::int64_t rows, std::int64_t C,
                           const std::vector<std::int64_t>& dst_row, T* dst) {
-  TESSERA_EXPECTS(memory_space() == comm::MemorySpace::host,
+  TESSERA_EXPECTS(memory_space() == MemorySpace::host,
                   "the " << name() << " backend must implement add_rows");
   TESSERA_EXPECTS(dst_row.empty() || static_cast<std::int64_t>(dst_row.size()) == rows,
                   "add_rows: " << dst_row.size() << " destination rows for " << rows << " rows");

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.hpp"
 #include "kernels/cp_device.hpp"
 #include "kernels/tuning.hpp"
 #include "linalg/dense.hpp"
 #include "linalg/row_update.hpp"
 #include "tensor/sparse_tensor.hpp"
+#include "util/memory_space.hpp"
 
 namespace tessera::synthetic {
 struct Spec;  // tensor/synthetic.hpp
@@ -27,10 +27,11 @@ namespace tessera::kernels {
 template <typename T>
 class ContractPlan;  // kernels/sptc.hpp
 template <typename T>
-class ContractSink;        // kernels/sptc.hpp
-struct ContractSpec;       // kernels/sptc.hpp
-struct ContractStats;      // kernels/sptc.hpp
-struct ContractRouteInfo;  // kernels/sptc.hpp
+class ContractSink;  // kernels/sptc.hpp
+template <typename T>
+class ContractRoute;   // kernels/sptc.hpp
+struct ContractSpec;   // kernels/sptc.hpp
+struct ContractStats;  // kernels/sptc.hpp
 
 enum class BackendKind { reference, cpu, cuda };
 
@@ -133,7 +134,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual BackendKind kind() const = 0;
   virtual std::string name() const = 0;
-  virtual comm::MemorySpace memory_space() const = 0;
+  virtual MemorySpace memory_space() const = 0;
   /// Blocks until queued work is done (no-op on host backends).
   virtual void synchronize() {}
 
@@ -205,7 +206,7 @@ class Backend {
   /// default prepares the chunk, runs mttkrp() into a scratch kept between calls and adds
   /// it with add_rows(); the cuda backend copies the chunk from page-locked memory (see
   /// pin_host) on a copy stream while the previous chunk computes, sorts it on the device
-  /// and accumulates into `out` (kernels/cuda/mttkrp_stream.cu); its device buffers (two
+  /// and accumulates into `out` (kernels/cuda/mttkrp/stream.cu); its device buffers (two
   /// chunk buffers and the sort's, kept between calls) hold pieces of at most 2^25
   /// nonzeros, fewer when the memory budget asks (order 3 float: 72 bytes per nonzero).
   /// `sorted_mode` >= 0 promises that the chunk's `sorted_mode` indices are non-decreasing
@@ -349,22 +350,16 @@ class Backend {
     (void)plan, (void)stats, (void)sink;
     return false;
   }
-  /// A distributed contraction with its routing in backend memory over `data` (NCCL on
-  /// GPUs): x and y are this rank's shares (global coordinates); on true, `out` holds this
-  /// rank's share of Z (sorted, no repeats, no exact zeros, disjoint from the other
-  /// ranks'). False on every rank alike, with nothing done, when the backend has no such
-  /// path for this spec or the routed inputs would not fit (the default: host backends);
-  /// algo::contract then routes on the host. Collective over host and data. With a sink,
-  /// the share is written into sink->output(...) and `out` is left untouched.
-  virtual bool contract_routed(const SparseTensor<T>& x, const SparseTensor<T>& y,
-                               const ContractSpec& spec, const comm::Communicator& host,
-                               const comm::Communicator& data, std::size_t memory_limit,
-                               SparseTensor<T>* out, ContractStats* stats, ContractRouteInfo* info,
-                               ContractSink<T>* sink) {
-    (void)x, (void)y, (void)spec, (void)host, (void)data, (void)memory_limit, (void)out,
-        (void)stats, (void)info, (void)sink;
-    return false;
-  }
+  /// The backend side of a distributed contraction routed in backend memory over `ranks`
+  /// ranks (kernels/sptc.hpp, ContractRoute: algo::contract runs the collectives, on a
+  /// device communicator, between its steps): x and y are this rank's shares (global
+  /// coordinates). Null, with nothing done, when the backend has no such path for this spec
+  /// (the default: host backends; the cuda backend for the sort assembly, keys over 64 bits,
+  /// a row side without output modes); the answer depends only on the spec and the dims,
+  /// so every rank gets the same. x and y must outlive the route.
+  virtual std::unique_ptr<ContractRoute<T>> contract_route(const SparseTensor<T>& x,
+                                                           const SparseTensor<T>& y,
+                                                           const ContractSpec& spec, int ranks);
 
   // ---- dense (R is small: 1..~256) ----
   /// G (R x R) = A^T A for A (rows x R, row-major). rows may be 0 (G = 0).

@@ -43,7 +43,7 @@ enum class Schedule {
 
 /// Instruction set of the inner loops, chosen at run time (the build needs no -march).
 enum class Isa {
-  automatic,  ///< the widest one this CPU supports (TESSERA_CPU_ISA=base|avx2|avx512 overrides)
+  automatic,  ///< the widest one this CPU supports (the cpu backend: Tuning::cpu_isa, --cpu-isa)
   base,       ///< the compiler's baseline (SSE2 on x86-64)
   avx2,       ///< AVX2 + FMA, x86-64 only
   avx512,     ///< AVX-512F, x86-64 only

@@ -236,18 +236,10 @@ ContractAssembly parse_contract_assembly(const std::string& s) {
   return ContractAssembly::rows;
 }
 
-double resolve_tc_threshold(const ContractDeviceOptions& o) {
+double resolve_tc_threshold(const ContractDeviceOptions& o, const Tuning& tuning) {
   if (o.tc_threshold >= 0) return o.tc_threshold;
-  const char* e = std::getenv("TESSERA_SPTC_TC_THRESHOLD");
-  if (e == nullptr || *e == '\0') return kDefaultTensorCoreThreshold;
-  char* end = nullptr;
-  const double v = std::strtod(e, &end);
-  TESSERA_INPUT_CHECK(end != e && *end == '\0' && v >= 0,
-                      "TESSERA_SPTC_TC_THRESHOLD='"
-                          << e
-                          << "' is not a block density >= 0 (0: every block with a nonzero on "
-                             "the tensor cores, > 1: none)");
-  return v;
+  if (tuning.sptc_tc_threshold >= 0) return tuning.sptc_tc_threshold;
+  return kDefaultTensorCoreThreshold;
 }
 
 template <typename T>
@@ -256,6 +248,18 @@ SparseTensor<T> contract(Backend<T>& backend, const SparseTensor<T>& x, const Sp
   auto plan = backend.contract_plan(x, y, spec);
   return backend.contract(*plan, stats);
 }
+
+template <typename T>
+std::unique_ptr<ContractRoute<T>> Backend<T>::contract_route(const SparseTensor<T>&,
+                                                             const SparseTensor<T>&,
+                                                             const ContractSpec&, int) {
+  return nullptr;
+}
+
+template std::unique_ptr<ContractRoute<float>> Backend<float>::contract_route(
+    const SparseTensor<float>&, const SparseTensor<float>&, const ContractSpec&, int);
+template std::unique_ptr<ContractRoute<double>> Backend<double>::contract_route(
+    const SparseTensor<double>&, const SparseTensor<double>&, const ContractSpec&, int);
 
 template SparseTensor<float> contract<float>(Backend<float>&, const SparseTensor<float>&,
                                              const SparseTensor<float>&, const ContractSpec&,

@@ -53,23 +53,23 @@ ContractAssembly parse_contract_assembly(const std::string& s);
 /// which a block of the matched structure goes to the tensor cores. Measured by `tessera
 /// bench contract --tc-sweep` on an H200 (docs/perf/gpu-h200-sptc.md): the tensor-core
 /// path never beat the sparse path at any density from 0.01 to 1 (0.66x to 0.96x in fp64),
-/// so the default is over 1: no block (the path is opt-in by threshold or environment).
+/// so the default is over 1: no block (the path is opt-in by threshold: --tc-threshold).
 inline constexpr double kDefaultTensorCoreThreshold = 2.0;
 
 /// Options of the device kernels. They travel inside ContractSpec through
 /// Backend::contract_plan; the reference and cpu backends ignore them.
 struct ContractDeviceOptions {
   TensorCorePrecision tensor_cores = TensorCorePrecision::fp64;
-  /// Block density at or over which a block runs on the tensor cores. < 0: the environment
-  /// variable TESSERA_SPTC_TC_THRESHOLD when set, else kDefaultTensorCoreThreshold; 0:
-  /// every block holding a nonzero (forces the path on); > 1: no block.
+  /// Block density at or over which a block runs on the tensor cores. < 0: the backend's
+  /// Tuning::sptc_tc_threshold (--tc-threshold) when >= 0, else kDefaultTensorCoreThreshold;
+  /// 0: every block holding a nonzero (forces the path on); > 1: no block.
   double tc_threshold = -1;
   ContractAssembly assembly = ContractAssembly::rows;
 };
 
-/// The threshold in effect: options.tc_threshold when >= 0, else TESSERA_SPTC_TC_THRESHOLD
-/// (a number >= 0; anything else is an InputError naming the variable), else the default.
-double resolve_tc_threshold(const ContractDeviceOptions& options);
+/// The threshold in effect: options.tc_threshold when >= 0, else tuning.sptc_tc_threshold
+/// (--tc-threshold) when >= 0, else kDefaultTensorCoreThreshold.
+double resolve_tc_threshold(const ContractDeviceOptions& options, const Tuning& tuning);
 
 /// A parsed, validated einsum spec. Mode numbers are 0-based positions in the subscripts.
 struct ContractSpec {
@@ -158,20 +158,9 @@ struct ContractStats {
   }
 };
 
-/// A distributed contraction routed in backend memory (Backend::contract_routed).
-struct ContractRouteInfo {
-  double route_seconds = 0;  ///< uploads, hashing, partition and the exchanges of the inputs
-  double local_seconds = 0;  ///< matching, counting and the run on the routed inputs
-  std::int64_t routed_nnz[2] = {0, 0};  ///< this rank's X and Y after routing
-  int replicated = 1;                   ///< the input copied to every rank: 0 = X, 1 = Y
-  std::size_t input_bytes = 0;          ///< this rank's shares as given
-  std::size_t routed_bytes = 0;         ///< the routed and replicated inputs
-  ContractCount count;                  ///< the local plan's products and output entries
-};
-
 /// Host buffers a caller keeps across contractions (algo::ContractBuffers): a backend that
-/// can writes the output straight into them (Backend::contract_into, and contract_routed
-/// given a sink) instead of into a new tensor.
+/// can writes the output straight into them (Backend::contract_into, and
+/// ContractRoute::run given a sink) instead of into a new tensor.
 template <typename T>
 class ContractSink {
  public:
@@ -181,6 +170,48 @@ class ContractSink {
   /// contraction to the next. The backend may shrink them (resize to fewer nonzeros) but
   /// must not grow them. May be called from a helper thread.
   virtual SparseTensor<T>& output(const std::vector<std::uint64_t>& dims, std::size_t n) = 0;
+};
+
+/// The backend side of a contraction routed in backend memory (Backend::contract_route;
+/// docs/sptc.md, "Distributed"): the backend computes, its caller (algo::contract) runs the
+/// collectives between the steps, on the buffers below. Roles: the row side (X, or Y when
+/// swapped()) is partitioned by a hash of its output modes, so every output entry is made on
+/// one rank; the column side is copied to every rank. A side's buffers are its arrays in
+/// backend memory: array m < order is mode m's coordinates (index_t), array order its values
+/// (T). Steps, in order: fits, partition, (exchange of the counts), allocate_routed,
+/// (exchange of the row side) release_sent, (copy of the column side) release_columns, run.
+template <typename T>
+class ContractRoute {
+ public:
+  virtual ~ContractRoute() = default;
+  /// True when the row side is Y.
+  virtual bool swapped() const = 0;
+  /// Local: whether this rank's routed inputs and their matching would fit its free
+  /// backend memory and memory_limit (bytes; 0: none), given each side's nonzeros summed
+  /// over the ranks (the row side's share estimated as 1.5 x the even one).
+  virtual bool fits(std::int64_t row_total, std::int64_t column_total,
+                    std::size_t memory_limit) = 0;
+  /// Local: checks and uploads both sides and buckets the row side's nonzeros by their
+  /// destination rank (send_buffer, grouped by rank in rank order, each group in input
+  /// order). Returns the nonzeros for each of the `ranks` ranks.
+  virtual std::vector<std::int64_t> partition() = 0;
+  virtual const void* send_buffer(int array) const = 0;
+  /// The column side as uploaded (this rank's share, input order).
+  virtual const void* column_buffer(int array) const = 0;
+  /// Local: room for nx routed row-side and ny column-side nonzeros (InputError when nx is
+  /// 2^32 - 1 or more).
+  virtual void allocate_routed(std::int64_t nx, std::int64_t ny) = 0;
+  virtual void* routed_row_buffer(int array) = 0;
+  virtual void* routed_column_buffer(int array) = 0;
+  /// Frees the send buffers (after the row side's exchange).
+  virtual void release_sent() = 0;
+  /// Frees the uploaded column side (after its copy to every rank).
+  virtual void release_columns() = 0;
+  /// Local: matching, counting and the run on the routed inputs: this rank's share of Z
+  /// (sorted, no repeats, no exact zeros), or with a sink written into sink->output(...) and
+  /// an empty tensor returned. *count receives the plan's count.
+  virtual SparseTensor<T> run(ContractStats* stats, ContractCount* count,
+                              ContractSink<T>* sink) = 0;
 };
 
 /// A contraction matched and counted by one backend, ready to run (Backend::contract_plan).

@@ -7,7 +7,7 @@ set(_tessera_gpu_skip "no CUDA device visible|fewer GPUs than ranks")
 
 tessera_test_executable(gpu_backend_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_backend.cpp
-  LIBS tessera::kernels)
+  LIBS tessera::kernels tessera::comm)
 tessera_add_test(gpu_backend gpu_backend_tests LABELS gpu)
 set_tests_properties(gpu_backend PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
@@ -63,7 +63,7 @@ tessera_add_test(gpu_host_sort host_sort_tests LABELS gpu)
 # against the reference backend: repeated indices, long rows, wide keys, orders 1 to 9.
 tessera_test_executable(gpu_prepare_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_prepare.cpp
-  LIBS tessera::kernels)
+  LIBS tessera::kernels tessera::comm)
 tessera_add_test(gpu_prepare gpu_prepare_tests LABELS gpu)
 set_tests_properties(gpu_prepare PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
@@ -72,7 +72,7 @@ set_tests_properties(gpu_prepare PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_
 # (COO on the host, host sort, tier 2) likewise.
 tessera_test_executable(gpu_synthetic_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_synthetic.cpp
-  LIBS tessera::kernels)
+  LIBS tessera::kernels tessera::comm)
 tessera_add_test(gpu_synthetic gpu_synthetic_tests LABELS gpu)
 set_tests_properties(gpu_synthetic PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
@@ -80,11 +80,11 @@ set_tests_properties(gpu_synthetic PROPERTIES SKIP_REGULAR_EXPRESSION "${_tesser
 # with small tiles, against the reference backend; the automatic choice on two shapes.
 tessera_test_executable(gpu_layout_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_layout.cpp
-  LIBS tessera::kernels)
+  LIBS tessera::kernels tessera::comm)
 tessera_add_test(gpu_layout gpu_layout_tests LABELS gpu)
 set_tests_properties(gpu_layout PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
-# SpTC on the cuda backend (kernels/cuda/sptc*.cu) against the reference backend: random
+# SpTC on the cuda backend (kernels/cuda/sptc/) against the reference backend: random
 # specs, float and double, cancellation, empty results, self-contraction, ~1e6 products,
 # keys over 64 bits (cpu fallback), both assemblies and every row class, the tensor-core
 # path (forced on, off, mixed; fp64, tf32, bf16, fp16), congress "ijy,kjy->ik".

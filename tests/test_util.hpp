@@ -3,11 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "tensor/sparse_tensor.hpp"
 
 namespace tessera::test {
 
@@ -37,6 +40,35 @@ std::vector<const T*> pointers(const std::vector<std::vector<T>>& A, int skip_mo
   for (std::size_t m = 0; m < A.size(); ++m)
     p.push_back(static_cast<int>(m) == skip_mode ? nullptr : A[m].data());
   return p;
+}
+
+/// A^T B (R x R, row-major) for row-major A, B (rows x R).
+inline std::vector<double> inner(const std::vector<double>& A, const std::vector<double>& B,
+                                 std::int64_t rows, int R) {
+  std::vector<double> M(static_cast<std::size_t>(R) * R, 0.0);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (int p = 0; p < R; ++p)
+      for (int q = 0; q < R; ++q) M[p * R + q] += A[i * R + p] * B[i * R + q];
+  return M;
+}
+
+/// ||Ub - Ua (Ua^T Ub)||_F: an upper bound of the sine of the largest principal angle
+/// between the column spans (both orthonormal; the distance of their projectors when the
+/// ranks agree), computed without cancellation.
+inline double subspace_gap(const Matrix<double>& Ua, const Matrix<double>& Ub) {
+  const std::int64_t I = Ua.rows, Ra = Ua.cols, Rb = Ub.cols;
+  std::vector<double> M(static_cast<std::size_t>(Ra * Rb), 0.0);
+  for (std::int64_t i = 0; i < I; ++i)
+    for (std::int64_t a = 0; a < Ra; ++a)
+      for (std::int64_t b = 0; b < Rb; ++b) M[a * Rb + b] += Ua(i, a) * Ub(i, b);
+  double s = 0;
+  for (std::int64_t i = 0; i < I; ++i)
+    for (std::int64_t b = 0; b < Rb; ++b) {
+      double p = Ub(i, b);
+      for (std::int64_t a = 0; a < Ra; ++a) p -= Ua(i, a) * M[a * Rb + b];
+      s += p * p;
+    }
+  return std::sqrt(s);
 }
 
 /// Temporary folder unique to this test process group (same name on every rank when

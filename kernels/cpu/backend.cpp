@@ -22,6 +22,14 @@ namespace {
 
 constexpr std::size_t kAlign = 64;  // one cache line; full AVX-512 vectors
 
+/// Tuning::cpu_isa (checked by kernels::check) as the MTTKRP's instruction set.
+cpu::Isa parse_cpu_isa(const std::string& s) {
+  if (s == "base") return cpu::Isa::base;
+  if (s == "avx2") return cpu::Isa::avx2;
+  if (s == "avx512") return cpu::Isa::avx512;
+  return cpu::Isa::automatic;
+}
+
 template <typename T>
 class CpuTensor final : public TensorHandle<T> {
  public:
@@ -81,7 +89,19 @@ class CpuBackend final : public Backend<T> {
   explicit CpuBackend(int threads) : threads_(std::max(0, threads)) {}
   BackendKind kind() const override { return BackendKind::cpu; }
   std::string name() const override { return "cpu"; }
-  comm::MemorySpace memory_space() const override { return comm::MemorySpace::host; }
+  MemorySpace memory_space() const override { return MemorySpace::host; }
+  /// Also refuses an instruction set this CPU or build does not run (InputError naming
+  /// --cpu-isa), before any kernel does.
+  void set_tuning(const Tuning& t) override {
+    check(t);
+    const cpu::Isa isa = parse_cpu_isa(t.cpu_isa);
+    TESSERA_INPUT_CHECK(cpu::isa_supported(isa),
+                        "--cpu-isa " << t.cpu_isa
+                                     << ": this CPU or this build does not run it (auto picks "
+                                     << cpu::to_string(cpu::isa_selected()) << " here)");
+    Backend<T>::set_tuning(t);
+    isa_ = isa;
+  }
 
   Array<T> allocate(std::size_t n) override {
     void* p = ::operator new[](std::max<std::size_t>(n, 1) * sizeof(T), std::align_val_t{kAlign});
@@ -114,6 +134,7 @@ class CpuBackend final : public Backend<T> {
     TESSERA_EXPECTS(h != nullptr, "tensor handle was prepared by another backend");
     cpu::MttkrpOptions opt;
     opt.threads = threads_;
+    opt.isa = isa_;
     Timer t;
     cpu::mttkrp(h->csf(), mode, factors, R, out, opt);
     h->record_compute(t.seconds());
@@ -179,8 +200,9 @@ class CpuBackend final : public Backend<T> {
   int team() const {
     return threads_ > 0 ? threads_ : omp_get_max_threads();
   }
-  int threads_;             ///< 0: OpenMP's default at each call
-  std::size_t budget_ = 0;  ///< recorded only: the CSF is host-resident
+  int threads_;                         ///< 0: OpenMP's default at each call
+  cpu::Isa isa_ = cpu::Isa::automatic;  ///< Tuning::cpu_isa
+  std::size_t budget_ = 0;              ///< recorded only: the CSF is host-resident
 };
 
 }  // namespace

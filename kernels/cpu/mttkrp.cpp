@@ -334,23 +334,11 @@ void run_chunks(const Ctx<T>& c, RangeFn<T> range, csf_ptr_t nroots, std::uint64
   }
 }
 
-Isa isa_from_env() {
-  const char* e = std::getenv("TESSERA_CPU_ISA");
-  if (e == nullptr || *e == '\0') return Isa::automatic;
-  const std::string s(e);
-  if (s == "base") return Isa::base;
-  if (s == "avx2") return Isa::avx2;
-  if (s == "avx512") return Isa::avx512;
-  TESSERA_INPUT_CHECK(false, "TESSERA_CPU_ISA='" << s << "': expected base, avx2 or avx512");
-  return Isa::automatic;
-}
-
 Isa resolve_isa(Isa isa) {
-  if (isa == Isa::automatic) isa = isa_from_env();
   if (isa == Isa::automatic) return isa_selected();
   TESSERA_EXPECTS(isa_supported(isa), "instruction set " << to_string(isa)
-                                                         << " is not supported by this CPU "
-                                                            "or this build");
+                                                         << " (--cpu-isa) is not supported by "
+                                                            "this CPU or this build");
   return isa;
 }
 

@@ -1,5 +1,5 @@
 // The CUDA backend: device memory, one stream, cuBLAS/cuSOLVER handles; the sparse and
-// dense operations live in mttkrp.cu and dense.cu.
+// dense operations live in mttkrp/ (ttmc/) and dense.cu.
 //
 // Stream semantics: every operation is enqueued on the backend's stream, which is a
 // *blocking* stream (it synchronises with the legacy default stream). Operations that
@@ -9,19 +9,21 @@
 // blocking streams (see comm/nccl_communicator.cu), so device buffers written here can
 // be passed to it without an explicit synchronize().
 //
-// A tier-2 tensor (host-resident, streamed; see mttkrp.cu) adds a non-blocking stream
+// A tier-2 tensor (host-resident, streamed; see mttkrp/mttkrp.cu) adds a non-blocking stream
 // per tensor handle for its chunk copies. mttkrp makes the backend's stream wait (by
 // event) for every copy it enqueues, and its last kernel runs on the backend's stream,
 // so the contract above holds unchanged: the output is complete, and the chunk copies
 // are done, once the backend's stream has passed the mttkrp. mttkrp_accumulate (memory
-// tier 3, mttkrp_stream.cu) likewise copies on a stream of its own and computes on the
+// tier 3, mttkrp/stream.cu) likewise copies on a stream of its own and computes on the
 // backend's stream; it returns once its copies are done.
+#include <atomic>
 #include <cstdlib>
 #include <sstream>
 #include <string>
 
 #include "kernels/cuda/detail.cuh"
-#include "kernels/cuda/mttkrp_stream.cuh"
+#include "kernels/cuda/mttkrp/stream.cuh"
+#include "kernels/cuda/trace.cuh"
 #include "kernels/factories.hpp"
 #include "kernels/sptc.hpp"
 
@@ -53,6 +55,24 @@ DeviceMemory cuda_memory_info(bool trim) {
 }
 
 namespace cuda {
+
+namespace {
+std::atomic<bool> g_trace{false};
+}  // namespace
+
+void set_trace_enabled(bool on) {
+  g_trace.store(on, std::memory_order_relaxed);
+}
+
+bool trace_enabled() {
+  return g_trace.load(std::memory_order_relaxed);
+}
+
+const char* trace_rank_name() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* s = std::getenv(v)) return s;
+  return "0";
+}
 
 Context::Context() {
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
@@ -101,7 +121,7 @@ class CudaBackend final : public Backend<T> {
       os << " (device " << ctx_.device << ": " << p.name << ")";
     return os.str();
   }
-  comm::MemorySpace memory_space() const override { return comm::MemorySpace::device; }
+  MemorySpace memory_space() const override { return MemorySpace::device; }
   void synchronize() override {
     DeviceGuard g(ctx_.device);
     ctx_.sync();
@@ -241,13 +261,10 @@ class CudaBackend final : public Backend<T> {
     DeviceGuard g(ctx_.device);
     return cuda::contract_into(ctx_, plan, stats, sink);
   }
-  bool contract_routed(const SparseTensor<T>& x, const SparseTensor<T>& y, const ContractSpec& spec,
-                       const comm::Communicator& host, const comm::Communicator& data,
-                       std::size_t memory_limit, SparseTensor<T>* out, ContractStats* stats,
-                       ContractRouteInfo* info, ContractSink<T>* sink) override {
-    DeviceGuard g(ctx_.device);
-    return cuda::contract_routed(ctx_, x, y, spec, host, data, memory_limit, out, stats, info,
-                                 sink);
+  std::unique_ptr<ContractRoute<T>> contract_route(const SparseTensor<T>& x,
+                                                   const SparseTensor<T>& y,
+                                                   const ContractSpec& spec, int ranks) override {
+    return cuda::contract_route(ctx_, x, y, spec, ranks);
   }
   std::unique_ptr<HostPin> pin_host(const void* p, std::size_t bytes) override {
     return cuda::pin_host(ctx_.device, p, bytes);
@@ -258,6 +275,13 @@ class CudaBackend final : public Backend<T> {
   void set_workload(Workload w) override {
     Backend<T>::set_workload(w);
     ctx_.workload = w;
+  }
+  /// The options reach the kernels through ctx_ (layout fields at the next prepare, kernel
+  /// choices per call); Tuning::trace switches the process-wide phase traces (trace.cuh).
+  void set_tuning(const Tuning& t) override {
+    Backend<T>::set_tuning(t);  // checks t; throws before anything changes
+    ctx_.tuning = t;
+    set_trace_enabled(t.trace);
   }
 
   std::unique_ptr<TensorHandle<T>> prepare(const SparseTensor<T>& x) override {

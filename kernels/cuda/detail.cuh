@@ -290,6 +290,9 @@ struct Context {
 
   int device = 0;
   Workload workload = Workload::mttkrp;  ///< of tensors prepared from now on (plan_modes)
+  /// The backend's kernel tuning options (Backend::set_tuning, already checked): layout
+  /// fields apply to tensors prepared from now on, kernel choices to every call.
+  Tuning tuning;
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   cusolverDnHandle_t cusolver = nullptr;
@@ -354,7 +357,7 @@ class DeviceGuardNoThrow {
   bool changed_ = false;
 };
 
-// ---- operations (mttkrp.cu, dense.cu) ----
+// ---- operations (mttkrp/, ttmc/, dense.cu) ----
 
 /// `budget`: bytes of device memory the prepared tensor may occupy (0 = the device's free
 /// memory less a reserve). Over the budget the sorted copies stay in pinned host memory
@@ -378,7 +381,7 @@ template <typename T>
 void mttkrp(Context& ctx, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
             int R, T* out);
 
-/// Backend::ttmc_rows / ttmc_scratch_bytes / ttmc (kernel: ttmc.cu). The handle keeps the
+/// Backend::ttmc_rows / ttmc_scratch_bytes / ttmc (ttmc/ttmc.cu). The handle keeps the
 /// row map of each mode after its first use.
 template <typename T>
 std::vector<index_t> ttmc_rows(Context& ctx, const TensorHandle<T>& x, int mode);
@@ -412,7 +415,7 @@ void add_rows(Context& ctx, const T* src, std::int64_t rows, std::int64_t C,
 /// Scratch bytes of the wide products for C columns of value_size-byte values.
 std::size_t wide_scratch_bytes(std::int64_t C, std::size_t value_size);
 
-/// Backend::contract_plan / Backend::contract (sptc.cu): sort-based SpTC on the device;
+/// Backend::contract_plan / Backend::contract (sptc/plan.cu): sort-based SpTC on the device;
 /// keys over 64 bits fall back to the cpu implementation (logged). The plan refers to ctx,
 /// x and y, which must outlive it.
 template <typename T>
@@ -420,17 +423,17 @@ std::unique_ptr<ContractPlan<T>> plan_contract(Context& ctx, const SparseTensor<
                                                const SparseTensor<T>& y, const ContractSpec& spec);
 template <typename T>
 SparseTensor<T> contract(Context& ctx, ContractPlan<T>& plan, ContractStats* stats);
-/// Backend::contract_into (sptc.cu): the rows assembly writes into the sink; false for the
+/// Backend::contract_into (sptc/plan.cu): the rows assembly writes into the sink; false for the
 /// other paths (sort assembly, cpu fallback), with nothing run.
 template <typename T>
 bool contract_into(Context& ctx, ContractPlan<T>& plan, ContractStats* stats,
                    ContractSink<T>& sink);
-/// Backend::contract_routed (sptc.cu): inputs routed on the device over `data`.
+/// Backend::contract_route (sptc/route.cu): the device side of a routed contraction; its
+/// methods set the device themselves.
 template <typename T>
-bool contract_routed(Context& ctx, const SparseTensor<T>& x, const SparseTensor<T>& y,
-                     const ContractSpec& spec, const comm::Communicator& host,
-                     const comm::Communicator& data, std::size_t memory_limit, SparseTensor<T>* out,
-                     ContractStats* stats, ContractRouteInfo* info, ContractSink<T>* sink);
+std::unique_ptr<ContractRoute<T>> contract_route(Context& ctx, const SparseTensor<T>& x,
+                                                 const SparseTensor<T>& y, const ContractSpec& spec,
+                                                 int ranks);
 /// Backend::pin_host: cudaHostRegister of [p, p + bytes) for the handle's lifetime.
 std::unique_ptr<HostPin> pin_host(int device, const void* p, std::size_t bytes);
 

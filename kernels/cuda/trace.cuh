@@ -1,5 +1,5 @@
 // Internal to the CUDA backend: wall-clock phases of one operation, printed on stderr when
-// TESSERA_CUDA_TRACE is set (docs/sptc.md, "Tracing"). Every mark waits for the whole
+// tracing is on (Tuning::trace, --trace; docs/sptc.md, "Tracing"). Every mark waits for the whole
 // device, so a traced run is slower than an untraced one; the phases say where the time
 // of a run goes, the untraced figures say how long it takes.
 #pragma once
@@ -9,8 +9,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -19,14 +17,15 @@
 
 namespace tessera::kernels::cuda {
 
-/// True when TESSERA_CUDA_TRACE is set to anything but "" or "0" (read once).
-inline bool trace_enabled() {
-  static const bool on = [] {
-    const char* s = std::getenv("TESSERA_CUDA_TRACE");
-    return s != nullptr && *s != '\0' && std::strcmp(s, "0") != 0;
-  }();
-  return on;
-}
+/// Tracing is a diagnostic of the process, not of one backend: one process-wide switch,
+/// off at start, set by every CUDA backend's set_tuning from Tuning::trace (the last call
+/// wins; the drivers give every backend the same options). Defined in backend.cu.
+void set_trace_enabled(bool on);
+/// Whether PhaseTrace prints (see set_trace_enabled).
+bool trace_enabled();
+/// The rank of this process as the MPI launcher exports it ("0" when none), for the trace
+/// lines. Defined in backend.cu.
+const char* trace_rank_name();
 
 /// Phases of one operation: mark(name) closes the phase that began at the previous mark
 /// (or at construction). The destructor prints one line:
@@ -44,7 +43,7 @@ class PhaseTrace {
   ~PhaseTrace() {
     if (!on_) return;
     const double total = std::chrono::duration<double>(t_ - start_).count() * 1e3;
-    std::fprintf(stderr, "[tessera trace rank %s] %s:%s | total %.2f ms\n", rank_name(),
+    std::fprintf(stderr, "[tessera trace rank %s] %s:%s | total %.2f ms\n", trace_rank_name(),
                  what_.c_str(), os_.str().c_str(), total);
   }
   PhaseTrace(const PhaseTrace&) = delete;
@@ -68,11 +67,6 @@ class PhaseTrace {
   }
 
  private:
-  static const char* rank_name() {
-    for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
-      if (const char* s = std::getenv(v)) return s;
-    return "0";
-  }
   bool on_;
   std::string what_;
   std::ostringstream os_;

@@ -63,7 +63,7 @@ class ReferenceBackend final : public Backend<T> {
  public:
   BackendKind kind() const override { return BackendKind::reference; }
   std::string name() const override { return "reference"; }
-  comm::MemorySpace memory_space() const override { return comm::MemorySpace::host; }
+  MemorySpace memory_space() const override { return MemorySpace::host; }
 
   Array<T> allocate(std::size_t n) override {
     T* p = new T[n == 0 ? 1 : n];

@@ -177,9 +177,10 @@ void register_contract(py::module_& m) {
   m.def("contract",
         [](py::object x, py::object y, bool same, std::string einsum, bool extend,
            std::string mem_limit, std::string backend, std::string precision, py::object threads,
-           std::string index_base, bool verbose, bool share, std::uintptr_t comm) {
-          const CommonArgs a = common_args(backend, precision, threads, "allreduce", index_base,
-                                           py::none(), 0, py::none(), verbose, share);
+           std::string index_base, bool verbose, bool share, std::uintptr_t comm, py::dict tuning) {
+          CommonArgs a = common_args(backend, precision, threads, "allreduce", index_base,
+                                     py::none(), 0, py::none(), verbose, share);
+          apply_tuning(a, tuning);
           if (precision == "float")
             return run_contract<float>(x, y, same, einsum, extend, mem_limit, a, comm);
           return run_contract<double>(x, y, same, einsum, extend, mem_limit, a, comm);

@@ -242,21 +242,23 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
 }  // namespace
 
 void register_cp(py::module_& m) {
-  m.def("cp_als", [](py::object tensor, int rank, int iters, double tol, std::uint64_t seed,
-                     py::object init, std::string backend, std::string precision,
-                     py::object threads, std::string strategy, std::string index_base,
-                     py::object checkpoint, int checkpoint_every, py::object resume,
-                     py::object callback, bool verbose, bool share, std::uintptr_t comm,
-                     double max_seconds, int print_every, std::string nonneg, std::string l1,
-                     std::string l2, int inner_sweeps, bool observed_only, double holdout) {
-    const CommonArgs a = common_args(backend, precision, threads, strategy, index_base, checkpoint,
+  m.def("cp_als",
+        [](py::object tensor, int rank, int iters, double tol, std::uint64_t seed, py::object init,
+           std::string backend, std::string precision, py::object threads, std::string strategy,
+           std::string index_base, py::object checkpoint, int checkpoint_every, py::object resume,
+           py::object callback, bool verbose, bool share, std::uintptr_t comm, double max_seconds,
+           int print_every, std::string nonneg, std::string l1, std::string l2, int inner_sweeps,
+           bool observed_only, double holdout, py::dict tuning) {
+          CommonArgs a = common_args(backend, precision, threads, strategy, index_base, checkpoint,
                                      checkpoint_every, resume, verbose, share);
-    const StopArgs stop{max_seconds, print_every};
-    const driver::CpConstraintArgs con{nonneg, l1, l2, inner_sweeps, observed_only, holdout};
-    if (precision == "float")
-      return run_cp<float>(tensor, rank, iters, tol, seed, init, a, stop, con, callback, comm);
-    return run_cp<double>(tensor, rank, iters, tol, seed, init, a, stop, con, callback, comm);
-  });
+          apply_tuning(a, tuning);
+          const StopArgs stop{max_seconds, print_every};
+          const driver::CpConstraintArgs con{nonneg, l1, l2, inner_sweeps, observed_only, holdout};
+          if (precision == "float")
+            return run_cp<float>(tensor, rank, iters, tol, seed, init, a, stop, con, callback,
+                                 comm);
+          return run_cp<double>(tensor, rank, iters, tol, seed, init, a, stop, con, callback, comm);
+        });
 }
 
 }  // namespace tessera::python

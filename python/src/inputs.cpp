@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/tns.hpp"
+#include "kernels/backend.hpp"
 #include "util/error.hpp"
 
 namespace tessera::python {
@@ -256,12 +257,83 @@ CommonArgs common_args(const std::string& backend, const std::string& precision,
   return a;
 }
 
+namespace {
+
+void apply_tuning_fields(CommonArgs& a, const py::dict& tuning) {
+  kernels::Tuning& t = a.tuning;
+  for (const auto& [key, value] : tuning) {
+    const std::string name = py::cast<std::string>(py::str(key));
+    auto as = [&]<typename V>(V& field, const char* expected) {
+      const bool is_bool = py::isinstance<py::bool_>(value);
+      bool ok = false;
+      if constexpr (std::is_same_v<V, std::string>)
+        ok = py::isinstance<py::str>(value);
+      else if constexpr (std::is_same_v<V, bool>)
+        ok = is_bool;
+      else if constexpr (std::is_floating_point_v<V>)
+        ok = !is_bool && (py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value));
+      else
+        ok = !is_bool && py::isinstance<py::int_>(value);
+      TESSERA_INPUT_CHECK(
+          ok, name << "=" << py::cast<std::string>(py::repr(value)) << ": expected " << expected);
+      try {
+        field = py::cast<V>(value);
+      } catch (const py::cast_error&) {
+        TESSERA_INPUT_CHECK(false, name << "=" << py::cast<std::string>(py::repr(value))
+                                        << ": expected " << expected);
+      }
+    };
+    if (name == "cuda_layout")
+      as(t.cuda_layout, "a string");
+    else if (name == "cuda_block_rows")
+      as(t.cuda_block_rows, "an integer >= 0");
+    else if (name == "cuda_l2_hint")
+      as(t.cuda_l2_hint, "True or False");
+    else if (name == "mttkrp_kernel")
+      as(t.mttkrp_kernel, "a string");
+    else if (name == "ttmc_kernel")
+      as(t.ttmc_kernel, "a string");
+    else if (name == "ttmc_tile")
+      as(t.ttmc_tile, "an integer");
+    else if (name == "sptc_pool")
+      as(t.sptc_pool, "True or False");
+    else if (name == "sptc_tc_threshold")
+      as(t.sptc_tc_threshold, "a number");
+    else if (name == "cpu_isa")
+      as(t.cpu_isa, "a string");
+    else if (name == "trace")
+      as(t.trace, "True or False");
+    else if (name == "nccl_timeout")
+      as(a.nccl_timeout_s, "seconds >= 0");
+    else
+      TESSERA_INPUT_CHECK(false, "unknown keyword argument '"
+                                     << name
+                                     << "': the tuning arguments are cuda_layout, "
+                                        "cuda_block_rows, cuda_l2_hint, mttkrp_kernel, "
+                                        "ttmc_kernel, ttmc_tile, sptc_pool, sptc_tc_threshold, "
+                                        "cpu_isa, trace and nccl_timeout");
+  }
+}
+
+}  // namespace
+
+void apply_tuning(CommonArgs& a, const py::dict& tuning) {
+  // Called before the guarded run (runtime.hpp) that turns InputError into ValueError.
+  try {
+    apply_tuning_fields(a, tuning);
+  } catch (const InputError& e) {
+    throw py::value_error(e.what());
+  }
+}
+
 driver::ComputeOptions compute_options(const CommonArgs& a) {
   driver::ComputeOptions c;
   c.backend = a.backend;
   c.precision = a.precision;
   c.threads = a.threads;
   c.strategy = a.strategy;
+  c.tuning = a.tuning;
+  c.nccl_timeout_s = a.nccl_timeout_s;
   return c;
 }
 
@@ -277,6 +349,12 @@ void check_common(const CommonArgs& a) {
   TESSERA_INPUT_CHECK(a.checkpoint_every >= 0,
                       "checkpoint_every=" << a.checkpoint_every << ": expected >= 0");
   io::parse_index_base(a.index_base);
+  // The messages name the CLI spelling (--cuda-layout for cuda_layout, --tc-threshold for
+  // sptc_tc_threshold): the same options.
+  kernels::check(a.tuning);
+  TESSERA_INPUT_CHECK(
+      a.nccl_timeout_s >= 0 && std::isfinite(a.nccl_timeout_s),
+      "nccl_timeout=" << a.nccl_timeout_s << ": expected seconds >= 0 (0: no limit)");
 }
 
 /// Loads the input of cp/tucker as the CLI does (driver::load_input) for files, or

@@ -10,6 +10,7 @@
 #include "bindings.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "common.hpp"
+#include "kernels/tuning.hpp"
 
 namespace tessera::python {
 
@@ -46,6 +47,10 @@ struct CommonArgs {
   std::string resume;
   bool verbose = false;
   bool share = false;
+  /// The CLI's "Kernel tuning" options (keyword arguments of the fields' names) and
+  /// --nccl-timeout (nccl_timeout).
+  kernels::Tuning tuning;
+  double nccl_timeout_s = 1800;
 };
 
 /// CommonArgs from the module functions' arguments (threads, checkpoint, resume: None or a
@@ -54,6 +59,12 @@ CommonArgs common_args(const std::string& backend, const std::string& precision,
                        const py::object& threads, const std::string& strategy,
                        const std::string& index_base, const py::object& checkpoint,
                        int checkpoint_every, const py::object& resume, bool verbose, bool share);
+
+/// Sets a.tuning and a.nccl_timeout_s from the dict of tuning keyword arguments
+/// (tessera/__init__.py passes them by the kernels::Tuning field names, plus nccl_timeout);
+/// InputError naming an unknown name or a value of the wrong type. Values are checked by
+/// check_common.
+void apply_tuning(CommonArgs& a, const py::dict& tuning);
 
 /// The driver's compute options of these arguments.
 driver::ComputeOptions compute_options(const CommonArgs& a);

@@ -222,9 +222,10 @@ void register_tucker(py::module_& m) {
            std::string init, std::string svd, int subspace_steps, std::string max_mem,
            std::string backend, std::string precision, py::object threads, std::string index_base,
            py::object checkpoint, int checkpoint_every, py::object resume, py::object callback,
-           bool verbose, bool share, std::uintptr_t comm) {
-          const CommonArgs a = common_args(backend, precision, threads, "allreduce", index_base,
-                                           checkpoint, checkpoint_every, resume, verbose, share);
+           bool verbose, bool share, std::uintptr_t comm, py::dict tuning) {
+          CommonArgs a = common_args(backend, precision, threads, "allreduce", index_base,
+                                     checkpoint, checkpoint_every, resume, verbose, share);
+          apply_tuning(a, tuning);
           if (precision == "float")
             return run_tucker<float>(tensor, ranks, iters, tol, seed, init, svd, subspace_steps,
                                      max_mem, a, callback, comm);

@@ -71,6 +71,26 @@ def _threads(threads):
     return threads
 
 
+# The kernel tuning keyword arguments of cp_als, tucker_hooi and contract with their
+# defaults: the fields of kernels::Tuning (the CLI's "Kernel tuning" options, e.g.
+# cuda_layout for --cuda-layout, sptc_tc_threshold for --tc-threshold) and nccl_timeout
+# (--nccl-timeout, seconds, 0: no limit).
+TUNING = {
+    "cuda_layout": "default", "cuda_block_rows": 0, "cuda_l2_hint": True,
+    "mttkrp_kernel": "auto", "ttmc_kernel": "auto", "ttmc_tile": 0, "sptc_pool": True,
+    "sptc_tc_threshold": -1.0, "cpu_isa": "auto", "trace": False, "nccl_timeout": 1800.0,
+}
+
+
+def _tuning_arg(tuning):
+    unknown = sorted(k for k in tuning if k not in TUNING)
+    if unknown:
+        raise TypeError("unexpected keyword argument%s %s (tuning arguments: %s)" % (
+            "s" if len(unknown) > 1 else "", ", ".join(repr(k) for k in unknown),
+            ", ".join(TUNING)))
+    return dict(tuning)
+
+
 def _init_arg(init):
     if init is None or isinstance(init, str):
         return init
@@ -106,7 +126,7 @@ def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="rand
            precision="double", threads=None, comm_strategy="allreduce", index_base="1",
            checkpoint=None, checkpoint_every=None, resume=None, callback=None, verbose=False,
            distributed="root", comm=None, max_seconds=None, print_every=1, nonneg=False,
-           l1=0.0, l2=0.0, inner_sweeps=3, observed_only=False, holdout=0.0):
+           l1=0.0, l2=0.0, inner_sweeps=3, observed_only=False, holdout=0.0, **tuning):
     """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
 
     X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
@@ -129,6 +149,10 @@ def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="rand
     iteration is in history ("validation_rmse") and CPResult.validation_rmse (with
     mean_predictor_rmse, the RMSE of predicting the training mean). init="nvecs": leading
     singular vectors of each unfolding.
+
+    Kernel tuning (keyword arguments, the CLI's "Kernel tuning" options; see TUNING and
+    docs/python.md): cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel, ttmc_kernel,
+    ttmc_tile, sptc_pool, sptc_tc_threshold, cpu_isa, trace, nccl_timeout.
     """
     if isinstance(rank, bool) or not isinstance(rank, _numbers.Integral):
         raise ValueError("rank=%r: expected an integer from 1 to 4096" % (rank,))
@@ -139,7 +163,7 @@ def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="rand
         int(checkpoint_every or 0), resume, callback, bool(verbose), share,
         _comm_handle(comm), float(max_seconds or 0), int(print_every), _modes_arg(nonneg),
         _per_mode_arg(l1, "l1"), _per_mode_arg(l2, "l2"), int(inner_sweeps),
-        bool(observed_only), float(holdout))
+        bool(observed_only), float(holdout), _tuning_arg(tuning))
     rec = _record(r)
     res = CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
                    r["history"], rec, stop_reason=r["stop_reason"])
@@ -151,12 +175,13 @@ def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="rand
 def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",
                 svd="gram", subspace_steps=3, max_mem=None, precision="double", threads=None,
                 index_base="1", checkpoint=None, checkpoint_every=None, resume=None,
-                callback=None, verbose=False, distributed="root", comm=None):
+                callback=None, verbose=False, distributed="root", comm=None, **tuning):
     """Tucker-HOOI of a sparse tensor (the algorithm and defaults of ``tessera tucker``).
 
     ranks: one int for every mode, a list (R_1..R_N), or "16,16,4". init: "random" or
     "hosvd"; svd: "gram", "subspace" or "scalapack"; max_mem: bytes per rank ("8G"; default:
-    the planner's measured host limit). Other arguments as cp_als. Returns a TuckerResult.
+    the planner's measured host limit). Other arguments (kernel tuning included) as cp_als.
+    Returns a TuckerResult.
     """
     share = _share(distributed)
     if isinstance(ranks, bool) or not isinstance(ranks, (int, str, list, tuple)):
@@ -165,7 +190,7 @@ def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="r
         _to_core(X), ranks if not isinstance(ranks, tuple) else list(ranks), int(iters),
         float(tol), int(seed), init, svd, int(subspace_steps), max_mem or "", backend,
         precision, _threads(threads), str(index_base), checkpoint, int(checkpoint_every or 0),
-        resume, callback, bool(verbose), share, _comm_handle(comm))
+        resume, callback, bool(verbose), share, _comm_handle(comm), _tuning_arg(tuning))
     rec = _record(r)
     return TuckerResult(r["core"], r["factors"], r["fit"], r["iterations"], r["converged"],
                         r["history"], rec)
@@ -173,18 +198,18 @@ def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="r
 
 def contract(X, Y, einsum, *, backend="auto", precision="double", threads=None,
              extend_dims=False, mem_limit=None, index_base="1", verbose=False,
-             distributed="root", comm=None):
+             distributed="root", comm=None, **tuning):
     """Sparse tensor contraction Z = X x Y by an einsum spec (``tessera contract``), e.g.
     "ijy,kjy->ik": letters in both inputs and not in the output are summed, letters in both
     and in the output are batch modes. Pass the same object as X and Y for a
-    self-contraction. Returns a COOResult (sorted, no repeats, exact zeros dropped) on
-    every rank."""
+    self-contraction. Kernel tuning keyword arguments as cp_als. Returns a COOResult
+    (sorted, no repeats, exact zeros dropped) on every rank."""
     share = _share(distributed)
     same = X is Y
     r = _tessera.contract(
         _to_core(X, "X"), None if same else _to_core(Y, "Y"), same, str(einsum),
         bool(extend_dims), mem_limit or "", backend, precision, _threads(threads),
-        str(index_base), bool(verbose), share, _comm_handle(comm))
+        str(index_base), bool(verbose), share, _comm_handle(comm), _tuning_arg(tuning))
     rec = _record(r)
     return COOResult(r["coords"], r["values"], r["shape"], rec)
 

@@ -1,6 +1,6 @@
 // Where CP-ALS keeps its factor rows on each rank (ModeLayout, by strategy), and whether
 // its iterations can run as the backend's device loop (kernels/cp_device.hpp). Internal to
-// algo/cp_als.cpp.
+// algo/cp_als.cpp and its loop, algo/cp_als_loop.cpp.
 #pragma once
 
 #include <cstdint>

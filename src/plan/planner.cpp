@@ -93,7 +93,7 @@ u64 merge_bytes(const Shape& s, u64 n, const TensorFacts& t) {
   return mul(n, entry + 8 + static_cast<u64>(s.v) + 4);
 }
 
-/// cuda mttkrp_accumulate (kernels/cuda/mttkrp_stream.cu): two upload buffers, the sort's
+/// cuda mttkrp_accumulate (kernels/cuda/mttkrp/stream.cu): two upload buffers, the sort's
 /// double buffer and the gathered chunk, about 4 raw copies and 8 bytes per nonzero of a
 /// piece of at most 2^25 nonzeros; plus CUB's temporaries (a few MiB).
 u64 chunk_device_bytes(const Shape& s, nnz_t chunk) {

@@ -6,6 +6,9 @@
 //     subcommands that have them (contract --host-budget 1M --stream-chunk 1000 used to run
 //     without a word), also under bench and bench contract;
 //   - --help shows the default of every numeric option.
+// Kernel tuning (issue 17, point 4): every computing subcommand has the "Kernel tuning"
+// options with their defaults in --help, refuses a bad value with one line naming the
+// option, and writes them into the run record's "tuning" object.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -168,6 +171,116 @@ TEST_F(CliHabits, HelpShowsTheDefaultOfEveryNumericOption) {
   EXPECT_NE(cp.out.find("--backend TEXT:{auto,reference,cpu,cuda}=auto"), std::string::npos);
   EXPECT_NE(cp.out.find("-t,--threads INT:NONNEGATIVE=0"), std::string::npos) << cp.out;
   EXPECT_NE(cp.out.find("--tol FLOAT:NONNEGATIVE=1e-05"), std::string::npos) << cp.out;
+}
+
+// --- kernel tuning options (issue 17, point 4) -------------------------------------------
+
+// Each tuning option with the text its --help line shows: name, type and checks, default.
+struct TuningFlag {
+  std::string name, shown;
+};
+const std::vector<TuningFlag>& tuning_flags() {
+  static const std::vector<TuningFlag> flags = {
+      {"--cuda-layout", "--cuda-layout TEXT:{default,auto,plain,smem,l2}=default"},
+      {"--cuda-block-rows", "--cuda-block-rows UINT:UINT in [0 - 4294967295]=0"},
+      {"--cuda-l2-hint", "--cuda-l2-hint TEXT:{on,off}=on"},
+      {"--mttkrp-kernel", "--mttkrp-kernel TEXT:{auto,blocked,classic}=auto"},
+      {"--ttmc-kernel", "--ttmc-kernel TEXT:{auto,cores}=auto"},
+      {"--ttmc-tile", "--ttmc-tile INT:0|64..65536 (multiple of 32)=0"},
+      {"--sptc-pool", "--sptc-pool TEXT:{on,off}=on"},
+      {"--tc-threshold", "--tc-threshold FLOAT:NUMBER=-1"},
+      {"--cpu-isa", "--cpu-isa TEXT:{auto,base,avx2,avx512}=auto"},
+      {"--trace", "--trace"},
+      {"--nccl-timeout", "--nccl-timeout FLOAT:NONNEGATIVE=1800"},
+  };
+  return flags;
+}
+
+TEST_F(CliHabits, HelpListsTheKernelTuningOptionsWithTheirDefaults) {
+  for (const std::string s : {"cp", "tucker", "contract", "plan", "bench", "bench contract"}) {
+    const auto r = run(tessera() + " " + s + " --help");
+    ASSERT_EQ(r.code, 0) << s << "\n" << r.out;
+    EXPECT_NE(r.out.find("Kernel tuning:"), std::string::npos) << s << "\n" << r.out;
+    for (const TuningFlag& f : tuning_flags()) {
+      // bench contract keeps its own --tc-threshold (with its own default).
+      const std::string& want =
+          s == "bench contract" && f.name == "--tc-threshold" ? f.name : f.shown;
+      EXPECT_NE(r.out.find("  " + want), std::string::npos) << s << ": " << want << "\n" << r.out;
+    }
+  }
+  // Subcommands that do not compute have none of them.
+  for (const std::string s : {"generate", "convert", "partition", "info", "export"}) {
+    const auto r = run(tessera() + " " + s + " --help");
+    ASSERT_EQ(r.code, 0) << s << "\n" << r.out;
+    EXPECT_EQ(r.out.find("--cuda-layout"), std::string::npos) << s << "\n" << r.out;
+  }
+}
+
+TEST_F(CliHabits, ABadTuningValueIsRefusedWithOneLineNamingTheOption) {
+  struct Case {
+    std::string args, option;
+  };
+  const std::vector<Case> cases = {
+      {" cp " + x_ + " -r 2 --cuda-layout bogus", "--cuda-layout"},
+      {" tucker " + x_ + " -r 2,2,2 --cuda-layout bogus", "--cuda-layout"},
+      {" contract " + x_ + " " + x_ + " --einsum 'ijk,ijl->kl' --cuda-layout bogus",
+       "--cuda-layout"},
+      {" plan " + x_ + " --cuda-layout bogus", "--cuda-layout"},
+      {" bench mttkrp " + x_ + " --cuda-layout bogus", "--cuda-layout"},
+      {" cp " + x_ + " -r 2 --ttmc-tile 100", "--ttmc-tile"},
+      {" cp " + x_ + " -r 2 --cuda-l2-hint maybe", "--cuda-l2-hint"},
+      {" cp " + x_ + " -r 2 --cpu-isa sse9", "--cpu-isa"},
+      {" cp " + x_ + " -r 2 --nccl-timeout=-1", "--nccl-timeout"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run(tessera() + c.args + " --backend cpu -q");
+    EXPECT_NE(r.code, 0) << c.args << "\n" << r.out;
+    EXPECT_LT(r.code, 128) << c.args << ": a crash\n" << r.out;
+    EXPECT_EQ(r.out.rfind("tessera: error: ", 0), 0u) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.option), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(count_of(r.out, "\n"), 1) << c.args << "\n" << r.out;  // one line
+  }
+}
+
+TEST_F(CliHabits, TheRunRecordHasTheTuningObject) {
+  const std::vector<std::string> keys = {
+      "cuda_layout", "cuda_block_rows", "cuda_l2_hint",      "mttkrp_kernel", "ttmc_kernel",
+      "ttmc_tile",   "sptc_pool",       "sptc_tc_threshold", "cpu_isa",       "trace"};
+  struct Case {
+    std::string name, args;
+  };
+  const std::vector<Case> cases = {
+      {"cp", " cp " + x_ + " -r 2 -i 2"},
+      {"tucker", " tucker " + x_ + " -r 2,2,2 -i 2"},
+      {"contract", " contract " + x_ + " " + x_ + " --einsum 'ijk,ijl->kl'"},
+      {"plan", " plan " + x_},
+  };
+  for (const Case& c : cases) {
+    const std::string rec = path(c.name + "-tuning.json");
+    const auto r = run(tessera() + c.args +
+                       " --backend cpu -t 1 -q --cuda-layout smem --cuda-l2-hint off --ttmc-tile "
+                       "128 --cpu-isa base --json " +
+                       rec);
+    ASSERT_EQ(r.code, 0) << c.args << "\n" << r.out;
+    const auto j = read_json(rec);
+    ASSERT_TRUE(j.contains("tuning")) << c.name << "\n" << j.dump(1);
+    const auto& t = j["tuning"];
+    EXPECT_EQ(t.size(), keys.size()) << t.dump();
+    for (const std::string& k : keys) EXPECT_TRUE(t.contains(k)) << c.name << ": " << k;
+    EXPECT_EQ(t["cuda_layout"], "smem") << c.name;
+    EXPECT_EQ(t["cuda_l2_hint"], false) << c.name;
+    EXPECT_EQ(t["ttmc_tile"], 128) << c.name;
+    EXPECT_EQ(t["cpu_isa"], "base") << c.name;
+    EXPECT_EQ(t["mttkrp_kernel"], "auto") << c.name;  // defaults too
+    EXPECT_EQ(t["sptc_tc_threshold"], -1.0) << c.name;
+    EXPECT_EQ(t["trace"], false) << c.name;
+    EXPECT_EQ(j["options"]["nccl_timeout"], 1800.0) << c.name;
+  }
+  // A subcommand that does not compute has no "tuning".
+  const std::string rec = path("info-tuning.json");
+  const auto r = run(tessera() + " info " + x_ + " -q --json " + rec);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(read_json(rec).contains("tuning"));
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ TYPED_TEST_SUITE(CudaBackendTest, ValueTypes);
 TYPED_TEST(CudaBackendTest, Identity) {
   using T = TypeParam;
   EXPECT_EQ(this->gpu_->kind(), BackendKind::cuda);
-  EXPECT_EQ(this->gpu_->memory_space(), comm::MemorySpace::device);
+  EXPECT_EQ(this->gpu_->memory_space(), MemorySpace::device);
   EXPECT_NE(this->gpu_->name().find("cuda"), std::string::npos);
   EXPECT_EQ(this->gpu_->allocate(0).size(), 0u);
   EXPECT_EQ(this->gpu_->allocate(5).size(), 5u);

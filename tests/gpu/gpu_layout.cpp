@@ -1,27 +1,27 @@
-// Blocked layouts of the CUDA MTTKRP (kernels/cuda/mttkrp.cu, "Blocked layouts"): the
+// Blocked layouts of the CUDA MTTKRP (kernels/cuda/mttkrp/layout.cu, "Blocked layouts"): the
 // copies sorted by (block, i_n, i_s) and read by the shared-memory kernel (smem) or by the
 // tile kernel with one mode kept in L2 (l2) must give the reference backend's MTTKRP for
 // every mode, order 3 to 6, rank 1 to 70 (one and several column passes), float and
 // double, uniform and heavily repeated indices, with tiles small enough (forced through
-// TESSERA_CUDA_BLOCK_ROWS) that every mode is cut into many blocks. The layout actually
-// used is checked in describe(). distinct_rows and value_norm_squared must agree with the
+// Tuning::cuda_block_rows, --cuda-block-rows) that every mode is cut into many blocks. The layout
+// actually used is checked in describe(). distinct_rows and value_norm_squared must agree with the
 // reference backend on every layout. The default layout is the l1 plan where every factor
 // fits in L2 and runs are long (MTTKRP and TTMc on it checked), plain for a tensor
 // prepared for TTMc and for a very sparse one; the automatic planner
-// (TESSERA_CUDA_LAYOUT=auto) must pick smem for a small dense-ish tensor whose factors fit
+// (Tuning::cuda_layout = auto) must pick smem for a small dense-ish tensor whose factors fit
 // in shared memory, and plain for a very sparse one.
-// The two tile kernels of the plain and l2 layouts (TESSERA_CUDA_MTTKRP_KERNEL=classic, or
-// blocked = the register-blocked kernel of mttkrp_blocked.cuh where it applies) must each
-// give the reference backend's MTTKRP at orders 3 to 6, at the ranks the blocked kernel
-// takes (powers of two, float 4 .. 128, double 2 .. 64) and at ranks it leaves to the
-// classic one (24, 40, 6, ...), on uniform and skewed tensors (one slice holding most nonzeros, so
-// its run crosses many tiles), with nonzero counts that do and do not allow 16-byte staging, in
-// tier 1 and tier 2 (streamed chunks); describe() must name the kernel that ran.
-// Skips (with a message) where no CUDA device is visible.
+// The two tile kernels of the plain and l2 layouts (Tuning::mttkrp_kernel = classic, or
+// blocked = the register-blocked kernel of kernels/cuda/mttkrp/blocked.cuh where it applies) must
+// each give the reference backend's MTTKRP at orders 3 to 6, at the ranks the blocked kernel takes
+// (powers of two, float 4 .. 128, double 2 .. 64) and at ranks it leaves to the classic one (24,
+// 40, 6, ...), on uniform and skewed tensors (one slice holding most nonzeros, so its run crosses
+// many tiles), with nonzero counts that do and do not allow 16-byte staging, in tier 1 and tier 2
+// (streamed chunks); describe() must name the kernel that ran. The options are set through the API
+// (make_backend's tuning, Backend::set_tuning), and invalid values are refused there. Skips (with a
+// message) where no CUDA device is visible.
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -37,19 +37,15 @@ namespace {
 
 using namespace ::tessera::test;
 
-/// Sets an environment variable for the lifetime of the guard (restoring "unset").
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const std::string& value) : name_(name) {
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~EnvGuard() { ::unsetenv(name_); }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  const char* name_;
-};
+/// Tuning with the MTTKRP layout and tile kernel options set (the others default).
+Tuning layout_tuning(const std::string& layout, std::uint64_t block_rows,
+                     const std::string& kernel = "auto") {
+  Tuning t;
+  t.cuda_layout = layout;
+  t.cuda_block_rows = block_rows;
+  t.mttkrp_kernel = kernel;
+  return t;
+}
 
 /// Coordinates uniform in every mode, or (repeats) with 30% of each mode's indices at 0
 /// and 10% at the last index, so rows and blocks are very uneven. Values in [-1, 1).
@@ -78,13 +74,15 @@ SparseTensor<T> make_tensor(const std::vector<std::uint64_t>& dims, nnz_t nnz, b
 template <typename T>
 class GpuLayout : public GpuVsReference<T> {
  protected:
-  /// Prepares x under a forced layout and tile size and checks every mode at every R,
-  /// distinct_rows and value_norm_squared against the reference backend.
+  /// Prepares x under a forced layout and tile size (and tile kernel selection) and
+  /// checks every mode at every R, distinct_rows and value_norm_squared against the
+  /// reference backend.
   void check_forced(const SparseTensor<T>& x, const std::string& layout, int block_rows,
-                    const std::vector<int>& ranks, std::uint64_t seed) {
-    EnvGuard g1("TESSERA_CUDA_LAYOUT", layout);
-    EnvGuard g2("TESSERA_CUDA_BLOCK_ROWS", std::to_string(block_rows));
-    auto be = make_backend<T>(BackendKind::cuda);
+                    const std::vector<int>& ranks, std::uint64_t seed,
+                    const std::string& kernel = "auto") {
+    auto be =
+        make_backend<T>(BackendKind::cuda, 0,
+                        layout_tuning(layout, static_cast<std::uint64_t>(block_rows), kernel));
     auto h = be->prepare(x);
     const std::string d = h->describe();
     ASSERT_EQ(h->tier(), 1) << d;
@@ -126,8 +124,9 @@ class GpuKernel : public GpuVsReference<T> {
   void check_kernels(const SparseTensor<T>& x, const std::vector<int>& ranks, std::uint64_t seed,
                      std::size_t budget, const std::string& what) {
     for (const std::string kernel : {"classic", "blocked"}) {
-      EnvGuard g("TESSERA_CUDA_MTTKRP_KERNEL", kernel);
-      auto be = make_backend<T>(BackendKind::cuda);
+      Tuning t;
+      t.mttkrp_kernel = kernel;
+      auto be = make_backend<T>(BackendKind::cuda, 0, t);
       if (budget > 0) be->set_memory_budget(budget);
       auto h = be->prepare(x);
       ASSERT_EQ(h->tier(), budget > 0 ? 2 : 1) << h->describe();
@@ -240,10 +239,8 @@ TYPED_TEST(GpuLayout, L2ManyBlocks) {
     const auto x = make_tensor<T>(c.dims, c.nnz, c.repeats, ++seed);
     // Both tile kernels read this layout: the blocked one at R = 8, 16, 32 (rows sorted only
     // within a block, every row added with atomics), the classic one at the others.
-    for (const char* kernel : {"classic", "blocked"}) {
-      EnvGuard g("TESSERA_CUDA_MTTKRP_KERNEL", kernel);
-      this->check_forced(x, "l2", c.block_rows, {1, 8, 16, 32, 70}, seed * 3);
-    }
+    for (const char* kernel : {"classic", "blocked"})
+      this->check_forced(x, "l2", c.block_rows, {1, 8, 16, 32, 70}, seed * 3, kernel);
   }
 }
 
@@ -269,25 +266,20 @@ TYPED_TEST(GpuLayout, SmallSmemAndL2) {
   const auto x4 = make_tensor<T>({40, 30, 20, 50}, 4001, true, 4903);
   this->check_forced(x4, "smem", 45, {16}, 4904);
   const auto y = make_tensor<T>({3000, 2000, 1000}, 8021, true, 4905);
-  for (const char* kernel : {"classic", "blocked"}) {
-    EnvGuard g("TESSERA_CUDA_MTTKRP_KERNEL", kernel);
-    this->check_forced(y, "l2", 37, {8, 70}, 4906);
-  }
+  for (const char* kernel : {"classic", "blocked"})
+    this->check_forced(y, "l2", 37, {8, 70}, 4906, kernel);
 }
 
 TYPED_TEST(GpuLayout, PlainForced) {
   using T = TypeParam;
   const auto x = make_tensor<T>({300, 200, 100}, 60013, true, 4301);
-  for (const char* kernel : {"classic", "blocked"}) {
-    EnvGuard g("TESSERA_CUDA_MTTKRP_KERNEL", kernel);
-    this->check_forced(x, "plain", 64, {16, 33}, 4301);
-  }
+  for (const char* kernel : {"classic", "blocked"})
+    this->check_forced(x, "plain", 64, {16, 33}, 4301, kernel);
 }
 
 TYPED_TEST(GpuLayout, AutomaticChoice) {
   using T = TypeParam;
-  ::unsetenv("TESSERA_CUDA_BLOCK_ROWS");
-  auto be = make_backend<T>(BackendKind::cuda);
+  auto be = make_backend<T>(BackendKind::cuda);  // default tuning: layout "default"
   {
     // The default: factors far smaller than L2 and long runs, so the l1 plan (the l2
     // layout with the shortest input mode cut into 64-row blocks) for every mode; MTTKRP
@@ -334,7 +326,7 @@ TYPED_TEST(GpuLayout, AutomaticChoice) {
       EXPECT_TRUE(contains(hp->describe(), "mode " + std::to_string(m) + " plain"))
           << hp->describe();
   }
-  EnvGuard g("TESSERA_CUDA_LAYOUT", "auto");
+  be->set_tuning(layout_tuning("auto", 0));  // takes effect at the next prepare
   // Input factors of every mode fit one shared-memory tile, thousands of nonzeros per
   // output row: smem for every mode.
   const auto dense = make_tensor<T>({200, 150, 100}, 400009, false, 4401);
@@ -350,24 +342,20 @@ TYPED_TEST(GpuLayout, AutomaticChoice) {
   this->check_mttkrp(*be, *hs, sparse, 32, 4402, "automatic plain");
 }
 
-TEST(GpuLayoutEnv, BadValuesAreRefused) {
+TEST(GpuLayoutTuning, BadValuesAreRefused) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible";
   const auto x = make_tensor<float>({30, 20, 10}, 1000, false, 4501);
   auto be = make_backend<float>(BackendKind::cuda);
+  EXPECT_THROW(be->set_tuning(layout_tuning("fast", 0)), InputError);
+  EXPECT_THROW(be->set_tuning(layout_tuning("auto", std::uint64_t(1) << 32)), InputError);
+  EXPECT_THROW(make_backend<float>(BackendKind::cuda, 0, layout_tuning("fast", 0)), InputError);
   {
-    EnvGuard g("TESSERA_CUDA_LAYOUT", "fast");
-    EXPECT_THROW(be->prepare(x), InputError);
-  }
-  {
-    EnvGuard g("TESSERA_CUDA_BLOCK_ROWS", "0");
-    EXPECT_THROW(be->prepare(x), InputError);
-  }
-  {
+    // The refused options left the previous ones in place: prepare and MTTKRP run.
     auto h = be->prepare(x);
     const auto f = random_factors(*be, x.dims, 8, 4502);
     auto out = be->allocate(static_cast<std::size_t>(x.dims[0]) * 8);
-    EnvGuard g("TESSERA_CUDA_MTTKRP_KERNEL", "fast");
-    EXPECT_THROW(be->mttkrp(*h, 0, f.ptrs, 8, out.data()), InputError);
+    EXPECT_THROW(be->set_tuning(layout_tuning("default", 0, "fast")), InputError);
+    EXPECT_NO_THROW(be->mttkrp(*h, 0, f.ptrs, 8, out.data()));
   }
 }
 

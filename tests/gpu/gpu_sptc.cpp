@@ -1,4 +1,4 @@
-// SpTC on the cuda backend (kernels/cuda/sptc.cu) against the reference backend, through
+// SpTC on the cuda backend (kernels/cuda/sptc/) against the reference backend, through
 // Backend::contract_plan / Backend::contract: random specs (orders 2..5, 1..3 contracted
 // letters, sometimes a batch letter, random output orders), float and double, repeated
 // input coordinates, exact-zero cancellation, empty results and empty inputs,

@@ -78,7 +78,7 @@ inline bool contains(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;
 }
 
-// ---- Layout of the CUDA backend (kernels/cuda/mttkrp.cu) ----
+// ---- Layout of the CUDA backend (kernels/cuda/mttkrp/internal.cuh) ----
 
 /// Nonzeros of one warp tile of the CUDA MTTKRP kernel.
 constexpr std::size_t kTileNnz = 2048;

@@ -4,20 +4,20 @@
 // TTMc: orders 1 to 6, unequal ranks chosen so the kernel runs with every column width a
 // lane can own (8, 2 and 1 consecutive columns of the last mode) and with several column
 // slices (C > 256), the register-blocked kernel at orders 3 to 5, and the tensor-core
-// kernel (order 3, float; ttmc_tc.cuh) with every tile shape and with rows shorter than
-// its 8-nonzero step, and the CUDA-core kernels alone; uniform indices and one slice holding 70% of
-// the nonzeros (rows that span many tiles: the boundary atomics); float and double; tier 1 in the
-// plain and the blocked (smem, l2) layouts, where rows come in several runs and every row is added
-// with atomics; tier 2 with chunks of a few tiles. Rows must equal the reference's exactly, values
-// to the precision's tolerance; outputs are NaN-poisoned first. Wide products: Y^T Y, Y W and Y^T P
-// in double against the host implementation; the top eigenpairs (cuSOLVER) against LAPACK. Tucker:
-// the fit of every iteration and the core norm equal the CPU backend's for the gram and subspace
-// methods at 1 and 2 ranks (one GPU each), and tier 2 equals tier 1. Everything skips (with a
-// message) where no CUDA device is visible.
+// kernel (order 3, float; kernels/cuda/ttmc/tc.cuh) with every tile shape and with rows shorter
+// than its 8-nonzero step, and the CUDA-core kernels alone; uniform indices and one slice holding
+// 70% of the nonzeros (rows that span many tiles: the boundary atomics); float and double; tier 1
+// in the plain and the blocked (smem, l2) layouts, where rows come in several runs and every row is
+// added with atomics; tier 2 with chunks of a few tiles. Rows must equal the reference's exactly,
+// values to the precision's tolerance; outputs are NaN-poisoned first. Wide products: Y^T Y, Y W
+// and Y^T P in double against the host implementation; the top eigenpairs (cuSOLVER) against
+// LAPACK. Tucker: the fit of every iteration and the core norm equal the CPU backend's for the gram
+// and subspace methods at 1 and 2 ranks (one GPU each), and tier 2 equals tier 1. Kernel and layout
+// options are set through the API (kernels::Tuning given to make_backend). Everything skips
+// (with a message) where no CUDA device is visible.
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,19 +33,20 @@ namespace {
 using namespace ::tessera::test;
 using kernels::BackendKind;
 
-/// Sets an environment variable for the lifetime of the guard (restoring "unset").
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const std::string& value) : name_(name) {
-    if (!value.empty()) ::setenv(name, value.c_str(), 1);
-  }
-  ~EnvGuard() { ::unsetenv(name_); }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
+/// Tuning with the TTMc kernel selection (--ttmc-kernel) set.
+kernels::Tuning ttmc_kernel(const std::string& kernel) {
+  kernels::Tuning t;
+  t.ttmc_kernel = kernel;
+  return t;
+}
 
- private:
-  const char* name_;
-};
+/// Tuning with a forced MTTKRP layout (--cuda-layout) and its block rows.
+kernels::Tuning forced_layout(const std::string& layout, std::uint64_t block_rows) {
+  kernels::Tuning t;
+  t.cuda_layout = layout;
+  t.cuda_block_rows = block_rows;
+  return t;
+}
 
 struct TtmcCase {
   std::vector<std::uint64_t> dims;
@@ -79,16 +80,18 @@ class GpuTtmc : public ::testing::Test {
 
   /// TTMc of every mode on the cuda backend (budget 0: tier 1) against the reference.
   /// `nnz_div` divides every case's nonzero count (at least 200 remain): the sanitizer-sized
-  /// runs (compute-sanitizer racecheck costs ~1e3x per shared-memory access).
+  /// runs (compute-sanitizer racecheck costs ~1e3x per shared-memory access). `tuning` is
+  /// given to the cuda backend.
   template <typename T>
-  void check(const std::string& what, std::size_t budget_chunk_tiles, int skew, nnz_t nnz_div = 1) {
+  void check(const std::string& what, std::size_t budget_chunk_tiles, int skew, nnz_t nnz_div = 1,
+             const kernels::Tuning& tuning = {}) {
     auto ref = kernels::make_backend<T>(BackendKind::reference);
     std::uint64_t seed = 100;
     for (const auto& tc : ttmc_cases()) {
       const int N = static_cast<int>(tc.dims.size());
       const nnz_t nnz = std::max<nnz_t>(200, tc.nnz / nnz_div);
       auto x = random_tensor<T>(tc.dims, nnz, ++seed, skew < N ? skew : -1);
-      auto gpu = kernels::make_backend<T>(BackendKind::cuda);
+      auto gpu = kernels::make_backend<T>(BackendKind::cuda, 0, tuning);
       // Tier 2 with chunks of budget_chunk_tiles MTTKRP tiles where that is smaller than
       // tier 1 (tensors of several tiles), else tier 1 within the same budget.
       const std::size_t budget =
@@ -136,24 +139,18 @@ TEST_F(GpuTtmc, Tier1PlainMatchesReference) {
   check<float>("float, skewed slice", 0, 1);
 }
 
-// The CUDA-core kernels alone (TESSERA_CUDA_TTMC_KERNEL=cores), where the default takes the
-// tensor-core kernel for order 3 in float; a bad value is refused.
+// The CUDA-core kernels alone (Tuning::ttmc_kernel = cores, --ttmc-kernel), where the
+// default takes the tensor-core kernel for order 3 in float; a bad value is refused.
 TEST_F(GpuTtmc, CudaCoreKernelsMatchReference) {
-  {
-    EnvGuard k("TESSERA_CUDA_TTMC_KERNEL", "cores");
-    check<float>("float, CUDA cores", 0, -1);
-    check<float>("float, CUDA cores, skewed slice", 0, 1);
-  }
-  EnvGuard k("TESSERA_CUDA_TTMC_KERNEL", "fast");
-  EXPECT_THROW(check<float>("bad kernel name", 0, -1), InputError);
+  check<float>("float, CUDA cores", 0, -1, 1, ttmc_kernel("cores"));
+  check<float>("float, CUDA cores, skewed slice", 0, 1, 1, ttmc_kernel("cores"));
+  EXPECT_THROW(check<float>("bad kernel name", 0, -1, 1, ttmc_kernel("fast")), InputError);
 }
 
 TEST_F(GpuTtmc, BlockedLayoutsMatchReference) {
   for (const char* layout : {"smem", "l2"}) {
-    EnvGuard l("TESSERA_CUDA_LAYOUT", layout);
-    EnvGuard b("TESSERA_CUDA_BLOCK_ROWS", "8");
-    check<double>(std::string("double, ") + layout, 0, 0);
-    check<float>(std::string("float, ") + layout, 0, -1);
+    check<double>(std::string("double, ") + layout, 0, 0, 1, forced_layout(layout, 8));
+    check<float>(std::string("float, ") + layout, 0, -1, 1, forced_layout(layout, 8));
   }
 }
 
@@ -169,15 +166,9 @@ TEST_F(GpuTtmc, Tier2ChunksMatchReference) {
 TEST_F(GpuTtmc, SmallEveryKernelAndLayout) {
   check<double>("small, double", 0, -1, 10);
   check<float>("small, float (tensor cores at order 3)", 0, 0, 10);
-  {
-    EnvGuard k("TESSERA_CUDA_TTMC_KERNEL", "cores");
-    check<float>("small, float, CUDA cores", 0, 1, 10);
-  }
-  for (const char* layout : {"smem", "l2"}) {
-    EnvGuard l("TESSERA_CUDA_LAYOUT", layout);
-    EnvGuard b("TESSERA_CUDA_BLOCK_ROWS", "8");
-    check<float>(std::string("small, float, ") + layout, 0, 0, 10);
-  }
+  check<float>("small, float, CUDA cores", 0, 1, 10, ttmc_kernel("cores"));
+  for (const char* layout : {"smem", "l2"})
+    check<float>(std::string("small, float, ") + layout, 0, 0, 10, forced_layout(layout, 8));
   check<double>("small, double, tier 2", 1, -1, 4);  // several chunks of one tile
 }
 

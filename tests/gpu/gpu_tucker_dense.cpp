@@ -54,16 +54,6 @@ kernels::Array<double> poisoned_double(kernels::Backend<T>& be, std::size_t n) {
   return dev_double(be, std::vector<double>(n, kNaN));
 }
 
-/// A^T B for row-major A, B (rows x R).
-std::vector<double> inner_host(const std::vector<double>& A, const std::vector<double>& B,
-                               std::int64_t rows, int R) {
-  std::vector<double> M(static_cast<std::size_t>(R) * R, 0.0);
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (int p = 0; p < R; ++p)
-      for (int q = 0; q < R; ++q) M[p * R + q] += A[i * R + p] * B[i * R + q];
-  return M;
-}
-
 class GpuTuckerDenseOps : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -173,7 +163,7 @@ TEST_F(GpuTuckerDenseOps, CholQrStepMatchesHost) {
     const auto n = static_cast<std::size_t>(rows) * R;
     const auto RR = static_cast<std::size_t>(R) * R;
     const auto U0 = random_vector<double>(n, 31 + R);
-    const auto G = inner_host(U0, U0, rows, R);
+    const auto G = inner(U0, U0, rows, R);
     auto Uc = U0;
     double dev_c = -1, dev_g = -2;
     ASSERT_TRUE(cpu->cholqr_step(Uc.data(), rows, R, G.data(), &dev_c));
@@ -183,7 +173,7 @@ TEST_F(GpuTuckerDenseOps, CholQrStepMatchesHost) {
     // Q = U L^{-T} is unique (positive pivots): the same matrix to rounding.
     const auto Ug = host_double(*gpu, Ud.data(), n);
     EXPECT_LT(rel_error(Ug, Uc), 1e-10) << "R " << R;
-    const auto I = inner_host(Ug, Ug, rows, R);
+    const auto I = inner(Ug, Ug, rows, R);
     for (int i = 0; i < R; ++i)
       for (int j = 0; j < R; ++j) EXPECT_NEAR(I[i * R + j], i == j ? 1.0 : 0.0, 1e-10) << "R " << R;
     if (R < 2) continue;
@@ -191,7 +181,7 @@ TEST_F(GpuTuckerDenseOps, CholQrStepMatchesHost) {
     for (double eps : {0.0, 1e-7}) {
       auto S = U0;
       for (std::int64_t i = 0; i < rows; ++i) S[i * R + R - 1] = S[i * R] * (1 + eps * (i % 5));
-      const auto GS = inner_host(S, S, rows, R);
+      const auto GS = inner(S, S, rows, R);
       auto Sc = S;
       EXPECT_FALSE(cpu->cholqr_step(Sc.data(), rows, R, GS.data(), &dev_c));
       auto Sd = dev_double(*gpu, S), GSd = dev_double(*gpu, GS);
@@ -207,23 +197,6 @@ TEST_F(GpuTuckerDenseOps, CholQrStepMatchesHost) {
 }
 
 // ---- Tucker-HOOI ----
-
-/// ||Fb - Fa (Fa^T Fb)||_F for orthonormal Fa, Fb: the distance of the spans (projectors).
-double span_gap(const Matrix<double>& Fa, const Matrix<double>& Fb) {
-  const std::int64_t I = Fa.rows, R = Fa.cols;
-  std::vector<double> M(static_cast<std::size_t>(R * R), 0.0);
-  for (std::int64_t i = 0; i < I; ++i)
-    for (std::int64_t a = 0; a < R; ++a)
-      for (std::int64_t b = 0; b < R; ++b) M[a * R + b] += Fa(i, a) * Fb(i, b);
-  double s = 0;
-  for (std::int64_t i = 0; i < I; ++i)
-    for (std::int64_t b = 0; b < R; ++b) {
-      double p = Fb(i, b);
-      for (std::int64_t a = 0; a < R; ++a) p -= Fa(i, a) * M[a * R + b];
-      s += p * p;
-    }
-  return std::sqrt(s);
-}
 
 class GpuTuckerDense : public GpuJobTest {
  protected:
@@ -269,7 +242,7 @@ class GpuTuckerDense : public GpuJobTest {
     EXPECT_EQ(got.completed_columns, want.completed_columns) << what;
     const int N = want.model.order();
     for (int n = 0; n < N; ++n)
-      EXPECT_LT(span_gap(want.model.factors[n], got.model.factors[n]), span_tol)
+      EXPECT_LT(subspace_gap(want.model.factors[n], got.model.factors[n]), span_tol)
           << what << " mode " << n;
     // The model G x_1 U_1 ... x_N U_N does not depend on the bases' signs or rotations.
     std::mt19937_64 rng(7);

@@ -31,6 +31,7 @@ namespace {
 using algo::SvdMethod;
 using algo::TuckerInit;
 using kernels::BackendKind;
+using test::subspace_gap;
 
 comm::MpiCommunicator& world() {
   static comm::MpiCommunicator w(MPI_COMM_WORLD);
@@ -105,24 +106,6 @@ void orthonormalize_mgs(Matrix<double>& A) {
       s = std::sqrt(s);
       for (std::int64_t i = 0; i < A.rows; ++i) A(i, j) /= s;
     }
-}
-
-/// ||Ub - Ua (Ua^T Ub)||_F: an upper bound of the sine of the largest principal angle
-/// between the column spans (both orthonormal), computed without cancellation.
-double subspace_gap(const Matrix<double>& Ua, const Matrix<double>& Ub) {
-  const std::int64_t I = Ua.rows, Ra = Ua.cols, Rb = Ub.cols;
-  std::vector<double> M(static_cast<std::size_t>(Ra * Rb), 0.0);
-  for (std::int64_t i = 0; i < I; ++i)
-    for (std::int64_t a = 0; a < Ra; ++a)
-      for (std::int64_t b = 0; b < Rb; ++b) M[a * Rb + b] += Ua(i, a) * Ub(i, b);
-  double s = 0;
-  for (std::int64_t i = 0; i < I; ++i)
-    for (std::int64_t b = 0; b < Rb; ++b) {
-      double p = Ub(i, b);
-      for (std::int64_t a = 0; a < Ra; ++a) p -= Ua(i, a) * M[a * Rb + b];
-      s += p * p;
-    }
-  return std::sqrt(s);
 }
 
 double max_gap(const TuckerModel& a, const TuckerModel& b) {

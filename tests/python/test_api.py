@@ -325,6 +325,31 @@ def test_bad_options_and_files(small, tmp_path):
             tessera.cp_als(small, rank=2, backend="cuda")
 
 
+def test_tuning_keywords_reach_the_backend_and_the_record(small):
+    # The CLI's "Kernel tuning" options as keyword arguments of the same names.
+    py = tessera.cp_als(small, rank=3, iters=4, cpu_isa="base", cuda_layout="smem",
+                        cuda_l2_hint=False, ttmc_tile=128, nccl_timeout=60, **CPU1)
+    t = py.record["tuning"]
+    assert set(t) == set(tessera.TUNING) - {"nccl_timeout"}
+    assert t["cpu_isa"] == "base" and t["cuda_layout"] == "smem"
+    assert t["cuda_l2_hint"] is False and t["ttmc_tile"] == 128
+    assert t["mttkrp_kernel"] == "auto" and t["sptc_tc_threshold"] == -1  # defaults
+    ref = tessera.cp_als(small, rank=3, iters=4, **CPU1)  # the ISA changes rounding only
+    assert abs(py.fit - ref.fit) < 1e-10
+    assert tessera.tucker_hooi(small, [2, 2, 2], iters=2, ttmc_kernel="cores",
+                               **CPU1).record["tuning"]["ttmc_kernel"] == "cores"
+    assert tessera.contract(small, small, "ijk,ijl->kl", sptc_pool=False,
+                            **CPU1).record["tuning"]["sptc_pool"] is False
+    with pytest.raises(TypeError, match="cuda_layot"):
+        tessera.cp_als(small, rank=2, cuda_layot="smem", **CPU1)
+    with pytest.raises(ValueError, match="--cuda-layout"):
+        tessera.cp_als(small, rank=2, cuda_layout="bogus", **CPU1)
+    with pytest.raises(ValueError, match="ttmc_tile"):
+        tessera.cp_als(small, rank=2, ttmc_tile="big", **CPU1)
+    with pytest.raises(ValueError, match="nccl_timeout"):
+        tessera.cp_als(small, rank=2, nccl_timeout=-1, **CPU1)
+
+
 # ---- callback, Ctrl-C, GIL ---------------------------------------------------------------
 
 

@@ -26,12 +26,12 @@ TYPED_TEST(HostBackend, KindsAndNames) {
   auto ref = make_backend<TypeParam>(BackendKind::reference);
   EXPECT_EQ(ref->kind(), BackendKind::reference);
   EXPECT_EQ(ref->name(), "reference");
-  EXPECT_EQ(ref->memory_space(), comm::MemorySpace::host);
+  EXPECT_EQ(ref->memory_space(), MemorySpace::host);
   for (int threads : {0, 1, 2}) {
     auto cpu = make_backend<TypeParam>(BackendKind::cpu, threads);
     EXPECT_EQ(cpu->kind(), BackendKind::cpu);
     EXPECT_EQ(cpu->name(), "cpu");
-    EXPECT_EQ(cpu->memory_space(), comm::MemorySpace::host);
+    EXPECT_EQ(cpu->memory_space(), MemorySpace::host);
   }
   if (!cuda_built()) {
     try {
@@ -272,6 +272,42 @@ TEST(SyntheticIndices, UniformMeanIsHalf) {
   const auto below = shares_below(one_mode_spec(I, false, 1.0), draws, {1000}, &mean);
   EXPECT_NEAR(mean, I / 2.0, 0.01 * I);
   EXPECT_NEAR(below[0], 0.01, 0.002);
+}
+
+// Kernel tuning options are checked where they are given (make_backend, set_tuning), on
+// every backend kind, with a message naming the command-line option; a refused value
+// leaves the previous options in place.
+TEST(BackendTuning, InvalidValuesAreRefusedNamingTheOption) {
+  auto message_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no InputError";
+  };
+  Tuning bad;
+  bad.cuda_layout = "fast";
+  const std::string m =
+      message_of([&] { (void)make_backend<double>(BackendKind::reference, 0, bad); });
+  EXPECT_NE(m.find("--cuda-layout"), std::string::npos) << m;
+  EXPECT_NE(m.find("fast"), std::string::npos) << m;
+
+  auto be = make_backend<float>(BackendKind::reference);
+  Tuning good;
+  good.cuda_layout = "smem";
+  good.ttmc_tile = 128;
+  be->set_tuning(good);
+  Tuning tile;
+  tile.ttmc_tile = 100;  // not a multiple of 32
+  const std::string mt = message_of([&] { be->set_tuning(tile); });
+  EXPECT_NE(mt.find("--ttmc-tile"), std::string::npos) << mt;
+  Tuning kernel;
+  kernel.mttkrp_kernel = "fast";
+  const std::string mk = message_of([&] { be->set_tuning(kernel); });
+  EXPECT_NE(mk.find("--mttkrp-kernel"), std::string::npos) << mk;
+  EXPECT_EQ(be->tuning().cuda_layout, "smem");
+  EXPECT_EQ(be->tuning().ttmc_tile, 128);
 }
 
 }  // namespace

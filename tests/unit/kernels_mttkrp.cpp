@@ -18,6 +18,7 @@
 #include "kernels/factories.hpp"
 #include "kernels/mttkrp.hpp"
 #include "test_util.hpp"
+#include "util/error.hpp"
 
 namespace tessera::kernels {
 namespace {
@@ -194,6 +195,12 @@ void check_all(const SparseTensor<T>& x, const std::vector<std::vector<T>>& A, i
   backends.push_back(make_reference_backend<T>());
   backends.push_back(make_cpu_backend<T>(1));
   backends.push_back(make_cpu_backend<T>(2));
+  // The instruction set as the cpu backend's tuning option (Tuning::cpu_isa, --cpu-isa).
+  for (cpu::Isa isa : isas()) {
+    Tuning t;
+    t.cpu_isa = cpu::to_string(isa);
+    backends.push_back(make_backend<T>(BackendKind::cpu, 2, t));
+  }
   for (auto& be : backends) {
     auto h = be->prepare(x);
     EXPECT_EQ(h->order(), N);
@@ -204,7 +211,8 @@ void check_all(const SparseTensor<T>& x, const std::vector<std::vector<T>>& A, i
       auto out = poisoned<T>(x.dims[m] * static_cast<std::size_t>(R));
       be->mttkrp(*h, m, pointers(A, m), R, out.data());
       std::ostringstream os;
-      os << label << " backend " << be->name() << " mode " << m << " R " << R;
+      os << label << " backend " << be->name() << " cpu_isa " << be->tuning().cpu_isa << " mode "
+         << m << " R " << R;
       expect_matches(out, refs[m], empty_rows(x, m), R, os.str());
     }
   }
@@ -464,6 +472,35 @@ TEST(Csf, IsaSelection) {
   EXPECT_TRUE(cpu::isa_supported(cpu::Isa::base));
   EXPECT_TRUE(cpu::isa_supported(cpu::isa_selected()));
   EXPECT_NE(cpu::isa_selected(), cpu::Isa::automatic);
+}
+
+// --cpu-isa is the cpu backend's tuning option: an unknown name or an instruction set the
+// CPU or build lacks is refused when the backend is made (InputError naming the flag), and
+// set_tuning keeps the previous options when it refuses.
+TEST(Csf, CpuIsaIsATuningOption) {
+  auto expect_refused = [](const std::string& isa) {
+    Tuning t;
+    t.cpu_isa = isa;
+    try {
+      make_backend<double>(BackendKind::cpu, 1, t);
+      ADD_FAILURE() << "--cpu-isa " << isa << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("--cpu-isa"), std::string::npos) << e.what();
+    }
+  };
+  expect_refused("sse9");
+  for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512})
+    if (!cpu::isa_supported(isa)) expect_refused(cpu::to_string(isa));
+  auto be = make_backend<double>(BackendKind::cpu, 1);
+  EXPECT_EQ(be->tuning().cpu_isa, "auto");
+  Tuning bad;
+  bad.cpu_isa = "sse9";
+  EXPECT_THROW(be->set_tuning(bad), InputError);
+  EXPECT_EQ(be->tuning().cpu_isa, "auto");
+  Tuning base;
+  base.cpu_isa = "base";
+  be->set_tuning(base);
+  EXPECT_EQ(be->tuning().cpu_isa, "base");
 }
 
 }  // namespace

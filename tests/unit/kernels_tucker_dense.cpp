@@ -22,6 +22,7 @@ namespace tessera {
 namespace {
 
 using test::fresh_seed;
+using test::inner;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -50,16 +51,6 @@ std::vector<double> matmul(const std::vector<double>& A, const std::vector<doubl
     for (int k = 0; k < K; ++k)
       for (int j = 0; j < R; ++j) C[i * R + j] += A[i * K + k] * B[k * R + j];
   return C;
-}
-
-/// A^T B for A, B (rows x R).
-std::vector<double> inner(const std::vector<double>& A, const std::vector<double>& B,
-                          std::int64_t rows, int R) {
-  std::vector<double> M(static_cast<std::size_t>(R) * R, 0.0);
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (int p = 0; p < R; ++p)
-      for (int q = 0; q < R; ++q) M[p * R + q] += A[i * R + p] * B[i * R + q];
-  return M;
 }
 
 template <typename T>

@@ -1,4 +1,4 @@
-// The tensor-core TTMc kernel for order 3 in float, included by ttmc.cu only.
+// The tensor-core TTMc kernel for order 3 in float, included by kernels.cu only.
 //
 // Same contract as the tile kernels there (a launch covers a contiguous range of a copy
 // sorted by the output mode, or by (block, output mode); each warp owns p.tile nonzeros;
@@ -29,7 +29,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/ttmc.cuh"
+#include "kernels/cuda/ttmc/kernels.cuh"
 
 namespace tessera::kernels::cuda::ttmc_tc {
 

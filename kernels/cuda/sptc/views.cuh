@@ -1,4 +1,4 @@
-// Internal to the CUDA SpTC (sptc.cu, sptc_rows.cu, sptc_tc.cu): the device views the
+// Internal to the CUDA SpTC (kernels/cuda/sptc/): the device views the
 // row-accumulation and tensor-core kernels read, and their launchers. Not a public header.
 //
 // Terms (docs/sptc.md, "CUDA kernel"): the row side X is grouped into output rows (its
@@ -100,19 +100,19 @@ struct RowsOut {
   double* eval = nullptr;        ///< run: value of each entry (sum in double)
 };
 
-/// Grouped small rows (sptc_rows.cu): one block per group of rows [gfirst[g], gend[g]).
+/// Grouped small rows (rows_kernels.cu): one block per group of rows [gfirst[g], gend[g]).
 void launch_row_groups(cudaStream_t s, const RowsView& v, const u32* gfirst, const u32* gend,
                        i64 ngroups, bool values, const RowsOut& out);
-/// Dense rows (sptc_rows.cu): item k is row drows[k / ntiles], columns
+/// Dense rows (rows_kernels.cu): item k is row drows[k / ntiles], columns
 /// [(k % ntiles) W, min(ncols, (k % ntiles + 1) W)).
 void launch_dense_rows(cudaStream_t s, const RowsView& v, const u32* drows, i64 nitems, int ntiles,
                        int W, bool values, const RowsOut& out);
-/// Tensor-core block products (sptc_tc.cu): one warp per output block; adds every
+/// Tensor-core block products (tc_kernels.cu): one warp per output block; adds every
 /// structural cell's value to its entry (found by binary search in its row).
 void launch_tc_products(cudaStream_t s, TensorCorePrecision p, const TcView& tc, const i64* rowoff,
                         const u32* ecol, double* eval, unsigned* err);
 /// Converts n doubles to the storage type of precision p (float for tf32, __nv_bfloat16,
-/// __half) at dst (sptc_tc.cu). fp64 needs no conversion.
+/// __half) at dst (tc_kernels.cu). fp64 needs no conversion.
 void launch_convert_tiles(cudaStream_t s, TensorCorePrecision p, i64 n, const double* src,
                           void* dst);
 /// Bytes of one value of the storage type of precision p.

@@ -1,4 +1,4 @@
-// Row accumulation of the CUDA SpTC (sptc_impl.cuh, docs/sptc.md "CUDA kernel"): the
+// Row accumulation of the CUDA SpTC (views.cuh, docs/sptc.md "CUDA kernel"): the
 // products of one output row are combined on chip, so only distinct output entries reach
 // device memory, each row at the offset the count pass gave it, columns ascending.
 //
@@ -11,13 +11,13 @@
 //    product order: deterministic (no atomics on values).
 // Both run twice: without values in the count pass (entries per row), with values in the
 // run. Products of two dense tensor-core blocks are skipped; the cells those blocks
-// produce are marked from the blocks' bit masks (values are added later by sptc_tc.cu).
+// produce are marked from the blocks' bit masks (values are added later by tc_kernels.cu).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda/sptc_impl.cuh"
+#include "kernels/cuda/sptc/views.cuh"
 
 namespace tessera::kernels::cuda::sptc {
 
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kGroupBlock)
                     (static_cast<u64>(v.ysc[q]) << 11) | static_cast<u64>(pl);
       if constexpr (kValues) s_val[slot] = v.mx_val[x] * v.ysv[q];
     }
-    // Cells of the tensor-core blocks (value 0 here; sptc_tc.cu adds theirs). Each such
+    // Cells of the tensor-core blocks (value 0 here; tc_kernels.cu adds theirs). Each such
     // cell has at least one skipped product in its row, so the list stays within n.
     if (v.tc.otkey != nullptr) {
       for (u32 r = ra + threadIdx.x; r < rb; r += blockDim.x)

@@ -40,7 +40,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/host_sort.hpp"
-#include "kernels/cuda/mttkrp_stream.cuh"
+#include "kernels/cuda/mttkrp/stream.cuh"
 #include "kernels/mttkrp.hpp"
 
 namespace tessera::kernels::cuda {
@@ -541,7 +541,8 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
     }
     const index_t* idx[kMaxOrder] = {};
     for (int m = 0, q = 0; m < N; ++m) idx[m] = m == mode ? f.keys : f.dst[q++];
-    (void)launch_mttkrp_sorted<T>(st, idx, f.dst_vals, cnt, N, mode, factors.data(), R, out);
+    (void)launch_mttkrp_sorted<T>(st, idx, f.dst_vals, cnt, N, mode, factors.data(), R, out,
+                                  s.ctx.tuning);
     TESSERA_CUDA_CHECK(cudaEventRecord(s.ev(i, kComputeEnd), st));
     ++s.issued;
   }

@@ -1,6 +1,6 @@
 // Internal to the CUDA backend: the MTTKRP of chunks streamed through the backend (memory
-// tier 3, Backend::mttkrp_accumulate). The chunk pipeline is in mttkrp_stream.cu; the tile
-// kernels it launches are those of mttkrp.cu.
+// tier 3, Backend::mttkrp_accumulate). The chunk pipeline is in stream.cu; the tile
+// kernels it launches are those of tiles.cu (entry point in mttkrp.cu).
 #pragma once
 
 #include <cstddef>
@@ -13,17 +13,17 @@ namespace tessera::kernels::cuda {
 
 /// Enqueues on `stream`: out (rows of R, device) += the MTTKRP of `nnz` nonzeros sorted by
 /// their mode-`mode` index (device arrays idx[0 .. order) and vals; the runs of every row
-/// contiguous). The tile kernels of mttkrp.cu (the blocked one where it supports the call,
-/// else the classic one; TESSERA_CUDA_MTTKRP_KERNEL as for mttkrp) with their write rule: a
+/// contiguous). The tile kernels of tiles.cu (the blocked one where it supports the call,
+/// else the classic one; tuning.mttkrp_kernel as for mttkrp) with their write rule: a
 /// row wholly inside one tile is added with a plain read and store (no other tile of the
 /// launch has it), a row a tile may share with atomics. No per-nonzero atomics. `out` may
 /// hold any earlier sums. factors[mode] is not read. Returns the kernel's name. (mttkrp.cu)
 template <typename T>
 const char* launch_mttkrp_sorted(cudaStream_t stream, const index_t* const* idx, const T* vals,
                                  nnz_t nnz, int order, int mode, const T* const* factors, int R,
-                                 T* out);
+                                 T* out, const Tuning& tuning);
 
-/// What CudaBackend keeps for mttkrp_accumulate between calls (mttkrp_stream.cu): two
+/// What CudaBackend keeps for mttkrp_accumulate between calls (stream.cu): two
 /// device chunk buffers filled in turn on a copy stream of its own, the sort and gather
 /// scratch, timing events, and an error flag in mapped host memory. Grow-only; one per
 /// backend, used from one thread at a time.

@@ -1,6 +1,7 @@
-// The register-blocked MTTKRP tile kernel (the common case), included by mttkrp.cu only.
+// The register-blocked MTTKRP tile kernel (the common case), launched by tiles.cu only
+// (mttkrp.cu and handle.cuh use its host-side supports / supported_shapes).
 //
-// Same contract as mttkrp_tile_kernel there: a launch covers a contiguous range of a copy
+// Same contract as mttkrp_tile_kernel in tiles.cu: a launch covers a contiguous range of a copy
 // sorted by the output mode (plain layout, a tier-2 chunk) or by (block, output mode) (l2
 // layout); each warp owns a tile of p.tile nonzeros; a finished row is written once, with
 // a plain store when its whole run lies inside one sub-tile and with atomics when it may

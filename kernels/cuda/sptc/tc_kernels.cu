@@ -1,4 +1,4 @@
-// Tensor-core block products of the CUDA SpTC (sptc_impl.cuh, docs/sptc.md "Tensor
+// Tensor-core block products of the CUDA SpTC (views.cuh, docs/sptc.md "Tensor
 // cores"): one warp per output block (16 x 16 cells), summing A x B over the block pairs
 // of that output block with WMMA: fp64 as 2 x 2 tiles of m8n8k4 (DMMA), tf32 as m16n16k8,
 // bf16 and fp16 as m16n16k16 (float accumulators). The cells that have at least one product
@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda/sptc_impl.cuh"
+#include "kernels/cuda/sptc/views.cuh"
 
 namespace tessera::kernels::cuda::sptc {
 

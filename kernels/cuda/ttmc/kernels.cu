@@ -19,17 +19,16 @@
 // them). Copies with several runs per row (blocked layouts) add every row with atomics.
 //
 // Which kernel runs: order 3 in float with ranks (16 or 32) x (8, 16 or 32) takes the
-// tensor-core kernel (ttmc_tc.cuh, 3xTF32, float accuracy); otherwise the register-blocked
-// kernel where the ranks allow, else the tile kernel. TESSERA_CUDA_TTMC_KERNEL=cores keeps
-// to the CUDA-core kernels (A/B runs, tests).
+// tensor-core kernel (tc.cuh, 3xTF32, float accuracy); otherwise the register-blocked
+// kernel where the ranks allow, else the tile kernel. --ttmc-kernel cores
+// (Tuning::ttmc_kernel) keeps to the CUDA-core kernels (A/B runs, tests).
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <type_traits>
 
-#include "kernels/cuda/ttmc.cuh"
-#include "kernels/cuda/ttmc_tc.cuh"
+#include "kernels/cuda/ttmc/kernels.cuh"
+#include "kernels/cuda/ttmc/tc.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -342,33 +341,13 @@ void launch_w(cudaStream_t stream, const TtmcParams<T>& p, dim3 grid) {
 
 }  // namespace
 
-/// TESSERA_CUDA_TTMC_KERNEL = auto (default: the tensor-core kernel where it applies, see
-/// ttmc_tc.cuh) | cores (the CUDA-core kernels only; for A/B runs and tests). Read per call,
-/// so tests may switch it.
-TtmcKernel ttmc_kernel_selection() {
-  const char* e = std::getenv("TESSERA_CUDA_TTMC_KERNEL");
-  if (e == nullptr || *e == '\0' || std::string(e) == "auto") return TtmcKernel::automatic;
-  TESSERA_INPUT_CHECK(std::string(e) == "cores",
-                      "TESSERA_CUDA_TTMC_KERNEL must be auto or cores (got '" << e << "')");
-  return TtmcKernel::cores;
-}
-
-/// Nonzeros per warp tile: kTtmcTileNnz, or TESSERA_CUDA_TTMC_TILE (a multiple of 32 in
-/// 64 .. 65536; for tuning), read once.
-static int tile_nnz() {
-  static const int tile = [] {
-    const char* e = std::getenv("TESSERA_CUDA_TTMC_TILE");
-    const int v = e ? std::atoi(e) : 0;
-    return (v >= 64 && v <= 65536 && v % 32 == 0) ? v : kTtmcTileNnz;
-  }();
-  return tile;
-}
-
 template <typename T>
-void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in) {
+void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in, const Tuning& tuning) {
   if (in.nnz <= 0) return;
   TtmcParams<T> p = in;
-  p.tile = tile_nnz();
+  // Nonzeros per warp tile: kTtmcTileNnz, or --ttmc-tile (a multiple of 32 in 64 .. 65536,
+  // checked by kernels::check; for tuning).
+  p.tile = tuning.ttmc_tile > 0 ? tuning.ttmc_tile : kTtmcTileNnz;
   TESSERA_EXPECTS(p.nin >= 1 && p.nin < kMaxOrder, "TTMc with " << p.nin << " input modes");
   const int RL = p.in_rank[p.nin - 1];
   // The widest run of the last mode's row a lane can own: W divides R_L, and the row
@@ -384,7 +363,7 @@ void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in) {
   TESSERA_EXPECTS(bx <= std::numeric_limits<int>::max(),
                   "TTMc launch too large: " << p.nnz << " nonzeros; split the block");
   if constexpr (std::is_same_v<T, float>) {
-    if (ttmc_kernel_selection() == TtmcKernel::automatic && ttmc_tc::fits(p)) {
+    if (tuning.ttmc_kernel != "cores" && ttmc_tc::fits(p)) {
       ttmc_tc::launch(stream, p, static_cast<unsigned>(bx));
       return;
     }
@@ -425,7 +404,7 @@ void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in) {
     launch_w<T, 1>(stream, p, grid);
 }
 
-template void launch_ttmc<float>(cudaStream_t, const TtmcParams<float>&);
-template void launch_ttmc<double>(cudaStream_t, const TtmcParams<double>&);
+template void launch_ttmc<float>(cudaStream_t, const TtmcParams<float>&, const Tuning&);
+template void launch_ttmc<double>(cudaStream_t, const TtmcParams<double>&, const Tuning&);
 
 }  // namespace tessera::kernels::cuda

@@ -1,5 +1,6 @@
-// CUDA TTMc tile kernel (kernels/cuda/ttmc.cu), launched by the TTMc entry point in
-// mttkrp.cu, which owns the tensor handle, its sorted copies and the tier-2 chunk loop.
+// CUDA TTMc kernels (kernels/cuda/ttmc/kernels.cu), launched by the TTMc entry points
+// (ttmc.cu in this folder), which run on the MTTKRP's tensor handle (its sorted copies
+// and the tier-2 chunk loop: kernels/cuda/mttkrp/handle.cuh).
 #pragma once
 
 #include <cstdint>
@@ -30,12 +31,11 @@ struct TtmcParams {
   int tile = kTtmcTileNnz;      ///< nonzeros per warp tile (set by launch_ttmc)
 };
 
-/// Which TTMc kernels may run (TESSERA_CUDA_TTMC_KERNEL; see ttmc.cu).
-enum class TtmcKernel { automatic, cores };
-TtmcKernel ttmc_kernel_selection();
-
 /// Enqueues the kernel on `stream`; out must already hold zeros (or earlier chunks' sums).
+/// `tuning` (read per call): ttmc_kernel = auto (the tensor-core kernel where it applies,
+/// see tc.cuh) | cores (the CUDA-core kernels only; A/B runs and tests), --ttmc-kernel;
+/// ttmc_tile = nonzeros per warp tile (0: kTtmcTileNnz), --ttmc-tile. p.tile is ignored.
 template <typename T>
-void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& p);
+void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& p, const Tuning& tuning);
 
 }  // namespace tessera::kernels::cuda

@@ -1,0 +1,173 @@
+// tessera bench mttkrp|cp|ttmc|tucker: the subcommand's options and the run every tensor
+// benchmark shares (the memory plan, the input, the measured bandwidth, the record); the
+// operation itself is its descriptor's (bench.hpp). `bench contract` is contract.cpp.
+//
+// Bandwidth: a large copy in the backend's memory (bytes read + bytes written), best of 5
+// (measure_bandwidth), the denominator of every floor (harness.hpp).
+#include <algorithm>
+#include <map>
+
+#include "algo/cp_als.hpp"
+#include "bench/bench.hpp"
+#include "bench/harness.hpp"
+#include "commands.hpp"
+#include "io/h5store.hpp"
+#include "io/output.hpp"
+#include "kernels/backend.hpp"
+#include "util/log.hpp"
+
+namespace tessera::driver {
+namespace bench {
+namespace {
+
+template <typename T>
+void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
+  {
+    io::OutputSet outputs;  // --json checked before any work (io/output.hpp)
+    outputs.add_input("the input", a.load.path);
+    outputs.add_output("--json", a.run.json, io::OutputKind::record);
+    outputs.validate(a.run.force, world);
+  }
+  const auto strategy = algo::parse_comm_strategy(a.run.strategy);
+  const auto scheme =
+      strategy == algo::CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
+  auto cx = make_compute<T>(a.run, world);
+  const auto kind = cx.kind;
+  auto& be = cx.backend;
+  PeakSampler peaks(kind == kernels::BackendKind::cuda);
+  plan::Plan bp;
+  const bool header_plan = a.load.path.empty() || io::is_tensor_store(a.load.path, world);
+  if (header_plan) {
+    std::vector<std::uint64_t> dims;
+    nnz_t nnz = 0;
+    if (a.load.path.empty()) {
+      comm::run_collectively(world, [&] { dims = parse_dims(a.gen_dims); });
+      nnz = static_cast<nnz_t>(a.gen_nnz);
+    } else {
+      const auto h = io::read_h5_info(a.load.path, world);
+      dims = h.dims;
+      nnz = h.nnz;
+    }
+    bp = bench_plan<T>(a, dims, nnz, a.load.path, kind, world);
+    if (kind == kernels::BackendKind::cuda) be->set_memory_budget(bp.device_budget);
+  }
+  auto in = bench_input<T>(a, scheme, world, *be);
+  if (!header_plan) bp = bench_plan<T>(a, in.dims, in.global_nnz, a.load.path, kind, world);
+  const double bw = measure_bandwidth(*be, a.run.threads);
+  nlohmann::json j;  // the record's body; the envelope is added when the run is done
+  j["machine"]["bandwidth_bytes_per_s"] = bw;
+  j["tensor"] = {{"dims", in.dims}, {"nnz", in.global_nnz}};
+  j["rank"] = a.rank;
+  j["precision"] = a.run.precision;
+  log_setup(a.what, kernels::to_string(kind), world.size(), a.run.threads, a.run.precision,
+            ", R = " + std::to_string(a.rank), bw);
+  using Run = void (*)(Context<T>&);
+  static const std::map<std::string, Run> ops = {{"mttkrp", &bench_mttkrp<T>},
+                                                 {"cp", &bench_cp<T>},
+                                                 {"ttmc", &bench_ttmc<T>},
+                                                 {"tucker", &bench_tucker<T>}};
+  Context<T> c{a, in, cx, world, bw, j};
+  ops.at(a.what)(c);
+  j["memory_plan"] = memory_record(bp, peaks, world);
+  write_record(a.run.json, "bench " + a.what, j, world, kernels::to_string(kind), a.run.threads);
+}
+
+}  // namespace
+}  // namespace bench
+
+using bench::BenchArgs;
+
+/// Options of `bench` that the chosen benchmark does not use are refused (one line naming
+/// the option and the benchmarks that take it), not ignored. Under `bench contract` none of
+/// bench's own options apply (they reach bench when contract does not know them).
+void reject_unused_bench_options(const CLI::App& bench, const BenchArgs& a) {
+  const bool contract = !bench.get_subcommands().empty();
+  struct Use {
+    const char* name;
+    std::vector<std::string> whats;  ///< empty: every benchmark but contract
+  };
+  const std::vector<Use> uses = {{"--repeat", {"mttkrp", "ttmc"}},
+                                 {"--iters", {"cp", "tucker"}},
+                                 {"--svd", {"tucker"}},
+                                 {"--ranks", {"ttmc", "tucker"}},
+                                 {"--nonneg", {"cp"}},
+                                 {"--l1", {"cp"}},
+                                 {"--l2", {"cp"}},
+                                 {"--inner-sweeps", {"cp"}},
+                                 {"--observed-only", {"cp"}},
+                                 {"--holdout", {"cp"}}};
+  for (const CLI::Option* o : bench.get_options()) {
+    if (o->count() == 0 || o == bench.get_help_ptr()) continue;
+    const std::string name = o->get_name();
+    if (contract) {
+      if (name == "what") continue;  // "bench contract" leaves it empty
+      throw CLI::ValidationError(name,
+                                 "is an option of bench mttkrp|cp|ttmc|tucker, not of bench "
+                                 "contract");
+    }
+    for (const Use& u : uses) {
+      if (name != u.name) continue;
+      if (std::find(u.whats.begin(), u.whats.end(), a.what) == u.whats.end()) {
+        std::string list;
+        for (const std::string& w : u.whats) list += (list.empty() ? "" : "|") + w;
+        throw CLI::ValidationError(
+            u.name, "does not apply to bench " + a.what + " (only to bench " + list + ")");
+      }
+    }
+    if (a.gen_dims.empty() && (name == "--nnz" || name == "--dist" || name == "--alpha"))
+      throw CLI::ValidationError(name, "applies only with --generate (a file is read as it is)");
+  }
+}
+
+void add_bench(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* sub = app.add_subcommand("bench", "Benchmarks: time next to the memory-bandwidth floor");
+  sub->add_option("what", a->what, "mttkrp | cp | ttmc | tucker")
+      ->required()
+      ->check(CLI::IsMember({"mttkrp", "cp", "ttmc", "tucker"}));
+  sub->add_option("file", a->load.path, "Tensor file (or use --generate)");
+  sub->add_option("--generate", a->gen_dims,
+                  "Generate a tensor of these dims instead (e.g. 12092x9184x28818)");
+  sub->add_option("--nnz", a->gen_nnz, "Nonzeros of the generated tensor");
+  sub->add_option("--dist", a->dist, "uniform | powerlaw")
+      ->check(CLI::IsMember({"uniform", "powerlaw"}));
+  sub->add_option("--alpha", a->alpha,
+                  "Power-law exponent (--dist powerlaw): P(index = i) ~ (i + 1)^-alpha")
+      ->check(CLI::Range(0.05, 100.0));
+  sub->add_option("-r,--rank", a->rank, "CP rank R")->check(CLI::Range(1, 4096));
+  sub->add_option("--repeat", a->repeat, "Timed repetitions per mode (median reported)")
+      ->check(CLI::Range(1, 10000));
+  sub->add_option("--iters", a->iters, "Iterations (bench cp, bench tucker)")
+      ->check(CLI::Range(1, 10000));
+  sub->add_option("--ranks", a->ranks,
+                  "Tucker ranks per mode (bench ttmc|tucker), e.g. 16,16,16; default --rank");
+  sub->add_option("--svd", a->svd,
+                  "Tucker factor update (bench tucker): gram | subspace | scalapack");
+  sub->add_option("--generate-on", a->generate_on,
+                  "Where --generate makes the tensor: auto (the backend, or the host where the "
+                  "run needs the distributed block) | host | backend")
+      ->check(CLI::IsMember({"auto", "host", "backend"}))
+      ->capture_default_str();
+  add_cp_constraint_flags(sub, a->con);
+  add_compute_options(sub, a->run, a->load, kStrategyOption | kBudgetOptions);
+  add_bench_contract(sub, run);  // `bench contract` (contract.cpp)
+  // `bench` takes its benchmark as a positional ("bench mttkrp"); "bench contract" is a
+  // subcommand of its own (it takes two files) whose callback sets the runner. The
+  // positional becomes optional; bench's final callback runs after its subcommand's, checks
+  // the options, asks for the positional when no subcommand was given and only then sets
+  // the runner. It is set as the final callback by name: add_compute_options may have set
+  // bench's parse-complete callback (its own checks), which stays.
+  CLI::Option* what = sub->get_option("what");
+  what->required(false);
+  sub->immediate_callback(true);
+  sub->final_callback([a, sub, what, &run] {
+    reject_unused_bench_options(*sub, *a);
+    if (!sub->get_subcommands().empty()) return;  // bench contract: its runner
+    if (what->count() == 0) throw CLI::RequiredError("what");
+    run = [a](const comm::MpiCommunicator& world) {
+      with_precision(a->run, [&]<typename T>() { bench::run_bench<T>(*a, world); });
+    };
+  });
+}
+
+}  // namespace tessera::driver

@@ -1,0 +1,112 @@
+// tessera bench cp: CP-ALS iterations against the floor of their N MTTKRPs (mttkrp.cpp has
+// the MTTKRP's floor); the dense R x R work and the collectives are beside it, with their
+// shares printed.
+#include "algo/cp_als.hpp"
+#include "bench/bench.hpp"
+#include "bench/harness.hpp"
+#include "linalg/row_update.hpp"
+#include "record.hpp"
+#include "util/log.hpp"
+
+namespace tessera::driver::bench {
+
+template <typename T>
+void bench_cp(Context<T>& c) {
+  const BenchArgs& a = c.a;
+  auto& in = c.in;
+  const int N = static_cast<int>(in.dims.size());
+  const int R = a.rank;
+  algo::CpOptions o;
+  o.rank = R;
+  o.max_iters = a.iters;
+  o.tol = 0;  // run every iteration
+  o.strategy = algo::parse_comm_strategy(a.run.strategy);
+  o.print_iterations = log::verbosity() >= 2;
+  o.count_distinct_rows = true;         // for the floor
+  o.approximate_fit = in.X != nullptr;  // generated: repeats kept, ||X|| not merged
+  apply_cp_constraints(a.con, N, o.seed, o, c.world);
+  // A generated tensor (allreduce) runs on its backend handle; otherwise cp_als
+  // prepares the distributed block.
+  if (in.X)
+    log::info(
+        "fit of the generated tensor: ||X||^2 sums the squares of the stored entries, so it "
+        "is approximate where coordinates repeat (often with --dist powerlaw): the MTTKRP "
+        "sums repeats, ||X|| does not merge them");
+  auto& be = *c.cx.backend;
+  auto res = in.X ? algo::cp_als<T>(*in.X, in.dims, in.global_nnz, be, c.world, *c.cx.data, o)
+                  : algo::cp_als<T>(*in.d, be, c.world, *c.cx.data, o);
+  using H = algo::CpIteration;
+  const auto m = iteration_means(res.history, {&H::seconds, &H::kernel, &H::comm, &H::solve});
+  const double it_s = m[0], k = m[1], cm = m[2], s = m[3];
+  // Memory floor of an iteration: the N MTTKRPs' bytes (the dense R x R work and the
+  // collectives are not in it; their share is printed beside).
+  const std::vector<double> distinct(res.distinct_rows.begin(), res.distinct_rows.end());
+  double bytes = 0;
+  // Completion adds, per mode, the MTTKRP of the pattern with R(R+1)/2 columns (the rows'
+  // packed Grams): the same nonzeros, wider rows.
+  const int W = static_cast<int>(linalg::packed_size(R));
+  for (int n = 0; n < N; ++n) {
+    const double stream = res.mttkrp_stream_bytes[static_cast<std::size_t>(n)];
+    bytes += mttkrp_floor_bytes(stream, distinct, res.rows_held, n, R, sizeof(T));
+    if (o.observed_only)
+      bytes += mttkrp_floor_bytes(stream, distinct, res.rows_held, n, W, sizeof(T));
+  }
+  const IterationResult it = iteration_vs_floor(it_s, bytes, c.bw, c.world);
+  const double nnzps = static_cast<double>(in.global_nnz) * N / std::max(it.seconds, 1e-12);
+  const Table table({{"iteration", 10, true},
+                     {"seconds", 12},
+                     {"kernel%", 10},
+                     {"comm%", 10},
+                     {"solve%", 10},
+                     {"nnz*N/s", 12},
+                     {"bytes", 12},
+                     {"floor_s", 10},
+                     {"ratio", 8},
+                     {"fit", 10}});
+  table.header();
+  table.row({"mean", cell("%.4g", it.seconds), cell("%.1f", 100 * k / it_s),
+             cell("%.1f", 100 * cm / it_s), cell("%.1f", 100 * s / it_s), cell("%.3g", nnzps),
+             human_bytes(it.floor.bytes), cell("%.4g", it.floor.seconds),
+             cell("%.2f", it.floor.ratio(it.seconds)), cell("%.6f", res.fit)});
+  flush();
+  nlohmann::json& j = c.j;
+  if (res.tier > 1) {
+    // Tier 2: the iteration against the larger of its copy and compute times.
+    const double it_n = static_cast<double>(res.iterations);
+    const double copy = res.stream_copy_seconds / it_n, compute = res.stream_compute_seconds / it_n;
+    if (log::rank() == 0)
+      std::printf(
+          "tier 2 (rank 0): copy %.4f s/iter, compute %.4f s/iter, overlap %.0f%%, "
+          "iteration / max(copy, compute) = %.2f\n",
+          copy, compute, 100 * res.stream_overlap, it_s / std::max(copy, compute));
+    j["tier2"] = {{"copy_seconds_per_iteration", copy},
+                  {"compute_seconds_per_iteration", compute},
+                  {"overlap_fraction", res.stream_overlap},
+                  {"ratio_to_max_copy_compute", it_s / std::max(copy, compute)}};
+  }
+  j["memory_tier"] = res.tier;
+  iteration_record(j, it, res.iterations, res.fit);
+  j["median_seconds_per_iteration"] = iteration_median(res.history, &H::seconds);
+  j["iteration_engine"] = res.iteration_engine;
+  j["share"] = {{"kernel", k / it_s}, {"comm", cm / it_s}, {"solve", s / it_s}};
+  j["strategy"] = a.run.strategy;
+  {
+    nlohmann::json con;
+    add_cp_constraint_options(con, o);
+    add_cp_constraint_results(con, res, o);
+    j["constraints"] = con;
+  }
+  if (in.X) {
+    j["tensor"]["generated_on_backend"] = true;
+    j["prepare_seconds"] = in.prepare_seconds;
+  }
+  j["timing"] = timing_record("iteration", it.seconds,
+                              {{"kernel", it.seconds * (k / it_s)},
+                               {"comm", it.seconds * (cm / it_s)},
+                               {"solve", it.seconds * (s / it_s)}});
+}
+
+template void bench_cp(Context<float>&);
+template void bench_cp(Context<double>&);
+
+}  // namespace tessera::driver::bench

@@ -1,0 +1,96 @@
+// tessera bench tucker: Tucker-HOOI iterations against the floor of their N TTMcs (ttmc.cpp
+// has the TTMc's floor); the SVD and the collectives are beside it, with their shares
+// printed.
+#include "algo/tucker.hpp"
+
+#include "bench/bench.hpp"
+#include "bench/harness.hpp"
+#include "record.hpp"
+#include "util/log.hpp"
+
+namespace tessera::driver::bench {
+
+template <typename T>
+void bench_tucker(Context<T>& c) {
+  auto& in = c.in;
+  nlohmann::json& j = c.j;
+  const int N = static_cast<int>(in.dims.size());
+  algo::TuckerOptions o;
+  o.ranks = bench_ranks(c.a, N);
+  o.max_iters = c.a.iters;
+  o.tol = 0;  // run every iteration
+  o.svd = algo::parse_svd_method(c.a.svd);
+  o.print_iterations = log::verbosity() >= 2;
+  j["ranks"] = o.ranks;
+  j["svd"] = c.a.svd;
+  // The floor of an iteration: its N TTMcs (from the handle's counts when generated).
+  double bytes = 0;
+  if (in.X) {
+    const std::vector<double> distinct = distinct_rows(*in.X);
+    for (int n = 0; n < N; ++n)
+      bytes += ttmc_floor_bytes(static_cast<double>(in.X->mttkrp_stream_bytes(n)), distinct,
+                                o.ranks, n, distinct[static_cast<std::size_t>(n)], sizeof(T));
+    log::info(
+        "fit of the generated tensor: ||X||^2 sums the squares of the stored entries, so it "
+        "is approximate where coordinates repeat (often with --dist powerlaw)");
+  }
+  try {
+    auto& be = *c.cx.backend;
+    auto res = in.X ? algo::tucker_hooi<T>(std::move(in.X), in.dims, be, c.world, o, c.cx.data)
+                    : algo::tucker_hooi<T>(*in.d, be, c.world, o, c.cx.data);
+    if (in.d.has_value()) {
+      // File input: the block's distinct indices per mode are its TTMc rows.
+      const auto& blk = in.d->block;
+      const double stream = static_cast<double>(blk.nnz()) * (N * sizeof(index_t) + sizeof(T));
+      std::vector<double> dr;
+      for (int m = 0; m < N; ++m)
+        dr.push_back(static_cast<double>(res.memory.ttmc_rows[static_cast<std::size_t>(m)]));
+      for (int n = 0; n < N; ++n)
+        bytes +=
+            ttmc_floor_bytes(stream, dr, o.ranks, n, dr[static_cast<std::size_t>(n)], sizeof(T));
+    }
+    using H = algo::TuckerIteration;
+    const auto m =
+        iteration_means(res.history, {&H::seconds, &H::ttmc, &H::comm, &H::svd, &H::svd_products,
+                                      &H::svd_eig, &H::svd_orth, &H::svd_core});
+    const double it_s = m[0], tt = m[1], cm = m[2], sv = m[3], sp = m[4], se = m[5], so = m[6],
+                 sc = m[7];
+    const IterationResult it = iteration_vs_floor(it_s, bytes, c.bw, c.world);
+    const Table table({{"iteration", 10, true},
+                       {"seconds", 12},
+                       {"ttmc%", 10},
+                       {"comm%", 10},
+                       {"svd%", 10},
+                       {"bytes", 12},
+                       {"floor_s", 10},
+                       {"ratio", 8},
+                       {"fit", 10}});
+    table.header();
+    table.row({"mean", cell("%.4g", it.seconds), cell("%.1f", 100 * tt / it_s),
+               cell("%.1f", 100 * cm / it_s), cell("%.1f", 100 * sv / it_s),
+               human_bytes(it.floor.bytes), cell("%.4g", it.floor.seconds),
+               cell("%.2f", it.floor.ratio(it.seconds)), cell("%.6f", res.fit)});
+    if (log::rank() == 0)
+      std::printf(
+          "svd split (rank 0, s/iter, %s): products %.4g, eigen-solves %.4g, "
+          "orthonormalisation %.4g, core %.4g, other %.4g\n",
+          res.dense_method.c_str(), sp, se, so, sc, sv - sp - se - so - sc);
+    flush();
+    j["svd_split"] = {{"products", sp}, {"eigen", se}, {"orthonormalize", so}, {"core", sc}};
+    j["dense_stage"] = res.dense_method;
+    iteration_record(j, it, res.iterations, res.fit);
+    j["share"] = {{"ttmc", tt / it_s}, {"comm", cm / it_s}, {"svd", sv / it_s}};
+    j["seconds"] = {{"ttmc", tt}, {"comm", cm}, {"svd", sv}};
+    j["prepare_seconds"] = in.prepare_seconds;
+    // TTMc is the kernel, the SVD the solve.
+    j["timing"] =
+        timing_record("iteration", it.seconds, {{"kernel", tt}, {"comm", cm}, {"solve", sv}});
+  } catch (const InputError& e) {
+    throw CollectiveError(e.what());  // decided from shared data: every rank throws it
+  }
+}
+
+template void bench_tucker(Context<float>&);
+template void bench_tucker(Context<double>&);
+
+}  // namespace tessera::driver::bench

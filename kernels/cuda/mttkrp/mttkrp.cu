@@ -1,0 +1,146 @@
+// CUDA MTTKRP on per-mode sorted COO copies, without per-nonzero atomics.
+//
+// Format: for every mode n one copy of the nonzeros sorted by (i_n, i_{n+1 mod N}),
+// stored as uint32 coordinate arrays (structure of arrays) followed by the values.
+//
+// Kernel: each warp owns a contiguous tile of kTileNnz nonzeros of the copy sorted by the
+// output mode, and lanes own output columns (32 per pass; R > 32 loops over column
+// blocks). A batch of 32 nonzeros is loaded cooperatively (lane j loads nonzero j's
+// coordinates and value; coalesced) and broadcast with __shfl_sync. Each lane keeps the
+// Khatri-Rao products of the batch in registers and accumulates them while the output
+// row stays the same. A finished row is written once: rows wholly inside the tile with a
+// plain store (no other tile touches them), the first and last row of the tile (which a
+// neighbouring tile may share) with atomicAdd. So a tile costs at most two atomics per
+// column, whatever the skew of the tensor, and every warp does the same amount of work.
+// The kernel needs only that its nonzeros are a contiguous range of the sorted copy:
+// a row written with a plain store has its whole run inside one tile, so no other tile,
+// in this launch or another, touches it.
+// For order 3-6 and R a power of two times the 16-byte pack, a register-blocked kernel
+// with the same tiles and the same write rule takes over (blocked.cuh: R / 4 lanes per
+// row, indices staged in shared memory, 4 nonzeros per lane step); the one described above
+// (the "classic" kernel, tiles.cu) runs the other shapes, or every shape with
+// --mttkrp-kernel classic (Tuning::mttkrp_kernel, read per call). describe() names the
+// kernel of each mode's last run.
+//
+// Memory tiers (DESIGN §8): tier 1 keeps the sorted copies in device memory. When they
+// exceed the memory budget, tier 2 keeps them in pinned host memory, cut into chunks of
+// whole tiles, and each MTTKRP streams its mode's chunks through two device buffers:
+// the copy of chunk k + 1 (on a copy stream of the handle) overlaps the kernel of chunk
+// k (on the backend's stream), one launch per chunk into the same output. Tier 3 (chunks
+// of a tensor on disk, Backend::mttkrp_accumulate) sorts each chunk on the device
+// (stream.cu) and runs the same tile kernels through launch_mttkrp_sorted, with
+// `accumulate` set: a row inside one tile is read, added to and stored.
+//
+// Building the sorted copies (prepare): tier 1 sorts on the device when the peak memory
+// of the device sort fits the limit (see device_sort.cu), else on the host;
+// tier 2 sorts on the host. Both give the same order: (i_n, i_{n+1 mod N}, position in
+// the input), and the host sorts run in parallel (host_sort.cpp).
+//
+// Synthetic tensors (prepare_synthetic): a kernel writes the COO block the device sort
+// would upload (nonzero k = id first_id + k, coordinates and value from
+// tensor/synthetic.hpp), and the same device sort builds the tier-1 copies. When that
+// does not fit (tier 2, or the device sort's peak over the limit), the COO is built on
+// the host and prepared like any other input.
+//
+// What each file of this folder does: internal.cuh.
+#include <vector>
+
+#include "kernels/cuda/mttkrp/blocked.cuh"
+#include "kernels/cuda/mttkrp/handle.cuh"
+#include "kernels/cuda/mttkrp/stream.cuh"
+
+namespace tessera::kernels::cuda {
+
+using namespace mttkrp_detail;
+
+template <typename T>
+void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector<const T*>& factors,
+            int R, T* out) {
+  const auto* x = dynamic_cast<const CudaTensorHandle<T>*>(&xh);
+  TESSERA_EXPECTS(x != nullptr, "the tensor handle was prepared by a different backend");
+  const int N = x->order();
+  TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " of an order-" << N << " tensor");
+  TESSERA_EXPECTS(R >= 1, "rank R = " << R);
+  TESSERA_EXPECTS(static_cast<int>(factors.size()) == N,
+                  factors.size() << " factors for an order-" << N << " tensor");
+  const auto* st = x->streamed();
+  // The chunk pipeline is ordered against the stream the handle was prepared on.
+  TESSERA_EXPECTS(st == nullptr || (x->compute_stream() == ctx.stream && x->device() == ctx.device),
+                  "a tier-2 tensor handle must be used with the CUDA backend that prepared it");
+
+  MttkrpParams<T> p{};
+  for (int m = 0; m < N; ++m) {
+    TESSERA_EXPECTS(m == mode || factors[m] != nullptr, "factor " << m << " is null");
+    p.factors[m] = factors[m];
+  }
+  p.out = out;
+  p.order = N;
+  p.mode = mode;
+  p.R = R;
+
+  const std::size_t out_bytes =
+      static_cast<std::size_t>(x->dims()[mode]) * static_cast<std::size_t>(R) * sizeof(T);
+  const KernelSelection selection = kernel_selection(ctx.tuning);
+  const bool use_blocked =
+      selection == KernelSelection::automatic && blocked::supports<T>(N, R, p.factors, mode, out);
+  const char* kernel = use_blocked ? "blocked" : "classic";
+  over_copy(ctx, *x, mode, out, out_bytes,
+            [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool resident) {
+              for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
+              p.vals = vals;
+              p.nnz = cnt;
+              const ModePlan& plan = x->plan(mode);
+              const bool l2 = resident && plan.layout == Layout::l2;
+              if (resident && plan.layout == Layout::smem) {
+                launch_smem(ctx.stream, p, plan, x->dims());
+                kernel = "smem";
+              } else if (use_blocked) {
+                launch_blocked(ctx.stream, p, l2, l2 ? plan.hint_mode : -1);
+              } else if (l2) {
+                p.hot_mode = plan.hint_mode;
+                launch_tiles<T, true>(ctx.stream, p);
+              } else {
+                launch_tiles<T, false>(ctx.stream, p);
+              }
+            });
+  x->note_kernel(mode, kernel, R, selection);
+}
+
+template <typename T>
+const char* launch_mttkrp_sorted(cudaStream_t stream, const index_t* const* idx, const T* vals,
+                                 nnz_t nnz, int order, int mode, const T* const* factors, int R,
+                                 T* out, const Tuning& tuning) {
+  MttkrpParams<T> p{};
+  for (int m = 0; m < order; ++m) {
+    p.idx[m] = idx[m];
+    p.factors[m] = factors[m];
+  }
+  p.vals = vals;
+  p.out = out;
+  p.nnz = static_cast<std::int64_t>(nnz);
+  p.order = order;
+  p.mode = mode;
+  p.R = R;
+  if (nnz == 0) return "none";
+  if (kernel_selection(tuning) == KernelSelection::automatic &&
+      blocked::supports<T>(order, R, p.factors, mode, out)) {
+    launch_blocked(stream, p, false, -1, true);
+    return "blocked";
+  }
+  launch_tiles<T, false, true>(stream, p);
+  return "classic";
+}
+
+template const char* launch_mttkrp_sorted<float>(cudaStream_t, const index_t* const*, const float*,
+                                                 nnz_t, int, int, const float* const*, int, float*,
+                                                 const Tuning&);
+template const char* launch_mttkrp_sorted<double>(cudaStream_t, const index_t* const*,
+                                                  const double*, nnz_t, int, int,
+                                                  const double* const*, int, double*,
+                                                  const Tuning&);
+template void mttkrp<float>(Context&, const TensorHandle<float>&, int,
+                            const std::vector<const float*>&, int, float*);
+template void mttkrp<double>(Context&, const TensorHandle<double>&, int,
+                             const std::vector<const double*>&, int, double*);
+
+}  // namespace tessera::kernels::cuda

@@ -1,0 +1,61 @@
+// Tucker-HOOI's setup before the loop: the options every rank checks alike, ||X|| and the
+// scale the loop computes with, the plan that combines the TTMc rows on their owners, and
+// the memory plan (estimate, record, refusal naming ranks that would fit). Internal to
+// src/algo (tucker.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "algo/tucker.hpp"
+#include "comm/communicator.hpp"
+
+namespace tessera::algo::detail {
+
+/// Per mode: the local TTMc rows, their owners, and how received rows combine.
+struct ModePlan {
+  std::int64_t cols = 0;
+  std::vector<index_t> local;           ///< rows of the local TTMc output (global labels)
+  std::int64_t lo = 0, len = 0, b = 0;  ///< owned range [lo, lo + len); b = padded block rows
+  std::vector<std::int64_t> send_rows, recv_rows;  ///< per peer (P > 1)
+  std::int64_t recv_total = 0;
+  std::vector<std::int64_t> own_pos;  ///< combined rows, relative to lo, sorted
+  std::vector<std::int64_t> src_ptr,
+      src_row;                 ///< combined row j sums received rows src_row[src_ptr[j]..]
+  double scratch_per_col = 0;  ///< backend TTMc scratch bytes / cols
+};
+
+/// The options every rank sees alike (so every rank throws the same InputError); returns
+/// the TTMc output columns of every mode.
+std::vector<std::int64_t> check_options(const std::vector<std::uint64_t>& dims,
+                                        const TuckerOptions& opt);
+
+/// ||X|| (into res.norm_x) and the scale the loop computes with.
+struct NormScale {
+  double norm_x2 = 0;  ///< ||cs X||^2
+  double cs = 1;       ///< a power of two: the loop runs on cs X
+  double norm_cx = 0;  ///< ||cs X||
+};
+
+/// `mine2` is this rank's sum of squared values; `mine` its scaled 2-norm (called only when
+/// the plain sum leaves the safe range).
+template <typename T>
+NormScale norm_and_scale(double mine2, const std::function<double()>& mine,
+                         const comm::Communicator& c, const TuckerOptions& opt, TuckerResult& res);
+
+/// Row ownership (mode-n rows cut into P ranges of ceil(I_n / P)) and the plan that
+/// combines the TTMc rows on their owners: one index exchange per mode (collective).
+void plan_combine(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
+                  const comm::Communicator& c);
+
+/// The memory plan: every rank evaluates the same estimate from all ranks' counts
+/// (collective), records it in res.memory, prints it and refuses, naming ranks that
+/// would fit, when it is over opt.memory_limit.
+void plan_memory(const std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
+                 const std::vector<std::int64_t>& cols, std::size_t vsize,
+                 const std::function<double(std::int64_t)>& wide_scratch,
+                 const comm::Communicator& c, const TuckerOptions& opt, TuckerResult& res);
+
+}  // namespace tessera::algo::detail
