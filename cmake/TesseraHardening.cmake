@@ -50,7 +50,7 @@ endif()
 
 # Runtime options the tests run with (cmake/TesseraTesting.cmake) and jobs/hardening.sh
 # exports: leaks inside OpenMPI (PMIx, hwloc, libevent) and HDF5 are suppressed by library
-# name in tests/sanitizers/lsan.supp (never a Tessera frame); src/util/sanitizer.hpp says how
+# name in tests/sanitizers/lsan.supp (never a Tessera frame); src/base/util/sanitizer.hpp says how
 # leaks are checked around MPI_Init and MPI_Finalize.
 set(TESSERA_ASAN_OPTIONS "detect_leaks=1:check_initialization_order=1:strict_init_order=1")
 set(TESSERA_LSAN_OPTIONS

@@ -40,7 +40,7 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
                                               const comm::Communicator& world, Loaded* info);
 
 /// Options of every subcommand that computes: backend, threads, precision, strategy, and
-/// what the memory planner (src/plan) is told.
+/// what the memory planner (src/engine/plan) is told.
 struct ComputeOptions {
   std::string backend = "auto";
   std::string precision = "double";

@@ -64,7 +64,7 @@ def module_of(path, table):
 
 def include_target(prefix, table):
     """The module an include "prefix/..." names: the module of that name, or the one whose
-    folder ends with it (src/io is included as "io/...")."""
+    folder ends with it (src/base/io is included as "io/...")."""
     if prefix in table:
         return prefix
     for module, (folder, _) in table.items():

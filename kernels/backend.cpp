@@ -253,7 +253,7 @@ void Backend<T>::symmetric_eig_top(double* S, int n, int k, double* w_host, doub
   upload_double(Vh.data(), Vh.size(), V);
 }
 
-// ---- Tucker's dense stage: host defaults (the loops src/algo/tucker.cpp ran before) ----
+// ---- Tucker's dense stage: host defaults (the loops src/engine/algo/tucker.cpp ran before) ----
 
 namespace {
 /// Rows per BLAS call of the tall-skinny products (bounds the temporary of times_small).

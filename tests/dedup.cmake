@@ -1,4 +1,4 @@
-# Unique stores (io::UniqueWriter, src/io/dedup.*): repeated coordinates merged while writing.
+# Unique stores (io::UniqueWriter, src/base/io/dedup.*): repeated coordinates merged while writing.
 
 # Across ranks: the std::map reference (sum and keep-first), the same file on every rank
 # count and memory limit (spills to scratch files), the id cutoff, failures (dedup_mpi_np<P>).

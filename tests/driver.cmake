@@ -19,7 +19,7 @@ add_dependencies(tucker_driver_test tessera)
 add_test(NAME tucker_driver_test COMMAND tucker_driver_test)
 set_tests_properties(tucker_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
   LABELS "driver" TIMEOUT 900 PROCESSORS 2)
-# The output policy end to end (src/io/output.hpp): outputs that are inputs, unwritable
+# The output policy end to end (src/base/io/output.hpp): outputs that are inputs, unwritable
 # outputs found before any work, special files, --force, stale temporaries.
 add_executable(output_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/output_driver_test.cpp)
 target_link_libraries(output_driver_test PRIVATE GTest::gtest GTest::gtest_main

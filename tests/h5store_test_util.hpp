@@ -1,7 +1,7 @@
 // Helpers of the HDF5 tensor store tests: damage a store in every way the readers must
 // catch (truncation, flipped bytes, missing or retyped datasets, attributes that disagree
 // with the data, bad partitions). One process; HDF5's C API directly, its ids held by the
-// io::h5::Handle of src/io/h5/handle.hpp (header-only: no link to tessera::io needed).
+// io::h5::Handle of src/base/io/h5/handle.hpp (header-only: no link to tessera::io needed).
 #pragma once
 
 #include <hdf5.h>

@@ -13,7 +13,7 @@ tessera_add_mpi_test(harden_mpi harden_test RANKS 3 LABELS harden)
 add_executable(harden_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/harden_driver_test.cpp)
 # src/: io/h5/handle.hpp (header-only) for h5store_test_util.hpp; no Tessera library linked.
 target_include_directories(harden_driver_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
-  ${CMAKE_CURRENT_SOURCE_DIR}/driver ${PROJECT_SOURCE_DIR}/src)
+  ${CMAKE_CURRENT_SOURCE_DIR}/driver ${PROJECT_SOURCE_DIR}/src/base)
 target_link_libraries(harden_driver_test PRIVATE hdf5::hdf5 ZLIB::ZLIB GTest::gtest
   GTest::gtest_main)
 target_compile_definitions(harden_driver_test PRIVATE

@@ -1,5 +1,5 @@
 // Row-wise factor updates of constrained, regularised and weighted CP on the device: the
-// semantics of linalg::row_update (src/linalg/row_update.hpp) with one thread per row.
+// semantics of linalg::row_update (src/base/linalg/row_update.hpp) with one thread per row.
 // Each row's working vectors (and its Cholesky factor) live in a scratch laid out
 // element-major (element e of row i at e * rows_in_batch + i), so the threads of a warp
 // touch consecutive addresses; the shared V is read by every thread alike (a broadcast).

@@ -1,4 +1,4 @@
-// The output policy end to end (src/io/output.hpp, docs/reliability.md "Outputs"), through
+// The output policy end to end (src/base/io/output.hpp, docs/reliability.md "Outputs"), through
 // the tessera binary on 1 and 2 ranks: an output that is an input (cp --out, --json,
 // --checkpoint, contract X X --out X, convert, partition --out) is refused with one line
 // naming the option and the file, the input byte for byte unchanged; an unwritable output

@@ -1,5 +1,5 @@
 // libFuzzer harness of the HDF5 tensor store reader (io::H5TensorReader, io::read_h5,
-// src/io/h5store.cpp).
+// src/base/io/h5store.cpp).
 //
 // The input bytes are written to a temporary .h5 file, which is opened as a store. An
 // accepted store is then read: the first and last nonzeros (at most kWindow each) through

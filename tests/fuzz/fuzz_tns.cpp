@@ -1,4 +1,4 @@
-// libFuzzer harness of the FROSTT .tns reader (io::read_tns, src/io/tns.cpp).
+// libFuzzer harness of the FROSTT .tns reader (io::read_tns, src/base/io/tns.cpp).
 //
 // The input bytes are the file (inflated first when they start with the gzip magic, as
 // read_tns decides from the content). Each input is read twice: with the default options,

@@ -1,4 +1,4 @@
-// Tucker-HOOI's dense stage on the device (kernels/cuda/tucker_dense.cu, src/algo/
+// Tucker-HOOI's dense stage on the device (kernels/cuda/tucker_dense.cu, src/engine/algo/
 // tucker_dense.cpp) against the host defaults of the cpu backend.
 //
 // Operations: upload_index, gather/scatter_rows_double, gram_double, inner_double,

@@ -1,4 +1,4 @@
-// Memory tier 3 (DESIGN §8, src/algo/disk_tier.hpp) under MPI (tier3_algo_np<P>, P = 1, 2,
+// Memory tier 3 (DESIGN §8, src/engine/algo/disk_tier.hpp) under MPI (tier3_algo_np<P>, P = 1, 2,
 // 3): CP-ALS and Tucker-HOOI in tier 3 (a DiskTensor streamed through a StreamingBackend)
 // equal tier 1 on the same ranks and a single process, on generated low-rank tensors
 // written to temporary HDF5 stores (plain and with a stored partition of P blocks).

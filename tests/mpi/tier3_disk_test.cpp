@@ -1,4 +1,4 @@
-// Memory tier 3 (DESIGN §8, src/algo/disk_tier.hpp) under MPI (tier3_disk_np<P>, P = 1, 2,
+// Memory tier 3 (DESIGN §8, src/engine/algo/disk_tier.hpp) under MPI (tier3_disk_np<P>, P = 1, 2,
 // 3): reading and streaming a store, and its errors. Random tensors of orders 3 to 5
 // without repeated coordinates (an empty slice, a mode of length 1) are written to
 // temporary HDF5 stores, plain and with a stored partition of P blocks; then:

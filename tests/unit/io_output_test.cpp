@@ -1,4 +1,4 @@
-// The output policy (src/io/output.hpp): an output that is an input (same inode through a
+// The output policy (src/base/io/output.hpp): an output that is an input (same inode through a
 // hard link, a symbolic link or another spelling) or another output is refused; special
 // files (FIFOs, character devices) are written directly and stay what they were; an
 // unwritable folder is found up front; temporaries are removed on error and, when their

@@ -2,7 +2,7 @@
 // ContractRoute; docs/sptc.md, "Distributed"). The engine's row side (X, or Y when the plan
 // would swap the inputs) is bucketed by a hash of its output modes, so every output entry
 // is made and summed on one rank and the shares are disjoint without a merge; the column
-// side is replicated. The exchanges themselves are algo::contract's (src/algo/
+// side is replicated. The exchanges themselves are algo::contract's (src/engine/algo/
 // contract_route.cpp): this file only computes and allocates, and the row kernels then run
 // on the routed inputs in place. Taken for the rows assembly with 64-bit keys when the row
 // side has output modes (contract_route), and when the busiest rank's routed inputs and

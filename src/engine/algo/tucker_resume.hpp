@@ -1,4 +1,4 @@
-// Checkpoint/restart helpers of tucker_hooi (internal to src/algo): the state in original
+// Checkpoint/restart helpers of tucker_hooi (internal to src/engine/algo): the state in original
 // index order, and back to the label order and row ownership of a distribution.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Typed attributes of HDF5 objects (src/io/h5/, docs/io-hdf5.md), shared by the tensor
+// Typed attributes of HDF5 objects (src/base/io/h5/, docs/io-hdf5.md), shared by the tensor
 // store, model files and checkpoints. `loc` is a file, group or dataset; `path` is the file
 // the messages name. Failures are InputErrors in the layer's form (error.hpp), e.g.
 // "'x.h5': cannot read attribute 'dims' (HDF5: ...)".

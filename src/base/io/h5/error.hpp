@@ -1,4 +1,4 @@
-// The error policy of Tessera's HDF5 layer (src/io/h5/, docs/io-hdf5.md): HDF5's own error
+// The error policy of Tessera's HDF5 layer (src/base/io/h5/, docs/io-hdf5.md): HDF5's own error
 // printing is off, and every failing HDF5 call becomes an InputError whose message names the
 // file, the object and the operation, with HDF5's innermost reason in parentheses.
 #pragma once

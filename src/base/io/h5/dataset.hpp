@@ -1,4 +1,4 @@
-// Datasets and links of HDF5 files (src/io/h5/, docs/io-hdf5.md), shared by the tensor
+// Datasets and links of HDF5 files (src/base/io/h5/, docs/io-hdf5.md), shared by the tensor
 // store, model files and checkpoints: open-or-fail, shapes, whole and 1-D range reads and
 // writes, and the storage check that keeps HDF5 1.10 from reading past its own buffers.
 // `path` is the file the messages name. Failures are InputErrors in the layer's form.

@@ -1,6 +1,6 @@
 // Tucker-HOOI's --svd scalapack factor update: ScaLAPACK's pdgesvd on the row-distributed
 // combined TTMc rows, over a BLACS P x 1 process grid. Without ScaLAPACK the grid is an
-// empty placeholder and the update refuses with an InputError. Internal to src/algo
+// empty placeholder and the update refuses with an InputError. Internal to src/engine/algo
 // (tucker.cpp).
 #pragma once
 

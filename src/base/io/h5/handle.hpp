@@ -1,4 +1,4 @@
-// The one RAII type for HDF5 identifiers (src/io/h5/: Tessera's HDF5 layer, docs/io-hdf5.md).
+// The one RAII type for HDF5 identifiers (src/base/io/h5/: Tessera's HDF5 layer, docs/io-hdf5.md).
 // Header-only, so test helpers that craft damaged files with HDF5's C API use it too.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Internals of the tensor store (see h5store_internal.hpp): thread helpers, positioned
-// errors, and the store's datasets opened and checked through the HDF5 layer (src/io/h5/).
+// errors, and the store's datasets opened and checked through the HDF5 layer (src/base/io/h5/).
 #include "io/h5store_internal.hpp"
 
 #include <cmath>

@@ -2,7 +2,7 @@
 // the stored partition's blocks and the detection of store files. The rest lives in
 // h5store_read.cpp (reading through HDF5), h5store_direct.cpp (direct reads, read floor),
 // h5store_write.cpp (writing) and h5store_internal.cpp (helpers shared by them); every HDF5
-// call goes through the HDF5 layer in src/io/h5/ (docs/io-hdf5.md).
+// call goes through the HDF5 layer in src/base/io/h5/ (docs/io-hdf5.md).
 #include "io/h5store.hpp"
 
 #include <fcntl.h>

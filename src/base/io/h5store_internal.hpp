@@ -1,7 +1,7 @@
 // Internals shared by the tensor store's sources (h5store*.cpp): sizes, thread helpers, the
 // error that names a position, and the store's datasets: opened through the HDF5 layer
-// (src/io/h5/, docs/io-hdf5.md) and checked against what format tessera-tensor requires.
-// Internal to the io library: not installed, included only by src/io/h5store*.cpp.
+// (src/base/io/h5/, docs/io-hdf5.md) and checked against what format tessera-tensor requires.
+// Internal to the io library: not installed, included only by src/base/io/h5store*.cpp.
 #pragma once
 
 #include <hdf5.h>

@@ -4,7 +4,7 @@
 // of every U_n live in backend memory as doubles, next to the TTMc rows Y, so on the cuda
 // backend the whole stage runs on the device (cuBLAS, cuSOLVER, NCCL sums) and only R x R
 // matrices and scalars reach the host; on the host backends backend memory is host memory
-// and the same code runs the host loops. Internal to src/algo (tucker.cpp).
+// and the same code runs the host loops. Internal to src/engine/algo (tucker.cpp).
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Internal to src/algo: the pieces of constrained, regularised and weighted CP that
+// Internal to src/engine/algo: the pieces of constrained, regularised and weighted CP that
 // cp_als.cpp and its loop (cp_als_loop.cpp) call (docs/constrained-cp.md): each mode's
 // row update, the training view of a block with its held-out entries, and the held-out
 // entries' squared error.

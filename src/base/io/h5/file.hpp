@@ -1,4 +1,4 @@
-// Opening, creating and closing HDF5 files (src/io/h5/, docs/io-hdf5.md). Every function
+// Opening, creating and closing HDF5 files (src/base/io/h5/, docs/io-hdf5.md). Every function
 // here calls h5::quiet_errors() first. Callers stat() the path before: HDF5 would block
 // opening a FIFO that has no writer.
 #pragma once

@@ -1,4 +1,4 @@
-// Inflating a gzip file member after member (internal to src/io: the .tns.gz reader of
+// Inflating a gzip file member after member (internal to src/base/io: the .tns.gz reader of
 // tns.cpp).
 #pragma once
 

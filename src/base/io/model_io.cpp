@@ -1,4 +1,4 @@
-// HDF5 model files (see model_io.hpp), read and written through the HDF5 layer (src/io/h5/).
+// HDF5 model files (see model_io.hpp), read and written through the HDF5 layer (src/base/io/h5/).
 #include "io/model_io.hpp"
 
 #include <filesystem>

@@ -1,7 +1,7 @@
 // Tucker-HOOI's setup before the loop: the options every rank checks alike, ||X|| and the
 // scale the loop computes with, the plan that combines the TTMc rows on their owners, and
 // the memory plan (estimate, record, refusal naming ranks that would fit). Internal to
-// src/algo (tucker.cpp).
+// src/engine/algo (tucker.cpp).
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 // The state of an open tensor store, H5TensorReader::Impl: its metadata, datasets and
 // checksums, the checked reads through HDF5 (h5store_read.cpp) and the direct reads with
 // pread() (h5store_direct.cpp). Internal to the io library: not installed, included only by
-// src/io/h5store*.cpp.
+// src/base/io/h5store*.cpp.
 #pragma once
 
 #include <hdf5.h>

@@ -1,6 +1,6 @@
 // The ALS loop both cp_als overloads share: ||X|| and the loop's scale, the factor rows and
 // their Grams, the iterations (host modes or the backend's device loop), the fit, the
-// held-out RMSE, the states handed to on_iteration and the model. Internal to src/algo
+// held-out RMSE, the states handed to on_iteration and the model. Internal to src/engine/algo
 // (cp_als.cpp).
 #pragma once
 

@@ -1,6 +1,6 @@
 // Reading the kernel's process and cgroup files (/proc, /sys/fs/cgroup) under a root folder,
 // so that tests can point the readers at fixture trees: the memory limits of the planner
-// (src/plan/limits.cpp) and the CPU quota of the thread cap (util/cpus.cpp).
+// (src/engine/plan/limits.cpp) and the CPU quota of the thread cap (util/cpus.cpp).
 #pragma once
 
 #include <map>
