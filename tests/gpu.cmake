@@ -7,13 +7,13 @@ set(_tessera_gpu_skip "no CUDA device visible|fewer GPUs than ranks")
 
 tessera_test_executable(gpu_backend_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_backend.cpp
-  LIBS tessera::kernels tessera::comm)
+  LIBS tessera::algo)
 tessera_add_test(gpu_backend gpu_backend_tests LABELS gpu)
 set_tests_properties(gpu_backend PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
 tessera_test_executable(gpu_nccl_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_nccl.cpp
-  LIBS tessera::kernels tessera::comm)
+  LIBS tessera::algo)
 foreach(np 1 2)
   tessera_add_mpi_test(gpu_nccl gpu_nccl_tests RANKS ${np} LABELS gpu)
   set_tests_properties(gpu_nccl_np${np} PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
@@ -63,7 +63,7 @@ tessera_add_test(gpu_host_sort host_sort_tests LABELS gpu)
 # against the reference backend: repeated indices, long rows, wide keys, orders 1 to 9.
 tessera_test_executable(gpu_prepare_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_prepare.cpp
-  LIBS tessera::kernels tessera::comm)
+  LIBS tessera::algo)
 tessera_add_test(gpu_prepare gpu_prepare_tests LABELS gpu)
 set_tests_properties(gpu_prepare PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
@@ -72,7 +72,7 @@ set_tests_properties(gpu_prepare PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_
 # (COO on the host, host sort, tier 2) likewise.
 tessera_test_executable(gpu_synthetic_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_synthetic.cpp
-  LIBS tessera::kernels tessera::comm)
+  LIBS tessera::algo)
 tessera_add_test(gpu_synthetic gpu_synthetic_tests LABELS gpu)
 set_tests_properties(gpu_synthetic PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
@@ -80,7 +80,7 @@ set_tests_properties(gpu_synthetic PROPERTIES SKIP_REGULAR_EXPRESSION "${_tesser
 # with small tiles, against the reference backend; the automatic choice on two shapes.
 tessera_test_executable(gpu_layout_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_layout.cpp
-  LIBS tessera::kernels tessera::comm)
+  LIBS tessera::algo)
 tessera_add_test(gpu_layout gpu_layout_tests LABELS gpu)
 set_tests_properties(gpu_layout PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
@@ -90,7 +90,7 @@ set_tests_properties(gpu_layout PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_g
 # path (forced on, off, mixed; fp64, tf32, bf16, fp16), congress "ijy,kjy->ik".
 tessera_test_executable(gpu_sptc_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_sptc.cpp
-  LIBS tessera::io tessera::kernels)
+  LIBS tessera::algo tessera::io)
 tessera_add_test(gpu_sptc gpu_sptc_tests LABELS gpu)
 set_tests_properties(gpu_sptc PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
