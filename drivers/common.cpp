@@ -332,7 +332,8 @@ void add_tuning_options(CLI::App* sub, kernels::Tuning& t, double& nccl_timeout_
             return {};
           },
           "NONNEGATIVE"))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(group);
   // The combination, as the backend will check it, once every option is parsed: an
   // InputError becomes CLI11's one-line error with its exit code.
   sub->parse_complete_callback([&t] {
@@ -380,7 +381,7 @@ Compute<T> make_compute(const ComputeOptions& o, const comm::MpiCommunicator& wo
   }
   comm::run_collectively(
       world, [&] { c.backend = kernels::make_backend<T>(c.kind, o.threads, o.tuning); });
-  note_tuning(o.tuning);
+  note_tuning(c.backend->tuning());  // what the backend holds, not what was parsed
   return c;
 }
 template Compute<float> make_compute<float>(const ComputeOptions&, const comm::MpiCommunicator&);

@@ -215,8 +215,7 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load,
                          unsigned which = kAllComputeOptions);
 /// Registers the "Kernel tuning" group of `sub` into `t` (every field of kernels::Tuning,
 /// each with its default in --help and a check; the combination is checked by
-/// kernels::check when parsing ends) and --nccl-timeout into `nccl_timeout_s`. An option the
-/// subcommand already has (bench contract's own --tc-threshold) is left to it.
+/// kernels::check when parsing ends) and --nccl-timeout into `nccl_timeout_s`.
 void add_tuning_options(CLI::App* sub, kernels::Tuning& t, double& nccl_timeout_s);
 /// Registers --force (every subcommand that writes files): existing outputs that Tessera
 /// did not write are replaced only with it; an input never is (io::OutputSet).

@@ -123,6 +123,28 @@ std::string parse_error_line(CLI::App& app, const CLI::ParseError& e, int argc,
   return std::string(e.what()) + " (" + where + " --help lists the options)";
 }
 
+/// Environment variables that earlier versions read inside the kernels and that are now
+/// options (kernels::Tuning, comm::NcclOptions; docs/reliability.md): one warning line each
+/// on rank 0 when set, so a job script that still sets one learns it has no effect.
+void warn_retired_variables(int rank) {
+  static const char* const retired[][2] = {{"TESSERA_CUDA_LAYOUT", "--cuda-layout"},
+                                           {"TESSERA_CUDA_BLOCK_ROWS", "--cuda-block-rows"},
+                                           {"TESSERA_CUDA_L2_HINT", "--cuda-l2-hint"},
+                                           {"TESSERA_CUDA_MTTKRP_KERNEL", "--mttkrp-kernel"},
+                                           {"TESSERA_CUDA_TTMC_KERNEL", "--ttmc-kernel"},
+                                           {"TESSERA_CUDA_TTMC_TILE", "--ttmc-tile"},
+                                           {"TESSERA_CUDA_SPTC_POOL", "--sptc-pool"},
+                                           {"TESSERA_SPTC_TC_THRESHOLD", "--tc-threshold"},
+                                           {"TESSERA_CPU_ISA", "--cpu-isa"},
+                                           {"TESSERA_CUDA_TRACE", "--trace"},
+                                           {"TESSERA_NCCL_TIMEOUT_S", "--nccl-timeout"}};
+  if (rank != 0) return;
+  for (const auto& r : retired)
+    if (const char* v = std::getenv(r[0]); v != nullptr && *v != '\0')
+      tessera::log::warn(std::string(r[0]) + " is set but no longer read: use the option " + r[1] +
+                         " (tessera SUBCOMMAND --help, Kernel tuning)");
+}
+
 /// OpenMP's default team (OMP_NUM_THREADS, or every CPU of the node) capped to the CPUs this
 /// process may use (--threads is capped where it is parsed): a warning when OMP_NUM_THREADS
 /// asked for more; a debug line when OpenMP's own default is over a cgroup CPU quota, which
@@ -173,6 +195,7 @@ int main(int argc, char** argv) {
   // Run records (drivers/record.hpp): the command line and the options with their defaults.
   driver::set_invocation(argc, argv, deepest(&app));
   cap_openmp_default();
+  warn_retired_variables(world.rank());
   try {
     // Ranks x threads over the node's CPUs (or Slurm's grant): one warning line on rank 0.
     // --threads (already capped to this rank's CPUs) where given, else OpenMP's team.

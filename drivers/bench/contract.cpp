@@ -23,8 +23,9 @@
 // nonzero lies in an aligned box of B cells per mode (fewer for shorter modes) filled at
 // density D (lengths rounded up to multiples of B), the input of the tensor-core path.
 //
-// --tc PREC, --tc-threshold X and --assembly rows|sort choose the device kernel's paths
-// (kernels/sptc.hpp, ContractDeviceOptions). --tc-sweep (tc_sweep.cpp; cuda backend, one
+// --tc PREC and --assembly rows|sort choose the device kernel's paths (kernels/sptc.hpp,
+// ContractDeviceOptions); --tc-threshold X is the "Kernel tuning" option of every computing
+// subcommand (kernels::Tuning::sptc_tc_threshold). --tc-sweep (tc_sweep.cpp; cuda backend, one
 // rank) times the tensor-core path against the sparse path on blocky inputs of increasing
 // block density, prints the crossover density (the threshold to use) and the error of each
 // tensor-core precision against the float64 sparse result.
@@ -266,12 +267,20 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
   base.print = false;
   const bool cpu_too =
       kind != kernels::BackendKind::cpu && (a.compare_cpu || kind == kernels::BackendKind::cuda);
+  // The comparison backends are made on every rank alike (a refused option, e.g. a
+  // --cpu-isa this CPU lacks, is one agreed error, not one rank's).
   if (cpu_too) {
-    auto be = kernels::make_backend<T>(kernels::BackendKind::cpu, a.run.threads, a.run.tuning);
+    std::unique_ptr<kernels::Backend<T>> be;
+    comm::run_collectively(world, [&] {
+      be = kernels::make_backend<T>(kernels::BackendKind::cpu, a.run.threads, a.run.tuning);
+    });
     rows.push_back(time_backend("cpu", *be, X, Y, spec, a.repeat, world, base, keep));
   }
   if (!a.no_reference && kind != kernels::BackendKind::reference) {
-    auto be = kernels::make_backend<T>(kernels::BackendKind::reference, 0, a.run.tuning);
+    std::unique_ptr<kernels::Backend<T>> be;
+    comm::run_collectively(world, [&] {
+      be = kernels::make_backend<T>(kernels::BackendKind::reference, 0, a.run.tuning);
+    });
     rows.push_back(time_backend("reference", *be, X, Y, spec, 1, world, base, keep));
   }
 

@@ -82,7 +82,7 @@ class Contraction {
         sink_(sink),
         P_(c.size()),
         self_(&x == &y),
-        kept_{buffers} {}
+        kept_{buffers, true} {}  // armed by run() once its preconditions hold
 
   ContractResult<T> run();
 
@@ -163,6 +163,7 @@ ContractResult<T> Contraction<T>::run() {
                   "algo::contract routes host tensors: it needs a host communicator");
   TESSERA_EXPECTS(dc_.size() == c_.size() && dc_.rank() == c_.rank(),
                   "algo::contract: the data communicator must span the ranks of the host one");
+  kept_.done = false;  // from here on, a throw leaves the buffers' result empty
   // Global dims are the same on every rank: these errors are agreed without a collective.
   res_.dims = kernels::contract_output_dims(spec_, x_.dims, y_.dims);
   t_.reset();

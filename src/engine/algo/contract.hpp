@@ -89,7 +89,7 @@ struct ContractResult {
   /// This rank's share of Z: GLOBAL 0-based coordinates in output mode order, sorted
   /// lexicographically, no repeated coordinates, no exact zeros. The shares of the ranks
   /// are disjoint: on the host path the owner is a hash of the whole output tuple; routed
-  /// in backend memory (Backend::contract_routed), a hash of the row side's output modes.
+  /// in backend memory (Backend::contract_route), a hash of the row side's output modes.
   SparseTensor<T> local;
   std::vector<std::uint64_t> dims;  ///< output dims (same on every rank)
   nnz_t global_nnz = 0;
@@ -106,7 +106,7 @@ struct ContractResult {
   ContractMemory memory;
   /// Self-contraction whose roles hash the same modes: routed once, one local copy.
   bool routed_once = false;
-  /// Routed in backend memory by Backend::contract_routed (no output routing or merge).
+  /// Routed in backend memory through Backend::contract_route (no output routing or merge).
   bool routed_on_device = false;
   /// The planner's answer (plan::plan_contract_pieces) on the host path.
   plan::ContractPiecePlan piece_plan;

@@ -208,8 +208,8 @@ class StreamingBackend final : public kernels::Backend<T> {
     in_.set_workload(w);
   }
   void set_tuning(const kernels::Tuning& t) override {
+    in_.set_tuning(t);  // first: a refusal leaves both as they were
     kernels::Backend<T>::set_tuning(t);
-    in_.set_tuning(t);
   }
   std::unique_ptr<kernels::TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
     return in_.prepare(x);
