@@ -131,14 +131,16 @@ class DeviceRoute final : public ContractRoute<T> {
     return array < ey_.order() ? yr_.cols[static_cast<std::size_t>(array)].get() : yr_.vals.get();
   }
 
+  // The two releases run between collectives of algo's routing: they must not throw on one
+  // rank (freeing never does; the device switch reports instead of throwing).
   void release_sent() override {
-    DeviceGuard g(ctx_.device);
+    DeviceGuardNoThrow g(ctx_.device);
     PoolScope pool(ctx_);
     xsend_.clear();
     trace().mark("x alltoallv");
   }
   void release_columns() override {
-    DeviceGuard g(ctx_.device);
+    DeviceGuardNoThrow g(ctx_.device);
     PoolScope pool(ctx_);
     eyd_ = DeviceTensor<T>();
     trace().mark("y allgather");
