@@ -16,6 +16,7 @@
 #include "contract_common.hpp"
 #include "io/h5store.hpp"
 #include "io/output.hpp"
+#include "kernels/ops/sptc.hpp"
 #include "kernels/sptc.hpp"
 #include "partition/partition.hpp"
 #include "plan/measure.hpp"
@@ -108,7 +109,7 @@ void contract_probe_backend(kernels::Backend<T>& be, const kernels::ContractSpec
   SparseTensor<T> x(std::vector<std::uint64_t>(spec.x.size(), 1));
   SparseTensor<T> y(std::vector<std::uint64_t>(spec.y.size(), 1));
   try {
-    be.contract_plan(x, y, spec);
+    kernels::ops::contract_plan(be, x, y, spec);
   } catch (const InputError&) {
     throw;
   } catch (const Error& e) {

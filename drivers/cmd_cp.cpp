@@ -175,10 +175,9 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   }
   algo::CpResult res;
   if (in.streamed()) {
-    // Memory tiers 2 and 3: the handle streams from host memory or disk through the
-    // wrapped backend.
-    algo::StreamingBackend<T> streaming(*cx.backend);
-    res = algo::cp_als<T>(*in.tensor(), in.dims, in.global_nnz, streaming, world, *cx.data, o);
+    // Memory tiers 2 and 3: the handle (an algo::StreamedTensor) streams itself from host
+    // memory or disk through the backend.
+    res = algo::cp_als<T>(*in.tensor(), in.dims, in.global_nnz, *cx.backend, world, *cx.data, o);
   } else if (in.handle) {
     res = algo::cp_als<T>(*in.handle, in.dims, in.global_nnz, *cx.backend, world, *cx.data, o);
   } else {

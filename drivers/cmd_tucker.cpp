@@ -136,15 +136,14 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
   algo::TuckerResult res;
   try {
     if (in.streamed()) {
-      // Memory tiers 2 and 3: the handle streams from host memory or disk through the
-      // wrapped backend.
-      algo::StreamingBackend<T> streaming(*cx.backend);
+      // Memory tiers 2 and 3: the handle (an algo::StreamedTensor) streams itself from host
+      // memory or disk through the backend.
       std::unique_ptr<kernels::TensorHandle<T>> h;
       if (in.disk)
         h = std::move(in.disk);
       else
         h = std::move(in.handle);
-      res = algo::tucker_hooi<T>(std::move(h), in.dims, streaming, world, o, cx.data);
+      res = algo::tucker_hooi<T>(std::move(h), in.dims, *cx.backend, world, o, cx.data);
     } else if (in.handle) {
       res = algo::tucker_hooi<T>(std::move(in.handle), in.dims, *cx.backend, world, o, cx.data);
     } else {

@@ -119,7 +119,7 @@ struct Input {
   nnz_t min_block_nnz = 0, max_block_nnz = 0;
   std::string partition_scheme;            ///< "nnz" | "grid" | "store-order" | "store-blocks"
   io::TensorFingerprint fingerprint_part;  ///< handle inputs: this rank's part
-  /// Streams through algo::StreamingBackend (tiers 2 and 3).
+  /// An algo::StreamedTensor that streams itself through the backend (tiers 2 and 3).
   bool streamed() const { return disk != nullptr || (handle && handle->tier() == 2); }
   /// The prepared or streamed handle (null for `dist`).
   const kernels::TensorHandle<T>* tensor() const {

@@ -5,9 +5,9 @@
 // iteration (the caller's MTTKRPs included) is captured once as a CUDA graph and replayed.
 // The host waits once per iteration, for the few scalars the convergence test needs.
 //
-// The algorithm (algo/cp_als_loop.cpp) asks the backend for a loop (Backend::cp_device_loop);
+// The algorithm (algo/cp_als_loop.cpp) asks the backend for a loop (ops::cp_device_loop);
 // backends without one (reference, cpu) return nullptr and the iteration runs through the
-// per-operation Backend calls as before. Results equal those calls' to rounding.
+// per-operation calls (kernels/ops/dense.hpp) as before. Results equal those calls' to rounding.
 #pragma once
 
 #include <cstdint>

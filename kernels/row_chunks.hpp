@@ -1,6 +1,7 @@
 // Row chunks of a rows x C matrix, seen as double: the host wide products of the backend
-// (kernels/backend.cpp) and the ScaLAPACK copy of Tucker (src/engine/algo/tucker_scalapack.cpp) run
-// BLAS in double on float rows too, converting one chunk at a time.
+// (kernels/reference/tucker_dense.cpp) and the ScaLAPACK copy of Tucker
+// (src/engine/algo/tucker_scalapack.cpp) run BLAS in double on float rows too, converting one chunk
+// at a time.
 #pragma once
 
 #include <algorithm>

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "kernels/ops/sptc.hpp"
 #include "util/error.hpp"
 
 namespace tessera::kernels {
@@ -245,21 +246,9 @@ double resolve_tc_threshold(const ContractDeviceOptions& o, const Tuning& tuning
 template <typename T>
 SparseTensor<T> contract(Backend<T>& backend, const SparseTensor<T>& x, const SparseTensor<T>& y,
                          const ContractSpec& spec, ContractStats* stats) {
-  auto plan = backend.contract_plan(x, y, spec);
-  return backend.contract(*plan, stats);
+  auto plan = ops::contract_plan(backend, x, y, spec);
+  return ops::contract(backend, *plan, stats);
 }
-
-template <typename T>
-std::unique_ptr<ContractRoute<T>> Backend<T>::contract_route(const SparseTensor<T>&,
-                                                             const SparseTensor<T>&,
-                                                             const ContractSpec&, int) {
-  return nullptr;
-}
-
-template std::unique_ptr<ContractRoute<float>> Backend<float>::contract_route(
-    const SparseTensor<float>&, const SparseTensor<float>&, const ContractSpec&, int);
-template std::unique_ptr<ContractRoute<double>> Backend<double>::contract_route(
-    const SparseTensor<double>&, const SparseTensor<double>&, const ContractSpec&, int);
 
 template SparseTensor<float> contract<float>(Backend<float>&, const SparseTensor<float>&,
                                              const SparseTensor<float>&, const ContractSpec&,

@@ -1,7 +1,8 @@
 // Sparse tensor contraction (SpTC): Z = X x Y over the modes an einsum spec names
 // (DESIGN §5, §6; docs/sptc.md). Declared once, implemented per backend: reference/ (plain
 // loops, double accumulation, the ground truth), cpu/ (OpenMP hash join + row-wise
-// accumulation), cuda/ (to come, through Backend::contract_plan / Backend::contract).
+// accumulation), cuda/ (kernels/cuda/sptc/), through kernels/ops/sptc.hpp (ops::contract_plan /
+// ops::contract).
 //
 // Spec rules ("ijk,klm->ijlm"): two comma-separated input subscripts and an explicit
 // output after "->"; one letter (a-z, A-Z) per mode; blanks are ignored. Each input has
@@ -57,7 +58,7 @@ ContractAssembly parse_contract_assembly(const std::string& s);
 inline constexpr double kDefaultTensorCoreThreshold = 2.0;
 
 /// Options of the device kernels. They travel inside ContractSpec through
-/// Backend::contract_plan; the reference and cpu backends ignore them.
+/// ops::contract_plan; the reference and cpu backends ignore them.
 struct ContractDeviceOptions {
   TensorCorePrecision tensor_cores = TensorCorePrecision::fp64;
   /// Block density at or over which a block runs on the tensor cores. < 0: the backend's
@@ -159,7 +160,7 @@ struct ContractStats {
 };
 
 /// Host buffers a caller keeps across contractions (algo::ContractBuffers): a backend that
-/// can writes the output straight into them (Backend::contract_into, and
+/// can writes the output straight into them (ops::contract_into, and
 /// ContractRoute::run given a sink) instead of into a new tensor.
 template <typename T>
 class ContractSink {
@@ -172,7 +173,7 @@ class ContractSink {
   virtual SparseTensor<T>& output(const std::vector<std::uint64_t>& dims, std::size_t n) = 0;
 };
 
-/// The backend side of a contraction routed in backend memory (Backend::contract_route;
+/// The backend side of a contraction routed in backend memory (ops::contract_route;
 /// docs/sptc.md, "Distributed"): the backend computes, its caller (algo::contract) runs the
 /// collectives between the steps, on the buffers below. Roles: the row side (X, or Y when
 /// swapped()) is partitioned by a hash of its output modes, so every output entry is made on
@@ -214,7 +215,7 @@ class ContractRoute {
                               ContractSink<T>* sink) = 0;
 };
 
-/// A contraction matched and counted by one backend, ready to run (Backend::contract_plan).
+/// A contraction matched and counted by one backend, ready to run (ops::contract_plan).
 /// It may refer to the input tensors, which must outlive it.
 template <typename T>
 class ContractPlan {
@@ -228,7 +229,7 @@ class ContractPlan {
   virtual double count_seconds() const = 0;
 };
 
-/// Plan and run on `backend` in one call (see Backend::contract_plan).
+/// Plan and run on `backend` in one call (see ops::contract_plan).
 template <typename T>
 SparseTensor<T> contract(Backend<T>& backend, const SparseTensor<T>& x, const SparseTensor<T>& y,
                          const ContractSpec& spec, ContractStats* stats = nullptr);

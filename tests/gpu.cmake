@@ -38,8 +38,9 @@ tessera_add_mpi_test(gpu_tier_cp gpu_tier_tests RANKS 2 ARGS --gtest_filter=GpuT
   LABELS gpu)
 set_tests_properties(gpu_tier_cp_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
-# Memory tier 3 on the cuda backend: StreamingBackend over a DiskTensor (MTTKRP through
-# mttkrp_accumulate, in pieces under a small budget; TTMc chunks prepared in tier 1 or 2)
+# Memory tier 3 on the cuda backend: a DiskTensor through its StreamedOps hooks (MTTKRP
+# through mttkrp_accumulate, in pieces under a small budget; TTMc chunks prepared in tier 1
+# or 2)
 # against cuda tier 1 and the reference backend; mttkrp_accumulate itself (orders 2-5,
 # every sort path, known nonzero output, bad coordinates); CP-ALS in tier 3 against tier 1
 # on one GPU.
@@ -49,12 +50,12 @@ tessera_test_executable(gpu_tier3_tests
 tessera_add_mpi_test(gpu_tier3 gpu_tier3_tests RANKS 1 LABELS gpu)
 set_tests_properties(gpu_tier3_np1 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
-# Host-side parallel sorts of the CUDA backend (kernels/cuda/host_sort.cpp) against
+# Host-side parallel sorts of the CUDA backend (kernels/cuda/runtime/host_sort.cpp) against
 # std::stable_sort. Host only: the binary compiles host_sort.cpp itself and does not link
 # the CUDA backend, so it runs (and must pass) on machines without a GPU.
 tessera_test_executable(host_sort_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/host_sort_test.cpp
-          ${PROJECT_SOURCE_DIR}/kernels/cuda/host_sort.cpp
+          ${PROJECT_SOURCE_DIR}/kernels/cuda/runtime/host_sort.cpp
   LIBS tessera::core OpenMP::OpenMP_CXX)
 target_include_directories(host_sort_tests PRIVATE ${PROJECT_SOURCE_DIR})
 tessera_add_test(gpu_host_sort host_sort_tests LABELS gpu)
@@ -116,10 +117,11 @@ foreach(np 1 2)
     SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 endforeach()
 
-# Tucker-HOOI's dense stage on the device (kernels/cuda/tucker_dense.cu): every Backend
-# operation of it against the cpu backend's host defaults; Tucker-HOOI (gram, subspace;
-# float, double; also through StreamingBackend) against the cpu backend in fits, core
-# norm, factor spans and model values, and the singular-Gram fallback, on 1 and 2 GPUs.
+# Tucker-HOOI's dense stage on the device (kernels/cuda/dense/tucker_dense.cu): every operation
+# of it (kernels/ops/tucker_dense.hpp) against the cpu backend's host implementation;
+# Tucker-HOOI (gram, subspace; float, double; also on a streamed host-chunk handle) against
+# the cpu backend in fits, core norm, factor spans and model values, and the singular-Gram
+# fallback, on 1 and 2 GPUs.
 tessera_test_executable(gpu_tucker_dense_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_tucker_dense.cpp
   LIBS tessera::algo)

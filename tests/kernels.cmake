@@ -20,3 +20,10 @@ tessera_add_test(kernels_ttmc kernels_ttmc_test)
 tessera_test_executable(kernels_tucker_dense_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_tucker_dense.cpp LIBS tessera::kernels)
 tessera_add_test(kernels_tucker_dense kernels_tucker_dense_test)
+
+# The per-operation layer (kernels/ops/): the dispatchers against each host backend's own
+# function called directly (bit for bit), an executor of no known kind, the cuda stubs of a
+# build without CUDA, and a streamed handle's hooks taking the handle operations.
+tessera_test_executable(kernels_ops_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_ops.cpp LIBS tessera::kernels)
+tessera_add_test(kernels_ops kernels_ops_test)

@@ -1,7 +1,8 @@
 # Memory tier 3 (DESIGN §8: the tensor streamed from its HDF5 store by a prefetch thread).
 
-# DiskTensor against the tensor in memory, StreamingBackend against the wrapped host
-# backends, and bad stores, ranges and chunk sizes (tier3_disk_np<P>).
+# DiskTensor against the tensor in memory, its StreamedOps hooks (through the kernels::ops
+# dispatchers) against the host backends on the whole tensor, and bad stores, ranges and
+# chunk sizes (tier3_disk_np<P>).
 tessera_test_executable(tier3_disk_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/tier3_disk_test.cpp
   LIBS tessera::algo tessera::io hdf5::hdf5)
 foreach(np 1 2 3)
@@ -30,7 +31,7 @@ add_test(NAME tier3_driver_test COMMAND tier3_driver_test)
 set_tests_properties(tier3_driver_test PROPERTIES
   ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;io" TIMEOUT 900 PROCESSORS 2)
 
-# Backend::mttkrp_accumulate on the host backends (the default implementation): chunks
+# ops::mttkrp_accumulate on the host backends (their shared implementation): chunks
 # that partition a tensor, added into a known output, give the whole tensor's MTTKRP.
 tessera_test_executable(kernels_accumulate_test
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/kernels_accumulate.cpp LIBS tessera::kernels)

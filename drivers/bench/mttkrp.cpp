@@ -5,6 +5,8 @@
 // + each factor row the block touches, read once (distinct indices per mode x R x sizeof(T))
 // + the output (dims[n] x R x sizeof(T)) written once.
 // The "no-reuse" floor instead charges every nonzero a gather of its N-1 factor rows.
+#include "kernels/ops/mttkrp.hpp"
+
 #include "algo/cp_als.hpp"
 #include "bench/bench.hpp"
 #include "bench/harness.hpp"
@@ -58,7 +60,7 @@ void bench_mttkrp(Context<T>& c) {
   op.columns = {{"mode", 6, true}, {"time_ms", 10},    {"nnz/s", 12},
                 {"bytes", 12},     {"floor_ms", 12},   {"ratio", 8},
                 {"GB/s", 10},      {"noreuse_ms", 12}, {"ratio", 8}};
-  op.step = [&](int n) { be.mttkrp(X, n, fp, R, out.data()); };
+  op.step = [&](int n) { kernels::ops::mttkrp(be, X, n, fp, R, out.data()); };
   op.sync = [&] { be.synchronize(); };
   op.bytes = [&](int n) {
     const double stream = static_cast<double>(X.mttkrp_stream_bytes(n));

@@ -15,6 +15,7 @@
 #include "bench/harness.hpp"
 #include "io/output.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/ops/sptc.hpp"
 
 namespace tessera::driver::bench {
 namespace {
@@ -37,8 +38,8 @@ SweepRun<T> time_direct(kernels::Backend<T>& be, const SparseTensor<T>& x, const
       repeat > 1 ? 1 : 0, repeat,
       [&](bool) {
         kernels::ContractStats st;
-        auto plan = be.contract_plan(x, y, spec);
-        r.out = be.contract(*plan, &st);
+        auto plan = kernels::ops::contract_plan(be, x, y, spec);
+        r.out = kernels::ops::contract(be, *plan, &st);
         return Run{st.seconds(), st};
       },
       [](const Run& p, const Run& q) { return p.first < q.first; });
@@ -161,8 +162,8 @@ void run_tc_sweep(const BenchContractArgs& a, const comm::MpiCommunicator& world
       ref = r_off.out;
     } else {
       const auto X64 = X.template cast<double>(), Y64 = Y.template cast<double>();
-      auto plan = be64->contract_plan(X64, Y64, off);
-      ref = be64->contract(*plan, nullptr);
+      auto plan = kernels::ops::contract_plan(*be64, X64, Y64, off);
+      ref = kernels::ops::contract(*be64, *plan, nullptr);
     }
     SweepRun<T> r[4];
     SweepError err[4];

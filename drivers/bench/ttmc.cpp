@@ -9,6 +9,7 @@
 #include "algo/tucker.hpp"
 #include "bench/bench.hpp"
 #include "bench/harness.hpp"
+#include "kernels/ops/ttmc.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver::bench {
@@ -54,11 +55,13 @@ void bench_ttmc(Context<T>& c) {
                 {"ratio", 8},      {"noreuse_ms", 12}, {"ratio", 8}};
   op.begin = [&](int n) {
     out = kernels::Array<T>();  // the previous mode's output freed first
-    rows = be.ttmc_rows(X, n);
+    rows = kernels::ops::ttmc_rows(be, X, n);
     C = kernels::ttmc_output_cols(ranks, n);
     out = be.allocate(std::max<std::size_t>(rows.size() * static_cast<std::size_t>(C), 1));
   };
-  op.step = [&](int n) { be.ttmc(X, n, fp, ranks, out.data()); };  // warm-up builds the row map
+  op.step = [&](int n) {
+    kernels::ops::ttmc(be, X, n, fp, ranks, out.data());
+  };  // warm-up builds the row map
   op.sync = [&] { be.synchronize(); };
   op.bytes = [&](int n) {
     const double stream = static_cast<double>(X.mttkrp_stream_bytes(n));

@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/ops/mttkrp.hpp"
+#include "kernels/reference/backend.hpp"
 #include "util/error.hpp"
+#include "util/timer.hpp"
 
 namespace tessera::kernels {
 
@@ -87,6 +90,17 @@ template void mttkrp<float>(const SparseTensor<float>&, int, const std::vector<c
                             float*);
 template void mttkrp<double>(const SparseTensor<double>&, int, const std::vector<const double*>&,
                              int, double*);
+
+template <typename T>
+TESSERA_MTTKRP_OP(T) {
+  (void)be;
+  const ReferenceTensor<T>& h = reference_handle(x);
+  Timer t;
+  reference::mttkrp(h.coo(), mode, factors, R, out);
+  h.record_compute(t.seconds());
+}
+
+TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_OP);
 
 }  // namespace reference
 }  // namespace tessera::kernels

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "kernels/mttkrp.hpp"
+#include "kernels/ops/sptc.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
 
@@ -331,5 +332,34 @@ template ContractCount contract_count<float>(const SparseTensor<float>&, const S
                                              const ContractSpec&);
 template ContractCount contract_count<double>(const SparseTensor<double>&,
                                               const SparseTensor<double>&, const ContractSpec&);
+
+// ---- the operations (kernels/ops/sptc.hpp) ----
+
+template <typename T>
+TESSERA_CONTRACT_PLAN_OP(T) {
+  (void)be;
+  return reference::plan_contract(x, y, spec);
+}
+template <typename T>
+TESSERA_CONTRACT_OP(T) {
+  (void)be;
+  return reference::contract(plan, stats);
+}
+// The host backends (this one and cpu) have no contraction into a sink and no routed path.
+template <typename T>
+TESSERA_CONTRACT_INTO_OP(T) {
+  (void)be, (void)plan, (void)stats, (void)sink;
+  return false;
+}
+template <typename T>
+TESSERA_CONTRACT_ROUTE_OP(T) {
+  (void)be, (void)x, (void)y, (void)spec, (void)ranks;
+  return nullptr;
+}
+
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_PLAN_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_INTO_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_ROUTE_OP);
 
 }  // namespace tessera::kernels::reference

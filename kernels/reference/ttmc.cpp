@@ -8,7 +8,10 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/ops/ttmc.hpp"
+#include "kernels/reference/backend.hpp"
 #include "util/error.hpp"
+#include "util/timer.hpp"
 
 namespace tessera::kernels {
 
@@ -124,6 +127,40 @@ template SemiSparse<float> ttmc<float>(const SparseTensor<float>&, int,
 template SemiSparse<double> ttmc<double>(const SparseTensor<double>&, int,
                                          const std::vector<const double*>&, const std::vector<int>&,
                                          std::size_t);
+
+template <typename T>
+TESSERA_TTMC_ROWS_OP(T) {
+  (void)be;
+  const auto& c = reference_handle(x).coo();
+  TESSERA_EXPECTS(mode >= 0 && mode < c.order(),
+                  "mode " << mode << " outside 0.." << c.order() - 1);
+  std::vector<index_t> rows = c.idx[static_cast<std::size_t>(mode)];
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+template <typename T>
+TESSERA_TTMC_SCRATCH_BYTES_OP(T) {
+  const auto rows = static_cast<std::int64_t>(reference::ttmc_rows(be, x, mode).size());
+  // reference::ttmc returns a fresh output that is copied into `out`.
+  return reference::ttmc_scratch_bytes(rows, ranks, mode) +
+         ttmc_output_bytes(rows, ranks, mode, sizeof(T));
+}
+
+template <typename T>
+TESSERA_TTMC_OP(T) {
+  (void)be;
+  const ReferenceTensor<T>& h = reference_handle(x);
+  Timer t;
+  const SemiSparse<T> y = reference::ttmc(h.coo(), mode, factors, ranks);
+  std::copy(y.data.begin(), y.data.end(), out);
+  h.record_compute(t.seconds());
+}
+
+TESSERA_INSTANTIATE_OP(TESSERA_TTMC_ROWS_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_TTMC_SCRATCH_BYTES_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_TTMC_OP);
 
 }  // namespace reference
 }  // namespace tessera::kernels

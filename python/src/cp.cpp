@@ -186,8 +186,10 @@ py::dict run_cp(const py::object& tensor, int rank, int iters, double tol, std::
     {
       py::gil_scoped_release nogil;
       if (in.streamed()) {
-        algo::StreamingBackend<T> streaming(*cx->backend);
-        res = algo::cp_als<T>(*in.tensor(), in.dims, in.global_nnz, streaming, world, *cx->data, o);
+        // Tiers 2 and 3: the handle (an algo::StreamedTensor) streams itself through the
+        // backend.
+        res = algo::cp_als<T>(*in.tensor(), in.dims, in.global_nnz, *cx->backend, world, *cx->data,
+                              o);
       } else if (in.handle) {
         res =
             algo::cp_als<T>(*in.handle, in.dims, in.global_nnz, *cx->backend, world, *cx->data, o);

@@ -148,13 +148,13 @@ py::dict run_tucker(const py::object& tensor, const py::object& ranks_obj, int i
     first_iteration = o.resume ? o.resume->iteration : 0;
     py::gil_scoped_release nogil;
     if (in.streamed()) {
-      algo::StreamingBackend<T> streaming(*cx->backend);
+      // Tiers 2 and 3: the handle (an algo::StreamedTensor) streams itself through the backend.
       std::unique_ptr<kernels::TensorHandle<T>> h;
       if (in.disk)
         h = std::move(in.disk);
       else
         h = std::move(in.handle);
-      res = algo::tucker_hooi<T>(std::move(h), in.dims, streaming, world, o, cx->data);
+      res = algo::tucker_hooi<T>(std::move(h), in.dims, *cx->backend, world, o, cx->data);
     } else if (in.handle) {
       res = algo::tucker_hooi<T>(std::move(in.handle), in.dims, *cx->backend, world, o, cx->data);
     } else {

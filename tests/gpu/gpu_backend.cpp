@@ -13,6 +13,7 @@
 
 #include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/ops.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -148,7 +149,7 @@ TYPED_TEST(CudaBackendTest, MttkrpEmptyAndSingle) {
     for (int mode = 0; mode < 3; ++mode) {
       const std::size_t n = static_cast<std::size_t>(empty.dims[mode]) * R;
       auto out = this->poisoned_gpu(n);
-      this->gpu_->mttkrp(*he, mode, p, R, out.data());
+      ops::mttkrp(*this->gpu_, *he, mode, p, R, out.data());
       for (T v : this->from_gpu(out.data(), n)) ASSERT_EQ(v, T(0));
     }
   }
@@ -176,11 +177,11 @@ TYPED_TEST(CudaBackendTest, MttkrpRejectsBadInput) {
   auto hr = this->ref_->prepare(good);
   auto out = this->poisoned_gpu(10 * 7);
   std::vector<const T*> p(3, out.data());
-  EXPECT_THROW(this->gpu_->mttkrp(*hr, 0, p, 7, out.data()), Error);  // foreign handle
+  EXPECT_THROW(ops::mttkrp(*this->gpu_, *hr, 0, p, 7, out.data()), Error);  // foreign handle
   auto hg = this->gpu_->prepare(good);
-  EXPECT_THROW(this->gpu_->mttkrp(*hg, 3, p, 7, out.data()), Error);  // no such mode
-  EXPECT_THROW(this->gpu_->mttkrp(*hg, 0, std::vector<const T*>(2, out.data()), 7, out.data()),
-               Error);
+  EXPECT_THROW(ops::mttkrp(*this->gpu_, *hg, 3, p, 7, out.data()), Error);  // no such mode
+  EXPECT_THROW(
+      ops::mttkrp(*this->gpu_, *hg, 0, std::vector<const T*>(2, out.data()), 7, out.data()), Error);
 }
 
 TYPED_TEST(CudaBackendTest, Gram) {
@@ -195,8 +196,8 @@ TYPED_TEST(CudaBackendTest, Gram) {
       const std::size_t n = static_cast<std::size_t>(R) * R;
       auto gg = this->poisoned_gpu(n);
       auto gr = this->poisoned_ref(n);
-      this->gpu_->gram(ag.data(), rows, R, gg.data());
-      this->ref_->gram(ar.data(), rows, R, gr.data());
+      ops::gram(*this->gpu_, ag.data(), rows, R, gg.data());
+      ops::gram(*this->ref_, ar.data(), rows, R, gr.data());
       const auto got = this->from_gpu(gg.data(), n);
       EXPECT_LT(rel_error(got, this->from_ref(gr.data(), n)), tol<T>())
           << "rows " << rows << " R " << R;
@@ -223,13 +224,13 @@ TYPED_TEST(CudaBackendTest, Hadamard) {
       }
       auto vg = this->poisoned_gpu(n);
       auto vr = this->poisoned_ref(n);
-      this->gpu_->hadamard(pg, R, vg.data());
-      this->ref_->hadamard(pr, R, vr.data());
+      ops::hadamard(*this->gpu_, pg, R, vg.data());
+      ops::hadamard(*this->ref_, pr, R, vr.data());
       const auto want = this->from_ref(vr.data(), n);
       EXPECT_LT(rel_error(this->from_gpu(vg.data(), n), want), tol<T>())
           << "R " << R << " count " << count;
       // In place: the output is also the first input.
-      this->gpu_->hadamard(pg, R, g[0].data());
+      ops::hadamard(*this->gpu_, pg, R, g[0].data());
       EXPECT_LT(rel_error(this->from_gpu(g[0].data(), n), want), tol<T>());
     }
   }
@@ -273,8 +274,8 @@ TYPED_TEST(CudaBackendTest, SolveNormalSpd) {
       auto vr = this->on_ref(V);
       auto mg = this->on_gpu(M);
       auto mr = this->on_ref(M);
-      EXPECT_FALSE(this->gpu_->solve_normal(mg.data(), rows, vg.data(), R));
-      EXPECT_FALSE(this->ref_->solve_normal(mr.data(), rows, vr.data(), R));
+      EXPECT_FALSE(ops::solve_normal(*this->gpu_, mg.data(), rows, vg.data(), R));
+      EXPECT_FALSE(ops::solve_normal(*this->ref_, mr.data(), rows, vr.data(), R));
       const std::size_t n = M.size();
       EXPECT_LT(rel_error(this->from_gpu(mg.data(), n), this->from_ref(mr.data(), n)), tol<T>())
           << "R " << R << " rows " << rows;
@@ -293,8 +294,8 @@ TYPED_TEST(CudaBackendTest, SolveNormalSingular) {
     auto vr = this->on_ref(V);
     auto mg = this->on_gpu(M);
     auto mr = this->on_ref(M);
-    EXPECT_TRUE(this->gpu_->solve_normal(mg.data(), rows, vg.data(), R));
-    EXPECT_TRUE(this->ref_->solve_normal(mr.data(), rows, vr.data(), R));
+    EXPECT_TRUE(ops::solve_normal(*this->gpu_, mg.data(), rows, vg.data(), R));
+    EXPECT_TRUE(ops::solve_normal(*this->ref_, mr.data(), rows, vr.data(), R));
     const auto got = this->from_gpu(mg.data(), M.size());
     EXPECT_LT(rel_error(got, this->from_ref(mr.data(), M.size())), tol<T>()) << "R " << R;
     // The null direction is dropped: that column is zero up to the eigensolver's rounding.
@@ -323,7 +324,7 @@ TYPED_TEST(CudaBackendTest, SolveNormalRankDeficient) {
       }
     auto vg = this->on_gpu(V);
     auto mg = this->on_gpu(M);
-    EXPECT_TRUE(this->gpu_->solve_normal(mg.data(), rows, vg.data(), R)) << "R " << R;
+    EXPECT_TRUE(ops::solve_normal(*this->gpu_, mg.data(), rows, vg.data(), R)) << "R " << R;
     const auto X = this->from_gpu(mg.data(), M.size());
     std::vector<double> XV(M.size());
     for (std::int64_t i = 0; i < rows; ++i)
@@ -343,7 +344,7 @@ TYPED_TEST(CudaBackendTest, SolveNormalZeroMatrix) {
     const std::int64_t rows = 100;
     auto vg = this->on_gpu(std::vector<T>(static_cast<std::size_t>(R) * R, T(0)));
     auto mg = this->on_gpu(random_vector<T>(static_cast<std::size_t>(rows) * R, 77));
-    EXPECT_TRUE(this->gpu_->solve_normal(mg.data(), rows, vg.data(), R));
+    EXPECT_TRUE(ops::solve_normal(*this->gpu_, mg.data(), rows, vg.data(), R));
     for (T v : this->from_gpu(mg.data(), static_cast<std::size_t>(rows) * R)) ASSERT_EQ(v, T(0));
   }
 }
@@ -361,20 +362,20 @@ TYPED_TEST(CudaBackendTest, ColumnReductionsAndScaling) {
       const double nan = std::numeric_limits<double>::quiet_NaN();
       for (NormKind kind : {NormKind::two, NormKind::max}) {
         std::vector<double> got(R, nan), want(R, nan);
-        this->gpu_->column_norms(ag.data(), rows, R, kind, got.data());
-        this->ref_->column_norms(ar.data(), rows, R, kind, want.data());
+        ops::column_norms(*this->gpu_, ag.data(), rows, R, kind, got.data());
+        ops::column_norms(*this->ref_, ar.data(), rows, R, kind, want.data());
         EXPECT_LT(rel_error(got, want), 1e-12)
             << "rows " << rows << " R " << R << (kind == NormKind::two ? " two" : " max");
       }
       std::vector<double> got(R, nan), want(R, nan);
-      this->gpu_->column_dots(ag.data(), bg.data(), rows, R, got.data());
-      this->ref_->column_dots(ar.data(), br.data(), rows, R, want.data());
+      ops::column_dots(*this->gpu_, ag.data(), bg.data(), rows, R, got.data());
+      ops::column_dots(*this->ref_, ar.data(), br.data(), rows, R, want.data());
       EXPECT_LT(rel_error(got, want), 1e-12) << "dots rows " << rows << " R " << R;
 
       std::vector<double> scale(R);
       for (int r = 0; r < R; ++r) scale[r] = 0.25 + 0.5 * r;
-      this->gpu_->scale_columns(ag.data(), rows, R, scale.data());
-      this->ref_->scale_columns(ar.data(), rows, R, scale.data());
+      ops::scale_columns(*this->gpu_, ag.data(), rows, R, scale.data());
+      ops::scale_columns(*this->ref_, ar.data(), rows, R, scale.data());
       scale.assign(R, nan);  // the device copy must not depend on the host array later
       EXPECT_LT(rel_error(this->from_gpu(ag.data(), n), this->from_ref(ar.data(), n)), tol<T>())
           << "scale rows " << rows << " R " << R;

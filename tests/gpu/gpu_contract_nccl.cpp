@@ -47,7 +47,7 @@ SparseTensor<double> share(const SparseTensor<double>& x, int r, int P) {
   return s;
 }
 
-// Over NCCL at 2 ranks the cuda backend routes on the device (Backend::contract_route,
+// Over NCCL at 2 ranks the cuda backend routes on the device (ops::contract_route,
 // algo/contract_route.cpp: the row side partitioned by its output modes, the other input
 // replicated, no merge) where it can: plain specs, a self-contraction (X and Y the same object), a
 // spec whose output lists Y's letters first (the roles swap), a rank with an empty share; a spec
@@ -145,7 +145,7 @@ TEST_F(ContractNccl, OutOfRangeCoordinateOnOneRankFailsEveryRank) {
 }
 
 // Host buffers kept across contractions (algo::ContractBuffers) with the cuda backend: on
-// one rank the plan writes into them (Backend::contract_into), on 2+ ranks the device
+// one rank the plan writes into them (ops::contract_into), on 2+ ranks the device
 // routing does (ContractRoute::run with a sink). A large output, a smaller one, an empty one
 // and the large one again: every share equals the plain call's, the output arrays and the
 // pinned inputs are page-locked host memory, and growing the output re-locks it.

@@ -28,7 +28,7 @@ class GpuCp : public GpuJobTest {
     expect_same_cp(rg, rc, tol);
   }
   /// Constrained, regularised and weighted CP (docs/constrained-cp.md): the cuda row
-  /// updates (kernels/cuda/row_update.cu) against the host ones, all of them on the
+  /// updates (kernels/cuda/dense/row_update.cu) against the host ones, all of them on the
   /// factors the GPU holds.
   template <typename T>
   void compare_constrained(CommStrategy s, double tol) {

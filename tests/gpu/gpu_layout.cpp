@@ -29,6 +29,7 @@
 
 #include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/ops.hpp"
 #include "kernels/ttmc.hpp"
 #include "util/rng.hpp"
 
@@ -302,13 +303,13 @@ TYPED_TEST(GpuLayout, AutomaticChoice) {
     }
     for (int m = 0; m < 3; ++m) pg.push_back(fd[m].data()), pr.push_back(fh[m].data());
     for (int mode = 0; mode < 3; ++mode) {
-      const auto rows = this->ref_->ttmc_rows(*hr, mode);
-      ASSERT_EQ(be->ttmc_rows(*h, mode), rows);
+      const auto rows = kernels::ops::ttmc_rows(*this->ref_, *hr, mode);
+      ASSERT_EQ(kernels::ops::ttmc_rows(*be, *h, mode), rows);
       const std::size_t n = rows.size() * static_cast<std::size_t>(ttmc_output_cols(ranks, mode));
       std::vector<T> want(n);
-      this->ref_->ttmc(*hr, mode, pr, ranks, want.data());
+      kernels::ops::ttmc(*this->ref_, *hr, mode, pr, ranks, want.data());
       auto out = poisoned(*be, n);
-      be->ttmc(*h, mode, pg, ranks, out.data());
+      kernels::ops::ttmc(*be, *h, mode, pg, ranks, out.data());
       EXPECT_LT(rel_error(downloaded(*be, out.data(), n), want), tol<T>()) << "TTMc, mode " << mode;
     }
     // Prepared for TTMc, the same tensor keeps the plain layout (short runs would each
@@ -355,7 +356,7 @@ TEST(GpuLayoutTuning, BadValuesAreRefused) {
     const auto f = random_factors(*be, x.dims, 8, 4502);
     auto out = be->allocate(static_cast<std::size_t>(x.dims[0]) * 8);
     EXPECT_THROW(be->set_tuning(layout_tuning("default", 0, "fast")), InputError);
-    EXPECT_NO_THROW(be->mttkrp(*h, 0, f.ptrs, 8, out.data()));
+    EXPECT_NO_THROW(kernels::ops::mttkrp(*be, *h, 0, f.ptrs, 8, out.data()));
   }
 }
 

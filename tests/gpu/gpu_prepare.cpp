@@ -23,6 +23,7 @@
 
 #include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/ops/mttkrp.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -189,7 +190,7 @@ TEST(GpuPrepareLarge, LargeCounts) {
     std::vector<const T*> factors(2, nullptr);
     factors[static_cast<std::size_t>(other)] = f.data();
     auto out = be->allocate(static_cast<std::size_t>(dims[mode]));
-    be->mttkrp(*h, mode, factors, 1, out.data());
+    kernels::ops::mttkrp(*be, *h, mode, factors, 1, out.data());
     std::vector<T> got(static_cast<std::size_t>(dims[mode]));
     be->download(out.data(), got.size(), got.data());
     std::size_t bad = 0;

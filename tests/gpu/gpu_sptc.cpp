@@ -1,5 +1,5 @@
 // SpTC on the cuda backend (kernels/cuda/sptc/) against the reference backend, through
-// Backend::contract_plan / Backend::contract: random specs (orders 2..5, 1..3 contracted
+// ops::contract_plan / ops::contract: random specs (orders 2..5, 1..3 contracted
 // letters, sometimes a batch letter, random output orders), float and double, repeated
 // input coordinates, exact-zero cancellation, empty results and empty inputs,
 // self-contraction, ~1e6 products, many products per output entry, keys over 64 bits (the
@@ -31,6 +31,7 @@
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/factories.hpp"
+#include "kernels/ops/sptc.hpp"
 #include "kernels/sptc.hpp"
 #include "sptc_test_util.hpp"
 
@@ -113,15 +114,15 @@ ContractStats expect_matches_reference(const SparseTensor<T>& x, const SparseTen
   SCOPED_TRACE(what + " spec " + spec.text);
   auto cu = make_backend<T>(BackendKind::cuda);
   auto ref = make_backend<T>(BackendKind::reference);
-  auto cplan = cu->contract_plan(x, y, spec);
-  auto rplan = ref->contract_plan(x, y, spec);
+  auto cplan = kernels::ops::contract_plan(*cu, x, y, spec);
+  auto rplan = kernels::ops::contract_plan(*ref, x, y, spec);
   EXPECT_EQ(cplan->count().products, rplan->count().products);
   EXPECT_EQ(cplan->count().output_entries, rplan->count().output_entries);
   EXPECT_EQ(cplan->count().output_bytes, rplan->count().output_bytes);
   EXPECT_EQ(cplan->output_dims(), rplan->output_dims());
   ContractStats cs, rs;
-  const SparseTensor<T> got = cu->contract(*cplan, &cs);
-  const SparseTensor<T> want = ref->contract(*rplan, &rs);
+  const SparseTensor<T> got = kernels::ops::contract(*cu, *cplan, &cs);
+  const SparseTensor<T> want = kernels::ops::contract(*ref, *rplan, &rs);
   EXPECT_EQ(cs.products, rs.products);
   EXPECT_EQ(cs.output_entries, rs.output_entries);
   EXPECT_EQ(cs.output_nnz, rs.output_nnz);
@@ -156,7 +157,7 @@ ContractStats expect_matches_reference(const SparseTensor<T>& x, const SparseTen
   for (int rep = 1; rep < kRepeats; ++rep) {
     SCOPED_TRACE("repeat " + std::to_string(rep));
     ContractStats rst;
-    const SparseTensor<T> r = cu->contract(*cplan, &rst);
+    const SparseTensor<T> r = kernels::ops::contract(*cu, *cplan, &rst);
     EXPECT_EQ(rst.output_entries, cs.output_entries);
     EXPECT_EQ(rst.output_nnz, cs.output_nnz);
     EXPECT_EQ(r.nnz(), got.nnz());

@@ -23,6 +23,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/ops/mttkrp.hpp"
 #include "test_util.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -151,8 +152,8 @@ std::pair<std::vector<T>, std::vector<T>> mttkrp_pair(kernels::Backend<T>& be,
   auto orf = poisoned(ref, n);
   std::vector<const T*> pgm = f.ptrs;
   pgm[static_cast<std::size_t>(mode)] = nullptr;
-  be.mttkrp(h, mode, pgm, R, og.data());
-  ref.mttkrp(hr, mode, fr.ptrs, R, orf.data());
+  kernels::ops::mttkrp(be, h, mode, pgm, R, og.data());
+  kernels::ops::mttkrp(ref, hr, mode, fr.ptrs, R, orf.data());
   return {downloaded(be, og.data(), n), downloaded(ref, orf.data(), n)};
 }
 

@@ -18,6 +18,7 @@
 #include "algo/generate.hpp"
 #include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/ops/mttkrp.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -245,7 +246,7 @@ TYPED_TEST(GpuTier, HandleBelongsToItsBackend) {
   }
   auto out = other->allocate(static_cast<std::size_t>(x.dims[0]) * R);
   try {
-    other->mttkrp(*h, 0, p, R, out.data());
+    kernels::ops::mttkrp(*other, *h, 0, p, R, out.data());
     ADD_FAILURE() << "a tier-2 handle ran on a backend that did not prepare it";
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), "the CUDA backend that prepared it")) << e.what();
@@ -279,7 +280,7 @@ TYPED_TEST(HostTier, BudgetRecordedTierOne) {
       p.push_back(f.back().data());
     }
     auto out = be->allocate(static_cast<std::size_t>(x.dims[1]) * R);
-    be->mttkrp(*h, 1, p, R, out.data());
+    kernels::ops::mttkrp(*be, *h, 1, p, R, out.data());
     EXPECT_GT(h->last_compute_seconds(), 0.0);
     EXPECT_EQ(h->last_copy_seconds(), 0.0);
     EXPECT_EQ(h->overlap_fraction(), 1.0);

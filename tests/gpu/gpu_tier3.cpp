@@ -1,7 +1,7 @@
 // Memory tier 3 on the CUDA backend (DESIGN §8): a tensor streamed from its HDF5 store
-// chunk by chunk (algo::DiskTensor) through algo::StreamingBackend over the cuda backend.
-// The MTTKRP goes through Backend::mttkrp_accumulate (chunks copied on a copy stream,
-// sorted on the device, added into the output; in pieces under a small memory budget); the
+// chunk by chunk on the cuda backend (algo::DiskTensor: the kernels::ops dispatchers run its
+// StreamedOps hooks). The MTTKRP goes through ops::mttkrp_accumulate (chunks copied on a copy
+// stream, sorted on the device, added into the output; in pieces under a small memory budget); the
 // TTMc prepares each chunk in tier 1 or, under a small budget, tier 2. The MTTKRP and TTMc
 // of every mode must equal the cuda backend's on the whole tensor in tier 1 and the
 // reference backend (fresh random inputs, outputs poisoned with NaN), and CP-ALS in tier 3
@@ -29,6 +29,7 @@
 #include "gpu_test_util.hpp"
 #include "io/h5store.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/ops.hpp"
 #include "kernels/ttmc.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
@@ -37,9 +38,9 @@ namespace tessera {
 namespace {
 
 using namespace ::tessera::test;
+namespace ops = kernels::ops;
 using algo::DiskTensor;
 using algo::DiskTensorOptions;
-using algo::StreamingBackend;
 using kernels::BackendKind;
 
 const comm::MpiCommunicator& self() {
@@ -101,7 +102,7 @@ class GpuTier3 : public GpuVsReference<T> {
   using GpuVsReference<T>::ref_;
 
   /// MTTKRP and TTMc of every mode of the store at `path` (tensor x), streamed in chunks
-  /// of `chunk` nonzeros through a StreamingBackend over a cuda backend with memory
+  /// of `chunk` nonzeros (the DiskTensor's hooks) through a cuda backend with memory
   /// budget `budget` (0: none), against the cuda backend on x in tier 1 and (MTTKRP) the
   /// reference backend.
   void compare(const SparseTensor<double>& x64, const std::string& path, nnz_t chunk,
@@ -110,8 +111,6 @@ class GpuTier3 : public GpuVsReference<T> {
     const int N = x.order();
     auto inner = kernels::make_backend<T>(BackendKind::cuda);
     if (budget > 0) inner->set_memory_budget(budget);
-    StreamingBackend<T> sb(*inner);
-    EXPECT_EQ(sb.kind(), BackendKind::cuda);
     auto be1 = kernels::make_backend<T>(BackendKind::cuda);
     auto h1 = be1->prepare(x);
     ASSERT_EQ(h1->tier(), 1) << h1->describe();
@@ -122,7 +121,7 @@ class GpuTier3 : public GpuVsReference<T> {
     o.chunk_nnz = chunk;
     DiskTensor<T> d(o);
     ASSERT_EQ(d.tier(), 3);
-    {  // The tier the wrapped backend gives one chunk.
+    {  // The tier the backend gives one chunk.
       SparseTensor<T> c(x.dims);
       for (int m = 0; m < N; ++m)
         c.idx[m].assign(x.idx[m].begin(), x.idx[m].begin() + std::min(chunk, x.nnz()));
@@ -136,12 +135,12 @@ class GpuTier3 : public GpuVsReference<T> {
                              d.describe();
     for (int R : {16, 33}) {
       // Against the reference backend (GpuVsReference::check_mttkrp).
-      this->check_mttkrp(sb, d, x, R, seed + R, what + " vs reference");
+      this->check_mttkrp(*inner, d, x, R, seed + R, what + " vs reference");
       // Against tier 1 on the GPU.
       const auto fs = random_factors(*inner, x.dims, R, seed + R);
       const auto f1 = random_factors(*be1, x.dims, R, seed + R);
       for (int mode = 0; mode < N; ++mode) {
-        const auto [got, want] = mttkrp_pair(sb, d, fs, *be1, *h1, f1, mode, R);
+        const auto [got, want] = mttkrp_pair(*inner, d, fs, *be1, *h1, f1, mode, R);
         EXPECT_LT(rel_error(got, want), tol<T>())
             << what << ": MTTKRP mode " << mode << " R " << R << " vs tier 1";
       }
@@ -161,16 +160,16 @@ class GpuTier3 : public GpuVsReference<T> {
       p1.push_back(u1.back().data());
     }
     for (int mode = 0; mode < N; ++mode) {
-      const auto rows = sb.ttmc_rows(d, mode);
-      ASSERT_EQ(rows, be1->ttmc_rows(*h1, mode)) << what << ": TTMc rows, mode " << mode;
+      const auto rows = ops::ttmc_rows(*inner, d, mode);
+      ASSERT_EQ(rows, ops::ttmc_rows(*be1, *h1, mode)) << what << ": TTMc rows, mode " << mode;
       const std::size_t n =
           rows.size() * static_cast<std::size_t>(kernels::ttmc_output_cols(ranks, mode));
       auto og = poisoned(*inner, n);
       auto o1 = poisoned(*be1, n);
       auto skip = ps;
       skip[static_cast<std::size_t>(mode)] = nullptr;
-      sb.ttmc(d, mode, skip, ranks, og.data());
-      be1->ttmc(*h1, mode, p1, ranks, o1.data());
+      ops::ttmc(*inner, d, mode, skip, ranks, og.data());
+      ops::ttmc(*be1, *h1, mode, p1, ranks, o1.data());
       const auto got = downloaded(*inner, og.data(), n);
       const auto want = downloaded(*be1, o1.data(), n);
       EXPECT_LT(rel_error(got, want), tol<T>()) << what << ": TTMc mode " << mode;
@@ -201,7 +200,6 @@ TYPED_TEST(GpuTier3, StreamedPassReportsDeviceTimes) {
   const SparseTensor<T> x = x64.template cast<T>();
   const std::string p = write_store(x64, "times");
   auto inner = kernels::make_backend<T>(BackendKind::cuda);
-  StreamingBackend<T> sb(*inner);
   DiskTensorOptions o;
   o.path = p;
   o.count = x.nnz();
@@ -210,7 +208,7 @@ TYPED_TEST(GpuTier3, StreamedPassReportsDeviceTimes) {
   const int R = 32;
   const auto f = random_factors(*inner, x.dims, R, 991);
   auto out = poisoned(*inner, static_cast<std::size_t>(x.dims[0]) * R);
-  sb.mttkrp(d, 0, f.ptrs, R, out.data());
+  ops::mttkrp(*inner, d, 0, f.ptrs, R, out.data());
   EXPECT_TRUE(d.last_times().backend_timed);
   EXPECT_GT(d.last_times().upload, 0.0) << "host -> device copies of the chunks";
   EXPECT_GT(d.last_times().device, 0.0) << "sorts and kernels of the chunks";
@@ -221,7 +219,7 @@ TYPED_TEST(GpuTier3, StreamedPassReportsDeviceTimes) {
       EXPECT_TRUE(contains(d.describe(), "page-locked")) << d.describe();
     }
   }
-  this->check_mttkrp(sb, d, x, R, 992, "tier 3 after a timed pass");
+  this->check_mttkrp(*inner, d, x, R, 992, "tier 3 after a timed pass");
 }
 
 TYPED_TEST(GpuTier3, StreamedChunksInTier2) {
@@ -235,7 +233,7 @@ TYPED_TEST(GpuTier3, StreamedChunksInTier2) {
     this->compare(x, p, chunk, budget, 2, 970 + static_cast<std::uint64_t>(chunk));
 }
 
-// ---- Backend::mttkrp_accumulate on the cuda backend ----
+// ---- ops::mttkrp_accumulate on the cuda backend ----
 
 /// Nonzeros [first, first + count) of x into `c` (its arrays reused, as DiskTensor does).
 template <typename T>
@@ -306,24 +304,24 @@ class GpuAccumulate : public GpuVsReference<T> {
         auto out = uploaded(*be, before);
         auto skip = fg.ptrs;
         skip[static_cast<std::size_t>(mode)] = nullptr;  // documented as not read
-        (void)be->take_accumulate_times();
+        (void)ops::take_accumulate_times(*be);
         for (std::size_t j = 0; j + 1 < cuts.size(); ++j) {
           slice_into(x, cuts[j], cuts[j + 1] - cuts[j], &buf);
           int sorted_mode = -1;
           if (prepared) {
-            sorted_mode = be->prepare_stream_chunk(buf);
+            sorted_mode = ops::prepare_stream_chunk(*be, buf);
             if (buf.nnz() > 0) {
               EXPECT_EQ(sorted_mode, longest_mode(x.dims)) << at;
               const auto& k = buf.idx[static_cast<std::size_t>(sorted_mode)];
               EXPECT_TRUE(std::is_sorted(k.begin(), k.end())) << at;
             }
           }
-          be->mttkrp_accumulate(buf, mode, skip, R, out.data(), sorted_mode);
+          ops::mttkrp_accumulate(*be, buf, mode, skip, R, out.data(), sorted_mode);
         }
         if (expect_bad) {
-          EXPECT_THROW((void)be->take_accumulate_times(), InputError) << at;
+          EXPECT_THROW((void)ops::take_accumulate_times(*be), InputError) << at;
         } else {
-          const auto t = be->take_accumulate_times();
+          const auto t = ops::take_accumulate_times(*be);
           EXPECT_EQ(t.chunks, nonempty) << at;
           if (nonempty > 0) {
             EXPECT_GT(t.copy, 0.0) << at;
@@ -332,7 +330,7 @@ class GpuAccumulate : public GpuVsReference<T> {
         }
         const auto got = downloaded(*be, out.data(), n);
         std::vector<T> m(n);
-        ref_->mttkrp(*hr, mode, fr.ptrs, R, m.data());
+        ops::mttkrp(*ref_, *hr, mode, fr.ptrs, R, m.data());
         std::vector<double> want(n);
         for (std::size_t k = 0; k < n; ++k)
           want[k] = static_cast<double>(before[k]) + static_cast<double>(m[k]);
@@ -400,9 +398,9 @@ TYPED_TEST(GpuAccumulate, AChunkPassedAsSortedThatIsNotIsAnError) {
   const int R = 16;
   const auto f = random_factors(*be, x.dims, R, 1451);
   auto out = uploaded(*be, std::vector<T>(static_cast<std::size_t>(50) * R, T(0)));
-  be->mttkrp_accumulate(x, 0, f.ptrs, R, out.data(), 0);
+  ops::mttkrp_accumulate(*be, x, 0, f.ptrs, R, out.data(), 0);
   try {
-    (void)be->take_accumulate_times();
+    (void)ops::take_accumulate_times(*be);
     ADD_FAILURE() << "a false sorted_mode was not reported";
   } catch (const InputError& e) {
     ADD_FAILURE() << "reported as a bad coordinate: " << e.what();
@@ -410,8 +408,8 @@ TYPED_TEST(GpuAccumulate, AChunkPassedAsSortedThatIsNotIsAnError) {
     EXPECT_NE(std::string(e.what()).find("not sorted"), std::string::npos) << e.what();
   }
   // The flag is cleared once reported: an honest call afterwards succeeds.
-  be->mttkrp_accumulate(x, 0, f.ptrs, R, out.data());
-  EXPECT_NO_THROW((void)be->take_accumulate_times());
+  ops::mttkrp_accumulate(*be, x, 0, f.ptrs, R, out.data(), -1);
+  EXPECT_NO_THROW((void)ops::take_accumulate_times(*be));
 }
 
 TYPED_TEST(GpuAccumulate, PiecesUnderABudgetFromPinnedMemory) {
@@ -457,7 +455,7 @@ class GpuTier3Cp : public GpuJobTest {
  protected:
   /// The CP test problem of the GPU tests (cp_problem: sampled, power-law, repeats merged)
   /// whole on this one rank, written as a store; CP-ALS in tier 1 and in tier 3 (chunks of
-  /// `chunk` nonzeros, the wrapped backend under `budget`, 0: none).
+  /// `chunk` nonzeros, the backend under `budget`, 0: none).
   template <typename T>
   void compare(nnz_t chunk, std::size_t budget, double tol) {
     ASSERT_EQ(size(), 1) << "one GPU: run on one rank";
@@ -470,7 +468,6 @@ class GpuTier3Cp : public GpuJobTest {
 
     auto inner = kernels::make_backend<T>(kernels::BackendKind::cuda);
     if (budget > 0) inner->set_memory_budget(budget);
-    algo::StreamingBackend<T> sb(*inner);
     algo::DiskTensorOptions o;
     o.path = p;
     o.first = 0;
@@ -478,7 +475,7 @@ class GpuTier3Cp : public GpuJobTest {
     o.chunk_nnz = chunk;
     const algo::DiskTensor<T> disk(o);
     const auto r3 =
-        algo::cp_als<T>(disk, d1.dist.dims, d1.dist.global_nnz, sb, *world_, *nccl_, opt);
+        algo::cp_als<T>(disk, d1.dist.dims, d1.dist.global_nnz, *inner, *world_, *nccl_, opt);
     EXPECT_EQ(r3.tier, 3) << r3.tier_description;
     EXPECT_TRUE(contains(r3.tier_description, "tier 3")) << r3.tier_description;
     EXPECT_GE(r3.stream_overlap, 0.0);

@@ -25,12 +25,14 @@
 #include "algo/generate.hpp"
 #include "algo/tucker.hpp"
 #include "gpu_test_util.hpp"
+#include "kernels/ops.hpp"
 #include "kernels/ttmc.hpp"
 
 namespace tessera {
 namespace {
 
 using namespace ::tessera::test;
+namespace ops = kernels::ops;
 using kernels::BackendKind;
 
 /// Tuning with the TTMc kernel selection (--ttmc-kernel) set.
@@ -114,15 +116,15 @@ class GpuTtmc : public ::testing::Test {
         pr.push_back(fh[m].data());
       }
       for (int mode = 0; mode < N; ++mode) {
-        const auto rows_g = gpu->ttmc_rows(*hg, mode);
-        const auto rows_r = ref->ttmc_rows(*hr, mode);
+        const auto rows_g = ops::ttmc_rows(*gpu, *hg, mode);
+        const auto rows_r = ops::ttmc_rows(*ref, *hr, mode);
         ASSERT_EQ(rows_g, rows_r) << what << " order " << N << " mode " << mode;
         const auto C = kernels::ttmc_output_cols(tc.ranks, mode);
         const std::size_t n = rows_r.size() * static_cast<std::size_t>(C);
         std::vector<T> want(n);
-        ref->ttmc(*hr, mode, pr, tc.ranks, want.data());
+        ops::ttmc(*ref, *hr, mode, pr, tc.ranks, want.data());
         auto out = poisoned(*gpu, n);
-        gpu->ttmc(*hg, mode, pg, tc.ranks, out.data());
+        ops::ttmc(*gpu, *hg, mode, pg, tc.ranks, out.data());
         const auto got = downloaded(*gpu, out.data(), n);
         EXPECT_LT(rel_error(got, want), tol<T>())
             << what << ": order " << N << " mode " << mode << " C " << C << " nnz " << x.nnz()
@@ -189,31 +191,31 @@ TEST_F(GpuTtmc, WideProductsMatchHost) {
                                  std::to_string(rows) + " C " + std::to_string(C);
         // Y^T Y
         std::vector<double> S_want(static_cast<std::size_t>(C * C)), S_got(S_want.size());
-        ref->wide_gram(Yh.data(), rows, C, S_want.data());
+        ops::wide_gram(*ref, Yh.data(), rows, C, S_want.data());
         auto S = gpu->allocate_double(S_want.size());
         gpu->upload_double(std::vector<double>(S_want.size(), NAN).data(), S_want.size(), S.data());
-        gpu->wide_gram(Yd.data(), rows, C, S.data());
+        ops::wide_gram(*gpu, Yd.data(), rows, C, S.data());
         gpu->download_double(S.data(), S_got.size(), S_got.data());
         EXPECT_LT(rel_error(S_got, S_want), 1e-12) << "gram " << what;
         // Y^T P
         std::vector<double> B_want(static_cast<std::size_t>(C) * R), B_got(B_want.size());
-        ref->wide_times_t(Yh.data(), rows, C, P.data(), R, B_want.data());
+        ops::wide_times_t(*ref, Yh.data(), rows, C, P.data(), R, B_want.data());
         auto Pd = gpu->allocate_double(P.size());
         gpu->upload_double(P.data(), P.size(), Pd.data());
         auto B = gpu->allocate_double(B_want.size());
         gpu->upload_double(std::vector<double>(B_want.size(), NAN).data(), B_want.size(), B.data());
-        gpu->wide_times_t(Yd.data(), rows, C, Pd.data(), R, B.data());
+        ops::wide_times_t(*gpu, Yd.data(), rows, C, Pd.data(), R, B.data());
         gpu->download_double(B.data(), B_got.size(), B_got.data());
         EXPECT_LT(rel_error(B_got, B_want), 1e-12) << "times_t " << what;
         // Y W
         if (rows == 0) continue;
         std::vector<double> Z_want(static_cast<std::size_t>(rows) * R), Z_got(Z_want.size());
-        ref->wide_times(Yh.data(), rows, C, W.data(), R, Z_want.data());
+        ops::wide_times(*ref, Yh.data(), rows, C, W.data(), R, Z_want.data());
         auto Wd = gpu->allocate_double(W.size());
         gpu->upload_double(W.data(), W.size(), Wd.data());
         auto Z = gpu->allocate_double(Z_want.size());
         gpu->upload_double(std::vector<double>(Z_want.size(), NAN).data(), Z_want.size(), Z.data());
-        gpu->wide_times(Yd.data(), rows, C, Wd.data(), R, Z.data());
+        ops::wide_times(*gpu, Yd.data(), rows, C, Wd.data(), R, Z.data());
         gpu->download_double(Z.data(), Z_got.size(), Z_got.data());
         EXPECT_LT(rel_error(Z_got, Z_want), 1e-12) << "times " << what;
       }
@@ -242,12 +244,12 @@ TEST_F(GpuTtmc, SymmetricEigTopMatchesLapack) {
       std::vector<double> w_ref(k), w_got(k), V_ref(static_cast<std::size_t>(n) * k),
           V_got(V_ref.size());
       std::vector<double> Sr = S;
-      ref->symmetric_eig_top(Sr.data(), n, k, w_ref.data(), V_ref.data());
+      ops::symmetric_eig_top(*ref, Sr.data(), n, k, w_ref.data(), V_ref.data());
       auto Sd = gpu->allocate_double(S.size());
       gpu->upload_double(S.data(), S.size(), Sd.data());
       auto Vd = gpu->allocate_double(V_got.size());
       gpu->upload_double(std::vector<double>(V_got.size(), NAN).data(), V_got.size(), Vd.data());
-      gpu->symmetric_eig_top(Sd.data(), n, k, w_got.data(), Vd.data());
+      ops::symmetric_eig_top(*gpu, Sd.data(), n, k, w_got.data(), Vd.data());
       gpu->download_double(Vd.data(), V_got.size(), V_got.data());
       EXPECT_LT(rel_error(w_got, w_ref), 1e-12) << "n " << n << " k " << k;
       for (int j = 0; j < k; ++j) {

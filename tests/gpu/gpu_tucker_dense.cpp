@@ -1,19 +1,20 @@
-// Tucker-HOOI's dense stage on the device (kernels/cuda/tucker_dense.cu, src/engine/algo/
-// tucker_dense.cpp) against the host defaults of the cpu backend.
+// Tucker-HOOI's dense stage on the device (kernels/cuda/dense/tucker_dense.cu, src/engine/algo/
+// tucker_dense.cpp) against the host implementation of the cpu backend.
 //
 // Operations: upload_index, gather/scatter_rows_double, gram_double, inner_double,
 // times_small_double (more rows than one 64 MB chunk), cholqr_step (accepted: the same
 // orthonormal basis and deviation; refused: exactly and numerically singular Grams, a NaN),
 // subspace_change, sum_squares_double, convert_from_double; outputs NaN-poisoned first.
-// Tucker-HOOI: gram and subspace, float and double, on the cuda backend (and through
-// algo::StreamingBackend over it) against the cpu backend: the fit of every iteration,
-// the core norm, the factor spans (projectors), the model's values (rotation invariant,
-// so the core is compared as the model it forms) and the method recorded; and a mode
-// whose unfolding has lower rank than asked, which takes CholeskyQR's eigen fallback
-// (host copy) and the random completion. 1 and 2 ranks (NCCL sums), one GPU each;
+// Tucker-HOOI: gram and subspace, float and double, on the cuda backend (also with the
+// tensor as a streamed host-chunk handle, algo::HostTensor) against the cpu backend: the fit
+// of every iteration, the core norm, the factor spans (projectors), the model's values
+// (rotation invariant, so the core is compared as the model it forms) and the method
+// recorded; and a mode whose unfolding has lower rank than asked, which takes CholeskyQR's
+// eigen fallback (host copy) and the random completion. 1 and 2 ranks (NCCL sums), one GPU each;
 // everything skips with a message where no CUDA device is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -22,15 +23,17 @@
 #include <string>
 #include <vector>
 
-#include "algo/disk_tier.hpp"
 #include "algo/generate.hpp"
+#include "algo/host_tier.hpp"
 #include "algo/tucker.hpp"
 #include "gpu_test_util.hpp"
+#include "kernels/ops.hpp"
 
 namespace tessera {
 namespace {
 
 using namespace ::tessera::test;
+namespace ops = kernels::ops;
 using kernels::BackendKind;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -78,31 +81,32 @@ class GpuTuckerDenseOps : public ::testing::Test {
         auto Ad = dev_double(*gpu, A), Bd = dev_double(*gpu, B), Md = dev_double(*gpu, M);
         // gram_double, inner_double
         std::vector<double> G_want(RR), H_want(RR);
-        cpu->gram_double(A.data(), rows, R, G_want.data());
-        cpu->inner_double(A.data(), B.data(), rows, R, H_want.data());
+        ops::gram_double(*cpu, A.data(), rows, R, G_want.data());
+        ops::inner_double(*cpu, A.data(), B.data(), rows, R, H_want.data());
         auto Gd = poisoned_double(*gpu, RR), Hd = poisoned_double(*gpu, RR);
-        gpu->gram_double(Ad.data(), rows, R, Gd.data());
-        gpu->inner_double(Ad.data(), Bd.data(), rows, R, Hd.data());
+        ops::gram_double(*gpu, Ad.data(), rows, R, Gd.data());
+        ops::inner_double(*gpu, Ad.data(), Bd.data(), rows, R, Hd.data());
         EXPECT_LT(rel_error(host_double(*gpu, Gd.data(), RR), G_want), 1e-12) << "gram " << what;
         EXPECT_LT(rel_error(host_double(*gpu, Hd.data(), RR), H_want), 1e-12) << "inner " << what;
         // times_small_double
         auto AM = A;
-        cpu->times_small_double(AM.data(), rows, R, M.data());
+        ops::times_small_double(*cpu, AM.data(), rows, R, M.data());
         auto AMd = dev_double(*gpu, A);
-        gpu->times_small_double(AMd.data(), rows, R, Md.data());
+        ops::times_small_double(*gpu, AMd.data(), rows, R, Md.data());
         EXPECT_LT(rel_error(host_double(*gpu, AMd.data(), n), AM), 1e-12) << "times_small " << what;
         // subspace_change, sum_squares_double
-        const double ch_want = cpu->subspace_change(A.data(), B.data(), M.data(), rows, R);
-        const double ch = gpu->subspace_change(Ad.data(), Bd.data(), Md.data(), rows, R);
+        const double ch_want = ops::subspace_change(*cpu, A.data(), B.data(), M.data(), rows, R);
+        const double ch = ops::subspace_change(*gpu, Ad.data(), Bd.data(), Md.data(), rows, R);
         EXPECT_NEAR(ch, ch_want, 1e-12 * std::max(ch_want, 1.0)) << "subspace_change " << what;
-        const double ss_want = cpu->sum_squares_double(A.data(), n);
-        EXPECT_NEAR(gpu->sum_squares_double(Ad.data(), n), ss_want, 1e-12 * std::max(ss_want, 1.0))
+        const double ss_want = ops::sum_squares_double(*cpu, A.data(), n);
+        EXPECT_NEAR(ops::sum_squares_double(*gpu, Ad.data(), n), ss_want,
+                    1e-12 * std::max(ss_want, 1.0))
             << "sum_squares " << what;
         // convert_from_double: exactly the host's rounding.
         std::vector<T> c_want(std::max<std::size_t>(n, 1), T(0));
-        cpu->convert_from_double(A.data(), n, c_want.data());
+        ops::convert_from_double(*cpu, A.data(), n, c_want.data());
         auto cd = poisoned(*gpu, std::max<std::size_t>(n, 1));
-        gpu->convert_from_double(Ad.data(), n, cd.data());
+        ops::convert_from_double(*gpu, Ad.data(), n, cd.data());
         if (n > 0) {
           const auto c_got = downloaded(*gpu, cd.data(), n);
           c_want.resize(n);
@@ -134,20 +138,20 @@ TEST_F(GpuTuckerDenseOps, GatherScatterMatchHost) {
     auto Ud = dev_double(*gpu, U), Zd = dev_double(*gpu, Z);
     // gather: mapped and identity
     std::vector<double> P_want(static_cast<std::size_t>(rows) * R);
-    cpu->gather_rows_double(U.data(), R, pos.data(), rows, P_want.data());
+    ops::gather_rows_double(*cpu, U.data(), R, pos.data(), rows, P_want.data());
     auto Pd = poisoned_double(*gpu, P_want.size());
-    gpu->gather_rows_double(Ud.data(), R, idx.data(), rows, Pd.data());
+    ops::gather_rows_double(*gpu, Ud.data(), R, idx.data(), rows, Pd.data());
     EXPECT_EQ(host_double(*gpu, Pd.data(), P_want.size()), P_want) << "gather R " << R;
     auto Pi = poisoned_double(*gpu, U.size());
-    gpu->gather_rows_double(Ud.data(), R, nullptr, len, Pi.data());
+    ops::gather_rows_double(*gpu, Ud.data(), R, nullptr, len, Pi.data());
     EXPECT_EQ(host_double(*gpu, Pi.data(), U.size()), U) << "gather identity R " << R;
     // scatter: mapped with a scale, identity without
     for (bool mapped : {true, false}) {
       std::vector<double> V_want(U.size());
-      cpu->scatter_rows_double(Z.data(), rows, R, mapped ? pos.data() : nullptr, len,
+      ops::scatter_rows_double(*cpu, Z.data(), rows, R, mapped ? pos.data() : nullptr, len,
                                mapped ? scale.data() : nullptr, V_want.data());
       auto Vd = poisoned_double(*gpu, U.size());
-      gpu->scatter_rows_double(Zd.data(), rows, R, mapped ? idx.data() : nullptr, len,
+      ops::scatter_rows_double(*gpu, Zd.data(), rows, R, mapped ? idx.data() : nullptr, len,
                                mapped ? scale.data() : nullptr, Vd.data());
       EXPECT_EQ(host_double(*gpu, Vd.data(), U.size()), V_want)
           << "scatter R " << R << (mapped ? " mapped" : " identity");
@@ -166,9 +170,9 @@ TEST_F(GpuTuckerDenseOps, CholQrStepMatchesHost) {
     const auto G = inner(U0, U0, rows, R);
     auto Uc = U0;
     double dev_c = -1, dev_g = -2;
-    ASSERT_TRUE(cpu->cholqr_step(Uc.data(), rows, R, G.data(), &dev_c));
+    ASSERT_TRUE(ops::cholqr_step(*cpu, Uc.data(), rows, R, G.data(), &dev_c));
     auto Ud = dev_double(*gpu, U0), Gd = dev_double(*gpu, G);
-    ASSERT_TRUE(gpu->cholqr_step(Ud.data(), rows, R, Gd.data(), &dev_g)) << "R " << R;
+    ASSERT_TRUE(ops::cholqr_step(*gpu, Ud.data(), rows, R, Gd.data(), &dev_g)) << "R " << R;
     EXPECT_EQ(dev_g, dev_c) << "R " << R;  // the same maximum of the same numbers
     // Q = U L^{-T} is unique (positive pivots): the same matrix to rounding.
     const auto Ug = host_double(*gpu, Ud.data(), n);
@@ -183,16 +187,16 @@ TEST_F(GpuTuckerDenseOps, CholQrStepMatchesHost) {
       for (std::int64_t i = 0; i < rows; ++i) S[i * R + R - 1] = S[i * R] * (1 + eps * (i % 5));
       const auto GS = inner(S, S, rows, R);
       auto Sc = S;
-      EXPECT_FALSE(cpu->cholqr_step(Sc.data(), rows, R, GS.data(), &dev_c));
+      EXPECT_FALSE(ops::cholqr_step(*cpu, Sc.data(), rows, R, GS.data(), &dev_c));
       auto Sd = dev_double(*gpu, S), GSd = dev_double(*gpu, GS);
-      EXPECT_FALSE(gpu->cholqr_step(Sd.data(), rows, R, GSd.data(), &dev_g))
+      EXPECT_FALSE(ops::cholqr_step(*gpu, Sd.data(), rows, R, GSd.data(), &dev_g))
           << "R " << R << " eps " << eps;
       EXPECT_EQ(host_double(*gpu, Sd.data(), n), S) << "R " << R;
     }
     auto GN = G;
     GN[RR / 2] = kNaN;
     auto GNd = dev_double(*gpu, GN);
-    EXPECT_FALSE(gpu->cholqr_step(Ud.data(), rows, R, GNd.data(), &dev_g)) << "NaN, R " << R;
+    EXPECT_FALSE(ops::cholqr_step(*gpu, Ud.data(), rows, R, GNd.data(), &dev_g)) << "NaN, R " << R;
   }
 }
 
@@ -277,11 +281,14 @@ class GpuTuckerDense : public GpuJobTest {
         << what;
     expect_same(rg, rc, fit_tol, span_tol, what);
     EXPECT_TRUE(std::isfinite(rg.fit) && rg.fit > 0.01 && rg.fit < 1) << what << " " << rg.fit;
-    // Through StreamingBackend (tiers 2-3 of the driver): the same operations forwarded.
-    algo::StreamingBackend<T> sb(*gpu);
-    auto h = sb.prepare(d.block);  // global coordinates, not relabelled (distribute)
-    auto rs = algo::tucker_hooi<T>(std::move(h), d.dist.dims, sb, *world_, o, nccl_.get());
-    expect_same(rs, rc, fit_tol, span_tol, what + " (StreamingBackend)");
+    // Streamed (tiers 2-3 of the driver): the block as a host-chunk tensor (algo::HostTensor,
+    // global coordinates, not relabelled by distribute), whose StreamedOps hooks run every
+    // TTMc on the same backend. One chunk, so the sums are tier 1's (chunked sums against
+    // tier 1: gpu_tier3.cpp).
+    const nnz_t chunk = std::max<nnz_t>(d.block.nnz(), 1);
+    auto h = std::make_unique<algo::HostTensor<T>>(SparseTensor<T>(d.block), chunk, gpu.get());
+    auto rs = algo::tucker_hooi<T>(std::move(h), d.dist.dims, *gpu, *world_, o, nccl_.get());
+    expect_same(rs, rc, fit_tol, span_tol, what + " (streamed host chunks)");
   }
 };
 

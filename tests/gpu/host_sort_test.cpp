@@ -1,8 +1,9 @@
-// The host sorts of the CUDA backend (kernels/cuda/host_sort.cpp) against std::stable_sort:
-// random keys over many key ranges (one and two 16-bit digits, full uint32), skewed keys
-// (long runs of equal keys), 0 and 1 elements, and team sizes 0 (automatic), 1, 2, 3
-// and 8. Host only: needs no GPU (the binary links host_sort.cpp, not the CUDA backend).
-#include "kernels/cuda/host_sort.hpp"
+// The host sorts of the CUDA backend (kernels/cuda/runtime/host_sort.cpp) against
+// std::stable_sort: random keys over many key ranges (one and two 16-bit digits, full
+// uint32), skewed keys (long runs of equal keys), 0 and 1 elements, and team sizes 0
+// (automatic), 1, 2, 3 and 8. Host only: needs no GPU (the binary links host_sort.cpp, not
+// the CUDA backend).
+#include "kernels/cuda/runtime/host_sort.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,8 @@
 // Memory tier 3 (DESIGN §8, src/engine/algo/disk_tier.hpp) under MPI (tier3_algo_np<P>, P = 1, 2,
-// 3): CP-ALS and Tucker-HOOI in tier 3 (a DiskTensor streamed through a StreamingBackend)
-// equal tier 1 on the same ranks and a single process, on generated low-rank tensors
-// written to temporary HDF5 stores (plain and with a stored partition of P blocks).
+// 3): CP-ALS and Tucker-HOOI in tier 3 (a DiskTensor, whose StreamedOps hooks stream it
+// through the backend) equal tier 1 on the same ranks and a single process, on generated
+// low-rank tensors written to temporary HDF5 stores (plain and with a stored partition of P
+// blocks).
 // Reading and streaming a store, and its errors, are in tier3_disk_test.cpp.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -32,7 +33,6 @@ namespace {
 
 using algo::DiskTensor;
 using algo::DiskTensorOptions;
-using algo::StreamingBackend;
 using kernels::BackendKind;
 using namespace test::tier3;
 
@@ -91,13 +91,12 @@ algo::CpOptions cp_opts(int R, int iters) {
   return o;
 }
 
-/// Tier 3 on `d` (this rank's DiskTensor) through a StreamingBackend over `kind`.
+/// Tier 3 on `d` (this rank's DiskTensor) on a backend of `kind`.
 template <typename T>
 algo::CpResult cp_tier3(const DiskTensor<T>& d, const Stored& st, BackendKind kind,
                         const algo::CpOptions& o) {
-  auto inner = kernels::make_backend<T>(kind, 1);
-  StreamingBackend<T> sb(*inner);
-  return algo::cp_als<T>(d, st.x.dims, st.x.nnz(), sb, world(), world(), o);
+  auto be = kernels::make_backend<T>(kind, 1);
+  return algo::cp_als<T>(d, st.x.dims, st.x.nnz(), *be, world(), world(), o);
 }
 
 /// Tier 1 on the same share of nonzeros, distributed by the nnz scheme.
@@ -293,14 +292,13 @@ TEST(Tier3Tucker, SameAsTier1AndAsOneProcess) {
           partition::distribute(range_of<double>(st.x, a, n), partition::Scheme::nnz, {}, world());
       const auto t1 = algo::tucker_hooi<double>(dist, *be, world(), o);
       EXPECT_EQ(t1.tier, 1) << what;
-      StreamingBackend<double> sb(*be);
       DiskTensorOptions dopt;
       dopt.path = st.plain;
       dopt.first = a;
       dopt.count = n;
       dopt.chunk_nnz = 173;
       const auto t3 = algo::tucker_hooi<double>(std::make_unique<DiskTensor<double>>(dopt),
-                                                st.x.dims, sb, world(), o);
+                                                st.x.dims, *be, world(), o);
       EXPECT_EQ(t3.tier, 3) << what;
       EXPECT_TRUE(contains(t3.tier_description, "tier 3")) << t3.tier_description;
       EXPECT_GE(t3.stream_overlap, 0.0) << what;
@@ -321,7 +319,7 @@ TEST(Tier3Tucker, SameAsTier1AndAsOneProcess) {
       bo.block = r;
       bo.chunk_nnz = 64;
       const auto tb = algo::tucker_hooi<double>(std::make_unique<DiskTensor<double>>(bo), st.x.dims,
-                                                sb, world(), o);
+                                                *be, world(), o);
       for (int i = 0; i < iters; ++i)
         EXPECT_NEAR(tb.history[i].fit, t1.history[i].fit, 1e-9)
             << what << " stored blocks, iteration " << i + 1;

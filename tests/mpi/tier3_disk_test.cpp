@@ -5,8 +5,8 @@
 //  - DiskTensor streams exactly the stored nonzeros of its range, in order, for every chunk
 //    size, and its distinct rows, ||X||^2 and fingerprint equal those of the tensor in
 //    memory; an exception from the callback or the reader ends a pass cleanly;
-//  - StreamingBackend (reference and cpu, float and double) gives the MTTKRP and TTMc of the
-//    wrapped backend on the whole tensor, and forwards every other handle;
+//  - a DiskTensor through the kernels::ops dispatchers (its StreamedOps hooks; reference and
+//    cpu, float and double) gives the MTTKRP and TTMc of the backend on the whole tensor;
 //  - bad stores, ranges and chunk sizes are InputErrors naming the file.
 // CP-ALS and Tucker-HOOI in tier 3 are in tier3_algo_test.cpp.
 #include <gtest/gtest.h>
@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -30,6 +29,7 @@
 #include "h5store_test_util.hpp"
 #include "io/h5store.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/ops.hpp"
 #include "kernels/ttmc.hpp"
 #include "partition/partition.hpp"
 #include "test_util.hpp"
@@ -42,7 +42,6 @@ namespace {
 
 using algo::DiskTensor;
 using algo::DiskTensorOptions;
-using algo::StreamingBackend;
 using kernels::BackendKind;
 using namespace test::tier3;
 
@@ -272,8 +271,7 @@ TEST(Tier3Disk, FingerprintEqualsTheTier1Fingerprint) {
 
 TEST(Tier3Disk, EmptyRange) {
   const auto st = store(random_unique({20, 10, 5}, 300, shared_seed(), 3), "empty");
-  auto inner = kernels::make_backend<double>(BackendKind::cpu, 1);
-  StreamingBackend<double> sb(*inner);
+  auto be = kernels::make_backend<double>(BackendKind::cpu, 1);
   for (nnz_t first : {nnz_t(0), nnz_t(5), st.x.nnz()}) {
     const auto d = open_range(st.plain, first, 0, 10);
     EXPECT_EQ(d->nnz(), 0);
@@ -290,9 +288,9 @@ TEST(Tier3Disk, EmptyRange) {
     for (int mode = 0; mode < 3; ++mode) {
       std::vector<double> out(static_cast<std::size_t>(st.x.dims[mode]) * R,
                               std::numeric_limits<double>::quiet_NaN());
-      sb.mttkrp(*d, mode, test::pointers(A, mode), R, out.data());
+      kernels::ops::mttkrp(*be, *d, mode, test::pointers(A, mode), R, out.data());
       for (double v : out) ASSERT_EQ(v, 0.0) << "mode " << mode;
-      EXPECT_TRUE(sb.ttmc_rows(*d, mode).empty());
+      EXPECT_TRUE(kernels::ops::ttmc_rows(*be, *d, mode).empty());
     }
   }
 }
@@ -378,7 +376,7 @@ TEST(Tier3Disk, ExceptionsEndThePassAndTheNextPassWorks) {
   }
 }
 
-// ---- b. StreamingBackend ---------------------------------------------------------------
+// ---- b. The DiskTensor's StreamedOps hooks (through the kernels::ops dispatchers) ------
 
 template <typename T>
 std::vector<std::vector<T>> random_factors(const std::vector<std::uint64_t>& dims,
@@ -418,9 +416,6 @@ void check_streaming_kernels(BackendKind kind, const Stored& st, std::uint64_t s
   const int N = st.x.order();
   const auto [a, n] = share_range(st.x.nnz(), r, P);
   auto inner = kernels::make_backend<T>(kind, 1);
-  StreamingBackend<T> sb(*inner);
-  EXPECT_EQ(sb.kind(), inner->kind());
-  EXPECT_EQ(sb.name(), inner->name());
   const SparseTensor<T> local = range_of<T>(st.x, a, n);
   auto full = inner->prepare(local);
   CounterRng rng(seed, 9);
@@ -443,8 +438,8 @@ void check_streaming_kernels(BackendKind kind, const Stored& st, std::uint64_t s
             base + ", MTTKRP mode " + std::to_string(mode) + " R " + std::to_string(R);
         const std::size_t len = static_cast<std::size_t>(st.x.dims[mode]) * R;
         auto got = poisoned<T>(len), want = poisoned<T>(len);
-        sb.mttkrp(d, mode, test::pointers(A, mode), R, got.data());
-        inner->mttkrp(*full, mode, test::pointers(A, mode), R, want.data());
+        kernels::ops::mttkrp(*inner, d, mode, test::pointers(A, mode), R, got.data());
+        kernels::ops::mttkrp(*inner, *full, mode, test::pointers(A, mode), R, want.data());
         double w2 = 0;
         for (T v : want) w2 += static_cast<double>(v) * static_cast<double>(v);
         ASSERT_GT(w2, 0.0) << what;
@@ -458,46 +453,23 @@ void check_streaming_kernels(BackendKind kind, const Stored& st, std::uint64_t s
     for (int mode = 0; mode < N; ++mode) {
       std::string what = base + ", TTMc mode " + std::to_string(mode) + " ranks";
       for (int q : ranks) what += std::to_string(q) + ",";
-      const auto rows = sb.ttmc_rows(d, mode);
-      ASSERT_EQ(rows, inner->ttmc_rows(*full, mode)) << what;
+      const auto rows = kernels::ops::ttmc_rows(*inner, d, mode);
+      ASSERT_EQ(rows, kernels::ops::ttmc_rows(*inner, *full, mode)) << what;
       EXPECT_EQ(rows, distinct(local)[static_cast<std::size_t>(mode)]) << what;
-      EXPECT_GT(sb.ttmc_scratch_bytes(d, mode, ranks), 0u) << what;
+      EXPECT_GT(kernels::ops::ttmc_scratch_bytes(*inner, d, mode, ranks), 0u) << what;
       const std::size_t len =
           rows.size() * static_cast<std::size_t>(kernels::ttmc_output_cols(ranks, mode));
       auto got = poisoned<T>(len), want = poisoned<T>(len);
-      sb.ttmc(d, mode, test::pointers(U, mode), ranks, got.data());
-      inner->ttmc(*full, mode, test::pointers(U, mode), ranks, want.data());
+      kernels::ops::ttmc(*inner, d, mode, test::pointers(U, mode), ranks, got.data());
+      kernels::ops::ttmc(*inner, *full, mode, test::pointers(U, mode), ranks, want.data());
       EXPECT_LT(rel_error(got, want), test::tol<T>()) << what;
     }
   }
-  // Other handles are forwarded: bit for bit the wrapped backend's results.
-  const int R = 6;
-  const auto A =
-      random_factors<T>(st.x.dims, std::vector<int>(static_cast<std::size_t>(N), R), seed + 5);
-  std::vector<int> ranks(static_cast<std::size_t>(N), 3);
-  const auto U = random_factors<T>(st.x.dims, ranks, seed + 6);
-  for (int mode = 0; mode < N; ++mode) {
-    const std::string what = kernels::to_string(kind) + " forwarded, mode " + std::to_string(mode);
-    const std::size_t len = static_cast<std::size_t>(st.x.dims[mode]) * R;
-    auto got = poisoned<T>(len), want = poisoned<T>(len);
-    sb.mttkrp(*full, mode, test::pointers(A, mode), R, got.data());
-    inner->mttkrp(*full, mode, test::pointers(A, mode), R, want.data());
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), len * sizeof(T)), 0) << what;
-    const auto rows = sb.ttmc_rows(*full, mode);
-    ASSERT_EQ(rows, inner->ttmc_rows(*full, mode)) << what;
-    EXPECT_EQ(sb.ttmc_scratch_bytes(*full, mode, ranks),
-              inner->ttmc_scratch_bytes(*full, mode, ranks))
-        << what;
-    const std::size_t tl =
-        rows.size() * static_cast<std::size_t>(kernels::ttmc_output_cols(ranks, mode));
-    auto tg = poisoned<T>(tl), tw = poisoned<T>(tl);
-    sb.ttmc(*full, mode, test::pointers(U, mode), ranks, tg.data());
-    inner->ttmc(*full, mode, test::pointers(U, mode), ranks, tw.data());
-    EXPECT_EQ(std::memcmp(tg.data(), tw.data(), tl * sizeof(T)), 0) << what;
-  }
+  // A handle that is not streamed runs the backend's own version: tests/unit/kernels_ops.cpp
+  // checks the dispatchers against the backends' functions bit for bit.
 }
 
-TEST(Tier3Streaming, MttkrpAndTtmcEqualTheWrappedBackendOnTheWholeShare) {
+TEST(Tier3Streaming, MttkrpAndTtmcEqualTheBackendOnTheWholeShare) {
   const std::uint64_t seed = shared_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   for (const auto& st : stored_shapes(seed))
@@ -519,13 +491,13 @@ TEST(Tier3Streaming, AddRowsAddsIntoTheNamedRows) {
     for (std::int64_t i = 0; i < rows; ++i)
       for (std::int64_t c = 0; c < C; ++c) want[to[i] * C + c] += src[i * C + c];
     auto got = dst;
-    be->add_rows(src.data(), rows, C, to, got.data());
+    kernels::ops::add_rows(*be, src.data(), rows, C, to, got.data());
     EXPECT_EQ(got, want) << kernels::to_string(kind);
     // Empty dst_row: row i into row i.
     want = dst;
     for (std::int64_t k = 0; k < rows * C; ++k) want[k] += src[k];
     got = dst;
-    be->add_rows(src.data(), rows, C, {}, got.data());
+    kernels::ops::add_rows(*be, src.data(), rows, C, {}, got.data());
     EXPECT_EQ(got, want) << kernels::to_string(kind);
   }
 }

@@ -1,9 +1,9 @@
-// Backend::mttkrp_accumulate (memory tier 3: out += the MTTKRP of one chunk) on the host
-// backends, which run the default implementation (prepare the chunk, mttkrp into a kept
-// scratch, add_rows): over chunks that partition a tensor, starting from a known nonzero
-// output, the result must be that output plus the backend's mttkrp of the whole tensor
-// (and the reference backend's); an empty chunk adds nothing; the times are counted and
-// reset. Fresh random inputs each run (TESSERA_TEST_SEED=<n> replays a failure).
+// ops::mttkrp_accumulate (memory tier 3: out += the MTTKRP of one chunk) on the host
+// backends, which share one implementation (prepare the chunk, mttkrp into a scratch kept
+// by the backend, Backend::host_accumulate, then add_rows): over chunks that partition a tensor,
+// starting from a known nonzero output, the result must be that output plus the backend's mttkrp of
+// the whole tensor (and the reference backend's); an empty chunk adds nothing; the times are
+// counted and reset. Fresh random inputs each run (TESSERA_TEST_SEED=<n> replays a failure).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/ops/mttkrp.hpp"
 #include "test_util.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
@@ -114,24 +115,25 @@ TYPED_TEST(Accumulate, ChunksSumToTheWholeMttkrp) {
           be->upload(before.data(), n, out.data());
           auto skip = fb;
           skip[static_cast<std::size_t>(mode)] = nullptr;  // documented as not read
-          (void)be->take_accumulate_times();
-          for (const auto& c : chunks) be->mttkrp_accumulate(c, mode, skip, R, out.data());
-          const AccumulateTimes t = be->take_accumulate_times();
+          (void)ops::take_accumulate_times(*be);
+          for (const auto& c : chunks)
+            ops::mttkrp_accumulate(*be, c, mode, skip, R, out.data(), -1);
+          const AccumulateTimes t = ops::take_accumulate_times(*be);
           EXPECT_EQ(t.chunks, 2) << what << ": the empty chunk is not counted";
           EXPECT_EQ(t.copy, 0.0) << what;
           EXPECT_GE(t.compute, 0.0) << what;
-          const AccumulateTimes again = be->take_accumulate_times();
+          const AccumulateTimes again = ops::take_accumulate_times(*be);
           EXPECT_EQ(again.chunks, 0) << what << ": take resets the sums";
           std::vector<T> got(n);
           be->download(out.data(), n, got.data());
 
           // Against this backend's mttkrp of the whole tensor, and the reference backend's.
           Array<T> whole = be->allocate(n);
-          be->mttkrp(*hx, mode, fb, R, whole.data());
+          ops::mttkrp(*be, *hx, mode, fb, R, whole.data());
           std::vector<T> w(n);
           be->download(whole.data(), n, w.data());
           std::vector<T> wr(n);
-          ref->mttkrp(*hr, mode, fr, R, wr.data());
+          ops::mttkrp(*ref, *hr, mode, fr, R, wr.data());
           std::vector<double> want(n), want_ref(n);
           for (std::size_t k = 0; k < n; ++k) {
             want[k] = static_cast<double>(before[k]) + static_cast<double>(w[k]);
@@ -151,13 +153,13 @@ TYPED_TEST(Accumulate, BadArguments) {
   const auto x = random_tensor<T>({4, 5, 6}, 20, 3);
   std::vector<T> f0(4 * 2, T(1)), f1(5 * 2, T(1)), f2(6 * 2, T(1)), out(4 * 2, T(0));
   const std::vector<const T*> f = {f0.data(), f1.data(), f2.data()};
-  EXPECT_THROW(be->mttkrp_accumulate(x, 3, f, 2, out.data()), Error);
-  EXPECT_THROW(be->mttkrp_accumulate(x, -1, f, 2, out.data()), Error);
-  EXPECT_THROW(be->mttkrp_accumulate(x, 0, f, 0, out.data()), Error);
+  EXPECT_THROW(ops::mttkrp_accumulate(*be, x, 3, f, 2, out.data(), -1), Error);
+  EXPECT_THROW(ops::mttkrp_accumulate(*be, x, -1, f, 2, out.data(), -1), Error);
+  EXPECT_THROW(ops::mttkrp_accumulate(*be, x, 0, f, 0, out.data(), -1), Error);
   // A coordinate outside its mode is refused (by prepare) and adds nothing.
   auto bad = x;
   bad.idx[1][7] = 5;
-  EXPECT_THROW(be->mttkrp_accumulate(bad, 0, f, 2, out.data()), Error);
+  EXPECT_THROW(ops::mttkrp_accumulate(*be, bad, 0, f, 2, out.data(), -1), Error);
   for (T v : out) EXPECT_EQ(v, T(0));
 }
 

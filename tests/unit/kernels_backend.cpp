@@ -9,6 +9,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/factories.hpp"
+#include "kernels/ops/mttkrp.hpp"
 #include "tensor/synthetic.hpp"
 #include "test_util.hpp"
 #include "util/error.hpp"
@@ -131,8 +132,8 @@ TYPED_TEST(HostBackend, PrepareSyntheticDefault) {
           for (int mode = 0; mode < spec.order; ++mode) {
             std::vector<T> got(dims[static_cast<std::size_t>(mode)] * R, T(-7)),
                 want(got.size(), T(-7));
-            be->mttkrp(*h, mode, fp, R, got.data());
-            ref->mttkrp(*hr, mode, fp, R, want.data());
+            ops::mttkrp(*be, *h, mode, fp, R, got.data());
+            ops::mttkrp(*ref, *hr, mode, fp, R, want.data());
             double d2 = 0, w2 = 0;
             for (std::size_t k = 0; k < got.size(); ++k) {
               d2 += std::pow(static_cast<double>(got[k]) - want[k], 2);

@@ -1,5 +1,6 @@
-// Small dense operations (tessera::linalg and the Backend dense methods of the host
-// backends) against naive loops and an independent Jacobi eigensolver, float and double.
+// Small dense operations (tessera::linalg and the dense operations of the host backends,
+// kernels/ops/dense.hpp) against naive loops and an independent Jacobi eigensolver, float and
+// double.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,11 +13,14 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/factories.hpp"
+#include "kernels/ops/dense.hpp"
 #include "linalg/dense.hpp"
 #include "test_util.hpp"
 
 namespace tessera {
 namespace {
+
+namespace ops = kernels::ops;
 
 using test::fresh_seed;
 
@@ -145,7 +149,7 @@ TYPED_TEST(Dense, GramMatchesNaive) {
       const auto ref = naive_gram(A, rows, R);
       for (auto& be : host_backends<T>()) {
         std::vector<T> G(static_cast<std::size_t>(R) * R, std::numeric_limits<T>::quiet_NaN());
-        be->gram(A.data(), rows, R, G.data());
+        ops::gram(*be, A.data(), rows, R, G.data());
         EXPECT_LT(rel_err(to_double(G), ref), tol<T>()) << be->name() << " rows " << rows;
         for (int p = 0; p < R; ++p)
           for (int q = 0; q < R; ++q) ASSERT_EQ(G[p * R + q], G[q * R + p]) << "not symmetric";
@@ -166,9 +170,9 @@ TYPED_TEST(Dense, Hadamard) {
              c = random_matrix<T>(R, R, rng);
   for (auto& be : host_backends<T>()) {
     std::vector<T> V(R * R);
-    be->hadamard({a.data()}, R, V.data());
+    ops::hadamard(*be, {a.data()}, R, V.data());
     EXPECT_EQ(V, a);
-    be->hadamard({a.data(), b.data(), c.data()}, R, V.data());
+    ops::hadamard(*be, {a.data(), b.data(), c.data()}, R, V.data());
     for (int k = 0; k < R * R; ++k) EXPECT_EQ(V[k], a[k] * b[k] * c[k]);
   }
   std::vector<T> V(R * R);
@@ -189,7 +193,7 @@ TYPED_TEST(Dense, SolveNormalSpd) {
       const auto M0 = random_matrix<T>(rows, R, rng);
       for (auto& be : host_backends<T>()) {
         auto M = M0;
-        EXPECT_FALSE(be->solve_normal(M.data(), rows, V.data(), R)) << "fallback on SPD V";
+        EXPECT_FALSE(ops::solve_normal(*be, M.data(), rows, V.data(), R)) << "fallback on SPD V";
         std::vector<double> back(M0.size(), 0.0);  // (M V^+) V
         for (std::int64_t r = 0; r < rows; ++r)
           for (int i = 0; i < R; ++i)
@@ -222,7 +226,7 @@ TYPED_TEST(Dense, SolveNormalSingular) {
     const auto expect = pinv_solution(M0, rows, V, R, 1e-9);
     for (auto& be : host_backends<T>()) {
       auto M = M0;
-      EXPECT_TRUE(be->solve_normal(M.data(), rows, V.data(), R)) << be->name();
+      EXPECT_TRUE(ops::solve_normal(*be, M.data(), rows, V.data(), R)) << be->name();
       for (T v : M) ASSERT_TRUE(std::isfinite(static_cast<double>(v)));
       EXPECT_LT(rel_err(to_double(M), expect), pick<T>(1e-9, 1e-4)) << be->name() << " R " << R;
       // The solution has no component along the null vector e_0 - e_{R-1}.
@@ -247,7 +251,7 @@ TYPED_TEST(Dense, SolveNormalNearlySingularAndIndefinite) {
     for (int i = 0; i < R; ++i) V[i * R + i] = (*d)[i];
     for (auto& be : host_backends<T>()) {
       auto M = M0;
-      EXPECT_TRUE(be->solve_normal(M.data(), rows, V.data(), R));
+      EXPECT_TRUE(ops::solve_normal(*be, M.data(), rows, V.data(), R));
       for (std::int64_t r = 0; r < rows; ++r) {
         EXPECT_NEAR(M[r * R + 1], T(0), 1e-12);
         for (int i : {0, 2, 3}) EXPECT_NEAR(M[r * R + i], M0[r * R + i] / (*d)[i], 1e-6);
@@ -263,7 +267,7 @@ TYPED_TEST(Dense, SolveNormalZeroMatrixGivesZero) {
     const std::vector<T> V(static_cast<std::size_t>(R) * R, T(0));
     for (auto& be : host_backends<T>()) {
       auto M = random_matrix<T>(40, R, rng);
-      EXPECT_TRUE(be->solve_normal(M.data(), 40, V.data(), R));
+      EXPECT_TRUE(ops::solve_normal(*be, M.data(), 40, V.data(), R));
       for (T v : M) ASSERT_EQ(v, T(0));
     }
   }
@@ -288,14 +292,14 @@ TYPED_TEST(Dense, ColumnNormsScaleDots) {
       for (int r = 0; r < R; ++r) scale[r] = 0.5 + r;
       for (auto& be : host_backends<T>()) {
         std::vector<double> out(R, -1.0);
-        be->column_norms(A.data(), rows, R, NormKind::two, out.data());
+        ops::column_norms(*be, A.data(), rows, R, NormKind::two, out.data());
         EXPECT_LT(rel_err(out, two), 1e-12) << be->name();
-        be->column_norms(A.data(), rows, R, NormKind::max, out.data());
+        ops::column_norms(*be, A.data(), rows, R, NormKind::max, out.data());
         EXPECT_EQ(out, mx) << be->name();
-        be->column_dots(A.data(), B.data(), rows, R, out.data());
+        ops::column_dots(*be, A.data(), B.data(), rows, R, out.data());
         for (int r = 0; r < R; ++r) EXPECT_NEAR(out[r], dot[r], 1e-9 * (1 + rows));
         auto S = A;
-        be->scale_columns(S.data(), rows, R, scale.data());
+        ops::scale_columns(*be, S.data(), rows, R, scale.data());
         for (std::int64_t i = 0; i < rows; ++i)
           for (int r = 0; r < R; ++r)
             ASSERT_EQ(S[i * R + r], static_cast<T>(static_cast<double>(A[i * R + r]) * scale[r]));

@@ -17,6 +17,7 @@
 #include "kernels/cpu/csf.hpp"
 #include "kernels/factories.hpp"
 #include "kernels/mttkrp.hpp"
+#include "kernels/ops/mttkrp.hpp"
 #include "test_util.hpp"
 #include "util/error.hpp"
 
@@ -209,7 +210,7 @@ void check_all(const SparseTensor<T>& x, const std::vector<std::vector<T>>& A, i
     for (int m = 0; m < N; ++m) {
       EXPECT_GE(h->mttkrp_stream_bytes(m), static_cast<std::size_t>(x.nnz()) * sizeof(T));
       auto out = poisoned<T>(x.dims[m] * static_cast<std::size_t>(R));
-      be->mttkrp(*h, m, pointers(A, m), R, out.data());
+      ops::mttkrp(*be, *h, m, pointers(A, m), R, out.data());
       std::ostringstream os;
       os << label << " backend " << be->name() << " cpu_isa " << be->tuning().cpu_isa << " mode "
          << m << " R " << R;
@@ -322,7 +323,7 @@ TYPED_TEST(Mttkrp, Order1) {
   auto be = make_cpu_backend<TypeParam>(2);
   auto h = be->prepare(x);
   std::vector<TypeParam> out(50 * 3);
-  be->mttkrp(*h, 0, {nullptr}, 3, out.data());
+  ops::mttkrp(*be, *h, 0, {nullptr}, 3, out.data());
   std::vector<double> sum(50, 0.0);
   for (nnz_t k = 0; k < x.nnz(); ++k) sum[x.idx[0][k]] += x.vals[k];
   for (int i = 0; i < 50; ++i)
@@ -393,7 +394,7 @@ TYPED_TEST(Mttkrp, SkewedShortRootMode) {
   auto be = make_cpu_backend<TypeParam>(2);
   auto h = be->prepare(x);
   auto out = poisoned<TypeParam>(3 * R);
-  be->mttkrp(*h, 0, pointers(A, 0), R, out.data());
+  ops::mttkrp(*be, *h, 0, pointers(A, 0), R, out.data());
   expect_matches(out, ref, empty_rows(x, 0), R, "skewed mode 0 vs dense");
 }
 
@@ -430,13 +431,13 @@ TYPED_TEST(Mttkrp, BadInputIsRejected) {
   y.push_back(ok, TypeParam(1));
   auto h = be->prepare(y);
   std::vector<TypeParam> out(16 * 4), f(16 * 4, TypeParam(1));
-  EXPECT_THROW(be->mttkrp(*h, 3, {f.data(), f.data(), f.data()}, 16, out.data()), Error);
-  EXPECT_THROW(be->mttkrp(*h, 0, {f.data(), f.data()}, 16, out.data()), Error);
+  EXPECT_THROW(ops::mttkrp(*be, *h, 3, {f.data(), f.data(), f.data()}, 16, out.data()), Error);
+  EXPECT_THROW(ops::mttkrp(*be, *h, 0, {f.data(), f.data()}, 16, out.data()), Error);
   // A handle from another backend is refused, not misread.
   auto ref = make_reference_backend<TypeParam>();
   auto rh = ref->prepare(y);
-  EXPECT_THROW(be->mttkrp(*rh, 0, {f.data(), f.data(), f.data()}, 16, out.data()), Error);
-  EXPECT_THROW(ref->mttkrp(*h, 0, {f.data(), f.data(), f.data()}, 16, out.data()), Error);
+  EXPECT_THROW(ops::mttkrp(*be, *rh, 0, {f.data(), f.data(), f.data()}, 16, out.data()), Error);
+  EXPECT_THROW(ops::mttkrp(*ref, *h, 0, {f.data(), f.data(), f.data()}, 16, out.data()), Error);
 }
 
 // The CSF trees: root = the mode, the others by increasing length, sizes consistent.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/ops/sptc.hpp"
 #include "kernels/sptc.hpp"
 #include "sptc_test_util.hpp"
 #include "test_util.hpp"
@@ -345,9 +346,9 @@ SparseTensor<T> run_variant(const Variant& v, const SparseTensor<T>& x, const Sp
   st->products = st->output_entries = st->output_nnz = st->zeros_dropped = -77;
   if (v.direct) return cpu::contract(x, y, s, st, v.options);
   auto be = make_backend<T>(v.kind, v.threads);
-  auto plan = be->contract_plan(x, y, s);
+  auto plan = ops::contract_plan(*be, x, y, s);
   const ContractCount n = plan->count();
-  SparseTensor<T> z = be->contract(*plan, st);
+  SparseTensor<T> z = ops::contract(*be, *plan, st);
   EXPECT_EQ(n.products, st->products) << v.name;
   EXPECT_EQ(n.output_entries, st->output_entries) << v.name;
   EXPECT_EQ(n.output_bytes,
@@ -605,21 +606,21 @@ TYPED_TEST(Sptc, PlansRunTwiceAndRejectForeignPlans) {
   const auto y = random_tensor<T>({6, 7}, 20, false, false, rng);
   auto cpu_be = make_backend<T>(BackendKind::cpu, 2);
   auto ref_be = make_backend<T>(BackendKind::reference);
-  auto plan = cpu_be->contract_plan(x, y, s);
+  auto plan = ops::contract_plan(*cpu_be, x, y, s);
   ContractStats a, b;
-  const auto z1 = cpu_be->contract(*plan, &a);
+  const auto z1 = ops::contract(*cpu_be, *plan, &a);
   SparseTensor<T> z2 = random_tensor<T>({4, 5, 6}, 10, false, false, rng);  // poisoned
-  z2 = cpu_be->contract(*plan, &b);
+  z2 = ops::contract(*cpu_be, *plan, &b);
   EXPECT_EQ(z1.idx, z2.idx);
   EXPECT_EQ(z1.vals, z2.vals);
   EXPECT_EQ(a.products, b.products);
-  EXPECT_THROW(ref_be->contract(*plan, &a), Error);
-  auto rplan = ref_be->contract_plan(x, y, s);
-  EXPECT_THROW(cpu_be->contract(*rplan, &a), Error);
+  EXPECT_THROW(ops::contract(*ref_be, *plan, &a), Error);
+  auto rplan = ops::contract_plan(*ref_be, x, y, s);
+  EXPECT_THROW(ops::contract(*cpu_be, *rplan, &a), Error);
   // Shapes that do not fit the spec are refused at planning time.
   const auto bad = random_tensor<T>({4, 5}, 5, false, false, rng);
-  EXPECT_THROW(cpu_be->contract_plan(bad, y, s), InputError);
-  EXPECT_THROW(ref_be->contract_plan(bad, y, s), InputError);
+  EXPECT_THROW(ops::contract_plan(*cpu_be, bad, y, s), InputError);
+  EXPECT_THROW(ops::contract_plan(*ref_be, bad, y, s), InputError);
   // The free helper plans and runs.
   const auto z3 = contract(*ref_be, x, y, s);
   ASSERT_EQ(z3.nnz(), z1.nnz());

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/ops/ttmc.hpp"
 #include "kernels/ttmc.hpp"
 #include "test_util.hpp"
 #include "util/error.hpp"
@@ -457,9 +458,9 @@ TYPED_TEST(Ttmc, BadArguments) {
   }
 }
 
-// ---- through kernels::Backend (what Tucker-HOOI calls) ----
+// ---- through the kernels::ops dispatchers (what Tucker-HOOI calls) ----
 
-/// Backend::ttmc_rows / ttmc_scratch_bytes / ttmc on the reference and cpu backends
+/// ops::ttmc_rows / ttmc_scratch_bytes / ttmc on the reference and cpu backends
 /// against the brute-force dense result, output poisoned with NaN before each run.
 template <typename T>
 void check_backend_interface(const Shape& s, const std::vector<int>& ranks,
@@ -485,15 +486,15 @@ void check_backend_interface(const Shape& s, const std::vector<int>& ranks,
       std::size_t cols = 0;
       const auto full = dense_ttmc(x, m, A, ranks, cols);
       SemiSparse<T> y;
-      y.rows = be->ttmc_rows(*h, m);
+      y.rows = ops::ttmc_rows(*be, *h, m);
       ASSERT_EQ(y.rows, distinct(x, m)) << os.str();
-      EXPECT_GT(be->ttmc_scratch_bytes(*h, m, ranks), 0u) << os.str();
+      EXPECT_GT(ops::ttmc_scratch_bytes(*be, *h, m, ranks), 0u) << os.str();
       y.cols = static_cast<std::int64_t>(cols);
       auto out = be->allocate(y.rows.size() * cols);
       be->fill(out.data(), out.size(), std::numeric_limits<T>::quiet_NaN());
       std::vector<const T*> ptrs;
       for (int k = 0; k < N; ++k) ptrs.push_back(k == m ? nullptr : F[k].data());
-      be->ttmc(*h, m, ptrs, ranks, out.data());
+      ops::ttmc(*be, *h, m, ptrs, ranks, out.data());
       y.data.resize(out.size());
       be->download(out.data(), out.size(), y.data.data());
       expect_matches_dense(y, x, m, full, cols, os.str());
@@ -519,17 +520,17 @@ TYPED_TEST(Ttmc, BackendInterfaceRejectsBadCalls) {
   auto hc = cpu->prepare(x);
   std::vector<T> out(x.dims[0] * 10, T(0));
   // A handle of another backend.
-  EXPECT_THROW(cpu->ttmc(*hr, 0, pointers(A, 0), ranks, out.data()), Error);
-  EXPECT_THROW(ref->ttmc(*hc, 0, pointers(A, 0), ranks, out.data()), Error);
-  EXPECT_THROW(cpu->ttmc_rows(*hr, 0), Error);
+  EXPECT_THROW(ops::ttmc(*cpu, *hr, 0, pointers(A, 0), ranks, out.data()), Error);
+  EXPECT_THROW(ops::ttmc(*ref, *hc, 0, pointers(A, 0), ranks, out.data()), Error);
+  EXPECT_THROW(ops::ttmc_rows(*cpu, *hr, 0), Error);
   // Rank < 1 of another mode: InputError on both.
   for (auto* be : {ref.get(), cpu.get()}) {
     auto& h = be == ref.get() ? *hr : *hc;
-    EXPECT_THROW(be->ttmc(h, 0, pointers(A, 0), {3, 0, 2}, out.data()), InputError);
-    EXPECT_THROW(be->ttmc_scratch_bytes(h, 0, {3, 5, 0}), InputError);
+    EXPECT_THROW(ops::ttmc(*be, h, 0, pointers(A, 0), {3, 0, 2}, out.data()), InputError);
+    EXPECT_THROW(ops::ttmc_scratch_bytes(*be, h, 0, {3, 5, 0}), InputError);
     auto f = pointers(A, 0);
     f[2] = nullptr;
-    EXPECT_THROW(be->ttmc(h, 0, f, ranks, out.data()), Error);
+    EXPECT_THROW(ops::ttmc(*be, h, 0, f, ranks, out.data()), Error);
   }
 }
 

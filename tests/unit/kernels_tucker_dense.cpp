@@ -1,9 +1,9 @@
-// Tucker's dense-stage operations of the Backend (upload_index, gather/scatter_rows_double,
-// gram_double, inner_double, times_small_double, cholqr_step, subspace_change,
-// sum_squares_double, convert_from_double): the host defaults every host backend inherits
-// (reference, cpu; float and double backends) against direct loops on fresh random inputs,
-// outputs NaN-poisoned first. cholqr_step also on numerically singular Grams (refused,
-// U untouched) and on Grams just above and below its pivot rule.
+// Tucker's dense-stage operations (Backend::upload_index and kernels/ops/tucker_dense.hpp:
+// gather/scatter_rows_double, gram_double, inner_double, times_small_double, cholqr_step,
+// subspace_change, sum_squares_double, convert_from_double): the host implementation every
+// host backend shares (reference, cpu; float and double backends) against direct loops on fresh
+// random inputs, outputs NaN-poisoned first. cholqr_step also on numerically singular Grams
+// (refused, U untouched) and on Grams just above and below its pivot rule.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,10 +16,13 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/factories.hpp"
+#include "kernels/ops/tucker_dense.hpp"
 #include "test_util.hpp"
 
 namespace tessera {
 namespace {
+
+namespace ops = kernels::ops;
 
 using test::fresh_seed;
 using test::inner;
@@ -86,24 +89,24 @@ TYPED_TEST(TuckerDenseOps, GatherScatterAndIndex) {
 
     const auto U = random_doubles(static_cast<std::size_t>(len) * R, rng);
     std::vector<double> P(static_cast<std::size_t>(rows) * R, kNaN);
-    be->gather_rows_double(U.data(), R, idx.data(), rows, P.data());
+    ops::gather_rows_double(*be, U.data(), R, idx.data(), rows, P.data());
     for (std::int64_t j = 0; j < rows; ++j)
       for (int c = 0; c < R; ++c) EXPECT_EQ(P[j * R + c], U[pos[j] * R + c]) << be->name();
     std::vector<double> Pi(U.size(), kNaN);  // identity map: a copy
-    be->gather_rows_double(U.data(), R, nullptr, len, Pi.data());
+    ops::gather_rows_double(*be, U.data(), R, nullptr, len, Pi.data());
     EXPECT_EQ(Pi, U) << be->name();
 
     const auto Z = random_doubles(static_cast<std::size_t>(rows) * R, rng);
     const auto scale = random_doubles(static_cast<std::size_t>(R), rng);
     std::vector<double> V(static_cast<std::size_t>(len) * R, kNaN);
-    be->scatter_rows_double(Z.data(), rows, R, idx.data(), len, scale.data(), V.data());
+    ops::scatter_rows_double(*be, Z.data(), rows, R, idx.data(), len, scale.data(), V.data());
     std::vector<double> want(V.size(), 0.0);
     for (std::int64_t j = 0; j < rows; ++j)
       for (int c = 0; c < R; ++c) want[pos[j] * R + c] = Z[j * R + c] * scale[c];
     EXPECT_EQ(V, want) << be->name();
     // Identity map, no scale, fewer rows than len: the rest zero.
     std::fill(V.begin(), V.end(), kNaN);
-    be->scatter_rows_double(Z.data(), rows, R, nullptr, len, nullptr, V.data());
+    ops::scatter_rows_double(*be, Z.data(), rows, R, nullptr, len, nullptr, V.data());
     std::fill(want.begin(), want.end(), 0.0);
     std::copy(Z.begin(), Z.end(), want.begin());
     EXPECT_EQ(V, want) << be->name();
@@ -116,7 +119,7 @@ TYPED_TEST(TuckerDenseOps, GramInnerTimesSmallAndSums) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   for (auto& be : host_backends<T>()) {
-    // 20000 rows: more than one BLAS chunk of the host defaults.
+    // 20000 rows: more than one BLAS chunk of the host implementation.
     for (std::int64_t rows : {0, 1, 37, 20000}) {
       for (int R : {1, 6, 17}) {
         const std::string what =
@@ -125,15 +128,15 @@ TYPED_TEST(TuckerDenseOps, GramInnerTimesSmallAndSums) {
         const auto B = random_doubles(static_cast<std::size_t>(rows) * R, rng);
         const auto M = random_doubles(static_cast<std::size_t>(R) * R, rng);
         std::vector<double> G(static_cast<std::size_t>(R) * R, kNaN);
-        be->gram_double(A.data(), rows, R, G.data());
+        ops::gram_double(*be, A.data(), rows, R, G.data());
         EXPECT_LT(rel_err(G, inner(A, A, rows, R)), 1e-13) << "gram " << what;
         for (int p = 0; p < R; ++p)
           for (int q = 0; q < R; ++q) EXPECT_EQ(G[p * R + q], G[q * R + p]) << what;
         std::vector<double> H(static_cast<std::size_t>(R) * R, kNaN);
-        be->inner_double(A.data(), B.data(), rows, R, H.data());
+        ops::inner_double(*be, A.data(), B.data(), rows, R, H.data());
         EXPECT_LT(rel_err(H, inner(A, B, rows, R)), 1e-13) << "inner " << what;
         auto AM = A;
-        be->times_small_double(AM.data(), rows, R, M.data());
+        ops::times_small_double(*be, AM.data(), rows, R, M.data());
         EXPECT_LT(rel_err(AM, matmul(A, M, rows, R, R)), 1e-13) << "times_small " << what;
         // ||B - A M||^2 and sum of squares.
         const auto D = matmul(A, M, rows, R, R);
@@ -142,9 +145,9 @@ TYPED_TEST(TuckerDenseOps, GramInnerTimesSmallAndSums) {
           want += (B[k] - D[k]) * (B[k] - D[k]);
           ss += A[k] * A[k];
         }
-        const double got = be->subspace_change(A.data(), B.data(), M.data(), rows, R);
+        const double got = ops::subspace_change(*be, A.data(), B.data(), M.data(), rows, R);
         EXPECT_NEAR(got, want, 1e-12 * std::max(want, 1.0)) << "subspace_change " << what;
-        EXPECT_NEAR(be->sum_squares_double(A.data(), A.size()), ss, 1e-12 * std::max(ss, 1.0))
+        EXPECT_NEAR(ops::sum_squares_double(*be, A.data(), A.size()), ss, 1e-12 * std::max(ss, 1.0))
             << what;
       }
     }
@@ -159,7 +162,7 @@ TYPED_TEST(TuckerDenseOps, ConvertFromDouble) {
   for (auto& be : host_backends<T>()) {
     const auto x = random_doubles(1001, rng);
     std::vector<T> y(x.size(), std::numeric_limits<T>::quiet_NaN());
-    be->convert_from_double(x.data(), x.size(), y.data());
+    ops::convert_from_double(*be, x.data(), x.size(), y.data());
     for (std::size_t k = 0; k < x.size(); ++k) EXPECT_EQ(y[k], static_cast<T>(x[k]));
   }
 }
@@ -176,7 +179,7 @@ TYPED_TEST(TuckerDenseOps, CholQrStep) {
     const auto U0 = U;
     auto G = inner(U, U, rows, R);
     double dev = -1;
-    ASSERT_TRUE(be->cholqr_step(U.data(), rows, R, G.data(), &dev)) << be->name();
+    ASSERT_TRUE(ops::cholqr_step(*be, U.data(), rows, R, G.data(), &dev)) << be->name();
     double want_dev = 0;
     for (int i = 0; i < R; ++i)
       for (int j = 0; j < R; ++j)
@@ -199,7 +202,8 @@ TYPED_TEST(TuckerDenseOps, CholQrStep) {
       for (std::int64_t i = 0; i < rows; ++i) S[i * R + 3] = S[i * R + 1] * (1 + eps * (i % 5));
       const auto S0 = S;
       const auto GS = inner(S, S, rows, R);
-      EXPECT_FALSE(be->cholqr_step(S.data(), rows, R, GS.data(), &dev)) << be->name() << " " << eps;
+      EXPECT_FALSE(ops::cholqr_step(*be, S.data(), rows, R, GS.data(), &dev))
+          << be->name() << " " << eps;
       EXPECT_EQ(S, S0) << be->name();
     }
     // A well-separated but not orthonormal basis (pivot ratio ~1e-10): accepted.
@@ -207,13 +211,13 @@ TYPED_TEST(TuckerDenseOps, CholQrStep) {
       auto S = U0;
       for (std::int64_t i = 0; i < rows; ++i) S[i * R + 3] = S[i * R + 1] + 1e-5 * U0[i * R + 3];
       const auto GS = inner(S, S, rows, R);
-      EXPECT_TRUE(be->cholqr_step(S.data(), rows, R, GS.data(), &dev)) << be->name();
+      EXPECT_TRUE(ops::cholqr_step(*be, S.data(), rows, R, GS.data(), &dev)) << be->name();
     }
     // Not finite: refused.
     auto GN = G;
     GN[0] = kNaN;
     auto S = U0;
-    EXPECT_FALSE(be->cholqr_step(S.data(), rows, R, GN.data(), &dev)) << be->name();
+    EXPECT_FALSE(ops::cholqr_step(*be, S.data(), rows, R, GN.data(), &dev)) << be->name();
   }
 }
 

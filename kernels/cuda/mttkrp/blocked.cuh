@@ -31,7 +31,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/runtime/detail.cuh"
 
 namespace tessera::kernels::cuda::blocked {
 

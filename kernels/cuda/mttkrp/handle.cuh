@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/detail.cuh"
 #include "kernels/cuda/mttkrp/blocked.cuh"
 #include "kernels/cuda/mttkrp/internal.cuh"
+#include "kernels/cuda/runtime/detail.cuh"
 
 namespace tessera::kernels::cuda::mttkrp_detail {
 
@@ -206,7 +206,8 @@ class CudaTensorHandle final : public TensorHandle<T> {
     streamed_ = std::move(s);
     compute_stream_ = compute_stream;
   }
-  const StreamedStore<T>* streamed() const { return streamed_.get(); }
+  /// The tier-2 store (null in tier 1). Not TensorHandle::streamed(): that is tier 3.
+  const StreamedStore<T>* streamed_store() const { return streamed_.get(); }
   /// The backend stream the chunk pipeline is ordered against (tier 2).
   cudaStream_t compute_stream() const { return compute_stream_; }
 
@@ -308,12 +309,12 @@ void over_copy(Context& ctx, const CudaTensorHandle<T>& h, int mode, void* out,
                std::size_t out_bytes, Launch&& launch) {
   const CudaTensorHandle<T>* x = &h;
   const int N = x->order();
-  const auto* st = x->streamed();
+  const auto* st = x->streamed_store();
   const nnz_t nnz = x->nnz();
   const int chunks = (st != nullptr && nnz > 0) ? st->chunks : 0;
   const index_t* idx[kMaxOrder] = {};
   if (chunks == 0 && ctx.capturing) {
-    // Tier 1 inside a CUDA graph capture (cp_device.cu): no timing events, which could
+    // Tier 1 inside a CUDA graph capture (dense/cp_device.cu): no timing events, which could
     // not be waited for later.
     x->begin_timing(0);
     if (out_bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, ctx.stream));

@@ -1,5 +1,6 @@
 // Internal to the CUDA MTTKRP (kernels/cuda/mttkrp/): what its files share. The format,
 // kernels and tiers are described at the top of mttkrp.cu; the files:
+//   ops.cu          the cuda:: operations of kernels/ops/mttkrp.hpp (call the entry points)
 //   mttkrp.cu       entry points mttkrp and launch_mttkrp_sorted (kernel choice per call)
 //   handle.cuh/.cu  CudaTensorHandle (tier-1 copies or tier-2 store), over_copy, handle queries
 //   prepare.cu      prepare_tensor / prepare_synthetic: tier choice, host sort, tier 2
@@ -7,7 +8,7 @@
 //   layout.cu       the layout of each mode's copy (plain, smem, l2; plan_modes)
 //   tiles.cu        the classic and smem tile kernels and the launches of all three
 //   blocked.cuh     the register-blocked tile kernel (included by tiles.cu)
-//   stream.cu/.cuh  memory tier 3: Backend::mttkrp_accumulate
+//   stream.cu/.cuh  memory tier 3: ops::mttkrp_accumulate
 // Everything here was file-private when the MTTKRP was one file; it lives in namespace
 // mttkrp_detail (not `mttkrp`: that is the entry point's name) and is not for use outside
 // this folder and the TTMc entry points (kernels/cuda/ttmc/ttmc.cu), which run on the same
@@ -20,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/detail.cuh"
-#include "kernels/cuda/host_sort.hpp"
+#include "kernels/cuda/runtime/detail.cuh"
+#include "kernels/cuda/runtime/host_sort.hpp"
 
 namespace tessera::kernels::cuda::mttkrp_detail {
 

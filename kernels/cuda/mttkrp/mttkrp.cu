@@ -27,14 +27,14 @@
 // whole tiles, and each MTTKRP streams its mode's chunks through two device buffers:
 // the copy of chunk k + 1 (on a copy stream of the handle) overlaps the kernel of chunk
 // k (on the backend's stream), one launch per chunk into the same output. Tier 3 (chunks
-// of a tensor on disk, Backend::mttkrp_accumulate) sorts each chunk on the device
+// of a tensor on disk, ops::mttkrp_accumulate) sorts each chunk on the device
 // (stream.cu) and runs the same tile kernels through launch_mttkrp_sorted, with
 // `accumulate` set: a row inside one tile is read, added to and stored.
 //
 // Building the sorted copies (prepare): tier 1 sorts on the device when the peak memory
 // of the device sort fits the limit (see device_sort.cu), else on the host;
 // tier 2 sorts on the host. Both give the same order: (i_n, i_{n+1 mod N}, position in
-// the input), and the host sorts run in parallel (host_sort.cpp).
+// the input), and the host sorts run in parallel (runtime/host_sort.cpp).
 //
 // Synthetic tensors (prepare_synthetic): a kernel writes the COO block the device sort
 // would upload (nonzero k = id first_id + k, coordinates and value from
@@ -63,7 +63,7 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
   TESSERA_EXPECTS(R >= 1, "rank R = " << R);
   TESSERA_EXPECTS(static_cast<int>(factors.size()) == N,
                   factors.size() << " factors for an order-" << N << " tensor");
-  const auto* st = x->streamed();
+  const auto* st = x->streamed_store();
   // The chunk pipeline is ordered against the stream the handle was prepared on.
   TESSERA_EXPECTS(st == nullptr || (x->compute_stream() == ctx.stream && x->device() == ctx.device),
                   "a tier-2 tensor handle must be used with the CUDA backend that prepared it");

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <vector>
 
-#include "kernels/cuda/host_sort.hpp"
 #include "kernels/cuda/mttkrp/handle.cuh"
+#include "kernels/cuda/runtime/host_sort.hpp"
 #include "kernels/mttkrp.hpp"
 #include "tensor/synthetic.hpp"
 
@@ -70,7 +70,7 @@ nnz_t tier2_chunk_nnz(int order, nnz_t nnz, std::size_t limit) {
 // ---- host sort (tier 1 fallback and tier 2) ----
 
 /// Sorts the nonzeros lexicographically by (i_n, i_{n+1 mod N}, position) into `perm`
-/// (parallel; host_sort.cpp). The secondary key groups a row's nonzeros by their
+/// (parallel; runtime/host_sort.cpp). The secondary key groups a row's nonzeros by their
 /// next-mode factor row (cache reuse).
 /// perm and tmp: nnz entries each (tmp is scratch).
 template <typename T>

@@ -1,5 +1,5 @@
-// Memory tier 3 on the CUDA backend: Backend::mttkrp_accumulate, out += the MTTKRP of one
-// chunk of a tensor streamed from disk (algo::StreamingBackend over algo::DiskTensor).
+// Memory tier 3 on the CUDA backend: ops::mttkrp_accumulate, out += the MTTKRP of one
+// chunk of a tensor streamed from disk (the StreamedOps hooks of algo::DiskTensor).
 //
 // A chunk holds nonzeros in store order (global coordinates). It is handled in pieces of at
 // most piece_nnz nonzeros (one piece for the default 16 Mi-nonzero chunk), each alike:
@@ -39,8 +39,8 @@
 #include <string>
 #include <type_traits>
 
-#include "kernels/cuda/host_sort.hpp"
 #include "kernels/cuda/mttkrp/stream.cuh"
+#include "kernels/cuda/runtime/host_sort.hpp"
 #include "kernels/mttkrp.hpp"
 
 namespace tessera::kernels::cuda {

@@ -1,5 +1,5 @@
 // Internal to the CUDA backend: the MTTKRP of chunks streamed through the backend (memory
-// tier 3, Backend::mttkrp_accumulate). The chunk pipeline is in stream.cu; the tile
+// tier 3, ops::mttkrp_accumulate). The chunk pipeline is in stream.cu; the tile
 // kernels it launches are those of tiles.cu (entry point in mttkrp.cu).
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/runtime/detail.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -27,7 +27,7 @@ const char* launch_mttkrp_sorted(cudaStream_t stream, const index_t* const* idx,
 /// device chunk buffers filled in turn on a copy stream of its own, the sort and gather
 /// scratch, timing events, and an error flag in mapped host memory. Grow-only; one per
 /// backend, used from one thread at a time.
-/// Backend::prepare_stream_chunk on the cuda backend: sorts the chunk's arrays by (i_m,
+/// ops::prepare_stream_chunk on the cuda backend: sorts the chunk's arrays by (i_m,
 /// i_{m+1 mod N}, position), m the mode with the most key bits (the first such), on the
 /// host (host_sort, OpenMP); returns m (-1 for an empty chunk). Throws InputError naming a
 /// coordinate outside its mode. Peak scratch: 16 bytes of permutation and one array's
@@ -43,11 +43,11 @@ class ChunkAccumulator {
   ChunkAccumulator(const ChunkAccumulator&) = delete;
   ChunkAccumulator& operator=(const ChunkAccumulator&) = delete;
 
-  /// Backend::mttkrp_accumulate. `budget` (bytes, 0 = none): the backend's memory budget,
+  /// ops::mttkrp_accumulate. `budget` (bytes, 0 = none): the backend's memory budget,
   /// which caps the device buffers (piece_nnz).
   void accumulate(const SparseTensor<T>& chunk, int mode, const std::vector<const T*>& factors,
                   int R, T* out, std::size_t budget, int sorted_mode = -1);
-  /// Backend::take_accumulate_times: waits for the queued chunks, sums their event times and
+  /// ops::take_accumulate_times: waits for the queued chunks, sums their event times and
   /// resets the sums. Throws InputError when a chunk since the last call had a coordinate
   /// outside its mode (its nonzero was left out of the sums).
   AccumulateTimes take_times();

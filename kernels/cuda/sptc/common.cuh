@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/runtime/detail.cuh"
 #include "kernels/cuda/sptc/views.cuh"
 #include "kernels/sptc.hpp"
 #include "util/error.hpp"

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "kernels/cuda/runtime/trace.cuh"
 #include "kernels/cuda/sptc/rows_engine.cuh"
-#include "kernels/cuda/trace.cuh"
 
 namespace tessera::kernels::cuda::sptc {
 

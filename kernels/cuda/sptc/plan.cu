@@ -60,9 +60,9 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/runtime/trace.cuh"
 #include "kernels/cuda/sptc/host_output.cuh"
 #include "kernels/cuda/sptc/rows_engine.cuh"
-#include "kernels/cuda/trace.cuh"
 #include "kernels/mttkrp.hpp"
 #include "util/log.hpp"
 

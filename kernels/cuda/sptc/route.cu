@@ -1,4 +1,4 @@
-// The device side of a routed contraction (Backend::contract_route, kernels/sptc.hpp
+// The device side of a routed contraction (ops::contract_route, kernels/sptc.hpp
 // ContractRoute; docs/sptc.md, "Distributed"). The engine's row side (X, or Y when the plan
 // would swap the inputs) is bucketed by a hash of its output modes, so every output entry
 // is made and summed on one rank and the shares are disjoint without a merge; the column
@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/runtime/trace.cuh"
 #include "kernels/cuda/sptc/rows_engine.cuh"
-#include "kernels/cuda/trace.cuh"
 #include "kernels/mttkrp.hpp"
 
 namespace tessera::kernels::cuda {

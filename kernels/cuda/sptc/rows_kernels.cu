@@ -16,7 +16,7 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/runtime/cuda_check.cuh"
 #include "kernels/cuda/sptc/views.cuh"
 
 namespace tessera::kernels::cuda::sptc {

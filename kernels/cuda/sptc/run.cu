@@ -4,9 +4,9 @@
 // gathered and downloaded into host arrays prepared meanwhile (host_output.cuh).
 #include <algorithm>
 
+#include "kernels/cuda/runtime/trace.cuh"
 #include "kernels/cuda/sptc/host_output.cuh"
 #include "kernels/cuda/sptc/rows_engine.cuh"
-#include "kernels/cuda/trace.cuh"
 
 namespace tessera::kernels::cuda::sptc {
 

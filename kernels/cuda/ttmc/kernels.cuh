@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/runtime/detail.cuh"
 
 namespace tessera::kernels::cuda {
 

@@ -1,4 +1,4 @@
-// CUDA TTMc entry points (Backend::ttmc_rows / ttmc_scratch_bytes / ttmc) on the tensor
+// CUDA TTMc entry points (ops::ttmc_rows / ttmc_scratch_bytes / ttmc) on the tensor
 // handle of the CUDA MTTKRP (kernels/cuda/mttkrp/handle.cuh): the output rows of a mode
 // (the row map, built on first use and kept by the handle), and the TTMc over the copy
 // sorted by the output mode, in either tier (over_copy). The kernels: kernels.cu.
@@ -131,7 +131,7 @@ void ttmc(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector<c
   TESSERA_EXPECTS(x != nullptr, "the tensor handle was prepared by a different backend");
   const int N = x->order();
   TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " of an order-" << N << " tensor");
-  const auto* st = x->streamed();
+  const auto* st = x->streamed_store();
   TESSERA_EXPECTS(st == nullptr || (x->compute_stream() == ctx.stream && x->device() == ctx.device),
                   "a tier-2 tensor handle must be used with the CUDA backend that prepared it");
   const TtmcRowMap& map = x->ttmc_map(ctx, mode);

@@ -1,7 +1,7 @@
 // Row-wise factor updates of constrained, regularised and weighted CP (DESIGN §6): every
 // row of a factor solves its own small R x R problem, so the rows split over ranks and
 // threads like the plain normal-equation solve. The reference and cpu backends use these;
-// the cuda backend has the same semantics in kernels/cuda/row_update.cu.
+// the cuda backend has the same semantics in kernels/cuda/dense/row_update.cu.
 #pragma once
 
 #include <cstdint>

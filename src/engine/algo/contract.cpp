@@ -15,6 +15,7 @@
 #include "algo/contract_route.hpp"
 #include "io/h5store.hpp"
 #include "io/tns.hpp"
+#include "kernels/ops/sptc.hpp"
 #include "partition/partition.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -287,7 +288,7 @@ void Contraction<T>::route_inputs() {
 /// (plan::plan_contract_pieces), the report; InputError on every rank when it does not fit.
 template <typename T>
 void Contraction<T>::plan_pieces() {
-  comm::run_collectively(c_, [&] { plan_ = be_.contract_plan(*X_, *Y_, spec_); });
+  comm::run_collectively(c_, [&] { plan_ = kernels::ops::contract_plan(be_, *X_, *Y_, spec_); });
   res_.phases.add("plan", t_.seconds());
   const kernels::ContractCount cnt = plan_->count();
   {
@@ -412,8 +413,8 @@ SparseTensor<T> Contraction<T>::multiply_and_merge(std::unique_ptr<kernels::Cont
   kernels::ContractStats* stp = pieces_ <= 1 ? &res_.stats : &st;
   comm::run_collectively(c_, [&] {
     if (into != nullptr && P_ == 1 && buffers_ != nullptr)
-      *into = be_.contract_into(*pl, stp, *buffers_);
-    if (into == nullptr || !*into) part = be_.contract(*pl, stp);
+      *into = kernels::ops::contract_into(be_, *pl, stp, *buffers_);
+    if (into == nullptr || !*into) part = kernels::ops::contract(be_, *pl, stp);
   });
   pl.reset();
   release();
@@ -570,7 +571,8 @@ std::unique_ptr<kernels::ContractPlan<T>> Contraction<T>::plan_piece(
   t_.reset();
   std::unique_ptr<kernels::ContractPlan<T>> pp;
   comm::run_collectively(c_, [&] {
-    pp = split_y_ ? be_.contract_plan(*X_, sp, spec_) : be_.contract_plan(sp, *Y_, spec_);
+    pp = split_y_ ? kernels::ops::contract_plan(be_, *X_, sp, spec_)
+                  : kernels::ops::contract_plan(be_, sp, *Y_, spec_);
   });
   res_.phases.add("plan", t_.seconds());
   const kernels::ContractCount pcnt = pp->count();

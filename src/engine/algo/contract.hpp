@@ -89,7 +89,7 @@ struct ContractResult {
   /// This rank's share of Z: GLOBAL 0-based coordinates in output mode order, sorted
   /// lexicographically, no repeated coordinates, no exact zeros. The shares of the ranks
   /// are disjoint: on the host path the owner is a hash of the whole output tuple; routed
-  /// in backend memory (Backend::contract_route), a hash of the row side's output modes.
+  /// in backend memory (ops::contract_route), a hash of the row side's output modes.
   SparseTensor<T> local;
   std::vector<std::uint64_t> dims;  ///< output dims (same on every rank)
   nnz_t global_nnz = 0;
@@ -106,7 +106,7 @@ struct ContractResult {
   ContractMemory memory;
   /// Self-contraction whose roles hash the same modes: routed once, one local copy.
   bool routed_once = false;
-  /// Routed in backend memory through Backend::contract_route (no output routing or merge).
+  /// Routed in backend memory through ops::contract_route (no output routing or merge).
   bool routed_on_device = false;
   /// The planner's answer (plan::plan_contract_pieces) on the host path.
   plan::ContractPiecePlan piece_plan;
@@ -169,7 +169,7 @@ class ContractBuffers final : public kernels::ContractSink<T> {
 /// Collective over `c` (a host communicator). x and y are this rank's shares (any
 /// distribution; GLOBAL coordinates; dims = the global dims on every rank); pass the same
 /// object for a self-contraction. The backend computes the local contraction through
-/// Backend::contract_plan / Backend::contract (host tensors). Throws InputError on every
+/// ops::contract_plan / ops::contract (host tensors). Throws InputError on every
 /// rank alike for shapes that do not fit the spec and for the memory limit; errors of one
 /// rank's kernel become a CollectiveError on every rank.
 /// With `buffers` (made for this backend), the share is written into buffers->result()

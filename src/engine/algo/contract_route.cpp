@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 
+#include "kernels/ops/sptc.hpp"
 #include "util/error.hpp"
 
 namespace tessera::algo::contract_detail {
@@ -134,7 +135,8 @@ bool route_on_device(const SparseTensor<T>& x, const SparseTensor<T>& y,
                      DeviceRouteInfo* info, kernels::ContractSink<T>* sink) {
   const int P = host.size();
   if (P < 2 || data.size() != P || data.memory_space() != comm::MemorySpace::device) return false;
-  const std::unique_ptr<kernels::ContractRoute<T>> r = be.contract_route(x, y, spec, P);
+  const std::unique_ptr<kernels::ContractRoute<T>> r =
+      kernels::ops::contract_route(be, x, y, spec, P);
   if (!r) return false;
   const bool swapped = r->swapped();
   const SparseTensor<T>& ex = swapped ? y : x;  // row side: partitioned

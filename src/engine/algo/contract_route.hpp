@@ -63,7 +63,7 @@ struct DeviceRouteInfo {
 };
 
 /// A distributed contraction with its routing in backend memory over `data` (NCCL on
-/// GPUs), the backend's side given by Backend::contract_route: x and y are this rank's
+/// GPUs), the backend's side given by ops::contract_route: x and y are this rank's
 /// shares (global coordinates); on true, `out` holds this rank's share of Z (sorted, no
 /// repeats, no exact zeros, disjoint from the other ranks'); with a sink, the share is
 /// written into sink->output(...) and `out` is left untouched. False on every rank alike,

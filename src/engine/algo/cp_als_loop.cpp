@@ -11,6 +11,9 @@
 #include <utility>
 
 #include "algo/host_tier.hpp"
+#include "kernels/ops/dense.hpp"
+#include "kernels/ops/mttkrp.hpp"
+#include "kernels/ops/row_update.hpp"
 #include "linalg/row_update.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -289,7 +292,8 @@ void Als<T>::allocate() {
       const auto& L = lay_[static_cast<std::size_t>(n)];
       P_.push_back(be_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(L.alloc, 1) * W_)));
       if (L.len > 0)
-        be_.pack_outer(A_[static_cast<std::size_t>(n)].data(), L.len, R, P_.back().data());
+        kernels::ops::pack_outer(be_, A_[static_cast<std::size_t>(n)].data(), L.len, R,
+                                 P_.back().data());
     }
     MW_ = be_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_alloc, 1) * W_));
     MWown_ = be_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * W_));
@@ -304,7 +308,7 @@ void Als<T>::allocate() {
 
 template <typename T>
 void Als<T>::update_gram(int n, const T* own_rows, std::int64_t own_n) {
-  be_.gram(own_rows, own_n, R_, G_[static_cast<std::size_t>(n)].data());
+  kernels::ops::gram(be_, own_rows, own_n, R_, G_[static_cast<std::size_t>(n)].data());
   if (lay_[static_cast<std::size_t>(n)].rows != nullptr)
     data_.allreduce(G_[static_cast<std::size_t>(n)].data(), static_cast<std::size_t>(R_ * R_));
 }
@@ -417,9 +421,10 @@ kernels::CpLoopSums Als<T>::device_iteration(int it, IterTimes& t) {
       [&](int n) {
         for (int m = 0; m < N_; ++m)
           fptr_[static_cast<std::size_t>(m)] = A_[static_cast<std::size_t>(m)].data();
-        be_.mttkrp(X_, n, fptr_, R_, M_.data());
+        kernels::ops::mttkrp(be_, X_, n, fptr_, R_, M_.data());
         if (c_ != 1.0)
-          be_.scale_columns(M_.data(), lay_[static_cast<std::size_t>(n)].len, R_, c_cols_.data());
+          kernels::ops::scale_columns(be_, M_.data(), lay_[static_cast<std::size_t>(n)].len, R_,
+                                      c_cols_.data());
       },
       it == 0);
   if (sums.bad_mode >= 0) throw_overflow(sums.bad_mode);
@@ -437,8 +442,8 @@ void Als<T>::mttkrp_step(int n, IterTimes& t) {
     fptr_[static_cast<std::size_t>(m)] = A_[static_cast<std::size_t>(m)].data();
 
   Timer timer;
-  be_.mttkrp(X_, n, fptr_, R, M_.data());
-  if (c_ != 1.0) be_.scale_columns(M_.data(), L.len, R, c_cols_.data());
+  kernels::ops::mttkrp(be_, X_, n, fptr_, R, M_.data());
+  if (c_ != 1.0) kernels::ops::scale_columns(be_, M_.data(), L.len, R, c_cols_.data());
   if (res_.tier > 1) {
     res_.stream_copy_seconds += X_.last_copy_seconds();
     res_.stream_compute_seconds += X_.last_compute_seconds();
@@ -451,7 +456,7 @@ void Als<T>::mttkrp_step(int n, IterTimes& t) {
     // The rows' packed Grams: the MTTKRP of the pattern with the packed outer products.
     for (int m = 0; m < N_; ++m)
       pptr_[static_cast<std::size_t>(m)] = P_[static_cast<std::size_t>(m)].data();
-    be_.mttkrp(*Xones_, n, pptr_, W_, MW_.data());
+    kernels::ops::mttkrp(be_, *Xones_, n, pptr_, W_, MW_.data());
     if (L.alloc > L.len)
       be_.fill(MW_.data() + L.len * W_, static_cast<std::size_t>((L.alloc - L.len) * W_), T(0));
   }
@@ -491,13 +496,13 @@ void Als<T>::solve_step(int n, NormKind kind, const T* Mrows, const T* MWrows, T
     std::vector<const T*> gs;
     for (int m = 0; m < N; ++m)
       if (m != n) gs.push_back(G_[static_cast<std::size_t>(m)].data());
-    be_.hadamard(gs, R, V_.data());
+    kernels::ops::hadamard(be_, gs, R, V_.data());
   }
   const linalg::RowUpdate& u = upd_[static_cast<std::size_t>(n)];
   if (split) be_.fill(own, static_cast<std::size_t>(L.b * R), T(0));
   if (!opt_.observed_only && !u.descent() && u.l2 == 0) {
     if (L.own_n > 0) be_.copy(Mrows, static_cast<std::size_t>(L.own_n * R), own);
-    if (be_.solve_normal(own, L.own_n, V_.data(), R)) ++res_.solve_fallbacks;
+    if (kernels::ops::solve_normal(be_, own, L.own_n, V_.data(), R)) ++res_.solve_fallbacks;
   } else {
     if (u.descent() && L.own_n > 0) {
       // Coordinate descent starts from the current rows with the weights: the factor
@@ -505,17 +510,17 @@ void Als<T>::solve_step(int n, NormKind kind, const T* Mrows, const T* MWrows, T
       if (split)
         be_.copy(A_[static_cast<std::size_t>(n)].data() + L.own_lo * R,
                  static_cast<std::size_t>(L.own_n * R), own);
-      be_.scale_columns(own, L.own_n, R, lambda_.data());
+      kernels::ops::scale_columns(be_, own, L.own_n, R, lambda_.data());
     }
     linalg::RowUpdate uc = u;
     uc.l1 = u.l1 * c_;  // the loop solves for c X: the linear terms scale by c
     double q = 0;
-    res_.ridged_rows += be_.row_update(
-        own, Mrows, L.own_n, R, opt_.observed_only ? nullptr : V_.data(),
+    res_.ridged_rows += kernels::ops::row_update(
+        be_, own, Mrows, L.own_n, R, opt_.observed_only ? nullptr : V_.data(),
         opt_.observed_only ? MWrows : nullptr, uc, opt_.observed_only && n == N - 1 ? &q : nullptr);
     if (n == N - 1) quad = q;
   }
-  be_.column_norms(own, L.own_n, R, kind, host_norms_.data());
+  kernels::ops::column_norms(be_, own, L.own_n, R, kind, host_norms_.data());
   be_.synchronize();
   t.solve += timer.seconds();
 }
@@ -538,9 +543,9 @@ void Als<T>::normalise_step(int n, NormKind kind, const T* Mrows, T* own, IterTi
     lambda_[static_cast<std::size_t>(r)] = l;
     scale_[static_cast<std::size_t>(r)] = l > 0 ? 1.0 / l : 1.0;
   }
-  be_.scale_columns(own, L.own_n, R, scale_.data());
-  be_.gram(own, L.own_n, R, G_[static_cast<std::size_t>(n)].data());
-  if (n == N_ - 1) be_.column_dots(Mrows, own, L.own_n, R, dots_.data());
+  kernels::ops::scale_columns(be_, own, L.own_n, R, scale_.data());
+  kernels::ops::gram(be_, own, L.own_n, R, G_[static_cast<std::size_t>(n)].data());
+  if (n == N_ - 1) kernels::ops::column_dots(be_, Mrows, own, L.own_n, R, dots_.data());
   be_.synchronize();
   t.solve += timer.seconds();
 }
@@ -558,8 +563,8 @@ void Als<T>::share_step(int n, double& quad, IterTimes& t) {
     if (n == N_ - 1 && opt_.observed_only) ctrl_.allreduce(&quad, 1);
   }
   if (opt_.observed_only && L.len > 0)
-    be_.pack_outer(A_[static_cast<std::size_t>(n)].data(), L.len, R,
-                   P_[static_cast<std::size_t>(n)].data());
+    kernels::ops::pack_outer(be_, A_[static_cast<std::size_t>(n)].data(), L.len, R,
+                             P_[static_cast<std::size_t>(n)].data());
   be_.synchronize();
   t.comm += timer.seconds();
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/ops/cp_device.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 
@@ -82,7 +83,7 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
       spec.G.push_back(G[static_cast<std::size_t>(n)].data());
       spec.rows.push_back(lay[static_cast<std::size_t>(n)].len);
     }
-    dev = be.cp_device_loop(spec, &why);
+    dev = kernels::ops::cp_device_loop(be, spec, &why);
   }
   res.iteration_engine = dev ? dev->describe() : "per-operation calls (" + why + ")";
   if (opt.print_iterations)

@@ -9,7 +9,6 @@
 #include <mutex>
 #include <thread>
 
-#include "kernels/ttmc.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/progress.hpp"
@@ -327,104 +326,5 @@ void DiskTensor<T>::stream(const std::function<void(const SparseTensor<T>&)>& f)
 
 template class DiskTensor<float>;
 template class DiskTensor<double>;
-
-// ---------------------------------------------------------------------------------------
-
-template <typename T>
-T* StreamingBackend<T>::scratch(std::size_t n) {
-  if (scratch_.size() < n) {
-    scratch_ = kernels::Array<T>();  // free first: the old buffer is too small
-    scratch_ = in_.allocate(n);
-  }
-  return scratch_.data();
-}
-
-template <typename T>
-void StreamingBackend<T>::mttkrp(const kernels::TensorHandle<T>& x, int mode,
-                                 const std::vector<const T*>& factors, int R, T* out) {
-  const auto* d = dynamic_cast<const StreamedTensor<T>*>(&x);
-  if (d == nullptr) {
-    in_.mttkrp(x, mode, factors, R, out);
-    return;
-  }
-  TESSERA_EXPECTS(mode >= 0 && mode < d->order(), "mttkrp: mode " << mode << " out of range");
-  const auto rows = static_cast<std::int64_t>(d->dims()[static_cast<std::size_t>(mode)]);
-  in_.fill(out, static_cast<std::size_t>(rows) * static_cast<std::size_t>(R), T(0));
-  if (d->nnz() == 0) return;
-  d->pin_buffers(in_);
-  (void)in_.take_accumulate_times();  // the sums start at this pass
-  // Each call returns once it has read the chunk's host arrays (the cuda backend: once the
-  // copy to the device is done), so the prefetch thread refills the buffer while the
-  // device computes; the backend orders every later use of `out` after the last chunk.
-  d->stream_sorted([&](const SparseTensor<T>& c, int sorted_mode) {
-    in_.mttkrp_accumulate(c, mode, factors, R, out, sorted_mode);
-  });
-  d->set_backend_times(in_.take_accumulate_times());  // waits for the last chunk
-}
-
-template <typename T>
-std::vector<index_t> StreamingBackend<T>::ttmc_rows(const kernels::TensorHandle<T>& x, int mode) {
-  if (const auto* d = dynamic_cast<const StreamedTensor<T>*>(&x)) {
-    TESSERA_EXPECTS(mode >= 0 && mode < d->order(), "ttmc_rows: mode " << mode << " out of range");
-    return d->rows(mode);
-  }
-  return in_.ttmc_rows(x, mode);
-}
-
-template <typename T>
-std::size_t StreamingBackend<T>::ttmc_scratch_bytes(const kernels::TensorHandle<T>& x, int mode,
-                                                    const std::vector<int>& ranks) {
-  const auto* d = dynamic_cast<const StreamedTensor<T>*>(&x);
-  if (d == nullptr) return in_.ttmc_scratch_bytes(x, mode, ranks);
-  // Per chunk: the chunk's output rows (at most min(chunk, rows) of C values) and the
-  // prepared chunk (sorted copies of every mode, bounded by (order + 1) copies of the COO).
-  const auto chunk_rows =
-      std::min<std::int64_t>(d->chunk_nnz(), static_cast<std::int64_t>(d->rows(mode).size()));
-  const std::size_t coo = static_cast<std::size_t>(d->chunk_nnz()) *
-                          (static_cast<std::size_t>(d->order()) * sizeof(index_t) + sizeof(T));
-  return kernels::ttmc_output_bytes(chunk_rows, ranks, mode, sizeof(T)) +
-         coo * static_cast<std::size_t>(d->order() + 1);
-}
-
-template <typename T>
-void StreamingBackend<T>::ttmc(const kernels::TensorHandle<T>& x, int mode,
-                               const std::vector<const T*>& factors, const std::vector<int>& ranks,
-                               T* out) {
-  const auto* d = dynamic_cast<const StreamedTensor<T>*>(&x);
-  if (d == nullptr) {
-    in_.ttmc(x, mode, factors, ranks, out);
-    return;
-  }
-  TESSERA_EXPECTS(mode >= 0 && mode < d->order(), "ttmc: mode " << mode << " out of range");
-  const std::int64_t C = kernels::ttmc_output_cols(ranks, mode);
-  const std::vector<index_t>& all = d->rows(mode);
-  const auto rows = static_cast<std::int64_t>(all.size());
-  if (rows == 0 || C == 0) return;
-  in_.fill(out, static_cast<std::size_t>(rows * C), T(0));
-  d->pin_buffers(in_);
-  std::vector<std::int64_t> map;
-  d->stream([&](const SparseTensor<T>& c) {
-    auto h = in_.prepare(c);
-    const std::vector<index_t> sub = in_.ttmc_rows(*h, mode);
-    if (sub.empty()) return;
-    T* tmp = scratch(sub.size() * static_cast<std::size_t>(C));
-    in_.ttmc(*h, mode, factors, ranks, tmp);
-    map.resize(sub.size());
-    // Both lists are sorted: one merge walk gives every chunk row's position.
-    std::size_t j = 0;
-    for (std::size_t i = 0; i < sub.size(); ++i) {
-      while (j < all.size() && all[j] < sub[i]) ++j;
-      TESSERA_EXPECTS(j < all.size() && all[j] == sub[i],
-                      "tier 3: chunk row " << sub[i] << " of mode " << mode
-                                           << " is not among the rows of the first pass");
-      map[i] = static_cast<std::int64_t>(j);
-    }
-    in_.add_rows(tmp, static_cast<std::int64_t>(sub.size()), C, map, out);
-    in_.synchronize();
-  });
-}
-
-template class StreamingBackend<float>;
-template class StreamingBackend<double>;
 
 }  // namespace tessera::algo

@@ -7,14 +7,14 @@
 // mode, ||X||^2 and the checkpoint fingerprint); later passes read chunk k + 1 on a prefetch
 // thread while chunk k computes.
 //
-// StreamingBackend wraps any backend: for a DiskTensor, its MTTKRP zeroes the output once
-// and hands every chunk to the wrapped backend's mttkrp_accumulate (the cuda backend copies
-// it from the page-locked chunk buffer on a copy stream while the previous chunk computes,
-// sorts it on the device and adds it into the output; host backends prepare it and add its
-// MTTKRP); its TTMc prepares each chunk with the wrapped backend (tier 1 or 2 there), runs
-// the chunk's TTMc and adds the chunk's rows into the output. Every other call is
-// forwarded. cp_als and tucker_hooi (their handle overloads) run unchanged on it, on every
-// backend.
+// As every algo::StreamedTensor (algo/streamed.hpp), it streams itself through the backend
+// it is given: kernels::ops::mttkrp on it zeroes the output once and hands every chunk to
+// the backend's ops::mttkrp_accumulate (the cuda backend copies it from the page-locked
+// chunk buffer on a copy stream while the previous chunk computes, sorts it on the device
+// and adds it into the output; host backends prepare it and add its MTTKRP); its
+// ops::ttmc prepares each chunk with the backend (tier 1 or 2 there), runs the chunk's
+// TTMc and adds the chunk's rows into the output. cp_als and tucker_hooi (their handle
+// overloads) run unchanged on it, with the plain backend, on every backend.
 //
 // Results equal tier 1 to rounding (the chunk sums are added in chunk order). Tier 3 does
 // not look for repeated coordinates (a coordinate stored k times would count as k entries in
@@ -36,7 +36,6 @@
 #include "io/checkpoint.hpp"
 #include "io/h5store.hpp"
 #include "kernels/backend.hpp"
-#include "kernels/sptc.hpp"
 
 namespace tessera::algo {
 
@@ -78,8 +77,8 @@ struct DiskPassTimes {
   double wait = 0;     ///< compute thread waiting for a chunk: read time not hidden
   double compute = 0;  ///< compute thread in the chunk calls (enqueueing, copy waits, ...)
   double wall = 0;
-  /// MTTKRP passes (StreamingBackend::mttkrp): the backend's own times of the chunks
-  /// (Backend::take_accumulate_times): host -> device copies, and sorts and kernels.
+  /// MTTKRP passes (StreamedTensor::mttkrp): the backend's own times of the chunks
+  /// (ops::take_accumulate_times): host -> device copies, and sorts and kernels.
   bool backend_timed = false;
   double upload = 0;
   double device = 0;
@@ -134,7 +133,7 @@ class DiskTensor final : public StreamedTensor<T> {
   /// backends), once per backend; the locks are kept until the tensor is destroyed or
   /// another backend asks. `be` need not outlive the tensor.
   void pin_buffers(kernels::Backend<T>& be) const override;
-  /// Records the backend's times of the last pass (StreamingBackend::mttkrp).
+  /// Records the backend's times of the last pass (StreamedTensor::mttkrp).
   void set_backend_times(const kernels::AccumulateTimes& t) const override;
 
   /// Sorted distinct indices of `mode` among the range's nonzeros.
@@ -180,175 +179,6 @@ class DiskTensor final : public StreamedTensor<T> {
   int read_ahead_ = kDefaultReadAhead;
   mutable std::vector<std::unique_ptr<kernels::HostPin>> pins_;  // after buffer_: freed first
   mutable const void* pinned_for_ = nullptr;                     ///< the backend pins_ were made by
-};
-
-/// Forwards every call to `inner`, except MTTKRP and TTMc on a DiskTensor, which it runs
-/// chunk by chunk (see the top of this file). `inner` must outlive it. It keeps one chunk
-/// output buffer for TTMc (the largest needed so far) between calls.
-template <typename T>
-class StreamingBackend final : public kernels::Backend<T> {
- public:
-  explicit StreamingBackend(kernels::Backend<T>& inner) : in_(inner) {}
-
-  kernels::BackendKind kind() const override { return in_.kind(); }
-  std::string name() const override { return in_.name(); }
-  comm::MemorySpace memory_space() const override { return in_.memory_space(); }
-  void synchronize() override { in_.synchronize(); }
-
-  kernels::Array<T> allocate(std::size_t n) override { return in_.allocate(n); }
-  void upload(const T* h, std::size_t n, T* d) override { in_.upload(h, n, d); }
-  void download(const T* s, std::size_t n, T* h) override { in_.download(s, n, h); }
-  void copy(const T* s, std::size_t n, T* d) override { in_.copy(s, n, d); }
-  void fill(T* d, std::size_t n, T v) override { in_.fill(d, n, v); }
-
-  void set_memory_budget(std::size_t b) override { in_.set_memory_budget(b); }
-  std::size_t memory_budget() const override { return in_.memory_budget(); }
-  void set_workload(kernels::Workload w) override {
-    kernels::Backend<T>::set_workload(w);
-    in_.set_workload(w);
-  }
-  void set_tuning(const kernels::Tuning& t) override {
-    in_.set_tuning(t);  // first: a refusal leaves both as they were
-    kernels::Backend<T>::set_tuning(t);
-  }
-  std::unique_ptr<kernels::TensorHandle<T>> prepare(const SparseTensor<T>& x) override {
-    return in_.prepare(x);
-  }
-  std::unique_ptr<kernels::TensorHandle<T>> prepare_synthetic(const synthetic::Spec& spec,
-                                                              std::uint64_t first_id,
-                                                              std::uint64_t count) override {
-    return in_.prepare_synthetic(spec, first_id, count);
-  }
-  void mttkrp(const kernels::TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
-              int R, T* out) override;
-  void mttkrp_accumulate(const SparseTensor<T>& chunk, int mode,
-                         const std::vector<const T*>& factors, int R, T* out,
-                         int sorted_mode = -1) override {
-    in_.mttkrp_accumulate(chunk, mode, factors, R, out, sorted_mode);
-  }
-  int prepare_stream_chunk(SparseTensor<T>& chunk) override {
-    return in_.prepare_stream_chunk(chunk);
-  }
-  std::size_t stream_chunk_scratch_bytes(nnz_t n) const override {
-    return in_.stream_chunk_scratch_bytes(n);
-  }
-  kernels::AccumulateTimes take_accumulate_times() override { return in_.take_accumulate_times(); }
-  std::unique_ptr<kernels::HostPin> pin_host(const void* p, std::size_t bytes) override {
-    return in_.pin_host(p, bytes);
-  }
-
-  std::vector<index_t> ttmc_rows(const kernels::TensorHandle<T>& x, int mode) override;
-  std::size_t ttmc_scratch_bytes(const kernels::TensorHandle<T>& x, int mode,
-                                 const std::vector<int>& ranks) override;
-  void ttmc(const kernels::TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
-            const std::vector<int>& ranks, T* out) override;
-
-  kernels::Array<double> allocate_double(std::size_t n) override { return in_.allocate_double(n); }
-  void upload_double(const double* h, std::size_t n, double* d) override {
-    in_.upload_double(h, n, d);
-  }
-  void download_double(const double* s, std::size_t n, double* h) override {
-    in_.download_double(s, n, h);
-  }
-  void wide_gram(const T* Y, std::int64_t rows, std::int64_t C, double* S) override {
-    in_.wide_gram(Y, rows, C, S);
-  }
-  void wide_times(const T* Y, std::int64_t rows, std::int64_t C, const double* W, int R,
-                  double* Z) override {
-    in_.wide_times(Y, rows, C, W, R, Z);
-  }
-  void wide_times_t(const T* Y, std::int64_t rows, std::int64_t C, const double* P, int R,
-                    double* B) override {
-    in_.wide_times_t(Y, rows, C, P, R, B);
-  }
-  void symmetric_eig_top(double* S, int n, int k, double* w, double* V) override {
-    in_.symmetric_eig_top(S, n, k, w, V);
-  }
-  // Tucker's dense stage runs where the wrapped backend's memory is.
-  kernels::Array<std::int64_t> upload_index(const std::int64_t* h, std::size_t n) override {
-    return in_.upload_index(h, n);
-  }
-  void gather_rows_double(const double* U, int R, const std::int64_t* pos, std::int64_t rows,
-                          double* P) override {
-    in_.gather_rows_double(U, R, pos, rows, P);
-  }
-  void scatter_rows_double(const double* Z, std::int64_t rows, int R, const std::int64_t* pos,
-                           std::int64_t len, const double* scale, double* U) override {
-    in_.scatter_rows_double(Z, rows, R, pos, len, scale, U);
-  }
-  void gram_double(const double* U, std::int64_t rows, int R, double* G) override {
-    in_.gram_double(U, rows, R, G);
-  }
-  void inner_double(const double* A, const double* B, std::int64_t rows, int R,
-                    double* M) override {
-    in_.inner_double(A, B, rows, R, M);
-  }
-  void times_small_double(double* U, std::int64_t rows, int R, const double* M) override {
-    in_.times_small_double(U, rows, R, M);
-  }
-  bool cholqr_step(double* U, std::int64_t rows, int R, const double* G, double* dev) override {
-    return in_.cholqr_step(U, rows, R, G, dev);
-  }
-  double subspace_change(const double* U, const double* Unew, const double* M, std::int64_t rows,
-                         int R) override {
-    return in_.subspace_change(U, Unew, M, rows, R);
-  }
-  double sum_squares_double(const double* x, std::size_t n) override {
-    return in_.sum_squares_double(x, n);
-  }
-  void convert_from_double(const double* src, std::size_t n, T* dst) override {
-    in_.convert_from_double(src, n, dst);
-  }
-  void sum_rows(const T* src, const std::vector<std::int64_t>& ptr,
-                const std::vector<std::int64_t>& row, std::int64_t C, T* dst) override {
-    in_.sum_rows(src, ptr, row, C, dst);
-  }
-  void add_rows(const T* src, std::int64_t rows, std::int64_t C,
-                const std::vector<std::int64_t>& dst_row, T* dst) override {
-    in_.add_rows(src, rows, C, dst_row, dst);
-  }
-  std::size_t wide_scratch_bytes(std::int64_t C) const override {
-    return in_.wide_scratch_bytes(C);
-  }
-  std::unique_ptr<kernels::ContractPlan<T>> contract_plan(
-      const SparseTensor<T>& x, const SparseTensor<T>& y,
-      const kernels::ContractSpec& spec) override {
-    return in_.contract_plan(x, y, spec);
-  }
-  SparseTensor<T> contract(kernels::ContractPlan<T>& plan, kernels::ContractStats* s) override {
-    return in_.contract(plan, s);
-  }
-
-  void gram(const T* A, std::int64_t rows, int R, T* G) override { in_.gram(A, rows, R, G); }
-  void hadamard(const std::vector<const T*>& Gs, int R, T* V) override { in_.hadamard(Gs, R, V); }
-  bool solve_normal(T* M, std::int64_t rows, const T* V, int R) override {
-    return in_.solve_normal(M, rows, V, R);
-  }
-  void column_norms(const T* A, std::int64_t rows, int R, NormKind k, double* out) override {
-    in_.column_norms(A, rows, R, k, out);
-  }
-  void scale_columns(T* A, std::int64_t rows, int R, const double* s) override {
-    in_.scale_columns(A, rows, R, s);
-  }
-  void column_dots(const T* A, const T* B, std::int64_t rows, int R, double* out) override {
-    in_.column_dots(A, B, rows, R, out);
-  }
-  void pack_outer(const T* A, std::int64_t rows, int R, T* P) override {
-    in_.pack_outer(A, rows, R, P);
-  }
-  std::int64_t row_update(T* A, const T* M, std::int64_t rows, int R, const T* V, const T* Gp,
-                          const linalg::RowUpdate& u, double* host_quad) override {
-    return in_.row_update(A, M, rows, R, V, Gp, u, host_quad);
-  }
-
- private:
-  /// A buffer of at least n values in backend memory for a chunk's output, kept across
-  /// calls (every mode of every iteration needs one; allocating each time would cost a
-  /// device allocation and free per pass). Grows only.
-  T* scratch(std::size_t n);
-
-  kernels::Backend<T>& in_;
-  kernels::Array<T> scratch_;
 };
 
 }  // namespace tessera::algo

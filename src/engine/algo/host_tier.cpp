@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "kernels/ops/mttkrp.hpp"
 #include "util/log.hpp"
 
 namespace tessera::algo {
@@ -65,7 +66,7 @@ void HostTensor<T>::summarise(kernels::Backend<T>* be) {
   sorted_.assign(chunks_.size(), -1);
   if (be == nullptr) return;
   for (std::size_t k = 0; k < chunks_.size(); ++k)
-    sorted_[k] = be->prepare_stream_chunk(chunks_[k]);
+    sorted_[k] = kernels::ops::prepare_stream_chunk(*be, chunks_[k]);
   pin_buffers(*be);
 }
 

@@ -1,6 +1,6 @@
 // Memory tier 2 (DESIGN §8): a rank's nonzeros stay in host memory as raw chunks (one copy,
 // page-locked for a device backend) and every MTTKRP or TTMc streams them through the
-// backend chunk by chunk (algo::StreamingBackend), as tier 3 streams them from disk.
+// backend chunk by chunk (the algo::StreamedTensor hooks), as tier 3 streams them from disk.
 //
 // The chunks are cut once, when the tensor is built, and never re-cut or re-read: a pass
 // hands each chunk to the backend in order. Results equal tier 1 to rounding (chunk sums
@@ -26,7 +26,7 @@ class HostTensor final : public StreamedTensor<T> {
   /// Takes the block's arrays (global coordinates, dims = the tensor's), cutting them into
   /// chunks of `chunk_nnz` (>= 1) nonzeros mode by mode, so the peak is the block plus one
   /// of its arrays. `be`, when given, is the backend the chunks will stream through: each
-  /// chunk is prepared for it now (Backend::prepare_stream_chunk: the cuda backend sorts it
+  /// chunk is prepared for it now (ops::prepare_stream_chunk: the cuda backend sorts it
   /// by one mode, so that mode's MTTKRP needs no device sort; peak scratch
   /// stream_chunk_scratch_bytes(chunk_nnz)), then page-locked (else at the first pass through
   /// a device backend; kept until the tensor is destroyed).
@@ -56,7 +56,7 @@ class HostTensor final : public StreamedTensor<T> {
   void stream(const std::function<void(const SparseTensor<T>&)>& f) const override;
   /// As stream(), with the mode each chunk was sorted by when it was prepared (or -1).
   void stream_sorted(const std::function<void(const SparseTensor<T>&, int)>& f) const override;
-  /// The mode chunk k was sorted by (Backend::prepare_stream_chunk), or -1.
+  /// The mode chunk k was sorted by (ops::prepare_stream_chunk), or -1.
   int sorted_mode(nnz_t k) const { return sorted_[static_cast<std::size_t>(k)]; }
   const std::vector<index_t>& rows(int mode) const override {
     return rows_[static_cast<std::size_t>(mode)];

@@ -11,6 +11,9 @@
 #include "algo/tucker_plan.hpp"
 #include "algo/tucker_resume.hpp"
 #include "algo/tucker_scalapack.hpp"
+#include "kernels/ops/dense.hpp"
+#include "kernels/ops/ttmc.hpp"
+#include "kernels/ops/tucker_dense.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 
@@ -186,11 +189,11 @@ const T* Hooi<T>::ttmc_combined(int n) {
   for (int m = 0; m < N_; ++m)
     fptr[static_cast<std::size_t>(m)] = m == n ? nullptr : factors_.backend(m);
   Timer t;
-  be_.ttmc(*X_, n, fptr, opt_.ranks, ybuf_.data());
+  kernels::ops::ttmc(be_, *X_, n, fptr, opt_.ranks, ybuf_.data());
   if (ns_.cs != 1.0) {
     const std::vector<double> up(static_cast<std::size_t>(mp.cols), ns_.cs);
-    be_.scale_columns(ybuf_.data(), static_cast<std::int64_t>(mp.local.size()),
-                      static_cast<int>(mp.cols), up.data());
+    kernels::ops::scale_columns(be_, ybuf_.data(), static_cast<std::int64_t>(mp.local.size()),
+                                static_cast<int>(mp.cols), up.data());
   }
   be_.synchronize();
   t_ttmc_ += t.seconds();
@@ -215,7 +218,7 @@ const T* Hooi<T>::ttmc_combined(int n) {
   dc_.alltoallv_raw(ybuf_.data(), sc.data(), sd.data(), recv_.data(), rc.data(), rd.data(),
                     comm::data_type_of<T>());
   // Duplicates summed in a fixed order (stable by source rank): the same on every run.
-  be_.sum_rows(recv_.data(), mp.src_ptr, mp.src_row, mp.cols, own_.data());
+  kernels::ops::sum_rows(be_, recv_.data(), mp.src_ptr, mp.src_row, mp.cols, own_.data());
   be_.synchronize();
   t_comm_ += t.seconds();
   return own_.data();
@@ -449,9 +452,10 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     for (int n = 0; n < N; ++n) {
       auto& mp = plan[static_cast<std::size_t>(n)];
       mp.cols = cols[static_cast<std::size_t>(n)];
-      mp.local = be.ttmc_rows(*X, n);
-      mp.scratch_per_col = static_cast<double>(be.ttmc_scratch_bytes(*X, n, opt.ranks)) /
-                           static_cast<double>(mp.cols);
+      mp.local = kernels::ops::ttmc_rows(be, *X, n);
+      mp.scratch_per_col =
+          static_cast<double>(kernels::ops::ttmc_scratch_bytes(be, *X, n, opt.ranks)) /
+          static_cast<double>(mp.cols);
     }
   });
   res.tier = X->tier();
@@ -460,7 +464,8 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   plan_combine(plan, dims, c);
   plan_memory(
       plan, dims, cols, sizeof(T),
-      [&](std::int64_t C) { return static_cast<double>(be.wide_scratch_bytes(C)); }, c, opt, res);
+      [&](std::int64_t C) { return static_cast<double>(kernels::ops::wide_scratch_bytes(be, C)); },
+      c, opt, res);
 
   Hooi<T> hooi(dist, std::move(X), std::move(plan), be, c, dc, opt, ns, res);
   res.phases.add("setup", setup_timer.seconds());

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "kernels/ops/tucker_dense.hpp"
 #include "linalg/blas.hpp"
 #include "linalg/dense.hpp"
 #include "util/error.hpp"
@@ -71,7 +72,7 @@ int orthonormalize_singular(OrthContext<X>& o, double* U, std::int64_t rows, int
     for (int i = 0; i < R; ++i)
       W[static_cast<std::size_t>(i) * R + j] = Q[static_cast<std::size_t>(i) * R + src] * s;
   }
-  o.be.times_small_double(U, rows, R, W.data());  // columns >= good are now 0
+  kernels::ops::times_small_double(o.be, U, rows, R, W.data());  // columns >= good are now 0
   int added = 0;
   if (good > 0) {
     // Clean the good columns with one CholeskyQR pass (they are nearly orthonormal).
@@ -133,13 +134,13 @@ int orthonormalize(OrthContext<X>& o, double* U, std::int64_t rows, int R, const
   if (R == 0) return 0;
   double* G = ensure_in(o.be, o.G, static_cast<std::size_t>(R) * static_cast<std::size_t>(R));
   for (int pass = 0; pass < 2; ++pass) {
-    o.be.gram_double(U, rows, R, G);
+    kernels::ops::gram_double(o.be, U, rows, R, G);
     o.gnet.sum(G, static_cast<std::size_t>(R) * static_cast<std::size_t>(R));
     // Already orthonormal to within kOrthSkip (the usual case for Y V / sigma of the Gram
     // method and for power steps near convergence): one CholeskyQR pass leaves an error
     // of order kOrthSkip^2 + rounding, so the second pass is skipped.
     double dev = 0;
-    if (!o.be.cholqr_step(U, rows, R, G, &dev))
+    if (!kernels::ops::cholqr_step(o.be, U, rows, R, G, &dev))
       return orthonormalize_fallback(o, U, rows, R, rnd, col_offset, depth);
     if (pass == 0 && dev < kOrthSkip) break;
   }
@@ -166,7 +167,7 @@ template <typename T>
 const double* DenseStage<T>::present(const RowsView& v, int R, const double* U) {
   if (v.pos_dev == nullptr) return U;
   double* P = ensure(p_, static_cast<std::size_t>(v.rows) * static_cast<std::size_t>(R));
-  be_.gather_rows_double(U, R, v.pos_dev, v.rows, P);
+  kernels::ops::gather_rows_double(be_, U, R, v.pos_dev, v.rows, P);
   return P;
 }
 
@@ -184,7 +185,7 @@ int DenseStage<T>::update_gram(const T* Y, const RowsView& v, int R, double* U,
   Timer t;
   const auto CC = static_cast<std::size_t>(C) * static_cast<std::size_t>(C);
   double* S = ensure(s_, CC);
-  be_.wide_gram(Y, v.rows, C, S);
+  kernels::ops::wide_gram(be_, Y, v.rows, C, S);
   const double n0 = dnet_.seconds;
   dnet_.sum(S, CC);
   be_.synchronize();
@@ -192,7 +193,7 @@ int DenseStage<T>::update_gram(const T* Y, const RowsView& v, int R, double* U,
   t.reset();
   std::vector<double> w(static_cast<std::size_t>(R)), sc(static_cast<std::size_t>(R));
   double* V = ensure(v_, CR);
-  be_.symmetric_eig_top(S, static_cast<int>(C), R, w.data(), V);
+  kernels::ops::symmetric_eig_top(be_, S, static_cast<int>(C), R, w.data(), V);
   times.eig += t.seconds();
   for (int j = 0; j < R; ++j) {
     const double wj = w[static_cast<std::size_t>(j)];
@@ -202,8 +203,8 @@ int DenseStage<T>::update_gram(const T* Y, const RowsView& v, int R, double* U,
   // U = Y V / sigma on the owned rows (columns scaled as they are scattered).
   t.reset();
   double* Z = ensure(z_, static_cast<std::size_t>(v.rows) * static_cast<std::size_t>(R));
-  if (v.rows > 0) be_.wide_times(Y, v.rows, C, V, R, Z);
-  be_.scatter_rows_double(Z, v.rows, R, v.pos_dev, v.own_len, sc.data(), U);
+  if (v.rows > 0) kernels::ops::wide_times(be_, Y, v.rows, C, V, R, Z);
+  kernels::ops::scatter_rows_double(be_, Z, v.rows, R, v.pos_dev, v.own_len, sc.data(), U);
   be_.synchronize();
   times.prod += t.seconds();
   // Y V / sigma is orthonormal up to rounding amplified by the Gram's condition; CholeskyQR2
@@ -228,7 +229,7 @@ int DenseStage<T>::update_subspace(const T* Y, const RowsView& v, int R, kernels
   // B = Y^T P summed over ranks (the sum's time is the caller's comm share).
   auto times_t_sum = [&](const double* P) {
     Timer t;
-    be_.wide_times_t(Y, v.rows, C, P, R, B);
+    kernels::ops::wide_times_t(be_, Y, v.rows, C, P, R, B);
     const double n0 = dnet_.seconds;
     dnet_.sum(B, CR);
     times.prod += t.seconds() - (dnet_.seconds - n0);
@@ -237,18 +238,18 @@ int DenseStage<T>::update_subspace(const T* Y, const RowsView& v, int R, kernels
   for (int s = 0; s < steps; ++s) {
     times_t_sum(P);
     Timer t;
-    if (v.rows > 0) be_.wide_times(Y, v.rows, C, B, R, Z);
+    if (v.rows > 0) kernels::ops::wide_times(be_, Y, v.rows, C, B, R, Z);
     double* Unew = ensure(unew_, std::max(own, U.size()));
-    be_.scatter_rows_double(Z, v.rows, R, v.pos_dev, v.own_len, nullptr, Unew);
+    kernels::ops::scatter_rows_double(be_, Z, v.rows, R, v.pos_dev, v.own_len, nullptr, Unew);
     be_.synchronize();
     times.prod += t.seconds();
     t.reset();
     added += orthonormalize(Unew, v.own_len, R, rnd);
     times.orth += t.seconds();
     // Change of the subspace: || Unew - U (U^T Unew) ||_F (no cancellation, unlike angles).
-    be_.inner_double(U.data(), Unew, v.own_len, R, M);
+    kernels::ops::inner_double(be_, U.data(), Unew, v.own_len, R, M);
     dnet_.sum(M, RR);
-    double change = be_.subspace_change(U.data(), Unew, M, v.own_len, R);
+    double change = kernels::ops::subspace_change(be_, U.data(), Unew, M, v.own_len, R);
     net_.sum(&change, 1);
     std::swap(U, unew_);
     P = present(v, R, U.data());
@@ -259,7 +260,7 @@ int DenseStage<T>::update_subspace(const T* Y, const RowsView& v, int R, kernels
   times_t_sum(P);
   Timer t;
   std::vector<double> H(RR), w(static_cast<std::size_t>(R)), Q(RR), Qd(RR);
-  be_.inner_double(B, B, C, R, M);
+  kernels::ops::inner_double(be_, B, B, C, R, M);
   be_.download_double(M, RR, H.data());
   linalg::symmetrize_lower(R, H.data());
   linalg::symmetric_eig(H.data(), R, w.data(), Q.data());
@@ -267,7 +268,7 @@ int DenseStage<T>::update_subspace(const T* Y, const RowsView& v, int R, kernels
     for (int j = 0; j < R; ++j)
       Qd[static_cast<std::size_t>(i) * R + j] = Q[static_cast<std::size_t>(i) * R + (R - 1 - j)];
   be_.upload_double(Qd.data(), RR, M);
-  be_.times_small_double(U.data(), v.own_len, R, M);
+  kernels::ops::times_small_double(be_, U.data(), v.own_len, R, M);
   be_.synchronize();
   times.eig += t.seconds();
   return added;
@@ -280,10 +281,10 @@ double DenseStage<T>::core(const T* Y, const RowsView& v, int R, const double* U
   const double* P = present(v, R, U);
   core_size_ = static_cast<std::size_t>(v.C) * static_cast<std::size_t>(R);
   double* G = ensure(core_, core_size_);
-  be_.wide_times_t(Y, v.rows, v.C, P, R, G);
+  kernels::ops::wide_times_t(be_, Y, v.rows, v.C, P, R, G);
   // Summed over ranks on the data communicator (NCCL on GPUs); only ||G||^2 comes back.
   dnet_.sum(G, core_size_);
-  const double norm2 = be_.sum_squares_double(G, core_size_);
+  const double norm2 = kernels::ops::sum_squares_double(be_, G, core_size_);
   times.core += t.seconds() - (dnet_.seconds - n0);
   return norm2;
 }
@@ -334,7 +335,7 @@ void TuckerFactors<T>::publish(int n, double* t_svd, double* t_comm) {
   const auto mine = static_cast<std::size_t>(len_[k]) * R;
   Timer t;
   if (c_.size() == 1) {  // the owned rows are the whole factor
-    be_.convert_from_double(own_[k].data(), mine, backend_[k].data());
+    kernels::ops::convert_from_double(be_, own_[k].data(), mine, backend_[k].data());
     be_.synchronize();
     *t_svd += t.seconds();
     stale_[k] = 1;
@@ -342,7 +343,7 @@ void TuckerFactors<T>::publish(int n, double* t_svd, double* t_comm) {
   }
   // The same values as gathering in double and converting: the conversion is per element.
   const auto blk = static_cast<std::size_t>(block_[k]) * R;
-  be_.convert_from_double(own_[k].data(), mine, send_.data());
+  kernels::ops::convert_from_double(be_, own_[k].data(), mine, send_.data());
   if (blk > mine) be_.fill(send_.data() + mine, blk - mine, T(0));
   *t_svd += t.seconds();
   t.reset();

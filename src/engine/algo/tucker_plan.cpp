@@ -45,7 +45,7 @@ struct Estimate {
 };
 
 /// wide_scratch(C): backend memory the wide products take for C columns
-/// (Backend::wide_scratch_bytes: float rows widened to double a chunk at a time).
+/// (ops::wide_scratch_bytes: float rows widened to double a chunk at a time).
 Estimate estimate_rank(const RankCounts& rc, const std::vector<std::uint64_t>& dims,
                        const std::vector<int>& ranks, std::size_t vsize, int P, SvdMethod svd,
                        const std::function<double(std::int64_t)>& wide_scratch) {

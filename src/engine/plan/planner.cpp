@@ -367,7 +367,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     const u64 cut = direct ? 0 : mul(s.n, static_cast<u64>(std::max(s.v, 4)));
     const u64 load_extra = std::max(load > s.coo ? load - s.coo : 0, cut);
     if (cuda) {
-      // Backend::prepare_stream_chunk sorts each chunk once the load is done: a permutation
+      // ops::prepare_stream_chunk sorts each chunk once the load is done: a permutation
       // and its scratch (16 bytes per nonzero of one chunk).
       const u64 sort = mul(static_cast<u64>(c.chunk), 16);
       c.parts.push_back({"load transients (read, distribute, cut), then the chunk sort",

@@ -15,7 +15,7 @@
 #include <climits>
 #include <string>
 
-#include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/runtime/detail.cuh"
 #include "util/log.hpp"
 
 namespace tessera::kernels::cuda {
@@ -58,7 +58,7 @@ __device__ double block_sum(double v, double* red) {
 
 /// W (R x R, column-major) = V^-1 by Cholesky, or V^+ by Jacobi when V is numerically
 /// singular, or 0 when V is not finite; V = the Hadamard product (in T, as
-/// Backend::hadamard) of the Grams in gs, symmetrised in double. Vd, L, Q: R x R doubles
+/// ops::hadamard) of the Grams in gs, symmetrised in double. Vd, L, Q: R x R doubles
 /// of work; ev: R. One block of kSolveThreads.
 /// Dynamic shared memory of normal_inverse_kernel: the Cholesky factor, and the solves'
 /// columns when 2 R^2 doubles fit kSmemSolveMaxR.

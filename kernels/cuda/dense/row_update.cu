@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/runtime/detail.cuh"
 
 namespace tessera::kernels::cuda {
 

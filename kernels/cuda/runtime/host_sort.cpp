@@ -11,7 +11,7 @@
 //   3. every thread scatters its block, in order, to its offsets.
 // Histograms take T * 2^16 entries (8 threads: 4 MiB). The result is the unique stable
 // order, independent of T.
-#include "kernels/cuda/host_sort.hpp"
+#include "kernels/cuda/runtime/host_sort.hpp"
 
 #include <algorithm>
 #include <cstring>

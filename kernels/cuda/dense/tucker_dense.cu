@@ -12,7 +12,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/runtime/detail.cuh"
 
 namespace tessera::kernels::cuda {
 

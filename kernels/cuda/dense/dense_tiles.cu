@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "kernels/cuda/dense_tiles.cuh"
+#include "kernels/cuda/dense/dense_tiles.cuh"
 
 namespace tessera::kernels::cuda {
 

@@ -12,19 +12,19 @@
 #include <sstream>
 #include <string>
 
-#include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/runtime/cuda_check.cuh"
+#include "kernels/cuda/runtime/memory.cuh"
 
 namespace tessera::kernels::cuda {
 
 /// Tracing is a diagnostic of the process, not of one backend: one process-wide switch,
 /// off at start, set by every CUDA backend's set_tuning from Tuning::trace (the last call
-/// wins; the drivers give every backend the same options). Defined in backend.cu.
+/// wins; the drivers give every backend the same options). Defined in trace.cu.
 void set_trace_enabled(bool on);
 /// Whether PhaseTrace prints (see set_trace_enabled).
 bool trace_enabled();
 /// The rank of this process as the MPI launcher exports it ("0" when none), for the trace
-/// lines. Defined in backend.cu.
+/// lines. Defined in trace.cu.
 const char* trace_rank_name();
 
 /// Phases of one operation: mark(name) closes the phase that began at the previous mark

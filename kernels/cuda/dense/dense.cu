@@ -11,8 +11,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels/cuda/dense_tiles.cuh"
-#include "kernels/cuda/detail.cuh"
+#include "kernels/cuda/dense/dense_tiles.cuh"
+#include "kernels/cuda/runtime/detail.cuh"
 
 namespace tessera::kernels::cuda {
 

@@ -1,0 +1,102 @@
+// The cpu backend's sparse operations (kernels/ops/mttkrp.hpp, ttmc.hpp, sptc.hpp): the
+// OpenMP CSF MTTKRP and TTMc on the handle's trees and the OpenMP SpTC, over the backend's
+// team. Memory tier 3 and the contraction paths the host backends lack run the reference
+// backend's host versions (kernels/reference/accumulate.cpp, sptc.cpp), whose inner
+// operations dispatch back to this backend.
+#include "kernels/cpu/backend.hpp"
+#include "kernels/ops/mttkrp.hpp"
+#include "kernels/ops/sptc.hpp"
+#include "kernels/ops/ttmc.hpp"
+#include "kernels/ttmc.hpp"
+#include "util/timer.hpp"
+
+namespace tessera::kernels::cpu {
+
+// ---- MTTKRP ----
+
+template <typename T>
+TESSERA_MTTKRP_OP(T) {
+  const auto& b = static_cast<const CpuBackend<T>&>(be);
+  const CpuTensor<T>& h = cpu_handle(x);
+  MttkrpOptions opt;
+  opt.threads = b.threads();
+  opt.isa = b.isa();
+  Timer t;
+  cpu::mttkrp(h.csf(), mode, factors, R, out, opt);
+  h.record_compute(t.seconds());
+}
+template <typename T>
+TESSERA_MTTKRP_ACCUMULATE_OP(T) {
+  reference::mttkrp_accumulate(be, chunk, mode, factors, R, out, sorted_mode);
+}
+template <typename T>
+TESSERA_PREPARE_STREAM_CHUNK_OP(T) {
+  return reference::prepare_stream_chunk(be, chunk);
+}
+template <typename T>
+TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP(T) {
+  return reference::stream_chunk_scratch_bytes(be, chunk_nnz);
+}
+template <typename T>
+TESSERA_TAKE_ACCUMULATE_TIMES_OP(T) {
+  return reference::take_accumulate_times(be);
+}
+
+// ---- TTMc, on the CSF trees the handle keeps for MTTKRP (a borrowing plan, O(order)) ----
+
+template <typename T>
+TESSERA_TTMC_ROWS_OP(T) {
+  const auto& b = static_cast<const CpuBackend<T>&>(be);
+  return cpu::ttmc_rows(TtmcPlan<T>(cpu_handle(x).csf(), b.threads()), mode);
+}
+template <typename T>
+TESSERA_TTMC_SCRATCH_BYTES_OP(T) {
+  const auto& b = static_cast<const CpuBackend<T>&>(be);
+  return cpu::ttmc_scratch_bytes(TtmcPlan<T>(cpu_handle(x).csf(), b.threads()), mode, ranks);
+}
+template <typename T>
+TESSERA_TTMC_OP(T) {
+  const auto& b = static_cast<const CpuBackend<T>&>(be);
+  const CpuTensor<T>& h = cpu_handle(x);
+  Timer t;
+  cpu::ttmc_into(TtmcPlan<T>(h.csf(), b.threads()), mode, factors, ranks, out);
+  h.record_compute(t.seconds());
+}
+
+// ---- SpTC ----
+
+template <typename T>
+TESSERA_CONTRACT_PLAN_OP(T) {
+  const auto& b = static_cast<const CpuBackend<T>&>(be);
+  ContractOptions o;
+  o.threads = b.threads();
+  return cpu::plan_contract(x, y, spec, o);
+}
+template <typename T>
+TESSERA_CONTRACT_OP(T) {
+  (void)be;
+  return cpu::contract(plan, stats);
+}
+template <typename T>
+TESSERA_CONTRACT_INTO_OP(T) {
+  return reference::contract_into(be, plan, stats, sink);
+}
+template <typename T>
+TESSERA_CONTRACT_ROUTE_OP(T) {
+  return reference::contract_route(be, x, y, spec, ranks);
+}
+
+TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ACCUMULATE_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_PREPARE_STREAM_CHUNK_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_TAKE_ACCUMULATE_TIMES_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_TTMC_ROWS_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_TTMC_SCRATCH_BYTES_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_TTMC_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_PLAN_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_INTO_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_ROUTE_OP);
+
+}  // namespace tessera::kernels::cpu

@@ -1,0 +1,140 @@
+// The cuda:: definitions of Tucker's dense operations (kernels/ops/tucker_dense.hpp): on
+// the executor's context (runtime/backend.cuh); the work is in tucker_dense.cu and, for the
+// wide products and row sums, dense.cu.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/runtime/backend.cuh"
+#include "kernels/ops/tucker_dense.hpp"
+
+namespace tessera::kernels::cuda {
+
+template <typename T>
+TESSERA_WIDE_GRAM_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::wide_gram(ctx, Y, rows, C, S);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_WIDE_GRAM_OP);
+
+template <typename T>
+TESSERA_WIDE_TIMES_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::wide_times(ctx, Y, rows, C, W, R, Z);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_WIDE_TIMES_OP);
+
+template <typename T>
+TESSERA_WIDE_TIMES_T_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::wide_times_t(ctx, Y, rows, C, P, R, B);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_WIDE_TIMES_T_OP);
+
+template <typename T>
+TESSERA_SYMMETRIC_EIG_TOP_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::symmetric_eig_top(ctx, S, n, k, w_host, V);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_SYMMETRIC_EIG_TOP_OP);
+
+template <typename T>
+TESSERA_WIDE_SCRATCH_BYTES_OP(T) {
+  (void)be;
+  return cuda::wide_scratch_bytes(C, sizeof(T));
+}
+TESSERA_INSTANTIATE_OP(TESSERA_WIDE_SCRATCH_BYTES_OP);
+
+template <typename T>
+TESSERA_GATHER_ROWS_DOUBLE_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::gather_rows_double(ctx, U, R, pos, rows, P);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_GATHER_ROWS_DOUBLE_OP);
+
+template <typename T>
+TESSERA_SCATTER_ROWS_DOUBLE_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::scatter_rows_double(ctx, Z, rows, R, pos, len, host_scale, U);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_SCATTER_ROWS_DOUBLE_OP);
+
+template <typename T>
+TESSERA_GRAM_DOUBLE_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::gram_double(ctx, U, rows, R, G);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_GRAM_DOUBLE_OP);
+
+template <typename T>
+TESSERA_INNER_DOUBLE_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::inner_double(ctx, A, B, rows, R, M);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_INNER_DOUBLE_OP);
+
+template <typename T>
+TESSERA_TIMES_SMALL_DOUBLE_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::times_small_double(ctx, U, rows, R, M);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_TIMES_SMALL_DOUBLE_OP);
+
+template <typename T>
+TESSERA_CHOLQR_STEP_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  return cuda::cholqr_step(ctx, U, rows, R, G, host_dev);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_CHOLQR_STEP_OP);
+
+template <typename T>
+TESSERA_SUBSPACE_CHANGE_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  return cuda::subspace_change(ctx, U, Unew, M, rows, R);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_SUBSPACE_CHANGE_OP);
+
+template <typename T>
+TESSERA_SUM_SQUARES_DOUBLE_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  return cuda::sum_squares_double(ctx, x, n);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_SUM_SQUARES_DOUBLE_OP);
+
+template <typename T>
+TESSERA_CONVERT_FROM_DOUBLE_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::convert_from_double<T>(ctx, src, n, dst);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_CONVERT_FROM_DOUBLE_OP);
+
+template <typename T>
+TESSERA_SUM_ROWS_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::sum_rows(ctx, src, ptr, row, C, dst);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_SUM_ROWS_OP);
+
+template <typename T>
+TESSERA_ADD_ROWS_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::add_rows(ctx, src, rows, C, dst_row, dst);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_ADD_ROWS_OP);
+
+}  // namespace tessera::kernels::cuda

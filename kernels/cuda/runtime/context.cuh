@@ -1,0 +1,96 @@
+// Internal to the CUDA backend: the per-backend context (device, blocking stream, cuBLAS
+// and cuSOLVER handles, scratch; defined in context.cu), the device guards and the grid
+// size of grid-stride loops.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cusolverDn.h>
+
+#include <cstdint>
+
+#include "kernels/backend.hpp"
+#include "kernels/cuda/runtime/cuda_check.cuh"
+#include "kernels/cuda/runtime/memory.cuh"
+
+namespace tessera::kernels::cuda {
+
+/// Everything a CudaBackend owns: the device it was created on, one (blocking) stream
+/// all its work is ordered on, cuBLAS and cuSOLVER handles bound to that stream, and
+/// grow-only scratch for the dense operations.
+struct Context {
+  Context();
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int device = 0;
+  Workload workload = Workload::mttkrp;  ///< of tensors prepared from now on (plan_modes)
+  /// The backend's kernel tuning options (Backend::set_tuning, already checked): layout
+  /// fields apply to tensors prepared from now on, kernel choices to every call.
+  Tuning tuning;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  cusolverDnHandle_t cusolver = nullptr;
+  DeviceMemory scratch;  ///< large pieces (row chunks, partial sums, solver workspace)
+  DeviceMemory small;    ///< R x R pieces that must outlive a workspace query
+  /// A CUDA graph is being captured from `stream` (dense/cp_device.cu): operations skip their
+  /// timing events, which a captured stream cannot give back.
+  bool capturing = false;
+
+  void sync() const { TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+};
+
+/// Makes `device` current for the lifetime of the guard and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    TESSERA_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != device) TESSERA_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = prev_ != device;
+  }
+  ~DeviceGuard() {
+    if (changed_) TESSERA_CUDA_CHECK_NOTHROW(cudaSetDevice(prev_));
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
+};
+
+/// Threads per block and a grid size for a grid-stride loop over n elements.
+inline constexpr int kBlock = 256;
+inline unsigned grid_for(std::int64_t n, std::int64_t max_blocks = 65536) {
+  std::int64_t b = (n + kBlock - 1) / kBlock;
+  if (b < 1) b = 1;
+  if (b > max_blocks) b = max_blocks;
+  return static_cast<unsigned>(b);
+}
+
+/// Like DeviceGuard, for destructors: failures are reported, not thrown.
+class DeviceGuardNoThrow {
+ public:
+  explicit DeviceGuardNoThrow(int device) noexcept {
+    if (cudaGetDevice(&prev_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (prev_ != device) {
+      TESSERA_CUDA_CHECK_NOTHROW(cudaSetDevice(device));
+      changed_ = true;
+    }
+  }
+  ~DeviceGuardNoThrow() {
+    if (changed_) TESSERA_CUDA_CHECK_NOTHROW(cudaSetDevice(prev_));
+  }
+  DeviceGuardNoThrow(const DeviceGuardNoThrow&) = delete;
+  DeviceGuardNoThrow& operator=(const DeviceGuardNoThrow&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
+};
+
+}  // namespace tessera::kernels::cuda

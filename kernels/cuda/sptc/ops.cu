@@ -1,0 +1,41 @@
+// The cuda:: definitions of the SpTC operations (kernels/ops/sptc.hpp): on the executor's
+// context (runtime/backend.cuh); the work is in plan.cu and route.cu.
+#include <memory>
+
+#include "kernels/cuda/runtime/backend.cuh"
+#include "kernels/ops/sptc.hpp"
+
+namespace tessera::kernels::cuda {
+
+template <typename T>
+TESSERA_CONTRACT_PLAN_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  return cuda::plan_contract(ctx, x, y, spec);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_PLAN_OP);
+
+template <typename T>
+TESSERA_CONTRACT_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  return cuda::contract(ctx, plan, stats);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_OP);
+
+template <typename T>
+TESSERA_CONTRACT_INTO_OP(T) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  return cuda::contract_into(ctx, plan, stats, sink);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_INTO_OP);
+
+// No DeviceGuard: the route's methods set the device themselves.
+template <typename T>
+TESSERA_CONTRACT_ROUTE_OP(T) {
+  return cuda::contract_route(executor(be).ctx(), x, y, spec, ranks);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_ROUTE_OP);
+
+}  // namespace tessera::kernels::cuda

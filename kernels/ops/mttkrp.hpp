@@ -1,0 +1,89 @@
+// MTTKRP operations (DESIGN §5): out = X_(mode) * KhatriRao(the other factors), on a prepared
+// handle (memory tiers 1-2; tier 3 through the handle's StreamedOps hooks) and on host chunks
+// streamed through the backend (tier 3). One declaration per operation, implemented by every
+// backend (kernels/ops/common.hpp).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kernels/ops/common.hpp"
+#include "kernels/ops/streamed.hpp"
+
+/// out (dims[mode] x R, row-major, overwritten) = X_(mode) * KhatriRao(other factors).
+/// factors[m] is dims[m] x R row-major in backend memory; factors[mode] is not read.
+#define TESSERA_MTTKRP_OP(T)                                      \
+  void mttkrp(Backend<T>& be, const TensorHandle<T>& x, int mode, \
+              const std::vector<const T*>& factors, int R, T* out)
+
+/// out (dims[mode] x R, row-major, backend memory) += the MTTKRP of `chunk`, a part of a
+/// tensor streamed through the backend (memory tier 3): its coordinates are global (dims =
+/// the whole tensor's, each below its dimension), in any order; factors as for mttkrp().
+/// Summing the calls over chunks that partition a tensor gives its mttkrp() to rounding.
+/// `chunk`'s host arrays are read only during the call: it returns once they have been read
+/// (the caller may refill them), and may return before the device has finished computing
+/// (later work of the backend, or synchronize(), is ordered after it). Host backends prepare
+/// the chunk, run mttkrp() into a scratch kept between calls (Backend::host_accumulate) and
+/// add it with add_rows(); the cuda backend copies the chunk from page-locked memory (see
+/// Backend::pin_host) on a copy stream while the previous chunk computes, sorts it on the
+/// device and accumulates into `out` (kernels/cuda/mttkrp/stream.cu); its device buffers (two
+/// chunk buffers and the sort's, kept between calls) hold pieces of at most 2^25 nonzeros,
+/// fewer when the memory budget asks (order 3 float: 72 bytes per nonzero). `sorted_mode` >= 0
+/// promises that the chunk's `sorted_mode` indices are non-decreasing (as prepare_stream_chunk
+/// leaves them), -1 promises nothing; the cuda backend then skips its sort for that mode (and
+/// fails the next call with an Error if the promise was false).
+#define TESSERA_MTTKRP_ACCUMULATE_OP(T)                                          \
+  void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode, \
+                         const std::vector<const T*>& factors, int R, T* out, int sorted_mode)
+
+/// Reorders a host chunk that will be streamed through mttkrp_accumulate many times (memory
+/// tier 2) into the order this backend computes fastest, once; returns the mode whose indices
+/// are then non-decreasing (pass it as mttkrp_accumulate's sorted_mode), or -1 when the chunk
+/// was left as it is (host backends). The cuda backend sorts by (i_m, i_{m+1}), m the mode
+/// with the most key bits, as tier 1 orders its copies; scratch: 24 bytes per nonzero
+/// (stream_chunk_scratch_bytes), released before it returns.
+#define TESSERA_PREPARE_STREAM_CHUNK_OP(T) \
+  int prepare_stream_chunk(Backend<T>& be, SparseTensor<T>& chunk)
+
+/// Host bytes prepare_stream_chunk holds at its peak besides the chunk (0: none).
+#define TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP(T) \
+  std::size_t stream_chunk_scratch_bytes(const Backend<T>& be, nnz_t chunk_nnz)
+
+/// Seconds of the mttkrp_accumulate calls since the last take_accumulate_times() (or the
+/// backend's creation), which it resets; waits for those calls to finish.
+#define TESSERA_TAKE_ACCUMULATE_TIMES_OP(T) AccumulateTimes take_accumulate_times(Backend<T>& be)
+
+namespace tessera::kernels {
+
+TESSERA_DECLARE_OP(TESSERA_MTTKRP_OP)
+TESSERA_DECLARE_OP(TESSERA_MTTKRP_ACCUMULATE_OP)
+TESSERA_DECLARE_OP(TESSERA_PREPARE_STREAM_CHUNK_OP)
+TESSERA_DECLARE_OP(TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP)
+TESSERA_DECLARE_OP(TESSERA_TAKE_ACCUMULATE_TIMES_OP)
+
+namespace ops {
+
+template <typename T>
+inline TESSERA_MTTKRP_OP(T) {
+  if (const StreamedOps<T>* s = x.streamed()) return s->mttkrp(be, mode, factors, R, out);
+  TESSERA_DISPATCH(be, mttkrp, x, mode, factors, R, out);
+}
+template <typename T>
+inline TESSERA_MTTKRP_ACCUMULATE_OP(T) {
+  TESSERA_DISPATCH(be, mttkrp_accumulate, chunk, mode, factors, R, out, sorted_mode);
+}
+template <typename T>
+inline TESSERA_PREPARE_STREAM_CHUNK_OP(T) {
+  TESSERA_DISPATCH(be, prepare_stream_chunk, chunk);
+}
+template <typename T>
+inline TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP(T) {
+  TESSERA_DISPATCH(be, stream_chunk_scratch_bytes, chunk_nnz);
+}
+template <typename T>
+inline TESSERA_TAKE_ACCUMULATE_TIMES_OP(T) {
+  TESSERA_DISPATCH(be, take_accumulate_times);
+}
+
+}  // namespace ops
+}  // namespace tessera::kernels
