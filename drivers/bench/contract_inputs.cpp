@@ -10,17 +10,31 @@
 
 namespace tessera::driver::bench {
 
+namespace {
+
+/// Rank `rank` of P's share of `nnz` generated nonzeros, ids [first, first + n) of an even
+/// split: a tensor of these dims with room for its n nonzeros.
+template <typename T>
+SparseTensor<T> share_tensor(const std::vector<std::uint64_t>& dims, std::uint64_t nnz, int rank,
+                             int P, std::uint64_t& first) {
+  first = static_cast<std::uint64_t>(static_cast<unsigned __int128>(nnz) * rank / P);
+  const auto end = static_cast<std::uint64_t>(static_cast<unsigned __int128>(nnz) * (rank + 1) / P);
+  SparseTensor<T> t(dims);
+  for (auto& v : t.idx) v.resize(static_cast<std::size_t>(end - first));
+  t.vals.resize(static_cast<std::size_t>(end - first));
+  return t;
+}
+
+}  // namespace
+
 template <typename T>
 SparseTensor<T> generate_share(const std::string& sub, const std::map<char, std::uint64_t>& len,
                                std::uint64_t nnz, std::uint64_t seed, int rank, int P) {
   std::vector<std::uint64_t> dims;
   for (char c : sub) dims.push_back(len.at(c));
-  const auto lo = static_cast<std::uint64_t>(static_cast<unsigned __int128>(nnz) * rank / P);
-  const auto hi = static_cast<std::uint64_t>(static_cast<unsigned __int128>(nnz) * (rank + 1) / P);
-  SparseTensor<T> t(dims);
-  const auto n = static_cast<std::int64_t>(hi - lo);
-  for (auto& v : t.idx) v.resize(static_cast<std::size_t>(n));
-  t.vals.resize(static_cast<std::size_t>(n));
+  std::uint64_t lo = 0;
+  SparseTensor<T> t = share_tensor<T>(dims, nnz, rank, P, lo);
+  const auto n = static_cast<std::int64_t>(t.vals.size());
   const int N = static_cast<int>(dims.size());
 #pragma omp parallel for schedule(static)
   for (std::int64_t k = 0; k < n; ++k) {
@@ -59,12 +73,9 @@ SparseTensor<T> generate_blocky_share(const std::string& sub,
                  static_cast<long long>(std::min<std::uint64_t>(ncell, 1ull << 62))));
   std::uint64_t mult = (0x9E3779B97F4A7C15ull % ncell) | 1u;
   while (std::gcd(mult, ncell) != 1) mult += 2;
-  const auto lo = static_cast<std::uint64_t>(static_cast<u128>(nnz) * rank / P);
-  const auto hi = static_cast<std::uint64_t>(static_cast<u128>(nnz) * (rank + 1) / P);
-  SparseTensor<T> t(dims);
-  const auto n = static_cast<std::int64_t>(hi - lo);
-  for (auto& v : t.idx) v.resize(static_cast<std::size_t>(n));
-  t.vals.resize(static_cast<std::size_t>(n));
+  std::uint64_t lo = 0;
+  SparseTensor<T> t = share_tensor<T>(dims, nnz, rank, P, lo);
+  const auto n = static_cast<std::int64_t>(t.vals.size());
   const int N = static_cast<int>(dims.size());
 #pragma omp parallel for schedule(static)
   for (std::int64_t k = 0; k < n; ++k) {
