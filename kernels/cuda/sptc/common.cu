@@ -58,25 +58,11 @@ __global__ void spill_keys_kernel(i64 ps, const i64* soff, i64 ns, const u32* sr
                                   sptc::RowsView v, u64* key, double* val) {
   for (i64 k = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; k < ps;
        k += static_cast<i64>(gridDim.x) * blockDim.x) {
-    i64 lo = 0, hi = ns - 1;
-    while (lo < hi) {
-      const i64 mid = (lo + hi + 1) / 2;
-      if (soff[mid] <= k)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const u32 r = srows[lo];
-    const i64 p = v.rowp[r] + (k - soff[lo]);
-    i64 xl = v.rowstart[r], xh = static_cast<i64>(v.rowstart[r + 1]) - 1;
-    while (xl < xh) {
-      const i64 mid = (xl + xh + 1) / 2;
-      if (v.mx_off[mid] <= p)
-        xl = mid;
-      else
-        xh = mid - 1;
-    }
-    const u32 x = static_cast<u32>(xl);
+    const i64 s = last_at_most(soff, 0, ns - 1, k);
+    const u32 r = srows[s];
+    const i64 p = v.rowp[r] + (k - soff[s]);
+    const u32 x = static_cast<u32>(
+        last_at_most(v.mx_off, v.rowstart[r], static_cast<i64>(v.rowstart[r + 1]) - 1, p));
     const i64 q = static_cast<i64>(v.mx_first[x]) + (p - v.mx_off[x]);
     key[k] = static_cast<u64>(r) * static_cast<u64>(v.ncols) + v.ysc[q];
     if (val) val[k] = on_tc(v, x, q) ? 0.0 : v.mx_val[x] * v.ysv[q];

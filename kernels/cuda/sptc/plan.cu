@@ -77,24 +77,9 @@ __global__ void x_ranges_kernel(i64 nx, KeyMap m, const u64* ykey, i64 ny, index
   for (i64 k = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; k < nx;
        k += static_cast<i64>(gridDim.x) * blockDim.x) {
     const u64 key = pack(m, k);
-    i64 lo = 0, hi = ny;
-    while (lo < hi) {  // first key >= key
-      const i64 mid = (lo + hi) / 2;
-      if (ykey[mid] < key)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    i64 lo2 = lo, hi2 = ny;
-    while (lo2 < hi2) {  // first key > key
-      const i64 mid = (lo2 + hi2) / 2;
-      if (ykey[mid] <= key)
-        lo2 = mid + 1;
-      else
-        hi2 = mid;
-    }
+    const i64 lo = lower_bound(ykey, 0, ny, key), hi = upper_bound(ykey, lo, ny, key);
     first[k] = static_cast<index_t>(lo);
-    cnt[k] = lo2 - lo;
+    cnt[k] = hi - lo;
   }
 }
 
@@ -106,15 +91,7 @@ __global__ void products_kernel(i64 total, const i64* off, i64 nx, const index_t
                                 double* val) {
   for (i64 p = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; p < total;
        p += static_cast<i64>(gridDim.x) * blockDim.x) {
-    i64 lo = 0, hi = nx;
-    while (lo < hi) {
-      const i64 mid = (lo + hi) / 2;
-      if (off[mid] <= p)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    const i64 i = lo - 1;
+    const i64 i = upper_bound(off, 0, nx, p) - 1;
     const i64 j = yperm[static_cast<i64>(first[i]) + (p - off[i])];
     u64 k = 0;
     for (int o = 0; o < m.n; ++o) k = k * m.dim[o] + m.col[o][m.from_y[o] ? j : i];
