@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cub/device/device_reduce.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cuda/std/functional>
 #include <exception>
 #include <memory>
@@ -174,6 +175,13 @@ void copy_parallel(int device, const std::vector<Copy>& copies, std::size_t thre
 /// Sums the runs of equal keys of n sorted pairs (k.Current(), v.Current()) into the
 /// other buffers of k and v (cub ReduceByKey; nruns: one device i64, temporaries in tmp).
 /// Returns the number of runs; the sums are k.Alternate(), v.Alternate().
+void exclusive_sum(Context& ctx, DeviceMemory& tmp, const i64* in, i64* out, i64 n) {
+  std::size_t bytes = 0;
+  TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, n, ctx.stream));
+  alloc(tmp, bytes, "SpTC scan temporaries");
+  TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp.get(), bytes, in, out, n, ctx.stream));
+}
+
 i64 sum_runs(Context& ctx, DeviceMemory& tmp, cub::DoubleBuffer<u64>& k,
              cub::DoubleBuffer<double>& v, i64 n, i64* nruns) {
   std::size_t bytes = 0;

@@ -174,6 +174,10 @@ void radix_sort_pairs(Context& ctx, DeviceMemory& tmp, cub::DoubleBuffer<K>& k,
       cub::DeviceRadixSort::SortPairs(tmp.get(), bytes, k, v, n, 0, bits, ctx.stream));
 }
 
+/// out[i] = in[0] + ... + in[i - 1] for i < n (cub exclusive scan, stream ctx.stream,
+/// temporaries grown in tmp).
+void exclusive_sum(Context& ctx, DeviceMemory& tmp, const i64* in, i64* out, i64 n);
+
 /// Sums the runs of equal keys of n sorted pairs (k.Current(), v.Current()) into the
 /// other buffers of k and v (cub ReduceByKey; nruns: one device i64, temporaries in tmp).
 /// Returns the number of runs; the sums are k.Alternate(), v.Alternate().
