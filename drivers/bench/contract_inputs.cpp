@@ -10,30 +10,45 @@
 
 namespace tessera::driver::bench {
 
-template <typename T>
-SparseTensor<T> generate_share(const std::string& sub, const std::map<char, std::uint64_t>& len,
-                               std::uint64_t nnz, std::uint64_t seed, int rank, int P) {
-  std::vector<std::uint64_t> dims;
-  for (char c : sub) dims.push_back(len.at(c));
+namespace {
+
+/// Rank `rank` of P's share of `nnz` generated nonzeros, the ids [lo, hi) of an even split:
+/// nonzero k is id lo + k, its coordinates set by coords(t.idx, k, id) and its value
+/// 0.5 + uniform01(hash of id) (in parallel over k).
+template <typename T, typename Coords>
+SparseTensor<T> generate_ids(const std::vector<std::uint64_t>& dims, std::uint64_t nnz,
+                             std::uint64_t seed, int rank, int P, Coords&& coords) {
   const auto lo = static_cast<std::uint64_t>(static_cast<unsigned __int128>(nnz) * rank / P);
   const auto hi = static_cast<std::uint64_t>(static_cast<unsigned __int128>(nnz) * (rank + 1) / P);
   SparseTensor<T> t(dims);
   const auto n = static_cast<std::int64_t>(hi - lo);
   for (auto& v : t.idx) v.resize(static_cast<std::size_t>(n));
   t.vals.resize(static_cast<std::size_t>(n));
-  const int N = static_cast<int>(dims.size());
 #pragma omp parallel for schedule(static)
   for (std::int64_t k = 0; k < n; ++k) {
     const std::uint64_t id = lo + static_cast<std::uint64_t>(k);
-    for (int m = 0; m < N; ++m) {
-      const std::uint64_t h = hash_keys(seed, id, static_cast<std::uint64_t>(m));
-      t.idx[static_cast<std::size_t>(m)][static_cast<std::size_t>(k)] = static_cast<index_t>(
-          (static_cast<unsigned __int128>(h) * dims[static_cast<std::size_t>(m)]) >> 64);
-    }
+    coords(t.idx, static_cast<std::size_t>(k), id);
     t.vals[static_cast<std::size_t>(k)] =
         static_cast<T>(0.5 + uniform01(hash_keys(seed, id, 0xFA1ull)));
   }
   return t;
+}
+
+}  // namespace
+
+template <typename T>
+SparseTensor<T> generate_share(const std::string& sub, const std::map<char, std::uint64_t>& len,
+                               std::uint64_t nnz, std::uint64_t seed, int rank, int P) {
+  std::vector<std::uint64_t> dims;
+  for (char c : sub) dims.push_back(len.at(c));
+  const int N = static_cast<int>(dims.size());
+  return generate_ids<T>(dims, nnz, seed, rank, P, [&](auto& idx, std::size_t k, std::uint64_t id) {
+    for (int m = 0; m < N; ++m) {
+      const std::uint64_t h = hash_keys(seed, id, static_cast<std::uint64_t>(m));
+      idx[static_cast<std::size_t>(m)][k] = static_cast<index_t>(
+          (static_cast<unsigned __int128>(h) * dims[static_cast<std::size_t>(m)]) >> 64);
+    }
+  });
 }
 
 template <typename T>
@@ -59,16 +74,8 @@ SparseTensor<T> generate_blocky_share(const std::string& sub,
                  static_cast<long long>(std::min<std::uint64_t>(ncell, 1ull << 62))));
   std::uint64_t mult = (0x9E3779B97F4A7C15ull % ncell) | 1u;
   while (std::gcd(mult, ncell) != 1) mult += 2;
-  const auto lo = static_cast<std::uint64_t>(static_cast<u128>(nnz) * rank / P);
-  const auto hi = static_cast<std::uint64_t>(static_cast<u128>(nnz) * (rank + 1) / P);
-  SparseTensor<T> t(dims);
-  const auto n = static_cast<std::int64_t>(hi - lo);
-  for (auto& v : t.idx) v.resize(static_cast<std::size_t>(n));
-  t.vals.resize(static_cast<std::size_t>(n));
   const int N = static_cast<int>(dims.size());
-#pragma omp parallel for schedule(static)
-  for (std::int64_t k = 0; k < n; ++k) {
-    const std::uint64_t id = lo + static_cast<std::uint64_t>(k);
+  return generate_ids<T>(dims, nnz, seed, rank, P, [&](auto& idx, std::size_t k, std::uint64_t id) {
     const std::uint64_t blk = id / per_block, j = id % per_block;
     std::uint64_t cell = static_cast<std::uint64_t>(
         (static_cast<u128>(mult) * j + hash_keys(seed, blk, 0xB10Cull) % ncell) % ncell);
@@ -78,12 +85,9 @@ SparseTensor<T> generate_blocky_share(const std::string& sub,
       cell /= ext[ms];
       const std::uint64_t origin =
           hash_keys(seed, blk, static_cast<std::uint64_t>(m) + 1) % nblk[ms] * ext[ms];
-      t.idx[ms][static_cast<std::size_t>(k)] = static_cast<index_t>(origin + off);
+      idx[ms][k] = static_cast<index_t>(origin + off);
     }
-    t.vals[static_cast<std::size_t>(k)] =
-        static_cast<T>(0.5 + uniform01(hash_keys(seed, id, 0xFA1ull)));
-  }
-  return t;
+  });
 }
 
 double generated_lengths(const kernels::ContractSpec& spec, const BenchContractArgs& a,

@@ -88,6 +88,20 @@ __device__ __forceinline__ void unstage_rows(const double* src, int nv, int R, T
 
 constexpr int kQuadEntries = kQuad * kQuad;
 
+/// acc[p][q] += a[p] * b[q] for the kQuad doubles at a and at b (two double2 each): the
+/// micro-tile step of gram_partial_kernel and times_w_kernel.
+__device__ __forceinline__ void fma_quad(const double2* a, const double2* b,
+                                         double (&acc)[kQuad][kQuad]) {
+  const double2 a01 = a[0], a23 = a[1];
+  const double2 b01 = b[0], b23 = b[1];
+  const double x[kQuad] = {a01.x, a01.y, a23.x, a23.y};
+  const double y[kQuad] = {b01.x, b01.y, b23.x, b23.y};
+#pragma unroll
+  for (int p = 0; p < kQuad; ++p)
+#pragma unroll
+    for (int q = 0; q < kQuad; ++q) acc[p][q] = fma(x[p], y[q], acc[p][q]);
+}
+
 /// Partial Gram sums of A (rows x R, row-major). Block (x, y) owns the lower micro-tiles
 /// x * tiles ... x * tiles + tiles - 1 of the R x R output and the row batches y,
 /// y + gridDim.y, ... Its threads form `groups` groups of `tiles`: thread lt of group g
@@ -120,14 +134,7 @@ __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
     if (active) {
       for (int r = g; r < nv; r += groups) {
         const double2* row = reinterpret_cast<const double2*>(smem + r * Rp);
-        const double2 a01 = row[2 * qi], a23 = row[2 * qi + 1];
-        const double2 b01 = row[2 * qj], b23 = row[2 * qj + 1];
-        const double a[kQuad] = {a01.x, a01.y, a23.x, a23.y};
-        const double c[kQuad] = {b01.x, b01.y, b23.x, b23.y};
-#pragma unroll
-        for (int p = 0; p < kQuad; ++p)
-#pragma unroll
-          for (int q = 0; q < kQuad; ++q) acc[p][q] = fma(a[p], c[q], acc[p][q]);
+        fma_quad(row + 2 * qi, row + 2 * qj, acc);
       }
     }
     __syncthreads();  // before the next batch is staged
@@ -229,18 +236,8 @@ __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
       const double* mk = sm + rq * kQuad;
       const double* wk = sw + cq * kQuad;
 #pragma unroll 2
-      for (int k = 0; k < R; ++k, mk += ld, wk += Rp) {
-        const double2 m01 = reinterpret_cast<const double2*>(mk)[0];
-        const double2 m23 = reinterpret_cast<const double2*>(mk)[1];
-        const double2 w01 = reinterpret_cast<const double2*>(wk)[0];
-        const double2 w23 = reinterpret_cast<const double2*>(wk)[1];
-        const double x[kQuad] = {m01.x, m01.y, m23.x, m23.y};
-        const double y[kQuad] = {w01.x, w01.y, w23.x, w23.y};
-#pragma unroll
-        for (int p = 0; p < kQuad; ++p)
-#pragma unroll
-          for (int q = 0; q < kQuad; ++q) acc[p][q] = fma(x[p], y[q], acc[p][q]);
-      }
+      for (int k = 0; k < R; ++k, mk += ld, wk += Rp)
+        fma_quad(reinterpret_cast<const double2*>(mk), reinterpret_cast<const double2*>(wk), acc);
     }
     __syncthreads();  // the whole batch has been read
     if (active) {

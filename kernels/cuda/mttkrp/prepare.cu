@@ -40,6 +40,15 @@ std::size_t automatic_budget(std::size_t free_b, std::size_t total_b) {
   return free_b > reserve ? free_b - reserve : 0;
 }
 
+/// The device memory a tensor may occupy (DESIGN §8), after trim_pool (memory a contraction
+/// left cached in the pool is free for the tensor): an explicit budget capped by the free
+/// memory, else automatic_budget. free_b, total_b: cudaMemGetInfo's.
+std::size_t tensor_limit(std::size_t budget, std::size_t& free_b, std::size_t& total_b) {
+  trim_pool();
+  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return budget == 0 ? automatic_budget(free_b, total_b) : std::min(budget, free_b);
+}
+
 /// Largest chunk (nonzeros) whose block fits in `bytes` (0 when not even one nonzero).
 template <typename T>
 std::size_t max_chunk_in(int order, std::size_t bytes) {
@@ -213,11 +222,8 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
 
   // The first tier the tensor fits in (DESIGN §8). An explicit budget is taken as given
   // (capped by the free memory); without one, a reserve is left for the factors.
-  trim_pool();  // memory a contraction left cached in the pool is free for the tensor
   std::size_t free_b = 0, total_b = 0;
-  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const std::size_t limit =
-      budget == 0 ? automatic_budget(free_b, total_b) : std::min(budget, free_b);
+  const std::size_t limit = tensor_limit(budget, free_b, total_b);
   const std::size_t tier1 = h->resident_bytes();
   if (tier1 <= limit) {
     // Sort on the device when its peak (copies + COO + sort temporaries) fits the same
@@ -288,11 +294,8 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
 
   // Tier 1 with the device sort, under the same limit and peak as prepare_tensor; the
   // COO is generated where the upload would have put it.
-  trim_pool();  // memory a contraction left cached in the pool is free for the tensor
   std::size_t free_b = 0, total_b = 0;
-  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const std::size_t limit =
-      budget == 0 ? automatic_budget(free_b, total_b) : std::min(budget, free_b);
+  const std::size_t limit = tensor_limit(budget, free_b, total_b);
   const std::size_t tier1 = h->resident_bytes();
   std::ostringstream why;
   if (tier1 > limit) {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cub/device/device_reduce.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cuda/std/functional>
 #include <exception>
 #include <memory>
@@ -58,25 +59,11 @@ __global__ void spill_keys_kernel(i64 ps, const i64* soff, i64 ns, const u32* sr
                                   sptc::RowsView v, u64* key, double* val) {
   for (i64 k = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; k < ps;
        k += static_cast<i64>(gridDim.x) * blockDim.x) {
-    i64 lo = 0, hi = ns - 1;
-    while (lo < hi) {
-      const i64 mid = (lo + hi + 1) / 2;
-      if (soff[mid] <= k)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const u32 r = srows[lo];
-    const i64 p = v.rowp[r] + (k - soff[lo]);
-    i64 xl = v.rowstart[r], xh = static_cast<i64>(v.rowstart[r + 1]) - 1;
-    while (xl < xh) {
-      const i64 mid = (xl + xh + 1) / 2;
-      if (v.mx_off[mid] <= p)
-        xl = mid;
-      else
-        xh = mid - 1;
-    }
-    const u32 x = static_cast<u32>(xl);
+    const i64 s = last_at_most(soff, 0, ns - 1, k);
+    const u32 r = srows[s];
+    const i64 p = v.rowp[r] + (k - soff[s]);
+    const u32 x = static_cast<u32>(
+        last_at_most(v.mx_off, v.rowstart[r], static_cast<i64>(v.rowstart[r + 1]) - 1, p));
     const i64 q = static_cast<i64>(v.mx_first[x]) + (p - v.mx_off[x]);
     key[k] = static_cast<u64>(r) * static_cast<u64>(v.ncols) + v.ysc[q];
     if (val) val[k] = on_tc(v, x, q) ? 0.0 : v.mx_val[x] * v.ysv[q];
@@ -188,6 +175,13 @@ void copy_parallel(int device, const std::vector<Copy>& copies, std::size_t thre
 /// Sums the runs of equal keys of n sorted pairs (k.Current(), v.Current()) into the
 /// other buffers of k and v (cub ReduceByKey; nruns: one device i64, temporaries in tmp).
 /// Returns the number of runs; the sums are k.Alternate(), v.Alternate().
+void exclusive_sum(Context& ctx, DeviceMemory& tmp, const i64* in, i64* out, i64 n) {
+  std::size_t bytes = 0;
+  TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, n, ctx.stream));
+  alloc(tmp, bytes, "SpTC scan temporaries");
+  TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp.get(), bytes, in, out, n, ctx.stream));
+}
+
 i64 sum_runs(Context& ctx, DeviceMemory& tmp, cub::DoubleBuffer<u64>& k,
              cub::DoubleBuffer<double>& v, i64 n, i64* nruns) {
   std::size_t bytes = 0;

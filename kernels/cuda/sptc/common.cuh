@@ -43,6 +43,45 @@ __device__ __forceinline__ u64 pack(const KeyMap& m, i64 k) {
   return key;
 }
 
+/// First i in [lo, hi) with keys[i] >= key, hi where none (keys ascending).
+template <typename K>
+__device__ __forceinline__ i64 lower_bound(const K* keys, i64 lo, i64 hi, K key) {
+  while (lo < hi) {
+    const i64 mid = (lo + hi) / 2;
+    if (keys[mid] < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/// First i in [lo, hi) with keys[i] > key, hi where none (keys ascending).
+template <typename K>
+__device__ __forceinline__ i64 upper_bound(const K* keys, i64 lo, i64 hi, K key) {
+  while (lo < hi) {
+    const i64 mid = (lo + hi) / 2;
+    if (keys[mid] <= key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/// Last i in [lo, hi] with off[i] <= v, lo where none (off ascending): the row, or the
+/// matched X, that holds position v of offsets off.
+__device__ __forceinline__ i64 last_at_most(const i64* off, i64 lo, i64 hi, i64 v) {
+  while (lo < hi) {
+    const i64 mid = (lo + hi + 1) / 2;
+    if (off[mid] <= v)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 /// keep_flags_kernel and scatter_kernel: the rows run's assembly and the sort path's.
 template <typename T>
 __global__ void keep_flags_kernel(i64 n, const double* sum, i64* flag) {
@@ -134,6 +173,10 @@ void radix_sort_pairs(Context& ctx, DeviceMemory& tmp, cub::DoubleBuffer<K>& k,
   TESSERA_CUDA_CHECK(
       cub::DeviceRadixSort::SortPairs(tmp.get(), bytes, k, v, n, 0, bits, ctx.stream));
 }
+
+/// out[i] = in[0] + ... + in[i - 1] for i < n (cub exclusive scan, stream ctx.stream,
+/// temporaries grown in tmp).
+void exclusive_sum(Context& ctx, DeviceMemory& tmp, const i64* in, i64* out, i64 n);
 
 /// Sums the runs of equal keys of n sorted pairs (k.Current(), v.Current()) into the
 /// other buffers of k and v (cub ReduceByKey; nruns: one device i64, temporaries in tmp).

@@ -84,25 +84,10 @@ __global__ void x_ranges_sorted_kernel(i64 nx, KeyMap m, const index_t* xperm, c
   for (i64 s = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; s < nx;
        s += static_cast<i64>(gridDim.x) * blockDim.x) {
     const u64 key = pack(m, xperm[s]);
-    i64 lo = 0, hi = ny;
-    while (lo < hi) {
-      const i64 mid = (lo + hi) / 2;
-      if (ykey[mid] < key)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    i64 lo2 = lo, hi2 = ny;
-    while (lo2 < hi2) {
-      const i64 mid = (lo2 + hi2) / 2;
-      if (ykey[mid] <= key)
-        lo2 = mid + 1;
-      else
-        hi2 = mid;
-    }
+    const i64 lo = lower_bound(ykey, 0, ny, key), hi = upper_bound(ykey, lo, ny, key);
     first[s] = static_cast<u32>(lo);
-    cnt[s] = lo2 - lo;
-    mflag[s] = lo2 > lo ? 1 : 0;
+    cnt[s] = hi - lo;
+    mflag[s] = hi > lo ? 1 : 0;
   }
 }
 

@@ -77,24 +77,9 @@ __global__ void x_ranges_kernel(i64 nx, KeyMap m, const u64* ykey, i64 ny, index
   for (i64 k = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; k < nx;
        k += static_cast<i64>(gridDim.x) * blockDim.x) {
     const u64 key = pack(m, k);
-    i64 lo = 0, hi = ny;
-    while (lo < hi) {  // first key >= key
-      const i64 mid = (lo + hi) / 2;
-      if (ykey[mid] < key)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    i64 lo2 = lo, hi2 = ny;
-    while (lo2 < hi2) {  // first key > key
-      const i64 mid = (lo2 + hi2) / 2;
-      if (ykey[mid] <= key)
-        lo2 = mid + 1;
-      else
-        hi2 = mid;
-    }
+    const i64 lo = lower_bound(ykey, 0, ny, key), hi = upper_bound(ykey, lo, ny, key);
     first[k] = static_cast<index_t>(lo);
-    cnt[k] = lo2 - lo;
+    cnt[k] = hi - lo;
   }
 }
 
@@ -106,15 +91,7 @@ __global__ void products_kernel(i64 total, const i64* off, i64 nx, const index_t
                                 double* val) {
   for (i64 p = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; p < total;
        p += static_cast<i64>(gridDim.x) * blockDim.x) {
-    i64 lo = 0, hi = nx;
-    while (lo < hi) {
-      const i64 mid = (lo + hi) / 2;
-      if (off[mid] <= p)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    const i64 i = lo - 1;
+    const i64 i = upper_bound(off, 0, nx, p) - 1;
     const i64 j = yperm[static_cast<i64>(first[i]) + (p - off[i])];
     u64 k = 0;
     for (int o = 0; o < m.n; ++o) k = k * m.dim[o] + m.col[o][m.from_y[o] ? j : i];
@@ -224,13 +201,8 @@ class CudaContractPlan final : public ContractPlan<T> {
       launch_y_keys(ctx_.stream, ny_, yk, ptr<u64>(k0), ptr<index_t>(p0));
       cub::DoubleBuffer<u64> keys(ptr<u64>(k0), ptr<u64>(k1));
       cub::DoubleBuffer<index_t> perm(ptr<index_t>(p0), ptr<index_t>(yperm_));
-      std::size_t tmp_bytes = 0;
-      TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, tmp_bytes, keys, perm, ny_, 0,
-                                                         kbits_, ctx_.stream));
       DeviceMemory tmp;
-      alloc(tmp, tmp_bytes, "SpTC sort temporaries");
-      TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp.get(), tmp_bytes, keys, perm, ny_, 0,
-                                                         kbits_, ctx_.stream));
+      radix_sort_pairs(ctx_, tmp, keys, perm, ny_, kbits_);
       if (perm.Current() != ptr<index_t>(yperm_)) yperm_ = std::move(p0);
       const u64* ykey = keys.Current();
       // X's ranges and the scan of their lengths.
@@ -241,12 +213,7 @@ class CudaContractPlan final : public ContractPlan<T> {
       x_ranges_kernel<<<grid_for(nx_), kBlock, 0, ctx_.stream>>>(
           nx_, xk, ykey, ny_, ptr<index_t>(xfirst_), ptr<i64>(cnt));
       TESSERA_CUDA_CHECK(cudaGetLastError());
-      std::size_t scan_bytes = 0;
-      TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, ptr<i64>(cnt),
-                                                       ptr<i64>(xoff_), nx_, ctx_.stream));
-      alloc(tmp, scan_bytes, "SpTC scan temporaries");
-      TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp.get(), scan_bytes, ptr<i64>(cnt),
-                                                       ptr<i64>(xoff_), nx_, ctx_.stream));
+      exclusive_sum(ctx_, tmp, ptr<i64>(cnt), ptr<i64>(xoff_), nx_);
       const i64 last_off = download_one(ctx_, ptr<i64>(xoff_) + (nx_ - 1));
       const i64 last_cnt = download_one(ctx_, ptr<i64>(cnt) + (nx_ - 1));
       products_ = last_off + last_cnt;
@@ -404,12 +371,7 @@ SparseTensor<T> CudaContractPlan<T>::run(ContractStats* stats, ContractSink<T>* 
   alloc(pos, Es * sizeof(i64), "SpTC positions");
   keep_flags_kernel<T><<<grid_for(E), kBlock, 0, ctx_.stream>>>(E, usum, ptr<i64>(flag));
   TESSERA_CUDA_CHECK(cudaGetLastError());
-  std::size_t scan_bytes = 0;
-  TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, ptr<i64>(flag),
-                                                   ptr<i64>(pos), E, ctx_.stream));
-  alloc(tmp, scan_bytes, "SpTC scan temporaries");
-  TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp.get(), scan_bytes, ptr<i64>(flag),
-                                                   ptr<i64>(pos), E, ctx_.stream));
+  exclusive_sum(ctx_, tmp, ptr<i64>(flag), ptr<i64>(pos), E);
   const i64 nnz =
       download_one(ctx_, ptr<i64>(pos) + (E - 1)) + download_one(ctx_, ptr<i64>(flag) + (E - 1));
   alloc(cols, Es * static_cast<std::size_t>(N) * sizeof(index_t), "SpTC output");

@@ -46,15 +46,7 @@ __global__ void route_owner_kernel(i64 n, ColPtrs m, unsigned P, unsigned* dest,
 __global__ void route_bounds_kernel(const unsigned* sorted, i64 n, unsigned P, i64* first) {
   const unsigned p = blockIdx.x * blockDim.x + threadIdx.x;
   if (p > P) return;
-  i64 lo = 0, hi = n;
-  while (lo < hi) {
-    const i64 mid = (lo + hi) / 2;
-    if (sorted[mid] < p)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  first[p] = lo;
+  first[p] = lower_bound(sorted, 0, n, p);
 }
 
 template <typename U>

@@ -47,19 +47,6 @@ struct OutGather {
   const u32* colrep = nullptr;
 };
 
-/// Row of entry e: the last r < nrows with rowoff[r] <= e.
-__device__ __forceinline__ i64 row_of_entry(const i64* rowoff, i64 nrows, i64 e) {
-  i64 lo = 0, hi = nrows - 1;
-  while (lo < hi) {
-    const i64 mid = (lo + hi + 1) / 2;
-    if (rowoff[mid] <= e)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 /// Kept entry e (flag) to position pos[e]: coordinates (column o at cols + o * stride) and
 /// the value rounded to T.
 template <typename T>
@@ -70,7 +57,7 @@ __global__ void rows_out_kernel(i64 E, const i64* rowoff, i64 nrows, const u32* 
        e += static_cast<i64>(gridDim.x) * blockDim.x) {
     if (!flag[e]) continue;
     const i64 q = pos[e];
-    const i64 r = row_of_entry(rowoff, nrows, e);
+    const i64 r = last_at_most(rowoff, 0, nrows - 1, e);
     const u32 xi = g.rowrep[r], yj = g.colrep[ecol[e]];
     for (int o = 0; o < g.n; ++o) cols[o * stride + q] = g.col[o][g.from_y[o] ? yj : xi];
     vals[q] = static_cast<T>(eval[e]);
@@ -85,7 +72,7 @@ __global__ void rows_outkey_kernel(i64 E, const i64* rowoff, i64 nrows, const u3
        e += static_cast<i64>(gridDim.x) * blockDim.x) {
     if (!flag[e]) continue;
     const i64 q = pos[e];
-    const i64 r = row_of_entry(rowoff, nrows, e);
+    const i64 r = last_at_most(rowoff, 0, nrows - 1, e);
     const u32 xi = g.rowrep[r], yj = g.colrep[ecol[e]];
     u64 k = 0;
     for (int o = 0; o < g.n; ++o) k = k * g.dim[o] + g.col[o][g.from_y[o] ? yj : xi];

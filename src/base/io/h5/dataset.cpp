@@ -88,6 +88,15 @@ bool empty(hid_t dset) {
   return sp.valid() && H5Sget_simple_extent_npoints(sp) == 0;
 }
 
+/// read_range's and write_range's spaces: dset's file space with [first, first + count)
+/// selected (fs) and a memory space of count elements (ms); false where HDF5 fails.
+bool select_range(hid_t dset, hsize_t first, hsize_t count, Handle& fs, Handle& ms) {
+  fs = space(H5Dget_space(dset));
+  ms = space(H5Screate_simple(1, &count, nullptr));
+  return fs.valid() && ms.valid() &&
+         H5Sselect_hyperslab(fs, H5S_SELECT_SET, &first, nullptr, &count, nullptr) >= 0;
+}
+
 }  // namespace
 
 void read_all(hid_t dset, hid_t mem_type, void* out, const std::string& name,
@@ -104,21 +113,15 @@ void write_all(hid_t dset, hid_t mem_type, const void* in, const std::string& na
 
 herr_t read_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, void* out) {
   if (count == 0) return 0;
-  const Handle fs = space(H5Dget_space(dset));
-  const Handle ms = space(H5Screate_simple(1, &count, nullptr));
-  if (!fs.valid() || !ms.valid() ||
-      H5Sselect_hyperslab(fs, H5S_SELECT_SET, &first, nullptr, &count, nullptr) < 0)
-    return -1;
+  Handle fs, ms;
+  if (!select_range(dset, first, count, fs, ms)) return -1;
   return H5Dread(dset, mem_type, ms, fs, H5P_DEFAULT, out);
 }
 
 herr_t write_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, const void* in) {
   if (count == 0) return 0;
-  const Handle fs = space(H5Dget_space(dset));
-  const Handle ms = space(H5Screate_simple(1, &count, nullptr));
-  if (!fs.valid() || !ms.valid() ||
-      H5Sselect_hyperslab(fs, H5S_SELECT_SET, &first, nullptr, &count, nullptr) < 0)
-    return -1;
+  Handle fs, ms;
+  if (!select_range(dset, first, count, fs, ms)) return -1;
   return H5Dwrite(dset, mem_type, ms, fs, H5P_DEFAULT, in);
 }
 
