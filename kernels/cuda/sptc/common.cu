@@ -1,6 +1,5 @@
 // Shared helpers of the CUDA SpTC (common.cuh): sizes, device allocation, copies, the
-// kernels more than one file launches, the row-side roles, and Backend::pin_host.
-#include <atomic>
+// kernels more than one file launches, and the row-side roles.
 #include <cstdio>
 #include <cub/device/device_reduce.cuh>
 #include <cub/device/device_scan.cuh>
@@ -11,7 +10,6 @@
 #include <thread>
 
 #include "kernels/cuda/sptc/common.cuh"
-#include "util/log.hpp"
 
 namespace tessera::kernels::cuda::sptc {
 
@@ -260,44 +258,3 @@ ContractSpec rows_roles(const ContractSpec& spec, bool* swapped) {
 }
 
 }  // namespace tessera::kernels::cuda::sptc
-
-namespace tessera::kernels::cuda {
-
-namespace {
-/// Registered with cudaHostRegisterPortable, so unregistering does not depend on the
-/// calling thread's current device; done on the registering device all the same.
-class RegisteredHost final : public HostPin {
- public:
-  RegisteredHost(void* p, int device) : p_(p), device_(device) {}
-  ~RegisteredHost() override {
-    DeviceGuardNoThrow g(device_);
-    TESSERA_CUDA_CHECK_NOTHROW(cudaHostUnregister(p_));
-  }
-  RegisteredHost(const RegisteredHost&) = delete;
-  RegisteredHost& operator=(const RegisteredHost&) = delete;
-
- private:
-  void* p_;
-  int device_;
-};
-}  // namespace
-
-std::unique_ptr<HostPin> pin_host(int device, const void* p, std::size_t bytes) {
-  if (p == nullptr || bytes == 0) return nullptr;
-  DeviceGuard g(device);
-  void* h = const_cast<void*>(p);
-  const cudaError_t e = cudaHostRegister(h, bytes, cudaHostRegisterPortable);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    // Already locked (the same range locked twice, or a page it shares with a locked
-    // neighbour): the copies are DMA anyway, nothing to say. Anything else: said once.
-    static std::atomic<bool> said{false};
-    if (e != cudaErrorHostMemoryAlreadyRegistered && !said.exchange(true))
-      log::info(std::string("cuda backend: page-locking host memory failed (") +
-                detail::cuda_error_text(e) + "); its copies stay staged by the driver");
-    return nullptr;
-  }
-  return std::make_unique<RegisteredHost>(h, device);
-}
-
-}  // namespace tessera::kernels::cuda
