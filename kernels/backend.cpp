@@ -83,6 +83,13 @@ void check(const Tuning& t) {
                                                                                 << ")");
   TESSERA_INPUT_CHECK(!std::isnan(t.sptc_tc_threshold),
                       "--tc-threshold must be a block density >= 0, or < 0 for the default");
+  TESSERA_INPUT_CHECK(one_of(t.tensor_cores, {"auto", "on", "off"}),
+                      "--tensor-cores must be auto, on or off (got '" << t.tensor_cores << "')");
+  TESSERA_INPUT_CHECK(
+      one_of(t.tc_precision, {"auto", "3xtf32", "tf32", "bf16", "fp64"}),
+      "--tc-precision must be auto, 3xtf32, tf32, bf16 or fp64 (got '" << t.tc_precision << "')");
+  TESSERA_INPUT_CHECK(t.tc_tile_density > 0 && t.tc_tile_density <= 1,
+                      "--tc-tile-density must be in (0, 1] (got " << t.tc_tile_density << ")");
   TESSERA_INPUT_CHECK(one_of(t.cpu_isa, {"auto", "base", "avx2", "avx512"}),
                       "--cpu-isa must be auto, base, avx2 or avx512 (got '" << t.cpu_isa << "')");
 }

@@ -61,6 +61,26 @@ class Array {
 template <typename T>
 class StreamedOps;  // kernels/ops/streamed.hpp
 
+/// The tensor-core split of one mode's MTTKRP (issue 18, docs/tensor-core-mttkrp.md): the
+/// nonzeros in dense 16 x 16 tiles (16 output rows x 16 rows of `tile_mode`, all other
+/// indices fixed) run on tensor cores, the rest on CUDA cores.
+struct TcSplit {
+  int mode = 0;
+  bool built = false;       ///< the mode has a hybrid layout
+  int tile_mode = -1;       ///< the tiles' second mode
+  std::uint64_t tiles = 0;  ///< dense tiles
+  std::uint64_t tile_nnz = 0;
+  double fraction = 0;           ///< tile_nnz / nnz
+  double padding = 0;            ///< zero slots / all slots of the tiles (1 - mean tile density)
+  std::size_t bytes = 0;         ///< device bytes of the tiles and the rest copy
+  double predicted_speedup = 0;  ///< the cost model's, at the last R asked (0: none asked)
+  bool used = false;             ///< the last MTTKRP of the mode ran the hybrid
+  std::string precision;         ///< of the last hybrid run
+  double tile_seconds = 0;       ///< last hybrid run: the tile kernel (device events)
+  double rest_seconds = 0;       ///< last hybrid run: the CUDA-core kernel on the rest
+  std::string why;               ///< why it is (not) built or (not) used
+};
+
 template <typename T>
 class TensorHandle {
  public:
@@ -111,6 +131,9 @@ class TensorHandle {
   /// algo::DiskTensor, algo::HostTensor): the ops:: dispatchers of the handle operations
   /// then run its hooks, which stream the nonzeros through the backend chunk by chunk.
   virtual const StreamedOps<T>* streamed() const { return nullptr; }
+  /// Per mode, the tensor-core split of the MTTKRP (empty: the backend has none). May wait
+  /// for the last MTTKRP to finish.
+  virtual std::vector<TcSplit> tc_split() const { return {}; }
 };
 
 using ::tessera::NormKind;

@@ -22,6 +22,15 @@ struct Tuning {
   /// Tile kernel of the plain and l2 layouts: auto (the register-blocked kernel where it
   /// supports the call, else classic) | blocked (same as auto) | classic.
   std::string mttkrp_kernel = "auto";
+  /// MTTKRP on tensor cores (hybrid layout, docs/tensor-core-mttkrp.md): auto (where the
+  /// cost model predicts a gain) | on (every mode with tiles) | off (CUDA cores only).
+  std::string tensor_cores = "auto";
+  /// Precision of the tensor-core tiles: auto (3xtf32 for float, fp64 for double) | 3xtf32 |
+  /// tf32 | bf16 (float tensors) | fp64 (double tensors).
+  std::string tc_precision = "auto";
+  /// Density (nonzeros / 256) at or above which a 16 x 16 tile of a mode's hybrid layout
+  /// goes to tensor cores, in (0, 1].
+  double tc_tile_density = 0.25;
   // ---- cuda TTMc ----
   /// auto (the tensor-core kernel where it applies) | cores (CUDA cores only).
   std::string ttmc_kernel = "auto";
