@@ -27,6 +27,14 @@ foreach(np 1 2)
   set_tests_properties(gpu_cp_np${np} PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 endforeach()
 
+# The tensor-core MTTKRP (hybrid layout, every precision) against an FP64 reference, its
+# policy and reports, and CP-ALS fits with tensor cores against CUDA cores (one GPU).
+tessera_test_executable(gpu_tc_mttkrp_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_tc_mttkrp.cpp
+  LIBS tessera::algo)
+tessera_add_mpi_test(gpu_tc_mttkrp gpu_tc_mttkrp_tests RANKS 1 LABELS gpu)
+set_tests_properties(gpu_tc_mttkrp_np1 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+
 # Memory tiers (DESIGN §8): tier 2 forced by small budgets against tier 1 and the
 # reference backend; CP-ALS in tier 1 and tier 2 (also at 2 ranks, one GPU each).
 tessera_test_executable(gpu_tier_tests

@@ -147,6 +147,45 @@ std::vector<std::uint64_t> CudaTensorHandle<T>::distinct_rows() const {
   return out;
 }
 
+template <typename T>
+std::vector<TcSplit> CudaTensorHandle<T>::tc_split() const {
+  std::vector<TcSplit> out;
+  for (int m = 0; m < order(); ++m) {
+    TcSplit s;
+    s.mode = m;
+    const auto mi = static_cast<std::size_t>(m);
+    const HybridMode<T>* hy = hybrid(m);
+    s.why = mi < hybrid_why_.size() ? hybrid_why_[mi] : hybrid_note_;
+    if (hy) {
+      s.built = true;
+      s.tile_mode = hy->tile_mode;
+      s.tiles = hy->tiles;
+      s.tile_nnz = hy->tile_nnz;
+      s.fraction = static_cast<double>(hy->tile_nnz) / static_cast<double>(nnz_);
+      s.padding = 1.0 - std::min(1.0, static_cast<double>(hy->tile_nnz) /
+                                          (256.0 * static_cast<double>(hy->tiles)));
+      s.bytes = hy->bytes();
+      s.predicted_speedup = hy->predicted;
+      s.used = hy->used;
+      if (!hy->why.empty()) s.why = hy->why;
+      if (hy->used) s.precision = tc_precision_name(hy->precision);
+      if (hy->used && hy->timed) {
+        DeviceGuard g(device_);
+        TESSERA_CUDA_CHECK(cudaEventSynchronize(hy->ev[2]));
+        float a = 0, b = 0;
+        TESSERA_CUDA_CHECK(cudaEventElapsedTime(&a, hy->ev[0], hy->ev[1]));
+        TESSERA_CUDA_CHECK(cudaEventElapsedTime(&b, hy->ev[1], hy->ev[2]));
+        s.rest_seconds = a * 1e-3;
+        s.tile_seconds = b * 1e-3;
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+template std::vector<TcSplit> CudaTensorHandle<float>::tc_split() const;
+template std::vector<TcSplit> CudaTensorHandle<double>::tc_split() const;
 template double CudaTensorHandle<float>::value_norm_squared() const;
 template double CudaTensorHandle<double>::value_norm_squared() const;
 template std::vector<std::uint64_t> CudaTensorHandle<float>::distinct_rows() const;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cuda/mttkrp/blocked.cuh"
+#include "kernels/cuda/mttkrp/hybrid.cuh"
 #include "kernels/cuda/mttkrp/internal.cuh"
 #include "kernels/cuda/runtime/detail.cuh"
 
@@ -90,6 +91,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
     // handle's device is current.
     if (recorded_events_ > 0) TESSERA_CUDA_CHECK_NOTHROW(cudaEventSynchronize(end_event()));
     streamed_.reset();
+    hybrid_.clear();
     copies_.clear();
     ttmc_maps_.clear();
     events_.clear();
@@ -102,6 +104,8 @@ class CudaTensorHandle final : public TensorHandle<T> {
     if (streamed_) return streamed_->device_bytes();
     std::size_t b = 0;
     for (const auto& c : copies_) b += c.bytes();
+    for (const auto& hy : hybrid_)
+      if (hy) b += hy->bytes();
     return b;
   }
   std::size_t mttkrp_stream_bytes(int mode) const override {
@@ -125,6 +129,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
           os << (m ? "," : "") << " mode " << m << " " << layout_name(plans_[m].layout)
              << (plans_[m].why.empty() ? "" : " (" + plans_[m].why + ")");
       }
+      describe_hybrid(os);
       describe_kernels(os);
       return os.str();
     }
@@ -197,6 +202,22 @@ class CudaTensorHandle final : public TensorHandle<T> {
   const ModePlan& plan(int mode) const { return plans_[static_cast<std::size_t>(mode)]; }
   ModePlan& plan(int mode) { return plans_[static_cast<std::size_t>(mode)]; }
   void set_plans(std::vector<ModePlan> p) { plans_ = std::move(p); }
+  // ---- tier 1: the tensor-core hybrid layout of each mode (hybrid.cuh) ----
+  /// Mode m's hybrid layout (null: none built).
+  const HybridMode<T>* hybrid(int m) const {
+    return static_cast<std::size_t>(m) < hybrid_.size() ? hybrid_[static_cast<std::size_t>(m)].get()
+                                                        : nullptr;
+  }
+  /// Sets mode m's hybrid layout (null: none) and the reason for describe() and tc_split().
+  void set_hybrid(int m, std::unique_ptr<HybridMode<T>> hy, std::string why) {
+    hybrid_.resize(dims_.size());
+    hybrid_why_.resize(dims_.size());
+    hybrid_[static_cast<std::size_t>(m)] = std::move(hy);
+    hybrid_why_[static_cast<std::size_t>(m)] = std::move(why);
+  }
+  /// Why the tensor has no hybrid layout at all (tier 2, --tensor-cores off).
+  void set_hybrid_note(std::string why) { hybrid_note_ = std::move(why); }
+  std::vector<TcSplit> tc_split() const override;
   double value_norm_squared() const override;
   /// The TTMc row map of `mode` (built on the first call, on ctx's stream).
   const TtmcRowMap& ttmc_map(Context& ctx, int mode) const;
@@ -260,6 +281,25 @@ class CudaTensorHandle final : public TensorHandle<T> {
 
   /// "; MTTKRP kernel ...": the selection rule (of the last MTTKRP, or of the backend at
   /// prepare time), and the kernel of the last MTTKRP per mode.
+  void describe_hybrid(std::ostream& os) const {
+    if (hybrid_.empty()) {
+      if (!hybrid_note_.empty()) os << "; tensor cores: " << hybrid_note_;
+      return;
+    }
+    os << "; tensor cores:";
+    for (std::size_t m = 0; m < hybrid_.size(); ++m) {
+      os << (m ? "," : "") << " mode " << m;
+      if (const auto* hy = hybrid_[m].get())
+        os << " " << hy->tiles << " tiles over mode " << hy->tile_mode << " ("
+           << 100.0 * static_cast<double>(hy->tile_nnz) / static_cast<double>(nnz_)
+           << "% of nonzeros, padding "
+           << 100.0 * (1.0 - std::min(1.0, static_cast<double>(hy->tile_nnz) /
+                                               (256.0 * static_cast<double>(hy->tiles))))
+           << "%)";
+      else
+        os << " none (" << hybrid_why_[m] << ")";
+    }
+  }
   void describe_kernels(std::ostream& os) const {
     os << "; MTTKRP kernel: " << kernel_selection_name(selection_)
        << " (blocked: " << blocked::supported_shapes<T>()
@@ -275,12 +315,15 @@ class CudaTensorHandle final : public TensorHandle<T> {
   std::vector<std::uint64_t> dims_;
   nnz_t nnz_;
   int device_;
-  mutable KernelSelection selection_;           ///< of the last MTTKRP (describe())
-  mutable std::vector<std::string> kernels_;    ///< per mode: kernel of the last MTTKRP
-  std::vector<DeviceMemory> copies_;            ///< tier 1
-  std::vector<ModePlan> plans_;                 ///< tier 1: layout per mode
-  std::string how_sorted_;                      ///< tier 1: device or host sort, time
-  std::unique_ptr<StreamedStore<T>> streamed_;  ///< tier 2
+  mutable KernelSelection selection_;                   ///< of the last MTTKRP (describe())
+  mutable std::vector<std::string> kernels_;            ///< per mode: kernel of the last MTTKRP
+  std::vector<DeviceMemory> copies_;                    ///< tier 1
+  std::vector<ModePlan> plans_;                         ///< tier 1: layout per mode
+  std::vector<std::unique_ptr<HybridMode<T>>> hybrid_;  ///< tier 1: tensor-core layouts
+  std::vector<std::string> hybrid_why_;                 ///< per mode, for tc_split()
+  std::string hybrid_note_;                             ///< no hybrid at all: why
+  std::string how_sorted_;                              ///< tier 1: device or host sort, time
+  std::unique_ptr<StreamedStore<T>> streamed_;          ///< tier 2
   cudaStream_t compute_stream_ = nullptr;
   mutable std::vector<TtmcRowMap> ttmc_maps_;  ///< per mode, built by ttmc_map
 

@@ -9,6 +9,9 @@
 //   tiles.cu        the classic and smem tile kernels and the launches of all three
 //   blocked.cuh     the register-blocked tile kernel (included by tiles.cu)
 //   stream.cu/.cuh  memory tier 3: ops::mttkrp_accumulate
+//   hybrid.cuh      the tensor-core hybrid layout of a mode (issue 18)
+//   hybrid_build.cu building it at prepare (tier 1)
+//   tc_tiles.cu     the tensor-core tile kernel and the cost model of --tensor-cores auto
 // Everything here was file-private when the MTTKRP was one file; it lives in namespace
 // mttkrp_detail (not `mttkrp`: that is the entry point's name) and is not for use outside
 // this folder and the TTMc entry points (kernels/cuda/ttmc/ttmc.cu), which run on the same

@@ -42,16 +42,111 @@
 // does not fit (tier 2, or the device sort's peak over the limit), the COO is built on
 // the host and prepared like any other input.
 //
+// Tensor cores (issue 18): a tier-1 mode with a hybrid layout (hybrid.cuh) runs the
+// CUDA-core kernel on the rest copy, then the tile kernel (tc_tiles.cu), where
+// --tensor-cores is on, or auto and the cost model predicts a gain (choose_hybrid).
+//
 // What each file of this folder does: internal.cuh.
+#include <sstream>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/mttkrp/blocked.cuh"
 #include "kernels/cuda/mttkrp/handle.cuh"
+#include "kernels/cuda/mttkrp/hybrid.cuh"
 #include "kernels/cuda/mttkrp/stream.cuh"
 
 namespace tessera::kernels::cuda {
 
 using namespace mttkrp_detail;
+
+namespace {
+
+/// Under --tensor-cores auto, the hybrid runs where the cost model predicts at least this
+/// speedup (a margin for the model's error: auto must not be slower than off).
+constexpr double kAutoMinSpeedup = 1.1;
+
+/// The tile precision of `t` for value type T; an InputError for a mismatch.
+template <typename T>
+TcPrecision tc_precision(const Tuning& t) {
+  constexpr bool dbl = std::is_same_v<T, double>;
+  const std::string& p = t.tc_precision;
+  if (p == "auto") return dbl ? TcPrecision::fp64 : TcPrecision::tf32x3;
+  if (dbl)
+    TESSERA_INPUT_CHECK(p == "fp64", "--tc-precision " << p << " applies to float tensors; this "
+                                                       << "tensor is double (--precision "
+                                                       << "double): use fp64 or auto");
+  else
+    TESSERA_INPUT_CHECK(p != "fp64", "--tc-precision fp64 applies to double tensors (--precision "
+                                         << "double); this tensor is float: use 3xtf32, tf32, "
+                                         << "bf16 or auto");
+  if (p == "fp64") return TcPrecision::fp64;
+  if (p == "tf32") return TcPrecision::tf32;
+  if (p == "bf16") return TcPrecision::bf16;
+  return TcPrecision::tf32x3;
+}
+
+/// Whether this MTTKRP of mode `mode` runs the hybrid (records the decision on it).
+template <typename T>
+const HybridMode<T>* choose_hybrid(const Tuning& t, const CudaTensorHandle<T>& x, int mode, int R) {
+  if (t.tensor_cores == "off") return nullptr;
+  const TcPrecision prec = tc_precision<T>(t);
+  const HybridMode<T>* hy = x.hybrid(mode);
+  if (hy == nullptr) return nullptr;
+  hy->precision = prec;
+  hy->predicted = tc_predicted_speedup(x.nnz(), hy->rest_nnz, hy->tiles, hy->segments, R, prec);
+  const bool use = t.tensor_cores == "on" || hy->predicted >= kAutoMinSpeedup;
+  hy->used = use;
+  std::ostringstream why;
+  why.precision(3);
+  if (t.tensor_cores == "on")
+    why << "--tensor-cores on";
+  else
+    why << "auto: predicted speedup " << hy->predicted << (use ? " >= " : " < ") << kAutoMinSpeedup
+        << " at R " << R;
+  hy->why = why.str();
+  return use ? hy : nullptr;
+}
+
+}  // namespace
+
+/// The hybrid MTTKRP of one mode: the CUDA-core kernel on the rest copy (stores rows in the
+/// zeroed output), then the tile kernel (adds to them). p: the call's parameters.
+template <typename T>
+void run_hybrid(Context& ctx, const HybridMode<T>& hy, MttkrpParams<T> p, bool use_blocked,
+                const std::vector<std::uint64_t>& dims) {
+  const int N = p.order;
+  const bool timed = !ctx.capturing;
+  if (timed)
+    for (auto& e : hy.ev)
+      if (!e) TESSERA_CUDA_CHECK(cudaEventCreate(&e));
+  if (timed) TESSERA_CUDA_CHECK(cudaEventRecord(hy.ev[0], ctx.stream));
+  if (hy.rest_nnz > 0) {
+    for (int m = 0; m < N; ++m) p.idx[m] = hy.rest_idx(N, m);
+    p.vals = hy.rest_vals(N);
+    p.nnz = static_cast<std::int64_t>(hy.rest_nnz);
+    if (use_blocked)
+      launch_blocked(ctx.stream, p, false, -1);
+    else
+      launch_tiles<T, false>(ctx.stream, p);
+  }
+  if (timed) TESSERA_CUDA_CHECK(cudaEventRecord(hy.ev[1], ctx.stream));
+  TcParams<T> tp;
+  tp.vals = static_cast<const T*>(hy.tile_vals.get());
+  tp.meta = static_cast<const index_t*>(hy.tile_meta.get());
+  tp.seg = static_cast<const std::uint32_t*>(hy.seg.get());
+  tp.tile_factor = p.factors[hy.tile_mode];
+  for (int m = 0; m < N; ++m)
+    if (m != p.mode && m != hy.tile_mode) tp.fixed[tp.nfixed++] = p.factors[m];
+  tp.out = p.out;
+  tp.out_rows = dims[static_cast<std::size_t>(p.mode)];
+  tp.tile_rows = dims[static_cast<std::size_t>(hy.tile_mode)];
+  tp.R = p.R;
+  launch_tc_tiles(ctx.stream, tp, hy.segments, hy.precision);
+  if (timed) TESSERA_CUDA_CHECK(cudaEventRecord(hy.ev[2], ctx.stream));
+  hy.timed = timed;
+}
 
 template <typename T>
 void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector<const T*>& factors,
@@ -84,6 +179,18 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
   const bool use_blocked =
       selection == KernelSelection::automatic && blocked::supports<T>(N, R, p.factors, mode, out);
   const char* kernel = use_blocked ? "blocked" : "classic";
+  const HybridMode<T>* hy = st == nullptr ? choose_hybrid(ctx.tuning, *x, mode, R) : nullptr;
+  if (hy) {
+    over_copy(ctx, *x, mode, out, out_bytes,
+              [&](const index_t* const* /*idx*/, const T* /*vals*/, nnz_t /*cnt*/, bool) {
+                run_hybrid(ctx, *hy, p, use_blocked, x->dims());
+              });
+    x->note_kernel(mode,
+                   use_blocked ? "hybrid: blocked on the rest + tensor-core tiles"
+                               : "hybrid: classic on the rest + tensor-core tiles",
+                   R, selection);
+    return;
+  }
   over_copy(ctx, *x, mode, out, out_bytes,
             [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool resident) {
               for (int m = 0; m < N; ++m) p.idx[m] = idx[m];

@@ -204,6 +204,16 @@ void prepare_streamed(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T
   h.make_streamed(std::move(s), ctx.stream);
 }
 
+/// The tensor-core layouts of a tier-1 handle (hybrid.cuh), under the same limit as the
+/// copies.
+template <typename T>
+void add_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit) {
+  if (ctx.tuning.tensor_cores == "off")
+    h.set_hybrid_note("none (--tensor-cores off at prepare)");
+  else
+    build_hybrid(ctx, h, limit);
+}
+
 }  // namespace
 }  // namespace mttkrp_detail
 
@@ -230,7 +240,10 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
     // limit, else (or when an allocation fails anyway) on the host: still tier 1.
     auto plans = plan_modes(ctx.device, x.dims, nnz, sizeof(T), ctx.workload, ctx.tuning);
     const std::size_t peak = device_sort_peak(x.dims, nnz, h->copy_bytes(), plans, ctx.stream);
-    if (peak <= limit && prepare_resident_on_device(ctx, x, *h, std::move(plans), peak)) return h;
+    if (peak <= limit && prepare_resident_on_device(ctx, x, *h, std::move(plans), peak)) {
+      add_hybrid(ctx, *h, limit);
+      return h;
+    }
     prepare_resident(ctx, x, *h);
     std::ostringstream os;
     if (peak > limit)
@@ -238,6 +251,7 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
     else
       os << "; the device sort (" << peak << " bytes) failed to allocate device memory";
     h->append_how_sorted(os.str());
+    add_hybrid(ctx, *h, limit);
     return h;
   }
 
@@ -277,6 +291,8 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
                                    << " bytes");
   }
   prepare_streamed(ctx, x, *h, chunk, budget);
+  if (ctx.tuning.tensor_cores != "off")
+    h->set_hybrid_note("none (tier 2: the hybrid layout is built for device-resident tensors)");
   return h;
 }
 
@@ -317,8 +333,10 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
           reinterpret_cast<T*>(c + values_offset(spec.order, n)));
       TESSERA_CUDA_CHECK_LAUNCH();
       if (sort_resident_on_device(ctx, std::move(coo), *h, std::move(plans), peak,
-                                  "generated and sorted on the device", t0))
+                                  "generated and sorted on the device", t0)) {
+        add_hybrid(ctx, *h, limit);
         return h;
+      }
       why << "the device sort (" << peak << " bytes) failed to allocate device memory";
     }
   }

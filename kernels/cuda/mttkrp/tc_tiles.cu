@@ -1,0 +1,294 @@
+// The tile kernel of the tensor-core MTTKRP (hybrid.cuh): one thread block per segment of
+// tiles of one output row block and per chunk of NC columns; 8 warps take the segment's
+// tiles in turn. For each tile a warp forms the operand W = B_j[16 rows of the tile mode]
+// .* (product of the fixed rows of the other modes), 16 x NC, in its shared-memory slice,
+// and multiplies the 16 x 16 tile into its accumulators with warp-level MMA (nvcuda::wmma):
+//   fp64    m8n8k4 DMMA, double accumulation
+//   tf32    m16n16k8, float accumulation (operands rounded to TF32: 10-bit mantissa)
+//   3xtf32  m16n16k8 three times, a = a_big + a_small, b likewise, a b ~ a_s b + a b_s + a b
+//           (the a_s b_s term is dropped): about float accuracy
+//   bf16    m16n16k16, float accumulation (tile and operand rounded to BF16: 7-bit mantissa)
+// The 8 warps' sums are added in shared memory and then to the output rows: a plain
+// read-add-store when the block owns the row block, atomics when the row block has other
+// segments. The CUDA-core kernel on the rest of the nonzeros has finished before (same
+// stream).
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include "kernels/cuda/mttkrp/hybrid.cuh"
+
+namespace tessera::kernels::cuda::mttkrp_detail {
+namespace {
+
+using namespace nvcuda;
+
+// ---- the cost model's constants (seconds; tc_predicted_speedup) ----
+constexpr double kCoreNnzBase = 5e-12;
+constexpr double kCoreNnzPerCol = 0.5e-12;
+constexpr double kTileBase = 0.6e-9;
+constexpr double kTileTf32PerCol = 18e-12;
+constexpr double kTile3xTf32PerCol = 25e-12;
+constexpr double kTileBf16PerCol = 17e-12;
+constexpr double kTileFp64PerCol = 35e-12;
+constexpr double kSegmentBase = 0.2e-9;
+constexpr double kLaunchSeconds = 4e-6;
+
+constexpr int kTcWarps = 8;
+constexpr int kTcThreads = kTcWarps * kWarp;
+
+template <TcPrecision P>
+struct TcTypes;
+template <>
+struct TcTypes<TcPrecision::fp64> {
+  using Acc = double;  // accumulator and operand staging
+  using Op = double;
+  static constexpr int M = 8, N = 8, K = 4;
+};
+template <>
+struct TcTypes<TcPrecision::tf32> {
+  using Acc = float;
+  using Op = float;
+  static constexpr int M = 16, N = 16, K = 8;
+};
+template <>
+struct TcTypes<TcPrecision::tf32x3> : TcTypes<TcPrecision::tf32> {};
+template <>
+struct TcTypes<TcPrecision::bf16> {
+  using Acc = float;
+  using Op = __nv_bfloat16;
+  static constexpr int M = 16, N = 16, K = 16;
+};
+
+template <typename Op, typename T>
+__device__ __forceinline__ Op to_op(T v) {
+  if constexpr (std::is_same_v<Op, __nv_bfloat16>)
+    return __float2bfloat16_rn(static_cast<float>(v));
+  else
+    return static_cast<Op>(v);
+}
+
+/// Splits a TF32 fragment's values into big (in place) and small parts.
+template <typename Frag>
+__device__ __forceinline__ void split_tf32(Frag& big, Frag& small) {
+#pragma unroll
+  for (int q = 0; q < big.num_elements; ++q) {
+    const float v = big.x[q];
+    const float b = wmma::__float_to_tf32(v);
+    small.x[q] = wmma::__float_to_tf32(v - b);
+    big.x[q] = b;
+  }
+}
+template <typename Frag>
+__device__ __forceinline__ void round_tf32(Frag& f) {
+#pragma unroll
+  for (int q = 0; q < f.num_elements; ++q) f.x[q] = wmma::__float_to_tf32(f.x[q]);
+}
+
+template <typename T, TcPrecision P, int NC>
+__global__ void __launch_bounds__(kTcThreads)
+    tc_tiles_kernel(const __grid_constant__ TcParams<T> p) {
+  using Ty = TcTypes<P>;
+  using Acc = typename Ty::Acc;
+  using Op = typename Ty::Op;
+  constexpr int NT = NC / Ty::N;                 // column fragments
+  constexpr int MT = kTcTile / Ty::M;            // row fragments
+  constexpr int KS = kTcTile / Ty::K;            // k steps
+  constexpr int CPL = (NC + kWarp - 1) / kWarp;  // columns per lane when forming W
+  // Per warp: the operand W (16 x NC of Op) during the loop, the warp's sums (16 x NC of
+  // Acc) after it; bf16 also stages the tile (256 Op) behind W.
+  constexpr int kOpElems = kTcTile * NC + (P == TcPrecision::bf16 ? 256 : 0);
+  constexpr int kSlice =
+      (kTcTile * NC * sizeof(Acc) > kOpElems * sizeof(Op) ? kTcTile * NC * sizeof(Acc)
+                                                          : kOpElems * sizeof(Op));
+  __shared__ __align__(128) unsigned char smem[kTcWarps * kSlice];
+
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const std::uint32_t* sg = p.seg + 4 * static_cast<std::size_t>(blockIdx.x);
+  const std::uint32_t t0 = sg[0], t1 = sg[1], ib = sg[2];
+  const bool shared_rows = sg[3] != 0;
+  const int c0 = static_cast<int>(blockIdx.y) * NC;
+  Op* op = reinterpret_cast<Op*>(smem + static_cast<std::size_t>(warp) * kSlice);
+  const int stride = p.nfixed + 1;
+
+  using FA = wmma::fragment<wmma::matrix_a, Ty::M, Ty::N, Ty::K,
+                            std::conditional_t<P == TcPrecision::tf32 || P == TcPrecision::tf32x3,
+                                               wmma::precision::tf32, Op>,
+                            wmma::row_major>;
+  using FB = wmma::fragment<wmma::matrix_b, Ty::M, Ty::N, Ty::K,
+                            std::conditional_t<P == TcPrecision::tf32 || P == TcPrecision::tf32x3,
+                                               wmma::precision::tf32, Op>,
+                            wmma::row_major>;
+  using FC = wmma::fragment<wmma::accumulator, Ty::M, Ty::N, Ty::K, Acc>;
+  FC acc[MT][NT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int n = 0; n < NT; ++n) wmma::fill_fragment(acc[mt][n], Acc(0));
+
+  for (std::uint32_t t = t0 + static_cast<std::uint32_t>(warp); t < t1; t += kTcWarps) {
+    const index_t* meta = p.meta + static_cast<std::size_t>(t) * static_cast<std::size_t>(stride);
+    // The product of the fixed rows, for this lane's columns.
+    T fixed[CPL];
+#pragma unroll
+    for (int v = 0; v < CPL; ++v) {
+      const int col = c0 + lane + kWarp * v;
+      T f = T(1);
+      if (col < p.R)
+        for (int s = 0; s < p.nfixed; ++s)
+          f *= __ldg(p.fixed[s] + static_cast<std::size_t>(meta[1 + s]) * p.R + col);
+      fixed[v] = f;
+    }
+    const std::uint64_t j0 = static_cast<std::uint64_t>(meta[0]) * kTcTile;
+#pragma unroll 4
+    for (int r = 0; r < kTcTile; ++r) {
+      const bool row_ok = j0 + static_cast<std::uint64_t>(r) < p.tile_rows;
+      const T* brow = p.tile_factor + (j0 + static_cast<std::uint64_t>(r)) * p.R;
+#pragma unroll
+      for (int v = 0; v < CPL; ++v) {
+        const int c = lane + kWarp * v;
+        if (c < NC) {
+          const int col = c0 + c;
+          const T w = (row_ok && col < p.R) ? __ldg(brow + col) * fixed[v] : T(0);
+          op[r * NC + c] = to_op<Op>(w);
+        }
+      }
+    }
+    const T* tile = p.vals + static_cast<std::size_t>(t) * 256;
+    const Op* a_src;
+    if constexpr (P == TcPrecision::bf16) {
+      Op* a_s = op + kTcTile * NC;
+      for (int e = lane; e < 256; e += kWarp) a_s[e] = to_op<Op>(__ldg(tile + e));
+      a_src = a_s;
+    } else {
+      a_src = tile;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        FA a;
+        wmma::load_matrix_sync(a, a_src + mt * Ty::M * kTcTile + ks * Ty::K, kTcTile);
+        if constexpr (P == TcPrecision::tf32x3) {
+          FA a_small;
+          split_tf32(a, a_small);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            FB b, b_small;
+            wmma::load_matrix_sync(b, op + ks * Ty::K * NC + n * Ty::N, NC);
+            split_tf32(b, b_small);
+            wmma::mma_sync(acc[mt][n], a_small, b, acc[mt][n]);  // small terms first
+            wmma::mma_sync(acc[mt][n], a, b_small, acc[mt][n]);
+            wmma::mma_sync(acc[mt][n], a, b, acc[mt][n]);
+          }
+        } else {
+          if constexpr (P == TcPrecision::tf32) round_tf32(a);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            FB b;
+            wmma::load_matrix_sync(b, op + ks * Ty::K * NC + n * Ty::N, NC);
+            if constexpr (P == TcPrecision::tf32) round_tf32(b);
+            wmma::mma_sync(acc[mt][n], a, b, acc[mt][n]);
+          }
+        }
+      }
+    }
+    __syncwarp();
+  }
+  __syncthreads();  // the sums overlap other warps' operand slices only in bf16; be safe
+  Acc* red = reinterpret_cast<Acc*>(smem + static_cast<std::size_t>(warp) * kSlice);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+      wmma::store_matrix_sync(red + mt * Ty::M * NC + n * Ty::N, acc[mt][n], NC,
+                              wmma::mem_row_major);
+  __syncthreads();
+  for (int e = static_cast<int>(threadIdx.x); e < kTcTile * NC; e += kTcThreads) {
+    const int r = e / NC, c = e % NC;
+    const std::uint64_t row =
+        static_cast<std::uint64_t>(ib) * kTcTile + static_cast<std::uint64_t>(r);
+    const int col = c0 + c;
+    if (row >= p.out_rows || col >= p.R) continue;
+    Acc s = Acc(0);
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w)
+      s += reinterpret_cast<const Acc*>(smem + static_cast<std::size_t>(w) * kSlice)[e];
+    T* o = p.out + row * static_cast<std::uint64_t>(p.R) + static_cast<std::uint64_t>(col);
+    if (shared_rows)
+      atomicAdd(o, static_cast<T>(s));
+    else
+      *o += static_cast<T>(s);
+  }
+}
+
+template <typename T, TcPrecision P, int NC>
+void launch_nc(cudaStream_t stream, const TcParams<T>& p, std::uint64_t segments) {
+  const dim3 grid(static_cast<unsigned>(segments), static_cast<unsigned>((p.R + NC - 1) / NC));
+  tc_tiles_kernel<T, P, NC><<<grid, kTcThreads, 0, stream>>>(p);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, TcPrecision P>
+void launch_p(cudaStream_t stream, const TcParams<T>& p, std::uint64_t segments) {
+  if (p.R <= 16)
+    launch_nc<T, P, 16>(stream, p, segments);
+  else if (p.R <= 32 || std::is_same_v<T, double>)
+    launch_nc<T, P, 32>(stream, p, segments);
+  else
+    launch_nc<T, P, (std::is_same_v<T, double> ? 32 : 64)>(stream, p, segments);
+}
+
+}  // namespace
+
+double tc_predicted_speedup(nnz_t nnz, nnz_t rest_nnz, std::uint64_t tiles, std::uint64_t segments,
+                            int R, TcPrecision prec) {
+  // Seconds per nonzero of the CUDA-core kernel and per tile of the tile kernel, affine in
+  // R; fitted to the H100 sweep (docs/perf/gpu-h100-tensor-core-mttkrp.md). double costs
+  // twice float on CUDA cores.
+  const bool dbl = prec == TcPrecision::fp64;
+  const double per_nnz = (dbl ? 2.0 : 1.0) * (kCoreNnzBase + kCoreNnzPerCol * R);
+  double per_col = kTileTf32PerCol;
+  if (prec == TcPrecision::tf32x3) per_col = kTile3xTf32PerCol;
+  if (prec == TcPrecision::bf16) per_col = kTileBf16PerCol;
+  if (prec == TcPrecision::fp64) per_col = kTileFp64PerCol;
+  const double per_tile = kTileBase + per_col * R;
+  const double off = static_cast<double>(nnz) * per_nnz;
+  const double hybrid = static_cast<double>(rest_nnz) * per_nnz +
+                        static_cast<double>(tiles) * per_tile +
+                        static_cast<double>(segments) * kSegmentBase + kLaunchSeconds;
+  return hybrid > 0 ? off / hybrid : 0;
+}
+
+template <typename T>
+void launch_tc_tiles(cudaStream_t stream, const TcParams<T>& p, std::uint64_t segments,
+                     TcPrecision prec) {
+  if (segments == 0) return;
+  TESSERA_EXPECTS(segments < (std::uint64_t(1) << 31), segments << " tile segments");
+  if constexpr (std::is_same_v<T, double>) {
+    TESSERA_EXPECTS(prec == TcPrecision::fp64, "double tiles run in fp64");
+    launch_p<double, TcPrecision::fp64>(stream, p, segments);
+  } else {
+    switch (prec) {
+      case TcPrecision::tf32:
+        launch_p<float, TcPrecision::tf32>(stream, p, segments);
+        break;
+      case TcPrecision::tf32x3:
+        launch_p<float, TcPrecision::tf32x3>(stream, p, segments);
+        break;
+      case TcPrecision::bf16:
+        launch_p<float, TcPrecision::bf16>(stream, p, segments);
+        break;
+      case TcPrecision::fp64:
+        TESSERA_EXPECTS(false, "fp64 tiles need a double tensor");
+    }
+  }
+}
+
+template void launch_tc_tiles<float>(cudaStream_t, const TcParams<float>&, std::uint64_t,
+                                     TcPrecision);
+template void launch_tc_tiles<double>(cudaStream_t, const TcParams<double>&, std::uint64_t,
+                                      TcPrecision);
+
+}  // namespace tessera::kernels::cuda::mttkrp_detail
