@@ -490,8 +490,15 @@ void build_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit) {
     std::string why;
     const std::size_t used = h.bytes();  // the copies and the hybrids built so far
     const std::size_t room = limit > used ? limit - used : 0;
+    const auto t0 = std::chrono::steady_clock::now();
     auto hy = build_mode(ctx, h, n, room, automatic, why);
-    if (hy) why = "built in " + std::to_string(hy->build_seconds) + " s";
+    std::ostringstream os;
+    os.precision(3);
+    if (hy)
+      os << "built in " << hy->build_seconds << " s";
+    else
+      os << why << "; searched in " << seconds_since(t0) << " s";
+    why = os.str();
     h.set_hybrid(n, std::move(hy), why);
   }
 }
