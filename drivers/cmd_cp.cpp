@@ -208,6 +208,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                   res.mean_predictor_rmse);
     log::info(line);
   }
+  for (const kernels::TcSplit& s : res.tc_split) log::info(tc_split_line(s));
   peaks.stop();  // the floor's probes below are not the run's memory
   const TierFloor floor =
       in.plan.tier >= 2 ? tier_floor<T>(in.plan, a.load.path, *cx.backend, a.run.threads, world)

@@ -281,6 +281,34 @@ void add_tuning_options(CLI::App* sub, kernels::Tuning& t, double& nccl_timeout_
       ->check(CLI::IsMember({"auto", "blocked", "classic"}))
       ->capture_default_str()
       ->group(group);
+  sub->add_option("--tensor-cores", t.tensor_cores,
+                  "cuda MTTKRP: tensor cores on the dense 16 x 16 tiles of each mode, CUDA cores "
+                  "on the rest (docs/tensor-core-mttkrp.md): auto (where the cost model predicts "
+                  "a gain) | on (every mode with tiles) | off (CUDA cores only)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str()
+      ->group(group);
+  sub->add_option("--tc-precision", t.tc_precision,
+                  "cuda MTTKRP: precision of the tensor-core tiles: auto (3xtf32 for float, fp64 "
+                  "for double) | 3xtf32 (about float accuracy) | tf32 | bf16 (float tensors) | "
+                  "fp64 (double tensors)")
+      ->check(CLI::IsMember({"auto", "3xtf32", "tf32", "bf16", "fp64"}))
+      ->capture_default_str()
+      ->group(group);
+  sub->add_option("--tc-tile-density", t.tc_tile_density,
+                  "cuda MTTKRP: density (nonzeros / 256) at or above which a 16 x 16 tile goes "
+                  "to tensor cores, in (0, 1]")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (v.empty() || *end != '\0' || !(x > 0 && x <= 1))
+              return "expected a density in (0, 1], got '" + v + "'";
+            return {};
+          },
+          "(0, 1]"))
+      ->capture_default_str()
+      ->group(group);
   sub->add_option("--ttmc-kernel", t.ttmc_kernel,
                   "cuda TTMc: auto (the tensor-core kernel where it applies) | cores (CUDA cores "
                   "only)")

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "record.hpp"
+
 namespace tessera::driver {
 
 void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a) {
@@ -72,6 +74,7 @@ void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
                                const algo::CpOptions& o) {
   j["ridged_rows"] = res.ridged_rows;
   j["iteration_engine"] = res.iteration_engine;
+  if (!res.tc_split.empty()) j["tc_split"] = tc_split_json(res.tc_split);
   if (o.holdout > 0)
     j["holdout"] = {{"fraction", o.holdout},
                     {"held_out_entries", res.holdout_entries},

@@ -39,8 +39,9 @@ void apply_cp_constraints(const CpConstraintArgs& a, int order, std::uint64_t se
 /// mode, "inner_sweeps", "observed_only", "holdout"), merged into `opts`.
 void add_cp_constraint_options(nlohmann::json& opts, const algo::CpOptions& o);
 
-/// The result's entries: "ridged_rows", and "holdout" (fraction, entries, RMSEs) when
-/// entries were held out.
+/// The result's entries: "ridged_rows", "iteration_engine", "holdout" (fraction, entries,
+/// RMSEs) when entries were held out, and "tc_split" (record.hpp tc_split_json; rank 0's
+/// tensor-core split per mode) when the backend has one.
 void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
                                const algo::CpOptions& o);
 

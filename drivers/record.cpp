@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -210,11 +211,66 @@ void set_invocation(int argc, const char* const* argv, const CLI::App* parsed) {
 }
 
 nlohmann::json tuning_json(const kernels::Tuning& t) {
-  return {{"cuda_layout", t.cuda_layout},   {"cuda_block_rows", t.cuda_block_rows},
-          {"cuda_l2_hint", t.cuda_l2_hint}, {"mttkrp_kernel", t.mttkrp_kernel},
-          {"ttmc_kernel", t.ttmc_kernel},   {"ttmc_tile", t.ttmc_tile},
-          {"sptc_pool", t.sptc_pool},       {"sptc_tc_threshold", t.sptc_tc_threshold},
-          {"cpu_isa", t.cpu_isa},           {"trace", t.trace}};
+  return {{"cuda_layout", t.cuda_layout},
+          {"cuda_block_rows", t.cuda_block_rows},
+          {"cuda_l2_hint", t.cuda_l2_hint},
+          {"mttkrp_kernel", t.mttkrp_kernel},
+          {"tensor_cores", t.tensor_cores},
+          {"tc_precision", t.tc_precision},
+          {"tc_tile_density", t.tc_tile_density},
+          {"ttmc_kernel", t.ttmc_kernel},
+          {"ttmc_tile", t.ttmc_tile},
+          {"sptc_pool", t.sptc_pool},
+          {"sptc_tc_threshold", t.sptc_tc_threshold},
+          {"cpu_isa", t.cpu_isa},
+          {"trace", t.trace}};
+}
+
+nlohmann::json tc_split_json(const std::vector<kernels::TcSplit>& split) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const kernels::TcSplit& s : split)
+    a.push_back({{"mode", s.mode},
+                 {"built", s.built},
+                 {"tile_mode", s.tile_mode},
+                 {"tiles", s.tiles},
+                 {"tile_nnz", s.tile_nnz},
+                 {"fraction", s.fraction},
+                 {"padding", s.padding},
+                 {"bytes", s.bytes},
+                 {"predicted_speedup", s.predicted_speedup},
+                 {"used", s.used},
+                 {"precision", s.precision},
+                 {"tile_seconds", s.tile_seconds},
+                 {"rest_seconds", s.rest_seconds},
+                 {"why", s.why}});
+  return a;
+}
+
+std::string tc_split_line(const kernels::TcSplit& s) {
+  char buf[512];
+  std::string line = "mode " + std::to_string(s.mode) + ": ";
+  if (!s.built) {
+    line += "no tensor-core tiles";
+    return s.why.empty() ? line : line + " (" + s.why + ")";
+  }
+  std::snprintf(
+      buf, sizeof(buf),
+      "tensor cores on %.1f%% of nonzeros, %llu tiles (mode %d x mode %d), padding %.0f%%, %s",
+      100 * s.fraction, static_cast<unsigned long long>(s.tiles), s.mode, s.tile_mode,
+      100 * s.padding, human_bytes(static_cast<double>(s.bytes)).c_str());
+  line += buf;
+  if (s.predicted_speedup > 0) {
+    std::snprintf(buf, sizeof(buf), ", predicted speedup %.2fx", s.predicted_speedup);
+    line += buf;
+  }
+  if (s.used) {
+    std::snprintf(buf, sizeof(buf), "; last MTTKRP hybrid (%s): tiles %.3g s + rest %.3g s",
+                  s.precision.c_str(), s.tile_seconds, s.rest_seconds);
+    line += buf;
+  } else {
+    line += "; last MTTKRP on CUDA cores only";
+  }
+  return s.why.empty() ? line : line + " (" + s.why + ")";
 }
 
 void note_tuning(const kernels::Tuning& t) {

@@ -11,6 +11,7 @@
 #include "algo/cp_als.hpp"
 #include "algo/tucker.hpp"
 #include "comm/communicator.hpp"
+#include "kernels/backend.hpp"
 #include "kernels/tuning.hpp"
 
 namespace tessera::driver {
@@ -67,9 +68,21 @@ void add_iteration_fields(nlohmann::json& j, const nlohmann::json& per_iteration
 nlohmann::json cli_options_json(const CLI::App& sub);
 
 /// The run record's "tuning" object: every field of kernels::Tuning under its own name
-/// (cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel, ttmc_kernel, ttmc_tile,
-/// sptc_pool, sptc_tc_threshold, cpu_isa, trace), typed as in the struct.
+/// (cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel, tensor_cores, tc_precision,
+/// tc_tile_density, ttmc_kernel, ttmc_tile, sptc_pool, sptc_tc_threshold, cpu_isa, trace),
+/// typed as in the struct.
 nlohmann::json tuning_json(const kernels::Tuning& t);
+
+/// The records' "tc_split": one object per mode with every field of kernels::TcSplit under
+/// its own name (mode, built, tile_mode, tiles, tile_nnz, fraction, padding, bytes,
+/// predicted_speedup, used, precision, tile_seconds, rest_seconds, why); [] for an empty
+/// split (docs/tensor-core-mttkrp.md).
+nlohmann::json tc_split_json(const std::vector<kernels::TcSplit>& split);
+
+/// One log line for one mode's split: "mode 0: tensor cores on 46.2% of nonzeros, 1234
+/// tiles (mode 0 x mode 2), padding 31%, 12 MB, predicted speedup 1.80x; last MTTKRP hybrid
+/// (3xtf32): tiles ... s + rest ... s", or "mode 0: no tensor-core tiles (why)".
+std::string tc_split_line(const kernels::TcSplit& s);
 
 /// Called by make_compute: the tuning the process's backend was made with; every record
 /// written after it carries it as "tuning" (the computing commands, the Python module).

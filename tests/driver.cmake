@@ -56,6 +56,11 @@ else()
     "SKIP: python3 not found: the run records are not checked against docs/run-record.schema.json")
   set_tests_properties(run_record_schema PROPERTIES LABELS "driver" SKIP_REGULAR_EXPRESSION "SKIP:")
 endif()
+# The record's tensor-core split (drivers/record.hpp tc_split_json, tc_split_line; issue 18),
+# from hand-made values: the host backends have none.
+tessera_test_executable(driver_record_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/driver_record.cpp LIBS tessera::cli)
+tessera_add_test(driver_record driver_record_test LABELS driver)
 # Command-line habits (issue 20): oversubscription warning, -t as --threads, options a
 # subcommand does not use refused, defaults in --help.
 add_executable(cli_habits_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/cli_habits_driver_test.cpp)

@@ -291,6 +291,12 @@ void apply_tuning_fields(CommonArgs& a, const py::dict& tuning) {
       as(t.cuda_l2_hint, "True or False");
     else if (name == "mttkrp_kernel")
       as(t.mttkrp_kernel, "a string");
+    else if (name == "tensor_cores")
+      as(t.tensor_cores, "a string");
+    else if (name == "tc_precision")
+      as(t.tc_precision, "a string");
+    else if (name == "tc_tile_density")
+      as(t.tc_tile_density, "a number");
     else if (name == "ttmc_kernel")
       as(t.ttmc_kernel, "a string");
     else if (name == "ttmc_tile")
@@ -310,6 +316,7 @@ void apply_tuning_fields(CommonArgs& a, const py::dict& tuning) {
                                      << name
                                      << "': the tuning arguments are cuda_layout, "
                                         "cuda_block_rows, cuda_l2_hint, mttkrp_kernel, "
+                                        "tensor_cores, tc_precision, tc_tile_density, "
                                         "ttmc_kernel, ttmc_tile, sptc_pool, sptc_tc_threshold, "
                                         "cpu_isa, trace and nccl_timeout");
   }
@@ -350,7 +357,7 @@ void check_common(const CommonArgs& a) {
                       "checkpoint_every=" << a.checkpoint_every << ": expected >= 0");
   io::parse_index_base(a.index_base);
   // The messages name the CLI spelling (--cuda-layout for cuda_layout, --tc-threshold for
-  // sptc_tc_threshold): the same options.
+  // sptc_tc_threshold, --tensor-cores for tensor_cores): the same options.
   kernels::check(a.tuning);
   TESSERA_INPUT_CHECK(
       a.nccl_timeout_s >= 0 && std::isfinite(a.nccl_timeout_s),

@@ -74,10 +74,15 @@ def _threads(threads):
 # The kernel tuning keyword arguments of cp_als, tucker_hooi and contract with their
 # defaults: the fields of kernels::Tuning (the CLI's "Kernel tuning" options, e.g.
 # cuda_layout for --cuda-layout, sptc_tc_threshold for --tc-threshold) and nccl_timeout
-# (--nccl-timeout, seconds, 0: no limit).
+# (--nccl-timeout, seconds, 0: no limit). The cuda MTTKRP on tensor cores
+# (docs/tensor-core-mttkrp.md): tensor_cores ("auto" | "on" | "off"), tc_precision ("auto":
+# 3xtf32 for float, fp64 for double | "3xtf32" | "tf32" | "bf16" | "fp64") and
+# tc_tile_density (a number in (0, 1]: the density at or above which a 16 x 16 tile goes to
+# tensor cores).
 TUNING = {
     "cuda_layout": "default", "cuda_block_rows": 0, "cuda_l2_hint": True,
-    "mttkrp_kernel": "auto", "ttmc_kernel": "auto", "ttmc_tile": 0, "sptc_pool": True,
+    "mttkrp_kernel": "auto", "tensor_cores": "auto", "tc_precision": "auto",
+    "tc_tile_density": 0.25, "ttmc_kernel": "auto", "ttmc_tile": 0, "sptc_pool": True,
     "sptc_tc_threshold": -1.0, "cpu_isa": "auto", "trace": False, "nccl_timeout": 1800.0,
 }
 
@@ -151,8 +156,12 @@ def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="rand
     singular vectors of each unfolding.
 
     Kernel tuning (keyword arguments, the CLI's "Kernel tuning" options; see TUNING and
-    docs/python.md): cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel, ttmc_kernel,
-    ttmc_tile, sptc_pool, sptc_tc_threshold, cpu_isa, trace, nccl_timeout.
+    docs/python.md): cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel,
+    tensor_cores, tc_precision, tc_tile_density, ttmc_kernel, ttmc_tile, sptc_pool,
+    sptc_tc_threshold, cpu_isa, trace, nccl_timeout. tensor_cores ("auto" | "on" | "off"),
+    tc_precision ("auto" | "3xtf32" | "tf32" | "bf16" | "fp64") and tc_tile_density (in
+    (0, 1]) steer the cuda MTTKRP on tensor cores (docs/tensor-core-mttkrp.md); with a cuda
+    backend the record's "tc_split" holds the split per mode.
     """
     if isinstance(rank, bool) or not isinstance(rank, _numbers.Integral):
         raise ValueError("rank=%r: expected an integer from 1 to 4096" % (rank,))

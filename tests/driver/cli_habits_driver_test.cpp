@@ -185,6 +185,9 @@ const std::vector<TuningFlag>& tuning_flags() {
       {"--cuda-block-rows", "--cuda-block-rows UINT:UINT in [0 - 4294967295]=0"},
       {"--cuda-l2-hint", "--cuda-l2-hint TEXT:{on,off}=on"},
       {"--mttkrp-kernel", "--mttkrp-kernel TEXT:{auto,blocked,classic}=auto"},
+      {"--tensor-cores", "--tensor-cores TEXT:{auto,on,off}=auto"},
+      {"--tc-precision", "--tc-precision TEXT:{auto,3xtf32,tf32,bf16,fp64}=auto"},
+      {"--tc-tile-density", "--tc-tile-density FLOAT:(0, 1]=0.25"},
       {"--ttmc-kernel", "--ttmc-kernel TEXT:{auto,cores}=auto"},
       {"--ttmc-tile", "--ttmc-tile INT:0|64..65536 (multiple of 32)=0"},
       {"--sptc-pool", "--sptc-pool TEXT:{on,off}=on"},
@@ -229,6 +232,15 @@ TEST_F(CliHabits, ABadTuningValueIsRefusedWithOneLineNamingTheOption) {
       {" cp " + x_ + " -r 2 --cuda-l2-hint maybe", "--cuda-l2-hint"},
       {" cp " + x_ + " -r 2 --cpu-isa sse9", "--cpu-isa"},
       {" cp " + x_ + " -r 2 --nccl-timeout=-1", "--nccl-timeout"},
+      // the tensor-core MTTKRP (issue 18)
+      {" cp " + x_ + " -r 2 --tensor-cores maybe", "--tensor-cores"},
+      {" tucker " + x_ + " -r 2,2,2 --tensor-cores maybe", "--tensor-cores"},
+      {" bench mttkrp " + x_ + " --tensor-cores maybe", "--tensor-cores"},
+      {" cp " + x_ + " -r 2 --tc-precision fp8", "--tc-precision"},
+      {" cp " + x_ + " -r 2 --tc-tile-density 0", "--tc-tile-density"},
+      {" cp " + x_ + " -r 2 --tc-tile-density 1.5", "--tc-tile-density"},
+      {" cp " + x_ + " -r 2 --tc-tile-density=-0.5", "--tc-tile-density"},
+      {" cp " + x_ + " -r 2 --tc-tile-density dense", "--tc-tile-density"},
   };
   for (const Case& c : cases) {
     const auto r = run(tessera() + c.args + " --backend cpu -q");
@@ -261,8 +273,9 @@ TEST_F(CliHabits, ARetiredEnvironmentVariableIsNamedWithItsOption) {
 
 TEST_F(CliHabits, TheRunRecordHasTheTuningObject) {
   const std::vector<std::string> keys = {
-      "cuda_layout", "cuda_block_rows", "cuda_l2_hint",      "mttkrp_kernel", "ttmc_kernel",
-      "ttmc_tile",   "sptc_pool",       "sptc_tc_threshold", "cpu_isa",       "trace"};
+      "cuda_layout",       "cuda_block_rows", "cuda_l2_hint", "mttkrp_kernel", "tensor_cores",
+      "tc_precision",      "tc_tile_density", "ttmc_kernel",  "ttmc_tile",     "sptc_pool",
+      "sptc_tc_threshold", "cpu_isa",         "trace"};
   struct Case {
     std::string name, args;
   };
@@ -291,8 +304,33 @@ TEST_F(CliHabits, TheRunRecordHasTheTuningObject) {
     EXPECT_EQ(t["mttkrp_kernel"], "auto") << c.name;  // defaults too
     EXPECT_EQ(t["sptc_tc_threshold"], -1.0) << c.name;
     EXPECT_EQ(t["trace"], false) << c.name;
+    EXPECT_EQ(t["tensor_cores"], "auto") << c.name;  // defaults of the tensor-core MTTKRP
+    EXPECT_EQ(t["tc_precision"], "auto") << c.name;
+    EXPECT_EQ(t["tc_tile_density"], 0.25) << c.name;
     EXPECT_EQ(j["options"]["nccl_timeout"], 1800.0) << c.name;
+    // A host backend has no tensor-core split: no "tc_split", no line about it.
+    EXPECT_FALSE(j.contains("tc_split")) << c.name;
   }
+  // Given values of the tensor-core MTTKRP land in "tuning" as given (a host backend runs
+  // the same, without tensor cores) and in "options" under their long names.
+  const std::string tc = path("cp-tc-tuning.json");
+  const auto rt = run(tessera() + " cp " + x_ +
+                      " -r 2 -i 2 --backend cpu -t 1 --tensor-cores on --tc-precision bf16 "
+                      "--tc-tile-density 0.5 --json " +
+                      tc);
+  ASSERT_EQ(rt.code, 0) << rt.out;
+  EXPECT_EQ(rt.out.find("tensor cores on"), std::string::npos) << rt.out;
+  const auto jt = read_json(tc);
+  EXPECT_EQ(jt["tuning"]["tensor_cores"], "on") << jt["tuning"].dump();
+  EXPECT_EQ(jt["tuning"]["tc_precision"], "bf16") << jt["tuning"].dump();
+  EXPECT_EQ(jt["tuning"]["tc_tile_density"], 0.5) << jt["tuning"].dump();
+  EXPECT_EQ(jt["options"]["tensor_cores"], "on");
+  EXPECT_EQ(jt["options"]["tc_tile_density"], 0.5);
+  EXPECT_FALSE(jt.contains("tc_split"));
+  // --tc-tile-density 1 (the closed end) is accepted.
+  const auto one =
+      run(tessera() + " cp " + x_ + " -r 2 -i 1 --backend cpu -t 1 -q --tc-tile-density 1");
+  EXPECT_EQ(one.code, 0) << one.out;
   // A subcommand that does not compute has no "tuning".
   const std::string rec = path("info-tuning.json");
   const auto r = run(tessera() + " info " + x_ + " -q --json " + rec);

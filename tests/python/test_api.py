@@ -350,6 +350,39 @@ def test_tuning_keywords_reach_the_backend_and_the_record(small):
         tessera.cp_als(small, rank=2, nccl_timeout=-1, **CPU1)
 
 
+def test_tensor_core_keywords(small):
+    # The cuda MTTKRP on tensor cores (issue 18): the keywords of --tensor-cores,
+    # --tc-precision and --tc-tile-density reach the record; a host backend runs as without
+    # them and has no "tc_split".
+    assert tessera.TUNING["tensor_cores"] == "auto"
+    assert tessera.TUNING["tc_precision"] == "auto"
+    assert tessera.TUNING["tc_tile_density"] == 0.25
+    r = tessera.cp_als(small, rank=3, iters=3, tensor_cores="on", tc_precision="tf32",
+                       tc_tile_density=0.5, **CPU1)
+    t = r.record["tuning"]
+    assert t["tensor_cores"] == "on" and t["tc_precision"] == "tf32"
+    assert t["tc_tile_density"] == 0.5
+    assert "tc_split" not in r.record
+    d = tessera.cp_als(small, rank=3, iters=3, **CPU1).record["tuning"]
+    assert (d["tensor_cores"], d["tc_precision"], d["tc_tile_density"]) == ("auto", "auto", 0.25)
+    assert tessera.cp_als(small, rank=2, iters=1, tc_tile_density=1,  # an int, the closed end
+                          **CPU1).record["tuning"]["tc_tile_density"] == 1.0
+    for kw, option in [({"tensor_cores": "maybe"}, "--tensor-cores"),
+                       ({"tc_precision": "fp8"}, "--tc-precision"),
+                       ({"tc_tile_density": 0}, "--tc-tile-density"),
+                       ({"tc_tile_density": 1.5}, "--tc-tile-density"),
+                       ({"tc_tile_density": float("nan")}, "--tc-tile-density")]:
+        with pytest.raises(ValueError, match=option):
+            tessera.cp_als(small, rank=2, **kw, **CPU1)
+    with pytest.raises(ValueError, match="--tensor-cores"):
+        tessera.tucker_hooi(small, [2, 2, 2], tensor_cores="maybe", **CPU1)
+    # The wrong type names the keyword.
+    with pytest.raises(ValueError, match="tensor_cores"):
+        tessera.cp_als(small, rank=2, tensor_cores=True, **CPU1)
+    with pytest.raises(ValueError, match="tc_tile_density"):
+        tessera.cp_als(small, rank=2, tc_tile_density="dense", **CPU1)
+
+
 # ---- callback, Ctrl-C, GIL ---------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -309,6 +310,67 @@ TEST(BackendTuning, InvalidValuesAreRefusedNamingTheOption) {
   EXPECT_NE(mk.find("--mttkrp-kernel"), std::string::npos) << mk;
   EXPECT_EQ(be->tuning().cuda_layout, "smem");
   EXPECT_EQ(be->tuning().ttmc_tile, 128);
+}
+
+// The tensor-core MTTKRP's options (issue 18): each bad value is one InputError naming the
+// option and the value; the ends of (0, 1] and every listed precision are accepted.
+TEST(BackendTuning, TensorCoreOptionsAreChecked) {
+  auto message_of = [](const Tuning& t) -> std::string {
+    try {
+      check(t);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no InputError";
+  };
+  Tuning defaults;
+  EXPECT_EQ(defaults.tensor_cores, "auto");
+  EXPECT_EQ(defaults.tc_precision, "auto");
+  EXPECT_EQ(defaults.tc_tile_density, 0.25);
+  EXPECT_NO_THROW(check(defaults));
+
+  Tuning cores;
+  cores.tensor_cores = "maybe";
+  const std::string mc = message_of(cores);
+  EXPECT_NE(mc.find("--tensor-cores"), std::string::npos) << mc;
+  EXPECT_NE(mc.find("maybe"), std::string::npos) << mc;
+  for (const char* v : {"auto", "on", "off"}) {
+    cores.tensor_cores = v;
+    EXPECT_NO_THROW(check(cores)) << v;
+  }
+
+  Tuning prec;
+  prec.tc_precision = "fp8";
+  const std::string mp = message_of(prec);
+  EXPECT_NE(mp.find("--tc-precision"), std::string::npos) << mp;
+  EXPECT_NE(mp.find("fp8"), std::string::npos) << mp;
+  for (const char* v : {"auto", "3xtf32", "tf32", "bf16", "fp64"}) {
+    prec.tc_precision = v;
+    EXPECT_NO_THROW(check(prec)) << v;
+  }
+
+  Tuning dens;
+  for (double bad : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN(),
+                     std::numeric_limits<double>::infinity()}) {
+    dens.tc_tile_density = bad;
+    const std::string md = message_of(dens);
+    EXPECT_NE(md.find("--tc-tile-density"), std::string::npos) << bad << ": " << md;
+  }
+  for (double good : {1e-9, 0.25, 1.0}) {
+    dens.tc_tile_density = good;
+    EXPECT_NO_THROW(check(dens)) << good;
+  }
+
+  // Refused by set_tuning too, leaving the previous options in place.
+  auto be = make_backend<double>(BackendKind::cpu);
+  Tuning on;
+  on.tensor_cores = "on";
+  be->set_tuning(on);
+  Tuning bad;
+  bad.tc_tile_density = 0;
+  EXPECT_THROW(be->set_tuning(bad), InputError);
+  EXPECT_EQ(be->tuning().tensor_cores, "on");
+  EXPECT_EQ(be->tuning().tc_tile_density, 0.25);
 }
 
 }  // namespace

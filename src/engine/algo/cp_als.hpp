@@ -141,6 +141,9 @@ struct CpResult {
   int tier = 1;
   std::string tier_description;
   double stream_copy_seconds = 0, stream_compute_seconds = 0, stream_overlap = 1;
+  /// This rank's tensor-core split per mode after the last iteration (TensorHandle::tc_split;
+  /// empty where the backend has none).
+  std::vector<kernels::TcSplit> tc_split;
 };
 
 /// Collective over `ctrl` (host communicator, MPI) and `data` (communicator in the

@@ -726,6 +726,7 @@ void Als<T>::finish() {
     dev_->lambda(lambda_.data());
     res_.iteration_engine = dev_->describe();
   }
+  res_.tc_split = X_.tc_split();
   res_.model = assemble_model();
 }
 
