@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "kernels/cuda/mttkrp/internal.cuh"
@@ -120,11 +121,13 @@ double tc_predicted_speedup(nnz_t nnz, nnz_t rest_nnz, std::uint64_t tiles, std:
 
 /// Builds the hybrid layout of every mode of the tier-1 handle whose tiles clear
 /// ctx.tuning.tc_tile_density, within `limit` device bytes for the whole tensor (the
-/// tier-1 copies included); modes are skipped, with the reason recorded, where it does
-/// not fit or nothing qualifies.
+/// tier-1 copies included) and `free_room()`; modes are skipped, with the reason recorded,
+/// where it does not fit or nothing qualifies.
 template <typename T>
 class CudaTensorHandle;
+/// `free_room()`: device bytes that may still be allocated now (free memory less a reserve).
 template <typename T>
-void build_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit);
+void build_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit,
+                  const std::function<std::size_t()>& free_room);
 
 }  // namespace tessera::kernels::cuda::mttkrp_detail

@@ -10,10 +10,11 @@
 // so duplicates add up the same way every time) and clears their flag; the unflagged
 // nonzeros, in the copy's order (sorted by i_n when the copy's layout is not plain), are
 // gathered into the rest copy; the tiles' row blocks are cut into segments on the host.
-// Temporary device memory: 2 x 8 (keys) + 2 x 4 (positions) + 8 + 4 (runs) bytes per
-// nonzero plus CUB's storage; a mode is skipped, with the reason, where this and the
-// result do not fit the limit.
+// Temporary device memory: 2 x 8 (keys) + 2 x 4 (positions) + 1 (flags) bytes per nonzero
+// plus CUB's storage (the run counts, offsets and tile ids reuse the key buffers); a mode is
+// skipped, with the reason, where this and the result do not fit the limit.
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/discard_iterator.h>
 
 #include <algorithm>
 #include <chrono>
@@ -193,12 +194,14 @@ __global__ void gather_rest(const __grid_constant__ RestArgs<T> a) {
 
 /// Device scratch of one build, allocated once for the largest candidate.
 struct Scratch {
-  DeviceMemory keys[2], pos[2], uniq, counts, runs, sums, temp;
+  DeviceMemory keys[2], pos[2], runs, sums, temp;
 };
 
 /// Sorted tile runs of candidate `key` over the copy of mode n (n nonzeros).
 struct Runs {
-  std::uint32_t* pos = nullptr;  ///< sorted positions
+  std::uint32_t* pos = nullptr;     ///< sorted positions
+  std::uint32_t* counts = nullptr;  ///< per run (in the key buffer the sort left free)
+  std::uint64_t* spare = nullptr;   ///< the other key buffer (the sorted keys), free now
   int runs = 0;
   std::uint64_t tiles = 0, tile_nnz = 0;
 };
@@ -223,14 +226,15 @@ Runs sort_runs(Context& ctx, const CudaTensorHandle<T>& h, const KeyLayout& key,
   TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp.get(), tb, dk, dp, n, 0,
                                                      std::max(key.end_bit, 1), ctx.stream));
   tb = s.temp.bytes();
+  // The counts go to the key buffer the sort left free; the unique keys are not kept.
+  auto* counts = reinterpret_cast<std::uint32_t*>(dk.Current() == k0 ? k1 : k0);
   TESSERA_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(
-      s.temp.get(), tb, dk.Current(), static_cast<std::uint64_t*>(s.uniq.get()),
-      static_cast<std::uint32_t*>(s.counts.get()), static_cast<int*>(s.runs.get()), n, ctx.stream));
+      s.temp.get(), tb, dk.Current(), thrust::make_discard_iterator(), counts,
+      static_cast<int*>(s.runs.get()), n, ctx.stream));
   auto* sums = static_cast<unsigned long long*>(s.sums.get());
   TESSERA_CUDA_CHECK(cudaMemsetAsync(sums, 0, 2 * sizeof(unsigned long long), ctx.stream));
   count_tiles<<<grid_for(n, 1024), kBlock, 0, ctx.stream>>>(
-      static_cast<const std::uint32_t*>(s.counts.get()), static_cast<const int*>(s.runs.get()),
-      min_nnz, sums, sums + 1);
+      counts, static_cast<const int*>(s.runs.get()), min_nnz, sums, sums + 1);
   TESSERA_CUDA_CHECK_LAUNCH();
   unsigned long long host[2] = {0, 0};
   int runs = 0;
@@ -240,6 +244,8 @@ Runs sort_runs(Context& ctx, const CudaTensorHandle<T>& h, const KeyLayout& key,
   ctx.sync();
   Runs r;
   r.pos = dp.Current();
+  r.counts = counts;
+  r.spare = dk.Current();
   r.runs = runs;
   r.tiles = host[0];
   r.tile_nnz = host[1];
@@ -253,7 +259,7 @@ std::size_t cub_temp_bytes(int n, int end_bit, cudaStream_t stream) {
   cub::DoubleBuffer<std::uint32_t> dp(nullptr, nullptr);
   TESSERA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, a, dk, dp, n, 0, end_bit, stream));
   TESSERA_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(
-      nullptr, b, static_cast<const std::uint64_t*>(nullptr), static_cast<std::uint64_t*>(nullptr),
+      nullptr, b, static_cast<const std::uint64_t*>(nullptr), thrust::make_discard_iterator(),
       static_cast<std::uint32_t*>(nullptr), static_cast<int*>(nullptr), n, stream));
   TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, c, static_cast<std::uint32_t*>(nullptr),
                                                    static_cast<std::uint32_t*>(nullptr), n,
@@ -297,9 +303,10 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
     return nullptr;
   }
   const std::size_t temp = cub_temp_bytes(static_cast<int>(nnz), 64, ctx.stream);
-  const std::size_t peak = nz * (2 * sizeof(std::uint64_t) + 2 * sizeof(std::uint32_t) +
-                                 sizeof(std::uint64_t) + sizeof(std::uint32_t)) +
-                           temp + 64;
+  // Two key and two position buffers (the counts, offsets and flags reuse the key buffers)
+  // and the rest flags: 25 bytes per nonzero, about the device sort's transient.
+  const std::size_t peak =
+      nz * (2 * sizeof(std::uint64_t) + 2 * sizeof(std::uint32_t) + 1) + temp + 64;
   if (peak > room) {
     why = "the build needs " + std::to_string(peak) + " bytes of device memory, " +
           std::to_string(room) + " are left under the limit";
@@ -311,8 +318,6 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
     ok = ok && s.keys[b].try_reserve(nz * sizeof(std::uint64_t)) == cudaSuccess;
     ok = ok && s.pos[b].try_reserve(nz * sizeof(std::uint32_t)) == cudaSuccess;
   }
-  ok = ok && s.uniq.try_reserve(nz * sizeof(std::uint64_t)) == cudaSuccess;
-  ok = ok && s.counts.try_reserve(nz * sizeof(std::uint32_t)) == cudaSuccess;
   ok = ok && s.runs.try_reserve(64) == cudaSuccess;
   ok = ok && s.sums.try_reserve(64) == cudaSuccess;
   ok = ok && s.temp.try_reserve(temp) == cudaSuccess;
@@ -377,15 +382,14 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
   const int runs = best_runs.runs;
   // Offsets and tile ids of the runs: keys[0] and keys[1] are free now (the sorted
   // positions are in pos[]).
-  auto* offset = static_cast<std::uint32_t*>(s.keys[0].get());
-  auto* flag = static_cast<std::uint32_t*>(s.keys[1].get());
-  auto* tile_id = offset + nz;  // keys[0] holds 2 nz uint32
+  auto* offset = reinterpret_cast<std::uint32_t*>(best_runs.spare);
+  auto* tile_id = offset + nz;         // the spare key buffer holds 2 nz uint32
+  auto* flag = best_runs.counts + nz;  // behind the counts, in the other key buffer
   std::size_t tb = s.temp.bytes();
-  TESSERA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
-      s.temp.get(), tb, static_cast<std::uint32_t*>(s.counts.get()), offset, runs, ctx.stream));
+  TESSERA_CUDA_CHECK(
+      cub::DeviceScan::ExclusiveSum(s.temp.get(), tb, best_runs.counts, offset, runs, ctx.stream));
   flag_tile_runs<<<grid_for(runs), kBlock, 0, ctx.stream>>>(
-      static_cast<const std::uint32_t*>(s.counts.get()), static_cast<const int*>(s.runs.get()),
-      min_nnz, flag);
+      best_runs.counts, static_cast<const int*>(s.runs.get()), min_nnz, flag);
   TESSERA_CUDA_CHECK_LAUNCH();
   tb = s.temp.bytes();
   TESSERA_CUDA_CHECK(
@@ -396,7 +400,7 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
   for (int m = 0; m < N; ++m) f.idx[m] = h.idx(n, m);
   f.vals = h.vals(n);
   f.pos = best_runs.pos;
-  f.counts = static_cast<const std::uint32_t*>(s.counts.get());
+  f.counts = best_runs.counts;
   f.offset = offset;
   f.tile_id = tile_id;
   f.runs = static_cast<const int*>(s.runs.get());
@@ -423,8 +427,8 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
                                  selected, static_cast<int>(nnz), ctx.stream));
   // ... sorted by i_n where the copy is not (a stable sort keeps the copy's order within a row).
   if (h.plan(n).layout != Layout::plain && rest_n > 0) {
-    auto* k32 = static_cast<std::uint32_t*>(s.uniq.get());  // 2 nz uint32
-    auto* other = best_runs.pos;                            // free now
+    auto* k32 = reinterpret_cast<std::uint32_t*>(best_runs.spare);  // 2 nz uint32, free now
+    auto* other = best_runs.pos;                                    // free now
     gather_keys<<<grid_for(static_cast<std::int64_t>(rest_n)), kBlock, 0, ctx.stream>>>(
         h.idx(n, n), rest_pos, static_cast<std::int64_t>(rest_n), k32);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -483,13 +487,14 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
 }  // namespace
 
 template <typename T>
-void build_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit) {
+void build_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit,
+                  const std::function<std::size_t()>& free_room) {
   const int N = h.order();
   const bool automatic = ctx.tuning.tensor_cores == "auto";
   for (int n = 0; n < N; ++n) {
     std::string why;
     const std::size_t used = h.bytes();  // the copies and the hybrids built so far
-    const std::size_t room = limit > used ? limit - used : 0;
+    const std::size_t room = std::min(limit > used ? limit - used : 0, free_room());
     const auto t0 = std::chrono::steady_clock::now();
     auto hy = build_mode(ctx, h, n, room, automatic, why);
     std::ostringstream os;
@@ -503,7 +508,9 @@ void build_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit) {
   }
 }
 
-template void build_hybrid<float>(Context&, CudaTensorHandle<float>&, std::size_t);
-template void build_hybrid<double>(Context&, CudaTensorHandle<double>&, std::size_t);
+template void build_hybrid<float>(Context&, CudaTensorHandle<float>&, std::size_t,
+                                  const std::function<std::size_t()>&);
+template void build_hybrid<double>(Context&, CudaTensorHandle<double>&, std::size_t,
+                                   const std::function<std::size_t()>&);
 
 }  // namespace tessera::kernels::cuda::mttkrp_detail

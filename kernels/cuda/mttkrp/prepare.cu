@@ -35,8 +35,11 @@ constexpr nnz_t kMaxChunksPerMode = nnz_t(1) << 20;
 
 /// Device memory a tensor may occupy when no budget is given: the free memory less a
 /// reserve for factors, outputs and library workspace (1/16 of the device, >= 512 MiB).
+std::size_t device_reserve(std::size_t total_b) {
+  return std::max<std::size_t>(std::size_t(512) << 20, total_b / 16);
+}
 std::size_t automatic_budget(std::size_t free_b, std::size_t total_b) {
-  const std::size_t reserve = std::max<std::size_t>(std::size_t(512) << 20, total_b / 16);
+  const std::size_t reserve = device_reserve(total_b);
   return free_b > reserve ? free_b - reserve : 0;
 }
 
@@ -205,13 +208,18 @@ void prepare_streamed(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T
 }
 
 /// The tensor-core layouts of a tier-1 handle (hybrid.cuh), under the same limit as the
-/// copies.
+/// copies and never into the reserve an automatic budget leaves for factors and outputs.
 template <typename T>
 void add_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit) {
   if (ctx.tuning.tensor_cores == "off")
     h.set_hybrid_note("none (--tensor-cores off at prepare)");
   else
-    build_hybrid(ctx, h, limit);
+    build_hybrid(ctx, h, limit, [] {
+      // Whatever the budget, the hybrid leaves the reserve of automatic_budget free.
+      std::size_t free_b = 0, total_b = 0;
+      TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+      return automatic_budget(free_b, total_b);
+    });
 }
 
 }  // namespace
