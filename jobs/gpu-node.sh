@@ -52,6 +52,13 @@
 #               issue 17 set). With TESSERA_BASE_TAR (a `git archive --format=tar.gz` of an earlier
 #               commit, carried e.g. in .deps/) the same cases on that build too, so before
 #               and after come from one card in one call
+#       tc: the tensor-core MTTKRP (issue 18): its GPU test, then bench mttkrp --tc-sweep on
+#               generated blocky tensors (float: off/3xtf32/tf32/bf16/auto, double: off/fp64/
+#               auto; TESSERA_TC_NNZ nonzeros, default 2e7), on the real tensors with dense
+#               regions (aminoacid, kripke, congress: beside the checkout or in .deps/data)
+#               and on the nell-2 shape, and the PNG plots (jobs/plot-tc-sweep.py);
+#               TESSERA_TC_PRECISIONS (default "float double"), TESSERA_TC_NO_NELL=1,
+#               TESSERA_TC_NO_REAL=1 leave parts out
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -405,6 +412,31 @@ if has scaling; then
     bench amazon-powerlaw-cp-r32-np$p mpirun -np $p --bind-to none "$T" bench cp --generate $amz --nnz 1.74e9 \
       --dist powerlaw --rank 32 --backend cuda --precision float --iters 5
     p=$((p * 2))
+  done
+fi
+if has tc; then  # issue 18: tensor-core MTTKRP sweep
+  ( cd "$build" && ctest -R gpu_tc_mttkrp --output-on-failure >"$out/ctest-tc.log" 2>&1 ) &&
+    log "gpu_tc_mttkrp: passed" || { log "gpu_tc_mttkrp: FAILED"; tail -60 "$out/ctest-tc.log"; }
+  tcn=${TESSERA_TC_NNZ:-2e7}
+  for p in ${TESSERA_TC_PRECISIONS:-float double}; do
+    bench tc-sweep-$p "$T" bench mttkrp --tc-sweep --nnz "$tcn" --backend cuda --precision $p --repeat 5
+  done
+  [ -z "${TESSERA_TC_NO_NELL:-}" ] && bench tc-nell2 "$T" bench mttkrp --tc-sweep --generate $nell \
+    --nnz 76.9e6 --ranks 32,64 --backend cuda --precision float --repeat 5
+  tdata=
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/aminoacid-fluorescence_dense.tns.gz" ] && { tdata=$(cd "$d" && pwd); break; }
+  done
+  if [ -n "$tdata" ] && [ -z "${TESSERA_TC_NO_REAL:-}" ]; then
+    for t in aminoacid-fluorescence_dense kripke-perf_9mode congress-cosponsor_leg-leg-year; do
+      [ -f "$tdata/$t.tns.gz" ] && bench tc-${t%%[-_]*} "$T" bench mttkrp "$tdata/$t.tns.gz" --tc-sweep \
+        --backend cuda --precision float --repeat 5
+    done
+  else
+    log "real tensors not found (../shared/data or .deps/data): skipped"
+  fi
+  for j in "$out"/tc-*.json; do  # the PNGs (where the node has matplotlib; else plot the JSONs later)
+    python3 jobs/plot-tc-sweep.py "$j" >"${j%.json}-plot.log" 2>&1 || echo "tc: no plot of $j" >>"$summary"
   done
 fi
 if has constrained; then  # issue 23: constrained / completion CP next to plain CP, nell-2 shape

@@ -22,11 +22,17 @@ struct BenchArgs {
   std::string gen_dims, dist = "uniform";
   double gen_nnz = 0, alpha = 1.0;
   int rank = 16, repeat = 5, iters = 5;
-  std::string ranks;         ///< Tucker ranks (bench ttmc|tucker); empty: --rank for every mode
-  std::string svd = "gram";  ///< bench tucker
+  std::string ranks;  ///< Tucker ranks (bench ttmc|tucker), or the R list of mttkrp --tc-sweep
+  std::string svd = "gram";          ///< bench tucker
   std::string generate_on = "auto";  ///< auto | host | backend
   CpConstraintArgs con;              ///< bench cp: constrained, regularised, weighted CP
   ComputeOptions run;
+  // ---- bench mttkrp --tc-sweep (mttkrp_tc_sweep.cpp) ----
+  bool tc_sweep = false;
+  std::string tc_dims = "8192x8192x1024";              ///< generated blocky tensors
+  std::string tc_densities = "0.05,0.125,0.25,0.5,1";  ///< density of the dense 16 x 16 tiles
+  std::string tc_fractions = "0.5,0.9";                ///< share of the nonzeros in the tiles
+  std::uint64_t tc_seed = 1;
 };
 
 /// This rank's benchmark input: the prepared handle X (bench mttkrp, and bench cp on a
@@ -77,6 +83,24 @@ template <typename T>
 void bench_ttmc(Context<T>& c);
 template <typename T>
 void bench_tucker(Context<T>& c);
+
+/// `bench mttkrp --tc-sweep` (mttkrp_tc_sweep.cpp; one rank): per case (generated blocky
+/// tensors, or the file / --generate input), rank R of --ranks and mode, the MTTKRP with the
+/// tensor cores off, on in each precision and auto, timed (median of --repeat), with errors
+/// against an FP64 reference, the TcSplit and a roofline; a table and the record's "tc_sweep".
+/// On a backend without tensor cores only the off times and errors.
+template <typename T>
+void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world);
+/// A blocky tensor of `dims` (order >= 2) with about `nnz` nonzeros: round(fraction nnz /
+/// per_tile) dense 16 x 16 tiles (16 rows of mode 0 x 16 of mode 1, the other indices fixed)
+/// at distinct random positions, each with per_tile = round(density 256) distinct random
+/// slots; the rest uniform over the cells outside the tiles, without repeated coordinates
+/// (where the packed coordinates fit 64 bits). Values in [0.5, 1.5). Deterministic in `seed`.
+/// `tiles_out`: the tiles made. Throws InputError on bad parameters.
+template <typename T>
+SparseTensor<T> generate_tc_blocky(const std::vector<std::uint64_t>& dims, std::uint64_t nnz,
+                                   double density, double fraction, std::uint64_t seed,
+                                   std::uint64_t* tiles_out = nullptr);
 
 /// Bytes one MTTKRP of `mode` with R columns must move on this rank (mttkrp.cpp): the
 /// stored format once, each touched factor row of the other modes once, the output once.

@@ -89,7 +89,12 @@ void reject_unused_bench_options(const CLI::App& bench, const BenchArgs& a) {
   const std::vector<Use> uses = {{"--repeat", {"mttkrp", "ttmc"}},
                                  {"--iters", {"cp", "tucker"}},
                                  {"--svd", {"tucker"}},
-                                 {"--ranks", {"ttmc", "tucker"}},
+                                 {"--ranks", {"ttmc", "tucker", "mttkrp"}},
+                                 {"--tc-sweep", {"mttkrp"}},
+                                 {"--tc-dims", {"mttkrp"}},
+                                 {"--tc-densities", {"mttkrp"}},
+                                 {"--tc-fractions", {"mttkrp"}},
+                                 {"--tc-seed", {"mttkrp"}},
                                  {"--nonneg", {"cp"}},
                                  {"--l1", {"cp"}},
                                  {"--l2", {"cp"}},
@@ -114,7 +119,16 @@ void reject_unused_bench_options(const CLI::App& bench, const BenchArgs& a) {
             u.name, "does not apply to bench " + a.what + " (only to bench " + list + ")");
       }
     }
-    if (a.gen_dims.empty() && (name == "--nnz" || name == "--dist" || name == "--alpha"))
+    const bool blocky_option = name == "--tc-dims" || name == "--tc-densities" ||
+                               name == "--tc-fractions" || name == "--tc-seed";
+    if (a.what == "mttkrp" && !a.tc_sweep && (name == "--ranks" || blocky_option))
+      throw CLI::ValidationError(name, "of bench mttkrp applies only with --tc-sweep");
+    const bool blocky_sweep = a.tc_sweep && a.load.path.empty() && a.gen_dims.empty();
+    if (a.tc_sweep && !blocky_sweep && blocky_option)
+      throw CLI::ValidationError(
+          name, "applies to the generated blocky tensors of --tc-sweep (no FILE, no --generate)");
+    if (a.gen_dims.empty() && !(blocky_sweep && name == "--nnz") &&
+        (name == "--nnz" || name == "--dist" || name == "--alpha"))
       throw CLI::ValidationError(name, "applies only with --generate (a file is read as it is)");
   }
 }
@@ -140,13 +154,36 @@ void add_bench(CLI::App& app, Runner& run) {
   sub->add_option("--iters", a->iters, "Iterations (bench cp, bench tucker)")
       ->check(CLI::Range(1, 10000));
   sub->add_option("--ranks", a->ranks,
-                  "Tucker ranks per mode (bench ttmc|tucker), e.g. 16,16,16; default --rank");
+                  "Tucker ranks per mode (bench ttmc|tucker), e.g. 16,16,16; default --rank. "
+                  "bench mttkrp --tc-sweep: the ranks R swept (default 16,32,64,128,256)");
   sub->add_option("--svd", a->svd,
                   "Tucker factor update (bench tucker): gram | subspace | scalapack");
   sub->add_option("--generate-on", a->generate_on,
                   "Where --generate makes the tensor: auto (the backend, or the host where the "
                   "run needs the distributed block) | host | backend")
       ->check(CLI::IsMember({"auto", "host", "backend"}))
+      ->capture_default_str();
+  const std::string sweep = "Tensor-core sweep";
+  sub->add_flag("--tc-sweep", a->tc_sweep,
+                "bench mttkrp: the tensor-core MTTKRP against CUDA cores (cuda backend, one "
+                "rank): generated blocky tensors (no FILE, no --generate) or the input; per "
+                "rank R of --ranks and mode, tensor cores off / on per precision / auto")
+      ->group(sweep);
+  sub->add_option("--tc-dims", a->tc_dims,
+                  "--tc-sweep: dims of the generated blocky tensors (--nnz nonzeros, default 2e7)")
+      ->group(sweep)
+      ->capture_default_str();
+  sub->add_option("--tc-densities", a->tc_densities,
+                  "--tc-sweep: densities of the dense 16 x 16 tiles, comma-separated")
+      ->group(sweep)
+      ->capture_default_str();
+  sub->add_option("--tc-fractions", a->tc_fractions,
+                  "--tc-sweep: shares of the nonzeros in dense tiles (the rest uniform), "
+                  "comma-separated")
+      ->group(sweep)
+      ->capture_default_str();
+  sub->add_option("--tc-seed", a->tc_seed, "--tc-sweep: seed of the generated blocky tensors")
+      ->group(sweep)
       ->capture_default_str();
   add_cp_constraint_flags(sub, a->con);
   add_compute_options(sub, a->run, a->load, kStrategyOption | kBudgetOptions);
@@ -165,6 +202,10 @@ void add_bench(CLI::App& app, Runner& run) {
     if (!sub->get_subcommands().empty()) return;  // bench contract: its runner
     if (what->count() == 0) throw CLI::RequiredError("what");
     run = [a](const comm::MpiCommunicator& world) {
+      if (a->tc_sweep) {
+        with_precision(a->run, [&]<typename T>() { bench::run_mttkrp_tc_sweep<T>(*a, world); });
+        return;
+      }
       with_precision(a->run, [&]<typename T>() { bench::run_bench<T>(*a, world); });
     };
   });
