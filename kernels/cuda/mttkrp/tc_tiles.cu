@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kTcThreads)
       fixed[v] = f;
     }
     const std::uint64_t j0 = static_cast<std::uint64_t>(meta[0]) * kTcTile;
-#pragma unroll 4
+#pragma unroll
     for (int r = 0; r < kTcTile; ++r) {
       const bool row_ok = j0 + static_cast<std::uint64_t>(r) < p.tile_rows;
       const T* brow = p.tile_factor + (j0 + static_cast<std::uint64_t>(r)) * p.R;
