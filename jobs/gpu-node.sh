@@ -148,6 +148,15 @@ elif j.get("command") in ("cp", "tucker"):
     print(f"{n:34s} tier {t['tier']}  {it_s:8.3f} s/iter  copy|read {rd:7.3f} s  compute {cp:7.3f} s  floor {fl:7.3f} s  "
           f"ratio-to-max(floor,compute) {ratio}  hidden {t['overlap_fraction']*100:3.0f}%  "
           f"load {j['phases_seconds']['io']:.1f} s  fit {j['fit']:.5f}{mem}")
+elif "tc_sweep" in j:
+    rows = j["tc_sweep"]["rows"]
+    worst = max((r["t_auto_seconds"] / r["t_off_seconds"] for r in rows if r.get("t_auto_seconds")), default=float("nan"))
+    best = {}
+    for r in rows:
+        if r["precision"] != "off" and r.get("t_tc_seconds"):
+            best[r["precision"]] = max(best.get(r["precision"], 0), r["t_off_seconds"] / r["t_tc_seconds"])
+    print(f"{n:34s} {len(rows)} rows; best speedup per mode " + ", ".join(f"{p} {v:.2f}x" for p, v in sorted(best.items()))
+          + f"; worst auto/off {worst:.3f}")
 elif "ttmc" in j.get("share", {}):
     s = j["share"]
     print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   ttmc {s['ttmc']*100:4.1f}%  comm {s['comm']*100:4.1f}%  svd {s['svd']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}  fit {j['fit']:.4f}")

@@ -29,7 +29,7 @@ namespace tessera::kernels::cuda::mttkrp_detail {
 /// Rows of a tile in each of its two modes.
 inline constexpr int kTcTile = 16;
 /// At most this many tiles per thread block of the tile kernel (a segment).
-inline constexpr int kTcSegmentTiles = 32;
+inline constexpr int kTcSegmentTiles = 16;
 
 enum class TcPrecision { fp64, tf32, tf32x3, bf16 };
 inline const char* tc_precision_name(TcPrecision p) {

@@ -15,6 +15,8 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/mttkrp/hybrid.cuh"
 
 namespace tessera::kernels::cuda::mttkrp_detail {
@@ -22,16 +24,34 @@ namespace {
 
 using namespace nvcuda;
 
-// ---- the cost model's constants (seconds; tc_predicted_speedup) ----
-constexpr double kCoreNnzBase = 5e-12;
-constexpr double kCoreNnzPerCol = 0.5e-12;
-constexpr double kTileBase = 0.6e-9;
-constexpr double kTileTf32PerCol = 18e-12;
-constexpr double kTile3xTf32PerCol = 25e-12;
-constexpr double kTileBf16PerCol = 17e-12;
-constexpr double kTileFp64PerCol = 35e-12;
-constexpr double kSegmentBase = 0.2e-9;
-constexpr double kLaunchSeconds = 4e-6;
+// ---- the cost model (tc_predicted_speedup) ----
+// Measured on an H100 80GB (bench mttkrp --tc-sweep, docs/perf/gpu-h100-tensor-core-mttkrp.md),
+// at R = 16, 32, 64, 128, 256 (interpolated linearly in between, scaled with R outside):
+// seconds per nonzero of the CUDA-core kernel (the default kernel choice: blocked where it
+// applies) and seconds per tile of the tile kernel. The medians of the sweep's tensors.
+constexpr int kModelRanks[5] = {16, 32, 64, 128, 256};
+constexpr double kCoreFloat[5] = {14.6e-12, 20.6e-12, 39.9e-12, 85.0e-12, 345.8e-12};
+constexpr double kCoreDouble[5] = {22.5e-12, 43.5e-12, 90.9e-12, 541.6e-12, 1087.9e-12};
+constexpr double kTile3xTf32[5] = {1.42e-9, 1.26e-9, 2.56e-9, 4.92e-9, 9.65e-9};
+constexpr double kTileTf32[5] = {1.18e-9, 1.01e-9, 2.05e-9, 3.98e-9, 7.80e-9};
+constexpr double kTileBf16[5] = {1.24e-9, 1.02e-9, 2.03e-9, 3.81e-9, 7.42e-9};
+constexpr double kTileFp64[5] = {1.50e-9, 1.53e-9, 2.97e-9, 5.86e-9, 11.55e-9};
+/// The hybrid's second launch and its events.
+constexpr double kHybridOverhead = 8e-6;
+/// Launch and synchronisation of one MTTKRP, either way (tiny tensors are all overhead).
+constexpr double kCallOverhead = 10e-6;
+
+double at_rank(const double (&v)[5], int R) {
+  // Below R = 16 a call costs at least half of R = 16 (launch, indices, the tile itself).
+  if (R <= kModelRanks[0]) return v[0] * std::max(0.5, static_cast<double>(R) / kModelRanks[0]);
+  for (int k = 1; k < 5; ++k)
+    if (R <= kModelRanks[k]) {
+      const double f =
+          static_cast<double>(R - kModelRanks[k - 1]) / (kModelRanks[k] - kModelRanks[k - 1]);
+      return v[k - 1] + f * (v[k] - v[k - 1]);
+    }
+  return v[4] * R / kModelRanks[4];
+}
 
 constexpr int kTcWarps = 8;
 constexpr int kTcThreads = kTcWarps * kWarp;
@@ -128,6 +148,17 @@ __global__ void __launch_bounds__(kTcThreads)
 
   for (std::uint32_t t = t0 + static_cast<std::uint32_t>(warp); t < t1; t += kTcWarps) {
     const index_t* meta = p.meta + static_cast<std::size_t>(t) * static_cast<std::size_t>(stride);
+    const T* tile = p.vals + static_cast<std::size_t>(t) * 256;
+    // The tile's fragments first (fp64, tf32: straight from global memory), so their loads
+    // overlap those of the operand.
+    FA afr[KS][MT];
+    if constexpr (P != TcPrecision::bf16) {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          wmma::load_matrix_sync(afr[ks][mt], tile + mt * Ty::M * kTcTile + ks * Ty::K, kTcTile);
+    }
     // The product of the fixed rows, for this lane's columns.
     T fixed[CPL];
 #pragma unroll
@@ -154,22 +185,22 @@ __global__ void __launch_bounds__(kTcThreads)
         }
       }
     }
-    const T* tile = p.vals + static_cast<std::size_t>(t) * 256;
-    const Op* a_src;
-    if constexpr (P == TcPrecision::bf16) {
+    if constexpr (P == TcPrecision::bf16) {  // the tile rounded to BF16 through shared memory
       Op* a_s = op + kTcTile * NC;
       for (int e = lane; e < 256; e += kWarp) a_s[e] = to_op<Op>(__ldg(tile + e));
-      a_src = a_s;
-    } else {
-      a_src = tile;
+      __syncwarp();
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          wmma::load_matrix_sync(afr[ks][mt], a_s + mt * Ty::M * kTcTile + ks * Ty::K, kTcTile);
     }
     __syncwarp();
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        FA a;
-        wmma::load_matrix_sync(a, a_src + mt * Ty::M * kTcTile + ks * Ty::K, kTcTile);
+        FA a = afr[ks][mt];  // a copy: the split and rounding below change it
         if constexpr (P == TcPrecision::tf32x3) {
           FA a_small;
           split_tf32(a, a_small);
@@ -244,21 +275,17 @@ void launch_p(cudaStream_t stream, const TcParams<T>& p, std::uint64_t segments)
 
 double tc_predicted_speedup(nnz_t nnz, nnz_t rest_nnz, std::uint64_t tiles, std::uint64_t segments,
                             int R, TcPrecision prec) {
-  // Seconds per nonzero of the CUDA-core kernel and per tile of the tile kernel, affine in
-  // R; fitted to the H100 sweep (docs/perf/gpu-h100-tensor-core-mttkrp.md). double costs
-  // twice float on CUDA cores.
-  const bool dbl = prec == TcPrecision::fp64;
-  const double per_nnz = (dbl ? 2.0 : 1.0) * (kCoreNnzBase + kCoreNnzPerCol * R);
-  double per_col = kTileTf32PerCol;
-  if (prec == TcPrecision::tf32x3) per_col = kTile3xTf32PerCol;
-  if (prec == TcPrecision::bf16) per_col = kTileBf16PerCol;
-  if (prec == TcPrecision::fp64) per_col = kTileFp64PerCol;
-  const double per_tile = kTileBase + per_col * R;
-  const double off = static_cast<double>(nnz) * per_nnz;
-  const double hybrid = static_cast<double>(rest_nnz) * per_nnz +
-                        static_cast<double>(tiles) * per_tile +
-                        static_cast<double>(segments) * kSegmentBase + kLaunchSeconds;
-  return hybrid > 0 ? off / hybrid : 0;
+  (void)segments;  // part of the measured cost per tile
+  const double per_nnz = at_rank(prec == TcPrecision::fp64 ? kCoreDouble : kCoreFloat, R);
+  const double per_tile = at_rank(prec == TcPrecision::fp64   ? kTileFp64
+                                  : prec == TcPrecision::tf32 ? kTileTf32
+                                  : prec == TcPrecision::bf16 ? kTileBf16
+                                                              : kTile3xTf32,
+                                  R);
+  const double off = kCallOverhead + static_cast<double>(nnz) * per_nnz;
+  const double hybrid = kCallOverhead + kHybridOverhead + static_cast<double>(rest_nnz) * per_nnz +
+                        static_cast<double>(tiles) * per_tile;
+  return off / hybrid;
 }
 
 template <typename T>
