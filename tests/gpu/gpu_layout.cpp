@@ -45,6 +45,7 @@ Tuning layout_tuning(const std::string& layout, std::uint64_t block_rows,
   t.cuda_layout = layout;
   t.cuda_block_rows = block_rows;
   t.mttkrp_kernel = kernel;
+  t.tensor_cores = "off";  // the CUDA-core layouts and kernels (tensor cores: gpu_tc_mttkrp)
   return t;
 }
 
@@ -127,6 +128,7 @@ class GpuKernel : public GpuVsReference<T> {
     for (const std::string kernel : {"classic", "blocked"}) {
       Tuning t;
       t.mttkrp_kernel = kernel;
+      t.tensor_cores = "off";  // the CUDA-core kernels named in describe()
       auto be = make_backend<T>(BackendKind::cuda, 0, t);
       if (budget > 0) be->set_memory_budget(budget);
       auto h = be->prepare(x);
@@ -189,7 +191,7 @@ TYPED_TEST(GpuKernel, SkewedTier2) {
        std::vector<std::tuple<std::vector<std::uint64_t>, nnz_t, int>>{
            {{3000, 2000, 1000}, 60013, 0}, {{50, 40, 300, 20}, 50021, 2}}) {
     const auto x = random_tensor<T>(dims, nnz, 4700 + nnz, skew);
-    auto be = make_backend<T>(BackendKind::cuda);
+    auto be = make_backend<T>(BackendKind::cuda, 0, layout_tuning("default", 0));
     const std::size_t tier1 = be->prepare(x)->bytes();
     this->check_kernels(x, {8, 16, 24, 32, 64}, 4700, tier1 / 4,
                         "order " + std::to_string(dims.size()) + ", skew mode " +
@@ -255,7 +257,7 @@ TYPED_TEST(GpuKernel, SmallTier1AndTier2) {
   this->check_kernels(x, {8, 24}, 4802, 0, "small, skew mode 0, tier 1");
   const auto x4 = make_tensor<T>({40, 30, 20, 50}, 3001, true, 4803);
   this->check_kernels(x4, {16}, 4804, 0, "small, order 4, repeats, tier 1");
-  auto be = make_backend<T>(BackendKind::cuda);
+  auto be = make_backend<T>(BackendKind::cuda, 0, layout_tuning("default", 0));
   const std::size_t tier1 = be->prepare(x)->bytes();
   this->check_kernels(x, {16}, 4805, tier1 / 3, "small, tier 2");
 }

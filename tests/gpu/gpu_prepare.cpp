@@ -5,7 +5,10 @@
 // not contiguous loses contributions and fails the comparison. Tensors have many equal
 // indices in every mode (long rows, long runs of equal secondary keys), nnz not a
 // multiple of the tile, modes of length 1 (keys of 0 bits) and keys over 32 bits.
-// Skips (with a message) where no CUDA device is visible.
+// The sorts are checked with the tensor cores off (the copies alone: their bytes are
+// compared); a fourth preparation with --tensor-cores on runs the hybrid layout
+// (kernels/cuda/mttkrp/hybrid.cuh) on the same shapes: orders 3 to 9, modes of length 1,
+// 64-bit sort keys, duplicates. Skips (with a message) where no CUDA device is visible.
 //
 // LargeCounts (opt-in: TESSERA_GPU_LARGE_TESTS=1, about 30 GB of host memory and 120 GB
 // of device memory) prepares an order-2 tensor of 2^31 + 4097 nonzeros (64-bit counts
@@ -31,6 +34,14 @@ namespace tessera::kernels {
 namespace {
 
 using namespace ::tessera::test;
+
+/// The tuning of the sort checks (the tensor cores off: the handle holds the copies only),
+/// or with the tensor cores forced on.
+kernels::Tuning tensor_cores(const char* on) {
+  kernels::Tuning t;
+  t.tensor_cores = on;
+  return t;
+}
 
 /// Random coordinates with many repeats: in every mode, 40% of the nonzeros take index 0
 /// and 10% the last index; so rows of every mode are long and the secondary keys of a
@@ -68,14 +79,14 @@ class GpuPrepare : public GpuVsReference<T> {
   void check_three_ways(const SparseTensor<T>& x, const std::vector<int>& ranks,
                         std::uint64_t seed) {
     const int N = x.order();
-    auto be1 = make_backend<T>(BackendKind::cuda);
+    auto be1 = make_backend<T>(BackendKind::cuda, 0, tensor_cores("off"));
     auto h1 = be1->prepare(x);
     const std::string d1 = h1->describe();
     ASSERT_EQ(h1->tier(), 1) << d1;
     EXPECT_TRUE(contains(d1, "sorted on the device")) << d1;
     const std::size_t b1 = h1->bytes();
 
-    auto be2 = make_backend<T>(BackendKind::cuda);
+    auto be2 = make_backend<T>(BackendKind::cuda, 0, tensor_cores("off"));
     be2->set_memory_budget(b1);
     auto h2 = be2->prepare(x);
     const std::string d2 = h2->describe();
@@ -85,7 +96,7 @@ class GpuPrepare : public GpuVsReference<T> {
 
     const std::size_t min_t2 =
         2 * chunk_bytes<T>(N, std::min<std::size_t>(kTileNnz, static_cast<std::size_t>(x.nnz())));
-    auto be3 = make_backend<T>(BackendKind::cuda);
+    auto be3 = make_backend<T>(BackendKind::cuda, 0, tensor_cores("off"));
     const std::size_t budget3 = std::max(b1 / 4, min_t2);
     be3->set_memory_budget(budget3);
     auto h3 = be3->prepare(x);
@@ -93,10 +104,13 @@ class GpuPrepare : public GpuVsReference<T> {
     // of a few tiles); a tensor under that keeps tier 1 within the same budget.
     ASSERT_EQ(h3->tier(), budget3 < b1 ? 2 : 1) << h3->describe();
 
+    auto be4 = make_backend<T>(BackendKind::cuda, 0, tensor_cores("on"));
+    auto h4 = be4->prepare(x);
     for (int R : ranks) {
       check_mttkrp(*be1, *h1, x, R, seed + R, "tier 1, device sort");
       check_mttkrp(*be2, *h2, x, R, seed + R, "tier 1, host sort");
       check_mttkrp(*be3, *h3, x, R, seed + R, "tier 2, host sort");
+      check_mttkrp(*be4, *h4, x, R, seed + R, "tier 1, tensor cores on");
     }
   }
 };
