@@ -3,6 +3,7 @@
 // maps are built by kernels/cuda/ttmc/ttmc.cu.
 #include <algorithm>
 #include <cstdint>
+#include <sstream>
 #include <vector>
 
 #include "kernels/cuda/mttkrp/handle.cuh"
@@ -167,7 +168,16 @@ std::vector<TcSplit> CudaTensorHandle<T>::tc_split() const {
       s.bytes = hy->bytes();
       s.predicted_speedup = hy->predicted;
       s.used = hy->used;
-      if (!hy->why.empty()) s.why = hy->why;
+      if (hy->rank > 0) {
+        std::ostringstream why;
+        why.precision(3);
+        if (hy->forced)
+          why << "--tensor-cores on";
+        else
+          why << "auto: predicted speedup " << hy->predicted << (hy->used ? " >= " : " < ")
+              << kAutoMinSpeedup << " at R " << hy->rank;
+        s.why = why.str();
+      }
       if (hy->used) s.precision = tc_precision_name(hy->precision);
       if (hy->used && hy->timed) {
         DeviceGuard g(device_);

@@ -26,10 +26,15 @@
 
 namespace tessera::kernels::cuda::mttkrp_detail {
 
+/// Under --tensor-cores auto, the hybrid runs where the cost model predicts at least this
+/// speedup: a margin for the model's error (auto must not be slower than off). Replayed over
+/// the measured H100 sweeps, 1.1 picked a hybrid 7% slower than off (congress, R = 256) and
+/// 1.15 none (docs/perf/gpu-h100-tensor-core-mttkrp.md).
+constexpr double kAutoMinSpeedup = 1.15;
 /// Rows of a tile in each of its two modes.
 inline constexpr int kTcTile = 16;
 /// At most this many tiles per thread block of the tile kernel (a segment).
-inline constexpr int kTcSegmentTiles = 16;
+inline constexpr int kTcSegmentTiles = 32;
 
 enum class TcPrecision { fp64, tf32, tf32x3, bf16 };
 inline const char* tc_precision_name(TcPrecision p) {
@@ -70,7 +75,8 @@ struct HybridMode {
   mutable bool used = false;
   mutable double predicted = 0;
   mutable TcPrecision precision = TcPrecision::tf32x3;
-  mutable std::string why;  ///< of the last decision
+  mutable bool forced = false;  ///< the last decision was --tensor-cores on
+  mutable int rank = 0;         ///< R of the last decision (0: none yet)
 
   HybridMode() = default;
   HybridMode(const HybridMode&) = delete;

@@ -288,8 +288,14 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
   const int N = h.order();
   const auto& dims = h.dims();
   const nnz_t nnz = h.nnz();
-  const auto min_nnz = static_cast<std::uint32_t>(
-      std::max(1.0, std::ceil(ctx.tuning.tc_tile_density * 256.0 - 1e-9)));
+  // A tile qualifies with tc_tile_density of the slots it can have: 16 x 16, or fewer where
+  // a mode is shorter than 16 (a 7 x 16 tile of a 7-row mode has 112 slots).
+  const double density = ctx.tuning.tc_tile_density;
+  auto min_nnz_of = [&](int j) {
+    const double slots = static_cast<double>(std::min<std::uint64_t>(dims[n], 16)) *
+                         static_cast<double>(std::min<std::uint64_t>(dims[j], 16));
+    return static_cast<std::uint32_t>(std::max(1.0, std::ceil(density * slots - 1e-9)));
+  };
   if (nnz > std::numeric_limits<int>::max()) {
     why = "more than 2^31 - 1 nonzeros";
     return nullptr;
@@ -329,7 +335,7 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
   int best = -1;
   Runs best_runs;
   for (std::size_t c = 0; c < cands.size(); ++c) {
-    const Runs r = sort_runs(ctx, h, cands[c], min_nnz, s);
+    const Runs r = sort_runs(ctx, h, cands[c], min_nnz_of(cands[c].j), s);
     if (best < 0 || r.tile_nnz > best_runs.tile_nnz) {
       best = static_cast<int>(c);
       best_runs = r;
@@ -337,8 +343,7 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
   }
   const double fraction = static_cast<double>(best_runs.tile_nnz) / static_cast<double>(nnz);
   if (best_runs.tiles == 0) {
-    why = "no 16 x 16 tile has " + std::to_string(min_nnz) + " nonzeros (--tc-tile-density " +
-          std::to_string(ctx.tuning.tc_tile_density) + ")";
+    why = "no 16 x 16 tile reaches --tc-tile-density " + std::to_string(density);
     return nullptr;
   }
   if (automatic && fraction < kAutoMinFraction) {
@@ -347,6 +352,7 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
     return nullptr;
   }
   const KeyLayout key = cands[static_cast<std::size_t>(best)];
+  const std::uint32_t min_nnz = min_nnz_of(key.j);
   // The winner's runs again (the scratch holds the last candidate's).
   if (static_cast<std::size_t>(best) != cands.size() - 1)
     best_runs = sort_runs(ctx, h, key, min_nnz, s);

@@ -47,7 +47,6 @@
 // --tensor-cores is on, or auto and the cost model predicts a gain (choose_hybrid).
 //
 // What each file of this folder does: internal.cuh.
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -62,10 +61,6 @@ namespace tessera::kernels::cuda {
 using namespace mttkrp_detail;
 
 namespace {
-
-/// Under --tensor-cores auto, the hybrid runs where the cost model predicts at least this
-/// speedup (a margin for the model's error: auto must not be slower than off).
-constexpr double kAutoMinSpeedup = 1.1;
 
 /// The tile precision of `t` for value type T; an InputError for a mismatch.
 template <typename T>
@@ -96,16 +91,10 @@ const HybridMode<T>* choose_hybrid(const Tuning& t, const CudaTensorHandle<T>& x
   if (hy == nullptr) return nullptr;
   hy->precision = prec;
   hy->predicted = tc_predicted_speedup(x.nnz(), hy->rest_nnz, hy->tiles, hy->segments, R, prec);
-  const bool use = t.tensor_cores == "on" || hy->predicted >= kAutoMinSpeedup;
-  hy->used = use;
-  std::ostringstream why;
-  why.precision(3);
-  if (t.tensor_cores == "on")
-    why << "--tensor-cores on";
-  else
-    why << "auto: predicted speedup " << hy->predicted << (use ? " >= " : " < ") << kAutoMinSpeedup
-        << " at R " << R;
-  hy->why = why.str();
+  hy->forced = t.tensor_cores == "on";
+  hy->rank = R;
+  const bool use = hy->forced || hy->predicted >= kAutoMinSpeedup;
+  hy->used = use;  // tc_split() says why, from these fields (no text on the hot path)
   return use ? hy : nullptr;
 }
 

@@ -25,32 +25,66 @@ namespace {
 using namespace nvcuda;
 
 // ---- the cost model (tc_predicted_speedup) ----
-// Measured on an H100 80GB (bench mttkrp --tc-sweep, docs/perf/gpu-h100-tensor-core-mttkrp.md),
-// at R = 16, 32, 64, 128, 256 (interpolated linearly in between, scaled with R outside):
-// seconds per nonzero of the CUDA-core kernel (the default kernel choice: blocked where it
-// applies) and seconds per tile of the tile kernel. The medians of the sweep's tensors.
+// Affine fits (fixed seconds, seconds per item) at R = 16, 32, 64, 128, 256 (interpolated
+// linearly in between, scaled with R beyond 256), to the H100 80GB sweep of commit 6cecc0f
+// (bench mttkrp --tc-sweep, 2e7 nonzeros, docs/perf/gpu-h100-tensor-core-mttkrp.md): the
+// CUDA-core kernel per nonzero (its default choice: blocked where it applies; the fixed part
+// is large where the classic kernel runs, float R = 256, double R >= 128), fitted over every
+// run of it on the whole tensors and on the rests; the tile kernel per tile, per precision
+// (within 3% of every measured run).
+struct Affine {
+  double fixed, per;
+};
 constexpr int kModelRanks[5] = {16, 32, 64, 128, 256};
-constexpr double kCoreFloat[5] = {14.6e-12, 20.6e-12, 39.9e-12, 85.0e-12, 345.8e-12};
-constexpr double kCoreDouble[5] = {22.5e-12, 43.5e-12, 90.9e-12, 541.6e-12, 1087.9e-12};
-constexpr double kTile3xTf32[5] = {1.42e-9, 1.26e-9, 2.56e-9, 4.92e-9, 9.65e-9};
-constexpr double kTileTf32[5] = {1.18e-9, 1.01e-9, 2.05e-9, 3.98e-9, 7.80e-9};
-constexpr double kTileBf16[5] = {1.24e-9, 1.02e-9, 2.03e-9, 3.81e-9, 7.42e-9};
-constexpr double kTileFp64[5] = {1.50e-9, 1.53e-9, 2.97e-9, 5.86e-9, 11.55e-9};
-/// The hybrid's second launch and its events.
-constexpr double kHybridOverhead = 8e-6;
-/// Launch and synchronisation of one MTTKRP, either way (tiny tensors are all overhead).
-constexpr double kCallOverhead = 10e-6;
+// The fixed part of the CUDA-core fit is kept only where it is real (the classic kernel's
+// regime: float R = 256, double R >= 128); elsewhere the fits' intercepts (15-125 us) are
+// artefacts of fitting large tensors, and a call's real floor is about 10 us (aminoacid,
+// 61305 nonzeros: 11-26 us at R <= 128).
+constexpr double kCallFloor = 10e-6;
+constexpr Affine kCoreFloat[5] = {{kCallFloor, 13.6e-12},
+                                  {kCallFloor, 19.3e-12},
+                                  {kCallFloor, 36.6e-12},
+                                  {kCallFloor, 76.9e-12},
+                                  {1308.4e-6, 277.3e-12}};
+constexpr Affine kCoreDouble[5] = {{kCallFloor, 21.4e-12},
+                                   {kCallFloor, 40.9e-12},
+                                   {kCallFloor, 84.8e-12},
+                                   {2394.0e-6, 430.2e-12},
+                                   {4768.3e-6, 867.4e-12}};
+constexpr Affine kTile3xTf32[5] = {{23.3e-6, 1.10e-9},
+                                   {12.4e-6, 1.10e-9},
+                                   {27.0e-6, 2.21e-9},
+                                   {40.1e-6, 4.40e-9},
+                                   {66.0e-6, 8.79e-9}};
+constexpr Affine kTileTf32[5] = {{20.9e-6, 0.89e-9},
+                                 {11.7e-6, 0.86e-9},
+                                 {22.0e-6, 1.78e-9},
+                                 {34.2e-6, 3.53e-9},
+                                 {59.0e-6, 7.03e-9}};
+constexpr Affine kTileBf16[5] = {{22.3e-6, 0.92e-9},
+                                 {12.8e-6, 0.85e-9},
+                                 {21.9e-6, 1.70e-9},
+                                 {30.3e-6, 3.40e-9},
+                                 {47.2e-6, 6.79e-9}};
+constexpr Affine kTileFp64[5] = {{32.4e-6, 1.17e-9},
+                                 {20.0e-6, 1.33e-9},
+                                 {28.9e-6, 2.67e-9},
+                                 {47.9e-6, 5.36e-9},
+                                 {76.5e-6, 10.76e-9}};
 
-double at_rank(const double (&v)[5], int R) {
-  // Below R = 16 a call costs at least half of R = 16 (launch, indices, the tile itself).
-  if (R <= kModelRanks[0]) return v[0] * std::max(0.5, static_cast<double>(R) / kModelRanks[0]);
+Affine at_rank(const Affine (&v)[5], int R) {
+  // Below R = 16 a call costs at least half of R = 16 per item (indices, the tile itself).
+  if (R <= kModelRanks[0])
+    return {v[0].fixed, v[0].per * std::max(0.5, static_cast<double>(R) / kModelRanks[0])};
   for (int k = 1; k < 5; ++k)
     if (R <= kModelRanks[k]) {
       const double f =
           static_cast<double>(R - kModelRanks[k - 1]) / (kModelRanks[k] - kModelRanks[k - 1]);
-      return v[k - 1] + f * (v[k] - v[k - 1]);
+      return {v[k - 1].fixed + f * (v[k].fixed - v[k - 1].fixed),
+              v[k - 1].per + f * (v[k].per - v[k - 1].per)};
     }
-  return v[4] * R / kModelRanks[4];
+  const double f = static_cast<double>(R) / kModelRanks[4];
+  return {v[4].fixed * f, v[4].per * f};
 }
 
 constexpr int kTcWarps = 8;
@@ -148,17 +182,6 @@ __global__ void __launch_bounds__(kTcThreads)
 
   for (std::uint32_t t = t0 + static_cast<std::uint32_t>(warp); t < t1; t += kTcWarps) {
     const index_t* meta = p.meta + static_cast<std::size_t>(t) * static_cast<std::size_t>(stride);
-    const T* tile = p.vals + static_cast<std::size_t>(t) * 256;
-    // The tile's fragments first (fp64, tf32: straight from global memory), so their loads
-    // overlap those of the operand.
-    FA afr[KS][MT];
-    if constexpr (P != TcPrecision::bf16) {
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          wmma::load_matrix_sync(afr[ks][mt], tile + mt * Ty::M * kTcTile + ks * Ty::K, kTcTile);
-    }
     // The product of the fixed rows, for this lane's columns.
     T fixed[CPL];
 #pragma unroll
@@ -185,22 +208,22 @@ __global__ void __launch_bounds__(kTcThreads)
         }
       }
     }
-    if constexpr (P == TcPrecision::bf16) {  // the tile rounded to BF16 through shared memory
+    const T* tile = p.vals + static_cast<std::size_t>(t) * 256;
+    const Op* a_src;
+    if constexpr (P == TcPrecision::bf16) {
       Op* a_s = op + kTcTile * NC;
       for (int e = lane; e < 256; e += kWarp) a_s[e] = to_op<Op>(__ldg(tile + e));
-      __syncwarp();
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          wmma::load_matrix_sync(afr[ks][mt], a_s + mt * Ty::M * kTcTile + ks * Ty::K, kTcTile);
+      a_src = a_s;
+    } else {
+      a_src = tile;
     }
     __syncwarp();
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        FA a = afr[ks][mt];  // a copy: the split and rounding below change it
+        FA a;
+        wmma::load_matrix_sync(a, a_src + mt * Ty::M * kTcTile + ks * Ty::K, kTcTile);
         if constexpr (P == TcPrecision::tf32x3) {
           FA a_small;
           split_tf32(a, a_small);
@@ -276,16 +299,16 @@ void launch_p(cudaStream_t stream, const TcParams<T>& p, std::uint64_t segments)
 double tc_predicted_speedup(nnz_t nnz, nnz_t rest_nnz, std::uint64_t tiles, std::uint64_t segments,
                             int R, TcPrecision prec) {
   (void)segments;  // part of the measured cost per tile
-  const double per_nnz = at_rank(prec == TcPrecision::fp64 ? kCoreDouble : kCoreFloat, R);
-  const double per_tile = at_rank(prec == TcPrecision::fp64   ? kTileFp64
-                                  : prec == TcPrecision::tf32 ? kTileTf32
-                                  : prec == TcPrecision::bf16 ? kTileBf16
-                                                              : kTile3xTf32,
-                                  R);
-  const double off = kCallOverhead + static_cast<double>(nnz) * per_nnz;
-  const double hybrid = kCallOverhead + kHybridOverhead + static_cast<double>(rest_nnz) * per_nnz +
-                        static_cast<double>(tiles) * per_tile;
-  return off / hybrid;
+  const Affine core = at_rank(prec == TcPrecision::fp64 ? kCoreDouble : kCoreFloat, R);
+  const Affine tile = at_rank(prec == TcPrecision::fp64   ? kTileFp64
+                              : prec == TcPrecision::tf32 ? kTileTf32
+                              : prec == TcPrecision::bf16 ? kTileBf16
+                                                          : kTile3xTf32,
+                              R);
+  const double off = core.fixed + static_cast<double>(nnz) * core.per;
+  // No rest, no CUDA-core launch (and none of its fixed cost).
+  const double rest = rest_nnz > 0 ? core.fixed + static_cast<double>(rest_nnz) * core.per : 0.0;
+  return off / (rest + tile.fixed + static_cast<double>(tiles) * tile.per);
 }
 
 template <typename T>
