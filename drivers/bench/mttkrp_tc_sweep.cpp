@@ -543,19 +543,7 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
           row["t_tc_seconds"] = r.seconds;
           row["speedup"] = speedup;
           row["err_tc"] = r.err;
-          row["tc_split"] = {{"built", s.built},
-                             {"tile_mode", s.tile_mode},
-                             {"tiles", s.tiles},
-                             {"tile_nnz", s.tile_nnz},
-                             {"fraction", s.fraction},
-                             {"padding", s.padding},
-                             {"bytes", s.bytes},
-                             {"predicted_speedup", s.predicted_speedup},
-                             {"used", s.used},
-                             {"precision", s.precision},
-                             {"tile_seconds", s.tile_seconds},
-                             {"rest_seconds", s.rest_seconds},
-                             {"why", s.why}};
+          row["tc_split"] = tc_split_json({s})[0];
           row["roofline"] = {
               {"tile_bytes", tile_bytes},
               {"tile_flops", tile_flops},
