@@ -85,9 +85,16 @@ TcPrecision tc_precision(const Tuning& t) {
 /// Whether this MTTKRP of mode `mode` runs the hybrid (records the decision on it).
 template <typename T>
 const HybridMode<T>* choose_hybrid(const Tuning& t, const CudaTensorHandle<T>& x, int mode, int R) {
-  if (t.tensor_cores == "off") return nullptr;
-  const TcPrecision prec = tc_precision<T>(t);
   const HybridMode<T>* hy = x.hybrid(mode);
+  if (t.tensor_cores == "off") {
+    if (hy) {  // switched off after prepare: the split reports CUDA cores, not a stale choice
+      hy->used = false;
+      hy->rank = 0;
+      hy->predicted = 0;
+    }
+    return nullptr;
+  }
+  const TcPrecision prec = tc_precision<T>(t);
   if (hy == nullptr) return nullptr;
   hy->precision = prec;
   hy->predicted = tc_predicted_speedup(x.nnz(), hy->rest_nnz, hy->tiles, hy->segments, R, prec);
