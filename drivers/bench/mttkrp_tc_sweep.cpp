@@ -377,17 +377,7 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
       cj["tile_fraction"] = sc.fraction;
       cj["generated_tiles"] = sc.tiles;
     }
-    nlohmann::json splits = nlohmann::json::array();
-    for (const auto& s : X->tc_split())
-      splits.push_back({{"mode", s.mode},
-                        {"built", s.built},
-                        {"tile_mode", s.tile_mode},
-                        {"tiles", s.tiles},
-                        {"fraction", s.fraction},
-                        {"padding", s.padding},
-                        {"bytes", s.bytes},
-                        {"why", s.why}});
-    cj["tc_split"] = splits;
+    cj["tc_split"] = tc_split_json(X->tc_split());
     cases.push_back(cj);
     std::uint64_t max_rows = 1;
     for (std::uint64_t n : dims) max_rows = std::max(max_rows, n);
