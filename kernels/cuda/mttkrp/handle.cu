@@ -163,8 +163,7 @@ std::vector<TcSplit> CudaTensorHandle<T>::tc_split() const {
       s.tiles = hy->tiles;
       s.tile_nnz = hy->tile_nnz;
       s.fraction = static_cast<double>(hy->tile_nnz) / static_cast<double>(nnz_);
-      s.padding = 1.0 - std::min(1.0, static_cast<double>(hy->tile_nnz) /
-                                          (256.0 * static_cast<double>(hy->tiles)));
+      s.padding = hy->padding();
       s.bytes = hy->bytes();
       s.predicted_speedup = hy->predicted;
       s.used = hy->used;

@@ -292,10 +292,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
       if (const auto* hy = hybrid_[m].get())
         os << " " << hy->tiles << " tiles over mode " << hy->tile_mode << " ("
            << 100.0 * static_cast<double>(hy->tile_nnz) / static_cast<double>(nnz_)
-           << "% of nonzeros, padding "
-           << 100.0 * (1.0 - std::min(1.0, static_cast<double>(hy->tile_nnz) /
-                                               (256.0 * static_cast<double>(hy->tiles))))
-           << "%)";
+           << "% of nonzeros, padding " << 100.0 * hy->padding() << "%)";
       else
         os << " none (" << hybrid_why_[m] << ")";
     }

@@ -17,6 +17,7 @@
 // (use_hybrid in mttkrp.cu).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -88,10 +89,15 @@ struct HybridMode {
   std::size_t bytes() const {
     return tile_vals.bytes() + tile_meta.bytes() + seg.bytes() + rest.bytes();
   }
-  const index_t* rest_idx(int order, int m) const {
-    (void)order;
+  const index_t* rest_idx(int m) const {
     return static_cast<const index_t*>(rest.get()) +
            static_cast<std::size_t>(m) * static_cast<std::size_t>(rest_nnz);
+  }
+  /// Zero slots over all slots of the tiles (1 - mean tile density; duplicates may push the
+  /// count over 256, hence the clamp).
+  double padding() const {
+    return 1.0 -
+           std::min(1.0, static_cast<double>(tile_nnz) / (256.0 * static_cast<double>(tiles)));
   }
   const T* rest_vals(int order) const {
     return reinterpret_cast<const T*>(static_cast<const char*>(rest.get()) +
@@ -122,8 +128,8 @@ void launch_tc_tiles(cudaStream_t stream, const TcParams<T>& p, std::uint64_t se
 /// The cost model of --tensor-cores auto: predicted time of the CUDA-core kernel on all
 /// nonzeros over the hybrid's (rest + tiles), at rank R and precision prec. Calibrated by
 /// `tessera bench mttkrp --tc-sweep` (docs/perf/gpu-h100-tensor-core-mttkrp.md).
-double tc_predicted_speedup(nnz_t nnz, nnz_t rest_nnz, std::uint64_t tiles, std::uint64_t segments,
-                            int R, TcPrecision prec);
+double tc_predicted_speedup(nnz_t nnz, nnz_t rest_nnz, std::uint64_t tiles, int R,
+                            TcPrecision prec);
 
 /// Builds the hybrid layout of every mode of the tier-1 handle whose tiles clear
 /// ctx.tuning.tc_tile_density, within `limit` device bytes for the whole tensor (the

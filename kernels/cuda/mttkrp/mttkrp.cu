@@ -97,7 +97,7 @@ const HybridMode<T>* choose_hybrid(const Tuning& t, const CudaTensorHandle<T>& x
   const TcPrecision prec = tc_precision<T>(t);
   if (hy == nullptr) return nullptr;
   hy->precision = prec;
-  hy->predicted = tc_predicted_speedup(x.nnz(), hy->rest_nnz, hy->tiles, hy->segments, R, prec);
+  hy->predicted = tc_predicted_speedup(x.nnz(), hy->rest_nnz, hy->tiles, R, prec);
   hy->forced = t.tensor_cores == "on";
   hy->rank = R;
   const bool use = hy->forced || hy->predicted >= kAutoMinSpeedup;
@@ -119,7 +119,7 @@ void run_hybrid(Context& ctx, const HybridMode<T>& hy, MttkrpParams<T> p, bool u
       if (!e) TESSERA_CUDA_CHECK(cudaEventCreate(&e));
   if (timed) TESSERA_CUDA_CHECK(cudaEventRecord(hy.ev[0], ctx.stream));
   if (hy.rest_nnz > 0) {
-    for (int m = 0; m < N; ++m) p.idx[m] = hy.rest_idx(N, m);
+    for (int m = 0; m < N; ++m) p.idx[m] = hy.rest_idx(m);
     p.vals = hy.rest_vals(N);
     p.nnz = static_cast<std::int64_t>(hy.rest_nnz);
     if (use_blocked)

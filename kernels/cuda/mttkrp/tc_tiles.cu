@@ -296,9 +296,8 @@ void launch_p(cudaStream_t stream, const TcParams<T>& p, std::uint64_t segments)
 
 }  // namespace
 
-double tc_predicted_speedup(nnz_t nnz, nnz_t rest_nnz, std::uint64_t tiles, std::uint64_t segments,
-                            int R, TcPrecision prec) {
-  (void)segments;  // part of the measured cost per tile
+double tc_predicted_speedup(nnz_t nnz, nnz_t rest_nnz, std::uint64_t tiles, int R,
+                            TcPrecision prec) {
   const Affine core = at_rank(prec == TcPrecision::fp64 ? kCoreDouble : kCoreFloat, R);
   const Affine tile = at_rank(prec == TcPrecision::fp64   ? kTileFp64
                               : prec == TcPrecision::tf32 ? kTileTf32
