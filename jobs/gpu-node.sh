@@ -288,7 +288,7 @@ if has tucker; then
       --backend cuda --precision float --iters 6 --svd $svd
   done
   bench 4mode-500m-ttmc-8 "$T" bench ttmc --generate 200000x100000x50000x1000 --nnz 5e8 --ranks 8,8,8,8 \
-    --backend cuda --precision float --repeat 5
+    --backend cuda --precision float --repeat 11
   bench 4mode-500m-tucker-8 "$T" bench tucker --generate 200000x100000x50000x1000 --nnz 5e8 \
     --ranks 8,8,8,8 --backend cuda --precision float --iters 4
 fi
@@ -428,10 +428,10 @@ if has tc; then  # issue 18: tensor-core MTTKRP sweep
     log "gpu_tc_mttkrp: passed" || { log "gpu_tc_mttkrp: FAILED"; tail -60 "$out/ctest-tc.log"; }
   tcn=${TESSERA_TC_NNZ:-2e7}
   for p in ${TESSERA_TC_PRECISIONS:-float double}; do
-    bench tc-sweep-$p "$T" bench mttkrp --tc-sweep --nnz "$tcn" --backend cuda --precision $p --repeat 5
+    bench tc-sweep-$p "$T" bench mttkrp --tc-sweep --nnz "$tcn" --backend cuda --precision $p --repeat 11
   done
   [ -z "${TESSERA_TC_NO_NELL:-}" ] && bench tc-nell2 "$T" bench mttkrp --tc-sweep --generate $nell \
-    --nnz 76.9e6 --ranks 32,64 --backend cuda --precision float --repeat 5
+    --nnz 76.9e6 --ranks 32,64 --backend cuda --precision float --repeat 11
   tdata=
   for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
     [ -f "$d/aminoacid-fluorescence_dense.tns.gz" ] && { tdata=$(cd "$d" && pwd); break; }
@@ -439,7 +439,7 @@ if has tc; then  # issue 18: tensor-core MTTKRP sweep
   if [ -n "$tdata" ] && [ -z "${TESSERA_TC_NO_REAL:-}" ]; then
     for t in aminoacid-fluorescence_dense kripke-perf_9mode congress-cosponsor_leg-leg-year; do
       [ -f "$tdata/$t.tns.gz" ] && bench tc-${t%%[-_]*} "$T" bench mttkrp "$tdata/$t.tns.gz" --tc-sweep \
-        --backend cuda --precision float --repeat 5
+        --backend cuda --precision float --repeat 11
     done
   else
     log "real tensors not found (../shared/data or .deps/data): skipped"

@@ -338,7 +338,8 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
                      {"err_tc", 8},        {"tile_ms", 8},    {"rest_ms", 8},   {"tile_GBs", 8},
                      {"tile_TFLOPs", 11}});
   std::printf(
-      "MTTKRP tensor-core sweep, %s, %s: median of %d runs per cell (ms); speedup = t_off / "
+      "MTTKRP tensor-core sweep, %s, %s: median of %d interleaved runs per cell (ms); speedup = "
+      "t_off / "
       "t_tc; errors: ||M - M_ref||_F / ||M_ref||_F against an FP64 MTTKRP (cpu backend); "
       "tile_GBs / tile_TFLOPs: the tile kernel's roofline bytes and flops over tile_ms\n",
       kernels::to_string(cx.kind).c_str(), a.run.precision.c_str(), a.repeat);
@@ -406,44 +407,67 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
         std::vector<double> want(n_out);
         ref_be->download(out64.data(), n_out, want.data());
         std::vector<T> got(n_out);
-        // One tuning, timed (median of --repeat after a warm-up), its output against the
-        // reference and the mode's split after the last run.
+        // The mode's tunings (off, auto on cuda, then on in each precision), timed
+        // interleaved: round k runs each tuning once, in an order rotated by k, so a drift
+        // of the card's clock or temperature over the rounds falls on every tuning alike
+        // and the ratios (speedup, auto/off) compare runs taken side by side. Per tuning:
+        // the median over --repeat rounds; its output against the reference and the mode's
+        // split after a last, untimed run.
         struct Timed {
           double seconds = 0, err = 0;
           kernels::TcSplit split;
         };
-        auto timed = [&](const kernels::Tuning& t) {
-          be.set_tuning(t);
-          Timed r;
-          // Short kernels (tens of microseconds) are timed in batches of back-to-back calls
-          // of at least a millisecond, so launch and host-timer noise stay under 1%.
-          auto call = [&] { kernels::ops::mttkrp(be, *X, mode, fp, R, out.data()); };
+        std::vector<kernels::Tuning> tunings;
+        tunings.push_back(user);
+        tunings.back().tensor_cores = "off";
+        if (cuda) {
+          tunings.push_back(user);
+          tunings.back().tensor_cores = "auto";
+          for (const std::string& p : precs) {
+            tunings.push_back(user);
+            tunings.back().tensor_cores = "on";
+            tunings.back().tc_precision = p;
+          }
+        }
+        auto call = [&] { kernels::ops::mttkrp(be, *X, mode, fp, R, out.data()); };
+        // Short kernels (tens of microseconds) are timed in batches of back-to-back calls
+        // of at least a millisecond, so launch and host-timer noise stay under 1%.
+        std::vector<int> batch(tunings.size());
+        for (std::size_t k = 0; k < tunings.size(); ++k) {
+          be.set_tuning(tunings[k]);
           const double once = median_seconds(world, 1, 1, call, [&] { be.synchronize(); });
-          const int batch = static_cast<int>(std::clamp(1e-3 / std::max(once, 1e-9), 1.0, 200.0));
-          r.seconds = median_seconds(
-                          world, 0, a.repeat,
-                          [&] {
-                            for (int b = 0; b < batch; ++b) call();
-                          },
-                          [&] { be.synchronize(); }) /
-                      batch;
+          batch[k] = static_cast<int>(std::clamp(1e-3 / std::max(once, 1e-9), 1.0, 200.0));
+        }
+        std::vector<std::vector<double>> runs(tunings.size());
+        for (int round = 0; round < a.repeat; ++round) {
+          for (std::size_t i = 0; i < tunings.size(); ++i) {
+            const std::size_t k = (i + static_cast<std::size_t>(round)) % tunings.size();
+            be.set_tuning(tunings[k]);
+            runs[k].push_back(median_seconds(
+                                  world, 0, 1,
+                                  [&] {
+                                    for (int b = 0; b < batch[k]; ++b) call();
+                                  },
+                                  [&] { be.synchronize(); }) /
+                              batch[k]);
+          }
+        }
+        std::vector<Timed> timed(tunings.size());
+        for (std::size_t k = 0; k < tunings.size(); ++k) {
+          std::sort(runs[k].begin(), runs[k].end());
+          timed[k].seconds = runs[k][runs[k].size() / 2];
+          be.set_tuning(tunings[k]);
+          call();
+          be.synchronize();
           be.download(out.data(), n_out, got.data());
-          r.err = frobenius_error(got, want);
+          timed[k].err = frobenius_error(got, want);
           for (const auto& s : X->tc_split())
-            if (s.mode == mode) r.split = s;
-          return r;
-        };
-        kernels::Tuning off = user;
-        off.tensor_cores = "off";
-        const Timed t_off = timed(off);
+            if (s.mode == mode) timed[k].split = s;
+        }
+        const Timed& t_off = timed[0];
         off_sum += t_off.seconds;
         ++off_count;
-        Timed t_auto;
-        if (cuda) {
-          kernels::Tuning au = user;
-          au.tensor_cores = "auto";
-          t_auto = timed(au);
-        }
+        const Timed t_auto = cuda ? timed[1] : Timed{};
         const std::string dcell = sc.density >= 0 ? cell("%.3g", sc.density) : "-";
         const std::string fcell = sc.fraction >= 0 ? cell("%.2g", sc.fraction) : "-";
         auto base_row = [&](const std::string& prec) {
@@ -490,11 +514,9 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
           rows.push_back(base_row("off"));
           continue;
         }
-        for (const std::string& p : precs) {
-          kernels::Tuning t = user;
-          t.tensor_cores = "on";
-          t.tc_precision = p;
-          const Timed r = timed(t);
+        for (std::size_t pi = 0; pi < precs.size(); ++pi) {
+          const std::string& p = precs[pi];
+          const Timed& r = timed[2 + pi];
           const kernels::TcSplit& s = r.split;
           const double tiles = static_cast<double>(s.tiles);
           const double rest_nnz = std::max(0.0, nnz - static_cast<double>(s.tile_nnz));
