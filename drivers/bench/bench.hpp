@@ -114,8 +114,11 @@ double ttmc_floor_bytes(double stream_bytes, const std::vector<double>& distinct
                         std::size_t value_size);
 /// Tucker ranks of the benchmark: --ranks, or --rank for every mode (ttmc.cpp).
 std::vector<int> bench_ranks(const BenchArgs& a, int N);
-/// Factor of mode n (rows x R, the values of algo::initial_factor_value with seed 7) in
-/// backend memory (mttkrp.cpp).
+/// Factor of mode n of the benchmarks (rows x R, row-major, the values of
+/// algo::initial_factor_value with seed 7) on the host (mttkrp.cpp).
+template <typename T>
+std::vector<T> bench_factor_values(std::uint64_t rows, int R, int n);
+/// The same factor in backend memory (mttkrp.cpp).
 template <typename T>
 kernels::Array<T> bench_factor(kernels::Backend<T>& be, std::uint64_t rows, int R, int n);
 /// The distinct indices per mode of a prepared handle, as doubles.

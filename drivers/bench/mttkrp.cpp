@@ -25,12 +25,18 @@ double mttkrp_floor_bytes(double stream_bytes, const std::vector<double>& distin
 }
 
 template <typename T>
-kernels::Array<T> bench_factor(kernels::Backend<T>& be, std::uint64_t rows, int R, int n) {
+std::vector<T> bench_factor_values(std::uint64_t rows, int R, int n) {
   std::vector<T> h(static_cast<std::size_t>(rows) * static_cast<std::size_t>(R));
   for (std::uint64_t i = 0; i < rows; ++i)
     for (int r = 0; r < R; ++r)
       h[static_cast<std::size_t>(i) * static_cast<std::size_t>(R) + static_cast<std::size_t>(r)] =
           static_cast<T>(algo::initial_factor_value(7, n, i, r));
+  return h;
+}
+
+template <typename T>
+kernels::Array<T> bench_factor(kernels::Backend<T>& be, std::uint64_t rows, int R, int n) {
+  const std::vector<T> h = bench_factor_values<T>(rows, R, n);
   auto f = be.allocate(h.size());
   be.upload(h.data(), h.size(), f.data());
   return f;
@@ -101,6 +107,8 @@ void bench_mttkrp(Context<T>& c) {
   c.j["prepare_seconds"] = c.in.prepare_seconds;
 }
 
+template std::vector<float> bench_factor_values<float>(std::uint64_t, int, int);
+template std::vector<double> bench_factor_values<double>(std::uint64_t, int, int);
 template kernels::Array<float> bench_factor(kernels::Backend<float>&, std::uint64_t, int, int);
 template kernels::Array<double> bench_factor(kernels::Backend<double>&, std::uint64_t, int, int);
 template void bench_mttkrp(Context<float>&);

@@ -35,7 +35,6 @@
 #include <type_traits>
 #include <unordered_set>
 
-#include "algo/cp_als.hpp"
 #include "bench/bench.hpp"
 #include "bench/harness.hpp"
 #include "io/output.hpp"
@@ -86,17 +85,6 @@ struct SweepCase {
   std::uint64_t tiles = 0;             ///< generated dense tiles (blocky)
   SparseTensor<T> x;
 };
-
-/// Factor n of the bench (algo::initial_factor_value, seed 7, as bench_factor) on the host.
-template <typename T>
-std::vector<T> host_factor(std::uint64_t rows, int R, int n) {
-  std::vector<T> h(static_cast<std::size_t>(rows) * static_cast<std::size_t>(R));
-  for (std::uint64_t i = 0; i < rows; ++i)
-    for (int r = 0; r < R; ++r)
-      h[static_cast<std::size_t>(i) * static_cast<std::size_t>(R) + static_cast<std::size_t>(r)] =
-          static_cast<T>(algo::initial_factor_value(7, n, i, r));
-  return h;
-}
 
 /// ||got - want||_F / ||want||_F, in double.
 template <typename T>
@@ -388,7 +376,7 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
       std::vector<const T*> fp;
       std::vector<const double*> fp64;
       for (int n = 0; n < N; ++n) {
-        const auto h = host_factor<T>(dims[static_cast<std::size_t>(n)], R, n);
+        const auto h = bench_factor_values<T>(dims[static_cast<std::size_t>(n)], R, n);
         F.push_back(be.allocate(h.size()));
         be.upload(h.data(), h.size(), F.back().data());
         const std::vector<double> h64(h.begin(), h.end());
