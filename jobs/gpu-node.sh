@@ -288,7 +288,7 @@ if has tucker; then
       --backend cuda --precision float --iters 6 --svd $svd
   done
   bench 4mode-500m-ttmc-8 "$T" bench ttmc --generate 200000x100000x50000x1000 --nnz 5e8 --ranks 8,8,8,8 \
-    --backend cuda --precision float --repeat 11
+    --backend cuda --precision float --repeat 5
   bench 4mode-500m-tucker-8 "$T" bench tucker --generate 200000x100000x50000x1000 --nnz 5e8 \
     --ranks 8,8,8,8 --backend cuda --precision float --iters 4
 fi

@@ -327,8 +327,7 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
                      {"tile_TFLOPs", 11}});
   std::printf(
       "MTTKRP tensor-core sweep, %s, %s: median of %d interleaved runs per cell (ms); speedup = "
-      "t_off / "
-      "t_tc; errors: ||M - M_ref||_F / ||M_ref||_F against an FP64 MTTKRP (cpu backend); "
+      "t_off / t_tc; errors: ||M - M_ref||_F / ||M_ref||_F against an FP64 MTTKRP (cpu backend); "
       "tile_GBs / tile_TFLOPs: the tile kernel's roofline bytes and flops over tile_ms\n",
       kernels::to_string(cx.kind).c_str(), a.run.precision.c_str(), a.repeat);
   table.header();
