@@ -78,7 +78,9 @@ stamp "seed corpora run"
 
 # Bounded fuzzing, two harnesses at a time (one core each). New inputs go to BUILD/fuzz/,
 # never into the repository's seed corpus.
-export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1"
+# The same runtime options as the tests (cmake/TesseraHardening.cmake says why
+# intercept_tls_get_addr=0).
+export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1:intercept_tls_get_addr=0"
 export LSAN_OPTIONS="suppressions=$here/tests/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
