@@ -86,6 +86,29 @@ class Communicator {
                              const std::int64_t* recvcounts, const std::int64_t* rdispls,
                              DataType t) const = 0;
 
+  // ---- stream-ordered collectives (device communicators; docs/multi-gpu.md) ----
+  /// True when the enqueue_* calls and wait_stream below are available (NCCL: collectives
+  /// ordered in a compute stream, and captured into a CUDA graph when that stream is being
+  /// captured). Host communicators answer false and throw from them.
+  virtual bool can_enqueue() const { return false; }
+  /// Enqueues an in-place allreduce of the device buffer in `stream` (a cudaStream_t)
+  /// after the work already there, and returns without waiting: work enqueued in `stream`
+  /// afterwards sees the result.
+  virtual void enqueue_allreduce_raw(void* buf, std::size_t n, DataType t, ReduceOp op,
+                                     void* stream) const;
+  /// As reduce_scatter_raw, enqueued in `stream`; in place when recv == send + rank() *
+  /// recvcount elements.
+  virtual void enqueue_reduce_scatter_raw(const void* send, void* recv, std::size_t recvcount,
+                                          DataType t, ReduceOp op, void* stream) const;
+  /// As allgather_raw, enqueued in `stream`; in place when send == recv + rank() * count
+  /// elements.
+  virtual void enqueue_allgather_raw(const void* send, void* recv, std::size_t count, DataType t,
+                                     void* stream) const;
+  /// Blocks until `stream` has run all its work, polling this communicator's error state as
+  /// the blocking calls do: a failed peer or a wait past the communicator's timeout aborts
+  /// it and throws, naming this rank and `what`.
+  virtual void wait_stream(void* stream, const char* what) const;
+
   // ---- typed helpers ----
   template <typename T>
   void allreduce(T* buf, std::size_t n, ReduceOp op = ReduceOp::sum) const {
@@ -101,6 +124,18 @@ class Communicator {
   void reduce_scatter(const T* send, T* recv, std::size_t recvcount,
                       ReduceOp op = ReduceOp::sum) const {
     reduce_scatter_raw(send, recv, recvcount, data_type_of<T>(), op);
+  }
+  template <typename T>
+  void enqueue_allreduce(T* buf, std::size_t n, ReduceOp op, void* stream) const {
+    enqueue_allreduce_raw(buf, n, data_type_of<T>(), op, stream);
+  }
+  template <typename T>
+  void enqueue_reduce_scatter(const T* send, T* recv, std::size_t recvcount, void* stream) const {
+    enqueue_reduce_scatter_raw(send, recv, recvcount, data_type_of<T>(), ReduceOp::sum, stream);
+  }
+  template <typename T>
+  void enqueue_allgather(const T* send, T* recv, std::size_t count, void* stream) const {
+    enqueue_allgather_raw(send, recv, count, data_type_of<T>(), stream);
   }
   template <typename T>
   void allgather(const T* send, T* recv, std::size_t count) const {

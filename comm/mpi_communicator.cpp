@@ -207,6 +207,28 @@ void MpiCommunicator::alltoallv_raw(const void* send, const std::int64_t* sendco
   }
 }
 
+namespace {
+[[noreturn]] void no_enqueue(const Communicator& c, const char* call) {
+  TESSERA_THROW(call << ": the " << c.name()
+                     << " communicator has no stream-ordered collectives (device "
+                        "communicators only; check can_enqueue())");
+}
+}  // namespace
+
+void Communicator::enqueue_allreduce_raw(void*, std::size_t, DataType, ReduceOp, void*) const {
+  no_enqueue(*this, "enqueue_allreduce");
+}
+void Communicator::enqueue_reduce_scatter_raw(const void*, void*, std::size_t, DataType, ReduceOp,
+                                              void*) const {
+  no_enqueue(*this, "enqueue_reduce_scatter");
+}
+void Communicator::enqueue_allgather_raw(const void*, void*, std::size_t, DataType, void*) const {
+  no_enqueue(*this, "enqueue_allgather");
+}
+void Communicator::wait_stream(void*, const char*) const {
+  no_enqueue(*this, "wait_stream");
+}
+
 std::vector<std::int64_t> exchange_counts(const Communicator& c,
                                           const std::vector<std::int64_t>& sendcounts) {
   TESSERA_EXPECTS(static_cast<int>(sendcounts.size()) == c.size(), "one send count per rank");

@@ -17,6 +17,12 @@
 //
 // Host buffers (e.g. from Communicator::allreduce_value) are accepted and staged through
 // device scratch: correct, but meant for scalars, not for bulk data.
+//
+// The stream-ordered calls (enqueue_*) are the exception to all of the above: device
+// buffers only, enqueued in the caller's stream (the CUDA backend's, so ordered with its
+// kernels without an event), not waited for, and captured into the caller's CUDA graph
+// when that stream is capturing (the CP device loop on several GPUs, docs/multi-gpu.md).
+// wait_stream() then waits for the caller's stream with the same polling and timeout.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -314,6 +320,41 @@ class NcclCommunicator final : public Communicator {
     r.copy_back();
   }
 
+  // ---- stream-ordered collectives: no staging, no wait; the caller's stream orders them ----
+  bool can_enqueue() const override { return true; }
+
+  void enqueue_allreduce_raw(void* buf, std::size_t n, DataType t, ReduceOp op,
+                             void* stream) const override {
+    if (n == 0) return;
+    EnqueuePrologue pro(*this);
+    enqueued(ncclAllReduce(buf, buf, n, nccl_type(t), nccl_op(op), comm_,
+                           static_cast<cudaStream_t>(stream)),
+             "ncclAllReduce (stream-ordered)");
+  }
+
+  void enqueue_reduce_scatter_raw(const void* send, void* recv, std::size_t recvcount, DataType t,
+                                  ReduceOp op, void* stream) const override {
+    if (recvcount == 0) return;
+    EnqueuePrologue pro(*this);
+    enqueued(ncclReduceScatter(send, recv, recvcount, nccl_type(t), nccl_op(op), comm_,
+                               static_cast<cudaStream_t>(stream)),
+             "ncclReduceScatter (stream-ordered)");
+  }
+
+  void enqueue_allgather_raw(const void* send, void* recv, std::size_t count, DataType t,
+                             void* stream) const override {
+    if (count == 0) return;
+    EnqueuePrologue pro(*this);
+    enqueued(
+        ncclAllGather(send, recv, count, nccl_type(t), comm_, static_cast<cudaStream_t>(stream)),
+        "ncclAllGather (stream-ordered)");
+  }
+
+  void wait_stream(void* stream, const char* what) const override {
+    EnqueuePrologue pro(*this);
+    wait_on(static_cast<cudaStream_t>(stream), what);
+  }
+
   /// Polls the initialisation of a non-blocking communicator (init or split) until it is
   /// ready; on error or timeout aborts it and throws.
   static void wait_ready(ncclComm_t c, const char* what, double timeout_s) {
@@ -364,6 +405,34 @@ class NcclCommunicator final : public Communicator {
     int prev_ = 0;
     bool changed_ = false;
   };
+
+  /// Per-call setup of the stream-ordered calls: this communicator's device is current and
+  /// the communicator usable; nothing is recorded on other streams (a capture may run).
+  class EnqueuePrologue {
+   public:
+    explicit EnqueuePrologue(const NcclCommunicator& c) {
+      TESSERA_EXPECTS(!c.aborted_, "the NCCL communicator was aborted after an earlier error");
+      TESSERA_NCCL_CUDA_CHECK(cudaGetDevice(&prev_));
+      if (prev_ != c.device_) TESSERA_NCCL_CUDA_CHECK(cudaSetDevice(c.device_));
+      changed_ = prev_ != c.device_;
+      c.settle();
+    }
+    ~EnqueuePrologue() {
+      if (changed_) cudaSetDevice(prev_);
+    }
+    EnqueuePrologue(const EnqueuePrologue&) = delete;
+    EnqueuePrologue& operator=(const EnqueuePrologue&) = delete;
+
+   private:
+    int prev_ = 0;
+    bool changed_ = false;
+  };
+
+  /// The answer of an enqueueing call: an error aborts and throws; otherwise the call is
+  /// left to finish enqueueing (the next call's settle() waits for that).
+  void enqueued(ncclResult_t r, const char* call) const {
+    if (r != ncclSuccess && r != ncclInProgress) fail(r, call);
+  }
 
   /// A buffer as NCCL sees it: the caller's pointer when the device can use it, else a
   /// staging copy in device scratch `slot` (filled from the host when `copy_in`).
@@ -442,7 +511,9 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  void wait(const char* what) const {
+  void wait(const char* what) const { wait_on(stream_, what); }
+
+  void wait_on(cudaStream_t stream, const char* what) const {
     const auto t0 = std::chrono::steady_clock::now();
     for (int spins = 0;; ++spins) {
       ncclResult_t st = ncclSuccess;
@@ -454,7 +525,7 @@ class NcclCommunicator final : public Communicator {
         fail(st, os.str().c_str());
       }
       if (st == ncclSuccess) {  // enqueueing finished: the stream state is meaningful
-        const cudaError_t e = cudaStreamQuery(stream_);
+        const cudaError_t e = cudaStreamQuery(stream);
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) {
           abort_comm();

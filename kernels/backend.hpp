@@ -160,6 +160,9 @@ class Backend {
   virtual MemorySpace memory_space() const = 0;
   /// Blocks until queued work is done (no-op on host backends).
   virtual void synchronize() {}
+  /// The stream all of this backend's work is ordered on (a cudaStream_t), for collectives
+  /// enqueued beside its kernels (comm::Communicator::enqueue_*); null on host backends.
+  virtual void* native_stream() { return nullptr; }
 
   // ---- memory ----
   virtual Array<T> allocate(std::size_t n) = 0;

@@ -17,16 +17,42 @@
 
 namespace tessera::kernels {
 
-/// What the loop works on, all in backend memory and fixed for its lifetime (one rank
-/// holding every factor row: the loop does not talk to other ranks).
+/// The collectives of a loop whose factor rows are shared with other ranks
+/// (docs/multi-gpu.md). The algorithm provides them over its communicators (kernels never
+/// talk); each enqueues its collective in the backend's stream (Backend::native_stream)
+/// and returns without waiting, so the loop's graph captures them with the kernels. An
+/// empty function is a step with nothing to combine (that mode's rows are not split).
+template <typename T>
+struct CpLoopCollectives {
+  /// After mode n's MTTKRP: M's rows [solve_lo, solve_lo + solve_n) summed over the ranks
+  /// that hold them (an in-place reduce-scatter or allreduce).
+  std::function<void(int n)> reduce;
+  /// The R column norms of mode n (device doubles) combined over the ranks that solve the
+  /// mode's rows: summed (squared 2-norms) when `sum`, else the maximum.
+  std::function<void(int n, double* norms, bool sum)> norms;
+  /// G[n] (R x R) summed over those ranks, then A[n]'s solved rows to every holder.
+  std::function<void(int n)> share;
+  /// The last mode's R column dots (device doubles) summed over those ranks.
+  std::function<void(double* dots)> dots;
+  /// Waits for the backend's stream, polling the communicators for a failed peer (instead
+  /// of a plain synchronisation, which would wait for ever).
+  std::function<void()> wait;
+};
+
+/// What the loop works on, all in backend memory and fixed for its lifetime. On one rank
+/// every factor row is held and solved here; on several the rows of mode n that this rank
+/// solves are [solve_lo[n], solve_lo[n] + solve_n[n]) of the rows it holds, and `comm`
+/// combines the steps between ranks.
 template <typename T>
 struct CpLoopSpec {
   int R = 0;
-  std::vector<T*> A;               ///< factor n: rows[n] x R, row-major
-  std::vector<T*> G;               ///< Gram of factor n: R x R
-  std::vector<std::int64_t> rows;  ///< rows of factor n
-  T* M = nullptr;                  ///< the MTTKRP output: max rows x R
-  bool graph = true;               ///< capture and replay a CUDA graph (else launch eagerly)
+  std::vector<T*> A;                            ///< factor n: rows[n] x R, row-major
+  std::vector<T*> G;                            ///< Gram of factor n: R x R
+  std::vector<std::int64_t> rows;               ///< rows of factor n held here
+  std::vector<std::int64_t> solve_lo, solve_n;  ///< rows solved here (empty: all held rows)
+  T* M = nullptr;                               ///< the MTTKRP output: max rows x R
+  bool graph = true;          ///< capture and replay a CUDA graph (else launch eagerly)
+  CpLoopCollectives<T> comm;  ///< between ranks (all empty on one rank)
 };
 
 /// One iteration's scalars, read by the host after it.
@@ -36,6 +62,7 @@ struct CpLoopSums {
   int fallbacks = 0;          ///< mode solves that took the pseudo-inverse (V numerically singular)
   int bad_mode = -1;          ///< first mode whose column norms were not finite, else -1
   double kernel_seconds = 0;  ///< device time of the MTTKRPs (events in the stream)
+  double comm_seconds = 0;    ///< device time of the row collectives (reduce, share)
   double solve_seconds = 0;   ///< device time of the rest
   bool replayed = false;      ///< the iteration ran as a replay of the captured graph
 };

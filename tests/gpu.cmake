@@ -22,7 +22,7 @@ endforeach()
 tessera_test_executable(gpu_cp_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_cp.cpp
   LIBS tessera::algo)
-foreach(np 1 2)
+foreach(np 1 2 4)
   tessera_add_mpi_test(gpu_cp gpu_cp_tests RANKS ${np} LABELS gpu)
   set_tests_properties(gpu_cp_np${np} PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 endforeach()

@@ -1,7 +1,8 @@
 // CP-ALS on GPUs (CUDA backend, NCCL factor updates) against the CPU backend over MPI on
 // the same distributed tensor: same fit per iteration and same factors, for both
-// strategies, float and double. Run at 1 and 2 ranks (one GPU per rank); every rank
-// skips together when the job lacks a GPU per rank.
+// strategies, float and double, through the device loop (its collectives inside the CUDA
+// graph on several ranks) and the per-operation calls. Run at 1, 2 and 4 ranks (one GPU per
+// rank); every rank skips together when the job lacks a GPU per rank.
 #include <gtest/gtest.h>
 
 #include "algo/cp_als.hpp"
@@ -96,7 +97,10 @@ class GpuCp : public GpuJobTest {
     if (world_->size() == 1) {
       EXPECT_EQ(rl.iteration_engine, "cuda graph");
     } else {
-      EXPECT_NE(rl.iteration_engine.find("per-operation calls"), std::string::npos)
+      // On several GPUs the loop combines the rows with NCCL inside the graph.
+      EXPECT_EQ(rl.iteration_engine.rfind(
+                    "cuda graph on " + std::to_string(world_->size()) + " ranks", 0),
+                0u)
           << rl.iteration_engine;
     }
     EXPECT_NE(ro.iteration_engine.find("--cuda-graph off"), std::string::npos)
@@ -113,9 +117,56 @@ class GpuCp : public GpuJobTest {
     for (std::size_t i = 1; i < rl.history.size(); ++i) {
       EXPECT_GT(rl.history[i].kernel, 0.0) << "iteration " << i + 1;
       EXPECT_GT(rl.history[i].solve, 0.0) << "iteration " << i + 1;
+      if (world_->size() > 1) {
+        EXPECT_GT(rl.history[i].comm, 0.0) << "iteration " << i + 1;
+      }
+    }
+  }
+  /// The device loop on several ranks, every way its rows can be combined: both strategies,
+  /// and for allreduce every mode whole (all-reduced, solved on every rank) or every mode
+  /// split (reduce-scattered, solved in blocks, all-gathered); each against the
+  /// per-operation path and the cpu backend, and the model the same on every rank.
+  template <typename T>
+  void compare_device_loop_combinations(double tol) {
+    for (auto s : {CommStrategy::allreduce, CommStrategy::layer}) {
+      for (double whole_max : {1e18, 0.0}) {
+        if (s == CommStrategy::layer && whole_max == 0.0) continue;  // layer always splits
+        SCOPED_TRACE(std::string(s == CommStrategy::layer ? "layer" : "allreduce") +
+                     (whole_max > 0 ? " whole" : " split"));
+        auto d = cp_problem<T>(s, 21, *world_);
+        auto opt = cp_test_options(s);
+        opt.whole_rows_max_bytes = whole_max;
+        compare_device_loop(d, opt, tol, false);
+        if (world_->size() > 1) {
+          auto gpu = kernels::make_backend<T>(kernels::BackendKind::cuda);
+          auto r = algo::cp_als<T>(d, *gpu, *world_, *nccl_, opt);
+          const bool split = s == CommStrategy::layer || whole_max == 0.0;
+          EXPECT_NE(r.iteration_engine.find(split ? "split,split,split" : "whole,whole,whole"),
+                    std::string::npos)
+              << r.iteration_engine;
+          // Every rank holds the same model: rank 0's factors and weights broadcast and
+          // compared on every rank.
+          for (std::size_t n = 0; n <= r.model.factors.size(); ++n) {
+            std::vector<double> mine =
+                n < r.model.factors.size() ? r.model.factors[n].data : r.model.lambda;
+            std::vector<double> root = mine;
+            world_->broadcast(root.data(), root.size(), 0);
+            for (std::size_t i = 0; i < mine.size(); ++i)
+              ASSERT_EQ(mine[i], root[i])
+                  << "mode " << n << " element " << i << " on rank " << world_->rank();
+          }
+        }
+      }
     }
   }
 };
+
+TEST_F(GpuCp, DeviceLoopAcrossRanksDouble) {
+  compare_device_loop_combinations<double>(1e-9);
+}
+TEST_F(GpuCp, DeviceLoopAcrossRanksFloat) {
+  compare_device_loop_combinations<float>(2e-4);
+}
 
 TEST_F(GpuCp, DeviceLoopDouble) {
   auto d = cp_problem<double>(CommStrategy::allreduce, 23, *world_);

@@ -311,7 +311,14 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
     dots_ = lambda_ + s_.R;
     st_ = reinterpret_cast<Status*>(dots_ + s_.R);
     TESSERA_CUDA_CHECK(cudaMallocHost(&host_, sizeof(Status)));
-    events_.resize(static_cast<std::size_t>(2 * N_ + 1));
+    events_.resize(static_cast<std::size_t>(4 * N_ + 2));
+    if (s_.solve_lo.empty()) {
+      s_.solve_lo.assign(static_cast<std::size_t>(N_), 0);
+      s_.solve_n = s_.rows;
+    }
+    TESSERA_EXPECTS(
+        static_cast<int>(s_.solve_lo.size()) == N_ && static_cast<int>(s_.solve_n.size()) == N_,
+        "cp_device_loop: solve ranges for " << s_.solve_lo.size() << " of " << N_ << " modes");
     for (auto& e : events_) TESSERA_CUDA_CHECK(cudaEventCreate(&e));
     fork_.resize(static_cast<std::size_t>(N_));
     join_.resize(static_cast<std::size_t>(N_));
@@ -350,18 +357,25 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
     }
     if (!replayed) enqueue(mttkrp, two_norm);
     ++calls_;
-    ctx_.sync();
+    if (s_.comm.wait)
+      s_.comm.wait();  // polls the communicators: a failed peer must not hang this rank
+    else
+      ctx_.sync();
     CpLoopSums r;
     r.norm_m2 = host_->norm_m2;
     r.inner = host_->inner;
     r.fallbacks = host_->fallbacks;
     r.bad_mode = host_->bad_mode == INT_MAX ? -1 : host_->bad_mode;
     r.replayed = replayed;
-    // Device time: the MTTKRPs (event 2n -> 2n + 1) and the rest.
+    // Device time per mode n: the MTTKRP (event 4n -> 4n + 1), the reduction of its rows
+    // (4n + 1 -> 4n + 2), the solve and normalisation (4n + 2 -> 4n + 3), the Gram's sum
+    // and the rows' gather (4n + 3 -> 4n + 4); then the fit's sums (4N -> 4N + 1).
     for (int n = 0; n < N_; ++n) {
-      r.kernel_seconds += elapsed(2 * n, 2 * n + 1);
-      r.solve_seconds += elapsed(2 * n + 1, 2 * n + 2);
+      r.kernel_seconds += elapsed(4 * n, 4 * n + 1);
+      r.comm_seconds += elapsed(4 * n + 1, 4 * n + 2) + elapsed(4 * n + 3, 4 * n + 4);
+      r.solve_seconds += elapsed(4 * n + 2, 4 * n + 3);
     }
+    r.solve_seconds += elapsed(4 * N_, 4 * N_ + 1);
     return r;
   }
 
@@ -409,8 +423,11 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
     TESSERA_CUDA_CHECK_LAUNCH();
     record(0);
     for (int n = 0; n < N_; ++n) {
-      const std::int64_t rows = s_.rows[static_cast<std::size_t>(n)];
-      T* A = s_.A[static_cast<std::size_t>(n)];
+      // The rows this rank solves (all held rows on one rank): M's and A's from lo.
+      const auto lo = s_.solve_lo[static_cast<std::size_t>(n)];
+      const std::int64_t rows = s_.solve_n[static_cast<std::size_t>(n)];
+      T* A = s_.A[static_cast<std::size_t>(n)] + lo * R;
+      const T* M = s_.M + lo * R;
       // V^-1 needs only the other modes' Grams, which are final by now: it runs on the
       // side stream beside the MTTKRP (a parallel branch of the graph).
       const auto sn = static_cast<std::size_t>(n);
@@ -421,28 +438,35 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
       TESSERA_CUDA_CHECK_LAUNCH();
       TESSERA_CUDA_CHECK(cudaEventRecord(join_[sn], side_));
       mttkrp(n);
-      record(2 * n + 1);
+      record(4 * n + 1);
+      if (s_.comm.reduce) s_.comm.reduce(n);
+      record(4 * n + 2);
       TESSERA_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, join_[sn], 0));
       // A = M W; the max-norms (every iteration after the first) come out of the same
       // pass, the first iteration's 2-norms from a second one.
       double* norms = norms_ + static_cast<std::size_t>(n) * R;
-      times_w(ctx_, static_cast<const T*>(s_.M), A, rows, R, W_, two_norm ? nullptr : norms);
+      times_w(ctx_, M, A, rows, R, W_, two_norm ? nullptr : norms);
       if (two_norm) column_norms_device(ctx_, A, rows, R, NormKind::two, norms);
+      if (s_.comm.norms) s_.comm.norms(n, norms, two_norm);
       normalize_kernel<T>
           <<<grid_for(std::max<std::int64_t>(rows * R, 1)), kBlock, 0, ctx_.stream>>>(
               A, rows * R, R, norms, two_norm, n, lambda_, st_);
       TESSERA_CUDA_CHECK_LAUNCH();
       gram(ctx_, A, rows, R, s_.G[static_cast<std::size_t>(n)]);
+      record(4 * n + 3);
+      if (s_.comm.share) s_.comm.share(n);
+      record(4 * n + 4);
       if (n == N_ - 1) {
-        column_dots_device(ctx_, s_.M, A, rows, R, dots_);
+        column_dots_device(ctx_, M, A, rows, R, dots_);
+        if (s_.comm.dots) s_.comm.dots(dots_);
         GramSet<T> all{};
         for (int m = 0; m < N_; ++m) all.g[all.count++] = s_.G[static_cast<std::size_t>(m)];
         fit_sums_kernel<T><<<1, kSolveThreads, 0, ctx_.stream>>>(all, R, lambda_, dots_, st_);
         TESSERA_CUDA_CHECK_LAUNCH();
         TESSERA_CUDA_CHECK(
             cudaMemcpyAsync(host_, st_, sizeof(Status), cudaMemcpyDeviceToHost, ctx_.stream));
+        record(4 * N_ + 1);
       }
-      record(2 * n + 2);
     }
   }
 

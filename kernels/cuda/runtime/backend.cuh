@@ -53,6 +53,7 @@ class CudaBackend final : public Backend<T> {
     DeviceGuard g(ctx_.device);
     ctx_.sync();
   }
+  void* native_stream() override { return ctx_.stream; }
 
   Array<T> allocate(std::size_t n) override { return device_array<T>(n); }
   void upload(const T* host, std::size_t n, T* dst) override {

@@ -76,6 +76,11 @@ struct CpOptions {
   /// iteration (docs/cp-device-loop.md). false: the per-operation path with host round
   /// trips (--cuda-graph off).
   bool device_loop = true;
+  /// On several ranks with the device loop and the allreduce strategy: a mode whose MTTKRP
+  /// rows take at most this many bytes is all-reduced and solved whole on every rank, a
+  /// larger one is reduce-scattered, solved in blocks and all-gathered (docs/multi-gpu.md).
+  /// The layer strategy always splits.
+  double whole_rows_max_bytes = 32.0 * (1 << 20);
 
   // ---- constrained, regularised and weighted CP (docs/constrained-cp.md) ----
   // Per mode (size = the order, or empty: none): the factor update of mode n solves, row by
@@ -119,6 +124,9 @@ struct CpResult {
   /// How the iterations ran: "cuda graph", "device kernels, no graph (why)" or
   /// "per-operation calls (why)" (CpOptions::device_loop).
   std::string iteration_engine;
+  /// On several ranks with the device loop: per mode, "whole" (rows all-reduced, every rank
+  /// solves them all) or "split" (reduce-scattered, solved in blocks, all-gathered).
+  std::string device_loop_modes;
   /// Row solves that needed a ridge (rows with fewer stored entries than R, observed_only).
   std::int64_t ridged_rows = 0;
   /// With CpOptions::holdout: entries held out and kept (over all ranks), the RMSE of the

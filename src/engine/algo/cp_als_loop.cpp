@@ -322,7 +322,8 @@ void Als<T>::start() {
   dots_.resize(R);
   Gh_.assign(static_cast<std::size_t>(N_), std::vector<T>(R * R));
   fptr_.resize(static_cast<std::size_t>(N_));
-  dev_ = make_device_loop(be_, lay_, upd_, A_, G_, M_, R_, ctrl_, res_, opt_, hold_ != nullptr);
+  dev_ =
+      make_device_loop(be_, lay_, upd_, A_, G_, M_, R_, ctrl_, data_, res_, opt_, hold_ != nullptr);
   if (opt_.resume) {
     // Continue the saved run: its lambda, fit history and previous fit.
     const CpState& s = *opt_.resume;
@@ -421,15 +422,27 @@ kernels::CpLoopSums Als<T>::device_iteration(int it, IterTimes& t) {
       [&](int n) {
         for (int m = 0; m < N_; ++m)
           fptr_[static_cast<std::size_t>(m)] = A_[static_cast<std::size_t>(m)].data();
+        const auto& L = lay_[static_cast<std::size_t>(n)];
         kernels::ops::mttkrp(be_, X_, n, fptr_, R_, M_.data());
-        if (c_ != 1.0)
-          kernels::ops::scale_columns(be_, M_.data(), lay_[static_cast<std::size_t>(n)].len, R_,
-                                      c_cols_.data());
+        if (c_ != 1.0) kernels::ops::scale_columns(be_, M_.data(), L.len, R_, c_cols_.data());
+        // The padding rows of a reduce-scatter's last block (never solved; kept finite).
+        if (L.rows != nullptr && L.alloc > L.len)
+          be_.fill(M_.data() + L.len * R_, static_cast<std::size_t>((L.alloc - L.len) * R_), T(0));
       },
       it == 0);
+  if (ctrl_.size() > 1) {
+    // Every rank computed the sums from the same combined rows; one agreement makes sure
+    // that every rank takes the same decision (convergence, overflow) after the iteration.
+    double v[3] = {sums.norm_m2, sums.inner, static_cast<double>(sums.bad_mode)};
+    ctrl_.broadcast(v, 3, 0);
+    sums.norm_m2 = v[0];
+    sums.inner = v[1];
+    sums.bad_mode = static_cast<int>(v[2]);
+  }
   if (sums.bad_mode >= 0) throw_overflow(sums.bad_mode);
   res_.solve_fallbacks += sums.fallbacks;
   t.kernel = sums.kernel_seconds;
+  t.comm = sums.comm_seconds;
   t.solve = sums.solve_seconds;
   return sums;
 }
@@ -725,6 +738,9 @@ void Als<T>::finish() {
   if (dev_) {
     dev_->lambda(lambda_.data());
     res_.iteration_engine = dev_->describe();
+    if (!res_.device_loop_modes.empty())
+      res_.iteration_engine +=
+          " on " + std::to_string(ctrl_.size()) + " ranks, rows per mode " + res_.device_loop_modes;
   }
   res_.tc_split = X_.tc_split();
   res_.model = assemble_model();

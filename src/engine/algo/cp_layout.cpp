@@ -1,6 +1,7 @@
 #include "algo/cp_layout.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "kernels/ops/cp_device.hpp"
@@ -49,14 +50,36 @@ std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool l
   return lay;
 }
 
+namespace {
+
+/// Why the rows of a run on several ranks cannot be combined inside the device loop, or
+/// empty when they can: the collectives must be stream-ordered (NCCL) and each split
+/// mode's owned rows must be the in-place block of its reduce-scatter.
+std::string why_not_shared(void* stream, const std::vector<ModeLayout>& lay,
+                           const comm::Communicator& data) {
+  if (stream == nullptr || !data.can_enqueue())
+    return "the factor rows are split over ranks and this backend's collectives are not "
+           "stream-ordered";
+  for (const auto& L : lay) {
+    if (L.rows == nullptr) continue;
+    if (!L.rows->can_enqueue()) return "a layer communicator is not stream-ordered";
+    if (L.own_n > 0 && L.own_lo != L.b * L.rows->rank())
+      return "the owned rows are not the reduce-scatter's block";
+  }
+  return {};
+}
+
+}  // namespace
+
 /// The backend's device loop (kernels/cp_device.hpp) when this run can use it: plain CP
-/// on one rank in memory tier 1. Sets res.iteration_engine for the other case.
+/// in memory tier 1, on one rank or, with stream-ordered (NCCL) collectives, on several
+/// (docs/multi-gpu.md). Sets res.iteration_engine for the other case.
 template <typename T>
 std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
     kernels::Backend<T>& be, const std::vector<ModeLayout>& lay,
     const std::vector<linalg::RowUpdate>& upd, std::vector<kernels::Array<T>>& A,
     std::vector<kernels::Array<T>>& G, kernels::Array<T>& M, int R, const comm::Communicator& ctrl,
-    CpResult& res, const CpOptions& opt, bool holdout) {
+    const comm::Communicator& data, CpResult& res, const CpOptions& opt, bool holdout) {
   const int N = static_cast<int>(lay.size());
   bool plain = !opt.observed_only && !holdout && N >= 2;
   for (const auto& u : upd) plain = plain && !u.descent() && u.l2 == 0;
@@ -64,31 +87,90 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
   for (const auto& L : lay)
     whole = whole && L.rows == nullptr && L.lo == 0 && L.alloc == L.len && L.own_lo == 0 &&
             L.own_n == L.len;
+  const bool shared = ctrl.size() > 1 || !whole;
+  void* stream = be.native_stream();
   std::string why;
   std::unique_ptr<kernels::CpDeviceLoop<T>> dev;
   if (!opt.device_loop)
     why = "--cuda-graph off";
-  else if (ctrl.size() > 1 || !whole)
-    why = "the factor rows are split over ranks";
   else if (res.tier != 1)
     why = "memory tier " + std::to_string(res.tier);
   else if (!plain)
     why = "constrained or weighted CP";
-  else {
+  else if (shared && !(why = why_not_shared(stream, lay, data)).empty()) {
+  } else {
     kernels::CpLoopSpec<T> spec;
     spec.R = R;
     spec.M = M.data();
+    // Per mode: are the rows reduce-scattered and solved in blocks (split), or all-reduced
+    // and solved whole on every rank? The layer strategy always splits (its layers hold
+    // different chunks); allreduce splits the modes whose rows are large.
+    auto split = std::make_shared<std::vector<char>>(static_cast<std::size_t>(N), 0);
+    std::string modes;
     for (int n = 0; n < N; ++n) {
+      const auto& L = lay[static_cast<std::size_t>(n)];
       spec.A.push_back(A[static_cast<std::size_t>(n)].data());
       spec.G.push_back(G[static_cast<std::size_t>(n)].data());
-      spec.rows.push_back(lay[static_cast<std::size_t>(n)].len);
+      spec.rows.push_back(L.len);
+      const bool s = L.rows != nullptr &&
+                     (opt.strategy == CommStrategy::layer ||
+                      static_cast<double>(L.len) * R * sizeof(T) > opt.whole_rows_max_bytes);
+      (*split)[static_cast<std::size_t>(n)] = s;
+      spec.solve_lo.push_back(s ? L.own_lo : 0);
+      spec.solve_n.push_back(s ? L.own_n : L.len);
+      if (L.rows != nullptr)
+        modes += (modes.empty() ? "" : ",") + std::string(s ? "split" : "whole");
+    }
+    if (shared) {
+      const comm::Communicator* d = &data;
+      const std::vector<ModeLayout>* ly = &lay;
+      T* m = M.data();
+      auto& c = spec.comm;
+      c.reduce = [=](int n) {
+        const auto& L = (*ly)[static_cast<std::size_t>(n)];
+        if (L.rows == nullptr) return;
+        if ((*split)[static_cast<std::size_t>(n)])
+          L.rows->enqueue_reduce_scatter(m, m + L.rows->rank() * L.b * R,
+                                         static_cast<std::size_t>(L.b * R), stream);
+        else
+          L.rows->enqueue_allreduce(m, static_cast<std::size_t>(L.len * R), comm::ReduceOp::sum,
+                                    stream);
+      };
+      c.norms = [=](int n, double* norms, bool sum) {
+        if (!(*split)[static_cast<std::size_t>(n)]) return;
+        d->enqueue_allreduce(norms, static_cast<std::size_t>(R),
+                             sum ? comm::ReduceOp::sum : comm::ReduceOp::max, stream);
+      };
+      std::vector<T*> a, g;
+      for (int n = 0; n < N; ++n) {
+        a.push_back(A[static_cast<std::size_t>(n)].data());
+        g.push_back(G[static_cast<std::size_t>(n)].data());
+      }
+      c.share = [=](int n) {
+        const auto& L = (*ly)[static_cast<std::size_t>(n)];
+        if (!(*split)[static_cast<std::size_t>(n)]) return;
+        d->enqueue_allreduce(g[static_cast<std::size_t>(n)], static_cast<std::size_t>(R * R),
+                             comm::ReduceOp::sum, stream);
+        T* an = a[static_cast<std::size_t>(n)];
+        L.rows->enqueue_allgather(an + L.rows->rank() * L.b * R, an,
+                                  static_cast<std::size_t>(L.b * R), stream);
+      };
+      if ((*split)[static_cast<std::size_t>(N - 1)])
+        c.dots = [=](double* dots) {
+          d->enqueue_allreduce(dots, static_cast<std::size_t>(R), comm::ReduceOp::sum, stream);
+        };
+      c.wait = [=] { d->wait_stream(stream, "the CP-ALS iteration on the device"); };
     }
     dev = kernels::ops::cp_device_loop(be, spec, &why);
+    if (dev && shared) res.device_loop_modes = modes;
   }
   res.iteration_engine = dev ? dev->describe() : "per-operation calls (" + why + ")";
   if (opt.print_iterations)
     log::info(dev ? std::string("iterations on the device: the dense steps as kernels, one CUDA "
-                                "graph per iteration from the second")
+                                "graph per iteration from the second") +
+                        (shared ? ", the factor rows combined by stream-ordered collectives (" +
+                                      res.device_loop_modes + ")"
+                                : std::string())
                   : "iterations through per-operation backend calls (" + why + ")");
   return dev;
 }
@@ -96,11 +178,12 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
 template std::unique_ptr<kernels::CpDeviceLoop<float>> make_device_loop<float>(
     kernels::Backend<float>&, const std::vector<ModeLayout>&, const std::vector<linalg::RowUpdate>&,
     std::vector<kernels::Array<float>>&, std::vector<kernels::Array<float>>&,
-    kernels::Array<float>&, int, const comm::Communicator&, CpResult&, const CpOptions&, bool);
+    kernels::Array<float>&, int, const comm::Communicator&, const comm::Communicator&, CpResult&,
+    const CpOptions&, bool);
 template std::unique_ptr<kernels::CpDeviceLoop<double>> make_device_loop<double>(
     kernels::Backend<double>&, const std::vector<ModeLayout>&,
     const std::vector<linalg::RowUpdate>&, std::vector<kernels::Array<double>>&,
     std::vector<kernels::Array<double>>&, kernels::Array<double>&, int, const comm::Communicator&,
-    CpResult&, const CpOptions&, bool);
+    const comm::Communicator&, CpResult&, const CpOptions&, bool);
 
 }  // namespace tessera::algo::detail

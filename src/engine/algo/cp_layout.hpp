@@ -35,12 +35,15 @@ std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool l
                                      const comm::Communicator& data);
 
 /// The backend's device loop (kernels/cp_device.hpp) when this run can use it: plain CP
-/// on one rank in memory tier 1. Sets res.iteration_engine for the other case.
+/// in memory tier 1, on one rank or, when the backend's collectives over `data` (and the
+/// layers) are stream-ordered, on several: the loop then combines the factor rows with
+/// collectives enqueued between its kernels (docs/multi-gpu.md). Sets
+/// res.iteration_engine (and res.device_loop_modes on several ranks).
 template <typename T>
 std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
     kernels::Backend<T>& be, const std::vector<ModeLayout>& lay,
     const std::vector<linalg::RowUpdate>& upd, std::vector<kernels::Array<T>>& A,
     std::vector<kernels::Array<T>>& G, kernels::Array<T>& M, int R, const comm::Communicator& ctrl,
-    CpResult& res, const CpOptions& opt, bool holdout);
+    const comm::Communicator& data, CpResult& res, const CpOptions& opt, bool holdout);
 
 }  // namespace tessera::algo::detail
