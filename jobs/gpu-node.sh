@@ -10,6 +10,11 @@
 #               (1.74e9 nonzeros, generated on the GPU), uniform and power-law, R = 32, float
 #       scaling: build, then CP-ALS on the amazon shape (power-law) on 1, 2, 4, ... GPUs of
 #               the node (one MPI rank per GPU, NCCL), strong scaling
+#       scale: issue 36's strong scaling on 1, 2, 4, ... GPUs of the node: the NCCL floor
+#               (bench comm), congress R16 (tessera cp; data beside the checkout or in
+#               .deps/data), the nell-2 shape R32 (both strategies) and the amazon shape R32
+#               (TESSERA_SCALE_NO_AMAZON=1: not); a table of ms/iter, speedup over one GPU,
+#               kernel and comm per iteration and comm over its floor (jobs/scale_table.py)
 #       tucker: build, the TTMc/Tucker GPU tests, then bench ttmc and bench tucker on the
 #               nell-2 shape (ranks 16,16,16) and a 4-mode tensor of 500M nonzeros
 #       tucker-amazon: bench ttmc and bench tucker on the amazon shape (ranks 16,16,16), the
@@ -422,6 +427,30 @@ if has scaling; then
       --dist powerlaw --rank 32 --backend cuda --precision float --iters 5
     p=$((p * 2))
   done
+fi
+if has scale; then  # issue 36: strong scaling over 1, 2, 4, ... GPUs of the node, one call
+  sdata=
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { sdata=$(cd "$d" && pwd); break; }
+  done
+  p=1
+  while [ $p -le "$ngpu" ]; do
+    mp="mpirun -np $p --bind-to none"
+    if "$T" bench comm --help >/dev/null 2>&1; then
+      bench scale-comm-np$p $mp "$T" bench comm --backend cuda --precision float
+    fi
+    [ -n "$sdata" ] && bench scale-congress-cp-r16-np$p $mp "$T" cp "$sdata/congress-cosponsor_leg-leg-year.tns.gz" \
+      --rank 16 --iters 30 --tol 0 --backend cuda --precision float
+    for s in allreduce layer; do
+      [ $p -eq 1 ] && [ $s = layer ] && continue
+      bench scale-nell2-cp-r32-$s-np$p $mp "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 \
+        --backend cuda --precision float --iters 11 --comm-strategy $s
+    done
+    [ -z "${TESSERA_SCALE_NO_AMAZON:-}" ] && bench scale-amazon-cp-r32-np$p $mp "$T" bench cp --generate $amz \
+      --nnz 1.74e9 --dist powerlaw --rank 32 --backend cuda --precision float --iters 5
+    p=$((p * 2))
+  done
+  python3 jobs/scale_table.py "$out" | tee -a "$summary"
 fi
 if has tc; then  # issue 18: tensor-core MTTKRP sweep
   ( cd "$build" && ctest -R gpu_tc_mttkrp --output-on-failure >"$out/ctest-tc.log" 2>&1 ) &&

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""The table of jobs/gpu-node.sh's `scale` mode (issue 36): one row per case and GPU count.
+
+    python3 jobs/scale_table.py OUT_DIR [--csv FILE]
+
+Reads OUT_DIR/scale-<case>-np<P>.json (tessera cp and tessera bench cp records, and tessera
+bench comm records) and prints, per case: ms per iteration (the median over the iterations
+after the first for `tessera cp`, the bench's own figure for `bench cp`), the speedup over
+the same case on one GPU, kernel and comm ms per iteration, the comm floor where the record
+has one (an NCCL all-reduce of the same bytes, measured in the same run) and comm over it,
+the fit and how the iterations ran. Cases missing a record are left out.
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def per_iteration(j):
+    """ms per iteration, kernel ms, comm ms and the comm floor (ms or None) of one record."""
+    floor = None
+    cf = j.get("comm_floor")
+    if isinstance(cf, dict) and cf.get("seconds_per_iteration"):
+        floor = cf["seconds_per_iteration"] * 1e3
+    if "per_iteration" in j:  # tessera cp
+        its = j["per_iteration"][1:] or j["per_iteration"]
+        med = lambda k: statistics.median(x[k] for x in its) * 1e3
+        return med("seconds"), med("kernel"), med("comm"), floor
+    it = j["seconds_per_iteration"] * 1e3
+    s = j.get("share", {})
+    return it, it * s.get("kernel", 0), it * s.get("comm", 0), floor
+
+
+def main():
+    out = sys.argv[1]
+    csv = sys.argv[sys.argv.index("--csv") + 1] if "--csv" in sys.argv else None
+    rows = {}
+    comm = []
+    for path in sorted(glob.glob(os.path.join(out, "scale-*-np*.json"))):
+        m = re.match(r"scale-(.*)-np(\d+)\.json$", os.path.basename(path))
+        if not m:
+            continue
+        case, p = m.group(1), int(m.group(2))
+        try:
+            j = json.load(open(path))
+        except (OSError, ValueError):
+            continue
+        if case == "comm":
+            comm.append((p, j))
+            continue
+        rows.setdefault(case, {})[p] = j
+    lines = []
+    header = (f"{'case':28s} {'GPUs':>4s} {'ms/iter':>9s} {'speedup':>7s} {'kernel':>8s} "
+              f"{'comm':>8s} {'floor':>8s} {'comm/fl':>7s}  fit       engine")
+    print(header)
+    lines.append("case,gpus,ms_per_iter,speedup,kernel_ms,comm_ms,comm_floor_ms,comm_over_floor,fit,engine")
+    for case in sorted(rows):
+        base = rows[case].get(1)
+        base_it = per_iteration(base)[0] if base else None
+        for p in sorted(rows[case]):
+            j = rows[case][p]
+            it, k, c, fl = per_iteration(j)
+            sp = base_it / it if base_it else float("nan")
+            ratio = c / fl if fl else float("nan")
+            eng = j.get("iteration_engine", "")
+            fit = j.get("fit", float("nan"))
+            print(f"{case:28s} {p:4d} {it:9.3f} {sp:7.2f} {k:8.3f} {c:8.3f} "
+                  f"{(fl if fl else float('nan')):8.3f} {ratio:7.2f}  {fit:.6f}  {eng}")
+            lines.append(f"{case},{p},{it:.6g},{sp:.4g},{k:.6g},{c:.6g},"
+                         f"{fl if fl else ''},{ratio:.4g},{fit:.8g},\"{eng}\"")
+    for p, j in sorted(comm, key=lambda x: x[0]):
+        for r in j.get("rows", []):
+            if r.get("bytes", 0) in (1 << 20, 1 << 26, 1 << 30):
+                print(f"nccl floor np{p} {r.get('op', '?'):15s} {r['bytes'] / 2**20:8.0f} MiB "
+                      f"{r.get('seconds', 0) * 1e6:10.1f} us  busbw {r.get('bus_bandwidth_gbps', float('nan')):7.1f} GB/s")
+    if csv:
+        with open(csv, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
