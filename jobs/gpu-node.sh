@@ -68,6 +68,7 @@
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
 # Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps),
+# TESSERA_GPU_BUILD (build folder, default build-gpu),
 # TESSERA_TARGETS (build only these targets, e.g. "tessera gpu_ttmc_tests"; default all),
 # TESSERA_CMAKE_ARGS (extra configure arguments, e.g. tuning defines), TESSERA_WERROR (warnings
 # are errors, default ON).
@@ -78,7 +79,7 @@ cd "$here"
 modes=${*:-quick}
 has() { case " $modes " in *" $1 "*) return 0;; esac; return 1; }
 deps=${TESSERA_DEPS:-$here/.deps}
-build=$here/build-gpu
+build=${TESSERA_GPU_BUILD:-$here/build-gpu}
 out=${OUT:-$build/results}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
