@@ -428,10 +428,12 @@ class NcclCommunicator final : public Communicator {
     bool changed_ = false;
   };
 
-  /// The answer of an enqueueing call: an error aborts and throws; otherwise the call is
-  /// left to finish enqueueing (the next call's settle() waits for that).
+  /// The answer of an enqueueing call: an error aborts and throws; ncclInProgress (a
+  /// non-blocking communicator still connecting, or launching) is polled until the
+  /// collective is in the stream, so that work the caller enqueues next runs after it.
   void enqueued(ncclResult_t r, const char* call) const {
     if (r != ncclSuccess && r != ncclInProgress) fail(r, call);
+    settle();
   }
 
   /// A buffer as NCCL sees it: the caller's pointer when the device can use it, else a

@@ -83,11 +83,9 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
   const int N = static_cast<int>(lay.size());
   bool plain = !opt.observed_only && !holdout && N >= 2;
   for (const auto& u : upd) plain = plain && !u.descent() && u.l2 == 0;
-  bool whole = true;  // every factor row held and owned here
-  for (const auto& L : lay)
-    whole = whole && L.rows == nullptr && L.lo == 0 && L.alloc == L.len && L.own_lo == 0 &&
-            L.own_n == L.len;
-  const bool shared = ctrl.size() > 1 || !whole;
+  // On one rank every row is held and solved here (a layer of one rank holds the whole
+  // mode); on several the rows are combined by the loop's collectives.
+  const bool shared = ctrl.size() > 1;
   void* stream = be.native_stream();
   std::string why;
   std::unique_ptr<kernels::CpDeviceLoop<T>> dev;
@@ -112,14 +110,13 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
       spec.A.push_back(A[static_cast<std::size_t>(n)].data());
       spec.G.push_back(G[static_cast<std::size_t>(n)].data());
       spec.rows.push_back(L.len);
-      const bool s = L.rows != nullptr &&
+      const bool s = shared && L.rows != nullptr &&
                      (opt.strategy == CommStrategy::layer ||
                       static_cast<double>(L.len) * R * sizeof(T) > opt.whole_rows_max_bytes);
       (*split)[static_cast<std::size_t>(n)] = s;
       spec.solve_lo.push_back(s ? L.own_lo : 0);
       spec.solve_n.push_back(s ? L.own_n : L.len);
-      if (L.rows != nullptr)
-        modes += (modes.empty() ? "" : ",") + std::string(s ? "split" : "whole");
+      if (shared) modes += (modes.empty() ? "" : ",") + std::string(s ? "split" : "whole");
     }
     if (shared) {
       const comm::Communicator* d = &data;
