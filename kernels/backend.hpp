@@ -203,6 +203,13 @@ class Backend {
   /// The workload of tensors prepared from now on (default: mttkrp). Call before prepare().
   virtual void set_workload(Workload w) { workload_ = w; }
   Workload workload() const { return workload_; }
+  /// The rank R of the MTTKRPs that tensors prepared from now on will serve (0, the
+  /// default: unknown). Call before prepare(). With it the cuda backend's automatic
+  /// tensor-core choice is made at prepare: a mode whose tiles its cost model predicts no
+  /// gain for at this R gets no tile set (which would take device memory the plan does not
+  /// count). The MTTKRP still takes any R.
+  virtual void set_rank_hint(int R) { rank_hint_ = R > 0 ? R : 0; }
+  int rank_hint() const { return rank_hint_; }
   /// The kernel tuning options (kernels/tuning.hpp) of operations called from now on;
   /// layout choices take effect at the next prepare(). Throws InputError (kernels::check)
   /// on an invalid value, leaving the previous options in place.
@@ -241,6 +248,7 @@ class Backend {
  private:
   std::size_t budget_ = 0;
   Workload workload_ = Workload::mttkrp;
+  int rank_hint_ = 0;
   Tuning tuning_;
   HostAccumulate host_accumulate_;
 };

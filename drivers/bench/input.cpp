@@ -39,6 +39,9 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   BenchInput<T> in;
   const bool handle_kind = a.what == "mttkrp" || a.what == "ttmc";
   if (a.what == "ttmc" || a.what == "tucker") be.set_workload(kernels::Workload::ttmc);
+  // CP-ALS runs its MTTKRPs at --rank: the tensor-core choice is made at prepare (a file's
+  // block is prepared by cp_als, which sets the same hint).
+  if (a.what == "cp") be.set_rank_hint(a.rank);
   // bench cp generates on the backend unless asked (--generate-on host) or unless it needs the
   // distributed host block (--observed-only, --holdout: cp_als on a Distributed).
   const bool needs_block = a.what == "cp" && (a.con.observed_only || a.con.holdout > 0);

@@ -131,6 +131,26 @@ void launch_tc_tiles(cudaStream_t stream, const TcParams<T>& p, std::uint64_t se
 double tc_predicted_speedup(nnz_t nnz, nnz_t rest_nnz, std::uint64_t tiles, int R,
                             TcPrecision prec);
 
+/// The tile precision of `t` for value type T; an InputError for a mismatch.
+template <typename T>
+inline TcPrecision tc_precision_of(const Tuning& t) {
+  constexpr bool dbl = std::is_same_v<T, double>;
+  const std::string& p = t.tc_precision;
+  if (p == "auto") return dbl ? TcPrecision::fp64 : TcPrecision::tf32x3;
+  if (dbl)
+    TESSERA_INPUT_CHECK(p == "fp64", "--tc-precision " << p << " applies to float tensors; this "
+                                                       << "tensor is double (--precision "
+                                                       << "double): use fp64 or auto");
+  else
+    TESSERA_INPUT_CHECK(p != "fp64", "--tc-precision fp64 applies to double tensors (--precision "
+                                         << "double); this tensor is float: use 3xtf32, tf32, "
+                                         << "bf16 or auto");
+  if (p == "fp64") return TcPrecision::fp64;
+  if (p == "tf32") return TcPrecision::tf32;
+  if (p == "bf16") return TcPrecision::bf16;
+  return TcPrecision::tf32x3;
+}
+
 /// Builds the hybrid layout of every mode of the tier-1 handle whose tiles clear
 /// ctx.tuning.tc_tile_density, within `limit` device bytes for the whole tensor (the
 /// tier-1 copies included) and `free_room()`; modes are skipped, with the reason recorded,

@@ -368,6 +368,20 @@ std::unique_ptr<HybridMode<T>> build_mode(Context& ctx, const CudaTensorHandle<T
   const std::size_t result =
       tiles * (256 * sizeof(T) + static_cast<std::size_t>(N - 1) * sizeof(index_t)) +
       block_bytes<T>(N, rest_n) + tiles * 4 * sizeof(std::uint32_t);
+  if (automatic && ctx.rank_hint > 0) {
+    // The run's R is known: auto's choice (choose_hybrid in mttkrp.cu) made now, so that
+    // no tile set is built, and held in device memory, that auto would then decline.
+    const double predicted = tc_predicted_speedup(nnz, hy->rest_nnz, hy->tiles, ctx.rank_hint,
+                                                  tc_precision_of<T>(ctx.tuning));
+    if (predicted < kAutoMinSpeedup) {
+      std::ostringstream os;
+      os.precision(3);
+      os << "auto at R " << ctx.rank_hint << ": predicted speedup " << predicted << " < "
+         << kAutoMinSpeedup << ", no tile set built";
+      why = os.str();
+      return nullptr;
+    }
+  }
   if (peak + result > room) {
     why = "the layout (" + std::to_string(result) + " bytes) and its build do not fit the " +
           std::to_string(room) + " bytes left under the limit";

@@ -62,26 +62,6 @@ using namespace mttkrp_detail;
 
 namespace {
 
-/// The tile precision of `t` for value type T; an InputError for a mismatch.
-template <typename T>
-TcPrecision tc_precision(const Tuning& t) {
-  constexpr bool dbl = std::is_same_v<T, double>;
-  const std::string& p = t.tc_precision;
-  if (p == "auto") return dbl ? TcPrecision::fp64 : TcPrecision::tf32x3;
-  if (dbl)
-    TESSERA_INPUT_CHECK(p == "fp64", "--tc-precision " << p << " applies to float tensors; this "
-                                                       << "tensor is double (--precision "
-                                                       << "double): use fp64 or auto");
-  else
-    TESSERA_INPUT_CHECK(p != "fp64", "--tc-precision fp64 applies to double tensors (--precision "
-                                         << "double); this tensor is float: use 3xtf32, tf32, "
-                                         << "bf16 or auto");
-  if (p == "fp64") return TcPrecision::fp64;
-  if (p == "tf32") return TcPrecision::tf32;
-  if (p == "bf16") return TcPrecision::bf16;
-  return TcPrecision::tf32x3;
-}
-
 /// Whether this MTTKRP of mode `mode` runs the hybrid (records the decision on it).
 template <typename T>
 const HybridMode<T>* choose_hybrid(const Tuning& t, const CudaTensorHandle<T>& x, int mode, int R) {
@@ -94,7 +74,7 @@ const HybridMode<T>* choose_hybrid(const Tuning& t, const CudaTensorHandle<T>& x
     }
     return nullptr;
   }
-  const TcPrecision prec = tc_precision<T>(t);
+  const TcPrecision prec = tc_precision_of<T>(t);
   if (hy == nullptr) return nullptr;
   hy->precision = prec;
   hy->predicted = tc_predicted_speedup(x.nnz(), hy->rest_nnz, hy->tiles, R, prec);

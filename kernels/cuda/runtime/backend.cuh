@@ -92,6 +92,10 @@ class CudaBackend final : public Backend<T> {
     return cuda::pin_host(ctx_.device, p, bytes);
   }
 
+  void set_rank_hint(int R) override {
+    Backend<T>::set_rank_hint(R);
+    ctx_.rank_hint = this->rank_hint();
+  }
   void set_workload(Workload w) override {
     Backend<T>::set_workload(w);
     ctx_.workload = w;

@@ -26,6 +26,7 @@ struct Context {
 
   int device = 0;
   Workload workload = Workload::mttkrp;  ///< of tensors prepared from now on (plan_modes)
+  int rank_hint = 0;  ///< R of tensors prepared from now on (Backend::set_rank_hint; 0: unknown)
   /// The backend's kernel tuning options (Backend::set_tuning, already checked): layout
   /// fields apply to tensors prepared from now on, kernel choices to every call.
   Tuning tuning;

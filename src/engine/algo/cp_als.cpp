@@ -69,6 +69,14 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
                   "block of order " << d.block.order() << " for a distribution of order " << N);
   Timer setup_timer;
   auto lay = make_layouts(dist, layer, data);
+  // The R the MTTKRPs will take, for the prepares below (Backend::set_rank_hint), restored
+  // when the run ends.
+  struct RankHint {
+    kernels::Backend<T>& be;
+    const int was;
+    RankHint(kernels::Backend<T>& b, int R) : be(b), was(b.rank_hint()) { be.set_rank_hint(R); }
+    ~RankHint() { be.set_rank_hint(was); }
+  } hint(be, opt.rank);
 
   // The kernel's view of the local block: global coordinates (allreduce), or shifted to
   // the held chunks (layer); with a holdout, its training entries only.
@@ -89,6 +97,7 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   X = be.prepare(view);
   if (opt.observed_only) {
     std::fill(view.vals.begin(), view.vals.end(), T(1));  // the pattern of the stored entries
+    be.set_rank_hint(static_cast<int>(linalg::packed_size(opt.rank)));  // its MTTKRP's width
     Xones = be.prepare(view);
   }
   return run_als(*X, dist, lay, be, ctrl, data, opt, setup_timer, Xones.get(),
