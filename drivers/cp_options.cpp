@@ -74,6 +74,10 @@ void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
                                const algo::CpOptions& o) {
   j["ridged_rows"] = res.ridged_rows;
   j["iteration_engine"] = res.iteration_engine;
+  if (res.kernel_mean_seconds > 0)
+    j["kernel_per_rank"] = {{"max_seconds_per_iteration", res.kernel_max_seconds},
+                            {"mean_seconds_per_iteration", res.kernel_mean_seconds},
+                            {"imbalance", res.kernel_max_seconds / res.kernel_mean_seconds}};
   if (!res.tc_split.empty()) j["tc_split"] = tc_split_json(res.tc_split);
   if (o.holdout > 0)
     j["holdout"] = {{"fraction", o.holdout},

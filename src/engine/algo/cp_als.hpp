@@ -127,6 +127,9 @@ struct CpResult {
   /// On several ranks with the device loop: per mode, "whole" (rows all-reduced, every rank
   /// solves them all) or "split" (reduce-scattered, solved in blocks, all-gathered).
   std::string device_loop_modes;
+  /// MTTKRP seconds per iteration of the iterations this process ran: the slowest rank's
+  /// and the mean over the ranks (their ratio is the imbalance the others wait for).
+  double kernel_max_seconds = 0, kernel_mean_seconds = 0;
   /// Row solves that needed a ridge (rows with fewer stored entries than R, observed_only).
   std::int64_t ridged_rows = 0;
   /// With CpOptions::holdout: entries held out and kept (over all ranks), the RMSE of the

@@ -743,6 +743,30 @@ void Als<T>::finish() {
           " on " + std::to_string(ctrl_.size()) + " ranks, rows per mode " + res_.device_loop_modes;
   }
   res_.tc_split = X_.tc_split();
+  // The balance of the ranks' MTTKRP time (collective; every rank ran the same iterations).
+  double k = 0;
+  int ran = 0;
+  for (const auto& h : res_.history)
+    if (h.iter > first_iter_) {
+      k += h.kernel;
+      ++ran;
+    }
+  double v[2] = {k, k};
+  ctrl_.allreduce(&v[0], 1, comm::ReduceOp::max);
+  ctrl_.allreduce(&v[1], 1);
+  if (ran > 0) {
+    res_.kernel_max_seconds = v[0] / ran;
+    res_.kernel_mean_seconds = v[1] / ran / ctrl_.size();
+  }
+  if (opt_.print_iterations && ctrl_.size() > 1 && res_.kernel_mean_seconds > 0) {
+    char line[200];
+    std::snprintf(line, sizeof(line),
+                  "MTTKRP time per iteration over %d ranks: slowest %.4g s, mean %.4g s "
+                  "(imbalance %.2f)",
+                  ctrl_.size(), res_.kernel_max_seconds, res_.kernel_mean_seconds,
+                  res_.kernel_max_seconds / res_.kernel_mean_seconds);
+    log::info(line);
+  }
   res_.model = assemble_model();
 }
 
