@@ -5,6 +5,9 @@
 // iteration (the caller's MTTKRPs included) is captured once as a CUDA graph and replayed.
 // The host waits once per iteration, for the few scalars the convergence test needs.
 //
+// On several ranks the algorithm hands the loop its collectives (CpLoopCollectives, enqueued
+// in the same stream and captured in the same graph; docs/multi-gpu.md).
+//
 // The algorithm (algo/cp_als_loop.cpp) asks the backend for a loop (ops::cp_device_loop);
 // backends without one (reference, cpu) return nullptr and the iteration runs through the
 // per-operation calls (kernels/ops/dense.hpp) as before. Results equal those calls' to rounding.

@@ -10,7 +10,11 @@
 // waits until the end of the iteration, where the sums (a few scalars) come back in one
 // copy to pinned memory. The second call with the max-norm captures all of it (MTTKRPs
 // included) as a CUDA graph; later calls replay it, re-capturing only if a scratch buffer
-// the captured kernels use has moved.
+// the captured kernels use has moved. On several ranks the caller's collectives
+// (spec.comm: the MTTKRP rows' reduction, the norms, the Gram and the rows' gather, the
+// fit's dots) are enqueued between these steps in the same stream, so the graph holds them
+// too, and the loop solves only the rows [solve_lo, solve_lo + solve_n) of each mode
+// (docs/multi-gpu.md).
 #include <cfloat>
 #include <climits>
 #include <string>
