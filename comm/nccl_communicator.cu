@@ -592,6 +592,11 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
   // fails or degrades on shared nodes, MIG slices and containers. Must be set before
   // NCCL's first call reads its environment.
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  // Connections (and their device buffers, several hundred MB per rank on a 4-GPU NVLink
+  // node) at initialisation rather than at the first collective of each kind: the
+  // communicator is made before the memory plan, whose measured free device memory then
+  // holds them, so a run's device peak stays within its plan (docs/multi-gpu.md).
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   TESSERA_INPUT_CHECK(
       options.timeout_s >= 0 && std::isfinite(options.timeout_s),
       "--nccl-timeout " << options.timeout_s << ": expected seconds >= 0 (0 = no limit)");
