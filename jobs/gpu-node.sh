@@ -13,7 +13,8 @@
 #       scale: issue 36's strong scaling on 1, 2, 4, ... GPUs of the node: the NCCL floor
 #               (bench comm), congress R16 (tessera cp; data beside the checkout or in
 #               .deps/data), the nell-2 shape R32 (both strategies) and the amazon shape R32
-#               (TESSERA_SCALE_NO_AMAZON=1: not); a table of ms/iter, speedup over one GPU,
+#               (TESSERA_SCALE_NO_AMAZON=1: not), Tucker nell-2 16,16,16 and SpTC generated
+#               (TESSERA_SCALE_NO_TUCKER_SPTC=1: not); a table of ms/iter, speedup over one GPU,
 #               kernel and comm per iteration and comm over its floor (jobs/scale_table.py)
 #       tucker: build, the TTMc/Tucker GPU tests, then bench ttmc and bench tucker on the
 #               nell-2 shape (ranks 16,16,16) and a 4-mode tensor of 500M nonzeros
@@ -449,6 +450,12 @@ if has scale; then  # issue 36: strong scaling over 1, 2, 4, ... GPUs of the nod
     done
     [ -z "${TESSERA_SCALE_NO_AMAZON:-}" ] && bench scale-amazon-cp-r32-np$p $mp "$T" bench cp --generate $amz \
       --nnz 1.74e9 --dist powerlaw --rank 32 --backend cuda --precision float --iters 5
+    if [ -z "${TESSERA_SCALE_NO_TUCKER_SPTC:-}" ]; then
+      bench scale-nell2-tucker-16-np$p $mp "$T" bench tucker --generate $nell --nnz 76.9e6 \
+        --ranks 16,16,16 --backend cuda --precision float --iters 4
+      bench scale-sptc-gen-np$p $mp "$T" bench contract --generate --nnz 2e7 --products 1.2e9 \
+        --backend cuda --precision double --repeat 3 --no-reference
+    fi
     p=$((p * 2))
   done
   python3 jobs/scale_table.py "$out" | tee -a "$summary"

@@ -3,9 +3,10 @@
 
     python3 jobs/scale_table.py OUT_DIR [--csv FILE]
 
-Reads OUT_DIR/scale-<case>-np<P>.json (tessera cp and tessera bench cp records, and tessera
-bench comm records) and prints, per case: ms per iteration (the median over the iterations
-after the first for `tessera cp`, the bench's own figure for `bench cp`), the speedup over
+Reads OUT_DIR/scale-<case>-np<P>.json (tessera cp, bench cp, bench tucker and bench
+contract records, and bench comm records) and prints, per case: ms per iteration (the
+median over the iterations after the first for `tessera cp`, the bench's own figure for
+`bench cp` and `bench tucker`, the whole contraction for `bench contract`), the speedup over
 the same case on one GPU, kernel and comm ms per iteration, the comm floor where the record
 has one (an NCCL all-reduce of the same bytes, measured in the same run) and comm over it,
 the fit and how the iterations ran. Cases missing a record are left out.
@@ -28,9 +29,14 @@ def per_iteration(j):
         its = j["per_iteration"][1:] or j["per_iteration"]
         med = lambda k: statistics.median(x[k] for x in its) * 1e3
         return med("seconds"), med("kernel"), med("comm"), floor
+    if "runs" in j:  # bench contract: the benchmarked backend's whole contraction
+        r = j["runs"][0]
+        tot = r["total_seconds"] * 1e3
+        return tot, r.get("kernel_seconds", float("nan")) * 1e3, float("nan"), floor
     it = j["seconds_per_iteration"] * 1e3
     s = j.get("share", {})
-    return it, it * s.get("kernel", 0), it * s.get("comm", 0), floor
+    kern = s.get("kernel", s.get("ttmc", 0))  # bench cp: kernel; bench tucker: ttmc
+    return it, it * kern, it * s.get("comm", 0), floor
 
 
 def main():
