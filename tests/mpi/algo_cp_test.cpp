@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <string>
 
 #include "algo/cp_als.hpp"
 #include "algo/generate.hpp"
@@ -144,6 +145,45 @@ TEST(CpInvariance, GeneratedSameAsSingleProcessBothStrategies) {
   for (auto s : {CommStrategy::allreduce, CommStrategy::layer})
     for (auto k : {BackendKind::reference, BackendKind::cpu})
       expect_same_as_single_process<double>(g.block, k, s, 5, 6, 1e-9);
+}
+
+TEST(CpEngine, HostCommunicatorsTakeThePerOperationPathAndTheRankHintIsRestored) {
+  // Host communicators have no stream-ordered collectives (docs/multi-gpu.md): asked, they
+  // refuse in one line, and CP-ALS on a host backend runs the per-operation calls on every
+  // rank count, saying why, with the MTTKRP balance of the ranks in the result.
+  const auto& w = world();
+  EXPECT_FALSE(w.can_enqueue());
+  double x = 1;
+  try {
+    w.enqueue_allreduce(&x, 1, comm::ReduceOp::sum, nullptr);
+    ADD_FAILURE() << "an MPI communicator enqueued a stream-ordered collective";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no stream-ordered collectives"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(w.wait_stream(nullptr, "test"), Error);
+  algo::GenerateOptions o = small_lowrank({40, 30, 20}, 3000, 3, 0.1, 5);
+  auto g = algo::generate(o, w);
+  auto d = partition::distribute(std::move(g.block), partition::Scheme::nnz, {}, w);
+  auto be = kernels::make_backend<double>(BackendKind::cpu, 1);
+  EXPECT_EQ(be->native_stream(), nullptr);
+  be->set_rank_hint(7);
+  algo::CpOptions opt;
+  opt.rank = 4;
+  opt.max_iters = 3;
+  opt.print_iterations = false;
+  const auto r = algo::cp_als<double>(d, *be, w, w, opt);
+  EXPECT_EQ(r.iteration_engine.rfind("per-operation calls (", 0), 0u) << r.iteration_engine;
+  if (w.size() > 1) {
+    EXPECT_NE(r.iteration_engine.find("not stream-ordered"), std::string::npos)
+        << r.iteration_engine;
+  }
+  EXPECT_TRUE(r.device_loop_modes.empty());
+  EXPECT_GT(r.kernel_mean_seconds, 0.0);
+  EXPECT_GE(r.kernel_max_seconds, r.kernel_mean_seconds);
+  EXPECT_EQ(be->rank_hint(), 7);  // cp_als's hint (R) held for its prepares only
+  be->set_rank_hint(-3);
+  EXPECT_EQ(be->rank_hint(), 0);
 }
 
 TEST(CpInvariance, FloatSameAsSingleProcess) {
