@@ -1,7 +1,7 @@
 // `tessera bench mttkrp|cp|ttmc|tucker` (internal to drivers/bench/): the options, the input
 // every one of them reads (input.cpp), and one descriptor per benchmarked operation
 // (mttkrp.cpp, cp.cpp, ttmc.cpp, tucker.cpp) run by cli.cpp through the harness
-// (harness.hpp). `bench contract` is contract.cpp.
+// (harness.hpp). `bench contract` is contract.cpp, `bench comm` comm.cpp (comm.hpp).
 #pragma once
 
 #include <cstdint>

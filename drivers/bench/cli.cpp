@@ -1,6 +1,7 @@
 // tessera bench mttkrp|cp|ttmc|tucker: the subcommand's options and the run every tensor
 // benchmark shares (the memory plan, the input, the measured bandwidth, the record); the
-// operation itself is its descriptor's (bench.hpp). `bench contract` is contract.cpp.
+// operation itself is its descriptor's (bench.hpp). `bench contract` is contract.cpp,
+// `bench comm` (collectives, nccl-tests style) comm.cpp.
 //
 // Bandwidth: a large copy in the backend's memory (bytes read + bytes written), best of 5
 // (measure_bandwidth), the denominator of every floor (harness.hpp).
@@ -9,6 +10,7 @@
 
 #include "algo/cp_als.hpp"
 #include "bench/bench.hpp"
+#include "bench/comm.hpp"
 #include "bench/harness.hpp"
 #include "commands.hpp"
 #include "io/h5store.hpp"
@@ -78,8 +80,9 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
 using bench::BenchArgs;
 
 /// Options of `bench` that the chosen benchmark does not use are refused (one line naming
-/// the option and the benchmarks that take it), not ignored. Under `bench contract` none of
-/// bench's own options apply (they reach bench when contract does not know them).
+/// the option and the benchmarks that take it), not ignored. Under `bench contract` and
+/// `bench comm` none of bench's own options apply (they reach bench when the subcommand does
+/// not know them).
 void reject_unused_bench_options(const CLI::App& bench, const BenchArgs& a) {
   const bool contract = !bench.get_subcommands().empty();
   struct Use {
@@ -107,8 +110,8 @@ void reject_unused_bench_options(const CLI::App& bench, const BenchArgs& a) {
     if (contract) {
       if (name == "what") continue;  // "bench contract" leaves it empty
       throw CLI::ValidationError(name,
-                                 "is an option of bench mttkrp|cp|ttmc|tucker, not of bench "
-                                 "contract");
+                                 "is an option of bench mttkrp|cp|ttmc|tucker, not of bench " +
+                                     bench.get_subcommands().front()->get_name());
     }
     for (const Use& u : uses) {
       if (name != u.name) continue;
@@ -188,18 +191,20 @@ void add_bench(CLI::App& app, Runner& run) {
   add_cp_constraint_flags(sub, a->con);
   add_compute_options(sub, a->run, a->load, kStrategyOption | kBudgetOptions);
   add_bench_contract(sub, run);  // `bench contract` (contract.cpp)
-  // `bench` takes its benchmark as a positional ("bench mttkrp"); "bench contract" is a
-  // subcommand of its own (it takes two files) whose callback sets the runner. The
-  // positional becomes optional; bench's final callback runs after its subcommand's, checks
-  // the options, asks for the positional when no subcommand was given and only then sets
-  // the runner. It is set as the final callback by name: add_compute_options may have set
-  // bench's parse-complete callback (its own checks), which stays.
+  add_bench_comm(sub, run);      // `bench comm` (comm.cpp)
+  // `bench` takes its benchmark as a positional ("bench mttkrp"); "bench contract" and
+  // "bench comm" are subcommands of their own (other inputs and options) whose callbacks set
+  // the runner. The positional becomes optional; bench's final callback runs after its
+  // subcommand's, checks the options, asks for the positional when no subcommand was given
+  // and only then sets the runner. It is set as the final callback by name:
+  // add_compute_options may have set bench's parse-complete callback (its own checks), which
+  // stays.
   CLI::Option* what = sub->get_option("what");
   what->required(false);
   sub->immediate_callback(true);
   sub->final_callback([a, sub, what, &run] {
     reject_unused_bench_options(*sub, *a);
-    if (!sub->get_subcommands().empty()) return;  // bench contract: its runner
+    if (!sub->get_subcommands().empty()) return;  // bench contract|comm: its runner
     if (what->count() == 0) throw CLI::RequiredError("what");
     run = [a](const comm::MpiCommunicator& world) {
       if (a->tc_sweep) {

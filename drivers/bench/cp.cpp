@@ -1,8 +1,10 @@
 // tessera bench cp: CP-ALS iterations against the floor of their N MTTKRPs (mttkrp.cpp has
 // the MTTKRP's floor); the dense R x R work and the collectives are beside it, with their
-// shares printed.
+// shares printed. On 2+ ranks of a communicator that enqueues (NCCL) the comm time is put
+// beside its own floor too: the same bytes all-reduced on the node (comm.hpp, bench comm).
 #include "algo/cp_als.hpp"
 #include "bench/bench.hpp"
+#include "bench/comm.hpp"
 #include "bench/harness.hpp"
 #include "linalg/row_update.hpp"
 #include "record.hpp"
@@ -53,6 +55,16 @@ void bench_cp(Context<T>& c) {
   }
   const IterationResult it = iteration_vs_floor(it_s, bytes, c.bw, c.world);
   const double nnzps = static_cast<double>(in.global_nnz) * N / std::max(it.seconds, 1e-12);
+  // The comm floor: per mode an all-reduce of the rows held x R values (and the rows' packed
+  // Grams, W wide, with --observed-only), timed now on the run's data communicator and the
+  // backend's stream. The Gram (R x R) and the scalars' all-reduces are not in it.
+  std::vector<std::uint64_t> counts;
+  for (std::uint64_t rows : res.rows_held)
+    counts.push_back(rows * static_cast<std::uint64_t>(o.observed_only ? R + W : R));
+  const std::optional<CommFloor> cf = allreduce_floor<T>(counts, be, *c.cx.data, c.world);
+  const auto comm_ratio = [&](double comm_s) {
+    return cf && cf->seconds > 0 ? comm_s / cf->seconds : 0.0;
+  };
   const Table table({{"iteration", 10, true},
                      {"seconds", 12},
                      {"kernel%", 10},
@@ -62,14 +74,43 @@ void bench_cp(Context<T>& c) {
                      {"bytes", 12},
                      {"floor_s", 10},
                      {"ratio", 8},
+                     {"comm_floor_s", 12},
+                     {"comm/floor", 10},
                      {"fit", 10}});
   table.header();
   table.row({"mean", cell("%.4g", it.seconds), cell("%.1f", 100 * k / it_s),
              cell("%.1f", 100 * cm / it_s), cell("%.1f", 100 * s / it_s), cell("%.3g", nnzps),
              human_bytes(it.floor.bytes), cell("%.4g", it.floor.seconds),
-             cell("%.2f", it.floor.ratio(it.seconds)), cell("%.6f", res.fit)});
+             cell("%.2f", it.floor.ratio(it.seconds)), cf ? cell("%.4g", cf->seconds) : "-",
+             cf ? cell("%.2f", comm_ratio(cm)) : "-", cell("%.6f", res.fit)});
+  if (!cf && c.world.size() > 1 && log::rank() == 0)
+    std::printf("comm floor: not measured (the %s communicator has no stream-ordered calls)\n",
+                c.cx.data->name().c_str());
   flush();
   nlohmann::json& j = c.j;
+  if (cf) {
+    // Rank 0's comm is the table's; the least and most over ranks show the waiting.
+    const double lo = c.world.allreduce_value(cm, comm::ReduceOp::min);
+    const double hi = c.world.allreduce_value(cm, comm::ReduceOp::max);
+    nlohmann::json modes = nlohmann::json::array();
+    for (std::size_t n = 0; n < cf->counts.size(); ++n)
+      modes.push_back({{"mode", n},
+                       {"elements", cf->counts[n]},
+                       {"bytes", static_cast<double>(cf->counts[n]) * sizeof(T)},
+                       {"seconds", cf->seconds_per_call[n]}});
+    j["comm_floor"] = {{"seconds_per_iteration", cf->seconds},
+                       {"bytes_per_iteration", cf->bytes},
+                       {"comm_seconds_per_iteration", cm},
+                       {"ratio", comm_ratio(cm)},
+                       {"comm_seconds_min_over_ranks", lo},
+                       {"comm_seconds_max_over_ranks", hi},
+                       {"ratio_min_over_ranks", comm_ratio(lo)},
+                       {"collective", "allreduce"},
+                       {"communicator", c.cx.data->name()},
+                       {"batch", cf->timing.batch},
+                       {"repeat", cf->timing.repeat},
+                       {"modes", modes}};
+  }
   if (res.tier > 1) {
     // Tier 2: the iteration against the larger of its copy and compute times.
     const double it_n = static_cast<double>(res.iterations);
