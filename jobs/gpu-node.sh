@@ -141,6 +141,8 @@ elif "runs" in j:
           f"{r[0]['total_seconds']:.3f} s total ({r[0].get('host_buffers', '?')} host buffers"
           + (f", {j['host_link_floor']['total_ratio']:.2f}x the host link floor" if "host_link_floor" in j else "") + "); "
           + ", ".join(f"{x['backend']} x{x['speedup_of_benchmarked_backend']:.1f} slower" for x in r[1:]))
+elif j.get("command") == "bench comm":
+    print(f"{n:34s} " + ", ".join(f"{s['op']} peak busbw {s['peak_busbw_bytes_per_s']/1e9:.1f} GB/s" for s in j.get("summary", [])))
 elif j.get("command") in ("cp", "tucker"):
     t = j["memory_tier"]; its = [x["seconds"] for x in j["per_iteration"]]; n_it = max(len(its), 1)
     it_s = sum(its) / n_it; rd = t["copy_seconds"] / n_it; cp = t["compute_seconds"] / n_it

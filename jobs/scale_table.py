@@ -80,7 +80,7 @@ def main():
         for r in j.get("rows", []):
             if r.get("bytes", 0) in (1 << 20, 1 << 26, 1 << 30):
                 print(f"nccl floor np{p} {r.get('op', '?'):15s} {r['bytes'] / 2**20:8.0f} MiB "
-                      f"{r.get('seconds', 0) * 1e6:10.1f} us  busbw {r.get('bus_bandwidth_gbps', float('nan')):7.1f} GB/s")
+                      f"{r.get('seconds', 0) * 1e6:10.1f} us  busbw {r.get('busbw_bytes_per_s', float('nan')) / 1e9:7.1f} GB/s")
     if csv:
         with open(csv, "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -129,6 +129,10 @@ void bench_cp(Context<T>& c) {
   iteration_record(j, it, res.iterations, res.fit);
   j["median_seconds_per_iteration"] = iteration_median(res.history, &H::seconds);
   j["iteration_engine"] = res.iteration_engine;
+  if (res.kernel_mean_seconds > 0)  // the ranks' MTTKRP balance (as in the cp record)
+    j["kernel_per_rank"] = {{"max_seconds_per_iteration", res.kernel_max_seconds},
+                            {"mean_seconds_per_iteration", res.kernel_mean_seconds},
+                            {"imbalance", res.kernel_max_seconds / res.kernel_mean_seconds}};
   j["share"] = {{"kernel", k / it_s}, {"comm", cm / it_s}, {"solve", s / it_s}};
   j["strategy"] = a.run.strategy;
   {
