@@ -218,6 +218,30 @@ TEST_F(GpuTcMttkrp, AutoUsesTheModelAndRecordsIt) {
   EXPECT_TRUE(contains(s.why, "predicted speedup")) << s.why;
 }
 
+TEST_F(GpuTcMttkrp, RankHintBuildsOnlyTheTileSetsAutoUses) {
+  // With the run's R known at prepare (Backend::set_rank_hint), auto decides there: a mode
+  // keeps a tile set exactly when its MTTKRP at that R then runs on the tensor cores, and a
+  // mode without one says why (the prediction at R). The products are the reference's.
+  const auto x = blocky<float>({4096, 4096, 64}, 4000, 1.0, 100000, 16);
+  int built = 0, declined = 0;
+  for (int R : {4, 64}) {
+    auto be = kernels::make_backend<float>(BackendKind::cuda, 0, tc("auto"));
+    be->set_rank_hint(R);
+    auto h = be->prepare(x);
+    const auto f = random_factors(*be, x.dims, R, 3);
+    for (int mode = 0; mode < 3; ++mode) {
+      auto out = be->allocate(static_cast<std::size_t>(x.dims[static_cast<std::size_t>(mode)]) *
+                              static_cast<std::size_t>(R));
+      kernels::ops::mttkrp(*be, *h, mode, f.ptrs, R, out.data());
+      const auto s = h->tc_split()[static_cast<std::size_t>(mode)];
+      EXPECT_EQ(s.built, s.used) << "R " << R << " mode " << mode << ": " << s.why;
+      if (s.built) ++built;
+      if (!s.built && contains(s.why, "auto at R " + std::to_string(R))) ++declined;
+    }
+  }
+  EXPECT_GT(built + declined, 0) << "neither a tile set used nor one declined at prepare";
+}
+
 TEST_F(GpuTcMttkrp, WrongPrecisionIsOneInputError) {
   const auto x = blocky<float>({70, 45, 9}, 40, 0.6, 3000, 17);
   auto be = kernels::make_backend<float>(BackendKind::cuda, 0, tc("on", "fp64"));
