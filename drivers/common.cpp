@@ -199,9 +199,10 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
                   "auto (cuda when a GPU is present, else cpu) | reference | cpu | cuda")
       ->check(CLI::IsMember({"auto", "reference", "cpu", "cuda"}));
   sub->add_option("-t,--threads", o.threads,
-                  "OpenMP threads per rank (0: OMP_NUM_THREADS); more than the CPUs the rank "
-                  "may use (affinity mask, cgroup CPU quota) is capped to them with a warning, "
-                  "and ranks x threads over the node's CPUs (or SLURM_CPUS_ON_NODE) is warned")
+                  "OpenMP threads per rank (0: OMP_NUM_THREADS, else the node's CPUs divided "
+                  "by the ranks on it); more than the CPUs the rank may use (affinity mask, "
+                  "cgroup CPU quota) is capped to them with a warning, and ranks x threads over "
+                  "the node's CPUs (or SLURM_CPUS_ON_NODE) is warned")
       ->check(CLI::NonNegativeNumber)
       ->transform([](std::string s) { return cap_threads_option(s); });
   sub->add_option("--precision", o.precision, "double | float")
@@ -463,50 +464,62 @@ std::string cap_threads_option(const std::string& value) {
   return std::to_string(capped);
 }
 
-std::string warn_oversubscription(const comm::MpiCommunicator& world, int threads) {
+NodeCpus node_cpus(const comm::MpiCommunicator& world) {
   MPI_Comm node = MPI_COMM_NULL;
   TESSERA_MPI_CHECK(MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(),
                                         MPI_INFO_NULL, &node));
-  int ranks = 1;
-  MPI_Comm_size(node, &ranks);
+  NodeCpus n;
+  MPI_Comm_size(node, &n.ranks);
   // The node's CPUs: the union of the ranks' affinity masks (bound ranks see their own
   // cores only), then the container's quota and Slurm's grant.
   cpu_set_t mine, all;
   CPU_ZERO(&mine);
   CPU_ZERO(&all);
-  int cpus = 0;
-  std::string source;
-  if (sched_getaffinity(0, sizeof(mine), &mine) == 0) {
-    MPI_Allreduce(&mine, &all, static_cast<int>(sizeof(cpu_set_t)), MPI_BYTE, MPI_BOR, node);
-    cpus = CPU_COUNT(&all);
-    source = "the CPUs in the affinity masks of this node's ranks";
+  int mask = 0;
+  std::string mask_source;
+  // Every rank takes part in the reduction (a failed read contributes an empty mask).
+  const bool have = sched_getaffinity(0, sizeof(mine), &mine) == 0;
+  int all_have = have ? 1 : 0;
+  MPI_Allreduce(&mine, &all, static_cast<int>(sizeof(cpu_set_t)), MPI_BYTE, MPI_BOR, node);
+  MPI_Allreduce(MPI_IN_PLACE, &all_have, 1, MPI_INT, MPI_MIN, node);
+  MPI_Comm_free(&node);
+  if (all_have == 1) {
+    mask = CPU_COUNT(&all);
+    mask_source = "the CPUs in the affinity masks of this node's ranks";
   } else {
-    cpus = util::affinity_cpus();
-    source = "this node's CPUs";
+    mask = util::affinity_cpus();
+    mask_source = "this node's CPUs";
   }
   std::string quota_src;
-  if (const auto q = util::cgroup_cpu_quota("/", &quota_src); q && *q < cpus) {
-    cpus = *q;
-    source = "the CPU quota of " + quota_src;
-  }
-  if (const char* s = std::getenv("SLURM_CPUS_ON_NODE")) {
-    int n = 0;
-    const auto [p, ec] = std::from_chars(s, s + std::strlen(s), n);
-    if (ec == std::errc() && *p == '\0' && n > 0 && n < cpus) {
-      cpus = n;
-      source = "SLURM_CPUS_ON_NODE, Slurm's grant on this node";
-    }
-  }
+  const auto quota = util::cgroup_cpu_quota("/", &quota_src);
+  n.limit =
+      util::node_cpu_limit(mask, mask_source, quota, quota_src, std::getenv("SLURM_CPUS_ON_NODE"));
+  return n;
+}
+
+int default_threads(const comm::MpiCommunicator& world) {
+  const NodeCpus n = node_cpus(world);
+  return util::default_threads_per_rank(n.limit.cpus, n.ranks, util::usable_cpus().cpus);
+}
+
+std::string warn_oversubscription(const comm::MpiCommunicator& world, int threads) {
+  const NodeCpus n = node_cpus(world);
+  MPI_Comm node = MPI_COMM_NULL;
+  TESSERA_MPI_CHECK(MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(),
+                                        MPI_INFO_NULL, &node));
   int total = std::max(threads, 1);
   MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, node);
   MPI_Comm_free(&node);
+  const int cpus = n.limit.cpus, ranks = n.ranks;
   if (total <= cpus) return {};
   const int fit = std::max(1, cpus / ranks);
   std::string line =
       std::to_string(total) + " threads on this node (" + std::to_string(ranks) + " rank(s) x " +
       std::to_string(threads) + " thread(s)) but only " + std::to_string(cpus) + " CPU(s) (" +
-      source + "): they will take turns and slow every rank; run --threads " + std::to_string(fit) +
-      " (or OMP_NUM_THREADS=" + std::to_string(fit) + ") or fewer ranks per node";
+      n.limit.source + "): they will take turns and slow every rank; run --threads " +
+      std::to_string(fit) + " (or OMP_NUM_THREADS=" + std::to_string(fit) +
+      ") or fewer ranks per node, or give neither (the default is the node's CPUs divided by "
+      "its ranks)";
   log::warn(line);
   return line;
 }

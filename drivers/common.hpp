@@ -15,6 +15,7 @@
 #include "kernels/tuning.hpp"
 #include "partition/partition.hpp"
 #include "plan/planner.hpp"
+#include "util/cpus.hpp"
 #include "util/timer.hpp"
 
 namespace tessera::driver {
@@ -259,11 +260,26 @@ int effective_threads(int requested);
 /// warning line on rank 0 when capped; a VALUE that is not a number is returned unchanged.
 std::string cap_threads_option(const std::string& value);
 
+/// The CPUs of this rank's node and the ranks on it (MPI_Comm_split_type SHARED): the CPUs
+/// are util::node_cpu_limit of the union of the node's ranks' affinity masks, the cgroup
+/// CPU quota and SLURM_CPUS_ON_NODE. Collective over `world`.
+struct NodeCpus {
+  util::CpuLimit limit;
+  int ranks = 1;
+};
+NodeCpus node_cpus(const comm::MpiCommunicator& world);
+
+/// Collective over `world`: OpenMP threads per rank when neither --threads nor
+/// OMP_NUM_THREADS gives a count: the node's CPUs divided by the ranks on the node, at most
+/// the CPUs this rank may use, at least 1 (util::default_threads_per_rank). main() applies
+/// it (omp_set_num_threads) before the subcommand runs.
+int default_threads(const comm::MpiCommunicator& world);
+
 /// Collective over `world`: one warning line on rank 0 when the ranks on rank 0's node run
-/// more OpenMP threads in all (their `threads` summed) than the node gives them: the CPUs
-/// of the union of their affinity masks, the cgroup CPU quota and SLURM_CPUS_ON_NODE, the
-/// smallest. The line names the numbers and what to change. Returns the line (empty when
-/// there is nothing to say), on every rank of that node.
+/// more OpenMP threads in all (their `threads` summed) than the node gives them (node_cpus).
+/// The line names the numbers and what to change. Returns the line (empty when there is
+/// nothing to say), on every rank of that node. main() calls it only for counts the user
+/// gave (--threads, OMP_NUM_THREADS): a default is never warned about.
 std::string warn_oversubscription(const comm::MpiCommunicator& world, int threads);
 
 /// Human-readable byte count ("1.25 GB").

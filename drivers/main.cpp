@@ -145,10 +145,10 @@ void warn_retired_variables(int rank) {
                          " (tessera SUBCOMMAND --help, Kernel tuning)");
 }
 
-/// OpenMP's default team (OMP_NUM_THREADS, or every CPU of the node) capped to the CPUs this
-/// process may use (--threads is capped where it is parsed): a warning when OMP_NUM_THREADS
-/// asked for more; a debug line when OpenMP's own default is over a cgroup CPU quota, which
-/// is normal in containers.
+/// OpenMP's team (OMP_NUM_THREADS, or every CPU of the node) capped to the CPUs this process
+/// may use (--threads is capped where it is parsed): a warning when OMP_NUM_THREADS asked
+/// for more; a debug line when OpenMP's own default is over a cgroup CPU quota, which is
+/// normal in containers. main() replaces OpenMP's own default by driver::default_threads.
 void cap_openmp_default() {
   const int have = omp_get_max_threads();
   const bool asked = std::getenv("OMP_NUM_THREADS") != nullptr;
@@ -194,18 +194,32 @@ int main(int argc, char** argv) {
   log::set_verbosity(verbosity);
   // Run records (drivers/record.hpp): the command line and the options with their defaults.
   driver::set_invocation(argc, argv, deepest(&app));
-  cap_openmp_default();
   warn_retired_variables(world.rank());
+  // Threads per rank (docs/reliability.md): a count the user gave (--threads, already capped
+  // to this rank's CPUs where it was parsed, or OMP_NUM_THREADS) is kept, and one warning
+  // line on rank 0 says when ranks x threads is over the node's CPUs (or Slurm's grant);
+  // without one, every rank takes the node's CPUs divided by the ranks on the node, which
+  // never oversubscribes, so nothing is warned about.
+  int given = 0;
+  if (const CLI::Option* t = deepest(&app)->get_option_no_throw("--threads");
+      t != nullptr && t->count() > 0 && t->as<int>() > 0)
+    given = t->as<int>();
+  const char* omp_env = std::getenv("OMP_NUM_THREADS");
+  const bool user_count = given > 0 || (omp_env != nullptr && *omp_env != '\0');
+  if (user_count) cap_openmp_default();
   try {
-    // Ranks x threads over the node's CPUs (or Slurm's grant): one warning line on rank 0.
-    // --threads (already capped to this rank's CPUs) where given, else OpenMP's team.
-    int threads = omp_get_max_threads();
-    if (const CLI::Option* t = deepest(&app)->get_option_no_throw("--threads");
-        t != nullptr && t->count() > 0 && t->as<int>() > 0)
-      threads = t->as<int>();
-    driver::warn_oversubscription(world, threads);
+    if (user_count) {
+      driver::warn_oversubscription(world, given > 0 ? given : omp_get_max_threads());
+    } else {
+      const int threads = driver::default_threads(world);
+      omp_set_num_threads(threads);
+      log::debug("threads per rank: " + std::to_string(threads) +
+                 " (the node's CPUs divided by the ranks on it; --threads or OMP_NUM_THREADS "
+                 "sets another count)");
+    }
   } catch (const std::exception& e) {
-    log::debug(std::string("oversubscription check skipped: ") + e.what());
+    if (!user_count) cap_openmp_default();
+    log::debug(std::string("thread default or oversubscription check skipped: ") + e.what());
   }
 
   try {

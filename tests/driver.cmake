@@ -73,3 +73,16 @@ add_dependencies(cli_habits_driver_test tessera)
 add_test(NAME cli_habits_driver_test COMMAND cli_habits_driver_test)
 set_tests_properties(cli_habits_driver_test PROPERTIES
   ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 300 PROCESSORS 2)
+# Threads per rank under mpirun (issue 36, point 6): the default (node CPUs / ranks on the
+# node) at 2 ranks without --threads or OMP_NUM_THREADS (the commands unset it), recorded
+# and not warned about; a count the user gave still warned about.
+add_executable(threads_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/threads_driver_test.cpp)
+target_link_libraries(threads_driver_test PRIVATE tessera::core GTest::gtest GTest::gtest_main
+  nlohmann_json::nlohmann_json)
+target_compile_definitions(threads_driver_test PRIVATE
+  TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+tessera_target_defaults(threads_driver_test)
+add_dependencies(threads_driver_test tessera)
+add_test(NAME threads_driver_test_np2 COMMAND threads_driver_test)
+set_tests_properties(threads_driver_test_np2 PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV}"
+  LABELS "driver;mpi" TIMEOUT 300 PROCESSORS 2)

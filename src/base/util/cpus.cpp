@@ -139,6 +139,30 @@ CpuLimit usable_cpus(const std::string& root) {
   return cached;
 }
 
+CpuLimit node_cpu_limit(int mask_cpus, const std::string& mask_source, std::optional<int> quota,
+                        const std::string& quota_source, const char* slurm_cpus_on_node) {
+  CpuLimit l;
+  l.cpus = std::max(mask_cpus, 1);
+  l.source = mask_source;
+  if (quota && *quota >= 1 && *quota < l.cpus) {
+    l.cpus = *quota;
+    l.source = "the CPU quota of " + quota_source;
+  }
+  if (slurm_cpus_on_node != nullptr) {
+    const std::string s = slurm_cpus_on_node;
+    if (const auto n = to_i64(s); n && *n > 0 && *n < l.cpus) {
+      l.cpus = static_cast<int>(*n);
+      l.source = "SLURM_CPUS_ON_NODE, Slurm's grant on this node";
+    }
+  }
+  return l;
+}
+
+int default_threads_per_rank(int node_cpus, int ranks_on_node, int rank_cpus) {
+  const int share = std::max(node_cpus, 1) / std::max(ranks_on_node, 1);
+  return std::max(1, std::min(share, std::max(rank_cpus, 1)));
+}
+
 int cap_threads(int requested, const std::string& what, std::string* warning) {
   if (warning) warning->clear();
   if (requested <= 0) return requested;

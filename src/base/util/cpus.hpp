@@ -35,6 +35,20 @@ std::optional<int> cgroup_cpu_quota(const std::string& root, std::string* source
 /// The smaller of affinity_cpus() and cgroup_cpu_quota(root) (cached for root "/").
 CpuLimit usable_cpus(const std::string& root = "/");
 
+/// The CPUs a node gives its ranks: the smallest of `mask_cpus` (the CPUs in the union of the
+/// affinity masks of the node's ranks, `mask_source` naming them), the cgroup CPU quota
+/// (`quota`, set by `quota_source`; nullopt: none) and Slurm's grant on the node
+/// (`slurm_cpus_on_node`: the text of SLURM_CPUS_ON_NODE; null, or not a positive count:
+/// none). The source names the smallest. Pure (the callers measure).
+CpuLimit node_cpu_limit(int mask_cpus, const std::string& mask_source, std::optional<int> quota,
+                        const std::string& quota_source, const char* slurm_cpus_on_node);
+
+/// OpenMP threads per rank when neither --threads nor OMP_NUM_THREADS gives a count: the
+/// node's CPUs (node_cpu_limit) divided by the ranks on the node, rounded down, at most
+/// `rank_cpus` (the CPUs this rank may use: usable_cpus()), at least 1. Examples: 64 CPUs
+/// and 4 ranks: 16; 2 CPUs and 3 ranks: 1.
+int default_threads_per_rank(int node_cpus, int ranks_on_node, int rank_cpus);
+
 /// `requested` threads capped to usable_cpus().cpus. When capped, `*warning` (if not null)
 /// receives one line for the user naming `what` (e.g. "--threads 100000"), the limit and
 /// its source; otherwise it is left empty. requested <= 0 is returned unchanged.
