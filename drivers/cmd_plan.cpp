@@ -1,10 +1,18 @@
 // tessera plan: the memory plan of a cp or tucker run, printed without running it (the same
-// as --dry-run on cp and tucker).
+// as --dry-run on cp and tucker); with --nprocs, the plan per rank of runs on other rank
+// counts and a predicted CP iteration time for each (docs/planner.md, "Plans for N ranks").
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "io/h5store.hpp"
 #include "io/output.hpp"
+#include "kernels/factories.hpp"
+#include "plan/measure.hpp"
 #include "record.hpp"
 #include "util/log.hpp"
 
@@ -17,7 +25,125 @@ struct PlanArgs {
   int rank = 16;
   std::string ranks = "16";
   ComputeOptions run;
+  std::string nprocs;      ///< --nprocs 1,2,4,8 ("" = the ranks of this job only)
+  int ranks_per_node = 0;  ///< --ranks-per-node (0: every rank on this node)
+  double bandwidth_gbs = 4300, link_gbs = 300, latency_us = 20;
 };
+
+/// "1,2,4,8" -> {1, 2, 4, 8}, sorted, without repeats; empty on anything that is not a list
+/// of counts from 1 to 2^20.
+std::vector<int> parse_counts(const std::string& s) {
+  std::vector<int> out;
+  for (std::size_t p = 0, q; p <= s.size(); p = q + 1) {
+    q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    int n = 0;
+    const auto [e, ec] = std::from_chars(s.data() + p, s.data() + q, n);
+    if (ec != std::errc() || e != s.data() + q || n < 1 || n > (1 << 20)) return {};
+    out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+/// The backend of the plan. `--backend cuda --device-budget B` where no GPU is visible (a
+/// login node, a CPU-only build) plans for a card of B per rank without making a backend.
+template <typename T>
+Compute<T> plan_compute(const ComputeOptions& run, const comm::MpiCommunicator& world) {
+  if (run.backend == "cuda" && !run.device_budget.empty()) {
+    const int seen = kernels::cuda_built() ? kernels::cuda_device_count() : 0;
+    if (world.allreduce_value(seen, comm::ReduceOp::min) == 0) {
+      log::info("no GPU is visible here: planning for a card with --device-budget " +
+                run.device_budget + " per rank");
+      Compute<T> c;
+      c.kind = kernels::BackendKind::cuda;
+      c.data = &world;
+      note_tuning(run.tuning);  // what the run would be given
+      return c;
+    }
+  }
+  return make_compute<T>(run, world);
+}
+
+template <typename T>
+void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& cx,
+                     partition::Scheme scheme, bool allreduce, const PlanContext& pc,
+                     const comm::MpiCommunicator& world) {
+  const std::vector<int> counts = parse_counts(a.nprocs);
+  plan::Request req = plan_request(run, cx.kind, static_cast<int>(sizeof(T)), world);
+  req.workload = pc.workload;
+  req.cp_rank = pc.cp_rank;
+  req.tucker_ranks = pc.tucker_ranks;
+  req.allreduce = allreduce && scheme == partition::Scheme::nnz && a.load.grid.empty();
+  req.relabel = a.load.relabel;
+  req.tensor_cores = run.tuning.tensor_cores != "off";
+  req.tc_tile_density = run.tuning.tc_tile_density;
+  comm::run_collectively(world, [&] {
+    TESSERA_INPUT_CHECK(std::filesystem::exists(a.load.path),
+                        "cannot open '" << a.load.path << "': no such file");
+  });
+  plan::TensorFacts facts = plan::facts_of_file(a.load.path, world);
+  std::optional<io::H5TensorInfo> h;
+  if (facts.store) {
+    h = io::read_h5_info(a.load.path, world);
+  } else {
+    // Text: its dims and nonzeros (repeats summed) are known after a read.
+    log::info("plan: " + a.load.path +
+              " is text: reading it to learn its dims and nonzeros (tessera convert writes an "
+              "HDF5 store, planned from its header)");
+    const auto d = load_and_distribute<T>(a.load, scheme, world, nullptr);
+    facts.dims = d.dist.dims;
+    facts.nnz = d.dist.global_nnz;
+    facts.unique = 1;
+    facts.store = false;
+  }
+  const auto parent = std::filesystem::path(a.load.path).parent_path();
+  const std::string spill = parent.empty() ? std::string(".") : parent.string();
+  auto blocks = [&](int P) {
+    plan::RankBlocks b;
+    if (h && h->partition && h->partition->nblocks() == P) {
+      for (int r = 0; r < P; ++r) b.nnz.push_back(h->partition->block_range(r).second);
+      b.how = "stored partition";
+    } else {
+      b.nnz = plan::equal_split(facts.nnz, P);
+      b.how = "equal split";
+    }
+    return b;
+  };
+  // The host memory of this node shared by the ranks a run of P puts on it.
+  auto limits = [&](int P) {
+    const int here = a.ranks_per_node > 0 ? std::min(P, a.ranks_per_node) : P;
+    return plan::measure_limits(world, req.backend, spill, here);
+  };
+  plan::TimeModel m;
+  m.bandwidth = a.bandwidth_gbs * 1e9;
+  m.link_bandwidth = a.link_gbs * 1e9;
+  m.collective_latency = a.latency_us * 1e-6;
+  const std::vector<plan::RanksPlan> plans =
+      plan::plan_for_ranks(req, facts, counts, blocks, limits, m);
+  if (world.rank() == 0) std::printf("%s", plan::describe_ranks(plans, m).c_str());
+  std::fflush(stdout);
+  const bool any =
+      std::any_of(plans.begin(), plans.end(), [](const plan::RanksPlan& p) { return p.plan.fits; });
+  if (!run.json.empty()) {
+    nlohmann::json j = record_envelope("plan", nlohmann::json::object(), world,
+                                       kernels::to_string(cx.kind), run.threads);
+    j["file"] = a.load.path;
+    j["plans_per_ranks"] = nlohmann::json::array();
+    for (const auto& p : plans) j["plans_per_ranks"].push_back(p.to_json());
+    j["time_model"] = {{"bandwidth_bytes_per_s", m.bandwidth},
+                       {"link_bytes_per_s_per_direction", m.link_bandwidth},
+                       {"collective_latency_s", m.collective_latency},
+                       {"ranks_per_node", a.ranks_per_node}};
+    if (!any) j["status"] = "refused";
+    write_json(run.json, j, world);
+  }
+  comm::run_collectively(world, [&] {
+    TESSERA_INPUT_CHECK(
+        any, "no rank count of --nprocs " << a.nprocs << " fits: " << plans.back().plan.refusal);
+  });
+}
 
 template <typename T>
 void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
@@ -29,7 +155,7 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   }
   ComputeOptions run = a.run;
   run.dry_run = true;
-  auto cx = make_compute<T>(run, world);
+  auto cx = plan_compute<T>(run, world);
   PlanContext pc;
   partition::Scheme scheme = partition::Scheme::nnz;
   bool allreduce = run.strategy == "allreduce";
@@ -44,6 +170,7 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   }
   if (a.load.partition != "auto") scheme = partition::parse_scheme(a.load.partition);
   if (!a.load.grid.empty() && a.load.partition == "auto") scheme = partition::Scheme::grid;
+  if (!a.nprocs.empty()) return run_plan_nprocs<T>(a, run, cx, scheme, allreduce, pc, world);
   Input<T> in = load_input<T>(a.load, run, scheme, allreduce, cx, pc, world, nullptr);
   if (!run.json.empty()) {
     // Envelope timing: the default (unit "run", seconds since the start).
@@ -66,7 +193,8 @@ void add_plan(CLI::App& app, Runner& run) {
       "plan",
       "Print the memory plan of a cp or tucker run (tier, bytes per component on host "
       "and device, chunks, reads per iteration, the limits and their sources) without "
-      "running it; exit status 1 when nothing fits");
+      "running it; exit status 1 when nothing fits. --nprocs: the plan per rank for other "
+      "rank counts and a predicted CP iteration time");
   sub->add_option("file", a->load.path, "Input tensor (.tns, .tns.gz or HDF5 store)")->required();
   sub->add_option("--workload", a->workload, "What would run: cp | tucker")
       ->check(CLI::IsMember({"cp", "tucker"}));
@@ -77,6 +205,44 @@ void add_plan(CLI::App& app, Runner& run) {
   sub->add_option("--grid", a->load.grid, "Rank grid, e.g. 4x2x1");
   sub->add_flag("--relabel", a->load.relabel, "As cp --relabel");
   add_compute_options(sub, a->run, a->load, kStrategyOption | kBudgetOptions | kStreamingOptions);
+  const std::string group = "Plans for N ranks";
+  sub->add_option("--nprocs", a->nprocs,
+                  "Plan runs on these MPI rank counts, e.g. 4 or 1,2,4,8, without starting them: "
+                  "each rank's nonzeros (the store's partition of that many blocks, else an "
+                  "equal split), the tier, host and device bytes per rank, and (cp) a predicted "
+                  "iteration time; exit status 1 only when no count fits")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return parse_counts(v).empty()
+                       ? "expected rank counts from 1 to 1048576 separated by commas, got '" + v +
+                             "'"
+                       : std::string();
+          },
+          "N[,N...]"))
+      ->group(group);
+  sub->add_option("--ranks-per-node", a->ranks_per_node,
+                  "--nprocs: ranks per node, sharing this node's host memory (0: all on this "
+                  "node); the device limit is per GPU, one rank per GPU")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group(group);
+  sub->add_option("--bandwidth", a->bandwidth_gbs,
+                  "--nprocs: memory bandwidth of one rank's backend in GB/s for the MTTKRP "
+                  "bytes (default: an H200's measured device copy)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(group);
+  sub->add_option("--link-bandwidth", a->link_gbs,
+                  "--nprocs: GB/s per direction between two ranks for the all-reduces (default: "
+                  "NVLink between the H200s of one node)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(group);
+  sub->add_option("--collective-latency", a->latency_us,
+                  "--nprocs: microseconds each all-reduce takes whatever its size")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group(group);
   sub->callback([a, &run] {
     run = [a](const comm::MpiCommunicator& world) {
       with_precision(a->run, [&]<typename T>() { run_plan<T>(*a, world); });

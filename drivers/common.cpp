@@ -397,7 +397,10 @@ Compute<T> make_compute(const ComputeOptions& o, const comm::MpiCommunicator& wo
                           "--backend cuda: this tessera was built without CUDA (reconfigure with "
                           "-DTESSERA_WITH_CUDA=ON where the CUDA toolkit and NCCL are installed)");
       TESSERA_INPUT_CHECK(kernels::cuda_device_count() > 0,
-                          "--backend cuda: no GPU is visible to rank " << world.rank());
+                          "--backend cuda: no GPU is visible to rank "
+                              << world.rank()
+                              << " (tessera plan --device-budget SIZE plans for a card without "
+                                 "seeing one)");
     }
   });
   if (o.threads > 0) omp_set_num_threads(o.threads);

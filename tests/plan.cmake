@@ -33,3 +33,25 @@ add_dependencies(plan_driver_test tessera)
 add_test(NAME plan_driver_test COMMAND plan_driver_test)
 set_tests_properties(plan_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
   LABELS "driver;plan" TIMEOUT 900 PROCESSORS 2)
+
+# Plans for N ranks (tessera plan --nprocs; issue 36): shares, tiers and bytes per rank for
+# 1, 2, 4 ranks, the CP iteration model, the tensor-core tile sets per rank on H200s.
+tessera_test_executable(plan_ranks_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/plan_ranks_test.cpp
+  LIBS tessera::plan)
+tessera_add_test(plan_ranks_test plan_ranks_test LABELS plan)
+
+# `tessera plan --nprocs` end to end: per-rank shares and bytes for 1, 2, 4 ranks from a
+# store, a partitioned store and text; a cuda card planned where no GPU is visible.
+add_executable(plan_ranks_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/plan_ranks_driver_test.cpp)
+target_include_directories(plan_ranks_driver_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/driver)
+target_link_libraries(plan_ranks_driver_test PRIVATE GTest::gtest GTest::gtest_main
+  nlohmann_json::nlohmann_json)
+target_compile_definitions(plan_ranks_driver_test PRIVATE
+  TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+tessera_target_defaults(plan_ranks_driver_test)
+add_dependencies(plan_ranks_driver_test tessera)
+add_test(NAME plan_ranks_driver_test COMMAND plan_ranks_driver_test)
+set_tests_properties(plan_ranks_driver_test PROPERTIES
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;plan" TIMEOUT 300
+  PROCESSORS 2)

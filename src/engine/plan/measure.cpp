@@ -11,9 +11,10 @@
 namespace tessera::plan {
 
 Limits measure_limits(const comm::MpiCommunicator& world, Backend backend,
-                      const std::string& spill_dir) {
+                      const std::string& spill_dir, int ranks_on_node_override) {
   Limits l;
-  const int on_node = ranks_on_node(world);
+  const int on_node_here = ranks_on_node(world);  // collective: every rank calls it
+  const int on_node = ranks_on_node_override > 0 ? ranks_on_node_override : on_node_here;
   const ProcessMemory pm = process_memory();
   const HostFacts f = read_host_facts();
   // Room for data: MemAvailable and the cgroup's room exclude what this process already
@@ -28,13 +29,19 @@ Limits measure_limits(const comm::MpiCommunicator& world, Backend backend,
   l.disk = disk_free(spill_dir.empty() ? std::string(".") : spill_dir);
   if (backend == Backend::cuda) {
     const kernels::DeviceMemory m = kernels::cuda_memory_info(true);
-    // A reserve for the CUDA libraries' workspaces (cuBLAS, cuSOLVER, NCCL buffers) that
-    // the model does not list: 1/32 of the device, at least 512 MiB.
-    const std::uint64_t reserve = std::max<std::uint64_t>(std::uint64_t(512) << 20, m.total / 32);
-    l.device.bytes = m.free > reserve ? m.free - reserve : 1;
-    l.device.source = "free GPU memory (cudaMemGetInfo: " + human_bytes(double(m.free)) + " of " +
-                      human_bytes(double(m.total)) + ") less a reserve of " +
-                      human_bytes(double(reserve)) + " for the CUDA libraries";
+    if (m.total == 0) {
+      // No GPU here (a login node, a CPU-only build): unknown, so that --device-budget can
+      // name the card to plan for (tessera plan --backend cuda --device-budget 80G).
+      l.device = Limit{0, "no GPU is visible here (--device-budget names the card to plan for)"};
+    } else {
+      // A reserve for the CUDA libraries' workspaces (cuBLAS, cuSOLVER, NCCL buffers) that
+      // the model does not list: 1/32 of the device, at least 512 MiB.
+      const std::uint64_t reserve = std::max<std::uint64_t>(std::uint64_t(512) << 20, m.total / 32);
+      l.device.bytes = m.free > reserve ? m.free - reserve : 1;
+      l.device.source = "free GPU memory (cudaMemGetInfo: " + human_bytes(double(m.free)) + " of " +
+                        human_bytes(double(m.total)) + ") less a reserve of " +
+                        human_bytes(double(reserve)) + " for the CUDA libraries";
+    }
   }
   // Agree: the smallest limits, the largest baseline (unknown limits count as unlimited).
   std::uint64_t v[4] = {l.host.known() ? l.host.bytes : ~std::uint64_t(0),
@@ -47,7 +54,7 @@ Limits measure_limits(const comm::MpiCommunicator& world, Backend backend,
   l.baseline_host = base;
   auto settle = [&](Limit& lim, std::uint64_t agreed, std::uint64_t own) {
     if (agreed == ~std::uint64_t(0)) {
-      lim = Limit{};
+      lim.bytes = 0;  // unknown on every rank; the source says why where there is one
       return;
     }
     if (agreed != own || !lim.known())

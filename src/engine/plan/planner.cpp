@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 namespace tessera::plan {
@@ -171,6 +172,64 @@ u64 cuda_resident_bytes(const Shape& s, u64 n) {
   return mul(copy, static_cast<u64>(s.N));
 }
 
+/// cuBLAS/cuSOLVER handles and workspaces, CUB temporaries, NCCL buffers: measured 0.6 GB on
+/// an H100 beyond what the model lists in the streamed tiers (docs/perf).
+constexpr u64 kCudaLibraryBytes = u64(768) << 20;
+
+/// cuda: bytes of one mode's tensor-core tile set (kernels/cuda/mttkrp/hybrid_build.cu) for a
+/// block of s.n nonzeros, at most: each tile holds 256 values, its N - 1 fixed indices and
+/// at most one segment (16 bytes), and has at least `need` nonzeros (the density threshold
+/// of the smallest tile a candidate tile mode allows); the rest is a block copy of the
+/// nonzeros outside tiles. The larger of all-in-tiles and all-in-the-rest bounds any split.
+/// 0 when no candidate tile mode's key fits 64 bits (the build skips the mode).
+u64 hybrid_mode_bytes(const Request& req, const TensorFacts& t, const Shape& s, int n) {
+  auto bits = [](u64 d) { return d > 1 ? static_cast<int>(std::bit_width(d - 1)) : 0; };
+  const auto& dims = t.dims;
+  const u64 In = dims[static_cast<std::size_t>(n)];
+  u64 need = 0;
+  for (int j = 0; j < s.N; ++j) {
+    if (j == n) continue;
+    int key = 0;
+    for (int m = 0; m < s.N; ++m) {
+      const u64 d = dims[static_cast<std::size_t>(m)];
+      key += bits(m == n || m == j ? (d + 15) / 16 : d);
+    }
+    if (key > 64) continue;
+    const double slots = static_cast<double>(std::min<u64>(In, 16)) *
+                         static_cast<double>(std::min<u64>(dims[static_cast<std::size_t>(j)], 16));
+    const u64 k = static_cast<u64>(std::max(1.0, std::ceil(req.tc_tile_density * slots - 1e-9)));
+    need = need == 0 ? k : std::min(need, k);
+  }
+  if (need == 0) return 0;
+  const u64 tile = 256 * static_cast<u64>(s.v) + 4 * static_cast<u64>(s.N - 1) + 16;
+  const u64 in_tiles = (mul(s.n, tile) + need - 1) / need;
+  const u64 in_rest = add(coo_bytes(static_cast<nnz_t>(s.n), s.N, s.v), 256);
+  return add(std::max(in_tiles, in_rest), 1024);
+}
+
+/// cuda tier 1: the tile sets one prepared handle may hold (`held`) under the tensor limit
+/// `limit` beside its `fmt` bytes of copies, and the transient of a mode's build (`build`):
+/// the build of each mode needs 25 bytes per nonzero and CUB's temporaries beside the modes
+/// built before it, and is skipped when that and its result do not fit under the limit
+/// (kernels/cuda/mttkrp/hybrid_build.cu); blocks of 2^31 nonzeros or more get none.
+struct HybridBound {
+  u64 held = 0, build = 0;
+};
+HybridBound hybrid_bound(const Request& req, const TensorFacts& t, const Shape& s, u64 fmt,
+                         u64 limit) {
+  HybridBound h;
+  if (!req.tensor_cores || s.n == 0 || s.n > u64(2147483647)) return h;
+  const u64 build = add(mul(s.n, 25), u64(64) << 20);
+  const u64 room = limit > fmt ? limit - fmt : 0;
+  if (room <= build) return h;
+  u64 all = 0;
+  for (int m = 0; m < s.N; ++m) all = add(all, hybrid_mode_bytes(req, t, s, m));
+  if (all == 0) return h;
+  h.held = std::min(all, room - build);
+  h.build = build;
+  return h;
+}
+
 /// Dense bytes of the ALS loop that live in the backend's memory: factors, the MTTKRP or
 /// TTMc output and its reduction buffer, Grams.
 u64 loop_backend_bytes(const Request& req, const Shape& s) {
@@ -214,13 +273,14 @@ struct Candidate {
   u64 host = 0, device = 0;
   nnz_t chunk = 0;
   std::string load_how;
+  u64 tensor_budget = 0;  ///< cuda tier 1: the limit the backend's prepare is given
 };
 
 void total(Candidate& c, u64 baseline, const std::vector<Component>& extra, bool cuda) {
   for (const auto& e : extra) c.parts.push_back(e);
   // cuBLAS/cuSOLVER handles and workspaces, CUB temporaries, NCCL buffers: measured 0.6
   // GB on an H100 beyond what the model lists in the streamed tiers (docs/perf).
-  if (cuda) c.parts.push_back({"CUDA library workspaces", 0, u64(768) << 20, 0, ""});
+  if (cuda) c.parts.push_back({"CUDA library workspaces", 0, kCudaLibraryBytes, 0, ""});
   c.host = baseline + kHostSlackBytes;
   c.device = 0;
   for (const auto& p : c.parts) {
@@ -295,6 +355,14 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     return over_machine("--host-budget", *req.host_budget, lim.host);
   if (cuda && req.device_budget && lim.device.known() && *req.device_budget > lim.device.bytes)
     return over_machine("--device-budget", *req.device_budget, lim.device);
+  if (cuda && !req.device_budget && !lim.device.known()) {
+    p.fits = false;
+    p.refusal = "the device memory per rank is unknown (" +
+                (lim.device.source.empty() ? std::string("not measured") : lim.device.source) +
+                "): give --device-budget, e.g. 80G, to plan for a card";
+    p.reasons.push_back(p.refusal);
+    return p;
+  }
 
   std::vector<Candidate> cands;
   // ---- tier 1: the prepared format holds the block ----
@@ -321,16 +389,37 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
                                    : "load transients (read, distribute) or host sort",
                          std::max(load > s.coo ? load - s.coo : 0, host_sort), 0, 0,
                          on_device ? "" : "the larger of the two; freed after prepare"});
-      if (on_device)
-        c.parts.push_back({"device sort while preparing (beyond the copies)", 0,
-                           device_sort > add(fmt, loop_b) ? device_sort - fmt - loop_b : 0, 0,
-                           "freed after prepare"});
+      // The tensor's limit given to the backend (Plan::device_budget): what the loop, the
+      // completion pattern and the CUDA libraries leave of the device limit, and at least
+      // the device sort's peak. The prepare builds the tensor-core tile sets in what is left
+      // under it (hybrid_build.cu), so they can never take the loop's room.
+      const u64 pattern = req.completion ? add(fmt, completion_bytes(s)) : 0;
+      const u64 beside = add(add(loop_b, pattern), kCudaLibraryBytes);
+      c.tensor_budget =
+          std::max(dev_limit > beside ? dev_limit - beside : 0, on_device ? device_sort : fmt);
+      const HybridBound hy = hybrid_bound(req, t, s, fmt, c.tensor_budget);
+      const u64 handles = req.completion ? 2 : 1;  // the completion pattern gets its own
+      const u64 tiles = mul(hy.held, handles);
+      // Prepare's transients (the device sort, then each mode's tile build beside the sets
+      // built before it) come before the loop's arrays: counted beyond the steady state.
+      const u64 prepare =
+          std::max(on_device ? device_sort : 0, hy.held > 0 ? add(add(fmt, hy.held), hy.build) : 0);
+      const u64 steady = add(add(fmt, tiles), loop_b);
+      if (prepare > 0)
+        c.parts.push_back({"prepare transients: device sort, tile builds", 0,
+                           prepare > steady ? prepare - steady : 0, 0,
+                           "beyond the run's steady memory, freed after prepare"});
       c.parts.push_back({"sorted copies, one per mode", 0, fmt, 0, ""});
+      if (req.tensor_cores)
+        c.parts.push_back({"tensor-core tile sets (at most)", 0, tiles, 0,
+                           hy.held == 0
+                               ? "none fit under the tensor's limit"
+                               : "hybrid layouts, built in the room left under the tensor's limit; "
+                                 "none with --tensor-cores off"});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, loop_b, 0, ""});
       if (req.completion)
-        c.parts.push_back({"completion: the pattern's sorted copies, packed Grams", s.coo,
-                           add(fmt, completion_bytes(s)), 0,
-                           "host: the training block copy while preparing"});
+        c.parts.push_back({"completion: the pattern's sorted copies, packed Grams", s.coo, pattern,
+                           0, "host: the training block copy while preparing"});
     } else {
       const u64 fmt = host_format_bytes(req.backend, s, s.n, t);
       c.parts.push_back({"input block (raw, kept for the run)", s.coo, 0, 0, c.load_how});
@@ -562,9 +651,10 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   p.chunks = chosen->chunk > 0 ? static_cast<nnz_t>((s.n + static_cast<u64>(chosen->chunk) - 1) /
                                                     static_cast<u64>(chosen->chunk))
                                : 0;
-  // The backend's tensor budget: tier 1 gets the device limit (the cuda prepare then keeps
-  // its sorted copies resident); streamed tiers prepare chunk by chunk.
-  p.device_budget = cuda ? dev_limit : 0;
+  // The backend's tensor budget: tier 1 gets the device limit less what the loop and the
+  // libraries need beside the tensor (the cuda prepare keeps its sorted copies resident and
+  // builds the tile sets in what is left); streamed tiers prepare chunk by chunk.
+  p.device_budget = !cuda ? 0 : p.tier == 1 ? chosen->tensor_budget : dev_limit;
   const double passes = req.workload == Workload::contract ? 1.0 : static_cast<double>(s.N);
   if (p.tier == 3)
     p.read_bytes_per_iteration =
@@ -670,9 +760,230 @@ std::string Plan::describe() const {
   if (tier == 3)
     os << "  page cache: " << (drop_behind ? "dropped behind the reads" : "kept") << " ("
        << read_cache_why << ")\n";
+  if (backend == Backend::cuda && tier == 1)
+    os << "  tensor limit given to the backend: " << gb(device_budget)
+       << " (the device limit less the loop and the CUDA libraries: the tensor-core tile sets "
+          "are built only under it)\n";
   if (copy_bytes_per_iteration > 0)
     os << "  host-to-device copies per iteration: "
        << gb(static_cast<u64>(copy_bytes_per_iteration)) << "\n";
+  return os.str();
+}
+
+// ---- plans for N ranks (tessera plan --nprocs) ----
+
+IterationEstimate estimate_cp_iteration(const Request& req, const TensorFacts& t, nnz_t block_nnz,
+                                        int ranks, const TimeModel& m) {
+  IterationEstimate e;
+  const int N = t.order();
+  const double n = static_cast<double>(std::max<nnz_t>(block_nnz, 0));
+  const double v = req.value_bytes, R = std::max(req.cp_rank, 1);
+  // Mode k's MTTKRP reads the sorted copy of the block (N uint32 and a value per nonzero),
+  // each factor row of the other modes the block touches (at most min(I_j, n)) once, and
+  // writes its output (I_k x R, whole under the allreduce strategy).
+  const double copy = n * (4.0 * N + v);
+  for (int k = 0; k < N; ++k) {
+    const double Ik = static_cast<double>(t.dims[static_cast<std::size_t>(k)]);
+    double b = copy + Ik * R * v;
+    for (int j = 0; j < N; ++j)
+      if (j != k)
+        b += std::min(static_cast<double>(t.dims[static_cast<std::size_t>(j)]), n) * R * v;
+    e.mttkrp_bytes += b;
+    e.comm_bytes += Ik * R * v;
+  }
+  e.kernel_s = m.bandwidth > 0 ? e.mttkrp_bytes / m.bandwidth : 0;
+  if (ranks > 1) {
+    const double P = ranks;
+    e.comm_s = (m.link_bandwidth > 0 ? 2.0 * (P - 1) / P * e.comm_bytes / m.link_bandwidth : 0) +
+               N * m.collective_latency;
+  }
+  e.seconds = e.kernel_s + e.comm_s;
+  return e;
+}
+
+std::vector<nnz_t> equal_split(nnz_t nnz, int ranks) {
+  const int P = std::max(ranks, 1);
+  std::vector<nnz_t> out(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) {
+    const auto a = static_cast<nnz_t>(static_cast<__int128>(nnz) * r / P);
+    const auto b = static_cast<nnz_t>(static_cast<__int128>(nnz) * (r + 1) / P);
+    out[static_cast<std::size_t>(r)] = b - a;
+  }
+  return out;
+}
+
+std::vector<RanksPlan> plan_for_ranks(const Request& req, const TensorFacts& t,
+                                      const std::vector<int>& counts,
+                                      const std::function<RankBlocks(int)>& blocks,
+                                      const std::function<Limits(int)>& limits,
+                                      const TimeModel& m) {
+  std::vector<RanksPlan> out;
+  for (const int P : counts) {
+    RanksPlan rp;
+    rp.ranks = P;
+    RankBlocks b = blocks(P);
+    rp.block_nnz = std::move(b.nnz);
+    rp.partition = std::move(b.how);
+    Request r = req;
+    r.ranks = P;
+    TensorFacts f = t;
+    nnz_t largest = 0;
+    for (const nnz_t n : rp.block_nnz) largest = std::max(largest, n);
+    f.max_block_nnz = std::max<nnz_t>(largest, 1);
+    const Limits lim = limits(P);
+    rp.plan = make_plan(r, f, lim);
+    // Every rank runs the tier planned for the largest block; its own bytes follow its own
+    // block (blocks of the same size share one plan).
+    if (rp.plan.fits) r.force_tier = rp.plan.tier;
+    std::map<nnz_t, std::pair<std::uint64_t, std::uint64_t>> seen;
+    for (const nnz_t n : rp.block_nnz) {
+      auto it = seen.find(n);
+      if (it == seen.end()) {
+        f.max_block_nnz = std::max<nnz_t>(n, 1);
+        const Plan q = make_plan(r, f, lim);
+        it = seen.emplace(n, std::make_pair(q.host_peak, q.device_peak)).first;
+      }
+      rp.host_peak.push_back(it->second.first);
+      rp.device_peak.push_back(it->second.second);
+    }
+    if (req.workload == Workload::cp) {
+      rp.has_estimate = true;
+      rp.estimate = estimate_cp_iteration(r, t, largest, P, m);
+    }
+    out.push_back(std::move(rp));
+  }
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    if (!out[k].has_estimate || out[k].estimate.seconds <= 0) continue;
+    out[k].speedup = out.front().estimate.seconds / out[k].estimate.seconds;
+    if (k > 0 && out[k].estimate.seconds > 0.9 * out[k - 1].estimate.seconds) out[k].no_gain = true;
+  }
+  return out;
+}
+
+nlohmann::json RanksPlan::to_json() const {
+  nlohmann::json j = {{"ranks", ranks},
+                      {"partition", partition},
+                      {"fits", plan.fits},
+                      {"tier", plan.tier},
+                      {"tier_name", plan.tier_name},
+                      {"block_nnz", block_nnz},
+                      {"planned_peak_host_bytes", host_peak},
+                      {"planned_peak_device_bytes", device_peak},
+                      {"plan", plan.to_json()}};
+  if (has_estimate)
+    j["predicted"] = {{"model", "cp-als iteration, allreduce strategy, tier 1"},
+                      {"mttkrp_bytes_per_rank", estimate.mttkrp_bytes},
+                      {"mttkrp_seconds", estimate.kernel_s},
+                      {"allreduce_bytes", estimate.comm_bytes},
+                      {"comm_seconds", estimate.comm_s},
+                      {"seconds_per_iteration", estimate.seconds},
+                      {"speedup", speedup},
+                      {"more_ranks_help", !no_gain}};
+  return j;
+}
+
+std::string describe_ranks(const std::vector<RanksPlan>& plans, const TimeModel& m) {
+  std::ostringstream os;
+  if (plans.empty()) return {};
+  const bool cuda = plans.front().plan.backend == Backend::cuda;
+  const bool timed = plans.front().has_estimate;
+  auto ms = [](double s) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%.4g ms", 1e3 * s);
+    return std::string(b);
+  };
+  os << "plans per rank count (each rank's block, the tier planned for the largest, the planned "
+        "peaks per rank)\n";
+  char line[512];
+  std::snprintf(line, sizeof(line), "  %6s  %-18s  %14s  %12s  %12s", "ranks", "tier",
+                "largest block", "host/rank", cuda ? "device/rank" : "");
+  os << line;
+  if (timed) {
+    std::snprintf(line, sizeof(line), "  %11s  %11s  %11s  %7s", "MTTKRPs", "all-reduce",
+                  "iteration", "speedup");
+    os << line;
+  }
+  os << "\n";
+  for (const auto& rp : plans) {
+    const std::uint64_t h = rp.host_peak.empty()
+                                ? rp.plan.host_peak
+                                : *std::max_element(rp.host_peak.begin(), rp.host_peak.end());
+    const std::uint64_t d = rp.device_peak.empty()
+                                ? rp.plan.device_peak
+                                : *std::max_element(rp.device_peak.begin(), rp.device_peak.end());
+    const std::string tier =
+        rp.plan.fits ? std::to_string(rp.plan.tier) + " (" + rp.plan.tier_name + ")" : "REFUSED";
+    std::snprintf(line, sizeof(line), "  %6d  %-18s  %14lld  %12s  %12s", rp.ranks, tier.c_str(),
+                  static_cast<long long>(rp.plan.block_nnz), gb(h).c_str(),
+                  cuda ? gb(d).c_str() : "");
+    os << line;
+    if (timed) {
+      std::snprintf(line, sizeof(line), "  %11s  %11s  %11s  %6.2fx",
+                    ms(rp.estimate.kernel_s).c_str(), ms(rp.estimate.comm_s).c_str(),
+                    ms(rp.estimate.seconds).c_str(), rp.speedup);
+      os << line;
+    }
+    os << "\n";
+  }
+  os << "  nonzeros per rank:\n";
+  for (const auto& rp : plans) {
+    os << "    " << rp.ranks << (rp.ranks == 1 ? " rank" : " ranks") << " (" << rp.partition
+       << "):";
+    // Runs of ranks with the same planned peaks, one line each (their nonzeros as a range),
+    // at most 8 lines.
+    std::size_t lines = 0, r = 0;
+    const std::size_t P = rp.block_nnz.size();
+    auto peaks = [&](std::size_t k) {
+      return std::make_pair(k < rp.host_peak.size() ? rp.host_peak[k] : 0,
+                            k < rp.device_peak.size() ? rp.device_peak[k] : 0);
+    };
+    while (r < P && lines < 8) {
+      std::size_t e = r + 1;
+      nnz_t lo = rp.block_nnz[r], hi = rp.block_nnz[r];
+      while (e < P && peaks(e) == peaks(r)) {
+        lo = std::min(lo, rp.block_nnz[e]);
+        hi = std::max(hi, rp.block_nnz[e]);
+        ++e;
+      }
+      os << "\n      ";
+      if (e - r > 1)
+        os << "ranks " << r << "-" << (e - 1);
+      else
+        os << "rank " << r;
+      os << ": " << lo;
+      if (hi > lo) os << "-" << hi;
+      os << " nonzeros, host " << gb(peaks(r).first);
+      if (cuda) os << ", device " << gb(peaks(r).second);
+      ++lines;
+      r = e;
+    }
+    if (r < P) os << "\n      ... (the run record lists every rank)";
+    os << "\n";
+  }
+  for (const auto& rp : plans)
+    if (!rp.plan.fits) os << "  " << rp.ranks << " ranks REFUSED: " << rp.plan.refusal << "\n";
+  if (timed) {
+    char model[512];
+    std::snprintf(model, sizeof(model),
+                  "  time model (CP-ALS iteration of the largest block, allreduce strategy): the "
+                  "N MTTKRPs' bytes\n    over %.0f GB/s (--bandwidth), plus per mode one "
+                  "all-reduce of I_n x R values over %.0f GB/s\n    per direction "
+                  "(--link-bandwidth; a ring moves 2 (P-1)/P of the bytes) and %.0f us "
+                  "(--collective-latency);\n    not counted: the copies or reads of streamed "
+                  "tiers, the dense R x R work\n",
+                  m.bandwidth / 1e9, m.link_bandwidth / 1e9, m.collective_latency * 1e6);
+    os << model;
+    for (std::size_t k = 1; k < plans.size(); ++k) {
+      if (!plans[k].no_gain) continue;
+      std::snprintf(line, sizeof(line),
+                    "  more ranks will not help beyond %d: %d ranks are predicted at %s per "
+                    "iteration against %s on %d, not 10%% faster",
+                    plans[k - 1].ranks, plans[k].ranks, ms(plans[k].estimate.seconds).c_str(),
+                    ms(plans[k - 1].estimate.seconds).c_str(), plans[k - 1].ranks);
+      os << line << "\n";
+      break;
+    }
+  }
   return os.str();
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -95,6 +96,11 @@ struct Request {
   std::optional<std::uint64_t> device_budget;  ///< --device-budget / --mem-budget
   /// Memory the caller adds to every tier (a benchmark's bandwidth probe, say).
   std::vector<Component> extra;
+  /// cuda: --tensor-cores is not off, so a tier-1 prepare builds the tensor-core tile sets
+  /// (docs/tensor-core-mttkrp.md) in the room left under the tensor's limit; the plan
+  /// counts them at their largest.
+  bool tensor_cores = true;
+  double tc_tile_density = 0.25;  ///< --tc-tile-density: a tile's smallest share of nonzeros
 };
 
 /// Limits the plan is made against (per rank), each with its source.
@@ -137,6 +143,70 @@ struct Plan {
 
 /// The plan for `req` on `t` under `lim`. Pure: no I/O, no collectives.
 Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim);
+
+/// The model of one CP-ALS iteration's time on one rank (allreduce strategy, tier 1), for
+/// `tessera plan --nprocs` (docs/planner.md, "Plans for N ranks"): the N MTTKRPs' bytes over
+/// the backend's memory bandwidth, plus one all-reduce per mode of the MTTKRP output
+/// (I_n x R values) over the link between ranks as a ring moves it (2 (P - 1) / P of the
+/// bytes each way) and a fixed latency per collective. Rates in bytes/s, latency in s.
+struct TimeModel {
+  double bandwidth = 4300e9;          ///< --bandwidth: H200 device copy, measured
+  double link_bandwidth = 300e9;      ///< --link-bandwidth: per direction, NVLink on an H200 node
+  double collective_latency = 20e-6;  ///< --collective-latency: per all-reduce
+};
+
+/// One rank's predicted CP-ALS iteration (TimeModel).
+struct IterationEstimate {
+  double mttkrp_bytes = 0;  ///< N MTTKRPs: the sorted copies read, factor rows, outputs
+  double kernel_s = 0;      ///< mttkrp_bytes / bandwidth
+  double comm_bytes = 0;    ///< sum over modes of I_n x R x value bytes, all-reduced
+  double comm_s = 0;        ///< ring all-reduce time and latency (0 on one rank)
+  double seconds = 0;       ///< kernel_s + comm_s
+};
+
+/// The estimate for a rank holding `block_nnz` nonzeros of `t` in a run of `ranks` ranks
+/// (req: cp_rank, value_bytes). Pure.
+IterationEstimate estimate_cp_iteration(const Request& req, const TensorFacts& t, nnz_t block_nnz,
+                                        int ranks, const TimeModel& m);
+
+/// Each rank's nonzeros when `nnz` stored nonzeros are split into `ranks` equal shares of
+/// the stored order (rank r: [nnz r / P, nnz (r + 1) / P)), as a store without a stored
+/// partition of P blocks is read.
+std::vector<nnz_t> equal_split(nnz_t nnz, int ranks);
+
+/// The plan of a run on `ranks` ranks, rank by rank (`tessera plan --nprocs`).
+struct RanksPlan {
+  int ranks = 1;
+  std::string partition;         ///< "stored partition" | "equal split"
+  std::vector<nnz_t> block_nnz;  ///< each rank's nonzeros
+  Plan plan;                     ///< the plan every rank agrees on (its largest block)
+  std::vector<std::uint64_t> host_peak, device_peak;  ///< each rank's, in the plan's tier
+  bool has_estimate = false;                          ///< CP: the iteration time model applies
+  IterationEstimate estimate;                         ///< of the rank with the largest block
+  double speedup = 0;                                 ///< time of the first entry / this one's
+  /// More ranks will not help: this entry's predicted time is not 10% below the previous
+  /// entry's (entries in increasing rank counts).
+  bool no_gain = false;
+  nlohmann::json to_json() const;
+};
+
+/// Each rank's nonzeros in a run of P ranks and how they were found.
+struct RankBlocks {
+  std::vector<nnz_t> nnz;  ///< P entries
+  std::string how;         ///< "stored partition" | "equal split"
+};
+
+/// Per-rank plans for each count in `counts` (increasing): `blocks(P)` gives each rank's
+/// nonzeros and `limits(P)` the limits of one rank when P ranks run. Each rank's bytes are
+/// planned for its own block in the tier planned for the largest. Pure.
+std::vector<RanksPlan> plan_for_ranks(const Request& req, const TensorFacts& t,
+                                      const std::vector<int>& counts,
+                                      const std::function<RankBlocks(int)>& blocks,
+                                      const std::function<Limits(int)>& limits, const TimeModel& m);
+
+/// The table `tessera plan --nprocs` prints: one line per count, the model, and where more
+/// ranks stop helping.
+std::string describe_ranks(const std::vector<RanksPlan>& plans, const TimeModel& m);
 
 /// Host bytes the planner counts for one raw nonzero block of `nnz` entries of order N with
 /// `value_bytes` values (coordinates uint32).

@@ -1,0 +1,146 @@
+// `tessera plan --nprocs` end to end (issue 36, point 5): the plan per rank for runs on 1, 2
+// and 4 ranks without starting them, from a store (equal split, then its stored partition of
+// 2 blocks) and from text; the record holds one entry per rank count, the shares sum to the
+// nonzeros and the bytes per rank fall with the count; `--backend cuda --device-budget`
+// plans for a card where no GPU is visible (issue 42).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "driver_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::tessera::test::mpirun;
+using ::tessera::test::run;
+using ::tessera::test::tessera;
+
+bool contains(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
+class PlanRanksDriver : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("tessera-plan-ranks-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    tns_ = (dir_ / "x.tns").string();
+    h5_ = (dir_ / "x.h5").string();
+    auto r = run(tessera() + " generate --dims 300x200x100 --nnz 20000 --rank 3 -q -o " + tns_);
+    if (r.code == 0) r = run(tessera() + " convert " + tns_ + " " + h5_ + " -q");
+    setup_error_ = r.code == 0 ? "" : "setup failed:\n" + r.out;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  void SetUp() override { ASSERT_TRUE(setup_error_.empty()) << setup_error_; }
+
+  /// `tessera plan FILE ARGS --json J`: the run must succeed; returns the record.
+  static nlohmann::json plan(const std::string& file, const std::string& args,
+                             const std::string& name, std::string* out = nullptr) {
+    const std::string j = (dir_ / (name + ".json")).string();
+    const auto r = run(tessera() + " plan " + file + " " + args + " --json " + j);
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
+    if (out) *out = r.out;
+    if (r.code != 0) return {};
+    std::ifstream f(j);
+    return nlohmann::json::parse(f);
+  }
+
+  /// Every entry: one share per rank, summing to `nnz`; the largest peak per rank falls.
+  static void check_entries(const nlohmann::json& rec, std::uint64_t nnz,
+                            const std::vector<int>& counts, bool device) {
+    ASSERT_TRUE(rec.contains("plans_per_ranks")) << rec.dump(1);
+    const auto& e = rec["plans_per_ranks"];
+    ASSERT_EQ(e.size(), counts.size());
+    std::uint64_t last_host = ~std::uint64_t(0), last_device = ~std::uint64_t(0);
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      EXPECT_EQ(e[k]["ranks"], counts[k]);
+      EXPECT_TRUE(e[k]["fits"].get<bool>()) << e[k].dump(1);
+      const auto& b = e[k]["block_nnz"];
+      ASSERT_EQ(b.size(), static_cast<std::size_t>(counts[k]));
+      std::uint64_t sum = 0;
+      for (const auto& n : b) sum += n.get<std::uint64_t>();
+      EXPECT_EQ(sum, nnz) << counts[k];
+      std::uint64_t host = 0, dev = 0;
+      for (const auto& h : e[k]["planned_peak_host_bytes"])
+        host = std::max(host, h.get<std::uint64_t>());
+      for (const auto& d : e[k]["planned_peak_device_bytes"])
+        dev = std::max(dev, d.get<std::uint64_t>());
+      EXPECT_LE(host, last_host) << counts[k];  // the process baseline does not shrink
+      if (device) {
+        EXPECT_LT(dev, last_device) << counts[k];
+      }
+      last_host = host;
+      last_device = dev;
+      ASSERT_TRUE(e[k].contains("predicted")) << e[k].dump(1);
+      EXPECT_GT(e[k]["predicted"]["seconds_per_iteration"].get<double>(), 0);
+      // Every mode's output rows x R = 16 in double, whatever the rank count (the dims are
+      // those the generated entries reach, at most 300 + 200 + 100 rows).
+      const double reduced = e[k]["predicted"]["allreduce_bytes"].get<double>();
+      EXPECT_EQ(reduced, e[0]["predicted"]["allreduce_bytes"].get<double>());
+      EXPECT_GT(reduced, 0);
+      EXPECT_LE(reduced, (300.0 + 200.0 + 100.0) * 16 * 8);
+    }
+    EXPECT_EQ(e[0]["predicted"]["comm_seconds"].get<double>(), 0);
+    EXPECT_GT(e[1]["predicted"]["comm_seconds"].get<double>(), 0);
+  }
+
+  static inline fs::path dir_;
+  static inline std::string tns_, h5_, setup_error_;
+};
+
+TEST_F(PlanRanksDriver, AStoreIsPlannedPerRankForEachCount) {
+  std::string out;
+  const auto rec = plan(h5_, "--backend cpu --rank 16 --nprocs 4,1,2", "store", &out);
+  const std::uint64_t nnz = rec["plans_per_ranks"][0]["plan"]["block_nnz"];  // 1 rank: all
+  check_entries(rec, nnz, {1, 2, 4}, false);
+  EXPECT_EQ(rec["plans_per_ranks"][1]["partition"], "equal split");
+  EXPECT_TRUE(contains(out, "plans per rank count")) << out;
+  EXPECT_TRUE(contains(out, "--bandwidth")) << out;
+  EXPECT_EQ(rec["command"], "plan");
+  EXPECT_TRUE(rec.contains("time_model"));
+}
+
+TEST_F(PlanRanksDriver, AStoredPartitionGivesTheBlocks) {
+  const std::string p = (dir_ / "p.h5").string();
+  const auto r = run(tessera() + " partition " + h5_ + " --blocks 2 -o " + p + " -q");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rec = plan(p, "--backend cpu --nprocs 2,4", "partitioned");
+  EXPECT_EQ(rec["plans_per_ranks"][0]["partition"], "stored partition");
+  EXPECT_EQ(rec["plans_per_ranks"][1]["partition"], "equal split");
+}
+
+TEST_F(PlanRanksDriver, TextIsReadOnceAndPlannedForEachCount) {
+  const auto store = plan(h5_, "--backend cpu --rank 16 --nprocs 1,2,4", "h5");
+  const auto text = plan(tns_, "--backend cpu --rank 16 --nprocs 1,2,4", "text");
+  const std::uint64_t nnz = store["plans_per_ranks"][0]["plan"]["block_nnz"];
+  check_entries(text, nnz, {1, 2, 4}, false);
+}
+
+TEST_F(PlanRanksDriver, ACudaCardIsPlannedWithoutSeeingOne) {
+  // Where a GPU is visible the device limit is measured instead; the budget still applies.
+  std::string out;
+  const auto rec =
+      plan(h5_, "--backend cuda --device-budget 8G --rank 16 --nprocs 1,2,4", "cuda", &out);
+  const std::uint64_t nnz = rec["plans_per_ranks"][0]["plan"]["block_nnz"];
+  check_entries(rec, nnz, {1, 2, 4}, true);
+  EXPECT_EQ(rec["plans_per_ranks"][0]["plan"]["backend"], "cuda");
+  // Without --nprocs too, and under 2 ranks.
+  const auto r = run(mpirun(2) + " plan " + h5_ + " --backend cuda --device-budget 8G");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "chosen: tier 1")) << r.out;
+}
+
+TEST_F(PlanRanksDriver, BadCountsAreRefusedWithOneLine) {
+  for (const std::string bad : {"0", "1,x", "", "-2"}) {
+    const auto r = run(tessera() + " plan " + h5_ + " --nprocs '" + bad + "'");
+    EXPECT_NE(r.code, 0) << bad << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "--nprocs")) << bad << "\n" << r.out;
+  }
+}
+
+}  // namespace
