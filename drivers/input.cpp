@@ -130,6 +130,9 @@ plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind,
   req.value_bytes = value_bytes;
   req.ranks = world.size();
   req.threads = effective_threads(run.threads);
+  // The tensor-core tile sets the backend may build (counted per rank, docs/planner.md).
+  req.tensor_cores = run.tuning.tensor_cores != "off";
+  req.tc_tile_density = run.tuning.tc_tile_density;
   comm::run_collectively(world, [&] {
     if (!run.host_budget.empty())
       req.host_budget = plan::parse_bytes(run.host_budget, "--host-budget");
