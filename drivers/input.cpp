@@ -343,11 +343,14 @@ PeakSampler::PeakSampler(bool device) : s_(std::make_unique<State>()) {
   const kernels::DeviceMemory m = kernels::cuda_memory_info(false);
   if (m.total == 0) return;
   s_->start_free = s_->min_free = m.free;
-  s_->thread = std::thread([st = s_.get()] {
+  // This rank's GPU (the NCCL bootstrap made it current here): the sampler thread must name
+  // it, or it would start on device 0, put a context there and sample that GPU instead.
+  const int gpu = kernels::cuda_current_device();
+  s_->thread = std::thread([st = s_.get(), gpu] {
     std::unique_lock<std::mutex> lk(st->mu);
     while (!st->stop) {
       lk.unlock();
-      const kernels::DeviceMemory d = kernels::cuda_memory_info(false);
+      const kernels::DeviceMemory d = kernels::cuda_memory_info(false, gpu);
       lk.lock();
       if (d.total > 0) st->min_free = std::min<std::uint64_t>(st->min_free, d.free);
       st->cv.wait_for(lk, std::chrono::milliseconds(5), [st] { return st->stop; });

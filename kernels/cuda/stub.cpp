@@ -13,8 +13,11 @@ bool cuda_built() {
 int cuda_device_count() {
   return 0;
 }
-DeviceMemory cuda_memory_info(bool) {
+DeviceMemory cuda_memory_info(bool, int) {
   return {};
+}
+int cuda_current_device() {
+  return -1;
 }
 
 template <typename T>

@@ -165,6 +165,26 @@ TEST(PlanRanks, CudaTileSetsAreCountedPerRankAtTheirLargest) {
   for (const auto& c : q.components) EXPECT_NE(c.name.rfind("tensor-core", 0), 0u) << c.name;
 }
 
+// A generated amazon-shaped tensor on one H200 (bench cp --generate: no read, the COO made
+// and sorted on the device) ran in tier 1 at a 125 GB measured peak: the tile sets, which
+// only take room the steady state leaves, must not make the plan refuse it (they did once,
+// when their room was taken under the device sort's raised limit: 145.5 GB planned).
+TEST(PlanRanks, TileSetsNeverPushAResidentGeneratedTensorOverTheCard) {
+  TensorFacts t;  // as bench cp --generate makes them (drivers/bench/input.cpp)
+  t.generated = true;
+  t.dims = {4821207, 1774269, 1805187};
+  t.nnz = 1740000000;
+  t.unique = 1;
+  Request r = cp(Backend::cuda, 4, 32);
+  r.allreduce = true;
+  r.force_tier = 1;
+  r.extra.push_back({"bandwidth probe (2 arrays)", 0, std::uint64_t(4) << 30, 0, ""});
+  const Plan p = make_plan(r, t, node_limits(512 * kGiB, 1, std::uint64_t(143550000000)));
+  ASSERT_TRUE(p.fits) << p.refusal;
+  EXPECT_EQ(p.tier, 1);
+  EXPECT_LE(p.device_peak, std::uint64_t(143550000000));
+}
+
 TEST(PlanRanks, TheIterationModelAndWhereMoreRanksStopHelping) {
   TimeModel m;
   m.bandwidth = 1000e9;

@@ -19,8 +19,12 @@ int cuda_device_count() {
   return n;
 }
 
-DeviceMemory cuda_memory_info(bool trim) {
+DeviceMemory cuda_memory_info(bool trim, int device) {
   if (cuda_device_count() == 0) return {};
+  if (device >= 0 && cudaSetDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
   if (trim) cuda::trim_pool();  // memory cached by the stream-ordered pool is free for the plan
   DeviceMemory m;
   if (cudaMemGetInfo(&m.free, &m.total) != cudaSuccess) {
@@ -28,6 +32,16 @@ DeviceMemory cuda_memory_info(bool trim) {
     return {};
   }
   return m;
+}
+
+int cuda_current_device() {
+  if (cuda_device_count() == 0) return -1;
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return d;
 }
 
 namespace cuda {

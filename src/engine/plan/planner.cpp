@@ -394,10 +394,19 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       // the device sort's peak. The prepare builds the tensor-core tile sets in what is left
       // under it (hybrid_build.cu), so they can never take the loop's room.
       const u64 pattern = req.completion ? add(fmt, completion_bytes(s)) : 0;
-      const u64 beside = add(add(loop_b, pattern), kCudaLibraryBytes);
+      // The request's extra device parts (a benchmark's bandwidth probe) are counted beside
+      // the tensor too, so the tile sets never take their room either.
+      u64 extra_dev = 0;
+      for (const auto& e : req.extra) extra_dev = add(extra_dev, e.device);
+      const u64 beside = add(add(add(loop_b, pattern), kCudaLibraryBytes), extra_dev);
       c.tensor_budget =
           std::max(dev_limit > beside ? dev_limit - beside : 0, on_device ? device_sort : fmt);
-      const HybridBound hy = hybrid_bound(req, t, s, fmt, c.tensor_budget);
+      // The tile sets stay for the run beside the loop: their room is what the steady state
+      // leaves (the device limit less the loop, the pattern and the libraries), even where
+      // the tensor's limit is raised to the device sort's peak for the prepare alone.
+      const u64 steady_room = dev_limit > beside ? dev_limit - beside : 0;
+      const HybridBound hy =
+          hybrid_bound(req, t, s, fmt, std::min<u64>(c.tensor_budget, steady_room));
       const u64 handles = req.completion ? 2 : 1;  // the completion pattern gets its own
       const u64 tiles = mul(hy.held, handles);
       // Prepare's transients (the device sort, then each mode's tile build beside the sets
