@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The table of jobs/gpu-node.sh's `scale` mode (issue 36): one row per case and GPU count.
 
-    python3 jobs/scale_table.py OUT_DIR [--csv FILE]
+    python3 jobs/scale_table.py OUT_DIR [--csv FILE] [--png FILE [--title TEXT]]
 
 Reads OUT_DIR/scale-<case>-np<P>.json (tessera cp, bench cp, bench tucker and bench
 contract records, and bench comm records) and prints, per case: ms per iteration (the
@@ -84,6 +84,34 @@ def main():
     if csv:
         with open(csv, "w") as f:
             f.write("\n".join(lines) + "\n")
+    if "--png" in sys.argv:
+        plot(rows, sys.argv[sys.argv.index("--png") + 1],
+             sys.argv[sys.argv.index("--title") + 1] if "--title" in sys.argv else "")
+
+
+def plot(rows, path, title):
+    """Speedup over one GPU and ms per iteration against the GPU count, one line per case."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for k, case in enumerate(sorted(rows)):
+        ps = sorted(rows[case])
+        its = [per_iteration(rows[case][p])[0] for p in ps]
+        color = f"C{k}"  # one colour per case in both panels
+        b.plot(ps, its, marker="o", color=color, label=case)
+        if 1 in rows[case]:
+            a.plot(ps, [its[0] / t for t in its], marker="o", color=color, label=case)
+    top = max((max(r) for r in rows.values()), default=4)
+    a.plot([1, top], [1, top], "k:", label="ideal")
+    a.set(xlabel="GPUs", ylabel="speedup over one GPU", xticks=[1, 2, 4])
+    b.set(xlabel="GPUs", ylabel="ms per iteration", yscale="log", xticks=[1, 2, 4])
+    for ax in (a, b):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=9)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
