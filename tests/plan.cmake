@@ -32,4 +32,4 @@ tessera_target_defaults(plan_driver_test)
 add_dependencies(plan_driver_test tessera)
 add_test(NAME plan_driver_test COMMAND plan_driver_test)
 set_tests_properties(plan_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
-  LABELS "driver;plan" TIMEOUT 900 PROCESSORS 2)
+  LABELS "driver;plan" TIMEOUT 900 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
