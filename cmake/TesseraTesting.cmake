@@ -20,6 +20,14 @@ if(NOT TESSERA_SANITIZE STREQUAL "")
     "UBSAN_OPTIONS=${TESSERA_UBSAN_OPTIONS}")
 endif()
 
+# Driver tests (tests/driver: the tessera binary under mpiexec, mostly on 2 ranks) count as
+# one processor for `ctest -j`: they spend most of their time waiting on process start-up
+# (mpiexec, MPI_Init) and the file system, not computing. Measured on 2 cores:
+# cli_habits_driver_test used 12.5 CPU-seconds in 42 s, output_driver_test 14 in 52 s. So
+# two of them, or one beside a unit test, share the 2 cores of CI without slowing each other
+# much (docs/reliability.md, "CI time").
+set(TESSERA_DRIVER_TEST_PROCESSORS 1)
+
 # tessera_test_executable(NAME SOURCES ... [LIBS ...]): a GoogleTest binary whose main
 # initialises MPI (tests/test_main.cpp), so the same binary runs alone or under mpiexec.
 function(tessera_test_executable name)

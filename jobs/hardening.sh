@@ -8,7 +8,9 @@
 #   3. runs each harness over its seed corpus (tests/fuzz/corpus/<target>), then fuzzes each
 #      for a bounded time, two at a time; a crash, sanitizer report, leak or broken
 #      invariant fails the job and leaves the input in BUILD/fuzz/<target>/artifacts/.
-#   jobs/hardening.sh
+#   jobs/hardening.sh          all three steps
+#   jobs/hardening.sh build    step 1 only (.ci/run starts it early, at the lowest priority)
+#   jobs/hardening.sh test     steps 2 and 3 on an existing build (builds what is missing)
 # Environment:
 #   TESSERA_HARDENING_BUILD  build folder (default: build-hardening)
 #   TESSERA_FUZZ_SECONDS     fuzzing time per harness in seconds (default 60; 0: corpus only)
@@ -17,60 +19,82 @@
 #   TESSERA_WERROR           warnings are errors (default ON, as in jobs/test.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+step=${1:-all}
+case $step in
+  all | build | test) ;;
+  *) echo "hardening: unknown step '$step' (usage: jobs/hardening.sh [all|build|test])" >&2; exit 2 ;;
+esac
 build=${TESSERA_HARDENING_BUILD:-$here/build-hardening}
 fuzz_seconds=${TESSERA_FUZZ_SECONDS:-60}
 fuzz_seed=${TESSERA_FUZZ_SEED:-1}
 jobs=${TESSERA_JOBS:-$(nproc)}
 
 # The sanitizer subset: every ctest test (unit, MPI, driver) but these (ctest -E):
-#  - the rank sweeps on 1, 4 and 5 ranks, and on 3 ranks for the slow algorithm tests
-#    (algo_cp, algo_tucker, algo_contract, tier3_disk, tier3_algo): the subset runs the same code on 2 ranks
-#    (and on 3 where that is quick), at a fraction of the time;
+#  - the rank sweeps on 1, 4 and 5 ranks, and the slow algorithm tests on 3 ranks
+#    (tier3_disk, tier3_algo): the subset runs the same code on 2 ranks (and on 3 where
+#    that is quick), at a fraction of the time;
+#  - the algorithm invariance tests algo_cp, algo_tucker and algo_contract on any rank
+#    count: they check numbers (the same fits and outputs on 1 to 4 ranks, every strategy
+#    and backend), which the normal job (jobs/test.sh) checks; the code they run (the CP-ALS
+#    and Tucker-HOOI loops, the distributed contraction) runs under the sanitizers in the
+#    driver tests (cp, tucker, contract through the tessera binary on 1 to 3 ranks), and
+#    its kernels in kernels_* and fuzz_einsum;
 #  - plan_driver_test: it asserts measured peak RSS against the planner's estimate, and
 #    ASan's shadow memory and quarantine add hundreds of MB to every process.
-# docs/reliability.md lists the measured times of the subset and of what it leaves out.
-subset_exclude='(_np[145]|^(algo_cp|algo_tucker|algo_contract|tier3_disk|tier3_algo)_np3|^plan_driver_test)$'
+# docs/reliability.md ("What CI runs", "CI time") gives the measured times and the reasoning.
+subset_exclude='(_np[145]|^(algo_cp|algo_tucker|algo_contract)_np[23]|^(tier3_disk|tier3_algo)_np3|^plan_driver_test)$'
+subset=(-LE fuzz -E "$subset_exclude")
 fuzz_targets=(tns h5store einsum options)
 
 t0=$(date +%s)
 stamp() { echo "hardening: $1 ($(( $(date +%s) - t0 )) s since start)"; }
 
-# clang, its libFuzzer/sanitizer runtimes and OpenMP runtime, plus Tessera's own packages.
-"$here/jobs/setup.sh" --packages clang-14 libclang-rt-14-dev libomp-14-dev
-cc=$(command -v clang-14 || command -v clang)
-cxx=$(command -v clang++-14 || command -v clang++)
+configure() {
+  # clang, its libFuzzer/sanitizer runtimes and OpenMP runtime, plus Tessera's own packages.
+  "$here/jobs/setup.sh" --packages clang-14 libclang-rt-14-dev libomp-14-dev
+  local cc cxx launcher=()
+  cc=$(command -v clang-14 || command -v clang)
+  cxx=$(command -v clang++-14 || command -v clang++)
+  command -v ccache >/dev/null &&
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  mkdir -p "$build"
+  cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DTESSERA_WITH_CUDA=OFF -DTESSERA_SANITIZE=address,undefined -DTESSERA_FUZZ=ON \
+    -DTESSERA_WERROR="${TESSERA_WERROR:-ON}" \
+    ${launcher[@]+"${launcher[@]}"} >"$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log"; exit 1; }
+  stamp "configured $build"
+}
 
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-mkdir -p "$build"
-cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-  -DTESSERA_WITH_CUDA=OFF -DTESSERA_SANITIZE=address,undefined -DTESSERA_FUZZ=ON \
-  -DTESSERA_WERROR="${TESSERA_WERROR:-ON}" \
-  ${launcher[@]+"${launcher[@]}"} >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
-stamp "configured $build"
 # Build only what the subset runs: the executables named by its test commands, the tessera
-# binary the driver tests launch, and the harnesses.
-selected=$(cd "$build" && ctest -N -LE fuzz -E "$subset_exclude" | sed -n 's/^ *Test *#[0-9]*: //p')
-subset_targets=()
-while IFS= read -r line; do
-  name=$(sed -n 's/^add_test(\[=\[\(.*\)\]=\].*/\1/p' <<<"$line")
-  grep -qxF "$name" <<<"$selected" || continue
-  for exe in $(grep -o "\"$build/[^\"]*\"" <<<"$line" | tr -d '"'); do
-    subset_targets+=("$(basename "$exe")")
-  done
-done < <(find "$build" -name CTestTestfile.cmake -exec grep -h '^add_test(' {} +)
-mapfile -t subset_targets < <(printf '%s\n' "${subset_targets[@]}" | sort -u)
-cmake --build "$build" -j "$jobs" --target tessera "${subset_targets[@]}" \
-  "${fuzz_targets[@]/#/fuzz_}"
-stamp "built"
+# binary the driver tests launch, and the harnesses. On a built tree this is a no-op.
+build_subset() {
+  local selected line name exe targets=()
+  selected=$(cd "$build" && ctest -N "${subset[@]}" | sed -n 's/^ *Test *#[0-9]*: //p')
+  while IFS= read -r line; do
+    name=$(sed -n 's/^add_test(\[=\[\(.*\)\]=\].*/\1/p' <<<"$line")
+    grep -qxF "$name" <<<"$selected" || continue
+    for exe in $(grep -o "\"$build/[^\"]*\"" <<<"$line" | tr -d '"'); do
+      targets+=("$(basename "$exe")")
+    done
+  done < <(find "$build" -name CTestTestfile.cmake -exec grep -h '^add_test(' {} +)
+  mapfile -t targets < <(printf '%s\n' "${targets[@]}" | sort -u)
+  cmake --build "$build" -j "$jobs" --target tessera "${targets[@]}" \
+    "${fuzz_targets[@]/#/fuzz_}"
+  stamp "built"
+}
+
+if [ "$step" != test ] || [ ! -f "$build/build.ninja" ]; then configure; fi
+build_subset
+[ "$step" = build ] && exit 0
 
 # Sanitizer subset, then every harness over its seed corpus (ctest label fuzz). A failure
 # is reported at the end, after the fuzzing, so one run shows every problem.
 problems=()
-(cd "$build" && ctest --output-on-failure --timeout 1800 -j 2 -LE fuzz -E "$subset_exclude") ||
+(cd "$build" && ctest --output-on-failure --timeout 1800 -j "$jobs" "${subset[@]}") ||
   problems+=("sanitizer tests")
 stamp "sanitizer tests run"
 (cd "$build" && ctest --output-on-failure --timeout 600 -L fuzz) || problems+=("seed corpora")

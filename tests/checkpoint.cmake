@@ -17,7 +17,7 @@ tessera_target_defaults(checkpoint_driver_test)
 add_dependencies(checkpoint_driver_test tessera)
 add_test(NAME checkpoint_driver_test COMMAND checkpoint_driver_test)
 set_tests_properties(checkpoint_driver_test PROPERTIES
-  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 900 PROCESSORS 2)
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 900 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
 # tessera cp with --nonneg, --l1/--l2, --observed-only, --holdout, --init nvecs.
 add_executable(constrained_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/constrained_driver_test.cpp)
 target_link_libraries(constrained_driver_test PRIVATE tessera::io GTest::gtest GTest::gtest_main
@@ -28,4 +28,4 @@ tessera_target_defaults(constrained_driver_test)
 add_dependencies(constrained_driver_test tessera)
 add_test(NAME constrained_driver_test COMMAND constrained_driver_test)
 set_tests_properties(constrained_driver_test PROPERTIES
-  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 600 PROCESSORS 2)
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 600 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})

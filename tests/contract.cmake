@@ -29,7 +29,7 @@ tessera_target_defaults(contract_driver_test)
 add_dependencies(contract_driver_test tessera)
 add_test(NAME contract_driver_test COMMAND contract_driver_test)
 set_tests_properties(contract_driver_test PROPERTIES
-  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 900 PROCESSORS 2)
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 900 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
 
 # The cpu kernel on real tensors: the output of 1, 2 and 3 threads and of every accumulator
 # is the same, bitwise, and agrees with the reference.

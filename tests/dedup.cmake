@@ -21,4 +21,4 @@ tessera_target_defaults(dedup_driver_test)
 add_dependencies(dedup_driver_test tessera)
 add_test(NAME dedup_driver_test COMMAND dedup_driver_test)
 set_tests_properties(dedup_driver_test PROPERTIES
-  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;io" TIMEOUT 900 PROCESSORS 2)
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;io" TIMEOUT 900 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})

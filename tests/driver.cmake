@@ -7,7 +7,7 @@ tessera_target_defaults(driver_test)
 add_dependencies(driver_test tessera)
 add_test(NAME driver_test COMMAND driver_test)
 set_tests_properties(driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
-  LABELS "driver" TIMEOUT 900 PROCESSORS 2)
+  LABELS "driver" TIMEOUT 900 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
 # End-to-end tests of `tessera tucker` (reads the model file through tessera::io).
 add_executable(tucker_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/tucker_driver_test.cpp)
 target_link_libraries(tucker_driver_test PRIVATE tessera::io GTest::gtest GTest::gtest_main
@@ -18,7 +18,7 @@ tessera_target_defaults(tucker_driver_test)
 add_dependencies(tucker_driver_test tessera)
 add_test(NAME tucker_driver_test COMMAND tucker_driver_test)
 set_tests_properties(tucker_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
-  LABELS "driver" TIMEOUT 900 PROCESSORS 2)
+  LABELS "driver" TIMEOUT 900 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
 # The output policy end to end (src/base/io/output.hpp): outputs that are inputs, unwritable
 # outputs found before any work, special files, --force, stale temporaries.
 add_executable(output_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/output_driver_test.cpp)
@@ -30,7 +30,7 @@ tessera_target_defaults(output_driver_test)
 add_dependencies(output_driver_test tessera)
 add_test(NAME output_driver_test COMMAND output_driver_test)
 set_tests_properties(output_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
-  LABELS "driver;io" TIMEOUT 600 PROCESSORS 2)
+  LABELS "driver;io" TIMEOUT 600 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
 # CLI interop end to end (issue 19): export of CP/Tucker models as .npy and text read back
 # bit for bit, info on models and checkpoints, pyttb sptensor text through convert.
 add_executable(interop_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/interop_driver_test.cpp)
@@ -41,7 +41,7 @@ tessera_target_defaults(interop_driver_test)
 add_dependencies(interop_driver_test tessera)
 add_test(NAME interop_driver_test COMMAND interop_driver_test)
 set_tests_properties(interop_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
-  LABELS "driver;io" TIMEOUT 300 PROCESSORS 2)
+  LABELS "driver;io" TIMEOUT 300 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
 # Every subcommand's --json run record checked against the JSON Schema file
 # docs/run-record.schema.json (docs/run-record.md); skipped without python3-jsonschema.
 find_package(Python3 COMPONENTS Interpreter QUIET)
@@ -50,7 +50,7 @@ if(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/driver/run_record_test.py)
   set_tests_properties(run_record_schema PROPERTIES
     ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1;TESSERA_MPIEXEC=${MPIEXEC_EXECUTABLE};TESSERA_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
-    LABELS "driver" TIMEOUT 300 PROCESSORS 2 SKIP_RETURN_CODE 77)
+    LABELS "driver" TIMEOUT 300 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS} SKIP_RETURN_CODE 77)
 else()
   add_test(NAME run_record_schema COMMAND ${CMAKE_COMMAND} -E echo
     "SKIP: python3 not found: the run records are not checked against docs/run-record.schema.json")
@@ -72,7 +72,7 @@ tessera_target_defaults(cli_habits_driver_test)
 add_dependencies(cli_habits_driver_test tessera)
 add_test(NAME cli_habits_driver_test COMMAND cli_habits_driver_test)
 set_tests_properties(cli_habits_driver_test PROPERTIES
-  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 300 PROCESSORS 2)
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 300 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
 # Threads per rank under mpirun (issue 36, point 6): the default (node CPUs / ranks on the
 # node) at 2 ranks without --threads or OMP_NUM_THREADS (the commands unset it), recorded
 # and not warned about; a count the user gave still warned about.

@@ -20,7 +20,7 @@ tessera_target_defaults(h5store_driver_test)
 add_dependencies(h5store_driver_test tessera)
 add_test(NAME h5store_driver_test COMMAND h5store_driver_test)
 set_tests_properties(h5store_driver_test PROPERTIES
-  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;io" TIMEOUT 900 PROCESSORS 2)
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;io" TIMEOUT 900 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
 
 # One process: H5TensorReader::read_direct (parallel pread) bit for bit against the HDF5
 # path, the same errors, fallback for deflated stores; measure_read_bandwidth.

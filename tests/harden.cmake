@@ -23,4 +23,4 @@ add_dependencies(harden_driver_test tessera)
 add_test(NAME harden_driver_test COMMAND harden_driver_test)
 set_tests_properties(harden_driver_test PROPERTIES
   ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;harden" TIMEOUT 900
-  PROCESSORS 2)
+  PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})

@@ -32,7 +32,7 @@ tessera_target_defaults(plan_driver_test)
 add_dependencies(plan_driver_test tessera)
 add_test(NAME plan_driver_test COMMAND plan_driver_test)
 set_tests_properties(plan_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
-  LABELS "driver;plan" TIMEOUT 900 PROCESSORS 2)
+  LABELS "driver;plan" TIMEOUT 900 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
 
 # Plans for N ranks (tessera plan --nprocs; issue 36): shares, tiers and bytes per rank for
 # 1, 2, 4 ranks, the CP iteration model, the tensor-core tile sets per rank on H200s.
@@ -54,4 +54,4 @@ add_dependencies(plan_ranks_driver_test tessera)
 add_test(NAME plan_ranks_driver_test COMMAND plan_ranks_driver_test)
 set_tests_properties(plan_ranks_driver_test PROPERTIES
   ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;plan" TIMEOUT 300
-  PROCESSORS 2)
+  PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})

@@ -29,7 +29,7 @@ tessera_target_defaults(tier3_driver_test)
 add_dependencies(tier3_driver_test tessera)
 add_test(NAME tier3_driver_test COMMAND tier3_driver_test)
 set_tests_properties(tier3_driver_test PROPERTIES
-  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;io" TIMEOUT 900 PROCESSORS 2)
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;io" TIMEOUT 900 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
 
 # ops::mttkrp_accumulate on the host backends (their shared implementation): chunks
 # that partition a tensor, added into a known output, give the whole tensor's MTTKRP.
