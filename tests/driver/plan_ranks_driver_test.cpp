@@ -70,7 +70,12 @@ class PlanRanksDriver : public ::testing::Test {
         host = std::max(host, h.get<std::uint64_t>());
       for (const auto& d : e[k]["planned_peak_device_bytes"])
         dev = std::max(dev, d.get<std::uint64_t>());
-      EXPECT_LE(host, last_host) << counts[k];  // the process baseline does not shrink
+      // The data per rank falls with the count (plan_ranks_test checks the bytes); the peak
+      // here also holds the process baseline, measured again for each count, which grows
+      // as the process runs (by tens of kB under ASan): 1 MiB of slack for it.
+      if (last_host != ~std::uint64_t(0)) {
+        EXPECT_LE(host, last_host + (std::uint64_t(1) << 20)) << counts[k];
+      }
       if (device) {
         EXPECT_LT(dev, last_device) << counts[k];
       }
