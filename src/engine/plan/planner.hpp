@@ -36,6 +36,8 @@ enum class Workload {
   mttkrp,    ///< bench mttkrp: N MTTKRPs per repeat
 };
 std::string to_string(Workload w);
+/// "resident", "host-streamed" or "disk-streamed" for tiers 1 to 3.
+const char* tier_name(int tier);
 
 enum class Backend { reference, cpu, cuda };
 
