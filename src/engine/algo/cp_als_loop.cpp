@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "algo/cp_init.hpp"
 #include "algo/host_tier.hpp"
 #include "kernels/ops/dense.hpp"
 #include "kernels/ops/mttkrp.hpp"
@@ -21,29 +22,6 @@
 namespace tessera::algo::detail {
 
 namespace {
-
-/// Throws InputError unless `s` is the state of a run on a tensor of shape `dims` with
-/// rank R (decided from data every rank shares, so thrown on every rank alike).
-void check_cp_state(const CpState& s, const std::vector<std::uint64_t>& dims, int R) {
-  TESSERA_INPUT_CHECK(s.model.dims == dims, "resume: the saved factors have dims "
-                                                << format_dims(s.model.dims)
-                                                << ", the tensor has dims " << format_dims(dims));
-  TESSERA_INPUT_CHECK(
-      s.model.rank == R && static_cast<int>(s.model.lambda.size()) == R,
-      "resume: the saved model has rank " << s.model.rank << ", this run rank " << R);
-  TESSERA_INPUT_CHECK(s.model.factors.size() == dims.size(), "resume: the saved model has "
-                                                                 << s.model.factors.size()
-                                                                 << " factors for an order-"
-                                                                 << dims.size() << " tensor");
-  for (std::size_t n = 0; n < dims.size(); ++n)
-    TESSERA_INPUT_CHECK(s.model.factors[n].rows == static_cast<std::int64_t>(dims[n]) &&
-                            s.model.factors[n].cols == R &&
-                            s.model.factors[n].data.size() == dims[n] * static_cast<std::size_t>(R),
-                        "resume: the saved factor of mode " << n << " has the wrong shape");
-  TESSERA_INPUT_CHECK(
-      s.iteration >= 0 && static_cast<int>(s.fit_history.size()) == s.iteration,
-      "resume: " << s.fit_history.size() << " saved fits for " << s.iteration << " iterations");
-}
 
 /// ||X|| over the ranks of `c` from each rank's scaled norm (Backend value_norm): the largest
 /// times the root of the summed squares of the ratios, so no step overflows or underflows.

@@ -1,4 +1,5 @@
-// Initial factors of CP-ALS besides the seeded random ones (CpOptions::seed): the leading
+// The start of CP-ALS besides the seeded random factors (CpOptions::seed): a resumed state's
+// check, and the leading
 // left singular vectors of each mode's unfolding (Tensor Toolbox's and TensorLy's "nvecs"
 // / "svd" start), from the Tucker machinery (algo/tucker.hpp).
 #pragma once
@@ -21,6 +22,11 @@ template <typename T>
 KruskalModel nvecs_start(const partition::Distributed<T>& d, kernels::Backend<T>& backend,
                          const comm::Communicator& ctrl, const comm::Communicator& data, int R,
                          std::uint64_t seed, const std::vector<bool>& nonneg);
+
+/// Throws InputError unless `s` is the state of a run on a tensor of shape `dims` with
+/// rank R (a resumed start; decided from data every rank shares, so thrown on every rank
+/// alike).
+void check_cp_state(const CpState& s, const std::vector<std::uint64_t>& dims, int R);
 
 /// The Tucker ranks nvecs_start uses for a rank-R CP of a tensor of shape `dims`.
 std::vector<int> nvecs_ranks(const std::vector<std::uint64_t>& dims, int R);
