@@ -25,7 +25,6 @@
 #include "io/model_io.hpp"
 #include "io/npy.hpp"
 #include "io/output.hpp"
-#include "record.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 

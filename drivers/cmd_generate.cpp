@@ -10,7 +10,6 @@
 #include "io/h5store.hpp"
 #include "io/output.hpp"
 #include "io/tns.hpp"
-#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {

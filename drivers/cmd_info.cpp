@@ -17,7 +17,6 @@
 #include "io/h5store.hpp"
 #include "io/model_io.hpp"
 #include "io/output.hpp"
-#include "record.hpp"
 #include "tensor/stats.hpp"
 #include "util/log.hpp"
 

@@ -21,7 +21,6 @@
 #include "io/h5store.hpp"
 #include "io/output.hpp"
 #include "partition/detail.hpp"
-#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {

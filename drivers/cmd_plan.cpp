@@ -13,7 +13,6 @@
 #include "io/output.hpp"
 #include "kernels/factories.hpp"
 #include "plan/measure.hpp"
-#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -59,7 +58,6 @@ Compute<T> plan_compute(const ComputeOptions& run, const comm::MpiCommunicator& 
       Compute<T> c;
       c.kind = kernels::BackendKind::cuda;
       c.data = &world;
-      note_tuning(run.tuning);  // what the run would be given
       return c;
     }
   }
@@ -127,8 +125,9 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
   const bool any =
       std::any_of(plans.begin(), plans.end(), [](const plan::RanksPlan& p) { return p.plan.fits; });
   if (!run.json.empty()) {
-    nlohmann::json j = record_envelope("plan", nlohmann::json::object(), world,
-                                       kernels::to_string(cx.kind), run.threads);
+    nlohmann::json j =
+        record_envelope("plan", nlohmann::json::object(), world, kernels::to_string(cx.kind),
+                        run.threads, cx.backend ? &cx.backend->tuning() : &run.tuning);
     j["file"] = a.load.path;
     j["plans_per_ranks"] = nlohmann::json::array();
     for (const auto& p : plans) j["plans_per_ranks"].push_back(p.to_json());
@@ -174,8 +173,9 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   Input<T> in = load_input<T>(a.load, run, scheme, allreduce, cx, pc, world, nullptr);
   if (!run.json.empty()) {
     // Envelope timing: the default (unit "run", seconds since the start).
-    nlohmann::json j = record_envelope("plan", nlohmann::json::object(), world,
-                                       kernels::to_string(cx.kind), run.threads);
+    nlohmann::json j =
+        record_envelope("plan", nlohmann::json::object(), world, kernels::to_string(cx.kind),
+                        run.threads, cx.backend ? &cx.backend->tuning() : &run.tuning);
     j["file"] = a.load.path;
     j["plan"] = in.plan.to_json();
     if (!in.plan.fits) j["status"] = "refused";  // written, then the exit status is 1

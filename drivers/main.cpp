@@ -26,7 +26,6 @@
 #include "comm/mpi_communicator.hpp"
 #include "commands.hpp"
 #include "common.hpp"
-#include "record.hpp"
 #include "util/cpus.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"

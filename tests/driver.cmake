@@ -59,7 +59,7 @@ endif()
 # The record's tensor-core split (drivers/record.hpp tc_split_json, tc_split_line; issue 18),
 # from hand-made values: the host backends have none.
 tessera_test_executable(driver_record_test
-  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/driver_record.cpp LIBS tessera::cli)
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/driver_record.cpp LIBS tessera::run)
 tessera_add_test(driver_record driver_record_test LABELS driver)
 # Command-line habits (issue 20): oversubscription warning, -t as --threads, options a
 # subcommand does not use refused, defaults in --help.

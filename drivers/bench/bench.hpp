@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "common.hpp"
-#include "cp_options.hpp"
 
 namespace tessera::driver::bench {
 

@@ -71,7 +71,8 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
   Context<T> c{a, in, cx, world, bw, j};
   ops.at(a.what)(c);
   j["memory_plan"] = memory_record(bp, peaks, world);
-  write_record(a.run.json, "bench " + a.what, j, world, kernels::to_string(kind), a.run.threads);
+  write_record(a.run.json, "bench " + a.what, j, world, kernels::to_string(kind), a.run.threads,
+               be->tuning(), peaks.device_peak());
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 #include "bench/harness.hpp"
 #include "common.hpp"
 #include "io/output.hpp"
-#include "record.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/timer.hpp"
@@ -309,7 +308,8 @@ void run_bench_comm(const BenchCommArgs& a, const comm::MpiCommunicator& world) 
   if (P == 1) j["comm"]["note"] = one_rank;
   j["rows"] = rows;
   j["summary"] = summary;
-  write_record(a.run.json, "bench comm", j, world, kernels::to_string(cx.kind), a.run.threads);
+  write_record(a.run.json, "bench comm", j, world, kernels::to_string(cx.kind), a.run.threads,
+               cx.backend->tuning(), peaks.device_peak());
 }
 
 }  // namespace

@@ -40,9 +40,9 @@
 #include "bench/contract.hpp"
 #include "bench/harness.hpp"
 #include "commands.hpp"
-#include "contract_common.hpp"
+#include "common.hpp"
 #include "io/output.hpp"
-#include "record.hpp"
+#include "run/contract_inputs.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -428,7 +428,8 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
                             {"down_bytes_per_s", link.down},
                             {"seconds", link_s},
                             {"total_ratio", me.total / link_s}};
-  write_record(a.run.json, "bench contract", j, world, kernels::to_string(kind), a.run.threads);
+  write_record(a.run.json, "bench contract", j, world, kernels::to_string(kind), a.run.threads,
+               cx.backend->tuning());
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 #include "bench/bench.hpp"
 #include "bench/comm.hpp"
 #include "bench/harness.hpp"
+#include "common.hpp"
 #include "linalg/row_update.hpp"
-#include "record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver::bench {

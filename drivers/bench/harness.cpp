@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "common.hpp"
-#include "record.hpp"
 #include "util/log.hpp"
 #include "util/timer.hpp"
 
@@ -122,9 +121,11 @@ void iteration_record(nlohmann::json& j, const IterationResult& r, int iteration
 }
 
 void write_record(const std::string& path, const std::string& command, const nlohmann::json& body,
-                  const comm::Communicator& world, const std::string& backend, int threads) {
+                  const comm::Communicator& world, const std::string& backend, int threads,
+                  const kernels::Tuning& tuning, std::uint64_t device_peak) {
   if (path.empty()) return;
-  nlohmann::json rec = record_envelope(command, nlohmann::json::object(), world, backend, threads);
+  nlohmann::json rec = record_envelope(command, nlohmann::json::object(), world, backend, threads,
+                                       &tuning, device_peak);
   rec.merge_patch(body);
   write_json(path, rec, world);
 }

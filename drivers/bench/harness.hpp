@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "kernels/tuning.hpp"
 
 namespace tessera::driver::bench {
 
@@ -162,8 +163,11 @@ void iteration_record(nlohmann::json& j, const IterationResult& r, int iteration
 /// Collective: the record of `command` (docs/run-record.md; record_envelope) with `body`
 /// merged over it (its objects, such as "machine", merged into the envelope's), written to
 /// `path` by rank 0. Nothing without a path.
+/// `tuning` is the benchmarked backend's (its "tuning" object), `device_peak` this rank's
+/// measured device peak (PeakSampler::device_peak(); 0 when not sampled).
 void write_record(const std::string& path, const std::string& command, const nlohmann::json& body,
-                  const comm::Communicator& world, const std::string& backend, int threads);
+                  const comm::Communicator& world, const std::string& backend, int threads,
+                  const kernels::Tuning& tuning, std::uint64_t device_peak = 0);
 
 /// The log line that opens a benchmark: what, backend, ranks x threads, precision, the
 /// extra text, the measured copy bandwidth.

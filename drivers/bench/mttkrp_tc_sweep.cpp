@@ -37,10 +37,10 @@
 
 #include "bench/bench.hpp"
 #include "bench/harness.hpp"
+#include "common.hpp"
 #include "io/output.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/ops/mttkrp.hpp"
-#include "record.hpp"
 #include "tensor/synthetic.hpp"
 #include "util/log.hpp"
 #include "util/rng.hpp"
@@ -604,7 +604,8 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
                                   {"densities", densities},
                                   {"tile_fractions", fractions}};
   }
-  write_record(a.run.json, "bench mttkrp", j, world, kernels::to_string(cx.kind), a.run.threads);
+  write_record(a.run.json, "bench mttkrp", j, world, kernels::to_string(cx.kind), a.run.threads,
+               cx.backend->tuning());
 }
 
 #define TESSERA_BENCH_TC_SWEEP(T)                                                                  \

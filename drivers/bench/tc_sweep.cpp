@@ -249,7 +249,7 @@ void run_tc_sweep(const BenchContractArgs& a, const comm::MpiCommunicator& world
   j["rows"] = rows;
   j["crossover_density"] = crossover;
   j["verdict"] = verdict;
-  write_record(a.run.json, "bench contract", j, world, "cuda", a.run.threads);
+  write_record(a.run.json, "bench contract", j, world, "cuda", a.run.threads, cx.backend->tuning());
 }
 
 template void run_tc_sweep<float>(const BenchContractArgs&, const comm::MpiCommunicator&);

@@ -5,7 +5,7 @@
 
 #include "bench/bench.hpp"
 #include "bench/harness.hpp"
-#include "record.hpp"
+#include "common.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver::bench {

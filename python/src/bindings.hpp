@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "kernels/tuning.hpp"
 #include "tensor/sparse_tensor.hpp"
 
 namespace py = pybind11;
@@ -44,10 +45,13 @@ py::array_t<double> matrix_to_numpy(const Matrix<double>& m);
 /// A 1-D float64 array (a copy).
 py::array_t<double> vector_to_numpy(const std::vector<double>& v);
 
-/// The run record: the versioned envelope of drivers/record.hpp (collective), marked as
+/// A JSON value as Python objects (dicts, lists, numbers, strings; json.loads).
+py::object json_to_python(const nlohmann::json& j);
+
+/// The run record: the versioned envelope of run/record.hpp (collective), marked as
 /// coming from Python; the callers add what the CLI's --json adds for the command.
 nlohmann::json record_base(const std::string& command, const nlohmann::json& opts,
-                           const comm::Communicator& world, const std::string& backend,
-                           int threads);
+                           const comm::Communicator& world, const std::string& backend, int threads,
+                           const kernels::Tuning& tuning);
 
 }  // namespace tessera::python

@@ -333,8 +333,8 @@ void apply_tuning(CommonArgs& a, const py::dict& tuning) {
   }
 }
 
-driver::ComputeOptions compute_options(const CommonArgs& a) {
-  driver::ComputeOptions c;
+run::ComputeOptions compute_options(const CommonArgs& a) {
+  run::ComputeOptions c;
   c.backend = a.backend;
   c.precision = a.precision;
   c.threads = a.threads;
@@ -364,24 +364,6 @@ void check_common(const CommonArgs& a) {
       "nccl_timeout=" << a.nccl_timeout_s << ": expected seconds >= 0 (0: no limit)");
 }
 
-/// Loads the input of cp/tucker as the CLI does (driver::load_input) for files, or
-/// distributes the arrays (tier 1).
-template <typename T>
-driver::Input<T> load(Source<T>& src, const CommonArgs& a, partition::Scheme scheme, bool allreduce,
-                      driver::Compute<T>& cx, const driver::PlanContext& pc,
-                      const comm::MpiCommunicator& world, driver::Loaded* li) {
-  if (src.is_path) {
-    driver::LoadOptions lo;
-    lo.path = src.path;
-    lo.index_base = a.index_base;
-    return driver::load_input<T>(lo, compute_options(a), scheme, allreduce, cx, pc, world, li);
-  }
-  driver::Input<T> in;
-  in.dist.emplace(partition::distribute(std::move(src.local), scheme, {}, world));
-  driver::fill_stats_from_dist(in);
-  return in;
-}
-
 // ---- matrices ----------------------------------------------------------------------------
 
 Matrix<double> numpy_to_matrix(const py::handle& h, std::int64_t rows, int cols, const char* what) {
@@ -398,12 +380,5 @@ Matrix<double> numpy_to_matrix(const py::handle& h, std::int64_t rows, int cols,
 // The two precisions of the entry points.
 template Source<float> read_source<float>(const py::object&, bool, const comm::MpiCommunicator&);
 template Source<double> read_source<double>(const py::object&, bool, const comm::MpiCommunicator&);
-template driver::Input<float> load<float>(Source<float>&, const CommonArgs&, partition::Scheme,
-                                          bool, driver::Compute<float>&, const driver::PlanContext&,
-                                          const comm::MpiCommunicator&, driver::Loaded*);
-template driver::Input<double> load<double>(Source<double>&, const CommonArgs&, partition::Scheme,
-                                            bool, driver::Compute<double>&,
-                                            const driver::PlanContext&,
-                                            const comm::MpiCommunicator&, driver::Loaded*);
 
 }  // namespace tessera::python

@@ -9,8 +9,12 @@
 
 #include "bindings.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "common.hpp"
 #include "kernels/tuning.hpp"
+#include "run/checkpoint.hpp"
+#include "run/compute.hpp"
+#include "run/input.hpp"
+#include "run/record.hpp"
+#include "runtime.hpp"
 
 namespace tessera::python {
 
@@ -67,17 +71,52 @@ CommonArgs common_args(const std::string& backend, const std::string& precision,
 void apply_tuning(CommonArgs& a, const py::dict& tuning);
 
 /// The driver's compute options of these arguments.
-driver::ComputeOptions compute_options(const CommonArgs& a);
+run::ComputeOptions compute_options(const CommonArgs& a);
+
+/// The run layer's options of these arguments and this input: the input file (none for
+/// arrays, named by the source's name instead), the compute options, the checkpoint (a
+/// path without checkpoint_every checkpoints every iteration) and the record's interface.
+template <typename T>
+void set_common(const CommonArgs& a, const Source<T>& src, run::LoadOptions* load,
+                std::string* name, run::ComputeOptions* run, run::CheckpointArgs* ck,
+                run::RecordContext* record) {
+  load->path = src.is_path ? src.path : std::string();
+  load->index_base = a.index_base;
+  *name = src.is_path ? std::string() : src.name;
+  *run = compute_options(a);
+  ck->path = a.checkpoint;
+  ck->every = !a.checkpoint.empty() && a.checkpoint_every == 0 ? 1 : a.checkpoint_every;
+  ck->resume = a.resume;
+  record->interface = "python";
+}
+
+/// The body of cp_als and tucker_hooi: the call's session and iteration hook, the checks
+/// (`check`, run collectively), the input read, the run layer's options `o` filled from the
+/// common arguments, and `call(o, world, arrays)` (run::run_cp, run::run_tucker) with the GIL
+/// released; C++ errors become Python ones (translate). Returns what `call` returns.
+template <typename T, typename Options, typename Check, typename Call>
+auto run_decomposition(const py::object& tensor, Options& o, const CommonArgs& a,
+                       const py::object& callback, std::uintptr_t comm_handle, Check&& check,
+                       Call&& call) {
+  Session ss(comm_handle, a.verbose);
+  const comm::MpiCommunicator& world = ss.world;
+  IterationHook hook(callback, world);
+  decltype(call(o, world, static_cast<SparseTensor<T>*>(nullptr))) r;
+  translate(&hook, world, [&] {
+    comm::run_collectively(world, [&] { check(); });
+    Source<T> src = read_source<T>(tensor, a.share, world);
+    set_common(a, src, &o.load, &o.name, &o.run, &o.ckpt, &o.record);
+    o.print_iterations = a.verbose;
+    o.make_record = true;
+    o.on_iteration = [&hook](int it, double fit, double delta) { hook(it, fit, delta); };
+    py::gil_scoped_release nogil;
+    r = call(o, world, src.is_path ? nullptr : &src.local);
+  });
+  return r;
+}
 
 /// Checks the arguments (InputError naming the option); call collectively.
 void check_common(const CommonArgs& a);
-
-/// Loads the input of cp/tucker as the CLI does (driver::load_input) for files, or
-/// distributes the arrays (tier 1). T: float or double.
-template <typename T>
-driver::Input<T> load(Source<T>& src, const CommonArgs& a, partition::Scheme scheme, bool allreduce,
-                      driver::Compute<T>& cx, const driver::PlanContext& pc,
-                      const comm::MpiCommunicator& world, driver::Loaded* li);
 
 // ---- matrices ----------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "bindings.hpp"
-#include "record.hpp"
+#include "run/record.hpp"
 
 namespace tessera::python {
 
@@ -21,14 +21,19 @@ py::array_t<double> vector_to_numpy(const std::vector<double>& v) {
   return a;
 }
 
-/// The run record: the versioned envelope of drivers/record.hpp (collective), marked as
+py::object json_to_python(const nlohmann::json& j) {
+  return py::module_::import("json").attr("loads")(j.dump());
+}
+
+/// The run record: the versioned envelope of run/record.hpp (collective), marked as
 /// coming from Python; the callers add what the CLI's --json adds for the command.
 nlohmann::json record_base(const std::string& command, const nlohmann::json& opts,
-                           const comm::Communicator& world, const std::string& backend,
-                           int threads) {
-  nlohmann::json j = driver::record_envelope(command, opts, world, backend, threads);
-  j["interface"] = "python";
-  return j;
+                           const comm::Communicator& world, const std::string& backend, int threads,
+                           const kernels::Tuning& tuning) {
+  run::RecordContext ctx;
+  ctx.interface = "python";
+  ctx.tuning = tuning;
+  return run::record_envelope(command, opts, world, backend, threads, ctx);
 }
 
 }  // namespace tessera::python

@@ -14,7 +14,7 @@
 #include <tuple>
 
 #include "../driver/driver_util.hpp"
-#include "bench/bench.hpp"
+#include "drivers/bench/bench.hpp"
 
 namespace {
 

@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "algo/tucker.hpp"
-#include "app.hpp"
-#include "common.hpp"
+#include "drivers/app.hpp"
 #include "fuzz_util.hpp"
 #include "io/tns.hpp"
 #include "partition/partition.hpp"
 #include "plan/limits.hpp"
+#include "run/input.hpp"
 #include "tensor/sparse_tensor.hpp"
 
 namespace {
@@ -29,10 +29,9 @@ using tessera::fuzz::expect_tessera_errors;
 using tessera::fuzz::finding;
 
 void parse_values(const std::string& w) {
-  namespace td = tessera::driver;
   expect_tessera_errors("plan::parse_bytes", [&] { tessera::plan::parse_bytes(w, "--x"); });
   expect_tessera_errors("parse_dims", [&] { tessera::parse_dims(w); });
-  expect_tessera_errors("rank_list", [&] { td::rank_list(w); });
+  expect_tessera_errors("rank_list", [&] { tessera::run::rank_list(w); });
   for (int order : {1, 3, 16}) {
     expect_tessera_errors("parse_ranks", [&] { tessera::algo::parse_ranks(w, order); });
     expect_tessera_errors("parse_grid", [&] { tessera::partition::parse_grid(w, order, 4); });

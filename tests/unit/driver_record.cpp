@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "record.hpp"
+#include "run/record.hpp"
 
-namespace tessera::driver {
+namespace tessera::run {
 namespace {
 
 bool contains(const std::string& s, const std::string& what) {
@@ -93,4 +93,4 @@ TEST(TcSplitRecord, OneLinePerModeWithTheShareOrTheReason) {
 }
 
 }  // namespace
-}  // namespace tessera::driver
+}  // namespace tessera::run

@@ -1,5 +1,7 @@
 // The input of cp and tucker through the memory planner: measure, plan, refuse or load into
 // the chosen tier; and the measured side of the plan (peak host and device memory).
+#include "run/input.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -8,17 +10,17 @@
 #include <thread>
 
 #include "algo/host_tier.hpp"
-#include "checkpoint.hpp"
-#include "common.hpp"
 #include "io/dedup.hpp"
 #include "io/h5store.hpp"
 #include "kernels/factories.hpp"
 #include "plan/measure.hpp"
-#include "record.hpp"
+#include "run/checkpoint.hpp"
+#include "run/compute.hpp"
+#include "run/record.hpp"
 #include "util/log.hpp"
 #include "util/progress.hpp"
 
-namespace tessera::driver {
+namespace tessera::run {
 namespace {
 
 plan::Backend plan_backend(kernels::BackendKind k) {
@@ -371,7 +373,6 @@ void PeakSampler::stop() {
   s_->cv.notify_all();
   s_->thread.join();
   device_peak_ = s_->start_free > s_->min_free ? s_->start_free - s_->min_free : 0;
-  note_device_peak(device_peak_);  // the run record's memory.peak_device_bytes_per_rank
 }
 
 std::uint64_t PeakSampler::host_peak() const {
@@ -413,4 +414,4 @@ nlohmann::json memory_record(const plan::Plan& p, PeakSampler& s, const comm::Co
   return j;
 }
 
-}  // namespace tessera::driver
+}  // namespace tessera::run

@@ -2,7 +2,6 @@
 // (--checkpoint-every, --checkpoint, --resume; docs/formats.md "Checkpoint file").
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -11,7 +10,7 @@
 #include "io/checkpoint.hpp"
 #include "partition/partition.hpp"
 
-namespace tessera::driver {
+namespace tessera::run {
 
 struct CheckpointArgs {
   int every = 0;       ///< write after every K-th iteration; 0 = never
@@ -20,9 +19,6 @@ struct CheckpointArgs {
   /// A model file a fresh run starts from (cp --init file:PATH); an input like --resume.
   std::string init_model;
 };
-
-/// Registers --checkpoint-every, --checkpoint and --resume.
-void add_checkpoint_options(CLI::App* sub, CheckpointArgs& a);
 
 /// Collective: resolves the checkpoint path (--checkpoint, else from --out `out`, "" when
 /// not checkpointing) and checks on rank 0 that it can be written, so a bad path fails on
@@ -97,4 +93,4 @@ void restore_progress(const io::CheckpointInfo& info, State* s) {
 /// Call on every rank after the checkpoint of that iteration is written.
 void maybe_test_kill(int iteration);
 
-}  // namespace tessera::driver
+}  // namespace tessera::run

@@ -1,43 +1,10 @@
-#include "cp_options.hpp"
+#include "run/cp_options.hpp"
 
 #include <vector>
 
-#include "record.hpp"
+#include "run/record.hpp"
 
-namespace tessera::driver {
-
-void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a) {
-  sub->add_option("--nonneg", a.nonneg,
-                  "Nonnegative factors on these modes: all | none | a list such as 0,2 (HALS: "
-                  "coordinate descent on each row, --inner-sweeps per update)")
-      ->capture_default_str();
-  sub->add_option("--l1", a.l1,
-                  "L1 penalty l1 * sum |a| on each factor update: one value, or one per mode "
-                  "(0.1,0,0)")
-      ->capture_default_str();
-  sub->add_option("--l2", a.l2,
-                  "L2 (Frobenius) penalty l2/2 * ||A||^2 on each factor update: one value, or one "
-                  "per mode")
-      ->capture_default_str();
-  sub->add_option("--inner-sweeps", a.inner_sweeps,
-                  "Coordinate-descent sweeps per factor update with --nonneg or --l1")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  sub->add_flag("--observed-only", a.observed_only,
-                "Completion: the stored entries are the observed ones and the loss counts only "
-                "them (row-wise normal equations; the fit is over the stored entries)");
-  sub->add_option("--holdout", a.holdout,
-                  "Hold this fraction of the stored entries out (chosen by --seed and the "
-                  "coordinates) and print their RMSE after every iteration (0: none)")
-      ->check(CLI::Range(0.0, 0.99))
-      ->capture_default_str();
-  sub->add_option("--cuda-graph", a.cuda_graph,
-                  "on: with --backend cuda on one rank, plain CP runs each iteration on the "
-                  "device (dense steps as kernels, one CUDA graph replayed per iteration, one "
-                  "wait for the fit); off: per-operation calls with host round trips")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
-}
+namespace tessera::run {
 
 void apply_cp_constraints(const CpConstraintArgs& a, int order, std::uint64_t seed,
                           algo::CpOptions& o, const comm::Communicator& world) {
@@ -87,4 +54,4 @@ void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
                     {"mean_predictor_rmse", res.mean_predictor_rmse}};
 }
 
-}  // namespace tessera::driver
+}  // namespace tessera::run

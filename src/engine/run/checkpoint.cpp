@@ -1,4 +1,4 @@
-#include "checkpoint.hpp"
+#include "run/checkpoint.hpp"
 
 #include <unistd.h>
 
@@ -13,20 +13,7 @@
 #include "util/log.hpp"
 #include "util/timer.hpp"
 
-namespace tessera::driver {
-
-void add_checkpoint_options(CLI::App* sub, CheckpointArgs& a) {
-  sub->add_option("--checkpoint-every", a.every,
-                  "Write a checkpoint after every K-th iteration (0: never); a run that is "
-                  "killed loses at most K iterations")
-      ->check(CLI::Range(0, 1000000));
-  sub->add_option("--checkpoint", a.path,
-                  "Checkpoint file (HDF5, replaced atomically; default: the --out path with "
-                  ".ckpt.h5, e.g. model.h5 -> model.ckpt.h5)");
-  sub->add_option("--resume", a.resume,
-                  "Continue the run saved in this checkpoint (same tensor, precision and rank(s); "
-                  "--iters counts all iterations, the saved ones included)");
-}
+namespace tessera::run {
 
 std::string prepare_checkpoint_path(const CheckpointArgs& a, const std::string& out,
                                     const comm::Communicator& world) {
@@ -124,4 +111,4 @@ void after_iteration(const std::string& path, int every, int iteration,
   maybe_test_kill(iteration);
 }
 
-}  // namespace tessera::driver
+}  // namespace tessera::run

@@ -3,7 +3,6 @@
 // place, recorded in the run record in one place.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -11,7 +10,7 @@
 #include "algo/cp_als.hpp"
 #include "comm/communicator.hpp"
 
-namespace tessera::driver {
+namespace tessera::run {
 
 struct CpConstraintArgs {
   std::string nonneg = "none";  ///< all | none | modes "0,2"
@@ -25,10 +24,6 @@ struct CpConstraintArgs {
   /// every step is then timed on the host).
   std::string cuda_graph = "on";
 };
-
-/// The options --nonneg, --l1, --l2, --inner-sweeps, --observed-only and --holdout of a
-/// subcommand (tessera cp, tessera bench cp), with their defaults in --help.
-void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a);
 
 /// Sets o.nonneg, l1, l2, inner_sweeps, observed_only, holdout and holdout_seed (= seed)
 /// for a tensor of this order. Collective: an InputError names the option on every rank.
@@ -45,4 +40,4 @@ void add_cp_constraint_options(nlohmann::json& opts, const algo::CpOptions& o);
 void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
                                const algo::CpOptions& o);
 
-}  // namespace tessera::driver
+}  // namespace tessera::run

@@ -2,8 +2,10 @@
 // subcommand (docs/run-record.md; JSON Schema in docs/run-record.schema.json).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,22 +16,39 @@
 #include "kernels/backend.hpp"
 #include "kernels/tuning.hpp"
 
-namespace tessera::driver {
+namespace tessera::run {
 
 /// Version of the record layout: adding a field keeps it, renaming or removing one bumps it.
 inline constexpr int kRunRecordVersion = 1;
 /// The record's "schema" value.
 inline constexpr const char* kRunRecordSchema = "tessera-run-record";
 
-/// main(): this process's command line, its start time and the subcommand the parse chose
-/// (its options, defaults included, go into every record's "options"). Not collective.
-void set_invocation(int argc, const char* const* argv, const CLI::App* parsed);
+/// Who asked for the run: what the front end (the CLI's main, the Python module) knows and
+/// the run layer does not. Passed explicitly to every record; no process global holds it.
+struct RecordContext {
+  std::vector<std::string> argv;  ///< the command line; empty: /proc/self/cmdline
+  /// When the run started (the record's "timestamp" and default timing); none: when the
+  /// process was loaded (process_start()).
+  std::optional<std::chrono::system_clock::time_point> start;
+  /// The front end's own options (the CLI: every option of the subcommand with its value or
+  /// default), merged under the run's options (which win).
+  nlohmann::json front_end_options = nlohmann::json::object();
+  std::string interface;  ///< "" (the CLI: no key) | "python" (the record's "interface")
+  /// The kernel tuning the run's backend holds (Backend::tuning()); none: no "tuning" key.
+  std::optional<kernels::Tuning> tuning;
+  /// This rank's measured device memory peak (PeakSampler::device_peak()), for
+  /// memory.peak_device_bytes_per_rank on cuda runs.
+  std::uint64_t device_peak = 0;
+};
+
+/// When this process was loaded (the default RecordContext::start).
+std::chrono::system_clock::time_point process_start();
 
 /// The envelope every run record starts with (docs/run-record.md). Collective (gathers the
 /// GPU models and host names of all ranks).
 nlohmann::json record_envelope(const std::string& command, const nlohmann::json& options,
                                const comm::Communicator& world, const std::string& backend,
-                               int threads);
+                               int threads, const RecordContext& ctx);
 
 /// The record's "timing" object: `unit` ("iteration" | "mode" | "contraction" | "run"), the
 /// seconds per unit and their split (seconds per unit; names from kernel, comm, solve, io);
@@ -44,7 +63,7 @@ nlohmann::json cp_iterations_json(const std::vector<algo::CpIteration>& history)
 nlohmann::json tucker_iterations_json(const std::vector<algo::TuckerIteration>& history);
 
 /// "tensor" and "partition" of a decomposition's run record, from its loaded input
-/// (driver::Input<T>; cp and tucker, in the CLI and in the Python module).
+/// (run::Input<T>; cp and tucker, in the CLI and in the Python module).
 template <typename In>
 void add_input_fields(nlohmann::json& j, const In& in) {
   j["tensor"] = {{"dims", in.dims}, {"nnz", in.global_nnz}, {"duplicates_summed", in.duplicates}};
@@ -61,11 +80,6 @@ void add_input_fields(nlohmann::json& j, const In& in) {
 /// iteration, whose split is given as totals over those iterations.
 void add_iteration_fields(nlohmann::json& j, const nlohmann::json& per_iteration, int ran,
                           const std::vector<std::pair<std::string, double>>& split_totals);
-
-/// The options of a parsed subcommand, each under its long name with '-' as '_' (positional
-/// arguments under their name), with its value or default: flags as booleans, numbers as
-/// numbers, the rest as strings ("" when unset and without default).
-nlohmann::json cli_options_json(const CLI::App& sub);
 
 /// The run record's "tuning" object: every field of kernels::Tuning under its own name
 /// (cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel, tensor_cores, tc_precision,
@@ -84,12 +98,4 @@ nlohmann::json tc_split_json(const std::vector<kernels::TcSplit>& split);
 /// (3xtf32): tiles ... s + rest ... s", or "mode 0: no tensor-core tiles (why)".
 std::string tc_split_line(const kernels::TcSplit& s);
 
-/// Called by make_compute: the tuning the process's backend was made with; every record
-/// written after it carries it as "tuning" (the computing commands, the Python module).
-void note_tuning(const kernels::Tuning& t);
-
-/// Called by PeakSampler::stop(): this process's largest measured device memory peak, for
-/// the envelope's memory.peak_device_bytes_per_rank.
-void note_device_peak(std::uint64_t bytes);
-
-}  // namespace tessera::driver
+}  // namespace tessera::run
