@@ -12,7 +12,7 @@ void build_app(CLI::App& app, Runner& run, int& verbosity) {
       "Run under mpirun -np P (or srun), one rank per GPU.");
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tessera ") + build::kVersion);
-  // --help shows every option's default; run records list them (drivers/record.cpp).
+  // --help shows every option's default; run records list them (drivers/common.cpp).
   // Subcommands copy these settings when they are created below.
   app.option_defaults()->always_capture_default();
   app.add_flag_callback(

@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
     return e.get_exit_code();
   }
   log::set_verbosity(verbosity);
-  // Run records (drivers/record.hpp): the command line and the options with their defaults.
+  // Run records (drivers/common.hpp): the command line and the options with their defaults.
   driver::set_invocation(argc, argv, deepest(&app));
   warn_retired_variables(world.rank());
   // Threads per rank (docs/reliability.md): a count the user gave (--threads, already capped

@@ -56,7 +56,7 @@ else()
     "SKIP: python3 not found: the run records are not checked against docs/run-record.schema.json")
   set_tests_properties(run_record_schema PROPERTIES LABELS "driver" SKIP_REGULAR_EXPRESSION "SKIP:")
 endif()
-# The record's tensor-core split (drivers/record.hpp tc_split_json, tc_split_line; issue 18),
+# The record's tensor-core split (src/engine/run/record.hpp tc_split_json, tc_split_line; issue 18),
 # from hand-made values: the host backends have none.
 tessera_test_executable(driver_record_test
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/driver_record.cpp LIBS tessera::run)

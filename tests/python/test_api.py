@@ -260,7 +260,7 @@ def test_results_and_model_round_trip(small, tmp_path):
     assert set(r.history[0]) >= {"iter", "fit", "seconds", "kernel", "comm", "solve"}
     assert r.record["command"] == "cp" and r.record["options"]["rank"] == 3
     assert r.record["tensor"]["nnz"] == 60 and len(r.record["per_iteration"]) == 5
-    # The same record fields as `tessera cp --json` (drivers/record.hpp): time per iteration
+    # The same record fields as `tessera cp --json` (src/engine/run/record.hpp): time per iteration
     # over the iterations run, split as the history says.
     timing, its = r.record["timing"], r.record["per_iteration"]
     assert timing["unit"] == "iteration" and r.record["fits"] == [h["fit"] for h in its]

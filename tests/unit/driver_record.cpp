@@ -1,4 +1,4 @@
-// The run record's tensor-core split (drivers/record.hpp tc_split_json, tc_split_line; issue
+// The run record's tensor-core split (run/record.hpp tc_split_json, tc_split_line; issue
 // 18): the JSON fields and the log line, from hand-made kernels::TcSplit values (the host
 // backends have no split, so the driver tests cannot reach these on a CPU node).
 #include <gtest/gtest.h>
