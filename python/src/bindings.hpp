@@ -45,6 +45,19 @@ py::array_t<double> matrix_to_numpy(const Matrix<double>& m);
 /// A 1-D float64 array (a copy).
 py::array_t<double> vector_to_numpy(const std::vector<double>& v);
 
+/// The entries every decomposition's result dict has: "factors" (NumPy copies), "fit",
+/// "iterations", "converged" and "record_json" (Result: algo::CpResult, algo::TuckerResult).
+template <typename Result>
+void put_decomposition(py::dict& out, const Result& res, const nlohmann::json& record) {
+  py::list factors;
+  for (const auto& f : res.model.factors) factors.append(matrix_to_numpy(f));
+  out["factors"] = factors;
+  out["fit"] = res.fit;
+  out["iterations"] = res.iterations;
+  out["converged"] = res.converged;
+  out["record_json"] = record.dump();
+}
+
 /// A JSON value as Python objects (dicts, lists, numbers, strings; json.loads).
 py::object json_to_python(const nlohmann::json& j);
 

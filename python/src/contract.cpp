@@ -67,7 +67,7 @@ py::dict run_contract(const py::object& x, const py::object& y, run::ContractRun
     if (sy) set_input(*sy, &o.y, &o.y_name, &arrays.y);
     if (same) o.y = o.x, o.y_name = o.x_name;
     o.load.index_base = a.index_base;
-    o.run = compute_options(a);
+    o.run = a.run;
     o.print = a.verbose;
     o.gather = true;
     o.make_record = true;

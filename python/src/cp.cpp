@@ -60,18 +60,12 @@ void set_init(const py::object& init, run::CpRunOptions* o) {
 py::dict cp_dict(const run::CpRun& r) {
   const algo::CpResult& res = r.result;
   py::dict out;
+  put_decomposition(out, res, r.record);
   out["weights"] = vector_to_numpy(res.model.lambda);
-  py::list factors;
-  for (const auto& f : res.model.factors) factors.append(matrix_to_numpy(f));
-  out["factors"] = factors;
-  out["fit"] = res.fit;
-  out["iterations"] = res.iterations;
-  out["converged"] = res.converged;
   out["stop_reason"] = res.stop_reason;
   out["validation_rmse"] = res.validation_rmse;
   out["mean_predictor_rmse"] = res.mean_predictor_rmse;
   out["history"] = json_to_python(r.record.at("per_iteration"));
-  out["record_json"] = r.record.dump();
   return out;
 }
 

@@ -244,10 +244,10 @@ CommonArgs common_args(const std::string& backend, const std::string& precision,
                        const std::string& index_base, const py::object& checkpoint,
                        int checkpoint_every, const py::object& resume, bool verbose, bool share) {
   CommonArgs a;
-  a.backend = backend;
-  a.precision = precision;
-  a.threads = threads.is_none() ? 0 : py::cast<int>(threads);
-  a.strategy = strategy;
+  a.run.backend = backend;
+  a.run.precision = precision;
+  a.run.threads = threads.is_none() ? 0 : py::cast<int>(threads);
+  a.run.strategy = strategy;
   a.index_base = index_base;
   a.checkpoint = checkpoint.is_none() ? "" : py::cast<std::string>(py::str(checkpoint));
   a.checkpoint_every = checkpoint_every;
@@ -260,7 +260,7 @@ CommonArgs common_args(const std::string& backend, const std::string& precision,
 namespace {
 
 void apply_tuning_fields(CommonArgs& a, const py::dict& tuning) {
-  kernels::Tuning& t = a.tuning;
+  kernels::Tuning& t = a.run.tuning;
   for (const auto& [key, value] : tuning) {
     const std::string name = py::cast<std::string>(py::str(key));
     auto as = [&]<typename V>(V& field, const char* expected) {
@@ -310,7 +310,7 @@ void apply_tuning_fields(CommonArgs& a, const py::dict& tuning) {
     else if (name == "trace")
       as(t.trace, "True or False");
     else if (name == "nccl_timeout")
-      as(a.nccl_timeout_s, "seconds >= 0");
+      as(a.run.nccl_timeout_s, "seconds >= 0");
     else
       TESSERA_INPUT_CHECK(false, "unknown keyword argument '"
                                      << name
@@ -333,35 +333,25 @@ void apply_tuning(CommonArgs& a, const py::dict& tuning) {
   }
 }
 
-run::ComputeOptions compute_options(const CommonArgs& a) {
-  run::ComputeOptions c;
-  c.backend = a.backend;
-  c.precision = a.precision;
-  c.threads = a.threads;
-  c.strategy = a.strategy;
-  c.tuning = a.tuning;
-  c.nccl_timeout_s = a.nccl_timeout_s;
-  return c;
-}
-
 void check_common(const CommonArgs& a) {
-  TESSERA_INPUT_CHECK(
-      a.backend == "auto" || a.backend == "reference" || a.backend == "cpu" || a.backend == "cuda",
-      "backend=\"" << a.backend << "\": expected auto, reference, cpu or cuda");
-  TESSERA_INPUT_CHECK(a.precision == "double" || a.precision == "float",
-                      "precision=\"" << a.precision << "\": expected double or float");
-  TESSERA_INPUT_CHECK(a.threads >= 0, "threads=" << a.threads << ": expected >= 0 (0: OpenMP's)");
-  TESSERA_INPUT_CHECK(a.strategy == "allreduce" || a.strategy == "layer",
-                      "comm_strategy=\"" << a.strategy << "\": expected allreduce or layer");
+  TESSERA_INPUT_CHECK(a.run.backend == "auto" || a.run.backend == "reference" ||
+                          a.run.backend == "cpu" || a.run.backend == "cuda",
+                      "backend=\"" << a.run.backend << "\": expected auto, reference, cpu or cuda");
+  TESSERA_INPUT_CHECK(a.run.precision == "double" || a.run.precision == "float",
+                      "precision=\"" << a.run.precision << "\": expected double or float");
+  TESSERA_INPUT_CHECK(a.run.threads >= 0,
+                      "threads=" << a.run.threads << ": expected >= 0 (0: OpenMP's)");
+  TESSERA_INPUT_CHECK(a.run.strategy == "allreduce" || a.run.strategy == "layer",
+                      "comm_strategy=\"" << a.run.strategy << "\": expected allreduce or layer");
   TESSERA_INPUT_CHECK(a.checkpoint_every >= 0,
                       "checkpoint_every=" << a.checkpoint_every << ": expected >= 0");
   io::parse_index_base(a.index_base);
   // The messages name the CLI spelling (--cuda-layout for cuda_layout, --tc-threshold for
   // sptc_tc_threshold, --tensor-cores for tensor_cores): the same options.
-  kernels::check(a.tuning);
+  kernels::check(a.run.tuning);
   TESSERA_INPUT_CHECK(
-      a.nccl_timeout_s >= 0 && std::isfinite(a.nccl_timeout_s),
-      "nccl_timeout=" << a.nccl_timeout_s << ": expected seconds >= 0 (0: no limit)");
+      a.run.nccl_timeout_s >= 0 && std::isfinite(a.run.nccl_timeout_s),
+      "nccl_timeout=" << a.run.nccl_timeout_s << ": expected seconds >= 0 (0: no limit)");
 }
 
 // ---- matrices ----------------------------------------------------------------------------

@@ -41,20 +41,16 @@ Source<T> read_source(const py::object& t, bool share, const comm::MpiCommunicat
 
 /// The options that cp_als, tucker_hooi and contract share.
 struct CommonArgs {
-  std::string backend = "auto";
-  std::string precision = "double";
-  int threads = 0;
-  std::string strategy = "allreduce";
+  /// backend, precision, threads, comm_strategy, the CLI's "Kernel tuning" options (keyword
+  /// arguments of the fields' names) and --nccl-timeout (nccl_timeout): the run layer's
+  /// compute options as they are.
+  run::ComputeOptions run;
   std::string index_base = "1";
   std::string checkpoint;
   int checkpoint_every = 0;
   std::string resume;
   bool verbose = false;
   bool share = false;
-  /// The CLI's "Kernel tuning" options (keyword arguments of the fields' names) and
-  /// --nccl-timeout (nccl_timeout).
-  kernels::Tuning tuning;
-  double nccl_timeout_s = 1800;
 };
 
 /// CommonArgs from the module functions' arguments (threads, checkpoint, resume: None or a
@@ -64,14 +60,11 @@ CommonArgs common_args(const std::string& backend, const std::string& precision,
                        const std::string& index_base, const py::object& checkpoint,
                        int checkpoint_every, const py::object& resume, bool verbose, bool share);
 
-/// Sets a.tuning and a.nccl_timeout_s from the dict of tuning keyword arguments
+/// Sets a.run.tuning and a.run.nccl_timeout_s from the dict of tuning keyword arguments
 /// (tessera/__init__.py passes them by the kernels::Tuning field names, plus nccl_timeout);
 /// InputError naming an unknown name or a value of the wrong type. Values are checked by
 /// check_common.
 void apply_tuning(CommonArgs& a, const py::dict& tuning);
-
-/// The driver's compute options of these arguments.
-run::ComputeOptions compute_options(const CommonArgs& a);
 
 /// The run layer's options of these arguments and this input: the input file (none for
 /// arrays, named by the source's name instead), the compute options, the checkpoint (a
@@ -83,7 +76,7 @@ void set_common(const CommonArgs& a, const Source<T>& src, run::LoadOptions* loa
   load->path = src.is_path ? src.path : std::string();
   load->index_base = a.index_base;
   *name = src.is_path ? std::string() : src.name;
-  *run = compute_options(a);
+  *run = a.run;
   ck->path = a.checkpoint;
   ck->every = !a.checkpoint.empty() && a.checkpoint_every == 0 ? 1 : a.checkpoint_every;
   ck->resume = a.resume;

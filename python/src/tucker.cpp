@@ -45,15 +45,9 @@ py::dict tucker_dict(const run::TuckerRun& r) {
   std::vector<py::ssize_t> core_shape(res.model.ranks.begin(), res.model.ranks.end());
   py::array_t<double> core(core_shape);
   std::copy(res.model.core.begin(), res.model.core.end(), core.mutable_data());
+  put_decomposition(out, res, r.record);
   out["core"] = core;
-  py::list factors;
-  for (const auto& f : res.model.factors) factors.append(matrix_to_numpy(f));
-  out["factors"] = factors;
-  out["fit"] = res.fit;
-  out["iterations"] = res.iterations;
-  out["converged"] = res.converged;
   out["history"] = hist;
-  out["record_json"] = r.record.dump();
   return out;
 }
 
