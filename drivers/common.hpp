@@ -45,7 +45,7 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
 struct ComputeOptions {
   std::string backend = "auto";
   std::string precision = "double";
-  std::string strategy = "allreduce";
+  std::string strategy = "auto";  ///< auto | allreduce | layer (algo/cp_strategy.hpp)
   int threads = 0;
   /// Device memory this rank's tensor and loop may use ("40G"); "" = the GPU's free memory
   /// less a reserve. On host backends it caps the prepared format. --mem-budget is its
@@ -118,7 +118,8 @@ struct Input {
   std::vector<int> grid;
   double imbalance = 1.0;
   nnz_t min_block_nnz = 0, max_block_nnz = 0;
-  std::string partition_scheme;            ///< "nnz" | "grid" | "store-order" | "store-blocks"
+  std::string
+      partition_scheme;  ///< "nnz" | "grid" | "store-order" | "store-dealt" | "store-blocks"
   io::TensorFingerprint fingerprint_part;  ///< handle inputs: this rank's part
   /// An algo::StreamedTensor that streams itself through the backend (tiers 2 and 3).
   bool streamed() const { return disk != nullptr || (handle && handle->tier() == 2); }
