@@ -327,7 +327,7 @@ void run_contract(const ContractArgs& a, const comm::MpiCommunicator& world) {
     }
   }
   o.dry_run = a.run.dry_run;
-  if (a.run.strategy != "allreduce")
+  if (a.run.strategy != "auto" && a.run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to contract: nonzeros are routed by hashes");
 
   auto cx = make_compute<T>(a.run, world);

@@ -4,6 +4,7 @@
 
 #include "algo/cp_als.hpp"
 #include "algo/cp_init.hpp"
+#include "algo/cp_strategy.hpp"
 #include "checkpoint.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "commands.hpp"
@@ -11,6 +12,7 @@
 #include "cp_options.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
+#include "plan/measure.hpp"
 #include "record.hpp"
 #include "util/log.hpp"
 
@@ -35,7 +37,16 @@ struct CpArgs {
 template <typename T>
 void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   Timer total;
-  const auto strategy = algo::parse_comm_strategy(a.run.strategy);
+  algo::CommChoice choice;
+  algo::CommStrategy strategy = algo::CommStrategy::allreduce;
+  comm::run_collectively(world, [&] {
+    strategy = algo::resolve_comm_strategy(
+        a.run.strategy,
+        a.run.strategy == "auto" ? plan::facts_of_file(a.load.path, world) : plan::TensorFacts{},
+        world.size(), a.rank, a.run.precision == "float" ? 4 : 8, &choice);
+  });
+  if (a.run.strategy == "auto" && world.size() > 1)
+    log::info("--comm-strategy auto: " + algo::to_string(strategy) + " (" + choice.why + ")");
   partition::Scheme scheme =
       strategy == algo::CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
   if (a.load.partition != "auto") scheme = partition::parse_scheme(a.load.partition);
@@ -66,7 +77,7 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
   log::info("tessera cp: " + std::to_string(world.size()) + " rank(s), backend " +
             kernels::to_string(kind) + ", " + std::to_string(effective_threads(a.run.threads)) +
             " thread(s) per rank, " + a.run.precision + ", rank " + std::to_string(a.rank) +
-            ", strategy " + a.run.strategy);
+            ", strategy " + algo::to_string(strategy));
   Loaded li;
   PlanContext pc;
   pc.workload = plan::Workload::cp;
@@ -99,7 +110,8 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                          {"print_every", a.print_every},
                          {"seed", a.seed},
                          {"init", a.init},
-                         {"comm_strategy", a.run.strategy},
+                         {"comm_strategy", algo::to_string(strategy)},
+                         {"comm_strategy_option", a.run.strategy},
                          {"partition", in.partition_scheme},
                          {"grid", in.grid},
                          {"relabel", a.load.relabel},
@@ -107,6 +119,11 @@ void run_cp(const CpArgs& a, const comm::MpiCommunicator& world) {
                          {"precision", a.run.precision},
                          {"index_base", a.load.index_base}};
   add_cp_constraint_options(opts, o);
+  if (a.run.strategy == "auto")
+    opts["comm_strategy_auto"] = {{"allreduce_comm_seconds", choice.allreduce_comm_s},
+                                  {"layer_comm_seconds", choice.layer_comm_s},
+                                  {"grid_cost_seconds", choice.grid_cost_s},
+                                  {"why", choice.why}};
   if (a.ckpt.every > 0) opts["checkpoint_every"] = a.ckpt.every;
   if (!a.ckpt.resume.empty()) opts["resumed_from"] = a.ckpt.resume;
 

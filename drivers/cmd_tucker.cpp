@@ -51,7 +51,7 @@ void run_tucker(const TuckerArgs& a, const comm::MpiCommunicator& world) {
     if (!a.max_mem.empty()) o.memory_limit = parse_bytes(a.max_mem, "--max-mem");
   });
   if (a.max_mem.empty()) o.memory_limit = default_memory_limit(world);
-  if (run.strategy != "allreduce")
+  if (run.strategy != "auto" && run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to tucker: TTMc rows always go to their owner rank");
 
   // Every output checked before any work (check_model_outputs).
