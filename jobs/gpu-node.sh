@@ -20,7 +20,8 @@
 #               and, for comparison, cut in contiguous ranges: TESSERA_SCALE_STORE_READ; on the
 #               GPU counts in TESSERA_SCALE_STORE_NPS, default all),
 #               TESSERA_SCALE_REDDIT=1 the reddit shape (4.7e9 nonzeros) on all GPUs,
-#               TESSERA_SCALE_TUCKER_AMAZON=1 Tucker on the amazon shape; TESSERA_SCALE_ONLY="w .."
+#               TESSERA_SCALE_TUCKER_AMAZON=1 Tucker on the amazon shape,
+#               TESSERA_SCALE_TUCKER_SUBSPACE=1 Tucker nell-2 with --svd subspace; TESSERA_SCALE_ONLY="w .."
 #               runs only the cases whose names contain one of the words; a table of
 #               ms/iter, speedup over one GPU, kernel and comm per iteration, comm over its
 #               floor and kernel time max/mean over the ranks (jobs/scale_table.py)
@@ -503,6 +504,9 @@ if has scale; then  # issue 36: strong scaling over 1, 2, 4, ... GPUs of the nod
     if [ -z "${TESSERA_SCALE_NO_TUCKER_SPTC:-}" ]; then
       sbench scale-nell2-tucker-16-np$p $mp "$T" bench tucker --generate $nell --nnz 76.9e6 \
         --ranks 16,16,16 --backend cuda --precision float --iters 4
+      [ -n "${TESSERA_SCALE_TUCKER_SUBSPACE:-}" ] && sbench scale-nell2-tucker-16-subspace-np$p $mp "$T" \
+        bench tucker --generate $nell --nnz 76.9e6 --ranks 16,16,16 --backend cuda --precision float \
+        --iters 4 --svd subspace
       [ -n "${TESSERA_SCALE_TUCKER_AMAZON:-}" ] && sbench scale-amazon-tucker-16-np$p $mp "$T" bench tucker \
         --generate $amz --nnz 1.74e9 --dist powerlaw --ranks 16,16,16 --backend cuda --precision float --iters 3
       sbench scale-sptc-gen-np$p $mp "$T" bench contract --generate --nnz 2e7 --products 1.2e9 \

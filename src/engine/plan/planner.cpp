@@ -349,6 +349,13 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   const std::string dev_src = req.device_budget ? "--device-budget" : lim.device.source;
   const u64 loop_b = loop_backend_bytes(req, s);
   const u64 loop_h = loop_host_bytes(req, s);
+  // The request's parts, and the layer strategy's per-mode communicators (split after the
+  // plan, each with buffers like the run's own communicator's).
+  std::vector<Component> extra = req.extra;
+  if (cuda && !req.allreduce && req.ranks > 1 && req.comm_device_bytes > 0)
+    extra.push_back({"NCCL buffers of the layer communicators (one per mode)", 0,
+                     mul(req.comm_device_bytes, static_cast<u64>(t.order())), 0,
+                     "as measured for the run's communicator"});
   // A budget emulates a smaller machine; one larger than this machine would hand the
   // decision to the kernel's OOM killer (or a failed allocation): refused.
   auto over_machine = [&](const char* opt, u64 budget, const Limit& l) {
@@ -405,7 +412,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       // The request's extra device parts (a benchmark's bandwidth probe) are counted beside
       // the tensor too, so the tile sets never take their room either.
       u64 extra_dev = 0;
-      for (const auto& e : req.extra) extra_dev = add(extra_dev, e.device);
+      for (const auto& e : extra) extra_dev = add(extra_dev, e.device);
       const u64 beside = add(add(add(loop_b, pattern), kCudaLibraryBytes), extra_dev);
       c.tensor_budget =
           std::max(dev_limit > beside ? dev_limit - beside : 0, on_device ? device_sort : fmt);
@@ -451,7 +458,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
         c.parts.push_back({"completion: the pattern's format, packed Grams, block copy",
                            add(add(fmt, completion_bytes(s)), s.coo), 0, 0, ""});
     }
-    total(c, lim.baseline_host, req.extra, cuda, req.workload);
+    total(c, lim.baseline_host, extra, cuda, req.workload);
     cands.push_back(std::move(c));
   }
   if (req.tier1_only)
@@ -488,7 +495,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       c.parts.push_back(
           {"factors, MTTKRP/TTMc output, chunk output", add(loop_h, loop_b), 0, 0, ""});
     }
-    total(c, lim.baseline_host, req.extra, cuda, req.workload);
+    total(c, lim.baseline_host, extra, cuda, req.workload);
     cands.push_back(std::move(c));
   }
   // ---- tier 3: the block stays in the store ----
@@ -516,7 +523,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       c.parts.push_back(
           {"factors, MTTKRP/TTMc output, chunk output", add(loop_h, loop_b), 0, 0, ""});
     }
-    total(c, lim.baseline_host, req.extra, cuda, req.workload);
+    total(c, lim.baseline_host, extra, cuda, req.workload);
     cands.push_back(std::move(c));
   }
 
