@@ -91,6 +91,10 @@ class Communicator {
   /// ordered in a compute stream, and captured into a CUDA graph when that stream is being
   /// captured). Host communicators answer false and throw from them.
   virtual bool can_enqueue() const { return false; }
+  /// Device memory its initialisation took (NCCL's connection buffers, measured as the drop
+  /// in free device memory; 0 for host communicators). The planner counts this much for
+  /// each communicator split from it later (the layer strategy's per-mode ones).
+  virtual std::uint64_t device_buffer_bytes() const { return 0; }
   /// Enqueues an in-place allreduce of the device buffer in `stream` (a cudaStream_t)
   /// after the work already there, and returns without waiting: work enqueued in `stream`
   /// afterwards sees the result.

@@ -159,8 +159,8 @@ class Scratch {
 class NcclCommunicator final : public Communicator {
  public:
   /// Takes ownership of `comm` (already initialised) on CUDA device `device`.
-  NcclCommunicator(ncclComm_t comm, int device, double timeout_s)
-      : comm_(comm), device_(device), timeout_s_(timeout_s) {
+  NcclCommunicator(ncclComm_t comm, int device, double timeout_s, std::uint64_t init_bytes = 0)
+      : comm_(comm), device_(device), timeout_s_(timeout_s), init_bytes_(init_bytes) {
     try {
       TESSERA_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
       TESSERA_NCCL_CHECK(ncclCommCount(comm_, &size_));
@@ -322,6 +322,7 @@ class NcclCommunicator final : public Communicator {
 
   // ---- stream-ordered collectives: no staging, no wait; the caller's stream orders them ----
   bool can_enqueue() const override { return true; }
+  std::uint64_t device_buffer_bytes() const override { return init_bytes_; }
 
   void enqueue_allreduce_raw(void* buf, std::size_t n, DataType t, ReduceOp op,
                              void* stream) const override {
@@ -571,6 +572,7 @@ class NcclCommunicator final : public Communicator {
   mutable ncclComm_t comm_ = nullptr;
   int device_ = 0;
   double timeout_s_ = 0;
+  std::uint64_t init_bytes_ = 0;  ///< device memory the initialisation took
   int rank_ = 0;
   int size_ = 1;
   cudaStream_t stream_ = nullptr;
@@ -649,6 +651,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
 
   ncclComm_t comm = nullptr;
   std::exception_ptr init_error;
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  if (cudaMemGetInfo(&free_before, &total) != cudaSuccess) (void)cudaGetLastError();
   try {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
@@ -670,7 +674,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
     if (comm) ncclCommAbort(comm);  // ready here, failed on another rank
     throw;
   }
-  return std::make_unique<NcclCommunicator>(comm, device, timeout_s);
+  if (cudaMemGetInfo(&free_after, &total) != cudaSuccess) (void)cudaGetLastError();
+  const std::uint64_t init_bytes = free_before > free_after ? free_before - free_after : 0;
+  return std::make_unique<NcclCommunicator>(comm, device, timeout_s, init_bytes);
 }
 
 }  // namespace tessera::comm

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "algo/cp_strategy.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "io/h5store.hpp"
@@ -157,7 +158,18 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   auto cx = plan_compute<T>(run, world);
   PlanContext pc;
   partition::Scheme scheme = partition::Scheme::nnz;
-  bool allreduce = run.strategy == "allreduce";
+  bool allreduce = run.strategy != "layer";  // auto: resolved below for cp
+  if (a.workload != "tucker" && run.strategy == "auto") {
+    algo::CommChoice choice;
+    comm::run_collectively(world, [&] {
+      allreduce = algo::resolve_comm_strategy(
+                      "auto", plan::facts_of_file(a.load.path, world), world.size(), a.rank,
+                      run.precision == "float" ? 4 : 8, &choice) == algo::CommStrategy::allreduce;
+    });
+    if (world.size() > 1)
+      log::info(std::string("--comm-strategy auto: ") + (allreduce ? "allreduce" : "layer") + " (" +
+                choice.why + ")");
+  }
   if (a.workload == "tucker") {
     pc.workload = plan::Workload::tucker;
     allreduce = true;

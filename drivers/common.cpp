@@ -50,9 +50,10 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
   // and main() names them and the subcommands that have them, instead of ignoring them.
   if (which & kStrategyOption)
     sub->add_option("--comm-strategy", o.strategy,
-                    "Factor update: allreduce (all-reduce whole MTTKRP outputs) | layer "
+                    "Factor update: auto (by a model of the bytes each moves over the link, "
+                    "docs/multi-gpu.md) | allreduce (all-reduce whole MTTKRP outputs) | layer "
                     "(reduce-scatter/all-gather inside grid layers)")
-        ->check(CLI::IsMember({"allreduce", "layer"}));
+        ->check(CLI::IsMember({"auto", "allreduce", "layer"}));
   sub->add_option("--backend", o.backend,
                   "auto (cuda when a GPU is present, else cpu) | reference | cpu | cuda")
       ->check(CLI::IsMember({"auto", "reference", "cpu", "cuda"}));

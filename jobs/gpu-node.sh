@@ -14,8 +14,17 @@
 #               (bench comm), congress R16 (tessera cp; data beside the checkout or in
 #               .deps/data), the nell-2 shape R32 (both strategies) and the amazon shape R32
 #               (TESSERA_SCALE_NO_AMAZON=1: not), Tucker nell-2 16,16,16 and SpTC generated
-#               (TESSERA_SCALE_NO_TUCKER_SPTC=1: not); a table of ms/iter, speedup over one GPU,
-#               kernel and comm per iteration and comm over its floor (jobs/scale_table.py)
+#               (TESSERA_SCALE_NO_TUCKER_SPTC=1: not); with TESSERA_SCALE_LAYER_AMAZON=1 also
+#               the amazon shape with --comm-strategy layer, TESSERA_SCALE_STORE=1 the amazon
+#               shape from an HDF5 store generated on the node (stored order dealt to the ranks
+#               and, for comparison, cut in contiguous ranges: TESSERA_SCALE_STORE_READ; on the
+#               GPU counts in TESSERA_SCALE_STORE_NPS, default all),
+#               TESSERA_SCALE_REDDIT=1 the reddit shape (4.7e9 nonzeros) on all GPUs,
+#               TESSERA_SCALE_TUCKER_AMAZON=1 Tucker on the amazon shape,
+#               TESSERA_SCALE_TUCKER_SUBSPACE=1 Tucker nell-2 with --svd subspace; TESSERA_SCALE_ONLY="w .."
+#               runs only the cases whose names contain one of the words; a table of
+#               ms/iter, speedup over one GPU, kernel and comm per iteration, comm over its
+#               floor and kernel time max/mean over the ranks (jobs/scale_table.py)
 #       tucker: build, the TTMc/Tucker GPU tests, then bench ttmc and bench tucker on the
 #               nell-2 shape (ranks 16,16,16) and a 4-mode tensor of 500M nonzeros
 #       tucker-amazon: bench ttmc and bench tucker on the amazon shape (ranks 16,16,16), the
@@ -433,6 +442,27 @@ if has scaling; then
   done
 fi
 if has scale; then  # issue 36: strong scaling over 1, 2, 4, ... GPUs of the node, one call
+  # TESSERA_SCALE_ONLY="w1 w2": only the cases whose name contains one of the words.
+  sbench() {
+    local w
+    if [ -n "${TESSERA_SCALE_ONLY:-}" ]; then
+      for w in $TESSERA_SCALE_ONLY; do [[ $1 == *"$w"* ]] && { bench "$@"; return; }; done
+      return 0
+    fi
+    bench "$@"
+  }
+  if [ -n "${TESSERA_SCALE_STORE:-}" ]; then
+    scratch=${TESSERA_SCRATCH:-$build/scratch}
+    mkdir -p "$scratch"
+    store=$scratch/amz-1.74e9.h5
+    if [ ! -f "$store" ]; then
+      log "generate the amazon-shaped store (1.74e9 nonzeros, power-law, float32, unique)"
+      ( time mpirun -np "$(nproc)" --bind-to none "$T" generate --dims $amz --nnz 1.74e9 --rank 8 \
+        --dist powerlaw --structure sampled --value-type float32 --out "$store" ) 2>&1 |
+        tee "$out/scale-generate-store.log" | grep -E "error|generated|real" | head -5
+    fi
+    ls -la "$store"
+  fi
   sdata=
   for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
     [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { sdata=$(cd "$d" && pwd); break; }
@@ -441,21 +471,45 @@ if has scale; then  # issue 36: strong scaling over 1, 2, 4, ... GPUs of the nod
   while [ $p -le "$ngpu" ]; do
     mp="mpirun -np $p --bind-to none"
     if "$T" bench comm --help >/dev/null 2>&1; then
-      bench scale-comm-np$p $mp "$T" bench comm --backend cuda --precision float
+      sbench scale-comm-np$p $mp "$T" bench comm --backend cuda --precision float
     fi
-    [ -n "$sdata" ] && bench scale-congress-cp-r16-np$p $mp "$T" cp "$sdata/congress-cosponsor_leg-leg-year.tns.gz" \
+    [ -n "$sdata" ] && sbench scale-congress-cp-r16-np$p $mp "$T" cp "$sdata/congress-cosponsor_leg-leg-year.tns.gz" \
       --rank 16 --iters 30 --tol 0 --backend cuda --precision float
     for s in allreduce layer; do
       [ $p -eq 1 ] && [ $s = layer ] && continue
-      bench scale-nell2-cp-r32-$s-np$p $mp "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 \
+      sbench scale-nell2-cp-r32-$s-np$p $mp "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 \
         --backend cuda --precision float --iters 11 --comm-strategy $s
     done
-    [ -z "${TESSERA_SCALE_NO_AMAZON:-}" ] && bench scale-amazon-cp-r32-np$p $mp "$T" bench cp --generate $amz \
+    [ -z "${TESSERA_SCALE_NO_AMAZON:-}" ] && sbench scale-amazon-cp-r32-np$p $mp "$T" bench cp --generate $amz \
       --nnz 1.74e9 --dist powerlaw --rank 32 --backend cuda --precision float --iters 5
+    if [ -n "${TESSERA_SCALE_LAYER_AMAZON:-}" ] && [ $p -gt 1 ]; then
+      sbench scale-amazon-cp-r32-layer-np$p $mp "$T" bench cp --generate $amz --nnz 1.74e9 \
+        --dist powerlaw --rank 32 --backend cuda --precision float --iters 5 --comm-strategy layer
+    fi
+    if [ -n "${TESSERA_SCALE_STORE:-}" ] && [[ " ${TESSERA_SCALE_STORE_NPS:-$p} " == *" $p "* ]]; then
+      # The amazon shape from an HDF5 store (generated on the node once, kept in the scratch
+      # folder), stored order dealt to the ranks (the default) and cut in contiguous ranges.
+      for rd in ${TESSERA_SCALE_STORE_READ:-dealt contiguous}; do
+        [ $p -eq 1 ] && [ "$rd" = contiguous ] && continue
+        export TESSERA_STORE_READ=$rd
+        sbench scale-amazon-store-cp-r32-$rd-np$p $mp -x TESSERA_STORE_READ "$T" cp "$store" \
+          --rank 32 --iters 6 --tol 0 --backend cuda --precision float
+      done
+      unset TESSERA_STORE_READ
+    fi
+    if [ -n "${TESSERA_SCALE_REDDIT:-}" ] && [ $p -eq "$ngpu" ]; then
+      sbench scale-reddit-cp-r32-np$p $mp "$T" bench cp --generate 8211298x176962x8116559 \
+        --nnz 4.7e9 --dist powerlaw --rank 32 --backend cuda --precision float --iters 5
+    fi
     if [ -z "${TESSERA_SCALE_NO_TUCKER_SPTC:-}" ]; then
-      bench scale-nell2-tucker-16-np$p $mp "$T" bench tucker --generate $nell --nnz 76.9e6 \
+      sbench scale-nell2-tucker-16-np$p $mp "$T" bench tucker --generate $nell --nnz 76.9e6 \
         --ranks 16,16,16 --backend cuda --precision float --iters 4
-      bench scale-sptc-gen-np$p $mp "$T" bench contract --generate --nnz 2e7 --products 1.2e9 \
+      [ -n "${TESSERA_SCALE_TUCKER_SUBSPACE:-}" ] && sbench scale-nell2-tucker-16-subspace-np$p $mp "$T" \
+        bench tucker --generate $nell --nnz 76.9e6 --ranks 16,16,16 --backend cuda --precision float \
+        --iters 4 --svd subspace
+      [ -n "${TESSERA_SCALE_TUCKER_AMAZON:-}" ] && sbench scale-amazon-tucker-16-np$p $mp "$T" bench tucker \
+        --generate $amz --nnz 1.74e9 --dist powerlaw --ranks 16,16,16 --backend cuda --precision float --iters 3
+      sbench scale-sptc-gen-np$p $mp "$T" bench contract --generate --nnz 2e7 --products 1.2e9 \
         --backend cuda --precision double --repeat 3 --no-reference
     fi
     p=$((p * 2))

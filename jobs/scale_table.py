@@ -39,6 +39,14 @@ def per_iteration(j):
     return it, it * kern, it * s.get("comm", 0), floor
 
 
+def kernel_balance(j):
+    """Kernel time per iteration of the slowest rank over the mean of the ranks (nan: none)."""
+    kp = j.get("kernel_per_rank")
+    if not isinstance(kp, dict) or not kp.get("mean_seconds_per_iteration"):
+        return float("nan")
+    return kp["max_seconds_per_iteration"] / kp["mean_seconds_per_iteration"]
+
+
 def main():
     out = sys.argv[1]
     csv = sys.argv[sys.argv.index("--csv") + 1] if "--csv" in sys.argv else None
@@ -58,10 +66,11 @@ def main():
             continue
         rows.setdefault(case, {})[p] = j
     lines = []
-    header = (f"{'case':28s} {'GPUs':>4s} {'ms/iter':>9s} {'speedup':>7s} {'kernel':>8s} "
-              f"{'comm':>8s} {'floor':>8s} {'comm/fl':>7s}  fit       engine")
+    header = (f"{'case':34s} {'GPUs':>4s} {'ms/iter':>9s} {'speedup':>7s} {'kernel':>8s} "
+              f"{'comm':>8s} {'floor':>8s} {'comm/fl':>7s} {'kmax/mean':>9s}  fit       engine")
     print(header)
-    lines.append("case,gpus,ms_per_iter,speedup,kernel_ms,comm_ms,comm_floor_ms,comm_over_floor,fit,engine")
+    lines.append("case,gpus,ms_per_iter,speedup,kernel_ms,comm_ms,comm_floor_ms,comm_over_floor,"
+                 "kernel_max_over_mean,fit,engine")
     for case in sorted(rows):
         base = rows[case].get(1)
         base_it = per_iteration(base)[0] if base else None
@@ -72,10 +81,11 @@ def main():
             ratio = c / fl if fl else float("nan")
             eng = j.get("iteration_engine", "")
             fit = j.get("fit", float("nan"))
-            print(f"{case:28s} {p:4d} {it:9.3f} {sp:7.2f} {k:8.3f} {c:8.3f} "
-                  f"{(fl if fl else float('nan')):8.3f} {ratio:7.2f}  {fit:.6f}  {eng}")
+            kb = kernel_balance(j)
+            print(f"{case:34s} {p:4d} {it:9.3f} {sp:7.2f} {k:8.3f} {c:8.3f} "
+                  f"{(fl if fl else float('nan')):8.3f} {ratio:7.2f} {kb:9.3f}  {fit:.6f}  {eng}")
             lines.append(f"{case},{p},{it:.6g},{sp:.4g},{k:.6g},{c:.6g},"
-                         f"{fl if fl else ''},{ratio:.4g},{fit:.8g},\"{eng}\"")
+                         f"{fl if fl else ''},{ratio:.4g},{kb:.4g},{fit:.8g},\"{eng}\"")
     for p, j in sorted(comm, key=lambda x: x[0]):
         for r in j.get("rows", []):
             if r.get("bytes", 0) in (1 << 20, 1 << 26, 1 << 30):

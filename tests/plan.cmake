@@ -55,3 +55,9 @@ add_test(NAME plan_ranks_driver_test COMMAND plan_ranks_driver_test)
 set_tests_properties(plan_ranks_driver_test PROPERTIES
   ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver;plan" TIMEOUT 300
   PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
+
+# --comm-strategy auto: the model's choice on the measured shapes (issue 36, point 2).
+tessera_test_executable(cp_strategy_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/cp_strategy_test.cpp
+  LIBS tessera::algo)
+tessera_add_test(cp_strategy_test cp_strategy_test LABELS plan)

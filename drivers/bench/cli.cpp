@@ -9,6 +9,7 @@
 #include <map>
 
 #include "algo/cp_als.hpp"
+#include "algo/cp_strategy.hpp"
 #include "bench/bench.hpp"
 #include "bench/comm.hpp"
 #include "bench/harness.hpp"
@@ -16,11 +17,35 @@
 #include "io/h5store.hpp"
 #include "io/output.hpp"
 #include "kernels/backend.hpp"
+#include "plan/measure.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
 namespace bench {
 namespace {
+
+/// --comm-strategy auto (the default) resolved for bench cp from the generated dims or the
+/// store's header (algo::choose_comm_strategy); the other benchmarks take allreduce.
+void resolve_bench_strategy(BenchArgs& a, const comm::MpiCommunicator& world) {
+  if (a.run.strategy != "auto") return;
+  algo::CommChoice c;
+  if (a.what == "cp" && world.size() > 1) {
+    comm::run_collectively(world, [&] {
+      plan::TensorFacts f;
+      if (a.load.path.empty()) {
+        f.store = true;  // dims and nonzeros known before the tensor exists
+        f.dims = parse_dims(a.gen_dims);
+        f.nnz = static_cast<nnz_t>(a.gen_nnz);
+      } else {
+        f = plan::facts_of_file(a.load.path, world);
+      }
+      algo::resolve_comm_strategy("auto", f, world.size(), a.rank,
+                                  a.run.precision == "float" ? 4 : 8, &c);
+    });
+    log::info("--comm-strategy auto: " + algo::to_string(c.strategy) + " (" + c.why + ")");
+  }
+  a.run.strategy = algo::to_string(c.strategy);
+}
 
 template <typename T>
 void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
@@ -212,7 +237,9 @@ void add_bench(CLI::App& app, Runner& run) {
         with_precision(a->run, [&]<typename T>() { bench::run_mttkrp_tc_sweep<T>(*a, world); });
         return;
       }
-      with_precision(a->run, [&]<typename T>() { bench::run_bench<T>(*a, world); });
+      BenchArgs b = *a;
+      bench::resolve_bench_strategy(b, world);
+      with_precision(b.run, [&]<typename T>() { bench::run_bench<T>(b, world); });
     };
   });
 }

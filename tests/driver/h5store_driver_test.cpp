@@ -164,6 +164,20 @@ TEST_F(H5Driver, CpOnAStoreGivesTheSameFitAsOnText) {
   ok(mpirun(2) + cp + t + " --json " + path("t.json"));
   ok(mpirun(2) + cp + h + " --json " + path("h.json"));
   EXPECT_NEAR(fit_of(path("h.json")), fit_of(path("t.json")), 1e-9);
+  // Three ranks, the stored order dealt in pieces of 1000 nonzeros (6 per rank) or cut in
+  // three contiguous ranges: the same fit.
+  for (const std::string read : {"dealt:1000", "contiguous"}) {
+    const std::string j = path("h3-" + read.substr(0, 5) + ".json");
+    auto r = ok("TESSERA_STORE_READ=" + read + " " + mpirun(3) + cp + h + " --json " + j);
+    EXPECT_NEAR(fit_of(j), fit_of(path("t.json")), 1e-9) << read;
+    std::ifstream f(j);
+    EXPECT_EQ(nlohmann::json::parse(f).at("partition").at("scheme").get<std::string>(),
+              read == "contiguous" ? "store-order" : "store-dealt");
+    EXPECT_EQ(r.out.find("dealt to the ranks") != std::string::npos, read != "contiguous") << r.out;
+  }
+  auto bad = run("TESSERA_STORE_READ=sideways " + mpirun(2) + cp + h);
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("TESSERA_STORE_READ must be dealt"), std::string::npos) << bad.out;
   // A store partitioned for two ranks: each rank reads its block; same fit as the text
   // file on the same grid.
   ok(mpirun(3) + " partition " + h + " --grid 2x1x1 --out " + p);

@@ -190,6 +190,56 @@ def test_cp_matches_numpy_reference_fit():
                                atol=1e-9)
 
 
+def numpy_normalize(weights, factors):
+    """The conventional CP normalisation, written from Tensor Toolbox's and TensorLy's
+    documented definition (normalize, arrange, fixsigns) and docs/formats.md's sign rule:
+    unit 2-norm columns, weights absorbing the norms, components by weight descending, the
+    largest-magnitude entry of each column positive in modes 0..N-2 (mode N-1 compensates)."""
+    w = np.array(weights, dtype=float)
+    F = [np.array(f, dtype=float) for f in factors]
+    for f in F:
+        n = np.linalg.norm(f, axis=0)
+        w = w * n
+        f /= np.where(n > 0, n, 1.0)
+    for r in range(w.size):
+        flip = 1.0
+        for f in F[:-1]:
+            if f[np.argmax(np.abs(f[:, r])), r] < 0:
+                f[:, r] *= -1
+                flip = -flip
+        F[-1][:, r] *= flip
+    order = np.argsort(-w, kind="stable")
+    return w[order], [f[:, order] for f in F]
+
+
+def test_cp_model_is_normalised_conventionally():
+    rng = np.random.default_rng(5)
+    shape, R = (7, 6, 5), 4
+    true = [rng.random((s, R)) - 0.3 for s in shape]
+    X = np.einsum("ar,br,cr->abc", *true) + 0.01 * rng.random(shape)
+    coords = np.argwhere(X != 0)
+    got = tessera.cp_als((coords, X[tuple(coords.T)], shape), rank=R, iters=30, tol=0, **CPU1)
+    w, F = got.weights, got.factors
+    assert np.all(np.diff(w) <= 0) and np.all(w >= 0), w
+    for n, f in enumerate(F):
+        np.testing.assert_allclose(np.linalg.norm(f, axis=0), 1.0, atol=1e-12)
+        if n < len(F) - 1:
+            assert np.all(f[np.argmax(np.abs(f), axis=0), np.arange(R)] > 0)
+    # The same model scaled, permuted and sign-flipped in pairs normalises back to it.
+    perm = rng.permutation(R)
+    s = [rng.uniform(0.5, 2.0, R) * rng.choice([-1.0, 1.0], R) for _ in shape]
+    s[-1] = np.abs(s[-1]) * np.sign(s[0]) * np.sign(s[1])  # flips in pairs: the same model
+    scrambled = [f[:, perm] * si for f, si in zip(F, s)]
+    ws = w[perm] / np.prod([np.abs(si) for si in s], axis=0)
+    w2, F2 = numpy_normalize(ws, scrambled)
+    np.testing.assert_allclose(w2, w, rtol=1e-12)
+    for a, b in zip(F2, F):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+    # The values, and so the fit, are the last iteration's.
+    np.testing.assert_allclose(got.fit, 1 - np.linalg.norm(X - got.full()) / np.linalg.norm(X),
+                               atol=1e-9)
+
+
 def numpy_hooi(X, ranks, iters):
     N = X.ndim
     U = [np.linalg.svd(X.reshape(X.shape[0], -1) if n == 0 else

@@ -185,6 +185,31 @@ TEST(PlanRanks, TileSetsNeverPushAResidentGeneratedTensorOverTheCard) {
   EXPECT_LE(p.device_peak, std::uint64_t(143550000000));
 }
 
+TEST(PlanRanks, TheLayerStrategysCommunicatorsArePlannedPerMode) {
+  // A store on 4 ranks; the run's NCCL communicator took 300 MB at initialisation. The
+  // layer strategy splits one more per mode after the plan: 3 x 300 MB more per rank.
+  const TensorFacts t = store({120000, 90000, 80000}, 400000000);
+  Request r = cp(Backend::cuda, 4, 32);
+  r.ranks = 4;
+  r.comm_device_bytes = 300000000;
+  const Limits lim = node_limits(512 * kGiB, 4, 143 * kGiB);
+  r.allreduce = true;
+  const Plan all = make_plan(r, t, lim);
+  r.allreduce = false;
+  const Plan layer = make_plan(r, t, lim);
+  ASSERT_TRUE(all.fits && layer.fits) << all.refusal << layer.refusal;
+  EXPECT_EQ(layer.tier, all.tier);
+  bool listed = false;
+  for (const auto& c : layer.components)
+    if (c.name.find("layer communicators") != std::string::npos) {
+      listed = true;
+      EXPECT_EQ(c.device, std::uint64_t(900000000));
+    }
+  EXPECT_TRUE(listed);
+  for (const auto& c : all.components)
+    EXPECT_EQ(c.name.find("layer communicators"), std::string::npos) << c.name;
+}
+
 TEST(PlanRanks, TheIterationModelAndWhereMoreRanksStopHelping) {
   TimeModel m;
   m.bandwidth = 1000e9;

@@ -745,7 +745,11 @@ void Als<T>::finish() {
                   res_.kernel_max_seconds / res_.kernel_mean_seconds);
     log::info(line);
   }
+  // The model handed out is normalised the conventional way (unit 2-norm columns, sorted
+  // weights, fixed signs); checkpoints keep the iteration's own normalisation, so a resumed
+  // run continues exactly.
   res_.model = assemble_model();
+  normalize_conventional(res_.model);
 }
 
 }  // namespace

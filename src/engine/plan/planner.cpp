@@ -162,6 +162,11 @@ u64 cuda_resident_bytes(const Shape& s, u64 n) {
 /// cuBLAS/cuSOLVER handles and workspaces, CUB temporaries, NCCL buffers: measured 0.6 GB on
 /// an H100 beyond what the model lists in the streamed tiers (docs/perf).
 constexpr u64 kCudaLibraryBytes = u64(768) << 20;
+/// Host memory of the cuSOLVER/cuBLAS calls of Tucker's dense stage beyond the process
+/// baseline measured before them (library code paged in at the first eigen-solve, host
+/// workspaces): 74 and 106 MB over the plan on 1 and 4 H200s (bench tucker, nell-2 shape,
+/// docs/perf/gpu-h200-scaling.md, session 14), planned as 160 MiB.
+constexpr u64 kCudaSolverHostBytes = u64(160) << 20;
 
 /// cuda: bytes of one mode's tensor-core tile set (kernels/cuda/mttkrp/hybrid_build.cu) for a
 /// block of s.n nonzeros, at most: each tile holds 256 values, its N - 1 fixed indices and
@@ -263,11 +268,14 @@ struct Candidate {
   u64 tensor_budget = 0;  ///< cuda tier 1: the limit the backend's prepare is given
 };
 
-void total(Candidate& c, u64 baseline, const std::vector<Component>& extra, bool cuda) {
+void total(Candidate& c, u64 baseline, const std::vector<Component>& extra, bool cuda, Workload w) {
   for (const auto& e : extra) c.parts.push_back(e);
   // cuBLAS/cuSOLVER handles and workspaces, CUB temporaries, NCCL buffers: measured 0.6
-  // GB on an H100 beyond what the model lists in the streamed tiers (docs/perf).
-  if (cuda) c.parts.push_back({"CUDA library workspaces", 0, kCudaLibraryBytes, 0, ""});
+  // GB on an H100 beyond what the model lists in the streamed tiers (docs/perf); Tucker's
+  // eigen-solves also take host memory (kCudaSolverHostBytes).
+  if (cuda)
+    c.parts.push_back({"CUDA library workspaces", w == Workload::tucker ? kCudaSolverHostBytes : 0,
+                       kCudaLibraryBytes, 0, ""});
   c.host = baseline + kHostSlackBytes;
   c.device = 0;
   for (const auto& p : c.parts) {
@@ -341,6 +349,13 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   const std::string dev_src = req.device_budget ? "--device-budget" : lim.device.source;
   const u64 loop_b = loop_backend_bytes(req, s);
   const u64 loop_h = loop_host_bytes(req, s);
+  // The request's parts, and the layer strategy's per-mode communicators (split after the
+  // plan, each with buffers like the run's own communicator's).
+  std::vector<Component> extra = req.extra;
+  if (cuda && !req.allreduce && req.ranks > 1 && req.comm_device_bytes > 0)
+    extra.push_back({"NCCL buffers of the layer communicators (one per mode)", 0,
+                     mul(req.comm_device_bytes, static_cast<u64>(t.order())), 0,
+                     "as measured for the run's communicator"});
   // A budget emulates a smaller machine; one larger than this machine would hand the
   // decision to the kernel's OOM killer (or a failed allocation): refused.
   auto over_machine = [&](const char* opt, u64 budget, const Limit& l) {
@@ -397,7 +412,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       // The request's extra device parts (a benchmark's bandwidth probe) are counted beside
       // the tensor too, so the tile sets never take their room either.
       u64 extra_dev = 0;
-      for (const auto& e : req.extra) extra_dev = add(extra_dev, e.device);
+      for (const auto& e : extra) extra_dev = add(extra_dev, e.device);
       const u64 beside = add(add(add(loop_b, pattern), kCudaLibraryBytes), extra_dev);
       c.tensor_budget =
           std::max(dev_limit > beside ? dev_limit - beside : 0, on_device ? device_sort : fmt);
@@ -443,7 +458,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
         c.parts.push_back({"completion: the pattern's format, packed Grams, block copy",
                            add(add(fmt, completion_bytes(s)), s.coo), 0, 0, ""});
     }
-    total(c, lim.baseline_host, req.extra, cuda);
+    total(c, lim.baseline_host, extra, cuda, req.workload);
     cands.push_back(std::move(c));
   }
   if (req.tier1_only)
@@ -480,7 +495,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       c.parts.push_back(
           {"factors, MTTKRP/TTMc output, chunk output", add(loop_h, loop_b), 0, 0, ""});
     }
-    total(c, lim.baseline_host, req.extra, cuda);
+    total(c, lim.baseline_host, extra, cuda, req.workload);
     cands.push_back(std::move(c));
   }
   // ---- tier 3: the block stays in the store ----
@@ -508,7 +523,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       c.parts.push_back(
           {"factors, MTTKRP/TTMc output, chunk output", add(loop_h, loop_b), 0, 0, ""});
     }
-    total(c, lim.baseline_host, req.extra, cuda);
+    total(c, lim.baseline_host, extra, cuda, req.workload);
     cands.push_back(std::move(c));
   }
 

@@ -98,6 +98,11 @@ struct Request {
   std::optional<std::uint64_t> device_budget;  ///< --device-budget / --mem-budget
   /// Memory the caller adds to every tier (a benchmark's bandwidth probe, say).
   std::vector<Component> extra;
+  /// Device memory of one NCCL communicator's buffers, measured when the run's communicator
+  /// was made (comm::Communicator::device_buffer_bytes; 0: none or not measured). The layer
+  /// strategy splits one communicator per mode after the plan; they are planned as this
+  /// much each.
+  std::uint64_t comm_device_bytes = 0;
   /// cuda: --tensor-cores is not off, so a tier-1 prepare builds the tensor-core tile sets
   /// (docs/tensor-core-mttkrp.md) in the room left under the tensor's limit; the plan
   /// counts them at their largest.

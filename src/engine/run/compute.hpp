@@ -19,7 +19,7 @@ namespace tessera::run {
 struct ComputeOptions {
   std::string backend = "auto";
   std::string precision = "double";
-  std::string strategy = "allreduce";
+  std::string strategy = "auto";  ///< auto | allreduce | layer (algo/cp_strategy.hpp)
   int threads = 0;
   /// Device memory this rank's tensor and loop may use ("40G"); "" = the GPU's free memory
   /// less a reserve. On host backends it caps the prepared format. --mem-budget is its

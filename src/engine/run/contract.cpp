@@ -255,7 +255,7 @@ ContractRun<T> run_contract(const ContractRunOptions& a, const comm::MpiCommunic
   }
   o.dry_run = a.run.dry_run;
   o.print = a.print;
-  if (a.run.strategy != "allreduce")
+  if (a.run.strategy != "auto" && a.run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to contract: nonzeros are routed by hashes");
 
   auto cx = make_compute<T>(a.run, world);

@@ -6,8 +6,10 @@
 #include <optional>
 
 #include "algo/cp_init.hpp"
+#include "algo/cp_strategy.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
+#include "plan/measure.hpp"
 #include "run/steps.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -34,6 +36,22 @@ CheckpointArgs start_args(const CpRunOptions& o, const comm::Communicator& world
                                   << ": a run starts from one of them, not both");
   });
   return ck;
+}
+
+/// The factor-update strategy: the option's, or for auto the model's choice (logged; its
+/// figures go into the record). Collective.
+algo::CommStrategy comm_strategy(const CpRunOptions& o, const comm::MpiCommunicator& world,
+                                 algo::CommChoice* choice) {
+  algo::CommStrategy strategy = algo::CommStrategy::allreduce;
+  const bool model = o.run.strategy == "auto" && !o.load.path.empty();
+  comm::run_collectively(world, [&] {
+    strategy = algo::resolve_comm_strategy(
+        o.run.strategy, model ? plan::facts_of_file(o.load.path, world) : plan::TensorFacts{},
+        world.size(), o.rank, o.run.precision == "float" ? 4 : 8, choice);
+  });
+  if (o.run.strategy == "auto" && world.size() > 1)
+    log::info("--comm-strategy auto: " + algo::to_string(strategy) + " (" + choice->why + ")");
+  return strategy;
 }
 
 PlanContext plan_context(const CpRunOptions& o) {
@@ -65,7 +83,8 @@ std::string name_of(const CpRunOptions& o) {
 
 template <typename T>
 nlohmann::json record_options(const CpRunOptions& o, const Input<T>& in, const std::string& kind,
-                              const CheckpointArgs& ck, const algo::CpOptions& ao) {
+                              const CheckpointArgs& ck, const algo::CpOptions& ao,
+                              const algo::CommChoice& choice) {
   nlohmann::json opts = {{"file", name_of(o)},
                          {"rank", o.rank},
                          {"iters", o.iters},
@@ -74,7 +93,8 @@ nlohmann::json record_options(const CpRunOptions& o, const Input<T>& in, const s
                          {"print_every", o.print_every},
                          {"seed", o.seed},
                          {"init", o.init},
-                         {"comm_strategy", o.run.strategy},
+                         {"comm_strategy", algo::to_string(ao.strategy)},
+                         {"comm_strategy_option", o.run.strategy},
                          {"partition", in.partition_scheme},
                          {"grid", in.grid},
                          {"relabel", o.load.relabel},
@@ -82,6 +102,11 @@ nlohmann::json record_options(const CpRunOptions& o, const Input<T>& in, const s
                          {"precision", o.run.precision},
                          {"index_base", o.load.index_base}};
   add_cp_constraint_options(opts, ao);
+  if (o.run.strategy == "auto")
+    opts["comm_strategy_auto"] = {{"allreduce_comm_seconds", choice.allreduce_comm_s},
+                                  {"layer_comm_seconds", choice.layer_comm_s},
+                                  {"grid_cost_seconds", choice.grid_cost_s},
+                                  {"why", choice.why}};
   if (ck.every > 0) opts["checkpoint_every"] = ck.every;
   if (!ck.resume.empty()) opts["resumed_from"] = ck.resume;
   return opts;
@@ -253,7 +278,8 @@ template <typename T>
 CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTensor<T>* arrays) {
   Timer total;
   CpRun out;
-  const auto strategy = algo::parse_comm_strategy(o.run.strategy);
+  algo::CommChoice choice;
+  const algo::CommStrategy strategy = comm_strategy(o, world, &choice);
   const CheckpointArgs ck = start_args(o, world);
   // Every output checked before any work (io/output.hpp): none is an input, each can be
   // created, existing files are replaced only by the rule (--force).
@@ -262,7 +288,8 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
   const std::string kind = kernels::to_string(cx.kind);
   log::info("tessera cp: " + std::to_string(world.size()) + " rank(s), backend " + kind + ", " +
             std::to_string(effective_threads(o.run.threads)) + " thread(s) per rank, " +
-            o.run.precision + ", rank " + std::to_string(o.rank) + ", strategy " + o.run.strategy);
+            o.run.precision + ", rank " + std::to_string(o.rank) + ", strategy " +
+            algo::to_string(strategy));
   Loaded li;
   PeakSampler peaks(cx.kind == kernels::BackendKind::cuda);
   const partition::Scheme scheme =
@@ -274,7 +301,7 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
   if (in.dry_run) return out;
 
   algo::CpOptions ao = algo_options(o, strategy, static_cast<int>(in.dims.size()), world);
-  const nlohmann::json opts = record_options(o, in, kind, ck, ao);
+  const nlohmann::json opts = record_options(o, in, kind, ck, ao, choice);
   // Checkpoint and restart (docs/formats.md): the input's identity, the start state and the
   // callback that writes a checkpoint on rank 0 after every K-th iteration.
   io::TensorFingerprint fingerprint;

@@ -2,9 +2,11 @@
 // the chosen tier; and the measured side of the plan (peak host and device memory).
 #include "run/input.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -41,7 +43,7 @@ std::string spill_dir_of(const std::string& path) {
 }
 
 /// This rank's range of a store: its block of a stored partition of exactly P blocks, else
-/// an equal share of the stored order.
+/// an equal share of the stored order (one contiguous range; memory tier 3 streams it).
 std::pair<nnz_t, nnz_t> store_range(const io::H5TensorInfo& h, int r, int P) {
   if (h.partition && h.partition->nblocks() == P) return h.partition->block_range(r);
   const nnz_t a = static_cast<nnz_t>(static_cast<__int128>(h.nnz) * r / P);
@@ -49,29 +51,93 @@ std::pair<nnz_t, nnz_t> store_range(const io::H5TensorInfo& h, int r, int P) {
   return {a, b - a};
 }
 
-/// Reads this rank's range of a store (stored order) straight into the run's arrays, as
-/// chunks of `chunk` nonzeros (one chunk of the whole range when chunk >= count).
+/// Pieces of at least this many nonzeros are dealt to the ranks by store_ranges (default).
+constexpr nnz_t kDealPiece = nnz_t(1) << 22;
+/// At most this many pieces per rank.
+constexpr nnz_t kDealMaxPieces = 64;
+
+/// How a store read in its stored order is shared by the ranks: dealt in pieces of at least
+/// the returned count of nonzeros (the default, kDealPiece), or 0: P contiguous ranges.
+/// TESSERA_STORE_READ = dealt | dealt:<nonzeros per piece> | contiguous (for comparisons
+/// and tests; docs/multi-gpu.md).
+nnz_t store_deal_piece() {
+  const char* e = std::getenv("TESSERA_STORE_READ");
+  const std::string v = e == nullptr ? "" : e;
+  if (v.empty() || v == "dealt") return kDealPiece;
+  if (v == "contiguous") return 0;
+  if (v.rfind("dealt:", 0) == 0) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v.c_str() + 6, &end, 10);
+    if (end != v.c_str() + 6 && *end == 0 && n >= 1) return static_cast<nnz_t>(n);
+  }
+  TESSERA_INPUT_CHECK(false,
+                      "TESSERA_STORE_READ must be dealt, dealt:<nonzeros per piece> or "
+                      "contiguous, got '"
+                          << v << "'");
+  return 0;
+}
+
+/// This rank's ranges of a store in memory tiers 1-2: its block of a stored partition of
+/// exactly P blocks; else, with `piece` > 0, pieces of the stored order dealt round-robin
+/// (piece j of P k equal pieces to rank j mod P, k <= 64 pieces of >= `piece` nonzeros), so
+/// every rank holds a similar mix of the order's heavy and light slices (a contiguous
+/// share of a power-law tensor sorted by mode 0 gives one rank the few heaviest slices,
+/// docs/multi-gpu.md); with `piece` 0 one contiguous equal share. Counts differ by at most
+/// k between ranks.
+std::vector<std::pair<nnz_t, nnz_t>> store_ranges(const io::H5TensorInfo& h, int r, int P,
+                                                  nnz_t piece) {
+  const bool by_block = h.partition && h.partition->nblocks() == P;
+  if (by_block || piece == 0 || P == 1) return {store_range(h, r, P)};
+  const nnz_t k = std::clamp<nnz_t>(h.nnz / (static_cast<nnz_t>(P) * piece), 1, kDealMaxPieces);
+  const auto K = static_cast<__int128>(k) * P;
+  std::vector<std::pair<nnz_t, nnz_t>> out;
+  for (nnz_t j = static_cast<nnz_t>(r); j < static_cast<nnz_t>(K); j += static_cast<nnz_t>(P)) {
+    const auto a = static_cast<nnz_t>(static_cast<__int128>(h.nnz) * j / K);
+    const auto b = static_cast<nnz_t>(static_cast<__int128>(h.nnz) * (j + 1) / K);
+    out.emplace_back(a, b - a);
+  }
+  return out;
+}
+
+nnz_t total_count(const std::vector<std::pair<nnz_t, nnz_t>>& ranges) {
+  nnz_t n = 0;
+  for (const auto& [a, c] : ranges) n += c;
+  return n;
+}
+
+/// Reads this rank's ranges of a store (stored order) straight into the run's arrays, as
+/// chunks of `chunk` nonzeros (one chunk of everything when chunk >= the total).
 template <typename T>
-std::vector<SparseTensor<T>> read_store_chunks(const std::string& path, nnz_t first, nnz_t count,
+std::vector<SparseTensor<T>> read_store_chunks(const std::string& path,
+                                               const std::vector<std::pair<nnz_t, nnz_t>>& ranges,
                                                nnz_t chunk, int threads) {
   io::H5TensorReader reader(path, true, 0);
   const int N = static_cast<int>(reader.info().dims.size());
+  const nnz_t count = total_count(ranges);
   std::vector<SparseTensor<T>> out;
   Progress progress(log::rank() == 0, "reading", std::filesystem::path(path).filename().string(),
                     static_cast<std::uint64_t>(count), "nonzeros");
   // Reads of at most 64 Mi nonzeros: the progress line moves and a bad value is found early.
   const nnz_t piece = nnz_t(1) << 26;
+  std::size_t ri = 0;  // the range being read, and how far into it
+  nnz_t in_range = 0;
   for (nnz_t at = 0; at < count || (count == 0 && out.empty()); at += chunk) {
     const nnz_t n = std::min(chunk, count - at);
     SparseTensor<T> x(reader.info().dims);
     for (auto& col : x.idx) col.resize(static_cast<std::size_t>(n));
     x.vals.resize(static_cast<std::size_t>(n));
-    for (nnz_t done = 0; done < n; done += piece) {
-      const nnz_t k = std::min(piece, n - done);
+    for (nnz_t done = 0; done < n;) {
+      while (in_range == ranges[ri].second) {
+        ++ri;
+        in_range = 0;
+      }
+      const nnz_t k = std::min({piece, n - done, ranges[ri].second - in_range});
       index_t* idx[kMaxOrder] = {};
       for (int m = 0; m < N; ++m) idx[m] = x.idx[static_cast<std::size_t>(m)].data() + done;
-      reader.read_direct<T>(first + at + done, k, idx, x.vals.data() + done, threads);
-      progress.update(static_cast<std::uint64_t>(at + done + k));
+      reader.read_direct<T>(ranges[ri].first + in_range, k, idx, x.vals.data() + done, threads);
+      done += k;
+      in_range += k;
+      progress.update(static_cast<std::uint64_t>(at + done));
     }
     out.push_back(std::move(x));
     if (count == 0) break;
@@ -80,10 +146,11 @@ std::vector<SparseTensor<T>> read_store_chunks(const std::string& path, nnz_t fi
 }
 
 template <typename T>
-void fill_stats_from_store(Input<T>& in, const io::H5TensorInfo& h, int P, bool by_block) {
+void fill_stats_from_store(Input<T>& in, const io::H5TensorInfo& h, int P, bool by_block,
+                           nnz_t deal_piece) {
   nnz_t mx = 0, mn = h.nnz;
   for (int r = 0; r < P; ++r) {
-    const nnz_t c = store_range(h, r, P).second;
+    const nnz_t c = total_count(store_ranges(h, r, P, deal_piece));
     mx = std::max(mx, c);
     mn = std::min(mn, c);
   }
@@ -94,7 +161,7 @@ void fill_stats_from_store(Input<T>& in, const io::H5TensorInfo& h, int P, bool 
   in.max_block_nnz = mx;
   const double mean = P > 0 ? static_cast<double>(h.nnz) / P : 0.0;
   in.imbalance = mean > 0 ? static_cast<double>(mx) / mean : 1.0;
-  in.partition_scheme = by_block ? "store-blocks" : "store-order";
+  in.partition_scheme = by_block ? "store-blocks" : deal_piece > 0 ? "store-dealt" : "store-order";
 }
 
 /// Tier 2 from a distributed block: the raw chunks in host memory (page-locked for cuda).
@@ -184,6 +251,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   Input<T> in;
   const int P = world.size(), me = world.rank();
   plan::Request req = plan_request(run, cx.kind, static_cast<int>(sizeof(T)), world);
+  if (cx.nccl) req.comm_device_bytes = cx.nccl->device_buffer_bytes();
   req.workload = pc.workload;
   req.cp_rank = pc.cp_rank;
   req.tucker_ranks = pc.tucker_ranks;
@@ -208,8 +276,14 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   const bool store_order =
       facts.store && facts.unique == 1 && req.allreduce && !o.relabel && !pc.tier1_only;
 
+  // Read in memory (tiers 1-2), the stored order is dealt to the ranks in pieces; tier 3
+  // streams one contiguous range per rank.
+  nnz_t deal_piece = 0;
+  if (store_order && !by_block && P > 1)
+    comm::run_collectively(world, [&] { deal_piece = store_deal_piece(); });
+  const bool dealt = deal_piece > 0;
   if (facts.store) {
-    fill_stats_from_store(in, *h, P, by_block);
+    fill_stats_from_store(in, *h, P, by_block, deal_piece);
     facts.max_block_nnz = in.max_block_nnz;
     in.plan = plan::make_plan(req, facts, lim);  // from the header
     // Tier 3 cannot sum repeated coordinates: when it is forced or the only way left, the
@@ -249,6 +323,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   if (cx.kind == kernels::BackendKind::cuda) cx.backend->set_memory_budget(p.device_budget);
 
   if (p.tier == 3) {
+    if (facts.store && !by_block) in.partition_scheme = "store-order";
     if (!o.grid.empty() || o.partition != "auto")
       log::info("memory tier 3: --grid/--partition do not apply (each rank streams " +
                 std::string(by_block ? "its block of the stored partition"
@@ -292,13 +367,16 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   Timer t;
   std::vector<SparseTensor<T>> chunks;
   comm::run_collectively(world, [&] {
-    const auto [a, c] = store_range(*h, me, P);
-    chunks = read_store_chunks<T>(o.path, a, c, p.tier == 2 ? p.chunk_nnz : std::max<nnz_t>(c, 1),
+    const auto ranges = store_ranges(*h, me, P, deal_piece);
+    const nnz_t c = total_count(ranges);
+    chunks = read_store_chunks<T>(o.path, ranges, p.tier == 2 ? p.chunk_nnz : std::max<nnz_t>(c, 1),
                                   effective_threads(run.threads));
   });
   const double read_s = world.allreduce_value(t.seconds(), comm::ReduceOp::max);
-  log::info("read " + o.path + " in its stored order: " + std::to_string(in.global_nnz) +
-            " nonzeros, dims " + format_dims(in.dims) + " in " + std::to_string(read_s) + " s");
+  log::info("read " + o.path + " in its stored order" +
+            std::string(dealt ? " (dealt to the ranks in pieces)" : "") + ": " +
+            std::to_string(in.global_nnz) + " nonzeros, dims " + format_dims(in.dims) + " in " +
+            std::to_string(read_s) + " s");
   if (info) {
     info->read_seconds = read_s;
     info->read.bytes = h->file_bytes;
@@ -313,7 +391,10 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
           cx.kind == kernels::BackendKind::cuda ? cx.backend.get() : nullptr);
     });
   } else {
-    // Tier 1: prepared now; the raw block is freed.
+    // Tier 1: prepared now; the raw block is freed. CP tells the backend its R first, so
+    // no tensor-core tile set that auto would decline at that R is built (the algorithm
+    // sets it itself for the tensors it prepares).
+    if (pc.workload == plan::Workload::cp) cx.backend->set_rank_hint(pc.cp_rank);
     comm::run_collectively(world, [&] { in.handle = cx.backend->prepare(chunks.front()); });
     chunks.clear();
   }

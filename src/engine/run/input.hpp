@@ -72,7 +72,8 @@ struct Input {
   std::vector<int> grid;
   double imbalance = 1.0;
   nnz_t min_block_nnz = 0, max_block_nnz = 0;
-  std::string partition_scheme;            ///< "nnz" | "grid" | "store-order" | "store-blocks"
+  std::string
+      partition_scheme;  ///< "nnz" | "grid" | "store-order" | "store-dealt" | "store-blocks"
   io::TensorFingerprint fingerprint_part;  ///< handle inputs: this rank's part
   /// An algo::StreamedTensor that streams itself through the backend (tiers 2 and 3).
   bool streamed() const { return disk != nullptr || (handle && handle->tier() == 2); }

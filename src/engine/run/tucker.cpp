@@ -205,7 +205,7 @@ TuckerRun run_tucker(const TuckerRunOptions& o, const comm::MpiCommunicator& wor
   Timer total;
   TuckerRun out;
   algo::TuckerOptions to = tucker_options(o, world);
-  if (o.run.strategy != "allreduce")
+  if (o.run.strategy != "auto" && o.run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to tucker: TTMc rows always go to their owner rank");
   // Every output checked before any work (check_model_outputs).
   out.checkpoint = check_model_outputs(o.load.path, o.ckpt, o.out, o.run.json, o.run.force, world);

@@ -1,0 +1,64 @@
+#include "algo/cp_strategy.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "partition/partition.hpp"
+
+namespace tessera::algo {
+
+CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nnz, int ranks, int R,
+                                int value_bytes, const plan::TimeModel& m) {
+  CommChoice c;
+  if (ranks <= 1) {
+    c.why = "one rank: no communication";
+    return c;
+  }
+  if (dims.empty()) {
+    c.why =
+        "the dims of a text file are known only after reading it (a store's header has "
+        "them: tessera convert)";
+    return c;
+  }
+  const double P = ranks, v = value_bytes, bw = m.link_bandwidth, a = m.collective_latency;
+  c.grid = partition::choose_grid(dims, ranks);
+  for (std::size_t n = 0; n < dims.size(); ++n) {
+    const double bytes = static_cast<double>(dims[n]) * R * v;
+    c.allreduce_comm_s += 2.0 * (P - 1) / P * bytes / bw + a;
+    const double L = P / c.grid[n];  // ranks sharing mode n's chunk
+    const double chunk = static_cast<double>((dims[n] + c.grid[n] - 1) / c.grid[n]) * R * v;
+    // Reduce-scatter and all-gather of the chunk's rows inside the layer, and the sums of
+    // norms, Gram and dots; a layer of one rank only sums its Gram with the others.
+    c.layer_comm_s += L > 1 ? 2.0 * (L - 1) / L * chunk / bw + 4 * a : a;
+  }
+  plan::Request req;
+  req.cp_rank = R;
+  req.value_bytes = value_bytes;
+  plan::TensorFacts t;
+  t.dims = dims;
+  t.nnz = nnz;
+  const nnz_t block = (nnz + static_cast<nnz_t>(ranks) - 1) / static_cast<nnz_t>(ranks);
+  c.grid_cost_s =
+      kGridCostOverKernelFloor * plan::estimate_cp_iteration(req, t, block, ranks, m).kernel_s;
+  const bool layer = c.layer_comm_s + c.grid_cost_s < c.allreduce_comm_s;
+  c.strategy = layer ? CommStrategy::layer : CommStrategy::allreduce;
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "predicted comm per iteration: allreduce %.3g ms, layer %.3g ms + %.3g ms for "
+                "the grid's imbalance (link %.0f GB/s, %.0f us per collective)",
+                c.allreduce_comm_s * 1e3, c.layer_comm_s * 1e3, c.grid_cost_s * 1e3, bw / 1e9,
+                a * 1e6);
+  c.why = buf;
+  return c;
+}
+
+CommStrategy resolve_comm_strategy(const std::string& option, const plan::TensorFacts& facts,
+                                   int ranks, int R, int value_bytes, CommChoice* choice) {
+  if (option != "auto") return parse_comm_strategy(option);
+  const CommChoice c = choose_comm_strategy(facts.store ? facts.dims : std::vector<std::uint64_t>{},
+                                            facts.nnz, ranks, R, value_bytes);
+  if (choice != nullptr) *choice = c;
+  return c.strategy;
+}
+
+}  // namespace tessera::algo

@@ -1,0 +1,43 @@
+// --comm-strategy auto: allreduce or layer for a CP-ALS run, from a model of the bytes each
+// strategy moves over the link between ranks and what the layer strategy's grid partition
+// costs (docs/multi-gpu.md, "Choosing the strategy").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algo/cp_als.hpp"
+#include "plan/planner.hpp"
+
+namespace tessera::algo {
+
+/// What --comm-strategy auto decided, with the figures it compared (seconds per iteration).
+struct CommChoice {
+  CommStrategy strategy = CommStrategy::allreduce;
+  double allreduce_comm_s = 0;  ///< per mode one all-reduce of I_n x R values, P ranks
+  double layer_comm_s = 0;      ///< per mode reduce-scatter + all-gather inside the layers
+  double grid_cost_s = 0;       ///< the grid partition's expected imbalance (see below)
+  std::vector<int> grid;        ///< the grid the layer strategy would use
+  std::string why;              ///< one line for the log and the record
+};
+
+/// Kernel time lost to the grid partition's imbalance, as a multiple of the MTTKRPs' bytes
+/// floor: the slowest rank's MTTKRP 1.2x the mean (amazon shape, power-law, grid 2x1x1 on
+/// 2 H200s) with kernels at about 5x their floor (bench cp's ratio there), i.e. 0.2 x 5.
+inline constexpr double kGridCostOverKernelFloor = 1.0;
+
+/// The choice for a tensor of `dims` with `nnz` nonzeros, CP rank R, `value_bytes` per
+/// value, on `ranks` ranks, under the link and memory figures of `m`. The layer strategy
+/// is chosen when its communication plus the grid's cost is below the all-reduce's. With
+/// one rank, or dims not known yet (a text file is read after the choice), allreduce.
+CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nnz, int ranks, int R,
+                                int value_bytes, const plan::TimeModel& m = {});
+
+/// "allreduce" | "layer" | "auto": the strategy for a run (auto resolved by
+/// choose_comm_strategy on the file's header: dims and nonzeros of a store; a text file
+/// gets allreduce). `choice` (may be null) receives auto's figures.
+CommStrategy resolve_comm_strategy(const std::string& option, const plan::TensorFacts& facts,
+                                   int ranks, int R, int value_bytes, CommChoice* choice);
+
+}  // namespace tessera::algo
