@@ -76,7 +76,7 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
   req.tucker_ranks = pc.tucker_ranks;
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && a.load.grid.empty();
   req.relabel = a.load.relabel;
-  req.tensor_cores = run.tuning.tensor_cores != "off";
+  req.tensor_cores = run.tuning.tensor_cores != kernels::TensorCores::off;
   req.tc_tile_density = run.tuning.tc_tile_density;
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(std::filesystem::exists(a.load.path),

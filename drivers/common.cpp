@@ -9,6 +9,7 @@
 
 #include "kernels/factories.hpp"
 #include "plan/measure.hpp"
+#include "tuning_options.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -113,101 +114,7 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
 
 void add_tuning_options(CLI::App* sub, kernels::Tuning& t, double& nccl_timeout_s) {
   const std::string group = "Kernel tuning";
-  auto on_off = [&](const char* name, bool& field, const std::string& what) {
-    sub->add_option_function<std::string>(
-           name, [&field](const std::string& v) { field = v == "on"; }, what)
-        ->check(CLI::IsMember({"on", "off"}))
-        ->default_str(field ? "on" : "off")
-        ->group(group);
-  };
-  sub->add_option("--cuda-layout", t.cuda_layout,
-                  "cuda MTTKRP layout of the sorted copy: default (the l1 plan where it applies, "
-                  "else plain) | auto (chosen from the shape) | plain | smem | l2; a forced "
-                  "layout skips auto's profitability tests, not its limits")
-      ->check(CLI::IsMember({"default", "auto", "plain", "smem", "l2"}))
-      ->capture_default_str()
-      ->group(group);
-  sub->add_option("--cuda-block-rows", t.cuda_block_rows,
-                  "cuda: rows per block of the blocked layouts (0: from the plan)")
-      ->check(CLI::Range(std::uint64_t(0), (std::uint64_t(1) << 32) - 1))
-      ->capture_default_str()
-      ->group(group);
-  on_off("--cuda-l2-hint", t.cuda_l2_hint,
-         "cuda: the l2 layout's evict-last access-policy hint (off: the l2 layout without it)");
-  sub->add_option("--mttkrp-kernel", t.mttkrp_kernel,
-                  "cuda: tile kernel of the plain and l2 MTTKRP layouts: auto (the "
-                  "register-blocked kernel where it supports the call, else classic) | blocked "
-                  "(same as auto) | classic")
-      ->check(CLI::IsMember({"auto", "blocked", "classic"}))
-      ->capture_default_str()
-      ->group(group);
-  sub->add_option("--tensor-cores", t.tensor_cores,
-                  "cuda MTTKRP: tensor cores on the dense 16 x 16 tiles of each mode, CUDA cores "
-                  "on the rest (docs/tensor-core-mttkrp.md): auto (where the cost model predicts "
-                  "a gain) | on (every mode with tiles) | off (CUDA cores only)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
-      ->capture_default_str()
-      ->group(group);
-  sub->add_option("--tc-precision", t.tc_precision,
-                  "cuda MTTKRP: precision of the tensor-core tiles: auto (3xtf32 for float, fp64 "
-                  "for double) | 3xtf32 (about float accuracy) | tf32 | bf16 (float tensors) | "
-                  "fp64 (double tensors)")
-      ->check(CLI::IsMember({"auto", "3xtf32", "tf32", "bf16", "fp64"}))
-      ->capture_default_str()
-      ->group(group);
-  sub->add_option("--tc-tile-density", t.tc_tile_density,
-                  "cuda MTTKRP: density (nonzeros / 256) at or above which a 16 x 16 tile goes "
-                  "to tensor cores, in (0, 1]")
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {
-            char* end = nullptr;
-            const double x = std::strtod(v.c_str(), &end);
-            if (v.empty() || *end != '\0' || !(x > 0 && x <= 1))
-              return "expected a density in (0, 1], got '" + v + "'";
-            return {};
-          },
-          "(0, 1]"))
-      ->capture_default_str()
-      ->group(group);
-  sub->add_option("--ttmc-kernel", t.ttmc_kernel,
-                  "cuda TTMc: auto (the tensor-core kernel where it applies) | cores (CUDA cores "
-                  "only)")
-      ->check(CLI::IsMember({"auto", "cores"}))
-      ->capture_default_str()
-      ->group(group);
-  sub->add_option("--ttmc-tile", t.ttmc_tile,
-                  "cuda TTMc: nonzeros per warp tile (0: the built-in value; else a multiple of "
-                  "32 in 64..65536)")
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {
-            int n = 0;
-            const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-            if (ec != std::errc() || p != v.data() + v.size() ||
-                (n != 0 && (n < 64 || n > 65536 || n % 32 != 0)))
-              return "expected 0 or a multiple of 32 in 64..65536, got '" + v + "'";
-            return {};
-          },
-          "0|64..65536 (multiple of 32)"))
-      ->capture_default_str()
-      ->group(group);
-  on_off("--sptc-pool", t.sptc_pool,
-         "cuda SpTC: temporaries from the device's stream-ordered pool (off: "
-         "cudaMalloc/cudaFree)");
-  sub->add_option("--tc-threshold", t.sptc_tc_threshold,
-                  "cuda SpTC: block density (nonzeros / 256 of a 16 x 16 block) at or above "
-                  "which a block runs on tensor cores (< 0: the built-in default; 0: every block "
-                  "with a nonzero; > 1: none; bench contract --tc-sweep measures it)")
-      ->check(CLI::Number)
-      ->capture_default_str()
-      ->group(group);
-  sub->add_option("--cpu-isa", t.cpu_isa,
-                  "cpu MTTKRP vector instruction set: auto (the best this CPU has) | base | avx2 "
-                  "| avx512 (refused where the CPU or build lacks it)")
-      ->check(CLI::IsMember({"auto", "base", "avx2", "avx512"}))
-      ->capture_default_str()
-      ->group(group);
-  sub->add_flag("--trace", t.trace, "cuda: per-phase timing lines of each operation on stderr")
-      ->group(group);
+  add_knob_options(sub, t, group);  // every field of kernels::Tuning, from its table
   sub->add_option("--nccl-timeout", nccl_timeout_s,
                   "cuda: seconds a NCCL collective, initialisation or split may wait before the "
                   "communicator is aborted and the job ends with a message (0: no limit)")

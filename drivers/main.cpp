@@ -26,6 +26,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "kernels/tuning.hpp"
 #include "util/cpus.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -126,22 +127,16 @@ std::string parse_error_line(CLI::App& app, const CLI::ParseError& e, int argc,
 /// options (kernels::Tuning, comm::NcclOptions; docs/reliability.md): one warning line each
 /// on rank 0 when set, so a job script that still sets one learns it has no effect.
 void warn_retired_variables(int rank) {
-  static const char* const retired[][2] = {{"TESSERA_CUDA_LAYOUT", "--cuda-layout"},
-                                           {"TESSERA_CUDA_BLOCK_ROWS", "--cuda-block-rows"},
-                                           {"TESSERA_CUDA_L2_HINT", "--cuda-l2-hint"},
-                                           {"TESSERA_CUDA_MTTKRP_KERNEL", "--mttkrp-kernel"},
-                                           {"TESSERA_CUDA_TTMC_KERNEL", "--ttmc-kernel"},
-                                           {"TESSERA_CUDA_TTMC_TILE", "--ttmc-tile"},
-                                           {"TESSERA_CUDA_SPTC_POOL", "--sptc-pool"},
-                                           {"TESSERA_SPTC_TC_THRESHOLD", "--tc-threshold"},
-                                           {"TESSERA_CPU_ISA", "--cpu-isa"},
-                                           {"TESSERA_CUDA_TRACE", "--trace"},
-                                           {"TESSERA_NCCL_TIMEOUT_S", "--nccl-timeout"}};
   if (rank != 0) return;
-  for (const auto& r : retired)
-    if (const char* v = std::getenv(r[0]); v != nullptr && *v != '\0')
-      tessera::log::warn(std::string(r[0]) + " is set but no longer read: use the option " + r[1] +
+  auto warn = [](const std::string& variable, const std::string& option) {
+    if (const char* v = std::getenv(variable.c_str()); v != nullptr && *v != '\0')
+      tessera::log::warn(variable + " is set but no longer read: use the option " + option +
                          " (tessera SUBCOMMAND --help, Kernel tuning)");
+  };
+  tessera::kernels::for_each_knob([&](const auto& k) {  // the table: kernels/tuning.hpp
+    if (!k.retired_env.empty()) warn(std::string(k.retired_env), tessera::kernels::flag(k));
+  });
+  warn("TESSERA_NCCL_TIMEOUT_S", "--nccl-timeout");
 }
 
 /// OpenMP's team (OMP_NUM_THREADS, or every CPU of the node) capped to the CPUs this process

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <initializer_list>
 #include <limits>
 
 #include "kernels/factories.hpp"
@@ -59,39 +58,6 @@ std::unique_ptr<Backend<T>> make_backend(BackendKind kind, int threads, const Tu
   if (!be) TESSERA_THROW("unknown backend kind");
   be->set_tuning(tuning);
   return be;
-}
-
-void check(const Tuning& t) {
-  auto one_of = [](const std::string& v, std::initializer_list<const char*> names) {
-    for (const char* n : names)
-      if (v == n) return true;
-    return false;
-  };
-  TESSERA_INPUT_CHECK(
-      one_of(t.cuda_layout, {"default", "auto", "plain", "smem", "l2"}),
-      "--cuda-layout must be default, auto, plain, smem or l2 (got '" << t.cuda_layout << "')");
-  TESSERA_INPUT_CHECK(t.cuda_block_rows < (std::uint64_t(1) << 32),
-                      "--cuda-block-rows must be below 2^32 (got " << t.cuda_block_rows << ")");
-  TESSERA_INPUT_CHECK(
-      one_of(t.mttkrp_kernel, {"auto", "blocked", "classic"}),
-      "--mttkrp-kernel must be auto, blocked or classic (got '" << t.mttkrp_kernel << "')");
-  TESSERA_INPUT_CHECK(one_of(t.ttmc_kernel, {"auto", "cores"}),
-                      "--ttmc-kernel must be auto or cores (got '" << t.ttmc_kernel << "')");
-  TESSERA_INPUT_CHECK(
-      t.ttmc_tile == 0 || (t.ttmc_tile >= 64 && t.ttmc_tile <= 65536 && t.ttmc_tile % 32 == 0),
-      "--ttmc-tile must be 0 (built-in) or a multiple of 32 in 64..65536 (got " << t.ttmc_tile
-                                                                                << ")");
-  TESSERA_INPUT_CHECK(!std::isnan(t.sptc_tc_threshold),
-                      "--tc-threshold must be a block density >= 0, or < 0 for the default");
-  TESSERA_INPUT_CHECK(one_of(t.tensor_cores, {"auto", "on", "off"}),
-                      "--tensor-cores must be auto, on or off (got '" << t.tensor_cores << "')");
-  TESSERA_INPUT_CHECK(
-      one_of(t.tc_precision, {"auto", "3xtf32", "tf32", "bf16", "fp64"}),
-      "--tc-precision must be auto, 3xtf32, tf32, bf16 or fp64 (got '" << t.tc_precision << "')");
-  TESSERA_INPUT_CHECK(t.tc_tile_density > 0 && t.tc_tile_density <= 1,
-                      "--tc-tile-density must be in (0, 1] (got " << t.tc_tile_density << ")");
-  TESSERA_INPUT_CHECK(one_of(t.cpu_isa, {"auto", "base", "avx2", "avx512"}),
-                      "--cpu-isa must be auto, base, avx2 or avx512 (got '" << t.cpu_isa << "')");
 }
 
 void check_synthetic(const synthetic::Spec& spec, std::uint64_t first_id, std::uint64_t count) {

@@ -41,13 +41,7 @@ enum class Schedule {
               ///< chunk boundary are summed from per-chunk partial rows at the end
 };
 
-/// Instruction set of the inner loops, chosen at run time (the build needs no -march).
-enum class Isa {
-  automatic,  ///< the widest one this CPU supports (the cpu backend: Tuning::cpu_isa, --cpu-isa)
-  base,       ///< the compiler's baseline (SSE2 on x86-64)
-  avx2,       ///< AVX2 + FMA, x86-64 only
-  avx512,     ///< AVX-512F, x86-64 only
-};
+// Isa, the instruction set of the inner loops: kernels/tuning.hpp (--cpu-isa).
 /// True when this build has kernels for `isa` and the CPU runs them.
 bool isa_supported(Isa isa);
 /// The instruction set Isa::automatic resolves to on this machine.

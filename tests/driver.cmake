@@ -61,6 +61,12 @@ endif()
 tessera_test_executable(driver_record_test
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/driver_record.cpp LIBS tessera::run)
 tessera_add_test(driver_record driver_record_test LABELS driver)
+# The tuning knobs' table (kernels/tuning.hpp; issue 40) against the CLI options, --help, the
+# run record and docs/run-record.schema.json.
+tessera_test_executable(tuning_knobs_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/tuning_knobs.cpp LIBS tessera::cli)
+target_compile_definitions(tuning_knobs_test PRIVATE TESSERA_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+tessera_add_test(tuning_knobs tuning_knobs_test LABELS driver)
 # Command-line habits (issue 20): oversubscription warning, -t as --threads, options a
 # subcommand does not use refused, defaults in --help.
 add_executable(cli_habits_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/cli_habits_driver_test.cpp)

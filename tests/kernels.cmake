@@ -27,3 +27,11 @@ tessera_add_test(kernels_tucker_dense kernels_tucker_dense_test)
 tessera_test_executable(kernels_ops_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_ops.cpp LIBS tessera::kernels)
 tessera_add_test(kernels_ops kernels_ops_test)
+# Every operation of kernels/ops/ has, in every backend's folder, a definition that writes its
+# signature out (found by tags, clangd, grep) followed by its instantiation (issue 40, point 4).
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME kernels_ops_definitions
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/jobs/check-ops.py --tags)
+  set_tests_properties(kernels_ops_definitions PROPERTIES LABELS "unit")
+endif()

@@ -343,7 +343,7 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
     const int N = sc.x.order();
     const double nnz = static_cast<double>(sc.x.nnz());
     kernels::Tuning on = user;
-    on.tensor_cores = "on";
+    on.tensor_cores = kernels::TensorCores::on;
     be.set_tuning(on);  // the hybrid layout is built at prepare when tensor_cores != off
     Timer tp;
     auto X = be.prepare(sc.x);
@@ -406,14 +406,14 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
         };
         std::vector<kernels::Tuning> tunings;
         tunings.push_back(user);
-        tunings.back().tensor_cores = "off";
+        tunings.back().tensor_cores = kernels::TensorCores::off;
         if (cuda) {
           tunings.push_back(user);
-          tunings.back().tensor_cores = "auto";
+          tunings.back().tensor_cores = kernels::TensorCores::automatic;
           for (const std::string& p : precs) {
             tunings.push_back(user);
-            tunings.back().tensor_cores = "on";
-            tunings.back().tc_precision = p;
+            tunings.back().tensor_cores = kernels::TensorCores::on;
+            tunings.back().tc_precision = *kernels::parse_name<kernels::TcPrecisionOption>(p);
           }
         }
         auto call = [&] { kernels::ops::mttkrp(be, *X, mode, fp, R, out.data()); };

@@ -7,17 +7,6 @@
 
 namespace tessera::kernels {
 
-namespace cpu {
-
-Isa parse_cpu_isa(const std::string& s) {
-  if (s == "base") return Isa::base;
-  if (s == "avx2") return Isa::avx2;
-  if (s == "avx512") return Isa::avx512;
-  return Isa::automatic;
-}
-
-}  // namespace cpu
-
 template <typename T>
 std::unique_ptr<Backend<T>> make_cpu_backend(int threads) {
   return std::make_unique<cpu::CpuBackend<T>>(threads);

@@ -74,9 +74,6 @@ class CpuTensor final : public TensorHandle<T> {
   mutable double last_compute_ = 0;  ///< seconds of the last mttkrp
 };
 
-/// Tuning::cpu_isa (checked by kernels::check) as the MTTKRP's instruction set.
-Isa parse_cpu_isa(const std::string& s);
-
 /// The cpu executor. The memory budget is recorded only (Backend::set_memory_budget): the
 /// CSF is host-resident.
 template <typename T>
@@ -92,9 +89,9 @@ class CpuBackend final : public Backend<T> {
   /// --cpu-isa), before any kernel does.
   void set_tuning(const Tuning& t) override {
     check(t);
-    const Isa chosen = parse_cpu_isa(t.cpu_isa);
+    const Isa chosen = t.cpu_isa;
     TESSERA_INPUT_CHECK(isa_supported(chosen),
-                        "--cpu-isa " << t.cpu_isa
+                        "--cpu-isa " << name_of(t.cpu_isa)
                                      << ": this CPU or this build does not run it (auto picks "
                                      << to_string(isa_selected()) << " here)");
     Backend<T>::set_tuning(t);

@@ -15,7 +15,8 @@ namespace tessera::kernels::cpu {
 // ---- MTTKRP ----
 
 template <typename T>
-TESSERA_MTTKRP_OP(T) {
+void mttkrp(Backend<T>& be, const TensorHandle<T>& x, int mode,
+            const std::vector<const T*>& factors, int R, T* out) {
   const auto& b = static_cast<const CpuBackend<T>&>(be);
   const CpuTensor<T>& h = cpu_handle(x);
   MttkrpOptions opt;
@@ -26,36 +27,39 @@ TESSERA_MTTKRP_OP(T) {
   h.record_compute(t.seconds());
 }
 template <typename T>
-TESSERA_MTTKRP_ACCUMULATE_OP(T) {
+void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,
+                       const std::vector<const T*>& factors, int R, T* out, int sorted_mode) {
   reference::mttkrp_accumulate(be, chunk, mode, factors, R, out, sorted_mode);
 }
 template <typename T>
-TESSERA_PREPARE_STREAM_CHUNK_OP(T) {
+int prepare_stream_chunk(Backend<T>& be, SparseTensor<T>& chunk) {
   return reference::prepare_stream_chunk(be, chunk);
 }
 template <typename T>
-TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP(T) {
+std::size_t stream_chunk_scratch_bytes(const Backend<T>& be, nnz_t chunk_nnz) {
   return reference::stream_chunk_scratch_bytes(be, chunk_nnz);
 }
 template <typename T>
-TESSERA_TAKE_ACCUMULATE_TIMES_OP(T) {
+AccumulateTimes take_accumulate_times(Backend<T>& be) {
   return reference::take_accumulate_times(be);
 }
 
 // ---- TTMc, on the CSF trees the handle keeps for MTTKRP (a borrowing plan, O(order)) ----
 
 template <typename T>
-TESSERA_TTMC_ROWS_OP(T) {
+std::vector<index_t> ttmc_rows(Backend<T>& be, const TensorHandle<T>& x, int mode) {
   const auto& b = static_cast<const CpuBackend<T>&>(be);
   return cpu::ttmc_rows(TtmcPlan<T>(cpu_handle(x).csf(), b.threads()), mode);
 }
 template <typename T>
-TESSERA_TTMC_SCRATCH_BYTES_OP(T) {
+std::size_t ttmc_scratch_bytes(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                               const std::vector<int>& ranks) {
   const auto& b = static_cast<const CpuBackend<T>&>(be);
   return cpu::ttmc_scratch_bytes(TtmcPlan<T>(cpu_handle(x).csf(), b.threads()), mode, ranks);
 }
 template <typename T>
-TESSERA_TTMC_OP(T) {
+void ttmc(Backend<T>& be, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+          const std::vector<int>& ranks, T* out) {
   const auto& b = static_cast<const CpuBackend<T>&>(be);
   const CpuTensor<T>& h = cpu_handle(x);
   Timer t;
@@ -66,23 +70,27 @@ TESSERA_TTMC_OP(T) {
 // ---- SpTC ----
 
 template <typename T>
-TESSERA_CONTRACT_PLAN_OP(T) {
+std::unique_ptr<ContractPlan<T>> contract_plan(Backend<T>& be, const SparseTensor<T>& x,
+                                               const SparseTensor<T>& y, const ContractSpec& spec) {
   const auto& b = static_cast<const CpuBackend<T>&>(be);
   ContractOptions o;
   o.threads = b.threads();
   return cpu::plan_contract(x, y, spec, o);
 }
 template <typename T>
-TESSERA_CONTRACT_OP(T) {
+SparseTensor<T> contract(Backend<T>& be, ContractPlan<T>& plan, ContractStats* stats) {
   (void)be;
   return cpu::contract(plan, stats);
 }
 template <typename T>
-TESSERA_CONTRACT_INTO_OP(T) {
+bool contract_into(Backend<T>& be, ContractPlan<T>& plan, ContractStats* stats,
+                   ContractSink<T>& sink) {
   return reference::contract_into(be, plan, stats, sink);
 }
 template <typename T>
-TESSERA_CONTRACT_ROUTE_OP(T) {
+std::unique_ptr<ContractRoute<T>> contract_route(Backend<T>& be, const SparseTensor<T>& x,
+                                                 const SparseTensor<T>& y, const ContractSpec& spec,
+                                                 int ranks) {
   return reference::contract_route(be, x, y, spec, ranks);
 }
 

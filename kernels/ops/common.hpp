@@ -12,10 +12,20 @@
 //     whether it is streamed (TensorHandle::streamed(): memory tier 3); a streamed handle runs
 //     the operation chunk by chunk through the backend's own operations.
 // Algorithms call only the ops:: dispatchers. The definitions of a backend live in its folder
-// (kernels/reference/, kernels/cpu/, kernels/cuda/) and are instantiated for float and double
-// there (TESSERA_INSTANTIATE_OP). A build without CUDA links kernels/cuda/stub.cpp, whose
-// cuda:: definitions (TESSERA_STUB_OP) throw "built without CUDA"; no cuda executor can exist
-// in such a build, so they are never reached through a dispatcher.
+// (kernels/reference/, kernels/cpu/, kernels/cuda/) and, as Ginkgo's do, write the signature
+// out in full, so that a tags file (jobs/tags.sh), clangd or grep finds e.g.
+// tessera::kernels::cuda::mttkrp with its parameters where it is defined:
+//     template <typename T>
+//     void mttkrp(Backend<T>& be, const TensorHandle<T>& x, int mode, ...) { ... }
+//     TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_OP);
+// The instantiation that follows each definition (float and double) names the declared
+// signature: it does not compile unless the written one is the same (an explicit
+// instantiation of a declared template without a definition is an error), so the
+// declaration stays the one place a signature is decided. jobs/check-ops.py (a test) checks
+// that every declared operation has such a definition in every backend. A build without
+// CUDA links kernels/cuda/stub.cpp, whose cuda:: definitions (TESSERA_STUB_OP) throw "built
+// without CUDA"; no cuda executor can exist in such a build, so they are never reached
+// through a dispatcher.
 #pragma once
 
 #include "kernels/backend.hpp"
@@ -35,7 +45,9 @@
   OP(T);                       \
   }
 
-/// Explicit instantiations of a backend's definition (in its namespace) for float and double.
+/// Explicit instantiations of a backend's definition (in its namespace) for float and double;
+/// placed after the definition, which writes OP's signature out: a compile error when the
+/// two differ.
 #define TESSERA_INSTANTIATE_OP(OP) \
   template OP(float);              \
   template OP(double)

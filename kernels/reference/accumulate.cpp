@@ -10,7 +10,8 @@
 namespace tessera::kernels::reference {
 
 template <typename T>
-TESSERA_MTTKRP_ACCUMULATE_OP(T) {
+void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,
+                       const std::vector<const T*>& factors, int R, T* out, int sorted_mode) {
   (void)sorted_mode;  // host backends do not sort chunks
   TESSERA_EXPECTS(mode >= 0 && mode < chunk.order(), "mttkrp_accumulate: mode "
                                                          << mode << " of an order-" << chunk.order()
@@ -36,19 +37,19 @@ TESSERA_MTTKRP_ACCUMULATE_OP(T) {
 }
 
 template <typename T>
-TESSERA_PREPARE_STREAM_CHUNK_OP(T) {
+int prepare_stream_chunk(Backend<T>& be, SparseTensor<T>& chunk) {
   (void)be, (void)chunk;
   return -1;  // left as it is
 }
 
 template <typename T>
-TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP(T) {
+std::size_t stream_chunk_scratch_bytes(const Backend<T>& be, nnz_t chunk_nnz) {
   (void)be, (void)chunk_nnz;
   return 0;
 }
 
 template <typename T>
-TESSERA_TAKE_ACCUMULATE_TIMES_OP(T) {
+AccumulateTimes take_accumulate_times(Backend<T>& be) {
   be.synchronize();
   auto& acc = be.host_accumulate();
   const AccumulateTimes t = acc.times;

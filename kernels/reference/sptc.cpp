@@ -336,23 +336,27 @@ template ContractCount contract_count<double>(const SparseTensor<double>&,
 // ---- the operations (kernels/ops/sptc.hpp) ----
 
 template <typename T>
-TESSERA_CONTRACT_PLAN_OP(T) {
+std::unique_ptr<ContractPlan<T>> contract_plan(Backend<T>& be, const SparseTensor<T>& x,
+                                               const SparseTensor<T>& y, const ContractSpec& spec) {
   (void)be;
   return reference::plan_contract(x, y, spec);
 }
 template <typename T>
-TESSERA_CONTRACT_OP(T) {
+SparseTensor<T> contract(Backend<T>& be, ContractPlan<T>& plan, ContractStats* stats) {
   (void)be;
   return reference::contract(plan, stats);
 }
 // The host backends (this one and cpu) have no contraction into a sink and no routed path.
 template <typename T>
-TESSERA_CONTRACT_INTO_OP(T) {
+bool contract_into(Backend<T>& be, ContractPlan<T>& plan, ContractStats* stats,
+                   ContractSink<T>& sink) {
   (void)be, (void)plan, (void)stats, (void)sink;
   return false;
 }
 template <typename T>
-TESSERA_CONTRACT_ROUTE_OP(T) {
+std::unique_ptr<ContractRoute<T>> contract_route(Backend<T>& be, const SparseTensor<T>& x,
+                                                 const SparseTensor<T>& y, const ContractSpec& spec,
+                                                 int ranks) {
   (void)be, (void)x, (void)y, (void)spec, (void)ranks;
   return nullptr;
 }

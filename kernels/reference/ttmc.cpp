@@ -129,7 +129,7 @@ template SemiSparse<double> ttmc<double>(const SparseTensor<double>&, int,
                                          std::size_t);
 
 template <typename T>
-TESSERA_TTMC_ROWS_OP(T) {
+std::vector<index_t> ttmc_rows(Backend<T>& be, const TensorHandle<T>& x, int mode) {
   (void)be;
   const auto& c = reference_handle(x).coo();
   TESSERA_EXPECTS(mode >= 0 && mode < c.order(),
@@ -141,7 +141,8 @@ TESSERA_TTMC_ROWS_OP(T) {
 }
 
 template <typename T>
-TESSERA_TTMC_SCRATCH_BYTES_OP(T) {
+std::size_t ttmc_scratch_bytes(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                               const std::vector<int>& ranks) {
   const auto rows = static_cast<std::int64_t>(reference::ttmc_rows(be, x, mode).size());
   // reference::ttmc returns a fresh output that is copied into `out`.
   return reference::ttmc_scratch_bytes(rows, ranks, mode) +
@@ -149,7 +150,8 @@ TESSERA_TTMC_SCRATCH_BYTES_OP(T) {
 }
 
 template <typename T>
-TESSERA_TTMC_OP(T) {
+void ttmc(Backend<T>& be, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+          const std::vector<int>& ranks, T* out) {
   (void)be;
   const ReferenceTensor<T>& h = reference_handle(x);
   Timer t;

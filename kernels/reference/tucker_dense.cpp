@@ -66,7 +66,7 @@ bool host_cholesky_inverse_t(const double* G, int R, std::vector<double>& M) {
 // ---- wide products and the eigensolver ----
 
 template <typename T>
-TESSERA_WIDE_GRAM_OP(T) {
+void wide_gram(Backend<T>& be, const T* Y, std::int64_t rows, std::int64_t C, double* S) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement wide_gram");
   std::fill(S, S + C * C, 0.0);
@@ -77,7 +77,8 @@ TESSERA_WIDE_GRAM_OP(T) {
   linalg::symmetrize_lower(C, S);
 }
 template <typename T>
-TESSERA_WIDE_TIMES_OP(T) {
+void wide_times(Backend<T>& be, const T* Y, std::int64_t rows, std::int64_t C, const double* W,
+                int R, double* Z) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement wide_times");
   std::vector<double> buf;
@@ -86,7 +87,8 @@ TESSERA_WIDE_TIMES_OP(T) {
   });
 }
 template <typename T>
-TESSERA_WIDE_TIMES_T_OP(T) {
+void wide_times_t(Backend<T>& be, const T* Y, std::int64_t rows, std::int64_t C, const double* P,
+                  int R, double* B) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement wide_times_t");
   std::fill(B, B + C * R, 0.0);
@@ -96,14 +98,14 @@ TESSERA_WIDE_TIMES_T_OP(T) {
   });
 }
 template <typename T>
-TESSERA_WIDE_SCRATCH_BYTES_OP(T) {
+std::size_t wide_scratch_bytes(const Backend<T>& be, std::int64_t C) {
   (void)be;
   return std::is_same_v<T, double>
              ? 0
              : static_cast<std::size_t>(kDoubleChunkRows * C) * sizeof(double);
 }
 template <typename T>
-TESSERA_SYMMETRIC_EIG_TOP_OP(T) {
+void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V) {
   const auto nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
   std::vector<double> Sh(nn), Vh(static_cast<std::size_t>(n) * static_cast<std::size_t>(k));
   be.download_double(S, nn, Sh.data());
@@ -114,7 +116,8 @@ TESSERA_SYMMETRIC_EIG_TOP_OP(T) {
 // ---- tall-skinny double operations ----
 
 template <typename T>
-TESSERA_GATHER_ROWS_DOUBLE_OP(T) {
+void gather_rows_double(Backend<T>& be, const double* U, int R, const std::int64_t* pos,
+                        std::int64_t rows, double* P) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement gather_rows_double");
   for (std::int64_t j = 0; j < rows; ++j) {
@@ -123,7 +126,9 @@ TESSERA_GATHER_ROWS_DOUBLE_OP(T) {
   }
 }
 template <typename T>
-TESSERA_SCATTER_ROWS_DOUBLE_OP(T) {
+void scatter_rows_double(Backend<T>& be, const double* Z, std::int64_t rows, int R,
+                         const std::int64_t* pos, std::int64_t len, const double* host_scale,
+                         double* U) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement scatter_rows_double");
   std::fill(U, U + len * R, 0.0);
@@ -137,7 +142,7 @@ TESSERA_SCATTER_ROWS_DOUBLE_OP(T) {
   }
 }
 template <typename T>
-TESSERA_GRAM_DOUBLE_OP(T) {
+void gram_double(Backend<T>& be, const double* U, std::int64_t rows, int R, double* G) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement gram_double");
   std::fill(G, G + static_cast<std::size_t>(R) * static_cast<std::size_t>(R), 0.0);
@@ -148,7 +153,8 @@ TESSERA_GRAM_DOUBLE_OP(T) {
   linalg::symmetrize_lower(R, G);
 }
 template <typename T>
-TESSERA_INNER_DOUBLE_OP(T) {
+void inner_double(Backend<T>& be, const double* A, const double* B, std::int64_t rows, int R,
+                  double* M) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement inner_double");
   if (rows == 0) {
@@ -158,14 +164,15 @@ TESSERA_INNER_DOUBLE_OP(T) {
   linalg::gemm(true, false, R, R, rows, 1.0, A, R, B, R, 0.0, M, R);
 }
 template <typename T>
-TESSERA_TIMES_SMALL_DOUBLE_OP(T) {
+void times_small_double(Backend<T>& be, double* U, std::int64_t rows, int R, const double* M) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement times_small_double");
   std::vector<double> tmp;
   host_times_small(U, rows, R, M, tmp);
 }
 template <typename T>
-TESSERA_CHOLQR_STEP_OP(T) {
+bool cholqr_step(Backend<T>& be, double* U, std::int64_t rows, int R, const double* G,
+                 double* host_dev) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement cholqr_step");
   double dev = 0;
@@ -179,7 +186,8 @@ TESSERA_CHOLQR_STEP_OP(T) {
   return true;
 }
 template <typename T>
-TESSERA_SUBSPACE_CHANGE_OP(T) {
+double subspace_change(Backend<T>& be, const double* U, const double* Unew, const double* M,
+                       std::int64_t rows, int R) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement subspace_change");
   const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(R);
@@ -190,7 +198,7 @@ TESSERA_SUBSPACE_CHANGE_OP(T) {
   return change;
 }
 template <typename T>
-TESSERA_SUM_SQUARES_DOUBLE_OP(T) {
+double sum_squares_double(Backend<T>& be, const double* x, std::size_t n) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement sum_squares_double");
   double s = 0;
@@ -198,7 +206,7 @@ TESSERA_SUM_SQUARES_DOUBLE_OP(T) {
   return s;
 }
 template <typename T>
-TESSERA_CONVERT_FROM_DOUBLE_OP(T) {
+void convert_from_double(Backend<T>& be, const double* src, std::size_t n, T* dst) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement convert_from_double");
   for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(src[k]);
@@ -207,7 +215,8 @@ TESSERA_CONVERT_FROM_DOUBLE_OP(T) {
 // ---- rows of TTMc / MTTKRP outputs ----
 
 template <typename T>
-TESSERA_SUM_ROWS_OP(T) {
+void sum_rows(Backend<T>& be, const T* src, const std::vector<std::int64_t>& ptr,
+              const std::vector<std::int64_t>& row, std::int64_t C, T* dst) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement sum_rows");
   const auto rows = static_cast<std::int64_t>(ptr.empty() ? 0 : ptr.size() - 1);
@@ -225,7 +234,8 @@ TESSERA_SUM_ROWS_OP(T) {
   }
 }
 template <typename T>
-TESSERA_ADD_ROWS_OP(T) {
+void add_rows(Backend<T>& be, const T* src, std::int64_t rows, std::int64_t C,
+              const std::vector<std::int64_t>& dst_row, T* dst) {
   TESSERA_EXPECTS(be.memory_space() == MemorySpace::host,
                   "the " << be.name() << " backend must implement add_rows");
   TESSERA_EXPECTS(dst_row.empty() || static_cast<std::int64_t>(dst_row.size()) == rows,

@@ -10,6 +10,7 @@
 //   tucker.cpp         tucker_hooi
 //   contract.cpp       contract
 //   files.cpp          read_tensor, load_model, save_model
+//   tuning.cpp         the kernel tuning keywords, from kernels/tuning.hpp
 //   module.cpp         PYBIND11_MODULE: the registration calls
 #pragma once
 
@@ -36,6 +37,7 @@ void register_tucker(py::module_& m);    // tucker.cpp: tucker_hooi
 void register_contract(py::module_& m);  // contract.cpp: contract
 void register_files(py::module_& m);     // files.cpp: read_tensor, load_model, save_model
 void register_runtime(py::module_& m);   // runtime.cpp: finalize_mpi, mpi_size, cuda_built
+void register_tuning(py::module_& m);    // tuning.cpp: tuning_defaults
 
 // ---- results (results.cpp) ----------------------------------------------------------------
 

@@ -260,65 +260,18 @@ CommonArgs common_args(const std::string& backend, const std::string& precision,
 namespace {
 
 void apply_tuning_fields(CommonArgs& a, const py::dict& tuning) {
-  kernels::Tuning& t = a.run.tuning;
   for (const auto& [key, value] : tuning) {
     const std::string name = py::cast<std::string>(py::str(key));
-    auto as = [&]<typename V>(V& field, const char* expected) {
-      const bool is_bool = py::isinstance<py::bool_>(value);
-      bool ok = false;
-      if constexpr (std::is_same_v<V, std::string>)
-        ok = py::isinstance<py::str>(value);
-      else if constexpr (std::is_same_v<V, bool>)
-        ok = is_bool;
-      else if constexpr (std::is_floating_point_v<V>)
-        ok = !is_bool && (py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value));
-      else
-        ok = !is_bool && py::isinstance<py::int_>(value);
+    if (name == "nccl_timeout") {
+      const bool ok = !py::isinstance<py::bool_>(value) &&
+                      (py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value));
       TESSERA_INPUT_CHECK(
-          ok, name << "=" << py::cast<std::string>(py::repr(value)) << ": expected " << expected);
-      try {
-        field = py::cast<V>(value);
-      } catch (const py::cast_error&) {
-        TESSERA_INPUT_CHECK(false, name << "=" << py::cast<std::string>(py::repr(value))
-                                        << ": expected " << expected);
-      }
-    };
-    if (name == "cuda_layout")
-      as(t.cuda_layout, "a string");
-    else if (name == "cuda_block_rows")
-      as(t.cuda_block_rows, "an integer >= 0");
-    else if (name == "cuda_l2_hint")
-      as(t.cuda_l2_hint, "True or False");
-    else if (name == "mttkrp_kernel")
-      as(t.mttkrp_kernel, "a string");
-    else if (name == "tensor_cores")
-      as(t.tensor_cores, "a string");
-    else if (name == "tc_precision")
-      as(t.tc_precision, "a string");
-    else if (name == "tc_tile_density")
-      as(t.tc_tile_density, "a number");
-    else if (name == "ttmc_kernel")
-      as(t.ttmc_kernel, "a string");
-    else if (name == "ttmc_tile")
-      as(t.ttmc_tile, "an integer");
-    else if (name == "sptc_pool")
-      as(t.sptc_pool, "True or False");
-    else if (name == "sptc_tc_threshold")
-      as(t.sptc_tc_threshold, "a number");
-    else if (name == "cpu_isa")
-      as(t.cpu_isa, "a string");
-    else if (name == "trace")
-      as(t.trace, "True or False");
-    else if (name == "nccl_timeout")
-      as(a.run.nccl_timeout_s, "seconds >= 0");
-    else
+          ok, name << "=" << py::cast<std::string>(py::repr(value)) << ": expected seconds >= 0");
+      a.run.nccl_timeout_s = py::cast<double>(value);
+    } else if (!set_tuning_keyword(a.run.tuning, name, value))  // the knobs' table (tuning.cpp)
       TESSERA_INPUT_CHECK(false, "unknown keyword argument '"
-                                     << name
-                                     << "': the tuning arguments are cuda_layout, "
-                                        "cuda_block_rows, cuda_l2_hint, mttkrp_kernel, "
-                                        "tensor_cores, tc_precision, tc_tile_density, "
-                                        "ttmc_kernel, ttmc_tile, sptc_pool, sptc_tc_threshold, "
-                                        "cpu_isa, trace and nccl_timeout");
+                                     << name << "': the tuning arguments are " << tuning_keywords()
+                                     << "and nccl_timeout");
   }
 }
 
@@ -341,8 +294,9 @@ void check_common(const CommonArgs& a) {
                       "precision=\"" << a.run.precision << "\": expected double or float");
   TESSERA_INPUT_CHECK(a.run.threads >= 0,
                       "threads=" << a.run.threads << ": expected >= 0 (0: OpenMP's)");
-  TESSERA_INPUT_CHECK(a.run.strategy == "allreduce" || a.run.strategy == "layer",
-                      "comm_strategy=\"" << a.run.strategy << "\": expected allreduce or layer");
+  TESSERA_INPUT_CHECK(
+      a.run.strategy == "auto" || a.run.strategy == "allreduce" || a.run.strategy == "layer",
+      "comm_strategy=\"" << a.run.strategy << "\": expected auto, allreduce or layer");
   TESSERA_INPUT_CHECK(a.checkpoint_every >= 0,
                       "checkpoint_every=" << a.checkpoint_every << ": expected >= 0");
   io::parse_index_base(a.index_base);

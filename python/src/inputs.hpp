@@ -65,6 +65,12 @@ CommonArgs common_args(const std::string& backend, const std::string& precision,
 /// InputError naming an unknown name or a value of the wrong type. Values are checked by
 /// check_common.
 void apply_tuning(CommonArgs& a, const py::dict& tuning);
+/// Sets the field of the tuning knob `name` (kernels/tuning.hpp; python/src/tuning.cpp) from
+/// `value` (an enumeration by name, bool, number); InputError naming the keyword and the
+/// option for a wrong type or value; false when `name` is no knob.
+bool set_tuning_keyword(kernels::Tuning& t, const std::string& name, py::handle value);
+/// "cuda_layout, cuda_block_rows, ..., trace, ": every knob's keyword, for messages.
+std::string tuning_keywords();
 
 /// The run layer's options of these arguments and this input: the input file (none for
 /// arrays, named by the source's name instead), the compute options, the checkpoint (a

@@ -18,4 +18,5 @@ PYBIND11_MODULE(_tessera, m) {
   register_contract(m);
   register_files(m);
   register_runtime(m);
+  register_tuning(m);
 }

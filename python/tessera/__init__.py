@@ -72,19 +72,14 @@ def _threads(threads):
 
 
 # The kernel tuning keyword arguments of cp_als, tucker_hooi and contract with their
-# defaults: the fields of kernels::Tuning (the CLI's "Kernel tuning" options, e.g.
-# cuda_layout for --cuda-layout, sptc_tc_threshold for --tc-threshold) and nccl_timeout
-# (--nccl-timeout, seconds, 0: no limit). The cuda MTTKRP on tensor cores
-# (docs/tensor-core-mttkrp.md): tensor_cores ("auto" | "on" | "off"), tc_precision ("auto":
-# 3xtf32 for float, fp64 for double | "3xtf32" | "tf32" | "bf16" | "fp64") and
+# defaults: the knobs of kernels::Tuning, from their table (kernels/tuning.hpp: the CLI's
+# "Kernel tuning" options, e.g. cuda_layout for --cuda-layout, and the run record's "tuning"
+# keys), and nccl_timeout (--nccl-timeout, seconds, 0: no limit). The cuda MTTKRP on tensor
+# cores (docs/tensor-core-mttkrp.md): tensor_cores ("auto" | "on" | "off"), tc_precision
+# ("auto": 3xtf32 for float, fp64 for double | "3xtf32" | "tf32" | "bf16" | "fp64") and
 # tc_tile_density (a number in (0, 1]: the density at or above which a 16 x 16 tile goes to
 # tensor cores).
-TUNING = {
-    "cuda_layout": "default", "cuda_block_rows": 0, "cuda_l2_hint": True,
-    "mttkrp_kernel": "auto", "tensor_cores": "auto", "tc_precision": "auto",
-    "tc_tile_density": 0.25, "ttmc_kernel": "auto", "ttmc_tile": 0, "sptc_pool": True,
-    "sptc_tc_threshold": -1.0, "cpu_isa": "auto", "trace": False, "nccl_timeout": 1800.0,
-}
+TUNING = dict(_tessera.tuning_defaults(), nccl_timeout=1800.0)
 
 
 def _tuning_arg(tuning):
@@ -128,7 +123,7 @@ def _per_mode_arg(v, name):
 
 
 def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",
-           precision="double", threads=None, comm_strategy="allreduce", index_base="1",
+           precision="double", threads=None, comm_strategy="auto", index_base="1",
            checkpoint=None, checkpoint_every=None, resume=None, callback=None, verbose=False,
            distributed="root", comm=None, max_seconds=None, print_every=1, nonneg=False,
            l1=0.0, l2=0.0, inner_sweeps=3, observed_only=False, holdout=0.0, **tuning):

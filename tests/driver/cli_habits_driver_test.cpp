@@ -191,7 +191,7 @@ const std::vector<TuningFlag>& tuning_flags() {
       {"--ttmc-kernel", "--ttmc-kernel TEXT:{auto,cores}=auto"},
       {"--ttmc-tile", "--ttmc-tile INT:0|64..65536 (multiple of 32)=0"},
       {"--sptc-pool", "--sptc-pool TEXT:{on,off}=on"},
-      {"--tc-threshold", "--tc-threshold FLOAT:NUMBER=-1"},
+      {"--sptc-tc-threshold", "--sptc-tc-threshold,--tc-threshold FLOAT:NUMBER=-1"},  // alias
       {"--cpu-isa", "--cpu-isa TEXT:{auto,base,avx2,avx512}=auto"},
       {"--trace", "--trace"},
       {"--nccl-timeout", "--nccl-timeout FLOAT:NONNEGATIVE=1800"},

@@ -42,10 +42,11 @@ using namespace ::tessera::test;
 Tuning layout_tuning(const std::string& layout, std::uint64_t block_rows,
                      const std::string& kernel = "auto") {
   Tuning t;
-  t.cuda_layout = layout;
+  t.cuda_layout = kernels::parse_named<kernels::CudaLayout>(layout, "--cuda-layout");
   t.cuda_block_rows = block_rows;
-  t.mttkrp_kernel = kernel;
-  t.tensor_cores = "off";  // the CUDA-core layouts and kernels (tensor cores: gpu_tc_mttkrp)
+  t.mttkrp_kernel = kernels::parse_named<kernels::MttkrpKernel>(kernel, "--mttkrp-kernel");
+  t.tensor_cores =
+      kernels::TensorCores::off;  // the CUDA-core layouts and kernels (tensor cores: gpu_tc_mttkrp)
   return t;
 }
 
@@ -127,8 +128,8 @@ class GpuKernel : public GpuVsReference<T> {
                      std::size_t budget, const std::string& what) {
     for (const std::string kernel : {"classic", "blocked"}) {
       Tuning t;
-      t.mttkrp_kernel = kernel;
-      t.tensor_cores = "off";  // the CUDA-core kernels named in describe()
+      t.mttkrp_kernel = kernels::parse_named<kernels::MttkrpKernel>(kernel, "--mttkrp-kernel");
+      t.tensor_cores = kernels::TensorCores::off;  // the CUDA-core kernels named in describe()
       auto be = make_backend<T>(BackendKind::cuda, 0, t);
       if (budget > 0) be->set_memory_budget(budget);
       auto h = be->prepare(x);

@@ -39,7 +39,7 @@ using namespace ::tessera::test;
 /// or with the tensor cores forced on.
 kernels::Tuning tensor_cores(const char* on) {
   kernels::Tuning t;
-  t.tensor_cores = on;
+  t.tensor_cores = kernels::parse_named<kernels::TensorCores>(on, "--tensor-cores");
   return t;
 }
 

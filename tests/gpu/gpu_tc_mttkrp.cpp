@@ -31,8 +31,8 @@ using kernels::BackendKind;
 
 kernels::Tuning tc(const std::string& on, const std::string& precision = "auto") {
   kernels::Tuning t;
-  t.tensor_cores = on;
-  t.tc_precision = precision;
+  t.tensor_cores = kernels::parse_named<kernels::TensorCores>(on, "--tensor-cores");
+  t.tc_precision = kernels::parse_named<kernels::TcPrecisionOption>(precision, "--tc-precision");
   return t;
 }
 

@@ -38,14 +38,14 @@ using kernels::BackendKind;
 /// Tuning with the TTMc kernel selection (--ttmc-kernel) set.
 kernels::Tuning ttmc_kernel(const std::string& kernel) {
   kernels::Tuning t;
-  t.ttmc_kernel = kernel;
+  t.ttmc_kernel = kernels::parse_named<kernels::TtmcKernel>(kernel, "--ttmc-kernel");
   return t;
 }
 
 /// Tuning with a forced MTTKRP layout (--cuda-layout) and its block rows.
 kernels::Tuning forced_layout(const std::string& layout, std::uint64_t block_rows) {
   kernels::Tuning t;
-  t.cuda_layout = layout;
+  t.cuda_layout = kernels::parse_named<kernels::CudaLayout>(layout, "--cuda-layout");
   t.cuda_block_rows = block_rows;
   return t;
 }

@@ -288,16 +288,20 @@ TEST(BackendTuning, InvalidValuesAreRefusedNamingTheOption) {
     }
     return "no InputError";
   };
+  // A name outside the table is refused where it is parsed (the CLI, Python); a value
+  // outside the enumeration (a cast) by the backend.
+  EXPECT_FALSE(parse_name<CudaLayout>("fast").has_value());
+  EXPECT_EQ(parse_name<CudaLayout>("smem"), CudaLayout::smem);
   Tuning bad;
-  bad.cuda_layout = "fast";
+  bad.cuda_layout = static_cast<CudaLayout>(99);
   const std::string m =
       message_of([&] { (void)make_backend<double>(BackendKind::reference, 0, bad); });
   EXPECT_NE(m.find("--cuda-layout"), std::string::npos) << m;
-  EXPECT_NE(m.find("fast"), std::string::npos) << m;
+  EXPECT_NE(m.find("99"), std::string::npos) << m;
 
   auto be = make_backend<float>(BackendKind::reference);
   Tuning good;
-  good.cuda_layout = "smem";
+  good.cuda_layout = CudaLayout::smem;
   good.ttmc_tile = 128;
   be->set_tuning(good);
   Tuning tile;
@@ -305,10 +309,10 @@ TEST(BackendTuning, InvalidValuesAreRefusedNamingTheOption) {
   const std::string mt = message_of([&] { be->set_tuning(tile); });
   EXPECT_NE(mt.find("--ttmc-tile"), std::string::npos) << mt;
   Tuning kernel;
-  kernel.mttkrp_kernel = "fast";
+  kernel.mttkrp_kernel = static_cast<MttkrpKernel>(7);
   const std::string mk = message_of([&] { be->set_tuning(kernel); });
   EXPECT_NE(mk.find("--mttkrp-kernel"), std::string::npos) << mk;
-  EXPECT_EQ(be->tuning().cuda_layout, "smem");
+  EXPECT_EQ(be->tuning().cuda_layout, CudaLayout::smem);
   EXPECT_EQ(be->tuning().ttmc_tile, 128);
 }
 
@@ -324,28 +328,32 @@ TEST(BackendTuning, TensorCoreOptionsAreChecked) {
     return "no InputError";
   };
   Tuning defaults;
-  EXPECT_EQ(defaults.tensor_cores, "auto");
-  EXPECT_EQ(defaults.tc_precision, "auto");
+  EXPECT_EQ(defaults.tensor_cores, TensorCores::automatic);
+  EXPECT_EQ(defaults.tc_precision, TcPrecisionOption::automatic);
+  EXPECT_EQ(name_of(defaults.tensor_cores), "auto");
+  EXPECT_EQ(name_of(defaults.tc_precision), "auto");
   EXPECT_EQ(defaults.tc_tile_density, 0.25);
   EXPECT_NO_THROW(check(defaults));
 
   Tuning cores;
-  cores.tensor_cores = "maybe";
+  EXPECT_FALSE(parse_name<TensorCores>("maybe").has_value());
+  cores.tensor_cores = static_cast<TensorCores>(5);
   const std::string mc = message_of(cores);
   EXPECT_NE(mc.find("--tensor-cores"), std::string::npos) << mc;
-  EXPECT_NE(mc.find("maybe"), std::string::npos) << mc;
+  EXPECT_NE(mc.find("auto, on or off"), std::string::npos) << mc;
   for (const char* v : {"auto", "on", "off"}) {
-    cores.tensor_cores = v;
+    cores.tensor_cores = *parse_name<TensorCores>(v);
     EXPECT_NO_THROW(check(cores)) << v;
   }
 
   Tuning prec;
-  prec.tc_precision = "fp8";
+  EXPECT_FALSE(parse_name<TcPrecisionOption>("fp8").has_value());
+  prec.tc_precision = static_cast<TcPrecisionOption>(9);
   const std::string mp = message_of(prec);
   EXPECT_NE(mp.find("--tc-precision"), std::string::npos) << mp;
-  EXPECT_NE(mp.find("fp8"), std::string::npos) << mp;
   for (const char* v : {"auto", "3xtf32", "tf32", "bf16", "fp64"}) {
-    prec.tc_precision = v;
+    prec.tc_precision = *parse_name<TcPrecisionOption>(v);
+    EXPECT_EQ(name_of(prec.tc_precision), v);
     EXPECT_NO_THROW(check(prec)) << v;
   }
 
@@ -364,12 +372,12 @@ TEST(BackendTuning, TensorCoreOptionsAreChecked) {
   // Refused by set_tuning too, leaving the previous options in place.
   auto be = make_backend<double>(BackendKind::cpu);
   Tuning on;
-  on.tensor_cores = "on";
+  on.tensor_cores = TensorCores::on;
   be->set_tuning(on);
   Tuning bad;
   bad.tc_tile_density = 0;
   EXPECT_THROW(be->set_tuning(bad), InputError);
-  EXPECT_EQ(be->tuning().tensor_cores, "on");
+  EXPECT_EQ(be->tuning().tensor_cores, TensorCores::on);
   EXPECT_EQ(be->tuning().tc_tile_density, 0.25);
 }
 

@@ -199,7 +199,7 @@ void check_all(const SparseTensor<T>& x, const std::vector<std::vector<T>>& A, i
   // The instruction set as the cpu backend's tuning option (Tuning::cpu_isa, --cpu-isa).
   for (cpu::Isa isa : isas()) {
     Tuning t;
-    t.cpu_isa = cpu::to_string(isa);
+    t.cpu_isa = isa;
     backends.push_back(make_backend<T>(BackendKind::cpu, 2, t));
   }
   for (auto& be : backends) {
@@ -212,8 +212,8 @@ void check_all(const SparseTensor<T>& x, const std::vector<std::vector<T>>& A, i
       auto out = poisoned<T>(x.dims[m] * static_cast<std::size_t>(R));
       ops::mttkrp(*be, *h, m, pointers(A, m), R, out.data());
       std::ostringstream os;
-      os << label << " backend " << be->name() << " cpu_isa " << be->tuning().cpu_isa << " mode "
-         << m << " R " << R;
+      os << label << " backend " << be->name() << " cpu_isa " << name_of(be->tuning().cpu_isa)
+         << " mode " << m << " R " << R;
       expect_matches(out, refs[m], empty_rows(x, m), R, os.str());
     }
   }
@@ -479,29 +479,30 @@ TEST(Csf, IsaSelection) {
 // CPU or build lacks is refused when the backend is made (InputError naming the flag), and
 // set_tuning keeps the previous options when it refuses.
 TEST(Csf, CpuIsaIsATuningOption) {
-  auto expect_refused = [](const std::string& isa) {
+  auto expect_refused = [](cpu::Isa isa) {
     Tuning t;
     t.cpu_isa = isa;
     try {
       make_backend<double>(BackendKind::cpu, 1, t);
-      ADD_FAILURE() << "--cpu-isa " << isa << " was accepted";
+      ADD_FAILURE() << "--cpu-isa " << static_cast<int>(isa) << " was accepted";
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("--cpu-isa"), std::string::npos) << e.what();
     }
   };
-  expect_refused("sse9");
+  EXPECT_FALSE(parse_name<cpu::Isa>("sse9").has_value());  // refused where it is parsed
+  expect_refused(static_cast<cpu::Isa>(17));
   for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512})
-    if (!cpu::isa_supported(isa)) expect_refused(cpu::to_string(isa));
+    if (!cpu::isa_supported(isa)) expect_refused(isa);
   auto be = make_backend<double>(BackendKind::cpu, 1);
-  EXPECT_EQ(be->tuning().cpu_isa, "auto");
+  EXPECT_EQ(name_of(be->tuning().cpu_isa), "auto");
   Tuning bad;
-  bad.cpu_isa = "sse9";
+  bad.cpu_isa = static_cast<cpu::Isa>(17);
   EXPECT_THROW(be->set_tuning(bad), InputError);
-  EXPECT_EQ(be->tuning().cpu_isa, "auto");
+  EXPECT_EQ(be->tuning().cpu_isa, cpu::Isa::automatic);
   Tuning base;
-  base.cpu_isa = "base";
+  base.cpu_isa = *parse_name<cpu::Isa>("base");
   be->set_tuning(base);
-  EXPECT_EQ(be->tuning().cpu_isa, "base");
+  EXPECT_EQ(name_of(be->tuning().cpu_isa), "base");
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 namespace tessera::kernels::cuda {
 
 template <typename T>
-TESSERA_WIDE_GRAM_OP(T) {
+void wide_gram(Backend<T>& be, const T* Y, std::int64_t rows, std::int64_t C, double* S) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::wide_gram(ctx, Y, rows, C, S);
@@ -19,7 +19,8 @@ TESSERA_WIDE_GRAM_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_WIDE_GRAM_OP);
 
 template <typename T>
-TESSERA_WIDE_TIMES_OP(T) {
+void wide_times(Backend<T>& be, const T* Y, std::int64_t rows, std::int64_t C, const double* W,
+                int R, double* Z) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::wide_times(ctx, Y, rows, C, W, R, Z);
@@ -27,7 +28,8 @@ TESSERA_WIDE_TIMES_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_WIDE_TIMES_OP);
 
 template <typename T>
-TESSERA_WIDE_TIMES_T_OP(T) {
+void wide_times_t(Backend<T>& be, const T* Y, std::int64_t rows, std::int64_t C, const double* P,
+                  int R, double* B) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::wide_times_t(ctx, Y, rows, C, P, R, B);
@@ -35,7 +37,7 @@ TESSERA_WIDE_TIMES_T_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_WIDE_TIMES_T_OP);
 
 template <typename T>
-TESSERA_SYMMETRIC_EIG_TOP_OP(T) {
+void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::symmetric_eig_top(ctx, S, n, k, w_host, V);
@@ -43,14 +45,15 @@ TESSERA_SYMMETRIC_EIG_TOP_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_SYMMETRIC_EIG_TOP_OP);
 
 template <typename T>
-TESSERA_WIDE_SCRATCH_BYTES_OP(T) {
+std::size_t wide_scratch_bytes(const Backend<T>& be, std::int64_t C) {
   (void)be;
   return cuda::wide_scratch_bytes(C, sizeof(T));
 }
 TESSERA_INSTANTIATE_OP(TESSERA_WIDE_SCRATCH_BYTES_OP);
 
 template <typename T>
-TESSERA_GATHER_ROWS_DOUBLE_OP(T) {
+void gather_rows_double(Backend<T>& be, const double* U, int R, const std::int64_t* pos,
+                        std::int64_t rows, double* P) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::gather_rows_double(ctx, U, R, pos, rows, P);
@@ -58,7 +61,9 @@ TESSERA_GATHER_ROWS_DOUBLE_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_GATHER_ROWS_DOUBLE_OP);
 
 template <typename T>
-TESSERA_SCATTER_ROWS_DOUBLE_OP(T) {
+void scatter_rows_double(Backend<T>& be, const double* Z, std::int64_t rows, int R,
+                         const std::int64_t* pos, std::int64_t len, const double* host_scale,
+                         double* U) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::scatter_rows_double(ctx, Z, rows, R, pos, len, host_scale, U);
@@ -66,7 +71,7 @@ TESSERA_SCATTER_ROWS_DOUBLE_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_SCATTER_ROWS_DOUBLE_OP);
 
 template <typename T>
-TESSERA_GRAM_DOUBLE_OP(T) {
+void gram_double(Backend<T>& be, const double* U, std::int64_t rows, int R, double* G) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::gram_double(ctx, U, rows, R, G);
@@ -74,7 +79,8 @@ TESSERA_GRAM_DOUBLE_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_GRAM_DOUBLE_OP);
 
 template <typename T>
-TESSERA_INNER_DOUBLE_OP(T) {
+void inner_double(Backend<T>& be, const double* A, const double* B, std::int64_t rows, int R,
+                  double* M) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::inner_double(ctx, A, B, rows, R, M);
@@ -82,7 +88,7 @@ TESSERA_INNER_DOUBLE_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_INNER_DOUBLE_OP);
 
 template <typename T>
-TESSERA_TIMES_SMALL_DOUBLE_OP(T) {
+void times_small_double(Backend<T>& be, double* U, std::int64_t rows, int R, const double* M) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::times_small_double(ctx, U, rows, R, M);
@@ -90,7 +96,8 @@ TESSERA_TIMES_SMALL_DOUBLE_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_TIMES_SMALL_DOUBLE_OP);
 
 template <typename T>
-TESSERA_CHOLQR_STEP_OP(T) {
+bool cholqr_step(Backend<T>& be, double* U, std::int64_t rows, int R, const double* G,
+                 double* host_dev) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   return cuda::cholqr_step(ctx, U, rows, R, G, host_dev);
@@ -98,7 +105,8 @@ TESSERA_CHOLQR_STEP_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_CHOLQR_STEP_OP);
 
 template <typename T>
-TESSERA_SUBSPACE_CHANGE_OP(T) {
+double subspace_change(Backend<T>& be, const double* U, const double* Unew, const double* M,
+                       std::int64_t rows, int R) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   return cuda::subspace_change(ctx, U, Unew, M, rows, R);
@@ -106,7 +114,7 @@ TESSERA_SUBSPACE_CHANGE_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_SUBSPACE_CHANGE_OP);
 
 template <typename T>
-TESSERA_SUM_SQUARES_DOUBLE_OP(T) {
+double sum_squares_double(Backend<T>& be, const double* x, std::size_t n) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   return cuda::sum_squares_double(ctx, x, n);
@@ -114,7 +122,7 @@ TESSERA_SUM_SQUARES_DOUBLE_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_SUM_SQUARES_DOUBLE_OP);
 
 template <typename T>
-TESSERA_CONVERT_FROM_DOUBLE_OP(T) {
+void convert_from_double(Backend<T>& be, const double* src, std::size_t n, T* dst) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::convert_from_double<T>(ctx, src, n, dst);
@@ -122,7 +130,8 @@ TESSERA_CONVERT_FROM_DOUBLE_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_CONVERT_FROM_DOUBLE_OP);
 
 template <typename T>
-TESSERA_SUM_ROWS_OP(T) {
+void sum_rows(Backend<T>& be, const T* src, const std::vector<std::int64_t>& ptr,
+              const std::vector<std::int64_t>& row, std::int64_t C, T* dst) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::sum_rows(ctx, src, ptr, row, C, dst);
@@ -130,7 +139,8 @@ TESSERA_SUM_ROWS_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_SUM_ROWS_OP);
 
 template <typename T>
-TESSERA_ADD_ROWS_OP(T) {
+void add_rows(Backend<T>& be, const T* src, std::int64_t rows, std::int64_t C,
+              const std::vector<std::int64_t>& dst_row, T* dst) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::add_rows(ctx, src, rows, C, dst_row, dst);

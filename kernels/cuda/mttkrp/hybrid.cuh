@@ -135,20 +135,28 @@ double tc_predicted_speedup(nnz_t nnz, nnz_t rest_nnz, std::uint64_t tiles, int 
 template <typename T>
 inline TcPrecision tc_precision_of(const Tuning& t) {
   constexpr bool dbl = std::is_same_v<T, double>;
-  const std::string& p = t.tc_precision;
-  if (p == "auto") return dbl ? TcPrecision::fp64 : TcPrecision::tf32x3;
+  const TcPrecisionOption p = t.tc_precision;
+  if (p == TcPrecisionOption::automatic) return dbl ? TcPrecision::fp64 : TcPrecision::tf32x3;
   if (dbl)
-    TESSERA_INPUT_CHECK(p == "fp64", "--tc-precision " << p << " applies to float tensors; this "
-                                                       << "tensor is double (--precision "
-                                                       << "double): use fp64 or auto");
+    TESSERA_INPUT_CHECK(p == TcPrecisionOption::fp64,
+                        "--tc-precision " << name_of(p) << " applies to float tensors; this "
+                                          << "tensor is double (--precision "
+                                          << "double): use fp64 or auto");
   else
-    TESSERA_INPUT_CHECK(p != "fp64", "--tc-precision fp64 applies to double tensors (--precision "
-                                         << "double); this tensor is float: use 3xtf32, tf32, "
-                                         << "bf16 or auto");
-  if (p == "fp64") return TcPrecision::fp64;
-  if (p == "tf32") return TcPrecision::tf32;
-  if (p == "bf16") return TcPrecision::bf16;
-  return TcPrecision::tf32x3;
+    TESSERA_INPUT_CHECK(p != TcPrecisionOption::fp64,
+                        "--tc-precision fp64 applies to double tensors (--precision "
+                            << "double); this tensor is float: use 3xtf32, tf32, "
+                            << "bf16 or auto");
+  switch (p) {
+    case TcPrecisionOption::fp64:
+      return TcPrecision::fp64;
+    case TcPrecisionOption::tf32:
+      return TcPrecision::tf32;
+    case TcPrecisionOption::bf16:
+      return TcPrecision::bf16;
+    default:
+      return TcPrecision::tf32x3;
+  }
 }
 
 /// Builds the hybrid layout of every mode of the tier-1 handle whose tiles clear

@@ -510,7 +510,7 @@ template <typename T>
 void build_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit,
                   const std::function<std::size_t()>& free_room) {
   const int N = h.order();
-  const bool automatic = ctx.tuning.tensor_cores == "auto";
+  const bool automatic = ctx.tuning.tensor_cores == TensorCores::automatic;
   for (int n = 0; n < N; ++n) {
     std::string why;
     const std::size_t used = h.bytes();  // the copies and the hybrids built so far

@@ -106,7 +106,8 @@ inline const char* layout_name(Layout l) {
 enum class KernelSelection { automatic, classic };
 /// The selection of `t` (already checked by kernels::check).
 inline KernelSelection kernel_selection(const Tuning& t) {
-  return t.mttkrp_kernel == "classic" ? KernelSelection::classic : KernelSelection::automatic;
+  return t.mttkrp_kernel == MttkrpKernel::classic ? KernelSelection::classic
+                                                  : KernelSelection::automatic;
 }
 inline const char* kernel_selection_name(KernelSelection k) {
   switch (k) {

@@ -64,7 +64,7 @@ __global__ void mark_block_starts(const __grid_constant__ BlockSpec b, const ind
 /// of auto beat plain by no more than the run-to-run spread once the tile kernel ran at
 /// full occupancy, so they stay opt-in.
 struct LayoutOverride {
-  std::string layout = "default";
+  CudaLayout layout = CudaLayout::standard;
   std::uint64_t block_rows = 0;
   bool l2_hint = true;  ///< --cuda-l2-hint false: l2 layout without the evict-last hint
 };
@@ -100,7 +100,7 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
                    const DeviceLimits& lim, const LayoutOverride& ov, Workload workload) {
   ModePlan plan;
   const int N = static_cast<int>(dims.size());
-  if (N < 2 || nnz == 0 || ov.layout == "plain") return plan;
+  if (N < 2 || nnz == 0 || ov.layout == CudaLayout::plain) return plan;
   const std::size_t row_bytes = static_cast<std::size_t>(kWarp) * value_size;
   const int bn = index_bits(dims[static_cast<std::size_t>(n)]);
   const double out_dim = static_cast<double>(dims[static_cast<std::size_t>(n)]);
@@ -121,7 +121,7 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
     p.expected_run =
         expected_run(static_cast<double>(nnz) / static_cast<double>(p.blocks), out_dim);
   };
-  const bool force_smem = ov.layout == "smem", force_l2 = ov.layout == "l2";
+  const bool force_smem = ov.layout == CudaLayout::smem, force_l2 = ov.layout == CudaLayout::l2;
 
   // The l2 layout with `rows` rows of the shortest input mode longer than `rows` (any
   // mode longer than 1 when forced): taken when forced or when runs average min_run.
@@ -162,7 +162,7 @@ ModePlan plan_mode(const std::vector<std::uint64_t>& dims, int n, nnz_t nnz, std
     if (workload != Workload::mttkrp) return ModePlan{};
     return blocked_mode(ov.block_rows > 0 ? ov.block_rows : kL1BlockRows, kL1MinRun, "l1");
   };
-  if (ov.layout == "default") {
+  if (ov.layout == CudaLayout::standard) {
     if (all_in_l2) return l1_plan();
     return plan;
   }

@@ -66,7 +66,7 @@ namespace {
 template <typename T>
 const HybridMode<T>* choose_hybrid(const Tuning& t, const CudaTensorHandle<T>& x, int mode, int R) {
   const HybridMode<T>* hy = x.hybrid(mode);
-  if (t.tensor_cores == "off") {
+  if (t.tensor_cores == TensorCores::off) {
     if (hy) {  // switched off after prepare: the split reports CUDA cores, not a stale choice
       hy->used = false;
       hy->rank = 0;
@@ -78,7 +78,7 @@ const HybridMode<T>* choose_hybrid(const Tuning& t, const CudaTensorHandle<T>& x
   if (hy == nullptr) return nullptr;
   hy->precision = prec;
   hy->predicted = tc_predicted_speedup(x.nnz(), hy->rest_nnz, hy->tiles, R, prec);
-  hy->forced = t.tensor_cores == "on";
+  hy->forced = t.tensor_cores == TensorCores::on;
   hy->rank = R;
   const bool use = hy->forced || hy->predicted >= kAutoMinSpeedup;
   hy->used = use;  // tc_split() says why, from these fields (no text on the hot path)

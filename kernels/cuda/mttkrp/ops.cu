@@ -11,7 +11,8 @@
 namespace tessera::kernels::cuda {
 
 template <typename T>
-TESSERA_MTTKRP_OP(T) {
+void mttkrp(Backend<T>& be, const TensorHandle<T>& x, int mode,
+            const std::vector<const T*>& factors, int R, T* out) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::mttkrp(ctx, x, mode, factors, R, out);
@@ -19,7 +20,8 @@ TESSERA_MTTKRP_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_OP);
 
 template <typename T>
-TESSERA_MTTKRP_ACCUMULATE_OP(T) {
+void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,
+                       const std::vector<const T*>& factors, int R, T* out, int sorted_mode) {
   CudaBackend<T>& b = executor(be);
   DeviceGuard g(b.ctx().device);
   b.accumulator().accumulate(chunk, mode, factors, R, out, b.memory_budget(), sorted_mode);
@@ -27,21 +29,21 @@ TESSERA_MTTKRP_ACCUMULATE_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ACCUMULATE_OP);
 
 template <typename T>
-TESSERA_PREPARE_STREAM_CHUNK_OP(T) {
+int prepare_stream_chunk(Backend<T>& be, SparseTensor<T>& chunk) {
   (void)be;
   return cuda::sort_stream_chunk(chunk);
 }
 TESSERA_INSTANTIATE_OP(TESSERA_PREPARE_STREAM_CHUNK_OP);
 
 template <typename T>
-TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP(T) {
+std::size_t stream_chunk_scratch_bytes(const Backend<T>& be, nnz_t chunk_nnz) {
   (void)be;
   return static_cast<std::size_t>(chunk_nnz) * 2 * sizeof(std::int64_t);
 }
 TESSERA_INSTANTIATE_OP(TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP);
 
 template <typename T>
-TESSERA_TAKE_ACCUMULATE_TIMES_OP(T) {
+AccumulateTimes take_accumulate_times(Backend<T>& be) {
   CudaBackend<T>& b = executor(be);
   DeviceGuard g(b.ctx().device);
   ChunkAccumulator<T>* a = b.accumulator_if_made();

@@ -211,7 +211,7 @@ void prepare_streamed(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T
 /// copies and never into the reserve an automatic budget leaves for factors and outputs.
 template <typename T>
 void add_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit) {
-  if (ctx.tuning.tensor_cores == "off")
+  if (ctx.tuning.tensor_cores == TensorCores::off)
     h.set_hybrid_note("none (--tensor-cores off at prepare)");
   else
     build_hybrid(ctx, h, limit, [] {
@@ -299,7 +299,7 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
                                    << " bytes");
   }
   prepare_streamed(ctx, x, *h, chunk, budget);
-  if (ctx.tuning.tensor_cores != "off")
+  if (ctx.tuning.tensor_cores != TensorCores::off)
     h->set_hybrid_note("none (tier 2: the hybrid layout is built for device-resident tensors)");
   return h;
 }

@@ -8,7 +8,8 @@
 namespace tessera::kernels::cuda {
 
 template <typename T>
-TESSERA_CONTRACT_PLAN_OP(T) {
+std::unique_ptr<ContractPlan<T>> contract_plan(Backend<T>& be, const SparseTensor<T>& x,
+                                               const SparseTensor<T>& y, const ContractSpec& spec) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   return cuda::plan_contract(ctx, x, y, spec);
@@ -16,7 +17,7 @@ TESSERA_CONTRACT_PLAN_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_PLAN_OP);
 
 template <typename T>
-TESSERA_CONTRACT_OP(T) {
+SparseTensor<T> contract(Backend<T>& be, ContractPlan<T>& plan, ContractStats* stats) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   return cuda::contract(ctx, plan, stats);
@@ -24,7 +25,8 @@ TESSERA_CONTRACT_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_OP);
 
 template <typename T>
-TESSERA_CONTRACT_INTO_OP(T) {
+bool contract_into(Backend<T>& be, ContractPlan<T>& plan, ContractStats* stats,
+                   ContractSink<T>& sink) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   return cuda::contract_into(ctx, plan, stats, sink);
@@ -33,7 +35,9 @@ TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_INTO_OP);
 
 // No DeviceGuard: the route's methods set the device themselves.
 template <typename T>
-TESSERA_CONTRACT_ROUTE_OP(T) {
+std::unique_ptr<ContractRoute<T>> contract_route(Backend<T>& be, const SparseTensor<T>& x,
+                                                 const SparseTensor<T>& y, const ContractSpec& spec,
+                                                 int ranks) {
   return cuda::contract_route(executor(be).ctx(), x, y, spec, ranks);
 }
 TESSERA_INSTANTIATE_OP(TESSERA_CONTRACT_ROUTE_OP);

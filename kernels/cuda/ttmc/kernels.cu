@@ -363,7 +363,7 @@ void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in, const Tuning& tun
   TESSERA_EXPECTS(bx <= std::numeric_limits<int>::max(),
                   "TTMc launch too large: " << p.nnz << " nonzeros; split the block");
   if constexpr (std::is_same_v<T, float>) {
-    if (tuning.ttmc_kernel != "cores" && ttmc_tc::fits(p)) {
+    if (tuning.ttmc_kernel != TtmcKernel::cores && ttmc_tc::fits(p)) {
       ttmc_tc::launch(stream, p, static_cast<unsigned>(bx));
       return;
     }

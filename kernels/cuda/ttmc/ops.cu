@@ -9,7 +9,7 @@
 namespace tessera::kernels::cuda {
 
 template <typename T>
-TESSERA_TTMC_ROWS_OP(T) {
+std::vector<index_t> ttmc_rows(Backend<T>& be, const TensorHandle<T>& x, int mode) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   return cuda::ttmc_rows(ctx, x, mode);
@@ -17,7 +17,8 @@ TESSERA_TTMC_ROWS_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_TTMC_ROWS_OP);
 
 template <typename T>
-TESSERA_TTMC_SCRATCH_BYTES_OP(T) {
+std::size_t ttmc_scratch_bytes(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                               const std::vector<int>& ranks) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   return cuda::ttmc_scratch_bytes(ctx, x, mode, ranks);
@@ -25,7 +26,8 @@ TESSERA_TTMC_SCRATCH_BYTES_OP(T) {
 TESSERA_INSTANTIATE_OP(TESSERA_TTMC_SCRATCH_BYTES_OP);
 
 template <typename T>
-TESSERA_TTMC_OP(T) {
+void ttmc(Backend<T>& be, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
+          const std::vector<int>& ranks, T* out) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
   cuda::ttmc(ctx, x, mode, factors, ranks, out);

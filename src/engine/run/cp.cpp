@@ -102,11 +102,12 @@ nlohmann::json record_options(const CpRunOptions& o, const Input<T>& in, const s
                          {"precision", o.run.precision},
                          {"index_base", o.load.index_base}};
   add_cp_constraint_options(opts, ao);
-  if (o.run.strategy == "auto")
-    opts["comm_strategy_auto"] = {{"allreduce_comm_seconds", choice.allreduce_comm_s},
-                                  {"layer_comm_seconds", choice.layer_comm_s},
-                                  {"grid_cost_seconds", choice.grid_cost_s},
-                                  {"why", choice.why}};
+  if (o.run.strategy == "auto") {  // what auto compared (options hold scalars only)
+    opts["comm_strategy_auto_allreduce_seconds"] = choice.allreduce_comm_s;
+    opts["comm_strategy_auto_layer_seconds"] = choice.layer_comm_s;
+    opts["comm_strategy_auto_grid_cost_seconds"] = choice.grid_cost_s;
+    opts["comm_strategy_auto_why"] = choice.why;
+  }
   if (ck.every > 0) opts["checkpoint_every"] = ck.every;
   if (!ck.resume.empty()) opts["resumed_from"] = ck.resume;
   return opts;

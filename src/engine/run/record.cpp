@@ -15,6 +15,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "plan/limits.hpp"
@@ -170,20 +171,41 @@ std::vector<std::string> proc_cmdline() {
 
 }  // namespace
 
+nlohmann::json knobs_json(const kernels::Tuning& t) {
+  nlohmann::json j = nlohmann::json::object();
+  kernels::for_each_knob([&]<typename V>(const kernels::Knob<V>& k) {
+    const V& v = t.*k.field;
+    if constexpr (kernels::kIsChoice<V>)
+      j[std::string(k.key)] = std::string(kernels::name_of(v));
+    else
+      j[std::string(k.key)] = v;
+  });
+  return j;
+}
+
+nlohmann::json knobs_schema() {
+  nlohmann::json required = nlohmann::json::array(), properties = nlohmann::json::object();
+  kernels::for_each_knob([&]<typename V>(const kernels::Knob<V>& k) {
+    const std::string key(k.key);
+    required.push_back(key);
+    if constexpr (kernels::kIsChoice<V>) {
+      nlohmann::json names = nlohmann::json::array();
+      for (const auto& n : kernels::Names<V>::all) names.push_back(std::string(n.name));
+      properties[key] = {{"enum", names}};
+    } else if constexpr (std::is_same_v<V, bool>) {
+      properties[key] = {{"type", "boolean"}};
+    } else {
+      const std::string type = std::is_integral_v<V> ? "integer" : "number";
+      std::string text = R"({"type": ")" + type + "\"";
+      if (!k.schema_bounds.empty()) text += ", " + std::string(k.schema_bounds);
+      properties[key] = nlohmann::json::parse(text + "}");
+    }
+  });
+  return {{"type", "object"}, {"required", required}, {"properties", properties}};
+}
+
 nlohmann::json tuning_json(const kernels::Tuning& t) {
-  return {{"cuda_layout", t.cuda_layout},
-          {"cuda_block_rows", t.cuda_block_rows},
-          {"cuda_l2_hint", t.cuda_l2_hint},
-          {"mttkrp_kernel", t.mttkrp_kernel},
-          {"tensor_cores", t.tensor_cores},
-          {"tc_precision", t.tc_precision},
-          {"tc_tile_density", t.tc_tile_density},
-          {"ttmc_kernel", t.ttmc_kernel},
-          {"ttmc_tile", t.ttmc_tile},
-          {"sptc_pool", t.sptc_pool},
-          {"sptc_tc_threshold", t.sptc_tc_threshold},
-          {"cpu_isa", t.cpu_isa},
-          {"trace", t.trace}};
+  return knobs_json(t);  // every knob, from the table (kernels/tuning.hpp)
 }
 
 nlohmann::json tc_split_json(const std::vector<kernels::TcSplit>& split) {

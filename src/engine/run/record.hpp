@@ -18,6 +18,14 @@
 
 namespace tessera::run {
 
+/// The run record's "tuning" object: every knob of kernels::kKnobs under its key
+/// (enumerations by name).
+nlohmann::json knobs_json(const kernels::Tuning& t);
+
+/// The JSON Schema of the "tuning" object ({"type", "required", "properties"}) as the
+/// table describes it; docs/run-record.schema.json holds the same (tests/unit/tuning_knobs.cpp).
+nlohmann::json knobs_schema();
+
 /// Version of the record layout: adding a field keeps it, renaming or removing one bumps it.
 inline constexpr int kRunRecordVersion = 1;
 /// The record's "schema" value.
