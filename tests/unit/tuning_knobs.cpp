@@ -72,7 +72,9 @@ TEST(TuningKnobs, HelpShowsEveryKnobWithItsValuesAndDefault) {
   kernels::for_each_knob([&]<typename V>(const Knob<V>& k) {
     const std::string f = kernels::flag(k);
     EXPECT_NE(help.find(f), std::string::npos) << f << "\n" << help;
-    if (!k.alias.empty()) EXPECT_NE(help.find(std::string(k.alias)), std::string::npos) << f;
+    if (!k.alias.empty()) {
+      EXPECT_NE(help.find(std::string(k.alias)), std::string::npos) << f;
+    }
     if constexpr (kernels::kIsChoice<V>) {
       std::string shown = "TEXT:{";
       for (const auto& n : kernels::Names<V>::all) shown += std::string(n.name) + ",";
@@ -97,7 +99,9 @@ TEST(TuningKnobs, EveryNameParsesToItsValueAndPrintsBack) {
       for (const auto& n : kernels::Names<V>::all) {
         const kernels::Tuning t = parsed({kernels::flag(k), std::string(n.name)});
         EXPECT_EQ(t.*k.field, n.value) << kernels::flag(k) << " " << n.name;
-        if (!n.alias) EXPECT_EQ(kernels::name_of(t.*k.field), n.name);
+        if (!n.alias) {
+          EXPECT_EQ(kernels::name_of(t.*k.field), n.name);
+        }
       }
       EXPECT_THROW(parsed({kernels::flag(k), "bogus"}), CLI::ValidationError);
     }
