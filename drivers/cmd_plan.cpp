@@ -160,15 +160,11 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   partition::Scheme scheme = partition::Scheme::nnz;
   bool allreduce = run.strategy != "layer";  // auto: resolved below for cp
   if (a.workload != "tucker" && run.strategy == "auto") {
-    algo::CommChoice choice;
     comm::run_collectively(world, [&] {
       allreduce = algo::resolve_comm_strategy(
                       "auto", plan::facts_of_file(a.load.path, world), world.size(), a.rank,
-                      run.precision == "float" ? 4 : 8, &choice) == algo::CommStrategy::allreduce;
+                      run.precision == "float" ? 4 : 8, nullptr) == algo::CommStrategy::allreduce;
     });
-    if (world.size() > 1)
-      log::info(std::string("--comm-strategy auto: ") + (allreduce ? "allreduce" : "layer") + " (" +
-                choice.why + ")");
   }
   if (a.workload == "tucker") {
     pc.workload = plan::Workload::tucker;

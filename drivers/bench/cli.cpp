@@ -33,7 +33,7 @@ void resolve_bench_strategy(BenchArgs& a, const comm::MpiCommunicator& world) {
     comm::run_collectively(world, [&] {
       plan::TensorFacts f;
       if (a.load.path.empty()) {
-        f.store = true;  // dims and nonzeros known before the tensor exists
+        f.generated = true;  // dims and nonzeros known before the tensor exists
         f.dims = parse_dims(a.gen_dims);
         f.nnz = static_cast<nnz_t>(a.gen_nnz);
       } else {
@@ -42,7 +42,6 @@ void resolve_bench_strategy(BenchArgs& a, const comm::MpiCommunicator& world) {
       algo::resolve_comm_strategy("auto", f, world.size(), a.rank,
                                   a.run.precision == "float" ? 4 : 8, &c);
     });
-    log::info("--comm-strategy auto: " + algo::to_string(c.strategy) + " (" + c.why + ")");
   }
   a.run.strategy = algo::to_string(c.strategy);
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "partition/partition.hpp"
+#include "util/log.hpp"
 
 namespace tessera::algo {
 
@@ -55,8 +56,9 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
 CommStrategy resolve_comm_strategy(const std::string& option, const plan::TensorFacts& facts,
                                    int ranks, int R, int value_bytes, CommChoice* choice) {
   if (option != "auto") return parse_comm_strategy(option);
-  const CommChoice c = choose_comm_strategy(facts.store ? facts.dims : std::vector<std::uint64_t>{},
-                                            facts.nnz, ranks, R, value_bytes);
+  // A text file's facts carry no dims (it is read after the choice): allreduce.
+  const CommChoice c = choose_comm_strategy(facts.dims, facts.nnz, ranks, R, value_bytes);
+  if (ranks > 1) log::info("--comm-strategy auto: " + to_string(c.strategy) + " (" + c.why + ")");
   if (choice != nullptr) *choice = c;
   return c.strategy;
 }

@@ -35,8 +35,9 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
                                 int value_bytes, const plan::TimeModel& m = {});
 
 /// "allreduce" | "layer" | "auto": the strategy for a run (auto resolved by
-/// choose_comm_strategy on the file's header: dims and nonzeros of a store; a text file
-/// gets allreduce). `choice` (may be null) receives auto's figures.
+/// choose_comm_strategy on the facts' dims and nonzeros: a store's header or a generated
+/// tensor's; a text file's facts have no dims and get allreduce; on several ranks the choice
+/// is logged). `choice` (may be null) receives auto's figures.
 CommStrategy resolve_comm_strategy(const std::string& option, const plan::TensorFacts& facts,
                                    int ranks, int R, int value_bytes, CommChoice* choice);
 

@@ -49,8 +49,6 @@ algo::CommStrategy comm_strategy(const CpRunOptions& o, const comm::MpiCommunica
         o.run.strategy, model ? plan::facts_of_file(o.load.path, world) : plan::TensorFacts{},
         world.size(), o.rank, o.run.precision == "float" ? 4 : 8, choice);
   });
-  if (o.run.strategy == "auto" && world.size() > 1)
-    log::info("--comm-strategy auto: " + algo::to_string(strategy) + " (" + choice->why + ")");
   return strategy;
 }
 
