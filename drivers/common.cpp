@@ -3,8 +3,12 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/factories.hpp"
@@ -161,6 +165,29 @@ void add_checkpoint_options(CLI::App* sub, CheckpointArgs& a) {
                   "--iters counts all iterations, the saved ones included)");
 }
 
+void add_cp_value_options(CLI::App* sub, algo::CpOptions& o, CpRows rows) {
+  run::for_each_cp_value([&]<typename V>(const run::CpValue<V>& v) {
+    if (rows == CpRows::bench && !v.bench) return;
+    std::string names = run::cp_flag(v.key);
+    if (!v.short_flag.empty()) names = std::string(v.short_flag) + "," + names;
+    V& field = o.*v.field;
+    if constexpr (std::is_same_v<V, bool>) {
+      sub->add_flag(names, field, std::string(v.help));
+    } else {
+      // CLI11's own validators, so that --help reads as every other option's ("INT in
+      // [1 - 4096]", "NONNEGATIVE"); the run layer checks the same ranges (check_cp_values).
+      CLI::Option* opt = sub->add_option(names, field, std::string(v.help));
+      if (!std::isinf(v.hi))
+        opt->check(CLI::Range(static_cast<V>(v.lo), static_cast<V>(v.hi)));
+      else if (v.lo == 0)
+        opt->check(CLI::NonNegativeNumber);
+      else
+        opt->check(CLI::Range(static_cast<V>(v.lo), std::numeric_limits<V>::max()));
+      opt->capture_default_str();
+    }
+  });
+}
+
 void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a) {
   sub->add_option("--nonneg", a.nonneg,
                   "Nonnegative factors on these modes: all | none | a list such as 0,2 (HALS: "
@@ -173,18 +200,6 @@ void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a) {
   sub->add_option("--l2", a.l2,
                   "L2 (Frobenius) penalty l2/2 * ||A||^2 on each factor update: one value, or one "
                   "per mode")
-      ->capture_default_str();
-  sub->add_option("--inner-sweeps", a.inner_sweeps,
-                  "Coordinate-descent sweeps per factor update with --nonneg or --l1")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  sub->add_flag("--observed-only", a.observed_only,
-                "Completion: the stored entries are the observed ones and the loss counts only "
-                "them (row-wise normal equations; the fit is over the stored entries)");
-  sub->add_option("--holdout", a.holdout,
-                  "Hold this fraction of the stored entries out (chosen by --seed and the "
-                  "coordinates) and print their RMSE after every iteration (0: none)")
-      ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
   sub->add_option("--cuda-graph", a.cuda_graph,
                   "on: with --backend cuda on one rank, plain CP runs each iteration on the "

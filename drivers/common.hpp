@@ -45,6 +45,9 @@ void add_force_option(CLI::App* sub, bool& force);
 void add_checkpoint_options(CLI::App* sub, CheckpointArgs& a);
 /// The options --nonneg, --l1, --l2, --inner-sweeps, --observed-only, --holdout and
 /// --cuda-graph of a subcommand (tessera cp, tessera bench cp), with their defaults in --help.
+/// The rows of run::kCpValues (rank, iters, tol, ...; `rows`: all, or bench's) as flags
+/// into `o`, with their checks and defaults in --help.
+void add_cp_value_options(CLI::App* sub, algo::CpOptions& o, CpRows rows = CpRows::all);
 void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a);
 
 /// The record context of this CLI process (set_invocation's command line and options); the

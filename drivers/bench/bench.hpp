@@ -24,7 +24,8 @@ struct BenchArgs {
   std::string ranks;  ///< Tucker ranks (bench ttmc|tucker), or the R list of mttkrp --tc-sweep
   std::string svd = "gram";          ///< bench tucker
   std::string generate_on = "auto";  ///< auto | host | backend
-  CpConstraintArgs con;              ///< bench cp: constrained, regularised, weighted CP
+  CpConstraintArgs con;              ///< bench cp: --nonneg, --l1, --l2, --cuda-graph
+  algo::CpOptions cp;                ///< bench cp: the bench rows of run::kCpValues
   ComputeOptions run;
   // ---- bench mttkrp --tc-sweep (mttkrp_tc_sweep.cpp) ----
   bool tc_sweep = false;

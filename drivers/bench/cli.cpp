@@ -213,6 +213,7 @@ void add_bench(CLI::App& app, Runner& run) {
   sub->add_option("--tc-seed", a->tc_seed, "--tc-sweep: seed of the generated blocky tensors")
       ->group(sweep)
       ->capture_default_str();
+  add_cp_value_options(sub, a->cp, CpRows::bench);
   add_cp_constraint_flags(sub, a->con);
   add_compute_options(sub, a->run, a->load, kStrategyOption | kBudgetOptions);
   add_bench_contract(sub, run);  // `bench contract` (contract.cpp)

@@ -18,7 +18,7 @@ void bench_cp(Context<T>& c) {
   auto& in = c.in;
   const int N = static_cast<int>(in.dims.size());
   const int R = a.rank;
-  algo::CpOptions o;
+  algo::CpOptions o = a.cp;  // --inner-sweeps, --observed-only, --holdout
   o.rank = R;
   o.max_iters = a.iters;
   o.tol = 0;  // run every iteration
@@ -26,7 +26,7 @@ void bench_cp(Context<T>& c) {
   o.print_iterations = log::verbosity() >= 2;
   o.count_distinct_rows = true;         // for the floor
   o.approximate_fit = in.X != nullptr;  // generated: repeats kept, ||X|| not merged
-  apply_cp_constraints(a.con, N, o.seed, o, c.world);
+  apply_cp_constraints(a.con, N, o, c.world);
   // A generated tensor (allreduce) runs on its backend handle; otherwise cp_als
   // prepares the distributed block.
   if (in.X)
@@ -137,6 +137,7 @@ void bench_cp(Context<T>& c) {
   j["strategy"] = a.run.strategy;
   {
     nlohmann::json con;
+    add_cp_values(con, o, CpRows::bench);
     add_cp_constraint_options(con, o);
     add_cp_constraint_results(con, res, o);
     j["constraints"] = con;

@@ -21,7 +21,7 @@ bool generates_on_host(const BenchArgs& a) {
   if (!a.load.path.empty()) return false;
   if (a.generate_on == "host") return true;
   if (a.what != "cp") return false;
-  return a.con.observed_only || a.con.holdout > 0 || a.run.strategy == "layer";
+  return a.cp.observed_only || a.cp.holdout > 0 || a.run.strategy == "layer";
 }
 
 }  // namespace
@@ -44,7 +44,7 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   if (a.what == "cp") be.set_rank_hint(a.rank);
   // bench cp generates on the backend unless asked (--generate-on host) or unless it needs the
   // distributed host block (--observed-only, --holdout: cp_als on a Distributed).
-  const bool needs_block = a.what == "cp" && (a.con.observed_only || a.con.holdout > 0);
+  const bool needs_block = a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0);
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(!(needs_block && a.generate_on == "backend"),
                         "--generate-on backend: --observed-only and --holdout need the tensor "
@@ -151,7 +151,7 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
     req.extra.push_back({"bandwidth probe (2 arrays)", 0, std::uint64_t(4) << 30, 0, ""});
   else
     req.extra.push_back({"bandwidth probe (2 arrays)", std::uint64_t(1) << 30, 0, 0, ""});
-  req.completion = a.what == "cp" && a.con.observed_only;
+  req.completion = a.what == "cp" && a.cp.observed_only;
   if (generates_on_host(a)) {
     // algo::generate beyond what a text read holds: the packed keys and the permutation of
     // its sort, 24 bytes per generated nonzero of this rank (measured: 6.01 GB for 76.9M

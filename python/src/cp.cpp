@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "inputs.hpp"
 #include "runtime.hpp"
@@ -17,18 +18,46 @@ namespace {
 /// The checks of the arguments the CLI checks as it parses (collective).
 void check_cp_args(const run::CpRunOptions& o, const CommonArgs& a, const py::object& init) {
   check_common(a);
-  TESSERA_INPUT_CHECK(o.rank >= 1 && o.rank <= 4096, "rank=" << o.rank << ": expected 1 to 4096");
-  TESSERA_INPUT_CHECK(o.iters >= 1, "iters=" << o.iters << ": expected >= 1");
-  TESSERA_INPUT_CHECK(o.tol >= 0 && std::isfinite(o.tol), "tol=" << o.tol << ": expected >= 0");
-  TESSERA_INPUT_CHECK(o.max_seconds >= 0 && std::isfinite(o.max_seconds),
-                      "max_seconds=" << o.max_seconds << ": expected >= 0 (0: no limit)");
-  TESSERA_INPUT_CHECK(o.print_every >= 1, "print_every=" << o.print_every << ": expected >= 1");
+  run::check_cp_values(o.als, /*python=*/true);
   if (!py::isinstance<py::str>(init)) return;
   const std::string s = py::cast<std::string>(init);
   TESSERA_INPUT_CHECK(s == "random" || s == "nvecs",
                       "init=\"" << s
                                 << "\": expected \"random\", \"nvecs\" or a list of initial "
                                    "factor arrays");
+}
+
+/// A row's value as Python shows it.
+template <typename V>
+py::object to_python(const V& v) {
+  return py::cast(v);
+}
+
+/// Sets the row of kCpValues named `name` from a Python value (InputError when the type is
+/// not the row's); false when no row has that name.
+bool set_cp_keyword(algo::CpOptions& o, const std::string& name, py::handle value) {
+  bool found = false;
+  run::for_each_cp_value([&]<typename V>(const run::CpValue<V>& v) {
+    if (found || v.key != name) return;
+    found = true;
+    o.*v.field = keyword_value<V>(name, value);
+  });
+  return found;
+}
+
+/// The keyword arguments of the table into o.als (ValueError or TypeError before any run).
+void apply_cp_values(run::CpRunOptions& o, const py::dict& values) {
+  for (const auto& [key, value] : values) {
+    const std::string name = py::cast<std::string>(py::str(key));
+    if (value.is_none()) continue;  // None: the default
+    bool found = false;
+    try {
+      found = set_cp_keyword(o.als, name, value);
+    } catch (const InputError& e) {
+      throw py::value_error(e.what());
+    }
+    if (!found) throw py::type_error("cp_als: unexpected keyword argument '" + name + "'");
+  }
 }
 
 /// init: None, "random", "nvecs", or initial factors (a sequence of arrays, lambda 1).
@@ -40,7 +69,7 @@ void set_init(const py::object& init, run::CpRunOptions* o) {
   }
   o->init = "factors";
   py::sequence fs = py::reinterpret_borrow<py::sequence>(init);
-  const int rank = o->rank;
+  const int rank = o->als.rank;
   o->init_factors = [fs, rank](const std::vector<std::uint64_t>& dims, KruskalModel* m) {
     py::gil_scoped_acquire gil;
     TESSERA_INPUT_CHECK(
@@ -83,24 +112,36 @@ py::dict run_cp(const py::object& tensor, run::CpRunOptions o, const py::object&
 }  // namespace
 
 void register_cp(py::module_& m) {
+  m.def(
+      "cp_values",
+      [] {
+        // key -> (default, help, CLI flag, accepted values in words; "" for a bool)
+        py::dict d;
+        const algo::CpOptions defaults;
+        run::for_each_cp_value([&]<typename V>(const run::CpValue<V>& v) {
+          std::string words;
+          if constexpr (!std::is_same_v<V, bool>) words = run::cp_range_words(v.lo, v.hi);
+          d[py::str(std::string(v.key))] = py::make_tuple(
+              to_python(defaults.*v.field), std::string(v.help), run::cp_flag(v.key), words);
+        });
+        return d;
+      },
+      "The plain CP-ALS keywords (run::kCpValues, the CLI's options of the same names): "
+      "key -> (default, help, CLI flag, accepted values), in table order.");
   m.def("cp_als",
-        [](py::object tensor, int rank, int iters, double tol, std::uint64_t seed, py::object init,
-           std::string backend, std::string precision, py::object threads, std::string strategy,
-           std::string index_base, py::object checkpoint, int checkpoint_every, py::object resume,
-           py::object callback, bool verbose, bool share, std::uintptr_t comm, double max_seconds,
-           int print_every, std::string nonneg, std::string l1, std::string l2, int inner_sweeps,
-           bool observed_only, double holdout, py::dict tuning) {
+        [](py::object tensor, py::dict values, py::object init, std::string backend,
+           std::string precision, py::object threads, std::string strategy, std::string index_base,
+           py::object checkpoint, int checkpoint_every, py::object resume, py::object callback,
+           bool verbose, bool share, std::uintptr_t comm, std::string nonneg, std::string l1,
+           std::string l2, py::dict tuning) {
           CommonArgs a = common_args(backend, precision, threads, strategy, index_base, checkpoint,
                                      checkpoint_every, resume, verbose, share);
           apply_tuning(a, tuning);
           run::CpRunOptions o;
-          o.rank = rank;
-          o.iters = iters;
-          o.tol = tol;
-          o.seed = seed;
-          o.max_seconds = max_seconds;
-          o.print_every = print_every;
-          o.con = run::CpConstraintArgs{nonneg, l1, l2, inner_sweeps, observed_only, holdout};
+          apply_cp_values(o, values);
+          o.con.nonneg = nonneg;
+          o.con.l1 = l1;
+          o.con.l2 = l2;
           if (precision == "float") return run_cp<float>(tensor, o, init, a, callback, comm);
           return run_cp<double>(tensor, o, init, a, callback, comm);
         });

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "bindings.hpp"
 #include "comm/mpi_communicator.hpp"
@@ -71,6 +72,33 @@ void apply_tuning(CommonArgs& a, const py::dict& tuning);
 bool set_tuning_keyword(kernels::Tuning& t, const std::string& name, py::handle value);
 /// "cuda_layout, cuda_block_rows, ..., trace, ": every knob's keyword, for messages.
 std::string tuning_keywords();
+
+/// The keyword argument `name`'s `value` as a V of a table (a tuning knob, a CP option): a
+/// bool only for bool, an int for integers, an int or float for floating point; else an
+/// InputError "name=repr: expected ...".
+template <typename V>
+V keyword_value(const std::string& name, py::handle value) {
+  const std::string shown = name + "=" + py::cast<std::string>(py::repr(value));
+  const bool is_bool = py::isinstance<py::bool_>(value);
+  const char* expected = std::is_same_v<V, bool>       ? "True or False"
+                         : std::is_floating_point_v<V> ? "a number"
+                         : std::is_unsigned_v<V>       ? "an integer >= 0"
+                                                       : "an integer";
+  bool ok = false;
+  if constexpr (std::is_same_v<V, bool>)
+    ok = is_bool;
+  else if constexpr (std::is_floating_point_v<V>)
+    ok = !is_bool && (py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value));
+  else
+    ok = !is_bool && py::isinstance<py::int_>(value);
+  TESSERA_INPUT_CHECK(ok, shown << ": expected " << expected);
+  try {
+    return py::cast<V>(value);
+  } catch (const py::cast_error&) {
+    TESSERA_INPUT_CHECK(false, shown << ": expected " << expected);
+  }
+  return V{};
+}
 
 /// The run layer's options of these arguments and this input: the input file (none for
 /// arrays, named by the source's name instead), the compute options, the checkpoint (a

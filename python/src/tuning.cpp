@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "bindings.hpp"
+#include "inputs.hpp"
 #include "util/error.hpp"
 
 namespace tessera::python {
@@ -28,32 +29,15 @@ bool set_tuning_keyword(kernels::Tuning& t, const std::string& name, py::handle 
   kernels::for_each_knob([&]<typename V>(const kernels::Knob<V>& k) {
     if (found || k.key != name) return;
     found = true;
-    const std::string shown = name + "=" + py::cast<std::string>(py::repr(value));
-    const bool is_bool = py::isinstance<py::bool_>(value);
     if constexpr (kernels::kIsChoice<V>) {
+      const std::string shown = name + "=" + py::cast<std::string>(py::repr(value));
       TESSERA_INPUT_CHECK(py::isinstance<py::str>(value), shown << ": expected a string");
       const auto v = kernels::parse_name<V>(py::cast<std::string>(value));
       TESSERA_INPUT_CHECK(v.has_value(), shown << ": " << kernels::flag(k) << " must be "
                                                << kernels::names_in_words<V>());
       t.*k.field = *v;
     } else {
-      const char* expected = std::is_same_v<V, bool>       ? "True or False"
-                             : std::is_floating_point_v<V> ? "a number"
-                             : std::is_unsigned_v<V>       ? "an integer >= 0"
-                                                           : "an integer";
-      bool ok = false;
-      if constexpr (std::is_same_v<V, bool>)
-        ok = is_bool;
-      else if constexpr (std::is_floating_point_v<V>)
-        ok = !is_bool && (py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value));
-      else
-        ok = !is_bool && py::isinstance<py::int_>(value);
-      TESSERA_INPUT_CHECK(ok, shown << ": expected " << expected);
-      try {
-        t.*k.field = py::cast<V>(value);
-      } catch (const py::cast_error&) {
-        TESSERA_INPUT_CHECK(false, shown << ": expected " << expected);
-      }
+      t.*k.field = keyword_value<V>(name, value);
     }
   });
   return found;

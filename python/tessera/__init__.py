@@ -82,12 +82,13 @@ def _threads(threads):
 TUNING = dict(_tessera.tuning_defaults(), nccl_timeout=1800.0)
 
 
-def _tuning_arg(tuning):
+def _tuning_arg(tuning, others=None):
+    # others: the function's other keyword arguments of a table (cp_als: CP_OPTIONS).
     unknown = sorted(k for k in tuning if k not in TUNING)
     if unknown:
-        raise TypeError("unexpected keyword argument%s %s (tuning arguments: %s)" % (
+        raise TypeError("unexpected keyword argument%s %s (%stuning arguments: %s)" % (
             "s" if len(unknown) > 1 else "", ", ".join(repr(k) for k in unknown),
-            ", ".join(TUNING)))
+            "CP arguments: %s; " % ", ".join(others) if others else "", ", ".join(TUNING)))
     return dict(tuning)
 
 
@@ -122,33 +123,49 @@ def _per_mode_arg(v, name):
     return ",".join(repr(x) for x in vals)
 
 
-def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",
-           precision="double", threads=None, comm_strategy="auto", index_base="1",
-           checkpoint=None, checkpoint_every=None, resume=None, callback=None, verbose=False,
-           distributed="root", comm=None, max_seconds=None, print_every=1, nonneg=False,
-           l1=0.0, l2=0.0, inner_sweeps=3, observed_only=False, holdout=0.0, **tuning):
+# The plain CP-ALS keyword arguments and their defaults: the rows of run::kCpValues
+# (src/engine/run/cp_options.hpp), which are also the CLI's options of the same names
+# (max_seconds for --max-seconds) and the run record's "options" keys. A row added there is
+# a keyword of cp_als here, listed in its docstring. CP_VALUES: key -> (default, help, CLI
+# flag, accepted values).
+CP_VALUES = _tessera.cp_values()
+CP_OPTIONS = {k: v[0] for k, v in CP_VALUES.items()}
+
+
+def _cp_value(v):
+    # NumPy scalars as Python numbers; the table's checks say what is wrong with the rest.
+    if isinstance(v, _numbers.Integral) and not isinstance(v, bool):
+        return int(v)
+    if isinstance(v, _numbers.Real) and not isinstance(v, bool):
+        return float(v)
+    return v
+
+
+def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", threads=None,
+           comm_strategy="auto", index_base="1", checkpoint=None, checkpoint_every=None,
+           resume=None, callback=None, verbose=False, distributed="root", comm=None,
+           nonneg=False, l1=0.0, l2=0.0, **options):
     """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
 
     X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
-    seed, mode and row: the same factors as the CLI on any rank count) or a list of N
-    initial factor arrays (I_n x R). checkpoint / checkpoint_every / resume: as the CLI's
-    --checkpoint / --checkpoint-every (default 1 when a checkpoint file is given) /
-    --resume. callback(info) runs on every rank after every iteration with
-    {"iteration", "fit", "delta", "rank"}; an exception it raises stops the run on every
-    rank. verbose: print the CLI's per-iteration lines (rank 0), every print_every
-    iterations (and the last). max_seconds: stop after the first iteration that ends past
-    this many seconds (the CLI's --max-seconds; None: no limit). Returns a CPResult; its
-    stop_reason says why the iterations stopped ("converged", "iteration limit" or "time
-    limit").
+    seed, mode and row: the same factors as the CLI on any rank count), "nvecs" (leading
+    singular vectors of each unfolding) or a list of N initial factor arrays (I_n x R).
+    checkpoint / checkpoint_every / resume: as the CLI's --checkpoint / --checkpoint-every
+    (default 1 when a checkpoint file is given) / --resume. callback(info) runs on every rank
+    after every iteration with {"iteration", "fit", "delta", "rank"}; an exception it raises
+    stops the run on every rank. verbose: print the CLI's per-iteration lines (rank 0), every
+    print_every iterations (and the last). Returns a CPResult; its stop_reason says why the
+    iterations stopped ("converged", "iteration limit" or "time limit").
 
     Constrained, regularised and weighted CP (the CLI's options of the same names; see
     docs/constrained-cp.md): nonneg: True (every mode), False, or a list of modes; l1, l2:
-    one penalty for every mode or a list with one per mode; inner_sweeps: coordinate-descent
-    sweeps per update; observed_only: the stored entries are the observed ones (completion);
-    holdout: the fraction of stored entries held out (chosen by seed), whose RMSE after each
-    iteration is in history ("validation_rmse") and CPResult.validation_rmse (with
-    mean_predictor_rmse, the RMSE of predicting the training mean). init="nvecs": leading
-    singular vectors of each unfolding.
+    one penalty for every mode or a list with one per mode. With holdout (below) the
+    held-out RMSE after each iteration is in history ("validation_rmse") and
+    CPResult.validation_rmse (with mean_predictor_rmse, the RMSE of predicting the training
+    mean).
+
+    Keyword arguments of the CP option table (CP_VALUES; None: the default):
+{values}
 
     Kernel tuning (keyword arguments, the CLI's "Kernel tuning" options; see TUNING and
     docs/python.md): cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel,
@@ -158,22 +175,25 @@ def cp_als(X, rank=16, *, backend="auto", iters=50, tol=1e-5, seed=1, init="rand
     (0, 1]) steer the cuda MTTKRP on tensor cores (docs/tensor-core-mttkrp.md); with a cuda
     backend the record's "tc_split" holds the split per mode.
     """
-    if isinstance(rank, bool) or not isinstance(rank, _numbers.Integral):
-        raise ValueError("rank=%r: expected an integer from 1 to 4096" % (rank,))
     share = _share(distributed)
+    values = {k: _cp_value(options.pop(k)) for k in list(options) if k in CP_OPTIONS}
+    values["rank"] = _cp_value(rank)
     r = _tessera.cp_als(
-        _to_core(X), int(rank), int(iters), float(tol), int(seed), _init_arg(init), backend,
-        precision, _threads(threads), comm_strategy, str(index_base), checkpoint,
-        int(checkpoint_every or 0), resume, callback, bool(verbose), share,
-        _comm_handle(comm), float(max_seconds or 0), int(print_every), _modes_arg(nonneg),
-        _per_mode_arg(l1, "l1"), _per_mode_arg(l2, "l2"), int(inner_sweeps),
-        bool(observed_only), float(holdout), _tuning_arg(tuning))
+        _to_core(X), values, _init_arg(init), backend, precision, _threads(threads),
+        comm_strategy, str(index_base), checkpoint, int(checkpoint_every or 0), resume,
+        callback, bool(verbose), share, _comm_handle(comm), _modes_arg(nonneg),
+        _per_mode_arg(l1, "l1"), _per_mode_arg(l2, "l2"), _tuning_arg(options, CP_OPTIONS))
     rec = _record(r)
     res = CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
                    r["history"], rec, stop_reason=r["stop_reason"])
     res.validation_rmse = r["validation_rmse"]
     res.mean_predictor_rmse = r["mean_predictor_rmse"]
     return res
+
+
+cp_als.__doc__ = cp_als.__doc__.replace("{values}", "\n".join(
+    "    %s=%r (%s%s): %s." % (k, v[0], v[2], ", " + v[3] if v[3] else "", v[1])
+    for k, v in CP_VALUES.items()))
 
 
 def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",

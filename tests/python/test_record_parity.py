@@ -93,3 +93,41 @@ def test_contract_record_cli_equals_python(tmp_path, tessera_bin):
     py = tessera.contract(str(tns), str(tns), "ijk,ljk->il", mem_limit="1G", backend="cpu",
                           threads=1)
     compare(json.loads(rec.read_text()), py.record)
+
+
+def test_every_cp_option_row_is_a_flag_a_keyword_and_a_record_key(tmp_path, tessera_bin):
+    # One row of the CP option table (run::kCpValues) is all an option needs: each row, set
+    # to a value other than its default, is taken by `tessera cp` as its flag and by cp_als
+    # as its keyword, and both records hold that value under the row's key.
+    chosen = {}
+    for key, (default, _help, flag, words) in tessera.CP_VALUES.items():
+        assert flag == "--" + key.replace("_", "-")
+        if isinstance(default, bool):
+            chosen[key] = not default
+            continue
+        lo = float(words.split()[1]) if words.startswith(">=") else float(words.split()[0])
+        hi = float("inf") if words.startswith(">=") else float(words.split()[2])
+        v = default + 1 if default + 1 <= hi else (lo + hi) / 2
+        chosen[key] = int(v) if isinstance(default, int) else float(v)
+    assert {"rank", "iters", "tol", "seed", "max_seconds", "holdout"} <= set(chosen)
+    coords, vals, shape = random_sparse((9, 7, 6), 120, seed=13)
+    tns = tmp_path / "x.tns"
+    write_tns(tns, coords, vals)
+    rec = tmp_path / "cli.json"
+    args = [tessera_bin, "cp", str(tns), "--backend", "cpu", "--threads", "1", "--json",
+            str(rec)]
+    for key, v in chosen.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(v, bool):
+            args += [flag] if v else []
+        else:
+            args += [flag, repr(v)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run(args, check=True, env=env, stdout=subprocess.DEVNULL)
+    cli = json.loads(rec.read_text())
+    py = tessera.cp_als(str(tns), backend="cpu", threads=1, **chosen)
+    for key, v in chosen.items():
+        assert cli["options"][key] == v, f"CLI options.{key}: {cli['options'][key]!r}, not {v!r}"
+        assert py.record["options"][key] == v, f"Python options.{key}: not {v!r}"
+    compare(cli, py.record)
+    assert "max_seconds=" in tessera.cp_als.__doc__ and "holdout=" in tessera.cp_als.__doc__

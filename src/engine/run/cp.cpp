@@ -47,7 +47,7 @@ algo::CommStrategy comm_strategy(const CpRunOptions& o, const comm::MpiCommunica
   comm::run_collectively(world, [&] {
     strategy = algo::resolve_comm_strategy(
         o.run.strategy, model ? plan::facts_of_file(o.load.path, world) : plan::TensorFacts{},
-        world.size(), o.rank, o.run.precision == "float" ? 4 : 8, choice);
+        world.size(), o.als.rank, o.run.precision == "float" ? 4 : 8, choice);
   });
   return strategy;
 }
@@ -55,11 +55,11 @@ algo::CommStrategy comm_strategy(const CpRunOptions& o, const comm::MpiCommunica
 PlanContext plan_context(const CpRunOptions& o) {
   PlanContext pc;
   pc.workload = plan::Workload::cp;
-  pc.cp_rank = o.rank;
-  pc.completion = o.con.observed_only;
-  pc.tier1_only = o.con.observed_only || o.con.holdout > 0 || o.init == "nvecs";
-  pc.tier1_why = o.con.observed_only ? "--observed-only"
-                 : o.con.holdout > 0 ? "--holdout"
+  pc.cp_rank = o.als.rank;
+  pc.completion = o.als.observed_only;
+  pc.tier1_only = o.als.observed_only || o.als.holdout > 0 || o.init == "nvecs";
+  pc.tier1_why = o.als.observed_only ? "--observed-only"
+                 : o.als.holdout > 0 ? "--holdout"
                                      : "--init nvecs";
   return pc;
 }
@@ -84,12 +84,6 @@ nlohmann::json record_options(const CpRunOptions& o, const Input<T>& in, const s
                               const CheckpointArgs& ck, const algo::CpOptions& ao,
                               const algo::CommChoice& choice) {
   nlohmann::json opts = {{"file", name_of(o)},
-                         {"rank", o.rank},
-                         {"iters", o.iters},
-                         {"tol", o.tol},
-                         {"max_seconds", o.max_seconds},
-                         {"print_every", o.print_every},
-                         {"seed", o.seed},
                          {"init", o.init},
                          {"comm_strategy", algo::to_string(ao.strategy)},
                          {"comm_strategy_option", o.run.strategy},
@@ -99,6 +93,7 @@ nlohmann::json record_options(const CpRunOptions& o, const Input<T>& in, const s
                          {"backend", kind},
                          {"precision", o.run.precision},
                          {"index_base", o.load.index_base}};
+  add_cp_values(opts, ao);  // rank, iters, tol, seed, ... (kCpValues)
   add_cp_constraint_options(opts, ao);
   if (o.run.strategy == "auto") {  // what auto compared (options hold scalars only)
     opts["comm_strategy_auto_allreduce_seconds"] = choice.allreduce_comm_s;
@@ -125,7 +120,7 @@ bool cp_start(const CpRunOptions& o, const CheckpointArgs& ck, const Input<T>& i
     now.must_match = {"rank"};
     now.ignore = {"file", "checkpoint_every", "resumed_from", "max_seconds", "print_every"};
     const io::CheckpointInfo info = resume_from(
-        ck.resume, now, o.iters,
+        ck.resume, now, o.als.max_iters,
         [&](io::CheckpointInfo* i) { start->model = io::read_cp_checkpoint(ck.resume, i); }, world);
     restore_progress(info, start);
     return true;
@@ -138,9 +133,9 @@ bool cp_start(const CpRunOptions& o, const CheckpointArgs& ck, const Input<T>& i
                           "--init " << ck.init_model << ": the model's dims "
                                     << format_dims(start->model.dims) << " are not the input's "
                                     << format_dims(in.dims));
-      TESSERA_INPUT_CHECK(start->model.rank == o.rank,
+      TESSERA_INPUT_CHECK(start->model.rank == o.als.rank,
                           "--init " << ck.init_model << ": the model has rank " << start->model.rank
-                                    << ", the run asks for --rank " << o.rank);
+                                    << ", the run asks for --rank " << o.als.rank);
     });
     log::info("starting from the model in " + ck.init_model);
     return true;
@@ -159,8 +154,8 @@ bool cp_start(const CpRunOptions& o, const CheckpointArgs& ck, const Input<T>& i
                             << in.plan.tier << "): use --init random or file:MODEL.h5");
   });
   Timer tn;
-  start->model =
-      algo::nvecs_start<T>(*in.dist, *cx.backend, world, *cx.data, o.rank, o.seed, ao.nonneg);
+  start->model = algo::nvecs_start<T>(*in.dist, *cx.backend, world, *cx.data, o.als.rank,
+                                      o.als.seed, ao.nonneg);
   log::info("starting from nvecs (leading singular vectors of each unfolding, " +
             std::to_string(tn.seconds()) + " s)");
   return true;
@@ -257,17 +252,11 @@ nlohmann::json cp_record(const CpRunOptions& o, const Input<T>& in, const algo::
 
 algo::CpOptions algo_options(const CpRunOptions& o, algo::CommStrategy strategy, int order,
                              const comm::Communicator& world) {
-  algo::CpOptions ao;
-  ao.rank = o.rank;
+  algo::CpOptions ao = o.als;
   ao.tensor_name = name_of(o);
-  ao.max_iters = o.iters;
-  ao.tol = o.tol;
-  ao.max_seconds = o.max_seconds;
-  ao.print_every = o.print_every;
   ao.print_iterations = o.print_iterations;
-  ao.seed = o.seed;
   ao.strategy = strategy;
-  apply_cp_constraints(o.con, order, o.seed, ao, world);
+  apply_cp_constraints(o.con, order, ao, world);
   return ao;
 }
 
@@ -277,6 +266,7 @@ template <typename T>
 CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTensor<T>* arrays) {
   Timer total;
   CpRun out;
+  comm::run_collectively(world, [&] { check_cp_values(o.als, o.record.interface == "python"); });
   algo::CommChoice choice;
   const algo::CommStrategy strategy = comm_strategy(o, world, &choice);
   const CheckpointArgs ck = start_args(o, world);
@@ -287,7 +277,7 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
   const std::string kind = kernels::to_string(cx.kind);
   log::info("tessera cp: " + std::to_string(world.size()) + " rank(s), backend " + kind + ", " +
             std::to_string(effective_threads(o.run.threads)) + " thread(s) per rank, " +
-            o.run.precision + ", rank " + std::to_string(o.rank) + ", strategy " +
+            o.run.precision + ", rank " + std::to_string(o.als.rank) + ", strategy " +
             algo::to_string(strategy));
   Loaded li;
   PeakSampler peaks(cx.kind == kernels::BackendKind::cuda);

@@ -25,19 +25,16 @@ namespace tessera::run {
 struct CpRunOptions {
   LoadOptions load;  ///< load.path: the input file ("" when run_cp is given arrays)
   std::string name;  ///< the tensor's name in logs and the record ("": load.path)
-  int rank = 16;
-  int iters = 50;
-  double tol = 1e-5;
-  double max_seconds = 0;
-  int print_every = 1;
+  /// The plain values (rank, iters, tol, seed, ...): the rows of kCpValues
+  /// (run/cp_options.hpp) set them; run_cp adds what the rest of this struct says.
+  algo::CpOptions als;
   bool print_iterations = true;  ///< one line per iteration on rank 0
-  std::uint64_t seed = 1;
   /// random | nvecs | file:MODEL.h5 | factors (the start is init_factors')
   std::string init = "random";
   /// init == "factors": fills the start model of a tensor of these dims (called on every
   /// rank inside a collective check; InputError naming what is wrong).
   std::function<void(const std::vector<std::uint64_t>& dims, KruskalModel* start)> init_factors;
-  CpConstraintArgs con;  ///< constrained, regularised and weighted CP
+  CpConstraintArgs con;  ///< --nonneg, --l1, --l2 (per mode), --cuda-graph
   ComputeOptions run;    ///< backend, precision, strategy, budgets, --json, --force
   std::string out;       ///< write the model (HDF5) here ("": not written)
   CheckpointArgs ckpt;

@@ -1,26 +1,68 @@
 #include "run/cp_options.hpp"
 
+#include <cmath>
+#include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "run/record.hpp"
+#include "util/error.hpp"
 
 namespace tessera::run {
 
-void apply_cp_constraints(const CpConstraintArgs& a, int order, std::uint64_t seed,
-                          algo::CpOptions& o, const comm::Communicator& world) {
+std::string cp_flag(std::string_view key) {
+  std::string s = "--" + std::string(key);
+  for (char& c : s)
+    if (c == '_') c = '-';
+  return s;
+}
+
+std::string cp_range_words(double lo, double hi) {
+  std::ostringstream s;
+  s.precision(12);
+  if (std::isinf(hi))
+    s << ">= " << lo;
+  else
+    s << lo << " to " << hi;
+  return s.str();
+}
+
+namespace {
+
+template <typename V>
+bool wanted(const CpValue<V>& v, CpRows rows) {
+  return rows == CpRows::all || v.bench;
+}
+
+}  // namespace
+
+void check_cp_values(const algo::CpOptions& o, bool python, CpRows rows) {
+  for_each_cp_value([&]<typename V>(const CpValue<V>& v) {
+    if constexpr (!std::is_same_v<V, bool>) {
+      if (!wanted(v, rows)) return;
+      const V x = o.*v.field;
+      const double d = static_cast<double>(x);
+      TESSERA_INPUT_CHECK(std::isfinite(d) && d >= v.lo && d <= v.hi,
+                          (python ? std::string(v.key) + "=" : cp_flag(v.key) + " ")
+                              << x << ": expected " << cp_range_words(v.lo, v.hi));
+    }
+  });
+}
+
+void add_cp_values(nlohmann::json& opts, const algo::CpOptions& o, CpRows rows) {
+  for_each_cp_value([&]<typename V>(const CpValue<V>& v) {
+    if (wanted(v, rows)) opts[std::string(v.key)] = o.*v.field;
+  });
+}
+
+void apply_cp_constraints(const CpConstraintArgs& a, int order, algo::CpOptions& o,
+                          const comm::Communicator& world) {
   comm::run_collectively(world, [&] {
     o.nonneg = algo::parse_mode_set(a.nonneg, order, "--nonneg");
     o.l1 = algo::parse_mode_values(a.l1, order, "--l1");
     o.l2 = algo::parse_mode_values(a.l2, order, "--l2");
-    TESSERA_INPUT_CHECK(a.inner_sweeps >= 1 && a.inner_sweeps <= 1000,
-                        "--inner-sweeps " << a.inner_sweeps << ": expected 1 to 1000");
-    TESSERA_INPUT_CHECK(a.holdout >= 0 && a.holdout <= 0.99,
-                        "--holdout " << a.holdout << ": expected a fraction from 0 to 0.99");
   });
-  o.inner_sweeps = a.inner_sweeps;
-  o.observed_only = a.observed_only;
-  o.holdout = a.holdout;
-  o.holdout_seed = seed;
+  o.holdout_seed = o.seed;
   o.device_loop = a.cuda_graph == "on";
 }
 
@@ -31,9 +73,6 @@ void add_cp_constraint_options(nlohmann::json& opts, const algo::CpOptions& o) {
   opts["nonneg"] = modes;
   opts["l1"] = o.l1;
   opts["l2"] = o.l2;
-  opts["inner_sweeps"] = o.inner_sweeps;
-  opts["observed_only"] = o.observed_only;
-  opts["holdout"] = o.holdout;
   opts["cuda_graph"] = o.device_loop ? "on" : "off";
 }
 

@@ -1,37 +1,136 @@
-// The options of constrained, regularised and weighted CP (docs/constrained-cp.md) as the
-// CLI (`tessera cp`) and the Python module take them: parsed into algo::CpOptions in one
-// place, recorded in the run record in one place.
+// The options of a CP run as the CLI (`tessera cp`, `tessera bench cp`) and the Python module
+// take them, described once (issue 40): the table kCpValues of the plain values of
+// algo::CpOptions (rank, iterations, tolerance, ...), from which the CLI's flags and --help
+// (drivers/common.cpp), the Python keywords and tessera.CP_OPTIONS (python/src/cp.cpp), the
+// checks and the run record's "options" entries are made; and the constrained-CP options that
+// are parsed per mode (CpConstraintArgs: --nonneg, --l1, --l2) with --cuda-graph.
+//
+// Adding a plain CP option: its field (with its default) in algo::CpOptions, its use in the
+// algorithm, its row below (docs/architecture.md, "Adding a CP option").
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <tuple>
 
 #include "algo/cp_als.hpp"
 #include "comm/communicator.hpp"
 
 namespace tessera::run {
 
+/// One plain value of algo::CpOptions that a user sets. Its default is the field's initial
+/// value (algo::CpOptions{}): written once, in the algorithm's header.
+template <typename V>
+struct CpValue {
+  using Value = V;
+  /// The user's name: the Python keyword and the run record's "options" key. The CLI flag is
+  /// "--" + key with '-' for '_' (cp_flag()), with `short_flag` beside it ("-i"; "" none).
+  std::string_view key;
+  V algo::CpOptions::*field;
+  std::string_view help;
+  std::string_view short_flag = {};
+  /// Numbers: the accepted values [lo, hi] (hi infinite: no upper bound). bool: unused.
+  double lo = 0;
+  double hi = std::numeric_limits<double>::infinity();
+  /// `tessera bench cp` takes it too (bench has its own --rank, --iters and --seed).
+  bool bench = false;
+};
+
+/// Every plain CP value, in the order of --help.
+inline constexpr auto kCpValues = std::make_tuple(
+    CpValue<int>{.key = "rank",
+                 .field = &algo::CpOptions::rank,
+                 .help = "CP rank R",
+                 .short_flag = "-r",
+                 .lo = 1,
+                 .hi = 4096},
+    CpValue<int>{.key = "iters",
+                 .field = &algo::CpOptions::max_iters,
+                 .help = "Maximum ALS iterations (a resumed run counts the saved ones)",
+                 .short_flag = "-i",
+                 .lo = 1,
+                 .hi = 1000000},
+    CpValue<double>{.key = "tol",
+                    .field = &algo::CpOptions::tol,
+                    .help = "Stop when |fit change| < tol (-t is --threads)"},
+    CpValue<double>{.key = "max_seconds",
+                    .field = &algo::CpOptions::max_seconds,
+                    .help = "Stop after the first iteration that ends more than this many "
+                            "seconds after the iterations began (0: no limit); the record's "
+                            "stop_reason says \"time limit\", and a checkpoint "
+                            "(--checkpoint-every) is written at the stop",
+                    .hi = 1e9},
+    CpValue<int>{.key = "print_every",
+                 .field = &algo::CpOptions::print_every,
+                 .help = "Print an iteration line every N iterations (and the last)",
+                 .lo = 1,
+                 .hi = 1000000},
+    CpValue<std::uint64_t>{.key = "seed",
+                           .field = &algo::CpOptions::seed,
+                           .help = "Seed of the initial factors (and of --holdout's choice)",
+                           .short_flag = "-s"},
+    CpValue<int>{.key = "inner_sweeps",
+                 .field = &algo::CpOptions::inner_sweeps,
+                 .help = "Coordinate-descent sweeps per factor update with --nonneg or --l1",
+                 .lo = 1,
+                 .hi = 1000,
+                 .bench = true},
+    CpValue<bool>{.key = "observed_only",
+                  .field = &algo::CpOptions::observed_only,
+                  .help = "Completion: the stored entries are the observed ones and the loss "
+                          "counts only them (row-wise normal equations; the fit is over the "
+                          "stored entries)",
+                  .bench = true},
+    CpValue<double>{.key = "holdout",
+                    .field = &algo::CpOptions::holdout,
+                    .help = "Hold this fraction of the stored entries out (chosen by --seed and "
+                            "the coordinates) and print their RMSE after every iteration (0: "
+                            "none)",
+                    .hi = 0.99,
+                    .bench = true});
+
+template <typename F>
+constexpr void for_each_cp_value(F&& f) {
+  std::apply([&](const auto&... v) { (f(v), ...); }, kCpValues);
+}
+
+/// "--" + key with '-' for '_'.
+std::string cp_flag(std::string_view key);
+
+/// The accepted values of a number in words ("1 to 4096", ">= 0").
+std::string cp_range_words(double lo, double hi);
+
+/// Which rows: every one, or those `tessera bench cp` takes.
+enum class CpRows { all, bench };
+
+/// Checks every row's value in `o` (finite, in its range): an InputError names the option as
+/// the user wrote it, "--iters 0: ..." from the CLI, "iters=0: ..." from Python (`python`).
+void check_cp_values(const algo::CpOptions& o, bool python, CpRows rows = CpRows::all);
+
+/// The rows' values as the run record's "options" entries, merged into `opts`.
+void add_cp_values(nlohmann::json& opts, const algo::CpOptions& o, CpRows rows = CpRows::all);
+
+/// The constrained-CP options parsed per mode (docs/constrained-cp.md) and --cuda-graph.
 struct CpConstraintArgs {
   std::string nonneg = "none";  ///< all | none | modes "0,2"
   std::string l1 = "0";         ///< one value, or one per mode "0.1,0,0"
   std::string l2 = "0";
-  int inner_sweeps = 3;
-  bool observed_only = false;
-  double holdout = 0;  ///< fraction of the stored entries held out (seed: the run's --seed)
   /// on: plain CP on one rank with the cuda backend runs its iterations on the device as a
   /// CUDA graph (docs/cp-device-loop.md); off: per-operation calls (the phase split of
   /// every step is then timed on the host).
   std::string cuda_graph = "on";
 };
 
-/// Sets o.nonneg, l1, l2, inner_sweeps, observed_only, holdout and holdout_seed (= seed)
-/// for a tensor of this order. Collective: an InputError names the option on every rank.
-void apply_cp_constraints(const CpConstraintArgs& a, int order, std::uint64_t seed,
-                          algo::CpOptions& o, const comm::Communicator& world);
+/// Sets o.nonneg, l1, l2 for a tensor of this order, o.holdout_seed (= o.seed) and
+/// o.device_loop. Collective: an InputError names the option on every rank.
+void apply_cp_constraints(const CpConstraintArgs& a, int order, algo::CpOptions& o,
+                          const comm::Communicator& world);
 
 /// The options' entries of the run record ("nonneg" as a list of modes, "l1", "l2" per
-/// mode, "inner_sweeps", "observed_only", "holdout"), merged into `opts`.
+/// mode, "cuda_graph"), merged into `opts`.
 void add_cp_constraint_options(nlohmann::json& opts, const algo::CpOptions& o);
 
 /// The result's entries: "ridged_rows", "iteration_engine", "holdout" (fraction, entries,
