@@ -10,13 +10,18 @@ namespace tessera::driver {
 
 void add_cp(CLI::App& app, Runner& run) {
   auto a = std::make_shared<CpRunOptions>();
-  auto* sub = app.add_subcommand("cp", "CP-ALS decomposition of a FROSTT tensor (.tns, .tns.gz)");
-  sub->add_option("file", a->load.path, "Input tensor (.tns or .tns.gz)")->required();
+  auto* sub = app.add_subcommand("cp",
+                                 "CP-ALS decomposition of a sparse tensor: FROSTT text (.tns, "
+                                 ".tns.gz) or a Tessera HDF5 store (.h5, from tessera convert)");
+  sub->add_option("file", a->load.path,
+                  "Input tensor: .tns, .tns.gz or .h5 (a store written by tessera convert)")
+      ->required();
   add_cp_value_options(sub, a->als);  // rank, iters, tol, seed, ... (run::kCpValues)
   sub->add_option("--init", a->init,
                   "Initial factors: random (keyed by --seed, mode and row: the same on any rank "
-                  "count) | nvecs (leading left singular vectors of each unfolding, from a "
-                  "randomized HOSVD and one HOOI step; tier 1) | file:MODEL.h5 (a model written "
+                  "count) | nvecs (approximate leading left singular vectors of each unfolding: "
+                  "a randomized HOSVD refined by one HOOI step, not an exact SVD; tier 1) | "
+                  "file:MODEL.h5 (a model written "
                   "by tessera cp --out or the Python module: its factors and weights are the "
                   "start; same dims and rank)")
       ->capture_default_str();

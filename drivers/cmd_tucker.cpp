@@ -10,9 +10,12 @@ namespace tessera::driver {
 
 void add_tucker(CLI::App& app, Runner& run) {
   auto a = std::make_shared<TuckerRunOptions>();
-  auto* sub =
-      app.add_subcommand("tucker", "Tucker-HOOI decomposition of a FROSTT tensor (.tns, .tns.gz)");
-  sub->add_option("file", a->load.path, "Input tensor (.tns or .tns.gz)")->required();
+  auto* sub = app.add_subcommand("tucker",
+                                 "Tucker-HOOI decomposition of a sparse tensor: FROSTT text (.tns, "
+                                 ".tns.gz) or a Tessera HDF5 store (.h5, from tessera convert)");
+  sub->add_option("file", a->load.path,
+                  "Input tensor: .tns, .tns.gz or .h5 (a store written by tessera convert)")
+      ->required();
   sub->add_option("-r,--ranks", a->ranks,
                   "Tucker ranks, one per mode (16,16,16 or 16x16x16) or one for all")
       ->required();
@@ -23,7 +26,8 @@ void add_tucker(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"gram", "subspace", "scalapack"}));
   sub->add_option("--init", a->init,
                   "Initial factors: random (orthonormal, keyed by seed, mode and row) | hosvd "
-                  "(randomized HOSVD)")
+                  "(randomized HOSVD: approximate leading left singular vectors of each unfolding "
+                  "from one randomized range-finder pass, not an exact SVD)")
       ->check(CLI::IsMember({"random", "hosvd"}));
   sub->add_option("-i,--iters", a->iters, "Maximum HOOI iterations")->check(CLI::Range(1, 1000000));
   sub->add_option("--tol", a->tol, "Stop when |fit change| < tol (-t is --threads)")

@@ -189,10 +189,15 @@ void add_cp_value_options(CLI::App* sub, algo::CpOptions& o, CpRows rows) {
 }
 
 void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a) {
+  // --nonneg alone means every mode: CLI11 stores an option's default string when it is given
+  // without its optional value, so that string is "" (not the captured "none"), and
+  // apply_cp_constraints reads "" as all.
   sub->add_option("--nonneg", a.nonneg,
-                  "Nonnegative factors on these modes: all | none | a list such as 0,2 (HALS: "
-                  "coordinate descent on each row, --inner-sweeps per update)")
-      ->capture_default_str();
+                  "Nonnegative factors on these modes: all | none | a list such as 0,2; "
+                  "--nonneg alone is all (after FILE, or it takes FILE as its value); default "
+                  "none (HALS: coordinate descent on each row, --inner-sweeps per update)")
+      ->expected(0, 1)
+      ->default_str("");
   sub->add_option("--l1", a.l1,
                   "L1 penalty l1 * sum |a| on each factor update: one value, or one per mode "
                   "(0.1,0,0)")

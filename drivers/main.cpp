@@ -100,6 +100,17 @@ std::string unexpected_options_line(CLI::App& app, CLI::App* at, int argc,
          where_else + "); " + where + " --help lists its options";
 }
 
+/// True when the parse stopped at a command that needs a subcommand and none was typed
+/// (`tessera` alone, `tessera bench contract` without one): the usage is printed with the
+/// error line.
+bool subcommand_missing(CLI::App& app) {
+  CLI::App* at = deepest(&app);
+  if (at->get_require_subcommand_min() == 0 || !at->get_subcommands().empty()) return false;
+  for (const std::string& w : at->remaining())
+    if (!w.empty() && w[0] != '-') return false;
+  return !at->get_subcommands([](CLI::App*) { return true; }).empty();
+}
+
 /// The one line for a failed parse: an unknown subcommand names the word typed and lists
 /// the subcommands; options the subcommand does not have are named with the subcommands
 /// that have them; other errors are CLI11's message.
@@ -180,6 +191,7 @@ int main(int argc, char** argv) {
     // Every rank parsed the same arguments: rank 0 reports, all exit with the same code.
     if (e.get_exit_code() == 0) return world.rank() == 0 ? app.exit(e) : 0;  // --help, --version
     if (world.rank() == 0) {
+      if (subcommand_missing(app)) std::fputs(deepest(&app)->help().c_str(), stderr);
       std::fprintf(stderr, "tessera: error: %s\n", parse_error_line(app, e, argc, argv).c_str());
       std::fflush(stderr);
     }

@@ -142,6 +142,17 @@ TEST_F(CliHabits, OptionsASubcommandDoesNotUseAreRefusedWithOneLine) {
   EXPECT_EQ(ok.code, 0) << ok.out;
 }
 
+// `tessera` with no subcommand prints its usage (the subcommands) before the error line, and
+// fails (issue 42).
+TEST_F(CliHabits, NoSubcommandPrintsTheUsage) {
+  const auto r = run(tessera());
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Usage: "), std::string::npos) << r.out;
+  for (const char* sub : {"cp", "tucker", "contract", "plan", "convert"})
+    EXPECT_NE(r.out.find("\n  " + std::string(sub) + " "), std::string::npos) << sub << r.out;
+  EXPECT_NE(r.out.find("tessera: error: A subcommand is required"), std::string::npos) << r.out;
+}
+
 // --- (4) --help shows the defaults -------------------------------------------------------
 
 TEST_F(CliHabits, HelpShowsTheDefaultOfEveryNumericOption) {

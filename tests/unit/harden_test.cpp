@@ -470,7 +470,7 @@ TEST_F(Harden, StoreWithDimsOfTwoToThe32IsRefusedByThePlanner) {
   const plan::Plan p = plan::make_plan(req, t, lim);
   EXPECT_FALSE(p.fits);
   for (const char* part : {"no memory tier fits ", "mode 0 has 4294967296 rows",
-                           "(4294967296 x 4, double) alone takes 137.44 GB", "test host limit"})
+                           "(4294967296 x 4, double) alone takes 128.00 GiB", "test host limit"})
     EXPECT_NE(p.refusal.find(part), std::string::npos) << part << "\n" << p.refusal;
   EXPECT_NE(p.refusal.find(h), std::string::npos) << p.refusal;
 }

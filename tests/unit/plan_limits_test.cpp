@@ -379,21 +379,21 @@ TEST(PlanLimits, HostLimitPicksTheSmallestAndDividesAmongRanks) {
   // Slurm's 40 GiB is below the cgroup's 64 - 10 + 2 = 56 GiB and MemAvailable.
   Limit h = host_limit(f, 4, 2 * kGiB);
   EXPECT_EQ(h.bytes, 10 * kGiB);
-  EXPECT_EQ(h.source, "SLURM_MEM_PER_NODE=40960 (MB) (42.95 GB) / 4 ranks on this node");
+  EXPECT_EQ(h.source, "SLURM_MEM_PER_NODE=40960 (MB) (40.00 GiB) / 4 ranks on this node");
 
   // Without Slurm, the cgroup's room wins.
   f.slurm = {};
   h = host_limit(f, 2, 2 * kGiB);
   EXPECT_EQ(h.bytes, 28 * kGiB);
   EXPECT_EQ(h.source,
-            "cgroup v2 memory.max (/sys/fs/cgroup/job) (68.72 GB - usage 10.74 GB + own RSS "
-            "2.15 GB) / 2 ranks on this node");
+            "cgroup v2 memory.max (/sys/fs/cgroup/job) (64.00 GiB - usage 10.00 GiB + own RSS "
+            "2.00 GiB) / 2 ranks on this node");
 
   // Without the cgroup, MemAvailable.
   f.cgroup = {};
   h = host_limit(f, 1);
   EXPECT_EQ(h.bytes, 100 * kGiB);
-  EXPECT_EQ(h.source, "MemAvailable in /proc/meminfo (107.37 GB) / 1 rank on this node");
+  EXPECT_EQ(h.source, "MemAvailable in /proc/meminfo (100.00 GiB) / 1 rank on this node");
 
   // Nothing known: unknown.
   EXPECT_FALSE(host_limit(HostFacts{}, 3).known());
@@ -436,6 +436,7 @@ TEST(PlanLimits, ParseBytesGood) {
   EXPECT_EQ(parse_bytes("64K", "--host-budget"), 64 * kKiB);
   EXPECT_EQ(parse_bytes("1e9", "--host-budget"), 1000000000u);
   EXPECT_EQ(parse_bytes("40GB", "--host-budget"), 40 * kGiB);
+  EXPECT_EQ(parse_bytes("8GiB", "--host-budget"), 8 * kGiB);
   EXPECT_EQ(parse_bytes("2t", "--host-budget"), 2048 * kGiB);
   EXPECT_EQ(parse_bytes("1.5g", "--host-budget"), 1536 * kMiB);
   EXPECT_EQ(parse_bytes("4096", "--host-budget"), 4096u);
@@ -464,12 +465,13 @@ TEST(PlanLimits, ParseBytesBadNamesTheOption) {
 }
 
 TEST(PlanLimits, HumanBytes) {
-  EXPECT_EQ(human_bytes(1.25e9), "1.25 GB");
+  EXPECT_EQ(human_bytes(1.25e9), "1.16 GiB");
   EXPECT_EQ(human_bytes(512), "512.00 B");
-  EXPECT_EQ(human_bytes(999.0e3), "999.00 KB");
-  EXPECT_EQ(human_bytes(120.3e9), "120.30 GB");
-  EXPECT_EQ(human_bytes(2.5e12), "2.50 TB");
-  EXPECT_EQ(human_bytes(3.0e15), "3000.00 TB");
+  EXPECT_EQ(human_bytes(80.0 * (1ull << 30)), "80.00 GiB");  // --device-budget 80G
+  EXPECT_EQ(human_bytes(999.0e3), "975.59 KiB");
+  EXPECT_EQ(human_bytes(120.3e9), "112.04 GiB");
+  EXPECT_EQ(human_bytes(2.5e12), "2.27 TiB");
+  EXPECT_EQ(human_bytes(3.0e15), "2728.48 TiB");
 }
 
 // ---- disk ---------------------------------------------------------------------------------

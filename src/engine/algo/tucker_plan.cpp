@@ -18,10 +18,10 @@ namespace tessera::algo::detail {
 namespace {
 
 std::string bytes_str(double b) {
-  const char* u[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};  // as --max-mem is read
   int i = 0;
-  while (b >= 1000 && i < 5) {
-    b /= 1000;
+  while (b >= 1024 && i < 5) {
+    b /= 1024;
     ++i;
   }
   char buf[32];

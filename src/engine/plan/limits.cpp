@@ -508,6 +508,7 @@ std::uint64_t parse_bytes(const std::string& s, const char* what) {
   double mult = 1;
   std::string suffix = end ? std::string(end) : "";
   if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
+  if (suffix.size() == 2 && suffix.back() == 'i') suffix.pop_back();  // 8GiB as 8G
   if (suffix == "K" || suffix == "k")
     mult = 1024.0;
   else if (suffix == "M" || suffix == "m")
@@ -527,10 +528,12 @@ std::uint64_t parse_bytes(const std::string& s, const char* what) {
 }
 
 std::string human_bytes(double b) {
-  const char* u[] = {"B", "KB", "MB", "GB", "TB"};
+  // Binary units, as sizes are read (parse_bytes: 80G is 80 x 2^30 bytes): --device-budget
+  // 80G is printed "80.00 GiB", not "85.90 GB".
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int i = 0;
-  while (b >= 1000 && i < 4) {
-    b /= 1000;
+  while (b >= 1024 && i < 4) {
+    b /= 1024;
     ++i;
   }
   char buf[32];

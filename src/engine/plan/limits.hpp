@@ -116,7 +116,8 @@ bool reset_peak_rss();
 /// (the option) on anything else, and on sizes < 1 byte, NaN, infinity or >= 2^64.
 std::uint64_t parse_bytes(const std::string& s, const char* what);
 
-/// Human-readable byte count in powers of 1000 with two decimals: "1.25 GB", "512.00 B".
+/// Human-readable byte count in powers of 1024 with two decimals, the units parse_bytes reads:
+/// "1.25 GiB", "512.00 B".
 std::string human_bytes(double b);
 
 }  // namespace tessera::plan

@@ -58,7 +58,7 @@ void add_cp_values(nlohmann::json& opts, const algo::CpOptions& o, CpRows rows) 
 void apply_cp_constraints(const CpConstraintArgs& a, int order, algo::CpOptions& o,
                           const comm::Communicator& world) {
   comm::run_collectively(world, [&] {
-    o.nonneg = algo::parse_mode_set(a.nonneg, order, "--nonneg");
+    o.nonneg = algo::parse_mode_set(a.nonneg.empty() ? "all" : a.nonneg, order, "--nonneg");
     o.l1 = algo::parse_mode_values(a.l1, order, "--l1");
     o.l2 = algo::parse_mode_values(a.l2, order, "--l2");
   });

@@ -115,7 +115,7 @@ void add_cp_values(nlohmann::json& opts, const algo::CpOptions& o, CpRows rows =
 
 /// The constrained-CP options parsed per mode (docs/constrained-cp.md) and --cuda-graph.
 struct CpConstraintArgs {
-  std::string nonneg = "none";  ///< all | none | modes "0,2"
+  std::string nonneg = "none";  ///< all | none | modes "0,2"; "" (a bare --nonneg): all
   std::string l1 = "0";         ///< one value, or one per mode "0.1,0,0"
   std::string l2 = "0";
   /// on: plain CP on one rank with the cuda backend runs its iterations on the device as a
