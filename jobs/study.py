@@ -20,7 +20,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from studylib.spec import StudyError, input_args, load_study, points_of, warn  # noqa: E402
+from studylib.spec import (StudyError, dropped_text, input_args, load_study,  # noqa: E402
+                           points_of, warn)
 from studylib.launch import (local_env, run_point_local, sacct_state, sbatch,  # noqa: E402
                              slurm_answers, slurm_script, tessera_binary, wait_jobs)
 from studylib.records import valid_record  # noqa: E402
@@ -33,7 +34,7 @@ from studylib.report import report  # noqa: E402
 
 def cmd_run(a):
     s = load_study(a.study)
-    pts = points_of(s)
+    pts, dropped = points_of(s)
     out = os.path.abspath(a.out or os.path.join("studies", s["name"]))
     mode = "slurm" if a.slurm else "local" if a.local else (
         "slurm" if slurm_answers() and not os.environ.get("SLURM_JOB_ID") else "local")
@@ -43,8 +44,12 @@ def cmd_run(a):
         with open(os.path.join(out, "study.json"), "w") as f:
             json.dump({k: v for k, v in s.items() if not k.startswith("_")} | {
                 "study_file": s["_path"], "mode": mode, "tessera": tessera,
-                "argv": sys.argv}, f, indent=1)
-    print(f"study: {s['name']}: {len(pts)} point(s), {mode}, results in {out}", flush=True)
+                "argv": sys.argv, "duplicates_dropped": len(dropped)}, f, indent=1)
+    print(f"study: {s['name']}: {len(pts)} point(s)"
+          + (f" ({len(dropped)} duplicate(s) dropped)" if dropped else "")
+          + f", {mode}, results in {out}", flush=True)
+    if dropped:
+        print(f"study: {dropped_text(dropped)}", flush=True)
 
     todo, generated = [], {}
     for p in pts:

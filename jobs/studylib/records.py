@@ -80,6 +80,32 @@ def split_seconds(j, total):
     return {}
 
 
+def comm_parts(j, split):
+    """(transfer, wait, source) seconds per unit of the split's comm, or None where the record
+    cannot tell moving data from waiting for a slower rank.
+
+    A blocking collective's time on rank 0 includes the wait for the ranks that reach it
+    later. Two records say how long that is:
+    - `comm_floor` (bench cp on NCCL): the least comm over the ranks is the slowest rank's,
+      which waits least; rank 0's comm beyond it is waiting.
+    - `kernel_per_rank` (cp, bench cp): the slowest rank's MTTKRP seconds per iteration; rank 0
+      waits for that rank about the slowest MTTKRP time less its own (the split's kernel)."""
+    comm = split.get("comm")
+    if not isinstance(comm, (int, float)):
+        return None
+    cf = j.get("comm_floor")
+    if isinstance(cf, dict) and isinstance(cf.get("comm_seconds_min_over_ranks"), (int, float)):
+        transfer = min(comm, max(0.0, float(cf["comm_seconds_min_over_ranks"])))
+        return transfer, comm - transfer, "comm_floor"
+    kp = j.get("kernel_per_rank")
+    kernel = split.get("kernel")
+    if (isinstance(kp, dict) and isinstance(kp.get("max_seconds_per_iteration"), (int, float))
+            and isinstance(kernel, (int, float))):
+        wait = min(comm, max(0.0, float(kp["max_seconds_per_iteration"]) - kernel))
+        return comm - wait, wait, "kernel_per_rank"
+    return None
+
+
 def peak_bytes(j, key):
     m = j.get("memory")
     v = m.get(key) if isinstance(m, dict) else None

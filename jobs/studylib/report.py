@@ -9,7 +9,7 @@ import re
 import sys
 
 from .spec import SPLIT_KEYS, StudyError, warn
-from .records import peak_bytes, read_record, seconds_per_unit, split_seconds
+from .records import comm_parts, peak_bytes, read_record, seconds_per_unit, split_seconds
 
 # --------------------------------------------------------------------------------------------
 # report
@@ -79,6 +79,11 @@ def collect(out):
         for k in SPLIT_KEYS:
             row[f"{k}_seconds"] = split.get(k)
             row[f"{k}_share"] = split[k] / sec if k in split and sec else None
+        parts = comm_parts(j, split)  # comm = moving data + waiting for slower ranks
+        if parts is not None:
+            row["comm_transfer_seconds"], row["comm_wait_seconds"], row["comm_wait_from"] = parts
+        o = j.get("options") if isinstance(j.get("options"), dict) else {}
+        row["input"] = os.path.basename(str(o["file"])) if o.get("file") else ""
         m = j.get("machine", {})
         row["host"] = ",".join(m["hosts"]) if isinstance(m.get("hosts"), list) else m.get(
             "host", "")
@@ -143,7 +148,9 @@ def write_csv(rows, path):
     cols = ["point", "status", "series", "command", "nodes", "ranks", "gpus", "threads", "unit",
             "seconds_per_unit", "speedup", "efficiency"] + [f"{k}_share" for k in SPLIT_KEYS] + [
             f"{k}_seconds" for k in SPLIT_KEYS] + ["peak_host_bytes_per_rank",
-                                                   "peak_device_bytes_per_rank", "fit", "backend",
+                                                   "peak_device_bytes_per_rank", "fit",
+                                                   "comm_transfer_seconds", "comm_wait_seconds",
+                                                   "comm_wait_from", "input", "backend",
                                                    "gpu_model", "host", "commit", "slurm_job",
                                                    "job_id", "exit_code"]
     with open(path, "w", newline="") as f:
@@ -157,7 +164,10 @@ def write_md(rows, path, study, weak):
     lines = [f"# Study {study.get('name', '')}", "",
              f"Scaling: {'weak' if weak else 'strong'}. Speedup and efficiency are against the "
              "smallest resources of each series" + (" (weak: work grows with the ranks, ideal "
-                                                    "time is constant)." if weak else "."), "",
+                                                    "time is constant)." if weak else "."),
+             "comm includes waiting for slower ranks; results.csv splits it into "
+             "comm_transfer_seconds and comm_wait_seconds where the record tells them apart "
+             "(comm_wait_from).", "",
              "| point | resources | s per unit | speedup | efficiency | kernel | comm | solve "
              "| io | other | peak mem/rank | fit |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -184,7 +194,44 @@ def write_md(rows, path, study, weak):
         f.write("\n".join(lines) + "\n")
 
 
-def plots(rows, series, out, weak):
+def short_commit(c):
+    c = str(c or "")
+    return c[:12] if len(c) == 40 and all(x in "0123456789abcdef" for x in c) else c
+
+
+def study_title(study, rows, limit=110):
+    """Two lines over every plot: the study and its inputs; machine(s), backend(s), commit(s)."""
+    inputs = []
+    for name, inp in (study.get("inputs") or {}).items():
+        if not isinstance(inp, dict):
+            continue
+        if inp.get("file"):
+            inputs.append(f"{name} ({os.path.basename(str(inp['file']))})")
+        elif isinstance(inp.get("generate"), dict):
+            g = inp["generate"]
+            inputs.append(f"{name} (generated {g.get('dims', '?')}, nnz {g.get('nnz', '?'):g})"
+                          if isinstance(g.get("nnz"), (int, float)) else f"{name} (generated)")
+    if not inputs:  # a study.json without inputs: the records' input files
+        inputs = sorted({r["input"] for r in rows if r.get("input")})
+    head = f"study {study.get('name', '?')}: " + (", ".join(inputs) or "no input file")
+    if len(head) > limit:
+        head = head[:limit - 3] + "..."
+    ok = [r for r in rows if r["status"] == "ok"]
+    join = lambda vals: "/".join(sorted({v for v in vals if v})) or "?"
+    hosts = sorted({h for r in ok for h in str(r.get("host", "")).split(",") if h})
+    host = (hosts[0] + (f" (+{len(hosts) - 1} more)" if len(hosts) > 1 else "")) if hosts else "?"
+    parts = [f"host {host}"]
+    gpu = join(r.get("gpu_model", "") for r in ok)
+    if gpu != "?":
+        parts.append(gpu)
+    parts.append(f"backend {join(r.get('backend', '') for r in ok)}")
+    commits = sorted({short_commit(r.get("commit")) for r in ok if r.get("commit")})
+    parts.append("commit " + (commits[0] if len(commits) == 1 else
+                              f"mixed ({len(commits)})" if commits else "?"))
+    return head + "\n" + ", ".join(parts)
+
+
+def plots(rows, series, out, weak, study=None):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -194,15 +241,20 @@ def plots(rows, series, out, weak):
              "install matplotlib)")
         return []
     files = []
-    plt.rcParams.update({"font.size": 8})
+    plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10,
+                         "xtick.labelsize": 9, "ytick.labelsize": 9, "legend.fontsize": 9})
+    title = study_title(study or {}, rows)
 
     def save(fig, name):
         p = os.path.join(out, name)
+        fig.suptitle(title, fontsize=10)
         fig.tight_layout()
-        fig.savefig(p, dpi=90)
+        fig.savefig(p, dpi=100, metadata={"Title": title.replace("\n", " | "),
+                                          "Software": "tessera jobs/study.py"})
         plt.close(fig)
         files.append(p)
 
+    size = (7.5, 5.2)
     xlabel = "GPUs" if any(r["gpus"] for r in rows) else "MPI ranks"
     xs = sorted({resources_of(r) for r in rows if r.get("seconds_per_unit")})
 
@@ -213,7 +265,7 @@ def plots(rows, series, out, weak):
         if len(xs) == 1:
             ax.set_xlim(xs[0] / 1.5, xs[0] * 1.5)
         ax.set_xlabel(xlabel)
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig, ax = plt.subplots(figsize=size)
     for name, rs in series.items():
         rs = sorted(rs, key=resources_of)
         x = [resources_of(r) for r in rs]
@@ -229,10 +281,10 @@ def plots(rows, series, out, weak):
     resource_axis(ax)
     ax.set_ylabel(f"seconds per {rows[0].get('unit') or 'unit'} (dashed: ideal)")
     ax.set_title(f"time vs resources ({'weak' if weak else 'strong'} scaling)")
-    ax.legend(fontsize=6)
+    ax.legend()
     save(fig, "time.png")
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig, ax = plt.subplots(figsize=size)
     for name, rs in series.items():
         rs = sorted(rs, key=resources_of)
         ax.plot([resources_of(r) for r in rs], [100 * r["efficiency"] for r in rs], "o-",
@@ -242,28 +294,38 @@ def plots(rows, series, out, weak):
     resource_axis(ax)
     ax.set_ylabel(f"{'weak' if weak else 'strong'} scaling efficiency (%)")
     ax.set_title("parallel efficiency")
-    ax.legend(fontsize=6)
+    ax.legend()
     save(fig, "efficiency.png")
 
     ok = [r for r in rows if r.get("seconds_per_unit")]
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig, ax = plt.subplots(figsize=size)
     bottom = [0.0] * len(ok)
     unit_word = "GPU" if xlabel == "GPUs" else "rank"
-    labels = [f"{resources_of(r)} {unit_word}{'s' if resources_of(r) > 1 else ''}" + (f"\n{r['series'][:32]}" if len(series) > 1
-                                                      else "") for r in ok]
-    for k in SPLIT_KEYS:
-        vals = [r.get(f"{k}_seconds") or 0.0 for r in ok]
+    many = len(series) > 1
+    labels = [f"{resources_of(r)} {unit_word}{'s' if resources_of(r) > 1 else ''}"
+              + (f"\n{r['series'][:32]}" if many else "") for r in ok]
+    # comm splits into moving data and waiting for slower ranks where the record tells them
+    # apart (records.comm_parts); elsewhere it is one part that says it includes the wait.
+    parts = [("kernel", "kernel", lambda r: r.get("kernel_seconds")),
+             ("comm transfer", "comm: transfer", lambda r: r.get("comm_transfer_seconds")),
+             ("comm wait", "comm: waiting for slower ranks",
+              lambda r: r.get("comm_wait_seconds")),
+             ("comm", "comm (incl. waiting)",
+              lambda r: None if "comm_wait_seconds" in r else r.get("comm_seconds"))]
+    parts += [(k, k, lambda r, k=k: r.get(f"{k}_seconds")) for k in SPLIT_KEYS[2:]]
+    for _, label, get in parts:
+        vals = [get(r) or 0.0 for r in ok]
         if any(vals):
-            ax.bar(range(len(ok)), vals, bottom=bottom, label=k)
+            ax.bar(range(len(ok)), vals, bottom=bottom, label=label)
             bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xticks(range(len(ok)), labels, fontsize=6, rotation=20 if len(series) > 1 else 0,
-                  ha="right" if len(series) > 1 else "center")
-    ax.set_ylabel("seconds per unit")
+    ax.set_xticks(range(len(ok)), labels, fontsize=9 if not many else 8.5,
+                  rotation=20 if many else 0, ha="right" if many else "center")
+    ax.set_ylabel(f"seconds per {ok[0].get('unit') or 'unit'}" if ok else "seconds per unit")
     ax.set_title("time split" + (f": {next(iter(series))}" if len(series) == 1 else ""))
-    ax.legend(fontsize=6)
+    ax.legend()
     save(fig, "split.png")
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig, ax = plt.subplots(figsize=size)
     for name, rs in series.items():
         rs = sorted(rs, key=resources_of)
         x = [resources_of(r) for r in rs]
@@ -276,7 +338,7 @@ def plots(rows, series, out, weak):
     resource_axis(ax)
     ax.set_ylabel("peak memory per rank (MiB)")
     ax.set_title("memory per rank")
-    ax.legend(fontsize=6)
+    ax.legend()
     save(fig, "memory.png")
     return files
 
@@ -296,7 +358,7 @@ def report(out):
     series = add_scaling(rows, weak)
     write_csv(rows, os.path.join(out, "results.csv"))
     write_md(rows, os.path.join(out, "results.md"), study, weak)
-    pngs = plots(rows, series, out, weak) if series else []
+    pngs = plots(rows, series, out, weak, study) if series else []
     with open(os.path.join(out, "results.md")) as f:
         print(f.read(), end="")
     print(f"study: wrote {os.path.join(out, 'results.csv')}, results.md"

@@ -141,11 +141,22 @@ def grid_combos(grid):
         yield dict(zip(keys, combo))
 
 
+# The grid keys that apply only to some commands; the others apply to every command.
+GRID_KEY_COMMANDS = {"rank": ("cp", "bench mttkrp", "bench cp", "bench tucker"),
+                     "ranks": ("tucker", "bench tucker")}
+
+
+def applicable(cmd, g):
+    """The grid combination g without the keys that mean nothing to cmd (rank for tucker)."""
+    return {k: v for k, v in g.items() if cmd in GRID_KEY_COMMANDS.get(k, (cmd,))}
+
+
 def grid_args(cmd, g):
+    g = applicable(cmd, g)
     a = []
-    if "rank" in g and cmd in ("cp", "bench mttkrp", "bench cp", "bench tucker"):
+    if "rank" in g:
         a += ["--rank", str(g["rank"])]
-    if "ranks" in g and cmd in ("tucker", "bench tucker"):
+    if "ranks" in g:
         a += ["--ranks", str(g["ranks"])]
     for k in ("precision", "backend", "tier"):
         if k in g:
@@ -170,24 +181,52 @@ def slug(text):
 
 
 def points_of(s):
-    """Every point: command x grid combination x resources (inputs are per command)."""
-    pts = []
+    """Every distinct point: command x grid combination x resources (inputs are per command).
+
+    Returns (points, dropped): a grid key that does not apply to a command (rank for tucker)
+    would repeat that command's runs once per value, so a point whose command line (command,
+    inputs, arguments, resources) equals an earlier point's is dropped. Such keys are left out
+    of the series name and point id. dropped lists (the id the point would have had with every
+    grid key, the id of the point it repeats, the grid keys that did not apply)."""
+    pts, seen, dropped = [], {}, []
     for c in s["commands"]:
         for g in grid_combos(dict(s["grid"], **c.get("grid", {}))):
-            series = " ".join([c["command"]] + c["inputs"] + ([label_of(g)] if g else []))
+            used = applicable(c["command"], g)
+            ignored = sorted(set(g) - set(used))
+            series = " ".join([c["command"]] + c["inputs"] + ([label_of(used)] if used else []))
+            args = grid_args(c["command"], g) + [str(x) for x in c["args"]]
             for r in s["resources"]:
                 rid = f"n{r['nodes']}-r{r['ranks']}-t{r['threads']}" + (
                     f"-g{r['gpus']}" if r["gpus"] else "")
                 pid = slug(f"{series}-{rid}")
+                key = (c["command"], tuple(c["inputs"]), tuple(args),
+                       tuple(sorted(r.items())))
+                if key in seen:  # named as before, with every grid key
+                    full = " ".join([c["command"]] + c["inputs"] + ([label_of(g)] if g else []))
+                    dropped.append((slug(f"{full}-{rid}"), seen[key], ignored))
+                    continue
+                seen[key] = pid
                 pts.append({"id": pid, "series": series, "command": c["command"],
-                            "inputs": c["inputs"], "grid": g, "resources": r,
-                            "args": grid_args(c["command"], g) + [str(x) for x in c["args"]]})
+                            "inputs": c["inputs"], "grid": used, "resources": r,
+                            "args": args})
     ids = [p["id"] for p in pts]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
         raise StudyError(f"two points share an id ({', '.join(sorted(dup))}): make the commands "
                          "or grid entries differ")
-    return pts
+    return pts, dropped
+
+
+def dropped_text(dropped):
+    """One line on the duplicate points points_of dropped, or "" when none was."""
+    if not dropped:
+        return ""
+    keys = sorted({k for _, _, ign in dropped for k in ign})
+    why = (f"grid key(s) {', '.join(keys)} do not apply to their command" if keys
+           else "the same command and grid entry is listed twice")
+    return (f"dropped {len(dropped)} duplicate point(s) with the command line of another "
+            f"point ({why}): " + ", ".join(f"{d} = {k}" for d, k, _ in dropped[:6])
+            + (", ..." if len(dropped) > 6 else ""))
 
 
 def scale_nnz(s, p, inp):
