@@ -204,8 +204,7 @@ void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a) {
       ->capture_default_str();
   sub->add_option("--l2", a.l2,
                   "L2 (Frobenius) penalty l2/2 * ||A||^2 on each factor update: one value, or one "
-                  "per mode")
-      ->capture_default_str();
+                  "per mode (default 0; 0.01 with --observed-only)");
   sub->add_option("--cuda-graph", a.cuda_graph,
                   "on: with --backend cuda on one rank, plain CP runs each iteration on the "
                   "device (dense steps as kernels, one CUDA graph replayed per iteration, one "

@@ -144,7 +144,7 @@ def _cp_value(v):
 def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", threads=None,
            comm_strategy="auto", index_base="1", checkpoint=None, checkpoint_every=None,
            resume=None, callback=None, verbose=False, distributed="root", comm=None,
-           nonneg=False, l1=0.0, l2=0.0, **options):
+           nonneg=False, l1=0.0, l2=None, **options):
     """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
 
     X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
@@ -159,7 +159,8 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
 
     Constrained, regularised and weighted CP (the CLI's options of the same names; see
     docs/constrained-cp.md): nonneg: True (every mode), False, or a list of modes; l1, l2:
-    one penalty for every mode or a list with one per mode. With holdout (below) the
+    one penalty for every mode or a list with one per mode (l2=None: 0, or 0.01 with
+    observed_only, the CLI's default). With holdout (below) the
     held-out RMSE after each iteration is in history ("validation_rmse") and
     CPResult.validation_rmse (with mean_predictor_rmse, the RMSE of predicting the training
     mean).
@@ -182,7 +183,8 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
         _to_core(X), values, _init_arg(init), backend, precision, _threads(threads),
         comm_strategy, str(index_base), checkpoint, int(checkpoint_every or 0), resume,
         callback, bool(verbose), share, _comm_handle(comm), _modes_arg(nonneg),
-        _per_mode_arg(l1, "l1"), _per_mode_arg(l2, "l2"), _tuning_arg(options, CP_OPTIONS))
+        _per_mode_arg(l1, "l1"), "" if l2 is None else _per_mode_arg(l2, "l2"),
+        _tuning_arg(options, CP_OPTIONS))
     rec = _record(r)
     res = CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
                    r["history"], rec, stop_reason=r["stop_reason"])

@@ -180,6 +180,66 @@ TEST(ConstrainedCp, SameOnEveryRankCountStrategyBackendAndRelabelling) {
   }
 }
 
+// Held-out entries with a row that has no training entry ("cold": no CP model can predict
+// them) are counted the same on any rank count, strategy and relabelling, and equal a count
+// made here from the whole tensor and the holdout rule itself.
+TEST(ConstrainedCp, ColdHeldOutEntriesAreCountedOnEveryLayout) {
+  algo::GenerateOptions g;
+  g.dims = {300, 250, 200};
+  g.nnz = 600;  // sparse: most rows keep one or two entries
+  g.rank = 2;
+  g.seed = 23;
+  g.structure = algo::Structure::sampled;
+  auto gen = algo::generate(g, world());
+  const auto all = gather_all(gen.block, world());
+  const double fraction = 0.5;
+  const std::uint64_t seed = 4;
+  // The expected count, from the rule (algo::held_out on original coordinates).
+  std::vector<std::vector<bool>> seen;
+  for (auto d : g.dims) seen.emplace_back(d, false);
+  std::vector<bool> held(all.nnz());
+  for (nnz_t k = 0; k < all.nnz(); ++k) {
+    std::uint64_t c[3] = {all.idx[0][k], all.idx[1][k], all.idx[2][k]};
+    held[k] = algo::held_out(seed, fraction, c, 3);
+    if (!held[k])
+      for (int n = 0; n < 3; ++n) seen[n][c[n]] = true;
+  }
+  std::uint64_t expected = 0, held_count = 0;
+  for (nnz_t k = 0; k < all.nnz(); ++k) {
+    if (!held[k]) continue;
+    ++held_count;
+    bool cold = false;
+    for (int n = 0; n < 3; ++n) cold = cold || !seen[n][all.idx[n][k]];
+    expected += cold ? 1 : 0;
+  }
+  ASSERT_GT(expected, 0u);
+  ASSERT_LT(expected, held_count);
+  for (auto s : {CommStrategy::allreduce, CommStrategy::layer})
+    for (bool relabel : {false, true}) {
+      const auto scheme =
+          s == CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
+      auto d = relabel
+                   ? partition::distribute_relabelled(SparseTensor<double>(gen.block), scheme, {},
+                                                      world(), 5)
+                   : partition::distribute(SparseTensor<double>(gen.block), scheme, {}, world());
+      auto be = kernels::make_backend<double>(BackendKind::cpu, 1);
+      algo::CpOptions o;
+      o.rank = 2;
+      o.max_iters = 2;
+      o.print_iterations = false;
+      o.observed_only = true;
+      o.l2 = {0.01, 0.01, 0.01};
+      o.holdout = fraction;
+      o.holdout_seed = seed;
+      o.strategy = s;
+      const auto res = algo::cp_als<double>(d, *be, world(), world(), o);
+      EXPECT_EQ(res.holdout_entries, held_count);
+      EXPECT_EQ(res.holdout_cold_entries, expected)
+          << (s == CommStrategy::layer ? "layer" : "allreduce") << (relabel ? " relabelled" : "")
+          << " on " << world().size() << " rank(s)";
+    }
+}
+
 TEST(ConstrainedCp, HandleInputsRefuseCompletionWithOneLine) {
   algo::GenerateOptions g;
   g.dims = {20, 15, 10};

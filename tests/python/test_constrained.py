@@ -178,6 +178,11 @@ def test_holdout_rmse_matches_numpy_and_beats_the_baselines():
     assert got.history[-1]["validation_rmse"] == pytest.approx(got.validation_rmse)
     # Same held-out set whatever the decomposition: both runs report the same mean RMSE.
     assert zeros.mean_predictor_rmse == pytest.approx(got.mean_predictor_rmse, rel=1e-12)
+    # Completion without l2 gets the CLI's default ridge (0.01 per mode); plain CP none.
+    assert got.record["options"]["l2"] == [0.01, 0.01, 0.01]
+    assert zeros.record["options"]["l2"] == [0.0, 0.0, 0.0]
+    # Every row keeps training entries in this dense tensor: no held-out entry is cold.
+    assert h["cold_entries"] == 0
 
 
 def test_nvecs_start_is_recorded_and_converges():

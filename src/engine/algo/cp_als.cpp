@@ -94,6 +94,7 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   }
   detail::Holdout hold;
   SparseTensor<T> view = detail::training_view(d, layer, lo, len, opt, &hold);
+  if (opt.holdout > 0) detail::count_cold(&hold, ctrl);
   X = be.prepare(view);
   if (opt.observed_only) {
     std::fill(view.vals.begin(), view.vals.end(), T(1));  // the pattern of the stored entries

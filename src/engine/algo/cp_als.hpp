@@ -135,6 +135,10 @@ struct CpResult {
   /// With CpOptions::holdout: entries held out and kept (over all ranks), the RMSE of the
   /// final model on the held-out entries, and that of predicting the training entries' mean.
   std::uint64_t holdout_entries = 0, training_entries = 0;
+  /// Held-out entries with a coordinate whose row (slice) has no training entry on any rank:
+  /// the model predicts them from a factor row that no entry updated, so no CP model can
+  /// predict them (they weigh on validation_rmse however the run is tuned).
+  std::uint64_t holdout_cold_entries = 0;
   double validation_rmse = std::numeric_limits<double>::quiet_NaN();
   double mean_predictor_rmse = std::numeric_limits<double>::quiet_NaN();
   double norm_x = 0;

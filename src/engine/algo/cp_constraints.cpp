@@ -96,7 +96,13 @@ SparseTensor<T> training_view(const partition::Distributed<T>& d, bool layer,
     view.dims[static_cast<std::size_t>(n)] =
         layer ? static_cast<std::uint64_t>(len[static_cast<std::size_t>(n)])
               : dist.dims[static_cast<std::size_t>(n)];
-  if (opt.holdout > 0) hold->idx.resize(static_cast<std::size_t>(N));
+  if (opt.holdout > 0) {
+    hold->idx.resize(static_cast<std::size_t>(N));
+    hold->global_idx.resize(static_cast<std::size_t>(N));
+    hold->seen.resize(static_cast<std::size_t>(N));
+    for (int n = 0; n < N; ++n)
+      hold->seen[static_cast<std::size_t>(n)].assign(dist.dims[static_cast<std::size_t>(n)], 0);
+  }
   std::vector<std::uint64_t> orig(static_cast<std::size_t>(N));
   const nnz_t nnz = d.block.nnz();
   for (int n = 0; n < N; ++n) view.idx[static_cast<std::size_t>(n)].reserve(nnz);
@@ -115,10 +121,13 @@ SparseTensor<T> training_view(const partition::Distributed<T>& d, bool layer,
       TESSERA_EXPECTS(!layer || (g >= lo[u] && g < lo[u] + static_cast<std::uint64_t>(len[u])),
                       "nonzero outside this rank's grid block");
       const std::uint64_t local = layer ? g - lo[u] : g;
-      if (out)
+      if (out) {
         hold->idx[u].push_back(local);
-      else
+        hold->global_idx[u].push_back(g);
+      } else {
         view.idx[u].push_back(static_cast<index_t>(local));
+        if (opt.holdout > 0) hold->seen[u][g] = 1;
+      }
     }
     const T v = d.block.vals[k];
     if (out) {
@@ -130,6 +139,20 @@ SparseTensor<T> training_view(const partition::Distributed<T>& d, bool layer,
     }
   }
   return view;
+}
+
+void count_cold(Holdout* hold, const comm::Communicator& world) {
+  for (auto& s : hold->seen) world.allreduce(s.data(), s.size(), comm::ReduceOp::max);
+  hold->cold = 0;
+  const std::size_t entries = hold->vals.size();
+  for (std::size_t k = 0; k < entries; ++k) {
+    bool cold = false;
+    for (std::size_t u = 0; u < hold->seen.size() && !cold; ++u)
+      cold = hold->seen[u][hold->global_idx[u][k]] == 0;
+    hold->cold += cold ? 1 : 0;
+  }
+  hold->seen = {};
+  hold->global_idx = {};
 }
 
 template <typename T>

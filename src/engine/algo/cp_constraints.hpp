@@ -22,7 +22,17 @@ struct Holdout {
   std::vector<double> vals;
   double train_sum = 0;  ///< sum of this rank's training values
   std::uint64_t train_count = 0;
+  /// Filled by training_view for count_cold, then freed: per mode, 1 at the global index of
+  /// every row this rank has a training entry of; the held-out entries' global indices.
+  std::vector<std::vector<std::uint8_t>> seen;
+  std::vector<std::vector<std::uint64_t>> global_idx;
+  std::uint64_t cold = 0;  ///< this rank's held-out entries with a row seen by no rank
 };
+
+/// Sets hold->cold (count_cold's rule: a held-out entry is cold when, in some mode, no rank
+/// has a training entry in its row) and frees hold->seen and hold->global_idx. Collective
+/// over `world` (one max-allreduce of sum(dims) bytes, once per run with a holdout).
+void count_cold(Holdout* hold, const comm::Communicator& world);
 
 /// The block as the kernels see it: coordinates global (allreduce) or shifted to the held
 /// chunks [lo[n], lo[n] + len[n]) (layer), without the entries CpOptions::holdout takes

@@ -176,7 +176,7 @@ algo::CpResult run_algo(const Input<T>& in, Compute<T>& cx, const comm::MpiCommu
 void log_done(const algo::CpResult& res, nnz_t nnz, int order, int ran, const algo::CpOptions& ao,
               const comm::Communicator& world) {
   const double kern = res.phases.get("kernel");
-  char line[256];
+  char line[512];
   std::snprintf(
       line, sizeof(line),
       "done: fit %.6f after %d iteration(s) (%s), %.4f s per iteration; "
@@ -194,7 +194,23 @@ void log_done(const algo::CpResult& res, nnz_t nnz, int order, int ran, const al
                   res.validation_rmse, static_cast<unsigned long long>(res.holdout_entries),
                   res.mean_predictor_rmse);
     log::info(line);
+    if (res.validation_rmse > res.mean_predictor_rmse) {
+      std::snprintf(
+          line, sizeof(line),
+          "the model predicts the held-out entries worse than their training mean (RMSE %.4g "
+          "against %.4g); %.1f%% of them have a row with no training entry, which no CP model "
+          "can predict (a smaller --rank, a larger --l2 or a denser tensor may help)",
+          res.validation_rmse, res.mean_predictor_rmse,
+          res.holdout_entries > 0 ? 100.0 * static_cast<double>(res.holdout_cold_entries) /
+                                        static_cast<double>(res.holdout_entries)
+                                  : 0.0);
+      log::warn(line);
+    }
   }
+  if (res.ridged_rows > 0)
+    log::warn(std::to_string(res.ridged_rows) +
+              " row solve(s) needed a ridge: those rows have fewer training entries than the "
+              "rank, so their normal equations are singular (--l2 makes every one well posed)");
   for (const kernels::TcSplit& s : res.tc_split) log::info(tc_split_line(s));
 }
 

@@ -7,6 +7,7 @@
 
 #include "run/record.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
 
 namespace tessera::run {
 
@@ -60,7 +61,13 @@ void apply_cp_constraints(const CpConstraintArgs& a, int order, algo::CpOptions&
   comm::run_collectively(world, [&] {
     o.nonneg = algo::parse_mode_set(a.nonneg.empty() ? "all" : a.nonneg, order, "--nonneg");
     o.l1 = algo::parse_mode_values(a.l1, order, "--l1");
-    o.l2 = algo::parse_mode_values(a.l2, order, "--l2");
+    std::ostringstream dflt;
+    dflt << (o.observed_only ? kCompletionL2 : 0.0);
+    o.l2 = algo::parse_mode_values(a.l2.empty() ? dflt.str() : a.l2, order, "--l2");
+    if (a.l2.empty() && o.observed_only)
+      log::info("--observed-only without --l2: an L2 penalty of " + dflt.str() +
+                " on every mode, the completion default (--l2 0 for none; "
+                "docs/constrained-cp.md)");
   });
   o.holdout_seed = o.seed;
   o.device_loop = a.cuda_graph == "on";
@@ -88,6 +95,7 @@ void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
   if (o.holdout > 0)
     j["holdout"] = {{"fraction", o.holdout},
                     {"held_out_entries", res.holdout_entries},
+                    {"cold_entries", res.holdout_cold_entries},
                     {"training_entries", res.training_entries},
                     {"validation_rmse", res.validation_rmse},
                     {"mean_predictor_rmse", res.mean_predictor_rmse}};
