@@ -48,12 +48,21 @@ std::vector<int> parse_counts(const std::string& s) {
 }
 
 /// The backend of the plan. `--backend cuda --device-budget B` where no GPU is visible (a
-/// login node, a CPU-only build) plans for a card of B per rank without making a backend.
+/// login node, a CPU-only build) plans for a card of B per rank without making a backend;
+/// without --device-budget there is no card to plan for: refused, naming the option.
 template <typename T>
 Compute<T> plan_compute(const ComputeOptions& run, const comm::MpiCommunicator& world) {
-  if (run.backend == "cuda" && !run.device_budget.empty()) {
+  if (run.backend == "cuda") {
     const int seen = kernels::cuda_built() ? kernels::cuda_device_count() : 0;
     if (world.allreduce_value(seen, comm::ReduceOp::min) == 0) {
+      comm::run_collectively(world, [&] {
+        TESSERA_INPUT_CHECK(
+            !run.device_budget.empty(),
+            "tessera plan --backend cuda: no GPU is visible here"
+                << (kernels::cuda_built() ? "" : " (this build has no CUDA)")
+                << " to measure; name the card to plan for with --device-budget, the "
+                   "device memory per rank (e.g. --device-budget 80G for an 80 GB card)");
+      });
       log::info("no GPU is visible here: planning for a card with --device-budget " +
                 run.device_budget + " per rank");
       Compute<T> c;

@@ -18,6 +18,11 @@ build=${1:-$here/build}
 pkgs=(cmake ninja-build g++ pkg-config openmpi-bin libopenmpi-dev libhdf5-dev zlib1g-dev
       liblapack-dev libblas-dev libscalapack-openmpi-dev libcli11-dev nlohmann-json3-dev
       libgtest-dev
+      # an optimised BLAS/LAPACK: Debian's alternatives make libblas.so.3 and liblapack.so.3
+      # OpenBLAS (priority 100 over the reference's 10), so the build and every binary use it
+      libopenblas-dev
+      # pip install . and virtual environments (docs/python.md)
+      python3-pip python3-venv
       # the Python module and its tests (python/, tests/python, docs/python.md)
       python3-dev pybind11-dev python3-numpy python3-scipy python3-pytest python3-mpi4py
       python3-sparse python3-h5py
@@ -26,23 +31,72 @@ pkgs=(cmake ninja-build g++ pkg-config openmpi-bin libopenmpi-dev libhdf5-dev zl
       # plots of jobs/study.py (docs/studies.md)
       python3-matplotlib
       ${extra[@]+"${extra[@]}"})
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+updated=0
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq
+  updated=1
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-[ "$packages_only" = 1 ] && exit 0
 
 # nvcc is often outside PATH; CMake finds it through CUDACXX.
 if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
+
+# Where a CUDA toolkit is present, the CUDA backend also needs NCCL (CMakeLists.txt builds
+# CPU-only without it). Its packages come from NVIDIA's CUDA apt repository, not Debian's:
+# installed when apt knows them (the build matching nvcc's CUDA major), else a hint. Never
+# fails set-up.
+nvcc=${CUDACXX:-$(command -v nvcc || true)}
+if [ -n "$nvcc" ] && [ -x "$nvcc" ]; then
+  cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+  has_nccl=0
+  for d in "${NCCL_ROOT:-}" "${NCCL_HOME:-}" "$cuda_root" /usr/local/cuda /usr; do
+    [ -n "$d" ] && [ -e "$d/include/nccl.h" ] && has_nccl=1
+  done
+  if [ "$has_nccl" = 0 ]; then
+    nccl_version() {  # newest libnccl-dev built for this CUDA major, else apt's candidate
+      local major v
+      major=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p' || true)
+      v=$(apt-cache madison libnccl-dev 2>/dev/null |
+        awk -v m="+cuda$major." 'index($3, m) { print $3; exit }' || true)
+      [ -z "$v" ] && v=$(apt-cache policy libnccl-dev 2>/dev/null |
+        awk '/Candidate:/ { print $2 }' || true)
+      [ "$v" = "(none)" ] && v=""
+      echo "$v"
+    }
+    v=$(nccl_version)
+    # Lists older than a newly added CUDA repository: read once more (only where one is).
+    if [ -z "$v" ] && [ "$updated" = 0 ] &&
+      grep -rqsiE "cuda|nvidia" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      $sudo apt-get update -qq >/dev/null 2>&1 || true
+      v=$(nccl_version)
+    fi
+    if [ -n "$v" ]; then
+      echo "setup: CUDA found ($nvcc): installing NCCL $v (libnccl2 libnccl-dev)"
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "libnccl2=$v" "libnccl-dev=$v" \
+        >/dev/null || echo "setup: warning: installing NCCL failed; the build will be CPU-only" >&2
+    else
+      cat >&2 <<EOT
+setup: warning: CUDA found ($nvcc) but not NCCL: the build will be CPU-only
+setup:   (--backend cuda answers 'built without CUDA'). NCCL's packages, libnccl2 and
+setup:   libnccl-dev, come from NVIDIA's CUDA apt repository, which apt here does not know.
+setup:   Add it (NVIDIA's cuda-keyring package for this distribution), then
+setup:     apt-get update && apt-get install libnccl2 libnccl-dev && jobs/setup.sh
+setup:   or unpack NCCL anywhere and export NCCL_ROOT=DIR (docs: README, "Run on GPUs").
+EOT
+    fi
+  fi
+fi
+[ "$packages_only" = 1 ] && exit 0
 
 jobs=${TESSERA_JOBS:-$(nproc)}
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${TESSERA_CMAKE_ARGS:-}

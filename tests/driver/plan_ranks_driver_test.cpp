@@ -2,7 +2,8 @@
 // and 4 ranks without starting them, from a store (equal split, then its stored partition of
 // 2 blocks) and from text; the record holds one entry per rank count, the shares sum to the
 // nonzeros and the bytes per rank fall with the count; `--backend cuda --device-budget`
-// plans for a card where no GPU is visible (issue 42).
+// plans for a card where no GPU is visible, the budget its device limit, and refuses
+// without one (issue 42).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -138,6 +139,43 @@ TEST_F(PlanRanksDriver, ACudaCardIsPlannedWithoutSeeingOne) {
   const auto r = run(mpirun(2) + " plan " + h5_ + " --backend cuda --device-budget 8G");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "chosen: tier 1")) << r.out;
+}
+
+TEST_F(PlanRanksDriver, WithoutAGpuTheBudgetIsTheCardAndARunStillRefuses) {
+  // A login node or a CPU-only build (CI's machine has no GPU): `plan --backend cuda
+  // --device-budget 80G` plans for an 80 GB card, its device limit the budget; without
+  // --device-budget it refuses and names the option; a run with --backend cuda refuses.
+  std::string out;
+  const auto rec = plan(h5_, "--backend cuda --device-budget 80G --rank 16", "card", &out);
+  if (!contains(out, "no GPU is visible here: planning for a card")) {
+    GTEST_SKIP() << "a GPU is visible here: the device limit is measured\n" << out;
+  }
+  EXPECT_TRUE(contains(out, "device  80.00 GiB  (--device-budget")) << out;
+  ASSERT_TRUE(rec.contains("plan")) << rec.dump(1);
+  EXPECT_EQ(rec["plan"]["backend"], "cuda");
+  EXPECT_EQ(rec["plan"]["limits"]["device"]["bytes"].get<std::uint64_t>(), std::uint64_t(80) << 30);
+  EXPECT_TRUE(
+      contains(rec["plan"]["limits"]["device"]["source"].get<std::string>(), "--device-budget"))
+      << rec["plan"]["limits"].dump(1);
+  EXPECT_TRUE(rec["plan"]["fits"].get<bool>());
+
+  auto r = run(tessera() + " plan " + h5_ + " --backend cuda");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "--device-budget 80G")) << r.out;
+  EXPECT_TRUE(contains(r.out, "no GPU is visible here")) << r.out;
+  r = run(tessera() + " plan " + h5_ + " --backend cuda --nprocs 1,2");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "--device-budget 80G")) << r.out;
+
+  for (const std::string& cmd :
+       {"cp " + h5_ + " --rank 4 --iters 1", "cp " + h5_ + " --rank 4 --iters 1 --dry-run",
+        "tucker " + h5_ + " --ranks 2,2,2 --iters 1"}) {
+    r = run(tessera() + " " + cmd + " --backend cuda --device-budget 80G");
+    EXPECT_NE(r.code, 0) << cmd << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "no GPU is visible") || contains(r.out, "built without CUDA"))
+        << cmd << "\n"
+        << r.out;
+  }
 }
 
 TEST_F(PlanRanksDriver, BadCountsAreRefusedWithOneLine) {

@@ -268,6 +268,11 @@ TEST(PlanRanks, ACardNoGpuHereShowsIsPlannedFromItsBudget) {
   ASSERT_TRUE(p.fits) << p.refusal;
   EXPECT_EQ(p.tier, 1);
   EXPECT_LE(p.device_peak, 80 * kGiB);
+  // The card named is the plan's device limit, with the option as its source.
+  EXPECT_EQ(p.limits.device.bytes, 80 * kGiB);
+  EXPECT_EQ(p.limits.device.source.rfind("--device-budget", 0), 0u) << p.limits.device.source;
+  EXPECT_NE(p.describe().find("device  80.00 GiB  (--device-budget"), std::string::npos)
+      << p.describe();
 }
 
 }  // namespace
