@@ -19,8 +19,11 @@ pkgs=(cmake ninja-build g++ pkg-config openmpi-bin libopenmpi-dev libhdf5-dev zl
       liblapack-dev libblas-dev libscalapack-openmpi-dev libcli11-dev nlohmann-json3-dev
       libgtest-dev
       # an optimised BLAS/LAPACK: Debian's alternatives make libblas.so.3 and liblapack.so.3
-      # OpenBLAS (priority 100 over the reference's 10), so the build and every binary use it
-      libopenblas-dev
+      # OpenBLAS (priority 95 over the reference's 10), so the build and every binary use it.
+      # Its OpenMP build, not the pthread one libopenblas-dev pulls in: it runs on the OpenMP
+      # threads Tessera sets per rank (--threads), so ranks x threads never oversubscribe a
+      # node and a run's dense products are the same whichever front end started it
+      libopenblas-openmp-dev
       # pip install . and virtual environments (docs/python.md)
       python3-pip python3-venv
       # the Python module and its tests (python/, tests/python, docs/python.md)
