@@ -31,7 +31,11 @@ void add_cp(CLI::App& app, Runner& run) {
   sub->add_option("-o,--out", a->out, "Write the model (HDF5) here");
   add_checkpoint_options(sub, a->ckpt);
   run_with(sub, a, run, []<typename T>(const CpRunOptions& o, const comm::MpiCommunicator& w) {
-    run::run_cp<T>(o, w);
+    stop_on_signals([&](const util::StopRequest* stop) {  // SIGINT, SIGTERM: exit 128 + N
+      CpRunOptions so = o;
+      so.stop = stop;
+      return run::run_cp<T>(so, w).result.stop_signal;
+    });
   });
 }
 

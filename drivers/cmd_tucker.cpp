@@ -45,7 +45,11 @@ void add_tucker(CLI::App& app, Runner& run) {
   sub->add_option("-o,--out", a->out, "Write the model (HDF5: core, factors, fit history) here");
   add_checkpoint_options(sub, a->ckpt);
   run_with(sub, a, run, []<typename T>(const TuckerRunOptions& o, const comm::MpiCommunicator& w) {
-    run::run_tucker<T>(o, w);
+    stop_on_signals([&](const util::StopRequest* stop) {  // SIGINT, SIGTERM: exit 128 + N
+      TuckerRunOptions so = o;
+      so.stop = stop;
+      return run::run_tucker<T>(so, w).result.stop_signal;
+    });
   });
 }
 

@@ -155,7 +155,8 @@ void add_force_option(CLI::App* sub, bool& force) {
 void add_checkpoint_options(CLI::App* sub, CheckpointArgs& a) {
   sub->add_option("--checkpoint-every", a.every,
                   "Write a checkpoint after every K-th iteration (0: never); a run that is "
-                  "killed loses at most K iterations")
+                  "killed loses at most K iterations, one stopped by SIGINT or SIGTERM (or "
+                  "--max-seconds) none: it writes one after its last iteration")
       ->check(CLI::Range(0, 1000000));
   sub->add_option("--checkpoint", a.path,
                   "Checkpoint file (HDF5, replaced atomically; default: the --out path with "

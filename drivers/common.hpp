@@ -15,6 +15,8 @@
 #include "run/cp_options.hpp"
 #include "run/input.hpp"
 #include "run/record.hpp"
+#include "util/log.hpp"
+#include "util/stop_request.hpp"
 
 namespace tessera::driver {
 
@@ -68,6 +70,31 @@ void run_with(CLI::App* sub, std::shared_ptr<Options> a, Runner& run, F f) {
       with_precision(a->run, [&]<typename T>() { f.template operator()<T>(*a, world); });
     };
   });
+}
+
+/// Thrown (by every rank alike) after a run stopped by a signal has written its model,
+/// checkpoint and record; main() exits with 128 + signal (130 SIGINT, 143 SIGTERM).
+struct StoppedBySignal {
+  int signal = 0;
+};
+
+/// Runs `run(stop)` with the first SIGINT or SIGTERM turned into a stop request
+/// (util::StopOnSignals; a second one ends the process at once): `run` passes `stop` to the
+/// run layer, which stops after the current iteration on every rank, and returns the signal
+/// the ranks agreed on (0: none). Throws StoppedBySignal with it. A signal that arrives
+/// after the last iteration lets the run finish (exit 0) with a note.
+template <typename F>
+void stop_on_signals(F&& run) {
+  util::StopRequest stop;
+  int agreed = 0;
+  {
+    util::StopOnSignals handlers(stop);
+    agreed = run(static_cast<const util::StopRequest*>(&stop));
+  }
+  if (agreed != 0) throw StoppedBySignal{agreed};
+  if (stop.signal() != 0)
+    log::info(util::signal_name(stop.signal()) +
+              " arrived after the last iteration: the run finished as asked");
 }
 
 /// main(): this process's command line and the subcommand the parse chose (its options,

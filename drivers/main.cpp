@@ -9,6 +9,9 @@
 //   - Any other error was found by one rank alone while the others may wait in a collective:
 //     the first rank to fail (comm::FirstFailure) prints it with its rank and host, and the
 //     job ends with MPI_Abort so that no rank hangs.
+//   - cp and tucker stop on SIGINT or SIGTERM after the iteration under way, write what a
+//     finished run writes, and every rank exits 128 + signal (130, 143; docs/reliability.md,
+//     "Stopping a run"); a second signal ends the process at once.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -230,6 +233,10 @@ int main(int argc, char** argv) {
 
   try {
     run(world);
+  } catch (const driver::StoppedBySignal& s) {
+    // cp and tucker stopped by SIGINT or SIGTERM after an iteration every rank agreed on;
+    // the model, checkpoint and record are written. The shell's convention: 128 + signal.
+    return 128 + s.signal;
   } catch (const CollectiveError& e) {
     // All ranks agreed on this error: rank 0 reports it, every rank exits non-zero.
     if (world.rank() == 0) {

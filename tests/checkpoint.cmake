@@ -29,3 +29,16 @@ add_dependencies(constrained_driver_test tessera)
 add_test(NAME constrained_driver_test COMMAND constrained_driver_test)
 set_tests_properties(constrained_driver_test PROPERTIES
   ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 600 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})
+# Stopping by a signal: `tessera cp|tucker` signalled (SIGTERM, SIGINT; 1 rank, and 2 ranks
+# through mpiexec) write the model, the checkpoint and the record (stop_reason "signal"),
+# exit 128 + signal, and --resume continues. About 10 s, most of it mpiexec's kill grace.
+add_executable(signal_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/signal_driver_test.cpp)
+target_link_libraries(signal_driver_test PRIVATE tessera::io GTest::gtest GTest::gtest_main
+  nlohmann_json::nlohmann_json)
+target_compile_definitions(signal_driver_test PRIVATE
+  TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+tessera_target_defaults(signal_driver_test)
+add_dependencies(signal_driver_test tessera)
+add_test(NAME signal_driver_test COMMAND signal_driver_test)
+set_tests_properties(signal_driver_test PROPERTIES
+  ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1" LABELS "driver" TIMEOUT 300 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})

@@ -33,6 +33,11 @@ case $launcher in
   srun-pmix) launch=(srun --mpi=pmix "${srun_opts[@]}") ;;
   srun) launch=(srun "${srun_opts[@]}") ;;  # the site's MpiDefault must suit the MPI library
   mpirun)
+    # mpirun passes SIGTERM (a time limit, scancel, a requeue) to the ranks and SIGKILLs
+    # them this many seconds later (OpenMPI's default: 1): time for tessera cp/tucker to
+    # finish the iteration and write the model and checkpoint, under Slurm's KillWait (30 s
+    # by default). docs/reliability.md, "Stopping a run".
+    export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-25}
     launch=(mpirun -np "${SLURM_NTASKS:-1}")
     if [ "$bind" = none ]; then
       launch+=(--bind-to none)

@@ -11,6 +11,7 @@
 #include "kernels/backend.hpp"
 #include "model/kruskal.hpp"
 #include "partition/partition.hpp"
+#include "util/stop_request.hpp"
 #include "util/timer.hpp"
 
 namespace tessera::algo {
@@ -35,9 +36,9 @@ struct CpState {
   KruskalModel model;
   std::vector<double> fit_history;  ///< fit after each iteration (size == iteration)
   bool converged = false;           ///< the last iteration met the tolerance
-  /// The run stops after this iteration: its time limit (CpOptions::max_seconds) is up (not
-  /// saved: a resumed run gets a limit of its own).
-  bool time_limit = false;
+  /// The run stops after this iteration before its end: its time limit (CpOptions::max_seconds)
+  /// is up or a stop was requested (CpOptions::stop). Not saved: a resumed run continues.
+  bool stopping = false;
 };
 
 struct CpOptions {
@@ -53,6 +54,10 @@ struct CpOptions {
   /// process started iterating (the slowest rank's clock; CpResult::stop_reason "time
   /// limit"). 0: no limit.
   double max_seconds = 0;
+  /// Not null: a stop request (a signal; util/stop_request.hpp), read at the end of every
+  /// iteration and agreed over the ranks (max), so that every rank stops after the same
+  /// iteration, as with max_seconds (CpResult::stop_reason "signal", stop_signal).
+  const util::StopRequest* stop = nullptr;
   /// Fill CpResult::distinct_rows (a pass over the stored tensor; benchmarks want it).
   bool count_distinct_rows = false;
   /// Continue from this state instead of the initial factors (same dims and rank; the
@@ -118,8 +123,10 @@ struct CpResult {
   int iterations = 0;
   bool converged = false;
   /// Why the iterations stopped: "converged" (|fit change| < tol), "iteration limit"
-  /// (max_iters, also when a resumed run had none left) or "time limit" (max_seconds).
+  /// (max_iters, also when a resumed run had none left), "time limit" (max_seconds) or
+  /// "signal" (CpOptions::stop).
   std::string stop_reason;
+  int stop_signal = 0;      ///< stop_reason "signal": the signal number, agreed by the ranks
   int solve_fallbacks = 0;  ///< pseudo-inverse fallbacks taken (rank-deficient V)
   /// How the iterations ran: "cuda graph", "device kernels, no graph (why)" or
   /// "per-operation calls (why)" (CpOptions::device_loop).

@@ -71,7 +71,7 @@ class Als {
   void start();
   /// The held-out entries: their count and the RMSE of the training mean (collective).
   void holdout_baseline();
-  /// ALS iterations until the tolerance, max_iters or max_seconds.
+  /// ALS iterations until the tolerance, max_iters, max_seconds or a stop request.
   void iterate();
   /// The stop reason and the model (collective).
   void finish();
@@ -139,6 +139,7 @@ class Als {
   double fit_old_ = 0, overlap_sum_ = 0;
   int overlap_count_ = 0, first_iter_ = 0, print_every_ = 1;
   bool time_up_ = false;
+  int stop_signal_ = 0;  // agreed over the ranks (CpOptions::stop)
 };
 
 template <typename T>
@@ -638,13 +639,17 @@ bool Als<T>::record(int it, double fit, const Timer& iter_timer, IterTimes& t,
   res_.fit = fit;
   res_.iterations = it + 1;
   const bool done = it > 0 && std::abs(fit - fit_old_) < opt_.tol;
-  if (opt_.max_seconds > 0 && !done) {
-    // The slowest rank's clock, so that every rank stops after the same iteration.
-    double elapsed = run_timer.seconds();
-    ctrl_.allreduce(&elapsed, 1, comm::ReduceOp::max);
-    time_up_ = elapsed >= opt_.max_seconds;
+  if ((opt_.max_seconds > 0 || opt_.stop != nullptr) && !done) {
+    // The slowest rank's clock and any rank's stop request (its signal number), in one
+    // allreduce, so that every rank stops after the same iteration.
+    double v[2] = {run_timer.seconds(),
+                   opt_.stop != nullptr ? static_cast<double>(opt_.stop->signal()) : 0.0};
+    ctrl_.allreduce(v, 2, comm::ReduceOp::max);
+    time_up_ = opt_.max_seconds > 0 && v[0] >= opt_.max_seconds;
+    stop_signal_ = static_cast<int>(v[1]);
   }
-  const bool last = done || time_up_ || it + 1 == opt_.max_iters;
+  const bool stopping = time_up_ || stop_signal_ != 0;
+  const bool last = done || stopping || it + 1 == opt_.max_iters;
   if (hold_ != nullptr && ((it + 1) % print_every_ == 0 || last)) {
     // On the iterations that print (--print-every) and the last: a pass over the held-out
     // entries on the host, counted in this iteration's solve time.
@@ -675,15 +680,16 @@ bool Als<T>::record(int it, double fit, const Timer& iter_timer, IterTimes& t,
     log::info(text);
   }
   fit_old_ = fit;
-  // A run stopped by its time limit hands over its last state too (a checkpoint to resume).
-  if (opt_.on_iteration && ((it + 1) % std::max(opt_.state_every, 1) == 0 || time_up_)) {
+  // A run stopped by its time limit or a signal hands over its last state too (a checkpoint
+  // to resume).
+  if (opt_.on_iteration && ((it + 1) % std::max(opt_.state_every, 1) == 0 || stopping)) {
     if (dev_) dev_->lambda(lambda_.data());
     CpState st;
     st.iteration = it + 1;
     st.model = assemble_model();
     for (const auto& h : res_.history) st.fit_history.push_back(h.fit);
     st.converged = done;
-    st.time_limit = time_up_;
+    st.stopping = stopping;
     opt_.on_iteration(st);
   }
   return done;
@@ -695,7 +701,8 @@ void Als<T>::iterate() {
                   "max_seconds >= 0, got " << opt_.max_seconds);
   print_every_ = std::max(opt_.print_every, 1);
   Timer run_timer;  // --max-seconds counts from here (this process's iterations)
-  for (int it = first_iter_; it < opt_.max_iters && !res_.converged && !time_up_; ++it) {
+  for (int it = first_iter_;
+       it < opt_.max_iters && !res_.converged && !time_up_ && stop_signal_ == 0; ++it) {
     Timer iter_timer;
     IterTimes t;
     double quad = 0;  // observed_only: sum_i a_i^T G_i a_i of the last mode (the model's norm)
@@ -718,7 +725,11 @@ void Als<T>::iterate() {
 template <typename T>
 void Als<T>::finish() {
   if (overlap_count_ > 0) res_.stream_overlap = overlap_sum_ / overlap_count_;
-  res_.stop_reason = res_.converged ? "converged" : time_up_ ? "time limit" : "iteration limit";
+  res_.stop_reason = res_.converged      ? "converged"
+                     : stop_signal_ != 0 ? "signal"
+                     : time_up_          ? "time limit"
+                                         : "iteration limit";
+  res_.stop_signal = stop_signal_;
   if (dev_) {
     dev_->lambda(lambda_.data());
     res_.iteration_engine = dev_->describe();

@@ -113,6 +113,7 @@ class Hooi {
   std::vector<double> core_;     // cs G (the model's core is G)
   bool core_on_device_ = false;  // the last core is in dense_.core_data(), not in core_
   double fit_old_ = 0;
+  int stop_signal_ = 0;  // agreed over the ranks (TuckerOptions::stop)
 };
 
 std::vector<std::int64_t> owned_lengths(const std::vector<ModePlan>& plan, bool block) {
@@ -374,22 +375,37 @@ void Hooi<T>::iterate() {
     record_iteration(rec, res_, opt_.print_iterations);
     const bool done = it > 0 && std::abs(fit - fit_old_) < opt_.tol;
     fit_old_ = fit;
-    if ((it + 1) % std::max(opt_.state_every, 1) == 0) {
+    if (opt_.stop != nullptr && !done) {
+      // Any rank's stop request (its signal number): every rank stops after this iteration.
+      std::int32_t sig = opt_.stop->signal();
+      c_.allreduce(&sig, 1, comm::ReduceOp::max);
+      stop_signal_ = sig;
+    }
+    const bool stopping = stop_signal_ != 0;
+    if ((it + 1) % std::max(opt_.state_every, 1) == 0 || stopping) {
       // The host factors for the state, gathered when any rank takes it (collective).
       std::int32_t want = opt_.on_iteration ? 1 : 0;
       c_.allreduce(&want, 1, comm::ReduceOp::max);
       if (want) factors_.gather_full();
-      if (opt_.on_iteration)
-        opt_.on_iteration(detail::tucker_state(it + 1, done, dist_.dims, ranks,
-                                               unscaled(host_core()), factors_.full(), res_.history,
-                                               dist_));
+      if (opt_.on_iteration) {
+        TuckerState st =
+            detail::tucker_state(it + 1, done, dist_.dims, ranks, unscaled(host_core()),
+                                 factors_.full(), res_.history, dist_);
+        st.stopping = stopping;
+        opt_.on_iteration(st);
+      }
     }
     if (done) res_.converged = true;
+    if (stopping) break;
   }
 }
 
 template <typename T>
 void Hooi<T>::finish() {
+  res_.stop_reason = res_.converged      ? "converged"
+                     : stop_signal_ != 0 ? "signal"
+                                         : "iteration limit";
+  res_.stop_signal = stop_signal_;
   factors_.gather_full();
   res_.model.dims = dist_.dims;
   res_.model.ranks = opt_.ranks;

@@ -19,6 +19,7 @@
 #include "kernels/backend.hpp"
 #include "model/tucker.hpp"
 #include "partition/partition.hpp"
+#include "util/stop_request.hpp"
 #include "util/timer.hpp"
 
 namespace tessera::algo {
@@ -69,6 +70,9 @@ struct TuckerState {
   TuckerModel model;
   std::vector<double> fit_history;  ///< fit after each iteration (size == iteration)
   bool converged = false;           ///< the last iteration met the tolerance
+  /// The run stops after this iteration before its end: a stop was requested
+  /// (TuckerOptions::stop). Not saved: a resumed run continues.
+  bool stopping = false;
 };
 
 struct TuckerOptions {
@@ -98,6 +102,11 @@ struct TuckerOptions {
   /// of state_every, with the state after it (the driver writes checkpoints on rank 0).
   std::function<void(const TuckerState&)> on_iteration;
   int state_every = 1;
+  /// Not null: a stop request (a signal; util/stop_request.hpp), read at the end of every
+  /// iteration and agreed over the ranks (max), so that every rank stops after the same
+  /// iteration; the state of that iteration goes to on_iteration (TuckerResult::stop_reason
+  /// "signal").
+  const util::StopRequest* stop = nullptr;
 };
 
 struct TuckerIteration {
@@ -126,6 +135,10 @@ struct TuckerResult {
   double fit = 0;
   int iterations = 0;
   bool converged = false;
+  /// Why the iterations stopped: "converged" (|fit change| < tol), "iteration limit"
+  /// (max_iters, also when a resumed run had none left) or "signal" (TuckerOptions::stop).
+  std::string stop_reason;
+  int stop_signal = 0;  ///< stop_reason "signal": the signal number, agreed by the ranks
   double norm_x = 0;
   double core_norm = 0;
   std::vector<TuckerIteration> history;

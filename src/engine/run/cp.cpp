@@ -240,6 +240,7 @@ nlohmann::json cp_record(const CpRunOptions& o, const Input<T>& in, const algo::
   j["iterations"] = res.iterations;
   j["converged"] = res.converged;
   j["stop_reason"] = res.stop_reason;
+  if (res.stop_signal != 0) j["stop_signal"] = util::signal_name(res.stop_signal);
   add_cp_constraint_results(j, res, ao);
   j["solve_fallbacks"] = res.solve_fallbacks;
   j["memory_tier"] = p.tier;
@@ -270,6 +271,7 @@ algo::CpOptions algo_options(const CpRunOptions& o, algo::CommStrategy strategy,
                              const comm::Communicator& world) {
   algo::CpOptions ao = o.als;
   ao.tensor_name = name_of(o);
+  ao.stop = o.stop;
   ao.print_iterations = o.print_iterations;
   ao.strategy = strategy;
   apply_cp_constraints(o.con, order, ao, world);
@@ -343,6 +345,7 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
   detail::write_model(
       o.out, [&] { io::write_kruskal_h5(o.out, res.model, detail::model_record(res, opts_text)); },
       world);
+  detail::log_signal_stop(res.stop_signal, res.iterations, o.out, out.checkpoint);
   // Arrays have no plan: nothing to compare the measured peaks with.
   if (arrays == nullptr) p.memory = memory_record(in.plan, peaks, world);
   if (o.run.json.empty() && !o.make_record) return out;

@@ -18,6 +18,7 @@
 #include "run/input.hpp"
 #include "run/record.hpp"
 #include "tensor/sparse_tensor.hpp"
+#include "util/stop_request.hpp"
 
 namespace tessera::run {
 
@@ -43,6 +44,10 @@ struct CpRunOptions {
   std::function<void(int, double, double)> on_iteration;
   RecordContext record;      ///< who asked (argv, front end options, interface)
   bool make_record = false;  ///< build the record even without run.json (Python returns it)
+  /// Not null: stop after the iteration during which a stop was requested (the CLI's
+  /// SIGINT/SIGTERM handler), with the model, the checkpoint and the record written as at
+  /// any end (stop_reason "signal").
+  const util::StopRequest* stop = nullptr;
 };
 
 /// What a CP run returns.

@@ -12,6 +12,7 @@
 #include "run/checkpoint.hpp"
 #include "run/input.hpp"
 #include "util/log.hpp"
+#include "util/stop_request.hpp"
 #include "util/timer.hpp"
 
 namespace tessera::run::detail {
@@ -34,11 +35,9 @@ std::function<void(const State&)> iteration_callback(
   const bool checkpoints = !path.empty() || test_kill_after_iteration() > 0;
   if (!checkpoints && !hook) return {};
   return [=, &world](const State& s) {
-    bool last = false;
-    if constexpr (requires { s.time_limit; }) last = s.time_limit;
     if (checkpoints)
       after_iteration(
-          path, every, s.iteration, [&] { write(s); }, world, last);
+          path, every, s.iteration, [&] { write(s); }, world, s.stopping);
     if (!hook) return;
     const auto& f = s.fit_history;
     const double fit = f.empty() ? 0.0 : f.back();
@@ -55,6 +54,19 @@ inline void write_model(const std::string& out, const std::function<void()>& wri
     if (world.rank() == 0) write();
   });
   log::info("model written to " + out + " (" + std::to_string(tw.seconds()) + " s)");
+}
+
+/// The one line of a run stopped by a signal (`signal` != 0; nothing otherwise): after which
+/// iteration, where the model is and how to resume. The exit status (128 + signal) is the
+/// front end's.
+inline void log_signal_stop(int signal, int iteration, const std::string& out,
+                            const std::string& checkpoint) {
+  if (signal == 0) return;
+  std::string line =
+      "stopped by " + util::signal_name(signal) + " after iteration " + std::to_string(iteration);
+  line += out.empty() ? "; no model written (no --out)" : "; model written to " + out;
+  if (!checkpoint.empty()) line += "; resume with --resume " + checkpoint;
+  log::info(line);
 }
 
 /// A model file's record of a run: fit, iterations, fit history and the options.

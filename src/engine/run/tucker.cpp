@@ -35,6 +35,7 @@ algo::TuckerOptions tucker_options(const TuckerRunOptions& o, const comm::MpiCom
   to.tensor_name = o.name.empty() ? o.load.path : o.name;
   to.subspace_steps = o.subspace_steps;
   to.print_iterations = o.print_iterations;
+  to.stop = o.stop;
   return to;
 }
 
@@ -128,7 +129,7 @@ void log_done(const algo::TuckerResult& res, nnz_t nnz, int order, int ran,
   std::snprintf(line, sizeof(line),
                 "done: fit %.6f after %d iteration(s) (%s), %.4f s per iteration; core norm "
                 "%.6g; TTMc %.3g nonzeros/s per rank",
-                res.fit, res.iterations, res.converged ? "converged" : "iteration limit",
+                res.fit, res.iterations, res.stop_reason.c_str(),
                 (t_ttmc + res.phases.get("comm") + res.phases.get("svd")) / ran, res.core_norm,
                 t_ttmc > 0 ? static_cast<double>(nnz) / world.size() * order * ran / t_ttmc : 0.0);
   log::info(line);
@@ -163,6 +164,8 @@ nlohmann::json tucker_record(const TuckerRunOptions& o, const Input<T>& in,
   j["norm_x"] = res.norm_x;
   j["iterations"] = res.iterations;
   j["converged"] = res.converged;
+  j["stop_reason"] = res.stop_reason;
+  if (res.stop_signal != 0) j["stop_signal"] = util::signal_name(res.stop_signal);
   j["completed_columns"] = res.completed_columns;
   j["dense_stage"] = res.dense_method;
   if (!p.checkpoint.empty()) j["checkpoint"] = p.checkpoint;
@@ -248,6 +251,7 @@ TuckerRun run_tucker(const TuckerRunOptions& o, const comm::MpiCommunicator& wor
   detail::write_model(
       o.out, [&] { io::write_tucker_h5(o.out, res.model, detail::model_record(res, opts)); },
       world);
+  detail::log_signal_stop(res.stop_signal, res.iterations, o.out, out.checkpoint);
   // Arrays have no plan: nothing to compare the measured peaks with.
   if (arrays == nullptr) p.memory = memory_record(in.plan, peaks, world);
   peaks.stop();
