@@ -2,7 +2,7 @@
 // share. One file per part, each registering its functions on the module:
 //   runtime.{hpp,cpp}  MPI, the communicator of a call, GIL release, the Ctrl-C/callback
 //                      hook, C++ exceptions -> Python exceptions; finalize_mpi, mpi_size,
-//                      cuda_built
+//                      cuda_built, build_info
 //   inputs.{hpp,cpp}   NumPy/COO dicts and paths -> this rank's tensor, distribution, the
 //                      options every entry point takes
 //   results.cpp        NumPy arrays of results and the run record's envelope
@@ -36,7 +36,7 @@ void register_cp(py::module_& m);        // cp.cpp: cp_als
 void register_tucker(py::module_& m);    // tucker.cpp: tucker_hooi
 void register_contract(py::module_& m);  // contract.cpp: contract
 void register_files(py::module_& m);     // files.cpp: read_tensor, load_model, save_model
-void register_runtime(py::module_& m);   // runtime.cpp: finalize_mpi, mpi_size, cuda_built
+void register_runtime(py::module_& m);   // runtime.cpp: finalize_mpi, ..., build_info
 void register_tuning(py::module_& m);    // tuning.cpp: tuning_defaults
 
 // ---- results (results.cpp) ----------------------------------------------------------------

@@ -1,6 +1,7 @@
 // The runtime of the _tessera entry points (runtime.hpp): MPI initialisation and
 // finalisation, the communicator of a call from mpi4py's handle, the iteration hook's
-// callback/Ctrl-C check, and the module functions finalize_mpi, mpi_size and cuda_built.
+// callback/Ctrl-C check, and the module functions finalize_mpi, mpi_size, cuda_built and
+// build_info.
 #include "runtime.hpp"
 
 #include <mpi.h>
@@ -11,6 +12,7 @@
 #include <type_traits>
 
 #include "kernels/factories.hpp"
+#include "run/build_info.hpp"
 
 namespace tessera::python {
 namespace {
@@ -121,6 +123,8 @@ void register_runtime(py::module_& m) {
     return s;
   });
   m.def("cuda_built", [] { return tessera::kernels::cuda_built(); });
+  // run::build_info() as JSON text (python -m tessera); no MPI_Init needed.
+  m.def("build_info", [] { return tessera::run::build_info().dump(); });
 }
 
 }  // namespace tessera::python

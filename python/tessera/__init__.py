@@ -39,6 +39,7 @@ __all__ = [
     "TuckerResult",
     "COOResult",
     "cuda_built",
+    "build_info",
 ]
 
 __version__ = "0.1.0"
@@ -295,3 +296,14 @@ def save_model(result, path, *, comm=None):
 def cuda_built():
     """True when this build has the CUDA backend."""
     return bool(_tessera.cuda_built())
+
+
+def build_info():
+    """This build and the libraries it runs (``python -m tessera`` prints it): version,
+    commit, build_type, compiler; cuda {built, architectures, runtime, driver, devices};
+    nccl; mpi {library, standard}; blas and lapack {vendor, path, config} (the libraries
+    the loader resolved); scalapack; openmp {version, max_threads, usable_cpus}; hdf5
+    {version, parallel}. Local to this process: no MPI initialisation, no collective."""
+    import json  # noqa: PLC0415
+
+    return json.loads(_tessera.build_info())

@@ -12,15 +12,26 @@ Accepted kinds (docs/python.md, "Input kinds"):
 - a path (``str`` or ``os.PathLike``) to a ``.tns``, ``.tns.gz`` or ``.h5`` file, read by the
   library itself (every rank passes the same path),
 - any object with pyttb sptensor fields ``subs`` (nnz x N), ``vals`` (nnz or nnz x 1) and
-  ``shape``.
+  ``shape``,
+- a dense ``numpy.ndarray`` of order 3 to 16 (any integer, boolean or real dtype, either
+  byte order): converted here to the COO of its nonzeros (float32 values stay float32,
+  others become float64). The dense array and its COO are both in memory for the call;
+  above DENSE_NOTE_BYTES a warning (once per process) says so.
 
-Arrays are handed over as they are (no transpose or dtype copy on the Python side); the
-core reads them in place and copies once into its per-mode arrays.
+Sparse arrays are handed over as they are (no transpose or dtype copy on the Python side);
+the core reads them in place and copies once into its per-mode arrays.
 """
 
 import os
+import warnings
 
 import numpy as np
+
+# The size (bytes) of a dense input above which tessera warns, once per process, that the
+# COO form of the tensor would save memory.
+DENSE_NOTE_BYTES = 1 << 30
+_MAX_ORDER = 16  # tensor::kMaxOrder
+_dense_noted = False
 
 
 def _layout(coords, nnz, order):
@@ -62,6 +73,43 @@ def _arrays(coords, values, shape, name):
     return {"coords": coords, "values": values, "shape": shape, "layout": layout, "name": name}
 
 
+def _size(n):
+    return "%.1f GiB" % (n / float(1 << 30)) if n >= 1 << 30 else "%.1f MiB" % (n / float(1 << 20))
+
+
+def _dense(X, name):
+    """A dense ndarray as (coords (N, nnz) int64, values, shape): its nonzeros."""
+    global _dense_noted
+    if X.ndim < 3 or X.ndim > _MAX_ORDER:
+        raise ValueError(
+            "%s: a dense array with %d dimension(s) (shape %s): tessera decomposes tensors of "
+            "order 3 to %d; pass a dense array of that order, or (coords, values, shape) / a "
+            "scipy.sparse matrix for a sparse one" % (name, X.ndim, X.shape, _MAX_ORDER))
+    kind = X.dtype.kind
+    if kind not in "biuf":
+        raise ValueError("%s: a dense array of dtype %s: expected an integer, boolean or real "
+                         "dtype" % (name, X.dtype))
+    if kind == "f" and X.size:
+        finite = np.isfinite(X)
+        if not finite.all():
+            at = tuple(int(i) for i in np.argwhere(~finite)[0])
+            raise ValueError("%s: dense%s = %r is not a finite number" % (
+                name, list(at), float(X[at])))
+    if X.nbytes > DENSE_NOTE_BYTES and not _dense_noted:
+        _dense_noted = True
+        warnings.warn(
+            "%s: a dense array of %s is converted to the COO of its nonzeros (%d bytes per "
+            "nonzero), and both are in memory during the call; passing (coords, values, "
+            "shape) or a path to a .tns/.h5 file instead saves the dense copy (docs/python.md, "
+            "\"Input kinds\")" % (name, _size(X.nbytes), 8 * (X.ndim + 1)),
+            ResourceWarning, stacklevel=4)
+    coords = np.stack(np.nonzero(X)).astype(np.int64, copy=False)
+    values = X[tuple(coords)]
+    dtype = np.float32 if kind == "f" and X.dtype.itemsize == 4 else np.float64
+    values = values.astype(dtype, copy=False)  # native byte order
+    return coords, values, X.shape
+
+
 def to_core(X, name="X"):
     """The dict the C++ core takes for one input (None stays None)."""
     if X is None:
@@ -70,6 +118,8 @@ def to_core(X, name="X"):
         return {"path": os.fspath(X)}
     if isinstance(X, tuple) and len(X) == 3:
         return _arrays(X[0], X[1], X[2], name)
+    if isinstance(X, (np.ndarray, np.generic)):  # a NumPy scalar is a 0-d array
+        return _arrays(*_dense(np.asarray(X), name), name)
     mod = type(X).__module__ or ""
     # pydata sparse.COO: coords (N, nnz), data, shape.
     if mod.startswith("sparse") and hasattr(X, "coords") and hasattr(X, "data"):
@@ -85,5 +135,6 @@ def to_core(X, name="X"):
     raise TypeError(
         "%s: unsupported input of type %s; pass (coords, values, shape) NumPy arrays, a "
         "scipy.sparse COO array/matrix, a pydata sparse.COO, a path to a .tns/.tns.gz/.h5 "
-        "file, or an object with pyttb sptensor fields (subs, vals, shape)" % (name, type(X))
+        "file, an object with pyttb sptensor fields (subs, vals, shape), or a dense "
+        "numpy.ndarray of order 3 to 16" % (name, type(X))
     )
