@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds (installing packages when missing) and runs the whole test suite with ctest, one
 # test per CPU at a time (ctest -j; an MPI test counts its ranks, tests/*.cmake).
-# GPU tests (label gpu) skip with a message where no GPU is present.
+# GPU tests (label gpu) skip with a message where no GPU is present. It configures build/
+# with the flags of jobs/demo.sh, so after the demo it builds only what the demo left out.
 #   jobs/test.sh [ctest args...]
 # Environment: TESSERA_BUILD (build folder, default build), TESSERA_WERROR (default ON),
 # TESSERA_TEST_JOBS (ctest -j, default nproc), and those of jobs/setup.sh.

@@ -1,0 +1,58 @@
+# cmake --install (README, "Install"): what goes where under the prefix.
+#
+#   bin/tessera                           the binary (drivers/)
+#   <TESSERA_PYTHON_INSTALL_DIR>/tessera  the Python module (python/CMakeLists.txt)
+#   include/tessera/...                   the headers the Python module's sources include,
+#                                         directly or through each other: the run layer's
+#                                         API and what it reaches, by include-root path
+#                                         (-I<prefix>/include/tessera, then "run/cp.hpp")
+#   share/tessera/slurm/                  jobs/slurm: cp.sbatch, resumable.sbatch, launch.sh
+#   share/doc/tessera/                    LICENSE, README.md, docs/, examples/
+#
+# The static libraries are not installed: the binary and the module contain them and
+# nothing outside links them. tests/install checks that every #include "..." of the
+# installed headers and of python/src resolves inside the installed include/tessera, so a
+# new include among them fails there until its header is listed below.
+include(GNUInstallDirs)
+
+# Installed binaries find the libraries linked from outside the system folders (NCCL and
+# cuBLAS under the CUDA toolkit, HDF5's serial folder) through their RUNPATH.
+install(TARGETS tessera RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+set_target_properties(tessera PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+if(TARGET _tessera)
+  set_target_properties(_tessera PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+endif()
+
+# tessera_install_headers(ROOT HEADER...): ROOT/HEADER to include/tessera/HEADER.
+function(tessera_install_headers root)
+  foreach(_h IN LISTS ARGN)
+    get_filename_component(_dir "${_h}" DIRECTORY)
+    install(FILES ${PROJECT_SOURCE_DIR}/${root}/${_h}
+      DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tessera/${_dir})
+  endforeach()
+endfunction()
+tessera_install_headers(src/engine
+  run/checkpoint.hpp run/compute.hpp run/contract.hpp run/contract_inputs.hpp run/cp.hpp
+  run/cp_options.hpp run/input.hpp run/record.hpp run/tucker.hpp
+  algo/cp_als.hpp algo/disk_tier.hpp algo/streamed.hpp algo/tucker.hpp
+  plan/limits.hpp plan/planner.hpp)
+tessera_install_headers(src/base
+  io/checkpoint.hpp io/h5store.hpp io/model_io.hpp io/tns.hpp
+  linalg/dense.hpp linalg/row_update.hpp model/kruskal.hpp model/tucker.hpp
+  tensor/sparse_tensor.hpp
+  util/cpus.hpp util/error.hpp util/log.hpp util/memory_space.hpp util/timer.hpp)
+tessera_install_headers(.
+  comm/communicator.hpp comm/mpi_communicator.hpp
+  kernels/backend.hpp kernels/cp_device.hpp kernels/factories.hpp kernels/ops/streamed.hpp
+  kernels/sptc.hpp kernels/tuning.hpp
+  partition/partition.hpp)
+
+# The Slurm scripts. From an install: TESSERA_SLURM_DIR=<prefix>/share/tessera/slurm and
+# TESSERA=<prefix>/bin/tessera (jobs/slurm/launch.sh).
+install(PROGRAMS jobs/slurm/cp.sbatch jobs/slurm/resumable.sbatch jobs/slurm/launch.sh
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/tessera/slurm)
+
+install(FILES LICENSE README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
+install(FILES examples/compare_numpy.py examples/cp_basic.py examples/cp_distributed.py
+  DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
