@@ -33,14 +33,15 @@ function(tessera_install_headers root)
 endfunction()
 tessera_install_headers(src/engine
   run/checkpoint.hpp run/compute.hpp run/contract.hpp run/contract_inputs.hpp run/cp.hpp
-  run/cp_options.hpp run/input.hpp run/record.hpp run/tucker.hpp
+  run/build_info.hpp run/cp_options.hpp run/input.hpp run/record.hpp run/tucker.hpp
   algo/cp_als.hpp algo/disk_tier.hpp algo/streamed.hpp algo/tucker.hpp
   plan/limits.hpp plan/planner.hpp)
 tessera_install_headers(src/base
   io/checkpoint.hpp io/h5store.hpp io/model_io.hpp io/tns.hpp
   linalg/dense.hpp linalg/row_update.hpp model/kruskal.hpp model/tucker.hpp
   tensor/sparse_tensor.hpp
-  util/cpus.hpp util/error.hpp util/log.hpp util/memory_space.hpp util/timer.hpp)
+  util/cpus.hpp util/error.hpp util/log.hpp util/memory_space.hpp util/stop_request.hpp
+  util/timer.hpp)
 tessera_install_headers(.
   comm/communicator.hpp comm/mpi_communicator.hpp
   kernels/backend.hpp kernels/cp_device.hpp kernels/factories.hpp kernels/ops/streamed.hpp
