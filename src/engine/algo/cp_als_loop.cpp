@@ -384,20 +384,7 @@ void Als<T>::holdout_baseline() {
   res_.holdout_cold_entries = static_cast<std::uint64_t>(sums[3]);
   res_.mean_predictor_rmse = holdout_rmse(sums[1] > 0 ? sums[0] / sums[1] : 0.0, true);
   if (opt_.print_iterations) {
-    char line[384];
-    std::snprintf(
-        line, sizeof(line),
-        "held out %llu of %llu stored entries (--holdout %g, seed %llu); predicting "
-        "the training mean gives RMSE %.6g on them; %llu (%.1f%%) have a row with "
-        "no training entry, which no CP model can predict",
-        static_cast<unsigned long long>(res_.holdout_entries),
-        static_cast<unsigned long long>(res_.holdout_entries + res_.training_entries), opt_.holdout,
-        static_cast<unsigned long long>(opt_.holdout_seed), res_.mean_predictor_rmse,
-        static_cast<unsigned long long>(res_.holdout_cold_entries),
-        res_.holdout_entries > 0 ? 100.0 * static_cast<double>(res_.holdout_cold_entries) /
-                                       static_cast<double>(res_.holdout_entries)
-                                 : 0.0);
-    log::info(line);
+    log::info(holdout_line(res_, opt_));
   }
 }
 

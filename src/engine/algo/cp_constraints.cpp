@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "util/error.hpp"
@@ -139,6 +140,20 @@ SparseTensor<T> training_view(const partition::Distributed<T>& d, bool layer,
     }
   }
   return view;
+}
+
+std::string holdout_line(const CpResult& res, const CpOptions& opt) {
+  const auto held = static_cast<unsigned long long>(res.holdout_entries);
+  char line[384];
+  std::snprintf(line, sizeof(line),
+                "held out %llu of %llu stored entries (--holdout %g, seed %llu); predicting "
+                "the training mean gives RMSE %.6g on them; %llu (%.1f%%) have a row with no "
+                "training entry, which no CP model can predict",
+                held, held + static_cast<unsigned long long>(res.training_entries), opt.holdout,
+                static_cast<unsigned long long>(opt.holdout_seed), res.mean_predictor_rmse,
+                static_cast<unsigned long long>(res.holdout_cold_entries),
+                held > 0 ? 100.0 * static_cast<double>(res.holdout_cold_entries) / held : 0.0);
+  return line;
 }
 
 void count_cold(Holdout* hold, const comm::Communicator& world) {

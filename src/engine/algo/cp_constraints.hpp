@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "algo/cp_als.hpp"
@@ -33,6 +34,10 @@ struct Holdout {
 /// has a training entry in its row) and frees hold->seen and hold->global_idx. Collective
 /// over `world` (one max-allreduce of sum(dims) bytes, once per run with a holdout).
 void count_cold(Holdout* hold, const comm::Communicator& world);
+
+/// The log line of a run's held-out entries: how many, the mean predictor's RMSE on them and
+/// the share of cold ones.
+std::string holdout_line(const CpResult& res, const CpOptions& opt);
 
 /// The block as the kernels see it: coordinates global (allreduce) or shifted to the held
 /// chunks [lo[n], lo[n] + len[n]) (layer), without the entries CpOptions::holdout takes

@@ -370,11 +370,9 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     return over_machine("--host-budget", *req.host_budget, lim.host);
   if (cuda && req.device_budget && lim.device.known() && *req.device_budget > lim.device.bytes)
     return over_machine("--device-budget", *req.device_budget, lim.device);
-  if (cuda && req.device_budget && !lim.device.known()) {
-    // No GPU here (a login node): the budget names the card planned for, and is its limit.
-    p.limits.device =
-        Limit{*req.device_budget, "--device-budget (no GPU is visible here: the card planned for)"};
-  }
+  if (cuda && req.device_budget && !lim.device.known())  // no GPU here: the budget is the card
+    p.limits.device = {*req.device_budget,
+                       "--device-budget (no GPU is visible here: the card planned for)"};
   if (cuda && !req.device_budget && !lim.device.known()) {
     p.fits = false;
     p.refusal = "the device memory per rank is unknown (" +
