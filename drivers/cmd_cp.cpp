@@ -10,12 +10,9 @@ namespace tessera::driver {
 
 void add_cp(CLI::App& app, Runner& run) {
   auto a = std::make_shared<CpRunOptions>();
-  auto* sub = app.add_subcommand("cp",
-                                 "CP-ALS decomposition of a sparse tensor: FROSTT text (.tns, "
-                                 ".tns.gz) or a Tessera HDF5 store (.h5, from tessera convert)");
-  sub->add_option("file", a->load.path,
-                  "Input tensor: .tns, .tns.gz or .h5 (a store written by tessera convert)")
-      ->required();
+  auto* sub = app.add_subcommand(
+      "cp", std::string("CP-ALS decomposition of a sparse tensor: ") + kTensorInputs);
+  sub->add_option("file", a->load.path, "Input tensor: " + std::string(kTensorInputs))->required();
   add_cp_value_options(sub, a->als);  // rank, iters, tol, seed, ... (run::kCpValues)
   sub->add_option("--init", a->init,
                   "Initial factors: random (keyed by --seed, mode and row: the same on any rank "

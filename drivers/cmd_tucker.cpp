@@ -10,12 +10,9 @@ namespace tessera::driver {
 
 void add_tucker(CLI::App& app, Runner& run) {
   auto a = std::make_shared<TuckerRunOptions>();
-  auto* sub = app.add_subcommand("tucker",
-                                 "Tucker-HOOI decomposition of a sparse tensor: FROSTT text (.tns, "
-                                 ".tns.gz) or a Tessera HDF5 store (.h5, from tessera convert)");
-  sub->add_option("file", a->load.path,
-                  "Input tensor: .tns, .tns.gz or .h5 (a store written by tessera convert)")
-      ->required();
+  auto* sub = app.add_subcommand(
+      "tucker", std::string("Tucker-HOOI decomposition of a sparse tensor: ") + kTensorInputs);
+  sub->add_option("file", a->load.path, "Input tensor: " + std::string(kTensorInputs))->required();
   sub->add_option("-r,--ranks", a->ranks,
                   "Tucker ranks, one per mode (16,16,16 or 16x16x16) or one for all")
       ->required();

@@ -49,6 +49,10 @@ void add_checkpoint_options(CLI::App* sub, CheckpointArgs& a);
 /// --cuda-graph of a subcommand (tessera cp, tessera bench cp), with their defaults in --help.
 /// The rows of run::kCpValues (rank, iters, tol, ...; `rows`: all, or bench's) as flags
 /// into `o`, with their checks and defaults in --help.
+/// The inputs cp and tucker read, for their --help.
+inline constexpr const char* kTensorInputs =
+    "FROSTT text (.tns, .tns.gz) or a Tessera HDF5 store (.h5, from tessera convert)";
+
 void add_cp_value_options(CLI::App* sub, algo::CpOptions& o, CpRows rows = CpRows::all);
 void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a);
 

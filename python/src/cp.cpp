@@ -27,12 +27,6 @@ void check_cp_args(const run::CpRunOptions& o, const CommonArgs& a, const py::ob
                                    "factor arrays");
 }
 
-/// A row's value as Python shows it.
-template <typename V>
-py::object to_python(const V& v) {
-  return py::cast(v);
-}
-
 /// Sets the row of kCpValues named `name` from a Python value (InputError when the type is
 /// not the row's); false when no row has that name.
 bool set_cp_keyword(algo::CpOptions& o, const std::string& name, py::handle value) {
@@ -122,7 +116,7 @@ void register_cp(py::module_& m) {
           std::string words;
           if constexpr (!std::is_same_v<V, bool>) words = run::cp_range_words(v.lo, v.hi);
           d[py::str(std::string(v.key))] = py::make_tuple(
-              to_python(defaults.*v.field), std::string(v.help), run::cp_flag(v.key), words);
+              py::cast(defaults.*v.field), std::string(v.help), run::cp_flag(v.key), words);
         });
         return d;
       },
