@@ -74,6 +74,10 @@
 #               and on the nell-2 shape, and the PNG plots (jobs/plot-tc-sweep.py);
 #               TESSERA_TC_PRECISIONS (default "float double"), TESSERA_TC_NO_NELL=1,
 #               TESSERA_TC_NO_REAL=1 leave parts out
+#       floors: issue 43's single-GPU distances to the floor (MTTKRP nell-2 R32, CP, completion
+#               R16/R32 next to plain CP on the same host-generated tensor, Tucker nell-2
+#               16,16,16, aminoacid R256 and kripke MTTKRP); with TESSERA_BASE_TAR the same on
+#               that commit's build too (before and after in one call); jobs/floors_table.py
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -100,22 +104,8 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4}
 log() { echo "[gpu-node $(date +%H:%M:%S)] $*"; }
 
 # ---- carried packages into a private prefix (never into /) ----
-prefix=${TMPDIR:-/tmp}/tessera-prefix
-mkdir -p "$prefix"
-if ls "$deps"/*.deb >/dev/null 2>&1; then
-  for f in "$deps"/*.deb; do dpkg -x "$f" "$prefix"; done
-fi
-lib=$prefix/usr/lib/x86_64-linux-gnu
-mkdir -p "$lib"
-[ -e "$lib/lapack/liblapack.so.3" ] && ln -sf lapack/liblapack.so.3 "$lib/liblapack.so"
-[ -e "$lib/blas/libblas.so.3" ] && ln -sf blas/libblas.so.3 "$lib/libblas.so"
-sysz=$(ls /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1 2>/dev/null | head -1)
-[ -n "$sysz" ] && ln -sf "$sysz" "$lib/libz.so"
-# An optimized BLAS/LAPACK at run time when carried (OpenBLAS, as Debian's alternatives
-# would select it): the host-side dense stages of Tucker (eigen-solves, CholeskyQR) use it.
-export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib:$lib/lapack:$lib/blas:${LD_LIBRARY_PATH:-}
-export CMAKE_PREFIX_PATH=$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
-export CPATH=$prefix/usr/include${CPATH:+:$CPATH}
+# shellcheck source=jobs/node-env.sh
+source "$here/jobs/node-env.sh"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpus.txt"
 ngpu=$(nvidia-smi -L | wc -l)
@@ -618,6 +608,42 @@ if has latency; then  # issue 21: iteration latency, before (base build) and aft
     echo "ncu: not on this node" >"$out/ncu-mttkrp.csv"
   fi
   python3 jobs/latency_table.py "$out" | tee -a "$summary"
+fi
+if has floors; then  # issue 43: one card's distance to the floor, before (base build) and after
+  fdata=
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/aminoacid-fluorescence_dense.tns.gz" ] && { fdata=$(cd "$d" && pwd); break; }
+  done
+  fbins="new:$T"
+  if [ -n "${TESSERA_BASE_TAR:-}" ] && [ -f "$TESSERA_BASE_TAR" ] && [ ! -x "$here/build-base/drivers/tessera" ]; then
+    log "build the base commit (target tessera)"
+    rm -rf "$here/build-base-src" && mkdir -p "$here/build-base-src" &&
+      tar -xzf "$TESSERA_BASE_TAR" -C "$here/build-base-src"
+    cmake -S "$here/build-base-src" -B "$here/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DTESSERA_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DTESSERA_BUILD_TESTS=OFF \
+      >"$out/configure-base.log" 2>&1 &&
+      cmake --build "$here/build-base" -j "$(nproc)" --target tessera >"$out/build-base.log" 2>&1 ||
+      log "base build failed (see $out/build-base.log)"
+  fi
+  [ -x "$here/build-base/drivers/tessera" ] && fbins="base:$here/build-base/drivers/tessera $fbins"
+  for b in $fbins; do
+    lab=${b%%:*}; bin=${b#*:}
+    g="--generate $nell --nnz 76.9e6 --backend cuda --precision float"
+    bench fl-$lab-nell2-mttkrp-r32 "$bin" bench mttkrp $g --rank 32 --repeat 10
+    bench fl-$lab-nell2-cp-r32 "$bin" bench cp $g --rank 32 --iters 6
+    for R in 16 32; do
+      bench fl-$lab-nell2-plain-gh-r$R "$bin" bench cp $g --generate-on host --rank $R --iters 6
+      bench fl-$lab-nell2-completion-r$R "$bin" bench cp $g --generate-on host --rank $R --iters 6 --observed-only
+    done
+    bench fl-$lab-nell2-tucker-16 "$bin" bench tucker $g --ranks 16,16,16 --iters 6 -v
+    if [ -n "$fdata" ]; then
+      bench fl-$lab-aminoacid-mttkrp-r256 "$bin" bench mttkrp "$fdata/aminoacid-fluorescence_dense.tns.gz" \
+        --rank 256 --backend cuda --precision float --repeat 20
+      bench fl-$lab-kripke-mttkrp-r32 "$bin" bench mttkrp "$fdata/kripke-perf_9mode.tns.gz" \
+        --rank 32 --backend cuda --precision float --repeat 20
+    fi
+  done
+  python3 jobs/floors_table.py "$out" | tee -a "$summary"
 fi
 if has python || has study; then  # real tensors beside a checkout or carried in .deps/data
   for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
