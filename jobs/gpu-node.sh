@@ -77,7 +77,8 @@
 #       floors: issue 43's single-GPU distances to the floor (MTTKRP nell-2 R32, CP, completion
 #               R16/R32 next to plain CP on the same host-generated tensor, Tucker nell-2
 #               16,16,16, aminoacid R256 and kripke MTTKRP); with TESSERA_BASE_TAR the same on
-#               that commit's build too (before and after in one call); jobs/floors_table.py
+#               that commit's build too (before and after in one call); TESSERA_FLOORS_ONLY="w .."
+#               runs only the cases whose names contain one of the words; jobs/floors_table.py
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -626,20 +627,28 @@ if has floors; then  # issue 43: one card's distance to the floor, before (base 
       log "base build failed (see $out/build-base.log)"
   fi
   [ -x "$here/build-base/drivers/tessera" ] && fbins="base:$here/build-base/drivers/tessera $fbins"
+  fl() {  # bench, unless TESSERA_FLOORS_ONLY names words none of which is in the case's name
+    if [ -n "${TESSERA_FLOORS_ONLY:-}" ]; then
+      local w hit=
+      for w in $TESSERA_FLOORS_ONLY; do case $1 in *"$w"*) hit=1;; esac; done
+      [ -n "$hit" ] || return 0
+    fi
+    bench "$@"
+  }
   for b in $fbins; do
     lab=${b%%:*}; bin=${b#*:}
     g="--generate $nell --nnz 76.9e6 --backend cuda --precision float"
-    bench fl-$lab-nell2-mttkrp-r32 "$bin" bench mttkrp $g --rank 32 --repeat 10
-    bench fl-$lab-nell2-cp-r32 "$bin" bench cp $g --rank 32 --iters 6
+    fl fl-$lab-nell2-mttkrp-r32 "$bin" bench mttkrp $g --rank 32 --repeat 10
+    fl fl-$lab-nell2-cp-r32 "$bin" bench cp $g --rank 32 --iters 6
     for R in 16 32; do
-      bench fl-$lab-nell2-plain-gh-r$R "$bin" bench cp $g --generate-on host --rank $R --iters 6
-      bench fl-$lab-nell2-completion-r$R "$bin" bench cp $g --generate-on host --rank $R --iters 6 --observed-only
+      fl fl-$lab-nell2-plain-gh-r$R "$bin" bench cp $g --generate-on host --rank $R --iters 6
+      fl fl-$lab-nell2-completion-r$R "$bin" bench cp $g --generate-on host --rank $R --iters 6 --observed-only
     done
-    bench fl-$lab-nell2-tucker-16 "$bin" bench tucker $g --ranks 16,16,16 --iters 6 -v
+    fl fl-$lab-nell2-tucker-16 "$bin" bench tucker $g --ranks 16,16,16 --iters 6 -v
     if [ -n "$fdata" ]; then
-      bench fl-$lab-aminoacid-mttkrp-r256 "$bin" bench mttkrp "$fdata/aminoacid-fluorescence_dense.tns.gz" \
+      fl fl-$lab-aminoacid-mttkrp-r256 "$bin" bench mttkrp "$fdata/aminoacid-fluorescence_dense.tns.gz" \
         --rank 256 --backend cuda --precision float --repeat 20
-      bench fl-$lab-kripke-mttkrp-r32 "$bin" bench mttkrp "$fdata/kripke-perf_9mode.tns.gz" \
+      fl fl-$lab-kripke-mttkrp-r32 "$bin" bench mttkrp "$fdata/kripke-perf_9mode.tns.gz" \
         --rank 32 --backend cuda --precision float --repeat 20
     fi
   done

@@ -63,7 +63,7 @@ run_line() {  # what the README says, what runs, expectation (ok|refuse)
   n=$((n + 1))
   log=$out/line-$n.log
   t0=$(date +%s.%N)
-  bash -c "$cmd" >"$log" 2>&1
+  bash -c "$cmd" >"$log" 2>&1 </dev/null  # mpirun reads stdin: keep it off the list of lines
   rc=$?
   secs=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
   local status="rc $rc"

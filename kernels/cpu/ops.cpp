@@ -67,6 +67,14 @@ void ttmc(Backend<T>& be, const TensorHandle<T>& x, int mode, const std::vector<
   h.record_compute(t.seconds());
 }
 
+template <typename T>
+void row_grams(Backend<T>& be, const TensorHandle<T>& x, int mode,
+               const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R,
+               T* out) {
+  (void)factors;  // the pattern's MTTKRP with the packed outer products
+  cpu::mttkrp(be, x, mode, packed, R * (R + 1) / 2, out);
+}
+
 // ---- SpTC ----
 
 template <typename T>
@@ -99,6 +107,7 @@ TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ACCUMULATE_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_PREPARE_STREAM_CHUNK_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_TAKE_ACCUMULATE_TIMES_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_ROW_GRAMS_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_TTMC_ROWS_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_TTMC_SCRATCH_BYTES_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_TTMC_OP);

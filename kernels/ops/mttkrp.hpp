@@ -53,6 +53,19 @@
 /// backend's creation), which it resets; waits for those calls to finish.
 #define TESSERA_TAKE_ACCUMULATE_TIMES_OP(T) AccumulateTimes take_accumulate_times(Backend<T>& be)
 
+/// The rows' packed Grams of completion CP (CpOptions::observed_only): out (dims[mode] x
+/// R(R+1)/2, row-major, overwritten) row i = the sum over the stored entries of x in row i
+/// of `mode` (their values are not read) of h h^T packed as linalg::pack_outer packs it,
+/// h = the Hadamard product of the other factors' rows (factors as for mttkrp()).
+/// packed[m] = pack_outer of factors[m] (dims[m] x R(R+1)/2): the host backends, a streamed
+/// handle and the cuda backend for R > 32 sum those as a W = R(R+1)/2 wide MTTKRP of the
+/// pattern; the cuda backend forms h h^T from the R-wide rows in one pass for R <= 32
+/// (kernels/cuda/mttkrp/row_grams.cu) and does not read them.
+#define TESSERA_ROW_GRAMS_OP(T)                                                                    \
+  void row_grams(Backend<T>& be, const TensorHandle<T>& x, int mode,                               \
+                 const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R, \
+                 T* out)
+
 namespace tessera::kernels {
 
 TESSERA_DECLARE_OP(TESSERA_MTTKRP_OP)
@@ -60,6 +73,7 @@ TESSERA_DECLARE_OP(TESSERA_MTTKRP_ACCUMULATE_OP)
 TESSERA_DECLARE_OP(TESSERA_PREPARE_STREAM_CHUNK_OP)
 TESSERA_DECLARE_OP(TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP)
 TESSERA_DECLARE_OP(TESSERA_TAKE_ACCUMULATE_TIMES_OP)
+TESSERA_DECLARE_OP(TESSERA_ROW_GRAMS_OP)
 
 namespace ops {
 
@@ -83,6 +97,12 @@ inline TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP(T) {
 template <typename T>
 inline TESSERA_TAKE_ACCUMULATE_TIMES_OP(T) {
   TESSERA_DISPATCH(be, take_accumulate_times);
+}
+template <typename T>
+inline TESSERA_ROW_GRAMS_OP(T) {
+  if (const StreamedOps<T>* s = x.streamed())
+    return s->mttkrp(be, mode, packed, R * (R + 1) / 2, out);
+  TESSERA_DISPATCH(be, row_grams, x, mode, factors, packed, R, out);
 }
 
 }  // namespace ops

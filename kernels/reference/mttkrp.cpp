@@ -103,5 +103,14 @@ void mttkrp(Backend<T>& be, const TensorHandle<T>& x, int mode,
 
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_OP);
 
+template <typename T>
+void row_grams(Backend<T>& be, const TensorHandle<T>& x, int mode,
+               const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R,
+               T* out) {
+  (void)factors;  // the pattern's MTTKRP with the packed outer products
+  reference::mttkrp(be, x, mode, packed, R * (R + 1) / 2, out);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_ROW_GRAMS_OP);
+
 }  // namespace reference
 }  // namespace tessera::kernels

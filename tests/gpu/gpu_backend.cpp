@@ -133,6 +133,65 @@ TYPED_TEST(CudaBackendTest, MttkrpSkewed) {
   }
 }
 
+/// Completion's row Grams (ops::row_grams) on the GPU (one pass over the R-wide rows for
+/// R <= 32, the pattern's MTTKRP above) against the reference (the pattern's MTTKRP with the
+/// packed outer products), every mode, outputs poisoned.
+template <typename T>
+void expect_row_grams_match(Backend<T>& gpu, Backend<T>& ref, const SparseTensor<T>& x, int R,
+                            std::uint64_t seed) {
+  const int N = x.order();
+  const std::size_t W = static_cast<std::size_t>(R) * (R + 1) / 2;
+  auto hg = gpu.prepare(x);
+  auto hr = ref.prepare(x);
+  const auto fg = random_factors(gpu, x.dims, R, seed);
+  const auto fr = random_factors(ref, x.dims, R, seed);
+  auto packed = [&](Backend<T>& be, const Factors<T>& f, std::vector<Array<T>>& keep) {
+    std::vector<const T*> ptrs;
+    for (int m = 0; m < N; ++m) {
+      const auto rows = static_cast<std::int64_t>(x.dims[static_cast<std::size_t>(m)]);
+      keep.push_back(be.allocate(static_cast<std::size_t>(rows) * W));
+      ops::pack_outer(be, f.ptrs[static_cast<std::size_t>(m)], rows, R, keep.back().data());
+      ptrs.push_back(keep.back().data());
+    }
+    return ptrs;
+  };
+  std::vector<Array<T>> kg, kr;
+  const auto pg = packed(gpu, fg, kg);
+  const auto pr = packed(ref, fr, kr);
+  for (int mode = 0; mode < N; ++mode) {
+    const std::size_t n = static_cast<std::size_t>(x.dims[static_cast<std::size_t>(mode)]) * W;
+    auto og = poisoned(gpu, n);
+    auto orf = poisoned(ref, n);
+    ops::row_grams(gpu, *hg, mode, fg.ptrs, pg, R, og.data());
+    ops::row_grams(ref, *hr, mode, fr.ptrs, pr, R, orf.data());
+    const auto got = downloaded(gpu, og.data(), n);
+    const auto want = downloaded(ref, orf.data(), n);
+    EXPECT_LT(rel_error(got, want), tol<T>())
+        << "order " << N << " mode " << mode << " R " << R << " nnz " << x.nnz();
+  }
+}
+
+TYPED_TEST(CudaBackendTest, RowGramsMatchThePatternMttkrp) {
+  using T = TypeParam;
+  std::uint64_t seed = 700;
+  // Small (one batch per warp), medium (whole tiles, rows across tiles), orders 3-16.
+  const auto x3 = random_tensor<T>({40, 30, 35}, 4000, ++seed);
+  const auto big = random_tensor<T>({300, 200, 50}, 400000, ++seed);
+  const auto x4 = random_tensor<T>({12, 9, 15, 7}, 2500, ++seed);
+  const auto x9 = random_tensor<T>({4, 3, 5, 4, 3, 4, 5, 3, 4}, 1500, ++seed);
+  const auto x16 = random_tensor<T>(std::vector<std::uint64_t>(16, 3), 900, ++seed);
+  for (int R : {1, 5, 8, 13, 16, 32, 40}) {
+    expect_row_grams_match(*this->gpu_, *this->ref_, x3, R, ++seed);
+    expect_row_grams_match(*this->gpu_, *this->ref_, x4, R, ++seed);
+  }
+  for (int R : {16, 32}) expect_row_grams_match(*this->gpu_, *this->ref_, big, R, ++seed);
+  expect_row_grams_match(*this->gpu_, *this->ref_, x9, 32, ++seed);
+  expect_row_grams_match(*this->gpu_, *this->ref_, x16, 7, ++seed);
+  // One slice holding ~70% of the nonzeros (a row across many tiles); most slices empty.
+  const auto skew = random_tensor<T>({3000, 40, 30}, 60000, ++seed, 0);
+  expect_row_grams_match(*this->gpu_, *this->ref_, skew, 32, ++seed);
+}
+
 TYPED_TEST(CudaBackendTest, MttkrpEmptyAndSingle) {
   using T = TypeParam;
   const auto empty = random_tensor<T>({17, 5, 9}, 0, 1);

@@ -20,6 +20,16 @@ void mttkrp(Backend<T>& be, const TensorHandle<T>& x, int mode,
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_OP);
 
 template <typename T>
+void row_grams(Backend<T>& be, const TensorHandle<T>& x, int mode,
+               const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R,
+               T* out) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::row_grams(ctx, x, mode, factors, packed, R, out);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_ROW_GRAMS_OP);
+
+template <typename T>
 void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,
                        const std::vector<const T*>& factors, int R, T* out, int sorted_mode) {
   CudaBackend<T>& b = executor(be);

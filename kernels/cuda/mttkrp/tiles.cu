@@ -189,29 +189,28 @@ __device__ __forceinline__ void group_pass(const MttkrpParams<T>& p, const RowSo
 }
 
 /// The tile kernel (plain layout, and the l2 layout with kL2). Warp w owns the tile of
-/// kTileNnz nonzeros at w kTileNnz, cut into V sub-tiles, one per group of 32 / V
-/// lanes. The tensor's own arrays are read once, with the streaming hint (__ldcs: evict
-/// first), so they do not push factor rows out of L2. kL2: the copy is ordered by blocks
-/// of p.hot_mode's indices (plan_mode), whose rows are read with an evict-last hint so
-/// the current block's rows stay in L2 while the other modes' rows stream past; an
-/// output row recurs in every block, so every finished row is added with atomics. kAcc:
-/// see group_pass.
+/// `tile` nonzeros at w tile (classic_tile: kTileNnz, less on small tensors), cut into V sub-tiles,
+/// one per group of 32 / V lanes. The tensor's own arrays are read once, with the streaming hint
+/// (__ldcs: evict first), so they do not push factor rows out of L2. kL2: the copy is ordered by
+/// blocks of p.hot_mode's indices (plan_mode), whose rows are read with an evict-last hint so the
+/// current block's rows stay in L2 while the other modes' rows stream past; an output row recurs in
+/// every block, so every finished row is added with atomics. kAcc: see group_pass.
 template <typename T, int V, bool kL2, bool kAcc = false>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kTileBlocksPerSm)
-    mttkrp_tile_kernel(const __grid_constant__ MttkrpParams<T> p) {
+    mttkrp_tile_kernel(const __grid_constant__ MttkrpParams<T> p, int tile) {
   constexpr int G = kWarp / V;
-  constexpr std::int64_t kSub = kTileNnz / V;
+  const std::int64_t sub = tile / V;  // tile: a multiple of kWarp, so sub is one of G
   const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
   const int gl = lane % G, grp = lane / G;
   const std::int64_t warp =
       static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x / kWarp);
-  const std::int64_t wbegin = warp * kTileNnz;
+  const std::int64_t wbegin = warp * tile;
   if (wbegin >= p.nnz) return;  // whole warp leaves together
-  const std::int64_t begin = wbegin + grp * kSub;
+  const std::int64_t begin = wbegin + grp * sub;
   const std::int64_t rest = p.nnz - begin;
-  const std::int64_t len = rest <= 0 ? 0 : (rest < kSub ? rest : kSub);
+  const std::int64_t len = rest <= 0 ? 0 : (rest < sub ? rest : sub);
   const std::int64_t wrest = p.nnz - wbegin;  // group 0's count sets the batches
-  const std::int64_t steps = ((wrest < kSub ? wrest : kSub) + G - 1) / G;
+  const std::int64_t steps = ((wrest < sub ? wrest : sub) + G - 1) / G;
   RowSource<T> src;
   if constexpr (kL2) {
     src.hot_mode = p.hot_mode;
@@ -347,19 +346,36 @@ __global__ void __launch_bounds__(kSmemWarps* kWarp, 1)
 
 }  // namespace
 
+/// Nonzeros per warp of the classic tile kernel for a launch over nnz nonzeros: kTileNnz,
+/// or less (whole batches of 32, at least one) when that would leave fewer than two full
+/// waves of warps on the device. The gathers are latency-bound: kripke's 9-mode tensor
+/// (31,924 nonzeros) in 2048-nonzero tiles ran on 16 warps of the GPU's thousands, 0.35 ms
+/// per mode. Shorter tiles add only boundary atomics (a tile's first and last rows).
+int classic_tile(std::int64_t nnz) {
+  int device = 0, sms = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::int64_t want =
+      2 * static_cast<std::int64_t>(std::max(sms, 1)) * kTileBlocksPerSm * kWarpsPerBlock;
+  if (nnz >= want * kTileNnz) return kTileNnz;
+  const std::int64_t per = nnz / want / kWarp * kWarp;
+  return static_cast<int>(std::clamp<std::int64_t>(per, kWarp, kTileNnz));
+}
+
 template <typename T, bool kL2, bool kAcc>
 void launch_tiles(cudaStream_t stream, const MttkrpParams<T>& p) {
-  const std::int64_t tiles = (p.nnz + kTileNnz - 1) / kTileNnz;
+  const int tile = classic_tile(p.nnz);
+  const std::int64_t tiles = (p.nnz + tile - 1) / tile;
   const std::int64_t blocks = (tiles + kWarpsPerBlock - 1) / kWarpsPerBlock;
   TESSERA_EXPECTS(blocks <= std::numeric_limits<int>::max(),
                   p.nnz << " nonzeros exceed one launch; split the block");
   constexpr int kV = static_cast<int>(16 / sizeof(T));
   if (vector_width(p) == kV)
     mttkrp_tile_kernel<T, kV, kL2, kAcc>
-        <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p);
+        <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p, tile);
   else
     mttkrp_tile_kernel<T, 1, kL2, kAcc>
-        <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p);
+        <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p, tile);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

@@ -41,6 +41,11 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
 template <typename T>
 void mttkrp(Context& ctx, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
             int R, T* out);
+/// ops::row_grams (mttkrp/row_grams.cu).
+template <typename T>
+void row_grams(Context& ctx, const TensorHandle<T>& x, int mode,
+               const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R,
+               T* out);
 
 /// ops::ttmc_rows / ttmc_scratch_bytes / ttmc (ttmc/ttmc.cu). The handle keeps the
 /// row map of each mode after its first use.

@@ -438,10 +438,11 @@ void Als<T>::mttkrp_step(int n, IterTimes& t) {
   if (L.alloc > L.len)
     be_.fill(M_.data() + L.len * R, static_cast<std::size_t>((L.alloc - L.len) * R), T(0));
   if (opt_.observed_only) {
-    // The rows' packed Grams: the MTTKRP of the pattern with the packed outer products.
+    // The rows' packed Grams (the pattern's MTTKRP with the packed outer products, or one
+    // pass over the R-wide rows where the backend has it: ops::row_grams).
     for (int m = 0; m < N_; ++m)
       pptr_[static_cast<std::size_t>(m)] = P_[static_cast<std::size_t>(m)].data();
-    kernels::ops::mttkrp(be_, *Xones_, n, pptr_, W_, MW_.data());
+    kernels::ops::row_grams(be_, *Xones_, n, fptr_, pptr_, R, MW_.data());
     if (L.alloc > L.len)
       be_.fill(MW_.data() + L.len * W_, static_cast<std::size_t>((L.alloc - L.len) * W_), T(0));
   }
