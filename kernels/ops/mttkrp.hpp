@@ -54,9 +54,10 @@
 #define TESSERA_TAKE_ACCUMULATE_TIMES_OP(T) AccumulateTimes take_accumulate_times(Backend<T>& be)
 
 /// The rows' packed Grams of completion CP (CpOptions::observed_only): out (dims[mode] x
-/// R(R+1)/2, row-major, overwritten) row i = the sum over the stored entries of x in row i
-/// of `mode` (their values are not read) of h h^T packed as linalg::pack_outer packs it,
-/// h = the Hadamard product of the other factors' rows (factors as for mttkrp()).
+/// R(R+1)/2, row-major, overwritten) row i = the sum over the stored entries x_k of x in row
+/// i of `mode` of x_k h h^T packed as linalg::pack_outer packs it, h = the Hadamard product
+/// of the other factors' rows (factors as for mttkrp()); completion passes its pattern,
+/// whose values are 1.
 /// packed[m] = pack_outer of factors[m] (dims[m] x R(R+1)/2): the host backends, a streamed
 /// handle and the cuda backend for R > 32 sum those as a W = R(R+1)/2 wide MTTKRP of the
 /// pattern; the cuda backend forms h h^T from the R-wide rows in one pass for R <= 32

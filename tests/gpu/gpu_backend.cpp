@@ -135,7 +135,7 @@ TYPED_TEST(CudaBackendTest, MttkrpSkewed) {
 
 /// Completion's row Grams (ops::row_grams) on the GPU (one pass over the R-wide rows for
 /// R <= 32, the pattern's MTTKRP above) against the reference (the pattern's MTTKRP with the
-/// packed outer products), every mode, outputs poisoned.
+/// packed outer products; the values weigh the terms), every mode, outputs poisoned.
 template <typename T>
 void expect_row_grams_match(Backend<T>& gpu, Backend<T>& ref, const SparseTensor<T>& x, int R,
                             std::uint64_t seed) {

@@ -1,20 +1,21 @@
 // Completion CP's row Grams in one pass (ops::row_grams, issue 43): for each row i of the
-// output mode, G_i = sum over its stored entries of h h^T, h = the Hadamard product of the
-// other factors' rows, written packed ((a, b) with a <= b, row by row: linalg::pack_outer).
+// output mode, G_i = sum over its stored entries of x_k h h^T, h = the Hadamard product of
+// the other factors' rows, written packed ((a, b) with a <= b, row by row:
+// linalg::pack_outer). Completion passes its pattern, whose values are 1.
 //
 // The generic way, which the other backends, a streamed handle and R > 32 here take, is the
 // MTTKRP of the pattern with the factors' packed outer products: W = R(R+1)/2 wide rows (528
 // values at R = 32) gathered per nonzero and mode, in 32-column passes. Here a warp reads
 // the R-wide rows once per nonzero and forms the products in registers:
-//   - a batch of 32 nonzeros of the warp's tile: lane j loads nonzero j's coordinates
-//     (coalesced); per input mode the warp gathers the batch's 32 rows (lane c: column c,
+//   - a batch of 32 nonzeros of the warp's tile: lane j loads nonzero j's coordinates and
+//     value (coalesced); per input mode the warp gathers the batch's 32 rows (lane c: column c,
 //     the loads of a batch independent of each other) and multiplies them into h, one
 //     register per nonzero of the batch, then stores the batch's h in shared memory
 //     (32 x 32 per warp; columns >= R are zero);
 //   - each lane owns a BA x BB block of the RP x RP Gram (RP = R rounded up to 8, 16 or 32;
 //     lanes as an 8 x 4 grid of blocks) in registers and adds h[a] h[b] for each nonzero of
 //     the current row, reading h from shared memory (every lane of a row of the grid reads
-//     the same words: broadcasts);
+//     the same words: broadcasts), the value folded into h[a];
 //   - when the row changes, and at the end of the tile, the lanes add their entries with
 //     a <= b < R to the packed output with atomics. So the result does not depend on the
 //     order of the copy (plain, l2 or smem layout, tier-2 chunks), only on the nonzeros.
@@ -40,6 +41,7 @@ constexpr int kGramTile = 32 * kWarp;
 
 struct GramParams {
   const index_t* idx[kMaxOrder];  ///< coordinate arrays of the copy sorted by `mode`
+  const void* vals;               ///< its values
   const void* factors[kMaxOrder];
   void* out;
   std::int64_t nnz;
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(kGramWarps* kWarp)
   const std::int64_t end = begin + p.tile < p.nnz ? begin + p.tile : p.nnz;
   const int a0 = (lane / 4) * BA, b0 = (lane % 4) * BB;
   const int R = p.R;
-  T (*h)[kWarp] = hs[wib];
+  T(*h)[kWarp] = hs[wib];
   T acc[BA][BB];
 #pragma unroll
   for (int x = 0; x < BA; ++x)
@@ -111,15 +113,17 @@ __global__ void __launch_bounds__(kGramWarps* kWarp)
     for (int j = 0; j < kWarp; ++j) h[j][lane] = hv[j];
     __syncwarp();
     const index_t my_row = valid ? __ldcs(p.idx[p.mode] + k) : 0;
+    const T my_val = valid ? __ldcs(static_cast<const T*>(p.vals) + k) : T(0);
     for (int j = 0; j < cnt; ++j) {
       const auto rj = static_cast<std::int64_t>(__shfl_sync(kFullMask, my_row, j));
       if (rj != cur) {  // uniform over the warp
         flush();
         cur = rj;
       }
+      const T vj = __shfl_sync(kFullMask, my_val, j);
       T ha[BA], hb[BB];
 #pragma unroll
-      for (int x = 0; x < BA; ++x) ha[x] = h[j][a0 + x];
+      for (int x = 0; x < BA; ++x) ha[x] = vj * h[j][a0 + x];
 #pragma unroll
       for (int y = 0; y < BB; ++y) hb[y] = h[j][b0 + y];
 #pragma unroll
@@ -190,8 +194,9 @@ void row_grams(Context& ctx, const TensorHandle<T>& xh, int mode,
   const std::size_t out_bytes =
       static_cast<std::size_t>(x->dims()[mode]) * static_cast<std::size_t>(W) * sizeof(T);
   over_copy(ctx, *x, mode, out, out_bytes,
-            [&](const index_t* const* idx, const T* /*vals*/, nnz_t cnt, bool /*resident*/) {
+            [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool /*resident*/) {
               for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
+              p.vals = vals;
               p.nnz = static_cast<std::int64_t>(cnt);
               p.tile = gram_tile(p.nnz);
               launch_row_grams<T>(ctx.stream, p);
@@ -200,8 +205,8 @@ void row_grams(Context& ctx, const TensorHandle<T>& xh, int mode,
 }
 
 template void row_grams<float>(Context&, const TensorHandle<float>&, int,
-                               const std::vector<const float*>&,
-                               const std::vector<const float*>&, int, float*);
+                               const std::vector<const float*>&, const std::vector<const float*>&,
+                               int, float*);
 template void row_grams<double>(Context&, const TensorHandle<double>&, int,
                                 const std::vector<const double*>&,
                                 const std::vector<const double*>&, int, double*);
