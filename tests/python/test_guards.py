@@ -209,3 +209,35 @@ def test_values_and_shape_of_the_wrong_type_are_refused(small):
         tessera.cp_als((c, v, (7, 6, 1 << 70)), rank=2, **CPU1)
     with pytest.raises(ValueError, match="NUL"):
         tessera.cp_als("a\0b.tns", rank=2, **CPU1)
+
+
+# ---- keywords (found by test_fuzz_entry.py: pybind11's many-line "incompatible function
+# arguments" TypeErrors, RuntimeError "Unable to cast", OverflowError) -----------------------
+
+
+@pytest.mark.parametrize("call,exc,match", [
+    (lambda X: tessera.cp_als(X, 2, backend=5), TypeError, "backend=5: expected a string"),
+    (lambda X: tessera.cp_als(X, 2, precision=None), TypeError, "precision=None"),
+    (lambda X: tessera.cp_als(X, 2, comm_strategy=[1]), TypeError, "comm_strategy"),
+    (lambda X: tessera.cp_als(X, 2, checkpoint_every="x"), TypeError, "checkpoint_every='x'"),
+    (lambda X: tessera.cp_als(X, 2, checkpoint_every=2**40), ValueError, "checkpoint_every="),
+    (lambda X: tessera.cp_als(X, 2, callback=5), TypeError, "callback=5"),
+    (lambda X: tessera.cp_als(X, 2, checkpoint=5), TypeError, "checkpoint=5"),
+    (lambda X: tessera.tucker_hooi(X, 2, iters=float("inf")), TypeError, "iters=inf"),
+    (lambda X: tessera.tucker_hooi(X, 2, iters=2**40), ValueError, "iters=%d" % 2**40),
+    (lambda X: tessera.tucker_hooi(X, 2, seed=-1), ValueError, "seed=-1"),
+    (lambda X: tessera.tucker_hooi(X, 2, tol="x"), TypeError, "tol='x'"),
+    (lambda X: tessera.tucker_hooi(X, 2**70), ValueError, "ranks=%d" % 2**70),
+    (lambda X: tessera.tucker_hooi(X, [2, 2.5, 2]), ValueError, r"ranks=\[2, 2.5, 2\]"),
+    (lambda X: tessera.tucker_hooi(X, 2, svd=None), TypeError, "svd=None"),
+    (lambda X: tessera.tucker_hooi(X, 2, max_mem=5), TypeError, "max_mem=5"),
+    (lambda X: tessera.contract(X, X, None), TypeError, "einsum=None"),
+    (lambda X: tessera.contract(X, X, "ijk,ljk->il", mem_limit=5), TypeError, "mem_limit=5"),
+    (lambda X: tessera.load_model(None), TypeError, "path=None"),
+    (lambda X: tessera.read_tensor(5), TypeError, "path=5"),
+    (lambda X: tessera.save_model(None, "m.h5"), TypeError, "expected a CPResult"),
+])
+def test_keywords_of_the_wrong_type_are_one_line_errors(small, call, exc, match):
+    with pytest.raises(exc, match=match) as e:
+        call(small)
+    assert "\n" not in str(e.value)
