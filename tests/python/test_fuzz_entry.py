@@ -16,7 +16,7 @@ import sys
 import pytest
 
 SEED = int(os.environ.get("TESSERA_FUZZ_SEED", "20261129"))
-CASES = int(os.environ.get("TESSERA_FUZZ_CASES", "300"))
+CASES = int(os.environ.get("TESSERA_FUZZ_CASES", "1000"))
 
 
 def test_fuzz_entry_points(tmp_path):
@@ -99,7 +99,7 @@ def _fuzz(seed, cases, folder):
         return (coords, values, shape)
 
     def value():
-        return pick(None, True, False, 0, -1, 1, 2, 3, 2**31, 2**63, 2**70, -2**70, 0.5,
+        return pick(None, True, False, 0, -1, 1, 2, 3, 100000, 2**31, 2**63, 2**70, -2**70, 0.5,
                     -0.5, float("nan"), float("inf"), "x", "", "auto", "1", b"1", [1], [],
                     (1, 2), {}, object(), np.int32(2), np.float32(0.5), np.array([1, 2]))
 
