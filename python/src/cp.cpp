@@ -127,9 +127,10 @@ void register_cp(py::module_& m) {
            std::string precision, py::object threads, std::string strategy, std::string index_base,
            py::object checkpoint, int checkpoint_every, py::object resume, py::object callback,
            bool verbose, bool share, std::uintptr_t comm, std::string nonneg, std::string l1,
-           std::string l2, py::dict tuning) {
+           std::string l2, bool force, py::dict tuning) {
           CommonArgs a = common_args(backend, precision, threads, strategy, index_base, checkpoint,
                                      checkpoint_every, resume, verbose, share);
+          a.run.force = force;
           apply_tuning(a, tuning);
           run::CpRunOptions o;
           apply_cp_values(o, values);

@@ -103,11 +103,20 @@ py::dict load_model(const std::string& path) {
   return out;
 }
 
-/// Writes a model file on rank 0 of the communicator (others wait), as `--out` does.
-void save_model(const py::dict& m, const std::string& path, std::uintptr_t comm_handle) {
+/// Writes a model file on rank 0 of the communicator (others wait), as `--out` does: through
+/// the CLI's output guard first (`inputs`: the files the result was computed from, never
+/// replaced; `force`: replace a file Tessera did not write), then a temporary renamed when
+/// complete (io::AtomicOutput in the model writer).
+void save_model(const py::dict& m, const std::string& path, std::uintptr_t comm_handle, bool force,
+                const std::vector<std::string>& inputs) {
   Session ss(comm_handle, false);
   const comm::MpiCommunicator& world = ss.world;
   translate(nullptr, world, [&] {
+    OutputGuard g;
+    g.option = "path";
+    g.path = path;
+    for (const auto& p : inputs) g.inputs.emplace_back("the input", p);
+    guard_output(g, force, world);
     comm::run_collectively(world, [&] {
       if (world.rank() != 0) return;
       io::ModelRecord rec;
@@ -160,7 +169,8 @@ void save_model(const py::dict& m, const std::string& path, std::uintptr_t comm_
 void register_files(py::module_& m) {
   m.def("read_tensor", &read_tensor);
   m.def("load_model", &load_model);
-  m.def("save_model", &save_model);
+  m.def("save_model", &save_model, py::arg("model"), py::arg("path"), py::arg("comm"),
+        py::arg("force"), py::arg("inputs"));
 }
 
 }  // namespace tessera::python

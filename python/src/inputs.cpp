@@ -5,9 +5,11 @@
 #include "inputs.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -21,41 +23,39 @@
 namespace tessera::python {
 namespace {
 
-/// Coordinate (k, m) of an integer array of any dtype and strides, as int64 (uint64 values
-/// over 2^63 become negative and are refused as such, with their value printed as read).
+/// Coordinate (k, m) of an integer array of any dtype, byte order and strides, read exactly:
+/// its magnitude and sign (a uint64 above 2^63 keeps its value, and is then out of range).
 struct CoordView {
   const char* base = nullptr;
   py::ssize_t s0 = 0, s1 = 0;  // strides of (nonzero, mode)
-  char kind = 'i';
+  bool is_signed = true;
   int size = 8;
-  std::int64_t get(py::ssize_t k, int m) const {
-    const char* p = base + k * s0 + m * s1;
-    if (kind == 'u') {
-      switch (size) {
-        case 1:
-          return *reinterpret_cast<const std::uint8_t*>(p);
-        case 2:
-          return *reinterpret_cast<const std::uint16_t*>(p);
-        case 4:
-          return *reinterpret_cast<const std::uint32_t*>(p);
-        default: {
-          const std::uint64_t v = *reinterpret_cast<const std::uint64_t*>(p);
-          return v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
-                     ? std::numeric_limits<std::int64_t>::max()
-                     : static_cast<std::int64_t>(v);
-        }
-      }
+  bool swap = false;  // the array's byte order is not this machine's
+  struct Value {
+    bool negative = false;
+    std::uint64_t magnitude = 0;
+  };
+  Value get(py::ssize_t k, int m) const {
+    unsigned char b[8];
+    std::memcpy(b, base + k * s0 + m * s1, static_cast<std::size_t>(size));
+    if (swap) std::reverse(b, b + size);
+    std::uint64_t u = 0;  // the value's bits, in this machine's order
+    if constexpr (std::endian::native == std::endian::little) {
+      for (int i = size - 1; i >= 0; --i) u = (u << 8) | b[i];
+    } else {
+      for (int i = 0; i < size; ++i) u = (u << 8) | b[i];
     }
-    switch (size) {
-      case 1:
-        return *reinterpret_cast<const std::int8_t*>(p);
-      case 2:
-        return *reinterpret_cast<const std::int16_t*>(p);
-      case 4:
-        return *reinterpret_cast<const std::int32_t*>(p);
-      default:
-        return *reinterpret_cast<const std::int64_t*>(p);
+    Value v;
+    const std::uint64_t sign = std::uint64_t(1) << (8 * size - 1);
+    if (is_signed && (u & sign) != 0) {
+      v.negative = true;
+      // Two's complement magnitude: ~u + 1 within `size` bytes.
+      const std::uint64_t mask = size == 8 ? ~std::uint64_t(0) : (sign << 1) - 1;
+      v.magnitude = ((~u) & mask) + 1;
+    } else {
+      v.magnitude = u;
     }
+    return v;
   }
 };
 
@@ -110,8 +110,15 @@ SparseTensor<T> tensor_from_arrays(const py::dict& t) {
   cv.base = static_cast<const char*>(coords.data());
   cv.s0 = by_nnz ? coords.strides(0) : coords.strides(1);
   cv.s1 = by_nnz ? coords.strides(1) : coords.strides(0);
-  cv.kind = ck;
+  cv.is_signed = ck == 'i';
   cv.size = py::cast<int>(coords.attr("itemsize"));
+  TESSERA_INPUT_CHECK(cv.size == 1 || cv.size == 2 || cv.size == 4 || cv.size == 8,
+                      name << ": coords of dtype " << py::cast<std::string>(py::str(coords.dtype()))
+                           << ": expected an integer dtype of 1, 2, 4 or 8 bytes");
+  // '=' native, '|' one byte, '<' little, '>' big endian.
+  const char order = py::cast<std::string>(coords.attr("dtype").attr("byteorder")).at(0);
+  cv.swap = (order == '>' && std::endian::native == std::endian::little) ||
+            (order == '<' && std::endian::native == std::endian::big);
   const char vk = kind_of(values);
   TESSERA_INPUT_CHECK(vk == 'f' || vk == 'i' || vk == 'u' || vk == 'b',
                       name << ": values must be real numbers, got dtype "
@@ -136,11 +143,13 @@ SparseTensor<T> tensor_from_arrays(const py::dict& t) {
   };
   for (py::ssize_t k = 0; k < nnz; ++k) {
     for (int m = 0; m < N; ++m) {
-      const std::int64_t c = cv.get(k, m);
-      TESSERA_INPUT_CHECK(c >= 0, name << ": " << at(k, m) << " = " << c
-                                       << " is negative: coordinates are 0-based, 0 to shape[" << m
-                                       << "] - 1");
-      TESSERA_INPUT_CHECK(static_cast<std::uint64_t>(c) < dims[static_cast<std::size_t>(m)],
+      const CoordView::Value cv_km = cv.get(k, m);
+      const std::uint64_t c = cv_km.magnitude;
+      TESSERA_INPUT_CHECK(!cv_km.negative, name << ": " << at(k, m) << " = -" << c
+                                                << " is negative: coordinates are 0-based, 0 to "
+                                                   "shape["
+                                                << m << "] - 1");
+      TESSERA_INPUT_CHECK(c < dims[static_cast<std::size_t>(m)],
                           name << ": " << at(k, m) << " = " << c << " is out of range for mode "
                                << m << " of length " << dims[static_cast<std::size_t>(m)]
                                << " (coordinates are 0-based)");
@@ -306,6 +315,19 @@ void check_common(const CommonArgs& a) {
   TESSERA_INPUT_CHECK(
       a.run.nccl_timeout_s >= 0 && std::isfinite(a.run.nccl_timeout_s),
       "nccl_timeout=" << a.run.nccl_timeout_s << ": expected seconds >= 0 (0: no limit)");
+}
+
+OutputGuard checkpoint_guard(const py::object& tensor, const CommonArgs& a) {
+  OutputGuard g;
+  g.option = "checkpoint";
+  g.path = a.checkpoint;
+  if (py::isinstance<py::dict>(tensor)) {
+    const py::dict d = py::reinterpret_borrow<py::dict>(tensor);
+    if (d.contains("path")) g.inputs.emplace_back("the input", py::cast<std::string>(d["path"]));
+  }
+  g.inputs.emplace_back("resume", a.resume);
+  g.may_replace = "resume";
+  return g;
 }
 
 // ---- matrices ----------------------------------------------------------------------------

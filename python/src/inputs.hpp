@@ -117,6 +117,10 @@ void set_common(const CommonArgs& a, const Source<T>& src, run::LoadOptions* loa
   record->interface = "python";
 }
 
+/// The output guard of a run's checkpoint (runtime.hpp): never the input file (rank 0's
+/// path, when `tensor` is one) nor the resume file, unless it continues it.
+OutputGuard checkpoint_guard(const py::object& tensor, const CommonArgs& a);
+
 /// The body of cp_als and tucker_hooi: the call's session and iteration hook, the checks
 /// (`check`, run collectively), the input read, the run layer's options `o` filled from the
 /// common arguments, and `call(o, world, arrays)` (run::run_cp, run::run_tucker) with the GIL
@@ -131,6 +135,7 @@ auto run_decomposition(const py::object& tensor, Options& o, const CommonArgs& a
   decltype(call(o, world, static_cast<SparseTensor<T>*>(nullptr))) r;
   translate(&hook, world, [&] {
     comm::run_collectively(world, [&] { check(); });
+    guard_output(checkpoint_guard(tensor, a), a.run.force, world);
     Source<T> src = read_source<T>(tensor, a.share, world);
     set_common(a, src, &o.load, &o.name, &o.run, &o.ckpt, &o.record);
     o.print_iterations = a.verbose;

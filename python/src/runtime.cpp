@@ -6,18 +6,24 @@
 
 #include <mpi.h>
 #include <omp.h>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 
+#include "io/output.hpp"
 #include "kernels/factories.hpp"
 #include "run/build_info.hpp"
+#include "util/cpus.hpp"
 
 namespace tessera::python {
 namespace {
 
-bool g_initialised_mpi = false;  // this module called MPI_Init_thread (so it finalises)
+bool g_initialised_mpi = false;       // this module called MPI_Init_thread (so it finalises)
+PyObject* g_output_exists = nullptr;  // tessera.OutputExistsError (register_runtime)
 
 /// mpi4py's MPI._handleof(comm): a pointer (OpenMPI) or an integer (MPICH).
 template <typename C>
@@ -105,6 +111,37 @@ void IterationHook::operator()(int iteration, double fit, double delta) {
   if (code != 0) throw Stop{code};
 }
 
+// ---- outputs -----------------------------------------------------------------------------
+
+void guard_output(const OutputGuard& g, bool force, const comm::Communicator& world) {
+  if (g.path.empty()) return;
+  io::OutputSet set;
+  set.set_force_option("force=True");
+  for (const auto& [name, path] : g.inputs) set.add_input(name, path);
+  set.add_output(g.option, g.path, io::OutputKind::model, g.may_replace);
+  std::int32_t code = 0;  // 1: refused (ValueError), 2: an existing file refused
+  std::string msg;
+  if (world.rank() == 0) {
+    try {
+      set.check(force);
+      set.clean();
+    } catch (const std::exception& e) {
+      msg = e.what();
+      struct stat st {};
+      code = ::stat(g.path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? 2 : 1;
+    }
+  }
+  world.broadcast(&code, 1, 0);
+  if (code == 0) return;
+  std::int64_t len = static_cast<std::int64_t>(msg.size());
+  world.broadcast(&len, 1, 0);
+  msg.resize(static_cast<std::size_t>(len));
+  world.broadcast(msg.data(), msg.size(), 0);
+  if (code == 1) throw InputError(msg);
+  PyErr_SetString(g_output_exists, msg.c_str());
+  throw py::error_already_set();
+}
+
 bool has_source_location(const std::string& m) {
   const auto open = m.rfind(" [");
   if (open == std::string::npos || m.empty() || m.back() != ']') return false;
@@ -115,7 +152,28 @@ bool has_source_location(const std::string& m) {
 // ---- module functions --------------------------------------------------------------------
 
 void register_runtime(py::module_& m) {
+  // Both kinds of caller find it: `except FileExistsError` and `except ValueError`.
+  py::tuple bases = py::make_tuple(py::handle(PyExc_FileExistsError), py::handle(PyExc_ValueError));
+  g_output_exists = PyErr_NewExceptionWithDoc(
+      "tessera.OutputExistsError",
+      "An output that Tessera refuses to replace: an input of the call (never replaced), or "
+      "an existing file Tessera did not write (replaced only with force=True).",
+      bases.ptr(), nullptr);
+  if (g_output_exists == nullptr) throw py::error_already_set();
+  m.add_object("OutputExistsError", py::handle(g_output_exists));
   m.def("finalize_mpi", &finalize_mpi);
+  // threads=: capped as the CLI caps --threads (util::cap_threads, the same rule and words;
+  // `what` names the request). Returns (threads, warning); the warning only on rank 0 of
+  // the communicator, as the CLI warns on rank 0.
+  m.def("cap_threads", [](long long requested, const std::string& what, std::uintptr_t comm) {
+    const int n = static_cast<int>(std::clamp<long long>(requested, 0, INT_MAX));
+    std::string warning;
+    const int capped = util::cap_threads(n, what, &warning);
+    ensure_mpi();
+    int rank = 0;
+    MPI_Comm_rank(comm_from_handle(comm), &rank);
+    return py::make_tuple(capped, rank == 0 ? warning : std::string());
+  });
   m.def("mpi_size", [] {
     ensure_mpi();
     int s = 1;

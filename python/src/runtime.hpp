@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bindings.hpp"
 #include "comm/mpi_communicator.hpp"
@@ -73,6 +74,26 @@ class IterationHook {
   const comm::Communicator& world_;
   PendingPyError pending_;
 };
+
+// ---- outputs -----------------------------------------------------------------------------
+
+/// One file a module function writes (save_model's path, a run's checkpoint) and the files
+/// it must never replace.
+struct OutputGuard {
+  std::string option;  ///< how the user named the output ("path", "checkpoint")
+  std::string path;    ///< "" : nothing is written
+  std::vector<std::pair<std::string, std::string>> inputs;  ///< (name, path); "" ignored
+  std::string may_replace;  ///< the input name this output may be ("resume"), or ""
+};
+
+/// Collective, with the GIL: the CLI's output guard (io::OutputSet, docs/reliability.md
+/// "Outputs") on rank 0, agreed by every rank, before any work. The output is never one of
+/// the inputs (not even with force); an existing regular file that Tessera did not write as
+/// a model is replaced only with `force`; its folder must accept a new file. A refused
+/// existing file raises tessera.OutputExistsError (a FileExistsError and a ValueError) on
+/// every rank, any other refusal ValueError, with the CLI's text ("force=True" for
+/// "--force"). Also removes the stale temporaries this host left for the output.
+void guard_output(const OutputGuard& g, bool force, const comm::Communicator& world);
 
 /// Source location " [file.cpp:12]" that TESSERA_EXPECTS/TESSERA_THROW append: a bug or a
 /// system failure, not bad input.

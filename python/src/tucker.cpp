@@ -78,9 +78,10 @@ void register_tucker(py::module_& m) {
            std::string init, std::string svd, int subspace_steps, std::string max_mem,
            std::string backend, std::string precision, py::object threads, std::string index_base,
            py::object checkpoint, int checkpoint_every, py::object resume, py::object callback,
-           bool verbose, bool share, std::uintptr_t comm, py::dict tuning) {
+           bool verbose, bool share, std::uintptr_t comm, bool force, py::dict tuning) {
           CommonArgs a = common_args(backend, precision, threads, "allreduce", index_base,
                                      checkpoint, checkpoint_every, resume, verbose, share);
+          a.run.force = force;
           apply_tuning(a, tuning);
           run::TuckerRunOptions o;
           o.ranks = ranks_text(ranks);

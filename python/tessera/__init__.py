@@ -23,6 +23,8 @@ library computes.
 
 import atexit as _atexit
 import numbers as _numbers
+import os as _os
+import warnings as _warnings
 
 from . import _tessera
 from ._inputs import to_core as _to_core
@@ -38,11 +40,17 @@ __all__ = [
     "CPResult",
     "TuckerResult",
     "COOResult",
+    "OutputExistsError",
     "cuda_built",
     "build_info",
 ]
 
 __version__ = "0.1.0"
+
+# The error of a refused output (save_model's path, a run's checkpoint): an input of the
+# call, never replaced, or an existing file Tessera did not write, replaced only with
+# force=True. A FileExistsError and a ValueError; the message is the CLI's.
+OutputExistsError = _tessera.OutputExistsError
 
 _atexit.register(_tessera.finalize_mpi)  # only when this module initialised MPI
 
@@ -66,10 +74,75 @@ def _share(distributed):
                      "rank's share)" % (distributed,))
 
 
-def _threads(threads):
-    if threads is not None and (not isinstance(threads, int) or threads < 0):
-        raise ValueError("threads=%r: expected None or an integer >= 0" % (threads,))
-    return threads
+_INT_MAX = (1 << 31) - 1
+
+
+def _threads(threads, comm_handle):
+    # Capped to the CPUs this process may use by the CLI's rule (util::cap_threads), with
+    # its warning as a RuntimeWarning (rank 0); 0 and None: OpenMP's default.
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, _numbers.Integral):
+        raise TypeError("threads=%r: expected None or an integer >= 0" % (threads,))
+    n = int(threads)
+    if n < 0:
+        raise ValueError("threads=%d: expected None or an integer >= 0" % n)
+    if n == 0:
+        return 0
+    capped, warning = _tessera.cap_threads(min(n, _INT_MAX), "threads=%d" % n, comm_handle)
+    if warning:
+        _warnings.warn(warning, RuntimeWarning, stacklevel=3)
+    return capped
+
+
+def _int_arg(v, name, lo, hi):
+    # An integer keyword in the range of its C++ type; the library checks its meaning.
+    if isinstance(v, bool) or not isinstance(v, _numbers.Integral):
+        raise TypeError("%s=%r: expected an integer" % (name, v))
+    v = int(v)
+    if not lo <= v <= hi:
+        raise ValueError("%s=%d: expected %d to %d" % (name, v, lo, hi))
+    return v
+
+
+def _float_arg(v, name):
+    if isinstance(v, bool) or not isinstance(v, _numbers.Real):
+        raise TypeError("%s=%r: expected a number" % (name, v))
+    return float(v)
+
+
+def _str_arg(v, name):
+    if not isinstance(v, str):
+        raise TypeError("%s=%r: expected a string" % (name, v))
+    return v
+
+
+def _bool_arg(v, name):
+    if not isinstance(v, bool) and type(v).__name__ != "bool_":
+        raise TypeError("%s=%r: expected True or False" % (name, v))
+    return bool(v)
+
+
+def _path_arg(path, name):
+    # A file name as the library takes it (str); a NUL byte would cut it short there.
+    try:
+        p = _os.fsdecode(_os.fspath(path))
+    except TypeError:
+        raise TypeError("%s=%r: expected a path (str or os.PathLike)" % (name, path)) from None
+    if "\0" in p:
+        raise ValueError("%s=%r: a path cannot contain a NUL character" % (name, p))
+    return p
+
+
+def _opt_path(path, name):
+    return None if path is None else _path_arg(path, name)
+
+
+def _input_files(*paths):
+    # The files a run read (its tensor, the checkpoint it resumed): save_model never
+    # replaces them.
+    return tuple(_os.fsdecode(_os.fspath(p)) for p in paths
+                 if isinstance(p, (str, bytes, _os.PathLike)))
 
 
 # The kernel tuning keyword arguments of cp_als, tucker_hooi and contract with their
@@ -114,6 +187,16 @@ def _modes_arg(nonneg):
         raise ValueError("nonneg=%r: expected True, False or a list of modes" % (nonneg,)) from None
 
 
+def _checkpoint_every(v):
+    return 0 if v is None else _int_arg(v, "checkpoint_every", 0, _INT_MAX)
+
+
+def _callback_arg(cb):
+    if cb is not None and not callable(cb):
+        raise TypeError("callback=%r: expected None or a callable taking one dict" % (cb,))
+    return cb
+
+
 def _per_mode_arg(v, name):
     if isinstance(v, str):
         return v
@@ -145,7 +228,7 @@ def _cp_value(v):
 def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", threads=None,
            comm_strategy="auto", index_base="1", checkpoint=None, checkpoint_every=None,
            resume=None, callback=None, verbose=False, distributed="root", comm=None,
-           nonneg=False, l1=0.0, l2=None, **options):
+           nonneg=False, l1=0.0, l2=None, force=False, **options):
     """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
 
     X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
@@ -170,6 +253,10 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
 {values}
 
     Kernel tuning (keyword arguments, the CLI's "Kernel tuning" options; see TUNING and
+    force: replace an existing checkpoint file that Tessera did not write (the CLI's
+    --force); the input is never replaced. A refused checkpoint is an OutputExistsError.
+
+    Kernel tuning (keyword arguments, the CLI's "Kernel tuning" options; see TUNING and
     docs/python.md): cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel,
     tensor_cores, tc_precision, tc_tile_density, ttmc_kernel, ttmc_tile, sptc_pool,
     sptc_tc_threshold, cpu_isa, trace, nccl_timeout. tensor_cores ("auto" | "on" | "off"),
@@ -180,17 +267,22 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     share = _share(distributed)
     values = {k: _cp_value(options.pop(k)) for k in list(options) if k in CP_OPTIONS}
     values["rank"] = _cp_value(rank)
+    handle = _comm_handle(comm)
     r = _tessera.cp_als(
-        _to_core(X), values, _init_arg(init), backend, precision, _threads(threads),
-        comm_strategy, str(index_base), checkpoint, int(checkpoint_every or 0), resume,
-        callback, bool(verbose), share, _comm_handle(comm), _modes_arg(nonneg),
-        _per_mode_arg(l1, "l1"), "" if l2 is None else _per_mode_arg(l2, "l2"),
+        _to_core(X), values, _init_arg(init), _str_arg(backend, "backend"),
+        _str_arg(precision, "precision"), _threads(threads, handle),
+        _str_arg(comm_strategy, "comm_strategy"), str(index_base),
+        _opt_path(checkpoint, "checkpoint"), _checkpoint_every(checkpoint_every),
+        _opt_path(resume, "resume"), _callback_arg(callback), bool(verbose), share, handle,
+        _modes_arg(nonneg), _per_mode_arg(l1, "l1"),
+        "" if l2 is None else _per_mode_arg(l2, "l2"), _bool_arg(force, "force"),
         _tuning_arg(options, CP_OPTIONS))
     rec = _record(r)
     res = CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
                    r["history"], rec, stop_reason=r["stop_reason"])
     res.validation_rmse = r["validation_rmse"]
     res.mean_predictor_rmse = r["mean_predictor_rmse"]
+    res.inputs = _input_files(X, resume)
     return res
 
 
@@ -202,25 +294,50 @@ cp_als.__doc__ = cp_als.__doc__.replace("{values}", "\n".join(
 def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",
                 svd="gram", subspace_steps=3, max_mem=None, precision="double", threads=None,
                 index_base="1", checkpoint=None, checkpoint_every=None, resume=None,
-                callback=None, verbose=False, distributed="root", comm=None, **tuning):
+                callback=None, verbose=False, distributed="root", comm=None, force=False,
+                **tuning):
     """Tucker-HOOI of a sparse tensor (the algorithm and defaults of ``tessera tucker``).
 
     ranks: one int for every mode, a list (R_1..R_N), or "16,16,4". init: "random" or
     "hosvd"; svd: "gram", "subspace" or "scalapack"; max_mem: bytes per rank ("8G"; default:
-    the planner's measured host limit). Other arguments (kernel tuning included) as cp_als.
+    the planner's measured host limit). Other arguments (kernel tuning and force included) as
+    cp_als.
     Returns a TuckerResult.
     """
     share = _share(distributed)
-    if isinstance(ranks, bool) or not isinstance(ranks, (int, str, list, tuple)):
-        raise ValueError("ranks=%r: expected an int, a list of ints or \"R1,R2,...\"" % (ranks,))
+    handle = _comm_handle(comm)
     r = _tessera.tucker_hooi(
-        _to_core(X), ranks if not isinstance(ranks, tuple) else list(ranks), int(iters),
-        float(tol), int(seed), init, svd, int(subspace_steps), max_mem or "", backend,
-        precision, _threads(threads), str(index_base), checkpoint, int(checkpoint_every or 0),
-        resume, callback, bool(verbose), share, _comm_handle(comm), _tuning_arg(tuning))
+        _to_core(X), _ranks_arg(ranks), _int_arg(iters, "iters", -_INT_MAX, _INT_MAX),
+        _float_arg(tol, "tol"), _int_arg(seed, "seed", 0, (1 << 64) - 1),
+        _str_arg(init, "init"), _str_arg(svd, "svd"),
+        _int_arg(subspace_steps, "subspace_steps", -_INT_MAX, _INT_MAX),
+        _str_arg(max_mem or "", "max_mem"), _str_arg(backend, "backend"),
+        _str_arg(precision, "precision"), _threads(threads, handle), str(index_base),
+        _opt_path(checkpoint, "checkpoint"), _checkpoint_every(checkpoint_every),
+        _opt_path(resume, "resume"), _callback_arg(callback), bool(verbose), share, handle,
+        _bool_arg(force, "force"), _tuning_arg(tuning))
     rec = _record(r)
-    return TuckerResult(r["core"], r["factors"], r["fit"], r["iterations"], r["converged"],
-                        r["history"], rec)
+    res = TuckerResult(r["core"], r["factors"], r["fit"], r["iterations"], r["converged"],
+                       r["history"], rec)
+    res.inputs = _input_files(X, resume)
+    return res
+
+
+def _ranks_arg(ranks):
+    bad = ValueError("ranks=%r: expected an int, a list of ints or \"R1,R2,...\"" % (ranks,))
+    if isinstance(ranks, str):
+        return ranks
+    if isinstance(ranks, _numbers.Integral) and not isinstance(ranks, bool):
+        if not 0 <= int(ranks) <= _INT_MAX:
+            raise bad
+        return int(ranks)
+    if not isinstance(ranks, (list, tuple)):
+        raise bad
+    for r in ranks:
+        if (isinstance(r, bool) or not isinstance(r, _numbers.Integral)
+                or not 0 <= int(r) <= _INT_MAX):
+            raise bad
+    return [int(r) for r in ranks]
 
 
 def contract(X, Y, einsum, *, backend="auto", precision="double", threads=None,
@@ -233,10 +350,12 @@ def contract(X, Y, einsum, *, backend="auto", precision="double", threads=None,
     (sorted, no repeats, exact zeros dropped) on every rank."""
     share = _share(distributed)
     same = X is Y
+    handle = _comm_handle(comm)
     r = _tessera.contract(
-        _to_core(X, "X"), None if same else _to_core(Y, "Y"), same, str(einsum),
-        bool(extend_dims), mem_limit or "", backend, precision, _threads(threads),
-        str(index_base), bool(verbose), share, _comm_handle(comm), _tuning_arg(tuning))
+        _to_core(X, "X"), None if same else _to_core(Y, "Y"), same, _str_arg(einsum, "einsum"),
+        bool(extend_dims), _str_arg(mem_limit or "", "mem_limit"), _str_arg(backend, "backend"),
+        _str_arg(precision, "precision"), _threads(threads, handle), str(index_base),
+        bool(verbose), share, handle, _tuning_arg(tuning))
     rec = _record(r)
     return COOResult(r["coords"], r["values"], r["shape"], rec)
 
@@ -244,9 +363,7 @@ def contract(X, Y, einsum, *, backend="auto", precision="double", threads=None,
 def read_tensor(path, *, index_base="1"):
     """Reads a .tns / .tns.gz (FROSTT text; index_base "1", "0" or "auto") or .h5 tensor
     store into a COOResult (0-based coordinates, in file order, repeats kept)."""
-    import os  # noqa: PLC0415
-
-    r = _tessera.read_tensor(os.fspath(path), str(index_base))
+    r = _tessera.read_tensor(_path_arg(path, "path"), str(index_base))
     return COOResult(r["coords"], r["values"], r["shape"])
 
 
@@ -254,9 +371,8 @@ def load_model(path):
     """Reads a model file written by ``tessera cp/tucker --out`` or save_model: a CPResult
     or a TuckerResult (history holds the fits; record["options"] the run's options)."""
     import json  # noqa: PLC0415
-    import os  # noqa: PLC0415
 
-    r = _tessera.load_model(os.fspath(path))
+    r = _tessera.load_model(_path_arg(path, "path"))
     try:
         options = json.loads(r["options_json"])
     except ValueError:
@@ -268,16 +384,23 @@ def load_model(path):
     return TuckerResult(r["core"], r["factors"], r["fit"], r["iterations"], False, hist, rec)
 
 
-def save_model(result, path, *, comm=None):
+def save_model(result, path, *, comm=None, force=False):
     """Writes a CPResult or TuckerResult as a model file (the HDF5 layout of ``--out``,
     docs/formats.md), through a temporary renamed when complete. Collective under MPI:
-    rank 0 writes."""
+    rank 0 writes.
+
+    The CLI's output guard (docs/reliability.md, "Outputs") decides first: an existing file
+    is replaced only when Tessera wrote it as a model (or checkpoint), or with force=True;
+    the files the result was computed from (result.inputs: its tensor file, the checkpoint
+    it resumed) are never replaced, not even with force=True. A refusal of an existing file
+    raises OutputExistsError (a FileExistsError and a ValueError) with the CLI's message."""
     import json  # noqa: PLC0415
-    import os  # noqa: PLC0415
 
     if not isinstance(result, (CPResult, TuckerResult)):
-        raise ValueError("save_model: expected a CPResult or TuckerResult, got %s"
-                         % type(result).__name__)
+        raise TypeError("save_model: expected a CPResult or TuckerResult, got %s"
+                        % type(result).__name__)
+    path = _path_arg(path, "path")
+    force = _bool_arg(force, "force")
     m = {
         "kind": result.kind,
         "factors": list(result.factors),
@@ -290,7 +413,7 @@ def save_model(result, path, *, comm=None):
         m["weights"] = result.weights
     else:
         m["core"] = result.core
-    _tessera.save_model(m, os.fspath(path), _comm_handle(comm))
+    _tessera.save_model(m, path, _comm_handle(comm), force, list(result.inputs))
 
 
 def cuda_built():

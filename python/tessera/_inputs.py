@@ -22,6 +22,7 @@ Sparse arrays are handed over as they are (no transpose or dtype copy on the Pyt
 the core reads them in place and copies once into its per-mode arrays.
 """
 
+import operator
 import os
 import warnings
 
@@ -31,6 +32,7 @@ import numpy as np
 # COO form of the tensor would save memory.
 DENSE_NOTE_BYTES = 1 << 30
 _MAX_ORDER = 16  # tensor::kMaxOrder
+_MAX_DIM = 1 << 32  # the longest mode (32-bit coordinates)
 _dense_noted = False
 
 
@@ -49,6 +51,30 @@ def _layout(coords, nnz, order):
     )
 
 
+def _shape(shape, name):
+    """The mode lengths as Python ints: integers only (TypeError otherwise); the C++ core
+    checks their range, after the ones no int64 holds are refused here."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeError("%s: shape must be a sequence of mode lengths, got %s"
+                        % (name, type(shape).__name__))
+    out = []
+    for m, s in enumerate(shape):
+        if isinstance(s, (bool, np.bool_)):
+            raise TypeError("%s: shape[%d] = %r is not an integer" % (name, m, s))
+        try:
+            s = operator.index(s)
+        except TypeError:
+            raise TypeError("%s: shape[%d] = %r is not an integer" % (name, m, s)) from None
+        if s < 1:
+            raise ValueError("%s: shape[%d] = %d: every mode length must be at least 1"
+                             % (name, m, s))
+        if s > _MAX_DIM:
+            raise ValueError("%s: shape[%d] = %d is over 2^32, the longest mode of 32-bit "
+                             "coordinates" % (name, m, s))
+        out.append(s)
+    return tuple(out)
+
+
 def _arrays(coords, values, shape, name):
     coords = np.asarray(coords)
     values = np.asarray(values)
@@ -56,17 +82,22 @@ def _arrays(coords, values, shape, name):
         values = values[:, 0]
     if values.ndim != 1:
         raise ValueError("%s: values must be 1-D, got shape %s" % (name, values.shape))
+    # dtypes (docs/python.md, "What the module refuses"): coordinates of any integer dtype
+    # and byte order, read exactly by the core; floats (even whole ones), booleans and
+    # objects are refused, since no conversion of them is sure to be exact. Values of any
+    # boolean, integer or real dtype and byte order, converted to float64 by NumPy.
     if coords.dtype.kind not in "iu":
-        if coords.size == 0:
+        if coords.size == 0 and coords.dtype.kind in "biuf":
             coords = coords.astype(np.int64)
         else:
-            raise ValueError(
-                "%s: coords must be an integer array, got dtype %s" % (name, coords.dtype)
-            )
-    try:
-        shape = tuple(int(s) for s in shape)
-    except TypeError:
-        raise ValueError("%s: shape must be a sequence of mode lengths" % name) from None
+            raise TypeError(
+                "%s: coords must be an integer array, got dtype %s%s" % (
+                    name, coords.dtype, "; convert whole-number floats with "
+                    "coords.astype(numpy.int64)" if coords.dtype.kind == "f" else ""))
+    if values.dtype.kind not in "biuf":
+        raise TypeError("%s: values must be real numbers (a boolean, integer or real dtype), "
+                        "got dtype %s" % (name, values.dtype))
+    shape = _shape(shape, name)
     if coords.ndim == 2 and coords.size == 0 and values.size == 0:
         coords = np.zeros((0, len(shape)), dtype=np.int64)
     layout = _layout(coords, values.shape[0], len(shape))
@@ -114,8 +145,11 @@ def to_core(X, name="X"):
     """The dict the C++ core takes for one input (None stays None)."""
     if X is None:
         return None
-    if isinstance(X, (str, os.PathLike)):
-        return {"path": os.fspath(X)}
+    if isinstance(X, (str, bytes, os.PathLike)):
+        path = os.fsdecode(os.fspath(X))
+        if "\0" in path:
+            raise ValueError("%s: the path %r contains a NUL character" % (name, path))
+        return {"path": path}
     if isinstance(X, tuple) and len(X) == 3:
         return _arrays(X[0], X[1], X[2], name)
     if isinstance(X, (np.ndarray, np.generic)):  # a NumPy scalar is a 0-d array

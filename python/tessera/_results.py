@@ -16,6 +16,9 @@ class CPResult:
     """
 
     kind = "cp"
+    # The files the run read (its tensor file, the checkpoint it resumed), as paths;
+    # save_model never replaces them. Empty for arrays and for loaded models.
+    inputs = ()
 
     def __init__(self, weights, factors, fit, iterations=0, converged=False, history=(),
                  record=None, stop_reason=None):
@@ -80,6 +83,7 @@ class TuckerResult:
     """
 
     kind = "tucker"
+    inputs = ()  # as CPResult.inputs
 
     def __init__(self, core, factors, fit, iterations=0, converged=False, history=(),
                  record=None):

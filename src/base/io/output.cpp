@@ -409,7 +409,8 @@ void OutputSet::check(bool force) const {
         TESSERA_INPUT_CHECK(
             false, what << " is the same file as " << i.option << " '" << i.path
                         << "': Tessera never writes over an input, not even "
-                           "with --force; "
+                           "with "
+                        << force_option_ << "; "
                         << (o.hint.empty() ? "choose another name for " + o.option : o.hint));
       }
     }
@@ -437,8 +438,8 @@ void OutputSet::check(bool force) const {
     const std::string file = replaced_file(o.path);
     if (exists && !in_place && !force)
       TESSERA_INPUT_CHECK(written_by_tessera(file, o.kind),
-                          what << " exists and is not " << describe(o.kind)
-                               << ": use --force to replace it, or choose another name");
+                          what << " exists and is not " << describe(o.kind) << ": use "
+                               << force_option_ << " to replace it, or choose another name");
     probe_folder(file, what);
   }
 }

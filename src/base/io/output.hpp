@@ -132,6 +132,9 @@ class OutputSet {
   void add_output(const std::string& option, const std::string& path, OutputKind kind,
                   const std::string& may_replace = "", const std::string& hint = "");
 
+  /// How the refusals spell the force option ("--force"; the Python module's "force=True").
+  void set_force_option(const std::string& spelling) { force_option_ = spelling; }
+
   /// Local: throws InputError for the first output that breaks the policy (see the top of
   /// this header); `force` lets existing files that Tessera did not write be replaced.
   void check(bool force) const;
@@ -148,6 +151,7 @@ class OutputSet {
     OutputKind kind = OutputKind::record;
   };
   std::vector<Entry> inputs_, outputs_;
+  std::string force_option_ = "--force";
 };
 
 }  // namespace tessera::io

@@ -3,6 +3,9 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
+#include <string>
+
 namespace tessera::io::h5 {
 
 void quiet_errors() {
@@ -13,7 +16,12 @@ namespace {
 
 herr_t innermost_error(unsigned n, const H5E_error2_t* e, void* data) {
   auto* s = static_cast<std::string*>(data);
-  if (n == 0 && e && e->desc) *s = e->desc;
+  if (n == 0 && e && e->desc) {
+    *s = e->desc;
+    // Some span lines (sec2's "file write failed: time = ...\n, filename = ..."): one
+    // line, as every Tessera error.
+    std::replace(s->begin(), s->end(), '\n', ' ');
+  }
   return 0;
 }
 
