@@ -75,6 +75,8 @@ py::dict load_model(const std::string& path) {
     } catch (const InputError& first) {
       try {
         tm = io::read_tucker_h5(path, &rec);
+      } catch (const io::ChecksumError&) {
+        throw;  // a damaged Tucker model
       } catch (const InputError&) {
         throw InputError(std::string(first.what()) +
                          " (nor is it a Tucker model: expected format tessera-kruskal or "
