@@ -160,6 +160,19 @@ void run_export(const ExportArgs& a, const comm::MpiCommunicator& world) {
     }
   });
   outputs.validate(true, world);
+  // float32 output: every value must survive the narrowing (no inf, no NaN), checked before
+  // the first file is written so a refused export leaves nothing behind.
+  comm::run_collectively(world, [&] {
+    if (world.rank() != 0 || a.dtype != "f4") return;
+    for (const Array& x : arrays) {
+      try {
+        io::check_float32(x.stem, x.shape, x.values->data());
+      } catch (const InputError& e) {
+        throw InputError("export --dtype f4 of '" + a.model + "': " + e.what() +
+                         "; no file written (export with --dtype f8)");
+      }
+    }
+  });
 
   double write_s = 0;
   nlohmann::json files = nlohmann::json::array();
@@ -170,7 +183,7 @@ void run_export(const ExportArgs& a, const comm::MpiCommunicator& world) {
     for (std::size_t i = 0; i < arrays.size(); ++i) {
       const Array& x = arrays[i];
       const std::string bytes =
-          a.format == "npy" ? io::npy_file(x.shape, x.values->data(), single) : text_of(x);
+          a.format == "npy" ? io::npy_file(x.shape, x.values->data(), single, x.stem) : text_of(x);
       write_file(paths[i], bytes);
       files.push_back(
           {{"name", x.stem}, {"path", paths[i]}, {"shape", x.shape}, {"bytes", bytes.size()}});

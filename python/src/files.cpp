@@ -70,9 +70,13 @@ py::dict load_model(const std::string& path) {
                         "cannot open '" << path << "': no such file");
     try {
       km = io::read_kruskal_h5(path, &rec);
+    } catch (const io::ChecksumError&) {
+      throw;  // a damaged CP model: the same line as the CLI, not "nor is it a Tucker model"
     } catch (const InputError& first) {
       try {
         tm = io::read_tucker_h5(path, &rec);
+      } catch (const io::ChecksumError&) {
+        throw;  // a damaged Tucker model
       } catch (const InputError&) {
         throw InputError(std::string(first.what()) +
                          " (nor is it a Tucker model: expected format tessera-kruskal or "

@@ -239,7 +239,8 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     after every iteration with {"iteration", "fit", "delta", "rank"}; an exception it raises
     stops the run on every rank. verbose: print the CLI's per-iteration lines (rank 0), every
     print_every iterations (and the last). Returns a CPResult; its stop_reason says why the
-    iterations stopped ("converged", "iteration limit" or "time limit").
+    iterations stopped ("converged", "iteration limit", "time limit" or "degenerate": every
+    weight is zero, e.g. penalties that zeroed the factors; a warning is printed).
 
     Constrained, regularised and weighted CP (the CLI's options of the same names; see
     docs/constrained-cp.md): nonneg: True (every mode), False, or a list of modes; l1, l2:
@@ -318,7 +319,7 @@ def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="r
         _bool_arg(force, "force"), _tuning_arg(tuning))
     rec = _record(r)
     res = TuckerResult(r["core"], r["factors"], r["fit"], r["iterations"], r["converged"],
-                       r["history"], rec)
+                       r["history"], rec, stop_reason=rec.get("stop_reason"))
     res.inputs = _input_files(X, resume)
     return res
 

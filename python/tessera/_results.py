@@ -10,7 +10,7 @@ class CPResult:
 
     Attributes: ``weights`` (R,), ``factors`` (list of I_n x R arrays), ``fit``,
     ``iterations``, ``converged``, ``stop_reason`` ("converged", "iteration limit", "time
-    limit"; None for a model not made by a run), ``history`` (one dict per iteration:
+    limit", "degenerate": the model is zero everywhere; None for a model not made by a run), ``history`` (one dict per iteration:
     ``iter``, ``fit``, ``delta``, ``seconds``, ``kernel``, ``comm``, ``solve``), ``record``
     (the run record, as the CLI's ``--json`` writes it, as a dict).
     """
@@ -78,15 +78,16 @@ class TuckerResult:
     """A Tucker model: X ~ core x_1 factors[0] ... x_N factors[N-1] (orthonormal columns).
 
     Attributes: ``core`` (R_1 x ... x R_N), ``factors``, ``fit``, ``iterations``,
-    ``converged``, ``history`` (``kernel`` is the TTMc time, ``solve`` the SVD time),
-    ``record``.
+    ``converged``, ``stop_reason`` (as CPResult's; "degenerate": a zero core), ``history``
+    (``kernel`` is the TTMc time, ``solve`` the SVD time), ``record``.
     """
 
     kind = "tucker"
     inputs = ()  # as CPResult.inputs
 
     def __init__(self, core, factors, fit, iterations=0, converged=False, history=(),
-                 record=None):
+                 record=None, stop_reason=None):
+        self.stop_reason = stop_reason
         self.core = np.asarray(core, dtype=np.float64)
         self.factors = [np.asarray(f, dtype=np.float64) for f in factors]
         self.fit = float(fit)

@@ -113,6 +113,21 @@ TEST_F(ConstrainedDriver, NvecsStartsAndIsRecorded) {
   EXPECT_EQ(record("n.json")["options"]["init"], "nvecs");
 }
 
+TEST_F(ConstrainedDriver, AZeroModelIsDegenerateNotConverged) {
+  // --l1 beyond every MTTKRP entry zeroes the factors (soft thresholding): the fit stops
+  // changing at 0, which used to read "converged".
+  auto r = run(tessera() + " cp " + path("x.tns") + " -r 2 -i 6 -t 1 --l1 1e9 --l2 1e-3 --json " +
+               path("zero.json") + " --out " + path("zero.h5"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: degenerate run: the model is zero everywhere (every weight is 0)"),
+            std::string::npos)
+      << r.out;
+  const auto j = record("zero.json");
+  EXPECT_EQ(j["stop_reason"], "degenerate");
+  EXPECT_EQ(j["converged"], false);
+  EXPECT_TRUE(io::read_kruskal_h5(path("zero.h5")).is_zero());
+}
+
 TEST_F(ConstrainedDriver, BadOptionsGetOneLineAndNoOutput) {
   const std::string base =
       tessera() + " cp " + path("x.tns") + " -r 3 -i 2 -t 1 --out " + path("bad.h5");

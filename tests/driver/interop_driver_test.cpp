@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -232,6 +233,110 @@ TEST_F(Interop, InfoOnModelsAndCheckpoints) {
   r = run(tessera() + " info " + cp + " --stats");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("is a model file"), std::string::npos) << r.out;
+}
+
+/// Flips one bit in the stored values of `values` (found by their bytes) in the file `p`.
+void corrupt(const std::string& p, const std::vector<double>& values) {
+  std::string bytes;
+  {
+    std::ifstream in(p, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string want(reinterpret_cast<const char*>(values.data()), values.size() * 8);
+  const std::size_t at = bytes.find(want);
+  ASSERT_NE(at, std::string::npos) << "the dataset's values are not in " << p;
+  ASSERT_EQ(bytes.find(want, at + 1), std::string::npos) << "the values are twice in " << p;
+  std::fstream f(p, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(static_cast<std::streamoff>(at + 3));
+  f.put(static_cast<char>(bytes[at + 3] ^ 0x10));
+}
+
+TEST_F(Interop, EveryReaderRefusesADatasetThatFailsItsChecksum) {
+  // Models and checkpoints of both kinds, one byte of one dataset changed; every reader
+  // (export, info, --init file:, --resume) refuses with the same line naming the file and
+  // the dataset.
+  const auto cp = path("cp.h5"), ck = path("cp.ckpt.h5"), tk = path("tk.h5"),
+             tck = path("tk.ckpt.h5");
+  decompose("cp", cp, "--rank 2 --iters 3 --checkpoint-every 1 --checkpoint " + ck);
+  decompose("tucker", tk, "--ranks 2,2,2 --iters 3 --checkpoint-every 1 --checkpoint " + tck);
+  corrupt(cp, ::tessera::io::read_kruskal_h5(cp).factors[1].data);
+  corrupt(ck, ::tessera::io::read_kruskal_h5(ck).lambda);
+  corrupt(tk, ::tessera::io::read_tucker_h5(tk).core);
+  corrupt(tck, ::tessera::io::read_tucker_h5(tck).factors[2].data);
+  // The readers, "@" standing for the file.
+  const std::string x = path("x.tns"), cp_run = " cp " + x + " -q --rank 2 ";
+  const std::vector<std::string> any = {" export @ --out-dir " + path("out"), " info @"};
+  const struct {
+    std::string file, dataset, reader;  ///< reader: the one beside `any`
+  } cases[] = {
+      {cp, "/factors/mode_1", cp_run + "--init file:@"},
+      {ck, "/lambda", cp_run + "--resume @"},
+      {tk, "/core", ""},
+      {tck, "/factors/mode_2", " tucker " + x + " -q --ranks 2,2,2 --resume @"},
+  };
+  for (const auto& c : cases) {
+    const std::string line = "'" + c.file + "': checksum mismatch in dataset '" + c.dataset + "'";
+    std::vector<std::string> readers = any;
+    if (!c.reader.empty()) readers.push_back(c.reader);
+    std::string first;  // the whole line of the first reader; the others must print it too
+    for (std::string cmd : readers) {
+      cmd.replace(cmd.find('@'), 1, c.file);
+      const ::tessera::test::Run r = run(tessera() + cmd);
+      EXPECT_NE(r.code, 0) << cmd << "\n" << r.out;
+      const std::size_t at = r.out.find(line);
+      ASSERT_NE(at, std::string::npos) << cmd << "\n" << r.out;
+      const std::string got = r.out.substr(at, r.out.find('\n', at) - at);
+      EXPECT_NE(got.find("the file was damaged or changed after Tessera wrote it"),
+                std::string::npos)
+          << got;
+      if (first.empty()) first = got;
+      EXPECT_EQ(got, first) << cmd;
+    }
+  }
+  EXPECT_FALSE(fs::exists(path("out/mode1.npy")));  // nothing exported from a damaged file
+}
+
+TEST_F(Interop, ExportToFloat32RefusesValuesThatWouldOverflowAndWritesNothing) {
+  // A CP model with one factor value beyond the float32 range, another with a NaN weight.
+  ::tessera::KruskalModel m;
+  m.dims = {3, 4, 2};
+  m.rank = 2;
+  m.lambda = {2.0, 1.0};
+  for (auto d : m.dims) {
+    ::tessera::Matrix<double> F(static_cast<std::int64_t>(d), 2, 0.5);
+    m.factors.push_back(F);
+  }
+  m.factors[1](1, 0) = -1e39;
+  const auto big = path("big.h5"), nan = path("nan.h5");
+  ::tessera::io::write_kruskal_h5(big, m, {});
+  m.factors[1](1, 0) = 0.5;
+  m.lambda[1] = std::nan("");
+  ::tessera::io::write_kruskal_h5(nan, m, {});
+  ::tessera::test::Run r =
+      run(tessera() + " export " + big + " --dtype f4 --out-dir " + path("f4"));
+  EXPECT_NE(r.code, 0) << r.out;
+  for (const char* s :
+       {"export --dtype f4 of '", "mode2[1, 0] = -", "does not fit float32 (it would become inf",
+        "no file written (export with --dtype f8)"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  r = run(tessera() + " export " + nan + " --dtype f4 --out-dir " + path("f4"));
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("lambda[1] = nan does not fit float32 (not a finite number)"),
+            std::string::npos)
+      << r.out;
+  for (const char* f : {"mode1.npy", "mode2.npy", "mode3.npy", "lambda.npy"})
+    EXPECT_FALSE(fs::exists(path(std::string("f4/") + f))) << f;
+  // float64 keeps them as they are.
+  r = run(tessera() + " export " + big + " --out-dir " + path("f8"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(read_npy(slurp(path("f8/mode2.npy"))).values[2], -1e39);
+  // The other narrowing output, a float32 tensor store, refuses the same way.
+  const auto t = write("big.tns", "1 1 1 1.5\n2 1 1 3e39\n");
+  r = run(tessera() + " convert " + t + " " + path("big32.h5") + " --value-type float32 -q");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("has value 3e+39, too large for float32"), std::string::npos) << r.out;
+  for (const auto& e : fs::directory_iterator(dir_))  // neither the store nor a temporary
+    EXPECT_NE(e.path().filename().string().rfind("big32", 0), 0u) << e.path();
 }
 
 TEST_F(Interop, ConvertPyttbGivesTheSameTensorAsFrostt) {

@@ -1,8 +1,14 @@
 // HDF5 model files (see model_io.hpp), read and written through the HDF5 layer (src/base/io/h5/).
 #include "io/model_io.hpp"
 
+#include <zlib.h>
+
+#include <bit>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "io/h5/attribute.hpp"
 #include "io/h5/dataset.hpp"
@@ -42,11 +48,16 @@ void write_record_attrs(hid_t f, const ModelRecord& rec, const std::string& path
   h5::write_string(f, "options", rec.options_json, path);
 }
 
-/// A float64 dataset of `shape` (row-major `data`).
+constexpr const char* kCrcAttr = "crc32";
+
+/// A float64 dataset of `shape` (row-major `data`) with its crc32 attribute.
 void write_dataset(hid_t loc, const std::string& name, const double* data,
                    const std::vector<hsize_t>& shape, const std::string& path) {
   const h5::Handle d = h5::create_dataset(loc, name, H5T_IEEE_F64LE, shape, path);
   h5::write_all(d, H5T_NATIVE_DOUBLE, data, name, path);
+  std::size_t total = 1;
+  for (hsize_t s : shape) total *= static_cast<std::size_t>(s);
+  h5::write_u64(d, kCrcAttr, values_crc32(data, total), path);
 }
 
 /// /factors/mode_<n>: one dims[n] x cols matrix per mode.
@@ -98,6 +109,9 @@ std::vector<double> read_dataset(hid_t loc, const std::string& name, const std::
   for (hsize_t s : expect) total *= static_cast<std::size_t>(s);
   std::vector<double> v(total);
   h5::read_all(d, H5T_NATIVE_DOUBLE, v.data(), name, path);
+  if (h5::has_attr(d, kCrcAttr, path))
+    verify_checksum(path, "dataset '/" + name + "'", h5::read_u64(d, kCrcAttr, path),
+                    values_crc32(v.data(), v.size()));
   return v;
 }
 
@@ -143,6 +157,34 @@ h5::Handle open_model(const std::string& path, const char* format) {
 }
 
 }  // namespace
+
+void verify_checksum(const std::string& path, const std::string& what, std::uint64_t stored,
+                     std::uint64_t computed) {
+  if (stored == computed) return;
+  char sums[96];
+  std::snprintf(sums, sizeof(sums), "stored %#llx, computed %#llx",
+                static_cast<unsigned long long>(stored), static_cast<unsigned long long>(computed));
+  throw ChecksumError("'" + path + "': checksum mismatch in " + what + " (" + sums +
+                      "): the file was damaged or changed after Tessera wrote it; use an "
+                      "intact copy or write it again");
+}
+
+std::uint64_t values_crc32(const double* v, std::size_t n) {
+  uLong crc = crc32_z(0, nullptr, 0);
+  if constexpr (std::endian::native == std::endian::little) {
+    crc =
+        crc32_z(crc, reinterpret_cast<const Bytef*>(v), static_cast<z_size_t>(n * sizeof(double)));
+  } else {
+    for (std::size_t k = 0; k < n; ++k) {  // the file's byte order, not the host's
+      unsigned char b[sizeof(double)];
+      std::memcpy(b, v + k, sizeof(double));
+      for (std::size_t i = 0; i < sizeof(double) / 2; ++i)
+        std::swap(b[i], b[sizeof(double) - 1 - i]);
+      crc = crc32_z(crc, b, sizeof(b));
+    }
+  }
+  return static_cast<std::uint64_t>(crc);
+}
 
 void write_kruskal_h5(const std::string& path, const KruskalModel& m, const ModelRecord& rec) {
   write_model_file(path, [&](hid_t f, const std::string& tmp) {

@@ -5,15 +5,36 @@
 //   /lambda            double[R]
 //   /factors/mode_<n>  double[dims[n]][R]  (row-major, row i = index i, 0-based)
 //   /fit_history       double[iterations]
+// Every dataset carries an attribute crc32 (uint64): zlib's CRC-32 of its values as
+// little-endian float64, checked by every reader (verify_checksum below).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "model/kruskal.hpp"
 #include "model/tucker.hpp"
+#include "util/error.hpp"
 
 namespace tessera::io {
+
+/// A model file or checkpoint whose data no longer matches its stored checksum. Every
+/// reader lets it through unchanged, so the CLI, --resume, --init file: and Python print the
+/// same line.
+class ChecksumError : public InputError {
+ public:
+  explicit ChecksumError(const std::string& msg) : InputError(msg) {}
+};
+
+/// The one checksum check of model files and checkpoints: throws ChecksumError
+/// "'PATH': checksum mismatch in WHAT (stored S, computed C): ..." when stored != computed.
+/// `what` names the data, e.g. "dataset '/factors/mode_1'".
+void verify_checksum(const std::string& path, const std::string& what, std::uint64_t stored,
+                     std::uint64_t computed);
+
+/// zlib's CRC-32 of `n` values as little-endian float64 (a dataset's crc32 attribute).
+std::uint64_t values_crc32(const double* v, std::size_t n);
 
 struct ModelRecord {
   double fit = 0;
@@ -28,7 +49,9 @@ struct ModelRecord {
 /// file). Call on one rank.
 void write_kruskal_h5(const std::string& path, const KruskalModel& m, const ModelRecord& rec);
 
-/// Reads a file written by write_kruskal_h5; throws InputError on a wrong layout.
+/// Reads a file written by write_kruskal_h5; throws InputError on a wrong layout and
+/// ChecksumError when a dataset's crc32 does not match (files without crc32 attributes,
+/// e.g. written by older versions or by h5py, are read unchecked).
 KruskalModel read_kruskal_h5(const std::string& path, ModelRecord* rec = nullptr);
 
 // Tucker layout (format "tessera-tucker" v1, docs/formats.md):
@@ -41,7 +64,7 @@ KruskalModel read_kruskal_h5(const std::string& path, ModelRecord* rec = nullptr
 /// Writes a Tucker model through a temporary name renamed when complete. Call on one rank.
 void write_tucker_h5(const std::string& path, const TuckerModel& m, const ModelRecord& rec);
 
-/// Reads a file written by write_tucker_h5; throws InputError on a wrong layout.
+/// Reads a file written by write_tucker_h5; errors as read_kruskal_h5.
 TuckerModel read_tucker_h5(const std::string& path, ModelRecord* rec = nullptr);
 
 /// What a file holds, from its root attributes alone (no dataset is read): `format` is

@@ -1,7 +1,10 @@
 #include "io/npy.hpp"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <sstream>
 
 #include "util/error.hpp"
 
@@ -33,7 +36,33 @@ std::string npy_header(const std::vector<std::uint64_t>& shape, bool single) {
   return h + dict;
 }
 
-std::string npy_file(const std::vector<std::uint64_t>& shape, const double* data, bool single) {
+void check_float32(const std::string& name, const std::vector<std::uint64_t>& shape,
+                   const double* data) {
+  std::size_t n = 1;
+  for (auto s : shape) n *= static_cast<std::size_t>(s);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::isfinite(static_cast<float>(data[i]))) continue;
+    std::vector<std::uint64_t> at(shape.size());  // the row-major multi-index of i
+    std::size_t rest = i;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      at[d] = shape[d] == 0 ? 0 : rest % shape[d];
+      rest = shape[d] == 0 ? 0 : rest / shape[d];
+    }
+    std::ostringstream os;
+    os.precision(17);
+    os << name << "[";
+    for (std::size_t d = 0; d < at.size(); ++d) os << (d ? ", " : "") << at[d];
+    os << "] = " << data[i] << " does not fit float32 ("
+       << (std::isfinite(data[i]) ? "it would become inf; magnitudes up to 3.4028235e+38"
+                                  : "not a finite number")
+       << ")";
+    throw InputError(os.str());
+  }
+}
+
+std::string npy_file(const std::vector<std::uint64_t>& shape, const double* data, bool single,
+                     const std::string& name) {
+  if (single) check_float32(name, shape, data);
   std::size_t n = 1;
   for (auto s : shape) n *= static_cast<std::size_t>(s);
   std::string f = npy_header(shape, single);

@@ -17,8 +17,16 @@ namespace tessera::io {
 std::string npy_header(const std::vector<std::uint64_t>& shape, bool single = false);
 
 /// A whole .npy file holding `data` (prod(shape) values in row-major order): the header
-/// then the values as little-endian float64, or float32 when `single` (rounded to nearest).
+/// then the values as little-endian float64, or float32 when `single` (rounded to nearest;
+/// checked first with check_float32(name, ...)).
 std::string npy_file(const std::vector<std::uint64_t>& shape, const double* data,
-                     bool single = false);
+                     bool single = false, const std::string& name = "values");
+
+/// The guard of every narrowing (float64 -> float32) output: throws InputError
+/// "NAME[i, j] = V does not fit float32 (...)" naming the first value that is NaN or
+/// infinite, or finite but beyond the float32 range (it would become inf). `shape` gives
+/// the multi-index of the flat row-major position.
+void check_float32(const std::string& name, const std::vector<std::uint64_t>& shape,
+                   const double* data);
 
 }  // namespace tessera::io

@@ -30,6 +30,18 @@ struct KruskalModel {
     }
     return s;
   }
+  /// Whether the model is zero everywhere: every component has weight 0 or a zero column.
+  bool is_zero() const {
+    for (int r = 0; r < rank; ++r) {
+      bool zero = lambda[static_cast<std::size_t>(r)] == 0;
+      for (std::size_t n = 0; n < factors.size() && !zero; ++n) {
+        zero = true;
+        for (std::int64_t i = 0; i < factors[n].rows && zero; ++i) zero = factors[n](i, r) == 0;
+      }
+      if (!zero) return false;
+    }
+    return true;
+  }
 };
 
 /// The normalisation every CP tool agrees on (Tensor Toolbox `normalize` + `arrange` +

@@ -36,6 +36,12 @@ struct TuckerModel {
     }
     return cur.empty() ? 0.0 : cur[0];
   }
+  /// Whether the model is zero everywhere (the factors are orthonormal: the core is zero).
+  bool is_zero() const {
+    for (double g : core)
+      if (g != 0) return false;
+    return true;
+  }
 };
 
 }  // namespace tessera

@@ -123,8 +123,8 @@ struct CpResult {
   int iterations = 0;
   bool converged = false;
   /// Why the iterations stopped: "converged" (|fit change| < tol), "iteration limit"
-  /// (max_iters, also when a resumed run had none left), "time limit" (max_seconds) or
-  /// "signal" (CpOptions::stop).
+  /// (max_iters, also when a resumed run had none left), "time limit" (max_seconds),
+  /// "signal" (CpOptions::stop) or "degenerate" (the model is zero: algo/degenerate.hpp).
   std::string stop_reason;
   int stop_signal = 0;      ///< stop_reason "signal": the signal number, agreed by the ranks
   int solve_fallbacks = 0;  ///< pseudo-inverse fallbacks taken (rank-deficient V)

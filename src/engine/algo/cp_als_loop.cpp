@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "algo/cp_init.hpp"
+#include "algo/degenerate.hpp"
 #include "algo/host_tier.hpp"
 #include "kernels/ops/dense.hpp"
 #include "kernels/ops/mttkrp.hpp"
@@ -755,6 +756,7 @@ void Als<T>::finish() {
   // run continues exactly.
   res_.model = assemble_model();
   normalize_conventional(res_.model);
+  flag_degenerate(res_.model.is_zero(), "every weight is 0", &res_.stop_reason, &res_.converged);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 
+#include "algo/degenerate.hpp"
 #include "algo/host_tier.hpp"
 #include "algo/tucker_dense.hpp"
 #include "algo/tucker_plan.hpp"
@@ -422,6 +423,7 @@ void Hooi<T>::finish() {
     }
     res_.model.factors.push_back(std::move(F));
   }
+  flag_degenerate(res_.model.is_zero(), "the core is 0", &res_.stop_reason, &res_.converged);
   if (overlap_count_ > 0) res_.stream_overlap = overlap_sum_ / overlap_count_;
 }
 

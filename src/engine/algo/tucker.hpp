@@ -136,7 +136,8 @@ struct TuckerResult {
   int iterations = 0;
   bool converged = false;
   /// Why the iterations stopped: "converged" (|fit change| < tol), "iteration limit"
-  /// (max_iters, also when a resumed run had none left) or "signal" (TuckerOptions::stop).
+  /// (max_iters, also when a resumed run had none left), "signal" (TuckerOptions::stop) or
+  /// "degenerate" (a zero core: algo/degenerate.hpp).
   std::string stop_reason;
   int stop_signal = 0;  ///< stop_reason "signal": the signal number, agreed by the ranks
   double norm_x = 0;
