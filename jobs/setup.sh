@@ -54,51 +54,9 @@ if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
 
-# Where a CUDA toolkit is present, the CUDA backend also needs NCCL (CMakeLists.txt builds
-# CPU-only without it). Its packages come from NVIDIA's CUDA apt repository, not Debian's:
-# installed when apt knows them (the build matching nvcc's CUDA major), else a hint. Never
-# fails set-up.
-nvcc=${CUDACXX:-$(command -v nvcc || true)}
-if [ -n "$nvcc" ] && [ -x "$nvcc" ]; then
-  cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
-  has_nccl=0
-  for d in "${NCCL_ROOT:-}" "${NCCL_HOME:-}" "$cuda_root" /usr/local/cuda /usr; do
-    [ -n "$d" ] && [ -e "$d/include/nccl.h" ] && has_nccl=1
-  done
-  if [ "$has_nccl" = 0 ]; then
-    nccl_version() {  # newest libnccl-dev built for this CUDA major, else apt's candidate
-      local major v
-      major=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p' || true)
-      v=$(apt-cache madison libnccl-dev 2>/dev/null |
-        awk -v m="+cuda$major." 'index($3, m) { print $3; exit }' || true)
-      [ -z "$v" ] && v=$(apt-cache policy libnccl-dev 2>/dev/null |
-        awk '/Candidate:/ { print $2 }' || true)
-      [ "$v" = "(none)" ] && v=""
-      echo "$v"
-    }
-    v=$(nccl_version)
-    # Lists older than a newly added CUDA repository: read once more (only where one is).
-    if [ -z "$v" ] && [ "$updated" = 0 ] &&
-      grep -rqsiE "cuda|nvidia" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-      $sudo apt-get update -qq >/dev/null 2>&1 || true
-      v=$(nccl_version)
-    fi
-    if [ -n "$v" ]; then
-      echo "setup: CUDA found ($nvcc): installing NCCL $v (libnccl2 libnccl-dev)"
-      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "libnccl2=$v" "libnccl-dev=$v" \
-        >/dev/null || echo "setup: warning: installing NCCL failed; the build will be CPU-only" >&2
-    else
-      cat >&2 <<EOT
-setup: warning: CUDA found ($nvcc) but not NCCL: the build will be CPU-only
-setup:   (--backend cuda answers 'built without CUDA'). NCCL's packages, libnccl2 and
-setup:   libnccl-dev, come from NVIDIA's CUDA apt repository, which apt here does not know.
-setup:   Add it (NVIDIA's cuda-keyring package for this distribution), then
-setup:     apt-get update && apt-get install libnccl2 libnccl-dev && jobs/setup.sh
-setup:   or unpack NCCL anywhere and export NCCL_ROOT=DIR (docs: README, "Run on GPUs").
-EOT
-    fi
-  fi
-fi
+# Where a CUDA toolkit is present, the CUDA backend also needs NCCL: jobs/setup-nccl.sh
+# (installs it from apt where apt knows it, else says how; never fails set-up).
+SUDO=$sudo UPDATED=$updated bash "$here/jobs/setup-nccl.sh"
 [ "$packages_only" = 1 ] && exit 0
 
 jobs=${TESSERA_JOBS:-$(nproc)}

@@ -18,3 +18,8 @@ add_test(NAME install_tree
           ${PROJECT_SOURCE_DIR} "${_tessera_install_module}" "${TESSERA_PYTHON_EXECUTABLE}")
 set_tests_properties(install_tree PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
   LABELS "install" TIMEOUT 300)
+
+# jobs/setup-nccl.sh (NCCL for the CUDA backend) against a fake toolkit and a fake apt: the
+# install from NVIDIA's repository, the hint without it, nothing when NCCL is present.
+add_test(NAME setup_nccl COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/install/setup_nccl_test.sh)
+set_tests_properties(setup_nccl PROPERTIES LABELS "install" TIMEOUT 60)

@@ -5,7 +5,9 @@ Then the venv's interpreter imports tessera from a folder outside the checkout, 
 PYTHONPATH, runs a small CP-ALS and ``python -m tessera``.
 
 It installs nothing on the machine: it skips, naming the Debian package, when the venv
-module, pip, setuptools or wheel is missing (jobs/setup.sh installs them). The venv is made
+module, pip, setuptools or wheel is missing (jobs/setup.sh installs them). With
+TESSERA_REQUIRE_PIP=1 (CI's .ci/run sets it) it fails instead of skipping, so a CI that
+passes has installed the module with pip. The venv is made
 ``--without-pip`` and uses the system's pip (visible through --system-site-packages), so
 python3-venv's bundled wheels are not needed and making it takes well under a second."""
 
@@ -21,21 +23,27 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.environ.get("TESSERA_SOURCE_DIR") or os.path.normpath(os.path.join(HERE, "..", ".."))
 
 
+def skip(why):
+    if os.environ.get("TESSERA_REQUIRE_PIP") == "1":
+        pytest.fail(why + " (TESSERA_REQUIRE_PIP=1: this run must install with pip)")
+    pytest.skip(why)
+
+
 def build_dir():
     """The CMake build folder of the tessera under test (<build>/python/tessera)."""
     b = os.environ.get("TESSERA_BUILD_DIR")
     if not b:
         b = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(tessera.__file__))))
     if not os.path.exists(os.path.join(b, "CMakeCache.txt")):
-        pytest.skip("the tessera under test (%s) is not in a CMake build folder; set "
-                    "TESSERA_BUILD_DIR" % tessera.__file__)
+        skip("the tessera under test (%s) is not in a CMake build folder; set "
+             "TESSERA_BUILD_DIR" % tessera.__file__)
     return b
 
 
 def require(module, package):
     if importlib.util.find_spec(module) is None:
-        pytest.skip("%s is not available to %s (Debian: %s; jobs/setup.sh installs it)"
-                    % (module, sys.executable, package))
+        skip("%s is not available to %s (Debian: %s; jobs/setup.sh installs it)"
+             % (module, sys.executable, package))
 
 
 def test_pip_install_into_a_venv(tmp_path):
