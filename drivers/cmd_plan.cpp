@@ -158,16 +158,25 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
 /// The options of the run planned for, checked as that command checks them (run/validate.hpp):
 /// `tessera plan` refuses what `tessera cp` or `tessera tucker` would, with the same line.
 void validate_as_command(const PlanArgs& a, const comm::MpiCommunicator& world) {
+  LoadOptions load = a.load;
+  if (!a.nprocs.empty()) {
+    // --nprocs plans other rank counts: --grid is checked for its syntax only, not against
+    // the ranks of this job.
+    comm::run_collectively(world, [&] {
+      if (!load.grid.empty()) parse_dims(load.grid, "--grid");
+    });
+    load.grid.clear();
+  }
   if (a.workload == "tucker") {
     TuckerRunOptions t;
-    t.load = a.load;
+    t.load = load;
     t.ranks = a.ranks;
     t.run = a.run;
     validate(t, world);
     return;
   }
   CpRunOptions c;
-  c.load = a.load;
+  c.load = load;
   c.als.rank = a.rank;
   c.run = a.run;
   validate(c, world);

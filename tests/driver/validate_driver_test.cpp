@@ -229,6 +229,15 @@ TEST_F(ValidateDriver, DryRunChecksTheOptionsOfItsCommand) {
   EXPECT_EQ(ok.code, 0) << ok.out;
 }
 
+// tessera plan --nprocs plans other rank counts: a --grid for those counts is not refused
+// against this job's ranks (its syntax is).
+TEST_F(ValidateDriver, PlanForOtherRankCountsTakesTheirGrid) {
+  const std::string h5 = (dir_ / "small.h5").string();
+  const tessera::test::Run ok = run(tessera() + " plan " + h5 + " --nprocs 4 --grid 2x2x1 -q");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  refused(tessera() + " plan " + h5 + " --nprocs 4 --grid 2xa -q", "--grid", h5);
+}
+
 // On 2 ranks: still one line, from rank 0, and no MPI_ABORT banner.
 TEST_F(ValidateDriver, TwoRanksPrintOneLineAndNoBanner) {
   const std::string in = (dir_ / "missing-input.tns").string();
