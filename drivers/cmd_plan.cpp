@@ -14,6 +14,7 @@
 #include "io/output.hpp"
 #include "kernels/factories.hpp"
 #include "plan/measure.hpp"
+#include "run/validate.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -154,8 +155,36 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
   });
 }
 
+/// The options of the run planned for, checked as that command checks them (run/validate.hpp):
+/// `tessera plan` refuses what `tessera cp` or `tessera tucker` would, with the same line.
+void validate_as_command(const PlanArgs& a, const comm::MpiCommunicator& world) {
+  LoadOptions load = a.load;
+  if (!a.nprocs.empty()) {
+    // --nprocs plans other rank counts: --grid is checked for its syntax only, not against
+    // the ranks of this job.
+    comm::run_collectively(world, [&] {
+      if (!load.grid.empty()) parse_dims(load.grid, "--grid");
+    });
+    load.grid.clear();
+  }
+  if (a.workload == "tucker") {
+    TuckerRunOptions t;
+    t.load = load;
+    t.ranks = a.ranks;
+    t.run = a.run;
+    validate(t, world);
+    return;
+  }
+  CpRunOptions c;
+  c.load = load;
+  c.als.rank = a.rank;
+  c.run = a.run;
+  validate(c, world);
+}
+
 template <typename T>
 void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
+  validate_as_command(a, world);
   {
     io::OutputSet outputs;  // --json checked before any work (io/output.hpp)
     outputs.add_input("the input", a.load.path);

@@ -92,3 +92,13 @@ add_dependencies(threads_driver_test tessera)
 add_test(NAME threads_driver_test_np2 COMMAND threads_driver_test)
 set_tests_properties(threads_driver_test_np2 PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV}"
   LABELS "driver;mpi" TIMEOUT 300 PROCESSORS 2)
+# Issue 41: a table of bad option values through the binary and tessera plan (seconds).
+add_executable(validate_driver_test ${CMAKE_CURRENT_SOURCE_DIR}/driver/validate_driver_test.cpp)
+target_link_libraries(validate_driver_test PRIVATE GTest::gtest GTest::gtest_main)
+target_compile_definitions(validate_driver_test PRIVATE
+  TESSERA_BIN_PATH="$<TARGET_FILE:tessera>" MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+tessera_target_defaults(validate_driver_test)
+add_dependencies(validate_driver_test tessera)
+add_test(NAME validate_driver_test COMMAND validate_driver_test)
+set_tests_properties(validate_driver_test PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV};OMP_NUM_THREADS=1"
+  LABELS "driver" TIMEOUT 300 PROCESSORS ${TESSERA_DRIVER_TEST_PROCESSORS})

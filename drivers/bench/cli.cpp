@@ -18,11 +18,24 @@
 #include "io/output.hpp"
 #include "kernels/backend.hpp"
 #include "plan/measure.hpp"
+#include "run/validate.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
 namespace bench {
 namespace {
+
+/// The options a benchmark shares with the runs, checked by the run layer before the input
+/// is opened or generated (run/validate.hpp): the compute options, bench cp's CP values and
+/// constraints, the Tucker ranks of bench ttmc|tucker.
+void check_bench_options(const BenchArgs& a) {
+  check_compute_options(a.run, a.load);
+  if (a.what == "cp") {
+    check_cp_values(a.cp, /*python=*/false, CpRows::bench);
+    check_cp_constraint_args(a.con);
+  }
+  if ((a.what == "ttmc" || a.what == "tucker") && !a.ranks.empty()) parse_rank_list(a.ranks);
+}
 
 /// --comm-strategy auto (the default) resolved for bench cp from the generated dims or the
 /// store's header (algo::choose_comm_strategy); the other benchmarks take allreduce.
@@ -237,6 +250,7 @@ void add_bench(CLI::App& app, Runner& run) {
         with_precision(a->run, [&]<typename T>() { bench::run_mttkrp_tc_sweep<T>(*a, world); });
         return;
       }
+      comm::run_collectively(world, [&] { bench::check_bench_options(*a); });
       BenchArgs b = *a;
       bench::resolve_bench_strategy(b, world);
       with_precision(b.run, [&]<typename T>() { bench::run_bench<T>(b, world); });

@@ -6,7 +6,8 @@
 // only recorded). CLI::ParseError is the expected answer to bad options; any other
 // exception escaping the parse would escape main()'s handler too, so it is a finding.
 // Every word is then also given to the value parsers the commands use (byte sizes, dims,
-// grids, Tucker ranks, index bases): tessera::Error is expected, anything else a finding.
+// grids, Tucker ranks, index bases): tessera::Error is expected, anything else a finding;
+// and to the run layer's option checks (run/validate.hpp), where only InputError may leave.
 #include <CLI/CLI.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "partition/partition.hpp"
 #include "plan/limits.hpp"
 #include "run/input.hpp"
+#include "run/validate.hpp"
 #include "tensor/sparse_tensor.hpp"
 
 namespace {
@@ -37,6 +39,34 @@ void parse_values(const std::string& w) {
     expect_tessera_errors("parse_grid", [&] { tessera::partition::parse_grid(w, order, 4); });
   }
   expect_tessera_errors("parse_index_base", [&] { tessera::io::parse_index_base(w); });
+  // The run layer's option checks (run/validate.hpp) with the word as every text option: a
+  // bad value must be an InputError (one line naming the option), never an internal check.
+  auto only_input_errors = [&](const char* what, auto&& f) {
+    try {
+      f();
+    } catch (const tessera::InputError&) {
+    } catch (const std::exception& e) {
+      finding(std::string(what) + " threw other than InputError: " + e.what());
+    }
+  };
+  only_input_errors("check_cp_options", [&] {
+    tessera::run::CpRunOptions o;
+    o.init = w;
+    o.con.nonneg = o.con.l1 = o.con.l2 = w;
+    o.load.grid = w;
+    o.run.device_budget = o.run.host_budget = w;
+    tessera::run::check_cp_options(o);
+  });
+  only_input_errors("check_tucker_options", [&] {
+    tessera::run::TuckerRunOptions o;
+    o.ranks = o.svd = o.init = o.max_mem = w;
+    tessera::run::check_tucker_options(o);
+  });
+  only_input_errors("check_contract_options", [&] {
+    tessera::run::ContractRunOptions o;
+    o.einsum = o.out = o.mem_limit = w;
+    tessera::run::check_contract_options(o);
+  });
 }
 
 }  // namespace

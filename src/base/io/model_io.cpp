@@ -270,6 +270,11 @@ ModelFileKind probe_model_file(const std::string& path) {
       const std::string fmt = h5::read_string(f, "format", path);
       if (fmt == kFormat || fmt == kTuckerFormat) k.format = fmt;
       k.checkpoint = !k.format.empty() && h5::has_attr(f, "checkpoint", path);
+      if (k.format == kFormat) {  // the header --init file: is checked against (run/validate)
+        const int order = static_cast<int>(attr_int(f, "order", path));
+        k.rank = static_cast<int>(attr_int(f, "rank", path));
+        if (order >= 1 && order <= kMaxOrder) k.dims = attr_u64s(f, "dims", path, order);
+      }
     }
   } catch (...) {
     k = ModelFileKind{};

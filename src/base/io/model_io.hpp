@@ -70,10 +70,13 @@ TuckerModel read_tucker_h5(const std::string& path, ModelRecord* rec = nullptr);
 /// What a file holds, from its root attributes alone (no dataset is read): `format` is
 /// "tessera-kruskal" or "tessera-tucker" for a model or checkpoint ("" for anything else:
 /// not a regular file, not HDF5, another format), `checkpoint` whether it carries the
-/// checkpoint attributes (io/checkpoint.hpp). Never throws.
+/// checkpoint attributes (io/checkpoint.hpp); for a CP model, its `rank` and `dims` (0 and
+/// empty when unreadable). Never throws.
 struct ModelFileKind {
   std::string format;
   bool checkpoint = false;
+  int rank = 0;
+  std::vector<std::uint64_t> dims;
 };
 ModelFileKind probe_model_file(const std::string& path);
 

@@ -17,6 +17,7 @@
 #include "kernels/sptc.hpp"
 #include "partition/partition.hpp"
 #include "plan/measure.hpp"
+#include "run/validate.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/timer.hpp"
@@ -215,8 +216,9 @@ ContractRun<T> run_contract(const ContractRunOptions& a, const comm::MpiCommunic
   const std::string yname = a.y.empty() ? a.y_name : a.y;
   kernels::ContractSpec spec;
   algo::ContractOptions o;
-  // Everything that needs no data first, on every rank alike: the spec, the files, the
-  // output name, the options.
+  // Every option first (run/validate.hpp), then what needs no data, on every rank alike: the
+  // spec, the files, the output name.
+  validate(a, world);
   comm::run_collectively(world, [&] {
     spec = kernels::parse_contract_spec(a.einsum);
     if (!a.x.empty() || arrays == nullptr) contract_check_input_file(a.x, "X");

@@ -11,6 +11,7 @@
 #include "io/model_io.hpp"
 #include "plan/measure.hpp"
 #include "run/steps.hpp"
+#include "run/validate.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/timer.hpp"
@@ -284,7 +285,7 @@ template <typename T>
 CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTensor<T>* arrays) {
   Timer total;
   CpRun out;
-  comm::run_collectively(world, [&] { check_cp_values(o.als, o.record.interface == "python"); });
+  validate(o, world);  // every option, before the input is opened (run/validate.hpp)
   algo::CommChoice choice;
   const algo::CommStrategy strategy = comm_strategy(o, world, &choice);
   const CheckpointArgs ck = start_args(o, world);

@@ -9,6 +9,7 @@
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
 #include "run/steps.hpp"
+#include "run/validate.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/timer.hpp"
@@ -207,6 +208,7 @@ TuckerRun run_tucker(const TuckerRunOptions& o, const comm::MpiCommunicator& wor
                      SparseTensor<T>* arrays) {
   Timer total;
   TuckerRun out;
+  validate(o, world);  // every option, before the input is opened (run/validate.hpp)
   algo::TuckerOptions to = tucker_options(o, world);
   if (o.run.strategy != "auto" && o.run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to tucker: TTMc rows always go to their owner rank");
