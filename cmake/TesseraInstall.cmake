@@ -37,7 +37,7 @@ tessera_install_headers(src/engine
   algo/cp_als.hpp algo/disk_tier.hpp algo/streamed.hpp algo/tucker.hpp
   plan/limits.hpp plan/planner.hpp)
 tessera_install_headers(src/base
-  io/checkpoint.hpp io/h5store.hpp io/model_io.hpp io/tns.hpp
+  io/checkpoint.hpp io/h5store.hpp io/model_io.hpp io/output.hpp io/tns.hpp
   linalg/dense.hpp linalg/row_update.hpp model/kruskal.hpp model/tucker.hpp
   tensor/sparse_tensor.hpp
   util/cpus.hpp util/error.hpp util/log.hpp util/memory_space.hpp util/stop_request.hpp
