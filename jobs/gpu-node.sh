@@ -176,6 +176,24 @@ else:
     print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   kernel {s['kernel']*100:4.1f}%  comm {s['comm']*100:4.1f}%  solve {s['solve']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}{extra}")
 PY
 }
+# The `tessera` of TESSERA_BASE_TAR (a `git archive --format=tar.gz` of an earlier commit) in
+# build-base, built once per machine: prints its path, or fails (no tar, or the build failed).
+build_base() {
+  local bin=$here/build-base/drivers/tessera
+  [ -n "${TESSERA_BASE_TAR:-}" ] && [ -f "$TESSERA_BASE_TAR" ] || return 1
+  if [ ! -x "$bin" ]; then
+    log "build the base commit (target tessera)" >&2
+    rm -rf "$here/build-base-src" && mkdir -p "$here/build-base-src" &&
+      tar -xzf "$TESSERA_BASE_TAR" -C "$here/build-base-src" &&
+      cmake -S "$here/build-base-src" -B "$here/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DTESSERA_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_LIBRARY_PATH="$lib" \
+        -DCMAKE_INCLUDE_PATH="$prefix/usr/include" -DZLIB_INCLUDE_DIR="$prefix/usr/include" \
+        -DTESSERA_BUILD_TESTS=OFF >"$out/configure-base.log" 2>&1 &&
+      cmake --build "$here/build-base" -j "$(nproc)" --target tessera >"$out/build-base.log" 2>&1 ||
+      { log "base build failed (see $out/build-base.log)" >&2; return 1; }
+  fi
+  echo "$bin"
+}
 nell=12092x9184x28818
 amz=4821207x1774269x1805187
 
@@ -563,17 +581,7 @@ if has latency; then  # issue 21: iteration latency, before (base build) and aft
     [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { ldata=$(cd "$d" && pwd); break; }
   done
   bins="new:$T"
-  if [ -n "${TESSERA_BASE_TAR:-}" ] && [ -f "$TESSERA_BASE_TAR" ]; then
-    log "build the base commit (target tessera)"
-    rm -rf "$here/build-base-src" && mkdir -p "$here/build-base-src" &&
-      tar -xzf "$TESSERA_BASE_TAR" -C "$here/build-base-src"
-    cmake -S "$here/build-base-src" -B "$here/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DTESSERA_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_LIBRARY_PATH="$lib" \
-      -DCMAKE_INCLUDE_PATH="$prefix/usr/include" -DZLIB_INCLUDE_DIR="$prefix/usr/include" \
-      -DTESSERA_BUILD_TESTS=OFF >"$out/configure-base.log" 2>&1 &&
-      cmake --build "$here/build-base" -j "$(nproc)" --target tessera >"$out/build-base.log" 2>&1 &&
-      bins="base:$here/build-base/drivers/tessera $bins" || log "base build failed (see $out/build-base.log)"
-  fi
+  base_bin=$(build_base) && bins="base:$base_bin $bins"
   C=$ldata/congress-cosponsor_leg-leg-year.tns.gz
   for b in $bins; do
     lab=${b%%:*}; bin=${b#*:}
@@ -616,17 +624,7 @@ if has floors; then  # issue 43: one card's distance to the floor, before (base 
     [ -f "$d/aminoacid-fluorescence_dense.tns.gz" ] && { fdata=$(cd "$d" && pwd); break; }
   done
   fbins="new:$T"
-  if [ -n "${TESSERA_BASE_TAR:-}" ] && [ -f "$TESSERA_BASE_TAR" ] && [ ! -x "$here/build-base/drivers/tessera" ]; then
-    log "build the base commit (target tessera)"
-    rm -rf "$here/build-base-src" && mkdir -p "$here/build-base-src" &&
-      tar -xzf "$TESSERA_BASE_TAR" -C "$here/build-base-src"
-    cmake -S "$here/build-base-src" -B "$here/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DTESSERA_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DTESSERA_BUILD_TESTS=OFF \
-      >"$out/configure-base.log" 2>&1 &&
-      cmake --build "$here/build-base" -j "$(nproc)" --target tessera >"$out/build-base.log" 2>&1 ||
-      log "base build failed (see $out/build-base.log)"
-  fi
-  [ -x "$here/build-base/drivers/tessera" ] && fbins="base:$here/build-base/drivers/tessera $fbins"
+  base_bin=$(build_base) && fbins="base:$base_bin $fbins"
   fl() {  # bench, unless TESSERA_FLOORS_ONLY names words none of which is in the case's name
     if [ -n "${TESSERA_FLOORS_ONLY:-}" ]; then
       local w hit=

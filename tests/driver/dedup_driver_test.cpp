@@ -35,14 +35,11 @@ using ::tessera::index_t;
 using ::tessera::nnz_t;
 using ::tessera::SparseTensor;
 using ::tessera::io::H5TensorReader;
+using ::tessera::test::contains;
 using ::tessera::test::mpirun;
 using ::tessera::test::run;
 using RunResult = ::tessera::test::Run;
 using Coord = std::vector<index_t>;
-
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
 
 int count_of(const std::string& s, const std::string& what) {
   int n = 0;

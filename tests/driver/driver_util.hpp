@@ -29,6 +29,11 @@ inline Run run(const std::string& cmd) {
   return r;
 }
 
+/// Whether `s` holds `what`.
+inline bool contains(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
 inline std::string tessera() {
   return TESSERA_BIN_PATH;
 }

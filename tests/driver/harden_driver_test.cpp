@@ -21,13 +21,10 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace th = ::tessera::test::h5;
+using ::tessera::test::contains;
 using ::tessera::test::mpirun;
 using ::tessera::test::run;
 using ::tessera::test::tessera;
-
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
 
 /// Lines of `out` that start with "tessera: error".
 int error_lines(const std::string& out) {

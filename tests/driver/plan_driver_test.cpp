@@ -21,12 +21,9 @@
 namespace {
 
 namespace fs = std::filesystem;
+using ::tessera::test::contains;
 using ::tessera::test::mpirun;
 using ::tessera::test::run;
-
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
 
 nlohmann::json read_json(const std::string& p) {
   std::ifstream f(p);

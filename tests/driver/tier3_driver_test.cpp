@@ -26,13 +26,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using ::tessera::test::contains;
 using ::tessera::test::mpirun;
 using ::tessera::test::run;
 using RunResult = ::tessera::test::Run;
-
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
 
 int count_of(const std::string& s, const std::string& what) {
   int n = 0;

@@ -24,13 +24,10 @@
 namespace {
 
 namespace fs = std::filesystem;
+using ::tessera::test::contains;
 using ::tessera::test::mpirun;
 using ::tessera::test::run;
 using ::tessera::test::tessera;
-
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
 
 /// The lines of `out` that start with "tessera: error".
 std::vector<std::string> error_lines(const std::string& out) {

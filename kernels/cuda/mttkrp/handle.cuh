@@ -331,6 +331,30 @@ class CudaTensorHandle final : public TensorHandle<T> {
   mutable double copy_s_ = 0, compute_s_ = 0, wall_s_ = 0;
 };
 
+/// The cuda handle of an MTTKRP-shaped call (ops::mttkrp, ops::row_grams) on `mode`, its
+/// arguments checked: prepared by this backend, mode and R in range, one factor per mode
+/// (all but mode's non-null; copied into fac[0..N)), and a tier-2 handle used with the stream
+/// it was prepared on (over_copy's chunk pipeline is ordered against it).
+template <typename T, typename P>
+const CudaTensorHandle<T>& checked_handle(const Context& ctx, const TensorHandle<T>& xh, int mode,
+                                          const std::vector<const T*>& factors, int R, P* fac) {
+  const auto* x = dynamic_cast<const CudaTensorHandle<T>*>(&xh);
+  TESSERA_EXPECTS(x != nullptr, "the tensor handle was prepared by a different backend");
+  const int N = x->order();
+  TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " of an order-" << N << " tensor");
+  TESSERA_EXPECTS(R >= 1, "rank R = " << R);
+  TESSERA_EXPECTS(static_cast<int>(factors.size()) == N,
+                  factors.size() << " factors for an order-" << N << " tensor");
+  TESSERA_EXPECTS(x->streamed_store() == nullptr ||
+                      (x->compute_stream() == ctx.stream && x->device() == ctx.device),
+                  "a tier-2 tensor handle must be used with the CUDA backend that prepared it");
+  for (int m = 0; m < N; ++m) {
+    TESSERA_EXPECTS(m == mode || factors[m] != nullptr, "factor " << m << " is null");
+    fac[m] = factors[m];
+  }
+  return *x;
+}
+
 /// Zeroes `out` (out_bytes) and calls launch(idx, vals, cnt, resident) over the copy sorted by
 /// `mode`: once over the resident copy (tier 1, resident = true) or once per chunk streamed
 /// through the device buffers (tier 2), recording the handle's timing events.

@@ -197,6 +197,14 @@ struct MttkrpParams {
   int hot_mode;  ///< l2 layout: the blocked input mode, read with an L2 evict-last hint
 };
 
+/// Nonzeros per warp of a tile kernel launched over nnz nonzeros: max_tile, or fewer (a
+/// multiple of step, at least one step) when that would leave fewer than two full waves of
+/// warps on the device (warps_per_sm resident per SM). The gathers are latency-bound, so a
+/// small tensor (congress: 2.86M nonzeros, 175 blocks of 2048-nonzero warps for 528 resident
+/// blocks on an H100) needs more, shorter tiles to keep enough of them in flight; shorter
+/// tiles add only boundary atomics (a tile's first and last rows).
+int wave_tile(std::int64_t nnz, int warps_per_sm, int max_tile, int step);
+
 /// The classic tile kernel over p (plain layout; kL2: the l2 layout, p.hot_mode read with
 /// the evict-last hint; kAcc: stored rows are added to `out`, see group_pass in tiles.cu).
 template <typename T, bool kL2, bool kAcc = false>

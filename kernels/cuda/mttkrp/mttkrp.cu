@@ -127,23 +127,10 @@ void run_hybrid(Context& ctx, const HybridMode<T>& hy, MttkrpParams<T> p, bool u
 template <typename T>
 void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector<const T*>& factors,
             int R, T* out) {
-  const auto* x = dynamic_cast<const CudaTensorHandle<T>*>(&xh);
-  TESSERA_EXPECTS(x != nullptr, "the tensor handle was prepared by a different backend");
-  const int N = x->order();
-  TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " of an order-" << N << " tensor");
-  TESSERA_EXPECTS(R >= 1, "rank R = " << R);
-  TESSERA_EXPECTS(static_cast<int>(factors.size()) == N,
-                  factors.size() << " factors for an order-" << N << " tensor");
-  const auto* st = x->streamed_store();
-  // The chunk pipeline is ordered against the stream the handle was prepared on.
-  TESSERA_EXPECTS(st == nullptr || (x->compute_stream() == ctx.stream && x->device() == ctx.device),
-                  "a tier-2 tensor handle must be used with the CUDA backend that prepared it");
-
   MttkrpParams<T> p{};
-  for (int m = 0; m < N; ++m) {
-    TESSERA_EXPECTS(m == mode || factors[m] != nullptr, "factor " << m << " is null");
-    p.factors[m] = factors[m];
-  }
+  const auto* x = &checked_handle(ctx, xh, mode, factors, R, p.factors);
+  const int N = x->order();
+  const auto* st = x->streamed_store();
   p.out = out;
   p.order = N;
   p.mode = mode;

@@ -21,7 +21,6 @@
 //     order of the copy (plain, l2 or smem layout, tier-2 chunks), only on the nonzeros.
 // Work per nonzero: R gathered values per input mode and RP^2 / 32 FMAs per lane, against
 // (N - 1) W gathered values and W multiply-adds for the pattern MTTKRP.
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -36,7 +35,9 @@ using namespace mttkrp_detail;
 namespace {
 
 constexpr int kGramWarps = 4;  ///< warps per block (shared memory: 32 x 32 values each)
-/// Nonzeros per warp tile, at most: 32 batches (fewer on small tensors, see gram_tile).
+/// Blocks per SM that wave_tile counts on (what the registers allow is 3 at R 32: -Xptxas -v).
+constexpr int kGramBlocksPerSm = 8;
+/// Nonzeros per warp tile, at most: 32 batches (fewer on small tensors: wave_tile).
 constexpr int kGramTile = 32 * kWarp;
 
 struct GramParams {
@@ -135,18 +136,6 @@ __global__ void __launch_bounds__(kGramWarps* kWarp)
   flush();
 }
 
-/// Nonzeros per warp: kGramTile, or fewer (whole batches, at least one) when that would
-/// leave fewer than two full waves of warps on the device.
-int gram_tile(std::int64_t nnz) {
-  int device = 0, sms = 0;
-  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const std::int64_t want = 2 * static_cast<std::int64_t>(std::max(sms, 1)) * 8 * kGramWarps;
-  if (nnz >= want * kGramTile) return kGramTile;
-  const std::int64_t per = nnz / want / kWarp * kWarp;
-  return static_cast<int>(std::clamp<std::int64_t>(per, kWarp, kGramTile));
-}
-
 template <typename T>
 void launch_row_grams(cudaStream_t stream, const GramParams& p) {
   const std::int64_t warps = (p.nnz + p.tile - 1) / p.tile;
@@ -174,34 +163,25 @@ void row_grams(Context& ctx, const TensorHandle<T>& xh, int mode,
     cuda::mttkrp(ctx, xh, mode, packed, W, out);
     return;
   }
-  const auto* x = dynamic_cast<const CudaTensorHandle<T>*>(&xh);
-  TESSERA_EXPECTS(x != nullptr, "the tensor handle was prepared by a different backend");
-  const int N = x->order();
-  TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " of an order-" << N << " tensor");
-  TESSERA_EXPECTS(R >= 1, "rank R = " << R);
-  TESSERA_EXPECTS(static_cast<int>(factors.size()) == N,
-                  factors.size() << " factors for an order-" << N << " tensor");
   GramParams p{};
-  for (int m = 0; m < N; ++m) {
-    TESSERA_EXPECTS(m == mode || factors[m] != nullptr, "factor " << m << " is null");
-    p.factors[m] = factors[m];
-  }
+  const CudaTensorHandle<T>& x = checked_handle(ctx, xh, mode, factors, R, p.factors);
+  const int N = x.order();
   p.out = out;
   p.order = N;
   p.mode = mode;
   p.R = R;
   p.W = W;
   const std::size_t out_bytes =
-      static_cast<std::size_t>(x->dims()[mode]) * static_cast<std::size_t>(W) * sizeof(T);
-  over_copy(ctx, *x, mode, out, out_bytes,
+      static_cast<std::size_t>(x.dims()[mode]) * static_cast<std::size_t>(W) * sizeof(T);
+  over_copy(ctx, x, mode, out, out_bytes,
             [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool /*resident*/) {
               for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
               p.vals = vals;
               p.nnz = static_cast<std::int64_t>(cnt);
-              p.tile = gram_tile(p.nnz);
+              p.tile = wave_tile(p.nnz, kGramBlocksPerSm * kGramWarps, kGramTile, kWarp);
               launch_row_grams<T>(ctx.stream, p);
             });
-  x->note_kernel(mode, "row Grams (fused)", R, kernel_selection(ctx.tuning));
+  x.note_kernel(mode, "row Grams (fused)", R, kernel_selection(ctx.tuning));
 }
 
 template void row_grams<float>(Context&, const TensorHandle<float>&, int,

@@ -237,21 +237,19 @@ int vector_width(const MttkrpParams<T>& p) {
 constexpr int kBlockedTile =
     std::max(blocked::kStage, kTileNnz / blocked::kStage * blocked::kStage);
 
-/// Nonzeros per warp of the blocked kernel for a launch over nnz nonzeros: kBlockedTile,
-/// or less (whole staging batches, at least one) when that would leave fewer than two
-/// full waves of warps on the device: the gathers are latency-bound, so a small tensor
-/// (congress: 2.86M nonzeros, 175 blocks of 2048-nonzero warps for 528 resident blocks on
-/// an H100) needs more, shorter tiles to keep enough of them in flight.
-int blocked_tile(std::int64_t nnz) {
+}  // namespace
+
+int wave_tile(std::int64_t nnz, int warps_per_sm, int max_tile, int step) {
   int device = 0, sms = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const std::int64_t want = 2 * static_cast<std::int64_t>(std::max(sms, 1)) *
-                            blocked::kBlocksPerSm * blocked::kWarpsPerBlock;
-  if (nnz >= want * kBlockedTile) return kBlockedTile;
-  const std::int64_t per = nnz / want / blocked::kStage * blocked::kStage;
-  return static_cast<int>(std::clamp<std::int64_t>(per, blocked::kStage, kBlockedTile));
+  const std::int64_t want = 2 * static_cast<std::int64_t>(std::max(sms, 1)) * warps_per_sm;
+  if (nnz >= want * max_tile) return max_tile;
+  const std::int64_t per = nnz / want / step * step;
+  return static_cast<int>(std::clamp<std::int64_t>(per, step, max_tile));
 }
+
+namespace {
 
 // ---- the smem kernel (the smem layout: see "Blocked layouts" in layout.cu) ----
 
@@ -346,25 +344,11 @@ __global__ void __launch_bounds__(kSmemWarps* kWarp, 1)
 
 }  // namespace
 
-/// Nonzeros per warp of the classic tile kernel for a launch over nnz nonzeros: kTileNnz,
-/// or less (whole batches of 32, at least one) when that would leave fewer than two full
-/// waves of warps on the device. The gathers are latency-bound: kripke's 9-mode tensor
-/// (31,924 nonzeros) in 2048-nonzero tiles ran on 16 warps of the GPU's thousands, 0.35 ms
-/// per mode. Shorter tiles add only boundary atomics (a tile's first and last rows).
-int classic_tile(std::int64_t nnz) {
-  int device = 0, sms = 0;
-  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const std::int64_t want =
-      2 * static_cast<std::int64_t>(std::max(sms, 1)) * kTileBlocksPerSm * kWarpsPerBlock;
-  if (nnz >= want * kTileNnz) return kTileNnz;
-  const std::int64_t per = nnz / want / kWarp * kWarp;
-  return static_cast<int>(std::clamp<std::int64_t>(per, kWarp, kTileNnz));
-}
-
 template <typename T, bool kL2, bool kAcc>
 void launch_tiles(cudaStream_t stream, const MttkrpParams<T>& p) {
-  const int tile = classic_tile(p.nnz);
+  // kripke's 9-mode tensor (31,924 nonzeros) in 2048-nonzero tiles ran on 16 warps: 0.35 ms
+  // per mode, 0.05 ms in tiles sized to the GPU (docs/perf/gpu-h200-floors.md).
+  const int tile = wave_tile(p.nnz, kTileBlocksPerSm * kWarpsPerBlock, kTileNnz, kWarp);
   const std::int64_t tiles = (p.nnz + tile - 1) / tile;
   const std::int64_t blocks = (tiles + kWarpsPerBlock - 1) / kWarpsPerBlock;
   TESSERA_EXPECTS(blocks <= std::numeric_limits<int>::max(),
@@ -403,7 +387,8 @@ void launch_blocked(cudaStream_t stream, const MttkrpParams<T>& p, bool l2, int 
     lanes /= 2;
     ++q.log_lanes;
   }
-  q.tile = blocked_tile(p.nnz);
+  q.tile = wave_tile(p.nnz, blocked::kBlocksPerSm * blocked::kWarpsPerBlock, kBlockedTile,
+                     blocked::kStage);
   q.hint = hint;
   q.accumulate = accumulate;
   auto aligned = [](const void* a) { return reinterpret_cast<std::uintptr_t>(a) % 16 == 0; };

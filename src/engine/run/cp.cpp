@@ -19,23 +19,11 @@
 namespace tessera::run {
 namespace {
 
-/// The checkpoint arguments of the run, with the model file of --init file:PATH; checks that
-/// the run starts from one thing (collective).
-CheckpointArgs start_args(const CpRunOptions& o, const comm::Communicator& world) {
+/// The checkpoint arguments of the run, with the model file of --init file:PATH (the options
+/// were checked by validate(): one start, a file named).
+CheckpointArgs start_args(const CpRunOptions& o) {
   CheckpointArgs ck = o.ckpt;
-  comm::run_collectively(world, [&] {
-    if (o.init.rfind("file:", 0) == 0) {
-      ck.init_model = o.init.substr(5);
-      TESSERA_INPUT_CHECK(!ck.init_model.empty(), "--init file: names no model file");
-    } else {
-      TESSERA_INPUT_CHECK(
-          o.init == "random" || o.init == "nvecs" || (o.init == "factors" && o.init_factors),
-          "--init " << o.init << ": expected random, nvecs or file:MODEL.h5");
-    }
-    TESSERA_INPUT_CHECK(o.init == "random" || o.ckpt.resume.empty(),
-                        "--init " << o.init << " and --resume " << o.ckpt.resume
-                                  << ": a run starts from one of them, not both");
-  });
+  if (o.init.rfind("file:", 0) == 0) ck.init_model = o.init.substr(5);
   return ck;
 }
 
@@ -288,7 +276,7 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
   validate(o, world);  // every option, before the input is opened (run/validate.hpp)
   algo::CommChoice choice;
   const algo::CommStrategy strategy = comm_strategy(o, world, &choice);
-  const CheckpointArgs ck = start_args(o, world);
+  const CheckpointArgs ck = start_args(o);
   // Every output checked before any work (io/output.hpp): none is an input, each can be
   // created, existing files are replaced only by the rule (--force).
   out.checkpoint = check_model_outputs(o.load.path, ck, o.out, o.run.json, o.run.force, world);
