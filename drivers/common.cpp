@@ -206,6 +206,12 @@ void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a) {
   sub->add_option("--l2", a.l2,
                   "L2 (Frobenius) penalty l2/2 * ||A||^2 on each factor update: one value, or one "
                   "per mode (default 0; 0.01 with --observed-only)");
+  sub->add_option("--loss", a.loss,
+                  "gaussian: least squares (CP-ALS); poisson: counts, the Poisson "
+                  "log-likelihood by CP-APR's multiplicative updates, --tol its KKT violation "
+                  "(docs/counts.md)")
+      ->check(CLI::IsMember({"gaussian", "poisson"}))
+      ->capture_default_str();
   sub->add_option("--cuda-graph", a.cuda_graph,
                   "on: with --backend cuda on one rank, plain CP runs each iteration on the "
                   "device (dense steps as kernels, one CUDA graph replayed per iteration, one "

@@ -3,6 +3,7 @@
 // and dispatched.
 #pragma once
 
+#include "kernels/ops/apr.hpp"
 #include "kernels/ops/cp_device.hpp"
 #include "kernels/ops/dense.hpp"
 #include "kernels/ops/mttkrp.hpp"

@@ -24,6 +24,15 @@ enum class CommStrategy {
 CommStrategy parse_comm_strategy(const std::string& s);
 std::string to_string(CommStrategy s);
 
+/// The loss a CP run minimises (docs/counts.md).
+enum class Loss {
+  gaussian,  ///< least squares: CP-ALS (algo::cp_als)
+  poisson,   ///< Poisson log-likelihood of counts: CP-APR (algo::cp_apr)
+};
+/// "gaussian" | "poisson"; throws InputError naming --loss.
+Loss parse_loss(const std::string& s);
+std::string to_string(Loss l);
+
 /// The state of CP-ALS after a completed iteration: everything a run needs to continue
 /// exactly as if it had not stopped (checkpoint and restart). Later iterations depend only
 /// on the normalised factors (the Gram matrices are recomputed from them), the iteration
@@ -107,6 +116,15 @@ struct CpOptions {
   /// overload only.
   double holdout = 0;
   std::uint64_t holdout_seed = 1;
+
+  // ---- Poisson CP (CP-APR, Chi and Kolda 2012; docs/counts.md) ----
+  /// poisson: algo::cp_apr's multiplicative updates; tol is then the KKT violation below
+  /// which a mode's inner iterations stop (the run converges when every mode stops at once).
+  Loss loss = Loss::gaussian;
+  int apr_inner_iters = 10;      ///< inner (multiplicative) iterations per mode, at most
+  double apr_kappa = 1e-2;       ///< the shift of an inadmissible zero
+  double apr_kappa_tol = 1e-10;  ///< entries below this with Phi > 1 are inadmissible zeros
+  double apr_eps = 1e-10;        ///< the model's floor in Phi's division and in log()
 };
 
 struct CpIteration {
@@ -115,6 +133,12 @@ struct CpIteration {
   double kernel = 0, comm = 0, solve = 0;  ///< seconds in this iteration
   /// RMSE of the model on the held-out entries (CpOptions::holdout), else NaN.
   double validation_rmse = std::numeric_limits<double>::quiet_NaN();
+  /// Poisson CP: the log-likelihood sum_k x_k log m_k - sum(model) (without the constant
+  /// -sum log x_k!), the largest KKT violation of the modes' last inner iterations, and the
+  /// inner iterations run; NaN / 0 otherwise.
+  double loglik = std::numeric_limits<double>::quiet_NaN();
+  double kkt = std::numeric_limits<double>::quiet_NaN();
+  int inner_iters = 0;
 };
 
 struct CpResult {
@@ -166,6 +190,11 @@ struct CpResult {
   /// This rank's tensor-core split per mode after the last iteration (TensorHandle::tc_split;
   /// empty where the backend has none).
   std::vector<kernels::TcSplit> tc_split;
+  /// Poisson CP: the final log-likelihood and KKT violation (as CpIteration's), the inner
+  /// iterations over the run and the inadmissible zeros shifted (CpOptions::apr_kappa).
+  double loglik = std::numeric_limits<double>::quiet_NaN();
+  double kkt = std::numeric_limits<double>::quiet_NaN();
+  std::int64_t inner_iters = 0, apr_shifts = 0;
 };
 
 /// Collective over `ctrl` (host communicator, MPI) and `data` (communicator in the

@@ -59,6 +59,7 @@ void add_cp_values(nlohmann::json& opts, const algo::CpOptions& o, CpRows rows) 
 void apply_cp_constraints(const CpConstraintArgs& a, int order, algo::CpOptions& o,
                           const comm::Communicator& world) {
   comm::run_collectively(world, [&] {
+    o.loss = algo::parse_loss(a.loss);
     o.nonneg = algo::parse_mode_set(a.nonneg.empty() ? "all" : a.nonneg, order, "--nonneg");
     o.l1 = algo::parse_mode_values(a.l1, order, "--l1");
     std::ostringstream dflt;
@@ -81,11 +82,17 @@ void add_cp_constraint_options(nlohmann::json& opts, const algo::CpOptions& o) {
   opts["l1"] = o.l1;
   opts["l2"] = o.l2;
   opts["cuda_graph"] = o.device_loop ? "on" : "off";
+  opts["loss"] = algo::to_string(o.loss);
 }
 
 void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
                                const algo::CpOptions& o) {
   j["ridged_rows"] = res.ridged_rows;
+  if (o.loss == algo::Loss::poisson)
+    j["poisson"] = {{"loglik", res.loglik},
+                    {"kkt_violation", res.kkt},
+                    {"inner_iterations", res.inner_iters},
+                    {"inadmissible_zeros_shifted", res.apr_shifts}};
   j["iteration_engine"] = res.iteration_engine;
   if (res.kernel_mean_seconds > 0)
     j["kernel_per_rank"] = {{"max_seconds_per_iteration", res.kernel_max_seconds},

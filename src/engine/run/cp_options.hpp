@@ -90,7 +90,29 @@ inline constexpr auto kCpValues = std::make_tuple(
                             "the coordinates) and print their RMSE after every iteration (0: "
                             "none)",
                     .hi = 0.99,
-                    .bench = true});
+                    .bench = true},
+    CpValue<int>{.key = "apr_inner_iters",
+                 .field = &algo::CpOptions::apr_inner_iters,
+                 .help = "--loss poisson: multiplicative updates per mode and iteration, at "
+                         "most (each stops when the mode's KKT violation is below --tol)",
+                 .lo = 1,
+                 .hi = 1000},
+    CpValue<double>{.key = "apr_kappa",
+                    .field = &algo::CpOptions::apr_kappa,
+                    .help = "--loss poisson: the shift that moves a factor entry off an "
+                            "inadmissible zero",
+                    .hi = 1e6},
+    CpValue<double>{.key = "apr_kappa_tol",
+                    .field = &algo::CpOptions::apr_kappa_tol,
+                    .help = "--loss poisson: factor entries below this whose Phi exceeds 1 are "
+                            "inadmissible zeros",
+                    .hi = 1},
+    CpValue<double>{.key = "apr_eps",
+                    .field = &algo::CpOptions::apr_eps,
+                    .help = "--loss poisson: the model's floor in Phi's division and in the "
+                            "log-likelihood",
+                    .lo = 1e-300,
+                    .hi = 1});
 
 template <typename F>
 constexpr void for_each_cp_value(F&& f) {
@@ -115,6 +137,8 @@ void add_cp_values(nlohmann::json& opts, const algo::CpOptions& o, CpRows rows =
 
 /// The constrained-CP options parsed per mode (docs/constrained-cp.md) and --cuda-graph.
 struct CpConstraintArgs {
+  /// gaussian (least squares: CP-ALS) | poisson (counts: CP-APR; docs/counts.md)
+  std::string loss = "gaussian";
   std::string nonneg = "none";  ///< all | none | modes "0,2"; "" (a bare --nonneg): all
   std::string l1 = "0";         ///< one value, or one per mode "0.1,0,0"
   /// "" (not given): kCompletionL2 on every mode with observed_only, else 0.

@@ -231,6 +231,12 @@ nlohmann::json cp_iterations_json(const std::vector<algo::CpIteration>& history)
   for (std::size_t k = 0; k < history.size(); ++k)
     if (!std::isnan(history[k].validation_rmse))
       its[k]["validation_rmse"] = history[k].validation_rmse;
+  for (std::size_t k = 0; k < history.size(); ++k)
+    if (!std::isnan(history[k].loglik)) {  // Poisson CP
+      its[k]["loglik"] = history[k].loglik;
+      its[k]["kkt_violation"] = history[k].kkt;
+      its[k]["inner_iterations"] = history[k].inner_iters;
+    }
   return its;
 }
 

@@ -136,6 +136,27 @@ void check_cp_constraint_args(const CpConstraintArgs& c) {
   one_of(c.cuda_graph, {"on", "off"}, "--cuda-graph");
 }
 
+/// What --loss poisson (CP-APR, algo/cp_apr.hpp) does not combine with.
+void check_poisson_options(const CpRunOptions& o) {
+  const auto no = [](bool ok, const std::string& what, const char* why) {
+    TESSERA_INPUT_CHECK(ok, "--loss poisson with " << what << ": " << why);
+  };
+  no(!o.als.observed_only, "--observed-only",
+     "Poisson CP fits every entry, the zeros included (use --loss gaussian for completion)");
+  no(o.als.holdout == 0, "--holdout", "held-out entries are not implemented for Poisson CP");
+  no(o.con.l1 == "0" && (o.con.l2.empty() || o.con.l2 == "0"), "--l1/--l2",
+     "penalties are not implemented for Poisson CP");
+  no(o.init != "nvecs", "--init nvecs",
+     "singular vectors have negative entries; use --init random or file:MODEL.h5");
+  no(o.ckpt.every == 0 && o.ckpt.resume.empty(), "--checkpoint-every/--resume",
+     "checkpoints of Poisson CP are not implemented (a resumed run would lose each mode's last "
+     "Phi); use --out and --init file:MODEL.h5 to continue from a model");
+  no(o.run.strategy != "layer", "--comm-strategy layer",
+     "Poisson CP runs with the allreduce strategy (every rank holds every factor row)");
+  no(o.run.tier == "auto" || o.run.tier == "1", "--tier " + o.run.tier,
+     "Poisson CP needs the tensor in memory (tier 1)");
+}
+
 void check_cp_options(const CpRunOptions& o) {
   check_cp_values(o.als, o.record.interface == "python");
   if (o.init.rfind("file:", 0) == 0) {
@@ -151,6 +172,7 @@ void check_cp_options(const CpRunOptions& o) {
   check_cp_constraint_args(o.con);
   check_checkpoint_args(o.ckpt);
   check_compute_options(o.run, o.load);
+  if (algo::parse_loss(o.con.loss) == algo::Loss::poisson) check_poisson_options(o);
   TESSERA_INPUT_CHECK(!(o.run.strategy == "layer" && o.load.partition == "nnz"),
                       "--comm-strategy layer with --partition nnz: the layer strategy needs the "
                       "grid partition (use --partition grid, or leave --partition out)");
