@@ -3,6 +3,7 @@
 // they link, and throw Error "built without CUDA" if called directly.
 #include "kernels/factories.hpp"
 #include "kernels/ops.hpp"
+#include "kernels/ops/apr.hpp"
 #include "util/error.hpp"
 
 namespace tessera::kernels {
@@ -78,6 +79,11 @@ TESSERA_STUB_OP(TESSERA_SUM_SQUARES_DOUBLE_OP);
 TESSERA_STUB_OP(TESSERA_CONVERT_FROM_DOUBLE_OP);
 TESSERA_STUB_OP(TESSERA_SUM_ROWS_OP);
 TESSERA_STUB_OP(TESSERA_ADD_ROWS_OP);
+// kernels/ops/apr.hpp
+TESSERA_STUB_OP(TESSERA_POISSON_PHI_OP);
+TESSERA_STUB_OP(TESSERA_APR_KKT_UPDATE_OP);
+TESSERA_STUB_OP(TESSERA_APR_SHIFT_OP);
+TESSERA_STUB_OP(TESSERA_COLUMN_SUMS_OP);
 #pragma GCC diagnostic pop
 
 }  // namespace cuda

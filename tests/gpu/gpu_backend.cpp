@@ -14,6 +14,7 @@
 #include "gpu_test_util.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/ops.hpp"
+#include "kernels/ops/apr.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -190,6 +191,197 @@ TYPED_TEST(CudaBackendTest, RowGramsMatchThePatternMttkrp) {
   // One slice holding ~70% of the nonzeros (a row across many tiles); most slices empty.
   const auto skew = random_tensor<T>({3000, 40, 30}, 60000, ++seed, 0);
   expect_row_grams_match(*this->gpu_, *this->ref_, skew, 32, ++seed);
+}
+
+// ---- CP-APR (kernels/ops/apr.hpp) ----
+
+/// CP-APR's data and model are positive: x with its values moved to [0.1, 1.1), factors
+/// uniform in [0.1, 1).
+template <typename T>
+SparseTensor<T> positive(SparseTensor<T> x) {
+  for (T& v : x.vals) v = std::abs(v) + T(0.1);
+  return x;
+}
+template <typename T>
+Factors<T> positive_factors(Backend<T>& be, const std::vector<std::uint64_t>& dims, int R,
+                            std::uint64_t seed) {
+  Factors<T> f;
+  for (std::size_t m = 0; m < dims.size(); ++m) {
+    f.arrays.push_back(uploaded(
+        be, random_vector<T>(static_cast<std::size_t>(dims[m]) * R, seed * 131 + m, 0.1, 1.0)));
+    f.ptrs.push_back(f.arrays.back().data());
+  }
+  return f;
+}
+
+/// Phi divides by the model m = <b_i, h>, a dot over R columns that the backends sum in
+/// different orders (a warp tree here), and its log enters the first sum.
+template <typename T>
+double phi_tol() {
+  return std::is_same_v<T, double> ? 1e-11 : 1e-4;
+}
+
+/// ops::poisson_phi of every mode of x on `gpu` (x prepared there: tier 1, or tier 2 under
+/// its budget) against the reference backend: Phi (outputs poisoned) and the two sums; then
+/// the sums alone (out == nullptr) and Phi alone (host_sums == nullptr).
+template <typename T>
+void expect_phi_match(Backend<T>& gpu, Backend<T>& ref, const SparseTensor<T>& x, int R,
+                      std::uint64_t seed, const std::string& what = "") {
+  const int N = x.order();
+  const double eps = 1e-10;
+  auto hg = gpu.prepare(x);
+  auto hr = ref.prepare(x);
+  const auto fg = positive_factors(gpu, x.dims, R, seed);
+  const auto fr = positive_factors(ref, x.dims, R, seed);
+  double sum_x = 0;  // scale of the log sum's error: its terms are x log m
+  for (T v : x.vals) sum_x += static_cast<double>(v);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int mode = 0; mode < N; ++mode) {
+    const std::string where = what + " order " + std::to_string(N) + " mode " +
+                              std::to_string(mode) + " R " + std::to_string(R) + " nnz " +
+                              std::to_string(x.nnz()) + " (" + hg->describe() + ")";
+    const std::size_t n = static_cast<std::size_t>(x.dims[static_cast<std::size_t>(mode)]) * R;
+    auto og = poisoned(gpu, n);
+    auto orf = poisoned(ref, n);
+    double sg[2] = {nan, nan}, sr[2] = {nan, nan};
+    ops::poisson_phi(gpu, *hg, mode, fg.ptrs, R, eps, og.data(), sg);
+    ops::poisson_phi(ref, *hr, mode, fr.ptrs, R, eps, orf.data(), sr);
+    const auto got = downloaded(gpu, og.data(), n);
+    const auto want = downloaded(ref, orf.data(), n);
+    EXPECT_LT(rel_error(got, want), phi_tol<T>()) << where;
+    EXPECT_NEAR(sg[0], sr[0], phi_tol<T>() * (std::abs(sr[0]) + sum_x)) << where;
+    EXPECT_NEAR(sg[1], sr[1], phi_tol<T>() * std::abs(sr[1])) << where;
+    if (x.nnz() == 0) {
+      for (T v : got) ASSERT_EQ(v, T(0)) << where;
+      EXPECT_EQ(sg[0], 0.0) << where;
+      EXPECT_EQ(sg[1], 0.0) << where;
+    }
+
+    double so[2] = {nan, nan};  // the sums alone
+    ops::poisson_phi(gpu, *hg, mode, fg.ptrs, R, eps, static_cast<T*>(nullptr), so);
+    EXPECT_NEAR(so[0], sr[0], phi_tol<T>() * (std::abs(sr[0]) + sum_x)) << where << " sums only";
+    EXPECT_NEAR(so[1], sr[1], phi_tol<T>() * std::abs(sr[1])) << where << " sums only";
+
+    auto op = poisoned(gpu, n);  // Phi alone
+    ops::poisson_phi(gpu, *hg, mode, fg.ptrs, R, eps, op.data(), static_cast<double*>(nullptr));
+    EXPECT_LT(rel_error(downloaded(gpu, op.data(), n), want), phi_tol<T>()) << where << " Phi only";
+  }
+}
+
+TYPED_TEST(CudaBackendTest, PoissonPhiMatchesTheReference) {
+  using T = TypeParam;
+  auto& gpu = *this->gpu_;
+  auto& ref = *this->ref_;
+  std::uint64_t seed = 1700;
+  // Small (a batch or two per warp), medium (whole tiles, rows across tiles), orders 1-16.
+  const auto x3 = positive(random_tensor<T>({40, 30, 35}, 4000, ++seed));
+  const auto x4 = positive(random_tensor<T>({12, 9, 15, 7}, 2500, ++seed));
+  for (int R : {1, 5, 16, 32, 40, 100}) {
+    expect_phi_match(gpu, ref, x3, R, ++seed);
+    expect_phi_match(gpu, ref, x4, R, ++seed);
+  }
+  for (int R : {200, 256}) expect_phi_match(gpu, ref, x3, R, ++seed);  // Q = 8
+  const auto x9 = positive(random_tensor<T>({4, 3, 5, 4, 3, 4, 5, 3, 4}, 1500, ++seed));
+  for (int R : {5, 32}) expect_phi_match(gpu, ref, x9, R, ++seed);
+  const auto x16 = positive(random_tensor<T>(std::vector<std::uint64_t>(16, 3), 900, ++seed));
+  for (int R : {1, 16, 40}) expect_phi_match(gpu, ref, x16, R, ++seed);
+  const auto x1 = positive(random_tensor<T>({50}, 700, ++seed));
+  expect_phi_match(gpu, ref, x1, 7, ++seed);
+  const auto x2 = positive(random_tensor<T>({60, 45}, 3000, ++seed));
+  expect_phi_match(gpu, ref, x2, 40, ++seed);
+  // Big: full tiles everywhere.
+  const auto big = positive(random_tensor<T>({300, 200, 50}, 400000, ++seed));
+  for (int R : {16, 100}) expect_phi_match(gpu, ref, big, R, ++seed);
+  // One slice holding ~70% of the nonzeros (a row across many tiles); most slices empty.
+  const auto skew = positive(random_tensor<T>({3000, 40, 30}, 60000, ++seed, 0));
+  for (int R : {5, 40}) expect_phi_match(gpu, ref, skew, R, ++seed);
+  // No nonzeros: Phi is 0, and so are the sums; a single one.
+  const auto empty = random_tensor<T>({17, 5, 9}, 0, ++seed);
+  for (int R : {7, 40}) expect_phi_match(gpu, ref, empty, R, ++seed);
+  const auto one = positive(random_tensor<T>({17, 5, 9}, 1, ++seed));
+  for (int R : {7, 40}) expect_phi_match(gpu, ref, one, R, ++seed);
+}
+
+TYPED_TEST(CudaBackendTest, PoissonPhiTier2) {
+  using T = TypeParam;
+  // Chunks of 3 tiles: chunk boundaries fall inside the long row of the skewed mode.
+  const auto x = positive(random_tensor<T>({2000, 40, 30}, 12000, 1800, 0));
+  auto be = make_backend<T>(BackendKind::cuda);
+  be->set_memory_budget(2 * chunk_bytes<T>(3, 3 * kTileNnz));
+  ASSERT_EQ(be->prepare(x)->tier(), 2);
+  for (int R : {5, 40}) expect_phi_match(*be, *this->ref_, x, R, 1810 + R, "tier 2");
+}
+
+TYPED_TEST(CudaBackendTest, PoissonPhiRejectsRanksAbove256) {
+  using T = TypeParam;
+  const auto x = positive(random_tensor<T>({10, 10, 10}, 50, 1900));
+  auto h = this->gpu_->prepare(x);
+  const int R = 257;
+  const auto f = positive_factors(*this->gpu_, x.dims, R, 1901);
+  auto out = this->poisoned_gpu(10 * static_cast<std::size_t>(R));
+  try {
+    ops::poisson_phi(*this->gpu_, *h, 0, f.ptrs, R, 1e-10, out.data(),
+                     static_cast<double*>(nullptr));
+    ADD_FAILURE() << "R = 257 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(contains(e.what(), "--loss poisson on the cuda backend supports --rank up to 256"))
+        << e.what();
+  }
+}
+
+TYPED_TEST(CudaBackendTest, AprDenseStepsMatchTheReference) {
+  using T = TypeParam;
+  std::uint64_t seed = 2000;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (std::int64_t rows : {0, 1, 1000, 100000}) {
+    for (int R : {1, 7, 40}) {
+      const std::size_t n = static_cast<std::size_t>(rows) * R;
+      const std::string where = "rows " + std::to_string(rows) + " R " + std::to_string(R);
+      // B and Phi in [0, 2): both sides of min(B, 1 - Phi) and of Phi > 1 occur.
+      const auto B = random_vector<T>(n, ++seed, 0.0, 2.0);
+      const auto Phi = random_vector<T>(n, ++seed, 0.0, 2.0);
+      auto phig = this->on_gpu(Phi), phir = this->on_ref(Phi);
+
+      // KKT violation without, then with the update.
+      auto bg = this->on_gpu(B), br = this->on_ref(B);
+      const double k0 = ops::apr_kkt_update(*this->gpu_, bg.data(), phig.data(), rows, R, false);
+      const double k0r = ops::apr_kkt_update(*this->ref_, br.data(), phir.data(), rows, R, false);
+      EXPECT_NEAR(k0, k0r, tol<T>() * std::max(1.0, std::abs(k0r))) << where;
+      if (rows == 0) {
+        EXPECT_EQ(k0, 0.0);
+      }
+      EXPECT_EQ(this->from_gpu(bg.data(), n), B) << where << ": B changed without update";
+      const double k1 = ops::apr_kkt_update(*this->gpu_, bg.data(), phig.data(), rows, R, true);
+      ops::apr_kkt_update(*this->ref_, br.data(), phir.data(), rows, R, true);
+      EXPECT_EQ(k1, k0) << where << ": the violation is of B before the update";
+      EXPECT_LT(rel_error(this->from_gpu(bg.data(), n), this->from_ref(br.data(), n)), tol<T>())
+          << where << " B *= Phi";
+
+      // Shift: a third of A below kappa_tol (0 or 1e-12), the rest in [0, 1).
+      const double kappa = 0.01, kappa_tol = 1e-10;
+      auto A = random_vector<T>(n, ++seed, 0.0, 1.0);
+      for (std::size_t k = 0; k < n; k += 3) A[k] = (k % 2 == 0) ? T(0) : T(1e-12);
+      std::int64_t expect_changed = 0;
+      for (std::size_t k = 0; k < n; ++k)
+        if (static_cast<double>(Phi[k]) > 1.0 && static_cast<double>(A[k]) < kappa_tol)
+          ++expect_changed;
+      auto ag = this->on_gpu(A), ar = this->on_ref(A);
+      const std::int64_t cg =
+          ops::apr_shift(*this->gpu_, ag.data(), phig.data(), rows, R, kappa, kappa_tol);
+      const std::int64_t cr =
+          ops::apr_shift(*this->ref_, ar.data(), phir.data(), rows, R, kappa, kappa_tol);
+      EXPECT_EQ(cg, expect_changed) << where;
+      EXPECT_EQ(cg, cr) << where;
+      EXPECT_LT(rel_error(this->from_gpu(ag.data(), n), this->from_ref(ar.data(), n)), tol<T>())
+          << where << " shift";
+
+      // Column sums (of the positive Phi), in double.
+      std::vector<double> got(static_cast<std::size_t>(R), nan), want(got);
+      ops::column_sums(*this->gpu_, phig.data(), rows, R, got.data());
+      ops::column_sums(*this->ref_, phir.data(), rows, R, want.data());
+      EXPECT_LT(rel_error(got, want), 1e-12) << where << " column sums";
+    }
+  }
 }
 
 TYPED_TEST(CudaBackendTest, MttkrpEmptyAndSingle) {

@@ -1,0 +1,263 @@
+// CP-APR's Phi on the cuda backend (ops::poisson_phi, kernels/ops/apr.hpp): for each row i
+// of `mode`, Phi_i = sum over its stored entries x_k of (x_k / max(m_k, eps)) h_k, h_k the
+// Hadamard product of the other factors' rows and m_k = <b_i, h_k>; with the sums
+// sum x_k log(max(m_k, eps)) and sum x_k m_k in double.
+//
+// One warp per tile of consecutive nonzeros of the copy sorted by `mode` (wave_tile); lane
+// l owns columns c = l + 32 q, q < Q (R <= 32 Q, Q in {1, 2, 4, 8}):
+//   - a batch of 32 nonzeros: lane j loads nonzero j's row, value and input coordinates
+//     (coalesced), the coordinates into shared memory;
+//   - a sub-batch of KB of them (KB = 8, 8, 4, 2 for Q = 1, 2, 4, 8): per input mode the warp
+//   gathers
+//     their KB rows, all in flight at once (unrolled), and multiplies them into h (KB x Q
+//     registers; columns >= R stay 0); then it gathers the rows of B = factors[mode] and
+//     forms the KB dots m_k = <b_i, h_k>, reduced over the warp by a butterfly;
+//   - w = x / max(m, eps) per nonzero (in double), and w h is added to Q registers per lane
+//     while the row stays the same; when it changes, and at the end of the tile, the lanes
+//     add them to `out` (zeroed first) with atomics. So the result does not depend on the
+//     layout of the copy (plain, l2 or smem order, tier-2 chunks), only on the nonzeros;
+//   - lane 0 accumulates the two sums in double; a block reduces them in shared memory and
+//     adds them to a device pair with two double atomics, copied to the host at the end.
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/cuda/mttkrp/handle.cuh"
+#include "kernels/cuda/mttkrp/internal.cuh"
+#include "kernels/cuda/runtime/backend.cuh"
+#include "kernels/ops/apr.hpp"
+
+namespace tessera::kernels::cuda {
+
+using namespace mttkrp_detail;
+
+namespace {
+
+constexpr int kPhiWarps = 4;  ///< warps per block
+/// Resident warps per SM that wave_tile counts on (the registers of Q = 8 allow about this).
+constexpr int kPhiWarpsPerSm = 32;
+/// Nonzeros per warp tile, at most (fewer on small tensors: wave_tile).
+constexpr int kPhiTile = kTileNnz;
+/// Largest rank: 32 Q columns with Q = 8.
+constexpr int kPhiMaxR = 8 * kWarp;
+
+struct PhiParams {
+  const index_t* idx[kMaxOrder];   ///< coordinate arrays of the copy sorted by `mode`
+  const void* vals;                ///< its values
+  const void* factors[kMaxOrder];  ///< every mode's, factors[mode] = B included
+  void* out;                       ///< dims[mode] x R, zeroed; nullptr: only the sums
+  double* sums;                    ///< device [2]; nullptr: no sums
+  double eps;
+  std::int64_t nnz;
+  int order;
+  int mode;
+  int R;
+  int tile;
+};
+
+/// Nonzeros per sub-batch, KB: KB x Q registers of h, as many gathers in flight per lane
+/// and mode (16 from Q = 2 on; more would cost occupancy: ptxas -v at Q = 8 in double).
+template <int Q>
+constexpr int phi_batch() {
+  return Q <= 2 ? 8 : 16 / Q;
+}
+
+template <typename T, int Q>
+__global__ void __launch_bounds__(kPhiWarps* kWarp)
+    phi_kernel(const __grid_constant__ PhiParams p) {
+  constexpr int KB = phi_batch<Q>();
+  static_assert(kWarp % KB == 0, "a batch of 32 nonzeros is whole sub-batches");
+  __shared__ index_t coords[kPhiWarps][kMaxOrder][kWarp];  // a batch's input coordinates
+  __shared__ double red[kPhiWarps][2];
+  const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
+  const int wib = static_cast<int>(threadIdx.x) / kWarp;
+  const std::int64_t warp = static_cast<std::int64_t>(blockIdx.x) * kPhiWarps + wib;
+  const std::int64_t begin = warp * p.tile;
+  const int R = p.R;
+  const auto stride = static_cast<std::size_t>(R);
+  T* const out = static_cast<T*>(p.out);
+  const T* const vals = static_cast<const T*>(p.vals);
+  const T* const B = static_cast<const T*>(p.factors[p.mode]) + lane;
+  bool col_ok[Q];
+#pragma unroll
+  for (int q = 0; q < Q; ++q) col_ok[q] = lane + q * kWarp < R;
+  double sum_log = 0.0, sum_xm = 0.0;  // lane 0's
+
+  if (begin < p.nnz) {  // not a return: the block reduction below needs every warp
+    const std::int64_t end = begin + p.tile < p.nnz ? begin + p.tile : p.nnz;
+    T acc[Q];
+#pragma unroll
+    for (int q = 0; q < Q; ++q) acc[q] = T(0);
+    std::int64_t cur = -1;
+    auto flush = [&]() {
+      if (cur >= 0) {
+        T* o = out + static_cast<std::size_t>(cur) * stride + lane;
+#pragma unroll
+        for (int q = 0; q < Q; ++q)
+          if (col_ok[q]) atomicAdd(o + q * kWarp, acc[q]);
+      }
+#pragma unroll
+      for (int q = 0; q < Q; ++q) acc[q] = T(0);
+    };
+
+    for (std::int64_t s = begin; s < end; s += kWarp) {
+      // A batch of 32 nonzeros: lane j loads nonzero j's row, value and input coordinates
+      // (coalesced, all independent); the coordinates go to shared memory, so the gathers
+      // of each sub-batch below wait for nothing but themselves.
+      const int cnt32 = end - s < kWarp ? static_cast<int>(end - s) : kWarp;  // uniform
+      const bool mine = lane < cnt32;
+      const index_t my_row = mine ? __ldcs(p.idx[p.mode] + s + lane) : 0;
+      const T my_val = mine ? __ldcs(vals + s + lane) : T(0);
+      __syncwarp();  // the previous batch's readers of coords are done
+#pragma unroll 4
+      for (int m = 0; m < p.order; ++m)
+        coords[wib][m][lane] = (mine && m != p.mode) ? __ldcs(p.idx[m] + s + lane) : 0;
+      __syncwarp();
+
+      for (int sb = 0; sb < cnt32; sb += KB) {
+        const int cnt = cnt32 - sb < KB ? cnt32 - sb : KB;  // uniform
+        T h[KB][Q];
+#pragma unroll
+        for (int j = 0; j < KB; ++j)
+#pragma unroll
+          for (int q = 0; q < Q; ++q) h[j][q] = col_ok[q] ? T(1) : T(0);
+        for (int m = 0; m < p.order; ++m) {
+          if (m == p.mode) continue;
+          const index_t* cm = &coords[wib][m][sb];
+          const T* A = static_cast<const T*>(p.factors[m]) + lane;
+#pragma unroll
+          for (int j = 0; j < KB; ++j) {
+            const auto cj = static_cast<std::size_t>(cm[j]);  // a broadcast
+#pragma unroll
+            for (int q = 0; q < Q; ++q)
+              if (col_ok[q] && j < cnt) h[j][q] *= __ldg(A + cj * stride + q * kWarp);
+          }
+        }
+        // The model at each nonzero: <b_i, h_k>, summed over the warp by a butterfly, which
+        // leaves every lane the same value.
+        T dot[KB];
+#pragma unroll
+        for (int j = 0; j < KB; ++j) {
+          const auto rj = static_cast<std::size_t>(__shfl_sync(kFullMask, my_row, sb + j));
+          dot[j] = T(0);
+#pragma unroll
+          for (int q = 0; q < Q; ++q)
+            if (col_ok[q] && j < cnt) dot[j] += __ldg(B + rj * stride + q * kWarp) * h[j][q];
+        }
+#pragma unroll
+        for (int off = kWarp / 2; off > 0; off /= 2)
+#pragma unroll
+          for (int j = 0; j < KB; ++j) dot[j] += __shfl_xor_sync(kFullMask, dot[j], off);
+
+#pragma unroll
+        for (int j = 0; j < KB; ++j) {
+          if (j >= cnt) break;  // uniform
+          const T xj = __shfl_sync(kFullMask, my_val, sb + j);
+          const auto rj = static_cast<std::int64_t>(__shfl_sync(kFullMask, my_row, sb + j));
+          const double xd = static_cast<double>(xj), md = static_cast<double>(dot[j]);
+          const double mm = md > p.eps ? md : p.eps;
+          if (p.sums != nullptr && lane == 0) {
+            sum_log += xd * log(mm);
+            sum_xm += xd * md;
+          }
+          if (out != nullptr) {
+            if (rj != cur) {  // uniform over the warp
+              flush();
+              cur = rj;
+            }
+            const T w = static_cast<T>(xd / mm);
+#pragma unroll
+            for (int q = 0; q < Q; ++q) acc[q] += w * h[j][q];
+          }
+        }
+      }
+    }
+    if (out != nullptr) flush();
+  }
+
+  if (p.sums == nullptr) return;  // uniform over the grid
+  if (lane == 0) {
+    red[wib][0] = sum_log;
+    red[wib][1] = sum_xm;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double a = 0.0, b = 0.0;
+    for (int w = 0; w < kPhiWarps; ++w) {
+      a += red[w][0];
+      b += red[w][1];
+    }
+    atomicAdd(p.sums, a);
+    atomicAdd(p.sums + 1, b);
+  }
+}
+
+template <typename T>
+void launch_phi(cudaStream_t stream, const PhiParams& p) {
+  const std::int64_t warps = (p.nnz + p.tile - 1) / p.tile;
+  const std::int64_t blocks = (warps + kPhiWarps - 1) / kPhiWarps;
+  TESSERA_EXPECTS(blocks <= std::numeric_limits<int>::max(),
+                  p.nnz << " nonzeros exceed one launch; split the block");
+  const auto grid = static_cast<unsigned>(blocks);
+  constexpr unsigned threads = kPhiWarps * kWarp;
+  if (p.R <= kWarp)
+    phi_kernel<T, 1><<<grid, threads, 0, stream>>>(p);
+  else if (p.R <= 2 * kWarp)
+    phi_kernel<T, 2><<<grid, threads, 0, stream>>>(p);
+  else if (p.R <= 4 * kWarp)
+    phi_kernel<T, 4><<<grid, threads, 0, stream>>>(p);
+  else
+    phi_kernel<T, 8><<<grid, threads, 0, stream>>>(p);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <typename T>
+void poisson_phi(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                 const std::vector<const T*>& factors, int R, double eps, T* out,
+                 double* host_sums) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  TESSERA_INPUT_CHECK(R <= kPhiMaxR, "--loss poisson on the cuda backend supports --rank up to "
+                                         << kPhiMaxR << " (got " << R << ")");
+  PhiParams p{};
+  const CudaTensorHandle<T>& h = checked_handle(ctx, x, mode, factors, R, p.factors);
+  TESSERA_EXPECTS(factors[static_cast<std::size_t>(mode)] != nullptr,
+                  "factor " << mode << " (B, the mode's own factor) is null");
+  if (out == nullptr && host_sums == nullptr) return;
+  TESSERA_EXPECTS(!ctx.capturing || host_sums == nullptr,
+                  "poisson_phi's host sums cannot be returned inside a graph capture");
+  const int N = h.order();
+  p.out = out;
+  p.eps = eps;
+  p.order = N;
+  p.mode = mode;
+  p.R = R;
+  if (host_sums != nullptr) {
+    ctx.scratch.reserve(2 * sizeof(double));
+    p.sums = static_cast<double*>(ctx.scratch.get());
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(p.sums, 0, 2 * sizeof(double), ctx.stream));
+  }
+  const std::size_t out_bytes =
+      out == nullptr ? 0
+                     : static_cast<std::size_t>(h.dims()[static_cast<std::size_t>(mode)]) *
+                           static_cast<std::size_t>(R) * sizeof(T);
+  over_copy(ctx, h, mode, out, out_bytes,
+            [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool /*resident*/) {
+              for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
+              p.vals = vals;
+              p.nnz = static_cast<std::int64_t>(cnt);
+              p.tile = wave_tile(p.nnz, kPhiWarpsPerSm, kPhiTile, kWarp);
+              launch_phi<T>(ctx.stream, p);
+            });
+  h.note_kernel(mode, "Poisson Phi (fused)", R, kernel_selection(ctx.tuning));
+  if (host_sums != nullptr) {
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(host_sums, p.sums, 2 * sizeof(double), cudaMemcpyDeviceToHost, ctx.stream));
+    ctx.sync();
+  }
+}
+TESSERA_INSTANTIATE_OP(TESSERA_POISSON_PHI_OP);
+
+}  // namespace tessera::kernels::cuda
