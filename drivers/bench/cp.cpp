@@ -3,6 +3,7 @@
 // shares printed. On 2+ ranks of a communicator that enqueues (NCCL) the comm time is put
 // beside its own floor too: the same bytes all-reduced on the node (comm.hpp, bench comm).
 #include "algo/cp_als.hpp"
+#include "algo/cp_apr.hpp"
 #include "bench/bench.hpp"
 #include "bench/comm.hpp"
 #include "bench/harness.hpp"
@@ -11,6 +12,69 @@
 #include "util/log.hpp"
 
 namespace tessera::driver::bench {
+
+namespace {
+
+/// bench cp --loss poisson: CP-APR's iterations, and its Phi passes against their floor: a
+/// pass reads what an MTTKRP of the mode reads (mttkrp_floor_bytes) and the mode's own B rows
+/// once more (the model at each entry), averaged over the modes.
+template <typename T>
+void bench_cp_apr(Context<T>& c, const algo::CpOptions& o) {
+  auto& in = c.in;
+  TESSERA_INPUT_CHECK(in.d.has_value(),
+                      "bench cp --loss poisson needs the tensor distributed in memory: a file, or "
+                      "--generate on the host (not --generate-on cuda)");
+  const int N = static_cast<int>(in.dims.size());
+  const int R = o.rank;
+  auto res = algo::cp_apr<T>(*in.d, *c.cx.backend, c.world, *c.cx.data, o);
+  using H = algo::CpIteration;
+  const auto m = iteration_means(res.history, {&H::seconds, &H::kernel, &H::comm, &H::solve});
+  const double it_s = m[0], k = m[1], cm = m[2], s = m[3];
+  double inner = 0;
+  for (const auto& h : res.history) inner += h.inner_iters;
+  inner /= std::max<std::size_t>(res.history.size(), 1);
+  const std::vector<double> distinct(res.distinct_rows.begin(), res.distinct_rows.end());
+  double bytes = 0;
+  for (int n = 0; n < N; ++n)
+    bytes += mttkrp_floor_bytes(res.mttkrp_stream_bytes[static_cast<std::size_t>(n)], distinct,
+                                res.rows_held, n, R, sizeof(T)) +
+             distinct[static_cast<std::size_t>(n)] * R * sizeof(T);
+  bytes /= N;
+  const double pass_s = inner > 0 ? k / inner : 0.0;
+  const IterationResult pass = iteration_vs_floor(pass_s, bytes, c.bw, c.world);
+  const Table table({{"iteration", 10, true},
+                     {"seconds", 12},
+                     {"kernel%", 10},
+                     {"comm%", 10},
+                     {"solve%", 10},
+                     {"inner", 8},
+                     {"phi_pass_s", 12},
+                     {"bytes", 12},
+                     {"floor_s", 10},
+                     {"ratio", 8},
+                     {"loglik", 16}});
+  table.header();
+  table.row({"mean", cell("%.4g", it_s), cell("%.1f", 100 * k / it_s), cell("%.1f", 100 * cm / it_s),
+             cell("%.1f", 100 * s / it_s), cell("%.1f", inner), cell("%.4g", pass_s),
+             human_bytes(pass.floor.bytes), cell("%.4g", pass.floor.seconds),
+             cell("%.2f", pass.floor.ratio(pass_s)), cell("%.8e", res.loglik)});
+  flush();
+  nlohmann::json& j = c.j;
+  j["loss"] = "poisson";
+  j["iterations"] = res.iterations;
+  j["fit"] = res.fit;
+  j["seconds_per_iteration"] = it_s;
+  j["phi_pass_bytes"] = pass.floor.bytes;
+  j["phi_pass_floor_seconds"] = pass.floor.seconds;
+  j["phi_pass_ratio_to_floor"] = pass.floor.ratio(pass_s);
+  j["inner_iterations_per_iteration"] = inner;
+  j["phi_pass_seconds"] = pass_s;
+  j["loglik"] = res.loglik;
+  j["share"] = {{"kernel", k / it_s}, {"comm", cm / it_s}, {"solve", s / it_s}};
+  j["timing"] = timing_record("phi pass", pass_s, {});
+}
+
+}  // namespace
 
 template <typename T>
 void bench_cp(Context<T>& c) {
@@ -27,6 +91,7 @@ void bench_cp(Context<T>& c) {
   o.count_distinct_rows = true;         // for the floor
   o.approximate_fit = in.X != nullptr;  // generated: repeats kept, ||X|| not merged
   apply_cp_constraints(a.con, N, o, c.world);
+  if (o.loss == algo::Loss::poisson) return bench_cp_apr(c, o);
   // A generated tensor (allreduce) runs on its backend handle; otherwise cp_als
   // prepares the distributed block.
   if (in.X)

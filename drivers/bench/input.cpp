@@ -21,7 +21,8 @@ bool generates_on_host(const BenchArgs& a) {
   if (!a.load.path.empty()) return false;
   if (a.generate_on == "host") return true;
   if (a.what != "cp") return false;
-  return a.cp.observed_only || a.cp.holdout > 0 || a.run.strategy == "layer";
+  return a.cp.observed_only || a.cp.holdout > 0 || a.run.strategy == "layer" ||
+         a.con.loss == "poisson";
 }
 
 }  // namespace
@@ -44,10 +45,11 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   if (a.what == "cp") be.set_rank_hint(a.rank);
   // bench cp generates on the backend unless asked (--generate-on host) or unless it needs the
   // distributed host block (--observed-only, --holdout: cp_als on a Distributed).
-  const bool needs_block = a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0);
+  const bool needs_block =
+      a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 || a.con.loss == "poisson");
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(!(needs_block && a.generate_on == "backend"),
-                        "--generate-on backend: --observed-only and --holdout need the tensor "
+                        "--generate-on backend: --observed-only, --holdout and --loss poisson need the tensor "
                         "distributed from the host (use --generate-on host or auto)");
   });
   const bool on_backend = a.load.path.empty() && !generates_on_host(a);

@@ -144,6 +144,11 @@ void Apr<T>::setup() {
   res_.norm_x = norm_x_;
   res_.tier = X_->tier();
   res_.tier_description = X_->describe();
+  for (int n = 0; n < N; ++n) {  // for benchmark floors (as cp_als reports them)
+    res_.mttkrp_stream_bytes.push_back(static_cast<double>(X_->mttkrp_stream_bytes(n)));
+    res_.rows_held.push_back(d_.dist.dims[static_cast<std::size_t>(n)]);
+  }
+  if (opt_.count_distinct_rows) res_.distinct_rows = X_->distinct_rows();
   lambda_.assign(static_cast<std::size_t>(R), 1.0);
   // Factors in this run's (possibly relabelled) row order from original rows; columns then
   // normalised to sum 1, the sums multiplied into lambda.
