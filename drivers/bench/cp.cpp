@@ -54,9 +54,9 @@ void bench_cp_apr(Context<T>& c, const algo::CpOptions& o) {
                      {"ratio", 8},
                      {"loglik", 16}});
   table.header();
-  table.row({"mean", cell("%.4g", it_s), cell("%.1f", 100 * k / it_s), cell("%.1f", 100 * cm / it_s),
-             cell("%.1f", 100 * s / it_s), cell("%.1f", inner), cell("%.4g", pass_s),
-             human_bytes(pass.floor.bytes), cell("%.4g", pass.floor.seconds),
+  table.row({"mean", cell("%.4g", it_s), cell("%.1f", 100 * k / it_s),
+             cell("%.1f", 100 * cm / it_s), cell("%.1f", 100 * s / it_s), cell("%.1f", inner),
+             cell("%.4g", pass_s), human_bytes(pass.floor.bytes), cell("%.4g", pass.floor.seconds),
              cell("%.2f", pass.floor.ratio(pass_s)), cell("%.8e", res.loglik)});
   flush();
   nlohmann::json& j = c.j;

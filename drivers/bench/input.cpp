@@ -48,9 +48,10 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   const bool needs_block =
       a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 || a.con.loss == "poisson");
   comm::run_collectively(world, [&] {
-    TESSERA_INPUT_CHECK(!(needs_block && a.generate_on == "backend"),
-                        "--generate-on backend: --observed-only, --holdout and --loss poisson need the tensor "
-                        "distributed from the host (use --generate-on host or auto)");
+    TESSERA_INPUT_CHECK(
+        !(needs_block && a.generate_on == "backend"),
+        "--generate-on backend: --observed-only, --holdout and --loss poisson need the tensor "
+        "distributed from the host (use --generate-on host or auto)");
   });
   const bool on_backend = a.load.path.empty() && !generates_on_host(a);
   if (a.load.path.empty()) {
@@ -154,6 +155,7 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
   else
     req.extra.push_back({"bandwidth probe (2 arrays)", std::uint64_t(1) << 30, 0, 0, ""});
   req.completion = a.what == "cp" && a.cp.observed_only;
+  req.poisson = a.what == "cp" && a.con.loss == "poisson";
   if (generates_on_host(a)) {
     // algo::generate beyond what a text read holds: the packed keys and the permutation of
     // its sort, 24 bytes per generated nonzero of this rank (measured: 6.01 GB for 76.9M

@@ -231,7 +231,8 @@ u64 loop_backend_bytes(const Request& req, const Shape& s) {
     const u64 out = mul(mul(s.max_rows, s.ttmc_cols), v);
     return add(mul(mul(s.sum_dims, R), v), mul(out, 3));
   }
-  return add(mul(mul(s.sum_dims, R), v), mul(mul(mul(s.max_dim, R), v), 2));
+  const u64 phi = req.poisson ? mul(mul(s.sum_dims, R), v) : 0;  // CP-APR's Phi per mode
+  return add(add(mul(mul(s.sum_dims, R), v), mul(mul(mul(s.max_dim, R), v), 2)), phi);
 }
 
 /// CP --observed-only beside the plain loop, in the backend's memory: every mode's packed

@@ -85,6 +85,8 @@ struct Request {
   /// CP --observed-only: a second prepared copy of the block (its pattern) and, per mode,
   /// R(R+1)/2-wide packed outer products and row Grams in the backend's memory.
   bool completion = false;
+  /// CP --loss poisson (CP-APR): per mode a Phi (rows x R) beside the factor.
+  bool poisson = false;
   int force_tier = 0;      ///< --tier: 0 = auto, else 1, 2 or 3
   nnz_t stream_chunk = 0;  ///< --stream-chunk: nonzeros per streamed chunk (0: planned)
   int read_ahead = 2;      ///< --read-ahead: tier 3 chunks read ahead (buffers: + 1)

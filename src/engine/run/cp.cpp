@@ -48,6 +48,7 @@ PlanContext plan_context(const CpRunOptions& o) {
   pc.workload = plan::Workload::cp;
   pc.cp_rank = o.als.rank;
   pc.completion = o.als.observed_only;
+  pc.poisson = o.con.loss == "poisson";
   const bool poisson = o.con.loss == "poisson";
   pc.tier1_only = o.als.observed_only || o.als.holdout > 0 || o.init == "nvecs" || poisson;
   pc.tier1_why = o.als.observed_only ? "--observed-only"

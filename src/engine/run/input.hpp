@@ -49,6 +49,7 @@ struct PlanContext {
   bool tier1_only = false;
   std::string tier1_why;
   bool completion = false;  ///< CP --observed-only (plan::Request::completion)
+  bool poisson = false;     ///< CP --loss poisson (plan::Request::poisson)
 };
 
 /// A run's input, where the plan put it:
