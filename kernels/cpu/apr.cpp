@@ -2,6 +2,8 @@
 // mode, its root slices over the OpenMP team (each writes its own output row), partial
 // Hadamard products kept per level as the MTTKRP keeps them; the elementwise steps are
 // OpenMP loops.
+#include "kernels/ops/apr.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "kernels/cpu/backend.hpp"
-#include "kernels/ops/apr.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
 
@@ -103,9 +104,13 @@ void poisson_phi(Backend<T>& be, const TensorHandle<T>& x, int mode,
     const auto roots = static_cast<std::int64_t>(t.nodes(0));
 #pragma omp parallel num_threads(team_of(be)) reduction(+ : loglik, inner)
     {
-      PhiWalk<T> w{t, std::vector<const T*>(static_cast<std::size_t>(N), nullptr), nullptr, Rs,
-                   eps, std::vector<std::vector<double>>(static_cast<std::size_t>(N),
-                                                         std::vector<double>(Rs, 1.0)),
+      PhiWalk<T> w{t,
+                   std::vector<const T*>(static_cast<std::size_t>(N), nullptr),
+                   nullptr,
+                   Rs,
+                   eps,
+                   std::vector<std::vector<double>>(static_cast<std::size_t>(N),
+                                                    std::vector<double>(Rs, 1.0)),
                    nullptr};
       for (int l = 1; l < N; ++l)
         w.A[static_cast<std::size_t>(l)] =
@@ -139,11 +144,12 @@ template <typename T>
 double apr_kkt_update(Backend<T>& be, T* B, const T* Phi, std::int64_t rows, int R, bool update) {
   const std::int64_t n = rows * R;
   double kkt = 0;
-#pragma omp parallel for num_threads(team_of(be)) reduction(max : kkt) schedule(static) \
-    if (n > (1 << 16))
+#pragma omp parallel for num_threads(team_of(be)) reduction(max    \
+                                                            : kkt) \
+    schedule(static) if (n > (1 << 16))
   for (std::int64_t e = 0; e < n; ++e) {
-    kkt = std::max(kkt, std::abs(std::min(static_cast<double>(B[e]),
-                                          1.0 - static_cast<double>(Phi[e]))));
+    kkt = std::max(
+        kkt, std::abs(std::min(static_cast<double>(B[e]), 1.0 - static_cast<double>(Phi[e]))));
     if (update) B[e] *= Phi[e];  // after its own term: the check sees B before the update
   }
   return kkt;
@@ -151,8 +157,8 @@ double apr_kkt_update(Backend<T>& be, T* B, const T* Phi, std::int64_t rows, int
 TESSERA_INSTANTIATE_OP(TESSERA_APR_KKT_UPDATE_OP);
 
 template <typename T>
-std::int64_t apr_shift(Backend<T>& be, T* A, const T* Phi, std::int64_t rows, int R,
-                       double kappa, double kappa_tol) {
+std::int64_t apr_shift(Backend<T>& be, T* A, const T* Phi, std::int64_t rows, int R, double kappa,
+                       double kappa_tol) {
   const std::int64_t n = rows * R;
   std::int64_t changed = 0;
 #pragma omp parallel for num_threads(team_of(be)) reduction(+ : changed) schedule(static) \

@@ -18,22 +18,21 @@
 /// host_sums (if not null, 2 values, overwritten): [0] = sum_k x_k log(max(m_k, eps)),
 /// [1] = sum_k x_k m_k, accumulated in double (the log-likelihood's data term and <X, model>).
 /// Memory tiers 1 and 2 (a streamed handle, tier 3, throws InputError).
-#define TESSERA_POISSON_PHI_OP(T)                                                           \
-  void poisson_phi(Backend<T>& be, const TensorHandle<T>& x, int mode,                      \
+#define TESSERA_POISSON_PHI_OP(T)                                                   \
+  void poisson_phi(Backend<T>& be, const TensorHandle<T>& x, int mode,              \
                    const std::vector<const T*>& factors, int R, double eps, T* out, \
                    double* host_sums)
 
 /// CP-APR's inner step on B and Phi (rows x R, backend memory): returns the KKT violation
 /// max_{i,r} |min(B(i,r), 1 - Phi(i,r))| (0 when rows == 0), computed before any change;
 /// when `update`, then B(i,r) *= Phi(i,r).
-#define TESSERA_APR_KKT_UPDATE_OP(T)                                                         \
-  double apr_kkt_update(Backend<T>& be, T* B, const T* Phi, std::int64_t rows, int R, \
-                        bool update)
+#define TESSERA_APR_KKT_UPDATE_OP(T) \
+  double apr_kkt_update(Backend<T>& be, T* B, const T* Phi, std::int64_t rows, int R, bool update)
 
 /// CP-APR's fix of inadmissible zeros (Chi and Kolda, section 4.3): A(i,r) += kappa where
 /// Phi(i,r) > 1 and A(i,r) < kappa_tol (rows x R, backend memory). Returns the entries
 /// changed.
-#define TESSERA_APR_SHIFT_OP(T)                                                             \
+#define TESSERA_APR_SHIFT_OP(T)                                                        \
   std::int64_t apr_shift(Backend<T>& be, T* A, const T* Phi, std::int64_t rows, int R, \
                          double kappa, double kappa_tol)
 

@@ -1,12 +1,13 @@
 // The reference backend's CP-APR operations (kernels/ops/apr.hpp): plain loops over the COO
 // nonzeros and the factor rows, in double. The cpu backend shares the elementwise ones
 // (kernels/cpu/apr.cpp).
+#include "kernels/ops/apr.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <vector>
 
-#include "kernels/ops/apr.hpp"
 #include "kernels/reference/backend.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
@@ -66,8 +67,8 @@ double apr_kkt_update(Backend<T>& be, T* B, const T* Phi, std::int64_t rows, int
   const std::int64_t n = rows * R;
   double kkt = 0;
   for (std::int64_t e = 0; e < n; ++e)
-    kkt = std::max(kkt, std::abs(std::min(static_cast<double>(B[e]),
-                                          1.0 - static_cast<double>(Phi[e]))));
+    kkt = std::max(
+        kkt, std::abs(std::min(static_cast<double>(B[e]), 1.0 - static_cast<double>(Phi[e]))));
   if (update)
     for (std::int64_t e = 0; e < n; ++e) B[e] *= Phi[e];
   return kkt;
@@ -75,8 +76,8 @@ double apr_kkt_update(Backend<T>& be, T* B, const T* Phi, std::int64_t rows, int
 TESSERA_INSTANTIATE_OP(TESSERA_APR_KKT_UPDATE_OP);
 
 template <typename T>
-std::int64_t apr_shift(Backend<T>& be, T* A, const T* Phi, std::int64_t rows, int R,
-                       double kappa, double kappa_tol) {
+std::int64_t apr_shift(Backend<T>& be, T* A, const T* Phi, std::int64_t rows, int R, double kappa,
+                       double kappa_tol) {
   (void)be;
   const std::int64_t n = rows * R;
   std::int64_t changed = 0;

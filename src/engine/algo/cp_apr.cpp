@@ -48,18 +48,21 @@ void check_counts(const SparseTensor<T>& x, const comm::Communicator& c, const s
   }
   c.allreduce(v, 3, comm::ReduceOp::max);
   if (v[1] > 0)
-    throw CollectiveError(name + ": --loss poisson: the tensor has values that are not finite "
-                                 "numbers (NaN or inf); Poisson CP needs counts");
+    throw CollectiveError(name +
+                          ": --loss poisson: the tensor has values that are not finite "
+                          "numbers (NaN or inf); Poisson CP needs counts");
   if (v[0] > 0) {
     char line[96];
     std::snprintf(line, sizeof(line), "%.6g", -v[0]);
-    throw CollectiveError(name + ": --loss poisson needs values >= 0 (counts), but the tensor "
-                                 "has the value " +
+    throw CollectiveError(name +
+                          ": --loss poisson needs values >= 0 (counts), but the tensor "
+                          "has the value " +
                           line + " (use --loss gaussian for signed data)");
   }
   if (v[2] <= 0)
-    throw CollectiveError(name + ": --loss poisson: every value of the tensor is 0, so there is "
-                                 "nothing to fit");
+    throw CollectiveError(name +
+                          ": --loss poisson: every value of the tensor is 0, so there is "
+                          "nothing to fit");
 }
 
 /// ||X|| over the ranks from each rank's scaled norm (as cp_als computes it).
@@ -77,8 +80,14 @@ class Apr {
  public:
   Apr(const partition::Distributed<T>& d, kernels::Backend<T>& be, const comm::Communicator& ctrl,
       const comm::Communicator& data, const CpOptions& opt, CpResult& res)
-      : d_(d), be_(be), ctrl_(ctrl), data_(data), opt_(opt), res_(res),
-        N_(d.dist.order()), R_(opt.rank) {}
+      : d_(d),
+        be_(be),
+        ctrl_(ctrl),
+        data_(data),
+        opt_(opt),
+        res_(res),
+        N_(d.dist.order()),
+        R_(opt.rank) {}
 
   void setup();
   void iterate();
@@ -203,8 +212,8 @@ double Apr<T>::update_mode(int n, bool shift, double& kernel, double& comm, doub
   T* Phi = Phi_[un].data();
   Timer ts;
   if (shift && rows(n) > 0)
-    res_.apr_shifts += kernels::ops::apr_shift(be_, B, Phi, rows(n), R_, opt_.apr_kappa,
-                                               opt_.apr_kappa_tol);
+    res_.apr_shifts +=
+        kernels::ops::apr_shift(be_, B, Phi, rows(n), R_, opt_.apr_kappa, opt_.apr_kappa_tol);
   scale(n, lambda_);  // B = A_n diag(lambda)
   solve += ts.seconds();
   double kkt = 0;
@@ -298,9 +307,8 @@ KruskalModel Apr<T>::assemble_model() {
 }
 
 template <typename T>
-bool Apr<T>::record(int it, double loglik, double fit, double kkt, int inner,
-                    const Timer& it_timer, double kernel, double comm, double solve,
-                    const Timer& run_timer) {
+bool Apr<T>::record(int it, double loglik, double fit, double kkt, int inner, const Timer& it_timer,
+                    double kernel, double comm, double solve, const Timer& run_timer) {
   CpIteration rec;
   rec.iter = it + 1;
   rec.fit = fit;
@@ -441,8 +449,8 @@ CpResult cp_apr(const partition::Distributed<T>& d, kernels::Backend<T>& be,
 template CpResult cp_apr<float>(const partition::Distributed<float>&, kernels::Backend<float>&,
                                 const comm::Communicator&, const comm::Communicator&,
                                 const CpOptions&);
-template CpResult cp_apr<double>(const partition::Distributed<double>&,
-                                 kernels::Backend<double>&, const comm::Communicator&,
-                                 const comm::Communicator&, const CpOptions&);
+template CpResult cp_apr<double>(const partition::Distributed<double>&, kernels::Backend<double>&,
+                                 const comm::Communicator&, const comm::Communicator&,
+                                 const CpOptions&);
 
 }  // namespace tessera::algo
