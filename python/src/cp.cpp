@@ -89,6 +89,9 @@ py::dict cp_dict(const run::CpRun& r) {
   out["validation_rmse"] = res.validation_rmse;
   out["mean_predictor_rmse"] = res.mean_predictor_rmse;
   out["history"] = json_to_python(r.record.at("per_iteration"));
+  // loss="poisson": the final log-likelihood (history has it per iteration); else None.
+  out["loglik"] =
+      std::isnan(res.loglik) ? py::object(py::none()) : py::object(py::float_(res.loglik));
   return out;
 }
 
@@ -127,7 +130,7 @@ void register_cp(py::module_& m) {
            std::string precision, py::object threads, std::string strategy, std::string index_base,
            py::object checkpoint, int checkpoint_every, py::object resume, py::object callback,
            bool verbose, bool share, std::uintptr_t comm, std::string nonneg, std::string l1,
-           std::string l2, bool force, py::dict tuning) {
+           std::string l2, std::string loss, bool force, py::dict tuning) {
           CommonArgs a = common_args(backend, precision, threads, strategy, index_base, checkpoint,
                                      checkpoint_every, resume, verbose, share);
           a.run.force = force;
@@ -137,6 +140,7 @@ void register_cp(py::module_& m) {
           o.con.nonneg = nonneg;
           o.con.l1 = l1;
           o.con.l2 = l2;
+          o.con.loss = loss;
           if (precision == "float") return run_cp<float>(tensor, o, init, a, callback, comm);
           return run_cp<double>(tensor, o, init, a, callback, comm);
         });

@@ -32,6 +32,7 @@ from ._results import COOResult, CPResult, TuckerResult, _record
 
 __all__ = [
     "cp_als",
+    "cp_apr",
     "tucker_hooi",
     "contract",
     "read_tensor",
@@ -187,6 +188,13 @@ def _modes_arg(nonneg):
         raise ValueError("nonneg=%r: expected True, False or a list of modes" % (nonneg,)) from None
 
 
+def _loss_arg(loss):
+    if loss not in ("gaussian", "poisson"):
+        raise ValueError('loss=%r: expected "gaussian" (least squares: CP-ALS) or "poisson" '
+                         "(counts: CP-APR)" % (loss,))
+    return loss
+
+
 def _checkpoint_every(v):
     return 0 if v is None else _int_arg(v, "checkpoint_every", 0, _INT_MAX)
 
@@ -228,7 +236,7 @@ def _cp_value(v):
 def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", threads=None,
            comm_strategy="auto", index_base="1", checkpoint=None, checkpoint_every=None,
            resume=None, callback=None, verbose=False, distributed="root", comm=None,
-           nonneg=False, l1=0.0, l2=None, force=False, **options):
+           nonneg=False, l1=0.0, l2=None, loss="gaussian", force=False, **options):
     """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
 
     X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
@@ -249,6 +257,12 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     held-out RMSE after each iteration is in history ("validation_rmse") and
     CPResult.validation_rmse (with mean_predictor_rmse, the RMSE of predicting the training
     mean).
+
+    loss: "gaussian" (least squares, CP-ALS) or "poisson" (counts >= 0: CP-APR's
+    multiplicative updates, the CLI's --loss poisson; cp_apr below). With
+    "poisson", tol is the KKT tolerance, the apr_* keywords below apply, each history entry
+    has "loglik", "kkt_violation" and "inner_iterations", and CPResult.loglik is the final
+    log-likelihood; nonneg, l1, l2, observed_only, holdout and init="nvecs" are refused.
 
     Keyword arguments of the CP option table (CP_VALUES; None: the default):
 {values}
@@ -276,13 +290,14 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
         _opt_path(checkpoint, "checkpoint"), _checkpoint_every(checkpoint_every),
         _opt_path(resume, "resume"), _callback_arg(callback), bool(verbose), share, handle,
         _modes_arg(nonneg), _per_mode_arg(l1, "l1"),
-        "" if l2 is None else _per_mode_arg(l2, "l2"), _bool_arg(force, "force"),
+        "" if l2 is None else _per_mode_arg(l2, "l2"), _loss_arg(loss), _bool_arg(force, "force"),
         _tuning_arg(options, CP_OPTIONS))
     rec = _record(r)
     res = CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
                    r["history"], rec, stop_reason=r["stop_reason"])
     res.validation_rmse = r["validation_rmse"]
     res.mean_predictor_rmse = r["mean_predictor_rmse"]
+    res.loglik = r["loglik"]
     res.inputs = _input_files(X, resume)
     return res
 
@@ -290,6 +305,17 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
 cp_als.__doc__ = cp_als.__doc__.replace("{values}", "\n".join(
     "    %s=%r (%s%s): %s." % (k, v[0], v[2], ", " + v[3] if v[3] else "", v[1])
     for k, v in CP_VALUES.items()))
+
+
+def cp_apr(X, rank=16, **kwargs):
+    """Poisson CP of a count tensor by CP-APR (Chi and Kolda 2012; Tensor Toolbox cp_apr
+    'mu'): cp_als(X, rank, loss="poisson", **kwargs). Returns a CPResult with ``loglik`` (the
+    final log-likelihood) and, per iteration in ``history``, "loglik", "kkt_violation" and
+    "inner_iterations". The model is normalised as cp_als's (unit 2-norm columns, weights
+    descending)."""
+    if "loss" in kwargs:
+        raise TypeError("cp_apr: unexpected keyword argument 'loss' (cp_apr is loss=\"poisson\")")
+    return cp_als(X, rank, loss="poisson", **kwargs)
 
 
 def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",

@@ -11,7 +11,9 @@ class CPResult:
     Attributes: ``weights`` (R,), ``factors`` (list of I_n x R arrays), ``fit``,
     ``iterations``, ``converged``, ``stop_reason`` ("converged", "iteration limit", "time
     limit", "degenerate": the model is zero everywhere; None for a model not made by a run), ``history`` (one dict per iteration:
-    ``iter``, ``fit``, ``delta``, ``seconds``, ``kernel``, ``comm``, ``solve``), ``record``
+    ``iter``, ``fit``, ``delta``, ``seconds``, ``kernel``, ``comm``, ``solve``; with
+    loss="poisson" also ``loglik``, ``kkt_violation``, ``inner_iterations``), ``loglik`` (the
+    final Poisson log-likelihood with loss="poisson", else None), ``record``
     (the run record, as the CLI's ``--json`` writes it, as a dict).
     """
 
@@ -26,6 +28,8 @@ class CPResult:
         # Set by cp_als with holdout > 0: RMSE on the held-out entries, and of the mean.
         self.validation_rmse = None
         self.mean_predictor_rmse = None
+        # Set by cp_als with loss="poisson" (cp_apr): the final log-likelihood.
+        self.loglik = None
         self.weights = np.asarray(weights, dtype=np.float64)
         self.factors = [np.asarray(f, dtype=np.float64) for f in factors]
         self.fit = float(fit)

@@ -136,6 +136,12 @@ void check_cp_constraint_args(const CpConstraintArgs& c) {
   one_of(c.cuda_graph, {"on", "off"}, "--cuda-graph");
 }
 
+/// A per-mode value list (syntax checked) whose every value is 0: "0", "0.0", "0,0,0".
+bool all_zero(const std::string& s, const char* flag) {
+  const auto v = algo::parse_mode_values(s, static_cast<int>(tokens(s).size()), flag);
+  return std::all_of(v.begin(), v.end(), [](double x) { return x == 0; });
+}
+
 /// What --loss poisson (CP-APR, algo/cp_apr.hpp) does not combine with.
 void check_poisson_options(const CpRunOptions& o) {
   const auto no = [](bool ok, const std::string& what, const char* why) {
@@ -144,7 +150,7 @@ void check_poisson_options(const CpRunOptions& o) {
   no(!o.als.observed_only, "--observed-only",
      "Poisson CP fits every entry, the zeros included (use --loss gaussian for completion)");
   no(o.als.holdout == 0, "--holdout", "held-out entries are not implemented for Poisson CP");
-  no(o.con.l1 == "0" && (o.con.l2.empty() || o.con.l2 == "0"), "--l1/--l2",
+  no(all_zero(o.con.l1, "--l1") && (o.con.l2.empty() || all_zero(o.con.l2, "--l2")), "--l1/--l2",
      "penalties are not implemented for Poisson CP");
   no(o.init != "nvecs", "--init nvecs",
      "singular vectors have negative entries; use --init random or file:MODEL.h5");
