@@ -79,6 +79,10 @@
 #               16,16,16, aminoacid R256 and kripke MTTKRP); with TESSERA_BASE_TAR the same on
 #               that commit's build too (before and after in one call); TESSERA_FLOORS_ONLY="w .."
 #               runs only the cases whose names contain one of the words; jobs/floors_table.py
+#       counts: issue 39's CP-APR (bench cp --loss poisson; 10 and 1 inner iterations) next to
+#               CP-ALS on the nell-2 shape (host-generated) and congress, R 32, per
+#               TESSERA_COUNTS_PRECISIONS (default float); with TESSERA_BASE_TAR the same on
+#               that commit's build too (docs/perf/gpu-h200-cp-apr.md)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -166,6 +170,10 @@ elif "tc_sweep" in j:
             best[r["precision"]] = max(best.get(r["precision"], 0), r["t_off_seconds"] / r["t_tc_seconds"])
     print(f"{n:34s} {len(rows)} rows; best speedup per mode " + ", ".join(f"{p} {v:.2f}x" for p, v in sorted(best.items()))
           + f"; worst auto/off {worst:.3f}")
+elif j.get("loss") == "poisson":
+    s = j["share"]
+    print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   inner {j['inner_iterations_per_iteration']:4.1f}  phi pass {j['phi_pass_seconds']*1e3:8.3f} ms  "
+          f"floor-ratio {j['phi_pass_ratio_to_floor']:.2f}  kernel {s['kernel']*100:4.1f}%  loglik {j['loglik']:.6e}")
 elif "ttmc" in j.get("share", {}):
     s = j["share"]
     print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   ttmc {s['ttmc']*100:4.1f}%  comm {s['comm']*100:4.1f}%  svd {s['svd']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}  fit {j['fit']:.4f}")
@@ -651,6 +659,28 @@ if has floors; then  # issue 43: one card's distance to the floor, before (base 
     fi
   done
   python3 jobs/floors_table.py "$out" | tee -a "$summary"
+fi
+if has counts; then  # issue 39: CP-APR (--loss poisson) next to CP-ALS on the same tensor and card
+  cdata=
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { cdata=$(cd "$d" && pwd); break; }
+  done
+  cbins="new:$T"
+  base_bin=$(build_base) && cbins="base:$base_bin $cbins"
+  for b in $cbins; do
+    lab=${b%%:*}; bin=${b#*:}
+    for p in ${TESSERA_COUNTS_PRECISIONS:-float}; do
+      g="--generate $nell --nnz 76.9e6 --generate-on host --backend cuda --precision $p --rank 32"
+      bench ct-$lab-nell2-$p-apr "$bin" bench cp $g --iters 3 --loss poisson
+      bench ct-$lab-nell2-$p-apr-inner1 "$bin" bench cp $g --iters 3 --loss poisson --apr-inner-iters 1
+      bench ct-$lab-nell2-$p-als "$bin" bench cp $g --iters 5
+      if [ -n "$cdata" ]; then
+        c="$cdata/congress-cosponsor_leg-leg-year.tns.gz --backend cuda --precision $p --rank 32"
+        bench ct-$lab-congress-$p-apr "$bin" bench cp $c --iters 5 --loss poisson
+        bench ct-$lab-congress-$p-als "$bin" bench cp $c --iters 5
+      fi
+    done
+  done
 fi
 if has python || has study; then  # real tensors beside a checkout or carried in .deps/data
   for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do

@@ -166,6 +166,9 @@ def to_core(X, name="X"):
     # pyttb.sptensor or anything with its fields.
     if hasattr(X, "subs") and hasattr(X, "vals") and hasattr(X, "shape"):
         return _arrays(X.subs, X.vals, X.shape, name)
+    # tessera's own COOResult (read_tensor, contract) or anything with its fields.
+    if hasattr(X, "coords") and hasattr(X, "values") and hasattr(X, "shape"):
+        return _arrays(X.coords, X.values, X.shape, name)
     raise TypeError(
         "%s: unsupported input of type %s; pass (coords, values, shape) NumPy arrays, a "
         "scipy.sparse COO array/matrix, a pydata sparse.COO, a path to a .tns/.tns.gz/.h5 "

@@ -121,6 +121,10 @@ def test_python_cp_apr_equals_numpy(problem):
     assert tessera.cp_als(X, R, iters=2, backend="cpu", threads=1).loglik is None
     with pytest.raises(ValueError, match="loss"):
         tessera.cp_als(X, R, iters=2, loss="bogus")
+    # tessera.read_tensor's result is an input as it stands (docs/counts.md's example).
+    back = tessera.cp_apr(tessera.read_tensor(str(d / "x.tns")), R, iters=60, tol=1e-2, init=F,
+                          backend="cpu", threads=1)
+    np.testing.assert_allclose(back.weights, py.weights, rtol=1e-12)
 
 
 def test_python_cp_apr_recovers_planted_model():
