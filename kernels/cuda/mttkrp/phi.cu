@@ -7,8 +7,8 @@
 // l owns columns c = l + 32 q, q < Q (R <= 32 Q, Q in {1, 2, 4, 8}):
 //   - a batch of 32 nonzeros: lane j loads nonzero j's row, value and input coordinates
 //     (coalesced), the coordinates into shared memory;
-//   - a sub-batch of KB of them (KB = 16, 8, 4, 2 for Q = 1, 2, 4, 8): B's rows first, then per
-//   input mode the warp gathers
+//   - a sub-batch of KB of them (KB = 8, 8, 4, 2 for Q = 1, 2, 4, 8): per input mode the warp
+//   gathers
 //     their KB rows, all in flight at once (unrolled), and multiplies them into h (KB x Q
 //     registers; columns >= R stay 0); then it gathers the rows of B = factors[mode] and
 //     forms the KB dots m_k = <b_i, h_k>, reduced over the warp by a butterfly;
@@ -59,7 +59,7 @@ struct PhiParams {
 /// and mode (16 from Q = 2 on; more would cost occupancy: ptxas -v at Q = 8 in double).
 template <int Q>
 constexpr int phi_batch() {
-  return Q == 1 ? 16 : Q == 2 ? 8 : 16 / Q;
+  return Q <= 2 ? 8 : 16 / Q;
 }
 
 template <typename T, int Q>
@@ -116,16 +116,6 @@ __global__ void __launch_bounds__(kPhiWarps* kWarp)
 
       for (int sb = 0; sb < cnt32; sb += KB) {
         const int cnt = cnt32 - sb < KB ? cnt32 - sb : KB;  // uniform
-        // B's rows first: they depend only on the rows, so their loads are in flight with
-        // the gathers below.
-        T bv[KB][Q];
-#pragma unroll
-        for (int j = 0; j < KB; ++j) {
-          const auto rj = static_cast<std::size_t>(__shfl_sync(kFullMask, my_row, sb + j));
-#pragma unroll
-          for (int q = 0; q < Q; ++q)
-            bv[j][q] = col_ok[q] && j < cnt ? __ldg(B + rj * stride + q * kWarp) : T(0);
-        }
         T h[KB][Q];
 #pragma unroll
         for (int j = 0; j < KB; ++j)
@@ -148,9 +138,11 @@ __global__ void __launch_bounds__(kPhiWarps* kWarp)
         T dot[KB];
 #pragma unroll
         for (int j = 0; j < KB; ++j) {
+          const auto rj = static_cast<std::size_t>(__shfl_sync(kFullMask, my_row, sb + j));
           dot[j] = T(0);
 #pragma unroll
-          for (int q = 0; q < Q; ++q) dot[j] += bv[j][q] * h[j][q];
+          for (int q = 0; q < Q; ++q)
+            if (col_ok[q] && j < cnt) dot[j] += __ldg(B + rj * stride + q * kWarp) * h[j][q];
         }
 #pragma unroll
         for (int off = kWarp / 2; off > 0; off /= 2)
