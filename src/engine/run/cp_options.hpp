@@ -96,23 +96,27 @@ inline constexpr auto kCpValues = std::make_tuple(
                  .help = "--loss poisson: multiplicative updates per mode and iteration, at "
                          "most (each stops when the mode's KKT violation is below --tol)",
                  .lo = 1,
-                 .hi = 1000},
+                 .hi = 1000,
+                 .bench = true},
     CpValue<double>{.key = "apr_kappa",
                     .field = &algo::CpOptions::apr_kappa,
                     .help = "--loss poisson: the shift that moves a factor entry off an "
                             "inadmissible zero",
-                    .hi = 1e6},
+                    .hi = 1e6,
+                    .bench = true},
     CpValue<double>{.key = "apr_kappa_tol",
                     .field = &algo::CpOptions::apr_kappa_tol,
                     .help = "--loss poisson: factor entries below this whose Phi exceeds 1 are "
                             "inadmissible zeros",
-                    .hi = 1},
+                    .hi = 1,
+                    .bench = true},
     CpValue<double>{.key = "apr_eps",
                     .field = &algo::CpOptions::apr_eps,
                     .help = "--loss poisson: the model's floor in Phi's division and in the "
                             "log-likelihood",
                     .lo = 1e-300,
-                    .hi = 1});
+                    .hi = 1,
+                    .bench = true});
 
 template <typename F>
 constexpr void for_each_cp_value(F&& f) {
