@@ -6,6 +6,7 @@
 #include "kernels/ops/apr.hpp"
 #include "kernels/ops/cp_device.hpp"
 #include "kernels/ops/dense.hpp"
+#include "kernels/ops/gcp.hpp"
 #include "kernels/ops/mttkrp.hpp"
 #include "kernels/ops/row_update.hpp"
 #include "kernels/ops/sptc.hpp"
