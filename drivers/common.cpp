@@ -208,9 +208,16 @@ void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a) {
                   "per mode (default 0; 0.01 with --observed-only)");
   sub->add_option("--loss", a.loss,
                   "gaussian: least squares (CP-ALS); poisson: counts, the Poisson "
-                  "log-likelihood by CP-APR's multiplicative updates, --tol its KKT violation "
-                  "(docs/counts.md)")
-      ->check(CLI::IsMember({"gaussian", "poisson"}))
+                  "log-likelihood by CP-APR's multiplicative updates, --tol its KKT violation; "
+                  "bernoulli (0/1 data, logit link), gamma, rayleigh, huber: GCP by stochastic "
+                  "gradients (docs/counts.md)")
+      ->check(CLI::IsMember({"gaussian", "poisson", "bernoulli", "gamma", "rayleigh", "huber"}))
+      ->capture_default_str();
+  sub->add_option("--solver", a.solver,
+                  "auto: ALS for gaussian, CP-APR for poisson, GCP otherwise; gcp: GCP-SGD with "
+                  "Adam for any --loss (poisson with a log link; --iters counts epochs, --tol "
+                  "the relative change of the estimated loss)")
+      ->check(CLI::IsMember({"auto", "als", "apr", "gcp"}))
       ->capture_default_str();
   sub->add_option("--cuda-graph", a.cuda_graph,
                   "on: with --backend cuda on one rank, plain CP runs each iteration on the "

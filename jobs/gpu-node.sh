@@ -170,7 +170,7 @@ elif "tc_sweep" in j:
             best[r["precision"]] = max(best.get(r["precision"], 0), r["t_off_seconds"] / r["t_tc_seconds"])
     print(f"{n:34s} {len(rows)} rows; best speedup per mode " + ", ".join(f"{p} {v:.2f}x" for p, v in sorted(best.items()))
           + f"; worst auto/off {worst:.3f}")
-elif j.get("loss") == "poisson":
+elif "phi_pass_seconds" in j:
     s = j["share"]
     print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   inner {j['inner_iterations_per_iteration']:4.1f}  phi pass {j['phi_pass_seconds']*1e3:8.3f} ms  "
           f"floor-ratio {j['phi_pass_ratio_to_floor']:.2f}  kernel {s['kernel']*100:4.1f}%  loglik {j['loglik']:.6e}")

@@ -4,6 +4,7 @@
 // beside its own floor too: the same bytes all-reduced on the node (comm.hpp, bench comm).
 #include "algo/cp_als.hpp"
 #include "algo/cp_apr.hpp"
+#include "algo/cp_gcp.hpp"
 #include "bench/bench.hpp"
 #include "bench/comm.hpp"
 #include "bench/harness.hpp"
@@ -74,6 +75,45 @@ void bench_cp_apr(Context<T>& c, const algo::CpOptions& o) {
   j["timing"] = timing_record("phi pass", pass_s, {});
 }
 
+/// bench cp --solver gcp: GCP-SGD's epochs; the sampled entries per second beside.
+template <typename T>
+void bench_cp_gcp(Context<T>& c, const algo::CpOptions& o) {
+  auto& in = c.in;
+  TESSERA_INPUT_CHECK(in.d.has_value(),
+                      "bench cp --solver gcp needs the tensor distributed in memory: a file, or "
+                      "--generate on the host (not --generate-on cuda)");
+  auto res = algo::cp_gcp<T>(*in.d, *c.cx.backend, c.world, *c.cx.data, o);
+  using H = algo::CpIteration;
+  const auto m = iteration_means(res.history, {&H::seconds, &H::kernel, &H::comm, &H::solve});
+  const double it_s = m[0], k = m[1], cm = m[2], s = m[3];
+  const double samples = static_cast<double>(res.gcp_samples + res.gcp_zero_samples) *
+                         static_cast<double>(o.gcp_epoch_iters);
+  const Table table({{"epoch", 10, true},
+                     {"seconds", 12},
+                     {"kernel%", 10},
+                     {"comm%", 10},
+                     {"other%", 10},
+                     {"samples", 12},
+                     {"samples/s", 12},
+                     {"loss", 16}});
+  table.header();
+  table.row({"mean", cell("%.4g", it_s), cell("%.1f", 100 * k / it_s), cell("%.1f", 100 * cm / it_s),
+             cell("%.1f", 100 * s / it_s), cell("%.3g", samples), cell("%.3g", samples / it_s),
+             cell("%.8e", res.gcp_loss)});
+  flush();
+  nlohmann::json& j = c.j;
+  j["loss"] = algo::to_string(o.loss);
+  j["solver"] = "gcp";
+  j["iterations"] = res.iterations;
+  j["fit"] = res.fit;
+  j["seconds_per_epoch"] = it_s;
+  j["samples_per_epoch"] = samples;
+  j["samples_per_second"] = samples / it_s;
+  j["loss_estimate"] = res.gcp_loss;
+  j["share"] = {{"kernel", k / it_s}, {"comm", cm / it_s}, {"solve", s / it_s}};
+  j["timing"] = timing_record("epoch", it_s, {});
+}
+
 }  // namespace
 
 template <typename T>
@@ -91,7 +131,8 @@ void bench_cp(Context<T>& c) {
   o.count_distinct_rows = true;         // for the floor
   o.approximate_fit = in.X != nullptr;  // generated: repeats kept, ||X|| not merged
   apply_cp_constraints(a.con, N, o, c.world);
-  if (o.loss == algo::Loss::poisson) return bench_cp_apr(c, o);
+  if (o.solver == algo::Solver::apr) return bench_cp_apr(c, o);
+  if (o.solver == algo::Solver::gcp) return bench_cp_gcp(c, o);
   // A generated tensor (allreduce) runs on its backend handle; otherwise cp_als
   // prepares the distributed block.
   if (in.X)

@@ -22,7 +22,7 @@ bool generates_on_host(const BenchArgs& a) {
   if (a.generate_on == "host") return true;
   if (a.what != "cp") return false;
   return a.cp.observed_only || a.cp.holdout > 0 || a.run.strategy == "layer" ||
-         a.con.loss == "poisson";
+         a.con.loss != "gaussian" || a.con.solver == "gcp";
 }
 
 }  // namespace
@@ -46,7 +46,8 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   // bench cp generates on the backend unless asked (--generate-on host) or unless it needs the
   // distributed host block (--observed-only, --holdout: cp_als on a Distributed).
   const bool needs_block =
-      a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 || a.con.loss == "poisson");
+      a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 || a.con.loss != "gaussian" ||
+                         a.con.solver == "gcp");
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(
         !(needs_block && a.generate_on == "backend"),
@@ -155,7 +156,7 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
   else
     req.extra.push_back({"bandwidth probe (2 arrays)", std::uint64_t(1) << 30, 0, 0, ""});
   req.completion = a.what == "cp" && a.cp.observed_only;
-  req.poisson = a.what == "cp" && a.con.loss == "poisson";
+  req.poisson = a.what == "cp" && a.con.loss == "poisson" && a.con.solver != "gcp";
   if (generates_on_host(a)) {
     // algo::generate beyond what a text read holds: the packed keys and the permutation of
     // its sort, 24 bytes per generated nonzero of this rank (measured: 6.01 GB for 76.9M

@@ -26,12 +26,26 @@ std::string to_string(CommStrategy s);
 
 /// The loss a CP run minimises (docs/counts.md).
 enum class Loss {
-  gaussian,  ///< least squares: CP-ALS (algo::cp_als)
-  poisson,   ///< Poisson log-likelihood of counts: CP-APR (algo::cp_apr)
+  gaussian,   ///< least squares: CP-ALS (algo::cp_als), or GCP
+  poisson,    ///< Poisson log-likelihood of counts: CP-APR (algo::cp_apr), or GCP (log link)
+  bernoulli,  ///< 0/1 data, logit link: GCP
+  gamma,      ///< positive data: GCP
+  rayleigh,   ///< positive data: GCP
+  huber,      ///< robust least squares: GCP
 };
-/// "gaussian" | "poisson"; throws InputError naming --loss.
+/// A --loss name; throws InputError naming --loss.
 Loss parse_loss(const std::string& s);
 std::string to_string(Loss l);
+
+/// How the factors are fitted (docs/counts.md): auto picks als for gaussian, apr for poisson
+/// and gcp for the other losses.
+enum class Solver { automatic, als, apr, gcp };
+/// "auto" | "als" | "apr" | "gcp"; throws InputError naming --solver.
+Solver parse_solver(const std::string& s);
+std::string to_string(Solver s);
+/// The solver `s` means for loss `l` (auto resolved); InputError for a pair that does not
+/// exist (als with a loss other than gaussian, apr with one other than poisson).
+Solver resolve_solver(Solver s, Loss l);
 
 /// The state of CP-ALS after a completed iteration: everything a run needs to continue
 /// exactly as if it had not stopped (checkpoint and restart). Later iterations depend only
@@ -125,6 +139,18 @@ struct CpOptions {
   double apr_kappa = 1e-2;       ///< the shift of an inadmissible zero
   double apr_kappa_tol = 1e-10;  ///< entries below this with Phi > 1 are inadmissible zeros
   double apr_eps = 1e-10;        ///< the model's floor in Phi's division and in log()
+
+  // ---- generalized CP by stochastic gradients (GCP-SGD with Adam; algo::cp_gcp) ----
+  /// Solver::gcp: max_iters counts epochs and tol is the relative change of the estimated
+  /// loss below which the run converges.
+  Solver solver = Solver::automatic;
+  int gcp_samples = 0;       ///< nonzero samples per step (0: auto)
+  int gcp_zero_samples = 0;  ///< zero samples per step (0: as many as nonzero ones)
+  int gcp_epoch_iters = 100;          ///< steps per epoch
+  double gcp_lr = 1e-3;               ///< Adam's step size at the start
+  int gcp_fails = 3;                  ///< step-size decreases (x 0.1) before the run stops
+  int gcp_eval_samples = 0;  ///< nonzero (and zero) samples of the loss estimate (0: auto)
+  double gcp_huber_delta = 1.0;       ///< huber's threshold
 };
 
 struct CpIteration {
@@ -139,6 +165,13 @@ struct CpIteration {
   double loglik = std::numeric_limits<double>::quiet_NaN();
   double kkt = std::numeric_limits<double>::quiet_NaN();
   int inner_iters = 0;
+  /// GCP: the estimated loss (sum over every entry, from the evaluation sample), the mean loss
+  /// on the held-out entries and as many sampled zeros, and their AUC (held-out nonzeros
+  /// against the zeros, scored by the model); NaN otherwise.
+  double gcp_loss = std::numeric_limits<double>::quiet_NaN();
+  double holdout_loss = std::numeric_limits<double>::quiet_NaN();
+  double auc = std::numeric_limits<double>::quiet_NaN();
+  double lr = std::numeric_limits<double>::quiet_NaN();  ///< GCP: Adam's step size
 };
 
 struct CpResult {
@@ -195,6 +228,13 @@ struct CpResult {
   double loglik = std::numeric_limits<double>::quiet_NaN();
   double kkt = std::numeric_limits<double>::quiet_NaN();
   std::int64_t inner_iters = 0, apr_shifts = 0;
+  /// GCP: the final estimated loss, held-out loss and AUC (as CpIteration's), the samples
+  /// drawn per step (nonzero, zero) and the step-size decreases.
+  double gcp_loss = std::numeric_limits<double>::quiet_NaN();
+  double holdout_loss = std::numeric_limits<double>::quiet_NaN();
+  double auc = std::numeric_limits<double>::quiet_NaN();
+  std::int64_t gcp_samples = 0, gcp_zero_samples = 0;
+  int gcp_fails = 0;
 };
 
 /// Collective over `ctrl` (host communicator, MPI) and `data` (communicator in the

@@ -17,15 +17,48 @@
 
 namespace tessera::algo {
 
+namespace {
+constexpr const char* kLossNames[] = {"gaussian", "poisson", "bernoulli",
+                                      "gamma",    "rayleigh", "huber"};
+constexpr const char* kSolverNames[] = {"auto", "als", "apr", "gcp"};
+}  // namespace
+
 Loss parse_loss(const std::string& s) {
-  if (s == "gaussian") return Loss::gaussian;
-  if (s == "poisson") return Loss::poisson;
-  TESSERA_INPUT_CHECK(false, "unknown --loss '" << s << "': expected gaussian or poisson");
+  for (int k = 0; k < 6; ++k)
+    if (s == kLossNames[k]) return static_cast<Loss>(k);
+  TESSERA_INPUT_CHECK(false, "unknown --loss '" << s
+                                                << "': expected gaussian, poisson, bernoulli, "
+                                                   "gamma, rayleigh or huber");
   return Loss::gaussian;
 }
 
 std::string to_string(Loss l) {
-  return l == Loss::poisson ? "poisson" : "gaussian";
+  return kLossNames[static_cast<int>(l)];
+}
+
+Solver parse_solver(const std::string& s) {
+  for (int k = 0; k < 4; ++k)
+    if (s == kSolverNames[k]) return static_cast<Solver>(k);
+  TESSERA_INPUT_CHECK(false, "unknown --solver '" << s << "': expected auto, als, apr or gcp");
+  return Solver::automatic;
+}
+
+std::string to_string(Solver s) {
+  return kSolverNames[static_cast<int>(s)];
+}
+
+Solver resolve_solver(Solver s, Loss l) {
+  if (s == Solver::automatic)
+    return l == Loss::gaussian ? Solver::als : l == Loss::poisson ? Solver::apr : Solver::gcp;
+  TESSERA_INPUT_CHECK(s != Solver::als || l == Loss::gaussian,
+                      "--solver als with --loss " << to_string(l)
+                                                  << ": ALS fits least squares only (use "
+                                                     "--solver gcp, or auto)");
+  TESSERA_INPUT_CHECK(s != Solver::apr || l == Loss::poisson,
+                      "--solver apr with --loss " << to_string(l)
+                                                  << ": CP-APR fits the Poisson loss only (use "
+                                                     "--solver gcp, or auto)");
+  return s;
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "algo/cp_apr.hpp"
+#include "algo/cp_gcp.hpp"
 #include "algo/cp_init.hpp"
 #include "algo/cp_strategy.hpp"
 #include "io/checkpoint.hpp"
@@ -33,7 +34,7 @@ CheckpointArgs start_args(const CpRunOptions& o) {
 algo::CommStrategy comm_strategy(const CpRunOptions& o, const comm::MpiCommunicator& world,
                                  algo::CommChoice* choice) {
   algo::CommStrategy strategy = algo::CommStrategy::allreduce;
-  if (o.con.loss == "poisson") return strategy;  // CP-APR's only one (validate())
+  if (o.con.loss != "gaussian" || o.con.solver == "gcp") return strategy;  // CP-APR's, GCP's
   const bool model = o.run.strategy == "auto" && !o.load.path.empty();
   comm::run_collectively(world, [&] {
     strategy = algo::resolve_comm_strategy(
@@ -48,12 +49,12 @@ PlanContext plan_context(const CpRunOptions& o) {
   pc.workload = plan::Workload::cp;
   pc.cp_rank = o.als.rank;
   pc.completion = o.als.observed_only;
-  pc.poisson = o.con.loss == "poisson";
-  const bool poisson = o.con.loss == "poisson";
+  pc.poisson = o.con.loss == "poisson" && o.con.solver != "gcp";
+  const bool poisson = o.con.loss != "gaussian" || o.con.solver == "gcp";  // not ALS
   pc.tier1_only = o.als.observed_only || o.als.holdout > 0 || o.init == "nvecs" || poisson;
-  pc.tier1_why = o.als.observed_only ? "--observed-only"
+  pc.tier1_why = o.als.observed_only ? std::string("--observed-only")
                  : o.als.holdout > 0 ? "--holdout"
-                 : poisson           ? "--loss poisson"
+                 : poisson           ? "--loss " + o.con.loss + " (not ALS)"
                                      : "--init nvecs";
   return pc;
 }
@@ -158,14 +159,17 @@ bool cp_start(const CpRunOptions& o, const CheckpointArgs& ck, const Input<T>& i
 template <typename T>
 algo::CpResult run_algo(const Input<T>& in, Compute<T>& cx, const comm::MpiCommunicator& world,
                         const algo::CpOptions& ao) {
-  if (ao.loss == algo::Loss::poisson) {
+  if (ao.solver != algo::Solver::als) {
     comm::run_collectively(world, [&] {
       TESSERA_INPUT_CHECK(in.dist.has_value(),
-                          "--loss poisson needs the tensor distributed in memory (memory tier 1 "
-                          "from a text file or a store read whole); this run holds it as a "
-                          "prepared or streamed handle (tier "
-                              << in.plan.tier << ")");
+                          "--loss " << algo::to_string(ao.loss)
+                                    << " needs the tensor distributed in memory (memory tier 1 "
+                                       "from a text file or a store read whole); this run holds "
+                                       "it as a prepared or streamed handle (tier "
+                                    << in.plan.tier << ")");
     });
+    if (ao.solver == algo::Solver::gcp)
+      return algo::cp_gcp<T>(*in.dist, *cx.backend, world, *cx.data, ao);
     return algo::cp_apr<T>(*in.dist, *cx.backend, world, *cx.data, ao);
   }
   // Memory tiers 2 and 3: the handle (an algo::StreamedTensor) streams itself from host

@@ -56,10 +56,15 @@ void add_cp_values(nlohmann::json& opts, const algo::CpOptions& o, CpRows rows) 
   });
 }
 
+algo::Solver solver_of(const CpConstraintArgs& a) {
+  return algo::resolve_solver(algo::parse_solver(a.solver), algo::parse_loss(a.loss));
+}
+
 void apply_cp_constraints(const CpConstraintArgs& a, int order, algo::CpOptions& o,
                           const comm::Communicator& world) {
   comm::run_collectively(world, [&] {
     o.loss = algo::parse_loss(a.loss);
+    o.solver = solver_of(a);
     o.nonneg = algo::parse_mode_set(a.nonneg.empty() ? "all" : a.nonneg, order, "--nonneg");
     o.l1 = algo::parse_mode_values(a.l1, order, "--l1");
     std::ostringstream dflt;
@@ -83,12 +88,20 @@ void add_cp_constraint_options(nlohmann::json& opts, const algo::CpOptions& o) {
   opts["l2"] = o.l2;
   opts["cuda_graph"] = o.device_loop ? "on" : "off";
   opts["loss"] = algo::to_string(o.loss);
+  opts["solver"] = algo::to_string(o.solver);
 }
 
 void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
                                const algo::CpOptions& o) {
   j["ridged_rows"] = res.ridged_rows;
-  if (o.loss == algo::Loss::poisson)
+  if (o.solver == algo::Solver::gcp)
+    j["gcp"] = {{"loss_estimate", res.gcp_loss},
+                {"holdout_loss", res.holdout_loss},
+                {"auc", res.auc},
+                {"samples_per_step", res.gcp_samples},
+                {"zero_samples_per_step", res.gcp_zero_samples},
+                {"step_decreases", res.gcp_fails}};
+  if (o.solver == algo::Solver::apr)
     j["poisson"] = {{"loglik", res.loglik},
                     {"kkt_violation", res.kkt},
                     {"inner_iterations", res.inner_iters},

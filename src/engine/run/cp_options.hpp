@@ -116,6 +116,48 @@ inline constexpr auto kCpValues = std::make_tuple(
                             "log-likelihood",
                     .lo = 1e-300,
                     .hi = 1,
+                    .bench = true},
+    CpValue<int>{.key = "gcp_samples",
+                 .field = &algo::CpOptions::gcp_samples,
+                 .help = "--solver gcp: nonzeros sampled per step (0: 1% of them, at least "
+                         "1000)",
+                 .hi = 2e9,
+                 .bench = true},
+    CpValue<int>{.key = "gcp_zero_samples",
+                 .field = &algo::CpOptions::gcp_zero_samples,
+                 .help = "--solver gcp: entries sampled as zeros per step (0: as many as "
+                         "--gcp-samples)",
+                 .hi = 2e9,
+                 .bench = true},
+    CpValue<int>{.key = "gcp_epoch_iters",
+                 .field = &algo::CpOptions::gcp_epoch_iters,
+                 .help = "--solver gcp: Adam steps per epoch (--iters counts epochs)",
+                 .lo = 1,
+                 .hi = 1e8,
+                 .bench = true},
+    CpValue<double>{.key = "gcp_lr",
+                    .field = &algo::CpOptions::gcp_lr,
+                    .help = "--solver gcp: Adam's step size at the start (divided by 10 after "
+                            "each epoch whose loss rose, which is undone)",
+                    .lo = 1e-300,
+                    .hi = 1e6,
+                    .bench = true},
+    CpValue<int>{.key = "gcp_fails",
+                 .field = &algo::CpOptions::gcp_fails,
+                 .help = "--solver gcp: step-size decreases before the run stops",
+                 .hi = 100,
+                 .bench = true},
+    CpValue<int>{.key = "gcp_eval_samples",
+                 .field = &algo::CpOptions::gcp_eval_samples,
+                 .help = "--solver gcp: nonzeros (and as many zeros) of the fixed sample the "
+                         "loss is estimated on after each epoch (0: up to 100000)",
+                 .hi = 2e9,
+                 .bench = true},
+    CpValue<double>{.key = "gcp_huber_delta",
+                    .field = &algo::CpOptions::gcp_huber_delta,
+                    .help = "--loss huber: the threshold between its quadratic and linear parts",
+                    .lo = 1e-300,
+                    .hi = 1e300,
                     .bench = true});
 
 template <typename F>
@@ -141,8 +183,10 @@ void add_cp_values(nlohmann::json& opts, const algo::CpOptions& o, CpRows rows =
 
 /// The constrained-CP options parsed per mode (docs/constrained-cp.md) and --cuda-graph.
 struct CpConstraintArgs {
-  /// gaussian (least squares: CP-ALS) | poisson (counts: CP-APR; docs/counts.md)
+  /// gaussian | poisson | bernoulli | gamma | rayleigh | huber (docs/counts.md)
   std::string loss = "gaussian";
+  /// auto | als | apr | gcp (algo::Solver; auto: als for gaussian, apr for poisson, else gcp)
+  std::string solver = "auto";
   std::string nonneg = "none";  ///< all | none | modes "0,2"; "" (a bare --nonneg): all
   std::string l1 = "0";         ///< one value, or one per mode "0.1,0,0"
   /// "" (not given): kCompletionL2 on every mode with observed_only, else 0.
@@ -159,6 +203,10 @@ struct CpConstraintArgs {
 /// (splatt-med, R = 2-8); 0.01 removes that and leaves a dense tensor's completion as it was
 /// (aminoacid, R = 3: held-out RMSE 5.134 against 5.135; docs/constrained-cp.md).
 inline constexpr double kCompletionL2 = 0.01;
+
+/// The solver a run's --loss and --solver mean (auto resolved); InputError for a pair that
+/// does not exist.
+algo::Solver solver_of(const CpConstraintArgs& a);
 
 /// Sets o.nonneg, l1, l2 for a tensor of this order, o.holdout_seed (= o.seed) and
 /// o.device_loop. Collective: an InputError names the option on every rank.

@@ -237,6 +237,13 @@ nlohmann::json cp_iterations_json(const std::vector<algo::CpIteration>& history)
       its[k]["kkt_violation"] = history[k].kkt;
       its[k]["inner_iterations"] = history[k].inner_iters;
     }
+  for (std::size_t k = 0; k < history.size(); ++k)
+    if (!std::isnan(history[k].gcp_loss)) {  // GCP
+      its[k]["loss"] = history[k].gcp_loss;
+      its[k]["step_size"] = history[k].lr;
+      if (!std::isnan(history[k].holdout_loss)) its[k]["holdout_loss"] = history[k].holdout_loss;
+      if (!std::isnan(history[k].auc)) its[k]["auc"] = history[k].auc;
+    }
   return its;
 }
 

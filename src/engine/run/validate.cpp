@@ -142,25 +142,32 @@ bool all_zero(const std::string& s, const char* flag) {
   return std::all_of(v.begin(), v.end(), [](double x) { return x == 0; });
 }
 
-/// What --loss poisson (CP-APR, algo/cp_apr.hpp) does not combine with.
-void check_poisson_options(const CpRunOptions& o) {
-  const auto no = [](bool ok, const std::string& what, const char* why) {
-    TESSERA_INPUT_CHECK(ok, "--loss poisson with " << what << ": " << why);
+/// What CP-APR (--loss poisson, algo/cp_apr.hpp) and GCP (--solver gcp, algo/cp_gcp.hpp) do
+/// not combine with.
+void check_not_als_options(const CpRunOptions& o, algo::Solver solver) {
+  const bool apr = solver == algo::Solver::apr;
+  const std::string head = "--loss " + o.con.loss + (apr ? "" : " (GCP)") + " with ";
+  const char* what = apr ? "Poisson CP" : "GCP";
+  const auto no = [&](bool ok, const std::string& opt, const std::string& why) {
+    TESSERA_INPUT_CHECK(ok, head << opt << ": " << why);
   };
   no(!o.als.observed_only, "--observed-only",
-     "Poisson CP fits every entry, the zeros included (use --loss gaussian for completion)");
-  no(o.als.holdout == 0, "--holdout", "held-out entries are not implemented for Poisson CP");
+     std::string(what) +
+         " fits every entry, the zeros included (use --loss gaussian for completion)");
+  if (apr)
+    no(o.als.holdout == 0, "--holdout", "held-out entries are not implemented for Poisson CP");
   no(all_zero(o.con.l1, "--l1") && (o.con.l2.empty() || all_zero(o.con.l2, "--l2")), "--l1/--l2",
-     "penalties are not implemented for Poisson CP");
+     std::string("penalties are not implemented for ") + what);
   no(o.init != "nvecs", "--init nvecs",
-     "singular vectors have negative entries; use --init random or file:MODEL.h5");
+     apr ? "singular vectors have negative entries; use --init random or file:MODEL.h5"
+         : "use --init random or file:MODEL.h5");
   no(o.ckpt.every == 0 && o.ckpt.resume.empty(), "--checkpoint-every/--resume",
-     "checkpoints of Poisson CP are not implemented (a resumed run would lose each mode's last "
-     "Phi); use --out and --init file:MODEL.h5 to continue from a model");
+     std::string("checkpoints of ") + what +
+         " are not implemented; use --out and --init file:MODEL.h5 to continue from a model");
   no(o.run.strategy != "layer", "--comm-strategy layer",
-     "Poisson CP runs with the allreduce strategy (every rank holds every factor row)");
+     std::string(what) + " runs with the allreduce strategy (every rank holds every factor row)");
   no(o.run.tier == "auto" || o.run.tier == "1", "--tier " + o.run.tier,
-     "Poisson CP needs the tensor in memory (tier 1)");
+     std::string(what) + " needs the tensor in memory (tier 1)");
 }
 
 void check_cp_options(const CpRunOptions& o) {
@@ -178,7 +185,8 @@ void check_cp_options(const CpRunOptions& o) {
   check_cp_constraint_args(o.con);
   check_checkpoint_args(o.ckpt);
   check_compute_options(o.run, o.load);
-  if (algo::parse_loss(o.con.loss) == algo::Loss::poisson) check_poisson_options(o);
+  const algo::Solver solver = solver_of(o.con);
+  if (solver != algo::Solver::als) check_not_als_options(o, solver);
   TESSERA_INPUT_CHECK(!(o.run.strategy == "layer" && o.load.partition == "nnz"),
                       "--comm-strategy layer with --partition nnz: the layer strategy needs the "
                       "grid partition (use --partition grid, or leave --partition out)");
