@@ -232,7 +232,8 @@ u64 loop_backend_bytes(const Request& req, const Shape& s) {
     return add(mul(mul(s.sum_dims, R), v), mul(out, 3));
   }
   const u64 phi = req.poisson ? mul(mul(s.sum_dims, R), v) : 0;  // CP-APR's Phi per mode
-  return add(add(mul(mul(s.sum_dims, R), v), mul(mul(mul(s.max_dim, R), v), 2)), phi);
+  const u64 gcp = req.gcp ? mul(mul(mul(s.sum_dims, R), v), 6) : 0;  // GCP's Adam arrays
+  return add(add(add(mul(mul(s.sum_dims, R), v), mul(mul(mul(s.max_dim, R), v), 2)), phi), gcp);
 }
 
 /// CP --observed-only beside the plain loop, in the backend's memory: every mode's packed

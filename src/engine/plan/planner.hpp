@@ -87,6 +87,9 @@ struct Request {
   bool completion = false;
   /// CP --loss poisson (CP-APR): per mode a Phi (rows x R) beside the factor.
   bool poisson = false;
+  /// CP --solver gcp (GCP-SGD): the gradient, Adam's two moments and the last good epoch's
+  /// factors and moments: six more arrays of the factors' size.
+  bool gcp = false;
   int force_tier = 0;      ///< --tier: 0 = auto, else 1, 2 or 3
   nnz_t stream_chunk = 0;  ///< --stream-chunk: nonzeros per streamed chunk (0: planned)
   int read_ahead = 2;      ///< --read-ahead: tier 3 chunks read ahead (buffers: + 1)

@@ -50,6 +50,7 @@ PlanContext plan_context(const CpRunOptions& o) {
   pc.cp_rank = o.als.rank;
   pc.completion = o.als.observed_only;
   pc.poisson = o.con.loss == "poisson" && o.con.solver != "gcp";
+  pc.gcp = (o.con.loss != "gaussian" && o.con.loss != "poisson") || o.con.solver == "gcp";
   const bool poisson = o.con.loss != "gaussian" || o.con.solver == "gcp";  // not ALS
   pc.tier1_only = o.als.observed_only || o.als.holdout > 0 || o.init == "nvecs" || poisson;
   pc.tier1_why = o.als.observed_only ? std::string("--observed-only")

@@ -259,6 +259,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   req.tier1_why = pc.tier1_why;
   req.completion = pc.completion;
   req.poisson = pc.poisson;
+  req.gcp = pc.gcp;
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && o.grid.empty();
   req.relabel = o.relabel;
   plan::TensorFacts facts;

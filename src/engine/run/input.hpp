@@ -50,6 +50,7 @@ struct PlanContext {
   std::string tier1_why;
   bool completion = false;  ///< CP --observed-only (plan::Request::completion)
   bool poisson = false;     ///< CP --loss poisson (plan::Request::poisson)
+  bool gcp = false;         ///< CP --solver gcp (plan::Request::gcp)
 };
 
 /// A run's input, where the plan put it:
