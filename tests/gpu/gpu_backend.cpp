@@ -459,7 +459,6 @@ void expect_gcp_match(Backend<T>& gpu, Backend<T>& ref, const std::vector<std::u
 }
 
 TYPED_TEST(CudaBackendTest, GcpGradientMatchesTheReference) {
-  using T = TypeParam;
   auto& gpu = *this->gpu_;
   auto& ref = *this->ref_;
   std::uint64_t seed = 2300;
