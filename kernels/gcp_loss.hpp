@@ -41,17 +41,17 @@ TESSERA_HD inline double gcp_value(const GcpLossSpec& s, double x, double m) {
     case GcpLoss::gaussian:
       return (x - m) * (x - m);
     case GcpLoss::poisson:
-      return ::exp(m) - x * m;
-    case GcpLoss::bernoulli:  // ::log(1 + e^m), without overflow
-      return (m > 0 ? m + ::log1p(::exp(-m)) : ::log1p(::exp(m))) - x * m;
+      return std::exp(m) - x * m;
+    case GcpLoss::bernoulli:  // log(1 + e^m), without overflow
+      return (m > 0 ? m + std::log1p(std::exp(-m)) : std::log1p(std::exp(m))) - x * m;
     case GcpLoss::gamma: {
       const double mm = (m > 0 ? m : 0) + s.eps;
-      return x / mm + ::log(mm);
+      return x / mm + std::log(mm);
     }
     case GcpLoss::rayleigh: {
       const double mm = (m > 0 ? m : 0) + s.eps;
       const double q = x / mm;
-      return 2 * ::log(mm) + 0.7853981633974483 * q * q;
+      return 2 * std::log(mm) + 0.7853981633974483 * q * q;
     }
     case GcpLoss::huber: {
       const double r = x - m, a = r < 0 ? -r : r;
@@ -67,9 +67,9 @@ TESSERA_HD inline double gcp_deriv(const GcpLossSpec& s, double x, double m) {
     case GcpLoss::gaussian:
       return 2 * (m - x);
     case GcpLoss::poisson:
-      return ::exp(m) - x;
+      return std::exp(m) - x;
     case GcpLoss::bernoulli:  // sigmoid(m) - x
-      return (m >= 0 ? 1 / (1 + ::exp(-m)) : ::exp(m) / (1 + ::exp(m))) - x;
+      return (m >= 0 ? 1 / (1 + std::exp(-m)) : std::exp(m) / (1 + std::exp(m))) - x;
     case GcpLoss::gamma: {
       const double mm = (m > 0 ? m : 0) + s.eps;
       return -x / (mm * mm) + 1 / mm;
