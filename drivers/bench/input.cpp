@@ -45,9 +45,8 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   if (a.what == "cp") be.set_rank_hint(a.rank);
   // bench cp generates on the backend unless asked (--generate-on host) or unless it needs the
   // distributed host block (--observed-only, --holdout: cp_als on a Distributed).
-  const bool needs_block =
-      a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 || a.con.loss != "gaussian" ||
-                         a.con.solver == "gcp");
+  const bool needs_block = a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 ||
+                                              a.con.loss != "gaussian" || a.con.solver == "gcp");
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(
         !(needs_block && a.generate_on == "backend"),
@@ -157,8 +156,8 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
     req.extra.push_back({"bandwidth probe (2 arrays)", std::uint64_t(1) << 30, 0, 0, ""});
   req.completion = a.what == "cp" && a.cp.observed_only;
   req.poisson = a.what == "cp" && a.con.loss == "poisson" && a.con.solver != "gcp";
-  req.gcp = a.what == "cp" && ((a.con.loss != "gaussian" && a.con.loss != "poisson") ||
-                               a.con.solver == "gcp");
+  req.gcp = a.what == "cp" &&
+            ((a.con.loss != "gaussian" && a.con.loss != "poisson") || a.con.solver == "gcp");
   if (generates_on_host(a)) {
     // algo::generate beyond what a text read holds: the packed keys and the permutation of
     // its sort, 24 bytes per generated nonzero of this rank (measured: 6.01 GB for 76.9M

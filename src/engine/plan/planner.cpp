@@ -231,7 +231,7 @@ u64 loop_backend_bytes(const Request& req, const Shape& s) {
     const u64 out = mul(mul(s.max_rows, s.ttmc_cols), v);
     return add(mul(mul(s.sum_dims, R), v), mul(out, 3));
   }
-  const u64 phi = req.poisson ? mul(mul(s.sum_dims, R), v) : 0;  // CP-APR's Phi per mode
+  const u64 phi = req.poisson ? mul(mul(s.sum_dims, R), v) : 0;      // CP-APR's Phi per mode
   const u64 gcp = req.gcp ? mul(mul(mul(s.sum_dims, R), v), 6) : 0;  // GCP's Adam arrays
   return add(add(add(mul(mul(s.sum_dims, R), v), mul(mul(mul(s.max_dim, R), v), 2)), phi), gcp);
 }

@@ -196,7 +196,29 @@ void log_done(const algo::CpResult& res, nnz_t nnz, int order, int ran, const al
           : (res.phases.get("kernel") + res.phases.get("comm") + res.phases.get("solve")) / ran,
       kern > 0 ? static_cast<double>(nnz) / world.size() * order * ran / kern : 0.0);
   log::info(line);
-  if (ao.holdout > 0) {
+  if (ao.solver == algo::Solver::apr) {
+    std::snprintf(line, sizeof(line),
+                  "Poisson CP: log-likelihood %.10e, KKT violation %.3e, %lld inner iterations, "
+                  "%lld inadmissible zero(s) shifted",
+                  res.loglik, res.kkt, static_cast<long long>(res.inner_iters),
+                  static_cast<long long>(res.apr_shifts));
+    log::info(line);
+  } else if (ao.solver == algo::Solver::gcp) {
+    std::snprintf(line, sizeof(line),
+                  "GCP (%s): loss estimate %.10e; %lld nonzero and %lld zero samples per step, "
+                  "%d step-size decrease(s)",
+                  algo::to_string(ao.loss).c_str(), res.gcp_loss,
+                  static_cast<long long>(res.gcp_samples),
+                  static_cast<long long>(res.gcp_zero_samples), res.gcp_fails);
+    log::info(line);
+    if (ao.holdout > 0) {
+      std::snprintf(line, sizeof(line),
+                    "held-out entries: %llu, mean loss %.6g with as many sampled zeros, AUC %.4f",
+                    static_cast<unsigned long long>(res.holdout_entries), res.holdout_loss,
+                    res.auc);
+      log::info(line);
+    }
+  } else if (ao.holdout > 0) {
     std::snprintf(line, sizeof(line),
                   "held-out entries: validation RMSE %.6g on %llu entries (predicting the "
                   "training mean: %.6g)",
