@@ -9,6 +9,10 @@ tessera_test_executable(kernels_dense_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_dense.cpp LIBS tessera::kernels)
 tessera_add_test(kernels_dense kernels_dense_test)
 
+tessera_test_executable(kernels_gcp_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_gcp.cpp LIBS tessera::kernels)
+tessera_add_test(kernels_gcp kernels_gcp_test)
+
 tessera_test_executable(kernels_backend_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/unit/kernels_backend.cpp LIBS tessera::kernels)
 tessera_add_test(kernels_backend kernels_backend_test)

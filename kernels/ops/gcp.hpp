@@ -21,16 +21,16 @@
 ///  - grads (empty, or one pointer per mode to dims[n] x R in backend memory, overwritten):
 ///    grads[n] row i = sum over the samples with i_n = i of d_s prod_{k != n} factors[k](i_k, :).
 /// Summed over disjoint sample sets the results add up (the ranks' parts are all-reduced).
-#define TESSERA_GCP_GRADIENT_OP(T)                                                               \
-  void gcp_gradient(Backend<T>& be, const SparseTensor<T>& samples, nnz_t nonzero_samples,      \
+#define TESSERA_GCP_GRADIENT_OP(T)                                                                \
+  void gcp_gradient(Backend<T>& be, const SparseTensor<T>& samples, nnz_t nonzero_samples,        \
                     double w_nonzero, double w_zero, const std::vector<const T*>& factors, int R, \
                     const GcpLossSpec& loss, const std::vector<T*>& grads, double* host_loss)
 
 /// One Adam step (Kingma and Ba) on n values in backend memory at step t >= 1: m = b1 m +
 /// (1 - b1) g; v = b2 v + (1 - b2) g^2; x -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) +
 /// eps); then x = max(x, 0) when `nonnegative`.
-#define TESSERA_ADAM_STEP_OP(T)                                                                \
-  void adam_step(Backend<T>& be, T* x, const T* g, T* m, T* v, std::int64_t n, double lr,     \
+#define TESSERA_ADAM_STEP_OP(T)                                                           \
+  void adam_step(Backend<T>& be, T* x, const T* g, T* m, T* v, std::int64_t n, double lr, \
                  double beta1, double beta2, double eps, std::int64_t t, bool nonnegative)
 
 namespace tessera::kernels {
@@ -42,8 +42,8 @@ namespace ops {
 
 template <typename T>
 inline TESSERA_GCP_GRADIENT_OP(T) {
-  TESSERA_DISPATCH(be, gcp_gradient, samples, nonzero_samples, w_nonzero, w_zero, factors, R,
-                   loss, grads, host_loss);
+  TESSERA_DISPATCH(be, gcp_gradient, samples, nonzero_samples, w_nonzero, w_zero, factors, R, loss,
+                   grads, host_loss);
 }
 template <typename T>
 inline TESSERA_ADAM_STEP_OP(T) {

@@ -15,6 +15,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/ops/apr.hpp"
+#include "kernels/ops/gcp.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -382,6 +383,137 @@ TYPED_TEST(CudaBackendTest, AprDenseStepsMatchTheReference) {
       EXPECT_LT(rel_error(got, want), 1e-12) << where << " column sums";
     }
   }
+}
+
+// ---- GCP (kernels/ops/gcp.hpp) ----
+
+/// GCP samples of a tensor of shape dims: S coordinates of random_tensor, the first nz with
+/// data >= 0 (in {0, 1} for bernoulli), the rest 0.
+template <typename T>
+SparseTensor<T> gcp_samples(const std::vector<std::uint64_t>& dims, nnz_t S, nnz_t nz, GcpLoss loss,
+                            std::uint64_t seed) {
+  SparseTensor<T> x = random_tensor<T>(dims, S, seed);
+  for (nnz_t s = 0; s < x.nnz(); ++s) {
+    T& v = x.vals[static_cast<std::size_t>(s)];
+    if (s >= nz)
+      v = T(0);
+    else if (loss == GcpLoss::bernoulli)
+      v = T(s % 2);
+    else
+      v = std::abs(v) * T(3);
+  }
+  return x;
+}
+
+/// ops::gcp_gradient on `gpu` against the reference: the loss and the gradients (poisoned
+/// first), then the loss alone and the gradients alone. The model values are computed in
+/// double on both sides; float gradients differ by the order of their float atomicAdds.
+template <typename T>
+void expect_gcp_match(Backend<T>& gpu, Backend<T>& ref, const std::vector<std::uint64_t>& dims,
+                      nnz_t S, nnz_t nz, int R, GcpLoss kind, std::uint64_t seed) {
+  const int N = static_cast<int>(dims.size());
+  GcpLossSpec spec;
+  spec.kind = kind;
+  spec.huber_delta = 0.5;  // both of huber's branches occur
+  const auto x = gcp_samples<T>(dims, S, nz, kind, seed);
+  const bool pos = gcp_nonnegative(kind);
+  const auto fg = pos ? positive_factors(gpu, dims, R, seed) : random_factors(gpu, dims, R, seed);
+  const auto fr = pos ? positive_factors(ref, dims, R, seed) : random_factors(ref, dims, R, seed);
+  const double wn = 2.5, wz = 0.7, nan = std::numeric_limits<double>::quiet_NaN();
+  const std::string where = "loss " + std::to_string(static_cast<int>(kind)) + " order " +
+                            std::to_string(N) + " R " + std::to_string(R) + " samples " +
+                            std::to_string(x.nnz()) + " nonzero " + std::to_string(nz);
+  std::vector<Array<T>> gg, gr;
+  std::vector<T*> pg, pr;
+  for (int n = 0; n < N; ++n) {
+    const std::size_t len = static_cast<std::size_t>(dims[static_cast<std::size_t>(n)]) * R;
+    gg.push_back(poisoned(gpu, len));
+    gr.push_back(poisoned(ref, len));
+    pg.push_back(gg.back().data());
+    pr.push_back(gr.back().data());
+  }
+  double lg = nan, lr = nan;
+  ops::gcp_gradient(gpu, x, nz, wn, wz, fg.ptrs, R, spec, pg, &lg);
+  ops::gcp_gradient(ref, x, nz, wn, wz, fr.ptrs, R, spec, pr, &lr);
+  const double loss_tol = phi_tol<T>() * std::max(std::abs(lr), static_cast<double>(x.nnz()));
+  EXPECT_NEAR(lg, lr, loss_tol) << where;
+  std::vector<std::vector<T>> want;
+  for (int n = 0; n < N; ++n) {
+    const std::size_t len = static_cast<std::size_t>(dims[static_cast<std::size_t>(n)]) * R;
+    want.push_back(downloaded(ref, pr[static_cast<std::size_t>(n)], len));
+    const auto got = downloaded(gpu, pg[static_cast<std::size_t>(n)], len);
+    EXPECT_LT(rel_error(got, want.back()), phi_tol<T>()) << where << " mode " << n;
+    if (x.nnz() == 0) {
+      for (T v : got) ASSERT_EQ(v, T(0)) << where;
+    }
+  }
+  double alone = nan;  // the loss alone
+  ops::gcp_gradient(gpu, x, nz, wn, wz, fg.ptrs, R, spec, {}, &alone);
+  EXPECT_NEAR(alone, lr, loss_tol) << where << " loss only";
+  for (std::size_t n = 0; n < pg.size(); ++n)
+    gpu.fill(pg[n], want[n].size(), std::numeric_limits<T>::quiet_NaN());
+  ops::gcp_gradient(gpu, x, nz, wn, wz, fg.ptrs, R, spec, pg, static_cast<double*>(nullptr));
+  for (std::size_t n = 0; n < pg.size(); ++n)
+    EXPECT_LT(rel_error(downloaded(gpu, pg[n], want[n].size()), want[n]), phi_tol<T>())
+        << where << " gradients only, mode " << n;
+}
+
+TYPED_TEST(CudaBackendTest, GcpGradientMatchesTheReference) {
+  using T = TypeParam;
+  auto& gpu = *this->gpu_;
+  auto& ref = *this->ref_;
+  std::uint64_t seed = 2300;
+  const GcpLoss losses[] = {GcpLoss::gaussian, GcpLoss::poisson,  GcpLoss::bernoulli,
+                            GcpLoss::gamma,    GcpLoss::rayleigh, GcpLoss::huber};
+  const std::vector<std::uint64_t> d3 = {40, 30, 35}, d4 = {12, 9, 15, 7};
+  for (GcpLoss k : losses) {
+    for (int R : {1, 5, 16, 32, 40, 100}) {
+      expect_gcp_match(gpu, ref, d3, 3000, 1200, R, k, ++seed);
+      expect_gcp_match(gpu, ref, d4, 2500, 1000, R, k, ++seed);
+    }
+    // Orders 1, 2, 9 and 16; all nonzero or all zero samples.
+    expect_gcp_match(gpu, ref, {50}, 400, 100, 7, k, ++seed);
+    expect_gcp_match(gpu, ref, {60, 45}, 2000, 900, 40, k, ++seed);
+    expect_gcp_match(gpu, ref, {4, 3, 5, 4, 3, 4, 5, 3, 4}, 1500, 600, 5, k, ++seed);
+    expect_gcp_match(gpu, ref, std::vector<std::uint64_t>(16, 3), 900, 300, 16, k, ++seed);
+    expect_gcp_match(gpu, ref, d3, 3000, 3000, 16, k, ++seed);
+    expect_gcp_match(gpu, ref, d3, 3000, 0, 16, k, ++seed);
+  }
+  // Many samples (many blocks, hot rows), no samples, a single one.
+  expect_gcp_match(gpu, ref, {300, 200, 50}, 200000, 80000, 32, GcpLoss::poisson, ++seed);
+  expect_gcp_match(gpu, ref, {17, 5, 9}, 0, 0, 7, GcpLoss::gaussian, ++seed);
+  expect_gcp_match(gpu, ref, {17, 5, 9}, 1, 1, 40, GcpLoss::bernoulli, ++seed);
+}
+
+TYPED_TEST(CudaBackendTest, AdamStepMatchesTheReference) {
+  using T = TypeParam;
+  std::uint64_t seed = 2400;
+  for (std::int64_t n : {0, 1, 1000, 300000})
+    for (bool nonneg : {false, true})
+      for (std::int64_t t : {1, 9}) {
+        const std::size_t len = static_cast<std::size_t>(n);
+        const std::string where =
+            "n " + std::to_string(n) + " t " + std::to_string(t) + (nonneg ? " nonnegative" : "");
+        const auto x = random_vector<T>(len, ++seed, -0.05, 0.05);  // near 0: the clamp acts
+        const auto g = random_vector<T>(len, ++seed);
+        const auto m = random_vector<T>(len, ++seed, -0.1, 0.1);
+        const auto v = random_vector<T>(len, ++seed, 0.0, 0.1);
+        auto xg = this->on_gpu(x), gg = this->on_gpu(g), mg = this->on_gpu(m), vg = this->on_gpu(v);
+        auto xr = this->on_ref(x), gr = this->on_ref(g), mr = this->on_ref(m), vr = this->on_ref(v);
+        ops::adam_step(*this->gpu_, xg.data(), gg.data(), mg.data(), vg.data(), n, 0.01, 0.9, 0.999,
+                       1e-8, t, nonneg);
+        ops::adam_step(*this->ref_, xr.data(), gr.data(), mr.data(), vr.data(), n, 0.01, 0.9, 0.999,
+                       1e-8, t, nonneg);
+        EXPECT_LT(rel_error(this->from_gpu(xg.data(), len), this->from_ref(xr.data(), len)),
+                  tol<T>())
+            << where << " x";
+        EXPECT_LT(rel_error(this->from_gpu(mg.data(), len), this->from_ref(mr.data(), len)),
+                  tol<T>())
+            << where << " m";
+        EXPECT_LT(rel_error(this->from_gpu(vg.data(), len), this->from_ref(vr.data(), len)),
+                  tol<T>())
+            << where << " v";
+      }
 }
 
 TYPED_TEST(CudaBackendTest, MttkrpEmptyAndSingle) {
