@@ -97,9 +97,9 @@ void bench_cp_gcp(Context<T>& c, const algo::CpOptions& o) {
                      {"samples/s", 12},
                      {"loss", 16}});
   table.header();
-  table.row({"mean", cell("%.4g", it_s), cell("%.1f", 100 * k / it_s), cell("%.1f", 100 * cm / it_s),
-             cell("%.1f", 100 * s / it_s), cell("%.3g", samples), cell("%.3g", samples / it_s),
-             cell("%.8e", res.gcp_loss)});
+  table.row({"mean", cell("%.4g", it_s), cell("%.1f", 100 * k / it_s),
+             cell("%.1f", 100 * cm / it_s), cell("%.1f", 100 * s / it_s), cell("%.3g", samples),
+             cell("%.3g", samples / it_s), cell("%.8e", res.gcp_loss)});
   flush();
   nlohmann::json& j = c.j;
   j["loss"] = algo::to_string(o.loss);

@@ -45,9 +45,8 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   if (a.what == "cp") be.set_rank_hint(a.rank);
   // bench cp generates on the backend unless asked (--generate-on host) or unless it needs the
   // distributed host block (--observed-only, --holdout: cp_als on a Distributed).
-  const bool needs_block =
-      a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 || a.con.loss != "gaussian" ||
-                         a.con.solver == "gcp");
+  const bool needs_block = a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 ||
+                                              a.con.loss != "gaussian" || a.con.solver == "gcp");
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(
         !(needs_block && a.generate_on == "backend"),

@@ -144,13 +144,13 @@ struct CpOptions {
   /// Solver::gcp: max_iters counts epochs and tol is the relative change of the estimated
   /// loss below which the run converges.
   Solver solver = Solver::automatic;
-  int gcp_samples = 0;       ///< nonzero samples per step (0: auto)
-  int gcp_zero_samples = 0;  ///< zero samples per step (0: as many as nonzero ones)
-  int gcp_epoch_iters = 100;          ///< steps per epoch
-  double gcp_lr = 1e-3;               ///< Adam's step size at the start
-  int gcp_fails = 3;                  ///< step-size decreases (x 0.1) before the run stops
-  int gcp_eval_samples = 0;  ///< nonzero (and zero) samples of the loss estimate (0: auto)
-  double gcp_huber_delta = 1.0;       ///< huber's threshold
+  int gcp_samples = 0;           ///< nonzero samples per step (0: auto)
+  int gcp_zero_samples = 0;      ///< zero samples per step (0: as many as nonzero ones)
+  int gcp_epoch_iters = 100;     ///< steps per epoch
+  double gcp_lr = 1e-3;          ///< Adam's step size at the start
+  int gcp_fails = 3;             ///< step-size decreases (x 0.1) before the run stops
+  int gcp_eval_samples = 0;      ///< nonzero (and zero) samples of the loss estimate (0: auto)
+  double gcp_huber_delta = 1.0;  ///< huber's threshold
 };
 
 struct CpIteration {

@@ -18,7 +18,7 @@
 namespace tessera::algo {
 
 namespace {
-constexpr const char* kLossNames[] = {"gaussian", "poisson", "bernoulli",
+constexpr const char* kLossNames[] = {"gaussian", "poisson",  "bernoulli",
                                       "gamma",    "rayleigh", "huber"};
 constexpr const char* kSolverNames[] = {"auto", "als", "apr", "gcp"};
 }  // namespace

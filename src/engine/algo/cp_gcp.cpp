@@ -49,8 +49,7 @@ void check_values(const SparseTensor<T>& x, Loss loss, const comm::Communicator&
     }
   }
   c.allreduce(v, 3);
-  if (v[0] > 0)
-    throw CollectiveError(name + ": the tensor has values that are not finite numbers");
+  if (v[0] > 0) throw CollectiveError(name + ": the tensor has values that are not finite numbers");
   const std::string l = to_string(loss);
   const bool counts = loss == Loss::poisson || loss == Loss::gamma || loss == Loss::rayleigh;
   if ((counts || loss == Loss::bernoulli) && v[1] > 0) {
@@ -68,9 +67,8 @@ void check_values(const SparseTensor<T>& x, Loss loss, const comm::Communicator&
     char line[64];
     std::snprintf(line, sizeof(line), "%.6g", e);
     throw CollectiveError(name + ": --loss bernoulli needs values 0 or 1, but the tensor has " +
-                          std::to_string(static_cast<long long>(v[2])) +
-                          " other value(s), e.g. " + line +
-                          " (use --loss poisson for counts)");
+                          std::to_string(static_cast<long long>(v[2])) + " other value(s), e.g. " +
+                          line + " (use --loss poisson for counts)");
   }
 }
 
@@ -79,8 +77,15 @@ class Gcp {
  public:
   Gcp(const partition::Distributed<T>& d, kernels::Backend<T>& be, const comm::Communicator& ctrl,
       const comm::Communicator& data, const CpOptions& opt, CpResult& res)
-      : d_(d), be_(be), ctrl_(ctrl), data_(data), opt_(opt), res_(res), N_(d.dist.order()),
-        R_(opt.rank), spec_(spec_of(opt)) {}
+      : d_(d),
+        be_(be),
+        ctrl_(ctrl),
+        data_(data),
+        opt_(opt),
+        res_(res),
+        N_(d.dist.order()),
+        R_(opt.rank),
+        spec_(spec_of(opt)) {}
 
   void setup();
   void iterate();
@@ -91,15 +96,14 @@ class Gcp {
     return static_cast<std::int64_t>(d_.dist.dims[static_cast<std::size_t>(n)]);
   }
   /// This rank's samples of (epoch, step): nonzero ones first (their count in *k).
-  SparseTensor<T> draw(std::uint64_t epoch, std::uint64_t step, std::int64_t s_nz,
-                       std::int64_t s_z, nnz_t* k) const;
+  SparseTensor<T> draw(std::uint64_t epoch, std::uint64_t step, std::int64_t s_nz, std::int64_t s_z,
+                       nnz_t* k) const;
   std::vector<const T*> factor_ptrs() const {
     std::vector<const T*> p;
     for (int n = 0; n < N_; ++n) p.push_back(F_.data() + off_[static_cast<std::size_t>(n)]);
     return p;
   }
-  double loss_of(const SparseTensor<T>& s, nnz_t k, double w_nz, double w_z,
-                 std::vector<T*> grads);
+  double loss_of(const SparseTensor<T>& s, nnz_t k, double w_nz, double w_z, std::vector<T*> grads);
   void holdout_eval(double* loss, double* auc);
   std::vector<std::vector<double>> host_factors();
   double final_fit();
@@ -137,8 +141,8 @@ SparseTensor<T> Gcp<T>::draw(std::uint64_t epoch, std::uint64_t step, std::int64
   const SparseTensor<T>& x = *train_;
   const nnz_t mine = x.nnz();
   for (std::int64_t j = 0; j < s_nz && n_train_ > 0; ++j) {
-    const nnz_t g = hash_keys(opt_.seed ^ kNonzeroKey, epoch, step, static_cast<std::uint64_t>(j)) %
-                    n_train_;
+    const nnz_t g =
+        hash_keys(opt_.seed ^ kNonzeroKey, epoch, step, static_cast<std::uint64_t>(j)) % n_train_;
     if (g < first_ || g >= first_ + mine) continue;
     const nnz_t l = g - first_;
     for (int n = 0; n < N_; ++n)
@@ -149,8 +153,8 @@ SparseTensor<T> Gcp<T>::draw(std::uint64_t epoch, std::uint64_t step, std::int64
   const auto P = static_cast<std::int64_t>(ctrl_.size());
   for (std::int64_t j = ctrl_.rank(); j < s_z; j += P) {
     for (int n = 0; n < N_; ++n) {
-      const std::uint64_t h = hash_keys(opt_.seed ^ kZeroKey, epoch, step,
-                                        static_cast<std::uint64_t>(j) * 16 + n);
+      const std::uint64_t h =
+          hash_keys(opt_.seed ^ kZeroKey, epoch, step, static_cast<std::uint64_t>(j) * 16 + n);
       s.idx[static_cast<std::size_t>(n)].push_back(
           static_cast<index_t>(h % d_.dist.dims[static_cast<std::size_t>(n)]));
     }
@@ -246,7 +250,8 @@ void Gcp<T>::setup() {
   for (int n = 0; n < N_; ++n)
     std::copy(h[static_cast<std::size_t>(n)].begin(), h[static_cast<std::size_t>(n)].end(),
               packed.begin() + static_cast<std::ptrdiff_t>(off_[static_cast<std::size_t>(n)]));
-  for (auto* a : {&F_, &G_, &M_, &V_, &F0_, &M0_, &V0_}) *a = be_.allocate(std::max<std::size_t>(total_, 1));
+  for (auto* a : {&F_, &G_, &M_, &V_, &F0_, &M0_, &V0_})
+    *a = be_.allocate(std::max<std::size_t>(total_, 1));
   be_.upload(packed.data(), total_, F_.data());
   be_.fill(M_.data(), total_, T(0));
   be_.fill(V_.data(), total_, T(0));
@@ -283,7 +288,8 @@ void Gcp<T>::holdout_eval(double* loss, double* auc) {
   std::vector<std::uint64_t> c(static_cast<std::size_t>(N_));
   double sums[2] = {0, static_cast<double>(hold_.vals.size())};  // loss, held-out count
   for (std::size_t e = 0; e < hold_.vals.size(); ++e) {
-    for (int n = 0; n < N_; ++n) c[static_cast<std::size_t>(n)] = hold_.idx[static_cast<std::size_t>(n)][e];
+    for (int n = 0; n < N_; ++n)
+      c[static_cast<std::size_t>(n)] = hold_.idx[static_cast<std::size_t>(n)][e];
     const double m = model_at(c.data());
     sums[0] += kernels::gcp_value(spec_, hold_.vals[e], m);
     pos.push_back(m);
@@ -293,9 +299,9 @@ void Gcp<T>::holdout_eval(double* loss, double* auc) {
   double zsum = 0;
   for (std::int64_t j = ctrl_.rank(); j < H; j += ctrl_.size()) {
     for (int n = 0; n < N_; ++n)
-      c[static_cast<std::size_t>(n)] =
-          hash_keys(opt_.seed ^ kZeroKey, kEvalEpoch - 1, 0, static_cast<std::uint64_t>(j) * 16 + n) %
-          d_.dist.dims[static_cast<std::size_t>(n)];
+      c[static_cast<std::size_t>(n)] = hash_keys(opt_.seed ^ kZeroKey, kEvalEpoch - 1, 0,
+                                                 static_cast<std::uint64_t>(j) * 16 + n) %
+                                       d_.dist.dims[static_cast<std::size_t>(n)];
     const double m = model_at(c.data());
     zsum += kernels::gcp_value(spec_, 0.0, m);
     neg.push_back(m);
@@ -352,8 +358,8 @@ void Gcp<T>::iterate() {
     for (int st = 0; st < opt_.gcp_epoch_iters; ++st) {
       Timer ts;
       nnz_t k = 0;
-      const SparseTensor<T> s = draw(static_cast<std::uint64_t>(ep), static_cast<std::uint64_t>(st),
-                                     s_nz_, s_z_, &k);
+      const SparseTensor<T> s =
+          draw(static_cast<std::uint64_t>(ep), static_cast<std::uint64_t>(st), s_nz_, s_z_, &k);
       solve += ts.seconds();
       Timer tk;
       kernels::ops::gcp_gradient(be_, s, k, w_nz, w_z, factor_ptrs(), R_, spec_, grads, nullptr);
@@ -444,9 +450,10 @@ void Gcp<T>::iterate() {
   }
   res_.converged = converged;
   res_.gcp_fails = fails;
-  res_.stop_reason = converged ? "converged" : stop_signal != 0 ? "signal"
-                                           : time_up            ? "time limit"
-                                                                : "iteration limit";
+  res_.stop_reason = converged          ? "converged"
+                     : stop_signal != 0 ? "signal"
+                     : time_up          ? "time limit"
+                                        : "iteration limit";
   res_.stop_signal = stop_signal;
 }
 
@@ -463,8 +470,10 @@ double Gcp<T>::final_fit() {
     for (int r = 0; r < R_; ++r) {
       double p = 1;
       for (int n = 0; n < N_; ++n)
-        p *= f[static_cast<std::size_t>(n)]
-              [static_cast<std::size_t>(x.idx[static_cast<std::size_t>(n)][static_cast<std::size_t>(k)]) * R_ + r];
+        p *= f[static_cast<std::size_t>(n)][static_cast<std::size_t>(x.idx[static_cast<std::size_t>(
+                                                n)][static_cast<std::size_t>(k)]) *
+                                                R_ +
+                                            r];
       m += p;
     }
     inner += static_cast<double>(x.vals[static_cast<std::size_t>(k)]) * m;
@@ -479,7 +488,8 @@ double Gcp<T>::final_fit() {
     const std::size_t rr = fn.size() / static_cast<std::size_t>(R_);
     for (std::size_t i = 0; i < rr; ++i)
       for (int a = 0; a < R_; ++a)
-        for (int b = 0; b < R_; ++b) g[static_cast<std::size_t>(a * R_ + b)] += fn[i * R_ + a] * fn[i * R_ + b];
+        for (int b = 0; b < R_; ++b)
+          g[static_cast<std::size_t>(a * R_ + b)] += fn[i * R_ + a] * fn[i * R_ + b];
     for (std::size_t e = 0; e < g.size(); ++e) had[e] *= g[e];
   }
   double nm2 = 0;
@@ -521,8 +531,8 @@ void Gcp<T>::finish() {
   res_.kernel_max_seconds = v[0] / ran;
   res_.kernel_mean_seconds = v[1] / ran / ctrl_.size();
   if (opt_.holdout > 0) {
-    res_.holdout_entries = static_cast<std::uint64_t>(ctrl_.allreduce_value(
-        static_cast<std::int64_t>(hold_.vals.size())));
+    res_.holdout_entries = static_cast<std::uint64_t>(
+        ctrl_.allreduce_value(static_cast<std::int64_t>(hold_.vals.size())));
     res_.training_entries = n_train_;
   }
   res_.model = assemble_model();
@@ -561,8 +571,8 @@ CpResult cp_gcp(const partition::Distributed<T>& d, kernels::Backend<T>& be,
 template CpResult cp_gcp<float>(const partition::Distributed<float>&, kernels::Backend<float>&,
                                 const comm::Communicator&, const comm::Communicator&,
                                 const CpOptions&);
-template CpResult cp_gcp<double>(const partition::Distributed<double>&,
-                                 kernels::Backend<double>&, const comm::Communicator&,
-                                 const comm::Communicator&, const CpOptions&);
+template CpResult cp_gcp<double>(const partition::Distributed<double>&, kernels::Backend<double>&,
+                                 const comm::Communicator&, const comm::Communicator&,
+                                 const CpOptions&);
 
 }  // namespace tessera::algo
