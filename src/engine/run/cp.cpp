@@ -195,7 +195,14 @@ void log_done(const algo::CpResult& res, nnz_t nnz, int order, int ran, const al
           : (res.phases.get("kernel") + res.phases.get("comm") + res.phases.get("solve")) / ran,
       kern > 0 ? static_cast<double>(nnz) / world.size() * order * ran / kern : 0.0);
   log::info(line);
-  if (ao.holdout > 0) {
+  if (ao.holdout > 0 && ao.solver == algo::Solver::gcp) {
+    // GCP measures the held-out entries by its loss and the AUC, not by an RMSE.
+    std::snprintf(line, sizeof(line),
+                  "held-out entries: mean loss %.6g on %llu entries and as many sampled "
+                  "entries, AUC %.4f",
+                  res.holdout_loss, static_cast<unsigned long long>(res.holdout_entries), res.auc);
+    log::info(line);
+  } else if (ao.holdout > 0) {
     std::snprintf(line, sizeof(line),
                   "held-out entries: validation RMSE %.6g on %llu entries (predicting the "
                   "training mean: %.6g)",
