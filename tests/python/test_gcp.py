@@ -109,10 +109,11 @@ def test_loss_estimate_falls(tensors, loss):
 def cli(d, name, tag, backend, ranks, extra=(), iters=6, epoch_iters=10, lr=1e-3):
     rec = d / ("r_%s.json" % tag)
     out = d / ("m_%s.h5" % tag)
-    cmd = [os.environ["TESSERA_BIN"], "cp", str(d / (name + ".tns")), "-r", str(R), "-i", str(iters),
-           "--tol", "0", "--loss", name, "--solver", "gcp", "--gcp-epoch-iters",
-           str(epoch_iters), "--gcp-lr", repr(lr), "--gcp-samples", "300", "--backend", backend, "--threads", "1", "--precision",
-           "double", "--json", str(rec), "-o", str(out), *extra]
+    cmd = [os.environ["TESSERA_BIN"], "cp", str(d / (name + ".tns")), "-r", str(R),
+           "-i", str(iters), "--tol", "0", "--loss", name, "--solver", "gcp",
+           "--gcp-epoch-iters", str(epoch_iters), "--gcp-lr", repr(lr), "--gcp-samples", "300",
+           "--backend", backend, "--threads", "1", "--precision", "double",
+           "--json", str(rec), "-o", str(out), *extra]
     if ranks > 1:
         mpiexec = os.environ.get("TESSERA_MPIEXEC") or shutil.which("mpiexec")
         if not mpiexec:
