@@ -92,6 +92,13 @@ py::dict cp_dict(const run::CpRun& r) {
   // loss="poisson": the final log-likelihood (history has it per iteration); else None.
   out["loglik"] =
       std::isnan(res.loglik) ? py::object(py::none()) : py::object(py::float_(res.loglik));
+  // GCP (solver "gcp"): the last loss estimate and, with a holdout, the held-out AUC; else None.
+  const auto number_or_none = [](double v) {
+    return std::isnan(v) ? py::object(py::none()) : py::object(py::float_(v));
+  };
+  out["loss_estimate"] = number_or_none(res.gcp_loss);
+  out["auc"] = number_or_none(res.auc);
+  out["holdout_loss"] = number_or_none(res.holdout_loss);
   return out;
 }
 
@@ -130,7 +137,7 @@ void register_cp(py::module_& m) {
            std::string precision, py::object threads, std::string strategy, std::string index_base,
            py::object checkpoint, int checkpoint_every, py::object resume, py::object callback,
            bool verbose, bool share, std::uintptr_t comm, std::string nonneg, std::string l1,
-           std::string l2, std::string loss, bool force, py::dict tuning) {
+           std::string l2, std::string loss, std::string solver, bool force, py::dict tuning) {
           CommonArgs a = common_args(backend, precision, threads, strategy, index_base, checkpoint,
                                      checkpoint_every, resume, verbose, share);
           a.run.force = force;
@@ -141,6 +148,7 @@ void register_cp(py::module_& m) {
           o.con.l1 = l1;
           o.con.l2 = l2;
           o.con.loss = loss;
+          o.con.solver = solver;
           if (precision == "float") return run_cp<float>(tensor, o, init, a, callback, comm);
           return run_cp<double>(tensor, o, init, a, callback, comm);
         });

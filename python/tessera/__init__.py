@@ -33,6 +33,7 @@ from ._results import COOResult, CPResult, TuckerResult, _record
 __all__ = [
     "cp_als",
     "cp_apr",
+    "gcp",
     "tucker_hooi",
     "contract",
     "read_tensor",
@@ -188,11 +189,23 @@ def _modes_arg(nonneg):
         raise ValueError("nonneg=%r: expected True, False or a list of modes" % (nonneg,)) from None
 
 
+LOSSES = ("gaussian", "poisson", "bernoulli", "gamma", "rayleigh", "huber")
+SOLVERS = ("auto", "als", "apr", "gcp")
+
+
 def _loss_arg(loss):
-    if loss not in ("gaussian", "poisson"):
-        raise ValueError('loss=%r: expected "gaussian" (least squares: CP-ALS) or "poisson" '
-                         "(counts: CP-APR)" % (loss,))
+    if loss not in LOSSES:
+        raise ValueError('loss=%r: expected "gaussian" (least squares), "poisson" (counts), '
+                         '"bernoulli" (0/1), "gamma", "rayleigh" (positive values) or "huber" '
+                         "(least squares robust to outliers)" % (loss,))
     return loss
+
+
+def _solver_arg(solver):
+    if solver not in SOLVERS:
+        raise ValueError('solver=%r: expected "auto" (als for gaussian, apr for poisson, gcp '
+                         'otherwise), "als", "apr" or "gcp"' % (solver,))
+    return solver
 
 
 def _checkpoint_every(v):
@@ -236,7 +249,8 @@ def _cp_value(v):
 def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", threads=None,
            comm_strategy="auto", index_base="1", checkpoint=None, checkpoint_every=None,
            resume=None, callback=None, verbose=False, distributed="root", comm=None,
-           nonneg=False, l1=0.0, l2=None, loss="gaussian", force=False, **options):
+           nonneg=False, l1=0.0, l2=None, loss="gaussian", solver="auto", force=False,
+           **options):
     """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
 
     X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
@@ -263,6 +277,15 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     "poisson", tol is the KKT tolerance, the apr_* keywords below apply, each history entry
     has "loglik", "kkt_violation" and "inner_iterations", and CPResult.loglik is the final
     log-likelihood; nonneg, l1, l2, observed_only, holdout and init="nvecs" are refused.
+    loss "bernoulli" (0/1 data, logit link), "gamma", "rayleigh" (values >= 0) or "huber"
+    (huber_delta): generalized CP by stochastic gradients with Adam (GCP-SGD, the CLI's
+    --solver gcp; gcp below), as is solver="gcp" with "gaussian" or "poisson". solver: "auto"
+    (als for gaussian, apr for poisson, gcp otherwise), "als", "apr" or "gcp". With GCP,
+    iters counts epochs (gcp_epoch_iters Adam steps each), tol is the relative change of the
+    loss estimate, the gcp_* keywords below apply, each history entry has "loss" and
+    "step_size" (with holdout also "holdout_loss" and "auc"), and CPResult.loss_estimate,
+    .holdout_loss and .auc are the last epoch's; nonneg, l1, l2, observed_only and
+    init="nvecs" are refused.
 
     Keyword arguments of the CP option table (CP_VALUES; None: the default):
 {values}
@@ -290,7 +313,8 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
         _opt_path(checkpoint, "checkpoint"), _checkpoint_every(checkpoint_every),
         _opt_path(resume, "resume"), _callback_arg(callback), bool(verbose), share, handle,
         _modes_arg(nonneg), _per_mode_arg(l1, "l1"),
-        "" if l2 is None else _per_mode_arg(l2, "l2"), _loss_arg(loss), _bool_arg(force, "force"),
+        "" if l2 is None else _per_mode_arg(l2, "l2"), _loss_arg(loss), _solver_arg(solver),
+        _bool_arg(force, "force"),
         _tuning_arg(options, CP_OPTIONS))
     rec = _record(r)
     res = CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
@@ -298,6 +322,9 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     res.validation_rmse = r["validation_rmse"]
     res.mean_predictor_rmse = r["mean_predictor_rmse"]
     res.loglik = r["loglik"]
+    res.loss_estimate = r["loss_estimate"]
+    res.holdout_loss = r["holdout_loss"]
+    res.auc = r["auc"]
     res.inputs = _input_files(X, resume)
     return res
 
@@ -316,6 +343,21 @@ def cp_apr(X, rank=16, **kwargs):
     if "loss" in kwargs:
         raise TypeError("cp_apr: unexpected keyword argument 'loss' (cp_apr is loss=\"poisson\")")
     return cp_als(X, rank, loss="poisson", **kwargs)
+
+
+def gcp(X, rank=16, loss="bernoulli", **kwargs):
+    """Generalized CP (Hong, Kolda and Duersch 2020) by stochastic gradients with Adam
+    (GCP-SGD; Kolda and Hong 2020): cp_als(X, rank, loss=loss, solver="gcp", **kwargs).
+    loss: "bernoulli" (0/1 data; the model is the log-odds), "poisson" (counts; the model is
+    the log-rate), "gaussian", "gamma", "rayleigh" (values >= 0; nonnegative factors) or
+    "huber" (huber_delta). iters counts epochs of gcp_epoch_iters Adam steps; the gcp_*
+    keywords set the samples, the step size and its decreases (docs/counts.md, "GCP").
+    Returns a CPResult with ``loss_estimate`` (the last epoch's estimate of the summed loss)
+    and, with holdout > 0, ``holdout_loss`` and ``auc``; per epoch in ``history``, "loss" and
+    "step_size" (and "holdout_loss", "auc"). ``fit`` is the least-squares fit of the model."""
+    if "solver" in kwargs:
+        raise TypeError("gcp: unexpected keyword argument 'solver' (gcp is solver=\"gcp\")")
+    return cp_als(X, rank, loss=_loss_arg(loss), solver="gcp", **kwargs)
 
 
 def tucker_hooi(X, ranks, *, backend="auto", iters=50, tol=1e-5, seed=1, init="random",

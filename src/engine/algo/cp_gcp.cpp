@@ -347,7 +347,10 @@ void Gcp<T>::iterate() {
   Timer run_timer;
   double f_old = loss_of(eval_, eval_k_, e_w_nz, e_w_z, {});
   ctrl_.allreduce(&f_old, 1);
+  // The state an undone epoch returns to: the start, Adam's moments (zero) included.
   be_.copy(F_.data(), total_, F0_.data());
+  be_.copy(M_.data(), total_, M0_.data());
+  be_.copy(V_.data(), total_, V0_.data());
   int fails = 0;
   bool converged = false, time_up = false;
   int stop_signal = 0;
