@@ -50,7 +50,8 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(
         !(needs_block && a.generate_on == "backend"),
-        "--generate-on backend: --observed-only, --holdout and --loss poisson need the tensor "
+        "--generate-on backend: --observed-only, --holdout, --loss other than gaussian and "
+        "--solver gcp need the tensor "
         "distributed from the host (use --generate-on host or auto)");
   });
   const bool on_backend = a.load.path.empty() && !generates_on_host(a);

@@ -61,7 +61,8 @@ struct PhiWalk {
 
 template <typename T>
 int team_of(const Backend<T>& be) {
-  return static_cast<const CpuBackend<T>&>(be).threads();
+  const int t = static_cast<const CpuBackend<T>&>(be).threads();
+  return t > 0 ? t : omp_get_max_threads();
 }
 
 }  // namespace

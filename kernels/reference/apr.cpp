@@ -1,6 +1,5 @@
 // The reference backend's CP-APR operations (kernels/ops/apr.hpp): plain loops over the COO
-// nonzeros and the factor rows, in double. The cpu backend shares the elementwise ones
-// (kernels/cpu/apr.cpp).
+// nonzeros and the factor rows, in double. The cpu backend has its own (kernels/cpu/apr.cpp).
 #include "kernels/ops/apr.hpp"
 
 #include <algorithm>

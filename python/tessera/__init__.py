@@ -276,7 +276,8 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     multiplicative updates, the CLI's --loss poisson; cp_apr below). With
     "poisson", tol is the KKT tolerance, the apr_* keywords below apply, each history entry
     has "loglik", "kkt_violation" and "inner_iterations", and CPResult.loglik is the final
-    log-likelihood; nonneg, l1, l2, observed_only, holdout and init="nvecs" are refused.
+    log-likelihood; nonneg is accepted (the factors are >= 0 anyway); l1, l2, observed_only,
+    holdout and init="nvecs" are refused.
     loss "bernoulli" (0/1 data, logit link), "gamma", "rayleigh" (values >= 0) or "huber"
     (huber_delta): generalized CP by stochastic gradients with Adam (GCP-SGD, the CLI's
     --solver gcp; gcp below), as is solver="gcp" with "gaussian" or "poisson". solver: "auto"
@@ -284,8 +285,8 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     iters counts epochs (gcp_epoch_iters Adam steps each), tol is the relative change of the
     loss estimate, the gcp_* keywords below apply, each history entry has "loss" and
     "step_size" (with holdout also "holdout_loss" and "auc"), and CPResult.loss_estimate,
-    .holdout_loss and .auc are the last epoch's; nonneg, l1, l2, observed_only and
-    init="nvecs" are refused.
+    .holdout_loss and .auc are the last epoch's; l1, l2, observed_only and init="nvecs" are
+    refused, and nonneg too but for "gamma" and "rayleigh" (whose factors are kept >= 0).
 
     Keyword arguments of the CP option table (CP_VALUES; None: the default):
 {values}

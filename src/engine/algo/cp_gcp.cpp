@@ -23,6 +23,10 @@ constexpr std::uint64_t kNonzeroKey = 0x4743504e5aull, kZeroKey = 0x474350305aul
 constexpr std::uint64_t kEvalEpoch = ~std::uint64_t{0};
 constexpr int kAucBins = 4096;
 
+static_assert(static_cast<int>(Loss::huber) == static_cast<int>(kernels::GcpLoss::huber) &&
+                  static_cast<int>(Loss::poisson) == static_cast<int>(kernels::GcpLoss::poisson),
+              "algo::Loss and kernels::GcpLoss list the losses in the same order");
+
 kernels::GcpLossSpec spec_of(const CpOptions& opt) {
   kernels::GcpLossSpec s;
   s.kind = static_cast<kernels::GcpLoss>(static_cast<int>(opt.loss));  // the same order
@@ -310,14 +314,17 @@ void Gcp<T>::holdout_eval(double* loss, double* auc) {
   *loss = H > 0 ? (sums[0] + zsum) / (2.0 * static_cast<double>(H)) : 0.0;
   // AUC of the scores from histograms over [lo, hi] (counts summed over the ranks).
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (double m : pos) lo = std::min(lo, m), hi = std::max(hi, m);
-  for (double m : neg) lo = std::min(lo, m), hi = std::max(hi, m);
+  for (const auto* v : {&pos, &neg})
+    for (double m : *v)
+      if (std::isfinite(m)) lo = std::min(lo, m), hi = std::max(hi, m);
   ctrl_.allreduce(&lo, 1, comm::ReduceOp::min);
   ctrl_.allreduce(&hi, 1, comm::ReduceOp::max);
   std::vector<double> hp(kAucBins, 0.0), hn(kAucBins, 0.0);
   const double width = hi > lo ? (hi - lo) / kAucBins : 1.0;
-  const auto bin = [&](double m) {
-    return std::min(kAucBins - 1, std::max(0, static_cast<int>((m - lo) / width)));
+  const auto bin = [&](double m) {  // a value that is not finite scores lowest
+    if (!std::isfinite(m) || !std::isfinite(lo)) return 0;
+    const double b = (m - lo) / width;
+    return b >= kAucBins ? kAucBins - 1 : b > 0 ? static_cast<int>(b) : 0;
   };
   for (double m : pos) hp[static_cast<std::size_t>(bin(m))] += 1;
   for (double m : neg) hn[static_cast<std::size_t>(bin(m))] += 1;
@@ -377,8 +384,7 @@ void Gcp<T>::iterate() {
       Timer tu;
       ++t;
       kernels::ops::adam_step(be_, F_.data(), G_.data(), M_.data(), V_.data(),
-                              static_cast<std::int64_t>(total_), lr, 0.9, 0.999, 1e-8, t - t0,
-                              nonneg);
+                              static_cast<std::int64_t>(total_), lr, 0.9, 0.999, 1e-8, t, nonneg);
       solve += tu.seconds();
     }
     Timer te;

@@ -168,6 +168,14 @@ void check_not_als_options(const CpRunOptions& o, algo::Solver solver) {
      std::string(what) + " runs with the allreduce strategy (every rank holds every factor row)");
   no(o.run.tier == "auto" || o.run.tier == "1", "--tier " + o.run.tier,
      std::string(what) + " needs the tensor in memory (tier 1)");
+  const bool kept_nonneg = o.con.loss == "gamma" || o.con.loss == "rayleigh";
+  if (!apr &&
+      !kept_nonneg)  // CP-APR's factors are >= 0 by construction, gamma's and rayleigh's kept so
+    no(o.con.nonneg == "none", "--nonneg",
+       "GCP keeps the factors >= 0 only for gamma and rayleigh (it always does there)");
+  if (!apr)  // samples are numbered in global coordinate order: the nnz partition's blocks
+    no(o.load.partition != "grid", "--partition grid",
+       "GCP draws its samples from the nnz partition's blocks (leave --partition out)");
 }
 
 void check_cp_options(const CpRunOptions& o) {
