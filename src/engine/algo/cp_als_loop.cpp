@@ -24,17 +24,6 @@ namespace tessera::algo::detail {
 
 namespace {
 
-/// ||X|| over the ranks of `c` from each rank's scaled norm (Backend value_norm): the largest
-/// times the root of the summed squares of the ratios, so no step overflows or underflows.
-double global_norm(double mine, const comm::Communicator& c) {
-  double mx = mine;
-  c.allreduce(&mx, 1, comm::ReduceOp::max);
-  if (mx == 0 || !std::isfinite(mx)) return mx;
-  double r = (mine / mx) * (mine / mx);
-  c.allreduce(&r, 1);
-  return mx * std::sqrt(r);
-}
-
 /// The power of two the loop scales the tensor by: 1 while ||X|| lies where every quantity
 /// of the loop (sums of squares of MTTKRP outputs, lambda^2, Grams of unnormalised factors)
 /// stays well inside the range of T, else 2^-e with 2^e ~ ||X||, so the loop sees ||c X||

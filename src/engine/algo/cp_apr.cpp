@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/cp_layout.hpp"
 #include "algo/degenerate.hpp"
 #include "kernels/ops/apr.hpp"
 #include "kernels/ops/dense.hpp"
@@ -98,16 +99,6 @@ void check_counts(const SparseTensor<T>& x, const comm::Communicator& c, const s
                           "nothing to fit");
 }
 
-/// ||X|| over the ranks from each rank's scaled norm (as cp_als computes it).
-double global_norm(double mine, const comm::Communicator& c) {
-  double mx = mine;
-  c.allreduce(&mx, 1, comm::ReduceOp::max);
-  if (mx == 0 || !std::isfinite(mx)) return mx;
-  double r = (mine / mx) * (mine / mx);
-  c.allreduce(&r, 1);
-  return mx * std::sqrt(r);
-}
-
 template <typename T>
 class Apr {
  public:
@@ -181,7 +172,7 @@ void Apr<T>::setup() {
   const int N = N_, R = R_;
   const std::string& name = opt_.tensor_name;
   check_counts(d_.block, ctrl_, name);
-  norm_x_ = global_norm(d_.block.norm(), ctrl_);
+  norm_x_ = detail::global_norm(d_.block.norm(), ctrl_);
   X_ = be_.prepare(d_.block);
   res_.norm_x = norm_x_;
   res_.tier = X_->tier();

@@ -1,6 +1,7 @@
 #include "algo/cp_layout.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -9,6 +10,17 @@
 #include "util/log.hpp"
 
 namespace tessera::algo::detail {
+
+/// ||X|| over the ranks of `c` from each rank's scaled norm (Backend value_norm): the largest
+/// times the root of the summed squares of the ratios, so no step overflows or underflows.
+double global_norm(double mine, const comm::Communicator& c) {
+  double mx = mine;
+  c.allreduce(&mx, 1, comm::ReduceOp::max);
+  if (mx == 0 || !std::isfinite(mx)) return mx;
+  double r = (mine / mx) * (mine / mx);
+  c.allreduce(&r, 1);
+  return mx * std::sqrt(r);
+}
 
 /// The factor rows this rank holds and owns, per mode (collective over `data` for the
 /// layer strategy: it splits the layer communicators).

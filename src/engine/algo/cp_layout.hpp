@@ -29,6 +29,10 @@ struct ModeLayout {
   const comm::Communicator* rows = nullptr;
 };
 
+/// ||X|| over the ranks of `c` from each rank's scaled norm: the largest times the root of
+/// the summed squares of the ratios, so no step overflows or underflows (collective).
+double global_norm(double mine, const comm::Communicator& c);
+
 /// The factor rows this rank holds and owns, per mode (collective over `data` for the
 /// layer strategy: it splits the layer communicators).
 std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool layer,
