@@ -275,9 +275,11 @@ TYPED_TEST(CudaBackendTest, PoissonPhiMatchesTheReference) {
   auto& ref = *this->ref_;
   std::uint64_t seed = 1700;
   // Small (a batch or two per warp), medium (whole tiles, rows across tiles), orders 1-16.
+  // R 4-128 (powers of two; double up to 64) at orders 3-6 take the blocked kernel, with 1
+  // to 32 lanes per slot; the other ranks and orders the classic one.
   const auto x3 = positive(random_tensor<T>({40, 30, 35}, 4000, ++seed));
   const auto x4 = positive(random_tensor<T>({12, 9, 15, 7}, 2500, ++seed));
-  for (int R : {1, 5, 16, 32, 40, 100}) {
+  for (int R : {1, 2, 4, 5, 8, 16, 32, 40, 64, 100, 128}) {
     expect_phi_match(gpu, ref, x3, R, ++seed);
     expect_phi_match(gpu, ref, x4, R, ++seed);
   }
@@ -292,10 +294,12 @@ TYPED_TEST(CudaBackendTest, PoissonPhiMatchesTheReference) {
   expect_phi_match(gpu, ref, x2, 40, ++seed);
   // Big: full tiles everywhere.
   const auto big = positive(random_tensor<T>({300, 200, 50}, 400000, ++seed));
-  for (int R : {16, 100}) expect_phi_match(gpu, ref, big, R, ++seed);
+  for (int R : {16, 32, 100}) expect_phi_match(gpu, ref, big, R, ++seed);
+  const auto x6 = positive(random_tensor<T>({9, 8, 7, 6, 5, 4}, 20000, ++seed));
+  for (int R : {8, 32}) expect_phi_match(gpu, ref, x6, R, ++seed);
   // One slice holding ~70% of the nonzeros (a row across many tiles); most slices empty.
   const auto skew = positive(random_tensor<T>({3000, 40, 30}, 60000, ++seed, 0));
-  for (int R : {5, 40}) expect_phi_match(gpu, ref, skew, R, ++seed);
+  for (int R : {5, 32, 40}) expect_phi_match(gpu, ref, skew, R, ++seed);
   // No nonzeros: Phi is 0, and so are the sums; a single one.
   const auto empty = random_tensor<T>({17, 5, 9}, 0, ++seed);
   for (int R : {7, 40}) expect_phi_match(gpu, ref, empty, R, ++seed);
@@ -310,7 +314,17 @@ TYPED_TEST(CudaBackendTest, PoissonPhiTier2) {
   auto be = make_backend<T>(BackendKind::cuda);
   be->set_memory_budget(2 * chunk_bytes<T>(3, 3 * kTileNnz));
   ASSERT_EQ(be->prepare(x)->tier(), 2);
-  for (int R : {5, 40}) expect_phi_match(*be, *this->ref_, x, R, 1810 + R, "tier 2");
+  for (int R : {5, 32, 40}) expect_phi_match(*be, *this->ref_, x, R, 1810 + R, "tier 2");
+}
+
+TYPED_TEST(CudaBackendTest, PoissonPhiClassicKernelWhereTheBlockedOneWouldRun) {
+  using T = TypeParam;
+  // --mttkrp-kernel classic: the classic Phi kernel on shapes the blocked one takes.
+  Tuning t;
+  t.mttkrp_kernel = MttkrpKernel::classic;
+  auto be = make_backend<T>(BackendKind::cuda, 0, t);
+  const auto x = positive(random_tensor<T>({300, 200, 50}, 100000, 1850));
+  for (int R : {8, 32}) expect_phi_match(*be, *this->ref_, x, R, 1860 + R, "classic");
 }
 
 TYPED_TEST(CudaBackendTest, PoissonPhiRejectsRanksAbove256) {

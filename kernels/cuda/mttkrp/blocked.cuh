@@ -135,52 +135,67 @@ __device__ __forceinline__ void add_atomic(T* p, const T (&acc)[kVec<T>]) {
   }
 }
 
-/// See the top of this file. kL2: the l2 layout: input slot 0 is the blocked mode (read
-/// with an L2 evict-last hint when p.hint), the rows are sorted only within a block, and
-/// every finished row is added with atomics. kAcc: Params::accumulate.
-template <typename T, int kNin, bool kL2, bool kAcc = false>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
-    mttkrp_blocked_kernel(const __grid_constant__ Params<T> p) {
-  constexpr int V = kVec<T>;
-  constexpr int U = kStep;
+/// A warp's tile of a launch and its lanes' places in it (see the top of this file): slot
+/// `slot` of 1 << (5 - log_l) walks its own sub-tile with L = 1 << log_l lanes, lane gl of
+/// the slot owning the columns gl V .. gl V + V - 1. active: the tile has nonzeros.
+struct WarpTile {
+  int lane = 0, wib = 0;
+  int log_l = 0, slot = 0, gl = 0;
+  int log_b = 0;    ///< staged nonzeros per slot and batch: 1 << log_b = 4 L
+  int sub = 0;      ///< nonzeros per slot
+  int my_len = 0;   ///< this slot's nonzeros
+  int batches = 0;  ///< batches of the warp (slot 0 has the most)
+  std::int64_t wbegin = 0;
+  bool active = false;
+};
+
+template <typename T>
+__device__ __forceinline__ WarpTile warp_tile(const Params<T>& p) {
+  WarpTile w;
+  w.lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
+  w.wib = static_cast<int>(threadIdx.x) / kWarp;
+  w.wbegin = (static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + w.wib) * p.tile;
+  w.active = w.wbegin < p.nnz;
+  if (!w.active) return w;
+  const int wlen = static_cast<int>(min(static_cast<std::int64_t>(p.tile), p.nnz - w.wbegin));
+  w.log_l = p.log_lanes;
+  const int log_s = 5 - w.log_l;  // slots per warp: 1 << log_s
+  w.slot = w.lane >> w.log_l;
+  w.gl = w.lane & ((1 << w.log_l) - 1);
+  w.sub = p.tile >> log_s;
+  w.log_b = w.log_l + 2;
+  w.my_len = min(max(wlen - w.slot * w.sub, 0), w.sub);
+  w.batches = (min(wlen, w.sub) + (1 << w.log_b) - 1) >> w.log_b;
+  return w;
+}
+
+/// The warp's nonzeros, batch after batch: batch b + 1 is staged into shared memory with
+/// cp.async while body(sm_idx, sm_val, cnt, b) consumes batch b. sm_idx: this slot's staged
+/// output rows (then input slot s's coordinates at sm_idx + (s + 1) kStage), sm_val its
+/// values, cnt its nonzeros in the batch (<= 0 when the slot has none left).
+template <typename T, int kNin, typename Body>
+__device__ __forceinline__ void for_each_batch(const Params<T>& p, const WarpTile& w,
+                                               unsigned char* smem_raw, Body&& body) {
   constexpr int kArrays = kNin + 1;  // index arrays staged: output rows, then inputs
   constexpr int kBufBytes = warp_smem_bytes<T>(kNin) / 2;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-
-  const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
-  const int wib = static_cast<int>(threadIdx.x) / kWarp;
-  const std::int64_t wbegin =
-      (static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + wib) * p.tile;
-  if (wbegin >= p.nnz) return;  // whole warp leaves together
-  const int wlen = static_cast<int>(min(static_cast<std::int64_t>(p.tile), p.nnz - wbegin));
-
-  const int log_l = p.log_lanes;
-  const int log_s = 5 - log_l;  // slots per warp: 1 << log_s
-  const int slot = lane >> log_l;
-  const int gl = lane & ((1 << log_l) - 1);
-  const int sub = p.tile >> log_s;  // nonzeros per slot
-  const int log_b = log_l + 2;      // staged nonzeros per slot and batch: 4 L
-  const int my_len = min(max(wlen - slot * sub, 0), sub);
-  const int batches = (min(wlen, sub) + (1 << log_b) - 1) >> log_b;  // slot 0 has the most
-
   // Staging: lane gl of a slot copies the 4 consecutive nonzeros 4 gl .. 4 gl + 3 of its
   // slot's 4 L nonzeros of the batch (entries 4 lane .. 4 lane + 3 of the warp's buffer):
   // one 16-byte cp.async per array when every array is 16-byte aligned (p.aligned16),
   // else four 4-byte ones. A partial or empty group is zero-filled (and never read).
-  const std::int64_t st_k0 = wbegin + slot * sub + 4 * gl;
+  const std::int64_t st_k0 = w.wbegin + w.slot * w.sub + 4 * w.gl;
   const std::uint32_t sm_warp = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem_raw)) +
-                                static_cast<std::uint32_t>(wib * 2 * kBufBytes);
+                                static_cast<std::uint32_t>(w.wib * 2 * kBufBytes);
   std::uint64_t stream_pol;  // the tensor's arrays are read once: evict first from L2
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(stream_pol));
   auto stage = [&](int b) {
     const std::uint32_t d =
-        sm_warp + static_cast<std::uint32_t>((b & 1) * kBufBytes + lane * 4 * 4);
+        sm_warp + static_cast<std::uint32_t>((b & 1) * kBufBytes + w.lane * 4 * 4);
     const std::uint32_t dv =
         sm_warp + static_cast<std::uint32_t>((b & 1) * kBufBytes + kArrays * kStage * 4 +
-                                             lane * 4 * static_cast<int>(sizeof(T)));
-    const int local = (b << log_b) + 4 * gl;
-    const int n_ok = min(max(my_len - local, 0), 4);  // nonzeros of this lane's group
-    const std::int64_t k = n_ok > 0 ? st_k0 + (b << log_b) : wbegin;  // a valid address
+                                             w.lane * 4 * static_cast<int>(sizeof(T)));
+    const int local = (b << w.log_b) + 4 * w.gl;
+    const int n_ok = min(max(w.my_len - local, 0), 4);  // nonzeros of this lane's group
+    const std::int64_t k = n_ok > 0 ? st_k0 + (b << w.log_b) : w.wbegin;  // a valid address
     if (p.aligned16) {
       stage_16(d, p.rows + k, n_ok * 4, stream_pol);
 #pragma unroll
@@ -211,6 +226,48 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
     asm volatile("cp.async.commit_group;" ::: "memory");
   };
 
+  stage(0);
+  for (int b = 0; b < w.batches; ++b) {
+    if (b + 1 < w.batches) {
+      stage(b + 1);
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+    } else {
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
+    __syncwarp();
+    const unsigned char* buf = smem_raw + w.wib * 2 * kBufBytes + (b & 1) * kBufBytes;
+    const auto* sm_idx = reinterpret_cast<const index_t*>(buf) + (w.slot << w.log_b);
+    const T* sm_val = reinterpret_cast<const T*>(buf + kArrays * kStage * 4) + (w.slot << w.log_b);
+    body(sm_idx, sm_val, min(w.my_len - (b << w.log_b), 1 << w.log_b), b);
+    __syncwarp();  // every lane is done with this buffer before stage(b + 2) refills it
+  }
+}
+
+/// The 4 values at sm_val (16-byte aligned shared memory).
+template <typename T>
+__device__ __forceinline__ void load_values(const T* sm_val, T (&val)[kStep]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 v = *reinterpret_cast<const float4*>(sm_val);
+    val[0] = v.x, val[1] = v.y, val[2] = v.z, val[3] = v.w;
+  } else {
+    const double2 v0 = *reinterpret_cast<const double2*>(sm_val);
+    const double2 v1 = *reinterpret_cast<const double2*>(sm_val + 2);
+    val[0] = v0.x, val[1] = v0.y, val[2] = v1.x, val[3] = v1.y;
+  }
+}
+
+/// See the top of this file. kL2: the l2 layout: input slot 0 is the blocked mode (read
+/// with an L2 evict-last hint when p.hint), the rows are sorted only within a block, and
+/// every finished row is added with atomics. kAcc: Params::accumulate.
+template <typename T, int kNin, bool kL2, bool kAcc = false>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
+    mttkrp_blocked_kernel(const __grid_constant__ Params<T> p) {
+  constexpr int V = kVec<T>;
+  constexpr int U = kStep;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const WarpTile w = warp_tile(p);
+  if (!w.active) return;  // whole warp leaves together
+
   std::uint64_t pol = 0;
   if constexpr (kL2) {
     if (p.hint)
@@ -221,8 +278,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
   const unsigned row_bytes = static_cast<unsigned>(p.R) * static_cast<unsigned>(sizeof(T));
   const char* fac[kNin];
 #pragma unroll
-  for (int s = 0; s < kNin; ++s) fac[s] = reinterpret_cast<const char*>(p.in_fac[s] + gl * V);
-  T* const out_col = p.out + gl * V;
+  for (int s = 0; s < kNin; ++s) fac[s] = reinterpret_cast<const char*>(p.in_fac[s] + w.gl * V);
+  T* const out_col = p.out + w.gl * V;
 
   T acc[V];
 #pragma unroll
@@ -241,90 +298,71 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
         q.x = acc[0], q.y = acc[1];
       }
       if constexpr (kAcc) {  // a tier-3 chunk: earlier chunks' sums are in out
-        const Vec<T> w = *reinterpret_cast<const Vec<T>*>(o);
+        const Vec<T> o0 = *reinterpret_cast<const Vec<T>*>(o);
         if constexpr (std::is_same_v<T, float>) {
-          q.x += w.x, q.y += w.y, q.z += w.z, q.w += w.w;
+          q.x += o0.x, q.y += o0.y, q.z += o0.z, q.w += o0.w;
         } else {
-          q.x += w.x, q.y += w.y;
+          q.x += o0.x, q.y += o0.y;
         }
       }
       *reinterpret_cast<Vec<T>*>(o) = q;
     }
   };
 
-  stage(0);
-  for (int b = 0; b < batches; ++b) {
-    if (b + 1 < batches) {
-      stage(b + 1);
-      asm volatile("cp.async.wait_group 1;" ::: "memory");
-    } else {
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
-    }
-    __syncwarp();
-    const unsigned char* buf = smem_raw + wib * 2 * kBufBytes + (b & 1) * kBufBytes;
-    const auto* sm_idx = reinterpret_cast<const index_t*>(buf) + (slot << log_b);
-    const T* sm_val = reinterpret_cast<const T*>(buf + kArrays * kStage * 4) + (slot << log_b);
-    const int cnt = min(my_len - (b << log_b), 1 << log_b);  // this slot's nonzeros (may be <= 0)
-    if (b == 0 && cnt > 0) cur = sm_idx[0];
-    for (int j = 0; j < cnt; j += U) {
-      const uint4 r4 = *reinterpret_cast<const uint4*>(sm_idx + j);
-      T val[U];
-      if constexpr (std::is_same_v<T, float>) {
-        const float4 w = *reinterpret_cast<const float4*>(sm_val + j);
-        val[0] = w.x, val[1] = w.y, val[2] = w.z, val[3] = w.w;
-      } else {
-        const double2 w0 = *reinterpret_cast<const double2*>(sm_val + j);
-        const double2 w1 = *reinterpret_cast<const double2*>(sm_val + j + 2);
-        val[0] = w0.x, val[1] = w0.y, val[2] = w1.x, val[3] = w1.y;
-      }
-      // Every gather of the step is issued before the products that use them.
-      T prod[U][V];
+  for_each_batch<T, kNin>(
+      p, w, smem_raw, [&](const index_t* sm_idx, const T* sm_val, int cnt, int b) {
+        if (b == 0 && cnt > 0) cur = sm_idx[0];
+        for (int j = 0; j < cnt; j += U) {
+          const uint4 r4 = *reinterpret_cast<const uint4*>(sm_idx + j);
+          T val[U];
+          load_values(sm_val + j, val);
+          // Every gather of the step is issued before the products that use them.
+          T prod[U][V];
 #pragma unroll
-      for (int s = 0; s < kNin; ++s) {
-        const uint4 c4 = *reinterpret_cast<const uint4*>(sm_idx + (s + 1) * kStage + j);
-        const index_t c[U] = {c4.x, c4.y, c4.z, c4.w};
+          for (int s = 0; s < kNin; ++s) {
+            const uint4 c4 = *reinterpret_cast<const uint4*>(sm_idx + (s + 1) * kStage + j);
+            const index_t c[U] = {c4.x, c4.y, c4.z, c4.w};
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          T q[V];
-          const T* a =
-              reinterpret_cast<const T*>(fac[s] + static_cast<std::uint64_t>(c[u]) * row_bytes);
-          if (kL2 && s == 0)  // resolved at compile time (s is unrolled)
-            gather<T, true>(a, pol, q);
-          else
-            gather<T, false>(a, pol, q);
+            for (int u = 0; u < U; ++u) {
+              T q[V];
+              const T* a =
+                  reinterpret_cast<const T*>(fac[s] + static_cast<std::uint64_t>(c[u]) * row_bytes);
+              if (kL2 && s == 0)  // resolved at compile time (s is unrolled)
+                gather<T, true>(a, pol, q);
+              else
+                gather<T, false>(a, pol, q);
 #pragma unroll
-          for (int v = 0; v < V; ++v) prod[u][v] = s == 0 ? q[v] : prod[u][v] * q[v];
-        }
-      }
-      bool same = j + U <= cnt && r4.w == cur;
-      if constexpr (kL2) same = same && r4.x == cur && r4.y == cur && r4.z == cur;
-      if (same) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int v = 0; v < V; ++v) acc[v] = fma(val[u], prod[u][v], acc[v]);
-      } else {
-        const index_t r[U] = {r4.x, r4.y, r4.z, r4.w};
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (j + u < cnt) {
-            if (r[u] != cur) {
-              flush(kL2 || first);
-              first = false;
-              cur = r[u];
-#pragma unroll
-              for (int v = 0; v < V; ++v) acc[v] = T(0);
+              for (int v = 0; v < V; ++v) prod[u][v] = s == 0 ? q[v] : prod[u][v] * q[v];
             }
+          }
+          bool same = j + U <= cnt && r4.w == cur;
+          if constexpr (kL2) same = same && r4.x == cur && r4.y == cur && r4.z == cur;
+          if (same) {
 #pragma unroll
-            for (int v = 0; v < V; ++v) acc[v] = fma(val[u], prod[u][v], acc[v]);
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+              for (int v = 0; v < V; ++v) acc[v] = fma(val[u], prod[u][v], acc[v]);
+          } else {
+            const index_t r[U] = {r4.x, r4.y, r4.z, r4.w};
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+              if (j + u < cnt) {
+                if (r[u] != cur) {
+                  flush(kL2 || first);
+                  first = false;
+                  cur = r[u];
+#pragma unroll
+                  for (int v = 0; v < V; ++v) acc[v] = T(0);
+                }
+#pragma unroll
+                for (int v = 0; v < V; ++v) acc[v] = fma(val[u], prod[u][v], acc[v]);
+              }
+            }
           }
         }
-      }
-    }
-    __syncwarp();  // every lane is done with this buffer before stage(b + 2) refills it
-  }
+      });
   // The last row may continue in the next sub-tile.
-  if (my_len > 0) flush(true);
+  if (w.my_len > 0) flush(true);
 }
 
 /// Whether the blocked kernel takes a launch: order kMinIn + 1 .. kMaxIn + 1, R / V a power

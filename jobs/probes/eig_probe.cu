@@ -1,0 +1,218 @@
+// Times cuSOLVER's symmetric eigen-solvers on one n x n Gram matrix, the size of Tucker's
+// factor-update eigen-solve (C = product of the other modes' ranks; issue 43, point 3), to
+// choose the solver by measured time. Not part of the build: jobs/gpu-node.sh eig compiles it
+// with nvcc and runs it. Prints, per n and solver, the median milliseconds of 15 solves (each
+// on a fresh copy of S, synchronised, the info word read back) and the largest relative
+// difference of the top k eigenvalues from syevdx's, so a fast solver that is wrong shows.
+//   eig_probe [k]     (default k = 16)
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cusolverDn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                         \
+  do {                                                                                \
+    const int e_ = static_cast<int>(x);                                               \
+    if (e_ != 0) {                                                                    \
+      std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, e_);  \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Probe {
+  cusolverDnHandle_t h{};
+  cusolverDnParams_t params{};
+  cudaStream_t s{};
+  int n = 0, k = 0;
+  double* S = nullptr;  // the matrix, column-major, both triangles
+  double* A = nullptr;  // the copy a solver overwrites
+  double* w = nullptr;
+  int* info = nullptr;
+  void* work = nullptr;
+  std::size_t work_bytes = 0;
+
+  void* workspace(std::size_t bytes) {
+    if (bytes > work_bytes) {
+      if (work) CK(cudaFree(work));
+      CK(cudaMalloc(&work, bytes));
+      work_bytes = bytes;
+    }
+    return work;
+  }
+
+  /// Median ms of `solve` (which must leave the eigenvalues ascending in w) and the top k.
+  double time(const std::function<void()>& solve, std::vector<double>& top) {
+    std::vector<double> ms;
+    for (int rep = 0; rep < 17; ++rep) {
+      CK(cudaMemcpyAsync(A, S, sizeof(double) * n * n, cudaMemcpyDeviceToDevice, s));
+      CK(cudaStreamSynchronize(s));
+      const auto t0 = std::chrono::steady_clock::now();
+      solve();
+      int hinfo = -1;
+      CK(cudaMemcpyAsync(&hinfo, info, sizeof(int), cudaMemcpyDeviceToHost, s));
+      CK(cudaStreamSynchronize(s));
+      const auto t1 = std::chrono::steady_clock::now();
+      if (hinfo != 0) {
+        std::fprintf(stderr, "info %d\n", hinfo);
+        std::exit(1);
+      }
+      if (rep >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    std::vector<double> wh(n);
+    CK(cudaMemcpy(wh.data(), w, sizeof(double) * n, cudaMemcpyDeviceToHost));
+    top.assign(wh.end() - k, wh.end());
+    return median(ms);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int k = argc > 1 ? std::atoi(argv[1]) : 16;
+  cublasHandle_t blas{};
+  Probe p;
+  CK(cudaStreamCreate(&p.s));
+  CK(cusolverDnCreate(&p.h));
+  CK(cusolverDnSetStream(p.h, p.s));
+  CK(cusolverDnCreateParams(&p.params));
+  CK(cublasCreate(&blas));
+  CK(cublasSetStream(blas, p.s));
+  std::printf("%-6s %-28s %10s %14s\n", "n", "solver", "ms/solve", "top-k rel diff");
+  for (const int n : {64, 128, 256, 512, 1024}) {
+    p.n = n;
+    p.k = std::min(k, n);
+    // S = Y^T Y for a 4n x n Y with decaying column scales (a Gram with a spread spectrum).
+    const int m = 4 * n;
+    std::vector<double> Yh(static_cast<std::size_t>(m) * n);
+    std::mt19937_64 rng(42 + n);
+    std::normal_distribution<double> nd;
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) Yh[static_cast<std::size_t>(j) * m + i] = nd(rng) / (1.0 + j / 8.0);
+    double* Y = nullptr;
+    CK(cudaMalloc(&Y, sizeof(double) * Yh.size()));
+    CK(cudaMemcpy(Y, Yh.data(), sizeof(double) * Yh.size(), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&p.S, sizeof(double) * n * n));
+    CK(cudaMalloc(&p.A, sizeof(double) * n * n));
+    CK(cudaMalloc(&p.w, sizeof(double) * n));
+    CK(cudaMalloc(&p.info, sizeof(int)));
+    const double one = 1.0, zero = 0.0;
+    CK(cublasDgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, n, n, m, &one, Y, m, Y, m, &zero, p.S, n));
+    CK(cudaStreamSynchronize(p.s));
+    const int il = n - p.k + 1, iu = n;
+    std::vector<double> ref, top;
+    auto report = [&](const char* name, double ms, bool is_ref) {
+      double d = 0;
+      if (!is_ref)
+        for (int j = 0; j < p.k; ++j)
+          d = std::max(d, std::abs(top[j] - ref[j]) / std::abs(ref[p.k - 1]));
+      std::printf("%-6d %-28s %10.3f %14.2e\n", n, name, ms, d);
+      std::fflush(stdout);
+    };
+
+    {  // syevdx, range I: what Tucker runs today (kernels/cuda/dense/dense.cu)
+      int lwork = 0, meig = 0;
+      CK(cusolverDnDsyevdx_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
+                                      CUBLAS_FILL_MODE_LOWER, n, p.A, n, 0, 0, il, iu, &meig, p.w,
+                                      &lwork));
+      auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
+      // syevdx returns the k wanted in w[0..k): shift them to the end for time()'s view.
+      const double ms = p.time(
+          [&] {
+            CK(cusolverDnDsyevdx(p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
+                                 CUBLAS_FILL_MODE_LOWER, n, p.A, n, 0, 0, il, iu, &meig, p.w, wk,
+                                 lwork, p.info));
+            CK(cudaMemcpyAsync(p.w + n - p.k, p.w, sizeof(double) * p.k, cudaMemcpyDeviceToDevice,
+                               p.s));
+          },
+          ref);
+      report("Dsyevdx (range I)", ms, true);
+    }
+    {  // syevd: every eigenpair
+      int lwork = 0;
+      CK(cusolverDnDsyevd_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A,
+                                     n, p.w, &lwork));
+      auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
+      const double ms = p.time(
+          [&] {
+            CK(cusolverDnDsyevd(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A, n,
+                                p.w, wk, lwork, p.info));
+          },
+          top);
+      report("Dsyevd (all)", ms, false);
+    }
+    for (const double tol : {0.0, 1e-10}) {  // Jacobi: default tolerance (eps), and looser
+      syevjInfo_t j{};
+      CK(cusolverDnCreateSyevjInfo(&j));
+      if (tol > 0) CK(cusolverDnXsyevjSetTolerance(j, tol));
+      int lwork = 0;
+      CK(cusolverDnDsyevj_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n,
+                                     p.A, n, p.w, &lwork, j));
+      auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
+      const double ms = p.time(
+          [&] {
+            CK(cusolverDnDsyevj(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A, n,
+                                p.w, wk, lwork, p.info, j));
+          },
+          top);
+      report(tol > 0 ? "Dsyevj (tol 1e-10)" : "Dsyevj (default tol)", ms, false);
+      CK(cusolverDnDestroySyevjInfo(j));
+    }
+    {  // the 64-bit API's syevBatched with one matrix
+      std::size_t dev = 0, host = 0;
+      CK(cusolverDnXsyevBatched_bufferSize(p.h, p.params, CUSOLVER_EIG_MODE_VECTOR,
+                                           CUBLAS_FILL_MODE_LOWER, n, CUDA_R_64F, p.A, n,
+                                           CUDA_R_64F, p.w, CUDA_R_64F, &dev, &host, 1));
+      void* wk = p.workspace(std::max<std::size_t>(dev, 1));
+      std::vector<char> hw(std::max<std::size_t>(host, 1));
+      const double ms = p.time(
+          [&] {
+            CK(cusolverDnXsyevBatched(p.h, p.params, CUSOLVER_EIG_MODE_VECTOR,
+                                      CUBLAS_FILL_MODE_LOWER, n, CUDA_R_64F, p.A, n, CUDA_R_64F,
+                                      p.w, CUDA_R_64F, wk, dev, hw.data(), host, p.info, 1));
+          },
+          top);
+      report("XsyevBatched (batch 1)", ms, false);
+    }
+    {  // the tridiagonal reduction alone (the first stage of syevd/syevdx)
+      int lwork = 0;
+      double *d = nullptr, *e = nullptr, *tau = nullptr;
+      CK(cudaMalloc(&d, sizeof(double) * n));
+      CK(cudaMalloc(&e, sizeof(double) * n));
+      CK(cudaMalloc(&tau, sizeof(double) * n));
+      CK(cusolverDnDsytrd_bufferSize(p.h, CUBLAS_FILL_MODE_LOWER, n, p.A, n, d, e, tau, &lwork));
+      auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
+      const double ms = p.time(
+          [&] {
+            CK(cusolverDnDsytrd(p.h, CUBLAS_FILL_MODE_LOWER, n, p.A, n, d, e, tau, wk, lwork,
+                                p.info));
+          },
+          top);
+      std::printf("%-6d %-28s %10.3f %14s\n", n, "Dsytrd only", ms, "-");
+      CK(cudaFree(d));
+      CK(cudaFree(e));
+      CK(cudaFree(tau));
+    }
+    CK(cudaFree(Y));
+    CK(cudaFree(p.S));
+    CK(cudaFree(p.A));
+    CK(cudaFree(p.w));
+    CK(cudaFree(p.info));
+  }
+  return 0;
+}
