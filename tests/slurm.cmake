@@ -18,3 +18,9 @@ set_tests_properties(slurm_ci PROPERTIES
 add_test(NAME study_local COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/study_test.sh)
 set_tests_properties(study_local PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV}"
   LABELS "study" TIMEOUT 300 PROCESSORS 2)
+# jobs/slurm/launch.sh without Slurm: the launch lines of TESSERA_DRY_RUN=1 for 1 x 1,
+# 2 x 4 and 4 x 8 GPU allocations, their errors, and the node emulation run on CPUs
+# (tests/slurm/launch_test.sh, docs/studies.md "Multi-node GPU jobs"). A few seconds.
+add_test(NAME slurm_launch COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/launch_test.sh)
+set_tests_properties(slurm_launch PROPERTIES ENVIRONMENT "${TESSERA_TEST_ENV}"
+  LABELS "slurm" TIMEOUT 120 PROCESSORS 2)
