@@ -78,6 +78,9 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
   gpus=${gpus:-0}
   ntasks=${SLURM_NTASKS:-${SLURM_NPROCS:-}}
   tasks_given=${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-}}
+  # Slurm always sets SLURM_TASKS_PER_NODE; an environment made by hand (jobs/readme-gpu.sh)
+  # may give only SLURM_NTASKS.
+  [ -n "$tasks_given" ] || [ -z "$ntasks" ] || tasks_given=$((ntasks / nodes))
 else  # outside Slurm: this host, TESSERA_GPUS GPUs, TESSERA_RANKS ranks
   nodes=1
   gpus=${TESSERA_GPUS:-0}

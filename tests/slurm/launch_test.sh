@@ -60,6 +60,10 @@ expect_in ": job 11 on n[1-1]: 1 node(s), 1 rank(s) x 2 thread(s), 0 GPU(s) per 
 # shellcheck disable=SC2046
 job cp.sbatch 0 $(alloc 11 1 1 0 2) TESSERA_LAUNCHER=mpirun
 expect "launch: mpirun -np 1 --map-by slot:PE=2 --bind-to core -x OMP_NUM_THREADS -x NCCL_NVLS_ENABLE $cp_tail"
+# What jobs/readme-gpu.sh sets for `sbatch --ntasks=4 --gpus-per-task=1` where no Slurm is.
+job resumable.sbatch 0 SLURM_JOB_ID=11 SLURM_NTASKS=4 SLURM_CPUS_PER_TASK=2 SLURM_GPUS_ON_NODE=4 \
+  TESSERA_LAUNCHER=mpirun
+expect "launch: mpirun -np 4 --map-by ppr:4:node:PE=2 --bind-to core -x OMP_NUM_THREADS -x NCCL_NVLS_ENABLE $bin cp t.tns --out run1.h5 --checkpoint run1.ckpt.h5 --checkpoint-every 5 --json run1-11-0.json --rank 8"
 # 1 node x 1 GPU.
 # shellcheck disable=SC2046
 job cp.sbatch 0 $(alloc 11 1 1 1 4) TESSERA_LAUNCHER=srun-pmix
