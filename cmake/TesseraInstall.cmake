@@ -6,7 +6,8 @@
 #                                         directly or through each other: the run layer's
 #                                         API and what it reaches, by include-root path
 #                                         (-I<prefix>/include/tessera, then "run/cp.hpp")
-#   share/tessera/slurm/                  jobs/slurm: cp.sbatch, resumable.sbatch, launch.sh
+#   share/tessera/slurm/                  jobs/slurm: cp.sbatch, resumable.sbatch, launch.sh,
+#                                         emulate-node.sh
 #   share/doc/tessera/                    LICENSE, README.md, docs/, examples/
 #
 # The static libraries are not installed: the binary and the module contain them and
@@ -51,6 +52,7 @@ tessera_install_headers(.
 # The Slurm scripts. From an install: TESSERA_SLURM_DIR=<prefix>/share/tessera/slurm and
 # TESSERA=<prefix>/bin/tessera (jobs/slurm/launch.sh).
 install(PROGRAMS jobs/slurm/cp.sbatch jobs/slurm/resumable.sbatch jobs/slurm/launch.sh
+  jobs/slurm/emulate-node.sh
   DESTINATION ${CMAKE_INSTALL_DATADIR}/tessera/slurm)
 
 install(FILES LICENSE README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})

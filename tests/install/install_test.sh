@@ -22,7 +22,8 @@ version=$("$root/bin/tessera" --version) || fail "$root/bin/tessera --version"
 echo "installed: $version"
 
 for f in share/tessera/slurm/cp.sbatch share/tessera/slurm/resumable.sbatch \
-  share/tessera/slurm/launch.sh share/doc/tessera/LICENSE share/doc/tessera/README.md \
+  share/tessera/slurm/launch.sh share/tessera/slurm/emulate-node.sh \
+  share/doc/tessera/LICENSE share/doc/tessera/README.md \
   include/tessera/run/cp.hpp; do
   [ -f "$root/$f" ] || fail "$f is not installed"
 done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI test under a real Slurm (docs/studies.md, "Testing under Slurm"): installs Slurm and
 # munge when missing (apt-get, as root or with sudo), starts munged, slurmctld and slurmd for
-# a one-node cluster on this host from a slurm.conf in a temporary folder, and submits
+# a one-node cluster on this host from a slurm.conf in a temporary folder (tests/slurm/
+# cluster.sh, shared with slurm_multinode.sh), and submits
 #   1. jobs/slurm/cp.sbatch without GPUs (CP rank 8 on congress),
 #   2. jobs/slurm/resumable.sbatch with a one-minute time limit (--time=1
 #      --signal=B:USR1@26): Slurm itself signals the job before the limit, the job requeues
@@ -26,124 +27,18 @@ data=${TESSERA_SHARED_DATA:-$repo/../shared/data}
 tensor=$data/congress-cosponsor_leg-leg-year.tns.gz
 [ -r "$tensor" ] || skip "no $tensor (set TESSERA_SHARED_DATA to the folder of the real tensors)"
 
-# --- Slurm and munge ----------------------------------------------------------------------
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo -n"
-need=()
-for p in slurmctld slurmd slurm-client munge python3-matplotlib; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  command -v apt-get >/dev/null || skip "missing ${need[*]} and no apt-get to install them"
-  if [ -n "$sudo" ] && ! sudo -n true 2>/dev/null; then
-    skip "missing ${need[*]}; installing needs root or passwordless sudo"
-  fi
-  say "installing ${need[*]} (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! { $sudo apt-get update -qq && $sudo apt-get install -y -qq \
-      "${need[@]}" >/dev/null; }; then
-    skip "apt-get could not install ${need[*]}"
-  fi
-fi
-for c in slurmctld slurmd sbatch squeue scontrol munged; do
-  command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || skip "$c not found after installing"
-done
-export PATH=$PATH:/usr/sbin
-[ "$(id -u)" -eq 0 ] || skip "the daemons of the test cluster run as root (SlurmUser=root)"
-python=""
-for py in python3 /usr/bin/python3; do
-  if "$py" -c "import matplotlib, tomllib" 2>/dev/null; then python=$py; break; fi
-done
+# --- Slurm, munge and a one-node cluster (tests/slurm/cluster.sh) --------------------------
+tmp_prefix="tessera-slurm-ci"
+cluster_extra_packages=python3-matplotlib
+# shellcheck source=tests/slurm/cluster.sh
+source "$repo/tests/slurm/cluster.sh"
 [ -n "$python" ] || fail "no python3 with matplotlib and tomllib (python3-matplotlib)"
-
-# --- a one-node cluster in a temporary folder ----------------------------------------------
-tmp=$(mktemp -d /tmp/tessera-slurm-ci.XXXXXX)
-chmod 755 "$tmp"
-pids=()
 cleanup() {
   for pid in ${study_pid:-} ${ref_pid:-}; do kill "$pid" 2>/dev/null; done
-  [ -n "${SLURM_CONF:-}" ] && scancel --quiet --user="$(id -un)" 2>/dev/null
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
-  for pid in "${pids[@]}"; do
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.3; done
-    kill -9 "$pid" 2>/dev/null
-  done
-  if [ "${KEEP_SLURM_CI:-0}" = 1 ]; then say "kept $tmp"; else rm -rf "$tmp"; fi
+  cluster_stop
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" "$tmp/log" "$tmp/work"
-chmod 700 "$tmp/munge"
-head -c 1024 /dev/urandom > "$tmp/munge/munge.key"
-chmod 400 "$tmp/munge/munge.key"
-munged --force --socket="$tmp/munge/munge.sock" --key-file="$tmp/munge/munge.key" \
-  --pid-file="$tmp/munge/munged.pid" --seed-file="$tmp/munge/seed" \
-  --log-file="$tmp/log/munged.log" || fail "munged did not start ($(cat "$tmp/log/munged.log"))"
-for _ in $(seq 50); do [ -s "$tmp/munge/munged.pid" ] && break; sleep 0.1; done
-pids+=("$(cat "$tmp/munge/munged.pid")")
-
-host=$(hostname -s)
-node=$(slurmd -C 2>/dev/null | head -1)  # NodeName=... CPUs=... RealMemory=...
-cpus=$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$node")
-mem=$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$node")
-[ -n "$cpus" ] && [ -n "$mem" ] || fail "slurmd -C did not describe this node: $node"
-base=$((20000 + RANDOM % 20000))
-mpi=none
-cat > "$tmp/slurm.conf" <<EOF
-ClusterName=tessera-ci
-SlurmctldHost=$host(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPort=$base
-SlurmdPort=$((base + 1))
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$tmp/munge/munge.sock,cred_expire=10
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd.pid
-SlurmctldLogFile=$tmp/log/slurmctld.log
-SlurmdLogFile=$tmp/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/affinity
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=$mpi
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SchedulerType=sched/builtin
-SchedulerParameters=sched_interval=2
-ReturnToService=2
-JobRequeue=1
-SlurmctldTimeout=10
-SlurmdTimeout=10
-InactiveLimit=0
-KillWait=5
-MinJobAge=300
-MessageTimeout=10
-PlugStackConfig=$tmp/plugstack.conf
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=ci Nodes=$host Default=YES MaxTime=INFINITE State=UP
-EOF
-: > "$tmp/plugstack.conf"
-export SLURM_CONF=$tmp/slurm.conf
-slurmctld -D -i -f "$SLURM_CONF" > "$tmp/log/slurmctld.out" 2>&1 &
-pids+=($!)
-slurmd -D -f "$SLURM_CONF" > "$tmp/log/slurmd.out" 2>&1 &
-pids+=($!)
-up=0
-for _ in $(seq 60); do
-  if sinfo -h -o %T 2>/dev/null | grep -qx idle; then up=1; break; fi
-  sleep 0.5
-done
-if [ $up = 0 ]; then
-  tail -n 20 "$tmp/log/slurmctld.log" "$tmp/log/slurmd.log" "$tmp/log/"*.out 2>/dev/null
-  fail "the one-node cluster did not come up within 30 s"
-fi
 mpis=$(srun --mpi=list 2>&1 | tr '\n' ' ')
 say "cluster up after $(( $(date +%s) - t0 )) s: $node; srun --mpi=list: $mpis"
 
