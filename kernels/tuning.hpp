@@ -251,7 +251,8 @@ inline constexpr auto kKnobs = std::make_tuple(
     Knob<TensorCores>{.key = "tensor_cores",
                       .field = &Tuning::tensor_cores,
                       .help = "cuda MTTKRP: tensor cores on the dense 16 x 16 tiles of each mode, "
-                              "CUDA cores on the rest (docs/tensor-core-mttkrp.md):"},
+                              "CUDA cores on the rest (docs/tensor-core-mttkrp.md); in float "
+                              "also the row Grams of --observed-only (off: CUDA cores):"},
     Knob<TcPrecisionOption>{.key = "tc_precision",
                             .field = &Tuning::tc_precision,
                             .help = "cuda MTTKRP: precision of the tensor-core tiles:"},

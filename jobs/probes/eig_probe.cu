@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    const int e_ = static_cast<int>(x);                                               \
-    if (e_ != 0) {                                                                    \
-      std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, e_);  \
-      std::exit(1);                                                                   \
-    }                                                                                 \
+#define CK(x)                                                                      \
+  do {                                                                             \
+    const int e_ = static_cast<int>(x);                                            \
+    if (e_ != 0) {                                                                 \
+      std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, e_); \
+      std::exit(1);                                                                \
+    }                                                                              \
   } while (0)
 
 namespace {
@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(42 + n);
     std::normal_distribution<double> nd;
     for (int j = 0; j < n; ++j)
-      for (int i = 0; i < m; ++i) Yh[static_cast<std::size_t>(j) * m + i] = nd(rng) / (1.0 + j / 8.0);
+      for (int i = 0; i < m; ++i)
+        Yh[static_cast<std::size_t>(j) * m + i] = nd(rng) / (1.0 + j / 8.0);
     double* Y = nullptr;
     CK(cudaMalloc(&Y, sizeof(double) * Yh.size()));
     CK(cudaMemcpy(Y, Yh.data(), sizeof(double) * Yh.size(), cudaMemcpyHostToDevice));
@@ -161,8 +162,8 @@ int main(int argc, char** argv) {
       CK(cusolverDnCreateSyevjInfo(&j));
       if (tol > 0) CK(cusolverDnXsyevjSetTolerance(j, tol));
       int lwork = 0;
-      CK(cusolverDnDsyevj_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n,
-                                     p.A, n, p.w, &lwork, j));
+      CK(cusolverDnDsyevj_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A,
+                                     n, p.w, &lwork, j));
       auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
       const double ms = p.time(
           [&] {

@@ -192,6 +192,12 @@ TYPED_TEST(CudaBackendTest, RowGramsMatchThePatternMttkrp) {
   // One slice holding ~70% of the nonzeros (a row across many tiles); most slices empty.
   const auto skew = random_tensor<T>({3000, 40, 30}, 60000, ++seed, 0);
   expect_row_grams_match(*this->gpu_, *this->ref_, skew, 32, ++seed);
+  // Float runs the tensor-core kernel (3xTF32); --tensor-cores off the CUDA-core one.
+  Tuning t;
+  t.tensor_cores = TensorCores::off;
+  auto classic = make_backend<T>(BackendKind::cuda, 0, t);
+  for (int R : {5, 16, 32}) expect_row_grams_match(*classic, *this->ref_, big, R, ++seed);
+  expect_row_grams_match(*classic, *this->ref_, skew, 32, ++seed);
 }
 
 // ---- CP-APR (kernels/ops/apr.hpp) ----

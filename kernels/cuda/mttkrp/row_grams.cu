@@ -21,12 +21,24 @@
 //     order of the copy (plain, l2 or smem layout, tier-2 chunks), only on the nonzeros.
 // Work per nonzero: R gathered values per input mode and RP^2 / 32 FMAs per lane, against
 // (N - 1) W gathered values and W multiply-adds for the pattern MTTKRP.
+//
+// In float (and unless --tensor-cores off) the products run on the tensor cores in
+// 3xTF32 (kernels/cuda/runtime/mma_tf32.cuh), as the tensor-core TTMc does: for a row i,
+// G_i = H^T diag(x) H with H (n_i x RP) the rows h of its nonzeros, a matrix product whose
+// inner dimension is the row's nonzeros. A warp takes its tile's nonzeros 8 at a time (the k
+// of mma.m16n8k8): lane (g, t) gathers columns g, g + 8, .. of h for nonzeros t and t + 4
+// (8 lanes read 32 consecutive bytes of a factor row), and the warp multiplies the RP / 16
+// x RP / 8 tiles of 16 x 8 entries that hold some a <= b (at RP = 32, 6 of 8), accumulating
+// in float registers. Nonzeros of the 8 in another row are masked and taken by a further
+// pass after the current row is flushed (packed entries a <= b < R, with atomics).
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/mttkrp/handle.cuh"
 #include "kernels/cuda/mttkrp/internal.cuh"
+#include "kernels/cuda/runtime/mma_tf32.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -152,6 +164,158 @@ void launch_row_grams(cudaStream_t stream, const GramParams& p) {
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
+// ---- the tensor-core kernel (float) ----
+
+constexpr int kGramTcWarps = 8;  ///< warps per block
+/// Nonzeros per warp tile, at most (fewer on small tensors: wave_tile).
+constexpr int kGramTcTile = 1024;
+/// Blocks per SM the kernel is compiled for.
+constexpr int kGramTcBlocksPerSm = 2;
+
+/// RP = 8, 16 or 32: Q = RP / 8 columns of h per lane and nonzero, MT = max(RP / 16, 1) tiles
+/// of 16 Gram rows, NT = RP / 8 tiles of 8 Gram columns.
+template <int RP>
+__global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm)
+    row_grams_tc_kernel(const __grid_constant__ GramParams p) {
+  constexpr int Q = RP / 8, MT = RP >= 16 ? RP / 16 : 1, NT = RP / 8;
+  __shared__ index_t coords[kGramTcWarps][kMaxOrder][kWarp];  // a batch's input coordinates
+  const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
+  const int wib = static_cast<int>(threadIdx.x) / kWarp;
+  const int g = lane >> 2, t = lane & 3;
+  const std::int64_t begin = (static_cast<std::int64_t>(blockIdx.x) * kGramTcWarps + wib) * p.tile;
+  if (begin >= p.nnz) return;  // whole warp
+  const std::int64_t end = min(begin + static_cast<std::int64_t>(p.tile), p.nnz);
+  const int R = p.R;
+  const auto* vals = static_cast<const float*>(p.vals);
+  // Whether tile (mt, nt) holds an entry a <= b: its last column reaches its first row.
+  auto needed = [](int mt, int nt) { return 8 * nt + 7 >= 16 * mt; };
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+  index_t cur = 0;
+  bool have = false;
+  auto flush = [&]() {
+    float* o =
+        static_cast<float*>(p.out) + static_cast<std::size_t>(cur) * static_cast<std::size_t>(p.W);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        if (!needed(mt, nt)) continue;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int a = mt * 16 + g + 8 * (e >> 1), b = nt * 8 + 2 * t + (e & 1);
+          if (a <= b && b < R) atomicAdd(o + (a * R - a * (a - 1) / 2 - a) + b, acc[mt][nt][e]);
+          acc[mt][nt][e] = 0.f;
+        }
+      }
+  };
+
+  for (std::int64_t s = begin; s < end; s += kWarp) {
+    // A batch of 32 nonzeros: lane j loads nonzero j's row, value and input coordinates
+    // (coalesced); the coordinates go to shared memory for the gathers below.
+    const int cnt32 = end - s < kWarp ? static_cast<int>(end - s) : kWarp;  // uniform
+    const bool mine = lane < cnt32;
+    const index_t my_row = mine ? __ldcs(p.idx[p.mode] + s + lane) : 0;
+    const float my_val = mine ? __ldcs(vals + s + lane) : 0.f;
+    __syncwarp();  // the previous batch's readers of coords are done
+    for (int m = 0; m < p.order; ++m)
+      coords[wib][m][lane] = (mine && m != p.mode) ? __ldcs(p.idx[m] + s + lane) : 0;
+    __syncwarp();
+#pragma unroll 1
+    for (int c = 0; c < cnt32; c += 8) {
+      // This lane's two nonzeros of the 8: c + t and c + t + 4; h at columns g + 8 q.
+      index_t r[2];
+      float v[2], hh[2][Q];
+      bool done[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int src = c + t + 4 * h;
+        r[h] = __shfl_sync(kFullMask, my_row, src);
+        v[h] = __shfl_sync(kFullMask, my_val, src);
+        done[h] = src >= cnt32;
+#pragma unroll
+        for (int q = 0; q < Q; ++q) hh[h][q] = (g + 8 * q < R && !done[h]) ? 1.f : 0.f;
+      }
+      for (int m = 0; m < p.order; ++m) {
+        if (m == p.mode) continue;
+        const float* A = static_cast<const float*>(p.factors[m]) + g;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float* row = A + static_cast<std::size_t>(coords[wib][m][c + t + 4 * h]) *
+                                     static_cast<std::size_t>(R);
+#pragma unroll
+          for (int q = 0; q < Q; ++q)
+            if (g + 8 * q < R && !done[h]) hh[h][q] *= __ldg(row + 8 * q);
+        }
+      }
+      // One pass per output row present among the 8 (usually one).
+      while (true) {
+        const unsigned lo = __ballot_sync(kFullMask, !done[0]) & 0xfu;
+        const unsigned hi = __ballot_sync(kFullMask, !done[1]) & 0xfu;
+        const unsigned pend = lo | (hi << 4);  // bit s: nonzero c + s not yet taken
+        if (pend == 0) break;
+        const int fpos = __ffs(static_cast<int>(pend)) - 1;
+        const index_t ra = __shfl_sync(kFullMask, r[0], fpos & 3);
+        const index_t rb = __shfl_sync(kFullMask, r[1], fpos & 3);
+        const index_t row = fpos < 4 ? ra : rb;
+        if (!have || row != cur) {
+          if (have) flush();
+          cur = row;
+          have = true;
+        }
+        bool mk[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) mk[h] = !done[h] && r[h] == cur;
+        // B (8 x 8, k = nonzero, n = Gram column 8 nt + g) = h; A (16 x 8, rows 16 mt + g
+        // and + 8) = x h.
+        std::uint32_t bh[NT][2], bl[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) tf32::split(mk[h] ? hh[h][nt] : 0.f, bh[nt][h], bl[nt][h]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          std::uint32_t ah[4], al[4];
+          auto col = [&](int h, int q) {
+            return q < Q && mk[h] ? v[h] * hh[h][q < Q ? q : 0] : 0.f;
+          };
+          tf32::split(col(0, 2 * mt), ah[0], al[0]);
+          tf32::split(col(0, 2 * mt + 1), ah[1], al[1]);
+          tf32::split(col(1, 2 * mt), ah[2], al[2]);
+          tf32::split(col(1, 2 * mt + 1), ah[3], al[3]);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            if (needed(mt, nt)) tf32::mma3(acc[mt][nt], ah, al, bh[nt], bl[nt]);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) done[h] = done[h] || mk[h];
+      }
+    }
+  }
+  if (have) flush();  // the last row may continue in the next tile
+}
+
+void launch_row_grams_tc(cudaStream_t stream, const GramParams& p) {
+  const std::int64_t warps = (p.nnz + p.tile - 1) / p.tile;
+  const std::int64_t blocks = (warps + kGramTcWarps - 1) / kGramTcWarps;
+  TESSERA_EXPECTS(blocks <= std::numeric_limits<int>::max(),
+                  p.nnz << " nonzeros exceed one launch; split the block");
+  const auto grid = static_cast<unsigned>(blocks);
+  if (p.R <= 8)
+    row_grams_tc_kernel<8><<<grid, kGramTcWarps * kWarp, 0, stream>>>(p);
+  else if (p.R <= 16)
+    row_grams_tc_kernel<16><<<grid, kGramTcWarps * kWarp, 0, stream>>>(p);
+  else
+    row_grams_tc_kernel<32><<<grid, kGramTcWarps * kWarp, 0, stream>>>(p);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 template <typename T>
@@ -173,15 +337,24 @@ void row_grams(Context& ctx, const TensorHandle<T>& xh, int mode,
   p.W = W;
   const std::size_t out_bytes =
       static_cast<std::size_t>(x.dims()[mode]) * static_cast<std::size_t>(W) * sizeof(T);
+  const KernelSelection selection = kernel_selection(ctx.tuning);
+  const bool tc = std::is_same_v<T, float> && ctx.tuning.tensor_cores != TensorCores::off;
   over_copy(ctx, x, mode, out, out_bytes,
             [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool /*resident*/) {
               for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
               p.vals = vals;
               p.nnz = static_cast<std::int64_t>(cnt);
-              p.tile = wave_tile(p.nnz, kGramBlocksPerSm * kGramWarps, kGramTile, kWarp);
-              launch_row_grams<T>(ctx.stream, p);
+              if (p.nnz == 0) return;
+              if (tc) {
+                p.tile = wave_tile(p.nnz, kGramTcBlocksPerSm * kGramTcWarps, kGramTcTile, kWarp);
+                launch_row_grams_tc(ctx.stream, p);
+              } else {
+                p.tile = wave_tile(p.nnz, kGramBlocksPerSm * kGramWarps, kGramTile, kWarp);
+                launch_row_grams<T>(ctx.stream, p);
+              }
             });
-  x.note_kernel(mode, "row Grams (fused)", R, kernel_selection(ctx.tuning));
+  x.note_kernel(mode, tc ? "row Grams (fused, tensor cores 3xTF32)" : "row Grams (fused)", R,
+                selection);
 }
 
 template void row_grams<float>(Context&, const TensorHandle<float>&, int,

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/runtime/mma_tf32.cuh"
 #include "kernels/cuda/ttmc/kernels.cuh"
 
 namespace tessera::kernels::cuda::ttmc_tc {
@@ -37,33 +38,9 @@ inline constexpr int kWarp = 32;
 inline constexpr int kWarpsPerBlock = 8;
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
-__device__ __forceinline__ std::uint32_t to_tf32(float x) {
-  std::uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
-
-/// x = hi + lo with hi and lo both tf32 (lo: the rounding remainder of hi).
-__device__ __forceinline__ void split(float x, std::uint32_t& hi, std::uint32_t& lo) {
-  hi = to_tf32(x);
-  lo = to_tf32(x - __uint_as_float(hi));
-}
-
-/// d += a b for one m16n8k8 tile (tf32 inputs, float accumulators).
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4],
-                                    const std::uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/// MT = R0 / 16 tiles of rows of Y_i (prefix-mode columns), NT = RL / 8 tiles of its columns.
-/// Fragment layouts of mma.m16n8k8 with tf32 (PTX ISA), g = lane / 4, t = lane % 4:
-/// A (16 x 8): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4);
-/// B (8 x 8): b0 (t, g), b1 (t + 4, g);  C (16 x 8): c0, c1 (g, 2t, 2t + 1), c2, c3 (g + 8, ...).
-/// Here the k index is a nonzero of the current 8: lane (g, t) handles nonzeros t and t + 4.
+/// MT = R0 / 16 tiles of rows of Y_i (prefix-mode columns), NT = RL / 8 tiles of its columns
+/// (fragment layouts: kernels/cuda/runtime/mma_tf32.cuh). Here the k index is a nonzero of the
+/// current 8: lane (g, t) handles nonzeros t and t + 4.
 template <int MT, int NT>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
     ttmc_tc_kernel(const __grid_constant__ TtmcParams<float> p) {
@@ -183,21 +160,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) split(m[h] ? bv[nt][h] : 0.f, bh[nt][h], bl[nt][h]);
+          for (int h = 0; h < 2; ++h) tf32::split(m[h] ? bv[nt][h] : 0.f, bh[nt][h], bl[nt][h]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           std::uint32_t ah[4], al[4];
           // a0 (g, t) a1 (g + 8, t) a2 (g, t + 4) a3 (g + 8, t + 4): k = t is h = 0.
-          split(m[0] ? v[0] * a[mt][0][0] : 0.f, ah[0], al[0]);
-          split(m[0] ? v[0] * a[mt][0][1] : 0.f, ah[1], al[1]);
-          split(m[1] ? v[1] * a[mt][1][0] : 0.f, ah[2], al[2]);
-          split(m[1] ? v[1] * a[mt][1][1] : 0.f, ah[3], al[3]);
+          tf32::split(m[0] ? v[0] * a[mt][0][0] : 0.f, ah[0], al[0]);
+          tf32::split(m[0] ? v[0] * a[mt][0][1] : 0.f, ah[1], al[1]);
+          tf32::split(m[1] ? v[1] * a[mt][1][0] : 0.f, ah[2], al[2]);
+          tf32::split(m[1] ? v[1] * a[mt][1][1] : 0.f, ah[3], al[3]);
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            mma(acc[mt][nt], al, bh[nt]);
-            mma(acc[mt][nt], ah, bl[nt]);
-            mma(acc[mt][nt], ah, bh[nt]);
-          }
+          for (int nt = 0; nt < NT; ++nt) tf32::mma3(acc[mt][nt], ah, al, bh[nt], bl[nt]);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) done[h] = done[h] || m[h];

@@ -1,0 +1,48 @@
+// 3xTF32 matrix products on the tensor cores (mma.sync m16n8k8, sm_80 and later), shared by
+// the tensor-core TTMc (kernels/cuda/ttmc/tc.cuh) and the completion's row Grams
+// (kernels/cuda/mttkrp/row_grams.cu). Each float operand is split into a tf32 high part
+// and a tf32 remainder and a product is hi*hi + hi*lo + lo*hi, which keeps about 21 of
+// float's 24 significand bits (the dropped lo*lo term is below 2^-21 relative); a plain
+// tf32 product would lose 3 decimal digits.
+//
+// Fragment layouts of mma.m16n8k8 with tf32 (PTX ISA), g = lane / 4, t = lane % 4:
+// A (16 x 8): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4);
+// B (8 x 8): b0 (t, g), b1 (t + 4, g);  C (16 x 8): c0, c1 (g, 2t, 2t + 1), c2, c3 (g + 8, ...).
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::kernels::cuda::tf32 {
+
+__device__ __forceinline__ std::uint32_t to_tf32(float x) {
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+/// x = hi + lo with hi and lo both tf32 (lo: the rounding remainder of hi).
+__device__ __forceinline__ void split(float x, std::uint32_t& hi, std::uint32_t& lo) {
+  hi = to_tf32(x);
+  lo = to_tf32(x - __uint_as_float(hi));
+}
+
+/// d += a b for one m16n8k8 tile (tf32 inputs, float accumulators).
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4],
+                                    const std::uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/// d += a b in 3xTF32 from the split parts of a and b.
+__device__ __forceinline__ void mma3(float (&d)[4], const std::uint32_t (&ah)[4],
+                                     const std::uint32_t (&al)[4], const std::uint32_t (&bh)[2],
+                                     const std::uint32_t (&bl)[2]) {
+  mma(d, al, bh);
+  mma(d, ah, bl);
+  mma(d, ah, bh);
+}
+
+}  // namespace tessera::kernels::cuda::tf32
