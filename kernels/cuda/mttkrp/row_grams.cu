@@ -169,26 +169,36 @@ void launch_row_grams(cudaStream_t stream, const GramParams& p) {
 constexpr int kGramTcWarps = 8;  ///< warps per block
 /// Nonzeros per warp tile, at most (fewer on small tensors: wave_tile).
 constexpr int kGramTcTile = 1024;
-/// Blocks per SM the kernel is compiled for.
-constexpr int kGramTcBlocksPerSm = 2;
+/// Blocks per SM the kernel is compiled for: 128 registers at RP = 32 (113 on the order-3
+/// path), 52-72 below (-Xptxas -v).
+template <int RP>
+constexpr int kGramTcBlocksPerSm = RP >= 32 ? 2 : 3;
 
 /// RP = 8, 16 or 32: Q = RP / 8 columns of h per lane and nonzero, MT = max(RP / 16, 1) tiles
-/// of 16 Gram rows, NT = RP / 8 tiles of 8 Gram columns.
-template <int RP>
-__global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm)
+/// of 16 Gram rows, NT = RP / 8 tiles of 8 Gram columns. kOrder3: the two input modes'
+/// coordinates stay in registers (one shuffle each per nonzero); else every input mode's go
+/// through shared memory. kFull: R = RP, no column is padding.
+template <int RP, bool kOrder3, bool kFull>
+__global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm<RP>)
     row_grams_tc_kernel(const __grid_constant__ GramParams p) {
   constexpr int Q = RP / 8, MT = RP >= 16 ? RP / 16 : 1, NT = RP / 8;
-  __shared__ index_t coords[kGramTcWarps][kMaxOrder][kWarp];  // a batch's input coordinates
+  __shared__ index_t coords[kOrder3 ? 1 : kGramTcWarps][kOrder3 ? 1 : kMaxOrder][kWarp];
   const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
   const int wib = static_cast<int>(threadIdx.x) / kWarp;
   const int g = lane >> 2, t = lane & 3;
   const std::int64_t begin = (static_cast<std::int64_t>(blockIdx.x) * kGramTcWarps + wib) * p.tile;
   if (begin >= p.nnz) return;  // whole warp
   const std::int64_t end = min(begin + static_cast<std::int64_t>(p.tile), p.nnz);
-  const int R = p.R;
+  const int R = kFull ? RP : p.R;
   const auto* vals = static_cast<const float*>(p.vals);
   // Whether tile (mt, nt) holds an entry a <= b: its last column reaches its first row.
   auto needed = [](int mt, int nt) { return 8 * nt + 7 >= 16 * mt; };
+  // Whether column g + 8 q of h exists (compile-time true when kFull).
+  auto col_ok = [&](int q) { return kFull || g + 8 * q < R; };
+  // The order-3 path's two input modes and factors.
+  const int in0 = p.mode == 0 ? 1 : 0, in1 = p.mode == 2 ? 1 : 2;
+  const float* F0 = static_cast<const float*>(p.factors[in0]) + g;
+  const float* F1 = static_cast<const float*>(p.factors[in1]) + g;
 
   float acc[MT][NT][4];
 #pragma unroll
@@ -218,15 +228,21 @@ __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm)
 
   for (std::int64_t s = begin; s < end; s += kWarp) {
     // A batch of 32 nonzeros: lane j loads nonzero j's row, value and input coordinates
-    // (coalesced); the coordinates go to shared memory for the gathers below.
+    // (coalesced, streaming).
     const int cnt32 = end - s < kWarp ? static_cast<int>(end - s) : kWarp;  // uniform
     const bool mine = lane < cnt32;
     const index_t my_row = mine ? __ldcs(p.idx[p.mode] + s + lane) : 0;
     const float my_val = mine ? __ldcs(vals + s + lane) : 0.f;
-    __syncwarp();  // the previous batch's readers of coords are done
-    for (int m = 0; m < p.order; ++m)
-      coords[wib][m][lane] = (mine && m != p.mode) ? __ldcs(p.idx[m] + s + lane) : 0;
-    __syncwarp();
+    index_t my_c0 = 0, my_c1 = 0;
+    if constexpr (kOrder3) {
+      my_c0 = mine ? __ldcs(p.idx[in0] + s + lane) : 0;
+      my_c1 = mine ? __ldcs(p.idx[in1] + s + lane) : 0;
+    } else {
+      __syncwarp();  // the previous batch's readers of coords are done
+      for (int m = 0; m < p.order; ++m)
+        coords[wib][m][lane] = (mine && m != p.mode) ? __ldcs(p.idx[m] + s + lane) : 0;
+      __syncwarp();
+    }
 #pragma unroll 1
     for (int c = 0; c < cnt32; c += 8) {
       // This lane's two nonzeros of the 8: c + t and c + t + 4; h at columns g + 8 q.
@@ -239,19 +255,42 @@ __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm)
         r[h] = __shfl_sync(kFullMask, my_row, src);
         v[h] = __shfl_sync(kFullMask, my_val, src);
         done[h] = src >= cnt32;
-#pragma unroll
-        for (int q = 0; q < Q; ++q) hh[h][q] = (g + 8 * q < R && !done[h]) ? 1.f : 0.f;
       }
-      for (int m = 0; m < p.order; ++m) {
-        if (m == p.mode) continue;
-        const float* A = static_cast<const float*>(p.factors[m]) + g;
+      if constexpr (kOrder3) {
+        // Both rows' gathers are issued before the products (a done nonzero has coordinates
+        // 0, a valid row, and value 0).
+        float a0[2][Q], a1[2][Q];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float* row = A + static_cast<std::size_t>(coords[wib][m][c + t + 4 * h]) *
-                                     static_cast<std::size_t>(R);
+          const int src = c + t + 4 * h;
+          const auto j0 = static_cast<std::size_t>(__shfl_sync(kFullMask, my_c0, src));
+          const auto j1 = static_cast<std::size_t>(__shfl_sync(kFullMask, my_c1, src));
 #pragma unroll
-          for (int q = 0; q < Q; ++q)
-            if (g + 8 * q < R && !done[h]) hh[h][q] *= __ldg(row + 8 * q);
+          for (int q = 0; q < Q; ++q) {
+            a0[h][q] = col_ok(q) ? __ldg(F0 + j0 * R + 8 * q) : 0.f;
+            a1[h][q] = col_ok(q) ? __ldg(F1 + j1 * R + 8 * q) : 0.f;
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int q = 0; q < Q; ++q) hh[h][q] = a0[h][q] * a1[h][q];
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int q = 0; q < Q; ++q) hh[h][q] = col_ok(q) && !done[h] ? 1.f : 0.f;
+        for (int m = 0; m < p.order; ++m) {
+          if (m == p.mode) continue;
+          const float* A = static_cast<const float*>(p.factors[m]) + g;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float* row = A + static_cast<std::size_t>(coords[wib][m][c + t + 4 * h]) *
+                                       static_cast<std::size_t>(R);
+#pragma unroll
+            for (int q = 0; q < Q; ++q)
+              if (col_ok(q) && !done[h]) hh[h][q] *= __ldg(row + 8 * q);
+          }
         }
       }
       // One pass per output row present among the 8 (usually one).
@@ -301,6 +340,18 @@ __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm)
   if (have) flush();  // the last row may continue in the next tile
 }
 
+template <int RP>
+void launch_row_grams_tc_rp(cudaStream_t stream, const GramParams& p, unsigned grid) {
+  const bool order3 = p.order == 3, full = p.R == RP;
+  const dim3 block(kGramTcWarps * kWarp);
+  if (order3 && full)
+    row_grams_tc_kernel<RP, true, true><<<grid, block, 0, stream>>>(p);
+  else if (order3)
+    row_grams_tc_kernel<RP, true, false><<<grid, block, 0, stream>>>(p);
+  else
+    row_grams_tc_kernel<RP, false, false><<<grid, block, 0, stream>>>(p);
+}
+
 void launch_row_grams_tc(cudaStream_t stream, const GramParams& p) {
   const std::int64_t warps = (p.nnz + p.tile - 1) / p.tile;
   const std::int64_t blocks = (warps + kGramTcWarps - 1) / kGramTcWarps;
@@ -308,11 +359,11 @@ void launch_row_grams_tc(cudaStream_t stream, const GramParams& p) {
                   p.nnz << " nonzeros exceed one launch; split the block");
   const auto grid = static_cast<unsigned>(blocks);
   if (p.R <= 8)
-    row_grams_tc_kernel<8><<<grid, kGramTcWarps * kWarp, 0, stream>>>(p);
+    launch_row_grams_tc_rp<8>(stream, p, grid);
   else if (p.R <= 16)
-    row_grams_tc_kernel<16><<<grid, kGramTcWarps * kWarp, 0, stream>>>(p);
+    launch_row_grams_tc_rp<16>(stream, p, grid);
   else
-    row_grams_tc_kernel<32><<<grid, kGramTcWarps * kWarp, 0, stream>>>(p);
+    launch_row_grams_tc_rp<32>(stream, p, grid);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -346,7 +397,9 @@ void row_grams(Context& ctx, const TensorHandle<T>& xh, int mode,
               p.nnz = static_cast<std::int64_t>(cnt);
               if (p.nnz == 0) return;
               if (tc) {
-                p.tile = wave_tile(p.nnz, kGramTcBlocksPerSm * kGramTcWarps, kGramTcTile, kWarp);
+                p.tile = wave_tile(
+                    p.nnz, (R > 16 ? kGramTcBlocksPerSm<32> : kGramTcBlocksPerSm<16>)*kGramTcWarps,
+                    kGramTcTile, kWarp);
                 launch_row_grams_tc(ctx.stream, p);
               } else {
                 p.tile = wave_tile(p.nnz, kGramBlocksPerSm * kGramWarps, kGramTile, kWarp);

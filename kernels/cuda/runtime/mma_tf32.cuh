@@ -1,9 +1,9 @@
 // 3xTF32 matrix products on the tensor cores (mma.sync m16n8k8, sm_80 and later), shared by
 // the tensor-core TTMc (kernels/cuda/ttmc/tc.cuh) and the completion's row Grams
 // (kernels/cuda/mttkrp/row_grams.cu). Each float operand is split into a tf32 high part
-// and a tf32 remainder and a product is hi*hi + hi*lo + lo*hi, which keeps about 21 of
-// float's 24 significand bits (the dropped lo*lo term is below 2^-21 relative); a plain
-// tf32 product would lose 3 decimal digits.
+// and a remainder and a product is hi*hi + hi*lo + lo*hi, which keeps about 21 of float's
+// 24 significand bits (the dropped lo*lo term is below 2^-21 relative); a plain tf32
+// product would lose 3 decimal digits.
 //
 // Fragment layouts of mma.m16n8k8 with tf32 (PTX ISA), g = lane / 4, t = lane % 4:
 // A (16 x 8): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4);
@@ -20,10 +20,14 @@ __device__ __forceinline__ std::uint32_t to_tf32(float x) {
   return r;
 }
 
-/// x = hi + lo with hi and lo both tf32 (lo: the rounding remainder of hi).
+/// x = hi + lo: hi = x rounded to tf32, lo = the remainder x - hi (exact in float) as raw
+/// float bits. The tensor cores read a tf32 operand's top 19 bits, so they take lo
+/// truncated to tf32 (CUTLASS's fast 3xTF32 does the same): |lo| <= 2^-11 |x|, and the
+/// truncation costs at most 2^-10 |lo| <= 2^-21 |x|, as the dropped lo*lo term does. One
+/// conversion where rounding lo too would take two.
 __device__ __forceinline__ void split(float x, std::uint32_t& hi, std::uint32_t& lo) {
   hi = to_tf32(x);
-  lo = to_tf32(x - __uint_as_float(hi));
+  lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
 /// d += a b for one m16n8k8 tile (tf32 inputs, float accumulators).
