@@ -14,19 +14,16 @@
 
 namespace tessera::kernels::cuda::tf32 {
 
-__device__ __forceinline__ std::uint32_t to_tf32(float x) {
-  std::uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
-
 /// x = hi + lo: hi = x rounded to tf32, lo = the remainder x - hi (exact in float) as raw
 /// float bits. The tensor cores read a tf32 operand's top 19 bits, so they take lo
 /// truncated to tf32 (CUTLASS's fast 3xTF32 does the same): |lo| <= 2^-11 |x|, and the
-/// truncation costs at most 2^-10 |lo| <= 2^-21 |x|, as the dropped lo*lo term does. One
-/// conversion where rounding lo too would take two.
+/// truncation costs at most 2^-10 |lo| <= 2^-21 |x|, as the dropped lo*lo term does.
+/// hi is cvt.rna's rounding (to nearest, ties away from zero) done on the bits: adding half
+/// a tf32 unit to the magnitude and clearing the 13 low bits, two integer instructions where
+/// cvt.rna.tf32.f32 compiles to four on sm_90 (its special-value tests). Finite x only: an
+/// infinite x gives lo = NaN, as cvt.rna's hi would; a NaN stays NaN in lo.
 __device__ __forceinline__ void split(float x, std::uint32_t& hi, std::uint32_t& lo) {
-  hi = to_tf32(x);
+  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
   lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
