@@ -10,6 +10,7 @@
 #include "algo/cp_constraints.hpp"
 #include "algo/degenerate.hpp"
 #include "kernels/ops/gcp.hpp"
+#include "plan/planner.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/rng.hpp"
@@ -144,17 +145,30 @@ SparseTensor<T> Gcp<T>::draw(std::uint64_t epoch, std::uint64_t step, std::int64
   s.idx.assign(static_cast<std::size_t>(N_), {});
   const SparseTensor<T>& x = *train_;
   const nnz_t mine = x.nnz();
+  const auto sample = [&](std::int64_t j) {  // global number of nonzero sample j
+    return hash_keys(opt_.seed ^ kNonzeroKey, epoch, step, static_cast<std::uint64_t>(j)) %
+           static_cast<std::uint64_t>(n_train_);
+  };
+  const auto held = [&](std::uint64_t g) {
+    return g >= static_cast<std::uint64_t>(first_) && g < static_cast<std::uint64_t>(first_ + mine);
+  };
+  // Sized exactly (the planner counts these arrays): this rank's nonzero samples, counted
+  // first, and its share of the zero samples.
+  const auto P = static_cast<std::int64_t>(ctrl_.size());
+  std::size_t size = 0;
+  for (std::int64_t j = 0; j < s_nz && n_train_ > 0; ++j) size += held(sample(j)) ? 1 : 0;
+  size += static_cast<std::size_t>(s_z > ctrl_.rank() ? (s_z - ctrl_.rank() + P - 1) / P : 0);
+  for (auto& ix : s.idx) ix.reserve(size);
+  s.vals.reserve(size);
   for (std::int64_t j = 0; j < s_nz && n_train_ > 0; ++j) {
-    const nnz_t g =
-        hash_keys(opt_.seed ^ kNonzeroKey, epoch, step, static_cast<std::uint64_t>(j)) % n_train_;
-    if (g < first_ || g >= first_ + mine) continue;
-    const nnz_t l = g - first_;
+    const std::uint64_t g = sample(j);
+    if (!held(g)) continue;
+    const nnz_t l = static_cast<nnz_t>(g) - first_;
     for (int n = 0; n < N_; ++n)
       s.idx[static_cast<std::size_t>(n)].push_back(x.idx[static_cast<std::size_t>(n)][l]);
     s.vals.push_back(x.vals[l]);
   }
-  *k = s.vals.size();
-  const auto P = static_cast<std::int64_t>(ctrl_.size());
+  *k = static_cast<nnz_t>(s.vals.size());
   for (std::int64_t j = ctrl_.rank(); j < s_z; j += P) {
     for (int n = 0; n < N_; ++n) {
       const std::uint64_t h =
@@ -199,12 +213,12 @@ void Gcp<T>::setup() {
   TESSERA_INPUT_CHECK(n_train_ > 0, name << ": GCP has no training entries to sample");
   all_entries_ = 1;
   for (auto dim : d_.dist.dims) all_entries_ *= static_cast<double>(dim);
-  const auto nt = static_cast<std::int64_t>(n_train_);
-  s_nz_ = opt_.gcp_samples > 0 ? std::min<std::int64_t>(opt_.gcp_samples, nt)
-                               : std::min<std::int64_t>(nt, std::max<std::int64_t>(1000, nt / 100));
-  s_z_ = opt_.gcp_zero_samples > 0 ? opt_.gcp_zero_samples : s_nz_;
-  e_nz_ = opt_.gcp_eval_samples > 0 ? std::min<std::int64_t>(opt_.gcp_eval_samples, nt)
-                                    : std::min<std::int64_t>(nt, 100000);
+  // The planner counts these samples' memory by the same rule (plan::gcp_sample_counts).
+  const plan::GcpSamples counts_of = plan::gcp_sample_counts(
+      n_train_, opt_.gcp_samples, opt_.gcp_zero_samples, opt_.gcp_eval_samples);
+  s_nz_ = counts_of.nonzero;
+  s_z_ = counts_of.zero;
+  e_nz_ = counts_of.eval;
   res_.gcp_samples = s_nz_;
   res_.gcp_zero_samples = s_z_;
   // ||X|| of the training entries (the initial scale).
