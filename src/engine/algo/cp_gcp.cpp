@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "algo/cp_constraints.hpp"
+#include "algo/cp_layout.hpp"
 #include "algo/degenerate.hpp"
 #include "kernels/ops/gcp.hpp"
 #include "plan/planner.hpp"
@@ -221,11 +222,8 @@ void Gcp<T>::setup() {
   e_nz_ = counts_of.eval;
   res_.gcp_samples = s_nz_;
   res_.gcp_zero_samples = s_z_;
-  // ||X|| of the training entries (the initial scale).
-  double ss = 0;
-  for (T v : train_->vals) ss += static_cast<double>(v) * static_cast<double>(v);
-  ctrl_.allreduce(&ss, 1);
-  norm_x_ = std::sqrt(ss);
+  // ||X|| of the training entries (the initial scale), scaled as CP-ALS and CP-APR take it.
+  norm_x_ = detail::global_norm(train_->norm(), ctrl_);
   res_.norm_x = norm_x_;
   // Factors: cp_als's random start (or the given model, lambda folded into mode 0), scaled
   // so that ||model|| = ||X||; packed mode after mode.
@@ -501,10 +499,8 @@ double Gcp<T>::final_fit() {
     }
     inner += static_cast<double>(x.vals[static_cast<std::size_t>(k)]) * m;
   }
-  double xx = 0;
-  for (T v : x.vals) xx += static_cast<double>(v) * static_cast<double>(v);
-  double sums[2] = {inner, xx};
-  ctrl_.allreduce(sums, 2);
+  ctrl_.allreduce(&inner, 1);
+  const double nx = detail::global_norm(x.norm(), ctrl_);
   std::vector<double> had(static_cast<std::size_t>(R_ * R_), 1.0);
   for (const auto& fn : f) {
     std::vector<double> g(had.size(), 0.0);
@@ -517,8 +513,7 @@ double Gcp<T>::final_fit() {
   }
   double nm2 = 0;
   for (double v : had) nm2 += v;
-  const double nx = std::sqrt(sums[1]);
-  return nx > 0 ? 1.0 - std::sqrt(std::max(sums[1] - 2 * sums[0] + nm2, 0.0)) / nx : 0.0;
+  return nx > 0 ? 1.0 - std::sqrt(std::max(nx * nx - 2 * inner + nm2, 0.0)) / nx : 0.0;
 }
 
 template <typename T>
