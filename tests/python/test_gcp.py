@@ -213,6 +213,37 @@ def test_holdout_auc_printed(tensors, tessera_bin):
     assert abs(rec["gcp"]["auc"] - aucs[-1]) < 1e-4
 
 
+def gcp_part(rec):
+    """The memory plan's GCP samples part of a record (None if absent)."""
+    parts = [c for c in rec["memory_plan"]["components"] if c["name"].startswith("GCP samples")]
+    return parts[0] if parts else None
+
+
+def test_memory_plan_counts_the_samples(tensors, tmp_path, tessera_bin):
+    # tessera cp and tessera bench cp plan a step's samples and the evaluation sample with the
+    # counts the run draws (the bytes: plan_planner_test's GcpSamplesAreCountedAndMoveThePlan).
+    d, _ = tensors
+    _, rec, _ = cli(d, "bernoulli", "plan", "cpu", 1, iters=1, epoch_iters=2)
+    part = gcp_part(rec)
+    assert part is not None and part["note"].startswith("300 + 300 samples per step"), part
+    assert part["host_bytes"] > 0 and part["device_bytes"] == 0
+    gen = ["--generate", "30x20x10", "--nnz", "2000", "-r", "2", "--iters", "1", "--backend",
+           "cpu", "--threads", "1"]
+    out = tmp_path / "bench.json"
+    r = subprocess.run([os.environ["TESSERA_BIN"], "bench", "cp", *gen, "--solver", "gcp",
+                        "--gcp-epoch-iters", "2", "--gcp-samples", "700", "--json", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(out) as f:
+        part = gcp_part(json.load(f))
+    assert part is not None and part["note"].startswith("700 + 700 samples per step"), part
+    # A --loss/--solver pair that does not exist: refused by bench before any work.
+    r = subprocess.run([os.environ["TESSERA_BIN"], "bench", "cp", *gen, "--loss", "bernoulli",
+                        "--solver", "als"], capture_output=True, text=True, timeout=60)
+    lines = [x for x in (r.stdout + r.stderr).splitlines() if "--solver als" in x]
+    assert r.returncode != 0 and len(lines) == 1 and "bernoulli" in lines[0], r.stderr
+
+
 def run_bad(tmp_path, lines, *extra):
     tns = tmp_path / "bad.tns"
     tns.write_text(lines)
