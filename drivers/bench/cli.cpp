@@ -33,6 +33,7 @@ void check_bench_options(const BenchArgs& a) {
   if (a.what == "cp") {
     check_cp_values(a.cp, /*python=*/false, CpRows::bench);
     check_cp_constraint_args(a.con);
+    solver_of(a.con);  // --loss and --solver: a pair that does not exist is refused here
   }
   if ((a.what == "ttmc" || a.what == "tucker") && !a.ranks.empty()) parse_rank_list(a.ranks);
 }

@@ -8,11 +8,18 @@
 #include "bench/bench.hpp"
 #include "io/h5store.hpp"
 #include "plan/measure.hpp"
+#include "run/cp_options.hpp"
 #include "tensor/synthetic.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver::bench {
 namespace {
+
+/// bench cp with a solver other than CP-ALS (CP-APR or GCP: --loss, --solver; the pair was
+/// checked by check_bench_options).
+bool cp_not_als(const BenchArgs& a) {
+  return a.what == "cp" && solver_of(a.con) != algo::Solver::als;
+}
 
 /// True when --generate makes the tensor on the host (algo::generate) rather than on the
 /// backend: bench cp with the layer strategy, with --observed-only or --holdout (cp_als
@@ -21,8 +28,7 @@ bool generates_on_host(const BenchArgs& a) {
   if (!a.load.path.empty()) return false;
   if (a.generate_on == "host") return true;
   if (a.what != "cp") return false;
-  return a.cp.observed_only || a.cp.holdout > 0 || a.run.strategy == "layer" ||
-         a.con.loss != "gaussian" || a.con.solver == "gcp";
+  return a.cp.observed_only || a.cp.holdout > 0 || a.run.strategy == "layer" || cp_not_als(a);
 }
 
 }  // namespace
@@ -45,8 +51,8 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
   if (a.what == "cp") be.set_rank_hint(a.rank);
   // bench cp generates on the backend unless asked (--generate-on host) or unless it needs the
   // distributed host block (--observed-only, --holdout: cp_als on a Distributed).
-  const bool needs_block = a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 ||
-                                              a.con.loss != "gaussian" || a.con.solver == "gcp");
+  const bool needs_block =
+      a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 || cp_not_als(a));
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(
         !(needs_block && a.generate_on == "backend"),
@@ -156,9 +162,12 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
   else
     req.extra.push_back({"bandwidth probe (2 arrays)", std::uint64_t(1) << 30, 0, 0, ""});
   req.completion = a.what == "cp" && a.cp.observed_only;
-  req.poisson = a.what == "cp" && a.con.loss == "poisson" && a.con.solver != "gcp";
-  req.gcp = a.what == "cp" &&
-            ((a.con.loss != "gaussian" && a.con.loss != "poisson") || a.con.solver == "gcp");
+  const algo::Solver solver = a.what == "cp" ? solver_of(a.con) : algo::Solver::als;
+  req.poisson = solver == algo::Solver::apr;
+  req.gcp = solver == algo::Solver::gcp;
+  req.gcp_samples = a.cp.gcp_samples;
+  req.gcp_zero_samples = a.cp.gcp_zero_samples;
+  req.gcp_eval_samples = a.cp.gcp_eval_samples;
   if (generates_on_host(a)) {
     // algo::generate beyond what a text read holds: the packed keys and the permutation of
     // its sort, 24 bytes per generated nonzero of this rank (measured: 6.01 GB for 76.9M

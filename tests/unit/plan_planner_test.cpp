@@ -265,5 +265,85 @@ TEST(Planner, TuckerCountsTheSemiSparseOutput) {
   EXPECT_GT(p.host_peak, q.host_peak);
 }
 
+/// The part of a plan named `name` (null if absent).
+const Component* part(const Plan& p, const std::string& name) {
+  for (const auto& c : p.components)
+    if (c.name.rfind(name, 0) == 0) return &c;
+  return nullptr;
+}
+
+TEST(Planner, GcpSampleCountsFollowTheOptionsAndTheirDefaults) {
+  const GcpSamples d = gcp_sample_counts(10000000, 0, 0, 0);
+  EXPECT_EQ(d.nonzero, 100000);  // 1% of the nonzeros
+  EXPECT_EQ(d.zero, 100000);     // as many as nonzero ones
+  EXPECT_EQ(d.eval, 100000);
+  const GcpSamples small = gcp_sample_counts(5000, 0, 0, 0);
+  EXPECT_EQ(small.nonzero, 1000);  // at least 1000
+  EXPECT_EQ(small.eval, 5000);     // at most the nonzeros
+  const GcpSamples given = gcp_sample_counts(5000, 9000, 300, 70);
+  EXPECT_EQ(given.nonzero, 5000);
+  EXPECT_EQ(given.zero, 300);
+  EXPECT_EQ(given.eval, 70);
+}
+
+/// GCP's samples per step and its evaluation sample are in the plan, per rank, with the
+/// counts the run draws: more samples per step move the plan by the bytes of the arrays.
+TEST(Planner, GcpSamplesAreCountedAndMoveThePlan) {
+  const auto t = store({1000, 2000, 3000}, 10000000, 1, 8);
+  for (Backend b : {Backend::reference, Backend::cpu, Backend::cuda}) {
+    for (int ranks : {1, 4}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(b)) + ", " + std::to_string(ranks) + " ranks");
+      Request r;
+      r.backend = b;
+      r.ranks = ranks;
+      r.value_bytes = 8;
+      r.cp_rank = 8;
+      r.tier1_only = true;
+      r.tier1_why = "--solver gcp";
+      const Plan als = make_plan(r, t, limits(64 * kGiB, 64 * kGiB));
+      EXPECT_EQ(part(als, "GCP samples"), nullptr);
+      r.gcp = true;
+      r.gcp_samples = 1000;
+      const Plan few = make_plan(r, t, limits(64 * kGiB, 64 * kGiB));
+      r.gcp_samples = 400000;
+      const Plan many = make_plan(r, t, limits(64 * kGiB, 64 * kGiB));
+      ASSERT_TRUE(few.fits && many.fits);
+      const Component* a = part(few, "GCP samples");
+      const Component* c = part(many, "GCP samples");
+      ASSERT_NE(a, nullptr);
+      ASSERT_NE(c, nullptr);
+      const std::uint64_t per = 3 * 4 + 8;  // a sample's coordinates and value
+      // A step: 1000 or 400000 nonzero samples and as many zeros; 100000 + 100000 evaluated
+      // (the defaults), each rank holding its share.
+      if (ranks == 1) {
+        const std::uint64_t step_few = 2000, step_many = 800000, eval = 200000;
+        const std::uint64_t work_few =
+            b == Backend::cpu         ? std::max<std::uint64_t>(step_few * 24 + 3001 * 8, eval * 16)
+            : b == Backend::reference ? 6000 * 8 * 8
+                                      : 0;
+        EXPECT_EQ(a->host, (step_few + eval) * per + work_few);
+        if (b == Backend::cpu)
+          EXPECT_EQ(c->host, (step_many + eval) * per + step_many * 24 + 3001 * 8);
+        if (b == Backend::cuda) {
+          EXPECT_EQ(a->device, eval * per + 8);
+          EXPECT_EQ(c->device, step_many * per + 8);
+        }
+      } else {
+        // Every 4th zero sample and about a quarter of the nonzero ones: below one rank's.
+        EXPECT_LT(c->host, (800000 + 200000) * per);
+        EXPECT_GT(c->host, (800000 + 200000) * per / 4);
+      }
+      EXPECT_GT(c->host, a->host);
+      EXPECT_EQ(many.host_peak - few.host_peak, c->host - a->host);
+      if (b == Backend::cuda) {
+        EXPECT_GT(c->device, a->device);
+        EXPECT_EQ(many.device_peak - few.device_peak, c->device - a->device);
+      } else {
+        EXPECT_EQ(a->device, 0);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::plan

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "algo/cp_constraints.hpp"
+#include "algo/cp_layout.hpp"
 #include "algo/degenerate.hpp"
 #include "kernels/ops/gcp.hpp"
+#include "plan/planner.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/rng.hpp"
@@ -144,17 +146,30 @@ SparseTensor<T> Gcp<T>::draw(std::uint64_t epoch, std::uint64_t step, std::int64
   s.idx.assign(static_cast<std::size_t>(N_), {});
   const SparseTensor<T>& x = *train_;
   const nnz_t mine = x.nnz();
+  const auto sample = [&](std::int64_t j) {  // global number of nonzero sample j
+    return hash_keys(opt_.seed ^ kNonzeroKey, epoch, step, static_cast<std::uint64_t>(j)) %
+           static_cast<std::uint64_t>(n_train_);
+  };
+  const auto held = [&](std::uint64_t g) {
+    return g >= static_cast<std::uint64_t>(first_) && g < static_cast<std::uint64_t>(first_ + mine);
+  };
+  // Sized exactly (the planner counts these arrays): this rank's nonzero samples, counted
+  // first, and its share of the zero samples.
+  const auto P = static_cast<std::int64_t>(ctrl_.size());
+  std::size_t size = 0;
+  for (std::int64_t j = 0; j < s_nz && n_train_ > 0; ++j) size += held(sample(j)) ? 1 : 0;
+  size += static_cast<std::size_t>(s_z > ctrl_.rank() ? (s_z - ctrl_.rank() + P - 1) / P : 0);
+  for (auto& ix : s.idx) ix.reserve(size);
+  s.vals.reserve(size);
   for (std::int64_t j = 0; j < s_nz && n_train_ > 0; ++j) {
-    const nnz_t g =
-        hash_keys(opt_.seed ^ kNonzeroKey, epoch, step, static_cast<std::uint64_t>(j)) % n_train_;
-    if (g < first_ || g >= first_ + mine) continue;
-    const nnz_t l = g - first_;
+    const std::uint64_t g = sample(j);
+    if (!held(g)) continue;
+    const nnz_t l = static_cast<nnz_t>(g) - first_;
     for (int n = 0; n < N_; ++n)
       s.idx[static_cast<std::size_t>(n)].push_back(x.idx[static_cast<std::size_t>(n)][l]);
     s.vals.push_back(x.vals[l]);
   }
-  *k = s.vals.size();
-  const auto P = static_cast<std::int64_t>(ctrl_.size());
+  *k = static_cast<nnz_t>(s.vals.size());
   for (std::int64_t j = ctrl_.rank(); j < s_z; j += P) {
     for (int n = 0; n < N_; ++n) {
       const std::uint64_t h =
@@ -199,19 +214,16 @@ void Gcp<T>::setup() {
   TESSERA_INPUT_CHECK(n_train_ > 0, name << ": GCP has no training entries to sample");
   all_entries_ = 1;
   for (auto dim : d_.dist.dims) all_entries_ *= static_cast<double>(dim);
-  const auto nt = static_cast<std::int64_t>(n_train_);
-  s_nz_ = opt_.gcp_samples > 0 ? std::min<std::int64_t>(opt_.gcp_samples, nt)
-                               : std::min<std::int64_t>(nt, std::max<std::int64_t>(1000, nt / 100));
-  s_z_ = opt_.gcp_zero_samples > 0 ? opt_.gcp_zero_samples : s_nz_;
-  e_nz_ = opt_.gcp_eval_samples > 0 ? std::min<std::int64_t>(opt_.gcp_eval_samples, nt)
-                                    : std::min<std::int64_t>(nt, 100000);
+  // The planner counts these samples' memory by the same rule (plan::gcp_sample_counts).
+  const plan::GcpSamples counts_of = plan::gcp_sample_counts(
+      n_train_, opt_.gcp_samples, opt_.gcp_zero_samples, opt_.gcp_eval_samples);
+  s_nz_ = counts_of.nonzero;
+  s_z_ = counts_of.zero;
+  e_nz_ = counts_of.eval;
   res_.gcp_samples = s_nz_;
   res_.gcp_zero_samples = s_z_;
-  // ||X|| of the training entries (the initial scale).
-  double ss = 0;
-  for (T v : train_->vals) ss += static_cast<double>(v) * static_cast<double>(v);
-  ctrl_.allreduce(&ss, 1);
-  norm_x_ = std::sqrt(ss);
+  // ||X|| of the training entries (the initial scale), scaled as CP-ALS and CP-APR take it.
+  norm_x_ = detail::global_norm(train_->norm(), ctrl_);
   res_.norm_x = norm_x_;
   // Factors: cp_als's random start (or the given model, lambda folded into mode 0), scaled
   // so that ||model|| = ||X||; packed mode after mode.
@@ -487,10 +499,8 @@ double Gcp<T>::final_fit() {
     }
     inner += static_cast<double>(x.vals[static_cast<std::size_t>(k)]) * m;
   }
-  double xx = 0;
-  for (T v : x.vals) xx += static_cast<double>(v) * static_cast<double>(v);
-  double sums[2] = {inner, xx};
-  ctrl_.allreduce(sums, 2);
+  ctrl_.allreduce(&inner, 1);
+  const double nx = detail::global_norm(x.norm(), ctrl_);
   std::vector<double> had(static_cast<std::size_t>(R_ * R_), 1.0);
   for (const auto& fn : f) {
     std::vector<double> g(had.size(), 0.0);
@@ -503,8 +513,7 @@ double Gcp<T>::final_fit() {
   }
   double nm2 = 0;
   for (double v : had) nm2 += v;
-  const double nx = std::sqrt(sums[1]);
-  return nx > 0 ? 1.0 - std::sqrt(std::max(sums[1] - 2 * sums[0] + nm2, 0.0)) / nx : 0.0;
+  return nx > 0 ? 1.0 - std::sqrt(std::max(nx * nx - 2 * inner + nm2, 0.0)) / nx : 0.0;
 }
 
 template <typename T>

@@ -236,6 +236,47 @@ u64 loop_backend_bytes(const Request& req, const Shape& s) {
   return add(add(add(mul(mul(s.sum_dims, R), v), mul(mul(mul(s.max_dim, R), v), 2)), phi), gcp);
 }
 
+/// GCP-SGD (Request::gcp) on one rank: its share of a step's samples and of the fixed
+/// evaluation sample on the host (coordinates and values; algo/cp_gcp.cpp keeps both), and
+/// the gradient kernel's work on the larger of the two (kernels/{reference,cpu,cuda}/gcp):
+/// cpu: the loss term, derivative and row order of each sample (8 bytes each) and a row start
+/// per row of the largest mode; reference: the gradient in double; cuda: the coordinates and
+/// values copied to device scratch. A rank holds the nonzero samples that fall in its block
+/// (planned at the mean share and four standard deviations) and every P-th zero sample.
+Component gcp_samples_part(const Request& req, const TensorFacts& t, const Shape& s) {
+  const u64 P = static_cast<u64>(std::max(req.ranks, 1));
+  const nnz_t total = std::max<nnz_t>(t.nnz, 1);
+  const GcpSamples g =
+      gcp_sample_counts(total, req.gcp_samples, req.gcp_zero_samples, req.gcp_eval_samples);
+  const auto share = [&](std::int64_t drawn) {  // nonzero samples in the largest block
+    if (P == 1) return static_cast<u64>(drawn);
+    const double mean =
+        static_cast<double>(drawn) * static_cast<double>(s.n) / static_cast<double>(total);
+    return std::min(static_cast<u64>(drawn),
+                    static_cast<u64>(std::ceil(mean + 4 * std::sqrt(mean))) + 1);
+  };
+  const auto dealt = [&](std::int64_t drawn) { return (static_cast<u64>(drawn) + P - 1) / P; };
+  const u64 step = add(share(g.nonzero), dealt(g.zero));
+  const u64 eval = add(share(g.eval), dealt(g.eval));
+  const u64 per = static_cast<u64>(s.N) * sizeof(index_t) + static_cast<u64>(s.v);
+  Component c;
+  c.name = "GCP samples: a step's and the evaluation sample, gradient work";
+  c.host = mul(add(step, eval), per);
+  const u64 R = static_cast<u64>(std::max(s.R, 1));
+  if (req.backend == Backend::cuda)
+    c.device = add(mul(std::max(step, eval), per), 8);
+  else if (req.backend == Backend::cpu)
+    c.host = add(c.host, std::max(add(mul(step, 24), mul(add(s.max_dim, 1), 8)), mul(eval, 16)));
+  else
+    c.host = add(c.host, mul(mul(s.sum_dims, R), 8));
+  char note[160];
+  std::snprintf(note, sizeof(note), "%llu + %llu samples per step, %llu + %llu evaluated",
+                static_cast<unsigned long long>(g.nonzero), static_cast<unsigned long long>(g.zero),
+                static_cast<unsigned long long>(g.eval), static_cast<unsigned long long>(g.eval));
+  c.note = note;
+  return c;
+}
+
 /// CP --observed-only beside the plain loop, in the backend's memory: every mode's packed
 /// outer products (rows x R(R+1)/2) and the wide MTTKRP output with its reduction buffer.
 u64 completion_bytes(const Shape& s) {
@@ -351,6 +392,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   const std::string dev_src = req.device_budget ? "--device-budget" : lim.device.source;
   const u64 loop_b = loop_backend_bytes(req, s);
   const u64 loop_h = loop_host_bytes(req, s);
+  const Component gcp_part = req.gcp ? gcp_samples_part(req, t, s) : Component{};
   // The request's parts, and the layer strategy's per-mode communicators (split after the
   // plan, each with buffers like the run's own communicator's).
   std::vector<Component> extra = req.extra;
@@ -418,7 +460,8 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       // the tensor too, so the tile sets never take their room either.
       u64 extra_dev = 0;
       for (const auto& e : extra) extra_dev = add(extra_dev, e.device);
-      const u64 beside = add(add(add(loop_b, pattern), kCudaLibraryBytes), extra_dev);
+      const u64 beside =
+          add(add(add(add(loop_b, pattern), kCudaLibraryBytes), extra_dev), gcp_part.device);
       c.tensor_budget =
           std::max(dev_limit > beside ? dev_limit - beside : 0, on_device ? device_sort : fmt);
       // The tile sets stay for the run beside the loop: their room is what the steady state
@@ -446,6 +489,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
                                : "hybrid layouts, built in the room left under the tensor's limit; "
                                  "none with --tensor-cores off"});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, loop_b, 0, ""});
+      if (req.gcp) c.parts.push_back(gcp_part);
       if (req.completion)
         c.parts.push_back({"completion: the pattern's sorted copies, packed Grams", s.coo, pattern,
                            0, "host: the training block copy while preparing"});
@@ -459,6 +503,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
            std::max(fmt, load_extra), 0, 0,
            fmt >= load_extra ? "" : "the load's transients are larger"});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, 0, 0, ""});
+      if (req.gcp) c.parts.push_back(gcp_part);
       if (req.completion)
         c.parts.push_back({"completion: the pattern's format, packed Grams, block copy",
                            add(add(fmt, completion_bytes(s)), s.coo), 0, 0, ""});

@@ -16,6 +16,7 @@
 // peak (VmHWM) on the reference and cpu backends for every tier.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -88,8 +89,12 @@ struct Request {
   /// CP --loss poisson (CP-APR): per mode a Phi (rows x R) beside the factor.
   bool poisson = false;
   /// CP --solver gcp (GCP-SGD): the gradient, Adam's two moments and the last good epoch's
-  /// factors and moments: six more arrays of the factors' size.
+  /// factors and moments: six more arrays of the factors' size; and the samples (below).
   bool gcp = false;
+  /// GCP's --gcp-samples, --gcp-zero-samples and --gcp-eval-samples (0: the defaults of
+  /// gcp_sample_counts): the planner counts this rank's share of a step's samples and of the
+  /// fixed evaluation sample, and the gradient kernel's per-sample work arrays.
+  int gcp_samples = 0, gcp_zero_samples = 0, gcp_eval_samples = 0;
   int force_tier = 0;      ///< --tier: 0 = auto, else 1, 2 or 3
   nnz_t stream_chunk = 0;  ///< --stream-chunk: nonzeros per streamed chunk (0: planned)
   int read_ahead = 2;      ///< --read-ahead: tier 3 chunks read ahead (buffers: + 1)
@@ -225,6 +230,28 @@ std::string describe_ranks(const std::vector<RanksPlan>& plans, const TimeModel&
 inline std::uint64_t coo_bytes(nnz_t nnz, int order, int value_bytes) {
   return static_cast<std::uint64_t>(nnz) * (static_cast<std::uint64_t>(order) * sizeof(index_t) +
                                             static_cast<std::uint64_t>(value_bytes));
+}
+
+/// GCP-SGD's sample counts over all ranks (algo/cp_gcp.cpp draws them; the planner counts
+/// them): per step `nonzero` samples of the training nonzeros and `zero` entries taken as 0,
+/// and the fixed evaluation sample of `eval` nonzeros and as many zeros.
+struct GcpSamples {
+  std::int64_t nonzero = 0, zero = 0, eval = 0;
+};
+
+/// The counts for `training_nonzeros` (> 0) training nonzeros from the options (0: default):
+/// nonzero = samples, else 1% of the training nonzeros and at least 1000; zero =
+/// zero_samples, else nonzero; eval = eval_samples, else 100000; nonzero and eval at most
+/// the training nonzeros.
+inline GcpSamples gcp_sample_counts(nnz_t training_nonzeros, int samples, int zero_samples,
+                                    int eval_samples) {
+  const std::int64_t nt = training_nonzeros;
+  GcpSamples s;
+  s.nonzero = samples > 0 ? std::min<std::int64_t>(samples, nt)
+                          : std::min<std::int64_t>(nt, std::max<std::int64_t>(1000, nt / 100));
+  s.zero = zero_samples > 0 ? zero_samples : s.nonzero;
+  s.eval = std::min<std::int64_t>(nt, eval_samples > 0 ? eval_samples : 100000);
+  return s;
 }
 
 /// Default nonzeros per streamed chunk (16 Mi) and the smallest chunk the planner makes.

@@ -12,6 +12,7 @@
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
 #include "plan/measure.hpp"
+#include "run/cp_options.hpp"
 #include "run/steps.hpp"
 #include "run/validate.hpp"
 #include "util/error.hpp"
@@ -34,7 +35,7 @@ CheckpointArgs start_args(const CpRunOptions& o) {
 algo::CommStrategy comm_strategy(const CpRunOptions& o, const comm::MpiCommunicator& world,
                                  algo::CommChoice* choice) {
   algo::CommStrategy strategy = algo::CommStrategy::allreduce;
-  if (o.con.loss != "gaussian" || o.con.solver == "gcp") return strategy;  // CP-APR's, GCP's
+  if (solver_of(o.con) != algo::Solver::als) return strategy;  // CP-APR's, GCP's
   const bool model = o.run.strategy == "auto" && !o.load.path.empty();
   comm::run_collectively(world, [&] {
     strategy = algo::resolve_comm_strategy(
@@ -49,13 +50,17 @@ PlanContext plan_context(const CpRunOptions& o) {
   pc.workload = plan::Workload::cp;
   pc.cp_rank = o.als.rank;
   pc.completion = o.als.observed_only;
-  pc.poisson = o.con.loss == "poisson" && o.con.solver != "gcp";
-  pc.gcp = (o.con.loss != "gaussian" && o.con.loss != "poisson") || o.con.solver == "gcp";
-  const bool poisson = o.con.loss != "gaussian" || o.con.solver == "gcp";  // not ALS
-  pc.tier1_only = o.als.observed_only || o.als.holdout > 0 || o.init == "nvecs" || poisson;
+  const algo::Solver solver = solver_of(o.con);  // validate() checked the pair
+  pc.poisson = solver == algo::Solver::apr;
+  pc.gcp = solver == algo::Solver::gcp;
+  pc.gcp_samples = o.als.gcp_samples;
+  pc.gcp_zero_samples = o.als.gcp_zero_samples;
+  pc.gcp_eval_samples = o.als.gcp_eval_samples;
+  const bool not_als = solver != algo::Solver::als;
+  pc.tier1_only = o.als.observed_only || o.als.holdout > 0 || o.init == "nvecs" || not_als;
   pc.tier1_why = o.als.observed_only ? std::string("--observed-only")
                  : o.als.holdout > 0 ? "--holdout"
-                 : poisson           ? "--loss " + o.con.loss + " (not ALS)"
+                 : not_als           ? "--loss " + o.con.loss + " (not ALS)"
                                      : "--init nvecs";
   return pc;
 }

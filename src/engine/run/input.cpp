@@ -260,6 +260,9 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   req.completion = pc.completion;
   req.poisson = pc.poisson;
   req.gcp = pc.gcp;
+  req.gcp_samples = pc.gcp_samples;
+  req.gcp_zero_samples = pc.gcp_zero_samples;
+  req.gcp_eval_samples = pc.gcp_eval_samples;
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && o.grid.empty();
   req.relabel = o.relabel;
   plan::TensorFacts facts;

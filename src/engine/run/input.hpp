@@ -51,6 +51,8 @@ struct PlanContext {
   bool completion = false;  ///< CP --observed-only (plan::Request::completion)
   bool poisson = false;     ///< CP --loss poisson (plan::Request::poisson)
   bool gcp = false;         ///< CP --solver gcp (plan::Request::gcp)
+  /// GCP's sample counts (plan::Request::gcp_samples, ...; 0: the defaults).
+  int gcp_samples = 0, gcp_zero_samples = 0, gcp_eval_samples = 0;
 };
 
 /// A run's input, where the plan put it:
