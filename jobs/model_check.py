@@ -147,22 +147,38 @@ def tables(a):
                               ["--nodes", nodes, "--gpus-per-node", str(G)])
                 print("\n%s R32, %d GPUs per node, %d GB/s per GPU between nodes" %
                       (name, G, gbps))
-                print("`" + " ".join(["tessera"] + cmd[1:]).replace(a.data + "/", "") + "`\n")
+                shown, skip = [], 0
+                for x in cmd[1:]:  # the command without its temporary record
+                    if skip or x in ("--json", "-q", "--force"):
+                        skip = 1 if x == "--json" else 0
+                        continue
+                    shown.append(x)
+                print("`tessera " + " ".join(shown) + "`\n")
                 print("| nodes | GPUs | kernel ms | allreduce comm ms | allreduce ms/iter | "
-                      "comm share | layer grid | layer comm ms | grid cost ms | layer ms/iter |"
-                      " comm share |")
-                print("|---|---|---|---|---|---|---|---|---|---|---|")
+                      "comm share | layer grid | layer kernel ms | layer comm ms | grid cost ms |"
+                      " layer ms/iter | comm share |")
+                print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+                cross = {}
+                for e in p:
+                    for key in ("predicted", "predicted_layer"):
+                        x = e.get(key)
+                        if x and key not in cross and x["comm_seconds"] > x["mttkrp_seconds"]:
+                            cross[key] = "%d nodes (%d GPUs)" % (x["nodes"], e["ranks"])
                 for e in p:
                     pr, ly = e["predicted"], e.get("predicted_layer")
-                    lcells = ("-", "-", "-", "-", "-") if ly is None else (
-                        "x".join(str(x) for x in ly["grid"]), "%.3g" % (1e3 * ly["comm_seconds"]),
+                    lcells = ("-", "-", "-", "-", "-", "-") if ly is None else (
+                        "x".join(str(x) for x in ly["grid"]), "%.3g" % (1e3 * ly["mttkrp_seconds"]),
+                        "%.3g" % (1e3 * ly["comm_seconds"]),
                         "%.3g" % (1e3 * ly["grid_cost_seconds"]),
                         "%.3g" % (1e3 * ly["seconds_per_iteration"]),
                         "%.0f%%" % (100 * ly["comm_share"]))
-                    print("| %d | %d | %.3g | %.3g | %.3g | %.0f%% | %s | %s | %s | %s | %s |" %
+                    print("| %d | %d | %.3g | %.3g | %.3g | %.0f%% | %s | %s | %s | %s | %s | %s |" %
                           ((pr["nodes"], e["ranks"], 1e3 * pr["mttkrp_seconds"],
                             1e3 * pr["comm_seconds"], 1e3 * pr["seconds_per_iteration"],
                             100 * pr["comm_share"]) + lcells))
+                print("\ncomm over kernel time (crossover) from: allreduce %s; layer %s" %
+                      (cross.get("predicted", "none listed"),
+                       cross.get("predicted_layer", "none listed")))
 
 
 def main():
