@@ -36,6 +36,9 @@ struct PlanArgs {
   int gpus_per_node = 0;  ///< --gpus-per-node (0: every rank on one node)
   double net_gbs = 25;    ///< --link-gbps: network GB/s per GPU per direction
   double net_latency_us = 50, kernel_ratio = 1, dense_ms = 0;
+  std::string contract_nnz;                ///< --contract-nnz X,Y (workload contract)
+  std::string contract_order = "3,3";      ///< --contract-order X,Y
+  double products = 0, products_rate = 0;  ///< --products, --products-rate
   std::string shape;     ///< --shape 4821207x1774269x1805187: plan a tensor without a file
   double shape_nnz = 0;  ///< --nnz with --shape
 };
@@ -240,6 +243,43 @@ void validate_as_command(const PlanArgs& a, const comm::MpiCommunicator& world) 
   validate(c, world);
 }
 
+/// "a,b" -> {a, b} (numbers > 0), refused naming `what`.
+std::vector<double> parse_pair(const std::string& s, const char* what) {
+  const auto c = s.find(',');
+  double x = 0, y = 0;
+  bool ok = c != std::string::npos;
+  if (ok) {
+    const auto [e1, ec1] = std::from_chars(s.data(), s.data() + c, x);
+    const auto [e2, ec2] = std::from_chars(s.data() + c + 1, s.data() + s.size(), y);
+    ok = ec1 == std::errc() && e1 == s.data() + c && ec2 == std::errc() &&
+         e2 == s.data() + s.size() && x > 0 && y > 0 && std::isfinite(x) && std::isfinite(y);
+  }
+  if (!ok) throw CLI::ValidationError(what, "expected two numbers > 0 as A,B, got '" + s + "'");
+  return {x, y};
+}
+
+/// tessera plan --workload contract: the contraction's time model per rank count (no file).
+void run_plan_contract(const PlanArgs& a, const comm::MpiCommunicator& world) {
+  plan::SptcFacts f;
+  const auto n = parse_pair(a.contract_nnz, "--contract-nnz");
+  const auto o = parse_pair(a.contract_order, "--contract-order");
+  f.x_nnz = n[0];
+  f.y_nnz = n[1];
+  f.x_order = static_cast<int>(o[0]);
+  f.y_order = static_cast<int>(o[1]);
+  f.products = a.products;
+  f.products_per_s = a.products_rate;
+  f.value_bytes = a.run.precision == "float" ? 4 : 8;
+  nlohmann::json entries;
+  const std::string table = plan::describe_sptc(f, parse_counts(a.nprocs), time_model(a), &entries);
+  if (world.rank() == 0) std::printf("%s", table.c_str());
+  std::fflush(stdout);
+  if (!a.run.json.empty()) {
+    nlohmann::json j = {{"command", "plan"}, {"workload", "contract"}, {"predicted", entries}};
+    write_json(a.run.json, j, world);
+  }
+}
+
 template <typename T>
 void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   validate_as_command(a, world);
@@ -303,8 +343,10 @@ void add_plan(CLI::App& app, Runner& run) {
       "rank counts and a predicted CP iteration time");
   sub->add_option("file", a->load.path,
                   "Input tensor (.tns, .tns.gz or HDF5 store); or --shape and --nnz");
-  sub->add_option("--workload", a->workload, "What would run: cp | tucker")
-      ->check(CLI::IsMember({"cp", "tucker"}));
+  sub->add_option("--workload", a->workload,
+                  "What would run: cp | tucker | contract (contract: the time model only, "
+                  "from --contract-nnz, --products and --products-rate, with --nprocs or --nodes)")
+      ->check(CLI::IsMember({"cp", "tucker", "contract"}));
   sub->add_option("-r,--rank", a->rank, "CP rank R (cp)")->check(CLI::Range(1, 4096));
   sub->add_option("--ranks", a->ranks, "Tucker ranks, e.g. 16,16,4 (tucker)");
   sub->add_option("--partition", a->load.partition, "auto | nnz | grid")
@@ -405,11 +447,36 @@ void add_plan(CLI::App& app, Runner& run) {
   auto* nnz = sub->add_option("--nnz", a->shape_nnz, "Nonzeros of the --shape tensor, e.g. 1.74e9")
                   ->check(number_check(false))
                   ->group(group);
+  sub->add_option("--contract-nnz", a->contract_nnz,
+                  "--workload contract: the two inputs' nonzeros, e.g. 2e7,2e7")
+      ->group(group);
+  sub->add_option("--contract-order", a->contract_order,
+                  "--workload contract: the two inputs' orders")
+      ->capture_default_str()
+      ->group(group);
+  sub->add_option("--products", a->products,
+                  "--workload contract: the contraction's multiply-adds, e.g. 1.2e9")
+      ->check(number_check(false))
+      ->group(group);
+  sub->add_option("--products-rate", a->products_rate,
+                  "--workload contract: one GPU's measured products per second (bench contract)")
+      ->check(number_check(false))
+      ->group(group);
   shape->needs(nnz);
   nnz->needs(shape);
   sub->callback([a, &run] {
     // Parse errors (CLI11 reports them as it reports its own: one line, exit status 2).
-    if (a->shape.empty() == a->load.path.empty())
+    const bool contract = a->workload == "contract";
+    if (contract && (a->contract_nnz.empty() || a->products <= 0 || a->products_rate <= 0))
+      throw CLI::ValidationError("--workload contract",
+                                 "needs --contract-nnz, --products and --products-rate");
+    if (contract && a->nprocs.empty() && a->nodes.empty())
+      throw CLI::ValidationError("--workload contract", "needs --nprocs or --nodes");
+    if (contract) {
+      parse_pair(a->contract_nnz, "--contract-nnz");
+      parse_pair(a->contract_order, "--contract-order");
+    }
+    if (!contract && a->shape.empty() == a->load.path.empty())
       throw CLI::ValidationError("file", "give the input file or --shape with --nnz, one of them");
     if (!a->shape.empty() && a->nprocs.empty() && a->nodes.empty())
       throw CLI::ValidationError("--shape",
@@ -425,6 +492,10 @@ void add_plan(CLI::App& app, Runner& run) {
         counts += (counts.empty() ? "" : ",") + std::to_string(p);
       }
       a->nprocs = counts;
+    }
+    if (contract) {
+      run = [a](const comm::MpiCommunicator& world) { run_plan_contract(*a, world); };
+      return;
     }
     run = [a](const comm::MpiCommunicator& world) {
       with_precision(a->run, [&]<typename T>() { run_plan<T>(*a, world); });

@@ -373,6 +373,18 @@ TEST(PlanNodes, TuckerAndSptcExchanges) {
   EXPECT_DOUBLE_EQ(s4.route_bytes, 0.75 * 2e7 * 20 / 4);
   EXPECT_DOUBLE_EQ(s4.replicate_bytes, 1e7 * 20);
   EXPECT_DOUBLE_EQ(s4.kernel_s, 0.03);
+  // tessera plan --workload contract prints the model and records one entry per count.
+  SptcFacts f;
+  f.x_nnz = 2e7;
+  f.y_nnz = 1e7;
+  f.products = 1.2e9;
+  f.products_per_s = 1e10;
+  nlohmann::json j;
+  const std::string d = describe_sptc(f, {1, 4, 8}, m, &j);
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_DOUBLE_EQ(j[1]["seconds"].get<double>(), s4.seconds);
+  EXPECT_EQ(j[2]["nodes"], 2);
+  EXPECT_NE(d.find("--products-rate"), std::string::npos) << d;
 }
 
 TEST(PlanRanks, ACardNoGpuHereShowsIsPlannedFromItsBudget) {

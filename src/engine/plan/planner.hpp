@@ -231,6 +231,21 @@ struct SptcEstimate {
 SptcEstimate estimate_sptc(double x_nnz, int x_order, double y_nnz, int y_order, double products,
                            int value_bytes, double products_per_s, int ranks, const TimeModel& m);
 
+/// The inputs of one contraction's time model (tessera plan --workload contract).
+struct SptcFacts {
+  double x_nnz = 0, y_nnz = 0;  ///< the inputs' nonzeros
+  int x_order = 3, y_order = 3;
+  double products = 0;        ///< multiply-adds of the contraction
+  double products_per_s = 0;  ///< one GPU's measured rate
+  int value_bytes = 8;
+};
+
+/// The table `tessera plan --workload contract --nprocs/--nodes` prints: per count the
+/// estimate and the model with its inputs. `out_json` (may be null) receives one entry per
+/// count.
+std::string describe_sptc(const SptcFacts& f, const std::vector<int>& counts, const TimeModel& m,
+                          nlohmann::json* out_json);
+
 /// Each rank's nonzeros when `nnz` stored nonzeros are split into `ranks` equal shares of
 /// the stored order (rank r: [nnz r / P, nnz (r + 1) / P)), as a store without a stored
 /// partition of P blocks is read.

@@ -513,4 +513,53 @@ std::string describe_ranks(const std::vector<RanksPlan>& plans, const TimeModel&
   return os.str();
 }
 
+std::string describe_sptc(const SptcFacts& f, const std::vector<int>& counts, const TimeModel& m,
+                          nlohmann::json* out_json) {
+  std::ostringstream os;
+  char line[512];
+  os << "predicted contraction (routed on the device; the rank with the mean share):\n";
+  std::snprintf(line, sizeof(line), "  %6s  %11s  %11s  %11s  %11s  %11s  %11s  %6s\n", "ranks",
+                "nodes x gpu", "products", "exchange", "NVLink/rank", "net/rank", "total", "share");
+  os << line;
+  if (out_json) *out_json = nlohmann::json::array();
+  for (const int P : counts) {
+    const SptcEstimate e = estimate_sptc(f.x_nnz, f.x_order, f.y_nnz, f.y_order, f.products,
+                                         f.value_bytes, f.products_per_s, P, m);
+    const std::string where = std::to_string(e.nodes) + " x " + std::to_string(e.per_node);
+    std::snprintf(line, sizeof(line), "  %6d  %11s  %11s  %11s  %11s  %11s  %11s  %5.1f%%\n", P,
+                  where.c_str(), ms_str(e.kernel_s).c_str(), ms_str(e.comm_s).c_str(),
+                  human_bytes(e.link.intra_bytes).c_str(), human_bytes(e.link.inter_bytes).c_str(),
+                  ms_str(e.seconds).c_str(), e.seconds > 0 ? 100 * e.comm_s / e.seconds : 0.0);
+    os << line;
+    if (out_json)
+      out_json->push_back({{"ranks", P},
+                           {"nodes", e.nodes},
+                           {"ranks_per_node", e.per_node},
+                           {"route_bytes_per_rank", e.route_bytes},
+                           {"replicate_bytes", e.replicate_bytes},
+                           {"nvlink_bytes_per_rank", e.link.intra_bytes},
+                           {"network_bytes_per_rank", e.link.inter_bytes},
+                           {"kernel_seconds", e.kernel_s},
+                           {"comm_seconds", e.comm_s},
+                           {"seconds", e.seconds}});
+  }
+  std::snprintf(line, sizeof(line),
+                "  model: the products (%.4g) divided over the ranks at %.4g per second "
+                "(--products-rate, one GPU's);\n    the larger input's nonzeros (%.4g x (4 x %d + "
+                "%d) bytes) routed by one alltoallv ((P-1)/P of each rank's share leaves),\n"
+                "    the smaller (%.4g x (4 x %d + %d) bytes) gathered whole by every rank; no "
+                "output routing;\n    NVLink alpha %.3g us, beta %.0f GB/s; network alpha %.3g us, "
+                "beta %.3g GB/s per GPU; %s GPUs per node\n",
+                f.products, f.products_per_s, std::max(f.x_nnz, f.y_nnz),
+                f.x_nnz >= f.y_nnz ? f.x_order : f.y_order, f.value_bytes,
+                std::min(f.x_nnz, f.y_nnz), f.x_nnz >= f.y_nnz ? f.y_order : f.x_order,
+                f.value_bytes, m.collective_latency * 1e6, m.link_bandwidth / 1e9,
+                m.inter_latency * 1e6, m.inter_bandwidth / 1e9,
+                m.gpus_per_node > 0 ? std::to_string(m.gpus_per_node).c_str() : "all");
+  os << line;
+  os << "  not counted: uploads and downloads between host and GPU, hashing and partitioning, "
+        "the output's assembly\n";
+  return os.str();
+}
+
 }  // namespace tessera::plan
