@@ -340,7 +340,9 @@ void add_plan(CLI::App& app, Runner& run) {
       "Print the memory plan of a cp or tucker run (tier, bytes per component on host "
       "and device, chunks, reads per iteration, the limits and their sources) without "
       "running it; exit status 1 when nothing fits. --nprocs: the plan per rank for other "
-      "rank counts and a predicted CP iteration time");
+      "rank counts and a predicted CP or Tucker iteration time; --nodes with --gpus-per-node "
+      "and --link-gbps: the same across nodes, NVLink inside a node and the network between; "
+      "--workload contract: the SpTC time model");
   sub->add_option("file", a->load.path,
                   "Input tensor (.tns, .tns.gz or HDF5 store); or --shape and --nnz");
   sub->add_option("--workload", a->workload,
@@ -411,7 +413,8 @@ void add_plan(CLI::App& app, Runner& run) {
       ->group(nodes_group);
   auto* gpn = sub->add_option("--gpus-per-node", a->gpus_per_node,
                               "GPUs (ranks) per node: the ranks of one node talk over NVLink "
-                              "(--link-bandwidth), the others over the network (--link-gbps); "
+                              "(--link-bandwidth), the others over the network (--link-gbps; "
+                              "unset: all on one node); "
                               "needed by --nodes; with --nprocs P ranks fill ceil(P / G) nodes")
                   ->check(CLI::Range(1, 1024))
                   ->group(nodes_group);
