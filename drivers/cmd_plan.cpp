@@ -3,7 +3,9 @@
 // counts and a predicted CP iteration time for each (docs/planner.md, "Plans for N ranks").
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -13,6 +15,7 @@
 #include "io/h5store.hpp"
 #include "io/output.hpp"
 #include "kernels/factories.hpp"
+#include "partition/partition.hpp"
 #include "plan/measure.hpp"
 #include "run/validate.hpp"
 #include "util/log.hpp"
@@ -29,6 +32,15 @@ struct PlanArgs {
   std::string nprocs;      ///< --nprocs 1,2,4,8 ("" = the ranks of this job only)
   int ranks_per_node = 0;  ///< --ranks-per-node (0: every rank on this node)
   double bandwidth_gbs = 4300, link_gbs = 300, latency_us = 20;
+  std::string nodes;      ///< --nodes 1,2,4 (with --gpus-per-node: runs of N x G ranks)
+  int gpus_per_node = 0;  ///< --gpus-per-node (0: every rank on one node)
+  double net_gbs = 25;    ///< --link-gbps: network GB/s per GPU per direction
+  double net_latency_us = 50, kernel_ratio = 1, dense_ms = 0;
+  std::string contract_nnz;                ///< --contract-nnz X,Y (workload contract)
+  std::string contract_order = "3,3";      ///< --contract-order X,Y
+  double products = 0, products_rate = 0;  ///< --products, --products-rate
+  std::string shape;     ///< --shape 4821207x1774269x1805187: plan a tensor without a file
+  double shape_nnz = 0;  ///< --nnz with --shape
 };
 
 /// "1,2,4,8" -> {1, 2, 4, 8}, sorted, without repeats; empty on anything that is not a list
@@ -46,6 +58,21 @@ std::vector<int> parse_counts(const std::string& s) {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+/// A number > 0 (`non_negative`: >= 0), with a message that says so.
+CLI::Validator number_check(bool non_negative) {
+  return CLI::Validator(
+      [non_negative](std::string& v) -> std::string {
+        double x = 0;
+        const auto [e, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        const bool ok = ec == std::errc() && e == v.data() + v.size() && std::isfinite(x) &&
+                        (non_negative ? x >= 0 : x > 0);
+        return ok ? std::string()
+                  : std::string("expected a number ") + (non_negative ? ">= 0" : "> 0") +
+                        ", got '" + v + "'";
+      },
+      non_negative ? "NUMBER >= 0" : "NUMBER > 0");
 }
 
 /// The backend of the plan. `--backend cuda --device-budget B` where no GPU is visible (a
@@ -75,6 +102,20 @@ Compute<T> plan_compute(const ComputeOptions& run, const comm::MpiCommunicator& 
   return make_compute<T>(run, world);
 }
 
+/// The time model of --nprocs/--nodes from the options (GB/s, us, ms to SI units).
+plan::TimeModel time_model(const PlanArgs& a) {
+  plan::TimeModel m;
+  m.bandwidth = a.bandwidth_gbs * 1e9;
+  m.link_bandwidth = a.link_gbs * 1e9;
+  m.collective_latency = a.latency_us * 1e-6;
+  m.gpus_per_node = a.gpus_per_node;
+  m.inter_bandwidth = a.net_gbs * 1e9;
+  m.inter_latency = a.net_latency_us * 1e-6;
+  m.kernel_ratio = a.kernel_ratio;
+  m.dense_s = a.dense_ms * 1e-3;
+  return m;
+}
+
 template <typename T>
 void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& cx,
                      partition::Scheme scheme, bool allreduce, const PlanContext& pc,
@@ -88,13 +129,25 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
   req.relabel = a.load.relabel;
   req.tensor_cores = run.tuning.tensor_cores != kernels::TensorCores::off;
   req.tc_tile_density = run.tuning.tc_tile_density;
-  comm::run_collectively(world, [&] {
-    TESSERA_INPUT_CHECK(std::filesystem::exists(a.load.path),
-                        "cannot open '" << a.load.path << "': no such file");
-  });
-  plan::TensorFacts facts = plan::facts_of_file(a.load.path, world);
+  plan::TensorFacts facts;
   std::optional<io::H5TensorInfo> h;
-  if (facts.store) {
+  if (!a.shape.empty()) {
+    // --shape and --nnz: a store of that shape with unique coordinates, planned from its
+    // "header" (nothing is read).
+    facts.dims = parse_dims(a.shape, "--shape");
+    facts.nnz = static_cast<nnz_t>(a.shape_nnz);
+    facts.store = true;
+    facts.unique = 1;
+    facts.stored_value_bytes = static_cast<int>(sizeof(T));
+  } else {
+    comm::run_collectively(world, [&] {
+      TESSERA_INPUT_CHECK(std::filesystem::exists(a.load.path),
+                          "cannot open '" << a.load.path << "': no such file");
+    });
+    facts = plan::facts_of_file(a.load.path, world);
+  }
+  if (!a.shape.empty()) {
+  } else if (facts.store) {
     h = io::read_h5_info(a.load.path, world);
   } else {
     // Text: its dims and nonzeros (repeats summed) are known after a read.
@@ -122,15 +175,18 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
   };
   // The host memory of this node shared by the ranks a run of P puts on it.
   auto limits = [&](int P) {
-    const int here = a.ranks_per_node > 0 ? std::min(P, a.ranks_per_node) : P;
+    // --gpus-per-node implies the ranks per node unless --ranks-per-node says otherwise.
+    const int per_node = a.ranks_per_node > 0 ? a.ranks_per_node : a.gpus_per_node;
+    const int here = per_node > 0 ? std::min(P, per_node) : P;
     return plan::measure_limits(world, req.backend, spill, here);
   };
-  plan::TimeModel m;
-  m.bandwidth = a.bandwidth_gbs * 1e9;
-  m.link_bandwidth = a.link_gbs * 1e9;
-  m.collective_latency = a.latency_us * 1e-6;
+  const plan::TimeModel m = time_model(a);
+  // The layer strategy's grid beside the allreduce's estimate (cp, dims known).
+  std::function<std::vector<int>(int)> grid_of;
+  if (pc.workload == plan::Workload::cp && !facts.dims.empty())
+    grid_of = [&](int P) { return partition::choose_grid(facts.dims, P); };
   const std::vector<plan::RanksPlan> plans =
-      plan::plan_for_ranks(req, facts, counts, blocks, limits, m);
+      plan::plan_for_ranks(req, facts, counts, blocks, limits, m, grid_of);
   if (world.rank() == 0) std::printf("%s", plan::describe_ranks(plans, m).c_str());
   std::fflush(stdout);
   const bool any =
@@ -145,6 +201,11 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
     j["time_model"] = {{"bandwidth_bytes_per_s", m.bandwidth},
                        {"link_bytes_per_s_per_direction", m.link_bandwidth},
                        {"collective_latency_s", m.collective_latency},
+                       {"gpus_per_node", m.gpus_per_node},
+                       {"network_bytes_per_s_per_gpu", m.inter_bandwidth},
+                       {"network_latency_s", m.inter_latency},
+                       {"kernel_ratio", m.kernel_ratio},
+                       {"dense_seconds", m.dense_s},
                        {"ranks_per_node", a.ranks_per_node}};
     if (!any) j["status"] = "refused";
     write_json(run.json, j, world);
@@ -182,12 +243,49 @@ void validate_as_command(const PlanArgs& a, const comm::MpiCommunicator& world) 
   validate(c, world);
 }
 
+/// "a,b" -> {a, b} (numbers > 0), refused naming `what`.
+std::vector<double> parse_pair(const std::string& s, const char* what) {
+  const auto c = s.find(',');
+  double x = 0, y = 0;
+  bool ok = c != std::string::npos;
+  if (ok) {
+    const auto [e1, ec1] = std::from_chars(s.data(), s.data() + c, x);
+    const auto [e2, ec2] = std::from_chars(s.data() + c + 1, s.data() + s.size(), y);
+    ok = ec1 == std::errc() && e1 == s.data() + c && ec2 == std::errc() &&
+         e2 == s.data() + s.size() && x > 0 && y > 0 && std::isfinite(x) && std::isfinite(y);
+  }
+  if (!ok) throw CLI::ValidationError(what, "expected two numbers > 0 as A,B, got '" + s + "'");
+  return {x, y};
+}
+
+/// tessera plan --workload contract: the contraction's time model per rank count (no file).
+void run_plan_contract(const PlanArgs& a, const comm::MpiCommunicator& world) {
+  plan::SptcFacts f;
+  const auto n = parse_pair(a.contract_nnz, "--contract-nnz");
+  const auto o = parse_pair(a.contract_order, "--contract-order");
+  f.x_nnz = n[0];
+  f.y_nnz = n[1];
+  f.x_order = static_cast<int>(o[0]);
+  f.y_order = static_cast<int>(o[1]);
+  f.products = a.products;
+  f.products_per_s = a.products_rate;
+  f.value_bytes = a.run.precision == "float" ? 4 : 8;
+  nlohmann::json entries;
+  const std::string table = plan::describe_sptc(f, parse_counts(a.nprocs), time_model(a), &entries);
+  if (world.rank() == 0) std::printf("%s", table.c_str());
+  std::fflush(stdout);
+  if (!a.run.json.empty()) {
+    nlohmann::json j = {{"command", "plan"}, {"workload", "contract"}, {"predicted", entries}};
+    write_json(a.run.json, j, world);
+  }
+}
+
 template <typename T>
 void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   validate_as_command(a, world);
   {
     io::OutputSet outputs;  // --json checked before any work (io/output.hpp)
-    outputs.add_input("the input", a.load.path);
+    if (a.shape.empty()) outputs.add_input("the input", a.load.path);
     outputs.add_output("--json", a.run.json, io::OutputKind::record);
     outputs.validate(a.run.force, world);
   }
@@ -199,9 +297,11 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   bool allreduce = run.strategy != "layer";  // auto: resolved below for cp
   if (a.workload != "tucker" && run.strategy == "auto") {
     comm::run_collectively(world, [&] {
-      allreduce = algo::resolve_comm_strategy(
-                      "auto", plan::facts_of_file(a.load.path, world), world.size(), a.rank,
-                      run.precision == "float" ? 4 : 8, nullptr) == algo::CommStrategy::allreduce;
+      plan::TensorFacts f;
+      if (a.shape.empty()) f = plan::facts_of_file(a.load.path, world);
+      allreduce = algo::resolve_comm_strategy("auto", f, world.size(), a.rank,
+                                              run.precision == "float" ? 4 : 8,
+                                              nullptr) == algo::CommStrategy::allreduce;
     });
   }
   if (a.workload == "tucker") {
@@ -240,10 +340,15 @@ void add_plan(CLI::App& app, Runner& run) {
       "Print the memory plan of a cp or tucker run (tier, bytes per component on host "
       "and device, chunks, reads per iteration, the limits and their sources) without "
       "running it; exit status 1 when nothing fits. --nprocs: the plan per rank for other "
-      "rank counts and a predicted CP iteration time");
-  sub->add_option("file", a->load.path, "Input tensor (.tns, .tns.gz or HDF5 store)")->required();
-  sub->add_option("--workload", a->workload, "What would run: cp | tucker")
-      ->check(CLI::IsMember({"cp", "tucker"}));
+      "rank counts and a predicted CP or Tucker iteration time; --nodes with --gpus-per-node "
+      "and --link-gbps: the same across nodes, NVLink inside a node and the network between; "
+      "--workload contract: the SpTC time model");
+  sub->add_option("file", a->load.path,
+                  "Input tensor (.tns, .tns.gz or HDF5 store); or --shape and --nnz");
+  sub->add_option("--workload", a->workload,
+                  "What would run: cp | tucker | contract (contract: the time model only, "
+                  "from --contract-nnz, --products and --products-rate, with --nprocs or --nodes)")
+      ->check(CLI::IsMember({"cp", "tucker", "contract"}));
   sub->add_option("-r,--rank", a->rank, "CP rank R (cp)")->check(CLI::Range(1, 4096));
   sub->add_option("--ranks", a->ranks, "Tucker ranks, e.g. 16,16,4 (tucker)");
   sub->add_option("--partition", a->load.partition, "auto | nnz | grid")
@@ -267,29 +372,134 @@ void add_plan(CLI::App& app, Runner& run) {
           "N[,N...]"))
       ->group(group);
   sub->add_option("--ranks-per-node", a->ranks_per_node,
-                  "--nprocs: ranks per node, sharing this node's host memory (0: all on this "
-                  "node); the device limit is per GPU, one rank per GPU")
-      ->check(CLI::NonNegativeNumber)
+                  "--nprocs: ranks per node, sharing this node's host memory (0: "
+                  "--gpus-per-node, else all on this node); the device limit is per GPU, one "
+                  "rank per GPU")
+      ->check(number_check(true))
       ->capture_default_str()
       ->group(group);
   sub->add_option("--bandwidth", a->bandwidth_gbs,
                   "--nprocs: memory bandwidth of one rank's backend in GB/s for the MTTKRP "
                   "bytes (default: an H200's measured device copy)")
-      ->check(CLI::PositiveNumber)
+      ->check(number_check(false))
       ->capture_default_str()
       ->group(group);
   sub->add_option("--link-bandwidth", a->link_gbs,
                   "--nprocs: GB/s per direction between two ranks for the all-reduces (default: "
                   "NVLink between the H200s of one node)")
-      ->check(CLI::PositiveNumber)
+      ->check(number_check(false))
       ->capture_default_str()
       ->group(group);
   sub->add_option("--collective-latency", a->latency_us,
                   "--nprocs: microseconds each all-reduce takes whatever its size")
-      ->check(CLI::NonNegativeNumber)
+      ->check(number_check(true))
       ->capture_default_str()
       ->group(group);
+  const std::string nodes_group = "Several nodes (--nprocs or --nodes)";
+  auto* nodes = sub->add_option(
+      "--nodes", a->nodes,
+      "Plan runs on these node counts of --gpus-per-node ranks each, e.g. 1,2,4,...,64 (N x G "
+      "ranks, one per GPU): as --nprocs, with the collectives priced per link (NVLink inside a "
+      "node, the network between nodes)");
+  nodes
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return parse_counts(v).empty()
+                       ? "expected node counts from 1 to 1048576 separated by commas, got '" + v +
+                             "'"
+                       : std::string();
+          },
+          "N[,N...]"))
+      ->group(nodes_group);
+  auto* gpn = sub->add_option("--gpus-per-node", a->gpus_per_node,
+                              "GPUs (ranks) per node: the ranks of one node talk over NVLink "
+                              "(--link-bandwidth), the others over the network (--link-gbps; "
+                              "unset: all on one node); "
+                              "needed by --nodes; with --nprocs P ranks fill ceil(P / G) nodes")
+                  ->check(CLI::Range(1, 1024))
+                  ->group(nodes_group);
+  nodes->needs(gpn);
+  nodes->excludes("--nprocs");
+  sub->add_option("--link-gbps", a->net_gbs,
+                  "Network bandwidth between nodes in GB/s per GPU per direction (InfiniBand or "
+                  "Ethernet: 25-50)")
+      ->check(number_check(false))
+      ->capture_default_str()
+      ->group(nodes_group);
+  sub->add_option("--inter-latency", a->net_latency_us,
+                  "Microseconds each step of a collective across nodes takes whatever its size")
+      ->check(number_check(true))
+      ->capture_default_str()
+      ->group(nodes_group);
+  sub->add_option("--kernel-ratio", a->kernel_ratio,
+                  "The kernels' measured time over their bytes floor (bench cp's "
+                  "ratio_to_floor; docs/perf), multiplying the kernel term (1: the floor)")
+      ->check(number_check(false))
+      ->capture_default_str()
+      ->group(group);
+  sub->add_option("--dense-ms", a->dense_ms,
+                  "Milliseconds of dense work per iteration on every rank (solves, Grams; "
+                  "Tucker's eigen-solves), added as a constant")
+      ->check(number_check(true))
+      ->capture_default_str()
+      ->group(group);
+  auto* shape = sub->add_option("--shape", a->shape,
+                                "Plan a tensor of these dims, e.g. 4821207x1774269x1805187, "
+                                "without a file (with --nnz and --nprocs or --nodes)")
+                    ->group(group);
+  auto* nnz = sub->add_option("--nnz", a->shape_nnz, "Nonzeros of the --shape tensor, e.g. 1.74e9")
+                  ->check(number_check(false))
+                  ->group(group);
+  sub->add_option("--contract-nnz", a->contract_nnz,
+                  "--workload contract: the two inputs' nonzeros, e.g. 2e7,2e7")
+      ->group(group);
+  sub->add_option("--contract-order", a->contract_order,
+                  "--workload contract: the two inputs' orders")
+      ->capture_default_str()
+      ->group(group);
+  sub->add_option("--products", a->products,
+                  "--workload contract: the contraction's multiply-adds, e.g. 1.2e9")
+      ->check(number_check(false))
+      ->group(group);
+  sub->add_option("--products-rate", a->products_rate,
+                  "--workload contract: one GPU's measured products per second (bench contract)")
+      ->check(number_check(false))
+      ->group(group);
+  shape->needs(nnz);
+  nnz->needs(shape);
   sub->callback([a, &run] {
+    // Parse errors (CLI11 reports them as it reports its own: one line, exit status 2).
+    const bool contract = a->workload == "contract";
+    if (contract && (a->contract_nnz.empty() || a->products <= 0 || a->products_rate <= 0))
+      throw CLI::ValidationError("--workload contract",
+                                 "needs --contract-nnz, --products and --products-rate");
+    if (contract && a->nprocs.empty() && a->nodes.empty())
+      throw CLI::ValidationError("--workload contract", "needs --nprocs or --nodes");
+    if (contract) {
+      parse_pair(a->contract_nnz, "--contract-nnz");
+      parse_pair(a->contract_order, "--contract-order");
+    }
+    if (!contract && a->shape.empty() == a->load.path.empty())
+      throw CLI::ValidationError("file", "give the input file or --shape with --nnz, one of them");
+    if (!a->shape.empty() && a->nprocs.empty() && a->nodes.empty())
+      throw CLI::ValidationError("--shape",
+                                 "plans other rank counts only: add --nprocs or --nodes");
+    if (!a->nodes.empty()) {
+      std::string counts;
+      for (const int n : parse_counts(a->nodes)) {
+        const long long p = static_cast<long long>(n) * a->gpus_per_node;
+        if (p > (1 << 20))
+          throw CLI::ValidationError("--nodes", a->nodes + " x --gpus-per-node " +
+                                                    std::to_string(a->gpus_per_node) +
+                                                    ": more than 1048576 ranks");
+        counts += (counts.empty() ? "" : ",") + std::to_string(p);
+      }
+      a->nprocs = counts;
+    }
+    if (contract) {
+      run = [a](const comm::MpiCommunicator& world) { run_plan_contract(*a, world); };
+      return;
+    }
     run = [a](const comm::MpiCommunicator& world) {
       with_precision(a->run, [&]<typename T>() { run_plan<T>(*a, world); });
     };

@@ -183,4 +183,39 @@ TEST_F(PlanRanksDriver, BadCountsAreRefusedWithOneLine) {
   }
 }
 
+// Several nodes (issue 38): a shape without a file, 1 and 16 nodes of 4 GPUs, both CP
+// strategies in the record with the network's bytes; bad values are one line naming the option.
+TEST_F(PlanRanksDriver, NodesPlanAShapeAndNameTheirBadOptions) {
+  std::string out;
+  const auto rec = plan("",
+                        "--shape 4821207x1774269x1805187 --nnz 1.74e9 --rank 32 --backend cuda "
+                        "--device-budget 135G --precision float --nodes 1,16 --gpus-per-node 4 "
+                        "--link-gbps 25 --kernel-ratio 5 -q",
+                        "nodes", &out);
+  ASSERT_TRUE(rec.contains("plans_per_ranks")) << out;
+  const auto& e = rec["plans_per_ranks"];
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[1]["ranks"], 64);
+  EXPECT_EQ(e[1]["predicted"]["nodes"], 16);
+  EXPECT_EQ(e[0]["predicted"]["network_bytes_per_rank"].get<double>(), 0);
+  EXPECT_GT(e[1]["predicted"]["network_bytes_per_rank"].get<double>(), 0);
+  EXPECT_TRUE(e[1].contains("predicted_layer")) << e[1].dump(1);
+  EXPECT_EQ(rec["time_model"]["network_bytes_per_s_per_gpu"].get<double>(), 25e9);
+  EXPECT_TRUE(contains(out, "--link-gbps")) << out;
+  EXPECT_TRUE(contains(out, "communication dominates")) << out;
+  const std::string shape = " plan --shape 10x10x10 --nnz 100 ";
+  for (const auto& [args, option] : std::vector<std::pair<std::string, std::string>>{
+           {"--nodes 0 --gpus-per-node 4", "--nodes"},
+           {"--nodes 2 --gpus-per-node 0", "--gpus-per-node"},
+           {"--nodes 2 --gpus-per-node 4 --link-gbps 0", "--link-gbps"},
+           {"--nodes 2 --gpus-per-node 4 --link-gbps abc", "--link-gbps"},
+           {"--nodes 2 --gpus-per-node 4 --inter-latency -1", "--inter-latency"},
+           {"--nodes 2", "--nodes requires --gpus-per-node"},
+           {"", "--shape"}}) {
+    const auto r = run(tessera() + shape + args);
+    EXPECT_NE(r.code, 0) << args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "error: " + option)) << args << "\n" << r.out;
+  }
+}
+
 }  // namespace

@@ -51,6 +51,26 @@ TEST(CommStrategyAuto, AmazonOverASlowLinkTakesLayer) {
   EXPECT_LT(c.layer_comm_s + c.grid_cost_s, c.allreduce_comm_s);
 }
 
+TEST(CommStrategyAuto, SeveralNodesUseThePlanModel) {
+  // 16 nodes x 4 GPUs at 25 GB/s: the figures are plan::estimate_cp_*'s, and the why says so.
+  plan::TimeModel m;
+  m.gpus_per_node = 4;
+  m.inter_bandwidth = 25e9;
+  const CommChoice c = choose_comm_strategy(kAmazon, 1740000000, 64, 32, 4, m);
+  plan::Request req;
+  req.cp_rank = 32;
+  req.value_bytes = 4;
+  plan::TensorFacts t;
+  t.dims = kAmazon;
+  t.nnz = 1740000000;
+  const nnz_t block = (t.nnz + 63) / 64;
+  EXPECT_DOUBLE_EQ(c.allreduce_comm_s, plan::estimate_cp_iteration(req, t, block, 64, m).comm_s);
+  const auto lay = plan::estimate_cp_layer_iteration(req, t, block, c.grid, m);
+  EXPECT_DOUBLE_EQ(c.layer_comm_s, lay.comm_s);
+  EXPECT_DOUBLE_EQ(c.grid_cost_s, lay.grid_cost_s);
+  EXPECT_NE(c.why.find("16 nodes"), std::string::npos) << c.why;
+}
+
 TEST(CommStrategyAuto, ExplicitOptionsPassThroughAndBadOnesAreRefused) {
   plan::TensorFacts t;
   EXPECT_EQ(resolve_comm_strategy("layer", t, 4, 32, 4, nullptr), CommStrategy::layer);

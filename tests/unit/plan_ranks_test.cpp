@@ -244,15 +244,147 @@ TEST(PlanRanks, TheIterationModelAndWhereMoreRanksStopHelping) {
   const std::string d = describe_ranks(small, m);
   EXPECT_NE(d.find("more ranks will not help beyond 1"), std::string::npos) << d;
   EXPECT_NE(d.find("--link-bandwidth"), std::string::npos) << d;
-  // Tucker has no time model.
+  // Tucker has its own model (estimate_tucker_iteration): no comm on one rank.
   Request tk = r;
   tk.workload = Workload::tucker;
   tk.tucker_ranks = {8, 8, 8};
   const auto tucker = plan_for_ranks(
       tk, small_t, {1, 2}, [&](int P) { return split(small_t.nnz, P); },
       [&](int P) { return node_limits(2000 * kGiB, P, 135 * kGiB); }, m);
-  EXPECT_FALSE(tucker[0].has_estimate);
-  EXPECT_FALSE(tucker[0].to_json().contains("predicted"));
+  EXPECT_TRUE(tucker[0].has_estimate);
+  EXPECT_EQ(tucker[0].estimate.comm_s, 0);
+  EXPECT_GT(tucker[1].estimate.comm_s, 0);
+  EXPECT_TRUE(tucker[0].to_json().contains("predicted"));
+}
+
+// ---- several nodes (issue 38): plan/comm_model.hpp and the estimates over it ----
+
+TEST(PlanNodes, OneNodeIsTheSingleRingModel) {
+  TimeModel m;  // defaults: 300 GB/s, 20 us inside the node
+  const Request r = cp(Backend::cuda, 4, 32);
+  const auto t = amazon();
+  const double out = (4821207.0 + 1774269.0 + 1805187.0) * 32 * 4;
+  const auto flat = estimate_cp_iteration(r, t, t.nnz / 4, 4, m);
+  EXPECT_DOUBLE_EQ(flat.comm_s, 2.0 * 3 / 4 * out / m.link_bandwidth + 3 * m.collective_latency);
+  m.gpus_per_node = 4;  // the same 4 ranks, declared as one node of 4: the same figure
+  const auto node = estimate_cp_iteration(r, t, t.nnz / 4, 4, m);
+  EXPECT_DOUBLE_EQ(node.comm_s, flat.comm_s);
+  EXPECT_EQ(node.nodes, 1);
+  EXPECT_EQ(node.link.inter_bytes, 0);
+  m.gpus_per_node = 8;  // a node larger than the run: still one node
+  EXPECT_DOUBLE_EQ(estimate_cp_iteration(r, t, t.nnz / 4, 4, m).comm_s, flat.comm_s);
+}
+
+TEST(PlanNodes, HierarchicalAllreduceByHand) {
+  TimeModel m;
+  m.link_bandwidth = 300e9;
+  m.collective_latency = 20e-6;
+  m.inter_bandwidth = 25e9;
+  m.inter_latency = 50e-6;
+  // 1 GB on 16 nodes x 4: reduce-scatter and all-gather in the node, 3/4 GB each over NVLink;
+  // the node's quarter (0.25 GB) all-reduced by a ring of 16: 2 x 15/16 x 0.25 GB.
+  const LinkTime t = allreduce_cost(1e9, Group{4, 16});
+  EXPECT_DOUBLE_EQ(t.intra_bytes, 1.5e9);
+  EXPECT_DOUBLE_EQ(t.inter_bytes, 0.46875e9);
+  EXPECT_EQ(t.intra_steps, 2);
+  EXPECT_EQ(t.inter_steps, 1);
+  EXPECT_NEAR(t.seconds(m), 5e-3 + 18.75e-3 + 40e-6 + 50e-6, 1e-12);
+  // Reduce-scatter: (G-1)/G inside, (K-1)/K of the node's share across; all-gather alike.
+  const LinkTime rs = reduce_scatter_cost(1e9, Group{4, 16});
+  EXPECT_DOUBLE_EQ(rs.intra_bytes, 0.75e9);
+  EXPECT_DOUBLE_EQ(rs.inter_bytes, 15.0 / 16 * 0.25e9);
+  // One GPU per node: the whole vector crosses the network.
+  const LinkTime one = allreduce_cost(1e9, Group{1, 2});
+  EXPECT_EQ(one.intra_bytes, 0);
+  EXPECT_DOUBLE_EQ(one.inter_bytes, 1e9);
+  // Alltoallv over 2 nodes x 4: 3 of the 7 peers share the node.
+  const LinkTime a2a = alltoall_cost(7e6, Group{4, 2});
+  EXPECT_DOUBLE_EQ(a2a.intra_bytes, 3e6);
+  EXPECT_DOUBLE_EQ(a2a.inter_bytes, 4e6);
+  EXPECT_EQ(allreduce_cost(1e9, Group{1, 1}).seconds(m), 0);
+}
+
+TEST(PlanNodes, MoreNodesCostMoreCommAndFasterLinksLess) {
+  TimeModel m;
+  m.gpus_per_node = 4;
+  m.kernel_ratio = 5;
+  const Request r = cp(Backend::cuda, 4, 32);
+  const auto t = amazon();
+  double last_comm = 0, last_kernel = 1e30;
+  for (const int nodes : {1, 2, 4, 8, 16, 32, 64}) {
+    const int P = 4 * nodes;
+    const auto e = estimate_cp_iteration(r, t, t.nnz / P, P, m);
+    EXPECT_EQ(e.nodes, nodes);
+    EXPECT_GE(e.comm_s, last_comm) << nodes;
+    EXPECT_LT(e.kernel_s, last_kernel) << nodes;
+    EXPECT_DOUBLE_EQ(e.kernel_s, 5 * e.floor_s);
+    last_comm = e.comm_s;
+    last_kernel = e.kernel_s;
+  }
+  TimeModel fast = m;
+  fast.inter_bandwidth = 50e9;
+  EXPECT_LT(estimate_cp_iteration(r, t, t.nnz / 64, 64, fast).comm_s,
+            estimate_cp_iteration(r, t, t.nnz / 64, 64, m).comm_s);
+  // The layer strategy on the same nodes: less network traffic than the all-reduce.
+  const auto lay = estimate_cp_layer_iteration(r, t, t.nnz / 64, {16, 2, 2}, m);
+  const auto all = estimate_cp_iteration(r, t, t.nnz / 64, 64, m);
+  EXPECT_EQ(lay.nodes, 16);
+  EXPECT_LT(lay.link.inter_bytes, all.link.inter_bytes);
+  EXPECT_GT(lay.grid_cost_s, 0);
+  EXPECT_DOUBLE_EQ(lay.seconds, lay.kernel_s + lay.comm_s + lay.grid_cost_s);
+}
+
+TEST(PlanNodes, LayersOfTheGridOnNodes) {
+  // Ranks numbered row-major (the last mode fastest): grid 16x2x2, 4 ranks per node.
+  const Group l0 = layer_group({16, 2, 2}, 0, 4);  // c0 = 0: ranks 0-3, one node
+  EXPECT_EQ(l0.nodes, 1);
+  EXPECT_EQ(l0.per_node, 4);
+  const Group l2 = layer_group({16, 2, 2}, 2, 4);  // c2 = 0: every other rank
+  EXPECT_EQ(l2.nodes, 16);
+  EXPECT_EQ(l2.per_node, 2);
+  const Group flat = layer_group({1, 1, 4}, 2, 0);  // one node: a layer of one rank
+  EXPECT_EQ(flat.size(), 1);
+}
+
+TEST(PlanNodes, TuckerAndSptcExchanges) {
+  TimeModel m;
+  m.gpus_per_node = 4;
+  Request tk = cp(Backend::cuda, 4, 16);
+  tk.workload = Workload::tucker;
+  tk.tucker_ranks = {16, 16, 16};
+  const auto nell = store({12092, 9184, 28818}, 76900000);
+  const auto one = estimate_tucker_iteration(tk, nell, nell.nnz, 1, m);
+  EXPECT_EQ(one.comm_s, 0);
+  // Every row of every mode is touched: the rows are I_n x 256 floats.
+  EXPECT_DOUBLE_EQ(one.comm_bytes, (12092.0 + 9184 + 28818) * 256 * 4);
+  const auto four = estimate_tucker_iteration(tk, nell, nell.nnz / 4, 4, m);
+  const auto eight = estimate_tucker_iteration(tk, nell, nell.nnz / 8, 8, m);
+  EXPECT_GT(four.comm_s, 0);
+  EXPECT_EQ(four.link.inter_bytes, 0);
+  EXPECT_GT(eight.link.inter_bytes, 0);
+  m.dense_s = 6e-3;  // the eigen-solves: a constant per rank
+  EXPECT_DOUBLE_EQ(estimate_tucker_iteration(tk, nell, nell.nnz / 4, 4, m).seconds,
+                   four.seconds + 6e-3);
+  // SpTC: the row side routed, the column side gathered whole; products divided.
+  const auto s1 = estimate_sptc(2e7, 3, 1e7, 3, 1.2e9, 8, 1e10, 1, m);
+  EXPECT_EQ(s1.comm_s, 0);
+  EXPECT_DOUBLE_EQ(s1.kernel_s, 0.12);
+  const auto s4 = estimate_sptc(2e7, 3, 1e7, 3, 1.2e9, 8, 1e10, 4, m);
+  EXPECT_DOUBLE_EQ(s4.route_bytes, 0.75 * 2e7 * 20 / 4);
+  EXPECT_DOUBLE_EQ(s4.replicate_bytes, 1e7 * 20);
+  EXPECT_DOUBLE_EQ(s4.kernel_s, 0.03);
+  // tessera plan --workload contract prints the model and records one entry per count.
+  SptcFacts f;
+  f.x_nnz = 2e7;
+  f.y_nnz = 1e7;
+  f.products = 1.2e9;
+  f.products_per_s = 1e10;
+  nlohmann::json j;
+  const std::string d = describe_sptc(f, {1, 4, 8}, m, &j);
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_DOUBLE_EQ(j[1]["seconds"].get<double>(), s4.seconds);
+  EXPECT_EQ(j[2]["nodes"], 2);
+  EXPECT_NE(d.find("--products-rate"), std::string::npos) << d;
 }
 
 TEST(PlanRanks, ACardNoGpuHereShowsIsPlannedFromItsBudget) {

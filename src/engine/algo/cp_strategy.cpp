@@ -21,17 +21,9 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
         "them: tessera convert)";
     return c;
   }
-  const double P = ranks, v = value_bytes, bw = m.link_bandwidth, a = m.collective_latency;
+  // The same model as tessera plan --nprocs/--nodes (plan::estimate_cp_*): the collectives
+  // priced per link kind by plan/comm_model.hpp, the grid's imbalance by the kernels' floor.
   c.grid = partition::choose_grid(dims, ranks);
-  for (std::size_t n = 0; n < dims.size(); ++n) {
-    const double bytes = static_cast<double>(dims[n]) * R * v;
-    c.allreduce_comm_s += 2.0 * (P - 1) / P * bytes / bw + a;
-    const double L = P / c.grid[n];  // ranks sharing mode n's chunk
-    const double chunk = static_cast<double>((dims[n] + c.grid[n] - 1) / c.grid[n]) * R * v;
-    // Reduce-scatter and all-gather of the chunk's rows inside the layer, and the sums of
-    // norms, Gram and dots; a layer of one rank only sums its Gram with the others.
-    c.layer_comm_s += L > 1 ? 2.0 * (L - 1) / L * chunk / bw + 4 * a : a;
-  }
   plan::Request req;
   req.cp_rank = R;
   req.value_bytes = value_bytes;
@@ -39,17 +31,25 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
   t.dims = dims;
   t.nnz = nnz;
   const nnz_t block = (nnz + static_cast<nnz_t>(ranks) - 1) / static_cast<nnz_t>(ranks);
-  c.grid_cost_s =
-      kGridCostOverKernelFloor * plan::estimate_cp_iteration(req, t, block, ranks, m).kernel_s;
+  c.allreduce_comm_s = plan::estimate_cp_iteration(req, t, block, ranks, m).comm_s;
+  const plan::IterationEstimate lay = plan::estimate_cp_layer_iteration(req, t, block, c.grid, m);
+  c.layer_comm_s = lay.comm_s;
+  c.grid_cost_s = lay.grid_cost_s;
+  const double bw = m.link_bandwidth, a = m.collective_latency;
   const bool layer = c.layer_comm_s + c.grid_cost_s < c.allreduce_comm_s;
   c.strategy = layer ? CommStrategy::layer : CommStrategy::allreduce;
-  char buf[256];
+  char buf[384];
   std::snprintf(buf, sizeof buf,
                 "predicted comm per iteration: allreduce %.3g ms, layer %.3g ms + %.3g ms for "
                 "the grid's imbalance (link %.0f GB/s, %.0f us per collective)",
                 c.allreduce_comm_s * 1e3, c.layer_comm_s * 1e3, c.grid_cost_s * 1e3, bw / 1e9,
                 a * 1e6);
   c.why = buf;
+  if (lay.nodes > 1) {
+    std::snprintf(buf, sizeof buf, "; %d nodes of %d ranks, network %.3g GB/s per GPU, %.0f us",
+                  lay.nodes, lay.per_node, m.inter_bandwidth / 1e9, m.inter_latency * 1e6);
+    c.why += buf;
+  }
   return c;
 }
 

@@ -23,9 +23,8 @@ struct CommChoice {
 };
 
 /// Kernel time lost to the grid partition's imbalance, as a multiple of the MTTKRPs' bytes
-/// floor: the slowest rank's MTTKRP 1.2x the mean (amazon shape, power-law, grid 2x1x1 on
-/// 2 H200s) with kernels at about 5x their floor (bench cp's ratio there), i.e. 0.2 x 5.
-inline constexpr double kGridCostOverKernelFloor = 1.0;
+/// floor (the constant lives with the model, plan/planner.hpp).
+inline constexpr double kGridCostOverKernelFloor = plan::kGridCostOverKernelFloor;
 
 /// The choice for a tensor of `dims` with `nnz` nonzeros, CP rank R, `value_bytes` per
 /// value, on `ranks` ranks, under the link and memory figures of `m`. The layer strategy

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/comm_model.hpp"
 #include "plan/limits.hpp"
 #include "tensor/sparse_tensor.hpp"
 
@@ -161,30 +162,94 @@ struct Plan {
 /// The plan for `req` on `t` under `lim`. Pure: no I/O, no collectives.
 Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim);
 
-/// The model of one CP-ALS iteration's time on one rank (allreduce strategy, tier 1), for
-/// `tessera plan --nprocs` (docs/planner.md, "Plans for N ranks"): the N MTTKRPs' bytes over
-/// the backend's memory bandwidth, plus one all-reduce per mode of the MTTKRP output
-/// (I_n x R values) over the link between ranks as a ring moves it (2 (P - 1) / P of the
-/// bytes each way) and a fixed latency per collective. Rates in bytes/s, latency in s.
+/// The model of one iteration's time on one rank, for `tessera plan --nprocs/--nodes`
+/// (docs/planner.md, "Plans for N ranks" and "Several nodes"): the kernels' bytes over the
+/// backend's memory bandwidth times the measured ratio of the kernels to that floor, plus
+/// each collective as alpha per step and bytes over the link it crosses (plan/comm_model.hpp:
+/// NVLink inside a node, the network between nodes), plus a per-rank constant for the dense
+/// work. Rates in bytes/s, latencies and times in s.
 struct TimeModel {
   double bandwidth = 4300e9;          ///< --bandwidth: H200 device copy, measured
   double link_bandwidth = 300e9;      ///< --link-bandwidth: per direction, NVLink on an H200 node
-  double collective_latency = 20e-6;  ///< --collective-latency: per all-reduce
+  double collective_latency = 20e-6;  ///< --collective-latency: per collective inside a node
+  int gpus_per_node = 0;              ///< --gpus-per-node: ranks per node (0: all on one node)
+  double inter_bandwidth = 25e9;      ///< --link-gbps: network per GPU per direction
+  double inter_latency = 50e-6;       ///< --inter-latency: per collective step across nodes
+  double kernel_ratio = 1;            ///< --kernel-ratio: kernel time over its bytes floor
+  double dense_s = 0;                 ///< --dense-ms: per-rank dense work per iteration
 };
 
-/// One rank's predicted CP-ALS iteration (TimeModel).
+/// Kernel time lost to the layer strategy's grid partition, as a multiple of the MTTKRPs'
+/// bytes floor: the slowest rank's MTTKRP 1.2x the mean (amazon shape, power-law, grid 2x1x1
+/// on 2 H200s) with kernels at about 5x their floor (bench cp's ratio there), i.e. 0.2 x 5.
+inline constexpr double kGridCostOverKernelFloor = 1.0;
+
+/// One rank's predicted iteration (TimeModel).
 struct IterationEstimate {
-  double mttkrp_bytes = 0;  ///< N MTTKRPs: the sorted copies read, factor rows, outputs
-  double kernel_s = 0;      ///< mttkrp_bytes / bandwidth
-  double comm_bytes = 0;    ///< sum over modes of I_n x R x value bytes, all-reduced
-  double comm_s = 0;        ///< ring all-reduce time and latency (0 on one rank)
-  double seconds = 0;       ///< kernel_s + comm_s
+  std::string strategy = "allreduce";  ///< "allreduce" | "layer" (cp) | "tucker"
+  std::vector<int> grid;               ///< layer: the rank grid
+  int nodes = 1, per_node = 1;         ///< where the ranks sit
+  double mttkrp_bytes = 0;  ///< the kernels' bytes floor (N MTTKRPs or TTMcs) of this rank
+  double floor_s = 0;       ///< mttkrp_bytes / bandwidth
+  double kernel_s = 0;      ///< floor_s x kernel_ratio
+  double comm_bytes = 0;    ///< sum over modes of the combined rows' bytes (I_n x R x v)
+  LinkTime link;            ///< what the collectives move per rank, per link kind
+  double comm_s = 0;        ///< link.seconds (0 on one rank)
+  double grid_cost_s = 0;   ///< layer: the grid's imbalance (kGridCostOverKernelFloor)
+  double dense_s = 0;       ///< TimeModel::dense_s
+  double seconds = 0;       ///< kernel_s + comm_s + grid_cost_s + dense_s
+  double comm_share() const { return seconds > 0 ? comm_s / seconds : 0; }
 };
 
-/// The estimate for a rank holding `block_nnz` nonzeros of `t` in a run of `ranks` ranks
-/// (req: cp_rank, value_bytes). Pure.
+/// CP-ALS, allreduce strategy: per mode one all-reduce of I_n x R values over all ranks
+/// (hierarchical across nodes), for a rank holding `block_nnz` nonzeros of `t` in a run of
+/// `ranks` ranks (req: cp_rank, value_bytes). On one node this is the single-ring model of
+/// docs/planner.md. Pure.
 IterationEstimate estimate_cp_iteration(const Request& req, const TensorFacts& t, nnz_t block_nnz,
                                         int ranks, const TimeModel& m);
+
+/// CP-ALS, layer (medium-grained) strategy on rank grid `grid`: the block touches one chunk of
+/// each mode; per mode the chunk's rows are reduce-scattered and all-gathered inside the layer
+/// (inside its nodes first, then across them), plus the norms and the Gram summed over all
+/// ranks; plus the grid's imbalance, kGridCostOverKernelFloor x the allreduce kernels' floor.
+IterationEstimate estimate_cp_layer_iteration(const Request& req, const TensorFacts& t,
+                                              nnz_t block_nnz, const std::vector<int>& grid,
+                                              const TimeModel& m);
+
+/// Tucker-HOOI (req.tucker_ranks): per mode the TTMc (the block's sorted copy, the factor rows
+/// it touches, its output rows x the product of the other ranks), the alltoallv of those rows
+/// to their owners ((P - 1) / P of them leave the rank) and the all-gather of the new factor
+/// (I_n x R_n), the core all-reduced once; the dense stage (eigen-solves) is dense_s. Pure.
+IterationEstimate estimate_tucker_iteration(const Request& req, const TensorFacts& t,
+                                            nnz_t block_nnz, int ranks, const TimeModel& m);
+
+/// One distributed contraction as algo::contract runs it routed on the device (docs/sptc.md):
+/// the row side's nonzeros routed by an alltoallv ((P - 1) / P of each rank's share leaves),
+/// the column side replicated to every rank (an all-gather of its shares), the products
+/// divided over the ranks at `products_per_s` (one GPU's measured rate), no output routing.
+struct SptcEstimate {
+  double route_bytes = 0, replicate_bytes = 0;  ///< per rank: alltoallv, all-gather
+  LinkTime link;
+  double kernel_s = 0, comm_s = 0, seconds = 0;
+  int nodes = 1, per_node = 1;
+};
+SptcEstimate estimate_sptc(double x_nnz, int x_order, double y_nnz, int y_order, double products,
+                           int value_bytes, double products_per_s, int ranks, const TimeModel& m);
+
+/// The inputs of one contraction's time model (tessera plan --workload contract).
+struct SptcFacts {
+  double x_nnz = 0, y_nnz = 0;  ///< the inputs' nonzeros
+  int x_order = 3, y_order = 3;
+  double products = 0;        ///< multiply-adds of the contraction
+  double products_per_s = 0;  ///< one GPU's measured rate
+  int value_bytes = 8;
+};
+
+/// The table `tessera plan --workload contract --nprocs/--nodes` prints: per count the
+/// estimate and the model with its inputs. `out_json` (may be null) receives one entry per
+/// count.
+std::string describe_sptc(const SptcFacts& f, const std::vector<int>& counts, const TimeModel& m,
+                          nlohmann::json* out_json);
 
 /// Each rank's nonzeros when `nnz` stored nonzeros are split into `ranks` equal shares of
 /// the stored order (rank r: [nnz r / P, nnz (r + 1) / P)), as a store without a stored
@@ -198,9 +263,11 @@ struct RanksPlan {
   std::vector<nnz_t> block_nnz;  ///< each rank's nonzeros
   Plan plan;                     ///< the plan every rank agrees on (its largest block)
   std::vector<std::uint64_t> host_peak, device_peak;  ///< each rank's, in the plan's tier
-  bool has_estimate = false;                          ///< CP: the iteration time model applies
-  IterationEstimate estimate;                         ///< of the rank with the largest block
-  double speedup = 0;                                 ///< time of the first entry / this one's
+  bool has_estimate = false;   ///< CP, Tucker: the iteration time model applies
+  IterationEstimate estimate;  ///< of the rank with the largest block (cp: allreduce strategy)
+  bool has_layer = false;      ///< CP with a grid: the layer strategy's estimate too
+  IterationEstimate layer;
+  double speedup = 0;  ///< time of the first entry / this one's
   /// More ranks will not help: this entry's predicted time is not 10% below the previous
   /// entry's (entries in increasing rank counts).
   bool no_gain = false;
@@ -215,11 +282,14 @@ struct RankBlocks {
 
 /// Per-rank plans for each count in `counts` (increasing): `blocks(P)` gives each rank's
 /// nonzeros and `limits(P)` the limits of one rank when P ranks run. Each rank's bytes are
-/// planned for its own block in the tier planned for the largest. Pure.
+/// planned for its own block in the tier planned for the largest. `grid_of(P)` (cp, may be
+/// empty) gives the layer strategy's grid for P ranks, for its estimate beside the
+/// allreduce's. Pure.
 std::vector<RanksPlan> plan_for_ranks(const Request& req, const TensorFacts& t,
                                       const std::vector<int>& counts,
                                       const std::function<RankBlocks(int)>& blocks,
-                                      const std::function<Limits(int)>& limits, const TimeModel& m);
+                                      const std::function<Limits(int)>& limits, const TimeModel& m,
+                                      const std::function<std::vector<int>(int)>& grid_of = {});
 
 /// The table `tessera plan --nprocs` prints: one line per count, the model, and where more
 /// ranks stop helping.
