@@ -322,8 +322,9 @@ TEST(Planner, GcpSamplesAreCountedAndMoveThePlan) {
             : b == Backend::reference ? 6000 * 8 * 8
                                       : 0;
         EXPECT_EQ(a->host, (step_few + eval) * per + work_few);
-        if (b == Backend::cpu)
+        if (b == Backend::cpu) {
           EXPECT_EQ(c->host, (step_many + eval) * per + step_many * 24 + 3001 * 8);
+        }
         if (b == Backend::cuda) {
           EXPECT_EQ(a->device, eval * per + 8);
           EXPECT_EQ(c->device, step_many * per + 8);
