@@ -83,6 +83,8 @@
 #               CP-ALS on the nell-2 shape (host-generated) and congress, R 32, per
 #               TESSERA_COUNTS_PRECISIONS (default float); with TESSERA_BASE_TAR the same on
 #               that commit's build too (docs/perf/gpu-h200-cp-apr.md)
+#       eig: cuSOLVER's symmetric eigen-solvers timed on one n x n Gram, n = 64 .. 1024 (issue 43's
+#               Tucker dense stage; jobs/probes/eig_probe.cu, compiled here with nvcc)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -681,6 +683,15 @@ if has counts; then  # issue 39: CP-APR (--loss poisson) next to CP-ALS on the s
       fi
     done
   done
+fi
+if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/perf/gpu-h200-floors.md)
+  log "eigen-solver probe"
+  if nvcc -O2 -arch=sm_90 jobs/probes/eig_probe.cu -lcusolver -lcublas -o "$out/eig_probe" \
+    >"$out/eig-build.log" 2>&1; then
+    "$out/eig_probe" 16 | tee "$out/eig.txt" >>"$summary"
+  else
+    echo "eig: the probe did not build ($out/eig-build.log)" | tee -a "$summary"
+  fi
 fi
 if has python || has study; then  # real tensors beside a checkout or carried in .deps/data
   for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do

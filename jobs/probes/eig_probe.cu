@@ -1,8 +1,8 @@
 // Times cuSOLVER's symmetric eigen-solvers on one n x n Gram matrix, the size of Tucker's
 // factor-update eigen-solve (C = product of the other modes' ranks; issue 43, point 3), to
-// choose the solver by measured time. Not part of the build: jobs/gpu-node.sh eig compiles it
-// with nvcc and runs it. Prints, per n and solver, the median milliseconds of 15 solves (each
-// on a fresh copy of S, synchronised, the info word read back) and the largest relative
+// choose the solver by measured time. Not part of the CMake build: `jobs/gpu-node.sh eig`
+// compiles it with nvcc and runs it. Prints, per n and solver, the median milliseconds of 15 solves
+// (each on a fresh copy of S, synchronised, the info word read back) and the largest relative
 // difference of the top k eigenvalues from syevdx's, so a fast solver that is wrong shows.
 //   eig_probe [k]     (default k = 16)
 #include <cublas_v2.h>
