@@ -408,6 +408,29 @@ void launch_plain(cudaStream_t stream, const Params<T>& p, unsigned blocks) {
     launch_n<T, kNin, false>(stream, p, blocks);
 }
 
+/// Calls f(std::integral_constant<int, nin>{}) for nin input modes, kMinIn .. kMaxIn: the
+/// instantiations the blocked kernels (this one and the Phi kernel, phi.cu) are built for.
+template <typename F>
+void with_nin(int nin, F&& f) {
+  switch (nin) {
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      break;
+    case 5:
+      f(std::integral_constant<int, 5>{});
+      break;
+    default:
+      TESSERA_THROW("blocked kernel with " << nin << " input modes");
+  }
+  static_assert(kMinIn == 2 && kMaxIn == 5, "with_nin's cases are kMinIn .. kMaxIn");
+}
+
 /// Enqueues the kernel over p.nnz nonzeros (supports() must hold). l2: see the kernel.
 template <typename T>
 void launch(cudaStream_t stream, const Params<T>& p, int nin, bool l2) {
@@ -416,34 +439,13 @@ void launch(cudaStream_t stream, const Params<T>& p, int nin, bool l2) {
   TESSERA_EXPECTS(blocks <= 0x7fffffff, p.nnz << " nonzeros exceed one launch; split the block");
   const auto nb = static_cast<unsigned>(blocks);
   TESSERA_EXPECTS(!(l2 && p.accumulate), "the accumulating blocked kernel has no l2 layout");
-  switch (nin * 2 + (l2 ? 1 : 0)) {
-    case 4:
-      launch_plain<T, 2>(stream, p, nb);
-      break;
-    case 5:
-      launch_n<T, 2, true>(stream, p, nb);
-      break;
-    case 6:
-      launch_plain<T, 3>(stream, p, nb);
-      break;
-    case 7:
-      launch_n<T, 3, true>(stream, p, nb);
-      break;
-    case 8:
-      launch_plain<T, 4>(stream, p, nb);
-      break;
-    case 9:
-      launch_n<T, 4, true>(stream, p, nb);
-      break;
-    case 10:
-      launch_plain<T, 5>(stream, p, nb);
-      break;
-    case 11:
-      launch_n<T, 5, true>(stream, p, nb);
-      break;
-    default:
-      TESSERA_THROW("blocked MTTKRP kernel with " << nin << " input modes");
-  }
+  with_nin(nin, [&](auto k) {
+    constexpr int kNin = decltype(k)::value;
+    if (l2)
+      launch_n<T, kNin, true>(stream, p, nb);
+    else
+      launch_plain<T, kNin>(stream, p, nb);
+  });
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

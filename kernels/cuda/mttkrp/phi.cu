@@ -391,34 +391,13 @@ void launch_phi_blocked(cudaStream_t stream, const PhiParams& p) {
                   p.nnz << " nonzeros exceed one launch; split the block");
   const auto nb = static_cast<unsigned>(blocks);
   const bool sums = p.sums != nullptr;
-  switch (nin * 2 + (sums ? 1 : 0)) {
-    case 4:
-      launch_phi_blocked_n<T, 2, false>(stream, q, nb);
-      break;
-    case 5:
-      launch_phi_blocked_n<T, 2, true>(stream, q, nb);
-      break;
-    case 6:
-      launch_phi_blocked_n<T, 3, false>(stream, q, nb);
-      break;
-    case 7:
-      launch_phi_blocked_n<T, 3, true>(stream, q, nb);
-      break;
-    case 8:
-      launch_phi_blocked_n<T, 4, false>(stream, q, nb);
-      break;
-    case 9:
-      launch_phi_blocked_n<T, 4, true>(stream, q, nb);
-      break;
-    case 10:
-      launch_phi_blocked_n<T, 5, false>(stream, q, nb);
-      break;
-    case 11:
-      launch_phi_blocked_n<T, 5, true>(stream, q, nb);
-      break;
-    default:
-      TESSERA_THROW("blocked Phi kernel with " << nin << " input modes");
-  }
+  blocked::with_nin(nin, [&](auto k) {
+    constexpr int kNin = decltype(k)::value;
+    if (sums)
+      launch_phi_blocked_n<T, kNin, true>(stream, q, nb);
+    else
+      launch_phi_blocked_n<T, kNin, false>(stream, q, nb);
+  });
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

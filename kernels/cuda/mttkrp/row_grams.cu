@@ -294,23 +294,12 @@ __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm<RP>)
         }
       }
       // One pass per output row present among the 8 (usually one).
-      while (true) {
-        const unsigned lo = __ballot_sync(kFullMask, !done[0]) & 0xfu;
-        const unsigned hi = __ballot_sync(kFullMask, !done[1]) & 0xfu;
-        const unsigned pend = lo | (hi << 4);  // bit s: nonzero c + s not yet taken
-        if (pend == 0) break;
-        const int fpos = __ffs(static_cast<int>(pend)) - 1;
-        const index_t ra = __shfl_sync(kFullMask, r[0], fpos & 3);
-        const index_t rb = __shfl_sync(kFullMask, r[1], fpos & 3);
-        const index_t row = fpos < 4 ? ra : rb;
+      tf32::for_each_row(r, done, [&](index_t row, const bool(&mk)[2]) {
         if (!have || row != cur) {
           if (have) flush();
           cur = row;
           have = true;
         }
-        bool mk[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) mk[h] = !done[h] && r[h] == cur;
         // B (8 x 8, k = nonzero, n = Gram column 8 nt + g) = h; A (16 x 8, rows 16 mt + g
         // and + 8) = x h.
         std::uint32_t bh[NT][2], bl[NT][2];
@@ -332,9 +321,7 @@ __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm<RP>)
           for (int nt = 0; nt < NT; ++nt)
             if (needed(mt, nt)) tf32::mma3(acc[mt][nt], ah, al, bh[nt], bl[nt]);
         }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) done[h] = done[h] || mk[h];
-      }
+      });
     }
   }
   if (have) flush();  // the last row may continue in the next tile

@@ -46,4 +46,29 @@ __device__ __forceinline__ void mma3(float (&d)[4], const std::uint32_t (&ah)[4]
   mma(d, ah, bh);
 }
 
+/// The rows of one k-step of 8 nonzeros in the kernels that put nonzeros on the k of
+/// m16n8k8 (lane (g, t) holds nonzeros t and t + 4, of output rows r[0] and r[1]; done[h]:
+/// nonzero h is absent or taken). Calls step(row, m) once per distinct row among the 8, in
+/// the order of its first nonzero, with m[h] whether this lane's nonzero h is in it (every
+/// lane gets the same row); the nonzeros of another row are masked out of that pass and
+/// taken by a later one. Returns with done[] all true.
+template <typename Index, typename Step>
+__device__ __forceinline__ void for_each_row(const Index (&r)[2], bool (&done)[2], Step&& step) {
+  constexpr unsigned kAll = 0xffffffffu;
+  while (true) {
+    const unsigned lo = __ballot_sync(kAll, !done[0]) & 0xfu;
+    const unsigned hi = __ballot_sync(kAll, !done[1]) & 0xfu;
+    const unsigned pend = lo | (hi << 4);  // bit s: nonzero s of the 8 not yet taken
+    if (pend == 0) return;
+    const int fpos = __ffs(static_cast<int>(pend)) - 1;
+    const Index ra = __shfl_sync(kAll, r[0], fpos & 3);
+    const Index rb = __shfl_sync(kAll, r[1], fpos & 3);
+    const Index row = fpos < 4 ? ra : rb;
+    const bool m[2] = {!done[0] && r[0] == row, !done[1] && r[1] == row};
+    step(row, m);
+    done[0] = done[0] || m[0];
+    done[1] = done[1] || m[1];
+  }
+}
+
 }  // namespace tessera::kernels::cuda::tf32

@@ -136,15 +136,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
         for (int nt = 0; nt < NT; ++nt) bv[nt][h] = __ldg(rb + nt * 8);
       }
       // One pass per output row present among the 8 (usually one).
-      while (true) {
-        const unsigned lo = __ballot_sync(kFullMask, !done[0]) & 0xfu;
-        const unsigned hi = __ballot_sync(kFullMask, !done[1]) & 0xfu;
-        const unsigned pend = lo | (hi << 4);  // bit s: nonzero c + s not yet taken
-        if (pend == 0) break;
-        const int fpos = __ffs(static_cast<int>(pend)) - 1;
-        const index_t ra = __shfl_sync(kFullMask, r[0], fpos & 3);
-        const index_t rb = __shfl_sync(kFullMask, r[1], fpos & 3);
-        const index_t row = fpos < 4 ? ra : rb;
+      tf32::for_each_row(r, done, [&](index_t row, const bool(&m)[2]) {
         if (!have || row != cur) {
           if (have) {
             flush(first || !p.exclusive);
@@ -153,9 +145,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
           cur = row;
           have = true;
         }
-        bool m[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) m[h] = !done[h] && r[h] == cur;
         std::uint32_t bh[NT][2], bl[NT][2];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -172,9 +161,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) tf32::mma3(acc[mt][nt], ah, al, bh[nt], bl[nt]);
         }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) done[h] = done[h] || m[h];
-      }
+      });
     }
     my_row = nx_row, my_i0 = nx_i0, my_i1 = nx_i1, my_val = nx_val;
   }
