@@ -36,7 +36,7 @@ tessera_install_headers(src/engine
   run/checkpoint.hpp run/compute.hpp run/contract.hpp run/contract_inputs.hpp run/cp.hpp
   run/build_info.hpp run/cp_options.hpp run/input.hpp run/record.hpp run/tucker.hpp
   algo/cp_als.hpp algo/disk_tier.hpp algo/streamed.hpp algo/tucker.hpp
-  plan/limits.hpp plan/planner.hpp)
+  plan/comm_model.hpp plan/limits.hpp plan/planner.hpp)
 tessera_install_headers(src/base
   io/checkpoint.hpp io/h5store.hpp io/model_io.hpp io/output.hpp io/tns.hpp
   linalg/dense.hpp linalg/row_update.hpp model/kruskal.hpp model/tucker.hpp
