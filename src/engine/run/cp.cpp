@@ -56,6 +56,7 @@ PlanContext plan_context(const CpRunOptions& o) {
   pc.gcp_samples = o.als.gcp_samples;
   pc.gcp_zero_samples = o.als.gcp_zero_samples;
   pc.gcp_eval_samples = o.als.gcp_eval_samples;
+  pc.holdout = o.als.holdout;
   const bool not_als = solver != algo::Solver::als;
   pc.tier1_only = o.als.observed_only || o.als.holdout > 0 || o.init == "nvecs" || not_als;
   pc.tier1_why = o.als.observed_only ? std::string("--observed-only")
