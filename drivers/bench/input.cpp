@@ -168,6 +168,7 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
   req.gcp_samples = a.cp.gcp_samples;
   req.gcp_zero_samples = a.cp.gcp_zero_samples;
   req.gcp_eval_samples = a.cp.gcp_eval_samples;
+  if (a.what == "cp") req.holdout = a.cp.holdout;
   if (generates_on_host(a)) {
     // algo::generate beyond what a text read holds: the packed keys and the permutation of
     // its sort, 24 bytes per generated nonzero of this rank (measured: 6.01 GB for 76.9M

@@ -276,8 +276,10 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     multiplicative updates, the CLI's --loss poisson; cp_apr below). With
     "poisson", tol is the KKT tolerance, the apr_* keywords below apply, each history entry
     has "loglik", "kkt_violation" and "inner_iterations", and CPResult.loglik is the final
-    log-likelihood; nonneg is accepted (the factors are >= 0 anyway); l1, l2, observed_only,
-    holdout and init="nvecs" are refused.
+    log-likelihood; nonneg is accepted (the factors are >= 0 anyway); with holdout each
+    history entry also has "holdout_loss" (the mean Poisson loss m - x log(m) on the held-out
+    entries and as many sampled zeros) and "auc", and CPResult.holdout_loss and .auc are the
+    last iteration's, as GCP's; l1, l2, observed_only and init="nvecs" are refused.
     loss "bernoulli" (0/1 data, logit link), "gamma", "rayleigh" (values >= 0) or "huber"
     (huber_delta): generalized CP by stochastic gradients with Adam (GCP-SGD, the CLI's
     --solver gcp; gcp below), as is solver="gcp" with "gaussian" or "poisson". solver: "auto"
@@ -339,7 +341,8 @@ def cp_apr(X, rank=16, **kwargs):
     """Poisson CP of a count tensor by CP-APR (Chi and Kolda 2012; Tensor Toolbox cp_apr
     'mu'): cp_als(X, rank, loss="poisson", **kwargs). Returns a CPResult with ``loglik`` (the
     final log-likelihood) and, per iteration in ``history``, "loglik", "kkt_violation" and
-    "inner_iterations". The model is normalised as cp_als's (unit 2-norm columns, weights
+    "inner_iterations"; with holdout > 0 (a fraction of the nonzeros left out of the fit) also
+    ``holdout_loss`` and ``auc`` (per iteration in ``history`` too), as gcp's. The model is normalised as cp_als's (unit 2-norm columns, weights
     descending)."""
     if "loss" in kwargs:
         raise TypeError("cp_apr: unexpected keyword argument 'loss' (cp_apr is loss=\"poisson\")")

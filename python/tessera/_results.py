@@ -14,8 +14,8 @@ class CPResult:
     ``iter``, ``fit``, ``delta``, ``seconds``, ``kernel``, ``comm``, ``solve``; with
     loss="poisson" also ``loglik``, ``kkt_violation``, ``inner_iterations``), ``loglik`` (the
     final Poisson log-likelihood with loss="poisson", else None), ``loss_estimate`` (GCP:
-    the last epoch's loss estimate, else None), ``holdout_loss`` and ``auc`` (GCP with a
-    holdout: the held-out mean loss and AUC, else None), ``record``
+    the last epoch's loss estimate, else None), ``holdout_loss`` and ``auc`` (GCP or
+    loss="poisson" with a holdout: the held-out mean loss and AUC, else None), ``record``
     (the run record, as the CLI's ``--json`` writes it, as a dict).
     """
 
@@ -32,8 +32,8 @@ class CPResult:
         self.mean_predictor_rmse = None
         # Set by cp_als with loss="poisson" (cp_apr): the final log-likelihood.
         self.loglik = None
-        # Set by cp_als with solver="gcp" (gcp): the loss estimate; with holdout, the held-out
-        # mean loss and AUC.
+        # Set by cp_als with solver="gcp" (gcp): the loss estimate; with holdout (GCP or
+        # loss="poisson"), the held-out mean loss and AUC.
         self.loss_estimate = None
         self.holdout_loss = None
         self.auc = None

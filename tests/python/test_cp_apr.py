@@ -1,7 +1,9 @@
 """Poisson CP (--loss poisson, CP-APR) against an independent NumPy CP-APR (cp_apr_numpy.py):
 the same per-iteration log-likelihood, KKT violation and inner iteration counts, and the same
 final model, from the same start model, on the reference and cpu backends, on 1, 2 and 3
-ranks, from the CLI and from tessera.cp_apr; the count checks of the input."""
+ranks, from the CLI and from tessera.cp_apr; the count checks of the input; with --holdout,
+the held-out loss and AUC (printed, recorded, the same on 1 and 3 ranks, below a random
+model's)."""
 
 import json
 import os
@@ -74,7 +76,7 @@ def check_against_numpy(hist, weights, factors, expected_model, expected_hist):
         assert rel(a, b) <= RTOL
 
 
-def cli(d, tag, backend, ranks=1, extra=()):
+def cli(d, tag, backend, ranks=1, extra=(), text=False):
     out, rec = d / ("m_%s.h5" % tag), d / ("r_%s.json" % tag)
     cmd = [os.environ["TESSERA_BIN"], "cp", str(d / "x.tns"), "-r", str(R), "-i", str(ITERS),
            "--tol", repr(TOL), "--loss", "poisson", "--precision", "double", "--backend",
@@ -88,7 +90,8 @@ def cli(d, tag, backend, ranks=1, extra=()):
     r = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     with open(rec) as f:
-        return tessera.load_model(str(out)), json.load(f)
+        got = tessera.load_model(str(out)), json.load(f)
+    return got + (r.stdout + r.stderr,) if text else got
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3])
@@ -164,3 +167,76 @@ def test_cli_input_checks(tmp_path, tessera_bin):
     assert run_bad(tmp_path, ok, "--l1", "0.0,0,0", "--l2", "0.0")[0] == 0
     rc, lines = run_bad(tmp_path, ok, "--l1", "0,0.1,0")
     assert rc != 0 and any("--l1/--l2" in line for line in lines), lines
+
+
+def printed_holdout(text):
+    """The (held-out loss, AUC) pairs of the iteration lines."""
+    lines = [x for x in text.splitlines() if x.lstrip().startswith("iter") and "AUC" in x]
+    return [(float(x.split("held-out loss")[1].split()[0]), float(x.split("AUC")[1].split()[0]))
+            for x in lines]
+
+
+def test_holdout_loss_printed_recorded_and_the_same_on_1_and_3_ranks(problem, tessera_bin):
+    # The held-out entries are chosen from the original coordinates (detail::training_view)
+    # and the zeros by hashed coordinates dealt over the ranks (detail::holdout_score).
+    d, coords, _, _, _, _ = problem
+    _, r1, text = cli(d, "hold1", "cpu", 1, ("--holdout", "0.2"), text=True)
+    _, r3 = cli(d, "hold3", "cpu", 3, ("--holdout", "0.2"))
+    h = r1["holdout"]
+    assert h["held_out_entries"] > 0
+    assert h["held_out_entries"] + h["training_entries"] == len(coords)
+    assert r3["holdout"]["held_out_entries"] == h["held_out_entries"]
+    printed = printed_holdout(text)
+    assert len(printed) == len(r1["per_iteration"]) == ITERS, text
+    for (loss, auc), it in zip(printed, r1["per_iteration"]):
+        assert abs(loss - it["holdout_loss"]) <= 1e-5 * abs(it["holdout_loss"]), (loss, it)
+        assert abs(auc - it["auc"]) <= 1e-4 and 0 <= it["auc"] <= 1, (auc, it)
+    assert r1["poisson"]["holdout_loss"] == r1["per_iteration"][-1]["holdout_loss"]
+    assert r1["poisson"]["auc"] == r1["per_iteration"][-1]["auc"]
+    assert any("held-out entries: %d" % h["held_out_entries"] in line for line in text.splitlines())
+    for a, b in zip(r1["per_iteration"], r3["per_iteration"]):
+        assert abs(a["holdout_loss"] - b["holdout_loss"]) <= 1e-10 * abs(a["holdout_loss"]), (a, b)
+        assert abs(a["loglik"] - b["loglik"]) <= 1e-10 * abs(a["loglik"]), (a, b)
+        assert abs(a["auc"] - b["auc"]) <= 1e-6, (a, b)
+    # Trained on the training entries only: not the full tensor's run.
+    _, full = cli(d, "hold0", "cpu", 1)
+    assert full["per_iteration"][-1]["loglik"] != r1["per_iteration"][-1]["loglik"]
+    assert "holdout_loss" not in full["poisson"]
+
+
+def expected_holdout_loss(M, coords, vals, eps=1e-10):
+    """What the held-out loss estimates for a model M (dense): the mean Poisson loss
+    m - x log(max(m, eps)) over the nonzeros, and over all entries taken as zeros, averaged."""
+    m = M[tuple(coords.T)]
+    return 0.5 * (np.mean(m - vals * np.log(np.maximum(m, eps))) + np.mean(M))
+
+
+def test_python_holdout_loss_beats_a_random_model():
+    coords, vals, M = planted_counts()
+    X = (coords, vals, SHAPE)
+    r = tessera.cp_apr(X, R, iters=60, tol=1e-4, holdout=0.2, backend="cpu", threads=1)
+    assert r.holdout_loss is not None and r.auc is not None
+    assert r.history[-1]["holdout_loss"] == r.holdout_loss == r.record["poisson"]["holdout_loss"]
+    assert r.history[-1]["auc"] == r.auc and r.auc > 0.5
+    # Random nonnegative models scaled to the counts' total (the scale of a fit): the held-out
+    # loss of the fitted model is lower than what any of them scores on average.
+    rng = np.random.default_rng(1)
+    rand = []
+    for _ in range(5):
+        G = np.einsum("ir,jr,kr->ijk", *[rng.random((s, R)) for s in SHAPE])
+        rand.append(expected_holdout_loss(G * (vals.sum() / G.sum()), coords, vals))
+    truth = expected_holdout_loss(M * (vals.sum() / M.sum()), coords, vals)
+    assert r.holdout_loss < min(rand), (r.holdout_loss, rand, truth)
+    assert truth < min(rand)
+    # cp_als(loss="poisson") is the same run.
+    same = tessera.cp_als(X, R, iters=60, tol=1e-4, holdout=0.2, backend="cpu", threads=1,
+                          loss="poisson")
+    assert same.holdout_loss == r.holdout_loss
+    assert tessera.cp_apr(X, R, iters=2, backend="cpu", threads=1).holdout_loss is None
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1"])
+def test_cli_holdout_out_of_range(tmp_path, tessera_bin, value):
+    rc, lines = run_bad(tmp_path, "1 1 1 2\n2 1 2 3\n2 2 2 1\n", "--holdout=" + value)
+    assert rc != 0
+    assert len([line for line in lines if "--holdout" in line]) == 1, lines

@@ -346,5 +346,44 @@ TEST(Planner, GcpSamplesAreCountedAndMoveThePlan) {
   }
 }
 
+/// CP's --holdout (ALS, CP-APR and GCP alike) keeps a training view of the block and the
+/// held-out entries on the host: the plan counts them (the view once with --observed-only,
+/// whose part already holds the block copy), and the host peak moves by exactly that much.
+TEST(Planner, HoldoutCountsTheTrainingViewForEverySolver) {
+  const auto t = store({1000, 2000, 3000}, 10000000, 1, 8);
+  for (Backend b : {Backend::reference, Backend::cpu, Backend::cuda}) {
+    for (int solver = 0; solver < 3; ++solver) {  // ALS, CP-APR, GCP
+      SCOPED_TRACE(std::to_string(static_cast<int>(b)) + ", solver " + std::to_string(solver));
+      Request r;
+      r.backend = b;
+      r.ranks = 1;
+      r.value_bytes = 8;
+      r.cp_rank = 8;
+      r.tier1_only = true;
+      r.tier1_why = "--holdout";
+      r.poisson = solver == 1;
+      r.gcp = solver == 2;
+      const Plan none = make_plan(r, t, limits(64 * kGiB, 64 * kGiB));
+      EXPECT_EQ(part(none, "holdout"), nullptr);
+      r.holdout = 0.1;
+      const Plan held = make_plan(r, t, limits(64 * kGiB, 64 * kGiB));
+      ASSERT_TRUE(none.fits && held.fits);
+      const Component* h = part(held, "holdout");
+      ASSERT_NE(h, nullptr);
+      const std::uint64_t coo = 10000000ull * (3 * 4 + 8);   // the view: the whole block
+      const std::uint64_t entries = 1000000 + 4 * 1000 + 1;  // 10% and four deviations
+      EXPECT_EQ(h->host, coo + entries * (3 * 16 + 8 + 16) + 6000);
+      EXPECT_EQ(h->device, 0);
+      EXPECT_EQ(held.host_peak - none.host_peak, h->host);
+      EXPECT_EQ(held.device_peak, none.device_peak);
+      r.completion = true;
+      const Plan both = make_plan(r, t, limits(64 * kGiB, 64 * kGiB));
+      const Component* c = part(both, "holdout");
+      ASSERT_NE(c, nullptr);
+      EXPECT_EQ(c->host, h->host - coo);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::plan

@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "algo/cp_constraints.hpp"
 #include "algo/cp_layout.hpp"
 #include "algo/degenerate.hpp"
+#include "algo/holdout_score.hpp"
 #include "kernels/ops/apr.hpp"
 #include "kernels/ops/dense.hpp"
 #include "util/error.hpp"
@@ -147,9 +149,12 @@ class Apr {
   }
   double update_mode(int n, bool shift, double& kernel, double& comm, double& solve, int* inner);
   void measure(double* loglik, double* fit);
+  /// The held-out Poisson loss (identity link: f(x, m) = m - x log(max(m, apr_eps))) and AUC.
+  detail::HoldoutScore holdout_eval();
   KruskalModel assemble_model();
-  bool record(int it, double loglik, double fit, double kkt, int inner, const Timer& it_timer,
-              double kernel, double comm, double solve, const Timer& run_timer);
+  bool record(int it, double loglik, double fit, double kkt, int inner,
+              const detail::HoldoutScore* held, const Timer& it_timer, double kernel, double comm,
+              double solve, const Timer& run_timer);
 
   const partition::Distributed<T>& d_;
   kernels::Backend<T>& be_;
@@ -158,6 +163,9 @@ class Apr {
   const CpOptions& opt_;
   CpResult& res_;
   const int N_, R_;
+  detail::Holdout hold_;
+  SparseTensor<T> view_;                    ///< the training entries with a holdout
+  const SparseTensor<T>* train_ = nullptr;  ///< this rank's training entries
   std::unique_ptr<kernels::TensorHandle<T>> X_;
   std::vector<kernels::Array<T>> A_, Phi_;
   kernels::Array<T> scratch_, gram_;
@@ -172,8 +180,18 @@ void Apr<T>::setup() {
   const int N = N_, R = R_;
   const std::string& name = opt_.tensor_name;
   check_counts(d_.block, ctrl_, name);
-  norm_x_ = detail::global_norm(d_.block.norm(), ctrl_);
-  X_ = be_.prepare(d_.block);
+  train_ = &d_.block;
+  if (opt_.holdout > 0) {  // the training view: the same entries held out on any rank count
+    std::vector<std::uint64_t> lo(static_cast<std::size_t>(N), 0);
+    std::vector<std::int64_t> len;
+    for (int n = 0; n < N; ++n) len.push_back(rows(n));
+    view_ = detail::training_view(d_, false, lo, len, opt_, &hold_);
+    detail::count_cold(&hold_, ctrl_);
+    train_ = &view_;
+    check_counts(view_, ctrl_, name + " (its training entries, --holdout)");
+  }
+  norm_x_ = detail::global_norm(train_->norm(), ctrl_);
+  X_ = be_.prepare(*train_);
   res_.norm_x = norm_x_;
   res_.tier = X_->tier();
   res_.tier_description = X_->describe();
@@ -315,6 +333,26 @@ void Apr<T>::measure(double* loglik, double* fit) {
 }
 
 template <typename T>
+detail::HoldoutScore Apr<T>::holdout_eval() {
+  // The factors on the host in double, lambda folded into mode 0.
+  std::vector<std::vector<double>> f(static_cast<std::size_t>(N_));
+  std::vector<T> h;
+  for (int n = 0; n < N_; ++n) {
+    h.resize(size(n));
+    if (!h.empty()) be_.download(A_[static_cast<std::size_t>(n)].data(), h.size(), h.data());
+    auto& fn = f[static_cast<std::size_t>(n)];
+    fn.assign(h.begin(), h.end());
+    if (n == 0)
+      for (std::size_t e = 0; e < fn.size(); ++e)
+        fn[e] *= lambda_[e % static_cast<std::size_t>(R_)];
+  }
+  const double eps = opt_.apr_eps;
+  return detail::holdout_score(
+      hold_, f, R_, d_.dist.dims, opt_.seed, ctrl_,
+      [eps](double x, double m) { return m - (x != 0 ? x * std::log(std::max(m, eps)) : 0.0); });
+}
+
+template <typename T>
 KruskalModel Apr<T>::assemble_model() {
   KruskalModel model;
   model.dims = d_.dist.dims;
@@ -336,8 +374,9 @@ KruskalModel Apr<T>::assemble_model() {
 }
 
 template <typename T>
-bool Apr<T>::record(int it, double loglik, double fit, double kkt, int inner, const Timer& it_timer,
-                    double kernel, double comm, double solve, const Timer& run_timer) {
+bool Apr<T>::record(int it, double loglik, double fit, double kkt, int inner,
+                    const detail::HoldoutScore* held, const Timer& it_timer, double kernel,
+                    double comm, double solve, const Timer& run_timer) {
   CpIteration rec;
   rec.iter = it + 1;
   rec.fit = fit;
@@ -349,6 +388,12 @@ bool Apr<T>::record(int it, double loglik, double fit, double kkt, int inner, co
   rec.loglik = loglik;
   rec.kkt = kkt;
   rec.inner_iters = inner;
+  if (held != nullptr) {
+    rec.holdout_loss = held->loss;
+    rec.auc = held->auc;
+    res_.holdout_loss = held->loss;
+    res_.auc = held->auc;
+  }
   res_.history.push_back(rec);
   res_.phases.add("kernel", kernel);
   res_.phases.add("comm", comm);
@@ -378,7 +423,12 @@ bool Apr<T>::record(int it, double loglik, double fit, double kkt, int inner, co
                   "%2.0f%%  comm %2.0f%%  solve %2.0f%%)",
                   rec.iter, loglik, kkt, inner, fit, rec.seconds, 100 * kernel / tot,
                   100 * comm / tot, 100 * solve / tot);
-    log::info(line);
+    std::string text = line;
+    if (held != nullptr) {
+      std::snprintf(line, sizeof(line), "  held-out loss %.6g  AUC %.4f", held->loss, held->auc);
+      text += line;
+    }
+    log::info(text);
   }
   if (opt_.on_iteration && ((it + 1) % std::max(opt_.state_every, 1) == 0 || stopping)) {
     CpState st;
@@ -405,12 +455,15 @@ void Apr<T>::iterate() {
     Timer tm;
     double loglik = 0, fit = 0;
     measure(&loglik, &fit);
+    detail::HoldoutScore held;
+    if (opt_.holdout > 0) held = holdout_eval();
     solve += tm.seconds();
     if (!std::isfinite(loglik))  // from allreduced sums: agreed
       throw CollectiveError(opt_.tensor_name + ": CP-APR: the log-likelihood of iteration " +
                             std::to_string(it + 1) +
                             " is not a number: the model is 0 at a stored entry or overflowed");
-    if (record(it, loglik, fit, kkt, inner, it_timer, kernel, comm, solve, run_timer)) {
+    if (record(it, loglik, fit, kkt, inner, opt_.holdout > 0 ? &held : nullptr, it_timer, kernel,
+               comm, solve, run_timer)) {
       res_.converged = true;
       break;
     }
@@ -432,6 +485,7 @@ void Apr<T>::finish() {
   const int ran = std::max(res_.iterations - first_iter_, 1);
   res_.kernel_max_seconds = v[0] / ran;
   res_.kernel_mean_seconds = v[1] / ran / ctrl_.size();
+  if (opt_.holdout > 0) detail::holdout_counts(hold_, train_->nnz(), ctrl_, &res_);
   res_.model = assemble_model();
   normalize_conventional(res_.model);
   flag_degenerate(res_.model.is_zero(), "every weight is 0", &res_.stop_reason, &res_.converged);

@@ -21,7 +21,12 @@ namespace tessera::algo {
 /// A_n = B diag(1/lambda). The run converges at the first outer iteration in which every mode
 /// stops at its first check. After each iteration the log-likelihood
 /// sum_k x_k log(max(m_k, apr_eps)) - sum_r lambda_r and the least-squares fit
-/// 1 - ||X - M|| / ||X|| are reported (CpIteration::loglik, fit).
+/// 1 - ||X - M|| / ||X|| are reported (CpIteration::loglik, fit), over the training entries.
+/// With opt.holdout, the entries detail::training_view holds out (the same on any rank count)
+/// are left out of the fit, and after each iteration the mean Poisson loss
+/// m - x log(max(m, apr_eps)) over them and as many sampled zeros, and the AUC of the model's
+/// values on them against the zeros, are reported (CpIteration::holdout_loss, auc; as GCP's:
+/// detail::holdout_score).
 ///
 /// The start: opt.resume's model (its factors must be >= 0; as from --init file:) or the
 /// random factors of cp_als (initial_factor_value), their columns normalised to sum 1 into

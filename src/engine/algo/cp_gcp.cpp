@@ -10,6 +10,7 @@
 #include "algo/cp_constraints.hpp"
 #include "algo/cp_layout.hpp"
 #include "algo/degenerate.hpp"
+#include "algo/holdout_score.hpp"
 #include "kernels/ops/gcp.hpp"
 #include "plan/planner.hpp"
 #include "util/error.hpp"
@@ -23,7 +24,6 @@ namespace {
 
 constexpr std::uint64_t kNonzeroKey = 0x4743504e5aull, kZeroKey = 0x474350305aull;
 constexpr std::uint64_t kEvalEpoch = ~std::uint64_t{0};
-constexpr int kAucBins = 4096;
 
 static_assert(static_cast<int>(Loss::huber) == static_cast<int>(kernels::GcpLoss::huber) &&
                   static_cast<int>(Loss::poisson) == static_cast<int>(kernels::GcpLoss::poisson),
@@ -289,67 +289,12 @@ std::vector<std::vector<double>> Gcp<T>::host_factors() {
 
 template <typename T>
 void Gcp<T>::holdout_eval(double* loss, double* auc) {
-  const auto f = host_factors();
-  const auto model_at = [&](const std::uint64_t* c) {
-    double m = 0;
-    for (int r = 0; r < R_; ++r) {
-      double p = 1;
-      for (int n = 0; n < N_; ++n)
-        p *= f[static_cast<std::size_t>(n)][static_cast<std::size_t>(c[n]) * R_ + r];
-      m += p;
-    }
-    return m;
-  };
-  std::vector<double> pos, neg;
-  std::vector<std::uint64_t> c(static_cast<std::size_t>(N_));
-  double sums[2] = {0, static_cast<double>(hold_.vals.size())};  // loss, held-out count
-  for (std::size_t e = 0; e < hold_.vals.size(); ++e) {
-    for (int n = 0; n < N_; ++n)
-      c[static_cast<std::size_t>(n)] = hold_.idx[static_cast<std::size_t>(n)][e];
-    const double m = model_at(c.data());
-    sums[0] += kernels::gcp_value(spec_, hold_.vals[e], m);
-    pos.push_back(m);
-  }
-  ctrl_.allreduce(sums, 2);
-  const auto H = static_cast<std::int64_t>(sums[1]);
-  double zsum = 0;
-  for (std::int64_t j = ctrl_.rank(); j < H; j += ctrl_.size()) {
-    for (int n = 0; n < N_; ++n)
-      c[static_cast<std::size_t>(n)] = hash_keys(opt_.seed ^ kZeroKey, kEvalEpoch - 1, 0,
-                                                 static_cast<std::uint64_t>(j) * 16 + n) %
-                                       d_.dist.dims[static_cast<std::size_t>(n)];
-    const double m = model_at(c.data());
-    zsum += kernels::gcp_value(spec_, 0.0, m);
-    neg.push_back(m);
-  }
-  ctrl_.allreduce(&zsum, 1);
-  *loss = H > 0 ? (sums[0] + zsum) / (2.0 * static_cast<double>(H)) : 0.0;
-  // AUC of the scores from histograms over [lo, hi] (counts summed over the ranks).
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (const auto* v : {&pos, &neg})
-    for (double m : *v)
-      if (std::isfinite(m)) lo = std::min(lo, m), hi = std::max(hi, m);
-  ctrl_.allreduce(&lo, 1, comm::ReduceOp::min);
-  ctrl_.allreduce(&hi, 1, comm::ReduceOp::max);
-  std::vector<double> hp(kAucBins, 0.0), hn(kAucBins, 0.0);
-  const double width = hi > lo ? (hi - lo) / kAucBins : 1.0;
-  const auto bin = [&](double m) {  // a value that is not finite scores lowest
-    if (!std::isfinite(m) || !std::isfinite(lo)) return 0;
-    const double b = (m - lo) / width;
-    return b >= kAucBins ? kAucBins - 1 : b > 0 ? static_cast<int>(b) : 0;
-  };
-  for (double m : pos) hp[static_cast<std::size_t>(bin(m))] += 1;
-  for (double m : neg) hn[static_cast<std::size_t>(bin(m))] += 1;
-  ctrl_.allreduce(hp.data(), hp.size());
-  ctrl_.allreduce(hn.data(), hn.size());
-  double below = 0, good = 0, np = 0, nn = 0;
-  for (int b = 0; b < kAucBins; ++b) {
-    good += hp[static_cast<std::size_t>(b)] * (below + 0.5 * hn[static_cast<std::size_t>(b)]);
-    below += hn[static_cast<std::size_t>(b)];
-    np += hp[static_cast<std::size_t>(b)];
-  }
-  nn = below;
-  *auc = np > 0 && nn > 0 ? good / (np * nn) : std::numeric_limits<double>::quiet_NaN();
+  const kernels::GcpLossSpec spec = spec_;
+  const detail::HoldoutScore s =
+      detail::holdout_score(hold_, host_factors(), R_, d_.dist.dims, opt_.seed, ctrl_,
+                            [spec](double x, double m) { return kernels::gcp_value(spec, x, m); });
+  *loss = s.loss;
+  *auc = s.auc;
 }
 
 template <typename T>
@@ -548,11 +493,7 @@ void Gcp<T>::finish() {
   const int ran = std::max(res_.iterations, 1);
   res_.kernel_max_seconds = v[0] / ran;
   res_.kernel_mean_seconds = v[1] / ran / ctrl_.size();
-  if (opt_.holdout > 0) {
-    res_.holdout_entries = static_cast<std::uint64_t>(
-        ctrl_.allreduce_value(static_cast<std::int64_t>(hold_.vals.size())));
-    res_.training_entries = n_train_;
-  }
+  if (opt_.holdout > 0) detail::holdout_counts(hold_, train_->nnz(), ctrl_, &res_);
   res_.model = assemble_model();
   normalize_conventional(res_.model);
   flag_degenerate(res_.model.is_zero(), "every weight is 0", &res_.stop_reason, &res_.converged);

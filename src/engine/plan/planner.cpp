@@ -277,6 +277,27 @@ Component gcp_samples_part(const Request& req, const TensorFacts& t, const Shape
   return c;
 }
 
+/// CP --holdout (Request::holdout) on one rank, on the host for the run: the training view
+/// (algo/cp_constraints.cpp's training_view, sized for the whole block; with --observed-only
+/// it is the completion part's block copy, not counted twice), the held-out entries (their
+/// coordinates twice, count_cold's global ones freed after it, and a double each; planned at
+/// the fraction and four standard deviations), the model values scored at them and at as
+/// many zeros (GCP and CP-APR, algo/holdout_score.cpp), and count_cold's row marks (a byte
+/// per row of every mode).
+Component holdout_part(const Request& req, const Shape& s) {
+  const double mean = req.holdout * static_cast<double>(s.n);
+  const u64 held = std::min(s.n, static_cast<u64>(std::ceil(mean + 4 * std::sqrt(mean))) + 1);
+  const u64 per = add(mul(static_cast<u64>(s.N), 16), 8 + 16);
+  Component c;
+  c.name = "holdout: the training view, held-out entries";
+  c.host = add(add(req.completion ? 0 : s.coo, mul(held, per)), s.sum_dims);
+  char note[96];
+  std::snprintf(note, sizeof(note), "--holdout %g: %llu held-out entries at most", req.holdout,
+                static_cast<unsigned long long>(held));
+  c.note = note;
+  return c;
+}
+
 /// CP --observed-only beside the plain loop, in the backend's memory: every mode's packed
 /// outer products (rows x R(R+1)/2) and the wide MTTKRP output with its reduction buffer.
 u64 completion_bytes(const Shape& s) {
@@ -387,6 +408,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   const u64 loop_b = loop_backend_bytes(req, s);
   const u64 loop_h = loop_host_bytes(req, s);
   const Component gcp_part = req.gcp ? gcp_samples_part(req, t, s) : Component{};
+  const bool holdout = req.workload == Workload::cp && req.holdout > 0;
   // The request's parts, and the layer strategy's per-mode communicators (split after the
   // plan, each with buffers like the run's own communicator's).
   std::vector<Component> extra = req.extra;
@@ -484,6 +506,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
                                  "none with --tensor-cores off"});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, loop_b, 0, ""});
       if (req.gcp) c.parts.push_back(gcp_part);
+      if (holdout) c.parts.push_back(holdout_part(req, s));
       if (req.completion)
         c.parts.push_back({"completion: the pattern's sorted copies, packed Grams", s.coo, pattern,
                            0, "host: the training block copy while preparing"});
@@ -498,6 +521,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
            fmt >= load_extra ? "" : "the load's transients are larger"});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, 0, 0, ""});
       if (req.gcp) c.parts.push_back(gcp_part);
+      if (holdout) c.parts.push_back(holdout_part(req, s));
       if (req.completion)
         c.parts.push_back({"completion: the pattern's format, packed Grams, block copy",
                            add(add(fmt, completion_bytes(s)), s.coo), 0, 0, ""});

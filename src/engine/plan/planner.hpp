@@ -92,6 +92,10 @@ struct Request {
   /// CP --solver gcp (GCP-SGD): the gradient, Adam's two moments and the last good epoch's
   /// factors and moments: six more arrays of the factors' size; and the samples (below).
   bool gcp = false;
+  /// CP --holdout (every solver: ALS, CP-APR, GCP): the fraction of the stored entries held
+  /// out; the run keeps a training view of the block beside it on the host and the held-out
+  /// entries (holdout_part in planner.cpp). 0: none.
+  double holdout = 0;
   /// GCP's --gcp-samples, --gcp-zero-samples and --gcp-eval-samples (0: the defaults of
   /// gcp_sample_counts): the planner counts this rank's share of a step's samples and of the
   /// fixed evaluation sample, and the gradient kernel's per-sample work arrays.

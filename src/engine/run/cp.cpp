@@ -56,6 +56,7 @@ PlanContext plan_context(const CpRunOptions& o) {
   pc.gcp_samples = o.als.gcp_samples;
   pc.gcp_zero_samples = o.als.gcp_zero_samples;
   pc.gcp_eval_samples = o.als.gcp_eval_samples;
+  pc.holdout = o.als.holdout;
   const bool not_als = solver != algo::Solver::als;
   pc.tier1_only = o.als.observed_only || o.als.holdout > 0 || o.init == "nvecs" || not_als;
   pc.tier1_why = o.als.observed_only ? std::string("--observed-only")
@@ -216,13 +217,12 @@ void log_done(const algo::CpResult& res, nnz_t nnz, int order, int ran, const al
                   static_cast<long long>(res.gcp_samples),
                   static_cast<long long>(res.gcp_zero_samples), res.gcp_fails);
     log::info(line);
-    if (ao.holdout > 0) {
-      std::snprintf(line, sizeof(line),
-                    "held-out entries: %llu, mean loss %.6g with as many sampled zeros, AUC %.4f",
-                    static_cast<unsigned long long>(res.holdout_entries), res.holdout_loss,
-                    res.auc);
-      log::info(line);
-    }
+  }
+  if (ao.solver != algo::Solver::als && ao.holdout > 0) {  // CP-APR and GCP
+    std::snprintf(line, sizeof(line),
+                  "held-out entries: %llu, mean loss %.6g with as many sampled zeros, AUC %.4f",
+                  static_cast<unsigned long long>(res.holdout_entries), res.holdout_loss, res.auc);
+    log::info(line);
   } else if (ao.holdout > 0) {
     std::snprintf(line, sizeof(line),
                   "held-out entries: validation RMSE %.6g on %llu entries (predicting the "

@@ -101,11 +101,16 @@ void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
                 {"samples_per_step", res.gcp_samples},
                 {"zero_samples_per_step", res.gcp_zero_samples},
                 {"step_decreases", res.gcp_fails}};
-  if (o.solver == algo::Solver::apr)
+  if (o.solver == algo::Solver::apr) {
     j["poisson"] = {{"loglik", res.loglik},
                     {"kkt_violation", res.kkt},
                     {"inner_iterations", res.inner_iters},
                     {"inadmissible_zeros_shifted", res.apr_shifts}};
+    if (o.holdout > 0) {  // as GCP's
+      j["poisson"]["holdout_loss"] = res.holdout_loss;
+      j["poisson"]["auc"] = res.auc;
+    }
+  }
   j["iteration_engine"] = res.iteration_engine;
   if (res.kernel_mean_seconds > 0)
     j["kernel_per_rank"] = {{"max_seconds_per_iteration", res.kernel_max_seconds},

@@ -263,6 +263,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   req.gcp_samples = pc.gcp_samples;
   req.gcp_zero_samples = pc.gcp_zero_samples;
   req.gcp_eval_samples = pc.gcp_eval_samples;
+  req.holdout = pc.holdout;
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && o.grid.empty();
   req.relabel = o.relabel;
   plan::TensorFacts facts;

@@ -53,6 +53,7 @@ struct PlanContext {
   bool gcp = false;         ///< CP --solver gcp (plan::Request::gcp)
   /// GCP's sample counts (plan::Request::gcp_samples, ...; 0: the defaults).
   int gcp_samples = 0, gcp_zero_samples = 0, gcp_eval_samples = 0;
+  double holdout = 0;  ///< CP --holdout (plan::Request::holdout)
 };
 
 /// A run's input, where the plan put it:

@@ -236,6 +236,8 @@ nlohmann::json cp_iterations_json(const std::vector<algo::CpIteration>& history)
       its[k]["loglik"] = history[k].loglik;
       its[k]["kkt_violation"] = history[k].kkt;
       its[k]["inner_iterations"] = history[k].inner_iters;
+      if (!std::isnan(history[k].holdout_loss)) its[k]["holdout_loss"] = history[k].holdout_loss;
+      if (!std::isnan(history[k].auc)) its[k]["auc"] = history[k].auc;
     }
   for (std::size_t k = 0; k < history.size(); ++k)
     if (!std::isnan(history[k].gcp_loss)) {  // GCP

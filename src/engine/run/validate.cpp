@@ -154,8 +154,6 @@ void check_not_als_options(const CpRunOptions& o, algo::Solver solver) {
   no(!o.als.observed_only, "--observed-only",
      std::string(what) +
          " fits every entry, the zeros included (use --loss gaussian for completion)");
-  if (apr)
-    no(o.als.holdout == 0, "--holdout", "held-out entries are not implemented for Poisson CP");
   no(all_zero(o.con.l1, "--l1") && (o.con.l2.empty() || all_zero(o.con.l2, "--l2")), "--l1/--l2",
      std::string("penalties are not implemented for ") + what);
   no(o.init != "nvecs", "--init nvecs",
