@@ -83,6 +83,9 @@
 #               CP-ALS on the nell-2 shape (host-generated) and congress, R 32, per
 #               TESSERA_COUNTS_PRECISIONS (default float); with TESSERA_BASE_TAR the same on
 #               that commit's build too (docs/perf/gpu-h200-cp-apr.md)
+#       gcp: issue 39's GCP-SGD epoch (bench cp --solver gcp, 100 steps of 5e5 nonzero and 5e5
+#               zero samples: 1e8 sampled entries) on the nell-2 shape, R 32, float, gaussian and
+#               poisson, against its floor; with TESSERA_BASE_TAR the same on that commit's build
 #       eig: cuSOLVER's symmetric eigen-solvers timed on one n x n Gram, n = 64 .. 1024 (issue 43's
 #               Tucker dense stage; jobs/probes/eig_probe.cu, compiled here with nvcc)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
@@ -176,6 +179,11 @@ elif "phi_pass_seconds" in j:
     s = j["share"]
     print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   inner {j['inner_iterations_per_iteration']:4.1f}  phi pass {j['phi_pass_seconds']*1e3:8.3f} ms  "
           f"floor-ratio {j['phi_pass_ratio_to_floor']:.2f}  kernel {s['kernel']*100:4.1f}%  loglik {j['loglik']:.6e}")
+elif "samples_per_epoch" in j:
+    s = j["share"]
+    ratio = f"floor-ratio {j['epoch_ratio_to_floor']:.2f}" if "epoch_ratio_to_floor" in j else "floor -"
+    print(f"{n:34s} {j['seconds_per_epoch']*1e3:9.1f} ms/epoch  {j['samples_per_second']:.3g} samples/s  {ratio}  "
+          f"kernel {s['kernel']*100:4.1f}%  comm {s['comm']*100:4.1f}%  loss {j['loss_estimate']:.6e}")
 elif "ttmc" in j.get("share", {}):
     s = j["share"]
     print(f"{n:34s} {j['seconds_per_iteration']*1e3:9.3f} ms/iter   ttmc {s['ttmc']*100:4.1f}%  comm {s['comm']*100:4.1f}%  svd {s['svd']*100:4.1f}%  floor-ratio {j['ratio_to_floor']:.2f}  fit {j['fit']:.4f}")
@@ -682,6 +690,17 @@ if has counts; then  # issue 39: CP-APR (--loss poisson) next to CP-ALS on the s
         bench ct-$lab-congress-$p-als "$bin" bench cp $c --iters 5
       fi
     done
+  done
+fi
+if has gcp; then  # issue 39: GCP-SGD's epoch, 1e8 sampled entries, against its floor
+  gbins="new:$T"
+  base_bin=$(build_base) && gbins="base:$base_bin $gbins"
+  for b in $gbins; do
+    lab=${b%%:*}; bin=${b#*:}
+    g="--generate $nell --nnz 76.9e6 --generate-on host --backend cuda --precision float --rank 32"
+    s="--solver gcp --gcp-samples 500000 --gcp-zero-samples 500000 --gcp-epoch-iters 100 --iters 2"
+    bench gcp-$lab-nell2-gaussian "$bin" bench cp $g $s --loss gaussian
+    bench gcp-$lab-nell2-poisson "$bin" bench cp $g $s --loss poisson
   done
 fi
 if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/perf/gpu-h200-floors.md)

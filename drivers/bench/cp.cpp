@@ -75,7 +75,12 @@ void bench_cp_apr(Context<T>& c, const algo::CpOptions& o) {
   j["timing"] = timing_record("phi pass", pass_s, {});
 }
 
-/// bench cp --solver gcp: GCP-SGD's epochs; the sampled entries per second beside.
+/// bench cp --solver gcp: GCP-SGD's epochs against their floor, the sampled entries per second
+/// beside. The floor of an epoch is what its passes must move at the least, per step: the
+/// training entries this rank's nonzero samples draw (coordinates and value; a zero sample's
+/// coordinates are computed, not read), the factors read once and the gradient written once
+/// by the gradient kernel, and Adam's pass (factors, gradient and both moments read; factors
+/// and moments written); per epoch, the evaluation sample's entries and the factors once more.
 template <typename T>
 void bench_cp_gcp(Context<T>& c, const algo::CpOptions& o) {
   auto& in = c.in;
@@ -88,30 +93,49 @@ void bench_cp_gcp(Context<T>& c, const algo::CpOptions& o) {
   const double it_s = m[0], k = m[1], cm = m[2], s = m[3];
   const double samples = static_cast<double>(res.gcp_samples + res.gcp_zero_samples) *
                          static_cast<double>(o.gcp_epoch_iters);
+  // This rank's share of the nonzero samples: its share of the stored entries.
+  const double share =
+      static_cast<double>(in.d->block.nnz()) / std::max(static_cast<double>(in.global_nnz), 1.0);
+  const double entry = static_cast<double>(in.dims.size() * sizeof(index_t) + sizeof(T));
+  double values = 0;  // sum(dims) x R
+  for (auto d : in.dims) values += static_cast<double>(d) * o.rank;
+  const double vb = values * sizeof(T);
+  const double step_bytes = share * static_cast<double>(res.gcp_samples) * entry + 9 * vb;
+  const double bytes = static_cast<double>(o.gcp_epoch_iters) * step_bytes +
+                       share * static_cast<double>(res.gcp_samples) * entry + vb;
+  const IterationResult it = iteration_vs_floor(it_s, bytes, c.bw, c.world);
   const Table table({{"epoch", 10, true},
                      {"seconds", 12},
                      {"kernel%", 10},
                      {"comm%", 10},
                      {"other%", 10},
+                     {"bytes", 12},
+                     {"floor_s", 10},
+                     {"ratio", 8},
                      {"samples", 12},
                      {"samples/s", 12},
                      {"loss", 16}});
   table.header();
-  table.row({"mean", cell("%.4g", it_s), cell("%.1f", 100 * k / it_s),
-             cell("%.1f", 100 * cm / it_s), cell("%.1f", 100 * s / it_s), cell("%.3g", samples),
-             cell("%.3g", samples / it_s), cell("%.8e", res.gcp_loss)});
+  table.row({"mean", cell("%.4g", it.seconds), cell("%.1f", 100 * k / it_s),
+             cell("%.1f", 100 * cm / it_s), cell("%.1f", 100 * s / it_s),
+             human_bytes(it.floor.bytes), cell("%.4g", it.floor.seconds),
+             cell("%.2f", it.floor.ratio(it.seconds)), cell("%.3g", samples),
+             cell("%.3g", samples / it.seconds), cell("%.8e", res.gcp_loss)});
   flush();
   nlohmann::json& j = c.j;
   j["loss"] = algo::to_string(o.loss);
   j["solver"] = "gcp";
   j["iterations"] = res.iterations;
   j["fit"] = res.fit;
-  j["seconds_per_epoch"] = it_s;
+  j["seconds_per_epoch"] = it.seconds;
   j["samples_per_epoch"] = samples;
-  j["samples_per_second"] = samples / it_s;
+  j["samples_per_second"] = samples / it.seconds;
+  j["epoch_bytes"] = it.floor.bytes;
+  j["epoch_floor_seconds"] = it.floor.seconds;
+  j["epoch_ratio_to_floor"] = it.floor.ratio(it.seconds);
   j["loss_estimate"] = res.gcp_loss;
   j["share"] = {{"kernel", k / it_s}, {"comm", cm / it_s}, {"solve", s / it_s}};
-  j["timing"] = timing_record("epoch", it_s, {});
+  j["timing"] = timing_record("epoch", it.seconds, {});
 }
 
 }  // namespace

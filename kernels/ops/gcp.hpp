@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/gcp_loss.hpp"
+#include "kernels/gcp_sample.hpp"
 #include "kernels/ops/common.hpp"
 #include "tensor/sparse_tensor.hpp"
 
@@ -26,6 +28,36 @@
                     double w_nonzero, double w_zero, const std::vector<const T*>& factors, int R, \
                     const GcpLossSpec& loss, const std::vector<T*>& grads, double* host_loss)
 
+/// A rank's training entries where ops::gcp_sampled_gradient reads them, in backend memory:
+/// one coordinate array per mode and the values, `nnz` each, in the order of their numbers
+/// (kernels/gcp_sample.hpp). On a host backend they are the tensor's own arrays (which must
+/// outlive this); on a device backend a copy, owned by `storage`.
+namespace tessera::kernels {
+template <typename T>
+struct GcpEntries {
+  std::vector<const index_t*> idx;
+  const T* vals = nullptr;
+  nnz_t nnz = 0;
+  std::shared_ptr<void> storage;
+};
+}  // namespace tessera::kernels
+
+/// `train`'s entries for ops::gcp_sampled_gradient (uploaded once on a device backend).
+#define TESSERA_GCP_ENTRIES_OP(T) \
+  GcpEntries<T> gcp_entries(Backend<T>& be, const SparseTensor<T>& train)
+
+/// gcp_gradient on the samples a step draws (kernels/gcp_sample.hpp) from the training entries
+/// `train` (this rank's draw.mine of them, from gcp_entries): the same results as
+/// gcp_gradient(be, gcp_draw_samples(draw, train.idx, train.vals, dims, &k), k, ...) to the
+/// order of the sums. The cuda backend draws the samples in its kernel: they never pass
+/// through host memory. dims: the tensor's, one per mode.
+#define TESSERA_GCP_SAMPLED_GRADIENT_OP(T)                                                   \
+  void gcp_sampled_gradient(Backend<T>& be, const GcpDraw& draw, const GcpEntries<T>& train, \
+                            const std::vector<std::uint64_t>& dims, double w_nonzero,        \
+                            double w_zero, const std::vector<const T*>& factors, int R,      \
+                            const GcpLossSpec& loss, const std::vector<T*>& grads,           \
+                            double* host_loss)
+
 /// One Adam step (Kingma and Ba) on n values in backend memory at step t >= 1: m = b1 m +
 /// (1 - b1) g; v = b2 v + (1 - b2) g^2; x -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) +
 /// eps); then x = max(x, 0) when `nonnegative`.
@@ -36,6 +68,8 @@
 namespace tessera::kernels {
 
 TESSERA_DECLARE_OP(TESSERA_GCP_GRADIENT_OP)
+TESSERA_DECLARE_OP(TESSERA_GCP_ENTRIES_OP)
+TESSERA_DECLARE_OP(TESSERA_GCP_SAMPLED_GRADIENT_OP)
 TESSERA_DECLARE_OP(TESSERA_ADAM_STEP_OP)
 
 namespace ops {
@@ -43,6 +77,15 @@ namespace ops {
 template <typename T>
 inline TESSERA_GCP_GRADIENT_OP(T) {
   TESSERA_DISPATCH(be, gcp_gradient, samples, nonzero_samples, w_nonzero, w_zero, factors, R, loss,
+                   grads, host_loss);
+}
+template <typename T>
+inline TESSERA_GCP_ENTRIES_OP(T) {
+  TESSERA_DISPATCH(be, gcp_entries, train);
+}
+template <typename T>
+inline TESSERA_GCP_SAMPLED_GRADIENT_OP(T) {
+  TESSERA_DISPATCH(be, gcp_sampled_gradient, draw, train, dims, w_nonzero, w_zero, factors, R, loss,
                    grads, host_loss);
 }
 template <typename T>

@@ -504,6 +504,96 @@ TYPED_TEST(CudaBackendTest, GcpGradientMatchesTheReference) {
   expect_gcp_match(gpu, ref, {17, 5, 9}, 1, 1, 40, GcpLoss::bernoulli, ++seed);
 }
 
+/// ops::gcp_sampled_gradient: the cuda kernel draws a step's samples itself from the training
+/// entries on the device; the reference draws them on the host (kernels/gcp_sample.hpp). The
+/// same loss and gradients, for one rank holding everything and for each of 3 ranks holding a
+/// third, at several losses, orders and ranks, with entries drawn more than once.
+TYPED_TEST(CudaBackendTest, GcpSampledGradientMatchesTheHostDraw) {
+  using T = TypeParam;
+  auto& gpu = *this->gpu_;
+  auto& ref = *this->ref_;
+  std::uint64_t seed = 2600;
+  struct Case {
+    std::vector<std::uint64_t> dims;
+    nnz_t train;
+    std::int64_t nonzero, zero;
+    int R;
+    GcpLoss kind;
+  };
+  const std::vector<Case> cases = {
+      {{40, 30, 35}, 3000, 2000, 1500, 16, GcpLoss::gaussian},
+      {{40, 30, 35}, 3000, 5000, 0, 32, GcpLoss::poisson},
+      {{12, 9, 15, 7}, 2500, 0, 1200, 5, GcpLoss::bernoulli},
+      {{300, 200, 50}, 100000, 150000, 60000, 40, GcpLoss::huber},
+      {{4, 3, 5, 4, 3, 4, 5, 3, 4}, 1500, 900, 700, 7, GcpLoss::gamma},
+  };
+  for (const Case& c : cases) {
+    const int N = static_cast<int>(c.dims.size());
+    const auto x = gcp_samples<T>(c.dims, c.train, c.train, c.kind, ++seed);
+    const bool pos = gcp_nonnegative(c.kind);
+    const auto fg =
+        pos ? positive_factors(gpu, c.dims, c.R, seed) : random_factors(gpu, c.dims, c.R, seed);
+    const auto fr =
+        pos ? positive_factors(ref, c.dims, c.R, seed) : random_factors(ref, c.dims, c.R, seed);
+    GcpLossSpec spec;
+    spec.kind = c.kind;
+    spec.huber_delta = 0.5;
+    for (int P : {1, 3}) {
+      for (int r = 0; r < P; ++r) {
+        GcpDraw d;
+        d.seed = seed;
+        d.epoch = 2;
+        d.step = static_cast<std::uint64_t>(r + 5);
+        d.nonzero = c.nonzero;
+        d.zero = c.zero;
+        d.n_train = static_cast<std::uint64_t>(x.nnz());
+        d.first = d.n_train * static_cast<std::uint64_t>(r) / static_cast<std::uint64_t>(P);
+        d.mine =
+            d.n_train * static_cast<std::uint64_t>(r + 1) / static_cast<std::uint64_t>(P) - d.first;
+        d.rank = r;
+        d.ranks = P;
+        const std::string where = "loss " + std::to_string(static_cast<int>(c.kind)) + " order " +
+                                  std::to_string(N) + " R " + std::to_string(c.R) + " rank " +
+                                  std::to_string(r) + " of " + std::to_string(P);
+        SparseTensor<T> slice(c.dims);  // this rank's training entries
+        for (std::uint64_t e = d.first; e < d.first + d.mine; ++e) {
+          index_t co[kMaxOrder];
+          for (int n = 0; n < N; ++n) co[n] = x.idx[static_cast<std::size_t>(n)][e];
+          slice.push_back(co, x.vals[e]);
+        }
+        const GcpEntries<T> eg = ops::gcp_entries(gpu, slice);
+        const GcpEntries<T> er = ops::gcp_entries(ref, slice);
+        std::vector<Array<T>> gg, gr;
+        std::vector<T*> pg, pr;
+        for (int n = 0; n < N; ++n) {
+          const std::size_t rows = static_cast<std::size_t>(c.dims[static_cast<std::size_t>(n)]);
+          gg.push_back(poisoned(gpu, rows * c.R));
+          gr.push_back(poisoned(ref, rows * c.R));
+          pg.push_back(gg.back().data());
+          pr.push_back(gr.back().data());
+        }
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        double lg = nan, lr = nan;
+        ops::gcp_sampled_gradient(gpu, d, eg, c.dims, 2.5, 0.7, fg.ptrs, c.R, spec, pg, &lg);
+        ops::gcp_sampled_gradient(ref, d, er, c.dims, 2.5, 0.7, fr.ptrs, c.R, spec, pr, &lr);
+        const double items = static_cast<double>(c.nonzero + c.zero);
+        EXPECT_NEAR(lg, lr, phi_tol<T>() * std::max(std::abs(lr), items)) << where;
+        double norm = 0;
+        for (int n = 0; n < N; ++n) {
+          const std::size_t cnt =
+              static_cast<std::size_t>(c.dims[static_cast<std::size_t>(n)]) * c.R;
+          const auto want = downloaded(ref, pr[static_cast<std::size_t>(n)], cnt);
+          for (T w : want) norm += std::abs(static_cast<double>(w));
+          EXPECT_LT(rel_error(downloaded(gpu, pg[static_cast<std::size_t>(n)], cnt), want),
+                    phi_tol<T>())
+              << where << " mode " << n;
+        }
+        EXPECT_GT(norm, 0.0) << where << ": a zero gradient tests nothing";
+      }
+    }
+  }
+}
+
 TYPED_TEST(CudaBackendTest, AdamStepMatchesTheReference) {
   using T = TypeParam;
   std::uint64_t seed = 2400;

@@ -253,6 +253,103 @@ TYPED_TEST(Gcp, CpuMatchesTheReference) {
       }
 }
 
+/// A step's draw (kernels/gcp_sample.hpp) does not depend on the rank count: the samples of
+/// ranks 0..P-1, each holding a contiguous run of the training entries, are the one-rank
+/// draw's (the same entries, each once), and the ranks' sampled gradients (their own
+/// operation, gcp_sampled_gradient) add up to the one rank's.
+TYPED_TEST(Gcp, RanksDrawTheOneRankSamplesAndTheirGradientsAddUp) {
+  using T = TypeParam;
+  std::mt19937_64 rng(fresh_seed());
+  const std::vector<std::uint64_t> dims = {23, 17, 29};
+  const nnz_t n = 500;
+  const auto train = random_samples<T>(dims, n, n, GcpLoss::poisson, rng);
+  const auto A = random_factors<T>(dims, 6, GcpLoss::poisson, rng);
+  const GcpLossSpec spec = spec_of(GcpLoss::poisson);
+  kernels::GcpDraw d;
+  d.seed = 77;
+  d.epoch = 3;
+  d.step = 11;
+  d.nonzero = 400;  // entries repeat: 400 draws of 500
+  d.zero = 250;
+  d.n_train = static_cast<std::uint64_t>(n);
+  d.mine = d.n_train;
+  const auto keys = [&](const SparseTensor<T>& s) {
+    std::vector<std::vector<double>> k;
+    for (nnz_t e = 0; e < s.nnz(); ++e) {
+      std::vector<double> row;
+      for (const auto& ix : s.idx) row.push_back(ix[static_cast<std::size_t>(e)]);
+      row.push_back(static_cast<double>(s.vals[static_cast<std::size_t>(e)]));
+      k.push_back(row);
+    }
+    std::sort(k.begin(), k.end());
+    return k;
+  };
+  std::vector<const index_t*> all;
+  for (const auto& ix : train.idx) all.push_back(ix.data());
+  nnz_t k1 = 0;
+  const auto one = kernels::gcp_draw_samples(d, all, train.vals.data(), dims, &k1);
+  ASSERT_EQ(one.nnz(), 650);
+  EXPECT_EQ(k1, 400);
+  auto ref = kernels::make_reference_backend<T>();
+  auto cpu = kernels::make_cpu_backend<T>(2);
+  const auto gradient = [&](kernels::Backend<T>& be, const kernels::GcpDraw& dr,
+                            const std::vector<const index_t*>& idx, const T* vals) {
+    kernels::GcpEntries<T> e;  // host backends read the entries where they are
+    e.idx = idx;
+    e.vals = vals;
+    e.nnz = static_cast<nnz_t>(dr.mine);
+    std::vector<std::vector<T>> G;
+    std::vector<T*> gp;
+    for (auto e : dims) G.emplace_back(static_cast<std::size_t>(e) * 6, T(0));
+    for (auto& g : G) gp.push_back(g.data());
+    Gradient out;
+    ops::gcp_sampled_gradient(be, dr, e, dims, 2.0, 0.5, const_ptrs(A), 6, spec, gp, &out.loss);
+    for (auto& g : G) out.g.emplace_back(g.begin(), g.end());
+    return out;
+  };
+  const kernels::GcpEntries<T> own = ops::gcp_entries(*ref, train);
+  EXPECT_EQ(own.idx, all);
+  EXPECT_EQ(own.vals, train.vals.data());
+  const Gradient whole = gradient(*ref, d, all, train.vals.data());
+  EXPECT_NEAR(whole.loss, run(*ref, one, k1, 2.0, 0.5, A, 6, spec).loss,
+              tolerance<T>() * std::abs(whole.loss));
+  for (int P : {2, 3}) {
+    SparseTensor<T> merged(dims);
+    nnz_t nonzero = 0;
+    Gradient sum;
+    sum.g.assign(dims.size(), {});
+    for (int r = 0; r < P; ++r) {
+      kernels::GcpDraw dr = d;
+      dr.rank = r;
+      dr.ranks = P;
+      dr.first = d.n_train * static_cast<std::uint64_t>(r) / static_cast<std::uint64_t>(P);
+      dr.mine =
+          d.n_train * static_cast<std::uint64_t>(r + 1) / static_cast<std::uint64_t>(P) - dr.first;
+      std::vector<const index_t*> mine;
+      for (const auto& ix : train.idx) mine.push_back(ix.data() + dr.first);
+      nnz_t k = 0;
+      const auto part = kernels::gcp_draw_samples(dr, mine, train.vals.data() + dr.first, dims, &k);
+      nonzero += k;
+      for (nnz_t e = 0; e < part.nnz(); ++e) {
+        index_t c[3];
+        for (int m = 0; m < 3; ++m) c[m] = part.idx[static_cast<std::size_t>(m)][e];
+        merged.push_back(c, part.vals[static_cast<std::size_t>(e)]);
+      }
+      const Gradient g = gradient(r % 2 == 0 ? *ref : *cpu, dr, mine, train.vals.data() + dr.first);
+      sum.loss += g.loss;
+      for (std::size_t m = 0; m < dims.size(); ++m) {
+        if (sum.g[m].empty()) sum.g[m].assign(g.g[m].size(), 0.0);
+        for (std::size_t e = 0; e < g.g[m].size(); ++e) sum.g[m][e] += g.g[m][e];
+      }
+    }
+    EXPECT_EQ(nonzero, k1) << P << " ranks";
+    EXPECT_EQ(keys(merged), keys(one)) << P << " ranks";
+    EXPECT_NEAR(sum.loss, whole.loss, tolerance<T>() * std::abs(whole.loss)) << P << " ranks";
+    for (std::size_t m = 0; m < dims.size(); ++m)
+      EXPECT_LT(rel_err(sum.g[m], whole.g[m]), tolerance<T>()) << P << " ranks, mode " << m;
+  }
+}
+
 TYPED_TEST(Gcp, AllZeroOrAllNonzeroSamplesAndBadInput) {
   using T = TypeParam;
   const std::uint64_t seed = fresh_seed();

@@ -15,14 +15,12 @@
 #include "plan/planner.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
-#include "util/rng.hpp"
 #include "util/timer.hpp"
 
 namespace tessera::algo {
 
 namespace {
 
-constexpr std::uint64_t kNonzeroKey = 0x4743504e5aull, kZeroKey = 0x474350305aull;
 constexpr std::uint64_t kEvalEpoch = ~std::uint64_t{0};
 
 static_assert(static_cast<int>(Loss::huber) == static_cast<int>(kernels::GcpLoss::huber) &&
@@ -101,9 +99,9 @@ class Gcp {
   std::int64_t rows(int n) const {
     return static_cast<std::int64_t>(d_.dist.dims[static_cast<std::size_t>(n)]);
   }
-  /// This rank's samples of (epoch, step): nonzero ones first (their count in *k).
-  SparseTensor<T> draw(std::uint64_t epoch, std::uint64_t step, std::int64_t s_nz, std::int64_t s_z,
-                       nnz_t* k) const;
+  /// This rank's draw of (epoch, step) (kernels/gcp_sample.hpp).
+  kernels::GcpDraw draw_of(std::uint64_t epoch, std::uint64_t step, std::int64_t s_nz,
+                           std::int64_t s_z) const;
   std::vector<const T*> factor_ptrs() const {
     std::vector<const T*> p;
     for (int n = 0; n < N_; ++n) p.push_back(F_.data() + off_[static_cast<std::size_t>(n)]);
@@ -133,53 +131,27 @@ class Gcp {
   std::vector<std::size_t> off_;  ///< each mode's offset in the packed factor arrays
   std::size_t total_ = 0;         ///< sum(dims) R
   kernels::Array<T> F_, G_, M_, V_, F0_, M0_, V0_;
+  kernels::GcpEntries<T> entries_;  ///< the training entries the steps draw from
   SparseTensor<T> eval_;
   nnz_t eval_k_ = 0;
   double norm_x_ = 0;
 };
 
 template <typename T>
-SparseTensor<T> Gcp<T>::draw(std::uint64_t epoch, std::uint64_t step, std::int64_t s_nz,
-                             std::int64_t s_z, nnz_t* k) const {
-  SparseTensor<T> s;
-  s.dims = d_.dist.dims;
-  s.idx.assign(static_cast<std::size_t>(N_), {});
-  const SparseTensor<T>& x = *train_;
-  const nnz_t mine = x.nnz();
-  const auto sample = [&](std::int64_t j) {  // global number of nonzero sample j
-    return hash_keys(opt_.seed ^ kNonzeroKey, epoch, step, static_cast<std::uint64_t>(j)) %
-           static_cast<std::uint64_t>(n_train_);
-  };
-  const auto held = [&](std::uint64_t g) {
-    return g >= static_cast<std::uint64_t>(first_) && g < static_cast<std::uint64_t>(first_ + mine);
-  };
-  // Sized exactly (the planner counts these arrays): this rank's nonzero samples, counted
-  // first, and its share of the zero samples.
-  const auto P = static_cast<std::int64_t>(ctrl_.size());
-  std::size_t size = 0;
-  for (std::int64_t j = 0; j < s_nz && n_train_ > 0; ++j) size += held(sample(j)) ? 1 : 0;
-  size += static_cast<std::size_t>(s_z > ctrl_.rank() ? (s_z - ctrl_.rank() + P - 1) / P : 0);
-  for (auto& ix : s.idx) ix.reserve(size);
-  s.vals.reserve(size);
-  for (std::int64_t j = 0; j < s_nz && n_train_ > 0; ++j) {
-    const std::uint64_t g = sample(j);
-    if (!held(g)) continue;
-    const nnz_t l = static_cast<nnz_t>(g) - first_;
-    for (int n = 0; n < N_; ++n)
-      s.idx[static_cast<std::size_t>(n)].push_back(x.idx[static_cast<std::size_t>(n)][l]);
-    s.vals.push_back(x.vals[l]);
-  }
-  *k = static_cast<nnz_t>(s.vals.size());
-  for (std::int64_t j = ctrl_.rank(); j < s_z; j += P) {
-    for (int n = 0; n < N_; ++n) {
-      const std::uint64_t h =
-          hash_keys(opt_.seed ^ kZeroKey, epoch, step, static_cast<std::uint64_t>(j) * 16 + n);
-      s.idx[static_cast<std::size_t>(n)].push_back(
-          static_cast<index_t>(h % d_.dist.dims[static_cast<std::size_t>(n)]));
-    }
-    s.vals.push_back(T(0));
-  }
-  return s;
+kernels::GcpDraw Gcp<T>::draw_of(std::uint64_t epoch, std::uint64_t step, std::int64_t s_nz,
+                                 std::int64_t s_z) const {
+  kernels::GcpDraw d;
+  d.seed = opt_.seed;
+  d.epoch = epoch;
+  d.step = step;
+  d.nonzero = n_train_ > 0 ? s_nz : 0;
+  d.zero = s_z;
+  d.n_train = static_cast<std::uint64_t>(n_train_);
+  d.first = static_cast<std::uint64_t>(first_);
+  d.mine = static_cast<std::uint64_t>(train_->nnz());
+  d.rank = ctrl_.rank();
+  d.ranks = ctrl_.size();
+  return d;
 }
 
 template <typename T>
@@ -271,7 +243,13 @@ void Gcp<T>::setup() {
   be_.upload(packed.data(), total_, F_.data());
   be_.fill(M_.data(), total_, T(0));
   be_.fill(V_.data(), total_, T(0));
-  eval_ = draw(kEvalEpoch, 0, e_nz_, e_nz_, &eval_k_);
+  // The steps' source (a device backend holds a copy; the planner counts it).
+  entries_ = kernels::ops::gcp_entries(be_, *train_);
+  // The fixed evaluation sample, drawn on the host from the host block.
+  std::vector<const index_t*> host_idx;
+  for (const auto& ix : train_->idx) host_idx.push_back(ix.data());
+  eval_ = kernels::gcp_draw_samples(draw_of(kEvalEpoch, 0, e_nz_, e_nz_), host_idx,
+                                    train_->vals.data(), d_.dist.dims, &eval_k_);
   be_.synchronize();
 }
 
@@ -323,13 +301,10 @@ void Gcp<T>::iterate() {
     Timer it_timer;
     double kernel = 0, comm = 0, solve = 0;
     for (int st = 0; st < opt_.gcp_epoch_iters; ++st) {
-      Timer ts;
-      nnz_t k = 0;
-      const SparseTensor<T> s =
-          draw(static_cast<std::uint64_t>(ep), static_cast<std::uint64_t>(st), s_nz_, s_z_, &k);
-      solve += ts.seconds();
-      Timer tk;
-      kernels::ops::gcp_gradient(be_, s, k, w_nz, w_z, factor_ptrs(), R_, spec_, grads, nullptr);
+      Timer tk;  // the draw is part of the kernel (host backends: of their operation)
+      kernels::ops::gcp_sampled_gradient(
+          be_, draw_of(static_cast<std::uint64_t>(ep), static_cast<std::uint64_t>(st), s_nz_, s_z_),
+          entries_, d_.dist.dims, w_nz, w_z, factor_ptrs(), R_, spec_, grads, nullptr);
       be_.synchronize();
       kernel += tk.seconds();
       Timer tc;

@@ -236,13 +236,16 @@ u64 loop_backend_bytes(const Request& req, const Shape& s) {
   return add(add(add(mul(mul(s.sum_dims, R), v), mul(mul(mul(s.max_dim, R), v), 2)), phi), gcp);
 }
 
-/// GCP-SGD (Request::gcp) on one rank: its share of a step's samples and of the fixed
-/// evaluation sample on the host (coordinates and values; algo/cp_gcp.cpp keeps both), and
-/// the gradient kernel's work on the larger of the two (kernels/{reference,cpu,cuda}/gcp):
-/// cpu: the loss term, derivative and row order of each sample (8 bytes each) and a row start
-/// per row of the largest mode; reference: the gradient in double; cuda: the coordinates and
-/// values copied to device scratch. A rank holds the nonzero samples that fall in its block
-/// (planned at the mean share and four standard deviations) and every P-th zero sample.
+/// GCP-SGD (Request::gcp) on one rank: the fixed evaluation sample on the host (coordinates
+/// and values; algo/cp_gcp.cpp keeps it) and, on the host backends, its share of a step's
+/// samples, drawn on the host (kernels/gcp_sample.hpp), with the gradient kernel's work on the
+/// larger of the two (kernels/{reference,cpu}/gcp.cpp): cpu: the loss term, derivative and row
+/// order of each sample (8 bytes each) and a row start per row of the largest mode;
+/// reference: the gradient in double. The cuda backend draws a step's samples in its kernel
+/// from a device copy of the training entries (the block at most): the device holds that
+/// copy and the evaluation sample when it is scored. A rank holds the nonzero samples that
+/// fall in its block (planned at the mean share and four standard deviations) and every P-th
+/// zero sample.
 Component gcp_samples_part(const Request& req, const TensorFacts& t, const Shape& s) {
   const u64 P = static_cast<u64>(std::max(req.ranks, 1));
   const nnz_t total = std::max<nnz_t>(t.nnz, 1);
@@ -260,11 +263,13 @@ Component gcp_samples_part(const Request& req, const TensorFacts& t, const Shape
   const u64 eval = add(share(g.eval), dealt(g.eval));
   const u64 per = static_cast<u64>(s.N) * sizeof(index_t) + static_cast<u64>(s.v);
   Component c;
-  c.name = "GCP samples: a step's and the evaluation sample, gradient work";
-  c.host = mul(add(step, eval), per);
+  c.name = req.backend == Backend::cuda
+               ? "GCP samples: the training entries on the device, the evaluation sample"
+               : "GCP samples: a step's and the evaluation sample, gradient work";
   const u64 R = static_cast<u64>(std::max(s.R, 1));
+  c.host = mul(req.backend == Backend::cuda ? eval : add(step, eval), per);
   if (req.backend == Backend::cuda)
-    c.device = add(mul(std::max(step, eval), per), 8);
+    c.device = add(add(mul(eval, per), 8), s.coo);
   else if (req.backend == Backend::cpu)
     c.host = add(c.host, std::max(add(mul(step, 24), mul(add(s.max_dim, 1), 8)), mul(eval, 16)));
   else
@@ -449,13 +454,15 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     c.tier = 1;
     const u64 load = load_peak(req, t, s, &c.load_how);
     if (cuda) {
-      const u64 fmt = cuda_resident_bytes(s, s.n);
+      // GCP prepares no format: it draws from its copy of the training entries (gcp_part).
+      const bool prepares = !req.gcp;
+      const u64 fmt = prepares ? cuda_resident_bytes(s, s.n) : 0;
       // The copies are sorted on the device when its sort buffers fit beside them (the
       // uploaded COO and 8 bytes of keys per nonzero: measured 36.06 GB for 5e8 float
       // nonzeros of order 3 against 24 GB of copies), else on the host (a permutation, its
       // scratch and one staged copy), freed after prepare either way.
       const u64 device_sort = add(add(fmt, s.coo), add(mul(s.n, 8), u64(64) << 20));
-      const bool on_device = device_sort <= dev_limit;
+      const bool on_device = !prepares || device_sort <= dev_limit;
       const u64 host_sort =
           on_device ? 0 : add(mul(s.n, 16), cuda_resident_bytes(s, s.n) / static_cast<u64>(s.N));
       const bool store_order =
@@ -479,26 +486,30 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       const u64 beside =
           add(add(add(add(loop_b, pattern), kCudaLibraryBytes), extra_dev), gcp_part.device);
       c.tensor_budget =
-          std::max(dev_limit > beside ? dev_limit - beside : 0, on_device ? device_sort : fmt);
+          std::max(dev_limit > beside ? dev_limit - beside : 0, !prepares   ? 0
+                                                                : on_device ? device_sort
+                                                                            : fmt);
       // The tile sets stay for the run beside the loop: their room is what the steady state
       // leaves (the device limit less the loop, the pattern and the libraries), even where
       // the tensor's limit is raised to the device sort's peak for the prepare alone.
       const u64 steady_room = dev_limit > beside ? dev_limit - beside : 0;
       const HybridBound hy =
-          hybrid_bound(req, t, s, fmt, std::min<u64>(c.tensor_budget, steady_room));
+          prepares ? hybrid_bound(req, t, s, fmt, std::min<u64>(c.tensor_budget, steady_room))
+                   : HybridBound{};
       const u64 handles = req.completion ? 2 : 1;  // the completion pattern gets its own
       const u64 tiles = mul(hy.held, handles);
       // Prepare's transients (the device sort, then each mode's tile build beside the sets
       // built before it) come before the loop's arrays: counted beyond the steady state.
-      const u64 prepare =
-          std::max(on_device ? device_sort : 0, hy.held > 0 ? add(add(fmt, hy.held), hy.build) : 0);
+      const u64 prepare = !prepares ? 0
+                                    : std::max(on_device ? device_sort : 0,
+                                               hy.held > 0 ? add(add(fmt, hy.held), hy.build) : 0);
       const u64 steady = add(add(fmt, tiles), loop_b);
       if (prepare > 0)
         c.parts.push_back({"prepare transients: device sort, tile builds", 0,
                            prepare > steady ? prepare - steady : 0, 0,
                            "beyond the run's steady memory, freed after prepare"});
-      c.parts.push_back({"sorted copies, one per mode", 0, fmt, 0, ""});
-      if (req.tensor_cores)
+      if (prepares) c.parts.push_back({"sorted copies, one per mode", 0, fmt, 0, ""});
+      if (prepares && req.tensor_cores)
         c.parts.push_back({"tensor-core tile sets (at most)", 0, tiles, 0,
                            hy.held == 0
                                ? "none fit under the tensor's limit"
