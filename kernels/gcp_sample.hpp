@@ -41,10 +41,10 @@ TESSERA_HD inline std::uint64_t gcp_nonzero_sample(const GcpDraw& d, std::int64_
 /// Mode n's coordinate (below dim) of zero sample j.
 TESSERA_HD inline index_t gcp_zero_coord(const GcpDraw& d, std::int64_t j, int n,
                                          std::uint64_t dim) {
-  return static_cast<index_t>(hash_keys(d.seed ^ kGcpZeroKey, d.epoch, d.step,
-                                        static_cast<std::uint64_t>(j) * 16 +
-                                            static_cast<std::uint64_t>(n)) %
-                              dim);
+  return static_cast<index_t>(
+      hash_keys(d.seed ^ kGcpZeroKey, d.epoch, d.step,
+                static_cast<std::uint64_t>(j) * 16 + static_cast<std::uint64_t>(n)) %
+      dim);
 }
 
 /// This rank's zero samples of the step: j = rank, rank + ranks, ... below zero.

@@ -192,6 +192,18 @@ TYPED_TEST(CudaBackendTest, RowGramsMatchThePatternMttkrp) {
   // One slice holding ~70% of the nonzeros (a row across many tiles); most slices empty.
   const auto skew = random_tensor<T>({3000, 40, 30}, 60000, ++seed, 0);
   expect_row_grams_match(*this->gpu_, *this->ref_, skew, 32, ++seed);
+  // Patterns (every value 1, as completion passes): the tensor-core kernel reuses one
+  // operand for both (kUnit); R 5 keeps the general path.
+  auto ones = [](SparseTensor<T> p) {
+    std::fill(p.vals.begin(), p.vals.end(), T(1));
+    return p;
+  };
+  for (int R : {5, 13, 16, 32}) {
+    expect_row_grams_match(*this->gpu_, *this->ref_, ones(x3), R, ++seed);
+    expect_row_grams_match(*this->gpu_, *this->ref_, ones(x4), R, ++seed);
+  }
+  for (int R : {16, 32}) expect_row_grams_match(*this->gpu_, *this->ref_, ones(big), R, ++seed);
+  expect_row_grams_match(*this->gpu_, *this->ref_, ones(skew), 32, ++seed);
   // Float runs the tensor-core kernel (3xTF32); --tensor-cores off the CUDA-core one.
   Tuning t;
   t.tensor_cores = TensorCores::off;

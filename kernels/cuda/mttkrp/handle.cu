@@ -62,7 +62,48 @@ __global__ void sum_squares(const T* __restrict__ v, std::int64_t n, double* sum
   if ((threadIdx.x & (kWarp - 1)) == 0 && c != 0) atomicAdd(sum, c);
 }
 
+/// *count += the values of v that are not 1.
+template <typename T>
+__global__ void count_not_one(const T* __restrict__ v, std::int64_t n, unsigned long long* count) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  unsigned long long c = 0;
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride)
+    c += v[k] != T(1) ? 1ull : 0ull;
+  for (int o = kWarp / 2; o > 0; o /= 2) c += __shfl_down_sync(kFullMask, c, o);
+  if ((threadIdx.x & (kWarp - 1)) == 0 && c != 0) atomicAdd(count, c);
+}
+
 }  // namespace
+
+template <typename T>
+bool CudaTensorHandle<T>::unit_values() const {
+  if (unit_values_ >= 0) return unit_values_ == 1;
+  bool unit = true;
+  if (streamed_) {  // tier 2: the values of mode 0's chunks in pinned host memory
+    const auto& s = *streamed_;
+    for (int k = 0; k < s.chunks && unit; ++k) {
+      const auto cnt = static_cast<std::size_t>(s.chunk_count(k));
+      const auto* v = reinterpret_cast<const T*>(s.host[0].get() + s.chunk_offset(k) +
+                                                 values_offset(order(), cnt));
+      for (std::size_t j = 0; j < cnt && unit; ++j) unit = v[j] == T(1);
+    }
+  } else if (nnz_ > 0) {
+    DeviceGuard g(device_);
+    DeviceMemory acc(sizeof(unsigned long long));
+    TESSERA_CUDA_CHECK(cudaMemset(acc.get(), 0, sizeof(unsigned long long)));
+    const auto n64 = static_cast<std::int64_t>(nnz_);
+    count_not_one<T><<<grid_for(n64, 4096), kBlock>>>(vals(0), n64,
+                                                      static_cast<unsigned long long*>(acc.get()));
+    TESSERA_CUDA_CHECK_LAUNCH();
+    unsigned long long host = 0;
+    TESSERA_CUDA_CHECK(
+        cudaMemcpy(&host, acc.get(), sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    unit = host == 0;
+  }
+  unit_values_ = unit ? 1 : 0;
+  return unit;
+}
 
 template <typename T>
 double CudaTensorHandle<T>::value_norm_squared() const {
@@ -197,6 +238,8 @@ template std::vector<TcSplit> CudaTensorHandle<float>::tc_split() const;
 template std::vector<TcSplit> CudaTensorHandle<double>::tc_split() const;
 template double CudaTensorHandle<float>::value_norm_squared() const;
 template double CudaTensorHandle<double>::value_norm_squared() const;
+template bool CudaTensorHandle<float>::unit_values() const;
+template bool CudaTensorHandle<double>::unit_values() const;
 template std::vector<std::uint64_t> CudaTensorHandle<float>::distinct_rows() const;
 template std::vector<std::uint64_t> CudaTensorHandle<double>::distinct_rows() const;
 

@@ -219,6 +219,9 @@ class CudaTensorHandle final : public TensorHandle<T> {
   void set_hybrid_note(std::string why) { hybrid_note_ = std::move(why); }
   std::vector<TcSplit> tc_split() const override;
   double value_norm_squared() const override;
+  /// Whether every stored value is 1 (a pattern, as completion's): computed on the first
+  /// call, then remembered. The row Grams' tensor-core kernel then takes one operand for both.
+  bool unit_values() const;
   /// The TTMc row map of `mode` (built on the first call, on ctx's stream).
   const TtmcRowMap& ttmc_map(Context& ctx, int mode) const;
 
@@ -323,6 +326,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
   std::unique_ptr<StreamedStore<T>> streamed_;          ///< tier 2
   cudaStream_t compute_stream_ = nullptr;
   mutable std::vector<TtmcRowMap> ttmc_maps_;  ///< per mode, built by ttmc_map
+  mutable int unit_values_ = -1;               ///< unit_values(): -1 not known yet
 
   mutable EventPool events_;
   mutable std::size_t recorded_events_ = 0;

@@ -177,11 +177,16 @@ constexpr int kGramTcBlocksPerSm = RP >= 32 ? 2 : 3;
 /// RP = 8, 16 or 32: Q = RP / 8 columns of h per lane and nonzero, MT = max(RP / 16, 1) tiles
 /// of 16 Gram rows, NT = RP / 8 tiles of 8 Gram columns. kOrder3: the two input modes'
 /// coordinates stay in registers (one shuffle each per nonzero); else every input mode's go
-/// through shared memory. kFull: R = RP, no column is padding.
-template <int RP, bool kOrder3, bool kFull>
+/// through shared memory. kFull: R = RP, no column is padding. kUnit (RP >= 16): every value
+/// is 1 (completion's pattern), so A = H^T holds the same words as B = H: lane (g, t) of A's
+/// fragment for tile mt has h at columns 16 mt + g (+ 8) of nonzeros t (+ 4), which are its
+/// B fragments of tiles 2 mt and 2 mt + 1. A then reuses B's split: no multiply by the
+/// value, 4 splits per tile row fewer.
+template <int RP, bool kOrder3, bool kFull, bool kUnit>
 __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm<RP>)
     row_grams_tc_kernel(const __grid_constant__ GramParams p) {
   constexpr int Q = RP / 8, MT = RP >= 16 ? RP / 16 : 1, NT = RP / 8;
+  static_assert(!kUnit || RP >= 16, "kUnit takes A's columns 16 mt .. 16 mt + 15 from B's tiles");
   __shared__ index_t coords[kOrder3 ? 1 : kGramTcWarps][kOrder3 ? 1 : kMaxOrder][kWarp];
   const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
   const int wib = static_cast<int>(threadIdx.x) / kWarp;
@@ -310,13 +315,20 @@ __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm<RP>)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           std::uint32_t ah[4], al[4];
-          auto col = [&](int h, int q) {
-            return q < Q && mk[h] ? v[h] * hh[h][q < Q ? q : 0] : 0.f;
-          };
-          tf32::split(col(0, 2 * mt), ah[0], al[0]);
-          tf32::split(col(0, 2 * mt + 1), ah[1], al[1]);
-          tf32::split(col(1, 2 * mt), ah[2], al[2]);
-          tf32::split(col(1, 2 * mt + 1), ah[3], al[3]);
+          if constexpr (kUnit) {
+            ah[0] = bh[2 * mt][0], al[0] = bl[2 * mt][0];
+            ah[1] = bh[2 * mt + 1][0], al[1] = bl[2 * mt + 1][0];
+            ah[2] = bh[2 * mt][1], al[2] = bl[2 * mt][1];
+            ah[3] = bh[2 * mt + 1][1], al[3] = bl[2 * mt + 1][1];
+          } else {
+            auto col = [&](int h, int q) {
+              return q < Q && mk[h] ? v[h] * hh[h][q < Q ? q : 0] : 0.f;
+            };
+            tf32::split(col(0, 2 * mt), ah[0], al[0]);
+            tf32::split(col(0, 2 * mt + 1), ah[1], al[1]);
+            tf32::split(col(1, 2 * mt), ah[2], al[2]);
+            tf32::split(col(1, 2 * mt + 1), ah[3], al[3]);
+          }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
             if (needed(mt, nt)) tf32::mma3(acc[mt][nt], ah, al, bh[nt], bl[nt]);
@@ -327,30 +339,35 @@ __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm<RP>)
   if (have) flush();  // the last row may continue in the next tile
 }
 
-template <int RP>
+template <int RP, bool kUnit>
 void launch_row_grams_tc_rp(cudaStream_t stream, const GramParams& p, unsigned grid) {
   const bool order3 = p.order == 3, full = p.R == RP;
   const dim3 block(kGramTcWarps * kWarp);
   if (order3 && full)
-    row_grams_tc_kernel<RP, true, true><<<grid, block, 0, stream>>>(p);
+    row_grams_tc_kernel<RP, true, true, kUnit><<<grid, block, 0, stream>>>(p);
   else if (order3)
-    row_grams_tc_kernel<RP, true, false><<<grid, block, 0, stream>>>(p);
+    row_grams_tc_kernel<RP, true, false, kUnit><<<grid, block, 0, stream>>>(p);
   else
-    row_grams_tc_kernel<RP, false, false><<<grid, block, 0, stream>>>(p);
+    row_grams_tc_kernel<RP, false, false, kUnit><<<grid, block, 0, stream>>>(p);
 }
 
-void launch_row_grams_tc(cudaStream_t stream, const GramParams& p) {
+/// unit: every value of the copy is 1 (CudaTensorHandle::unit_values).
+void launch_row_grams_tc(cudaStream_t stream, const GramParams& p, bool unit) {
   const std::int64_t warps = (p.nnz + p.tile - 1) / p.tile;
   const std::int64_t blocks = (warps + kGramTcWarps - 1) / kGramTcWarps;
   TESSERA_EXPECTS(blocks <= std::numeric_limits<int>::max(),
                   p.nnz << " nonzeros exceed one launch; split the block");
   const auto grid = static_cast<unsigned>(blocks);
   if (p.R <= 8)
-    launch_row_grams_tc_rp<8>(stream, p, grid);
+    launch_row_grams_tc_rp<8, false>(stream, p, grid);
+  else if (p.R <= 16 && unit)
+    launch_row_grams_tc_rp<16, true>(stream, p, grid);
   else if (p.R <= 16)
-    launch_row_grams_tc_rp<16>(stream, p, grid);
+    launch_row_grams_tc_rp<16, false>(stream, p, grid);
+  else if (unit)
+    launch_row_grams_tc_rp<32, true>(stream, p, grid);
   else
-    launch_row_grams_tc_rp<32>(stream, p, grid);
+    launch_row_grams_tc_rp<32, false>(stream, p, grid);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -377,6 +394,7 @@ void row_grams(Context& ctx, const TensorHandle<T>& xh, int mode,
       static_cast<std::size_t>(x.dims()[mode]) * static_cast<std::size_t>(W) * sizeof(T);
   const KernelSelection selection = kernel_selection(ctx.tuning);
   const bool tc = std::is_same_v<T, float> && ctx.tuning.tensor_cores != TensorCores::off;
+  const bool unit = tc && x.unit_values();
   over_copy(ctx, x, mode, out, out_bytes,
             [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool /*resident*/) {
               for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
@@ -387,7 +405,7 @@ void row_grams(Context& ctx, const TensorHandle<T>& xh, int mode,
                 p.tile = wave_tile(
                     p.nnz, (R > 16 ? kGramTcBlocksPerSm<32> : kGramTcBlocksPerSm<16>)*kGramTcWarps,
                     kGramTcTile, kWarp);
-                launch_row_grams_tc(ctx.stream, p);
+                launch_row_grams_tc(ctx.stream, p, unit);
               } else {
                 p.tile = wave_tile(p.nnz, kGramBlocksPerSm * kGramWarps, kGramTile, kWarp);
                 launch_row_grams<T>(ctx.stream, p);

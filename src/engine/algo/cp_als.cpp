@@ -99,6 +99,15 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   if (opt.observed_only) {
     std::fill(view.vals.begin(), view.vals.end(), T(1));  // the pattern of the stored entries
     be.set_rank_hint(static_cast<int>(linalg::packed_size(opt.rank)));  // its MTTKRP's width
+    // Its copies are ordered as TTMc's, each output row's nonzeros together: the row Grams
+    // (and the wide MTTKRP above R 32) flush a row's packed Gram with atomics whenever the
+    // row changes, which input-mode blocks for L1 would make every few nonzeros.
+    struct WorkloadScope {
+      kernels::Backend<T>& be;
+      kernels::Workload was;
+      ~WorkloadScope() { be.set_workload(was); }
+    } scope{be, be.workload()};
+    be.set_workload(kernels::Workload::ttmc);
     Xones = be.prepare(view);
   }
   return run_als(*X, dist, lay, be, ctrl, data, opt, setup_timer, Xones.get(),
