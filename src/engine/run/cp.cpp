@@ -89,6 +89,9 @@ nlohmann::json record_options(const CpRunOptions& o, const Input<T>& in, const s
                          {"init", o.init},
                          {"comm_strategy", algo::to_string(ao.strategy)},
                          {"comm_strategy_option", o.run.strategy},
+                         {"comm_hierarchy", o.run.hierarchy},
+                         {"emulate_nodes", o.run.emulate_nodes},
+                         {"nodes", ao.nodes.nodes()},
                          {"partition", in.partition_scheme},
                          {"grid", in.grid},
                          {"relabel", o.load.relabel},
@@ -310,6 +313,7 @@ algo::CpOptions algo_options(const CpRunOptions& o, algo::CommStrategy strategy,
   ao.stop = o.stop;
   ao.print_iterations = o.print_iterations;
   ao.strategy = strategy;
+  ao.hierarchy = comm::parse_hierarchy(o.run.hierarchy);
   apply_cp_constraints(o.con, order, ao, world);
   return ao;
 }
@@ -344,6 +348,7 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
   if (in.dry_run) return out;
 
   algo::CpOptions ao = algo_options(o, strategy, static_cast<int>(in.dims.size()), world);
+  if (world.size() > 1) ao.nodes = comm::node_map(world, o.run.emulate_nodes);  // collective
   const nlohmann::json opts = record_options(o, in, kind, ck, ao, choice);
   // Checkpoint and restart (docs/formats.md): the input's identity, the start state and the
   // callback that writes a checkpoint on rank 0 after every K-th iteration.
