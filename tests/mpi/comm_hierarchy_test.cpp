@@ -186,8 +186,8 @@ double model_difference(const KruskalModel& a, const KruskalModel& b) {
     for (std::size_t k = 0; k < a.factors[n].data.size(); ++k)
       worst = std::max(worst, std::abs(a.factors[n].data[k] - b.factors[n].data[k]));
   for (int r = 0; r < a.rank; ++r)
-    worst = std::max(worst, rel(a.lambda[static_cast<std::size_t>(r)],
-                                b.lambda[static_cast<std::size_t>(r)]));
+    worst = std::max(
+        worst, rel(a.lambda[static_cast<std::size_t>(r)], b.lambda[static_cast<std::size_t>(r)]));
   return worst;
 }
 
