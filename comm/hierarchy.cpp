@@ -99,7 +99,8 @@ HierarchicalCommunicator::HierarchicalCommunicator(const Communicator& flat, con
   for (int r = 0; r < P; ++r)
     to_flat_[static_cast<std::size_t>(local[static_cast<std::size_t>(r)] * K +
                                       map.node_of[static_cast<std::size_t>(r)])] = r;
-  TESSERA_EXPECTS(node_->size() * K == P && cross_->size() == K && to_flat_[static_cast<std::size_t>(rank_)] == me,
+  TESSERA_EXPECTS(node_->size() * K == P && cross_->size() == K &&
+                      to_flat_[static_cast<std::size_t>(rank_)] == me,
                   "the node and cross-node communicators disagree with the node map");
 }
 
@@ -171,8 +172,7 @@ void HierarchicalCommunicator::allgather_raw(const void* send, void* recv, std::
   node_->allgather_raw(mine, recv, share, t);
 }
 
-void HierarchicalCommunicator::broadcast_raw(void* buf, std::size_t n, DataType t,
-                                             int root) const {
+void HierarchicalCommunicator::broadcast_raw(void* buf, std::size_t n, DataType t, int root) const {
   flat_.broadcast_raw(buf, n, t, to_flat(root));
 }
 
