@@ -44,7 +44,7 @@ tessera_install_headers(src/base
   util/cpus.hpp util/error.hpp util/log.hpp util/memory_space.hpp util/stop_request.hpp
   util/timer.hpp)
 tessera_install_headers(.
-  comm/communicator.hpp comm/mpi_communicator.hpp
+  comm/communicator.hpp comm/hierarchy.hpp comm/mpi_communicator.hpp
   kernels/backend.hpp kernels/cp_device.hpp kernels/factories.hpp kernels/ops/streamed.hpp
   kernels/sptc.hpp kernels/tuning.hpp
   partition/partition.hpp)

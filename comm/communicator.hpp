@@ -75,9 +75,12 @@ class Communicator {
   /// In place: buf[0..n) = op over ranks.
   virtual void allreduce_raw(void* buf, std::size_t n, DataType t, ReduceOp op) const = 0;
   /// send has recvcount * size() elements; rank r receives block r reduced over ranks.
+  /// In place when recv == send + rank() * recvcount elements (the other blocks of send are
+  /// then left undefined).
   virtual void reduce_scatter_raw(const void* send, void* recv, std::size_t recvcount, DataType t,
                                   ReduceOp op) const = 0;
-  /// recv has count * size() elements, block r from rank r.
+  /// recv has count * size() elements, block r from rank r. In place when send == recv +
+  /// rank() * count elements.
   virtual void allgather_raw(const void* send, void* recv, std::size_t count, DataType t) const = 0;
   virtual void broadcast_raw(void* buf, std::size_t n, DataType t, int root) const = 0;
   /// Element counts and displacements per peer, as MPI_Alltoallv.

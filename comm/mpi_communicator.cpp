@@ -143,8 +143,18 @@ void MpiCommunicator::reduce_scatter_raw(const void* send, void* recv, std::size
                                          DataType t, ReduceOp op) const {
   TESSERA_EXPECTS(recvcount <= static_cast<std::size_t>(INT_MAX),
                   "reduce_scatter block too large for MPI");
-  TESSERA_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recvcount), mpi_type(t),
-                                             mpi_op(op), comm_));
+  const std::size_t bytes = recvcount * size_of(t);
+  if (recv != static_cast<const char*>(send) + bytes * static_cast<std::size_t>(rank_)) {
+    TESSERA_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recvcount), mpi_type(t),
+                                               mpi_op(op), comm_));
+    return;
+  }
+  // In place (the NCCL convention, recv == send + rank * recvcount): MPI_IN_PLACE leaves the
+  // result at the start of the buffer; it moves to this rank's block.
+  void* base = const_cast<void*>(send);
+  TESSERA_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, static_cast<int>(recvcount),
+                                             mpi_type(t), mpi_op(op), comm_));
+  if (rank_ != 0 && bytes > 0) std::memmove(recv, base, bytes);
 }
 
 void MpiCommunicator::allgather_raw(const void* send, void* recv, std::size_t count,
@@ -271,6 +281,34 @@ void raise_collectively(const Communicator& c, std::exception_ptr local_error) {
   if (len > 0) c.broadcast(msg.data(), msg.size(), first);
   if (c.size() > 1 && first != 0 && in == 0) msg += " (on rank " + std::to_string(first) + ")";
   throw CollectiveError(msg);
+}
+
+NodeMap node_map(const MpiCommunicator& world, int emulate_nodes) {
+  const int P = world.size();
+  if (emulate_nodes > 0) {
+    TESSERA_INPUT_CHECK(P % emulate_nodes == 0, "--emulate-nodes " << emulate_nodes
+                                                                   << " does not divide the " << P
+                                                                   << " ranks into equal nodes");
+    return block_node_map(P, P / emulate_nodes);
+  }
+  // Each node named by its lowest rank, gathered; numbered by first appearance.
+  MPI_Comm shared = MPI_COMM_NULL;
+  TESSERA_MPI_CHECK(MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(),
+                                        MPI_INFO_NULL, &shared));
+  MpiCommunicator node(shared, true);
+  std::int32_t leader = world.rank();
+  node.allreduce(&leader, 1, ReduceOp::min);
+  std::vector<std::int32_t> leaders(static_cast<std::size_t>(P));
+  world.allgather(&leader, leaders.data(), 1);
+  std::vector<int> index(static_cast<std::size_t>(P), -1);
+  NodeMap m;
+  int next = 0;
+  for (const std::int32_t l : leaders) {
+    int& i = index[static_cast<std::size_t>(l)];
+    if (i < 0) i = next++;
+    m.node_of.push_back(i);
+  }
+  return m;
 }
 
 int local_rank(const MpiCommunicator& boot) {

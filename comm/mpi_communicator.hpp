@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include "comm/communicator.hpp"
+#include "comm/hierarchy.hpp"
 
 /// Throws tessera::Error naming the failing MPI call and its error string.
 #define TESSERA_MPI_CHECK(call)                                                       \
@@ -65,5 +66,11 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
 };
+
+/// The node of each rank of `world` (collective). `emulate_nodes` > 0: the ranks in that
+/// many consecutive equal blocks, as jobs/slurm/launch.sh places emulated nodes
+/// (TESSERA_EMULATE_NODES; it must divide the rank count). 0: the real nodes, the groups of
+/// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
+NodeMap node_map(const MpiCommunicator& world, int emulate_nodes);
 
 }  // namespace tessera::comm

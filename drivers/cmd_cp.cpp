@@ -24,7 +24,7 @@ void add_cp(CLI::App& app, Runner& run) {
       ->capture_default_str();
   add_cp_constraint_flags(sub, a->con);
   add_partition_options(sub, a->load, "nnz for allreduce, grid for layer");
-  add_compute_options(sub, a->run, a->load);
+  add_compute_options(sub, a->run, a->load, kAllComputeOptions | kHierarchyOption);
   sub->add_option("-o,--out", a->out, "Write the model (HDF5) here");
   add_checkpoint_options(sub, a->ckpt);
   run_with(sub, a, run, []<typename T>(const CpRunOptions& o, const comm::MpiCommunicator& w) {

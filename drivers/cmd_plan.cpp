@@ -181,10 +181,14 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
     return plan::measure_limits(world, req.backend, spill, here);
   };
   const plan::TimeModel m = time_model(a);
-  // The layer strategy's grid beside the allreduce's estimate (cp, dims known).
+  // The layer strategy's grid beside the allreduce's estimate (cp, dims known): on several
+  // nodes the model's node-aware grid, as --comm-strategy auto would use.
   std::function<std::vector<int>(int)> grid_of;
   if (pc.workload == plan::Workload::cp && !facts.dims.empty())
-    grid_of = [&](int P) { return partition::choose_grid(facts.dims, P); };
+    grid_of = [&](int P) {
+      return algo::choose_layer_grid(facts.dims, facts.nnz, P, a.rank, static_cast<int>(sizeof(T)),
+                                     m);
+    };
   const std::vector<plan::RanksPlan> plans =
       plan::plan_for_ranks(req, facts, counts, blocks, limits, m, grid_of);
   if (world.rank() == 0) std::printf("%s", plan::describe_ranks(plans, m).c_str());

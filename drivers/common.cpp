@@ -59,6 +59,19 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
                     "docs/multi-gpu.md) | allreduce (all-reduce whole MTTKRP outputs) | layer "
                     "(reduce-scatter/all-gather inside grid layers)")
         ->check(CLI::IsMember({"auto", "allreduce", "layer"}));
+  if (which & kHierarchyOption) {
+    sub->add_option("--comm-hierarchy", o.hierarchy,
+                    "Collectives of ranks on several nodes: auto (node-local then across nodes "
+                    "when a group has 2+ ranks on each of 2+ nodes) | flat (one collective) | "
+                    "node (composed whenever the group spans nodes evenly)")
+        ->check(CLI::IsMember({"auto", "flat", "node"}))
+        ->capture_default_str();
+    sub->add_option("--emulate-nodes", o.emulate_nodes,
+                    "Treat the ranks as N nodes of consecutive ranks (as jobs/slurm/launch.sh "
+                    "places them for TESSERA_EMULATE_NODES=N); 0: the real nodes")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+  }
   sub->add_option("--backend", o.backend,
                   "auto (cuda when a GPU is present, else cpu) | reference | cpu | cuda")
       ->check(CLI::IsMember({"auto", "reference", "cpu", "cuda"}));

@@ -30,7 +30,8 @@ enum ComputeOptionGroup : unsigned {
   kBudgetOptions = 2u,     ///< --device-budget (--mem-budget), --host-budget
   kStreamingOptions = 4u,  ///< --tier, --stream-chunk, --read-ahead
   kDryRunOption = 8u,      ///< --dry-run
-  kAllComputeOptions = 15u
+  kAllComputeOptions = 15u,
+  kHierarchyOption = 16u,  ///< --comm-hierarchy, --emulate-nodes (cp: not in kAllComputeOptions)
 };
 /// Registers -t/--threads --backend --precision --index-base --json --force, the kernel
 /// tuning options (add_tuning_options) and the groups in `which`.

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "partition/partition.hpp"
+#include "plan/comm_model.hpp"
 #include "util/error.hpp"
 
 namespace tessera::algo {
@@ -69,6 +71,41 @@ TEST(CommStrategyAuto, SeveralNodesUseThePlanModel) {
   EXPECT_DOUBLE_EQ(c.layer_comm_s, lay.comm_s);
   EXPECT_DOUBLE_EQ(c.grid_cost_s, lay.grid_cost_s);
   EXPECT_NE(c.why.find("16 nodes"), std::string::npos) << c.why;
+}
+
+TEST(CommStrategyAuto, NodeAwareGridMovesFewerBytesOverTheNetwork) {
+  // Amazon on 16 nodes x 4 GPUs at 25 GB/s (docs/perf/multi-node-model.md): the rank-count
+  // grid puts layers across nodes with one rank on each, which the network carries whole.
+  plan::TimeModel m;
+  m.gpus_per_node = 4;
+  m.inter_bandwidth = 25e9;
+  const int P = 64, R = 32;
+  plan::Request req;
+  req.cp_rank = R;
+  req.value_bytes = 4;
+  plan::TensorFacts t;
+  t.dims = kAmazon;
+  t.nnz = 1740000000;
+  const nnz_t block = (t.nnz + P - 1) / P;
+  const std::vector<int> flat = partition::choose_grid(kAmazon, P);
+  const std::vector<int> node = choose_layer_grid(kAmazon, t.nnz, P, R, 4, m);
+  const auto ef = plan::estimate_cp_layer_iteration(req, t, block, flat, m);
+  const auto en = plan::estimate_cp_layer_iteration(req, t, block, node, m);
+  int prod = 1;
+  for (const int p : node) prod *= p;
+  EXPECT_EQ(prod, P);
+  EXPECT_LT(en.comm_s, ef.comm_s);
+  EXPECT_LT(en.link.inter_bytes, ef.link.inter_bytes);
+  // The rank-count grid 8x2x4 leaves mode 2's layers one rank per node on all 16 nodes; the
+  // model's grid (4x2x8) halves the nodes those layers span.
+  EXPECT_EQ(flat, (std::vector<int>{8, 2, 4}));
+  EXPECT_EQ(plan::layer_group(flat, 2, 4).nodes, 16);
+  EXPECT_LT(plan::layer_group(node, 2, 4).nodes, 16);
+  // auto prices the grid it would use.
+  EXPECT_EQ(choose_comm_strategy(kAmazon, t.nnz, P, R, 4, m).grid, node);
+  // On one node the grid is the rank-count one.
+  plan::TimeModel one;
+  EXPECT_EQ(choose_layer_grid(kAmazon, t.nnz, P, R, 4, one), flat);
 }
 
 TEST(CommStrategyAuto, ExplicitOptionsPassThroughAndBadOnesAreRefused) {

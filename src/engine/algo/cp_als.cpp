@@ -68,7 +68,7 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   TESSERA_EXPECTS(d.block.order() == N,
                   "block of order " << d.block.order() << " for a distribution of order " << N);
   Timer setup_timer;
-  auto lay = make_layouts(dist, layer, data);
+  auto lay = make_layouts(dist, layer, data, opt.nodes, opt.hierarchy);
   // The R the MTTKRPs will take, for the prepares below (Backend::set_rank_hint), restored
   // when the run ends.
   struct RankHint {
@@ -157,7 +157,7 @@ CpResult cp_als(const kernels::TensorHandle<T>& X, const std::vector<std::uint64
   dist.coords.assign(static_cast<std::size_t>(N), 0);
   for (int n = 0; n < N; ++n) dist.bounds.push_back({0, dims[static_cast<std::size_t>(n)]});
   dist.global_nnz = global_nnz;
-  auto lay = make_layouts(dist, false, data);
+  auto lay = make_layouts(dist, false, data, opt.nodes, opt.hierarchy);
   return run_als(X, dist, lay, be, ctrl, data, opt, setup_timer);
 }
 

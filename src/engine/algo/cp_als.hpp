@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/hierarchy.hpp"
 #include "kernels/backend.hpp"
 #include "model/kruskal.hpp"
 #include "partition/partition.hpp"
@@ -109,6 +110,12 @@ struct CpOptions {
   /// larger one is reduce-scattered, solved in blocks and all-gathered (docs/multi-gpu.md).
   /// The layer strategy always splits.
   double whole_rows_max_bytes = 32.0 * (1 << 20);
+  /// --comm-hierarchy: whether the collectives of a group of ranks that spans several nodes
+  /// (a layer, or all ranks for the allreduce strategy) are composed from a node-local and a
+  /// cross-node collective (comm/hierarchy.hpp). Needs `nodes`.
+  comm::Hierarchy hierarchy = comm::Hierarchy::automatic;
+  /// The node of each rank of the data communicator (comm::node_map); empty: one node.
+  comm::NodeMap nodes;
 
   // ---- constrained, regularised and weighted CP (docs/constrained-cp.md) ----
   // Per mode (size = the order, or empty: none): the factor update of mode n solves, row by
@@ -191,6 +198,9 @@ struct CpResult {
   /// On several ranks with the device loop: per mode, "whole" (rows all-reduced, every rank
   /// solves them all) or "split" (reduce-scattered, solved in blocks, all-gathered).
   std::string device_loop_modes;
+  /// On several ranks: per mode, how its rows are combined: "flat" (one collective over the
+  /// group) or "node" (node-local, then across nodes; CpOptions::hierarchy).
+  std::string comm_hierarchy_modes;
   /// MTTKRP seconds per iteration of the iterations this process ran: the slowest rank's
   /// and the mean over the ranks (their ratio is the imbalance the others wait for).
   double kernel_max_seconds = 0, kernel_mean_seconds = 0;

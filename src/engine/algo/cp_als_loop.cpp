@@ -117,11 +117,11 @@ class Als {
   double c_ = 1, norm_cx_ = 0, norm_cx2_ = 0;
   std::vector<double> c_cols_;
   std::vector<kernels::Array<T>> A_, G_;
-  kernels::Array<T> M_, Mown_, Aown_, V_;
-  // Completion: each mode's packed outer products of its factor rows, the wide MTTKRP of
-  // the pattern (the rows' packed Grams) and its owned block.
+  kernels::Array<T> M_, Aown_, V_;
+  // Completion: each mode's packed outer products of its factor rows and the wide MTTKRP of
+  // the pattern (the rows' packed Grams).
   std::vector<kernels::Array<T>> P_;
-  kernels::Array<T> MW_, MWown_;
+  kernels::Array<T> MW_;
   std::vector<const T*> pptr_, fptr_;
   std::vector<double> lambda_, host_norms_, scale_, dots_;
   std::vector<std::vector<T>> Gh_, Ah_;
@@ -253,7 +253,6 @@ void Als<T>::allocate() {
     max_b = std::max(max_b, L.b);
   }
   M_ = be_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_alloc, 1) * R));
-  Mown_ = be_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * R));
   Aown_ = be_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * R));
   V_ = be_.allocate(static_cast<std::size_t>(R * R));
   if (opt_.observed_only) {
@@ -265,7 +264,6 @@ void Als<T>::allocate() {
                                  P_.back().data());
     }
     MW_ = be_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_alloc, 1) * W_));
-    MWown_ = be_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * W_));
   }
   pptr_.resize(static_cast<std::size_t>(N));
   for (int n = 0; n < N; ++n) {
@@ -293,6 +291,11 @@ void Als<T>::start() {
   fptr_.resize(static_cast<std::size_t>(N_));
   dev_ =
       make_device_loop(be_, lay_, upd_, A_, G_, M_, R_, ctrl_, data_, res_, opt_, hold_ != nullptr);
+  res_.comm_hierarchy_modes = detail::hierarchy_modes(lay_);
+  if (opt_.print_iterations && res_.comm_hierarchy_modes.find("node") != std::string::npos)
+    log::info("factor rows combined per mode " + res_.comm_hierarchy_modes +
+              " (node: inside the node, then across " + std::to_string(opt_.nodes.nodes()) +
+              " nodes; --comm-hierarchy " + comm::to_string(opt_.hierarchy) + ")");
   if (opt_.resume) {
     // Continue the saved run: its lambda, fit history and previous fit.
     const CpState& s = *opt_.resume;
@@ -447,11 +450,14 @@ std::pair<T*, T*> Als<T>::reduce_step(int n, IterTimes& t) {
   T* Mrows = M_.data();
   T* MWrows = MW_.data();
   if (L.rows != nullptr) {
-    L.rows->reduce_scatter(M_.data(), Mown_.data(), static_cast<std::size_t>(L.b * R_));
-    Mrows = Mown_.data();
+    // In place: this rank's block of M (and MW) is its reduced rows. A composed communicator
+    // (comm/hierarchy.hpp) reduces device buffers only this way, with no buffer of its own.
+    const std::int64_t me = L.rows->rank();
+    Mrows = M_.data() + me * L.b * R_;
+    L.rows->reduce_scatter(M_.data(), Mrows, static_cast<std::size_t>(L.b * R_));
     if (opt_.observed_only) {
-      L.rows->reduce_scatter(MW_.data(), MWown_.data(), static_cast<std::size_t>(L.b * W_));
-      MWrows = MWown_.data();
+      MWrows = MW_.data() + me * L.b * W_;
+      L.rows->reduce_scatter(MW_.data(), MWrows, static_cast<std::size_t>(L.b * W_));
     }
   }
   be_.synchronize();

@@ -23,11 +23,19 @@ double global_norm(double mine, const comm::Communicator& c) {
 }
 
 /// The factor rows this rank holds and owns, per mode (collective over `data` for the
-/// layer strategy: it splits the layer communicators).
+/// layer strategy or a composed group: it splits communicators).
 std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool layer,
-                                     const comm::Communicator& data) {
+                                     const comm::Communicator& data, const comm::NodeMap& nodes,
+                                     comm::Hierarchy h) {
   const int N = dist.order();
+  const int P = data.size();
+  TESSERA_EXPECTS(nodes.node_of.empty() || static_cast<int>(nodes.node_of.size()) == P,
+                  "the node map has " << nodes.node_of.size() << " ranks, the communicator " << P);
   std::vector<ModeLayout> lay(static_cast<std::size_t>(N));
+  // The allreduce strategy's group is every rank, for every mode: composed once.
+  std::shared_ptr<const comm::Communicator> whole;
+  if (!layer && P > 1 && comm::use_hierarchy(h, nodes))
+    whole = std::make_shared<comm::HierarchicalCommunicator>(data, nodes);
   for (int n = 0; n < N; ++n) {
     auto& L = lay[static_cast<std::size_t>(n)];
     if (!layer) {
@@ -36,30 +44,55 @@ std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool l
       // the same bytes as one allreduce, and the solve divided by the rank count.
       L.lo = 0;
       L.len = static_cast<std::int64_t>(dist.dims[static_cast<std::size_t>(n)]);
-      const std::int64_t P = data.size();
-      L.b = (L.len + P - 1) / P;
-      L.alloc = L.b * P;
-      L.own_lo = std::min<std::int64_t>(L.b * data.rank(), L.len);
+      L.layer = whole;
+      L.hierarchical = whole != nullptr;
+      L.rows = P > 1 ? (whole ? whole.get() : &data) : nullptr;
+      const std::int64_t q = P;
+      L.b = (L.len + q - 1) / q;
+      L.alloc = L.b * q;
+      const std::int64_t me = L.rows ? L.rows->rank() : 0;
+      L.own_lo = std::min<std::int64_t>(L.b * me, L.len);
       L.own_n = std::min<std::int64_t>(L.b, L.len - L.own_lo);
-      L.rows = P > 1 ? &data : nullptr;
     } else {
       const auto [c0, c1] = dist.chunk(n);
       const auto [o0, o1] = dist.owned_rows(n);
       L.lo = c0;
       L.len = static_cast<std::int64_t>(c1 - c0);
-      L.layer = data.split(dist.coords[static_cast<std::size_t>(n)], data.rank());
-      TESSERA_EXPECTS(
-          L.layer->size() == dist.layer_size(n) && L.layer->rank() == dist.layer_rank(n),
-          "layer communicator disagrees with the distribution");
+      const int color = dist.coords[static_cast<std::size_t>(n)];
+      std::shared_ptr<const comm::Communicator> flat = data.split(color, data.rank());
+      TESSERA_EXPECTS(flat->size() == dist.layer_size(n) && flat->rank() == dist.layer_rank(n),
+                      "layer communicator disagrees with the distribution");
+      // The layer's members (ranks of `data` with this chunk, in rank order) and their nodes:
+      // the same map on every member, so they agree on composing it.
+      std::vector<int> members;
+      for (int r = 0; r < P; ++r)
+        if (dist.coords_of(r)[static_cast<std::size_t>(n)] == color) members.push_back(r);
+      L.layer = comm::with_hierarchy(std::move(flat), nodes.restrict_to(members), h);
+      L.hierarchical = dynamic_cast<const comm::HierarchicalCommunicator*>(L.layer.get());
       const std::int64_t q = L.layer->size();
       L.b = (L.len + q - 1) / q;  // equal padded blocks: NCCL needs equal counts
       L.alloc = L.b * q;
-      L.own_lo = static_cast<std::int64_t>(o0 - c0);
-      L.own_n = static_cast<std::int64_t>(o1 - o0);
+      if (L.hierarchical) {  // its own rank numbering: the block it receives
+        L.own_lo = std::min<std::int64_t>(L.b * L.layer->rank(), L.len);
+        L.own_n = std::min<std::int64_t>(L.b, L.len - L.own_lo);
+      } else {
+        L.own_lo = static_cast<std::int64_t>(o0 - c0);
+        L.own_n = static_cast<std::int64_t>(o1 - o0);
+      }
       L.rows = L.layer.get();
     }
   }
   return lay;
+}
+
+std::string hierarchy_modes(const std::vector<ModeLayout>& lay) {
+  std::string s;
+  for (const auto& L : lay) {
+    if (L.rows == nullptr) return {};
+    if (!s.empty()) s += ',';
+    s += L.hierarchical ? "node" : "flat";
+  }
+  return s;
 }
 
 namespace {

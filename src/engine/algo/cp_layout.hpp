@@ -20,10 +20,14 @@ struct ModeLayout {
   std::uint64_t lo = 0;    ///< first global row held (chunk start)
   std::int64_t len = 0;    ///< rows held (chunk length, or dims[n] for allreduce)
   std::int64_t alloc = 0;  ///< rows allocated (len padded to q * b for layer)
-  std::unique_ptr<comm::Communicator> layer;  ///< ranks sharing this chunk (layer only)
-  std::int64_t b = 0;                         ///< rows per layer member (padded block)
-  std::int64_t own_lo = 0;                    ///< first owned row, relative to lo
-  std::int64_t own_n = 0;                     ///< rows owned (solved) by this rank
+  /// The ranks combining this mode's rows when they are not `data` itself: the layer of
+  /// ranks sharing this chunk (layer strategy), or `data` composed across nodes (allreduce
+  /// strategy under CpOptions::hierarchy).
+  std::shared_ptr<const comm::Communicator> layer;
+  std::int64_t b = 0;         ///< rows per layer member (padded block)
+  std::int64_t own_lo = 0;    ///< first owned row, relative to lo
+  std::int64_t own_n = 0;     ///< rows owned (solved) by this rank
+  bool hierarchical = false;  ///< `rows` is composed node-local + cross-node
   /// The ranks the held rows are split over for the solve: the layer (layer strategy), all
   /// of `data` (allreduce strategy on 2+ ranks), or none (one rank: it solves every row).
   const comm::Communicator* rows = nullptr;
@@ -34,9 +38,17 @@ struct ModeLayout {
 double global_norm(double mine, const comm::Communicator& c);
 
 /// The factor rows this rank holds and owns, per mode (collective over `data` for the
-/// layer strategy: it splits the layer communicators).
+/// layer strategy, or when the hierarchy composes a group: it splits communicators).
+/// `nodes` is the node of each rank of `data` (empty: one node); a group spanning several
+/// nodes is composed node-local + cross-node when comm::use_hierarchy(h, its map), and each
+/// rank then owns the block of its rank in the composed communicator.
 std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool layer,
-                                     const comm::Communicator& data);
+                                     const comm::Communicator& data,
+                                     const comm::NodeMap& nodes = {},
+                                     comm::Hierarchy h = comm::Hierarchy::flat);
+
+/// "flat" or "node" per mode, comma-separated; empty on one rank.
+std::string hierarchy_modes(const std::vector<ModeLayout>& lay);
 
 /// The backend's device loop (kernels/cp_device.hpp) when this run can use it: plain CP
 /// in memory tier 1, on one rank or, when the backend's collectives over `data` (and the

@@ -8,6 +8,63 @@
 
 namespace tessera::algo {
 
+namespace {
+
+/// Every grid of `ranks` over the modes with p_k <= dims[k], passed to f; false when there
+/// are more than `limit` (none is passed then).
+template <typename F>
+bool each_grid(const std::vector<std::uint64_t>& dims, int ranks, std::size_t limit, F&& f) {
+  std::vector<std::vector<int>> grids{{}};
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    std::vector<std::vector<int>> next;
+    for (const auto& g : grids) {
+      int used = 1;
+      for (const int p : g) used *= p;
+      const int left = ranks / used;
+      if (k + 1 == dims.size()) {
+        if (static_cast<std::uint64_t>(left) <= dims[k]) {
+          next.push_back(g);
+          next.back().push_back(left);
+        }
+        continue;
+      }
+      for (int p = 1; p <= left; ++p)
+        if (left % p == 0 && static_cast<std::uint64_t>(p) <= dims[k]) {
+          next.push_back(g);
+          next.back().push_back(p);
+        }
+      if (next.size() > limit) return false;
+    }
+    grids = std::move(next);
+  }
+  for (const auto& g : grids) f(g);
+  return true;
+}
+
+}  // namespace
+
+std::vector<int> choose_layer_grid(const std::vector<std::uint64_t>& dims, nnz_t nnz, int ranks,
+                                   int R, int value_bytes, const plan::TimeModel& m) {
+  std::vector<int> best = partition::choose_grid(dims, ranks);
+  if (m.gpus_per_node <= 0 || m.gpus_per_node >= ranks) return best;
+  plan::Request req;
+  req.cp_rank = R;
+  req.value_bytes = value_bytes;
+  plan::TensorFacts t;
+  t.dims = dims;
+  t.nnz = nnz;
+  const nnz_t block = (nnz + static_cast<nnz_t>(ranks) - 1) / static_cast<nnz_t>(ranks);
+  double best_s = plan::estimate_cp_layer_iteration(req, t, block, best, m).comm_s;
+  each_grid(dims, ranks, 20000, [&](const std::vector<int>& g) {
+    const double s = plan::estimate_cp_layer_iteration(req, t, block, g, m).comm_s;
+    if (s < best_s * (1 - 1e-9)) {  // strictly better: ties keep choose_grid's
+      best = g;
+      best_s = s;
+    }
+  });
+  return best;
+}
+
 CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nnz, int ranks, int R,
                                 int value_bytes, const plan::TimeModel& m) {
   CommChoice c;
@@ -23,7 +80,7 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
   }
   // The same model as tessera plan --nprocs/--nodes (plan::estimate_cp_*): the collectives
   // priced per link kind by plan/comm_model.hpp, the grid's imbalance by the kernels' floor.
-  c.grid = partition::choose_grid(dims, ranks);
+  c.grid = choose_layer_grid(dims, nnz, ranks, R, value_bytes, m);
   plan::Request req;
   req.cp_rank = R;
   req.value_bytes = value_bytes;
@@ -54,10 +111,13 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
 }
 
 CommStrategy resolve_comm_strategy(const std::string& option, const plan::TensorFacts& facts,
-                                   int ranks, int R, int value_bytes, CommChoice* choice) {
+                                   int ranks, int R, int value_bytes, CommChoice* choice,
+                                   int gpus_per_node) {
   if (option != "auto") return parse_comm_strategy(option);
   // A text file's facts carry no dims (it is read after the choice): allreduce.
-  const CommChoice c = choose_comm_strategy(facts.dims, facts.nnz, ranks, R, value_bytes);
+  plan::TimeModel m;
+  m.gpus_per_node = gpus_per_node;
+  const CommChoice c = choose_comm_strategy(facts.dims, facts.nnz, ranks, R, value_bytes, m);
   if (ranks > 1) log::info("--comm-strategy auto: " + to_string(c.strategy) + " (" + c.why + ")");
   if (choice != nullptr) *choice = c;
   return c.strategy;

@@ -26,6 +26,15 @@ struct CommChoice {
 /// floor (the constant lives with the model, plan/planner.hpp).
 inline constexpr double kGridCostOverKernelFloor = plan::kGridCostOverKernelFloor;
 
+/// The layer strategy's grid for `ranks` ranks placed `m.gpus_per_node` to a node in rank
+/// order (0: one node): partition::choose_grid's, unless another grid of the same ranks
+/// (no mode cut into more chunks than it has indices) has less communication per iteration
+/// under the model (plan::estimate_cp_layer_iteration, whose layer_group knows which layers
+/// stay inside a node and which cross the network). On one node the grid is
+/// partition::choose_grid's. Grids are enumerated only while there are at most 20000.
+std::vector<int> choose_layer_grid(const std::vector<std::uint64_t>& dims, nnz_t nnz, int ranks,
+                                   int R, int value_bytes, const plan::TimeModel& m);
+
 /// The choice for a tensor of `dims` with `nnz` nonzeros, CP rank R, `value_bytes` per
 /// value, on `ranks` ranks, under the link and memory figures of `m`. The layer strategy
 /// is chosen when its communication plus the grid's cost is below the all-reduce's. With
@@ -37,7 +46,9 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
 /// choose_comm_strategy on the facts' dims and nonzeros: a store's header or a generated
 /// tensor's; a text file's facts have no dims and get allreduce; on several ranks the choice
 /// is logged). `choice` (may be null) receives auto's figures.
+/// `gpus_per_node`: the ranks of each node, in rank order (0: one node), for the model.
 CommStrategy resolve_comm_strategy(const std::string& option, const plan::TensorFacts& facts,
-                                   int ranks, int R, int value_bytes, CommChoice* choice);
+                                   int ranks, int R, int value_bytes, CommChoice* choice,
+                                   int gpus_per_node = 0);
 
 }  // namespace tessera::algo

@@ -20,6 +20,12 @@ struct ComputeOptions {
   std::string backend = "auto";
   std::string precision = "double";
   std::string strategy = "auto";  ///< auto | allreduce | layer (algo/cp_strategy.hpp)
+  /// auto | flat | node: collectives of a group spanning several nodes composed node-local
+  /// + cross-node (comm/hierarchy.hpp)
+  std::string hierarchy = "auto";
+  /// > 0: treat the ranks as this many nodes of consecutive ranks (jobs/slurm/launch.sh's
+  /// TESSERA_EMULATE_NODES); 0: the real nodes (MPI_Comm_split_type)
+  int emulate_nodes = 0;
   int threads = 0;
   /// Device memory this rank's tensor and loop may use ("40G"); "" = the GPU's free memory
   /// less a reserve. On host backends it caps the prepared format. --mem-budget is its

@@ -33,16 +33,24 @@ CheckpointArgs start_args(const CpRunOptions& o) {
 /// The factor-update strategy: the option's, or for auto the model's choice (logged; its
 /// figures go into the record). Collective.
 algo::CommStrategy comm_strategy(const CpRunOptions& o, const comm::MpiCommunicator& world,
-                                 algo::CommChoice* choice) {
+                                 algo::CommChoice* choice, int gpus_per_node) {
   algo::CommStrategy strategy = algo::CommStrategy::allreduce;
   if (solver_of(o.con) != algo::Solver::als) return strategy;  // CP-APR's, GCP's
   const bool model = o.run.strategy == "auto" && !o.load.path.empty();
   comm::run_collectively(world, [&] {
     strategy = algo::resolve_comm_strategy(
         o.run.strategy, model ? plan::facts_of_file(o.load.path, world) : plan::TensorFacts{},
-        world.size(), o.als.rank, o.run.precision == "float" ? 4 : 8, choice);
+        world.size(), o.als.rank, o.run.precision == "float" ? 4 : 8, choice, gpus_per_node);
   });
   return strategy;
+}
+
+/// The ranks on each node when the nodes hold equal blocks of consecutive ranks (how Slurm
+/// and jobs/slurm/launch.sh place them; the layout the model's layer_group assumes), else 0.
+int block_ranks_per_node(const comm::NodeMap& nodes, int ranks) {
+  if (nodes.nodes() < 2 || !nodes.uniform()) return 0;
+  const int per = ranks / nodes.nodes();
+  return nodes.node_of == comm::block_node_map(ranks, per).node_of ? per : 0;
 }
 
 PlanContext plan_context(const CpRunOptions& o) {
@@ -89,6 +97,9 @@ nlohmann::json record_options(const CpRunOptions& o, const Input<T>& in, const s
                          {"init", o.init},
                          {"comm_strategy", algo::to_string(ao.strategy)},
                          {"comm_strategy_option", o.run.strategy},
+                         {"comm_hierarchy", o.run.hierarchy},
+                         {"emulate_nodes", o.run.emulate_nodes},
+                         {"nodes", ao.nodes.nodes()},
                          {"partition", in.partition_scheme},
                          {"grid", in.grid},
                          {"relabel", o.load.relabel},
@@ -310,6 +321,7 @@ algo::CpOptions algo_options(const CpRunOptions& o, algo::CommStrategy strategy,
   ao.stop = o.stop;
   ao.print_iterations = o.print_iterations;
   ao.strategy = strategy;
+  ao.hierarchy = comm::parse_hierarchy(o.run.hierarchy);
   apply_cp_constraints(o.con, order, ao, world);
   return ao;
 }
@@ -321,8 +333,25 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
   Timer total;
   CpRun out;
   validate(o, world);  // every option, before the input is opened (run/validate.hpp)
+  // The node of every rank (collective): the hierarchy's groups and auto's model use it.
+  const comm::NodeMap nodes =
+      world.size() > 1 ? comm::node_map(world, o.run.emulate_nodes) : comm::NodeMap{};
+  const int per_node = block_ranks_per_node(nodes, world.size());
   algo::CommChoice choice;
-  const algo::CommStrategy strategy = comm_strategy(o, world, &choice);
+  const algo::CommStrategy strategy = comm_strategy(o, world, &choice, per_node);
+  // On several nodes auto's layer grid is the model's node-aware one (algo::choose_layer_grid)
+  // unless --grid gives one.
+  CpRunOptions node_grid;
+  const CpRunOptions* po = &o;
+  if (o.run.strategy == "auto" && strategy == algo::CommStrategy::layer && o.load.grid.empty() &&
+      per_node > 0 && !choice.grid.empty()) {
+    node_grid = o;
+    for (const int p : choice.grid) {
+      if (!node_grid.load.grid.empty()) node_grid.load.grid += 'x';
+      node_grid.load.grid += std::to_string(p);
+    }
+    po = &node_grid;
+  }
   const CheckpointArgs ck = start_args(o);
   // Every output checked before any work (io/output.hpp): none is an input, each can be
   // created, existing files are replaced only by the rule (--force).
@@ -339,11 +368,12 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
       detail::scheme_of(o.load, strategy == algo::CommStrategy::layer ? partition::Scheme::grid
                                                                       : partition::Scheme::nnz);
   Input<T> in =
-      cp_input<T>(o, scheme, strategy == algo::CommStrategy::allreduce, cx, world, arrays, &li);
+      cp_input<T>(*po, scheme, strategy == algo::CommStrategy::allreduce, cx, world, arrays, &li);
   out.dry_run = in.dry_run;
   if (in.dry_run) return out;
 
   algo::CpOptions ao = algo_options(o, strategy, static_cast<int>(in.dims.size()), world);
+  ao.nodes = nodes;
   const nlohmann::json opts = record_options(o, in, kind, ck, ao, choice);
   // Checkpoint and restart (docs/formats.md): the input's identity, the start state and the
   // callback that writes a checkpoint on rank 0 after every K-th iteration.

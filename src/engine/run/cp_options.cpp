@@ -112,6 +112,7 @@ void add_cp_constraint_results(nlohmann::json& j, const algo::CpResult& res,
     }
   }
   j["iteration_engine"] = res.iteration_engine;
+  if (!res.comm_hierarchy_modes.empty()) j["comm_hierarchy_modes"] = res.comm_hierarchy_modes;
   if (res.kernel_mean_seconds > 0)
     j["kernel_per_rank"] = {{"max_seconds_per_iteration", res.kernel_max_seconds},
                             {"mean_seconds_per_iteration", res.kernel_mean_seconds},
