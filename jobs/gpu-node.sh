@@ -86,6 +86,9 @@
 #       gcp: issue 39's GCP-SGD epoch (bench cp --solver gcp, 100 steps of 5e5 nonzero and 5e5
 #               zero samples: 1e8 sampled entries) on the nell-2 shape, R 32, float, gaussian and
 #               poisson, against its floor; with TESSERA_BASE_TAR the same on that commit's build
+#       counts-np: issue 39's speed at 1, 2, 4 .. GPUs (up to the GPUs present): the GCP epoch
+#               (gaussian, poisson; 1e8 sampled entries), CP-APR (10 inner iterations) and CP-ALS
+#               per iteration on the nell-2 shape (host-generated) and congress, R 32, float
 #       eig: cuSOLVER's symmetric eigen-solvers timed on one n x n Gram, n = 64 .. 1024 (issue 43's
 #               Tucker dense stage; jobs/probes/eig_probe.cu, compiled here with nvcc)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
@@ -701,6 +704,28 @@ if has gcp; then  # issue 39: GCP-SGD's epoch, 1e8 sampled entries, against its 
     s="--solver gcp --gcp-samples 500000 --gcp-zero-samples 500000 --gcp-epoch-iters 100 --iters 2"
     bench gcp-$lab-nell2-gaussian "$bin" bench cp $g $s --loss gaussian
     bench gcp-$lab-nell2-poisson "$bin" bench cp $g $s --loss poisson
+  done
+fi
+if has counts-np; then  # issue 39's speed at 1, 2, 4 .. GPUs: GCP epoch, CP-APR and CP-ALS per iteration
+  cdata=
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { cdata=$(cd "$d" && pwd); break; }
+  done
+  p=1
+  while [ $p -le "$ngpu" ]; do
+    mp="mpirun -np $p --bind-to none"
+    g="--generate $nell --nnz 76.9e6 --generate-on host --backend cuda --precision float --rank 32"
+    s="--solver gcp --gcp-samples 500000 --gcp-zero-samples 500000 --gcp-epoch-iters 100 --iters 2"
+    bench cnp-gcp-gaussian-np$p $mp "$T" bench cp $g $s --loss gaussian
+    bench cnp-gcp-poisson-np$p $mp "$T" bench cp $g $s --loss poisson
+    bench cnp-apr-nell2-np$p $mp "$T" bench cp $g --iters 3 --loss poisson
+    bench cnp-als-nell2-np$p $mp "$T" bench cp $g --iters 5
+    if [ -n "$cdata" ]; then
+      c="$cdata/congress-cosponsor_leg-leg-year.tns.gz --backend cuda --precision float --rank 32"
+      bench cnp-apr-congress-np$p $mp "$T" bench cp $c --iters 5 --loss poisson
+      bench cnp-als-congress-np$p $mp "$T" bench cp $c --iters 5
+    fi
+    p=$(( p * 2 ))
   done
 fi
 if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/perf/gpu-h200-floors.md)
