@@ -89,6 +89,9 @@
 #       counts-np: issue 39's speed at 1, 2, 4 .. GPUs (up to the GPUs present): the GCP epoch
 #               (gaussian, poisson; 1e8 sampled entries), CP-APR (10 inner iterations) and CP-ALS
 #               per iteration on the nell-2 shape (host-generated) and congress, R 32, float
+#       emulated: issue 38's emulated nodes (2 or more GPUs): jobs/emulated-nodes.sh (the NCCL
+#               floor between emulated nodes, CP-ALS amazon shape with both strategies, flat and
+#               composed collectives, against tessera plan --nodes; TESSERA_EMU_* settings)
 #       eig: cuSOLVER's symmetric eigen-solvers timed on one n x n Gram, n = 64 .. 1024 (issue 43's
 #               Tucker dense stage; jobs/probes/eig_probe.cu, compiled here with nvcc)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
@@ -727,6 +730,14 @@ if has counts-np; then  # issue 39's speed at 1, 2, 4 .. GPUs: GCP epoch, CP-APR
     fi
     p=$(( p * 2 ))
   done
+fi
+if has emulated; then  # issue 38: this node's GPUs as 2 emulated nodes (jobs/emulated-nodes.sh)
+  if [ "$ngpu" -ge 2 ]; then
+    TESSERA="$T" jobs/emulated-nodes.sh "$out/emulated" 2>&1 | tail -12
+    cat "$out/emulated/summary.txt" >>"$summary" 2>/dev/null
+  else
+    echo "emulated: needs 2 or more GPUs ($ngpu here)" | tee -a "$summary"
+  fi
 fi
 if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/perf/gpu-h200-floors.md)
   log "eigen-solver probe"
