@@ -277,6 +277,17 @@ void apply_tuning_fields(CommonArgs& a, const py::dict& tuning) {
       TESSERA_INPUT_CHECK(
           ok, name << "=" << py::cast<std::string>(py::repr(value)) << ": expected seconds >= 0");
       a.run.nccl_timeout_s = py::cast<double>(value);
+    } else if (name == "comm_hierarchy") {  // cp_als's own keywords (not in TUNING)
+      TESSERA_INPUT_CHECK(py::isinstance<py::str>(value),
+                          name << "=" << py::cast<std::string>(py::repr(value))
+                               << ": expected \"auto\", \"flat\" or \"node\"");
+      a.run.hierarchy = py::cast<std::string>(value);
+    } else if (name == "emulate_nodes") {
+      const bool ok = !py::isinstance<py::bool_>(value) && py::isinstance<py::int_>(value) &&
+                      py::cast<long long>(value) >= 0 && py::cast<long long>(value) <= (1 << 20);
+      TESSERA_INPUT_CHECK(ok, name << "=" << py::cast<std::string>(py::repr(value))
+                                   << ": expected a node count >= 0 (0: the real nodes)");
+      a.run.emulate_nodes = py::cast<int>(value);
     } else if (!set_tuning_keyword(a.run.tuning, name, value))  // the knobs' table (tuning.cpp)
       TESSERA_INPUT_CHECK(false, "unknown keyword argument '"
                                      << name << "': the tuning arguments are " << tuning_keywords()

@@ -250,7 +250,7 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
            comm_strategy="auto", index_base="1", checkpoint=None, checkpoint_every=None,
            resume=None, callback=None, verbose=False, distributed="root", comm=None,
            nonneg=False, l1=0.0, l2=None, loss="gaussian", solver="auto", force=False,
-           **options):
+           comm_hierarchy="auto", emulate_nodes=0, **options):
     """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
 
     X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
@@ -297,6 +297,11 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     force: replace an existing checkpoint file that Tessera did not write (the CLI's
     --force); the input is never replaced. A refused checkpoint is an OutputExistsError.
 
+    comm_hierarchy ("auto" | "flat" | "node") and emulate_nodes (0: the real nodes; N: the
+    ranks as N nodes of consecutive ranks): the CLI's --comm-hierarchy and --emulate-nodes,
+    how the collectives of ranks on several nodes are issued (docs/multi-gpu.md, "Across
+    nodes"); they matter under MPI (comm=, distributed=) on several nodes.
+
     Kernel tuning (keyword arguments, the CLI's "Kernel tuning" options; see TUNING and
     docs/python.md): cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel,
     tensor_cores, tc_precision, tc_tile_density, ttmc_kernel, ttmc_tile, sptc_pool,
@@ -309,6 +314,9 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     values = {k: _cp_value(options.pop(k)) for k in list(options) if k in CP_OPTIONS}
     values["rank"] = _cp_value(rank)
     handle = _comm_handle(comm)
+    tuning = _tuning_arg(options, CP_OPTIONS)
+    tuning["comm_hierarchy"] = comm_hierarchy
+    tuning["emulate_nodes"] = emulate_nodes
     r = _tessera.cp_als(
         _to_core(X), values, _init_arg(init), _str_arg(backend, "backend"),
         _str_arg(precision, "precision"), _threads(threads, handle),
@@ -318,7 +326,7 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
         _modes_arg(nonneg), _per_mode_arg(l1, "l1"),
         "" if l2 is None else _per_mode_arg(l2, "l2"), _loss_arg(loss), _solver_arg(solver),
         _bool_arg(force, "force"),
-        _tuning_arg(options, CP_OPTIONS))
+        tuning)
     rec = _record(r)
     res = CPResult(r["weights"], r["factors"], r["fit"], r["iterations"], r["converged"],
                    r["history"], rec, stop_reason=r["stop_reason"])

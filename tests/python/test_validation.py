@@ -43,3 +43,19 @@ def test_python_raises_the_cli_line(case, small, tmp_path, tessera_bin):
 def test_contract_spec_is_checked_before_the_inputs(small):
     with pytest.raises(ValueError, match="einsum spec 'ijk'"):
         tessera.contract(small, small, "ijk", **CPU1)
+
+
+def test_comm_hierarchy_and_emulate_nodes_are_cp_keywords(small):
+    # The CLI's --comm-hierarchy and --emulate-nodes (tessera cp only): checked by the run
+    # layer, recorded; Tucker has no such keyword.
+    r = tessera.cp_als(small, rank=2, iters=2, comm_hierarchy="flat", emulate_nodes=1, **CPU1)
+    assert r.record["options"]["comm_hierarchy"] == "flat"
+    assert r.record["options"]["emulate_nodes"] == 1
+    with pytest.raises(ValueError, match="--comm-hierarchy sideways") as e:
+        tessera.cp_als(small, rank=2, comm_hierarchy="sideways", **CPU1)
+    assert ".cpp:" not in str(e.value)
+    for bad in (-1, True, 2.5):
+        with pytest.raises(ValueError, match="emulate_nodes="):
+            tessera.cp_als(small, rank=2, emulate_nodes=bad, **CPU1)
+    with pytest.raises(TypeError, match="comm_hierarchy"):
+        tessera.tucker_hooi(small, 2, comm_hierarchy="node", **CPU1)

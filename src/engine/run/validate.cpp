@@ -113,6 +113,10 @@ void check_compute_options(const ComputeOptions& run, const LoadOptions& load) {
   one_of(run.backend, {"auto", "reference", "cpu", "cuda"}, "--backend");
   one_of(run.precision, {"double", "float"}, "--precision");
   one_of(run.strategy, {"auto", "allreduce", "layer"}, "--comm-strategy");
+  one_of(run.hierarchy, {"auto", "flat", "node"}, "--comm-hierarchy");
+  TESSERA_INPUT_CHECK(run.emulate_nodes >= 0 && run.emulate_nodes <= (1 << 20),
+                      "--emulate-nodes " << run.emulate_nodes
+                                         << ": expected a node count >= 0 (0: the real nodes)");
   TESSERA_INPUT_CHECK(run.threads >= 0, "--threads " << run.threads << ": expected >= 0");
   if (!run.device_budget.empty()) parse_bytes(run.device_budget, "--device-budget");
   if (!run.host_budget.empty()) parse_bytes(run.host_budget, "--host-budget");
