@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tensor/sparse_tensor.hpp"
@@ -52,18 +53,55 @@ TESSERA_HD inline std::int64_t gcp_my_zero_samples(const GcpDraw& d) {
   return d.zero > d.rank ? (d.zero - d.rank + d.ranks - 1) / d.ranks : 0;
 }
 
-/// This rank's samples of the step in host memory, in the order of their numbers: first its
-/// nonzero samples (their count in *k; coordinates and data of its training entries: idx per
-/// mode and vals, `mine` each, host memory), then its zero samples (data 0). dims: the
-/// tensor's, one per mode.
+/// A rank's training entries where ops::gcp_sampled_gradient reads them, in backend memory:
+/// one coordinate array per mode and the values, `nnz` each, in the order of their numbers.
+/// On a host backend they are the tensor's own arrays (which must outlive this:
+/// host_gcp_entries); on a device backend a copy, owned by `storage`.
 template <typename T>
-SparseTensor<T> gcp_draw_samples(const GcpDraw& d, const std::vector<const index_t*>& idx,
-                                 const T* vals, const std::vector<std::uint64_t>& dims, nnz_t* k) {
-  TESSERA_EXPECTS(idx.size() == dims.size() && d.ranks >= 1 && d.rank >= 0 && d.rank < d.ranks,
-                  "gcp_draw_samples: " << idx.size() << " index arrays for " << dims.size()
-                                       << " modes, rank " << d.rank << " of " << d.ranks);
-  TESSERA_EXPECTS(d.nonzero == 0 || d.n_train > 0,
-                  "gcp_draw_samples: nonzero samples of an empty training set");
+struct GcpEntries {
+  std::vector<const index_t*> idx;
+  const T* vals = nullptr;
+  nnz_t nnz = 0;
+  std::shared_ptr<void> storage;
+};
+
+/// `train`'s own arrays as GcpEntries (host memory, no copy).
+template <typename T>
+GcpEntries<T> host_gcp_entries(const SparseTensor<T>& train) {
+  GcpEntries<T> e;
+  for (const auto& ix : train.idx) e.idx.push_back(ix.data());
+  e.vals = train.vals.data();
+  e.nnz = train.nnz();
+  return e;
+}
+
+/// The checks every backend makes of a draw over `train` (train.nnz = -1: not checked) for a
+/// tensor of `dims`.
+template <typename T>
+void check_gcp_draw(const GcpDraw& d, const GcpEntries<T>& train,
+                    const std::vector<std::uint64_t>& dims) {
+  TESSERA_EXPECTS(train.idx.size() == dims.size(), "gcp draw: " << train.idx.size()
+                                                                << " index arrays for "
+                                                                << dims.size() << " modes");
+  TESSERA_EXPECTS(
+      d.ranks >= 1 && d.rank >= 0 && d.rank < d.ranks && d.nonzero >= 0 && d.zero >= 0 &&
+          d.first + d.mine <= d.n_train && (d.nonzero == 0 || d.n_train > 0),
+      "gcp draw: inconsistent (rank " << d.rank << " of " << d.ranks << ", entries " << d.first
+                                      << " + " << d.mine << " of " << d.n_train << ", " << d.nonzero
+                                      << " + " << d.zero << " samples)");
+  TESSERA_EXPECTS(train.nnz < 0 || static_cast<std::uint64_t>(train.nnz) == d.mine,
+                  "gcp draw: " << train.nnz << " training entries for a draw of " << d.mine);
+  for (std::size_t n = 0; n < dims.size(); ++n)
+    TESSERA_EXPECTS(dims[n] >= 1, "gcp draw: mode " << n << " has no extent");
+}
+
+/// This rank's samples of the step in host memory (`train` in host memory), in the order of
+/// their numbers: first its nonzero samples (their count in *k: its training entries'
+/// coordinates and data), then its zero samples (data 0).
+template <typename T>
+SparseTensor<T> gcp_draw_samples(const GcpDraw& d, const GcpEntries<T>& train,
+                                 const std::vector<std::uint64_t>& dims, nnz_t* k) {
+  check_gcp_draw(d, train, dims);
   SparseTensor<T> s;
   s.dims = dims;
   s.idx.assign(dims.size(), {});
@@ -77,8 +115,8 @@ SparseTensor<T> gcp_draw_samples(const GcpDraw& d, const std::vector<const index
     const std::uint64_t g = gcp_nonzero_sample(d, j);
     if (!held(g)) continue;
     const std::uint64_t l = g - d.first;
-    for (std::size_t n = 0; n < dims.size(); ++n) s.idx[n].push_back(idx[n][l]);
-    s.vals.push_back(vals[l]);
+    for (std::size_t n = 0; n < dims.size(); ++n) s.idx[n].push_back(train.idx[n][l]);
+    s.vals.push_back(train.vals[l]);
   }
   *k = static_cast<nnz_t>(s.vals.size());
   for (std::int64_t j = d.rank; j < d.zero; j += d.ranks) {

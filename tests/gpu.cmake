@@ -11,6 +11,12 @@ tessera_test_executable(gpu_backend_tests
 tessera_add_test(gpu_backend gpu_backend_tests LABELS gpu)
 set_tests_properties(gpu_backend PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
+tessera_test_executable(gpu_counts_tests
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_counts.cpp
+  LIBS tessera::algo)
+tessera_add_test(gpu_counts gpu_counts_tests LABELS gpu)
+set_tests_properties(gpu_counts PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+
 tessera_test_executable(gpu_nccl_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_nccl.cpp
   LIBS tessera::algo)

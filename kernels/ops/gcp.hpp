@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "kernels/gcp_loss.hpp"
@@ -28,27 +27,14 @@
                     double w_nonzero, double w_zero, const std::vector<const T*>& factors, int R, \
                     const GcpLossSpec& loss, const std::vector<T*>& grads, double* host_loss)
 
-/// A rank's training entries where ops::gcp_sampled_gradient reads them, in backend memory:
-/// one coordinate array per mode and the values, `nnz` each, in the order of their numbers
-/// (kernels/gcp_sample.hpp). On a host backend they are the tensor's own arrays (which must
-/// outlive this); on a device backend a copy, owned by `storage`.
-namespace tessera::kernels {
-template <typename T>
-struct GcpEntries {
-  std::vector<const index_t*> idx;
-  const T* vals = nullptr;
-  nnz_t nnz = 0;
-  std::shared_ptr<void> storage;
-};
-}  // namespace tessera::kernels
-
-/// `train`'s entries for ops::gcp_sampled_gradient (uploaded once on a device backend).
+/// `train`'s entries for ops::gcp_sampled_gradient (kernels/gcp_sample.hpp's GcpEntries: its
+/// own arrays on a host backend, a copy uploaded once on a device backend).
 #define TESSERA_GCP_ENTRIES_OP(T) \
   GcpEntries<T> gcp_entries(Backend<T>& be, const SparseTensor<T>& train)
 
 /// gcp_gradient on the samples a step draws (kernels/gcp_sample.hpp) from the training entries
 /// `train` (this rank's draw.mine of them, from gcp_entries): the same results as
-/// gcp_gradient(be, gcp_draw_samples(draw, train.idx, train.vals, dims, &k), k, ...) to the
+/// gcp_gradient(be, gcp_draw_samples(draw, train, dims, &k), k, ...) to the
 /// order of the sums. The cuda backend draws the samples in its kernel: they never pass
 /// through host memory. dims: the tensor's, one per mode.
 #define TESSERA_GCP_SAMPLED_GRADIENT_OP(T)                                                   \

@@ -83,11 +83,7 @@ TESSERA_INSTANTIATE_OP(TESSERA_GCP_GRADIENT_OP);
 template <typename T>
 GcpEntries<T> gcp_entries(Backend<T>& be, const SparseTensor<T>& train) {
   (void)be;
-  GcpEntries<T> e;
-  for (const auto& ix : train.idx) e.idx.push_back(ix.data());
-  e.vals = train.vals.data();
-  e.nnz = train.nnz();
-  return e;
+  return host_gcp_entries(train);
 }
 TESSERA_INSTANTIATE_OP(TESSERA_GCP_ENTRIES_OP);
 
@@ -97,11 +93,8 @@ void gcp_sampled_gradient(Backend<T>& be, const GcpDraw& draw, const GcpEntries<
                           const std::vector<std::uint64_t>& dims, double w_nonzero, double w_zero,
                           const std::vector<const T*>& factors, int R, const GcpLossSpec& loss,
                           const std::vector<T*>& grads, double* host_loss) {
-  TESSERA_EXPECTS(
-      static_cast<std::uint64_t>(train.nnz) == draw.mine,
-      "gcp_sampled_gradient: " << train.nnz << " training entries for a draw of " << draw.mine);
   nnz_t k = 0;
-  const SparseTensor<T> s = gcp_draw_samples(draw, train.idx, train.vals, dims, &k);
+  const SparseTensor<T> s = gcp_draw_samples(draw, train, dims, &k);
   gcp_gradient(be, s, k, w_nonzero, w_zero, factors, R, loss, grads, host_loss);
 }
 TESSERA_INSTANTIATE_OP(TESSERA_GCP_SAMPLED_GRADIENT_OP);

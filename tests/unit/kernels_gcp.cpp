@@ -287,17 +287,22 @@ TYPED_TEST(Gcp, RanksDrawTheOneRankSamplesAndTheirGradientsAddUp) {
   std::vector<const index_t*> all;
   for (const auto& ix : train.idx) all.push_back(ix.data());
   nnz_t k1 = 0;
-  const auto one = kernels::gcp_draw_samples(d, all, train.vals.data(), dims, &k1);
+  const kernels::GcpEntries<T> whole_entries = kernels::host_gcp_entries(train);
+  const auto one = kernels::gcp_draw_samples(d, whole_entries, dims, &k1);
   ASSERT_EQ(one.nnz(), 650);
   EXPECT_EQ(k1, 400);
   auto ref = kernels::make_reference_backend<T>();
   auto cpu = kernels::make_cpu_backend<T>(2);
-  const auto gradient = [&](kernels::Backend<T>& be, const kernels::GcpDraw& dr,
-                            const std::vector<const index_t*>& idx, const T* vals) {
-    kernels::GcpEntries<T> e;  // host backends read the entries where they are
-    e.idx = idx;
-    e.vals = vals;
+  // A rank's entries: numbers first .. first + mine - 1 (host backends read them in place).
+  const auto entries = [&](const kernels::GcpDraw& dr) {
+    kernels::GcpEntries<T> e;
+    for (const auto& ix : train.idx) e.idx.push_back(ix.data() + dr.first);
+    e.vals = train.vals.data() + dr.first;
     e.nnz = static_cast<nnz_t>(dr.mine);
+    return e;
+  };
+  const auto gradient = [&](kernels::Backend<T>& be, const kernels::GcpDraw& dr) {
+    const kernels::GcpEntries<T> e = entries(dr);
     std::vector<std::vector<T>> G;
     std::vector<T*> gp;
     for (auto e : dims) G.emplace_back(static_cast<std::size_t>(e) * 6, T(0));
@@ -310,7 +315,7 @@ TYPED_TEST(Gcp, RanksDrawTheOneRankSamplesAndTheirGradientsAddUp) {
   const kernels::GcpEntries<T> own = ops::gcp_entries(*ref, train);
   EXPECT_EQ(own.idx, all);
   EXPECT_EQ(own.vals, train.vals.data());
-  const Gradient whole = gradient(*ref, d, all, train.vals.data());
+  const Gradient whole = gradient(*ref, d);
   EXPECT_NEAR(whole.loss, run(*ref, one, k1, 2.0, 0.5, A, 6, spec).loss,
               tolerance<T>() * std::abs(whole.loss));
   for (int P : {2, 3}) {
@@ -325,17 +330,15 @@ TYPED_TEST(Gcp, RanksDrawTheOneRankSamplesAndTheirGradientsAddUp) {
       dr.first = d.n_train * static_cast<std::uint64_t>(r) / static_cast<std::uint64_t>(P);
       dr.mine =
           d.n_train * static_cast<std::uint64_t>(r + 1) / static_cast<std::uint64_t>(P) - dr.first;
-      std::vector<const index_t*> mine;
-      for (const auto& ix : train.idx) mine.push_back(ix.data() + dr.first);
       nnz_t k = 0;
-      const auto part = kernels::gcp_draw_samples(dr, mine, train.vals.data() + dr.first, dims, &k);
+      const auto part = kernels::gcp_draw_samples(dr, entries(dr), dims, &k);
       nonzero += k;
       for (nnz_t e = 0; e < part.nnz(); ++e) {
         index_t c[3];
         for (int m = 0; m < 3; ++m) c[m] = part.idx[static_cast<std::size_t>(m)][e];
         merged.push_back(c, part.vals[static_cast<std::size_t>(e)]);
       }
-      const Gradient g = gradient(r % 2 == 0 ? *ref : *cpu, dr, mine, train.vals.data() + dr.first);
+      const Gradient g = gradient(r % 2 == 0 ? *ref : *cpu, dr);
       sum.loss += g.loss;
       for (std::size_t m = 0; m < dims.size(); ++m) {
         if (sum.g[m].empty()) sum.g[m].assign(g.g[m].size(), 0.0);

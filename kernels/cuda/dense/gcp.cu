@@ -302,21 +302,7 @@ void gcp_sampled_gradient(Backend<T>& be, const GcpDraw& draw, const GcpEntries<
   Context& ctx = executor(be).ctx();
   DeviceGuard guard(ctx.device);
   const int N = static_cast<int>(dims.size());
-  TESSERA_EXPECTS(static_cast<int>(train.idx.size()) == N,
-                  "need one index array per mode: " << train.idx.size() << " for order " << N);
-  TESSERA_EXPECTS(
-      static_cast<std::uint64_t>(train.nnz) == draw.mine,
-      "gcp_sampled_gradient: " << train.nnz << " training entries for a draw of " << draw.mine);
-  TESSERA_EXPECTS(draw.ranks >= 1 && draw.rank >= 0 && draw.rank < draw.ranks &&
-                      draw.nonzero >= 0 && draw.zero >= 0 &&
-                      draw.first + draw.mine <= draw.n_train &&
-                      (draw.nonzero == 0 || draw.n_train > 0),
-                  "gcp_sampled_gradient: inconsistent draw (rank "
-                      << draw.rank << " of " << draw.ranks << ", entries " << draw.first << " + "
-                      << draw.mine << " of " << draw.n_train << ")");
-  for (int n = 0; n < N; ++n)
-    TESSERA_EXPECTS(dims[static_cast<std::size_t>(n)] >= 1,
-                    "gcp_sampled_gradient: mode " << n << " has no extent");
+  check_gcp_draw(draw, train, dims);
   const GcpArgs<T> a = gcp_args(ctx, N, dims, w_nonzero, w_zero, factors, R, loss, grads);
   DrawnSamples<T> src;
   src.d = draw;

@@ -7,6 +7,7 @@
 #include "algo/cp_als_loop.hpp"
 #include "algo/cp_constraints.hpp"
 #include "algo/cp_layout.hpp"
+#include "algo/workload_scope.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -102,12 +103,7 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
     // Its copies are ordered as TTMc's, each output row's nonzeros together: the row Grams
     // (and the wide MTTKRP above R 32) flush a row's packed Gram with atomics whenever the
     // row changes, which input-mode blocks for L1 would make every few nonzeros.
-    struct WorkloadScope {
-      kernels::Backend<T>& be;
-      kernels::Workload was;
-      ~WorkloadScope() { be.set_workload(was); }
-    } scope{be, be.workload()};
-    be.set_workload(kernels::Workload::ttmc);
+    const WorkloadScope<T> rows_whole(be, kernels::Workload::ttmc);
     Xones = be.prepare(view);
   }
   return run_als(*X, dist, lay, be, ctrl, data, opt, setup_timer, Xones.get(),

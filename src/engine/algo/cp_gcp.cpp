@@ -246,10 +246,8 @@ void Gcp<T>::setup() {
   // The steps' source (a device backend holds a copy; the planner counts it).
   entries_ = kernels::ops::gcp_entries(be_, *train_);
   // The fixed evaluation sample, drawn on the host from the host block.
-  std::vector<const index_t*> host_idx;
-  for (const auto& ix : train_->idx) host_idx.push_back(ix.data());
-  eval_ = kernels::gcp_draw_samples(draw_of(kEvalEpoch, 0, e_nz_, e_nz_), host_idx,
-                                    train_->vals.data(), d_.dist.dims, &eval_k_);
+  eval_ = kernels::gcp_draw_samples(draw_of(kEvalEpoch, 0, e_nz_, e_nz_),
+                                    kernels::host_gcp_entries(*train_), d_.dist.dims, &eval_k_);
   be_.synchronize();
 }
 

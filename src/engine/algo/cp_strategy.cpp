@@ -41,22 +41,33 @@ bool each_grid(const std::vector<std::uint64_t>& dims, int ranks, std::size_t li
   return true;
 }
 
+/// What plan::estimate_cp_* take for a CP run of rank R on `ranks` equal blocks.
+struct ModelInputs {
+  plan::Request req;
+  plan::TensorFacts t;
+  nnz_t block = 0;
+};
+ModelInputs model_inputs(const std::vector<std::uint64_t>& dims, nnz_t nnz, int ranks, int R,
+                         int value_bytes) {
+  ModelInputs in;
+  in.req.cp_rank = R;
+  in.req.value_bytes = value_bytes;
+  in.t.dims = dims;
+  in.t.nnz = nnz;
+  in.block = (nnz + static_cast<nnz_t>(ranks) - 1) / static_cast<nnz_t>(ranks);
+  return in;
+}
+
 }  // namespace
 
 std::vector<int> choose_layer_grid(const std::vector<std::uint64_t>& dims, nnz_t nnz, int ranks,
                                    int R, int value_bytes, const plan::TimeModel& m) {
   std::vector<int> best = partition::choose_grid(dims, ranks);
   if (m.gpus_per_node <= 0 || m.gpus_per_node >= ranks) return best;
-  plan::Request req;
-  req.cp_rank = R;
-  req.value_bytes = value_bytes;
-  plan::TensorFacts t;
-  t.dims = dims;
-  t.nnz = nnz;
-  const nnz_t block = (nnz + static_cast<nnz_t>(ranks) - 1) / static_cast<nnz_t>(ranks);
-  double best_s = plan::estimate_cp_layer_iteration(req, t, block, best, m).comm_s;
+  const ModelInputs in = model_inputs(dims, nnz, ranks, R, value_bytes);
+  double best_s = plan::estimate_cp_layer_iteration(in.req, in.t, in.block, best, m).comm_s;
   each_grid(dims, ranks, 20000, [&](const std::vector<int>& g) {
-    const double s = plan::estimate_cp_layer_iteration(req, t, block, g, m).comm_s;
+    const double s = plan::estimate_cp_layer_iteration(in.req, in.t, in.block, g, m).comm_s;
     if (s < best_s * (1 - 1e-9)) {  // strictly better: ties keep choose_grid's
       best = g;
       best_s = s;
@@ -81,15 +92,10 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
   // The same model as tessera plan --nprocs/--nodes (plan::estimate_cp_*): the collectives
   // priced per link kind by plan/comm_model.hpp, the grid's imbalance by the kernels' floor.
   c.grid = choose_layer_grid(dims, nnz, ranks, R, value_bytes, m);
-  plan::Request req;
-  req.cp_rank = R;
-  req.value_bytes = value_bytes;
-  plan::TensorFacts t;
-  t.dims = dims;
-  t.nnz = nnz;
-  const nnz_t block = (nnz + static_cast<nnz_t>(ranks) - 1) / static_cast<nnz_t>(ranks);
-  c.allreduce_comm_s = plan::estimate_cp_iteration(req, t, block, ranks, m).comm_s;
-  const plan::IterationEstimate lay = plan::estimate_cp_layer_iteration(req, t, block, c.grid, m);
+  const ModelInputs in = model_inputs(dims, nnz, ranks, R, value_bytes);
+  c.allreduce_comm_s = plan::estimate_cp_iteration(in.req, in.t, in.block, ranks, m).comm_s;
+  const plan::IterationEstimate lay =
+      plan::estimate_cp_layer_iteration(in.req, in.t, in.block, c.grid, m);
   c.layer_comm_s = lay.comm_s;
   c.grid_cost_s = lay.grid_cost_s;
   const double bw = m.link_bandwidth, a = m.collective_latency;

@@ -4,14 +4,13 @@
 #include <cmath>
 #include <limits>
 
-#include "util/rng.hpp"
+#include "kernels/gcp_sample.hpp"
 
 namespace tessera::algo::detail {
 
 namespace {
-// The zero coordinates' key (GCP's zero-sample key, at an epoch no run reaches: the zeros
-// differ from every training and evaluation sample of GCP).
-constexpr std::uint64_t kZeroKey = 0x474350305aull;
+// The zeros are GCP's zero samples (kernels/gcp_sample.hpp) of an epoch no run reaches: they
+// differ from every training and evaluation sample of GCP.
 constexpr std::uint64_t kZeroEpoch = ~std::uint64_t{0} - 1;
 constexpr int kAucBins = 4096;
 }  // namespace
@@ -47,12 +46,14 @@ HoldoutScore holdout_score(const Holdout& hold, const std::vector<std::vector<do
   ctrl.allreduce(sums, 2);
   const auto H = static_cast<std::int64_t>(sums[1]);
   const std::int64_t P = ctrl.size(), me = ctrl.rank();
+  kernels::GcpDraw zeros;
+  zeros.seed = seed;
+  zeros.epoch = kZeroEpoch;
   values(
       H > me ? (H - me + P - 1) / P : 0,
-      [&](std::int64_t e, int n) {
-        const auto j = static_cast<std::uint64_t>(me + e * P);  // this rank's e-th zero
-        return hash_keys(seed ^ kZeroKey, kZeroEpoch, 0, j * 16 + static_cast<std::uint64_t>(n)) %
-               dims[static_cast<std::size_t>(n)];
+      [&](std::int64_t e, int n) {  // this rank's e-th zero
+        return static_cast<std::uint64_t>(
+            kernels::gcp_zero_coord(zeros, me + e * P, n, dims[static_cast<std::size_t>(n)]));
       },
       &neg);
   double zsum = 0;

@@ -12,6 +12,7 @@
 #include "algo/tucker_plan.hpp"
 #include "algo/tucker_resume.hpp"
 #include "algo/tucker_scalapack.hpp"
+#include "algo/workload_scope.hpp"
 #include "kernels/ops/dense.hpp"
 #include "kernels/ops/ttmc.hpp"
 #include "kernels/ops/tucker_dense.hpp"
@@ -449,12 +450,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
 
   // Copies prepared during the run (the block below; a streaming backend's chunks in tier
   // 3) are ordered for TTMc; the caller's workload comes back at the end.
-  struct WorkloadScope {
-    kernels::Backend<T>& be;
-    kernels::Workload was;
-    ~WorkloadScope() { be.set_workload(was); }
-  } workload_scope{be, be.workload()};
-  be.set_workload(kernels::Workload::ttmc);
+  const WorkloadScope<T> workload_scope(be, kernels::Workload::ttmc);
 
   TuckerResult res;
   Timer setup_timer;
