@@ -27,8 +27,12 @@ class CudaBackendTest : public ::testing::Test {
 
   Array<T> on_gpu(const std::vector<T>& h) { return ::tessera::test::uploaded(*gpu_, h); }
   Array<T> on_ref(const std::vector<T>& h) { return ::tessera::test::uploaded(*ref_, h); }
-  std::vector<T> from_gpu(const T* p, std::size_t n) { return ::tessera::test::downloaded(*gpu_, p, n); }
-  std::vector<T> from_ref(const T* p, std::size_t n) { return ::tessera::test::downloaded(*ref_, p, n); }
+  std::vector<T> from_gpu(const T* p, std::size_t n) {
+    return ::tessera::test::downloaded(*gpu_, p, n);
+  }
+  std::vector<T> from_ref(const T* p, std::size_t n) {
+    return ::tessera::test::downloaded(*ref_, p, n);
+  }
   Array<T> poisoned_gpu(std::size_t n) { return ::tessera::test::poisoned(*gpu_, n); }
   Array<T> poisoned_ref(std::size_t n) { return ::tessera::test::poisoned(*ref_, n); }
 
@@ -44,10 +48,11 @@ class CudaBackendTest : public ::testing::Test {
     const auto fr = ::tessera::test::random_factors(*ref_, x.dims, R, seed);
     double worst = 0;
     for (int mode = 0; mode < N; ++mode) {
-      const auto [got, want] = ::tessera::test::mttkrp_pair(*gpu_, *hg, fg, *ref_, *hr, fr, mode, R);
+      const auto [got, want] =
+          ::tessera::test::mttkrp_pair(*gpu_, *hg, fg, *ref_, *hr, fr, mode, R);
       const double e = ::tessera::test::rel_error(got, want);
-      EXPECT_LT(e, ::tessera::test::tol<T>()) << "order " << N << " mode " << mode << " R " << R << " nnz "
-                             << x.nnz();
+      EXPECT_LT(e, ::tessera::test::tol<T>())
+          << "order " << N << " mode " << mode << " R " << R << " nnz " << x.nnz();
       worst = std::max(worst, e);
     }
     return worst;
