@@ -8,6 +8,7 @@
 
 #include "comm/nccl_communicator.hpp"
 #include "util/error.hpp"
+#include "util/fault.hpp"
 #include "util/log.hpp"
 #include "util/sanitizer.hpp"
 
@@ -130,6 +131,7 @@ constexpr std::size_t kMaxChunk = std::size_t(1) << 30;
 }  // namespace
 
 void MpiCommunicator::allreduce_raw(void* buf, std::size_t n, DataType t, ReduceOp op) const {
+  util::fault::at(util::fault::Point::collective);
   auto* p = static_cast<char*>(buf);
   const std::size_t es = size_of(t);
   for (std::size_t off = 0; off < n; off += kMaxChunk) {
@@ -141,6 +143,7 @@ void MpiCommunicator::allreduce_raw(void* buf, std::size_t n, DataType t, Reduce
 
 void MpiCommunicator::reduce_scatter_raw(const void* send, void* recv, std::size_t recvcount,
                                          DataType t, ReduceOp op) const {
+  util::fault::at(util::fault::Point::collective);
   TESSERA_EXPECTS(recvcount <= static_cast<std::size_t>(INT_MAX),
                   "reduce_scatter block too large for MPI");
   const std::size_t bytes = recvcount * size_of(t);
@@ -159,6 +162,7 @@ void MpiCommunicator::reduce_scatter_raw(const void* send, void* recv, std::size
 
 void MpiCommunicator::allgather_raw(const void* send, void* recv, std::size_t count,
                                     DataType t) const {
+  util::fault::at(util::fault::Point::collective);
   TESSERA_EXPECTS(count <= static_cast<std::size_t>(INT_MAX), "allgather block too large for MPI");
   const void* s = send;
   if (send == static_cast<const char*>(recv) + count * size_of(t) * rank_) s = MPI_IN_PLACE;
@@ -167,6 +171,7 @@ void MpiCommunicator::allgather_raw(const void* send, void* recv, std::size_t co
 }
 
 void MpiCommunicator::broadcast_raw(void* buf, std::size_t n, DataType t, int root) const {
+  util::fault::at(util::fault::Point::collective);
   auto* p = static_cast<char*>(buf);
   const std::size_t es = size_of(t);
   for (std::size_t off = 0; off < n; off += kMaxChunk) {
@@ -180,6 +185,7 @@ void MpiCommunicator::alltoallv_raw(const void* send, const std::int64_t* sendco
                                     const std::int64_t* recvcounts, const std::int64_t* rdispls,
                                     DataType t) const {
   const int p = size_;
+  util::fault::at(util::fault::Point::collective);
   bool fits = true;
   for (int r = 0; r < p; ++r) {
     fits = fits && sendcounts[r] + sdispls[r] <= INT_MAX && recvcounts[r] + rdispls[r] <= INT_MAX;

@@ -41,6 +41,7 @@
 
 #include "comm/nccl_communicator.hpp"
 #include "util/error.hpp"
+#include "util/fault.hpp"
 #include "util/log.hpp"
 
 namespace tessera::comm {
@@ -517,6 +518,7 @@ class NcclCommunicator final : public Communicator {
   void wait(const char* what) const { wait_on(stream_, what); }
 
   void wait_on(cudaStream_t stream, const char* what) const {
+    util::fault::at(util::fault::Point::collective);  // enqueued, not yet complete
     const auto t0 = std::chrono::steady_clock::now();
     for (int spins = 0;; ++spins) {
       ncclResult_t st = ncclSuccess;

@@ -14,6 +14,7 @@
 #include "kernels/factories.hpp"
 #include "plan/measure.hpp"
 #include "tuning_options.hpp"
+#include "util/fault.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -146,6 +147,21 @@ void add_tuning_options(CLI::App* sub, kernels::Tuning& t, double& nccl_timeout_
           "NONNEGATIVE"))
       ->capture_default_str()
       ->group(group);
+  sub->add_option("--watchdog",
+                  "Several ranks: seconds without a heartbeat from a rank (stopped, or its node "
+                  "hangs) before the job is ended with a message naming it; a rank that is "
+                  "killed or crashes ends the job at once (0: no watchdog; docs/reliability.md)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (v.empty() || *end != '\0' || !(x >= 0) || !std::isfinite(x) || (x > 0 && x < 1))
+              return "expected seconds >= 1 (0: no watchdog), got '" + v + "'";
+            return {};
+          },
+          "SECONDS"))
+      ->default_val(30)
+      ->group(group);
   // The combination, as the backend will check it, once every option is parsed: an
   // InputError becomes CLI11's one-line error with its exit code.
   sub->parse_complete_callback([&t] {
@@ -177,6 +193,22 @@ void add_checkpoint_options(CLI::App* sub, CheckpointArgs& a) {
   sub->add_option("--resume", a.resume,
                   "Continue the run saved in this checkpoint (same tensor, precision and rank(s); "
                   "--iters counts all iterations, the saved ones included)");
+  sub->add_option("--inject-fault",
+                  "Testing: RANK:KIND:POINT[:ITERATION] makes rank RANK fail on purpose the "
+                  "first time it reaches POINT (prepare | kernel | collective) in iteration "
+                  ">= ITERATION (default 1): KIND kill (SIGKILL), stop (SIGSTOP), oom (fills "
+                  "its GPU, then allocates) or error (docs/reliability.md)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            try {
+              (void)util::fault::parse(v);
+            } catch (const InputError& e) {
+              return e.what();
+            }
+            return {};
+          },
+          "SPEC"))
+      ->group("Testing");
 }
 
 void add_cp_value_options(CLI::App* sub, algo::CpOptions& o, CpRows rows) {

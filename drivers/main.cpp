@@ -27,11 +27,13 @@
 #include "app.hpp"
 #include "comm/first_failure.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "comm/watchdog.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "kernels/tuning.hpp"
 #include "util/cpus.hpp"
 #include "util/error.hpp"
+#include "util/fault.hpp"
 #include "util/log.hpp"
 
 namespace {
@@ -231,6 +233,16 @@ int main(int argc, char** argv) {
     log::debug(std::string("thread default or oversubscription check skipped: ") + e.what());
   }
 
+  // The watchdog (comm/watchdog.hpp): on several ranks a rank that is killed or stops
+  // answering ends the job with one message instead of leaving the others in a collective.
+  double watchdog_s = 30;
+  if (const CLI::Option* o = deepest(&app)->get_option_no_throw("--watchdog"); o != nullptr)
+    watchdog_s = o->as<double>();
+  comm::Watchdog watchdog(MPI_COMM_WORLD, watchdog_s);  // ended before MPI_Finalize
+  if (const CLI::Option* o = deepest(&app)->get_option_no_throw("--inject-fault");
+      o != nullptr && o->count() > 0)
+    util::fault::arm(util::fault::parse(o->as<std::string>()), world.rank());
+
   try {
     run(world);
   } catch (const driver::StoppedBySignal& s) {
@@ -248,6 +260,7 @@ int main(int argc, char** argv) {
     // This rank failed on its own, maybe while others wait in a collective: the first
     // failing rank reports with rank and host, and the whole job ends so no rank waits
     // forever. Later failing ranks stay silent and give the first one time to print.
+    watchdog.failing();  // this message is the job's: the watchdogs report nothing more
     const bool first = first_failure.claim();
     if (first) log::error_here(e.what());
     if (world.size() > 1) {

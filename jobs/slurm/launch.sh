@@ -161,7 +161,9 @@ case $gpu_bind in local-rank|task) ;; *)
   launch_error "TESSERA_GPU_BIND=$gpu_bind: use local-rank or task" ;; esac
 # srun gets --cpus-per-task again: Slurm 22.05 to 23.02 do not pass the job's value on to
 # srun, which then gives each rank one CPU.
-srun_opts=()
+# A rank that ends with an error (or is killed) ends the whole step (docs/reliability.md,
+# "Faults on several ranks"): no rank of another node is left waiting in a collective.
+srun_opts=(--kill-on-bad-exit=1)
 if [ "$gpus" -gt 0 ]; then
   srun_opts+=(--nodes="$nodes" --ntasks-per-node="$gpus")
   [ "$gpu_bind" = local-rank ] || srun_opts+=(--gpus-per-task=1)

@@ -53,7 +53,7 @@ alloc() {  # JOBID NODES TASKS_PER_NODE GPUS CPUS: the variables of `sbatch --no
 # --- 1 node x 1 task, CPUs only: unchanged from the one-node scripts --------------------------
 # shellcheck disable=SC2046  # alloc's words are VAR=VALUE without spaces
 job cp.sbatch 0 $(alloc 11 1 1 0 2) TESSERA_LAUNCHER=srun-pmix
-expect "launch: srun --mpi=pmix --cpus-per-task=2 --cpu-bind=cores $cp_tail"
+expect "launch: srun --mpi=pmix --kill-on-bad-exit=1 --cpus-per-task=2 --cpu-bind=cores $cp_tail"
 expect "NCCL: NCCL_NVLS_ENABLE=0"
 expect "dry run (TESSERA_DRY_RUN=1): nothing started"
 expect_in ": job 11 on n[1-1]: 1 node(s), 1 rank(s) x 2 thread(s), 0 GPU(s) per node, launcher srun-pmix"
@@ -67,7 +67,7 @@ expect "launch: mpirun -np 4 --map-by ppr:4:node:PE=2 --bind-to core -x OMP_NUM_
 # 1 node x 1 GPU.
 # shellcheck disable=SC2046
 job cp.sbatch 0 $(alloc 11 1 1 1 4) TESSERA_LAUNCHER=srun-pmix
-expect "launch: srun --mpi=pmix --nodes=1 --ntasks-per-node=1 --cpus-per-task=4 --cpu-bind=cores $cp_tail"
+expect "launch: srun --mpi=pmix --kill-on-bad-exit=1 --nodes=1 --ntasks-per-node=1 --cpus-per-task=4 --cpu-bind=cores $cp_tail"
 expect "GPUs: one rank per GPU, 1 rank(s) per node, binding local-rank"
 
 # --- 2 nodes x 4 GPUs: srun, srun with a GPU per task, mpirun; NCCL from the environment -----
@@ -75,24 +75,24 @@ nccl=("NCCL_SOCKET_IFNAME=ib0,ib1" NCCL_IB_HCA=mlx5_0:1 NCCL_IB_DISABLE=0 NCCL_N
   NCCL_DEBUG=INFO)
 # shellcheck disable=SC2046
 job cp.sbatch 0 $(alloc 11 2 4 4 16) TESSERA_LAUNCHER=srun-pmix "${nccl[@]}"
-expect "launch: srun --mpi=pmix --nodes=2 --ntasks-per-node=4 --cpus-per-task=16 --cpu-bind=cores $cp_tail"
+expect "launch: srun --mpi=pmix --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=4 --cpus-per-task=16 --cpu-bind=cores $cp_tail"
 expect "NCCL: NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=ib0,ib1 NCCL_IB_HCA=mlx5_0:1 NCCL_IB_DISABLE=0 NCCL_NET_GDR_LEVEL=PHB NCCL_DEBUG=INFO"
 expect_in ": 2 node(s), 8 rank(s) x 16 thread(s), 4 GPU(s) per node, launcher srun-pmix"
 # shellcheck disable=SC2046
 job cp.sbatch 0 $(alloc 11 2 4 4 16) TESSERA_LAUNCHER=srun TESSERA_GPU_BIND=task TESSERA_CPU_BIND=none
-expect "launch: srun --nodes=2 --ntasks-per-node=4 --gpus-per-task=1 --cpus-per-task=16 $cp_tail"
+expect "launch: srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=4 --gpus-per-task=1 --cpus-per-task=16 $cp_tail"
 # shellcheck disable=SC2046
 job cp.sbatch 0 $(alloc 11 2 4 4 16) TESSERA_LAUNCHER=mpirun "${nccl[@]}"
 expect "launch: mpirun -np 8 --map-by ppr:4:node:PE=16 --bind-to core -x OMP_NUM_THREADS -x NCCL_NVLS_ENABLE -x NCCL_SOCKET_IFNAME -x NCCL_IB_HCA -x NCCL_IB_DISABLE -x NCCL_NET_GDR_LEVEL -x NCCL_DEBUG $cp_tail"
 # Slurm's typed GPU count (--gpus-per-node=h100:4) and resumable.sbatch.
 # shellcheck disable=SC2046
 job resumable.sbatch 0 $(alloc 11 2 4 4 16) SLURM_GPUS_PER_NODE=h100:4 TESSERA_LAUNCHER=srun-pmix
-expect "launch: srun --mpi=pmix --nodes=2 --ntasks-per-node=4 --cpus-per-task=16 --cpu-bind=cores $bin cp t.tns --out run1.h5 --checkpoint run1.ckpt.h5 --checkpoint-every 5 --json run1-11-0.json --rank 8"
+expect "launch: srun --mpi=pmix --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=4 --cpus-per-task=16 --cpu-bind=cores $bin cp t.tns --out run1.h5 --checkpoint run1.ckpt.h5 --checkpoint-every 5 --json run1-11-0.json --rank 8"
 
 # --- 4 nodes x 8 GPUs -----------------------------------------------------------------------
 # shellcheck disable=SC2046
 job cp.sbatch 0 $(alloc 11 4 8 8 8) TESSERA_LAUNCHER=srun-pmix
-expect "launch: srun --mpi=pmix --nodes=4 --ntasks-per-node=8 --cpus-per-task=8 --cpu-bind=cores $cp_tail"
+expect "launch: srun --mpi=pmix --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=8 --cpus-per-task=8 --cpu-bind=cores $cp_tail"
 # shellcheck disable=SC2046
 job cp.sbatch 0 $(alloc 11 4 8 8 8) TESSERA_LAUNCHER=mpirun
 expect "launch: mpirun -np 32 --map-by ppr:8:node:PE=8 --bind-to core -x OMP_NUM_THREADS -x NCCL_NVLS_ENABLE $cp_tail"
@@ -139,7 +139,7 @@ job cp.sbatch 0 $(alloc 11 1 8 8 2) TESSERA_LAUNCHER=srun-pmix TESSERA_EMULATE_N
   TESSERA_EMULATE_TRANSPORT=net NCCL_SOCKET_IFNAME=eth0
 expect "NCCL: NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=eth0 NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
 expect_in "emulated: 4 nodes x 2 GPU(s) on this node, transport net"
-expect "launch: srun --mpi=pmix --nodes=1 --ntasks-per-node=8 --cpus-per-task=2 --cpu-bind=cores $repo/jobs/slurm/emulate-node.sh $hosts $cp_tail"
+expect "launch: srun --mpi=pmix --kill-on-bad-exit=1 --nodes=1 --ntasks-per-node=8 --cpus-per-task=2 --cpu-bind=cores $repo/jobs/slurm/emulate-node.sh $hosts $cp_tail"
 # shellcheck disable=SC2046
 job cp.sbatch 2 $(alloc 11 2 4 4 2) TESSERA_LAUNCHER=mpirun TESSERA_EMULATE_NODES=2
 expect "launch.sh: TESSERA_EMULATE_NODES=2 emulates nodes on one node; this allocation has 2 nodes (submit with --nodes=1)"

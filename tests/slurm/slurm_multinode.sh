@@ -76,7 +76,7 @@ for i in "${!jobs[@]}"; do
   [ "$state" = COMPLETED ] || { cat "$out"; fail "2-node job $job ($l): ${state:-unknown}"; }
   case $l in
     mpirun) line="launch: mpirun -np 2 --map-by slot --bind-to none " ;;
-    srun-pmix) line="launch: srun --mpi=pmix --cpus-per-task=1 " ;;
+    srun-pmix) line="launch: srun --mpi=pmix --kill-on-bad-exit=1 --cpus-per-task=1 " ;;
   esac
   if ! grep -qF ": job $job on ci[1-2]: 2 node(s), 2 rank(s) x 1 thread(s), 0 GPU(s) per node, launcher $l" \
       "$out" || ! grep -q "^$line" "$out"; then

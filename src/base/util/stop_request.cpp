@@ -9,10 +9,13 @@ namespace {
 
 std::atomic<StopRequest*> g_request{nullptr};
 static_assert(std::atomic<StopRequest*>::is_always_lock_free);
+std::atomic<int> g_seen{0};  // the first stop signal this process caught
 
 /// Async-signal-safe: an atomic store and sigaction only.
 extern "C" void on_stop_signal(int sig) {
   if (StopRequest* r = g_request.load(std::memory_order_relaxed); r != nullptr) r->request(sig);
+  int none = 0;
+  g_seen.compare_exchange_strong(none, sig, std::memory_order_relaxed);
   // A second signal is not caught: it ends the process (the default action).
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -45,6 +48,10 @@ StopOnSignals::~StopOnSignals() {
   sigaction(SIGINT, &old_int_, nullptr);
   sigaction(SIGTERM, &old_term_, nullptr);
   g_request.store(nullptr);
+}
+
+int stop_signal_seen() {
+  return g_seen.load(std::memory_order_relaxed);
 }
 
 std::string signal_name(int signal) {

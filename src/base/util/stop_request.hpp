@@ -45,6 +45,10 @@ class StopOnSignals {
   struct sigaction old_term_ {};
 };
 
+/// The first SIGINT or SIGTERM a StopOnSignals of this process caught, 0 while none (for
+/// code outside the loop that must know the run is stopping: the watchdog).
+int stop_signal_seen();
+
 /// "SIGINT", "SIGTERM", ... ("signal N" for others).
 std::string signal_name(int signal);
 

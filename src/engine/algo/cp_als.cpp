@@ -9,6 +9,7 @@
 #include "algo/cp_layout.hpp"
 #include "algo/workload_scope.hpp"
 #include "util/error.hpp"
+#include "util/fault.hpp"
 #include "util/rng.hpp"
 
 namespace tessera::algo {
@@ -83,6 +84,7 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   // the held chunks (layer); with a holdout, its training entries only.
   const bool plain_view = !layer && opt.holdout == 0 && !opt.observed_only;
   std::unique_ptr<kernels::TensorHandle<T>> X, Xones;
+  util::fault::at(util::fault::Point::prepare);  // the tensor goes to the backend next
   if (plain_view) {
     X = be.prepare(d.block);
     return run_als(*X, dist, lay, be, ctrl, data, opt, setup_timer);

@@ -18,6 +18,7 @@
 #include "kernels/ops/row_update.hpp"
 #include "linalg/row_update.hpp"
 #include "util/error.hpp"
+#include "util/fault.hpp"
 #include "util/log.hpp"
 
 namespace tessera::algo::detail {
@@ -383,6 +384,7 @@ void Als<T>::holdout_baseline() {
 
 template <typename T>
 kernels::CpLoopSums Als<T>::device_iteration(int it, IterTimes& t) {
+  util::fault::at(util::fault::Point::kernel);  // the iteration's MTTKRPs are launched next
   kernels::CpLoopSums sums = dev_->iterate(
       [&](int n) {
         for (int m = 0; m < N_; ++m)
@@ -420,6 +422,7 @@ void Als<T>::mttkrp_step(int n, IterTimes& t) {
     fptr_[static_cast<std::size_t>(m)] = A_[static_cast<std::size_t>(m)].data();
 
   Timer timer;
+  util::fault::at(util::fault::Point::kernel);
   kernels::ops::mttkrp(be_, X_, n, fptr_, R, M_.data());
   if (c_ != 1.0) kernels::ops::scale_columns(be_, M_.data(), L.len, R, c_cols_.data());
   if (res_.tier > 1) {
@@ -687,6 +690,7 @@ void Als<T>::iterate() {
   Timer run_timer;  // --max-seconds counts from here (this process's iterations)
   for (int it = first_iter_;
        it < opt_.max_iters && !res_.converged && !time_up_ && stop_signal_ == 0; ++it) {
+    util::fault::set_iteration(it + 1);  // where the watchdog's heartbeats say this rank is
     Timer iter_timer;
     IterTimes t;
     double quad = 0;  // observed_only: sum_i a_i^T G_i a_i of the last mode (the model's norm)

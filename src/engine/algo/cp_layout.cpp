@@ -7,6 +7,7 @@
 
 #include "kernels/ops/cp_device.hpp"
 #include "util/error.hpp"
+#include "util/fault.hpp"
 #include "util/log.hpp"
 
 namespace tessera::algo::detail {
@@ -201,7 +202,11 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
         c.dots = [=](double* dots) {
           d->enqueue_allreduce(dots, static_cast<std::size_t>(R), comm::ReduceOp::sum, stream);
         };
-      c.wait = [=] { d->wait_stream(stream, "the CP-ALS iteration on the device"); };
+      c.wait = [=] {
+        // The iteration's graph (its collectives included) is in flight.
+        util::fault::at(util::fault::Point::collective);
+        d->wait_stream(stream, "the CP-ALS iteration on the device");
+      };
     }
     dev = kernels::ops::cp_device_loop(be, spec, &why);
     if (dev && shared) res.device_loop_modes = modes;

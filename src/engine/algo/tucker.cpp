@@ -17,6 +17,7 @@
 #include "kernels/ops/ttmc.hpp"
 #include "kernels/ops/tucker_dense.hpp"
 #include "util/error.hpp"
+#include "util/fault.hpp"
 #include "util/log.hpp"
 
 namespace tessera::algo {
@@ -192,6 +193,7 @@ const T* Hooi<T>::ttmc_combined(int n) {
   for (int m = 0; m < N_; ++m)
     fptr[static_cast<std::size_t>(m)] = m == n ? nullptr : factors_.backend(m);
   Timer t;
+  util::fault::at(util::fault::Point::kernel);
   kernels::ops::ttmc(be_, *X_, n, fptr, opt_.ranks, ybuf_.data());
   if (ns_.cs != 1.0) {
     const std::vector<double> up(static_cast<std::size_t>(mp.cols), ns_.cs);
@@ -335,6 +337,7 @@ void Hooi<T>::iterate() {
   const auto& ranks = opt_.ranks;
   for (int it = opt_.resume ? opt_.resume->iteration : 0; it < opt_.max_iters && !res_.converged;
        ++it) {
+    util::fault::set_iteration(it + 1);
     Timer iter_timer;
     t_ttmc_ = t_comm_ = t_svd_ = 0;
     const detail::DenseTimes dt0 = dense_.times;
@@ -462,6 +465,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   std::unique_ptr<kernels::TensorHandle<T>> X;
   std::vector<ModePlan> plan(static_cast<std::size_t>(N));
   comm::run_collectively(c, [&] {
+    util::fault::at(util::fault::Point::prepare);
     X = block != nullptr ? be.prepare(*block) : std::move(given);
     for (int n = 0; n < N; ++n) {
       auto& mp = plan[static_cast<std::size_t>(n)];
