@@ -92,11 +92,13 @@ class FaultDriver : public ::testing::Test {
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
-  /// `tessera cp` on np_ ranks, 8 iterations, a checkpoint after every one.
+  /// `tessera cp` (or `tessera tucker`, with `tucker_`) on np_ ranks, 8 iterations, a
+  /// checkpoint after every one.
   std::string cp(const std::string& extra) const {
+    const std::string what =
+        tucker_ ? " tucker " + tensor_ + " -r 3 --seed 3" : " cp " + tensor_ + " -r 4 --seed 3";
     return std::string("timeout 150 ") + MPIEXEC_PATH + " -n " + std::to_string(np_) +
-           " --oversubscribe " + tessera() + " cp " + tensor_ +
-           " -r 4 -i 8 --tol 0 -t 1 --seed 3 --backend " + backend_ +
+           " --oversubscribe " + tessera() + what + " -i 8 --tol 0 -t 1 --backend " + backend_ +
            " --checkpoint-every 1 --checkpoint " + path("m.ckpt.h5") + " " + extra;
   }
 
@@ -146,11 +148,17 @@ class FaultDriver : public ::testing::Test {
       EXPECT_TRUE(ended(std::stoi(m[1]))) << "pid " << m[1] << " still runs: " << out;
     }
     ::tessera::io::ModelRecord mr;
-    (void)::tessera::io::read_kruskal_h5(path("m.h5"), &mr);  // throws when damaged
+    if (tucker_)  // either throws when the file is damaged
+      (void)::tessera::io::read_tucker_h5(path("m.h5"), &mr);
+    else
+      (void)::tessera::io::read_kruskal_h5(path("m.h5"), &mr);
     EXPECT_EQ(mr.iterations, 8) << "the earlier model was replaced";
     if (ckpt_iter > 0) {
       ::tessera::io::CheckpointInfo info;
-      ::tessera::io::read_cp_checkpoint(path("m.ckpt.h5"), &info);
+      if (tucker_)
+        (void)::tessera::io::read_tucker_checkpoint(path("m.ckpt.h5"), &info);
+      else
+        ::tessera::io::read_cp_checkpoint(path("m.ckpt.h5"), &info);
       EXPECT_EQ(info.iteration, ckpt_iter);
       const auto r = run(cp("--resume " + path("m.ckpt.h5") + " --out " + path("m2.h5") +
                             " --json " + path("resumed.json")));
@@ -161,6 +169,7 @@ class FaultDriver : public ::testing::Test {
 
   std::string backend_;
   int np_ = 2;
+  bool tucker_ = false;
   fs::path dir_;
   std::string tensor_;
 };
@@ -193,6 +202,11 @@ TEST_F(FaultDriver, ErrorOnOneRankIsItsOwnMessageOnly) {
 TEST_F(FaultDriver, DeviceOutOfMemoryOnOneRank) {
   if (backend_ != "cuda") GTEST_SKIP() << "oom fills a GPU: the cuda variant (gpu_faults_np2)";
   expect_fault("1:oom:kernel:2", "out of memory", 60, 1);
+}
+
+TEST_F(FaultDriver, TuckerRankKilledInItsTtmcEndsTheJobAndResumes) {
+  tucker_ = true;
+  expect_fault("1:kill:kernel:3", "ended without finishing", 60, 2);
 }
 
 TEST_F(FaultDriver, BadFaultAndWatchdogValuesAreOneLine) {
