@@ -159,7 +159,8 @@ void add_tuning_options(CLI::App* sub, kernels::Tuning& t, double& nccl_timeout_
               return "expected seconds >= 1 (0: no watchdog), got '" + v + "'";
             return {};
           },
-          "SECONDS"))
+          "0|>=1"))
+      ->type_name("FLOAT")
       ->default_val(30)
       ->group(group);
   // The combination, as the backend will check it, once every option is parsed: an
@@ -203,11 +204,14 @@ void add_checkpoint_options(CLI::App* sub, CheckpointArgs& a) {
             try {
               (void)util::fault::parse(v);
             } catch (const InputError& e) {
-              return e.what();
+              const std::string m = e.what();  // CLI11 names the option already
+              const std::string self = "--inject-fault ";
+              return m.rfind(self, 0) == 0 ? m.substr(self.size()) : m;
             }
             return {};
           },
-          "SPEC"))
+          ""))
+      ->type_name("RANK:KIND:POINT[:ITERATION]")
       ->group("Testing");
 }
 

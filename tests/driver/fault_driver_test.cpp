@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -137,6 +138,8 @@ class FaultDriver : public ::testing::Test {
     fs::remove(path("m.ckpt.h5"));
     const auto t = timed(cp("--out " + path("m.h5") + " --inject-fault " + spec + " " + extra));
     const std::string& out = t.r.out;
+    std::printf("[ fault    ] %s on %d %s rank(s): the job ended in %.2f s, status %d\n",
+                spec.c_str(), np_, backend_.c_str(), t.seconds, t.r.code);
     EXPECT_NE(t.r.code, 0) << out;
     EXPECT_NE(t.r.code, 124) << "the job hung: " << out;
     EXPECT_LT(t.seconds, limit) << out;
