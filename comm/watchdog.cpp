@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <random>
 #include <string>
@@ -180,6 +181,7 @@ struct Watchdog::State {
   std::mutex send_mutex;
   std::atomic<bool> stop{false};
   std::atomic<bool> quiet{false};
+  int wake[2] = {-1, -1};  // a byte written to wake[1] ends the thread's poll at once
   std::thread thread;
 
   bool same_host(int r) const {
@@ -240,6 +242,9 @@ struct Watchdog::State {
     // A stopped rank of this host would wait for ever (a launcher that ends the job kills it
     // too; one that does not would leave it): end it.
     if (!dead && same_host(r) && peers[r].pid > 0) ::kill(peers[r].pid, SIGKILL);
+    // When rank 0 failed, every other rank saw it: rank 1 prints; the others give it a second
+    // before their exit makes the launcher end the job.
+    if (!printer) std::this_thread::sleep_for(std::chrono::seconds(1));
     if (::ftrylockfile(stdout) == 0) {  // the lines already printed, unless the main thread
       std::fflush(stdout);              // is inside a print (then they are lost)
       ::funlockfile(stdout);
@@ -285,6 +290,10 @@ struct Watchdog::State {
     while (!stop.load()) {
       pfd.clear();
       pr.clear();
+      if (wake[0] >= 0) {
+        pfd.push_back({wake[0], POLLIN, 0});
+        pr.push_back(-1);
+      }
       for (int r = 0; r < size; ++r)
         if (fd[r] >= 0 && state[r] != PeerState::closed) {
           pfd.push_back({fd[r], POLLIN, 0});
@@ -298,9 +307,10 @@ struct Watchdog::State {
         for (double& t : last_seen) t = now;
       }
       last_tick = now;
+      if (stop.load()) break;
       for (std::size_t k = 0; k < pfd.size(); ++k) {
         const int r = pr[k];
-        if ((pfd[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        if (r < 0 || (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
         for (;;) {
           const ssize_t got = ::recv(fd[r], buf, sizeof buf, MSG_DONTWAIT);
           if (got > 0) {
@@ -388,8 +398,14 @@ Watchdog::Watchdog(MPI_Comm comm, double timeout_s) {
     } else {
       rv.port = ntohs(sa.sin_port);
       rv.naddr = local_addresses(rv.addr);
-      std::random_device rd;
-      rv.token = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+      try {
+        std::random_device rd;
+        rv.token = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+      } catch (const std::exception&) {  // no entropy source: the clock and the pid
+        rv.token = static_cast<std::uint64_t>(
+                       std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                   (static_cast<std::uint64_t>(::getpid()) << 40);
+      }
       std::snprintf(rv.host, kHostLen, "%s", me.host);
     }
   }
@@ -493,6 +509,7 @@ Watchdog::Watchdog(MPI_Comm comm, double timeout_s) {
   }
   const double t0 = now_s();
   for (double& t : s->last_seen) t = t0;
+  if (::pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0) s->wake[0] = s->wake[1] = -1;
   State* st = s.get();
   s->thread = std::thread([st] { st->loop(); });
   s_ = std::move(s);
@@ -504,7 +521,13 @@ Watchdog::~Watchdog() {
   bye.type = kBye;
   bye.rank = s_->rank;
   s_->stop = true;
+  if (s_->wake[1] >= 0) {
+    const char b = 1;
+    (void)!::write(s_->wake[1], &b, 1);
+  }
   if (s_->thread.joinable()) s_->thread.join();
+  for (int f : s_->wake)
+    if (f >= 0) ::close(f);
   s_->send_to_all(bye);
   for (int& f : s_->fd)
     if (f >= 0) ::close(f);
