@@ -162,6 +162,27 @@ void print_line(const std::string& line) {
   }
 }
 
+/// The running watchdog's wake pipe (write end), for the progress hook; -1: none.
+std::atomic<int> g_wake_fd{-1};
+/// When the hook last woke the thread (steady clock, nanoseconds).
+std::atomic<long long> g_last_wake_ns{0};
+
+/// util::fault's progress hook: a new iteration began. Wakes the watchdog's thread, at most
+/// every 100 ms, so that it sends a heartbeat naming the iteration at once (one atomic load
+/// and a clock read per iteration otherwise).
+void on_progress() {
+  const int fd = g_wake_fd.load(std::memory_order_relaxed);
+  if (fd < 0) return;
+  const long long now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+  long long last = g_last_wake_ns.load(std::memory_order_relaxed);
+  if (now - last < 100'000'000LL) return;
+  if (!g_last_wake_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+  const char b = 2;
+  (void)!::write(fd, &b, 1);  // non-blocking: a full pipe already wakes the thread
+}
+
 }  // namespace
 
 struct Watchdog::State {
@@ -308,6 +329,12 @@ struct Watchdog::State {
       }
       last_tick = now;
       if (stop.load()) break;
+      if (!pfd.empty() && pr[0] < 0 && (pfd[0].revents & POLLIN) != 0) {
+        char drain[64];
+        while (::read(wake[0], drain, sizeof drain) > 0) {
+        }
+        next_beat = 0;  // a new iteration: say so now
+      }
       for (std::size_t k = 0; k < pfd.size(); ++k) {
         const int r = pr[k];
         if (r < 0 || (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
@@ -512,6 +539,10 @@ Watchdog::Watchdog(MPI_Comm comm, double timeout_s) {
   if (::pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0) s->wake[0] = s->wake[1] = -1;
   State* st = s.get();
   s->thread = std::thread([st] { st->loop(); });
+  if (s->wake[1] >= 0) {
+    g_wake_fd.store(s->wake[1]);
+    util::fault::set_progress_hook(&on_progress);
+  }
   s_ = std::move(s);
 }
 
@@ -520,6 +551,8 @@ Watchdog::~Watchdog() {
   Msg bye;
   bye.type = kBye;
   bye.rank = s_->rank;
+  util::fault::set_progress_hook(nullptr);
+  g_wake_fd.store(-1);
   s_->stop = true;
   if (s_->wake[1] >= 0) {
     const char b = 1;

@@ -17,6 +17,7 @@ namespace tessera::util::fault {
 namespace {
 
 std::atomic<int> g_iteration{0};
+std::atomic<void (*)()> g_hook{nullptr};
 std::atomic<int> g_point{static_cast<int>(Point::none)};
 // The armed fault (this rank's only; g_armed false when none).
 std::atomic<bool> g_armed{false};
@@ -118,7 +119,12 @@ void arm(const Spec& s, int my_rank) {
 }
 
 void set_iteration(int iteration) {
-  g_iteration.store(iteration, std::memory_order_relaxed);
+  if (g_iteration.exchange(iteration, std::memory_order_relaxed) == iteration) return;
+  if (void (*hook)() = g_hook.load(std::memory_order_relaxed); hook != nullptr) hook();
+}
+
+void set_progress_hook(void (*hook)()) {
+  g_hook.store(hook);
 }
 int iteration() {
   return g_iteration.load(std::memory_order_relaxed);

@@ -49,8 +49,13 @@ const char* name(Point p);
 /// nothing). Replaces an earlier one; Spec{} disarms.
 void arm(const Spec& s, int my_rank);
 
-/// The iteration under way (1-based; 0 before the first). Set by the algorithms.
+/// The iteration under way (1-based; 0 before the first). Set by the algorithms; calls the
+/// progress hook (set_progress_hook) when the iteration changes.
 void set_iteration(int iteration);
+/// A function called (on the caller's thread) when set_iteration changes the iteration: the
+/// watchdog's, which sends a heartbeat early so that the last one names a recent iteration.
+/// It must be cheap and must not throw. nullptr: none.
+void set_progress_hook(void (*hook)());
 int iteration();
 
 /// Marks `p` as this rank's current point and fires the armed fault when it matches.
