@@ -151,6 +151,16 @@ bool send_msg(int fd, const Msg& m) {
   return left == 0;
 }
 
+/// Ends the process with status 1 from the watchdog's thread: stdout's buffered lines are
+/// flushed unless the main thread is inside a print (then they are lost, rather than wait).
+[[noreturn]] void exit_now() {
+  if (::ftrylockfile(stdout) == 0) {
+    std::fflush(stdout);
+    ::funlockfile(stdout);
+  }
+  std::_Exit(1);
+}
+
 /// Writes one line to stderr in one call (no stdio lock: the main thread may hold it).
 void print_line(const std::string& line) {
   const std::string s = line + "\n";
@@ -266,11 +276,7 @@ struct Watchdog::State {
     // When rank 0 failed, every other rank saw it: rank 1 prints; the others give it a second
     // before their exit makes the launcher end the job.
     if (!printer) std::this_thread::sleep_for(std::chrono::seconds(1));
-    if (::ftrylockfile(stdout) == 0) {  // the lines already printed, unless the main thread
-      std::fflush(stdout);              // is inside a print (then they are lost)
-      ::funlockfile(stdout);
-    }
-    std::_Exit(1);
+    exit_now();
   }
 
   void on_message(int from, const Msg& m, double now) {
@@ -292,15 +298,22 @@ struct Watchdog::State {
         }
         break;
       case kAbort:
-        // Rank 0 printed the job's message: end without another.
-        if (::ftrylockfile(stdout) == 0) {
-          std::fflush(stdout);
-          ::funlockfile(stdout);
-        }
-        std::_Exit(1);
+        exit_now();  // rank 0 printed the job's message: end without another
       default:
         break;
     }
+  }
+
+  /// Handles the whole messages received from rank r so far.
+  void drain(int r, double now) {
+    std::string& in = inbuf[static_cast<std::size_t>(r)];
+    std::size_t used = 0;
+    for (; in.size() - used >= sizeof(Msg); used += sizeof(Msg)) {
+      Msg m;
+      std::memcpy(&m, in.data() + used, sizeof m);
+      on_message(r, m, now);
+    }
+    in.erase(0, used);
   }
 
   void loop() {
@@ -348,24 +361,14 @@ struct Watchdog::State {
             // Closed. After a goodbye, or while the job ends anyway, that is expected.
             const PeerState was = state[r];
             state[r] = PeerState::closed;
-            while (inbuf[r].size() >= sizeof(Msg)) {  // what it said last
-              Msg m;
-              std::memcpy(&m, inbuf[r].data(), sizeof m);
-              inbuf[r].erase(0, sizeof m);
-              on_message(r, m, now);
-            }
+            drain(r, now);  // what it said last
             const bool bye = was == PeerState::done || state[r] == PeerState::done;
             if (!bye && !quiet.load() && !stop.load() && util::stop_signal_seen() == 0)
               end_job(r, true, 0);
           }
           break;
         }
-        while (inbuf[r].size() >= sizeof(Msg)) {
-          Msg m;
-          std::memcpy(&m, inbuf[r].data(), sizeof m);
-          inbuf[r].erase(0, sizeof m);
-          on_message(r, m, now);
-        }
+        drain(r, now);
       }
       if (now >= next_beat) {
         Msg m;

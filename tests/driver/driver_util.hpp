@@ -7,7 +7,11 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
+#include <random>
+#include <set>
 #include <string>
+#include <tuple>
 
 namespace tessera::test {
 
@@ -32,6 +36,23 @@ inline Run run(const std::string& cmd) {
 /// Whether `s` holds `what`.
 inline bool contains(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;
+}
+
+/// Writes `count` distinct random coordinates of a d0 x d1 x d2 tensor (FROSTT text, 1-based)
+/// with values in [0.5, 1.5) to `path`: a small tensor whose iterations are quick.
+inline void write_random_tns(const std::string& path, unsigned seed, std::size_t count, int d0,
+                             int d1, int d2) {
+  std::ofstream f(path);
+  std::mt19937 gen(seed);
+  std::set<std::tuple<int, int, int>> seen;
+  while (seen.size() < count) {
+    const auto c = std::make_tuple(1 + static_cast<int>(gen() % static_cast<unsigned>(d0)),
+                                   1 + static_cast<int>(gen() % static_cast<unsigned>(d1)),
+                                   1 + static_cast<int>(gen() % static_cast<unsigned>(d2)));
+    if (!seen.insert(c).second) continue;
+    f << std::get<0>(c) << ' ' << std::get<1>(c) << ' ' << std::get<2>(c) << ' '
+      << 0.5 + static_cast<double>(gen() % 1000) / 1000.0 << '\n';
+  }
 }
 
 inline std::string tessera() {

@@ -20,12 +20,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <regex>
-#include <set>
 #include <sstream>
 #include <string>
-#include <tuple>
 
 #include "driver_util.hpp"
 #include "io/checkpoint.hpp"
@@ -76,17 +73,7 @@ class FaultDriver : public ::testing::Test {
     fs::create_directories(dir_);
     // A small random tensor (distinct coordinates, 1-based): every iteration is quick.
     tensor_ = path("x.tns");
-    std::ofstream f(tensor_);
-    std::mt19937 gen(11);
-    std::set<std::tuple<int, int, int>> seen;
-    while (seen.size() < 1500) {
-      const auto c =
-          std::make_tuple(1 + static_cast<int>(gen() % 40), 1 + static_cast<int>(gen() % 30),
-                          1 + static_cast<int>(gen() % 25));
-      if (!seen.insert(c).second) continue;
-      f << std::get<0>(c) << ' ' << std::get<1>(c) << ' ' << std::get<2>(c) << ' '
-        << 0.5 + static_cast<double>(gen() % 1000) / 1000.0 << '\n';
-    }
+    ::tessera::test::write_random_tns(tensor_, 11, 1500, 40, 30, 25);
   }
   void TearDown() override {
     if (!dir_.empty()) fs::remove_all(dir_);

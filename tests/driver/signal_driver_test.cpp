@@ -17,12 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
-#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
-#include <tuple>
 
 #include "driver_util.hpp"
 #include "io/checkpoint.hpp"
@@ -112,17 +109,7 @@ class SignalDriver : public ::testing::Test {
     fs::create_directories(dir_);
     // A small random tensor (distinct coordinates, 1-based): every iteration is quick.
     tensor_ = path("x.tns");
-    std::ofstream f(tensor_);
-    std::mt19937 gen(7);
-    std::set<std::tuple<int, int, int>> seen;
-    while (seen.size() < 800) {
-      const auto c =
-          std::make_tuple(1 + static_cast<int>(gen() % 30), 1 + static_cast<int>(gen() % 25),
-                          1 + static_cast<int>(gen() % 20));
-      if (!seen.insert(c).second) continue;
-      f << std::get<0>(c) << ' ' << std::get<1>(c) << ' ' << std::get<2>(c) << ' '
-        << 0.5 + static_cast<double>(gen() % 1000) / 1000.0 << '\n';
-    }
+    ::tessera::test::write_random_tns(tensor_, 7, 800, 30, 25, 20);
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
