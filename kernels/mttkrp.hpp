@@ -25,6 +25,11 @@ namespace reference {
 template <typename T>
 void mttkrp(const SparseTensor<T>& x, int mode, const std::vector<const T*>& factors, int R,
             T* out);
+/// ops::completion_rows on the COO: out (dims[mode] x R) the MTTKRP, grams (dims[mode] x
+/// R(R+1)/2) each row's packed sum of h h^T over its stored entries (values not read).
+template <typename T>
+void completion_rows(const SparseTensor<T>& x, int mode, const std::vector<const T*>& factors,
+                     int R, T* out, T* grams);
 }  // namespace reference
 
 namespace cpu {

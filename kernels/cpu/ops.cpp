@@ -108,6 +108,65 @@ TESSERA_INSTANTIATE_OP(TESSERA_PREPARE_STREAM_CHUNK_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_TAKE_ACCUMULATE_TIMES_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_ROW_GRAMS_OP);
+
+template <typename T>
+bool fuses_completion(const Backend<T>& be, int R) {
+  (void)be, (void)R;  // the pattern's wide MTTKRP on the CSF trees, on every thread
+  return false;
+}
+TESSERA_INSTANTIATE_OP(TESSERA_FUSES_COMPLETION_OP);
+
+/// Not the cpu backend's path (fuses_completion is false: completion runs the pattern's wide
+/// MTTKRP on every thread); kept whole for the op's contract: one thread walks the tree
+/// rooted at `mode`, the Hadamard products of the factor rows carried down its levels, sums
+/// in double.
+template <typename T>
+void completion_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                     const std::vector<const T*>& factors, int R, T* out, T* grams) {
+  (void)be;
+  const CpuTensor<T>& h = cpu_handle(x);
+  Timer timer;
+  const CsfTree<T>& t = h.csf().tree(mode);
+  const int N = t.order;
+  const auto Rs = static_cast<std::size_t>(R);
+  const std::size_t W = Rs * (Rs + 1) / 2;
+  const auto rows = static_cast<std::size_t>(h.csf().dims()[static_cast<std::size_t>(mode)]);
+  std::vector<double> m(rows * Rs, 0.0), g(rows * W, 0.0);
+  std::vector<std::vector<double>> part(static_cast<std::size_t>(N), std::vector<double>(Rs, 1.0));
+  std::size_t row = 0;
+  auto leaf = [&](const std::vector<double>& hv, double v) {
+    double* mo = m.data() + row * Rs;
+    double* go = g.data() + row * W;
+    for (std::size_t a = 0, e = 0; a < Rs; ++a) {
+      mo[a] += v * hv[a];
+      for (std::size_t b = a; b < Rs; ++b) go[e++] += hv[a] * hv[b];
+    }
+  };
+  auto visit = [&](auto&& self, int level, csf_ptr_t node) -> void {
+    const auto l = static_cast<std::size_t>(level);
+    const T* frow = factors[static_cast<std::size_t>(t.mode_at_level[l])] +
+                    static_cast<std::size_t>(t.fids[l][static_cast<std::size_t>(node)]) * Rs;
+    for (std::size_t r = 0; r < Rs; ++r)
+      part[l][r] = (level == 1 ? 1.0 : part[l - 1][r]) * static_cast<double>(frow[r]);
+    if (level == N - 1)
+      return leaf(part[l], static_cast<double>(t.vals[static_cast<std::size_t>(node)]));
+    for (csf_ptr_t c = t.fptr[l][static_cast<std::size_t>(node)];
+         c < t.fptr[l][static_cast<std::size_t>(node) + 1]; ++c)
+      self(self, level + 1, c);
+  };
+  for (std::size_t root = 0; root < t.nodes(0); ++root) {
+    row = static_cast<std::size_t>(t.fids[0][root]);
+    if (N == 1) {
+      leaf(part[0], static_cast<double>(t.vals[root]));  // h: a row of ones
+      continue;
+    }
+    for (csf_ptr_t c = t.fptr[0][root]; c < t.fptr[0][root + 1]; ++c) visit(visit, 1, c);
+  }
+  for (std::size_t k = 0; k < rows * Rs; ++k) out[k] = static_cast<T>(m[k]);
+  for (std::size_t k = 0; k < rows * W; ++k) grams[k] = static_cast<T>(g[k]);
+  h.record_compute(timer.seconds());
+}
+TESSERA_INSTANTIATE_OP(TESSERA_COMPLETION_ROWS_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_TTMC_ROWS_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_TTMC_SCRATCH_BYTES_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_TTMC_OP);

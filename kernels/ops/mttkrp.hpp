@@ -67,8 +67,28 @@
                  const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R, \
                  T* out)
 
+/// Whether completion_rows() has a one-pass kernel on this backend at rank R: the cuda
+/// backend in float with tensor cores (not --tensor-cores off) at R <= 32, and the reference
+/// backend (a plain loop, for tests). Where it has, completion CP prepares one copy of its
+/// block (rows whole, data values) instead of the data's and the pattern's.
+#define TESSERA_FUSES_COMPLETION_OP(T) bool fuses_completion(const Backend<T>& be, int R)
+
+/// Completion CP's two sums over the stored entries of x in one pass: out (dims[mode] x R,
+/// overwritten) = the MTTKRP of x (as mttkrp()), grams (dims[mode] x R(R+1)/2, overwritten)
+/// row i = the sum over the stored entries in row i of h h^T, packed as linalg::pack_outer
+/// packs it: the values of x are not read for it (the Grams are x's pattern's, as
+/// row_grams() of a copy whose values are 1). Only where fuses_completion(be, R): the cuda
+/// backend's tensor-core row-Gram kernel also sums x_k h on its CUDA cores
+/// (kernels/cuda/mttkrp/row_grams.cu); the reference backend loops over the nonzeros; the
+/// cpu backend (which does not fuse) runs the reference loop.
+#define TESSERA_COMPLETION_ROWS_OP(T)                                      \
+  void completion_rows(Backend<T>& be, const TensorHandle<T>& x, int mode, \
+                       const std::vector<const T*>& factors, int R, T* out, T* grams)
+
 namespace tessera::kernels {
 
+TESSERA_DECLARE_OP(TESSERA_FUSES_COMPLETION_OP)
+TESSERA_DECLARE_OP(TESSERA_COMPLETION_ROWS_OP)
 TESSERA_DECLARE_OP(TESSERA_MTTKRP_OP)
 TESSERA_DECLARE_OP(TESSERA_MTTKRP_ACCUMULATE_OP)
 TESSERA_DECLARE_OP(TESSERA_PREPARE_STREAM_CHUNK_OP)
@@ -104,6 +124,15 @@ inline TESSERA_ROW_GRAMS_OP(T) {
   if (const StreamedOps<T>* s = x.streamed())
     return s->mttkrp(be, mode, packed, R * (R + 1) / 2, out);
   TESSERA_DISPATCH(be, row_grams, x, mode, factors, packed, R, out);
+}
+template <typename T>
+inline TESSERA_FUSES_COMPLETION_OP(T) {
+  TESSERA_DISPATCH(be, fuses_completion, R);
+}
+template <typename T>
+inline TESSERA_COMPLETION_ROWS_OP(T) {
+  TESSERA_EXPECTS(x.streamed() == nullptr, "completion_rows on a streamed handle");
+  TESSERA_DISPATCH(be, completion_rows, x, mode, factors, R, out, grams);
 }
 
 }  // namespace ops

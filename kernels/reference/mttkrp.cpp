@@ -86,6 +86,44 @@ void mttkrp(const SparseTensor<T>& x, int mode, const std::vector<const T*>& fac
   for (std::size_t k = 0; k < rows * Rs; ++k) out[k] = static_cast<T>(acc[k]);
 }
 
+/// ops::completion_rows on a COO: out = the MTTKRP of x, grams row i = sum over the stored
+/// entries in row i of h h^T packed (values not read), in double.
+template <typename T>
+void completion_rows(const SparseTensor<T>& x, int mode, const std::vector<const T*>& factors,
+                     int R, T* out, T* grams) {
+  const int N = x.order();
+  TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " outside 0.." << N - 1);
+  TESSERA_EXPECTS(R >= 1, "rank R must be positive, got " << R);
+  TESSERA_EXPECTS(static_cast<int>(factors.size()) == N,
+                  "need one factor pointer per mode: " << factors.size() << " for order " << N);
+  const std::size_t rows = static_cast<std::size_t>(x.dims[mode]);
+  const std::size_t Rs = static_cast<std::size_t>(R);
+  const std::size_t W = Rs * (Rs + 1) / 2;
+  std::vector<double> m(rows * Rs, 0.0), g(rows * W, 0.0), h(Rs);
+  for (nnz_t k = 0; k < x.nnz(); ++k) {
+    std::fill(h.begin(), h.end(), 1.0);
+    for (int n = 0; n < N; ++n) {
+      if (n == mode) continue;
+      const T* row = factors[n] + static_cast<std::size_t>(x.idx[n][k]) * Rs;
+      for (std::size_t r = 0; r < Rs; ++r) h[r] *= static_cast<double>(row[r]);
+    }
+    const auto i = static_cast<std::size_t>(x.idx[mode][k]);
+    const double v = static_cast<double>(x.vals[k]);
+    double* mo = m.data() + i * Rs;
+    double* go = g.data() + i * W;
+    for (std::size_t a = 0, e = 0; a < Rs; ++a) {
+      mo[a] += v * h[a];
+      for (std::size_t b = a; b < Rs; ++b) go[e++] += h[a] * h[b];
+    }
+  }
+  for (std::size_t k = 0; k < rows * Rs; ++k) out[k] = static_cast<T>(m[k]);
+  for (std::size_t k = 0; k < rows * W; ++k) grams[k] = static_cast<T>(g[k]);
+}
+
+template void completion_rows<float>(const SparseTensor<float>&, int,
+                                     const std::vector<const float*>&, int, float*, float*);
+template void completion_rows<double>(const SparseTensor<double>&, int,
+                                      const std::vector<const double*>&, int, double*, double*);
 template void mttkrp<float>(const SparseTensor<float>&, int, const std::vector<const float*>&, int,
                             float*);
 template void mttkrp<double>(const SparseTensor<double>&, int, const std::vector<const double*>&,
@@ -111,6 +149,24 @@ void row_grams(Backend<T>& be, const TensorHandle<T>& x, int mode,
   reference::mttkrp(be, x, mode, packed, R * (R + 1) / 2, out);
 }
 TESSERA_INSTANTIATE_OP(TESSERA_ROW_GRAMS_OP);
+
+template <typename T>
+bool fuses_completion(const Backend<T>& be, int R) {
+  (void)be;
+  return R >= 1;
+}
+TESSERA_INSTANTIATE_OP(TESSERA_FUSES_COMPLETION_OP);
+
+template <typename T>
+void completion_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                     const std::vector<const T*>& factors, int R, T* out, T* grams) {
+  (void)be;
+  const ReferenceTensor<T>& h = reference_handle(x);
+  Timer t;
+  completion_rows(h.coo(), mode, factors, R, out, grams);
+  h.record_compute(t.seconds());
+}
+TESSERA_INSTANTIATE_OP(TESSERA_COMPLETION_ROWS_OP);
 
 }  // namespace reference
 }  // namespace tessera::kernels

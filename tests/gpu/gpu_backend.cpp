@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_backend_fixture.hpp"
@@ -168,6 +169,70 @@ TYPED_TEST(CudaBackendTest, RowGramsMatchThePatternMttkrp) {
   auto classic = make_backend<T>(BackendKind::cuda, 0, t);
   for (int R : {5, 16, 32}) expect_row_grams_match(*classic, *this->ref_, big, R, ++seed);
   expect_row_grams_match(*classic, *this->ref_, skew, 32, ++seed);
+}
+
+/// Completion's fused pass (ops::completion_rows: the MTTKRP of the values and the pattern's
+/// row Grams at once) against the reference's, every mode, outputs poisoned; the copy is
+/// prepared as completion prepares it (rows whole: Workload::ttmc), resident and in tier-2
+/// chunks. The cuda backend fuses in float with tensor cores at R <= 32 only.
+template <typename T>
+void expect_completion_rows_match(Backend<T>& gpu, Backend<T>& ref, const SparseTensor<T>& x, int R,
+                                  std::uint64_t seed, bool tier2 = false) {
+  const int N = x.order();
+  const std::size_t W = static_cast<std::size_t>(R) * (R + 1) / 2;
+  gpu.set_workload(Workload::ttmc);
+  auto hg = gpu.prepare(x);
+  const std::size_t budget = tier2 ? hg->bytes() / 4 : 0;  // four chunks or more a mode
+  if (tier2) {
+    gpu.set_memory_budget(budget);
+    hg = gpu.prepare(x);
+    gpu.set_memory_budget(0);
+  }
+  gpu.set_workload(Workload::mttkrp);
+  ASSERT_EQ(hg->tier(), tier2 ? 2 : 1);
+  auto hr = ref.prepare(x);
+  const auto fg = random_factors(gpu, x.dims, R, seed);
+  const auto fr = random_factors(ref, x.dims, R, seed);
+  for (int mode = 0; mode < N; ++mode) {
+    const auto rows = static_cast<std::size_t>(x.dims[static_cast<std::size_t>(mode)]);
+    auto mg = poisoned(gpu, rows * R), gg = poisoned(gpu, rows * W);
+    auto mr = poisoned(ref, rows * R), gr = poisoned(ref, rows * W);
+    ops::completion_rows(gpu, *hg, mode, fg.ptrs, R, mg.data(), gg.data());
+    ops::completion_rows(ref, *hr, mode, fr.ptrs, R, mr.data(), gr.data());
+    const std::string what = "order " + std::to_string(N) + " mode " + std::to_string(mode) +
+                             " R " + std::to_string(R) + " nnz " + std::to_string(x.nnz()) +
+                             " budget " + std::to_string(budget);
+    EXPECT_LT(rel_error(downloaded(gpu, mg.data(), rows * R), downloaded(ref, mr.data(), rows * R)),
+              tol<T>())
+        << "MTTKRP, " << what;
+    EXPECT_LT(rel_error(downloaded(gpu, gg.data(), rows * W), downloaded(ref, gr.data(), rows * W)),
+              tol<T>())
+        << "Grams, " << what;
+  }
+}
+
+TYPED_TEST(CudaBackendTest, CompletionRowsMatchTheReference) {
+  using T = TypeParam;
+  Backend<T>& gpu = *this->gpu_;
+  EXPECT_EQ(ops::fuses_completion(gpu, 16), (std::is_same_v<T, float>));
+  EXPECT_FALSE(ops::fuses_completion(gpu, 33));
+  Tuning off;
+  off.tensor_cores = TensorCores::off;
+  EXPECT_FALSE(ops::fuses_completion(*make_backend<T>(BackendKind::cuda, 0, off), 16));
+  if (!std::is_same_v<T, float>) return;  // completion keeps the pattern's copy in double
+  std::uint64_t seed = 900;
+  const auto x3 = random_tensor<T>({40, 30, 35}, 4000, ++seed);
+  const auto x4 = random_tensor<T>({12, 9, 15, 7}, 2500, ++seed);
+  const auto big = random_tensor<T>({300, 200, 50}, 400000, ++seed);
+  const auto skew = random_tensor<T>({3000, 40, 30}, 60000, ++seed, 0);
+  for (int R : {1, 5, 8, 13, 16, 32}) {
+    expect_completion_rows_match(gpu, *this->ref_, x3, R, ++seed);
+    expect_completion_rows_match(gpu, *this->ref_, x4, R, ++seed);
+  }
+  for (int R : {16, 32}) expect_completion_rows_match(gpu, *this->ref_, big, R, ++seed);
+  expect_completion_rows_match(gpu, *this->ref_, skew, 16, ++seed);
+  // Tier 2: the copies streamed in chunks (the large slice cut between chunks).
+  expect_completion_rows_match(gpu, *this->ref_, skew, 16, ++seed, true);
 }
 
 TYPED_TEST(CudaBackendTest, MttkrpEmptyAndSingle) {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -152,6 +153,61 @@ TYPED_TEST(KernelOps, MttkrpThroughTheDispatcherIsTheBackendsOwn) {
           direct_mttkrp(*be, *h, mode, pointers(A, mode), R, want.data());
           ASSERT_TRUE(all_finite(want)) << what;
           EXPECT_TRUE(same_bits(got, want)) << what;
+        }
+      }
+    }
+  }
+}
+
+/// Completion's fused pass (ops::completion_rows) equals, on each host backend, its MTTKRP of
+/// the tensor and its row Grams of a copy whose values are 1 (the pattern), orders 1-4, R up
+/// to 33; only the reference backend says it fuses.
+TYPED_TEST(KernelOps, CompletionRowsAreTheMttkrpAndThePatternsGrams) {
+  using T = TypeParam;
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+  const std::vector<std::vector<std::uint64_t>> shapes = {{25}, {30, 20, 10}, {9, 7, 8, 6}};
+  for (auto& be : host_backends<T>()) {
+    EXPECT_EQ(ops::fuses_completion(*be, 16), be->kind() == BackendKind::reference);
+    for (const auto& dims : shapes) {
+      const auto x = random_tensor<T>(dims, 300, rng);
+      auto ones = x;
+      std::fill(ones.vals.begin(), ones.vals.end(), T(1));
+      auto h = be->prepare(x);
+      auto hp = be->prepare(ones);
+      for (int R : {1, 5, 33}) {
+        const auto W = static_cast<std::size_t>(R) * (R + 1) / 2;
+        std::vector<std::vector<T>> A, P;
+        for (auto d : dims) {
+          A.push_back(random_values<T>(static_cast<std::size_t>(d) * R, rng));
+          P.emplace_back(static_cast<std::size_t>(d) * W);
+          ops::pack_outer(*be, A.back().data(), static_cast<std::int64_t>(d), R, P.back().data());
+        }
+        for (int mode = 0; mode < x.order(); ++mode) {
+          const std::string what = be->name() + " order " + std::to_string(x.order()) + " mode " +
+                                   std::to_string(mode) + " R " + std::to_string(R) + ", seed " +
+                                   std::to_string(seed);
+          const auto rows = static_cast<std::size_t>(dims[static_cast<std::size_t>(mode)]);
+          auto m = poisoned<T>(rows * R), g = poisoned<T>(rows * W);
+          auto m_want = poisoned<T>(rows * R), g_want = poisoned<T>(rows * W);
+          ops::completion_rows(*be, *h, mode, pointers(A, mode), R, m.data(), g.data());
+          ops::mttkrp(*be, *h, mode, pointers(A, mode), R, m_want.data());
+          ops::row_grams(*be, *hp, mode, pointers(A, mode), pointers(P, mode), R, g_want.data());
+          ASSERT_TRUE(all_finite(m) && all_finite(g)) << what;
+          double em = 0, nm = 0, eg = 0, ng = 0;
+          for (std::size_t k = 0; k < m.size(); ++k) {
+            em = std::max(em, std::abs(double(m[k]) - double(m_want[k])));
+            nm = std::max(nm, std::abs(double(m_want[k])));
+          }
+          for (std::size_t k = 0; k < g.size(); ++k) {
+            eg = std::max(eg, std::abs(double(g[k]) - double(g_want[k])));
+            ng = std::max(ng, std::abs(double(g_want[k])));
+          }
+          EXPECT_GT(nm, 0.0) << what;  // real outputs, not zeros
+          EXPECT_GT(ng, 0.0) << what;
+          EXPECT_LE(em, tol * nm) << what;
+          EXPECT_LE(eg, tol * ng) << what;
         }
       }
     }

@@ -392,5 +392,37 @@ TEST(Planner, HoldoutCountsTheTrainingViewForEverySolver) {
   }
 }
 
+/// Completion on the cuda backend in float with tensor cores at R <= 32 fuses the MTTKRP and
+/// the rows' Grams on one copy of the block (ops::fuses_completion): the plan counts the
+/// Grams' output and its reduction buffer, not a second copy and the packed outer products,
+/// which it still counts in double, with --tensor-cores off and above R 32.
+TEST(Planner, FusedCompletionCountsOneCopy) {
+  const auto t = store({12092, 9184, 28818}, 76900000);
+  for (int R : {16, 32, 40}) {
+    for (bool tc : {true, false}) {
+      SCOPED_TRACE("R " + std::to_string(R) + (tc ? " tensor cores" : " --tensor-cores off"));
+      Request r = cuda_cp(R);
+      r.tensor_cores = tc;
+      r.tier1_only = true;
+      r.tier1_why = "--observed-only";
+      r.completion = true;
+      const Plan p = make_plan(r, t, limits(256 * kGiB, 140 * kGiB));
+      ASSERT_TRUE(p.fits);
+      const Component* c = part(p, "completion");
+      const Component* copies = part(p, "sorted copies");
+      ASSERT_NE(c, nullptr);
+      ASSERT_NE(copies, nullptr);
+      const std::uint64_t W = static_cast<std::uint64_t>(R) * (R + 1) / 2;
+      const std::uint64_t grams = 28818ull * W * 4 * 2;
+      if (tc && R <= 32) {
+        EXPECT_EQ(c->device, grams);
+        EXPECT_NE(c->name.find("fused"), std::string::npos) << c->name;
+      } else {
+        EXPECT_EQ(c->device, copies->device + (12092ull + 9184 + 28818) * W * 4 + grams);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::plan

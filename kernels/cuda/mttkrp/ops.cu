@@ -30,6 +30,21 @@ void row_grams(Backend<T>& be, const TensorHandle<T>& x, int mode,
 TESSERA_INSTANTIATE_OP(TESSERA_ROW_GRAMS_OP);
 
 template <typename T>
+bool fuses_completion(const Backend<T>& be, int R) {
+  return cuda::fuses_completion<T>(executor(be).ctx(), R);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_FUSES_COMPLETION_OP);
+
+template <typename T>
+void completion_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                     const std::vector<const T*>& factors, int R, T* out, T* grams) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::completion_rows(ctx, x, mode, factors, R, out, grams);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_COMPLETION_ROWS_OP);
+
+template <typename T>
 void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,
                        const std::vector<const T*>& factors, int R, T* out, int sorted_mode) {
   CudaBackend<T>& b = executor(be);

@@ -57,6 +57,7 @@ struct GramParams {
   const void* vals;               ///< its values
   const void* factors[kMaxOrder];
   void* out;
+  void* rhs;  ///< completion_rows: the MTTKRP of the values (dims[mode] x R); else null
   std::int64_t nnz;
   int order;
   int mode;
@@ -182,11 +183,18 @@ constexpr int kGramTcBlocksPerSm = RP >= 32 ? 2 : 3;
 /// fragment for tile mt has h at columns 16 mt + g (+ 8) of nonzeros t (+ 4), which are its
 /// B fragments of tiles 2 mt and 2 mt + 1. A then reuses B's split: no multiply by the
 /// value, 4 splits per tile row fewer.
-template <int RP, bool kOrder3, bool kFull, bool kUnit>
+/// kRhs (ops::completion_rows): the values are the data's; the Grams are the pattern's (the
+/// values not read, A as for kUnit) and p.rhs gets the MTTKRP of the values, sum x_k h, on
+/// the CUDA cores: lane (g, t) adds x h at columns g + 8 q of its two nonzeros, and a flush
+/// sums the four lanes t of a column (two shuffles) and adds it with one atomic.
+template <int RP, bool kOrder3, bool kFull, bool kUnit, bool kRhs>
 __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm<RP>)
     row_grams_tc_kernel(const __grid_constant__ GramParams p) {
   constexpr int Q = RP / 8, MT = RP >= 16 ? RP / 16 : 1, NT = RP / 8;
   static_assert(!kUnit || RP >= 16, "kUnit takes A's columns 16 mt .. 16 mt + 15 from B's tiles");
+  static_assert(!(kUnit && kRhs), "kRhs reads the values as the data's");
+  constexpr bool kReuseA = kUnit || (kRhs && RP >= 16);  // A's fragments are B's
+  constexpr bool kWeighted = !kUnit && !kRhs;            // the Grams weighted by the values
   __shared__ index_t coords[kOrder3 ? 1 : kGramTcWarps][kOrder3 ? 1 : kMaxOrder][kWarp];
   const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
   const int wib = static_cast<int>(threadIdx.x) / kWarp;
@@ -212,9 +220,24 @@ __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm<RP>)
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+  float racc[kRhs ? Q : 1];
+#pragma unroll
+  for (int q = 0; q < (kRhs ? Q : 1); ++q) racc[q] = 0.f;
   index_t cur = 0;
   bool have = false;
-  auto flush = [&]() {
+  auto flush = [&]() {  // uniform over the warp (the shuffles of kRhs)
+    if constexpr (kRhs) {
+      float* ro = static_cast<float*>(p.rhs) +
+                  static_cast<std::size_t>(cur) * static_cast<std::size_t>(R) + g;
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        float v = racc[q];
+        v += __shfl_xor_sync(kFullMask, v, 1);
+        v += __shfl_xor_sync(kFullMask, v, 2);
+        if (t == 0 && col_ok(q)) atomicAdd(ro + 8 * q, v);
+        racc[q] = 0.f;
+      }
+    }
     float* o =
         static_cast<float*>(p.out) + static_cast<std::size_t>(cur) * static_cast<std::size_t>(p.W);
 #pragma unroll
@@ -312,17 +335,23 @@ __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm<RP>)
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) tf32::split(mk[h] ? hh[h][nt] : 0.f, bh[nt][h], bl[nt][h]);
+        if constexpr (kRhs) {
+#pragma unroll
+          for (int q = 0; q < Q; ++q)
+            racc[q] += (mk[0] ? v[0] * hh[0][q] : 0.f) + (mk[1] ? v[1] * hh[1][q] : 0.f);
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           std::uint32_t ah[4], al[4];
-          if constexpr (kUnit) {
+          if constexpr (kReuseA) {
             ah[0] = bh[2 * mt][0], al[0] = bl[2 * mt][0];
             ah[1] = bh[2 * mt + 1][0], al[1] = bl[2 * mt + 1][0];
             ah[2] = bh[2 * mt][1], al[2] = bl[2 * mt][1];
             ah[3] = bh[2 * mt + 1][1], al[3] = bl[2 * mt + 1][1];
           } else {
             auto col = [&](int h, int q) {
-              return q < Q && mk[h] ? v[h] * hh[h][q < Q ? q : 0] : 0.f;
+              const float w = kWeighted ? v[h] : 1.f;
+              return q < Q && mk[h] ? w * hh[h][q < Q ? q : 0] : 0.f;
             };
             tf32::split(col(0, 2 * mt), ah[0], al[0]);
             tf32::split(col(0, 2 * mt + 1), ah[1], al[1]);
@@ -339,26 +368,34 @@ __global__ void __launch_bounds__(kGramTcWarps* kWarp, kGramTcBlocksPerSm<RP>)
   if (have) flush();  // the last row may continue in the next tile
 }
 
-template <int RP, bool kUnit>
+template <int RP, bool kUnit, bool kRhs = false>
 void launch_row_grams_tc_rp(cudaStream_t stream, const GramParams& p, unsigned grid) {
   const bool order3 = p.order == 3, full = p.R == RP;
   const dim3 block(kGramTcWarps * kWarp);
   if (order3 && full)
-    row_grams_tc_kernel<RP, true, true, kUnit><<<grid, block, 0, stream>>>(p);
+    row_grams_tc_kernel<RP, true, true, kUnit, kRhs><<<grid, block, 0, stream>>>(p);
   else if (order3)
-    row_grams_tc_kernel<RP, true, false, kUnit><<<grid, block, 0, stream>>>(p);
+    row_grams_tc_kernel<RP, true, false, kUnit, kRhs><<<grid, block, 0, stream>>>(p);
   else
-    row_grams_tc_kernel<RP, false, false, kUnit><<<grid, block, 0, stream>>>(p);
+    row_grams_tc_kernel<RP, false, false, kUnit, kRhs><<<grid, block, 0, stream>>>(p);
 }
 
-/// unit: every value of the copy is 1 (CudaTensorHandle::unit_values).
+/// unit: every value of the copy is 1 (CudaTensorHandle::unit_values); p.rhs set: the values
+/// are the data's (completion_rows).
 void launch_row_grams_tc(cudaStream_t stream, const GramParams& p, bool unit) {
   const std::int64_t warps = (p.nnz + p.tile - 1) / p.tile;
   const std::int64_t blocks = (warps + kGramTcWarps - 1) / kGramTcWarps;
   TESSERA_EXPECTS(blocks <= std::numeric_limits<int>::max(),
                   p.nnz << " nonzeros exceed one launch; split the block");
   const auto grid = static_cast<unsigned>(blocks);
-  if (p.R <= 8)
+  if (p.rhs != nullptr) {
+    if (p.R <= 8)
+      launch_row_grams_tc_rp<8, false, true>(stream, p, grid);
+    else if (p.R <= 16)
+      launch_row_grams_tc_rp<16, false, true>(stream, p, grid);
+    else
+      launch_row_grams_tc_rp<32, false, true>(stream, p, grid);
+  } else if (p.R <= 8)
     launch_row_grams_tc_rp<8, false>(stream, p, grid);
   else if (p.R <= 16 && unit)
     launch_row_grams_tc_rp<16, true>(stream, p, grid);
@@ -371,31 +408,30 @@ void launch_row_grams_tc(cudaStream_t stream, const GramParams& p, bool unit) {
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
-
+/// The one-pass kernels over the copy of x sorted by `mode` (R <= 32): grams (dims[mode] x
+/// W, zeroed here) gets the rows' packed Grams, and rhs, where not null (the tensor-core
+/// kernel only), the MTTKRP of the values (zeroed here).
 template <typename T>
-void row_grams(Context& ctx, const TensorHandle<T>& xh, int mode,
-               const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R,
-               T* out) {
-  const int W = R * (R + 1) / 2;
-  if (R > kWarp) {  // the pattern's MTTKRP with the packed outer products
-    cuda::mttkrp(ctx, xh, mode, packed, W, out);
-    return;
-  }
+void grams_pass(Context& ctx, const TensorHandle<T>& xh, int mode,
+                const std::vector<const T*>& factors, int R, T* grams, T* rhs, bool tc) {
   GramParams p{};
   const CudaTensorHandle<T>& x = checked_handle(ctx, xh, mode, factors, R, p.factors);
   const int N = x.order();
-  p.out = out;
+  const int W = R * (R + 1) / 2;
+  p.out = grams;
+  p.rhs = rhs;
   p.order = N;
   p.mode = mode;
   p.R = R;
   p.W = W;
-  const std::size_t out_bytes =
-      static_cast<std::size_t>(x.dims()[mode]) * static_cast<std::size_t>(W) * sizeof(T);
+  const auto rows = static_cast<std::size_t>(x.dims()[mode]);
+  const std::size_t out_bytes = rows * static_cast<std::size_t>(W) * sizeof(T);
+  if (rhs != nullptr)
+    TESSERA_CUDA_CHECK(
+        cudaMemsetAsync(rhs, 0, rows * static_cast<std::size_t>(R) * sizeof(T), ctx.stream));
   const KernelSelection selection = kernel_selection(ctx.tuning);
-  const bool tc = std::is_same_v<T, float> && ctx.tuning.tensor_cores != TensorCores::off;
-  const bool unit = tc && x.unit_values();
-  over_copy(ctx, x, mode, out, out_bytes,
+  const bool unit = tc && rhs == nullptr && x.unit_values();
+  over_copy(ctx, x, mode, grams, out_bytes,
             [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool /*resident*/) {
               for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
               p.vals = vals;
@@ -411,8 +447,46 @@ void row_grams(Context& ctx, const TensorHandle<T>& xh, int mode,
                 launch_row_grams<T>(ctx.stream, p);
               }
             });
-  x.note_kernel(mode, tc ? "row Grams (fused, tensor cores 3xTF32)" : "row Grams (fused)", R,
-                selection);
+  x.note_kernel(mode,
+                rhs != nullptr ? "MTTKRP and row Grams (fused, tensor cores 3xTF32)"
+                : tc           ? "row Grams (fused, tensor cores 3xTF32)"
+                               : "row Grams (fused)",
+                R, selection);
+}
+
+/// Whether the tensor-core kernel takes this call (float, tensor cores not off).
+template <typename T>
+bool tc_grams(const Context& ctx) {
+  return std::is_same_v<T, float> && ctx.tuning.tensor_cores != TensorCores::off;
+}
+
+}  // namespace
+
+template <typename T>
+void row_grams(Context& ctx, const TensorHandle<T>& xh, int mode,
+               const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R,
+               T* out) {
+  if (R > kWarp) {  // the pattern's MTTKRP with the packed outer products
+    cuda::mttkrp(ctx, xh, mode, packed, R * (R + 1) / 2, out);
+    return;
+  }
+  grams_pass(ctx, xh, mode, factors, R, out, static_cast<T*>(nullptr), tc_grams<T>(ctx));
+}
+
+template <typename T>
+bool fuses_completion(const Context& ctx, int R) {
+  return tc_grams<T>(ctx) && R >= 1 && R <= kWarp;
+}
+
+template <typename T>
+void completion_rows(Context& ctx, const TensorHandle<T>& xh, int mode,
+                     const std::vector<const T*>& factors, int R, T* out, T* grams) {
+  TESSERA_EXPECTS(fuses_completion<T>(ctx, R),
+                  "completion_rows at R = " << R
+                                            << " without the fused kernel (float, tensor "
+                                               "cores, R <= 32): ask fuses_completion first");
+  TESSERA_EXPECTS(out != nullptr && grams != nullptr, "completion_rows needs both outputs");
+  grams_pass(ctx, xh, mode, factors, R, grams, out, true);
 }
 
 template void row_grams<float>(Context&, const TensorHandle<float>&, int,
@@ -421,5 +495,11 @@ template void row_grams<float>(Context&, const TensorHandle<float>&, int,
 template void row_grams<double>(Context&, const TensorHandle<double>&, int,
                                 const std::vector<const double*>&,
                                 const std::vector<const double*>&, int, double*);
+template bool fuses_completion<float>(const Context&, int);
+template bool fuses_completion<double>(const Context&, int);
+template void completion_rows<float>(Context&, const TensorHandle<float>&, int,
+                                     const std::vector<const float*>&, int, float*, float*);
+template void completion_rows<double>(Context&, const TensorHandle<double>&, int,
+                                      const std::vector<const double*>&, int, double*, double*);
 
 }  // namespace tessera::kernels::cuda

@@ -46,6 +46,12 @@ template <typename T>
 void row_grams(Context& ctx, const TensorHandle<T>& x, int mode,
                const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R,
                T* out);
+/// ops::fuses_completion and ops::completion_rows (mttkrp/row_grams.cu).
+template <typename T>
+bool fuses_completion(const Context& ctx, int R);
+template <typename T>
+void completion_rows(Context& ctx, const TensorHandle<T>& x, int mode,
+                     const std::vector<const T*>& factors, int R, T* out, T* grams);
 
 /// ops::ttmc_rows / ttmc_scratch_bytes / ttmc (ttmc/ttmc.cu). The handle keeps the
 /// row map of each mode after its first use.

@@ -8,6 +8,7 @@
 #include "algo/cp_constraints.hpp"
 #include "algo/cp_layout.hpp"
 #include "algo/workload_scope.hpp"
+#include "kernels/ops/mttkrp.hpp"
 #include "util/error.hpp"
 #include "util/fault.hpp"
 #include "util/rng.hpp"
@@ -98,6 +99,15 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   detail::Holdout hold;
   SparseTensor<T> view = detail::training_view(d, layer, lo, len, opt, &hold);
   if (opt.holdout > 0) detail::count_cold(&hold, ctrl);
+  if (opt.observed_only && kernels::ops::fuses_completion(be, opt.rank)) {
+    // One copy, rows whole as TTMc's and with the data's values: ops::completion_rows forms
+    // the MTTKRP and the rows' Grams (of the pattern: the values not read) in one pass. The
+    // loop knows it by the pattern handle being the data's.
+    const WorkloadScope<T> rows_whole(be, kernels::Workload::ttmc);
+    X = be.prepare(view);
+    return run_als(*X, dist, lay, be, ctrl, data, opt, setup_timer, X.get(),
+                   opt.holdout > 0 ? &hold : nullptr);
+  }
   X = be.prepare(view);
   if (opt.observed_only) {
     std::fill(view.vals.begin(), view.vals.end(), T(1));  // the pattern of the stored entries

@@ -108,6 +108,8 @@ class Als {
   const comm::Communicator& data_;
   const CpOptions& opt_;
   const kernels::TensorHandle<T>* Xones_;
+  /// Completion on one copy (Xones_ is X_): ops::completion_rows, no packed outer products.
+  const bool fused_;
   const Holdout* hold_;
   CpResult& res_;
   const int N_, R_, W_;
@@ -146,6 +148,7 @@ Als<T>::Als(const kernels::TensorHandle<T>& X, const partition::Distribution& di
       data_(data),
       opt_(opt),
       Xones_(Xones),
+      fused_(Xones != nullptr && Xones == &X),
       hold_(hold),
       res_(res),
       N_(dist.order()),
@@ -257,7 +260,7 @@ void Als<T>::allocate() {
   Aown_ = be_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_b, 1) * R));
   V_ = be_.allocate(static_cast<std::size_t>(R * R));
   if (opt_.observed_only) {
-    for (int n = 0; n < N; ++n) {
+    for (int n = 0; n < N && !fused_; ++n) {
       const auto& L = lay_[static_cast<std::size_t>(n)];
       P_.push_back(be_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(L.alloc, 1) * W_)));
       if (L.len > 0)
@@ -423,7 +426,10 @@ void Als<T>::mttkrp_step(int n, IterTimes& t) {
 
   Timer timer;
   util::fault::at(util::fault::Point::kernel);
-  kernels::ops::mttkrp(be_, X_, n, fptr_, R, M_.data());
+  if (fused_)  // the MTTKRP and the rows' Grams in one pass over the rows
+    kernels::ops::completion_rows(be_, X_, n, fptr_, R, M_.data(), MW_.data());
+  else
+    kernels::ops::mttkrp(be_, X_, n, fptr_, R, M_.data());
   if (c_ != 1.0) kernels::ops::scale_columns(be_, M_.data(), L.len, R, c_cols_.data());
   if (res_.tier > 1) {
     res_.stream_copy_seconds += X_.last_copy_seconds();
@@ -435,10 +441,12 @@ void Als<T>::mttkrp_step(int n, IterTimes& t) {
     be_.fill(M_.data() + L.len * R, static_cast<std::size_t>((L.alloc - L.len) * R), T(0));
   if (opt_.observed_only) {
     // The rows' packed Grams (the pattern's MTTKRP with the packed outer products, or one
-    // pass over the R-wide rows where the backend has it: ops::row_grams).
-    for (int m = 0; m < N_; ++m)
-      pptr_[static_cast<std::size_t>(m)] = P_[static_cast<std::size_t>(m)].data();
-    kernels::ops::row_grams(be_, *Xones_, n, fptr_, pptr_, R, MW_.data());
+    // pass over the R-wide rows where the backend has it: ops::row_grams); fused: above.
+    if (!fused_) {
+      for (int m = 0; m < N_; ++m)
+        pptr_[static_cast<std::size_t>(m)] = P_[static_cast<std::size_t>(m)].data();
+      kernels::ops::row_grams(be_, *Xones_, n, fptr_, pptr_, R, MW_.data());
+    }
     if (L.alloc > L.len)
       be_.fill(MW_.data() + L.len * W_, static_cast<std::size_t>((L.alloc - L.len) * W_), T(0));
   }
@@ -547,7 +555,7 @@ void Als<T>::share_step(int n, double& quad, IterTimes& t) {
     if (n == N_ - 1) ctrl_.allreduce(dots_.data(), static_cast<std::size_t>(R));
     if (n == N_ - 1 && opt_.observed_only) ctrl_.allreduce(&quad, 1);
   }
-  if (opt_.observed_only && L.len > 0)
+  if (opt_.observed_only && !fused_ && L.len > 0)
     kernels::ops::pack_outer(be_, A_[static_cast<std::size_t>(n)].data(), L.len, R,
                              P_[static_cast<std::size_t>(n)].data());
   be_.synchronize();

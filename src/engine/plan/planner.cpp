@@ -312,6 +312,13 @@ u64 completion_bytes(const Shape& s) {
   return add(mul(mul(s.sum_dims, W), v), mul(mul(mul(s.max_dim, W), v), 2));
 }
 
+/// The same where the MTTKRP and the Grams are fused (no packed outer products): the wide
+/// output and its reduction buffer.
+u64 completion_grams_bytes(const Shape& s) {
+  const u64 R = static_cast<u64>(std::max(s.R, 1));
+  return mul(mul(mul(s.max_dim, R * (R + 1) / 2), static_cast<u64>(s.v)), 2);
+}
+
 /// Host bytes of the ALS loop beside the backend's: the model in double, and (host
 /// backends) the loop's dense arrays, which then live on the host.
 u64 loop_host_bytes(const Request& req, const Shape& s) {
@@ -478,7 +485,13 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       // completion pattern and the CUDA libraries leave of the device limit, and at least
       // the device sort's peak. The prepare builds the tensor-core tile sets in what is left
       // under it (hybrid_build.cu), so they can never take the loop's room.
-      const u64 pattern = req.completion ? add(fmt, completion_bytes(s)) : 0;
+      // Completion where the backend fuses the MTTKRP and the rows' Grams (float, tensor
+      // cores, R <= 32: ops::fuses_completion) keeps one copy, rows whole, and no packed
+      // outer products: only the Grams' output and its reduction buffer.
+      const bool fused = req.completion && s.v == 4 && req.tensor_cores && s.R <= 32;
+      const u64 pattern = !req.completion ? 0
+                          : fused         ? completion_grams_bytes(s)
+                                          : add(fmt, completion_bytes(s));
       // The request's extra device parts (a benchmark's bandwidth probe) are counted beside
       // the tensor too, so the tile sets never take their room either.
       u64 extra_dev = 0;
@@ -496,7 +509,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       const HybridBound hy =
           prepares ? hybrid_bound(req, t, s, fmt, std::min<u64>(c.tensor_budget, steady_room))
                    : HybridBound{};
-      const u64 handles = req.completion ? 2 : 1;  // the completion pattern gets its own
+      const u64 handles = req.completion && !fused ? 2 : 1;  // a separate pattern: its own
       const u64 tiles = mul(hy.held, handles);
       // Prepare's transients (the device sort, then each mode's tile build beside the sets
       // built before it) come before the loop's arrays: counted beyond the steady state.
@@ -519,8 +532,9 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       if (req.gcp) c.parts.push_back(gcp_part);
       if (holdout) c.parts.push_back(holdout_part(req, s));
       if (req.completion)
-        c.parts.push_back({"completion: the pattern's sorted copies, packed Grams", s.coo, pattern,
-                           0, "host: the training block copy while preparing"});
+        c.parts.push_back({fused ? "completion: the rows' packed Grams (fused with the MTTKRP)"
+                                 : "completion: the pattern's sorted copies, packed Grams",
+                           s.coo, pattern, 0, "host: the training block copy while preparing"});
     } else {
       const u64 fmt = host_format_bytes(req.backend, s, s.n, t);
       c.parts.push_back({"input block (raw, kept for the run)", s.coo, 0, 0, c.load_how});
