@@ -39,6 +39,8 @@ enum class MttkrpKernel { automatic, classic };
 enum class TensorCores { automatic, on, off };
 /// Precision of the tensor-core MTTKRP tiles (--tc-precision).
 enum class TcPrecisionOption { automatic, tf32x3, tf32, bf16, fp64 };
+/// Precision of the factor rows the cuda blocked MTTKRP gathers (--gather-precision).
+enum class GatherPrecision { full, fp16, bf16 };
 /// Kernel of the cuda TTMc (--ttmc-kernel).
 enum class TtmcKernel { automatic, cores };
 
@@ -100,6 +102,13 @@ struct Names<TcPrecisionOption> {
       {TcPrecisionOption::tf32, "tf32"},
       {TcPrecisionOption::bf16, "bf16", "float tensors"},
       {TcPrecisionOption::fp64, "fp64", "double tensors"}};
+};
+template <>
+struct Names<GatherPrecision> {
+  static constexpr EnumName<GatherPrecision> all[] = {
+      {GatherPrecision::full, "full", "the factors' own precision"},
+      {GatherPrecision::fp16, "fp16", "half-precision copies (11-bit significands)"},
+      {GatherPrecision::bf16, "bf16", "bfloat16 copies (8-bit significands, float's range)"}};
 };
 template <>
 struct Names<TtmcKernel> {
@@ -177,6 +186,9 @@ struct Tuning {
   /// Density (nonzeros / 256) at or above which a 16 x 16 tile of a mode's hybrid layout
   /// goes to tensor cores, in (0, 1].
   double tc_tile_density = 0.25;
+  /// Precision of the factor rows the blocked kernel gathers (float tensors): reduced copies
+  /// made at each call, products and sums in float.
+  GatherPrecision gather_precision = GatherPrecision::full;
   // ---- cuda TTMc ----
   TtmcKernel ttmc_kernel = TtmcKernel::automatic;
   /// Nonzeros per TTMc warp tile (0: the built-in value; else a multiple of 32 in 64..65536).
@@ -264,6 +276,11 @@ inline constexpr auto kKnobs = std::make_tuple(
                  .shown = "(0, 1]",
                  .valid = [](double v) { return v > 0 && v <= 1; },
                  .schema_bounds = R"("exclusiveMinimum": 0, "maximum": 1)"},
+    Knob<GatherPrecision>{.key = "gather_precision",
+                          .field = &Tuning::gather_precision,
+                          .help = "cuda MTTKRP, float tensors: precision of the factor rows the "
+                                  "blocked kernel gathers, products and sums in float "
+                                  "(docs/reduced-precision.md; elsewhere full):"},
     Knob<TtmcKernel>{.key = "ttmc_kernel",
                      .field = &Tuning::ttmc_kernel,
                      .help = "cuda TTMc:",

@@ -7,6 +7,11 @@
 // The "no-reuse" floor instead charges every nonzero a gather of its N-1 factor rows.
 #include "kernels/ops/mttkrp.hpp"
 
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+
 #include "algo/cp_als.hpp"
 #include "bench/bench.hpp"
 #include "bench/harness.hpp"
@@ -40,6 +45,50 @@ kernels::Array<T> bench_factor(kernels::Backend<T>& be, std::uint64_t rows, int 
   auto f = be.allocate(h.size());
   be.upload(h.data(), h.size(), f.data());
   return f;
+}
+
+/// --gather-precision fp16 | bf16: each mode's MTTKRP with the 16-bit gathers against the
+/// same with float gathers (relative Frobenius error over the ranks' outputs), printed and in
+/// the record ("gather_relative_error", one per mode). The float kernel's own distance to
+/// double arithmetic is of float's rounding (tests/gpu: CudaBackendTest.ReducedGathers).
+template <typename T>
+void gather_error(Context<T>& c, const std::vector<const T*>& fp, kernels::Array<T>& out,
+                  std::uint64_t max_rows) {
+  auto& be = *c.cx.backend;
+  const kernels::Tuning low = be.tuning();
+  if (low.gather_precision == kernels::GatherPrecision::full || !std::is_same_v<T, float>) return;
+  kernels::Tuning full = low;
+  full.gather_precision = kernels::GatherPrecision::full;
+  const auto& X = *c.in.X;
+  const int N = static_cast<int>(c.in.dims.size()), R = c.a.rank;
+  std::vector<T> a(static_cast<std::size_t>(max_rows) * static_cast<std::size_t>(R)), b(a.size());
+  std::vector<double> errors;
+  for (int n = 0; n < N; ++n) {
+    const std::size_t len = static_cast<std::size_t>(c.in.dims[static_cast<std::size_t>(n)]) *
+                            static_cast<std::size_t>(R);
+    kernels::ops::mttkrp(be, X, n, fp, R, out.data());
+    be.download(out.data(), len, a.data());
+    be.set_tuning(full);
+    kernels::ops::mttkrp(be, X, n, fp, R, out.data());
+    be.download(out.data(), len, b.data());
+    be.set_tuning(low);
+    double sums[2] = {0, 0};  // |a - b|^2, |b|^2
+    for (std::size_t k = 0; k < len; ++k) {
+      const double d = static_cast<double>(a[k]) - static_cast<double>(b[k]);
+      sums[0] += d * d;
+      sums[1] += static_cast<double>(b[k]) * static_cast<double>(b[k]);
+    }
+    c.world.allreduce(sums, 2);
+    errors.push_back(sums[1] > 0 ? std::sqrt(sums[0] / sums[1]) : 0.0);
+  }
+  c.j["gather_precision"] = std::string(kernels::name_of(low.gather_precision));
+  c.j["gather_relative_error"] = errors;
+  if (log::rank() == 0) {
+    std::printf("--gather-precision %s: relative error against float gathers, per mode:",
+                std::string(kernels::name_of(low.gather_precision)).c_str());
+    for (double e : errors) std::printf(" %.3g", e);
+    std::printf("\n");
+  }
 }
 
 template <typename T>
@@ -103,6 +152,7 @@ void bench_mttkrp(Context<T>& c) {
   };
   run_modes(op, N, c.a.repeat, bw, c.world, c.j);
   if (log::rank() == 0) std::printf("measured bandwidth (the floor's): %.1f GB/s\n", bw / 1e9);
+  gather_error(c, fp, out, max_rows);
   flush();
   c.j["prepare_seconds"] = c.in.prepare_seconds;
 }

@@ -154,7 +154,8 @@ def _input_files(*paths):
 # cores (docs/tensor-core-mttkrp.md): tensor_cores ("auto" | "on" | "off"), tc_precision
 # ("auto": 3xtf32 for float, fp64 for double | "3xtf32" | "tf32" | "bf16" | "fp64") and
 # tc_tile_density (a number in (0, 1]: the density at or above which a 16 x 16 tile goes to
-# tensor cores).
+# tensor cores); gather_precision ("full" | "fp16" | "bf16": the factor rows the cuda
+# MTTKRP gathers, float tensors; docs/reduced-precision.md).
 TUNING = dict(_tessera.tuning_defaults(), nccl_timeout=1800.0)
 
 
@@ -304,8 +305,8 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
 
     Kernel tuning (keyword arguments, the CLI's "Kernel tuning" options; see TUNING and
     docs/python.md): cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel,
-    tensor_cores, tc_precision, tc_tile_density, ttmc_kernel, ttmc_tile, sptc_pool,
-    sptc_tc_threshold, cpu_isa, trace, nccl_timeout. tensor_cores ("auto" | "on" | "off"),
+    tensor_cores, tc_precision, tc_tile_density, gather_precision, ttmc_kernel, ttmc_tile,
+    sptc_pool, sptc_tc_threshold, cpu_isa, trace, nccl_timeout. tensor_cores ("auto" | "on" | "off"),
     tc_precision ("auto" | "3xtf32" | "tf32" | "bf16" | "fp64") and tc_tile_density (in
     (0, 1]) steer the cuda MTTKRP on tensor cores (docs/tensor-core-mttkrp.md); with a cuda
     backend the record's "tc_split" holds the split per mode.

@@ -284,9 +284,9 @@ TEST_F(CliHabits, ARetiredEnvironmentVariableIsNamedWithItsOption) {
 
 TEST_F(CliHabits, TheRunRecordHasTheTuningObject) {
   const std::vector<std::string> keys = {
-      "cuda_layout",       "cuda_block_rows", "cuda_l2_hint", "mttkrp_kernel", "tensor_cores",
-      "tc_precision",      "tc_tile_density", "ttmc_kernel",  "ttmc_tile",     "sptc_pool",
-      "sptc_tc_threshold", "cpu_isa",         "trace"};
+      "cuda_layout",  "cuda_block_rows",   "cuda_l2_hint",     "mttkrp_kernel", "tensor_cores",
+      "tc_precision", "tc_tile_density",   "gather_precision", "ttmc_kernel",   "ttmc_tile",
+      "sptc_pool",    "sptc_tc_threshold", "cpu_isa",          "trace"};
   struct Case {
     std::string name, args;
   };

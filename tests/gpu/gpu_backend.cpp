@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <string>
@@ -233,6 +234,82 @@ TYPED_TEST(CudaBackendTest, CompletionRowsMatchTheReference) {
   expect_completion_rows_match(gpu, *this->ref_, skew, 16, ++seed);
   // Tier 2: the copies streamed in chunks (the large slice cut between chunks).
   expect_completion_rows_match(gpu, *this->ref_, skew, 16, ++seed, true);
+}
+
+/// --gather-precision fp16 | bf16 (the blocked kernel reads 16-bit copies of the input
+/// factors): every mode against the reference backend (products and sums in double), orders
+/// 3-6, plain and l2 layouts, tier 2; the error is that of the 16-bit rows (above float's,
+/// below the bound) and describe() names the gathers. Double runs gather in double.
+TYPED_TEST(CudaBackendTest, ReducedGathers) {
+  using T = TypeParam;
+  std::uint64_t seed = 1300;
+  const auto x3 = random_tensor<T>({300, 200, 50}, 200000, ++seed);
+  const auto x4 = random_tensor<T>({40, 30, 35, 20}, 30000, ++seed);
+  const auto x6 = random_tensor<T>({9, 8, 7, 6, 8, 9}, 20000, ++seed);
+  const auto skew = random_tensor<T>({3000, 40, 30}, 60000, ++seed, 0);
+  for (const auto& [gp, bound] :
+       {std::pair{GatherPrecision::fp16, 2e-3}, std::pair{GatherPrecision::bf16, 2e-2}}) {
+    for (const char* layout : {"plain", "l2"}) {
+      Tuning t;
+      t.gather_precision = gp;
+      t.cuda_layout = parse_named<CudaLayout>(layout, "--cuda-layout");
+      auto gpu = make_backend<T>(BackendKind::cuda, 0, t);
+      for (const auto* x : {&x3, &x4, &x6, &skew}) {
+        for (int R : {4, 16, 32, 128}) {
+          auto hg = gpu->prepare(*x);
+          auto hr = this->ref_->prepare(*x);
+          const auto fg = random_factors(*gpu, x->dims, R, ++seed);
+          const auto fr = random_factors(*this->ref_, x->dims, R, seed);
+          for (int mode = 0; mode < x->order(); ++mode) {
+            const auto n = static_cast<std::size_t>(x->dims[static_cast<std::size_t>(mode)]) * R;
+            auto og = poisoned(*gpu, n);
+            auto orf = poisoned(*this->ref_, n);
+            ops::mttkrp(*gpu, *hg, mode, fg.ptrs, R, og.data());
+            ops::mttkrp(*this->ref_, *hr, mode, fr.ptrs, R, orf.data());
+            const double e =
+                rel_error(downloaded(*gpu, og.data(), n), downloaded(*this->ref_, orf.data(), n));
+            const std::string what = std::string(name_of(gp)) + " " + layout + " order " +
+                                     std::to_string(x->order()) + " mode " + std::to_string(mode) +
+                                     " R " + std::to_string(R) + ": " + hg->describe();
+            if (std::is_same_v<T, float>) {
+              EXPECT_LT(e, bound) << what;
+              EXPECT_GT(e, 1e-5) << "no 16-bit rounding seen: " << what;
+              EXPECT_NE(hg->describe().find(std::string(name_of(gp)) + " gathers"),
+                        std::string::npos)
+                  << what;
+              if (R == 32 && mode == 0)
+                std::printf("ReducedGathers: %s, %s layout, order %d, R 32, mode 0: %.3g\n",
+                            std::string(name_of(gp)).c_str(), layout, x->order(), e);
+            } else {
+              EXPECT_LT(e, tol<T>()) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (!std::is_same_v<T, float>) return;
+  // Tier 2: the copies streamed in chunks, 16-bit gathers in every chunk.
+  Tuning t;
+  t.gather_precision = GatherPrecision::fp16;
+  auto gpu = make_backend<T>(BackendKind::cuda, 0, t);
+  gpu->set_memory_budget(gpu->prepare(skew)->bytes() / 4);
+  auto hg = gpu->prepare(skew);
+  ASSERT_EQ(hg->tier(), 2);
+  auto hr = this->ref_->prepare(skew);
+  const auto fg = random_factors(*gpu, skew.dims, 32, ++seed);
+  const auto fr = random_factors(*this->ref_, skew.dims, 32, seed);
+  for (int mode = 0; mode < 3; ++mode) {
+    const auto n = static_cast<std::size_t>(skew.dims[static_cast<std::size_t>(mode)]) * 32;
+    auto og = poisoned(*gpu, n);
+    auto orf = poisoned(*this->ref_, n);
+    ops::mttkrp(*gpu, *hg, mode, fg.ptrs, 32, og.data());
+    ops::mttkrp(*this->ref_, *hr, mode, fr.ptrs, 32, orf.data());
+    const double e =
+        rel_error(downloaded(*gpu, og.data(), n), downloaded(*this->ref_, orf.data(), n));
+    EXPECT_LT(e, 2e-3) << "tier 2, mode " << mode;
+    EXPECT_GT(e, 1e-5) << "tier 2, mode " << mode;
+  }
 }
 
 TYPED_TEST(CudaBackendTest, MttkrpEmptyAndSingle) {

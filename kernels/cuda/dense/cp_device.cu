@@ -505,12 +505,16 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
       return false;
     }
     scratch_ = ctx_.scratch.get();
+    gathers_ = ctx_.gathers.get();
     small_ = ctx_.small.get();
     return true;
   }
   /// The captured kernels' scratch pointers still hold (another operation may have grown
   /// ctx.scratch between iterations, e.g. a checkpoint's download does not, a holdout does).
-  bool still_valid() const { return ctx_.scratch.get() == scratch_ && ctx_.small.get() == small_; }
+  bool still_valid() const {
+    return ctx_.scratch.get() == scratch_ && ctx_.small.get() == small_ &&
+           ctx_.gathers.get() == gathers_;
+  }
   void drop_graph() {
     if (exec_) TESSERA_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(exec_));
     exec_ = nullptr;
@@ -529,6 +533,7 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
   cudaStream_t side_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   const void* scratch_ = nullptr;
+  const void* gathers_ = nullptr;
   const void* small_ = nullptr;
   int calls_ = 0;
   std::string why_no_graph_;

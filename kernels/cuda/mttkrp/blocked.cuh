@@ -26,7 +26,14 @@
 //   the copy being sorted; in the l2 layout all four are compared) takes a straight-line
 //   path of FMAs; only a step with a row change walks its nonzeros one by one.
 // Order N = kNin + 1 is a template parameter (3 to 6): the mode loop is unrolled.
+// Reduced-precision gathers (--gather-precision fp16 | bf16, float only; G the stored type):
+// the input factors are read from 16-bit copies (Params::in_low, made by the caller), a
+// lane's V = 4 columns in one 8-byte load converted to float; the products and the sums
+// stay float. Half the bytes per gathered row, the same lanes and steps.
 #pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -52,6 +59,9 @@ struct Params {
   const index_t* rows = nullptr;       ///< output-mode coordinates
   const index_t* in_idx[kMaxIn] = {};  ///< coordinates of input slot s
   const T* in_fac[kMaxIn] = {};        ///< factor of input slot s (rows of R)
+  /// gather != full: 16-bit copies of in_fac (rows of R, 16-byte aligned), read instead.
+  const void* in_low[kMaxIn] = {};
+  GatherPrecision gather = GatherPrecision::full;
   const T* vals = nullptr;
   T* out = nullptr;  ///< rows of R, zeroed (or holding earlier chunks)
   std::int64_t nnz = 0;
@@ -97,6 +107,29 @@ __device__ __forceinline__ void gather(const T* p, std::uint64_t pol, T (&q)[kVe
         : "=d"(q[0]), "=d"(q[1])
         : "l"(p), "l"(pol));
   }
+}
+
+/// The 4 float columns at p of a 16-bit copy (G: __half or __nv_bfloat16; 8-byte aligned),
+/// optionally with an L2 cache policy.
+template <typename G, bool kHint>
+__device__ __forceinline__ void gather_low(const G* p, std::uint64_t pol, float (&q)[4]) {
+  uint2 v;
+  if constexpr (!kHint) {
+    v = __ldg(reinterpret_cast<const uint2*>(p));
+  } else {
+    asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+        : "=r"(v.x), "=r"(v.y)
+        : "l"(p), "l"(pol));
+  }
+  float2 a, b;
+  if constexpr (std::is_same_v<G, __half>) {
+    a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
+    b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+  } else {
+    a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
+    b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
+  }
+  q[0] = a.x, q[1] = a.y, q[2] = b.x, q[3] = b.y;
 }
 
 /// cp.async of one element (4 or 8 bytes, through L1); zero-fills the destination when !ok.
@@ -258,12 +291,15 @@ __device__ __forceinline__ void load_values(const T* sm_val, T (&val)[kStep]) {
 
 /// See the top of this file. kL2: the l2 layout: input slot 0 is the blocked mode (read
 /// with an L2 evict-last hint when p.hint), the rows are sorted only within a block, and
-/// every finished row is added with atomics. kAcc: Params::accumulate.
-template <typename T, int kNin, bool kL2, bool kAcc = false>
+/// every finished row is added with atomics. kAcc: Params::accumulate. G: the type of the
+/// gathered factor rows (T, or a 16-bit copy for float T: p.in_low).
+template <typename T, int kNin, bool kL2, bool kAcc = false, typename G = T>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
     mttkrp_blocked_kernel(const __grid_constant__ Params<T> p) {
   constexpr int V = kVec<T>;
   constexpr int U = kStep;
+  constexpr bool kLow = !std::is_same_v<G, T>;
+  static_assert(!kLow || std::is_same_v<T, float>, "16-bit gathers of float factors only");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const WarpTile w = warp_tile(p);
   if (!w.active) return;  // whole warp leaves together
@@ -275,10 +311,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
     else
       asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
   }
-  const unsigned row_bytes = static_cast<unsigned>(p.R) * static_cast<unsigned>(sizeof(T));
+  const unsigned row_bytes = static_cast<unsigned>(p.R) * static_cast<unsigned>(sizeof(G));
   const char* fac[kNin];
 #pragma unroll
-  for (int s = 0; s < kNin; ++s) fac[s] = reinterpret_cast<const char*>(p.in_fac[s] + w.gl * V);
+  for (int s = 0; s < kNin; ++s)
+    fac[s] = reinterpret_cast<const char*>(kLow ? p.in_low[s] : p.in_fac[s]) +
+             static_cast<std::size_t>(w.gl) * V * sizeof(G);
   T* const out_col = p.out + w.gl * V;
 
   T acc[V];
@@ -325,12 +363,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
 #pragma unroll
             for (int u = 0; u < U; ++u) {
               T q[V];
-              const T* a =
-                  reinterpret_cast<const T*>(fac[s] + static_cast<std::uint64_t>(c[u]) * row_bytes);
-              if (kL2 && s == 0)  // resolved at compile time (s is unrolled)
+              const G* a =
+                  reinterpret_cast<const G*>(fac[s] + static_cast<std::uint64_t>(c[u]) * row_bytes);
+              if constexpr (kLow) {
+                if (kL2 && s == 0)
+                  gather_low<G, true>(a, pol, q);
+                else
+                  gather_low<G, false>(a, pol, q);
+              } else if (kL2 && s == 0) {  // resolved at compile time (s is unrolled)
                 gather<T, true>(a, pol, q);
-              else
+              } else {
                 gather<T, false>(a, pol, q);
+              }
 #pragma unroll
               for (int v = 0; v < V; ++v) prod[u][v] = s == 0 ? q[v] : prod[u][v] * q[v];
             }
@@ -389,14 +433,28 @@ const char* supported_shapes() {
                                   : "order 3-6, R in {2,4,8,16,32,64}";
 }
 
-template <typename T, int kNin, bool kL2, bool kAcc = false>
-void launch_n(cudaStream_t stream, const Params<T>& p, unsigned blocks) {
+template <typename T, int kNin, bool kL2, bool kAcc = false, typename G = T>
+void launch_g(cudaStream_t stream, const Params<T>& p, unsigned blocks) {
   constexpr int smem = kWarpsPerBlock * warp_smem_bytes<T>(kNin);
   if constexpr (smem > 48 * 1024) {
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(mttkrp_blocked_kernel<T, kNin, kL2, kAcc>,
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(mttkrp_blocked_kernel<T, kNin, kL2, kAcc, G>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   }
-  mttkrp_blocked_kernel<T, kNin, kL2, kAcc><<<blocks, kWarpsPerBlock * kWarp, smem, stream>>>(p);
+  mttkrp_blocked_kernel<T, kNin, kL2, kAcc, G><<<blocks, kWarpsPerBlock * kWarp, smem, stream>>>(p);
+}
+
+/// launch_g with the gathered type of p.gather (16-bit copies: float, not accumulating).
+template <typename T, int kNin, bool kL2, bool kAcc = false>
+void launch_n(cudaStream_t stream, const Params<T>& p, unsigned blocks) {
+  if constexpr (std::is_same_v<T, float> && !kAcc) {
+    if (p.gather == GatherPrecision::fp16)
+      return launch_g<T, kNin, kL2, kAcc, __half>(stream, p, blocks);
+    if (p.gather == GatherPrecision::bf16)
+      return launch_g<T, kNin, kL2, kAcc, __nv_bfloat16>(stream, p, blocks);
+  }
+  TESSERA_EXPECTS(p.gather == GatherPrecision::full,
+                  "16-bit gathers in a double or accumulating blocked launch");
+  launch_g<T, kNin, kL2, kAcc>(stream, p, blocks);
 }
 
 /// launch_n of the plain layout, accumulating when p.accumulate.

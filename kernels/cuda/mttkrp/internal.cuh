@@ -195,6 +195,9 @@ struct MttkrpParams {
   int mode;
   int R;
   int hot_mode;  ///< l2 layout: the blocked input mode, read with an L2 evict-last hint
+  /// 16-bit copies of the input factors the blocked kernel gathers instead (gather != full).
+  const void* low[kMaxOrder];
+  GatherPrecision gather;
 };
 
 /// Nonzeros per warp of a tile kernel launched over nnz nonzeros: max_tile, or fewer (a

@@ -46,7 +46,15 @@
 // CUDA-core kernel on the rest copy, then the tile kernel (tc_tiles.cu), where
 // --tensor-cores is on, or auto and the cost model predicts a gain (choose_hybrid).
 //
+// Reduced-precision gathers (--gather-precision fp16 | bf16, float tensors, the blocked
+// kernel): each call copies the input factors to 16-bit copies in Context::gathers (to_low),
+// which the kernel reads instead; the smem layout and the classic and tensor-core kernels
+// keep float rows.
+//
 // What each file of this folder does: internal.cuh.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -55,6 +63,7 @@
 #include "kernels/cuda/mttkrp/handle.cuh"
 #include "kernels/cuda/mttkrp/hybrid.cuh"
 #include "kernels/cuda/mttkrp/stream.cuh"
+#include "util/log.hpp"
 
 namespace tessera::kernels::cuda {
 
@@ -83,6 +92,54 @@ const HybridMode<T>* choose_hybrid(const Tuning& t, const CudaTensorHandle<T>& x
   const bool use = hy->forced || hy->predicted >= kAutoMinSpeedup;
   hy->used = use;  // tc_split() says why, from these fields (no text on the hot path)
   return use ? hy : nullptr;
+}
+
+template <typename G>
+__global__ void to_low_kernel(const float* __restrict__ a, G* __restrict__ b, std::int64_t n) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    if constexpr (std::is_same_v<G, __half>)
+      b[i] = __float2half_rn(a[i]);
+    else
+      b[i] = __float2bfloat16_rn(a[i]);
+  }
+}
+
+/// The 16-bit copies of the input factors of an MTTKRP of p.mode (Tuning::gather_precision),
+/// in ctx.gathers (256-byte aligned each): sets p.low and p.gather. Values beyond fp16's
+/// range (65504) become inf, which the caller's results then show (CP's factors are
+/// normalised: |a| <= 1).
+template <typename T>
+void to_low(Context& ctx, MttkrpParams<T>& p, const std::vector<std::uint64_t>& dims) {
+  if constexpr (!std::is_same_v<T, float>) {
+    (void)ctx, (void)p, (void)dims;
+  } else {
+    const GatherPrecision g = ctx.tuning.gather_precision;
+    auto bytes_of = [&](int m) {
+      const std::size_t b = static_cast<std::size_t>(dims[static_cast<std::size_t>(m)]) *
+                            static_cast<std::size_t>(p.R) * 2;
+      return (b + 255) / 256 * 256;
+    };
+    std::size_t total = 0;
+    for (int m = 0; m < p.order; ++m)
+      if (m != p.mode) total += bytes_of(m);
+    ctx.gathers.reserve(total);
+    auto* base = static_cast<unsigned char*>(ctx.gathers.get());
+    for (int m = 0; m < p.order; ++m) {
+      if (m == p.mode) continue;
+      const auto n = static_cast<std::int64_t>(dims[static_cast<std::size_t>(m)]) * p.R;
+      if (g == GatherPrecision::fp16)
+        to_low_kernel<<<grid_for(n), kBlock, 0, ctx.stream>>>(p.factors[m],
+                                                              reinterpret_cast<__half*>(base), n);
+      else
+        to_low_kernel<<<grid_for(n), kBlock, 0, ctx.stream>>>(
+            p.factors[m], reinterpret_cast<__nv_bfloat16*>(base), n);
+      TESSERA_CUDA_CHECK_LAUNCH();
+      p.low[m] = base;
+      base += bytes_of(m);
+    }
+    p.gather = g;
+  }
 }
 
 }  // namespace
@@ -141,7 +198,20 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
   const KernelSelection selection = kernel_selection(ctx.tuning);
   const bool use_blocked =
       selection == KernelSelection::automatic && blocked::supports<T>(N, R, p.factors, mode, out);
-  const char* kernel = use_blocked ? "blocked" : "classic";
+  const GatherPrecision gp = ctx.tuning.gather_precision;
+  if (gp != GatherPrecision::full && !std::is_same_v<T, float>) {
+    static bool warned = false;
+    if (!warned)
+      log::warn("--gather-precision " + std::string(name_of(gp)) +
+                " applies to float tensors; this double run gathers in double");
+    warned = true;
+  }
+  if (gp != GatherPrecision::full && use_blocked) to_low(ctx, p, x->dims());
+  const bool low = p.gather != GatherPrecision::full;
+  const char* kernel = !use_blocked                  ? "classic"
+                       : !low                        ? "blocked"
+                       : gp == GatherPrecision::fp16 ? "blocked, fp16 gathers"
+                                                     : "blocked, bf16 gathers";
   const HybridMode<T>* hy = st == nullptr ? choose_hybrid(ctx.tuning, *x, mode, R) : nullptr;
   if (hy) {
     over_copy(ctx, *x, mode, out, out_bytes,
@@ -149,8 +219,9 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
                 run_hybrid(ctx, *hy, p, use_blocked, x->dims());
               });
     x->note_kernel(mode,
-                   use_blocked ? "hybrid: blocked on the rest + tensor-core tiles"
-                               : "hybrid: classic on the rest + tensor-core tiles",
+                   !use_blocked ? "hybrid: classic on the rest + tensor-core tiles"
+                   : low        ? "hybrid: blocked (16-bit gathers) on the rest + tensor-core tiles"
+                                : "hybrid: blocked on the rest + tensor-core tiles",
                    R, selection);
     return;
   }

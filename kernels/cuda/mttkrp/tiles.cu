@@ -372,8 +372,10 @@ void launch_blocked(cudaStream_t stream, const MttkrpParams<T>& p, bool l2, int 
   auto add = [&](int m) {
     q.in_idx[nin] = p.idx[m];
     q.in_fac[nin] = p.factors[m];
+    q.in_low[nin] = p.low[m];
     ++nin;
   };
+  q.gather = accumulate ? GatherPrecision::full : p.gather;
   const bool hint = l2 && hint_mode >= 0 && hint_mode != p.mode;
   if (hint) add(hint_mode);
   for (int m = 0; m < p.order; ++m)

@@ -35,6 +35,8 @@ struct Context {
   cusolverDnHandle_t cusolver = nullptr;
   DeviceMemory scratch;  ///< large pieces (row chunks, partial sums, solver workspace)
   DeviceMemory small;    ///< R x R pieces that must outlive a workspace query
+  /// The MTTKRP's 16-bit copies of its input factors (--gather-precision; mttkrp.cu).
+  DeviceMemory gathers;
   /// A CUDA graph is being captured from `stream` (dense/cp_device.cu): operations skip their
   /// timing events, which a captured stream cannot give back.
   bool capturing = false;
