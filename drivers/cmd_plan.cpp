@@ -128,6 +128,7 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && a.load.grid.empty();
   req.relabel = a.load.relabel;
   req.tensor_cores = run.tuning.tensor_cores != kernels::TensorCores::off;
+  req.gather16 = run.tuning.gather_precision != kernels::GatherPrecision::full;
   req.tc_tile_density = run.tuning.tc_tile_density;
   plan::TensorFacts facts;
   std::optional<io::H5TensorInfo> h;

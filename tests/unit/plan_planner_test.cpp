@@ -424,5 +424,31 @@ TEST(Planner, FusedCompletionCountsOneCopy) {
   }
 }
 
+/// --gather-precision fp16|bf16 on the cuda backend in float adds the MTTKRP's 16-bit
+/// copies of the factors (2 bytes an entry of every mode's factor) to the loop's device part,
+/// and nothing in double or on the host backends.
+TEST(Planner, GatherCopiesAreCounted) {
+  const auto t = store({12092, 9184, 28818}, 76900000);
+  for (Backend b : {Backend::cuda, Backend::cpu}) {
+    for (int vbytes : {4, 8}) {
+      Request r = cuda_cp(32);
+      r.backend = b;
+      r.value_bytes = vbytes;
+      const Plan full = make_plan(r, t, limits(256 * kGiB, 140 * kGiB));
+      r.gather16 = true;
+      const Plan low = make_plan(r, t, limits(256 * kGiB, 140 * kGiB));
+      const std::uint64_t copies =
+          b == Backend::cuda && vbytes == 4 ? (12092ull + 9184 + 28818) * 32 * 2 : 0;
+      const Component* a = part(full, "factors");
+      const Component* c = part(low, "factors");
+      ASSERT_NE(a, nullptr);
+      ASSERT_NE(c, nullptr);
+      EXPECT_EQ(c->device - a->device, copies) << vbytes;
+      EXPECT_EQ(c->host, a->host) << vbytes;
+      EXPECT_GE(low.device_peak, full.device_peak) << vbytes;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::plan

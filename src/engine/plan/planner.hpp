@@ -122,6 +122,8 @@ struct Request {
   /// (docs/tensor-core-mttkrp.md) in the room left under the tensor's limit; the plan
   /// counts them at their largest.
   bool tensor_cores = true;
+  /// --gather-precision fp16|bf16 (float, cuda): the MTTKRP's 16-bit copies of the factors.
+  bool gather16 = false;
   double tc_tile_density = 0.25;  ///< --tc-tile-density: a tile's smallest share of nonzeros
 };
 

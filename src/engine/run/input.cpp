@@ -201,6 +201,7 @@ plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind,
   req.threads = effective_threads(run.threads);
   // The tensor-core tile sets the backend may build (counted per rank, docs/planner.md).
   req.tensor_cores = run.tuning.tensor_cores != kernels::TensorCores::off;
+  req.gather16 = run.tuning.gather_precision != kernels::GatherPrecision::full;
   req.tc_tile_density = run.tuning.tc_tile_density;
   comm::run_collectively(world, [&] {
     if (!run.host_budget.empty())
