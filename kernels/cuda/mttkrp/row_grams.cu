@@ -170,10 +170,11 @@ void launch_row_grams(cudaStream_t stream, const GramParams& p) {
 constexpr int kGramTcWarps = 8;  ///< warps per block
 /// Nonzeros per warp tile, at most (fewer on small tensors: wave_tile).
 constexpr int kGramTcTile = 1024;
-/// Blocks per SM the kernel is compiled for: 128 registers at RP = 32 (113 on the order-3
-/// path), 52-72 below (-Xptxas -v).
+/// Blocks per SM the kernel is compiled for: 2 at RP = 32 (96-128 registers), 4 below (at
+/// most 64 registers, no spills: -Xptxas -v; at 3 blocks the fused R 16 kernel took 70 and
+/// ran at 37.5% occupancy, its register limit: docs/perf/gpu-h200-floors.md, session 21).
 template <int RP>
-constexpr int kGramTcBlocksPerSm = RP >= 32 ? 2 : 3;
+constexpr int kGramTcBlocksPerSm = RP >= 32 ? 2 : 4;
 
 /// RP = 8, 16 or 32: Q = RP / 8 columns of h per lane and nonzero, MT = max(RP / 16, 1) tiles
 /// of 16 Gram rows, NT = RP / 8 tiles of 8 Gram columns. kOrder3: the two input modes'
