@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "tensor/synthetic.hpp"
 
 namespace tessera::driver::bench {
 
@@ -45,6 +46,10 @@ struct BenchInput {
   std::optional<partition::Distributed<T>> d;   ///< bench cp from a file, or layer
   std::unique_ptr<kernels::TensorHandle<T>> X;  ///< prepared (or generated) handle
   double prepare_seconds = 0;                   ///< with X: prepare (or generate)
+  /// Generated on the backend: the synthetic tensor and this rank's nonzero ids [first_id,
+  /// first_id + count) (bench mttkrp recomputes sampled rows from them in double).
+  std::optional<synthetic::Spec> spec;
+  std::uint64_t first_id = 0, count = 0;
 };
 
 /// Collective: the input of the benchmark (input.cpp): read and distributed, or generated

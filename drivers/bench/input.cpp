@@ -95,6 +95,9 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
     in.prepare_seconds = t.seconds();
     in.dims = dims;
     in.global_nnz = static_cast<std::int64_t>(nnz);
+    in.spec = spec;
+    in.first_id = lo;
+    in.count = hi - lo;
     log::info("generated " + format_dims(dims) + " with " + std::to_string(nnz) + " nonzeros (" +
               a.dist + " indices, repeats not merged) on the backend in " +
               std::to_string(in.prepare_seconds) + " s (ids " + std::to_string(lo) + ".." +

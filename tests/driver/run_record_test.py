@@ -67,7 +67,7 @@ def command_of(name):
     for prefix in ("info", "export"):
         if name.startswith(prefix):
             return prefix
-    return name.replace("_np2", "").replace("_dry", "").replace("_", " ")
+    return name.replace("_np2", "").replace("_dry", "").replace("_gather", "").replace("_", " ")
 
 
 def main():
@@ -110,6 +110,12 @@ def main():
                                "--json", "export_tucker.json"], {}, None),
             "bench_mttkrp": (["bench", "mttkrp", "x.tns", "-r", "2", "--repeat", "1", "--json",
                               "bench_mttkrp.json"], {}, None),
+            # 16-bit gathers (a no-op on the cpu backend): the errors, and the host's double
+            # recomputation of sampled rows of the generated tensor (float's rounding only).
+            "bench_mttkrp_gather": (["bench", "mttkrp", "--generate", "30x20x10", "--nnz", "3000",
+                                     "--precision", "float", "-r", "4", "--repeat", "1",
+                                     "--gather-precision", "fp16", "--json",
+                                     "bench_mttkrp_gather.json"], {}, None),
             "bench_cp": (["bench", "cp", "x.tns", "-r", "2", "--iters", "2", "--json",
                           "bench_cp.json"], {}, None),
             "bench_ttmc": (["bench", "ttmc", "x.tns", "--ranks", "2,2,2", "--repeat", "1",
@@ -130,6 +136,7 @@ def main():
         expected_unit = {"generate": "run", "convert": "run", "partition": "run", "cp": "iteration",
                          "cp_np2": "iteration", "tucker": "iteration", "contract": "contraction",
                          "contract_dry": "run", "plan": "run", "bench_mttkrp": "mode",
+                         "bench_mttkrp_gather": "mode",
                          "bench_cp": "iteration", "bench_ttmc": "mode",
                          "bench_tucker": "iteration", "bench_contract": "contraction",
                          "info_tensor": "run", "info_store": "run", "info_cp": "run",
@@ -161,6 +168,13 @@ def main():
         check(cp.get("rank") == 2 and cp.get("iters") == 2, "cp: given options are in the record")
         check(records["generate"]["options"].get("noise") == 0, "generate: --noise default")
         check(records["bench_mttkrp"]["options"].get("repeat") == 1, "bench mttkrp: --repeat")
+        g = records["bench_mttkrp_gather"]
+        check(g.get("gather_precision") == "fp16" and len(g.get("gather_relative_error", [])) == 3
+              and len(g.get("float_relative_error_fp64", [])) == 3 and
+              all(0 <= e < 1e-5 for e in g["float_relative_error_fp64"] +
+                  g["gather_relative_error_fp64"]),
+              "bench mttkrp --gather-precision: errors per mode, float against double < 1e-5: %r"
+              % {k: g.get(k) for k in ("gather_relative_error", "float_relative_error_fp64")})
         # Two ranks: per-rank lists and the host names gathered.
         np2 = records["cp_np2"]
         check(np2["machine"]["ranks"] == 2, "cp_np2: ranks")

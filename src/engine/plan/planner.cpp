@@ -233,8 +233,8 @@ u64 loop_backend_bytes(const Request& req, const Shape& s) {
   }
   // --gather-precision fp16|bf16: the MTTKRP's 16-bit copies of the input factors (at most
   // every mode's, 2 bytes an entry; kernels/cuda/mttkrp/mttkrp.cu's to_low).
-  const u64 low = req.gather16 && s.v == 4 && req.backend == Backend::cuda
-                      ? mul(mul(s.sum_dims, R), 2) : 0;
+  const u64 low =
+      req.gather16 && s.v == 4 && req.backend == Backend::cuda ? mul(mul(s.sum_dims, R), 2) : 0;
   const u64 phi = req.poisson ? mul(mul(s.sum_dims, R), v) : 0;      // CP-APR's Phi per mode
   const u64 gcp = req.gcp ? mul(mul(mul(s.sum_dims, R), v), 6) : 0;  // GCP's Adam arrays
   return add(add(add(add(mul(mul(s.sum_dims, R), v), mul(mul(mul(s.max_dim, R), v), 2)), phi), gcp),
