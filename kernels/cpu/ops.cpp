@@ -125,6 +125,12 @@ void completion_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
                      const std::vector<const T*>& factors, int R, T* out, T* grams) {
   (void)be;
   const CpuTensor<T>& h = cpu_handle(x);
+  TESSERA_EXPECTS(mode >= 0 && mode < h.order(),
+                  "mode " << mode << " outside 0.." << h.order() - 1);
+  TESSERA_EXPECTS(R >= 1, "rank R must be positive, got " << R);
+  TESSERA_EXPECTS(
+      static_cast<int>(factors.size()) == h.order(),
+      "need one factor pointer per mode: " << factors.size() << " for order " << h.order());
   Timer timer;
   const CsfTree<T>& t = h.csf().tree(mode);
   const int N = t.order;

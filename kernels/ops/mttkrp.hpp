@@ -80,7 +80,7 @@
 /// row_grams() of a copy whose values are 1). Only where fuses_completion(be, R): the cuda
 /// backend's tensor-core row-Gram kernel also sums x_k h on its CUDA cores
 /// (kernels/cuda/mttkrp/row_grams.cu); the reference backend loops over the nonzeros; the
-/// cpu backend (which does not fuse) runs the reference loop.
+/// cpu backend (which does not fuse) walks the mode's CSF tree on one thread.
 #define TESSERA_COMPLETION_ROWS_OP(T)                                      \
   void completion_rows(Backend<T>& be, const TensorHandle<T>& x, int mode, \
                        const std::vector<const T*>& factors, int R, T* out, T* grams)

@@ -226,7 +226,7 @@ TYPED_TEST(CudaBackendTest, CompletionRowsMatchTheReference) {
   const auto x4 = random_tensor<T>({12, 9, 15, 7}, 2500, ++seed);
   const auto big = random_tensor<T>({300, 200, 50}, 400000, ++seed);
   const auto skew = random_tensor<T>({3000, 40, 30}, 60000, ++seed, 0);
-  for (int R : {1, 5, 8, 13, 16, 32}) {
+  for (int R : {1, 5, 8, 13, 16, 24, 32}) {
     expect_completion_rows_match(gpu, *this->ref_, x3, R, ++seed);
     expect_completion_rows_match(gpu, *this->ref_, x4, R, ++seed);
   }

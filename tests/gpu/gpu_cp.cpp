@@ -183,6 +183,32 @@ TEST_F(GpuCp, DeviceLoopFloat) {
   auto d = cp_problem<float>(CommStrategy::allreduce, 23, *world_);
   compare_device_loop(d, cp_test_options(CommStrategy::allreduce), 2e-4, false);
 }
+/// --gather-precision fp16 through the device loop (a CUDA graph from the second iteration on
+/// one rank; the 16-bit copies' buffer must not move under it): the same iterations as the
+/// per-operation path with the same gathers, and close to float gathers without being them.
+TEST_F(GpuCp, DeviceLoopWithSixteenBitGathers) {
+  auto d = cp_problem<float>(CommStrategy::allreduce, 23, *world_);
+  auto opt = cp_test_options(CommStrategy::allreduce);
+  kernels::Tuning t;
+  t.gather_precision = kernels::GatherPrecision::fp16;
+  auto low = kernels::make_backend<float>(kernels::BackendKind::cuda, 0, t);
+  auto full = kernels::make_backend<float>(kernels::BackendKind::cuda);
+  opt.device_loop = true;
+  const auto rl = algo::cp_als<float>(d, *low, *world_, *nccl_, opt);
+  const auto rf = algo::cp_als<float>(d, *full, *world_, *nccl_, opt);
+  opt.device_loop = false;
+  const auto ro = algo::cp_als<float>(d, *low, *world_, *nccl_, opt);
+  if (world_->size() == 1) {
+    EXPECT_EQ(rl.iteration_engine, "cuda graph");
+  }
+  expect_same_cp(rl, ro, 2e-4);
+  expect_same_cp(rl, rf, 1e-3);
+  double diff = 0;
+  for (std::size_t n = 0; n < rf.model.factors.size(); ++n)
+    for (std::size_t k = 0; k < rf.model.factors[n].data.size(); ++k)
+      diff = std::max(diff, std::abs(rl.model.factors[n].data[k] - rf.model.factors[n].data[k]));
+  EXPECT_GT(diff, 0.0) << "the 16-bit gathers changed nothing";
+}
 TEST_F(GpuCp, DeviceLoopRanksUpToTheLimit) {
   // R not a multiple of the kernels' 4-wide tiles, and the largest R the loop takes.
   auto d = cp_problem<double>(CommStrategy::allreduce, 29, *world_);

@@ -59,7 +59,8 @@ struct Params {
   const index_t* rows = nullptr;       ///< output-mode coordinates
   const index_t* in_idx[kMaxIn] = {};  ///< coordinates of input slot s
   const T* in_fac[kMaxIn] = {};        ///< factor of input slot s (rows of R)
-  /// gather != full: 16-bit copies of in_fac (rows of R, 16-byte aligned), read instead.
+  /// gather != full: 16-bit copies of in_fac (rows of R, 256-byte aligned starts; 8-byte
+  /// loads), read instead.
   const void* in_low[kMaxIn] = {};
   GatherPrecision gather = GatherPrecision::full;
   const T* vals = nullptr;

@@ -63,7 +63,6 @@
 #include "kernels/cuda/mttkrp/handle.cuh"
 #include "kernels/cuda/mttkrp/hybrid.cuh"
 #include "kernels/cuda/mttkrp/stream.cuh"
-#include "util/log.hpp"
 
 namespace tessera::kernels::cuda {
 
@@ -198,15 +197,10 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
   const KernelSelection selection = kernel_selection(ctx.tuning);
   const bool use_blocked =
       selection == KernelSelection::automatic && blocked::supports<T>(N, R, p.factors, mode, out);
+  // 16-bit copies where the blocked kernel reads them (double: the backend's set_tuning warned).
   const GatherPrecision gp = ctx.tuning.gather_precision;
-  if (gp != GatherPrecision::full && !std::is_same_v<T, float>) {
-    static bool warned = false;
-    if (!warned)
-      log::warn("--gather-precision " + std::string(name_of(gp)) +
-                " applies to float tensors; this double run gathers in double");
-    warned = true;
-  }
-  if (gp != GatherPrecision::full && use_blocked) to_low(ctx, p, x->dims());
+  const bool smem_only = st == nullptr && x->plan(mode).layout == Layout::smem;
+  if (gp != GatherPrecision::full && use_blocked && !smem_only) to_low(ctx, p, x->dims());
   const bool low = p.gather != GatherPrecision::full;
   const char* kernel = !use_blocked                  ? "classic"
                        : !low                        ? "blocked"
@@ -220,8 +214,10 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
               });
     x->note_kernel(mode,
                    !use_blocked ? "hybrid: classic on the rest + tensor-core tiles"
-                   : low        ? "hybrid: blocked (16-bit gathers) on the rest + tensor-core tiles"
-                                : "hybrid: blocked on the rest + tensor-core tiles",
+                   : !low       ? "hybrid: blocked on the rest + tensor-core tiles"
+                   : gp == GatherPrecision::fp16
+                       ? "hybrid: blocked, fp16 gathers, on the rest + tensor-core tiles"
+                       : "hybrid: blocked, bf16 gathers, on the rest + tensor-core tiles",
                    R, selection);
     return;
   }

@@ -209,10 +209,14 @@ void prepare_streamed(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T
 
 /// The tensor-core layouts of a tier-1 handle (hybrid.cuh), under the same limit as the
 /// copies and never into the reserve an automatic budget leaves for factors and outputs.
+/// A copy prepared for TTMc (Tucker, completion's one pass over whole rows) gets none: only
+/// the MTTKRP reads them.
 template <typename T>
 void add_hybrid(Context& ctx, CudaTensorHandle<T>& h, std::size_t limit) {
   if (ctx.tuning.tensor_cores == TensorCores::off)
     h.set_hybrid_note("none (--tensor-cores off at prepare)");
+  else if (ctx.workload == Workload::ttmc)
+    h.set_hybrid_note("none (prepared for TTMc or completion's rows, which do not read them)");
   else
     build_hybrid(ctx, h, limit, [] {
       // Whatever the budget, the hybrid leaves the reserve of automatic_budget free.

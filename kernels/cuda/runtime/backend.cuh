@@ -26,11 +26,13 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "kernels/backend.hpp"
 #include "kernels/cuda/mttkrp/stream.cuh"
 #include "kernels/cuda/runtime/detail.cuh"
 #include "kernels/cuda/runtime/trace.cuh"
+#include "util/log.hpp"
 
 namespace tessera::kernels::cuda {
 
@@ -104,6 +106,10 @@ class CudaBackend final : public Backend<T> {
   /// choices per call); Tuning::trace switches the process-wide phase traces (trace.cuh).
   void set_tuning(const Tuning& t) override {
     Backend<T>::set_tuning(t);  // checks t; throws before anything changes
+    if (std::is_same_v<T, double> && t.gather_precision != GatherPrecision::full &&
+        t.gather_precision != ctx_.tuning.gather_precision)
+      log::warn("--gather-precision " + std::string(name_of(t.gather_precision)) +
+                " applies to float tensors; this double run gathers in double");
     ctx_.tuning = t;
     set_trace_enabled(t.trace);
   }

@@ -233,8 +233,11 @@ u64 loop_backend_bytes(const Request& req, const Shape& s) {
   }
   // --gather-precision fp16|bf16: the MTTKRP's 16-bit copies of the input factors (at most
   // every mode's, 2 bytes an entry; kernels/cuda/mttkrp/mttkrp.cu's to_low).
-  const u64 low =
-      req.gather16 && s.v == 4 && req.backend == Backend::cuda ? mul(mul(s.sum_dims, R), 2) : 0;
+  // Not where completion runs fused (float, tensor cores, R <= 32): it never calls the MTTKRP.
+  const bool fused = req.completion && req.tensor_cores && s.R <= 32;
+  const u64 low = req.gather16 && s.v == 4 && req.backend == Backend::cuda && !fused
+                      ? mul(mul(s.sum_dims, R), 2)
+                      : 0;
   const u64 phi = req.poisson ? mul(mul(s.sum_dims, R), v) : 0;      // CP-APR's Phi per mode
   const u64 gcp = req.gcp ? mul(mul(mul(s.sum_dims, R), v), 6) : 0;  // GCP's Adam arrays
   return add(add(add(add(mul(mul(s.sum_dims, R), v), mul(mul(mul(s.max_dim, R), v), 2)), phi), gcp),
@@ -514,13 +517,14 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       const HybridBound hy =
           prepares ? hybrid_bound(req, t, s, fmt, std::min<u64>(c.tensor_budget, steady_room))
                    : HybridBound{};
-      const u64 handles = req.completion && !fused ? 2 : 1;  // a separate pattern: its own
-      const u64 tiles = mul(hy.held, handles);
+      // Only a copy prepared for the MTTKRP gets tile sets (not Tucker's, not completion's
+      // rows-whole copy: kernels/cuda/mttkrp/prepare.cu's add_hybrid).
+      const u64 tiles = req.workload == Workload::tucker || fused ? 0 : hy.held;
       // Prepare's transients (the device sort, then each mode's tile build beside the sets
       // built before it) come before the loop's arrays: counted beyond the steady state.
       const u64 prepare = !prepares ? 0
                                     : std::max(on_device ? device_sort : 0,
-                                               hy.held > 0 ? add(add(fmt, hy.held), hy.build) : 0);
+                                               tiles > 0 ? add(add(fmt, tiles), hy.build) : 0);
       const u64 steady = add(add(fmt, tiles), loop_b);
       if (prepare > 0)
         c.parts.push_back({"prepare transients: device sort, tile builds", 0,
@@ -529,7 +533,8 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       if (prepares) c.parts.push_back({"sorted copies, one per mode", 0, fmt, 0, ""});
       if (prepares && req.tensor_cores)
         c.parts.push_back({"tensor-core tile sets (at most)", 0, tiles, 0,
-                           hy.held == 0
+                           tiles == 0 && hy.held > 0 ? "none: this copy is not the MTTKRP's"
+                           : hy.held == 0
                                ? "none fit under the tensor's limit"
                                : "hybrid layouts, built in the room left under the tensor's limit; "
                                  "none with --tensor-cores off"});
