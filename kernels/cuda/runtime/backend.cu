@@ -6,8 +6,16 @@
 #include "kernels/cuda/runtime/backend.cuh"
 #include "kernels/factories.hpp"
 #include "util/fault.hpp"
+#include "util/log.hpp"
 
 namespace tessera::kernels {
+
+namespace cuda {
+void warn_double_gathers(GatherPrecision g) {
+  log::warn("--gather-precision " + std::string(name_of(g)) +
+            " applies to float tensors; this double run gathers in double");
+}
+}  // namespace cuda
 
 namespace {
 

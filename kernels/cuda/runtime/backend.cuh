@@ -32,9 +32,11 @@
 #include "kernels/cuda/mttkrp/stream.cuh"
 #include "kernels/cuda/runtime/detail.cuh"
 #include "kernels/cuda/runtime/trace.cuh"
-#include "util/log.hpp"
 
 namespace tessera::kernels::cuda {
+
+/// The warning of a double backend given --gather-precision fp16|bf16 (backend.cu).
+void warn_double_gathers(GatherPrecision g);
 
 template <typename T>
 class CudaBackend final : public Backend<T> {
@@ -108,8 +110,7 @@ class CudaBackend final : public Backend<T> {
     Backend<T>::set_tuning(t);  // checks t; throws before anything changes
     if (std::is_same_v<T, double> && t.gather_precision != GatherPrecision::full &&
         t.gather_precision != ctx_.tuning.gather_precision)
-      log::warn("--gather-precision " + std::string(name_of(t.gather_precision)) +
-                " applies to float tensors; this double run gathers in double");
+      warn_double_gathers(t.gather_precision);
     ctx_.tuning = t;
     set_trace_enabled(t.trace);
   }
