@@ -30,6 +30,14 @@ void mttkrp(const SparseTensor<T>& x, int mode, const std::vector<const T*>& fac
 template <typename T>
 void completion_rows(const SparseTensor<T>& x, int mode, const std::vector<const T*>& factors,
                      int R, T* out, T* grams);
+/// One stored entry's terms of completion_rows in its row's sums: m += v h, g += h h^T packed
+/// (a <= b, row by row); h has R entries.
+inline void add_completion_terms(const std::vector<double>& h, double v, double* m, double* g) {
+  for (std::size_t a = 0, e = 0; a < h.size(); ++a) {
+    m[a] += v * h[a];
+    for (std::size_t b = a; b < h.size(); ++b) g[e++] += h[a] * h[b];
+  }
+}
 }  // namespace reference
 
 namespace cpu {

@@ -4,6 +4,7 @@
 // backend's host versions (kernels/reference/accumulate.cpp, sptc.cpp), whose inner
 // operations dispatch back to this backend.
 #include "kernels/cpu/backend.hpp"
+#include "kernels/mttkrp.hpp"
 #include "kernels/ops/mttkrp.hpp"
 #include "kernels/ops/sptc.hpp"
 #include "kernels/ops/ttmc.hpp"
@@ -141,12 +142,7 @@ void completion_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
   std::vector<std::vector<double>> part(static_cast<std::size_t>(N), std::vector<double>(Rs, 1.0));
   std::size_t row = 0;
   auto leaf = [&](const std::vector<double>& hv, double v) {
-    double* mo = m.data() + row * Rs;
-    double* go = g.data() + row * W;
-    for (std::size_t a = 0, e = 0; a < Rs; ++a) {
-      mo[a] += v * hv[a];
-      for (std::size_t b = a; b < Rs; ++b) go[e++] += hv[a] * hv[b];
-    }
+    reference::add_completion_terms(hv, v, m.data() + row * Rs, g.data() + row * W);
   };
   auto visit = [&](auto&& self, int level, csf_ptr_t node) -> void {
     const auto l = static_cast<std::size_t>(level);

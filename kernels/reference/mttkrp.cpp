@@ -108,13 +108,7 @@ void completion_rows(const SparseTensor<T>& x, int mode, const std::vector<const
       for (std::size_t r = 0; r < Rs; ++r) h[r] *= static_cast<double>(row[r]);
     }
     const auto i = static_cast<std::size_t>(x.idx[mode][k]);
-    const double v = static_cast<double>(x.vals[k]);
-    double* mo = m.data() + i * Rs;
-    double* go = g.data() + i * W;
-    for (std::size_t a = 0, e = 0; a < Rs; ++a) {
-      mo[a] += v * h[a];
-      for (std::size_t b = a; b < Rs; ++b) go[e++] += h[a] * h[b];
-    }
+    add_completion_terms(h, static_cast<double>(x.vals[k]), m.data() + i * Rs, g.data() + i * W);
   }
   for (std::size_t k = 0; k < rows * Rs; ++k) out[k] = static_cast<T>(m[k]);
   for (std::size_t k = 0; k < rows * W; ++k) grams[k] = static_cast<T>(g[k]);

@@ -224,6 +224,13 @@ HybridBound hybrid_bound(const Request& req, const TensorFacts& t, const Shape& 
 
 /// Dense bytes of the ALS loop that live in the backend's memory: factors, the MTTKRP or
 /// TTMc output and its reduction buffer, Grams.
+/// Whether completion on the cuda backend runs the MTTKRP and the rows' Grams in one pass over
+/// one copy (kernels::ops::fuses_completion: float, tensor cores, R <= 32).
+bool fused_completion(const Request& req, const Shape& s) {
+  return req.completion && req.backend == Backend::cuda && s.v == 4 && req.tensor_cores &&
+         s.R <= 32;
+}
+
 u64 loop_backend_bytes(const Request& req, const Shape& s) {
   const u64 v = static_cast<u64>(s.v);
   const u64 R = static_cast<u64>(std::max(s.R, 1));
@@ -233,11 +240,11 @@ u64 loop_backend_bytes(const Request& req, const Shape& s) {
   }
   // --gather-precision fp16|bf16: the MTTKRP's 16-bit copies of the input factors (at most
   // every mode's, 2 bytes an entry; kernels/cuda/mttkrp/mttkrp.cu's to_low).
-  // Not where completion runs fused (float, tensor cores, R <= 32): it never calls the MTTKRP.
-  const bool fused = req.completion && req.tensor_cores && s.R <= 32;
-  const u64 low = req.gather16 && s.v == 4 && req.backend == Backend::cuda && !fused
-                      ? mul(mul(s.sum_dims, R), 2)
-                      : 0;
+  // Not where completion runs fused: it never calls the MTTKRP.
+  const u64 low =
+      req.gather16 && s.v == 4 && req.backend == Backend::cuda && !fused_completion(req, s)
+          ? mul(mul(s.sum_dims, R), 2)
+          : 0;
   const u64 phi = req.poisson ? mul(mul(s.sum_dims, R), v) : 0;      // CP-APR's Phi per mode
   const u64 gcp = req.gcp ? mul(mul(mul(s.sum_dims, R), v), 6) : 0;  // GCP's Adam arrays
   return add(add(add(add(mul(mul(s.sum_dims, R), v), mul(mul(mul(s.max_dim, R), v), 2)), phi), gcp),
@@ -496,7 +503,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       // Completion where the backend fuses the MTTKRP and the rows' Grams (float, tensor
       // cores, R <= 32: ops::fuses_completion) keeps one copy, rows whole, and no packed
       // outer products: only the Grams' output and its reduction buffer.
-      const bool fused = req.completion && s.v == 4 && req.tensor_cores && s.R <= 32;
+      const bool fused = fused_completion(req, s);
       const u64 pattern = !req.completion ? 0
                           : fused         ? completion_grams_bytes(s)
                                           : add(fmt, completion_bytes(s));
