@@ -35,7 +35,7 @@ void add_contract(CLI::App& app, Runner& run) {
   sub->add_flag("--extend-dims", a->extend_dims,
                 "Give matched modes of unequal lengths the larger one (a .tns mode's length is "
                 "its largest coordinate); without it unequal lengths are an error");
-  add_compute_options(sub, a->run, a->load, kStrategyOption | kDryRunOption);
+  add_compute_options(sub, a->run, a->load, kStrategyOption | kDryRunOption | kHierarchyOption);
   run_with(sub, a, run,
            []<typename T>(const ContractRunOptions& o, const comm::MpiCommunicator& w) {
              run::run_contract<T>(o, w);

@@ -38,7 +38,7 @@ void add_tucker(CLI::App& app, Runner& run) {
                   "e.g. 8G (K/M/G/T = 1024^k); over it the run refuses and names ranks that fit. "
                   "Default: 3/4 of the node's memory shared by its ranks");
   add_partition_options(sub, a->load, "nnz");
-  add_compute_options(sub, a->run, a->load);
+  add_compute_options(sub, a->run, a->load, kAllComputeOptions | kHierarchyOption);
   sub->add_option("-o,--out", a->out, "Write the model (HDF5: core, factors, fit history) here");
   add_checkpoint_options(sub, a->ckpt);
   run_with(sub, a, run, []<typename T>(const TuckerRunOptions& o, const comm::MpiCommunicator& w) {

@@ -33,7 +33,7 @@ tessera_add_test(h5store_direct h5store_direct LABELS io)
 # are refused at open; the seed stores still read.
 tessera_test_executable(h5store_corrupt
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/h5store_corrupt_test.cpp
-  LIBS tessera::io hdf5::hdf5)
+  LIBS tessera::io hdf5::hdf5 ZLIB::ZLIB)
 target_compile_definitions(h5store_corrupt PRIVATE
   TESSERA_FUZZ_CORPUS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus")
 tessera_add_test(h5store_corrupt h5store_corrupt LABELS io)

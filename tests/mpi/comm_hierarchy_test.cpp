@@ -1,7 +1,8 @@
 // Hierarchical collectives (comm/hierarchy.hpp) on emulated nodes of consecutive ranks: each
 // composed collective equals the flat one to rounding, and CP-ALS with its groups composed
-// (--comm-hierarchy node/auto) gives the flat run's fit and factors. Runs under mpiexec on an
-// even rank count (np2: 2 nodes x 1, np4: 2 nodes x 2).
+// (--comm-hierarchy node/auto) gives the flat run's fit and factors, as does Tucker-HOOI with
+// its TTMc rows combined through a relay on each node. Runs under mpiexec on an even rank
+// count (np2: 2 nodes x 1, np4: 2 nodes x 2).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -12,6 +13,7 @@
 
 #include "algo/cp_als.hpp"
 #include "algo/generate.hpp"
+#include "algo/tucker.hpp"
 #include "comm/hierarchy.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "kernels/backend.hpp"
@@ -218,6 +220,66 @@ TEST_P(HierCp, SameFitAndFactorsAsFlat) {
 INSTANTIATE_TEST_SUITE_P(Strategies, HierCp,
                          ::testing::Values(algo::CommStrategy::allreduce,
                                            algo::CommStrategy::layer));
+
+// ---- Tucker-HOOI: the TTMc rows combined through a relay on each node ------------------
+
+algo::TuckerResult run_tucker(const comm::NodeMap& nodes, Hierarchy hier) {
+  algo::GenerateOptions g;
+  g.dims = {40, 12, 50};
+  g.nnz = 2500;
+  g.rank = 3;
+  g.noise = 0.01;
+  g.seed = 8;
+  auto t = algo::generate(g, world());
+  // Cut by nonzeros, sorted by mode 0: the ranks of a node share rows of modes 1 and 2,
+  // which the relays sum before they cross.
+  auto d = partition::distribute(std::move(t.block), partition::Scheme::nnz, {}, world());
+  auto be = kernels::make_backend<double>(kernels::BackendKind::reference, 1);
+  algo::TuckerOptions o;
+  o.ranks = {3, 3, 3};
+  o.max_iters = 6;
+  o.tol = 0;
+  o.seed = 3;
+  o.print_iterations = false;
+  o.nodes = nodes;
+  o.hierarchy = hier;
+  return algo::tucker_hooi<double>(d, *be, world(), o);
+}
+
+TEST(HierTucker, RelayedRowsGiveTheFlatFitAndCrossTheNetworkLess) {
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even rank count (two nodes)";
+  const comm::NodeMap nodes = two_nodes();
+  const algo::TuckerResult flat = run_tucker(nodes, Hierarchy::flat);
+  const algo::TuckerResult node = run_tucker(nodes, Hierarchy::node);
+  const algo::TuckerResult automatic = run_tucker(nodes, Hierarchy::automatic);
+  const bool G2 = world().size() >= 4;  // 2+ ranks per node: auto relays
+  EXPECT_EQ(flat.combine, "flat");
+  EXPECT_EQ(node.combine, "node");
+  EXPECT_EQ(automatic.combine, G2 ? "node" : "flat");
+  ASSERT_EQ(flat.network_rows.size(), 3u);
+  ASSERT_EQ(node.network_rows.size(), 3u);
+  std::int64_t fsum = 0, nsum = 0;
+  for (int n = 0; n < 3; ++n) {
+    // A relay sends each of its distinct rows once: never more rows than flat.
+    EXPECT_LE(node.network_rows[static_cast<std::size_t>(n)],
+              flat.network_rows[static_cast<std::size_t>(n)]);
+    fsum += flat.network_rows[static_cast<std::size_t>(n)];
+    nsum += node.network_rows[static_cast<std::size_t>(n)];
+  }
+  if (G2) {
+    EXPECT_LT(nsum, fsum);  // two ranks per node share rows of modes 1 and 2
+  }
+  EXPECT_GT(flat.fit, 0.5);  // a real decomposition, not a trivial one
+  for (const algo::TuckerResult* r : {&node, &automatic}) {
+    EXPECT_EQ(r->iterations, flat.iterations);
+    EXPECT_LT(std::abs(r->fit - flat.fit), 1e-12);
+    for (std::size_t k = 0; k < flat.model.core.size(); ++k)
+      EXPECT_NEAR(r->model.core[k], flat.model.core[k], 1e-9 * (1 + std::abs(flat.model.core[k])));
+    for (int n = 0; n < 3; ++n)
+      for (std::size_t k = 0; k < flat.model.factors[n].data.size(); ++k)
+        ASSERT_NEAR(r->model.factors[n].data[k], flat.model.factors[n].data[k], 1e-9);
+  }
+}
 
 }  // namespace
 }  // namespace tessera

@@ -362,6 +362,14 @@ TEST(PlanNodes, TuckerAndSptcExchanges) {
   EXPECT_GT(four.comm_s, 0);
   EXPECT_EQ(four.link.inter_bytes, 0);
   EXPECT_GT(eight.link.inter_bytes, 0);
+  // 2 nodes x 4: the rows go through a relay on their node, so each node sends its
+  // distinct rows (every row of a mode) once, a quarter from each rank, half of them to
+  // the other node; plus the factors' all-gather and the core's all-reduce across.
+  double network = 0;
+  for (const double d : {12092.0, 9184.0, 28818.0})
+    network += 0.5 * d * 256 * 4 / 4 + 0.5 * d * 16 * 4 / 4;
+  network += 2 * 0.5 * 4096 * 4 / 4;
+  EXPECT_DOUBLE_EQ(eight.link.inter_bytes, network);
   m.dense_s = 6e-3;  // the eigen-solves: a constant per rank
   EXPECT_DOUBLE_EQ(estimate_tucker_iteration(tk, nell, nell.nnz / 4, 4, m).seconds,
                    four.seconds + 6e-3);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,9 @@ struct Dataset {
   hsize_t chunk = 0;   ///< chunk length; 0 = not chunked
   int deflate = 0;
   bool is_float32 = false;  ///< values stored as float32
+  /// Compressed chunks checked before HDF5 reads them, each once (h5/filter.hpp); null when
+  /// the dataset is not compressed.
+  std::shared_ptr<h5::ChunkCheck> check;
 };
 
 /// Opens a 1-D dataset and checks its type, length and storage; `expect_len` < 0: any

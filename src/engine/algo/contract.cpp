@@ -144,6 +144,11 @@ class Contraction {
   bool split_y_ = false;
   int split_mode_ = 0;
   std::int64_t zeros_ = 0;
+  // The partial output's relays (ContractOptions::hierarchy): this rank's node in c and in
+  // the data communicator, and each rank's slot on its node; null: merged flat.
+  std::unique_ptr<comm::Communicator> node_c_, node_dc_;
+  std::vector<int> slot_of_;
+  std::int64_t network_ = 0;  // entries this rank sent to another node
 };
 
 /// The rank's share ends in res.local, or in the buffers: written there by the backend
@@ -155,6 +160,8 @@ void Contraction<T>::finish(SparseTensor<T>&& local, bool in_buffers) {
   res_.local = buffers_ ? SparseTensor<T>(res_.dims) : std::move(local);
   const SparseTensor<T>& share = buffers_ ? buffers_->result() : res_.local;
   res_.global_nnz = c_.allreduce_value(static_cast<std::int64_t>(share.nnz()));
+  if (!res_.output_merge.empty() && opt_.nodes.nodes() > 1)
+    res_.network_entries = c_.allreduce_value(network_);
   kept_.done = true;
 }
 
@@ -183,6 +190,16 @@ ContractResult<T> Contraction<T>::run() {
     return std::move(res_);
   route_inputs();
   res_.phases.add("route_inputs", t_.seconds());
+  // The partial output's relays on each node, when the hierarchy asks for them.
+  if (P_ > 1 && static_cast<int>(opt_.nodes.node_of.size()) == P_ &&
+      comm::use_hierarchy(opt_.hierarchy, opt_.nodes)) {
+    const int color = opt_.nodes.node_of[static_cast<std::size_t>(c_.rank())];
+    node_c_ = c_.split(color, c_.rank());
+    if (&dc_ != &c_) node_dc_ = dc_.split(color, dc_.rank());
+    std::vector<int> seen(static_cast<std::size_t>(opt_.nodes.nodes()), 0);
+    for (const int k : opt_.nodes.node_of) slot_of_.push_back(seen[static_cast<std::size_t>(k)]++);
+  }
+  if (P_ > 1) res_.output_merge = node_c_ ? "node" : "flat";
   t_.reset();
 
   // ---- 2. plan: match and count locally; plan the memory (pieces); refuse when over ----
@@ -377,7 +394,9 @@ void Contraction<T>::plan_memory(const kernels::ContractCount& cnt) {
       static_cast<std::size_t>(c_.allreduce_value(own_total) / static_cast<double>(P_));
 }
 
-/// Step 4: route the partial output by its coordinates and sum there.
+/// Step 4: route the partial output by its coordinates and sum there. With relays, first
+/// to the relay of each entry's owner on this node, which sums the node's copies (exact
+/// zeros dropped there too), then the sums to their owners.
 template <typename T>
 SparseTensor<T> Contraction<T>::merge_output(SparseTensor<T>&& part) {
   if (P_ > 1) {
@@ -385,7 +404,22 @@ SparseTensor<T> Contraction<T>::merge_output(SparseTensor<T>&& part) {
     const int N = spec_.out_order();
     std::vector<int> all(static_cast<std::size_t>(N));
     for (int k = 0; k < N; ++k) all[static_cast<std::size_t>(k)] = k;
+    if (node_c_) {
+      const Route r1 = plan_route(part, all, *node_c_, &slot_of_);
+      SparseTensor<T> relayed = execute_route(part, r1, node_dc_ ? *node_dc_ : *node_c_);
+      part = SparseTensor<T>();
+      nnz_t relay_zeros = 0;
+      comm::run_collectively(c_, [&] { kernels::sort_sum_drop_zeros(relayed, 0, &relay_zeros); });
+      zeros_ += relay_zeros;
+      part = std::move(relayed);
+    }
     const Route ro = plan_route(part, all, c_);
+    if (!opt_.nodes.node_of.empty()) {
+      const int mine = opt_.nodes.node_of[static_cast<std::size_t>(c_.rank())];
+      for (int q = 0; q < P_; ++q)
+        if (opt_.nodes.node_of[static_cast<std::size_t>(q)] != mine)
+          network_ += ro.sendcounts[static_cast<std::size_t>(q)];
+    }
     SparseTensor<T> recv = execute_route(part, ro, dc_);
     part = SparseTensor<T>();
     res_.phases.add("route_output", t_.seconds());
@@ -523,6 +557,8 @@ ContractResult<T> Contraction<T>::run_pieces() {
   if (sink_ != nullptr) {
     res_.streamed = true;
     res_.global_nnz = c_.allreduce_value(streamed_nnz);
+    if (!res_.output_merge.empty() && opt_.nodes.nodes() > 1)
+      res_.network_entries = c_.allreduce_value(network_);
     kept_.done = true;
     res_.local = SparseTensor<T>(res_.dims);
     return std::move(res_);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/hierarchy.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/sptc.hpp"
 #include "plan/contract.hpp"
@@ -51,6 +52,12 @@ struct ContractOptions {
   /// the backend's data communicator: NCCL for the cuda backend (it stages the host arrays
   /// through device buffers), MPI otherwise. Counts, sums and error agreement stay on `c`.
   const comm::Communicator* data = nullptr;
+  /// The node of each rank of `c` (comm::node_map; empty: one node) and --comm-hierarchy:
+  /// where comm::use_hierarchy says so, the partial output goes first to a relay on its
+  /// node, the node peer in its owner's slot, which sums the node's copies of an entry, and
+  /// only the sums cross between nodes (docs/sptc.md, "Distribution").
+  comm::NodeMap nodes;
+  comm::Hierarchy hierarchy = comm::Hierarchy::automatic;
 };
 
 /// Memory estimate per rank, in bytes, made before the multiplication (the largest value
@@ -113,6 +120,12 @@ struct ContractResult {
   int pieces = 1;         ///< output pieces made (bisected pieces counted)
   bool streamed = false;  ///< pieces went to the sink: `local` is empty
   bool dry_run = false;   ///< stopped after the plan
+  /// How the partial output was merged on the host path: "flat" (straight to its owners),
+  /// "node" (through a relay on each node), "" (one rank, or routed on the device).
+  std::string output_merge;
+  /// Partial-output entries that crossed between nodes, over all ranks and pieces (-1: one
+  /// node, or not merged on the host).
+  std::int64_t network_entries = -1;
 };
 
 /// Host buffers kept across contractions by a caller that contracts repeatedly (an

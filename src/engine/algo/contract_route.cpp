@@ -37,8 +37,9 @@ std::size_t max_over(const comm::Communicator& c, std::size_t v) {
 
 template <typename T>
 Route plan_route(const SparseTensor<T>& t, const std::vector<int>& modes,
-                 const comm::Communicator& c) {
+                 const comm::Communicator& c, const std::vector<int>* slot_of) {
   const int P = c.size();
+  const int owners = slot_of != nullptr ? static_cast<int>(slot_of->size()) : P;
   const auto n = static_cast<std::int64_t>(t.nnz());
   std::vector<int> dest(static_cast<std::size_t>(n));
   const int nm = static_cast<int>(modes.size());
@@ -48,7 +49,9 @@ Route plan_route(const SparseTensor<T>& t, const std::vector<int>& modes,
     for (int j = 0; j < nm; ++j)
       co[j] = t.idx[static_cast<std::size_t>(modes[static_cast<std::size_t>(j)])]
                    [static_cast<std::size_t>(k)];
-    dest[static_cast<std::size_t>(k)] = tuple_owner(co, nm, P);
+    const int owner = tuple_owner(co, nm, owners);
+    dest[static_cast<std::size_t>(k)] =
+        slot_of != nullptr ? (*slot_of)[static_cast<std::size_t>(owner)] : owner;
   }
   Route r;
   r.sendcounts.assign(static_cast<std::size_t>(P), 0);
@@ -191,7 +194,7 @@ bool route_on_device(const SparseTensor<T>& x, const SparseTensor<T>& y,
 
 #define TESSERA_INSTANTIATE(T)                                                                 \
   template Route plan_route<T>(const SparseTensor<T>&, const std::vector<int>&,                \
-                               const comm::Communicator&);                                     \
+                               const comm::Communicator&, const std::vector<int>*);            \
   template SparseTensor<T> execute_route<T>(const SparseTensor<T>&, const Route&,              \
                                             const comm::Communicator&);                        \
   template bool route_on_device<T>(                                                            \

@@ -41,9 +41,12 @@ struct Route {
 /// Destinations by the hash of the coordinates of `modes` (tuple_owner); the counts are
 /// exchanged over c. An empty list (an outer product, nothing matched) sends everything to
 /// one rank: every empty tuple hashes alike.
+/// With `slot_of` (the relay of each owner: its rank in its node's communicator, for a
+/// c that is this rank's node), each nonzero goes instead to the relay of its owner among
+/// slot_of.size() ranks, the relays being c's ranks.
 template <typename T>
 Route plan_route(const SparseTensor<T>& t, const std::vector<int>& modes,
-                 const comm::Communicator& c);
+                 const comm::Communicator& c, const std::vector<int>* slot_of = nullptr);
 
 /// Moves the nonzeros as planned over c: one alltoallv per coordinate array and one for
 /// the values; the received nonzeros are in source-rank order, each source in its order.

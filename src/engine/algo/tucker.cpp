@@ -68,10 +68,11 @@ void record_iteration(const TuckerIteration& rec, TuckerResult& res, bool print)
 template <typename T>
 class Hooi {
  public:
+  /// `dnode` (may be null: flat combine) is dc split by node.
   Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::TensorHandle<T>> X,
        std::vector<ModePlan> plan, kernels::Backend<T>& be, const comm::Communicator& c,
-       const comm::Communicator& dc, const TuckerOptions& opt, const NormScale& ns,
-       TuckerResult& res);
+       const comm::Communicator& dc, const comm::Communicator* dnode, const TuckerOptions& opt,
+       const NormScale& ns, TuckerResult& res);
   /// Initial factors (random, then HOSVD when asked) or the resumed state's.
   void init();
   /// HOOI iterations until the tolerance or max_iters.
@@ -99,6 +100,7 @@ class Hooi {
   kernels::Backend<T>& be_;
   const comm::Communicator& c_;
   const comm::Communicator& dc_;
+  const comm::Communicator* dnode_;
   const TuckerOptions& opt_;
   const NormScale ns_;
   TuckerResult& res_;
@@ -128,14 +130,15 @@ std::vector<std::int64_t> owned_lengths(const std::vector<ModePlan>& plan, bool 
 template <typename T>
 Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::TensorHandle<T>> X,
               std::vector<ModePlan> plan, kernels::Backend<T>& be, const comm::Communicator& c,
-              const comm::Communicator& dc, const TuckerOptions& opt, const NormScale& ns,
-              TuckerResult& res)
+              const comm::Communicator& dc, const comm::Communicator* dnode,
+              const TuckerOptions& opt, const NormScale& ns, TuckerResult& res)
     : dist_(dist),
       X_(std::move(X)),
       plan_(std::move(plan)),
       be_(be),
       c_(c),
       dc_(dc),
+      dnode_(dnode),
       opt_(opt),
       ns_(ns),
       res_(res),
@@ -150,8 +153,14 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
   for (const auto& mp : plan_) {
     max_out = std::max(max_out, static_cast<std::int64_t>(mp.local.size()) * mp.cols);
     if (P_ > 1) {
-      max_recv = std::max(max_recv, mp.recv_total * mp.cols);
-      max_own = std::max(max_own, static_cast<std::int64_t>(mp.own_pos.size()) * mp.cols);
+      // A two-stage combine receives into recv_ twice and groups its rows and keeps its
+      // relayed sums in own_.
+      max_recv = std::max(max_recv, std::max(mp.recv_total, mp.recv1_total) * mp.cols);
+      max_own = std::max(
+          max_own,
+          std::max({static_cast<std::int64_t>(mp.own_pos.size()), mp.relay_rows,
+                    mp.staged ? static_cast<std::int64_t>(mp.local.size()) : std::int64_t{0}}) *
+              mp.cols);
     }
   }
   ybuf_ = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_out, 1)));
@@ -210,18 +219,34 @@ const T* Hooi<T>::ttmc_combined(int n) {
   }
   if (P_ == 1) return ybuf_.data();
   t.reset();
-  const auto P = static_cast<std::size_t>(P_);
-  std::vector<std::int64_t> sc(P), sd(P), rc(P), rd(P);
-  for (std::size_t p = 0; p < P; ++p) {
-    sc[p] = mp.send_rows[p] * mp.cols;
-    rc[p] = mp.recv_rows[p] * mp.cols;
-    if (p > 0) {
-      sd[p] = sd[p - 1] + sc[p - 1];
-      rd[p] = rd[p - 1] + rc[p - 1];
+  // One exchange of rows over `x` (counts in rows, per peer) from `src` into recv_.
+  const auto exchange = [&](const comm::Communicator& x, const std::vector<std::int64_t>& sr,
+                            const std::vector<std::int64_t>& rr, const T* src) {
+    const auto Q = sr.size();
+    std::vector<std::int64_t> sc(Q), sd(Q), rc(Q), rd(Q);
+    for (std::size_t p = 0; p < Q; ++p) {
+      sc[p] = sr[p] * mp.cols;
+      rc[p] = rr[p] * mp.cols;
+      if (p > 0) {
+        sd[p] = sd[p - 1] + sc[p - 1];
+        rd[p] = rd[p - 1] + rc[p - 1];
+      }
     }
-  }
-  dc_.alltoallv_raw(ybuf_.data(), sc.data(), sd.data(), recv_.data(), rc.data(), rd.data(),
+    x.alltoallv_raw(src, sc.data(), sd.data(), recv_.data(), rc.data(), rd.data(),
                     comm::data_type_of<T>());
+  };
+  const T* out = ybuf_.data();
+  if (mp.staged) {
+    // Stage 1 inside the node, the rows grouped by relay in own_ first; the relayed sums
+    // then wait in own_ for stage 2.
+    kernels::ops::sum_rows(be_, ybuf_.data(), mp.gather_ptr, mp.gather_row, mp.cols, own_.data());
+    be_.synchronize();
+    exchange(*dnode_, mp.send1, mp.recv1, own_.data());
+    kernels::ops::sum_rows(be_, recv_.data(), mp.relay_ptr, mp.relay_row, mp.cols, own_.data());
+    be_.synchronize();
+    out = own_.data();
+  }
+  exchange(dc_, mp.send_rows, mp.recv_rows, out);
   // Duplicates summed in a fixed order (stable by source rank): the same on every run.
   kernels::ops::sum_rows(be_, recv_.data(), mp.src_ptr, mp.src_row, mp.cols, own_.data());
   be_.synchronize();
@@ -479,13 +504,54 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   res.tier = X->tier();
   res.tier_description = X->describe();
   log_memory_tier(res.tier, res.tier_description, c, opt.print_iterations);
-  plan_combine(plan, dims, c);
+  // Two-stage combine when the hierarchy asks for it: the node communicators of c and dc
+  // (the data moves over dc's; the plan's labels over c's).
+  std::unique_ptr<comm::Communicator> node_c, node_dc;
+  std::vector<int> slot_of;  // the rank of each rank in its node's communicator
+  if (c.size() > 1 && static_cast<int>(opt.nodes.node_of.size()) == c.size() &&
+      comm::use_hierarchy(opt.hierarchy, opt.nodes)) {
+    const int color = opt.nodes.node_of[static_cast<std::size_t>(c.rank())];
+    node_c = c.split(color, c.rank());
+    if (&dc != &c) node_dc = dc.split(color, dc.rank());
+    std::vector<int> seen(static_cast<std::size_t>(opt.nodes.nodes()), 0);
+    for (const int k : opt.nodes.node_of) slot_of.push_back(seen[static_cast<std::size_t>(k)]++);
+  }
+  res.combine = c.size() == 1 ? "" : (node_c ? "node" : "flat");
+  plan_combine(plan, dims, c, node_c.get(), slot_of);
+  // Rows that cross between nodes per iteration, per mode, over all ranks (the network's
+  // share of the exchange; known when the node of every rank is).
+  if (opt.nodes.nodes() > 1 && static_cast<int>(opt.nodes.node_of.size()) == c.size()) {
+    const int mine = opt.nodes.node_of[static_cast<std::size_t>(c.rank())];
+    std::vector<std::int64_t> net(static_cast<std::size_t>(N), 0);
+    for (int n = 0; n < N; ++n)
+      for (int q = 0; q < c.size(); ++q)
+        if (opt.nodes.node_of[static_cast<std::size_t>(q)] != mine)
+          net[static_cast<std::size_t>(n)] +=
+              plan[static_cast<std::size_t>(n)].send_rows[static_cast<std::size_t>(q)];
+    c.allreduce(net.data(), net.size());
+    res.network_rows = net;
+  }
+  if (opt.print_iterations && c.size() > 1) {
+    std::string line =
+        node_c
+            ? "TTMc rows combined through a relay on each of " + std::to_string(opt.nodes.nodes()) +
+                  " nodes (" + std::to_string(node_c->size()) +
+                  (node_c->size() == 1 ? " rank" : " ranks") + " each), then on their owners"
+            : "TTMc rows combined on their owners in one exchange";
+    if (!res.network_rows.empty()) {
+      line += "; rows crossing nodes per iteration:";
+      for (int n = 0; n < N; ++n)
+        line += (n ? ", " : " ") + std::to_string(res.network_rows[static_cast<std::size_t>(n)]);
+    }
+    log::info(line);
+  }
   plan_memory(
       plan, dims, cols, sizeof(T),
       [&](std::int64_t C) { return static_cast<double>(kernels::ops::wide_scratch_bytes(be, C)); },
       c, opt, res);
 
-  Hooi<T> hooi(dist, std::move(X), std::move(plan), be, c, dc, opt, ns, res);
+  Hooi<T> hooi(dist, std::move(X), std::move(plan), be, c, dc,
+               node_dc ? node_dc.get() : node_c.get(), opt, ns, res);
   res.phases.add("setup", setup_timer.seconds());
   hooi.init();
   hooi.iterate();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/hierarchy.hpp"
 #include "kernels/backend.hpp"
 #include "model/tucker.hpp"
 #include "partition/partition.hpp"
@@ -107,6 +108,12 @@ struct TuckerOptions {
   /// iteration; the state of that iteration goes to on_iteration (TuckerResult::stop_reason
   /// "signal").
   const util::StopRequest* stop = nullptr;
+  /// The node of each rank of `c` (comm::node_map; empty: one node) and --comm-hierarchy:
+  /// where comm::use_hierarchy says so, the TTMc rows are combined in two stages, summed
+  /// first on a relay in their node, so a row several ranks of a node hold crosses the
+  /// network once (docs/multi-gpu.md, "Across nodes").
+  comm::NodeMap nodes;
+  comm::Hierarchy hierarchy = comm::Hierarchy::automatic;
 };
 
 struct TuckerIteration {
@@ -159,6 +166,12 @@ struct TuckerResult {
   /// Where and how the dense stage ran (algo/tucker_dense.hpp), e.g.
   /// "gram/device-syevdx+cholqr2" (cuda backend) or "subspace/host-cholqr2".
   std::string dense_method;
+  /// How the TTMc rows were combined: "flat" (one exchange to the owners), "node" (through
+  /// a relay on each node), "" on one rank.
+  std::string combine;
+  /// Per mode, the TTMc rows that cross between nodes in one iteration, summed over the
+  /// ranks (times TuckerMemory::cols values each); empty on one node.
+  std::vector<std::int64_t> network_rows;
 };
 
 /// Collective over `c` (a host communicator spanning the ranks of `d`). `d` comes from

@@ -37,7 +37,9 @@ std::string ranks_str(const std::vector<int>& r) {
 
 /// Per-rank counts the memory estimate needs, for every mode.
 struct RankCounts {
-  std::vector<double> local, recv, own, scratch;  ///< per mode
+  /// Per mode; recv is the larger of a two-stage combine's receptions, relay its relayed
+  /// rows (held in the combined rows' buffer).
+  std::vector<double> local, recv, own, scratch, relay;
 };
 
 struct Estimate {
@@ -60,7 +62,7 @@ Estimate estimate_rank(const RankCounts& rc, const std::vector<std::uint64_t>& d
     out = std::max(out, rc.local[k] * C * static_cast<double>(vsize) + rc.scratch[k] * C);
     if (P > 1) {
       recv = std::max(recv, rc.recv[k] * C * static_cast<double>(vsize));
-      own = std::max(own, rc.own[k] * C * static_cast<double>(vsize));
+      own = std::max(own, std::max(rc.own[k], rc.relay[k]) * C * static_cast<double>(vsize));
     }
     const double chunk = wide_scratch(static_cast<std::int64_t>(C));
     const double rows_own = std::max(rc.own[k], P > 1 ? 0.0 : rc.local[k]);
@@ -157,11 +159,50 @@ NormScale norm_and_scale(double mine2, const std::function<double()>& mine,
   return s;
 }
 
-/// Row ownership (mode-n rows cut into P ranges of ceil(I_n / P)) and the plan that
-/// combines the TTMc rows on their owners: one index exchange per mode (collective).
+namespace {
+
+/// The rows received, `rin` (labels in arrival order), merged: the distinct labels in
+/// increasing order, and for each the positions in rin that sum into it, stable (so copies
+/// are summed in source order, on every run alike).
+std::vector<index_t> merge_received(const std::vector<index_t>& rin, std::vector<std::int64_t>& ptr,
+                                    std::vector<std::int64_t>& row) {
+  std::vector<std::int64_t> order(rin.size());
+  for (std::size_t k = 0; k < rin.size(); ++k) order[k] = static_cast<std::int64_t>(k);
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return rin[static_cast<std::size_t>(a)] < rin[static_cast<std::size_t>(b)];
+  });
+  std::vector<index_t> distinct;
+  ptr.clear();
+  row.clear();
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const index_t i = rin[static_cast<std::size_t>(order[k])];
+    if (k == 0 || i != distinct.back()) {
+      ptr.push_back(static_cast<std::int64_t>(k));
+      distinct.push_back(i);
+    }
+    row.push_back(order[k]);
+  }
+  ptr.push_back(static_cast<std::int64_t>(order.size()));
+  return distinct;
+}
+
+/// Per destination, how many of the labels `rows` go there.
+template <typename Dest>
+std::vector<std::int64_t> counts_by(const std::vector<index_t>& rows, int peers, Dest dest) {
+  std::vector<std::int64_t> n(static_cast<std::size_t>(peers), 0);
+  for (const index_t i : rows) ++n[static_cast<std::size_t>(dest(i))];
+  return n;
+}
+
+}  // namespace
+
 void plan_combine(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
-                  const comm::Communicator& c) {
+                  const comm::Communicator& c, const comm::Communicator* node,
+                  const std::vector<int>& slot_of) {
   const int P = c.size();
+  const int G = node != nullptr ? node->size() : 1;
+  TESSERA_EXPECTS(node == nullptr || static_cast<int>(slot_of.size()) == P,
+                  "plan_combine: the slot of every rank on its node is needed");
   for (std::size_t n = 0; n < dims.size(); ++n) {
     auto& mp = plan[n];
     const auto I = static_cast<std::int64_t>(dims[n]);
@@ -172,27 +213,49 @@ void plan_combine(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>&
       mp.own_pos.assign(mp.local.begin(), mp.local.end());
       continue;
     }
-    mp.send_rows.assign(static_cast<std::size_t>(P), 0);
-    for (index_t i : mp.local)
-      ++mp.send_rows[static_cast<std::size_t>(static_cast<std::int64_t>(i) / mp.b)];
-    const std::vector<index_t> rin = c.alltoallv(mp.local, mp.send_rows, &mp.recv_rows);
-    mp.recv_total = static_cast<std::int64_t>(rin.size());
-    std::vector<std::int64_t> order(rin.size());
-    for (std::size_t k = 0; k < rin.size(); ++k) order[k] = static_cast<std::int64_t>(k);
-    // Stable by row, so duplicates are summed in rank order on every rank count alike.
-    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-      return rin[static_cast<std::size_t>(a)] < rin[static_cast<std::size_t>(b)];
-    });
-    mp.src_ptr.push_back(0);
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      const index_t i = rin[static_cast<std::size_t>(order[k])];
-      if (k == 0 || i != rin[static_cast<std::size_t>(order[k - 1])]) {
-        if (k > 0) mp.src_ptr.push_back(static_cast<std::int64_t>(k));
-        mp.own_pos.push_back(static_cast<std::int64_t>(i) - mp.lo);
+    // Rows leave in their (increasing) order, so each owner's rows are contiguous.
+    TESSERA_EXPECTS(std::is_sorted(mp.local.begin(), mp.local.end()),
+                    "plan_combine: the TTMc rows must be in increasing order");
+    const std::int64_t b = mp.b;
+    const auto owner = [b](index_t i) {
+      return static_cast<int>(static_cast<std::int64_t>(i) / b);
+    };
+    const std::vector<index_t>* out = &mp.local;
+    std::vector<index_t> relayed;
+    mp.staged = node != nullptr;
+    if (mp.staged) {
+      // Stage 1, inside the node: each row to the node peer in its owner's slot, so that
+      // every rank of a node relays an equal share of the node's rows over its own link.
+      // The rows are grouped by slot first (a stable permutation, applied as a gather).
+      const auto slot = [&](index_t i) { return slot_of[static_cast<std::size_t>(owner(i))]; };
+      mp.send1 = counts_by(mp.local, G, slot);
+      std::vector<std::int64_t> at(static_cast<std::size_t>(G) + 1, 0);
+      for (int g = 0; g < G; ++g)
+        at[static_cast<std::size_t>(g) + 1] =
+            at[static_cast<std::size_t>(g)] + mp.send1[static_cast<std::size_t>(g)];
+      std::vector<index_t> grouped(mp.local.size());
+      mp.gather_row.assign(mp.local.size(), 0);
+      mp.gather_ptr.resize(mp.local.size() + 1);
+      for (std::size_t k = 0; k < mp.local.size(); ++k) {
+        const auto to = static_cast<std::size_t>(at[static_cast<std::size_t>(slot(mp.local[k]))]++);
+        grouped[to] = mp.local[k];
+        mp.gather_row[to] = static_cast<std::int64_t>(k);
       }
-      mp.src_row.push_back(order[k]);
+      for (std::size_t k = 0; k <= mp.local.size(); ++k)
+        mp.gather_ptr[k] = static_cast<std::int64_t>(k);
+      const std::vector<index_t> rin1 = node->alltoallv(grouped, mp.send1, &mp.recv1);
+      mp.recv1_total = static_cast<std::int64_t>(rin1.size());
+      relayed = merge_received(rin1, mp.relay_ptr, mp.relay_row);
+      mp.relay_rows = static_cast<std::int64_t>(relayed.size());
+      out = &relayed;
     }
-    if (!order.empty()) mp.src_ptr.push_back(static_cast<std::int64_t>(order.size()));
+    // To the owners (stage 2 of the two-stage combine): sorted, so contiguous per owner.
+    mp.send_rows = counts_by(*out, P, owner);
+    const std::vector<index_t> rin = c.alltoallv(*out, mp.send_rows, &mp.recv_rows);
+    mp.recv_total = static_cast<std::int64_t>(rin.size());
+    const std::vector<index_t> mine = merge_received(rin, mp.src_ptr, mp.src_row);
+    mp.own_pos.clear();
+    for (const index_t i : mine) mp.own_pos.push_back(static_cast<std::int64_t>(i) - mp.lo);
   }
 }
 
@@ -205,25 +268,31 @@ void plan_memory(const std::vector<ModePlan>& plan, const std::vector<std::uint6
                  const comm::Communicator& c, const TuckerOptions& opt, TuckerResult& res) {
   const int N = static_cast<int>(dims.size()), P = c.size();
   const std::vector<int>& ranks = opt.ranks;
-  std::vector<double> mine(static_cast<std::size_t>(4 * N)),
-      all(static_cast<std::size_t>(4 * N * P));
+  constexpr int kFields = 5;
+  std::vector<double> mine(static_cast<std::size_t>(kFields * N)),
+      all(static_cast<std::size_t>(kFields * N * P));
   for (int n = 0; n < N; ++n) {
     const auto& mp = plan[static_cast<std::size_t>(n)];
-    mine[static_cast<std::size_t>(4 * n)] = static_cast<double>(mp.local.size());
-    mine[static_cast<std::size_t>(4 * n + 1)] = static_cast<double>(mp.recv_total);
-    mine[static_cast<std::size_t>(4 * n + 2)] = static_cast<double>(mp.own_pos.size());
-    mine[static_cast<std::size_t>(4 * n + 3)] = mp.scratch_per_col;
+    double* q = mine.data() + static_cast<std::size_t>(kFields * n);
+    q[0] = static_cast<double>(mp.local.size());
+    q[1] = static_cast<double>(std::max(mp.recv_total, mp.recv1_total));
+    q[2] = static_cast<double>(mp.own_pos.size());
+    q[3] = mp.scratch_per_col;
+    // A two-stage combine groups the TTMc rows by relay in the combined rows' buffer too.
+    q[4] = static_cast<double>(
+        std::max(mp.relay_rows, mp.staged ? static_cast<std::int64_t>(mp.local.size()) : 0));
   }
   c.allgather(mine.data(), all.data(), mine.size());
   std::vector<RankCounts> counts(static_cast<std::size_t>(P));
   for (int p = 0; p < P; ++p)
     for (int n = 0; n < N; ++n) {
-      const double* q = all.data() + static_cast<std::size_t>(4 * (N * p + n));
+      const double* q = all.data() + static_cast<std::size_t>(kFields * (N * p + n));
       auto& rc = counts[static_cast<std::size_t>(p)];
       rc.local.push_back(q[0]);
       rc.recv.push_back(q[1]);
       rc.own.push_back(q[2]);
       rc.scratch.push_back(q[3]);
+      rc.relay.push_back(q[4]);
     }
   auto estimate = [&](const std::vector<int>& r) {
     Estimate worst;

@@ -25,6 +25,18 @@ struct ModePlan {
   std::vector<std::int64_t> src_ptr,
       src_row;                 ///< combined row j sums received rows src_row[src_ptr[j]..]
   double scratch_per_col = 0;  ///< backend TTMc scratch bytes / cols
+  /// Two-stage combine (plan_combine with a node communicator): the rows go first to a
+  /// relay on their node, the node peer in their owner's slot, which sums the node's
+  /// copies of a row and sends the sum on to the owner. The TTMc rows are grouped by relay
+  /// (a gather: row j is TTMc row gather_row[j]); stage 1 counts per node peer; the relay's
+  /// distinct rows (sorted) sum the stage-1 rows relay_row[relay_ptr[j]..]; send_rows and
+  /// recv_rows are then stage 2's.
+  bool staged = false;
+  std::vector<std::int64_t> gather_ptr, gather_row;
+  std::vector<std::int64_t> send1, recv1;
+  std::int64_t recv1_total = 0;
+  std::int64_t relay_rows = 0;
+  std::vector<std::int64_t> relay_ptr, relay_row;
 };
 
 /// The options every rank sees alike (so every rank throws the same InputError); returns
@@ -47,8 +59,14 @@ NormScale norm_and_scale(double mine2, const std::function<double()>& mine,
 
 /// Row ownership (mode-n rows cut into P ranges of ceil(I_n / P)) and the plan that
 /// combines the TTMc rows on their owners: one index exchange per mode (collective).
+/// `node` (may be null: flat) is this rank's node, c split by node with key c's rank, and
+/// slot_of[q] the rank of c's rank q in its node's communicator (every node holds the same
+/// number of ranks): then the rows go through relays (ModePlan::staged), so that a row
+/// several ranks of a node hold crosses the network once, as a sum, and every rank of a
+/// node carries an equal share of the node's traffic.
 void plan_combine(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
-                  const comm::Communicator& c);
+                  const comm::Communicator& c, const comm::Communicator* node = nullptr,
+                  const std::vector<int>& slot_of = {});
 
 /// The memory plan: every rank evaluates the same estimate from all ranks' counts
 /// (collective), records it in res.memory, prints it and refuses, naming ranks that

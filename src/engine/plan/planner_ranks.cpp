@@ -139,11 +139,25 @@ IterationEstimate estimate_tucker_iteration(const Request& req, const TensorFact
   e.nodes = g.nodes;
   e.per_node = g.per_node;
   const double P = g.size();
+  // Several nodes of 2+ ranks: the rows go through a relay on their node first
+  // (--comm-hierarchy auto, algo/tucker_plan.hpp), which sums the node's copies of a row:
+  // a relay sends the node's distinct rows (min(I_k, G n)) divided over its G ranks.
+  const bool relay = g.nodes > 1 && g.per_node > 1;
+  const double G = g.per_node;
   for (std::size_t k = 0; k < N; ++k) {
     const double rows = std::min(d[k], n) * cols[k] * v;
     e.comm_bytes += rows;
-    e.link += alltoall_cost((P - 1) / P * rows, g);  // rows to their owners
-    e.link += allgather_cost(d[k] * r[k] * v, g);    // the new factor to every rank
+    if (relay) {
+      LinkTime in_node;
+      in_node.intra_bytes = (G - 1) / G * rows;  // to the relays of the node
+      in_node.intra_steps = 1;
+      e.link += in_node;
+      const double relayed = std::min(d[k], G * n) * cols[k] * v / G;
+      e.link += alltoall_cost((P - 1) / P * relayed, g);  // relayed sums to their owners
+    } else {
+      e.link += alltoall_cost((P - 1) / P * rows, g);  // rows to their owners
+    }
+    e.link += allgather_cost(d[k] * r[k] * v, g);  // the new factor to every rank
   }
   e.link += allreduce_cost(core * v, g);  // the core, once
   finish(e, m, ranks > 1);
@@ -350,9 +364,10 @@ std::string describe_time_model(const std::vector<RanksPlan>& plans, const TimeM
   if (tucker) {
     os << "  tucker: per mode the TTMc's rows (min(I_n, nnz) x the product of the other ranks) "
           "to their owners by one alltoallv\n    ((P-1)/P of them leave; (G-1)/(P-1) of those "
-          "over NVLink, the rest over the network), the new factor (I_n x R_n) all-gathered\n"
-          "    (inside the node, then across), the core all-reduced once; the eigen-solves are "
-          "--dense-ms\n";
+          "over NVLink, the rest over the network); on several nodes of 2+ GPUs first to a\n"
+          "    relay on their node, which sends the node's distinct rows (min(I_n, G nnz)) on, "
+          "1/G from each GPU;\n    the new factor (I_n x R_n) all-gathered (inside the node, "
+          "then across), the core all-reduced once;\n    the eigen-solves are --dense-ms\n";
   } else {
     os << "  allreduce: per mode one all-reduce of S_n = I_n x R x value bytes; one node: a ring, "
           "2 (G-1)/G S_n over NVLink, one alpha;\n    several nodes: reduce-scatter in the node "

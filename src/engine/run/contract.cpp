@@ -226,7 +226,10 @@ ContractRun<T> run_contract(const ContractRunOptions& a, const comm::MpiCommunic
     if (!a.out.empty()) check_output_path(a.out);
     if (!a.mem_limit.empty()) o.memory_limit = parse_bytes(a.mem_limit, "--mem-limit");
     io::parse_index_base(a.load.index_base);
+    o.hierarchy = comm::parse_hierarchy(a.run.hierarchy);
   });
+  // The node of every rank (collective): the partial output's relays (--comm-hierarchy).
+  if (world.size() > 1) o.nodes = comm::node_map(world, a.run.emulate_nodes);
   {
     // Every output checked before any work (io/output.hpp).
     io::OutputSet outputs;
@@ -358,7 +361,10 @@ ContractRun<T> run_contract(const ContractRunOptions& a, const comm::MpiCommunic
                          {"precision", a.run.precision},
                          {"index_base", a.load.index_base},
                          {"extend_dims", a.extend_dims},
-                         {"memory_limit_bytes", o.memory_limit}},
+                         {"memory_limit_bytes", o.memory_limit},
+                         {"comm_hierarchy", a.run.hierarchy},
+                         {"emulate_nodes", a.run.emulate_nodes},
+                         {"nodes", o.nodes.nodes()}},
                         world, kernels::to_string(kind), a.run.threads, context(a, cx));
     j["inputs"] = {{"x", {{"dims", X.dims}, {"nnz", in.nnz[0]}}},
                    {"y", {{"dims", Y.dims}, {"nnz", in.nnz[1]}}},
@@ -393,6 +399,8 @@ ContractRun<T> run_contract(const ContractRunOptions& a, const comm::MpiCommunic
     j["timing"] = timing_record("contraction", times[4],
                                 {{"kernel", ph["multiply"].get<double>()}, {"comm", times[5]}});
     j["pieces"] = res.pieces;
+    if (!res.output_merge.empty()) j["output_merge"] = res.output_merge;
+    if (res.network_entries >= 0) j["output_network_entries"] = res.network_entries;
     j["memory_plan"] = res.piece_plan.to_json();
     j["memory_estimate_bytes_per_rank"] = {
         {"total", res.memory.total_bytes},         {"mean_total", res.memory.mean_total_bytes},

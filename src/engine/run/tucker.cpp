@@ -28,6 +28,7 @@ algo::TuckerOptions tucker_options(const TuckerRunOptions& o, const comm::MpiCom
                         "with -DTESSERA_WITH_SCALAPACK=ON where libscalapack is installed), or "
                         "use --svd gram or --svd subspace");
     if (!o.max_mem.empty()) to.memory_limit = parse_bytes(o.max_mem, "--max-mem");
+    to.hierarchy = comm::parse_hierarchy(o.run.hierarchy);
   });
   if (o.max_mem.empty()) to.memory_limit = default_memory_limit(world);
   to.max_iters = o.iters;
@@ -68,6 +69,9 @@ nlohmann::json record_options(const TuckerRunOptions& o, const Input<T>& in,
                          {"seed", o.seed},
                          {"subspace_steps", o.subspace_steps},
                          {"max_mem_bytes", to.memory_limit},
+                         {"comm_hierarchy", o.run.hierarchy},
+                         {"emulate_nodes", o.run.emulate_nodes},
+                         {"nodes", to.nodes.nodes()},
                          {"partition", in.partition_scheme},
                          {"grid", in.grid},
                          {"relabel", o.load.relabel},
@@ -169,6 +173,8 @@ nlohmann::json tucker_record(const TuckerRunOptions& o, const Input<T>& in,
   if (res.stop_signal != 0) j["stop_signal"] = util::signal_name(res.stop_signal);
   j["completed_columns"] = res.completed_columns;
   j["dense_stage"] = res.dense_method;
+  if (!res.combine.empty()) j["ttmc_combine"] = res.combine;
+  if (!res.network_rows.empty()) j["ttmc_network_rows"] = res.network_rows;
   if (!p.checkpoint.empty()) j["checkpoint"] = p.checkpoint;
   j["memory"].update({{"ttmc_rows", res.memory.ttmc_rows},
                       {"received_rows", res.memory.received_rows},
@@ -210,6 +216,8 @@ TuckerRun run_tucker(const TuckerRunOptions& o, const comm::MpiCommunicator& wor
   TuckerRun out;
   validate(o, world);  // every option, before the input is opened (run/validate.hpp)
   algo::TuckerOptions to = tucker_options(o, world);
+  // The node of every rank (collective): the two-stage combine's relays (--comm-hierarchy).
+  if (world.size() > 1) to.nodes = comm::node_map(world, o.run.emulate_nodes);
   if (o.run.strategy != "auto" && o.run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to tucker: TTMc rows always go to their owner rank");
   // Every output checked before any work (check_model_outputs).

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "io/h5/error.hpp"
+#include "io/h5/filter.hpp"
 
 namespace tessera::io::h5 {
 
@@ -102,6 +103,9 @@ bool select_range(hid_t dset, hsize_t first, hsize_t count, Handle& fs, Handle& 
 void read_all(hid_t dset, hid_t mem_type, void* out, const std::string& name,
               const std::string& path) {
   if (empty(dset)) return;
+  ChunkCheck check(dset);
+  const std::string why = check.check_all(dset);
+  if (!why.empty()) throw InputError(in_file(path, "dataset '" + name + "' " + why));
   if (H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) fail(path, "read", name);
 }
 
@@ -111,10 +115,17 @@ void write_all(hid_t dset, hid_t mem_type, const void* in, const std::string& na
   if (H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, in) < 0) fail(path, "write", name);
 }
 
-herr_t read_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, void* out) {
+herr_t read_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, void* out,
+                  ChunkCheck* check) {
   if (count == 0) return 0;
   Handle fs, ms;
   if (!select_range(dset, first, count, fs, ms)) return -1;
+  if (check == nullptr) {
+    ChunkCheck mine(dset);
+    if (!mine.check_range(dset, first, count).empty()) return -1;
+  } else if (!check->check_range(dset, first, count).empty()) {
+    return -1;
+  }
   return H5Dread(dset, mem_type, ms, fs, H5P_DEFAULT, out);
 }
 
@@ -127,47 +138,71 @@ herr_t write_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, con
 
 void check_storage_sizes(hid_t dset, hid_t dcpl, const std::string& name, hsize_t length,
                          hsize_t chunk, std::size_t elem, const std::string& path) {
-  if (length == 0 || H5Pget_nfilters(dcpl) != 0 || H5Pget_external_count(dcpl) != 0) return;
+  if (length == 0 || H5Pget_external_count(dcpl) != 0) return;
   const auto corrupt = [&](const std::string& what) {
     return InputError(in_file(path, "dataset '" + name + "' " + what +
                                         ": the file is corrupted (its storage sizes "
                                         "disagree with its shape)"));
   };
+  const bool filtered = H5Pget_nfilters(dcpl) > 0;
+  if (filtered) {
+    const std::string why = unreadable_filters(dcpl);
+    if (!why.empty()) throw InputError(in_file(path, "dataset '" + name + "' " + why));
+  }
   const hsize_t storage = H5Dget_storage_size(dset);
   const H5D_layout_t layout = H5Pget_layout(dcpl);
   if (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT) {
-    if (storage != 0 && storage != length * elem)
+    if (!filtered && storage != 0 && storage != length * elem)
       throw corrupt("stores " + std::to_string(storage) + " bytes for " + std::to_string(length) +
                     " elements of " + std::to_string(elem) + " bytes");
     return;
   }
   if (layout != H5D_CHUNKED || chunk == 0) return;
+  // A chunk longer than the dataset (Tessera never writes one) would only make every read
+  // allocate its length.
+  if (chunk > length)
+    throw corrupt("has chunks of " + std::to_string(chunk) + " elements for " +
+                  std::to_string(length) + " elements");
   const hsize_t chunk_bytes = chunk * elem;
   const hsize_t nchunks = (length + chunk - 1) / chunk;
+  const hsize_t file_bytes = file_size_of(dset);
 #if H5_VERSION_GE(1, 10, 5)
-  // Every allocated chunk (unallocated ones read as fill values): by position when all are
-  // allocated (the usual case, one index lookup each), else by index.
+  // Every chunk must be stored (Tessera allocates them all at creation, or writes each one
+  // compressed), one index lookup each: an unfiltered chunk holds exactly its bytes; a
+  // compressed one must be able to inflate to them (zlib compresses 1032:1 at most), else
+  // reading it would allocate what the file cannot fill; none lies at address 0 (the
+  // superblock) or past the end of the file. HDF5 1.10 reads past its own buffers on
+  // chunk indexes that break these (tests/fuzz/fuzz_h5store).
   const Handle sp = space(H5Dget_space(dset));
   hsize_t allocated = 0;
   if (!sp.valid() || H5Dget_num_chunks(dset, sp, &allocated) < 0)
     throw corrupt("has an unreadable chunk index" + detail());
-  if (allocated > nchunks)
-    throw corrupt("has " + std::to_string(allocated) + " chunks for " + std::to_string(nchunks) +
-                  " chunk positions");
-  for (hsize_t k = 0; k < allocated; ++k) {
+  if (allocated != nchunks)
+    throw corrupt("has " + std::to_string(allocated) + " chunks stored for its " +
+                  std::to_string(nchunks) + " chunk positions");
+  for (hsize_t k = 0; k < nchunks; ++k) {
     hsize_t offset = k * chunk, size = 0;
     unsigned mask = 0;
     haddr_t addr = HADDR_UNDEF;
-    const herr_t rc = allocated == nchunks
-                          ? H5Dget_chunk_info_by_coord(dset, &offset, &mask, &addr, &size)
-                          : H5Dget_chunk_info(dset, sp, k, &offset, &mask, &addr, &size);
-    if (rc < 0) throw corrupt("has an unreadable chunk index" + detail());
-    if (addr != HADDR_UNDEF && size != chunk_bytes)
+    if (H5Dget_chunk_info_by_coord(dset, &offset, &mask, &addr, &size) < 0)
+      throw corrupt("has an unreadable chunk index" + detail());
+    if (addr == HADDR_UNDEF || addr == 0)
+      throw corrupt("has no stored chunk at element " + std::to_string(offset) +
+                    " though its index counts " + std::to_string(allocated));
+    if (file_bytes > 0 && (size > file_bytes || addr > file_bytes - size))
+      throw corrupt("has a chunk of " + std::to_string(size) + " bytes at element " +
+                    std::to_string(offset) + " beyond the end of the file (" +
+                    std::to_string(file_bytes) + " bytes)");
+    if (!filtered && size != chunk_bytes)
       throw corrupt("has a chunk of " + std::to_string(size) + " bytes at element " +
                     std::to_string(offset) + ", expected " + std::to_string(chunk_bytes));
+    if (filtered && (size == 0 || chunk_bytes > 1032 * size + 1024))
+      throw corrupt("has a compressed chunk of " + std::to_string(size) + " bytes at element " +
+                    std::to_string(offset) + ", too few for its " + std::to_string(chunk_bytes) +
+                    " bytes");
   }
 #else
-  if (storage != 0 && storage % chunk_bytes != 0)
+  if (!filtered && storage != 0 && storage % chunk_bytes != 0)
     throw corrupt("stores " + std::to_string(storage) + " bytes, not whole chunks of " +
                   std::to_string(chunk_bytes));
 #endif

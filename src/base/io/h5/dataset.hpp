@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "io/h5/filter.hpp"
 #include "io/h5/handle.hpp"
 
 static_assert(std::endian::native == std::endian::little,
@@ -39,22 +40,29 @@ Handle create_dataset(hid_t loc, const std::string& name, hid_t file_type,
                       const std::vector<hsize_t>& shape, const std::string& path,
                       hid_t dcpl = H5P_DEFAULT);
 
-/// The whole dataset, in `mem_type`; nothing for a dataset with no elements.
+/// The whole dataset, in `mem_type`; nothing for a dataset with no elements. Its compressed
+/// chunks are checked first (filter.hpp): an InputError names what is wrong.
 void read_all(hid_t dset, hid_t mem_type, void* out, const std::string& name,
               const std::string& path);
 void write_all(hid_t dset, hid_t mem_type, const void* in, const std::string& name,
                const std::string& path);
 
 /// Elements [first, first + count) of a 1-D dataset, in `mem_type`. Return HDF5's status
-/// (< 0: failed, the reason left for detail()): the callers' messages name the range.
-herr_t read_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, void* out);
+/// (< 0: failed, the reason left for detail()): the callers' messages name the range. The
+/// compressed chunks read are checked first (filter.hpp) through `check` (null: a check of
+/// this call only); one that fails its check fails the read before HDF5 sees it.
+herr_t read_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, void* out,
+                  ChunkCheck* check = nullptr);
 herr_t write_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, const void* in);
 
-/// Checks that an unfiltered 1-D dataset of `length` elements of `elem` bytes (chunked by
-/// `chunk`, 0 = not chunked) stores as many bytes as its shape says, chunk by chunk. HDF5
-/// 1.10 trusts the sizes its chunk index and layout message record, and a corrupted one
-/// makes H5Dread copy past its own buffer (found by tests/fuzz/fuzz_h5store): such a file is
-/// refused ("dataset 'name' ...: the file is corrupted") before anything reads from it.
+/// Checks that a 1-D dataset of `length` elements of `elem` bytes (chunked by `chunk`, 0 =
+/// not chunked) stores as many bytes as its shape says, chunk by chunk: an unfiltered chunk
+/// exactly its bytes, a compressed one enough to inflate to them (zlib: 1032:1 at most),
+/// every compressed chunk present, no chunk longer than the dataset, and no filter but
+/// deflate and shuffle. HDF5 1.10 trusts the sizes its chunk index and layout message
+/// record, and a corrupted one makes H5Dread copy past its own buffer or allocate what the
+/// file cannot fill (found by tests/fuzz/fuzz_h5store): such a file is refused ("dataset
+/// 'name' ...: the file is corrupted") before anything reads from it.
 void check_storage_sizes(hid_t dset, hid_t dcpl, const std::string& name, hsize_t length,
                          hsize_t chunk, std::size_t elem, const std::string& path);
 
