@@ -251,4 +251,62 @@ std::shared_ptr<const Communicator> with_hierarchy(std::shared_ptr<const Communi
   return std::make_shared<HierarchicalCommunicator>(f, map, std::move(flat));
 }
 
+NodeSplit::NodeSplit(const Communicator& flat, const NodeMap& map) {
+  const int P = flat.size(), me = flat.rank();
+  TESSERA_EXPECTS(static_cast<int>(map.node_of.size()) == P && map.uniform(),
+                  "an exchange over nodes needs the node of every rank, the same count on "
+                  "every node");
+  node_members.assign(static_cast<std::size_t>(map.nodes()), {});
+  std::vector<int> slot(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) {
+    auto& m = node_members[static_cast<std::size_t>(map.node_of[static_cast<std::size_t>(r)])];
+    slot[static_cast<std::size_t>(r)] = static_cast<int>(m.size());
+    m.push_back(r);
+  }
+  my_node = map.node_of[static_cast<std::size_t>(me)];
+  my_slot = slot[static_cast<std::size_t>(me)];
+  node_ranks = node_members[static_cast<std::size_t>(my_node)];
+  for (int r = 0; r < P; ++r)
+    if (slot[static_cast<std::size_t>(r)] == my_slot) cross_ranks.push_back(r);
+  node = flat.split(my_node, me);
+  cross = flat.split(my_slot, me);
+}
+
+void allgatherv_by_nodes(const NodeSplit& ns, const void* send, void* recv,
+                         const std::vector<std::int64_t>& counts,
+                         const std::vector<std::int64_t>& displs, DataType t) {
+  const std::size_t esize = size_of(t);
+  auto* out = static_cast<unsigned char*>(recv);
+  const int me = ns.node_ranks[static_cast<std::size_t>(ns.my_slot)];
+  // 1. Across nodes, among the ranks of this slot: each its own share.
+  {
+    const std::size_t K = ns.cross_ranks.size();
+    std::vector<std::int64_t> sc(K, counts[static_cast<std::size_t>(me)]), sd(K, 0), rc(K), rd(K);
+    for (std::size_t i = 0; i < K; ++i) {
+      rc[i] = counts[static_cast<std::size_t>(ns.cross_ranks[i])];
+      rd[i] = displs[static_cast<std::size_t>(ns.cross_ranks[i])];
+    }
+    ns.cross->alltoallv_raw(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), t);
+  }
+  // 2. Inside the node, once per node k: each rank passes on the share of the rank of its
+  // slot on node k (its own for this node), and receives those of the other slots.
+  const std::size_t G = ns.node_ranks.size();
+  for (std::size_t k = 0; k < ns.node_members.size(); ++k) {
+    const auto& members = ns.node_members[k];
+    const int from = members[static_cast<std::size_t>(ns.my_slot)];
+    const void* src =
+        static_cast<int>(k) == ns.my_node
+            ? send
+            : out + static_cast<std::size_t>(displs[static_cast<std::size_t>(from)]) * esize;
+    std::vector<std::int64_t> sc(G), sd(G, 0), rc(G), rd(G);
+    for (std::size_t j = 0; j < G; ++j) {
+      const bool self = static_cast<int>(j) == ns.my_slot;
+      sc[j] = self ? 0 : counts[static_cast<std::size_t>(from)];
+      rc[j] = self ? 0 : counts[static_cast<std::size_t>(members[j])];
+      rd[j] = displs[static_cast<std::size_t>(members[j])];
+    }
+    ns.node->alltoallv_raw(src, sc.data(), sd.data(), recv, rc.data(), rd.data(), t);
+  }
+}
+
 }  // namespace tessera::comm

@@ -5,6 +5,7 @@
 // Communicator (MPI with host buffers, NCCL with device buffers and enqueue_*).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +105,30 @@ class HierarchicalCommunicator final : public Communicator {
   std::vector<int> to_flat_;
   int rank_ = 0;
 };
+
+/// The split communicators of an exchange in two steps over nodes (flat's ranks placed as
+/// `map`, uniform): this rank's node (flat split by node, ordered by flat rank: a rank's
+/// position there is its slot) and its slot (flat split by slot, ordered by flat rank:
+/// one rank per node), with the flat ranks of each. Collective over `flat`.
+struct NodeSplit {
+  std::unique_ptr<Communicator> node, cross;
+  std::vector<int> node_ranks;   ///< flat rank of each rank of `node`
+  std::vector<int> cross_ranks;  ///< flat rank of each rank of `cross`
+  /// node_members[k][s]: the flat rank in slot s of node k.
+  std::vector<std::vector<int>> node_members;
+  int my_node = 0, my_slot = 0;
+  NodeSplit(const Communicator& flat, const NodeMap& map);
+};
+
+/// All-gather of shares of different lengths: flat rank r's `counts[r]` elements (`send`)
+/// land at `displs[r]` of `recv` on every rank, in two steps: across nodes among the ranks
+/// of one slot (each share crosses the network once per other node, not once per other
+/// rank: G-fold fewer network bytes than one flat exchange), then inside each node, one
+/// exchange per node whose shares are passed on. `send` must not lie inside `recv`.
+/// Collective over the ranks of `ns`.
+void allgatherv_by_nodes(const NodeSplit& ns, const void* send, void* recv,
+                         const std::vector<std::int64_t>& counts,
+                         const std::vector<std::int64_t>& displs, DataType t);
 
 /// `flat` as it should be used under `h` for ranks placed as `map` (the node of each rank of
 /// `flat`): a HierarchicalCommunicator owning it when use_hierarchy(h, map), else `flat`

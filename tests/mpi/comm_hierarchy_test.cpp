@@ -1,8 +1,9 @@
 // Hierarchical collectives (comm/hierarchy.hpp) on emulated nodes of consecutive ranks: each
 // composed collective equals the flat one to rounding, and CP-ALS with its groups composed
 // (--comm-hierarchy node/auto) gives the flat run's fit and factors, as does Tucker-HOOI with
-// its TTMc rows combined through a relay on each node. Runs under mpiexec on an even rank
-// count (np2: 2 nodes x 1, np4: 2 nodes x 2).
+// its TTMc rows combined through a relay on each node, and a contraction with its partial
+// output merged through them. Runs under mpiexec on an even rank count (np2: 2 nodes x 1,
+// np4: 2 nodes x 2).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -11,12 +12,14 @@
 #include <random>
 #include <vector>
 
+#include "algo/contract.hpp"
 #include "algo/cp_als.hpp"
 #include "algo/generate.hpp"
 #include "algo/tucker.hpp"
 #include "comm/hierarchy.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/sptc.hpp"
 
 namespace tessera {
 namespace {
@@ -153,6 +156,39 @@ TEST_F(Hier, AlltoallvAndSplitFollowItsRanks) {
   EXPECT_EQ(s->rank(), me);
 }
 
+TEST(NodeSplit, AllgathervByNodesPutsEveryShareInPlace) {
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even rank count (two nodes)";
+  const int P = world().size();
+  // Nodes of non-consecutive ranks too (0,2 | 1,3 on 4 ranks): slots follow the flat order.
+  for (const bool interleaved : {false, true}) {
+    comm::NodeMap map = two_nodes();
+    if (interleaved)
+      for (int r = 0; r < P; ++r) map.node_of[static_cast<std::size_t>(r)] = r % 2;
+    const comm::NodeSplit ns(world(), map);
+    EXPECT_EQ(ns.node->size(), P / 2);
+    EXPECT_EQ(ns.cross->size(), 2);
+    // Shares of different lengths, one empty (rank 1); the last rank's is the longest.
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(P)),
+        displs(static_cast<std::size_t>(P));
+    std::int64_t total = 0;
+    for (int r = 0; r < P; ++r) {
+      counts[static_cast<std::size_t>(r)] = r == 1 ? 0 : 3 + 2 * r;
+      displs[static_cast<std::size_t>(r)] = total;
+      total += counts[static_cast<std::size_t>(r)];
+    }
+    const int me = world().rank();
+    std::vector<double> mine(static_cast<std::size_t>(counts[static_cast<std::size_t>(me)]));
+    for (std::size_t k = 0; k < mine.size(); ++k) mine[k] = 1000.0 * me + static_cast<double>(k);
+    std::vector<double> all(static_cast<std::size_t>(total), -1.0);
+    comm::allgatherv_by_nodes(ns, mine.data(), all.data(), counts, displs, comm::DataType::f64);
+    for (int r = 0; r < P; ++r)
+      for (std::int64_t k = 0; k < counts[static_cast<std::size_t>(r)]; ++k)
+        ASSERT_EQ(all[static_cast<std::size_t>(displs[static_cast<std::size_t>(r)] + k)],
+                  1000.0 * r + static_cast<double>(k))
+            << "share of rank " << r << ", element " << k << (interleaved ? ", interleaved" : "");
+  }
+}
+
 // ---- CP-ALS: composed groups give the flat run's answer --------------------------------
 
 algo::CpResult run_cp(const comm::NodeMap& nodes, Hierarchy hier, algo::CommStrategy s) {
@@ -278,6 +314,50 @@ TEST(HierTucker, RelayedRowsGiveTheFlatFitAndCrossTheNetworkLess) {
     for (int n = 0; n < 3; ++n)
       for (std::size_t k = 0; k < flat.model.factors[n].data.size(); ++k)
         ASSERT_NEAR(r->model.factors[n].data[k], flat.model.factors[n].data[k], 1e-9);
+  }
+}
+
+// ---- SpTC: the partial output merged through a relay on each node ---------------------
+
+TEST(HierContract, RelayedPartialOutputGivesTheFlatOutput) {
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even rank count (two nodes)";
+  // Integer values: every sum is exact in any order, so the outputs are equal bit for bit.
+  std::mt19937_64 rng(77);
+  SparseTensor<double> x({30, 20, 6});
+  index_t co[3];
+  for (int k = 0; k < 1500; ++k) {
+    co[0] = static_cast<index_t>(rng() % 30);
+    co[1] = static_cast<index_t>(rng() % 20);
+    co[2] = static_cast<index_t>(rng() % 6);
+    if (static_cast<int>(rng() % static_cast<std::uint64_t>(world().size())) == world().rank())
+      x.push_back(co, static_cast<double>(1 + rng() % 3));
+  }
+  const auto spec = kernels::parse_contract_spec("ijk,ljk->il");
+  auto be = kernels::make_backend<double>(kernels::BackendKind::reference, 1);
+  const auto run = [&](Hierarchy h) {
+    algo::ContractOptions o;
+    o.print = false;
+    o.nodes = two_nodes();
+    o.hierarchy = h;
+    return algo::contract(x, x, spec, *be, world(), o);
+  };
+  const auto flat = run(Hierarchy::flat);
+  const auto node = run(Hierarchy::node);
+  EXPECT_EQ(flat.output_merge, "flat");
+  EXPECT_EQ(node.output_merge, "node");
+  EXPECT_GT(flat.network_entries, 0);
+  // A relay sends each entry of its node once, summed: never more than flat.
+  EXPECT_LE(node.network_entries, flat.network_entries);
+  if (world().size() >= 4) {
+    EXPECT_LT(node.network_entries, flat.network_entries);
+  }
+  const SparseTensor<double> a = algo::gather(flat.local, world()),
+                             b = algo::gather(node.local, world());
+  if (world().rank() == 0) {
+    ASSERT_EQ(a.nnz(), b.nnz());
+    EXPECT_GT(a.nnz(), 100);
+    EXPECT_EQ(a.idx, b.idx);
+    EXPECT_EQ(a.vals, b.vals);
   }
 }
 

@@ -227,10 +227,14 @@ template <typename T>
 bool Contraction<T>::on_device() {
   DeviceRouteInfo info;
   SparseTensor<T> local;
+  const bool by_nodes = static_cast<int>(opt_.nodes.node_of.size()) == P_ &&
+                        comm::use_hierarchy(opt_.hierarchy, opt_.nodes);
   if (!contract_detail::route_on_device(x_, y_, spec_, be_, c_, dc_, opt_.memory_limit, &local,
-                                        &res_.stats, &info, buffers_))
+                                        &res_.stats, &info, buffers_,
+                                        by_nodes ? &opt_.nodes : nullptr))
     return false;
   res_.routed_on_device = true;
+  res_.replicated_by_nodes = info.by_nodes;
   res_.phases.add("route_inputs", info.route_seconds);
   const double plan_s = res_.stats.match_seconds + res_.stats.count_seconds;
   res_.phases.add("plan", plan_s);
@@ -256,8 +260,9 @@ bool Contraction<T>::on_device() {
     report_plan(res_, spec_, P_, opt_.memory_limit);
     log::info(std::string("routed on the devices: ") + (info.replicated == 1 ? "X" : "Y") +
               " partitioned by a hash of its output coordinates, " +
-              (info.replicated == 1 ? "Y" : "X") +
-              " copied to every rank, over the data communicator; no output merge");
+              (info.replicated == 1 ? "Y" : "X") + " copied to every rank" +
+              (info.by_nodes ? " (across nodes once per node, then inside each)" : "") +
+              ", over the data communicator; no output merge");
   }
   finish(std::move(local), true);
   return true;

@@ -115,6 +115,9 @@ struct ContractResult {
   bool routed_once = false;
   /// Routed in backend memory through ops::contract_route (no output routing or merge).
   bool routed_on_device = false;
+  /// Routed on the device, several nodes: the replicated input crossed the network once per
+  /// node, then was copied inside each (comm::allgatherv_by_nodes).
+  bool replicated_by_nodes = false;
   /// The planner's answer (plan::plan_contract_pieces) on the host path.
   plan::ContractPiecePlan piece_plan;
   int pieces = 1;         ///< output pieces made (bisected pieces counted)

@@ -117,15 +117,20 @@ void exchange_row_side(kernels::ContractRoute<T>& r, int order, const comm::Comm
 /// received in rank order.
 template <typename T>
 void replicate_column_side(kernels::ContractRoute<T>& r, int order, std::int64_t ny_local,
-                           const comm::Communicator& data,
-                           const std::vector<std::int64_t>& ycounts) {
+                           const comm::Communicator& data, const std::vector<std::int64_t>& ycounts,
+                           const comm::NodeSplit* by_nodes) {
   const int P = data.size();
   const std::vector<std::int64_t> ysc(static_cast<std::size_t>(P), ny_local),
       ysd(static_cast<std::size_t>(P), 0), yrd = comm::displacements(ycounts);
-  for (int m = 0; m <= order; ++m)
-    data.alltoallv_raw(r.column_buffer(m), ysc.data(), ysd.data(), r.routed_column_buffer(m),
-                       ycounts.data(), yrd.data(),
-                       m < order ? comm::DataType::u32 : comm::data_type_of<T>());
+  for (int m = 0; m <= order; ++m) {
+    const comm::DataType t = m < order ? comm::DataType::u32 : comm::data_type_of<T>();
+    if (by_nodes != nullptr)
+      comm::allgatherv_by_nodes(*by_nodes, r.column_buffer(m), r.routed_column_buffer(m), ycounts,
+                                yrd, t);
+    else
+      data.alltoallv_raw(r.column_buffer(m), ysc.data(), ysd.data(), r.routed_column_buffer(m),
+                         ycounts.data(), yrd.data(), t);
+  }
 }
 
 }  // namespace
@@ -135,7 +140,8 @@ bool route_on_device(const SparseTensor<T>& x, const SparseTensor<T>& y,
                      const kernels::ContractSpec& spec, kernels::Backend<T>& be,
                      const comm::Communicator& host, const comm::Communicator& data,
                      std::size_t memory_limit, SparseTensor<T>* out, kernels::ContractStats* stats,
-                     DeviceRouteInfo* info, kernels::ContractSink<T>* sink) {
+                     DeviceRouteInfo* info, kernels::ContractSink<T>* sink,
+                     const comm::NodeMap* nodes) {
   const int P = host.size();
   if (P < 2 || data.size() != P || data.memory_space() != comm::MemorySpace::device) return false;
   const std::unique_ptr<kernels::ContractRoute<T>> r =
@@ -164,7 +170,11 @@ bool route_on_device(const SparseTensor<T>& x, const SparseTensor<T>& y,
   comm::run_collectively(host, [&] { r->allocate_routed(nx, ny); });
   exchange_row_side(*r, ex.order(), data, sendcounts, recvcounts);
   r->release_sent();
-  replicate_column_side(*r, ey.order(), ny_local, data, ycounts);
+  // On several nodes the replicated side crosses the network once per node (collective).
+  const std::unique_ptr<comm::NodeSplit> by_nodes =
+      nodes != nullptr ? std::make_unique<comm::NodeSplit>(data, *nodes) : nullptr;
+  replicate_column_side(*r, ey.order(), ny_local, data, ycounts, by_nodes.get());
+  if (info != nullptr) info->by_nodes = by_nodes != nullptr;
   r->release_columns();
   const auto t1 = std::chrono::steady_clock::now();
 
@@ -200,7 +210,8 @@ bool route_on_device(const SparseTensor<T>& x, const SparseTensor<T>& y,
   template bool route_on_device<T>(                                                            \
       const SparseTensor<T>&, const SparseTensor<T>&, const kernels::ContractSpec&,            \
       kernels::Backend<T>&, const comm::Communicator&, const comm::Communicator&, std::size_t, \
-      SparseTensor<T>*, kernels::ContractStats*, DeviceRouteInfo*, kernels::ContractSink<T>*);
+      SparseTensor<T>*, kernels::ContractStats*, DeviceRouteInfo*, kernels::ContractSink<T>*,  \
+      const comm::NodeMap*);
 TESSERA_INSTANTIATE(float)
 TESSERA_INSTANTIATE(double)
 #undef TESSERA_INSTANTIATE

@@ -12,6 +12,7 @@
 
 #include "algo/contract.hpp"
 #include "comm/communicator.hpp"
+#include "comm/hierarchy.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/sptc.hpp"
 
@@ -60,6 +61,7 @@ struct DeviceRouteInfo {
   double local_seconds = 0;  ///< matching, counting and the run on the routed inputs
   std::int64_t routed_nnz[2] = {0, 0};  ///< this rank's X and Y after routing
   int replicated = 1;                   ///< the input copied to every rank: 0 = X, 1 = Y
+  bool by_nodes = false;                ///< copied across nodes once, then inside each
   std::size_t input_bytes = 0;          ///< this rank's shares as given
   std::size_t routed_bytes = 0;         ///< the routed and replicated inputs
   kernels::ContractCount count;         ///< the local plan's products and output entries
@@ -72,11 +74,14 @@ struct DeviceRouteInfo {
 /// written into sink->output(...) and `out` is left untouched. False on every rank alike,
 /// with nothing done, when the backend has no such path for this spec or the routed
 /// inputs would not fit; the caller then routes on the host. Collective over host and data.
+/// `nodes` (may be null) places data's ranks on nodes (uniform): then the replicated input
+/// is copied with comm::allgatherv_by_nodes (each share crosses the network once per node).
 template <typename T>
 bool route_on_device(const SparseTensor<T>& x, const SparseTensor<T>& y,
                      const kernels::ContractSpec& spec, kernels::Backend<T>& be,
                      const comm::Communicator& host, const comm::Communicator& data,
                      std::size_t memory_limit, SparseTensor<T>* out, kernels::ContractStats* stats,
-                     DeviceRouteInfo* info, kernels::ContractSink<T>* sink);
+                     DeviceRouteInfo* info, kernels::ContractSink<T>* sink,
+                     const comm::NodeMap* nodes = nullptr);
 
 }  // namespace tessera::algo::contract_detail

@@ -400,6 +400,7 @@ ContractRun<T> run_contract(const ContractRunOptions& a, const comm::MpiCommunic
                                 {{"kernel", ph["multiply"].get<double>()}, {"comm", times[5]}});
     j["pieces"] = res.pieces;
     if (!res.output_merge.empty()) j["output_merge"] = res.output_merge;
+    if (res.routed_on_device) j["replicated_by_nodes"] = res.replicated_by_nodes;
     if (res.network_entries >= 0) j["output_network_entries"] = res.network_entries;
     j["memory_plan"] = res.piece_plan.to_json();
     j["memory_estimate_bytes_per_rank"] = {

@@ -117,13 +117,13 @@ std::string ChunkCheck::check_chunk(hid_t dset, const hsize_t* offset, hsize_t s
     // HDF5 stores a chunk deflate could not shrink as it is (deflate is an optional
     // filter): then it must hold exactly the chunk's bytes.
     if (stored == chunk_bytes_) return "";
-    return "has a chunk stored uncompressed in " + std::to_string(stored) +
-           " bytes, not its " + std::to_string(chunk_bytes_) + ": the file is corrupted";
+    return "has a chunk stored uncompressed in " + std::to_string(stored) + " bytes, not its " +
+           std::to_string(chunk_bytes_) + ": the file is corrupted";
   }
   out_.resize(chunk_bytes_);
   if (!inflate_exactly(raw_, stored, out_))
-    return "has a compressed chunk that does not inflate to its " +
-           std::to_string(chunk_bytes_) + " bytes: the file is corrupted";
+    return "has a compressed chunk that does not inflate to its " + std::to_string(chunk_bytes_) +
+           " bytes: the file is corrupted";
   return "";
 }
 
