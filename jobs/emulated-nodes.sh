@@ -10,6 +10,8 @@
 #      model picks for these nodes: communication per iteration;
 #   3. the model's prediction of each (tessera plan --nodes --gpus-per-node --link-gbps), with
 #      the network bandwidth measured in 1 (the all-reduce's bus bandwidth at the largest size);
+#   4. Tucker-HOOI and a contraction on a smaller store, their exchanges flat and through a
+#      relay on each node (--comm-hierarchy flat | node): fit, output and what crossed;
 # then a table of measured against predicted communication (summary.txt).
 #
 #   jobs/emulated-nodes.sh OUT
@@ -134,6 +136,28 @@ for s in allreduce layer; do
   done
 done
 
+# ---- 4. Tucker and SpTC with their exchanges flat and through relays on each node ----
+# A smaller generated store (TESSERA_EMU_SMALL_DIMS, TESSERA_EMU_SMALL_NNZ): Tucker-HOOI's TTMc
+# rows and the contraction ijk,ljk->il (partial output merged on the host; on cuda routed on
+# the devices, its replicated side copied by nodes): the same fit and output both ways, and
+# what crossed between the nodes (docs/multi-gpu.md, "Across nodes").
+small=$out/small.h5
+if [ ! -f "$small" ]; then
+  mpirun -np "$ranks" "${over[@]}" --bind-to none "$T" generate \
+    --dims "${TESSERA_EMU_SMALL_DIMS:-40000x3000x60000}" --nnz "${TESSERA_EMU_SMALL_NNZ:-4e6}" \
+    --rank 8 --structure sampled --value-type float32 --out "$small" >"$out/generate-small.log" 2>&1 ||
+    tail -5 "$out/generate-small.log"
+fi
+for h in flat node; do
+  log "tucker and contract, exchanges $h"
+  "${launch[@]}" "$T" tucker "$small" -r 8,8,8 --iters 4 --tol 0 --backend "$backend" \
+    --precision float --comm-hierarchy "$h" --emulate-nodes "$nodes" \
+    --json "$out/tucker-$h.json" --force >"$out/tucker-$h.log" 2>&1 || tail -5 "$out/tucker-$h.log"
+  "${launch[@]}" "$T" contract "$small" "$small" --einsum "ijk,ljk->il" --backend "$backend" \
+    --precision float --comm-hierarchy "$h" --emulate-nodes "$nodes" \
+    --json "$out/contract-$h.json" --force >"$out/contract-$h.log" 2>&1 || tail -5 "$out/contract-$h.log"
+done
+
 python3 - "$out" "$nodes" "$per" "$gbps" <<'PY' | tee -a "$summary"
 import json, os, statistics, sys
 out, nodes, per, gbps = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
@@ -168,5 +192,23 @@ for s in ("allreduce", "layer"):
 for h in ("flat", "node"):
     if ("allreduce", h) in comm and ("layer", h) in comm and comm[("layer", h)] > 0:
         print(f"layer against allreduce ({h}): comm {comm[('allreduce', h)] / comm[('layer', h)]:.2f}x less")
+for h in ("flat", "node"):
+    t, c = load(f"tucker-{h}.json"), load(f"contract-{h}.json")
+    if t:
+        its = t.get("per_iteration", [])[1:] or t.get("per_iteration", [])
+        cm = statistics.median(x.get("comm", 0.0) for x in its) * 1e3 if its else float("nan")
+        print(f"tucker {h:4s}: fit {t.get('fit', float('nan')):.9f}, combine {t.get('ttmc_combine')}, "
+              f"rows crossing nodes {t.get('ttmc_network_rows')}, comm {cm:.3f} ms/iter")
+    else:
+        print(f"tucker {h:4s}: (no record)")
+    if c:
+        ph = c.get("phases_seconds", {})
+        print(f"contract {h:4s}: output {c.get('output', {}).get('nnz')} entries, merge "
+              f"{c.get('output_merge', '-')}, entries crossing nodes {c.get('output_network_entries', '-')}, "
+              f"replicated by nodes {c.get('replicated_by_nodes', '-')}, route inputs "
+              f"{ph.get('route_inputs', float('nan')) * 1e3:.1f} ms, route output "
+              f"{ph.get('route_output', float('nan')) * 1e3:.1f} ms")
+    else:
+        print(f"contract {h:4s}: (no record)")
 PY
 log "done: $summary"

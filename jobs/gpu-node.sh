@@ -733,7 +733,7 @@ if has counts-np; then  # issue 39's speed at 1, 2, 4 .. GPUs: GCP epoch, CP-APR
 fi
 if has emulated; then  # issue 38: this node's GPUs as 2 emulated nodes (jobs/emulated-nodes.sh)
   if [ "$ngpu" -ge 2 ]; then
-    TESSERA="$T" jobs/emulated-nodes.sh "$out/emulated" 2>&1 | tail -12
+    TESSERA="$T" jobs/emulated-nodes.sh "$out/emulated" 2>&1 | tail -16
     cat "$out/emulated/summary.txt" >>"$summary" 2>/dev/null
   else
     echo "emulated: needs 2 or more GPUs ($ngpu here)" | tee -a "$summary"
