@@ -124,8 +124,9 @@ struct NodeSplit {
 /// land at `displs[r]` of `recv` on every rank, in two steps: across nodes among the ranks
 /// of one slot (each share crosses the network once per other node, not once per other
 /// rank: G-fold fewer network bytes than one flat exchange), then inside each node, one
-/// exchange per node whose shares are passed on. `send` must not lie inside `recv`.
-/// Collective over the ranks of `ns`.
+/// exchange per node whose shares are passed on (from inside `recv`: the MPI communicator
+/// stages such a send; NCCL's point-to-point exchange needs no copy). `send` must not lie
+/// inside `recv`. Collective over the ranks of `ns`.
 void allgatherv_by_nodes(const NodeSplit& ns, const void* send, void* recv,
                          const std::vector<std::int64_t>& counts,
                          const std::vector<std::int64_t>& displs, DataType t);

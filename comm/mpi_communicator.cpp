@@ -186,6 +186,25 @@ void MpiCommunicator::alltoallv_raw(const void* send, const std::int64_t* sendco
                                     DataType t) const {
   const int p = size_;
   util::fault::at(util::fault::Point::collective);
+  // MPI forbids a send buffer inside the receive buffer (allgatherv_by_nodes passes on a
+  // share it received earlier): the sent elements are staged in a copy then.
+  {
+    const std::size_t es = size_of(t);
+    std::int64_t s_end = 0, r_end = 0;
+    for (int r = 0; r < p; ++r) {
+      if (sendcounts[r] > 0) s_end = std::max(s_end, sdispls[r] + sendcounts[r]);
+      if (recvcounts[r] > 0) r_end = std::max(r_end, rdispls[r] + recvcounts[r]);
+    }
+    const auto* s0 = static_cast<const char*>(send);
+    const auto* r0 = static_cast<const char*>(recv);
+    const std::size_t sb = static_cast<std::size_t>(s_end) * es,
+                      rb = static_cast<std::size_t>(r_end) * es;
+    if (sb > 0 && rb > 0 && s0 < r0 + rb && r0 < s0 + sb) {
+      const std::vector<char> copy(s0, s0 + sb);
+      alltoallv_raw(copy.data(), sendcounts, sdispls, recv, recvcounts, rdispls, t);
+      return;
+    }
+  }
   bool fits = true;
   for (int r = 0; r < p; ++r) {
     fits = fits && sendcounts[r] + sdispls[r] <= INT_MAX && recvcounts[r] + rdispls[r] <= INT_MAX;

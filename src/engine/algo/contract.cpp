@@ -195,7 +195,7 @@ ContractResult<T> Contraction<T>::run() {
       comm::use_hierarchy(opt_.hierarchy, opt_.nodes)) {
     const int color = opt_.nodes.node_of[static_cast<std::size_t>(c_.rank())];
     node_c_ = c_.split(color, c_.rank());
-    if (&dc_ != &c_) node_dc_ = dc_.split(color, dc_.rank());
+    if (&dc_ != &c_) node_dc_ = dc_.split(color, c_.rank());  // dc_'s ranks are c_'s
     std::vector<int> seen(static_cast<std::size_t>(opt_.nodes.nodes()), 0);
     for (const int k : opt_.nodes.node_of) slot_of_.push_back(seen[static_cast<std::size_t>(k)]++);
   }
@@ -419,7 +419,7 @@ SparseTensor<T> Contraction<T>::merge_output(SparseTensor<T>&& part) {
       part = std::move(relayed);
     }
     const Route ro = plan_route(part, all, c_);
-    if (!opt_.nodes.node_of.empty()) {
+    if (static_cast<int>(opt_.nodes.node_of.size()) == P_) {
       const int mine = opt_.nodes.node_of[static_cast<std::size_t>(c_.rank())];
       for (int q = 0; q < P_; ++q)
         if (opt_.nodes.node_of[static_cast<std::size_t>(q)] != mine)

@@ -512,7 +512,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
       comm::use_hierarchy(opt.hierarchy, opt.nodes)) {
     const int color = opt.nodes.node_of[static_cast<std::size_t>(c.rank())];
     node_c = c.split(color, c.rank());
-    if (&dc != &c) node_dc = dc.split(color, dc.rank());
+    if (&dc != &c) node_dc = dc.split(color, c.rank());  // dc's ranks are c's
     std::vector<int> seen(static_cast<std::size_t>(opt.nodes.nodes()), 0);
     for (const int k : opt.nodes.node_of) slot_of.push_back(seen[static_cast<std::size_t>(k)]++);
   }

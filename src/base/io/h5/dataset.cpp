@@ -1,6 +1,8 @@
 // Datasets and links of HDF5 files (see dataset.hpp).
 #include "io/h5/dataset.hpp"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <sstream>
 
@@ -158,21 +160,18 @@ void check_storage_sizes(hid_t dset, hid_t dcpl, const std::string& name, hsize_
     return;
   }
   if (layout != H5D_CHUNKED || chunk == 0) return;
-  // A chunk longer than the dataset (Tessera never writes one) would only make every read
-  // allocate its length.
-  if (chunk > length)
-    throw corrupt("has chunks of " + std::to_string(chunk) + " elements for " +
-                  std::to_string(length) + " elements");
   const hsize_t chunk_bytes = chunk * elem;
   const hsize_t nchunks = (length + chunk - 1) / chunk;
   const hsize_t file_bytes = file_size_of(dset);
 #if H5_VERSION_GE(1, 10, 5)
   // Every chunk must be stored (Tessera allocates them all at creation, or writes each one
-  // compressed), one index lookup each: an unfiltered chunk holds exactly its bytes; a
-  // compressed one must be able to inflate to them (zlib compresses 1032:1 at most), else
-  // reading it would allocate what the file cannot fill; none lies at address 0 (the
-  // superblock) or past the end of the file. HDF5 1.10 reads past its own buffers on
-  // chunk indexes that break these (tests/fuzz/fuzz_h5store).
+  // compressed; h5py writes every chunk of the data it is given), one index lookup each:
+  // an unfiltered chunk holds exactly its bytes; a compressed one must be able to inflate
+  // to them (zlib compresses 1032:1 at most), else reading it would allocate what the file
+  // cannot fill; none lies at address 0 (the superblock) or past the end of the file. So
+  // every chunk buffer HDF5 allocates is bounded by the file's size (x 1032 compressed).
+  // HDF5 1.10 reads past its own buffers on chunk indexes that break these
+  // (tests/fuzz/fuzz_h5store).
   const Handle sp = space(H5Dget_space(dset));
   hsize_t allocated = 0;
   if (!sp.valid() || H5Dget_num_chunks(dset, sp, &allocated) < 0)
@@ -196,7 +195,11 @@ void check_storage_sizes(hid_t dset, hid_t dcpl, const std::string& name, hsize_
     if (!filtered && size != chunk_bytes)
       throw corrupt("has a chunk of " + std::to_string(size) + " bytes at element " +
                     std::to_string(offset) + ", expected " + std::to_string(chunk_bytes));
-    if (filtered && (size == 0 || chunk_bytes > 1032 * size + 1024))
+    if (filtered && size > compressBound(static_cast<uLong>(chunk_bytes)))
+      throw corrupt("has a compressed chunk of " + std::to_string(size) + " bytes at element " +
+                    std::to_string(offset) + ", more than its " + std::to_string(chunk_bytes) +
+                    " bytes compress to");
+    if (filtered && !can_inflate_to(size, chunk_bytes))
       throw corrupt("has a compressed chunk of " + std::to_string(size) + " bytes at element " +
                     std::to_string(offset) + ", too few for its " + std::to_string(chunk_bytes) +
                     " bytes");

@@ -58,7 +58,7 @@ herr_t write_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, con
 /// Checks that a 1-D dataset of `length` elements of `elem` bytes (chunked by `chunk`, 0 =
 /// not chunked) stores as many bytes as its shape says, chunk by chunk: an unfiltered chunk
 /// exactly its bytes, a compressed one enough to inflate to them (zlib: 1032:1 at most),
-/// every compressed chunk present, no chunk longer than the dataset, and no filter but
+/// every chunk stored inside the file (not at address 0), and no filter but
 /// deflate and shuffle. HDF5 1.10 trusts the sizes its chunk index and layout message
 /// record, and a corrupted one makes H5Dread copy past its own buffer or allocate what the
 /// file cannot fill (found by tests/fuzz/fuzz_h5store): such a file is refused ("dataset

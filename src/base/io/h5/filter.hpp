@@ -17,6 +17,10 @@ namespace tessera::io::h5 {
 /// The size in bytes of the file that holds `obj` (0 when HDF5 cannot tell).
 hsize_t file_size_of(hid_t obj);
 
+/// Whether `stored` deflated bytes can inflate to `bytes` (zlib compresses 1032:1 at most,
+/// plus the stream's header and trailer); free of overflow.
+bool can_inflate_to(hsize_t stored, hsize_t bytes);
+
 /// Why Tessera does not read a dataset with creation property list `dcpl` ("": it does):
 /// filtered by anything but deflate, or by shuffle after deflate (Tessera writes shuffle,
 /// then deflate).
@@ -37,6 +41,7 @@ class ChunkCheck {
 
  private:
   std::string check_chunk(hid_t dset, const hsize_t* offset, hsize_t stored);
+  void release();  // the buffers of one check, freed when it ends
   bool filtered_ = false;
   std::string unreadable_;
   std::vector<hsize_t> chunk_dims_;
