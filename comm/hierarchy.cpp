@@ -42,6 +42,20 @@ NodeMap NodeMap::restrict_to(const std::vector<int>& members) const {
   return m;
 }
 
+std::vector<int> NodeMap::slots() const {
+  std::vector<int> seen(static_cast<std::size_t>(nodes()), 0), out;
+  for (const int k : node_of) out.push_back(seen[static_cast<std::size_t>(k)]++);
+  return out;
+}
+
+std::int64_t NodeMap::off_node(int rank, const std::vector<std::int64_t>& per_rank) const {
+  std::int64_t n = 0;
+  const int mine = node_of[static_cast<std::size_t>(rank)];
+  for (std::size_t q = 0; q < node_of.size() && q < per_rank.size(); ++q)
+    if (node_of[q] != mine) n += per_rank[q];
+  return n;
+}
+
 NodeMap block_node_map(int ranks, int per_node) {
   TESSERA_EXPECTS(ranks >= 1 && per_node >= 1, "a node map needs ranks and ranks per node");
   NodeMap m;
@@ -257,12 +271,9 @@ NodeSplit::NodeSplit(const Communicator& flat, const NodeMap& map) {
                   "an exchange over nodes needs the node of every rank, the same count on "
                   "every node");
   node_members.assign(static_cast<std::size_t>(map.nodes()), {});
-  std::vector<int> slot(static_cast<std::size_t>(P));
-  for (int r = 0; r < P; ++r) {
-    auto& m = node_members[static_cast<std::size_t>(map.node_of[static_cast<std::size_t>(r)])];
-    slot[static_cast<std::size_t>(r)] = static_cast<int>(m.size());
-    m.push_back(r);
-  }
+  const std::vector<int> slot = map.slots();
+  for (int r = 0; r < P; ++r)
+    node_members[static_cast<std::size_t>(map.node_of[static_cast<std::size_t>(r)])].push_back(r);
   my_node = map.node_of[static_cast<std::size_t>(me)];
   my_slot = slot[static_cast<std::size_t>(me)];
   node_ranks = node_members[static_cast<std::size_t>(my_node)];
@@ -270,6 +281,18 @@ NodeSplit::NodeSplit(const Communicator& flat, const NodeMap& map) {
     if (slot[static_cast<std::size_t>(r)] == my_slot) cross_ranks.push_back(r);
   node = flat.split(my_node, me);
   cross = flat.split(my_slot, me);
+}
+
+NodeRelays node_relays(const Communicator& c, const Communicator& data, const NodeMap& map,
+                       Hierarchy h) {
+  NodeRelays r;
+  if (c.size() < 2 || static_cast<int>(map.node_of.size()) != c.size() || !use_hierarchy(h, map))
+    return r;
+  const int color = map.node_of[static_cast<std::size_t>(c.rank())];
+  r.host = c.split(color, c.rank());
+  if (&data != &c) r.data = data.split(color, c.rank());  // data's ranks are c's
+  r.slot_of = map.slots();
+  return r;
 }
 
 void allgatherv_by_nodes(const NodeSplit& ns, const void* send, void* recv,

@@ -29,6 +29,12 @@ struct NodeMap {
   /// The map of the ranks `members` (ranks of this map; the sub-communicator's ranks in
   /// order), with the nodes renumbered by first appearance among them.
   NodeMap restrict_to(const std::vector<int>& members) const;
+  /// Each rank's slot: its position among its node's ranks, in rank order (its rank in a
+  /// split by node keyed by rank).
+  std::vector<int> slots() const;
+  /// The sum of per_rank[q] over the ranks q on another node than `rank` (what `rank`
+  /// sends over the network when it sends per_rank[q] to each q).
+  std::int64_t off_node(int rank, const std::vector<std::int64_t>& per_rank) const;
 };
 
 /// `ranks` ranks in consecutive blocks of `per_node` (rank r on node r / per_node): how
@@ -119,6 +125,20 @@ struct NodeSplit {
   int my_node = 0, my_slot = 0;
   NodeSplit(const Communicator& flat, const NodeMap& map);
 };
+
+/// The node communicators of an exchange through relays (Tucker's TTMc rows, the
+/// contraction's partial output): `host` is c split by node (keyed by c's rank, so a rank's
+/// position there is its slot), `data` the same split of the data communicator (null when
+/// it is c itself), slot_of[q] the slot of c's rank q. Empty (host null) unless c spans
+/// 2+ nodes of `map` and use_hierarchy(h, map). Collective over c and data.
+struct NodeRelays {
+  std::unique_ptr<Communicator> host, data;
+  std::vector<int> slot_of;
+  /// The node communicator the rows or entries move over.
+  const Communicator* moves() const { return data ? data.get() : host.get(); }
+};
+NodeRelays node_relays(const Communicator& c, const Communicator& data, const NodeMap& map,
+                       Hierarchy h);
 
 /// All-gather of shares of different lengths: flat rank r's `counts[r]` elements (`send`)
 /// land at `displs[r]` of `recv` on every rank, in two steps: across nodes among the ranks

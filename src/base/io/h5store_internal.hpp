@@ -90,8 +90,8 @@ struct Dataset {
   hsize_t chunk = 0;   ///< chunk length; 0 = not chunked
   int deflate = 0;
   bool is_float32 = false;  ///< values stored as float32
-  /// Compressed chunks checked before HDF5 reads them, each once (h5/filter.hpp); null when
-  /// the dataset is not compressed.
+  /// Compressed chunks checked before HDF5 reads them, each once (h5/filter.hpp); its
+  /// checks return at once where the dataset is not compressed.
   std::shared_ptr<h5::ChunkCheck> check;
 };
 

@@ -13,10 +13,7 @@
 #include <utility>
 
 #include "algo/contract_route.hpp"
-#include "io/h5store.hpp"
-#include "io/tns.hpp"
 #include "kernels/ops/sptc.hpp"
-#include "partition/partition.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/rng.hpp"
@@ -146,8 +143,7 @@ class Contraction {
   std::int64_t zeros_ = 0;
   // The partial output's relays (ContractOptions::hierarchy): this rank's node in c and in
   // the data communicator, and each rank's slot on its node; null: merged flat.
-  std::unique_ptr<comm::Communicator> node_c_, node_dc_;
-  std::vector<int> slot_of_;
+  comm::NodeRelays relays_;
   std::int64_t network_ = 0;  // entries this rank sent to another node
 };
 
@@ -191,15 +187,8 @@ ContractResult<T> Contraction<T>::run() {
   route_inputs();
   res_.phases.add("route_inputs", t_.seconds());
   // The partial output's relays on each node, when the hierarchy asks for them.
-  if (P_ > 1 && static_cast<int>(opt_.nodes.node_of.size()) == P_ &&
-      comm::use_hierarchy(opt_.hierarchy, opt_.nodes)) {
-    const int color = opt_.nodes.node_of[static_cast<std::size_t>(c_.rank())];
-    node_c_ = c_.split(color, c_.rank());
-    if (&dc_ != &c_) node_dc_ = dc_.split(color, c_.rank());  // dc_'s ranks are c_'s
-    std::vector<int> seen(static_cast<std::size_t>(opt_.nodes.nodes()), 0);
-    for (const int k : opt_.nodes.node_of) slot_of_.push_back(seen[static_cast<std::size_t>(k)]++);
-  }
-  if (P_ > 1) res_.output_merge = node_c_ ? "node" : "flat";
+  relays_ = comm::node_relays(c_, dc_, opt_.nodes, opt_.hierarchy);
+  if (P_ > 1) res_.output_merge = relays_.host ? "node" : "flat";
   t_.reset();
 
   // ---- 2. plan: match and count locally; plan the memory (pieces); refuse when over ----
@@ -409,9 +398,9 @@ SparseTensor<T> Contraction<T>::merge_output(SparseTensor<T>&& part) {
     const int N = spec_.out_order();
     std::vector<int> all(static_cast<std::size_t>(N));
     for (int k = 0; k < N; ++k) all[static_cast<std::size_t>(k)] = k;
-    if (node_c_) {
-      const Route r1 = plan_route(part, all, *node_c_, &slot_of_);
-      SparseTensor<T> relayed = execute_route(part, r1, node_dc_ ? *node_dc_ : *node_c_);
+    if (relays_.host) {
+      const Route r1 = plan_route(part, all, *relays_.host, &relays_.slot_of);
+      SparseTensor<T> relayed = execute_route(part, r1, *relays_.moves());
       part = SparseTensor<T>();
       nnz_t relay_zeros = 0;
       comm::run_collectively(c_, [&] { kernels::sort_sum_drop_zeros(relayed, 0, &relay_zeros); });
@@ -419,12 +408,8 @@ SparseTensor<T> Contraction<T>::merge_output(SparseTensor<T>&& part) {
       part = std::move(relayed);
     }
     const Route ro = plan_route(part, all, c_);
-    if (static_cast<int>(opt_.nodes.node_of.size()) == P_) {
-      const int mine = opt_.nodes.node_of[static_cast<std::size_t>(c_.rank())];
-      for (int q = 0; q < P_; ++q)
-        if (opt_.nodes.node_of[static_cast<std::size_t>(q)] != mine)
-          network_ += ro.sendcounts[static_cast<std::size_t>(q)];
-    }
+    if (static_cast<int>(opt_.nodes.node_of.size()) == P_)
+      network_ += opt_.nodes.off_node(c_.rank(), ro.sendcounts);
     SparseTensor<T> recv = execute_route(part, ro, dc_);
     part = SparseTensor<T>();
     res_.phases.add("route_output", t_.seconds());
@@ -674,112 +659,6 @@ ContractResult<T> contract(const SparseTensor<T>& x, const SparseTensor<T>& y,
   return run.run();
 }
 
-template <typename T>
-ContractBuffers<T>::~ContractBuffers() {
-  out_pins_.clear();
-  in_pins_.clear();
-}
-
-template <typename T>
-double ContractBuffers<T>::pin_input(const SparseTensor<T>& t) {
-  Timer tm;
-  for (const auto& col : t.idx)
-    lock(col.data(), col.size() * sizeof(index_t), in_pins_, pinned_in_);
-  lock(t.vals.data(), t.vals.size() * sizeof(T), in_pins_, pinned_in_);
-  return tm.seconds();
-}
-
-template <typename T>
-void ContractBuffers<T>::lock(const void* p, std::size_t bytes,
-                              std::vector<std::unique_ptr<kernels::HostPin>>& pins,
-                              std::size_t& total) {
-  constexpr std::size_t kMin = std::size_t{1} << 20;
-  if (bytes < kMin) return;
-  if (auto h = be_.pin_host(p, bytes)) {
-    pins.push_back(std::move(h));
-    total += bytes;
-  }
-}
-
-template <typename T>
-SparseTensor<T>& ContractBuffers<T>::output(const std::vector<std::uint64_t>& dims, std::size_t n) {
-  if (out_.idx.size() != dims.size() || n > cap_) {
-    out_pins_.clear();  // unlocked before the old storage is released
-    pinned_out_ = 0;
-    out_ = SparseTensor<T>();  // released before the new storage is taken
-    cap_ = 0;
-    const std::size_t cap = n + n / 8;
-    SparseTensor<T> fresh(dims);
-    for (auto& col : fresh.idx) col.reserve(cap);
-    fresh.vals.reserve(cap);
-    out_ = std::move(fresh);
-    cap_ = cap;
-    for (const auto& col : out_.idx)
-      lock(col.data(), cap * sizeof(index_t), out_pins_, pinned_out_);
-    lock(out_.vals.data(), cap * sizeof(T), out_pins_, pinned_out_);
-  }
-  out_.dims = dims;
-  for (auto& col : out_.idx) col.resize(n);  // within the capacity: the storage stays
-  out_.vals.resize(n);
-  return out_;
-}
-
-template <typename T>
-void ContractBuffers<T>::discard() {
-  for (auto& col : out_.idx) col.clear();
-  out_.vals.clear();
-}
-
-template <typename T>
-void ContractBuffers<T>::take(SparseTensor<T>&& t) {
-  out_pins_.clear();
-  pinned_out_ = 0;
-  cap_ = 0;
-  out_ = std::move(t);
-}
-
-template class ContractBuffers<float>;
-template class ContractBuffers<double>;
-
-template <typename T>
-SparseTensor<T> gather(const SparseTensor<T>& local, const comm::Communicator& c, int root) {
-  const int P = c.size();
-  SparseTensor<T> out(local.dims);
-  std::vector<std::int64_t> send(static_cast<std::size_t>(P), 0);
-  send[static_cast<std::size_t>(root)] = local.nnz();
-  const auto recv = comm::exchange_counts(c, send);
-  const std::vector<std::int64_t> sd(static_cast<std::size_t>(P), 0),
-      rd = comm::displacements(recv);
-  const std::int64_t total = std::accumulate(recv.begin(), recv.end(), std::int64_t{0});
-  for (int m = 0; m < local.order(); ++m) {
-    out.idx[static_cast<std::size_t>(m)].resize(static_cast<std::size_t>(total));
-    c.alltoallv_raw(local.idx[static_cast<std::size_t>(m)].data(), send.data(), sd.data(),
-                    out.idx[static_cast<std::size_t>(m)].data(), recv.data(), rd.data(),
-                    comm::DataType::u32);
-  }
-  out.vals.resize(static_cast<std::size_t>(total));
-  c.alltoallv_raw(local.vals.data(), send.data(), sd.data(), out.vals.data(), recv.data(),
-                  rd.data(), comm::data_type_of<T>());
-  if (c.rank() == root) kernels::sort_sum_drop_zeros(out, 0);
-  return out;
-}
-
-template <typename T>
-void write_sorted(const std::string& path, const SparseTensor<T>& local,
-                  const comm::Communicator& c, const std::string& source) {
-  SparseTensor<double> copy = local.template cast<double>();
-  auto d = partition::distribute(std::move(copy), partition::Scheme::nnz, {}, c);
-  if (io::has_h5_extension(path)) {
-    io::H5Header meta;
-    meta.dims = local.dims;
-    meta.has_duplicates = 0;
-    meta.source = source;
-    io::write_h5(path, d.block, c, meta);
-  } else {
-    io::write_tns(path, d.block, c);
-  }
-}
-
 template ContractResult<float> contract<float>(const SparseTensor<float>&,
                                                const SparseTensor<float>&, const ContractSpec&,
                                                kernels::Backend<float>&, const comm::Communicator&,
@@ -791,13 +670,4 @@ template ContractResult<double> contract<double>(const SparseTensor<double>&,
                                                  const comm::Communicator&, const ContractOptions&,
                                                  ContractBuffers<double>*,
                                                  ContractPieceSink<double>*);
-template SparseTensor<float> gather<float>(const SparseTensor<float>&, const comm::Communicator&,
-                                           int);
-template SparseTensor<double> gather<double>(const SparseTensor<double>&, const comm::Communicator&,
-                                             int);
-template void write_sorted<float>(const std::string&, const SparseTensor<float>&,
-                                  const comm::Communicator&, const std::string&);
-template void write_sorted<double>(const std::string&, const SparseTensor<double>&,
-                                   const comm::Communicator&, const std::string&);
-
 }  // namespace tessera::algo

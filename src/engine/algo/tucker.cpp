@@ -506,28 +506,17 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   log_memory_tier(res.tier, res.tier_description, c, opt.print_iterations);
   // Two-stage combine when the hierarchy asks for it: the node communicators of c and dc
   // (the data moves over dc's; the plan's labels over c's).
-  std::unique_ptr<comm::Communicator> node_c, node_dc;
-  std::vector<int> slot_of;  // the rank of each rank in its node's communicator
-  if (c.size() > 1 && static_cast<int>(opt.nodes.node_of.size()) == c.size() &&
-      comm::use_hierarchy(opt.hierarchy, opt.nodes)) {
-    const int color = opt.nodes.node_of[static_cast<std::size_t>(c.rank())];
-    node_c = c.split(color, c.rank());
-    if (&dc != &c) node_dc = dc.split(color, c.rank());  // dc's ranks are c's
-    std::vector<int> seen(static_cast<std::size_t>(opt.nodes.nodes()), 0);
-    for (const int k : opt.nodes.node_of) slot_of.push_back(seen[static_cast<std::size_t>(k)]++);
-  }
+  const comm::NodeRelays relays = comm::node_relays(c, dc, opt.nodes, opt.hierarchy);
+  const comm::Communicator* node_c = relays.host.get();
   res.combine = c.size() == 1 ? "" : (node_c ? "node" : "flat");
-  plan_combine(plan, dims, c, node_c.get(), slot_of);
+  plan_combine(plan, dims, c, node_c, relays.slot_of);
   // Rows that cross between nodes per iteration, per mode, over all ranks (the network's
   // share of the exchange; known when the node of every rank is).
   if (opt.nodes.nodes() > 1 && static_cast<int>(opt.nodes.node_of.size()) == c.size()) {
-    const int mine = opt.nodes.node_of[static_cast<std::size_t>(c.rank())];
     std::vector<std::int64_t> net(static_cast<std::size_t>(N), 0);
     for (int n = 0; n < N; ++n)
-      for (int q = 0; q < c.size(); ++q)
-        if (opt.nodes.node_of[static_cast<std::size_t>(q)] != mine)
-          net[static_cast<std::size_t>(n)] +=
-              plan[static_cast<std::size_t>(n)].send_rows[static_cast<std::size_t>(q)];
+      net[static_cast<std::size_t>(n)] =
+          opt.nodes.off_node(c.rank(), plan[static_cast<std::size_t>(n)].send_rows);
     c.allreduce(net.data(), net.size());
     res.network_rows = net;
   }
@@ -550,8 +539,7 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
       [&](std::int64_t C) { return static_cast<double>(kernels::ops::wide_scratch_bytes(be, C)); },
       c, opt, res);
 
-  Hooi<T> hooi(dist, std::move(X), std::move(plan), be, c, dc,
-               node_dc ? node_dc.get() : node_c.get(), opt, ns, res);
+  Hooi<T> hooi(dist, std::move(X), std::move(plan), be, c, dc, relays.moves(), opt, ns, res);
   res.phases.add("setup", setup_timer.seconds());
   hooi.init();
   hooi.iterate();

@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "io/h5/error.hpp"
@@ -118,14 +119,15 @@ void write_all(hid_t dset, hid_t mem_type, const void* in, const std::string& na
 }
 
 herr_t read_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, void* out,
-                  ChunkCheck* check) {
+                  ChunkCheck* check, std::string* why) {
   if (count == 0) return 0;
   Handle fs, ms;
   if (!select_range(dset, first, count, fs, ms)) return -1;
-  if (check == nullptr) {
-    ChunkCheck mine(dset);
-    if (!mine.check_range(dset, first, count).empty()) return -1;
-  } else if (!check->check_range(dset, first, count).empty()) {
+  std::optional<ChunkCheck> mine;
+  if (check == nullptr) check = &mine.emplace(dset);
+  std::string bad = check->check_range(dset, first, count);
+  if (!bad.empty()) {
+    if (why != nullptr) *why = std::move(bad);
     return -1;
   }
   return H5Dread(dset, mem_type, ms, fs, H5P_DEFAULT, out);

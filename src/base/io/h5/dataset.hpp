@@ -50,9 +50,10 @@ void write_all(hid_t dset, hid_t mem_type, const void* in, const std::string& na
 /// Elements [first, first + count) of a 1-D dataset, in `mem_type`. Return HDF5's status
 /// (< 0: failed, the reason left for detail()): the callers' messages name the range. The
 /// compressed chunks read are checked first (filter.hpp) through `check` (null: a check of
-/// this call only); one that fails its check fails the read before HDF5 sees it.
+/// this call only); one that fails its check fails the read before HDF5 sees it, and *why
+/// (when not null) says what is wrong with the dataset.
 herr_t read_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, void* out,
-                  ChunkCheck* check = nullptr);
+                  ChunkCheck* check = nullptr, std::string* why = nullptr);
 herr_t write_range(hid_t dset, hsize_t first, hsize_t count, hid_t mem_type, const void* in);
 
 /// Checks that a 1-D dataset of `length` elements of `elem` bytes (chunked by `chunk`, 0 =
