@@ -92,8 +92,9 @@
 #       emulated: issue 38's emulated nodes (2 or more GPUs): jobs/emulated-nodes.sh (the NCCL
 #               floor between emulated nodes, CP-ALS amazon shape with both strategies, flat and
 #               composed collectives, against tessera plan --nodes; TESSERA_EMU_* settings)
-#       eig: cuSOLVER's symmetric eigen-solvers timed on one n x n Gram, n = 64 .. 1024 (issue 43's
-#               Tucker dense stage; jobs/probes/eig_probe.cu, compiled here with nvcc)
+#       eig: cuSOLVER's symmetric eigen-solvers and session 23's one-cluster reduction timed on
+#               one n x n Gram, n = 64 .. 1024 (issue 43's Tucker dense stage;
+#               jobs/probes/eig_probe.cu, compiled here with nvcc)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -741,7 +742,7 @@ if has emulated; then  # issue 38: this node's GPUs as 2 emulated nodes (jobs/em
 fi
 if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/perf/gpu-h200-floors.md)
   log "eigen-solver probe"
-  if nvcc -O2 -arch=sm_90 jobs/probes/eig_probe.cu -lcusolver -lcublas -o "$out/eig_probe" \
+  if nvcc -O2 -arch=sm_90 -I. jobs/probes/eig_probe.cu -lcusolver -lcublas -o "$out/eig_probe" \
     >"$out/eig-build.log" 2>&1; then
     "$out/eig_probe" 16 | tee "$out/eig.txt" >>"$summary"
   else

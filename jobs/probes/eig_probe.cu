@@ -4,6 +4,9 @@
 // compiles it with nvcc and runs it. Prints, per n and solver, the median milliseconds of 15 solves
 // (each on a fresh copy of S, synchronised, the info word read back) and the largest relative
 // difference of the top k eigenvalues from syevdx's, so a fast solver that is wrong shows.
+// Also: syevdx and syevd captured into a CUDA graph (cuSOLVER refuses), and the one-cluster
+// tridiagonal reduction of jobs/probes/eig_cluster.cuh at cluster sizes 4, 8 and 16 with its
+// back-transformation (session 23's experiment).
 //   eig_probe [k]     (default k = 16)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -19,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "jobs/probes/eig_cluster.cuh"
+
 #define CK(x)                                                                      \
   do {                                                                             \
     const int e_ = static_cast<int>(x);                                            \
@@ -29,6 +34,42 @@
   } while (0)
 
 namespace {
+
+/// The top k eigenvalues (ascending) of the tridiagonal (d, e) by bisection on Sturm counts,
+/// to check the cluster tridiagonalisation without LAPACK.
+std::vector<double> tridiagonal_top(const std::vector<double>& d, const std::vector<double>& e,
+                                    int k) {
+  const int n = static_cast<int>(d.size());
+  double lo = d[0], hi = d[0];
+  for (int i = 0; i < n; ++i) {
+    const double r = (i > 0 ? std::abs(e[i - 1]) : 0.0) + (i + 1 < n ? std::abs(e[i]) : 0.0);
+    lo = std::min(lo, d[i] - r);
+    hi = std::max(hi, d[i] + r);
+  }
+  const double pivmin = 1e-300 * std::max(1.0, hi - lo);
+  auto below = [&](double x) {  // eigenvalues < x
+    int c = 0;
+    double q = d[0] - x;
+    if (std::abs(q) < pivmin) q = -pivmin;
+    if (q < 0) ++c;
+    for (int i = 1; i < n; ++i) {
+      q = d[i] - x - e[i - 1] * e[i - 1] / q;
+      if (std::abs(q) < pivmin) q = -pivmin;
+      if (q < 0) ++c;
+    }
+    return c;
+  };
+  std::vector<double> w;
+  for (int idx = n - k; idx < n; ++idx) {  // the idx-th smallest (0-based)
+    double a = lo - 1e-12 * std::abs(lo) - 1e-300, b = hi + 1e-12 * std::abs(hi) + 1e-300;
+    for (int it = 0; it < 200 && b - a > 1e-15 * std::max(std::abs(a), std::abs(b)); ++it) {
+      const double m = 0.5 * (a + b);
+      if (below(m) > idx) b = m; else a = m;
+    }
+    w.push_back(0.5 * (a + b));
+  }
+  return w;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -144,6 +185,64 @@ int main(int argc, char** argv) {
           ref);
       report("Dsyevdx (range I)", ms, true);
     }
+    // The same solvers captured once into a CUDA graph (with the copy of S) and replayed:
+    // whether cuSOLVER lets itself be captured, and what replaying saves of the launches.
+    for (const bool x : {true, false}) {
+      const char* name = x ? "Dsyevdx (range I), graph" : "Dsyevd (all), graph";
+      int lwork = 0, meig = 0;
+      if (x)
+        CK(cusolverDnDsyevdx_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
+                                        CUBLAS_FILL_MODE_LOWER, n, p.A, n, 0, 0, il, iu, &meig,
+                                        p.w, &lwork));
+      else
+        CK(cusolverDnDsyevd_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n,
+                                       p.A, n, p.w, &lwork));
+      auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
+      CK(cudaStreamSynchronize(p.s));
+      cudaGraph_t g{};
+      cudaGraphExec_t ge{};
+      int st = static_cast<int>(cudaStreamBeginCapture(p.s, cudaStreamCaptureModeThreadLocal));
+      int solver_status = -1;
+      if (st == 0) {
+        cudaMemcpyAsync(p.A, p.S, sizeof(double) * n * n, cudaMemcpyDeviceToDevice, p.s);
+        solver_status =
+            x ? static_cast<int>(cusolverDnDsyevdx(p.h, CUSOLVER_EIG_MODE_VECTOR,
+                                                   CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, n,
+                                                   p.A, n, 0, 0, il, iu, &meig, p.w, wk, lwork,
+                                                   p.info))
+              : static_cast<int>(cusolverDnDsyevd(p.h, CUSOLVER_EIG_MODE_VECTOR,
+                                                  CUBLAS_FILL_MODE_LOWER, n, p.A, n, p.w, wk, lwork,
+                                                  p.info));
+        if (x) cudaMemcpyAsync(p.w + n - p.k, p.w, sizeof(double) * p.k, cudaMemcpyDeviceToDevice, p.s);
+        st = static_cast<int>(cudaStreamEndCapture(p.s, &g));
+      }
+      if (st == 0 && solver_status == 0) st = static_cast<int>(cudaGraphInstantiate(&ge, g, 0));
+      if (st != 0 || solver_status != 0) {
+        std::printf("%-6d %-28s %10s %14s\n", n, name, "refused",
+                    (std::string("cuda ") + std::to_string(st) + " solver " +
+                     std::to_string(solver_status)).c_str());
+        cudaGetLastError();
+        if (g) cudaGraphDestroy(g);
+        continue;
+      }
+      std::vector<double> ms;
+      for (int rep = 0; rep < 17; ++rep) {
+        CK(cudaStreamSynchronize(p.s));
+        const auto t0 = std::chrono::steady_clock::now();
+        CK(cudaGraphLaunch(ge, p.s));
+        int hinfo = -1;
+        CK(cudaMemcpyAsync(&hinfo, p.info, sizeof(int), cudaMemcpyDeviceToHost, p.s));
+        CK(cudaStreamSynchronize(p.s));
+        const auto t1 = std::chrono::steady_clock::now();
+        if (rep >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+      std::vector<double> wh(n);
+      CK(cudaMemcpy(wh.data(), p.w, sizeof(double) * n, cudaMemcpyDeviceToHost));
+      top.assign(wh.end() - p.k, wh.end());
+      report(name, median(ms), false);
+      CK(cudaGraphExecDestroy(ge));
+      CK(cudaGraphDestroy(g));
+    }
     {  // syevd: every eigenpair
       int lwork = 0;
       CK(cusolverDnDsyevd_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A,
@@ -208,6 +307,58 @@ int main(int argc, char** argv) {
       CK(cudaFree(d));
       CK(cudaFree(e));
       CK(cudaFree(tau));
+    }
+    // The cluster tridiagonalisation (jobs/probes/eig_cluster.cuh, an experiment) on clusters
+    // of B blocks, its top k checked by bisection on the host; then its back-transformation of
+    // k vectors.
+    if (n <= tessera::probe::cluster_eig::kClusterEigMaxN) {
+      namespace eg = tessera::probe::cluster_eig;
+      double *d = nullptr, *e = nullptr, *tau = nullptr, *H = nullptr, *Z = nullptr, *V = nullptr;
+      CK(cudaMalloc(&d, sizeof(double) * n));
+      CK(cudaMalloc(&e, sizeof(double) * n));
+      CK(cudaMalloc(&tau, sizeof(double) * n));
+      CK(cudaMalloc(&H, sizeof(double) * n * n));
+      CK(cudaMalloc(&Z, sizeof(double) * n * p.k));
+      CK(cudaMalloc(&V, sizeof(double) * n * p.k));
+      CK(cudaMemset(Z, 0, sizeof(double) * n * p.k));
+      std::printf("%-6d %-28s %10d\n", n, "cluster size chosen", eg::tridiag_cluster_size(n));
+      for (const int B : {4, 8, 16}) {
+        std::vector<double> ms;
+        bool ok = true;
+        for (int rep = 0; rep < 17 && ok; ++rep) {
+          CK(cudaStreamSynchronize(p.s));
+          const auto t0 = std::chrono::steady_clock::now();
+          ok = eg::launch_tridiag(p.S, n, B, d, e, tau, H, p.s) == cudaSuccess;
+          CK(cudaStreamSynchronize(p.s));
+          const auto t1 = std::chrono::steady_clock::now();
+          if (rep >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        }
+        if (!ok) {
+          std::printf("%-6d cluster sytrd B=%-14d %10s %14s\n", n, B, "refused",
+                      cudaGetErrorString(cudaGetLastError()));
+          continue;
+        }
+        std::vector<double> dh(n), eh(n);
+        CK(cudaMemcpy(dh.data(), d, sizeof(double) * n, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(eh.data(), e, sizeof(double) * n, cudaMemcpyDeviceToHost));
+        top = tridiagonal_top(dh, eh, p.k);
+        char name[64];
+        std::snprintf(name, sizeof name, "cluster sytrd B=%d", B);
+        report(name, median(ms), false);
+      }
+      std::vector<double> ms;
+      for (int rep = 0; rep < 17; ++rep) {
+        CK(cudaStreamSynchronize(p.s));
+        const auto t0 = std::chrono::steady_clock::now();
+        eg::back_transform_kernel<<<(p.k + 7) / 8, eg::kClusterEigThreads, 0, p.s>>>(H, tau, n,
+                                                                                  p.k, Z, V);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(p.s));
+        const auto t1 = std::chrono::steady_clock::now();
+        if (rep >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+      std::printf("%-6d %-28s %10.3f %14s\n", n, "cluster back-transform", median(ms), "-");
+      for (double* x : {d, e, tau, H, Z, V}) CK(cudaFree(x));
     }
     CK(cudaFree(Y));
     CK(cudaFree(p.S));
