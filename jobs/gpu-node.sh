@@ -301,7 +301,7 @@ if has quick || has full || has quick-bench; then
   bench nell2-powerlaw-mttkrp-r32 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --dist powerlaw --rank 32 --backend cuda --precision float --repeat 10
   bench nell2-uniform-mttkrp-r16 "$T" bench mttkrp --generate $nell --nnz 76.9e6 --rank 16 --backend cuda --precision float --repeat 10
   bench nell2-uniform-cp-r32 "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --iters 6
-  bench nell2-uniform-cp-r32-tier2 "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --iters 6 --mem-budget 1G
+  bench nell2-uniform-cp-r32-tier2 "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda --precision float --iters 6 --device-budget 6G
 fi
 if has full; then
   C=../shared/data/congress-cosponsor_leg-leg-year.tns.gz

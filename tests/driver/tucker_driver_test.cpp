@@ -87,6 +87,28 @@ TEST_F(TuckerDriver, GenerateThenDecomposeOnTwoRanks) {
   EXPECT_EQ(j["options"]["svd"], "gram");
   EXPECT_GT(j["memory"]["semi_sparse_bytes_per_rank"].get<double>(), 0);
   EXPECT_EQ(j["memory"]["ttmc_rows"].size(), 3u);
+  // The slowest rank's TTMc time and the mean (2 ranks: max >= mean, both positive).
+  ASSERT_TRUE(j.contains("ttmc_per_rank")) << j.dump();
+  const auto& tr = j["ttmc_per_rank"];
+  EXPECT_GT(tr["mean_seconds_per_iteration"].get<double>(), 0);
+  EXPECT_GE(tr["max_seconds_per_iteration"].get<double>(),
+            tr["mean_seconds_per_iteration"].get<double>() * (1 - 1e-12));
+  EXPECT_NEAR(tr["imbalance"].get<double>(),
+              tr["max_seconds_per_iteration"].get<double>() /
+                  tr["mean_seconds_per_iteration"].get<double>(),
+              1e-12);
+  EXPECT_NE(r.out.find("TTMc time per iteration over 2 ranks"), std::string::npos) << r.out;
+  // Rank 0's comm by kind: parts of the iterations' comm, and the dense stage's sums (at
+  // least the Gram and one CholeskyQR pass per mode).
+  ASSERT_TRUE(j.contains("comm_split")) << j.dump();
+  const auto& cs = j["comm_split"];
+  double comm = 0;
+  for (const auto& it : j["per_iteration"]) comm += it["comm"].get<double>();
+  comm /= static_cast<double>(iters);
+  EXPECT_LE(cs["ttmc_rows_seconds"].get<double>() + cs["dense_sums_seconds"].get<double>() +
+                cs["factor_allgather_seconds"].get<double>(),
+            comm * 1.01 + 1e-6);  // the record rounds the iterations' seconds
+  EXPECT_GE(cs["dense_sums_per_iteration"].get<double>(), 6.0);
   for (std::size_t i = 1; i < iters; ++i)
     EXPECT_GE(j["fits"][i].get<double>(), j["fits"][i - 1].get<double>() - 1e-9);
 

@@ -23,6 +23,8 @@ IGNORED = {
     "timing",  # seconds per iteration and its split
     "phases_seconds",  # seconds per phase
     "kernel_per_rank",  # MTTKRP seconds per iteration on the slowest and the mean rank
+    "ttmc_per_rank",  # TTMc seconds per iteration on the slowest and the mean rank
+    "comm_split",  # Tucker: seconds of comm per iteration by kind
     "kernel_seconds_max_over_ranks",  # contract: seconds of the kernel's steps
 }
 # Keys of every per_iteration entry that are timings:

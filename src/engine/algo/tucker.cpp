@@ -83,7 +83,11 @@ class Hooi {
  private:
   /// Keyed random values for the owned rows of mode n (salt separates init and completion).
   RandomFill random_fill(int n, std::uint64_t salt) const;
-  void publish(int n) { factors_.publish(n, &t_svd_, &t_comm_); }
+  void publish(int n) {
+    const double before = t_comm_;
+    factors_.publish(n, &t_svd_, &t_comm_);
+    t_pub_ += t_comm_ - before;
+  }
   /// TTMc of mode n with the current backend factors, combined on the owners; returns the
   /// combined rows (P == 1: the TTMc output itself).
   const T* ttmc_combined(int n);
@@ -112,6 +116,12 @@ class Hooi {
   Net net_, dnet_;  // dnet_: sums of backend-memory buffers (NCCL on GPUs)
   detail::DenseStage<T> dense_;
   double t_ttmc_ = 0, t_comm_ = 0, t_svd_ = 0;  // of the current iteration (or the init)
+  // Parts of t_comm_ (the TTMc rows' exchange, the dense stage's sums, the factors'
+  // all-gathers) and their sums over this run's iterations.
+  double t_exch_ = 0, t_dcomm_ = 0, t_pub_ = 0;
+  double sum_exch_ = 0, sum_dcomm_ = 0, sum_pub_ = 0;
+  long dense_calls_ = 0;
+  int split_iters_ = 0, run_iters_ = 0;
   double overlap_sum_ = 0;
   int overlap_count_ = 0;
   std::vector<T> yhost_;         // --svd scalapack on a device backend: Y copied to the host
@@ -251,6 +261,7 @@ const T* Hooi<T>::ttmc_combined(int n) {
   kernels::ops::sum_rows(be_, recv_.data(), mp.src_ptr, mp.src_row, mp.cols, own_.data());
   be_.synchronize();
   t_comm_ += t.seconds();
+  t_exch_ += t.seconds();
   return own_.data();
 }
 
@@ -301,6 +312,7 @@ void Hooi<T>::factor_update(int n, const T* Y) {
   const double in_net = net_.seconds + dnet_.seconds - net0;
   t_svd_ += t.seconds() - in_net;
   t_comm_ += in_net;
+  t_dcomm_ += in_net;
   res_.completed_columns += added;
 }
 
@@ -365,6 +377,8 @@ void Hooi<T>::iterate() {
     util::fault::set_iteration(it + 1);
     Timer iter_timer;
     t_ttmc_ = t_comm_ = t_svd_ = 0;
+    t_exch_ = t_dcomm_ = t_pub_ = 0;
+    const long calls0 = net_.calls + dnet_.calls;
     const detail::DenseTimes dt0 = dense_.times;
     double norm_g2 = 0;
     for (int n = 0; n < N_; ++n) {
@@ -381,6 +395,7 @@ void Hooi<T>::iterate() {
         const double in_net = dnet_.seconds - net0;
         t_svd_ += t.seconds() - in_net;
         t_comm_ += in_net;
+        t_dcomm_ += in_net;
       }
       publish(n);
     }
@@ -402,6 +417,13 @@ void Hooi<T>::iterate() {
     rec.svd_eig = dense_.times.eig - dt0.eig;
     rec.svd_orth = dense_.times.orth - dt0.orth;
     rec.svd_core = dense_.times.core - dt0.core;
+    if (++run_iters_ > 1) {  // the first iteration also sets up NCCL's peer connections
+      sum_exch_ += t_exch_;
+      sum_dcomm_ += t_dcomm_;
+      sum_pub_ += t_pub_;
+      dense_calls_ += net_.calls + dnet_.calls - calls0;
+      ++split_iters_;
+    }
     record_iteration(rec, res_, opt_.print_iterations);
     const bool done = it > 0 && std::abs(fit - fit_old_) < opt_.tol;
     fit_old_ = fit;
@@ -454,6 +476,48 @@ void Hooi<T>::finish() {
   }
   flag_degenerate(res_.model.is_zero(), "the core is 0", &res_.stop_reason, &res_.converged);
   if (overlap_count_ > 0) res_.stream_overlap = overlap_sum_ / overlap_count_;
+  // The TTMc time per iteration of the slowest rank and the mean (the iterations of this run;
+  // a resumed run's earlier ones are in its history without times of this rank).
+  double k = 0;
+  int ran = 0;
+  for (const auto& h : res_.history)
+    if (h.ttmc > 0) {
+      k += h.ttmc;
+      ++ran;
+    }
+  double v[2] = {k, k};
+  c_.allreduce(&v[0], 1, comm::ReduceOp::max);
+  c_.allreduce(&v[1], 1);
+  std::int32_t ran_min = ran;
+  c_.allreduce(&ran_min, 1, comm::ReduceOp::min);
+  if (P_ > 1 && split_iters_ > 0) {
+    res_.comm_exchange_seconds = sum_exch_ / split_iters_;
+    res_.comm_dense_seconds = sum_dcomm_ / split_iters_;
+    res_.comm_publish_seconds = sum_pub_ / split_iters_;
+    res_.dense_sums_per_iteration = static_cast<double>(dense_calls_) / split_iters_;
+    if (opt_.print_iterations) {
+      char line[240];
+      std::snprintf(line, sizeof(line),
+                    "comm per iteration (rank 0): TTMc rows %.4g s, dense-stage sums %.4g s "
+                    "(%.0f sums), factor all-gathers %.4g s",
+                    res_.comm_exchange_seconds, res_.comm_dense_seconds,
+                    res_.dense_sums_per_iteration, res_.comm_publish_seconds);
+      log::info(line);
+    }
+  }
+  if (P_ > 1 && ran > 0 && ran_min == ran) {
+    res_.ttmc_max_seconds = v[0] / ran;
+    res_.ttmc_mean_seconds = v[1] / ran / P_;
+    if (opt_.print_iterations && res_.ttmc_mean_seconds > 0) {
+      char line[200];
+      std::snprintf(line, sizeof(line),
+                    "TTMc time per iteration over %d ranks: slowest %.4g s, mean %.4g s "
+                    "(imbalance %.2f)",
+                    P_, res_.ttmc_max_seconds, res_.ttmc_mean_seconds,
+                    res_.ttmc_max_seconds / res_.ttmc_mean_seconds);
+      log::info(line);
+    }
+  }
 }
 
 /// The HOOI of both tucker_hooi overloads: `block` is this rank's nonzeros (prepared

@@ -149,6 +149,16 @@ struct TuckerResult {
   int stop_signal = 0;  ///< stop_reason "signal": the signal number, agreed by the ranks
   double norm_x = 0;
   double core_norm = 0;
+  /// On several ranks: the TTMc seconds per iteration of the slowest rank and the ranks'
+  /// mean (every iteration run here); the exchange that follows waits for the slowest.
+  double ttmc_max_seconds = 0, ttmc_mean_seconds = 0;
+  /// On several ranks, rank 0's comm per iteration (this run's iterations after its first,
+  /// which also sets up the communicators' connections) split by what it
+  /// waited for: the exchange and sums of the TTMc rows, the dense stage's sums (the Gram,
+  /// CholeskyQR, the core), the all-gather of each new factor; and how many sums the dense
+  /// stage made per iteration.
+  double comm_exchange_seconds = 0, comm_dense_seconds = 0, comm_publish_seconds = 0;
+  double dense_sums_per_iteration = 0;
   std::vector<TuckerIteration> history;
   /// "setup", "init", "ttmc", "comm", "svd" (seconds, this rank; init includes the
   /// HOSVD sweep when asked for).

@@ -29,6 +29,7 @@ inline constexpr double kRankTolSq = 1e-22;
 struct Net {
   const comm::Communicator& c;
   double seconds = 0;
+  long calls = 0;  ///< sums that crossed ranks
   /// In place: p[0..n) summed over the ranks of c (p in c's memory space).
   void sum(double* p, std::size_t n);
 };
