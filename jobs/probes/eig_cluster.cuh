@@ -238,8 +238,8 @@ __global__ void __launch_bounds__(kClusterEigThreads)
 inline cudaError_t launch_tridiag(const double* S, int n, int B, double* d, double* e, double* tau,
                                   double* H, cudaStream_t stream) {
   const std::size_t smem = tridiag_smem_bytes(n, B);
-  cudaError_t err = cudaFuncSetAttribute(tridiag_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
+  cudaError_t err = cudaFuncSetAttribute(
+      tridiag_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   if (B > 8) {
     err = cudaFuncSetAttribute(tridiag_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -276,9 +276,9 @@ inline int tridiag_cluster_size(int n) {
     if (cudaFuncSetAttribute(tridiag_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem)) != cudaSuccess)
       continue;
-    if (B > 8 && cudaFuncSetAttribute(tridiag_kernel,
-                                      cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                      1) != cudaSuccess)
+    if (B > 8 &&
+        cudaFuncSetAttribute(tridiag_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+            cudaSuccess)
       continue;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(static_cast<unsigned>(B), 1, 1);

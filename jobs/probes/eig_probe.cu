@@ -64,7 +64,10 @@ std::vector<double> tridiagonal_top(const std::vector<double>& d, const std::vec
     double a = lo - 1e-12 * std::abs(lo) - 1e-300, b = hi + 1e-12 * std::abs(hi) + 1e-300;
     for (int it = 0; it < 200 && b - a > 1e-15 * std::max(std::abs(a), std::abs(b)); ++it) {
       const double m = 0.5 * (a + b);
-      if (below(m) > idx) b = m; else a = m;
+      if (below(m) > idx)
+        b = m;
+      else
+        a = m;
     }
     w.push_back(0.5 * (a + b));
   }
@@ -192,8 +195,8 @@ int main(int argc, char** argv) {
       int lwork = 0, meig = 0;
       if (x)
         CK(cusolverDnDsyevdx_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
-                                        CUBLAS_FILL_MODE_LOWER, n, p.A, n, 0, 0, il, iu, &meig,
-                                        p.w, &lwork));
+                                        CUBLAS_FILL_MODE_LOWER, n, p.A, n, 0, 0, il, iu, &meig, p.w,
+                                        &lwork));
       else
         CK(cusolverDnDsyevd_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n,
                                        p.A, n, p.w, &lwork));
@@ -206,21 +209,22 @@ int main(int argc, char** argv) {
       if (st == 0) {
         cudaMemcpyAsync(p.A, p.S, sizeof(double) * n * n, cudaMemcpyDeviceToDevice, p.s);
         solver_status =
-            x ? static_cast<int>(cusolverDnDsyevdx(p.h, CUSOLVER_EIG_MODE_VECTOR,
-                                                   CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, n,
-                                                   p.A, n, 0, 0, il, iu, &meig, p.w, wk, lwork,
-                                                   p.info))
+            x ? static_cast<int>(cusolverDnDsyevdx(
+                    p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, n,
+                    p.A, n, 0, 0, il, iu, &meig, p.w, wk, lwork, p.info))
               : static_cast<int>(cusolverDnDsyevd(p.h, CUSOLVER_EIG_MODE_VECTOR,
                                                   CUBLAS_FILL_MODE_LOWER, n, p.A, n, p.w, wk, lwork,
                                                   p.info));
-        if (x) cudaMemcpyAsync(p.w + n - p.k, p.w, sizeof(double) * p.k, cudaMemcpyDeviceToDevice, p.s);
+        if (x)
+          cudaMemcpyAsync(p.w + n - p.k, p.w, sizeof(double) * p.k, cudaMemcpyDeviceToDevice, p.s);
         st = static_cast<int>(cudaStreamEndCapture(p.s, &g));
       }
       if (st == 0 && solver_status == 0) st = static_cast<int>(cudaGraphInstantiate(&ge, g, 0));
       if (st != 0 || solver_status != 0) {
-        std::printf("%-6d %-28s %10s %14s\n", n, name, "refused",
-                    (std::string("cuda ") + std::to_string(st) + " solver " +
-                     std::to_string(solver_status)).c_str());
+        std::printf(
+            "%-6d %-28s %10s %14s\n", n, name, "refused",
+            (std::string("cuda ") + std::to_string(st) + " solver " + std::to_string(solver_status))
+                .c_str());
         cudaGetLastError();
         if (g) cudaGraphDestroy(g);
         continue;
@@ -350,8 +354,8 @@ int main(int argc, char** argv) {
       for (int rep = 0; rep < 17; ++rep) {
         CK(cudaStreamSynchronize(p.s));
         const auto t0 = std::chrono::steady_clock::now();
-        eg::back_transform_kernel<<<(p.k + 7) / 8, eg::kClusterEigThreads, 0, p.s>>>(H, tau, n,
-                                                                                  p.k, Z, V);
+        eg::back_transform_kernel<<<(p.k + 7) / 8, eg::kClusterEigThreads, 0, p.s>>>(H, tau, n, p.k,
+                                                                                     Z, V);
         CK(cudaGetLastError());
         CK(cudaStreamSynchronize(p.s));
         const auto t1 = std::chrono::steady_clock::now();
