@@ -166,6 +166,18 @@ inline std::vector<std::int64_t> displacements(const std::vector<std::int64_t>& 
   return d;
 }
 
+/// The largest and the mean of a value over the ranks of c (a rank's time per iteration:
+/// the slowest rank and the ranks' mean). Collective; c a host communicator.
+struct MaxMean {
+  double max = 0, mean = 0;
+};
+inline MaxMean max_and_mean(const Communicator& c, double x) {
+  double v[2] = {x, x};
+  c.allreduce(&v[0], 1, ReduceOp::max);
+  c.allreduce(&v[1], 1);
+  return {v[0], v[1] / c.size()};
+}
+
 /// Exchange counts (host) for alltoallv: returns recvcounts.
 std::vector<std::int64_t> exchange_counts(const Communicator& c,
                                           const std::vector<std::int64_t>& sendcounts);

@@ -51,13 +51,10 @@ plan::Plan backend_streamed_plan(const plan::Plan& resident, const plan::Limits&
   p.limits = lim;
   p.tier = 2;
   p.tier_name = "host-streamed";
-  const auto starts = [](const std::string& s, const char* with) { return s.rfind(with, 0) == 0; };
   std::vector<plan::Component> keep;
   std::uint64_t other_device = 0;
   for (const auto& c : resident.components) {
-    if (starts(c.name, "sorted copies") || starts(c.name, "prepare transients") ||
-        starts(c.name, "tensor-core tile sets"))
-      continue;
+    if (c.tensor) continue;
     other_device += c.device;
     keep.push_back(c);
   }

@@ -6,6 +6,7 @@
 #include "bench/bench.hpp"
 #include "bench/harness.hpp"
 #include "common.hpp"
+#include "run/tucker.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver::bench {
@@ -78,15 +79,7 @@ void bench_tucker(Context<T>& c) {
     flush();
     j["svd_split"] = {{"products", sp}, {"eigen", se}, {"orthonormalize", so}, {"core", sc}};
     j["dense_stage"] = res.dense_method;
-    if (res.ttmc_mean_seconds > 0)
-      j["ttmc_per_rank"] = {{"max_seconds_per_iteration", res.ttmc_max_seconds},
-                            {"mean_seconds_per_iteration", res.ttmc_mean_seconds},
-                            {"imbalance", res.ttmc_max_seconds / res.ttmc_mean_seconds}};
-    if (res.dense_sums_per_iteration > 0)
-      j["comm_split"] = {{"ttmc_rows_seconds", res.comm_exchange_seconds},
-                         {"dense_sums_seconds", res.comm_dense_seconds},
-                         {"dense_sums_per_iteration", res.dense_sums_per_iteration},
-                         {"factor_allgather_seconds", res.comm_publish_seconds}};
+    run::add_rank_split(j, res);
     iteration_record(j, it, res.iterations, res.fit);
     j["share"] = {{"ttmc", tt / it_s}, {"comm", cm / it_s}, {"svd", sv / it_s}};
     j["seconds"] = {{"ttmc", tt}, {"comm", cm}, {"svd", sv}};

@@ -232,36 +232,46 @@ __global__ void __launch_bounds__(kClusterEigThreads)
   }
 }
 
-/// Launches tridiag_kernel on one cluster of B blocks on `stream`. Returns the launch's error
-/// (cudaSuccess, or e.g. cudaErrorInvalidConfiguration where the cluster cannot be formed).
-/// Sets the kernel's attributes (shared memory, non-portable cluster sizes) first.
-inline cudaError_t launch_tridiag(const double* S, int n, int B, double* d, double* e, double* tau,
-                                  double* H, cudaStream_t stream) {
+/// A launch of tridiag_kernel on one cluster of B blocks (cfg.attrs points into attr: set up
+/// in place by prepare_tridiag, not copied).
+struct TridiagLaunch {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1] = {};
+};
+
+/// Sets the kernel's attributes for n and B (shared memory, non-portable cluster sizes) and
+/// fills l; returns the first error (e.g. shared memory over the device's limit).
+inline cudaError_t prepare_tridiag(int n, int B, cudaStream_t stream, TridiagLaunch& l) {
   const std::size_t smem = tridiag_smem_bytes(n, B);
   cudaError_t err = cudaFuncSetAttribute(
       tridiag_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  if (B > 8) {
+  if (err == cudaSuccess && B > 8)
     err = cudaFuncSetAttribute(tridiag_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (err != cudaSuccess) return err;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(B), 1, 1);
-  cfg.blockDim = dim3(kClusterEigThreads, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(B);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, tridiag_kernel, S, n, d, e, tau, H);
+  l.cfg.gridDim = dim3(static_cast<unsigned>(B), 1, 1);
+  l.cfg.blockDim = dim3(kClusterEigThreads, 1, 1);
+  l.cfg.dynamicSmemBytes = smem;
+  l.cfg.stream = stream;
+  l.attr[0].id = cudaLaunchAttributeClusterDimension;
+  l.attr[0].val.clusterDim.x = static_cast<unsigned>(B);
+  l.attr[0].val.clusterDim.y = 1;
+  l.attr[0].val.clusterDim.z = 1;
+  l.cfg.attrs = l.attr;
+  l.cfg.numAttrs = 1;
+  return err;
 }
 
-/// The cluster size for n on the current device, 0 when none fits: the smallest of 4, 8 and
-/// 16 blocks whose shared memory fits a block and that the device can schedule.
+/// Launches tridiag_kernel on one cluster of B blocks on `stream`. Returns the launch's error
+/// (cudaSuccess, or e.g. cudaErrorInvalidConfiguration where the cluster cannot be formed).
+inline cudaError_t launch_tridiag(const double* S, int n, int B, double* d, double* e, double* tau,
+                                  double* H, cudaStream_t stream) {
+  TridiagLaunch l;
+  const cudaError_t err = prepare_tridiag(n, B, stream, l);
+  if (err != cudaSuccess) return err;
+  return cudaLaunchKernelEx(&l.cfg, tridiag_kernel, S, n, d, e, tau, H);
+}
+
+/// The cluster size for n on the current device, 0 when none fits: 8 blocks, else 16,
+/// whichever first fits a block's shared memory and can be scheduled.
 inline int tridiag_cluster_size(int n) {
   if (n < 2 || n > kClusterEigMaxN) return 0;
   int dev = 0, optin = 0, cc = 0;
@@ -271,28 +281,11 @@ inline int tridiag_cluster_size(int n) {
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     return 0;
   for (int B : {8, 16}) {
-    const std::size_t smem = tridiag_smem_bytes(n, B);
-    if (smem > static_cast<std::size_t>(optin)) continue;
-    if (cudaFuncSetAttribute(tridiag_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)) != cudaSuccess)
-      continue;
-    if (B > 8 &&
-        cudaFuncSetAttribute(tridiag_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-            cudaSuccess)
-      continue;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(B), 1, 1);
-    cfg.blockDim = dim3(kClusterEigThreads, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(B);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    if (tridiag_smem_bytes(n, B) > static_cast<std::size_t>(optin)) continue;
+    TridiagLaunch l;
+    if (prepare_tridiag(n, B, nullptr, l) != cudaSuccess) continue;
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, tridiag_kernel, &cfg) == cudaSuccess &&
+    if (cudaOccupancyMaxActiveClusters(&clusters, tridiag_kernel, &l.cfg) == cudaSuccess &&
         clusters > 0)
       return B;
   }

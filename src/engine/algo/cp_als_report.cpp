@@ -204,12 +204,10 @@ void Als<T>::finish() {
       k += h.kernel;
       ++ran;
     }
-  double v[2] = {k, k};
-  ctrl_.allreduce(&v[0], 1, comm::ReduceOp::max);
-  ctrl_.allreduce(&v[1], 1);
+  const comm::MaxMean t = comm::max_and_mean(ctrl_, k);
   if (ran > 0) {
-    res_.kernel_max_seconds = v[0] / ran;
-    res_.kernel_mean_seconds = v[1] / ran / ctrl_.size();
+    res_.kernel_max_seconds = t.max / ran;
+    res_.kernel_mean_seconds = t.mean / ran;
   }
   if (opt_.print_iterations && ctrl_.size() > 1 && res_.kernel_mean_seconds > 0) {
     char line[200];

@@ -478,13 +478,10 @@ void Apr<T>::finish() {
                                          : "iteration limit";
   res_.stop_signal = stop_signal_;
   res_.iteration_engine = "per-operation calls (CP-APR)";
-  double k = res_.phases.get("kernel");
-  double v[2] = {k, k};
-  ctrl_.allreduce(&v[0], 1, comm::ReduceOp::max);
-  ctrl_.allreduce(&v[1], 1);
+  const comm::MaxMean t = comm::max_and_mean(ctrl_, res_.phases.get("kernel"));
   const int ran = std::max(res_.iterations - first_iter_, 1);
-  res_.kernel_max_seconds = v[0] / ran;
-  res_.kernel_mean_seconds = v[1] / ran / ctrl_.size();
+  res_.kernel_max_seconds = t.max / ran;
+  res_.kernel_mean_seconds = t.mean / ran;
   if (opt_.holdout > 0) detail::holdout_counts(hold_, train_->nnz(), ctrl_, &res_);
   res_.model = assemble_model();
   normalize_conventional(res_.model);

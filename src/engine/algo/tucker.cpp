@@ -119,7 +119,7 @@ class Hooi {
   // Parts of t_comm_ (the TTMc rows' exchange, the dense stage's sums, the factors'
   // all-gathers) and their sums over this run's iterations.
   double t_exch_ = 0, t_dcomm_ = 0, t_pub_ = 0;
-  double sum_exch_ = 0, sum_dcomm_ = 0, sum_pub_ = 0;
+  double sum_ttmc_ = 0, sum_exch_ = 0, sum_dcomm_ = 0, sum_pub_ = 0;
   long dense_calls_ = 0;
   int split_iters_ = 0, run_iters_ = 0;
   double overlap_sum_ = 0;
@@ -417,6 +417,7 @@ void Hooi<T>::iterate() {
     rec.svd_eig = dense_.times.eig - dt0.eig;
     rec.svd_orth = dense_.times.orth - dt0.orth;
     rec.svd_core = dense_.times.core - dt0.core;
+    sum_ttmc_ += t_ttmc_;
     if (++run_iters_ > 1) {  // the first iteration also sets up NCCL's peer connections
       sum_exch_ += t_exch_;
       sum_dcomm_ += t_dcomm_;
@@ -476,20 +477,9 @@ void Hooi<T>::finish() {
   }
   flag_degenerate(res_.model.is_zero(), "the core is 0", &res_.stop_reason, &res_.converged);
   if (overlap_count_ > 0) res_.stream_overlap = overlap_sum_ / overlap_count_;
-  // The TTMc time per iteration of the slowest rank and the mean (the iterations of this run;
-  // a resumed run's earlier ones are in its history without times of this rank).
-  double k = 0;
-  int ran = 0;
-  for (const auto& h : res_.history)
-    if (h.ttmc > 0) {
-      k += h.ttmc;
-      ++ran;
-    }
-  double v[2] = {k, k};
-  c_.allreduce(&v[0], 1, comm::ReduceOp::max);
-  c_.allreduce(&v[1], 1);
-  std::int32_t ran_min = ran;
-  c_.allreduce(&ran_min, 1, comm::ReduceOp::min);
+  // The TTMc time per iteration of the slowest rank and the mean (this run's iterations:
+  // every rank ran the same number).
+  const comm::MaxMean ttmc = comm::max_and_mean(c_, sum_ttmc_);
   if (P_ > 1 && split_iters_ > 0) {
     res_.comm_exchange_seconds = sum_exch_ / split_iters_;
     res_.comm_dense_seconds = sum_dcomm_ / split_iters_;
@@ -505,9 +495,9 @@ void Hooi<T>::finish() {
       log::info(line);
     }
   }
-  if (P_ > 1 && ran > 0 && ran_min == ran) {
-    res_.ttmc_max_seconds = v[0] / ran;
-    res_.ttmc_mean_seconds = v[1] / ran / P_;
+  if (P_ > 1 && run_iters_ > 0) {
+    res_.ttmc_max_seconds = ttmc.max / run_iters_;
+    res_.ttmc_mean_seconds = ttmc.mean / run_iters_;
     if (opt_.print_iterations && res_.ttmc_mean_seconds > 0) {
       char line[200];
       std::snprintf(line, sizeof(line),

@@ -536,15 +536,16 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
       if (prepare > 0)
         c.parts.push_back({"prepare transients: device sort, tile builds", 0,
                            prepare > steady ? prepare - steady : 0, 0,
-                           "beyond the run's steady memory, freed after prepare"});
-      if (prepares) c.parts.push_back({"sorted copies, one per mode", 0, fmt, 0, ""});
+                           "beyond the run's steady memory, freed after prepare", true});
+      if (prepares) c.parts.push_back({"sorted copies, one per mode", 0, fmt, 0, "", true});
       if (prepares && req.tensor_cores)
         c.parts.push_back({"tensor-core tile sets (at most)", 0, tiles, 0,
                            tiles == 0 && hy.held > 0 ? "none: this copy is not the MTTKRP's"
                            : hy.held == 0
                                ? "none fit under the tensor's limit"
                                : "hybrid layouts, built in the room left under the tensor's limit; "
-                                 "none with --tensor-cores off"});
+                                 "none with --tensor-cores off",
+                           true});
       c.parts.push_back({"factors, MTTKRP/TTMc output", loop_h, loop_b, 0, ""});
       if (req.gcp) c.parts.push_back(gcp_part);
       if (holdout) c.parts.push_back(holdout_part(req, s));

@@ -64,6 +64,9 @@ struct Component {
   std::string name;
   std::uint64_t host = 0, device = 0, disk = 0;
   std::string note;
+  /// The resident tensor's own device memory (its sorted copies, their device sort, the
+  /// tensor-core tiles): what a streamed format replaces (bench's backend_streamed_plan).
+  bool tensor = false;
 };
 
 /// Tier 3's use of the page cache (--read-cache auto | keep | drop).

@@ -15,6 +15,18 @@
 #include "util/timer.hpp"
 
 namespace tessera::run {
+
+void add_rank_split(nlohmann::json& j, const algo::TuckerResult& res) {
+  if (res.ttmc_mean_seconds > 0)
+    j["ttmc_per_rank"] = {{"max_seconds_per_iteration", res.ttmc_max_seconds},
+                          {"mean_seconds_per_iteration", res.ttmc_mean_seconds},
+                          {"imbalance", res.ttmc_max_seconds / res.ttmc_mean_seconds}};
+  if (res.dense_sums_per_iteration > 0)
+    j["comm_split"] = {{"ttmc_rows_seconds", res.comm_exchange_seconds},
+                       {"dense_sums_seconds", res.comm_dense_seconds},
+                       {"dense_sums_per_iteration", res.dense_sums_per_iteration},
+                       {"factor_allgather_seconds", res.comm_publish_seconds}};
+}
 namespace {
 
 /// The algorithm's options that do not depend on the input (collective checks).
@@ -175,15 +187,7 @@ nlohmann::json tucker_record(const TuckerRunOptions& o, const Input<T>& in,
   j["dense_stage"] = res.dense_method;
   if (!res.combine.empty()) j["ttmc_combine"] = res.combine;
   if (!res.network_rows.empty()) j["ttmc_network_rows"] = res.network_rows;
-  if (res.ttmc_mean_seconds > 0)
-    j["ttmc_per_rank"] = {{"max_seconds_per_iteration", res.ttmc_max_seconds},
-                          {"mean_seconds_per_iteration", res.ttmc_mean_seconds},
-                          {"imbalance", res.ttmc_max_seconds / res.ttmc_mean_seconds}};
-  if (res.dense_sums_per_iteration > 0)
-    j["comm_split"] = {{"ttmc_rows_seconds", res.comm_exchange_seconds},
-                       {"dense_sums_seconds", res.comm_dense_seconds},
-                       {"dense_sums_per_iteration", res.dense_sums_per_iteration},
-                       {"factor_allgather_seconds", res.comm_publish_seconds}};
+  add_rank_split(j, res);
   if (!p.checkpoint.empty()) j["checkpoint"] = p.checkpoint;
   j["memory"].update({{"ttmc_rows", res.memory.ttmc_rows},
                       {"received_rows", res.memory.received_rows},

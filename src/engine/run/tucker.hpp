@@ -58,4 +58,8 @@ template <typename T>
 TuckerRun run_tucker(const TuckerRunOptions& o, const comm::MpiCommunicator& world,
                      SparseTensor<T>* arrays = nullptr);
 
+/// The record's `ttmc_per_rank` and `comm_split` (several ranks; docs/run-record.md), for
+/// `tessera tucker` and `bench tucker` alike.
+void add_rank_split(nlohmann::json& j, const algo::TuckerResult& res);
+
 }  // namespace tessera::run

@@ -50,8 +50,12 @@ bool inflate_exactly(const std::vector<unsigned char>& in, std::size_t n_in,
 
 }  // namespace
 
-bool can_inflate_to(hsize_t stored, hsize_t bytes) {
-  return stored > 0 && (bytes <= kSlack || (bytes - kSlack + kMaxRatio - 1) / kMaxRatio <= stored);
+std::string compressed_size_problem(hsize_t stored, hsize_t bytes) {
+  if (stored > compressBound(static_cast<uLong>(bytes)))
+    return "more than its " + std::to_string(bytes) + " bytes compress to";
+  if (stored == 0 || (bytes > kSlack && (bytes - kSlack + kMaxRatio - 1) / kMaxRatio > stored))
+    return "too few for its " + std::to_string(bytes) + " bytes";
+  return "";
 }
 
 hsize_t file_size_of(hid_t obj) {
@@ -110,15 +114,12 @@ ChunkCheck::ChunkCheck(hid_t dset) {
 std::string ChunkCheck::check_chunk(hid_t dset, const hsize_t* offset, hsize_t stored) {
   // A deflated chunk is never longer than zlib's bound for its bytes (one stored as it is
   // holds exactly its bytes), nor shorter than 1/1032 of them.
-  const hsize_t most = compressBound(static_cast<uLong>(chunk_bytes_));
-  if (stored > most || (file_bytes_ > 0 && stored > file_bytes_))
-    return "has a compressed chunk of " + std::to_string(stored) + " bytes, more than its " +
-           std::to_string(chunk_bytes_) +
-           " bytes compress to or the file holds: the file is "
-           "corrupted";
-  if (!can_inflate_to(stored, chunk_bytes_))
-    return "has a compressed chunk of " + std::to_string(stored) + " bytes, too few for its " +
-           std::to_string(chunk_bytes_) + " bytes: the file is corrupted";
+  std::string bad = compressed_size_problem(stored, chunk_bytes_);
+  if (bad.empty() && file_bytes_ > 0 && stored > file_bytes_)
+    bad = "more than the file's " + std::to_string(file_bytes_) + " bytes";
+  if (!bad.empty())
+    return "has a compressed chunk of " + std::to_string(stored) + " bytes, " + bad +
+           ": the file is corrupted";
   if (raw_.size() < stored) raw_.resize(stored);
   std::uint32_t mask = 0;
   if (H5Dread_chunk(dset, H5P_DEFAULT, offset, &mask, raw_.data()) < 0)

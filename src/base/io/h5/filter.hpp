@@ -17,9 +17,11 @@ namespace tessera::io::h5 {
 /// The size in bytes of the file that holds `obj` (0 when HDF5 cannot tell).
 hsize_t file_size_of(hid_t obj);
 
-/// Whether `stored` deflated bytes can inflate to `bytes` (zlib compresses 1032:1 at most,
-/// plus the stream's header and trailer); free of overflow.
-bool can_inflate_to(hsize_t stored, hsize_t bytes);
+/// What is wrong with a deflated chunk of `stored` bytes for `bytes` bytes of data ("":
+/// nothing): longer than zlib's bound for them, or too short to inflate to them (zlib
+/// compresses 1032:1 at most, plus the stream's header and trailer); free of overflow. The
+/// rule of both the open-time check (check_storage_sizes) and ChunkCheck.
+std::string compressed_size_problem(hsize_t stored, hsize_t bytes);
 
 /// Why Tessera does not read a dataset with creation property list `dcpl` ("": it does):
 /// filtered by anything but deflate, or by shuffle after deflate (Tessera writes shuffle,
