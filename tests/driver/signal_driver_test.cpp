@@ -184,17 +184,18 @@ TEST_F(SignalDriver, TuckerSigintWritesModelAndRecord) {
 // The terminal's Ctrl-C (or a SIGTERM) reaches mpiexec, which forwards SIGTERM to every
 // rank and kills them odls_base_sigkill_timeout seconds later (OpenMPI 4.1; default 1 s, 5 s
 // here so that a loaded machine writes the model in time; mpiexec itself returns after about
-// twice that). The ranks agree on the iteration to stop after. -r 64 and --print-every 100:
+// twice that). The ranks agree on the iteration to stop after. -r 64 and --print-every 1000:
 // once signalled, mpiexec stops reading the ranks' output, and ranks that print a line every
 // few milliseconds (every 200 iterations at rank 3 on an idle machine) fill the pipe within
-// the grace and block in write() until they are killed, before writing the record; at rank 64
-// an iteration takes about 0.4 ms (a line every 40 ms, a full pipe after about 25 s) and
-// 100000 iterations outlast the test.
+// the grace and block in write() until they are killed, before writing the record. At rank 64
+// an iteration takes 0.2-0.4 ms; with a line every 100 iterations (20-40 ms) the test failed
+// on an idle 2-core machine (session 23: no record written, with the code CI had passed an
+// hour before), so a line every 1000 (0.2-0.4 s); 100000 iterations outlast the test.
 TEST_F(SignalDriver, CpTwoRanksUnderMpiexecStopTogether) {
   const auto model = path("m.h5"), ckpt = path("m.ckpt.h5"), json = path("r.json");
   Child c(std::string("OMPI_MCA_odls_base_sigkill_timeout=5 ") + MPIEXEC_PATH +
               " -n 2 --oversubscribe " + tessera() + " cp " + tensor_ +
-              " -r 64 -i 100000 --tol 0 -t 1 --backend cpu --print-every 100 --out " + model +
+              " -r 64 -i 100000 --tol 0 -t 1 --backend cpu --print-every 1000 --out " + model +
               " --checkpoint-every 100000 --json " + json,
           path("cp2.log"));
   // mpiexec's own exit code is 1 whatever the ranks return (its signal path); the ranks
