@@ -60,6 +60,13 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
                     "docs/multi-gpu.md) | allreduce (all-reduce whole MTTKRP outputs) | layer "
                     "(reduce-scatter/all-gather inside grid layers)")
         ->check(CLI::IsMember({"auto", "allreduce", "layer"}));
+  if (which & kStrategyOption)
+    sub->add_option("--comm-overlap", o.overlap,
+                    "CP-ALS on several GPUs, allreduce strategy: auto (on when the ranks span "
+                    "nodes) | on (a large mode's MTTKRP in row pieces, each all-reduced while the "
+                    "next computes) | off (reduce-scatter after the whole MTTKRP)")
+        ->check(CLI::IsMember({"auto", "on", "off"}))
+        ->capture_default_str();
   if (which & kHierarchyOption) {
     sub->add_option("--comm-hierarchy", o.hierarchy,
                     "Collectives of ranks on several nodes: auto (node-local then across nodes "

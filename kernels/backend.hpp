@@ -61,6 +61,17 @@ class Array {
 template <typename T>
 class StreamedOps;  // kernels/ops/streamed.hpp
 
+/// The nonzeros of a handle in each row range [bounds[j], bounds[j + 1]) of one mode
+/// (bounds non-decreasing, bounds.back() <= dims[mode]; a range may be empty), and whether
+/// mttkrp_rows() over these ranges reads only each range's nonzeros (`pieces`: the cuda
+/// backend on resident sorted copies without tensor-core tiles for the mode) or computes the
+/// whole MTTKRP for each (host backends, streamed handles). The cuda backend keeps the
+/// ranges' positions in its sorted copy for mttkrp_rows() (one set per mode: the last call's).
+struct RowRanges {
+  std::vector<nnz_t> nnz;  ///< bounds.size() - 1 counts
+  bool pieces = false;
+};
+
 /// The tensor-core split of one mode's MTTKRP (issue 18, docs/tensor-core-mttkrp.md): the
 /// nonzeros in dense 16 x 16 tiles (16 output rows x 16 rows of `tile_mode`, all other
 /// indices fixed) run on tensor cores, the rest on CUDA cores.

@@ -27,9 +27,12 @@ namespace tessera::kernels {
 /// empty function is a step with nothing to combine (that mode's rows are not split).
 template <typename T>
 struct CpLoopCollectives {
-  /// After mode n's MTTKRP: M's rows [solve_lo, solve_lo + solve_n) summed over the ranks
-  /// that hold them (an in-place reduce-scatter or allreduce).
-  std::function<void(int n)> reduce;
+  /// After mode n's MTTKRP, or after each of its pieces (CpLoopSpec::pieces): M's rows
+  /// [solve_lo, solve_lo + solve_n), or the piece's rows, summed over the ranks that hold
+  /// them (an in-place reduce-scatter or allreduce), enqueued in `stream`: the backend's
+  /// stream for a mode in one piece, the loop's own communication stream for pieces (so the
+  /// sum of piece j runs while piece j + 1 computes; docs/multi-gpu.md, "Overlap").
+  std::function<void(int n, int piece, void* stream)> reduce;
   /// The R column norms of mode n (device doubles) combined over the ranks that solve the
   /// mode's rows: summed (squared 2-norms) when `sum`, else the maximum.
   std::function<void(int n, double* norms, bool sum)> norms;
@@ -54,6 +57,9 @@ struct CpLoopSpec {
   std::vector<std::int64_t> rows;               ///< rows of factor n held here
   std::vector<std::int64_t> solve_lo, solve_n;  ///< rows solved here (empty: all held rows)
   T* M = nullptr;                               ///< the MTTKRP output: max rows x R
+  /// Per mode: the pieces its MTTKRP is enqueued in (empty or 1: one). Only for modes whose
+  /// rows every rank holds and solves whole (solve_lo 0, solve_n rows).
+  std::vector<int> pieces;
   bool graph = true;          ///< capture and replay a CUDA graph (else launch eagerly)
   CpLoopCollectives<T> comm;  ///< between ranks (all empty on one rank)
 };
@@ -83,7 +89,13 @@ class CpDeviceLoop {
   /// and forms G[n]; after the last mode the fit's sums. An iteration with two_norm false
   /// after the first call is captured as a CUDA graph (spec.graph) and later ones replay
   /// it, without calling `mttkrp` (so it must enqueue the same work every time).
-  virtual CpLoopSums iterate(const std::function<void(int)>& mttkrp, bool two_norm) = 0;
+  /// With pieces (spec.pieces[n] = K > 1), `mttkrp(n, j)` for j = 0..K-1 enqueues piece j of
+  /// mode n's MTTKRP (its rows only; the pieces partition M's rows) and comm.reduce(n, j, s)
+  /// follows each on the loop's communication stream; without, `mttkrp(n, 0)` and
+  /// comm.reduce(n, 0, backend stream). comm_seconds is then the time the reductions add
+  /// after the last piece.
+  virtual CpLoopSums iterate(const std::function<void(int n, int piece)>& mttkrp,
+                             bool two_norm) = 0;
   /// lambda (R values) after the last iteration, copied to the host.
   virtual void lambda(double* host) = 0;
   /// How the iterations run: "cuda graph", or "device kernels, no graph (why)".

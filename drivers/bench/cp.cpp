@@ -151,6 +151,7 @@ void bench_cp(Context<T>& c) {
   o.max_iters = a.iters;
   o.tol = 0;  // run every iteration
   o.strategy = algo::parse_comm_strategy(a.run.strategy);
+  o.comm_overlap = a.run.overlap == "on";  // auto: off (bench cp runs on one node)
   o.print_iterations = log::verbosity() >= 2;
   o.count_distinct_rows = true;         // for the floor
   o.approximate_fit = in.X != nullptr;  // generated: repeats kept, ||X|| not merged

@@ -3,6 +3,10 @@
 // team. Memory tier 3 and the contraction paths the host backends lack run the reference
 // backend's host versions (kernels/reference/accumulate.cpp, sptc.cpp), whose inner
 // operations dispatch back to this backend.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 #include "kernels/cpu/backend.hpp"
 #include "kernels/mttkrp.hpp"
 #include "kernels/ops/mttkrp.hpp"
@@ -26,6 +30,49 @@ void mttkrp(Backend<T>& be, const TensorHandle<T>& x, int mode,
   Timer t;
   cpu::mttkrp(h.csf(), mode, factors, R, out, opt);
   h.record_compute(t.seconds());
+}
+/// Counted from the tree rooted at `mode` (a root node's leaves are a range of the last
+/// level); the rows are computed whole (pieces = false).
+template <typename T>
+RowRanges mttkrp_row_ranges(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                            const std::vector<std::int64_t>& bounds) {
+  (void)be;
+  const CsfTree<T>& t = cpu_handle(x).csf().tree(mode);
+  RowRanges r;
+  r.nnz.assign(bounds.size() > 1 ? bounds.size() - 1 : 0, 0);
+  const auto& roots = t.fids[0];
+  // The leaves under root nodes [a, b): follow the pointers down every level.
+  auto leaves = [&](std::size_t a, std::size_t b) {
+    for (int l = 0; l + 1 < t.order; ++l) {
+      a = static_cast<std::size_t>(t.fptr[static_cast<std::size_t>(l)][a]);
+      b = static_cast<std::size_t>(t.fptr[static_cast<std::size_t>(l)][b]);
+    }
+    return static_cast<nnz_t>(b - a);
+  };
+  for (std::size_t j = 0; j < r.nnz.size(); ++j) {
+    const auto first = std::lower_bound(
+        roots.begin(), roots.end(), bounds[j],
+        [](index_t v, std::int64_t b) { return static_cast<std::int64_t>(v) < b; });
+    const auto last = std::lower_bound(
+        roots.begin(), roots.end(), bounds[j + 1],
+        [](index_t v, std::int64_t b) { return static_cast<std::int64_t>(v) < b; });
+    r.nnz[j] = leaves(static_cast<std::size_t>(first - roots.begin()),
+                      static_cast<std::size_t>(last - roots.begin()));
+  }
+  return r;
+}
+template <typename T>
+void mttkrp_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                 const std::vector<const T*>& factors, int R, T* out, std::int64_t row_lo,
+                 std::int64_t row_hi) {
+  const CpuTensor<T>& h = cpu_handle(x);
+  TESSERA_EXPECTS(R >= 1, "rank R must be positive, got " << R);
+  const auto Rs = static_cast<std::size_t>(R);
+  std::vector<T> whole(static_cast<std::size_t>(h.dims()[static_cast<std::size_t>(mode)]) * Rs);
+  cpu::mttkrp(be, x, mode, factors, R, whole.data());
+  std::copy(whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row_lo) * Rs),
+            whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row_hi) * Rs),
+            out + static_cast<std::size_t>(row_lo) * Rs);
 }
 template <typename T>
 void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,
@@ -104,6 +151,8 @@ std::unique_ptr<ContractRoute<T>> contract_route(Backend<T>& be, const SparseTen
 }
 
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ROW_RANGES_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ROWS_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ACCUMULATE_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_PREPARE_STREAM_CHUNK_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_STREAM_CHUNK_SCRATCH_BYTES_OP);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/ops/common.hpp"
@@ -85,8 +86,26 @@
   void completion_rows(Backend<T>& be, const TensorHandle<T>& x, int mode, \
                        const std::vector<const T*>& factors, int R, T* out, T* grams)
 
+/// How the nonzeros of a handle fall into row ranges of `mode` (mttkrp_row_ranges).
+#define TESSERA_MTTKRP_ROW_RANGES_OP(T)                                           \
+  RowRanges mttkrp_row_ranges(Backend<T>& be, const TensorHandle<T>& x, int mode, \
+                              const std::vector<std::int64_t>& bounds)
+
+/// out's rows [row_lo, row_hi) (dims[mode] x R, row-major; those rows overwritten, no other
+/// row written) = those rows of mttkrp(): the piece of an MTTKRP that the multi-rank device
+/// loop reduces while the next piece computes (docs/multi-gpu.md, "Overlap"). Where the last
+/// mttkrp_row_ranges() of this handle and mode answered `pieces` and [row_lo, row_hi) is one
+/// of its ranges, only those rows' nonzeros are read; otherwise the whole MTTKRP is computed
+/// into scratch and the rows copied (same values).
+#define TESSERA_MTTKRP_ROWS_OP(T)                                                            \
+  void mttkrp_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,                       \
+                   const std::vector<const T*>& factors, int R, T* out, std::int64_t row_lo, \
+                   std::int64_t row_hi)
+
 namespace tessera::kernels {
 
+TESSERA_DECLARE_OP(TESSERA_MTTKRP_ROW_RANGES_OP)
+TESSERA_DECLARE_OP(TESSERA_MTTKRP_ROWS_OP)
 TESSERA_DECLARE_OP(TESSERA_FUSES_COMPLETION_OP)
 TESSERA_DECLARE_OP(TESSERA_COMPLETION_ROWS_OP)
 TESSERA_DECLARE_OP(TESSERA_MTTKRP_OP)
@@ -124,6 +143,28 @@ inline TESSERA_ROW_GRAMS_OP(T) {
   if (const StreamedOps<T>* s = x.streamed())
     return s->mttkrp(be, mode, packed, R * (R + 1) / 2, out);
   TESSERA_DISPATCH(be, row_grams, x, mode, factors, packed, R, out);
+}
+template <typename T>
+inline TESSERA_MTTKRP_ROW_RANGES_OP(T) {
+  TESSERA_EXPECTS(x.streamed() == nullptr, "mttkrp_row_ranges on a streamed handle");
+  TESSERA_EXPECTS(mode >= 0 && mode < x.order(),
+                  "mode " << mode << " of an order-" << x.order() << " tensor");
+  const auto len = static_cast<std::int64_t>(x.dims()[static_cast<std::size_t>(mode)]);
+  for (std::size_t j = 0; j < bounds.size(); ++j)
+    TESSERA_EXPECTS(bounds[j] >= 0 && bounds[j] <= len && (j == 0 || bounds[j] >= bounds[j - 1]),
+                    "row bound " << bounds[j] << " (position " << j << ") of mode " << mode << " ("
+                                 << len << " rows)");
+  TESSERA_DISPATCH(be, mttkrp_row_ranges, x, mode, bounds);
+}
+template <typename T>
+inline TESSERA_MTTKRP_ROWS_OP(T) {
+  TESSERA_EXPECTS(x.streamed() == nullptr, "mttkrp_rows on a streamed handle");
+  TESSERA_EXPECTS(mode >= 0 && mode < x.order(),
+                  "mode " << mode << " of an order-" << x.order() << " tensor");
+  TESSERA_EXPECTS(row_lo >= 0 && row_lo <= row_hi &&
+                      row_hi <= static_cast<std::int64_t>(x.dims()[static_cast<std::size_t>(mode)]),
+                  "rows [" << row_lo << ", " << row_hi << ") of mode " << mode);
+  TESSERA_DISPATCH(be, mttkrp_rows, x, mode, factors, R, out, row_lo, row_hi);
 }
 template <typename T>
 inline TESSERA_FUSES_COMPLETION_OP(T) {

@@ -135,6 +135,45 @@ void mttkrp(Backend<T>& be, const TensorHandle<T>& x, int mode,
 
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_OP);
 
+/// Counted over the COO; the rows are computed whole (pieces = false).
+template <typename T>
+RowRanges mttkrp_row_ranges(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                            const std::vector<std::int64_t>& bounds) {
+  (void)be;
+  const SparseTensor<T>& c = reference_handle(x).coo();
+  RowRanges r;
+  r.nnz.assign(bounds.size() > 1 ? bounds.size() - 1 : 0, 0);
+  if (r.nnz.empty()) return r;
+  for (nnz_t k = 0; k < c.nnz(); ++k) {
+    const auto i = static_cast<std::int64_t>(c.idx[static_cast<std::size_t>(mode)][k]);
+    const auto it = std::upper_bound(bounds.begin(), bounds.end(), i);
+    // Range j holds bounds[j] <= i < bounds[j + 1]; rows outside every range are not counted.
+    if (it == bounds.begin() || it == bounds.end()) continue;
+    ++r.nnz[static_cast<std::size_t>(it - bounds.begin() - 1)];
+  }
+  return r;
+}
+TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ROW_RANGES_OP);
+
+template <typename T>
+void mttkrp_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                 const std::vector<const T*>& factors, int R, T* out, std::int64_t row_lo,
+                 std::int64_t row_hi) {
+  (void)be;
+  const ReferenceTensor<T>& h = reference_handle(x);
+  TESSERA_EXPECTS(R >= 1, "rank R must be positive, got " << R);
+  Timer t;
+  std::vector<T> whole(static_cast<std::size_t>(h.coo().dims[static_cast<std::size_t>(mode)]) *
+                       static_cast<std::size_t>(R));
+  reference::mttkrp(h.coo(), mode, factors, R, whole.data());
+  const auto Rs = static_cast<std::size_t>(R);
+  std::copy(whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row_lo) * Rs),
+            whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row_hi) * Rs),
+            out + static_cast<std::size_t>(row_lo) * Rs);
+  h.record_compute(t.seconds());
+}
+TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ROWS_OP);
+
 template <typename T>
 void row_grams(Backend<T>& be, const TensorHandle<T>& x, int mode,
                const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R,

@@ -312,6 +312,77 @@ TYPED_TEST(CudaBackendTest, ReducedGathers) {
   }
 }
 
+/// The MTTKRP in row pieces (ops::mttkrp_row_ranges, ops::mttkrp_rows; the multi-GPU loop's
+/// overlap): each piece's rows equal the whole MTTKRP's, no row outside the piece is
+/// written (NaN stays), the ranges' counts are the reference backend's. The plain layout
+/// computes pieces by themselves (ranges starting off the 16-byte grid, an empty range, a
+/// row of its own, R a multiple of 4 and not); the l2 layout and tier 2 compute them whole.
+TYPED_TEST(CudaBackendTest, MttkrpRowPieces) {
+  using T = TypeParam;
+  std::uint64_t seed = 1400;
+  const auto skew = random_tensor<T>({3000, 40, 30}, 60000, ++seed, 0);
+  const auto x4 = random_tensor<T>({40, 30, 35, 20}, 30000, ++seed);
+  for (const char* layout : {"plain", "l2", "tier 2"}) {
+    Tuning t;
+    t.tensor_cores = TensorCores::off;
+    t.cuda_layout =
+        parse_named<CudaLayout>(std::string(layout) == "l2" ? "l2" : "plain", "--cuda-layout");
+    auto gpu = make_backend<T>(BackendKind::cuda, 0, t);
+    for (const auto* x : {&skew, &x4}) {
+      if (std::string(layout) == "tier 2") gpu->set_memory_budget(gpu->prepare(*x)->bytes() / 4);
+      auto hg = gpu->prepare(*x);
+      auto hr = this->ref_->prepare(*x);
+      ASSERT_EQ(hg->tier(), std::string(layout) == "tier 2" ? 2 : 1);
+      for (int R : {16, 7}) {
+        const auto fg = random_factors(*gpu, x->dims, R, ++seed);
+        for (int mode = 0; mode < x->order(); ++mode) {
+          SCOPED_TRACE(std::string(layout) + " order " + std::to_string(x->order()) + " mode " +
+                       std::to_string(mode) + " R " + std::to_string(R));
+          const auto len = static_cast<std::int64_t>(x->dims[static_cast<std::size_t>(mode)]);
+          const std::vector<std::int64_t> bounds{
+              0, 1, 7, 7 + len / 4, 7 + len / 4, len / 2 + 8, len / 2 + 9, len};  // len >= 20
+          const RowRanges rg = ops::mttkrp_row_ranges(*gpu, *hg, mode, bounds);
+          const RowRanges rr = ops::mttkrp_row_ranges(*this->ref_, *hr, mode, bounds);
+          EXPECT_EQ(rg.nnz, rr.nnz);
+          nnz_t total = 0;
+          for (nnz_t c : rg.nnz) total += c;
+          EXPECT_EQ(total, x->nnz());
+          EXPECT_EQ(rg.pieces, std::string(layout) == "plain");
+          EXPECT_FALSE(rr.pieces);
+          const auto n = static_cast<std::size_t>(len) * static_cast<std::size_t>(R);
+          auto whole = poisoned(*gpu, n);
+          ops::mttkrp(*gpu, *hg, mode, fg.ptrs, R, whole.data());
+          const auto want = downloaded(*gpu, whole.data(), n);
+          for (std::size_t j = 0; j + 1 < bounds.size(); ++j) {
+            auto out = poisoned(*gpu, n);
+            ops::mttkrp_rows(*gpu, *hg, mode, fg.ptrs, R, out.data(), bounds[j], bounds[j + 1]);
+            const auto got = downloaded(*gpu, out.data(), n);
+            // Inside: the whole MTTKRP's rows (norm-wise: the atomics add in another order);
+            // outside: untouched.
+            std::vector<T> in_got, in_want;
+            for (std::int64_t i = 0; i < len; ++i) {
+              const bool inside = i >= bounds[j] && i < bounds[j + 1];
+              for (int r = 0; r < R; ++r) {
+                const auto k = static_cast<std::size_t>(i) * static_cast<std::size_t>(R) +
+                               static_cast<std::size_t>(r);
+                if (inside) {
+                  in_got.push_back(got[k]);
+                  in_want.push_back(want[k]);
+                } else {
+                  ASSERT_TRUE(std::isnan(got[k])) << "piece " << j << " wrote row " << i;
+                }
+              }
+            }
+            if (!in_want.empty()) {
+              EXPECT_LT(rel_error(in_got, in_want), tol<T>()) << "piece " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TYPED_TEST(CudaBackendTest, MttkrpEmptyAndSingle) {
   using T = TypeParam;
   const auto empty = random_tensor<T>({17, 5, 9}, 0, 1);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "algo/cp_als.hpp"
 #include "algo/generate.hpp"
@@ -89,8 +90,8 @@ class GpuCp : public GpuJobTest {
   /// fits per iteration, factors and weights, and the solve fallbacks counted alike.
   template <typename T>
   void compare_device_loop(const partition::Distributed<T>& d, algo::CpOptions opt, double tol,
-                           bool expect_fallbacks) {
-    auto gpu = kernels::make_backend<T>(kernels::BackendKind::cuda);
+                           bool expect_fallbacks, const kernels::Tuning& tuning = {}) {
+    auto gpu = kernels::make_backend<T>(kernels::BackendKind::cuda, 0, tuning);
     auto cpu = kernels::make_backend<T>(kernels::BackendKind::cpu, 1);
     opt.device_loop = true;
     auto rl = algo::cp_als<T>(d, *gpu, *world_, *nccl_, opt);
@@ -126,27 +127,51 @@ class GpuCp : public GpuJobTest {
     }
   }
   /// The device loop on several ranks, every way its rows can be combined: both strategies,
-  /// and for allreduce every mode whole (all-reduced, solved on every rank) or every mode
-  /// split (reduce-scattered, solved in blocks, all-gathered); each against the
-  /// per-operation path and the cpu backend, and the model the same on every rank.
+  /// and for allreduce every mode whole (all-reduced, solved on every rank), every mode
+  /// split (reduce-scattered, solved in blocks, all-gathered; --comm-overlap off) or every
+  /// mode whole in row pieces, each all-reduced while the next computes (--comm-overlap on,
+  /// the plain layout, whose copies are sorted by output row; 15 pieces of uneven nonzeros,
+  /// ordered by rows per nonzero); each against the per-operation path and the cpu backend,
+  /// and the model the same on every rank.
   template <typename T>
   void compare_device_loop_combinations(double tol) {
+    enum Way { kWhole, kSplit, kPieces };
     for (auto s : {CommStrategy::allreduce, CommStrategy::layer}) {
-      for (double whole_max : {1e18, 0.0}) {
-        if (s == CommStrategy::layer && whole_max == 0.0) continue;  // layer always splits
+      for (Way w : {kWhole, kSplit, kPieces}) {
+        if (s == CommStrategy::layer && w != kWhole) continue;  // layer always splits
         SCOPED_TRACE(std::string(s == CommStrategy::layer ? "layer" : "allreduce") +
-                     (whole_max > 0 ? " whole" : " split"));
+                     (w == kWhole   ? " whole"
+                      : w == kSplit ? " split"
+                                    : " pieces"));
         auto d = cp_problem<T>(s, 21, *world_);
         auto opt = cp_test_options(s);
-        opt.whole_rows_max_bytes = whole_max;
-        compare_device_loop(d, opt, tol, false);
+        opt.whole_rows_max_bytes = w == kWhole ? 1e18 : 0.0;
+        opt.comm_overlap = w == kPieces;
+        opt.overlap_piece_bytes = 2000;  // 200-300 rows x 12 x T: 10-15 pieces per mode
+        kernels::Tuning tuning;
+        if (w == kPieces) tuning.cuda_layout = kernels::CudaLayout::plain;
+        compare_device_loop(d, opt, tol, false, tuning);
         if (world_->size() > 1) {
-          auto gpu = kernels::make_backend<T>(kernels::BackendKind::cuda);
+          auto gpu = kernels::make_backend<T>(kernels::BackendKind::cuda, 0, tuning);
           auto r = algo::cp_als<T>(d, *gpu, *world_, *nccl_, opt);
-          const bool split = s == CommStrategy::layer || whole_max == 0.0;
-          EXPECT_NE(r.iteration_engine.find(split ? "split,split,split" : "whole,whole,whole"),
-                    std::string::npos)
-              << r.iteration_engine;
+          const bool split = s == CommStrategy::layer || w == kSplit;
+          if (w == kPieces) {
+            // Every mode in pieces: "whole in K pieces" three times, K = ceil(rows x 12 x
+            // sizeof(T) / 2000) (8-15).
+            const auto& e = r.iteration_engine;
+            int found = 0;
+            for (auto at = e.find("whole in "); at != std::string::npos;
+                 at = e.find("whole in ", at + 1)) {
+              const int k = std::atoi(e.c_str() + at + 9);
+              EXPECT_GE(k, 5) << e;
+              ++found;
+            }
+            EXPECT_EQ(found, 3) << e;
+          } else {
+            EXPECT_NE(r.iteration_engine.find(split ? "split,split,split" : "whole,whole,whole"),
+                      std::string::npos)
+                << r.iteration_engine;
+          }
           // Every rank holds the same model: rank 0's factors and weights broadcast and
           // compared on every rank; the largest relative difference agreed over the ranks
           // (so that every rank takes the same path through the test).

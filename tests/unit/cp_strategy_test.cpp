@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "algo/cp_layout.hpp"
 #include "partition/partition.hpp"
 #include "plan/comm_model.hpp"
 #include "util/error.hpp"
@@ -113,6 +118,57 @@ TEST(CommStrategyAuto, ExplicitOptionsPassThroughAndBadOnesAreRefused) {
   EXPECT_EQ(resolve_comm_strategy("layer", t, 4, 32, 4, nullptr), CommStrategy::layer);
   EXPECT_EQ(resolve_comm_strategy("allreduce", t, 4, 32, 4, nullptr), CommStrategy::allreduce);
   EXPECT_THROW(resolve_comm_strategy("sideways", t, 4, 32, 4, nullptr), InputError);
+}
+
+// --comm-overlap: the row pieces of a large mode's MTTKRP (docs/multi-gpu.md, "Overlap").
+// A power-law mode: 1000 rows in 100 ranges, the first ranges dense, the tail sparse.
+TEST(CommOverlap, PiecesPartitionTheRowsAndSparsePiecesGoFirst) {
+  std::vector<std::int64_t> fine;
+  std::vector<double> nnz;
+  for (int b = 0; b <= 100; ++b) fine.push_back(10 * b);
+  for (int b = 0; b < 100; ++b) nnz.push_back(1e6 / ((b + 1) * (b + 1)));
+  for (int K : {2, 5, 16}) {
+    std::vector<std::int64_t> bounds;
+    const auto p = detail::cut_row_pieces(fine, nnz, K, &bounds);
+    ASSERT_EQ(p.size(), 2u * static_cast<std::size_t>(K)) << "K " << K;
+    ASSERT_EQ(bounds.size(), static_cast<std::size_t>(K) + 1);
+    EXPECT_EQ(bounds.front(), 0);
+    EXPECT_EQ(bounds.back(), 1000);
+    // Every piece one of the bounds' ranges, each range once: a partition of the rows.
+    std::vector<int> seen(static_cast<std::size_t>(K), 0);
+    double total_cost = 0, most = 0;
+    double prev_ratio = 1e300;
+    for (std::size_t j = 0; j < p.size(); j += 2) {
+      const auto at = std::find(bounds.begin(), bounds.end(), p[j]);
+      ASSERT_NE(at, bounds.end());
+      ASSERT_LT(at + 1, bounds.end());
+      EXPECT_EQ(*(at + 1), p[j + 1]);
+      ++seen[static_cast<std::size_t>(at - bounds.begin())];
+      double n = 0;
+      for (int b = 0; b < 100; ++b)
+        if (fine[static_cast<std::size_t>(b)] >= p[j] &&
+            fine[static_cast<std::size_t>(b)] < p[j + 1])
+          n += nnz[static_cast<std::size_t>(b)];
+      const double rows = static_cast<double>(p[j + 1] - p[j]);
+      // Ordered by rows per nonzero, most first.
+      const double ratio = rows / (n + 1);
+      EXPECT_LE(ratio, prev_ratio) << "K " << K << " piece " << j / 2;
+      prev_ratio = ratio;
+      const double cost = n / 1e6 / 1.6449 + rows / 1000;  // sum 1/b^2 = pi^2/6
+      total_cost += cost;
+      most = std::max(most, cost);
+    }
+    for (int c : seen) EXPECT_EQ(c, 1);
+    // Equal shares of nonzeros plus rows, but for the first range (alone 61% of the nonzeros).
+    if (K == 2) {
+      EXPECT_LT(most, 0.75 * total_cost);
+    }
+    // The dense head is computed last: its sum moves the fewest rows.
+    EXPECT_EQ(p[p.size() - 2], 0) << "K " << K;
+  }
+  // Fewer ranges than pieces: one piece per range.
+  EXPECT_EQ(detail::cut_row_pieces({0, 3, 5}, {4, 0}, 8).size(), 4u);
+  EXPECT_THROW(detail::cut_row_pieces({0, 3}, {4, 0}, 2), Error);
 }
 
 }  // namespace

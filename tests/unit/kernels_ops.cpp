@@ -159,6 +159,63 @@ TYPED_TEST(KernelOps, MttkrpThroughTheDispatcherIsTheBackendsOwn) {
   }
 }
 
+/// Row pieces on the host backends (ops::mttkrp_row_ranges, ops::mttkrp_rows): the counts
+/// per row range are the COO's, `pieces` is false (they compute each piece whole), a
+/// piece's rows are the MTTKRP's bit for bit and no other row is written; bounds out of
+/// order or beyond the mode are an Error before any work.
+TYPED_TEST(KernelOps, RowPiecesOnTheHostBackends) {
+  using T = TypeParam;
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const std::vector<std::uint64_t> dims{30, 20, 10, 7};
+  const auto x = random_tensor<T>(dims, 500, rng);
+  const int R = 5;
+  std::vector<std::vector<T>> A;
+  for (auto d : dims) A.push_back(random_values<T>(static_cast<std::size_t>(d) * R, rng));
+  for (auto& be : host_backends<T>()) {
+    auto h = be->prepare(x);
+    for (int mode = 0; mode < x.order(); ++mode) {
+      const auto len = static_cast<std::int64_t>(dims[static_cast<std::size_t>(mode)]);
+      const std::vector<std::int64_t> bounds{0, 1, len / 2, len / 2, len};
+      const std::string what =
+          be->name() + " mode " + std::to_string(mode) + ", seed " + std::to_string(seed);
+      const RowRanges rr = ops::mttkrp_row_ranges(*be, *h, mode, bounds);
+      ASSERT_EQ(rr.nnz.size(), bounds.size() - 1) << what;
+      EXPECT_FALSE(rr.pieces) << what;
+      for (std::size_t j = 0; j + 1 < bounds.size(); ++j) {
+        nnz_t want = 0;
+        for (nnz_t k = 0; k < x.nnz(); ++k) {
+          const auto i = static_cast<std::int64_t>(x.idx[static_cast<std::size_t>(mode)][k]);
+          want += i >= bounds[j] && i < bounds[j + 1];
+        }
+        EXPECT_EQ(rr.nnz[j], want) << what << " range " << j;
+      }
+      const std::size_t n = static_cast<std::size_t>(len) * R;
+      auto whole = poisoned<T>(n);
+      ops::mttkrp(*be, *h, mode, pointers(A, mode), R, whole.data());
+      for (std::size_t j = 0; j + 1 < bounds.size(); ++j) {
+        auto got = poisoned<T>(n);
+        ops::mttkrp_rows(*be, *h, mode, pointers(A, mode), R, got.data(), bounds[j], bounds[j + 1]);
+        for (std::size_t k = 0; k < n; ++k) {
+          const auto i = static_cast<std::int64_t>(k / R);
+          if (i >= bounds[j] && i < bounds[j + 1])
+            ASSERT_EQ(std::memcmp(&got[k], &whole[k], sizeof(T)), 0) << what << " row " << i;
+          else
+            ASSERT_TRUE(std::isnan(got[k])) << what << " piece " << j << " wrote row " << i;
+        }
+      }
+      EXPECT_THROW(ops::mttkrp_row_ranges(*be, *h, mode, {0, len + 1}), Error) << what;
+      EXPECT_THROW(ops::mttkrp_row_ranges(*be, *h, mode, {1, 0}), Error) << what;
+      std::vector<T> out(n);
+      EXPECT_THROW(ops::mttkrp_rows(*be, *h, mode, pointers(A, mode), R, out.data(), 2, 1), Error)
+          << what;
+      EXPECT_THROW(ops::mttkrp_rows(*be, *h, mode, pointers(A, mode), R, out.data(), 0, len + 1),
+                   Error)
+          << what;
+    }
+  }
+}
+
 /// Completion's fused pass (ops::completion_rows) equals, on each host backend, its MTTKRP of
 /// the tensor and its row Grams of a copy whose values are 1 (the pattern), orders 1-4, R up
 /// to 33; only the reference backend says it fuses.

@@ -329,6 +329,30 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
     for (auto* v : {&fork_, &join_})
       for (auto& e : *v) TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    // Pieces: one event per piece (the piece computed, on the backend's stream) and one per
+    // mode (the pieces' sums done, on the communication stream).
+    s_.pieces.resize(static_cast<std::size_t>(N_), 1);
+    int most = 1;
+    for (int n = 0; n < N_; ++n) {
+      const int k = s_.pieces[static_cast<std::size_t>(n)];
+      TESSERA_EXPECTS(k >= 1, "cp_device_loop: " << k << " pieces for mode " << n);
+      TESSERA_EXPECTS(k == 1 || (s_.solve_lo[static_cast<std::size_t>(n)] == 0 &&
+                                 s_.solve_n[static_cast<std::size_t>(n)] ==
+                                     s_.rows[static_cast<std::size_t>(n)]),
+                      "cp_device_loop: mode " << n << " in pieces but its rows are split");
+      most = std::max(most, k);
+    }
+    if (most > 1) {
+      piece_done_.resize(static_cast<std::size_t>(most));
+      sums_done_.resize(static_cast<std::size_t>(N_));
+      for (auto* v : {&piece_done_, &sums_done_})
+        for (auto& e : *v) TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      // The highest priority: a piece's sum starts as soon as SMs free up, so the peer's
+      // NCCL kernel, already running, does not hold its SMs waiting for this one.
+      int least = 0, greatest = 0;
+      TESSERA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      TESSERA_CUDA_CHECK(cudaStreamCreateWithPriority(&comm_, cudaStreamNonBlocking, greatest));
+    }
     if (!s_.graph) why_no_graph_ = "--cuda-graph off";
     const std::size_t smem = normal_inverse_smem(s_.R);
     if (smem > (std::size_t(48) << 10))
@@ -339,16 +363,17 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
   ~CudaCpLoop() override {
     DeviceGuardNoThrow g(ctx_.device);
     drop_graph();
-    for (auto* v : {&events_, &fork_, &join_})
+    for (auto* v : {&events_, &fork_, &join_, &piece_done_, &sums_done_})
       for (auto& e : *v)
         if (e) TESSERA_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
     if (side_) TESSERA_CUDA_CHECK_NOTHROW(cudaStreamDestroy(side_));
+    if (comm_) TESSERA_CUDA_CHECK_NOTHROW(cudaStreamDestroy(comm_));
     if (host_) TESSERA_CUDA_CHECK_NOTHROW(cudaFreeHost(host_));
   }
   CudaCpLoop(const CudaCpLoop&) = delete;
   CudaCpLoop& operator=(const CudaCpLoop&) = delete;
 
-  CpLoopSums iterate(const std::function<void(int)>& mttkrp, bool two_norm) override {
+  CpLoopSums iterate(const std::function<void(int, int)>& mttkrp, bool two_norm) override {
     DeviceGuard g(ctx_.device);
     bool replayed = false;
     if (exec_ && !two_norm && still_valid()) {
@@ -421,7 +446,7 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
   }
 
   /// The iteration's work, in the stream.
-  void enqueue(const std::function<void(int)>& mttkrp, bool two_norm) {
+  void enqueue(const std::function<void(int, int)>& mttkrp, bool two_norm) {
     const int R = s_.R;
     reset_kernel<<<1, kBlock, 0, ctx_.stream>>>(st_, norms_, N_ * R);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -441,9 +466,26 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
           grams_except(n), R, Vd_, L_, Q_, ev_, W_, st_);
       TESSERA_CUDA_CHECK_LAUNCH();
       TESSERA_CUDA_CHECK(cudaEventRecord(join_[sn], side_));
-      mttkrp(n);
-      record(4 * n + 1);
-      if (s_.comm.reduce) s_.comm.reduce(n);
+      const int pieces = s_.pieces[sn];
+      if (pieces == 1 || !s_.comm.reduce) {
+        for (int j = 0; j < pieces; ++j) mttkrp(n, j);
+        record(4 * n + 1);
+        if (s_.comm.reduce) s_.comm.reduce(n, 0, ctx_.stream);
+      } else {
+        // Piece j's rows are summed on the communication stream while piece j + 1 computes;
+        // the solve waits for the last sum. The collectives of one communicator stay in one
+        // order on every rank: these on comm_, the rest on the backend's stream after them.
+        for (int j = 0; j < pieces; ++j) {
+          mttkrp(n, j);
+          cudaEvent_t done = piece_done_[static_cast<std::size_t>(j)];
+          TESSERA_CUDA_CHECK(cudaEventRecord(done, ctx_.stream));
+          TESSERA_CUDA_CHECK(cudaStreamWaitEvent(comm_, done, 0));
+          s_.comm.reduce(n, j, comm_);
+        }
+        record(4 * n + 1);
+        TESSERA_CUDA_CHECK(cudaEventRecord(sums_done_[sn], comm_));
+        TESSERA_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, sums_done_[sn], 0));
+      }
       record(4 * n + 2);
       TESSERA_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, join_[sn], 0));
       // A = M W; the max-norms (every iteration after the first) come out of the same
@@ -476,7 +518,7 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
 
   /// Captures one max-norm iteration; false (and no graph from now on, with the reason
   /// logged) when the capture or instantiation fails: the iterations then run eagerly.
-  bool capture(const std::function<void(int)>& mttkrp) {
+  bool capture(const std::function<void(int, int)>& mttkrp) {
     TESSERA_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
     ctx_.capturing = true;
     std::string failure;
@@ -531,6 +573,9 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
   std::vector<cudaEvent_t> events_;
   std::vector<cudaEvent_t> fork_, join_;  ///< per mode: the side stream's branch
   cudaStream_t side_ = nullptr;
+  std::vector<cudaEvent_t> piece_done_;  ///< per piece: computed (backend stream)
+  std::vector<cudaEvent_t> sums_done_;   ///< per mode: its pieces summed (comm_)
+  cudaStream_t comm_ = nullptr;          ///< the pieces' collectives (none without pieces)
   cudaGraphExec_t exec_ = nullptr;
   const void* scratch_ = nullptr;
   const void* gathers_ = nullptr;

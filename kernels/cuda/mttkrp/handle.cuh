@@ -225,6 +225,22 @@ class CudaTensorHandle final : public TensorHandle<T> {
   /// The TTMc row map of `mode` (built on the first call, on ctx's stream).
   const TtmcRowMap& ttmc_map(Context& ctx, int mode) const;
 
+  // ---- row pieces (ops::mttkrp_row_ranges / mttkrp_rows) ----
+  /// Mode m's row ranges and their first positions in its sorted copy (bounds.size()
+  /// positions), set by the last mttkrp_row_ranges() that answered `pieces`.
+  struct RowPieces {
+    std::vector<std::int64_t> bounds;
+    std::vector<nnz_t> first;
+  };
+  const RowPieces* row_pieces(int m) const {
+    const auto& p = row_pieces_[static_cast<std::size_t>(m)];
+    return p.bounds.empty() ? nullptr : &p;
+  }
+  void set_row_pieces(int m, RowPieces p) const {
+    row_pieces_.resize(dims_.size());
+    row_pieces_[static_cast<std::size_t>(m)] = std::move(p);
+  }
+
   // ---- tier 2 ----
   void make_streamed(std::unique_ptr<StreamedStore<T>> s, cudaStream_t compute_stream) {
     streamed_ = std::move(s);
@@ -327,6 +343,7 @@ class CudaTensorHandle final : public TensorHandle<T> {
   cudaStream_t compute_stream_ = nullptr;
   mutable std::vector<TtmcRowMap> ttmc_maps_;  ///< per mode, built by ttmc_map
   mutable int unit_values_ = -1;               ///< unit_values(): -1 not known yet
+  mutable std::vector<RowPieces> row_pieces_ = std::vector<RowPieces>(dims_.size());
 
   mutable EventPool events_;
   mutable std::size_t recorded_events_ = 0;

@@ -55,6 +55,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -180,6 +182,31 @@ void run_hybrid(Context& ctx, const HybridMode<T>& hy, MttkrpParams<T> p, bool u
   hy.timed = timed;
 }
 
+/// One launch of the CUDA-core kernels over `cnt` consecutive nonzeros (idx, vals) of the copy
+/// sorted by p.mode, as the mode's layout asks; true when it ran the smem kernel.
+template <typename T>
+bool launch_range(Context& ctx, const CudaTensorHandle<T>& x, MttkrpParams<T>& p, bool use_blocked,
+                  const index_t* const* idx, const T* vals, nnz_t cnt, bool resident) {
+  for (int m = 0; m < p.order; ++m) p.idx[m] = idx[m];
+  p.vals = vals;
+  p.nnz = cnt;
+  const ModePlan& plan = x.plan(p.mode);
+  const bool l2 = resident && plan.layout == Layout::l2;
+  if (resident && plan.layout == Layout::smem) {
+    launch_smem(ctx.stream, p, plan, x.dims());
+    return true;
+  }
+  if (use_blocked) {
+    launch_blocked(ctx.stream, p, l2, l2 ? plan.hint_mode : -1);
+  } else if (l2) {
+    p.hot_mode = plan.hint_mode;
+    launch_tiles<T, true>(ctx.stream, p);
+  } else {
+    launch_tiles<T, false>(ctx.stream, p);
+  }
+  return false;
+}
+
 template <typename T>
 void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector<const T*>& factors,
             int R, T* out) {
@@ -223,24 +250,157 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
   }
   over_copy(ctx, *x, mode, out, out_bytes,
             [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool resident) {
-              for (int m = 0; m < N; ++m) p.idx[m] = idx[m];
-              p.vals = vals;
-              p.nnz = cnt;
-              const ModePlan& plan = x->plan(mode);
-              const bool l2 = resident && plan.layout == Layout::l2;
-              if (resident && plan.layout == Layout::smem) {
-                launch_smem(ctx.stream, p, plan, x->dims());
-                kernel = "smem";
-              } else if (use_blocked) {
-                launch_blocked(ctx.stream, p, l2, l2 ? plan.hint_mode : -1);
-              } else if (l2) {
-                p.hot_mode = plan.hint_mode;
-                launch_tiles<T, true>(ctx.stream, p);
-              } else {
-                launch_tiles<T, false>(ctx.stream, p);
-              }
+              if (launch_range(ctx, *x, p, use_blocked, idx, vals, cnt, resident)) kernel = "smem";
             });
   x->note_kernel(mode, kernel, R, selection);
+}
+
+namespace {
+
+/// Positions in `sorted` (n non-decreasing row indices) of the first index >= each bound.
+__global__ void lower_bounds_kernel(const index_t* __restrict__ sorted, std::int64_t n,
+                                    const std::int64_t* __restrict__ bounds, int count,
+                                    std::int64_t* __restrict__ first) {
+  const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j >= count) return;
+  const std::int64_t b = bounds[j];
+  std::int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (static_cast<std::int64_t>(sorted[mid]) < b)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  first[j] = lo;
+}
+
+}  // namespace
+
+template <typename T>
+RowRanges mttkrp_row_ranges(Context& ctx, const TensorHandle<T>& xh, int mode,
+                            const std::vector<std::int64_t>& bounds) {
+  const auto* x = dynamic_cast<const CudaTensorHandle<T>*>(&xh);
+  TESSERA_EXPECTS(x != nullptr, "the tensor handle was prepared by a different backend");
+  RowRanges r;
+  if (bounds.size() < 2) return r;
+  const auto count = bounds.size();
+  std::vector<std::int64_t> first(count, 0);
+  const auto* st = x->streamed_store();
+  if (x->nnz() == 0) {
+  } else if (st == nullptr) {
+    // Tier 1: a binary search per bound in the copy sorted by `mode`, on the device.
+    DeviceMemory buf(2 * count * sizeof(std::int64_t));
+    auto* d = static_cast<std::int64_t*>(buf.get());
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(d, bounds.data(), count * sizeof(std::int64_t),
+                                       cudaMemcpyHostToDevice, ctx.stream));
+    const int threads = 128;
+    lower_bounds_kernel<<<static_cast<unsigned>((count + threads - 1) / threads), threads, 0,
+                          ctx.stream>>>(x->idx(mode, mode), static_cast<std::int64_t>(x->nnz()), d,
+                                        static_cast<int>(count), d + count);
+    TESSERA_CUDA_CHECK_LAUNCH();
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(first.data(), d + count, count * sizeof(std::int64_t),
+                                       cudaMemcpyDeviceToHost, ctx.stream));
+    ctx.sync();
+  } else {
+    // Tier 2: the chunks are consecutive ranges of the sorted copy, in pinned host memory.
+    const char* host = st->host[static_cast<std::size_t>(mode)].get();
+    for (int k = 0; k < st->chunks; ++k) {
+      const auto* rows =
+          reinterpret_cast<const index_t*>(host + st->chunk_offset(k)) +
+          static_cast<std::size_t>(mode) * static_cast<std::size_t>(st->chunk_count(k));
+      const auto cnt = static_cast<std::ptrdiff_t>(st->chunk_count(k));
+      for (std::size_t j = 0; j < count; ++j)
+        first[j] += std::lower_bound(rows, rows + cnt, bounds[j],
+                                     [](index_t v, std::int64_t b) {
+                                       return static_cast<std::int64_t>(v) < b;
+                                     }) -
+                    rows;
+    }
+  }
+  r.nnz.resize(count - 1);
+  for (std::size_t j = 0; j + 1 < count; ++j)
+    r.nnz[j] = static_cast<nnz_t>(first[j + 1] - first[j]);
+  // Pieces: resident copies sorted by output row first (the plain layout; the smem and l2
+  // layouts sort by blocks of the input modes first), no tensor-core tiles for the mode.
+  r.pieces = st == nullptr && x->hybrid(mode) == nullptr && x->plan(mode).layout == Layout::plain;
+  typename CudaTensorHandle<T>::RowPieces rp;
+  if (r.pieces) {
+    rp.bounds = bounds;
+    rp.first.assign(first.begin(), first.end());
+  }
+  x->set_row_pieces(mode, std::move(rp));
+  return r;
+}
+
+template <typename T>
+void mttkrp_rows(Context& ctx, const TensorHandle<T>& xh, int mode,
+                 const std::vector<const T*>& factors, int R, T* out, std::int64_t row_lo,
+                 std::int64_t row_hi) {
+  MttkrpParams<T> p{};
+  const auto* x = &checked_handle(ctx, xh, mode, factors, R, p.factors);
+  const auto Rs = static_cast<std::size_t>(R);
+  const auto* rp = x->row_pieces(mode);
+  std::size_t j = 0;
+  if (rp != nullptr) {
+    const auto it = std::lower_bound(rp->bounds.begin(), rp->bounds.end(), row_lo);
+    j = static_cast<std::size_t>(it - rp->bounds.begin());
+    if (it == rp->bounds.end() || *it != row_lo || j + 1 >= rp->bounds.size() ||
+        rp->bounds[j + 1] != row_hi)
+      rp = nullptr;
+  }
+  if (rp == nullptr) {
+    // Not one of the planned pieces: the whole MTTKRP into scratch, then the rows.
+    TESSERA_EXPECTS(!ctx.capturing, "mttkrp_rows of rows [" << row_lo << ", " << row_hi
+                                                            << ") without planned pieces, inside "
+                                                               "a graph capture");
+    DeviceMemory whole(static_cast<std::size_t>(x->dims()[static_cast<std::size_t>(mode)]) * Rs *
+                       sizeof(T));
+    cuda::mttkrp(ctx, xh, mode, factors, R, static_cast<T*>(whole.get()));
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(out + static_cast<std::size_t>(row_lo) * Rs,
+                        static_cast<const T*>(whole.get()) + static_cast<std::size_t>(row_lo) * Rs,
+                        static_cast<std::size_t>(row_hi - row_lo) * Rs * sizeof(T),
+                        cudaMemcpyDeviceToDevice, ctx.stream));
+    ctx.sync();  // before `whole` is freed
+    return;
+  }
+  const int N = x->order();
+  p.out = out;
+  p.order = N;
+  p.mode = mode;
+  p.R = R;
+  const KernelSelection selection = kernel_selection(ctx.tuning);
+  const bool use_blocked =
+      selection == KernelSelection::automatic && blocked::supports<T>(N, R, p.factors, mode, out);
+  if (ctx.tuning.gather_precision != GatherPrecision::full && use_blocked)
+    to_low(ctx, p, x->dims());
+  x->begin_timing(0);  // no timing events: the caller times its pieces
+  if (row_hi > row_lo)
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(out + static_cast<std::size_t>(row_lo) * Rs, 0,
+                                       static_cast<std::size_t>(row_hi - row_lo) * Rs * sizeof(T),
+                                       ctx.stream));
+  // The piece's nonzeros [k0, k1) of the sorted copy: a head up to the next multiple of 4 and
+  // the rest, so that the rest's arrays start 16-byte aligned (the kernels' vector staging).
+  // Rows split between the two launches are the first/last rows of tiles: added with atomics.
+  const auto k0 = static_cast<nnz_t>(rp->first[j]), k1 = static_cast<nnz_t>(rp->first[j + 1]);
+  const nnz_t mid = std::min<nnz_t>(k1, (k0 + 3) / 4 * 4);
+  const index_t* idx[kMaxOrder] = {};
+  auto run = [&](nnz_t a, nnz_t b) {
+    if (b <= a) return;
+    for (int m = 0; m < N; ++m) idx[m] = x->idx(mode, m) + a;
+    launch_range(ctx, *x, p, use_blocked, idx, x->vals(mode) + a, b - a, true);
+  };
+  run(k0, mid);
+  run(mid, k1);
+  x->end_timing(0, 0);
+  const bool low = p.gather != GatherPrecision::full;
+  x->note_kernel(mode,
+                 !use_blocked                        ? "classic, row pieces"
+                 : !low                              ? "blocked, row pieces"
+                 : p.gather == GatherPrecision::fp16 ? "blocked, fp16 gathers, row pieces"
+                                                     : "blocked, bf16 gathers, row pieces",
+                 R, selection);
 }
 
 template <typename T>
@@ -275,6 +435,16 @@ template const char* launch_mttkrp_sorted<double>(cudaStream_t, const index_t* c
                                                   const double*, nnz_t, int, int,
                                                   const double* const*, int, double*,
                                                   const Tuning&);
+template RowRanges mttkrp_row_ranges<float>(Context&, const TensorHandle<float>&, int,
+                                            const std::vector<std::int64_t>&);
+template RowRanges mttkrp_row_ranges<double>(Context&, const TensorHandle<double>&, int,
+                                             const std::vector<std::int64_t>&);
+template void mttkrp_rows<float>(Context&, const TensorHandle<float>&, int,
+                                 const std::vector<const float*>&, int, float*, std::int64_t,
+                                 std::int64_t);
+template void mttkrp_rows<double>(Context&, const TensorHandle<double>&, int,
+                                  const std::vector<const double*>&, int, double*, std::int64_t,
+                                  std::int64_t);
 template void mttkrp<float>(Context&, const TensorHandle<float>&, int,
                             const std::vector<const float*>&, int, float*);
 template void mttkrp<double>(Context&, const TensorHandle<double>&, int,

@@ -20,6 +20,25 @@ void mttkrp(Backend<T>& be, const TensorHandle<T>& x, int mode,
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_OP);
 
 template <typename T>
+RowRanges mttkrp_row_ranges(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                            const std::vector<std::int64_t>& bounds) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  return cuda::mttkrp_row_ranges(ctx, x, mode, bounds);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ROW_RANGES_OP);
+
+template <typename T>
+void mttkrp_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
+                 const std::vector<const T*>& factors, int R, T* out, std::int64_t row_lo,
+                 std::int64_t row_hi) {
+  Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  cuda::mttkrp_rows(ctx, x, mode, factors, R, out, row_lo, row_hi);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ROWS_OP);
+
+template <typename T>
 void row_grams(Backend<T>& be, const TensorHandle<T>& x, int mode,
                const std::vector<const T*>& factors, const std::vector<const T*>& packed, int R,
                T* out) {

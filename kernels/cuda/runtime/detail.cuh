@@ -41,6 +41,14 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
 template <typename T>
 void mttkrp(Context& ctx, const TensorHandle<T>& x, int mode, const std::vector<const T*>& factors,
             int R, T* out);
+/// ops::mttkrp_row_ranges and ops::mttkrp_rows (mttkrp/mttkrp.cu).
+template <typename T>
+RowRanges mttkrp_row_ranges(Context& ctx, const TensorHandle<T>& x, int mode,
+                            const std::vector<std::int64_t>& bounds);
+template <typename T>
+void mttkrp_rows(Context& ctx, const TensorHandle<T>& x, int mode,
+                 const std::vector<const T*>& factors, int R, T* out, std::int64_t row_lo,
+                 std::int64_t row_hi);
 /// ops::row_grams (mttkrp/row_grams.cu).
 template <typename T>
 void row_grams(Context& ctx, const TensorHandle<T>& x, int mode,

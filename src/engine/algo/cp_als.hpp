@@ -110,6 +110,14 @@ struct CpOptions {
   /// larger one is reduce-scattered, solved in blocks and all-gathered (docs/multi-gpu.md).
   /// The layer strategy always splits.
   double whole_rows_max_bytes = 32.0 * (1 << 20);
+  /// --comm-overlap: with the allreduce strategy on the device loop, a mode over
+  /// whole_rows_max_bytes whose MTTKRP the backend can compute in row pieces is all-reduced
+  /// piece by piece while later pieces compute, and solved whole (docs/multi-gpu.md,
+  /// "Overlap"); false: reduce-scattered after the whole MTTKRP. The run layer sets it for
+  /// --comm-overlap on, and for auto when the ranks span nodes.
+  bool comm_overlap = false;
+  /// The rows of one piece, in bytes (2 to 16 pieces per mode).
+  double overlap_piece_bytes = 64.0 * (1 << 20);
   /// --comm-hierarchy: whether the collectives of a group of ranks that spans several nodes
   /// (a layer, or all ranks for the allreduce strategy) are composed from a node-local and a
   /// cross-node collective (comm/hierarchy.hpp). Needs `nodes`.

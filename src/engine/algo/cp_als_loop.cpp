@@ -158,8 +158,8 @@ void Als<T>::start() {
   dots_.resize(R);
   Gh_.assign(static_cast<std::size_t>(N_), std::vector<T>(R * R));
   fptr_.resize(static_cast<std::size_t>(N_));
-  dev_ =
-      make_device_loop(be_, lay_, upd_, A_, G_, M_, R_, ctrl_, data_, res_, opt_, hold_ != nullptr);
+  dev_ = make_device_loop(be_, X_, lay_, upd_, A_, G_, M_, R_, ctrl_, data_, res_, opt_,
+                          hold_ != nullptr, pieces_);
   res_.comm_hierarchy_modes = detail::hierarchy_modes(lay_);
   if (opt_.print_iterations && res_.comm_hierarchy_modes.find("node") != std::string::npos)
     log::info("factor rows combined per mode " + res_.comm_hierarchy_modes +
@@ -191,14 +191,23 @@ template <typename T>
 kernels::CpLoopSums Als<T>::device_iteration(int it, IterTimes& t) {
   util::fault::at(util::fault::Point::kernel);  // the iteration's MTTKRPs are launched next
   kernels::CpLoopSums sums = dev_->iterate(
-      [&](int n) {
+      [&](int n, int j) {
         for (int m = 0; m < N_; ++m)
           fptr_[static_cast<std::size_t>(m)] = A_[static_cast<std::size_t>(m)].data();
         const auto& L = lay_[static_cast<std::size_t>(n)];
-        kernels::ops::mttkrp(be_, X_, n, fptr_, R_, M_.data());
-        if (c_ != 1.0) kernels::ops::scale_columns(be_, M_.data(), L.len, R_, c_cols_.data());
+        const auto& pc = pieces_[static_cast<std::size_t>(n)];
+        std::int64_t lo = 0, hi = L.len;
+        if (pc.empty()) {
+          kernels::ops::mttkrp(be_, X_, n, fptr_, R_, M_.data());
+        } else {  // piece j of the mode's rows (make_device_loop's order)
+          lo = pc[2 * static_cast<std::size_t>(j)];
+          hi = pc[2 * static_cast<std::size_t>(j) + 1];
+          kernels::ops::mttkrp_rows(be_, X_, n, fptr_, R_, M_.data(), lo, hi);
+        }
+        if (c_ != 1.0)
+          kernels::ops::scale_columns(be_, M_.data() + lo * R_, hi - lo, R_, c_cols_.data());
         // The padding rows of a reduce-scatter's last block (never solved; kept finite).
-        if (L.rows != nullptr && L.alloc > L.len)
+        if (j == 0 && L.rows != nullptr && L.alloc > L.len)
           be_.fill(M_.data() + L.len * R_, static_cast<std::size_t>((L.alloc - L.len) * R_), T(0));
       },
       it == 0);

@@ -120,6 +120,8 @@ class Als {
   std::vector<double> lambda_, host_norms_, scale_, dots_;
   std::vector<std::vector<T>> Gh_, Ah_;
   std::unique_ptr<kernels::CpDeviceLoop<T>> dev_;
+  /// Per mode: the device loop's row pieces of the MTTKRP (make_device_loop), or empty.
+  std::vector<std::vector<std::int64_t>> pieces_;
   double fit_old_ = 0, overlap_sum_ = 0;
   int overlap_count_ = 0, first_iter_ = 0, print_every_ = 1;
   bool time_up_ = false;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/ops/cp_device.hpp"
+#include "kernels/ops/mttkrp.hpp"
 #include "util/error.hpp"
 #include "util/fault.hpp"
 #include "util/log.hpp"
@@ -117,15 +118,103 @@ std::string why_not_shared(void* stream, const std::vector<ModeLayout>& lay,
 
 }  // namespace
 
+std::vector<std::int64_t> cut_row_pieces(const std::vector<std::int64_t>& fine,
+                                         const std::vector<double>& nnz_per_range, int K,
+                                         std::vector<std::int64_t>* bounds_out) {
+  const auto B = static_cast<std::int64_t>(nnz_per_range.size());
+  TESSERA_EXPECTS(B >= 1 && fine.size() == static_cast<std::size_t>(B + 1) && K >= 1,
+                  "cut_row_pieces: " << fine.size() << " bounds for " << B << " ranges");
+  const auto& sums = nnz_per_range;
+  const double len = static_cast<double>(fine.back() - fine.front());
+  double nnz = 0;
+  for (double c : sums) nnz += c;
+  // K contiguous pieces of equal cost, a range's cost its share of the nonzeros (compute)
+  // plus its share of the rows (the bytes its sum moves).
+  auto cost = [&](std::int64_t b) {
+    const double rows = static_cast<double>(fine[static_cast<std::size_t>(b + 1)] -
+                                            fine[static_cast<std::size_t>(b)]);
+    return (nnz > 0 ? sums[static_cast<std::size_t>(b)] / nnz : 0.0) + (len > 0 ? rows / len : 0);
+  };
+  double total = 0;
+  for (std::int64_t b = 0; b < B; ++b) total += cost(b);
+  std::vector<std::int64_t> cut{0};
+  double acc = 0;
+  for (std::int64_t b = 0; b + 1 < B; ++b) {
+    acc += cost(b);
+    if (static_cast<int>(cut.size()) < K &&
+        acc >= total * static_cast<double>(cut.size()) / static_cast<double>(K))
+      cut.push_back(b + 1);
+  }
+  cut.push_back(B);
+  struct Piece {
+    std::int64_t lo, hi;
+    double nnz;
+  };
+  std::vector<Piece> pieces;
+  std::vector<std::int64_t> bounds{fine.front()};
+  for (std::size_t k = 0; k + 1 < cut.size(); ++k) {
+    Piece p{fine[static_cast<std::size_t>(cut[k])], fine[static_cast<std::size_t>(cut[k + 1])], 0};
+    for (std::int64_t b = cut[k]; b < cut[k + 1]; ++b) p.nnz += sums[static_cast<std::size_t>(b)];
+    pieces.push_back(p);
+    bounds.push_back(p.hi);
+  }
+  // Rows per nonzero, most first: a piece whose sum moves much and computes little goes
+  // early, where later pieces' kernels hide its sum; the last piece's sum is not hidden.
+  std::stable_sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+    return static_cast<double>(a.hi - a.lo) * (b.nnz + 1) >
+           static_cast<double>(b.hi - b.lo) * (a.nnz + 1);
+  });
+  if (bounds_out) *bounds_out = bounds;
+  std::vector<std::int64_t> out;
+  for (const auto& p : pieces) {
+    out.push_back(p.lo);
+    out.push_back(p.hi);
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<std::int64_t> overlap_pieces(kernels::Backend<T>& be, const kernels::TensorHandle<T>& X,
+                                         int n, int R, const comm::Communicator& ctrl,
+                                         double piece_bytes) {
+  const auto len = static_cast<std::int64_t>(X.dims()[static_cast<std::size_t>(n)]);
+  const double bytes = static_cast<double>(len) * R * sizeof(T);
+  const int K =
+      static_cast<int>(std::clamp(std::ceil(bytes / std::max(piece_bytes, 1.0)), 2.0, 16.0));
+  if (len < 2 * K) return {};
+  // The global nonzeros of 64 K equal row ranges (every rank's, summed), and whether every
+  // rank's backend computes pieces by themselves.
+  const std::int64_t B = std::min<std::int64_t>(len, 64 * static_cast<std::int64_t>(K));
+  std::vector<std::int64_t> fine(static_cast<std::size_t>(B + 1));
+  for (std::int64_t b = 0; b <= B; ++b)
+    fine[static_cast<std::size_t>(b)] = static_cast<std::int64_t>(
+        static_cast<long double>(len) * static_cast<long double>(b) / static_cast<long double>(B));
+  const kernels::RowRanges rr = kernels::ops::mttkrp_row_ranges(be, X, n, fine);
+  std::vector<double> sums(static_cast<std::size_t>(B + 1), 0.0);
+  for (std::int64_t b = 0; b < B; ++b)
+    sums[static_cast<std::size_t>(b)] = static_cast<double>(rr.nnz[static_cast<std::size_t>(b)]);
+  sums[static_cast<std::size_t>(B)] = rr.pieces ? 1.0 : 0.0;
+  ctrl.allreduce(sums.data(), sums.size());
+  if (sums[static_cast<std::size_t>(B)] < ctrl.size()) return {};
+  sums.pop_back();
+  std::vector<std::int64_t> bounds;
+  std::vector<std::int64_t> out = cut_row_pieces(fine, sums, K, &bounds);
+  // The backend keeps the last ranges it was asked about: these.
+  (void)kernels::ops::mttkrp_row_ranges(be, X, n, bounds);
+  return out;
+}
+
 /// The backend's device loop (kernels/cp_device.hpp) when this run can use it: plain CP
 /// in memory tier 1, on one rank or, with stream-ordered (NCCL) collectives, on several
 /// (docs/multi-gpu.md). Sets res.iteration_engine for the other case.
 template <typename T>
 std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
-    kernels::Backend<T>& be, const std::vector<ModeLayout>& lay,
+    kernels::Backend<T>& be, const kernels::TensorHandle<T>& X, const std::vector<ModeLayout>& lay,
     const std::vector<linalg::RowUpdate>& upd, std::vector<kernels::Array<T>>& A,
     std::vector<kernels::Array<T>>& G, kernels::Array<T>& M, int R, const comm::Communicator& ctrl,
-    const comm::Communicator& data, CpResult& res, const CpOptions& opt, bool holdout) {
+    const comm::Communicator& data, CpResult& res, const CpOptions& opt, bool holdout,
+    std::vector<std::vector<std::int64_t>>& pieces) {
+  pieces.assign(lay.size(), {});
   const int N = static_cast<int>(lay.size());
   bool plain = !opt.observed_only && !holdout && N >= 2;
   for (const auto& u : upd) plain = plain && !u.descent() && u.l2 == 0;
@@ -149,6 +238,10 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
     // Per mode: are the rows reduce-scattered and solved in blocks (split), or all-reduced
     // and solved whole on every rank? The layer strategy always splits (its layers hold
     // different chunks); allreduce splits the modes whose rows are large.
+    // A large mode of the allreduce strategy whose MTTKRP the backend computes in row pieces
+    // (--comm-overlap on) is all-reduced piece by piece while the next piece computes, and
+    // solved whole (docs/multi-gpu.md, "Overlap"): the same bytes as reduce-scatter plus
+    // all-gather, hidden behind the kernel.
     auto split = std::make_shared<std::vector<char>>(static_cast<std::size_t>(N), 0);
     std::string modes;
     for (int n = 0; n < N; ++n) {
@@ -156,28 +249,44 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
       spec.A.push_back(A[static_cast<std::size_t>(n)].data());
       spec.G.push_back(G[static_cast<std::size_t>(n)].data());
       spec.rows.push_back(L.len);
-      const bool s = shared && L.rows != nullptr &&
-                     (opt.strategy == CommStrategy::layer ||
-                      static_cast<double>(L.len) * R * sizeof(T) > opt.whole_rows_max_bytes);
+      const bool large = static_cast<double>(L.len) * R * sizeof(T) > opt.whole_rows_max_bytes;
+      auto& pc = pieces[static_cast<std::size_t>(n)];
+      if (shared && L.rows != nullptr && opt.strategy == CommStrategy::allreduce && large &&
+          opt.comm_overlap &&
+          L.len == static_cast<std::int64_t>(X.dims()[static_cast<std::size_t>(n)]))
+        pc = overlap_pieces(be, X, n, R, ctrl, opt.overlap_piece_bytes);
+      const bool s = shared && L.rows != nullptr && pc.empty() &&
+                     (opt.strategy == CommStrategy::layer || large);
       (*split)[static_cast<std::size_t>(n)] = s;
       spec.solve_lo.push_back(s ? L.own_lo : 0);
       spec.solve_n.push_back(s ? L.own_n : L.len);
-      if (shared) modes += (modes.empty() ? "" : ",") + std::string(s ? "split" : "whole");
+      spec.pieces.push_back(pc.empty() ? 1 : static_cast<int>(pc.size() / 2));
+      if (shared)
+        modes += (modes.empty() ? "" : ",") +
+                 (!pc.empty() ? "whole in " + std::to_string(pc.size() / 2) + " pieces"
+                              : std::string(s ? "split" : "whole"));
     }
     if (shared) {
       const comm::Communicator* d = &data;
       const std::vector<ModeLayout>* ly = &lay;
       T* m = M.data();
       auto& c = spec.comm;
-      c.reduce = [=](int n) {
+      auto pcs = std::make_shared<std::vector<std::vector<std::int64_t>>>(pieces);
+      c.reduce = [=](int n, int j, void* s) {
         const auto& L = (*ly)[static_cast<std::size_t>(n)];
         if (L.rows == nullptr) return;
-        if ((*split)[static_cast<std::size_t>(n)])
+        const auto& pc = (*pcs)[static_cast<std::size_t>(n)];
+        if (!pc.empty()) {
+          const std::int64_t lo = pc[2 * static_cast<std::size_t>(j)];
+          const std::int64_t hi = pc[2 * static_cast<std::size_t>(j) + 1];
+          L.rows->enqueue_allreduce(m + lo * R, static_cast<std::size_t>((hi - lo) * R),
+                                    comm::ReduceOp::sum, s);
+        } else if ((*split)[static_cast<std::size_t>(n)]) {
           L.rows->enqueue_reduce_scatter(m, m + L.rows->rank() * L.b * R,
-                                         static_cast<std::size_t>(L.b * R), stream);
-        else
-          L.rows->enqueue_allreduce(m, static_cast<std::size_t>(L.len * R), comm::ReduceOp::sum,
-                                    stream);
+                                         static_cast<std::size_t>(L.b * R), s);
+        } else {
+          L.rows->enqueue_allreduce(m, static_cast<std::size_t>(L.len * R), comm::ReduceOp::sum, s);
+        }
       };
       c.norms = [=](int n, double* norms, bool sum) {
         if (!(*split)[static_cast<std::size_t>(n)]) return;
@@ -211,6 +320,7 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
     dev = kernels::ops::cp_device_loop(be, spec, &why);
     if (dev && shared) res.device_loop_modes = modes;
   }
+  if (!dev) pieces.assign(lay.size(), {});
   res.iteration_engine = dev ? dev->describe() : "per-operation calls (" + why + ")";
   if (opt.print_iterations)
     log::info(dev ? std::string("iterations on the device: the dense steps as kernels, one CUDA "
@@ -223,14 +333,22 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
 }
 
 template std::unique_ptr<kernels::CpDeviceLoop<float>> make_device_loop<float>(
-    kernels::Backend<float>&, const std::vector<ModeLayout>&, const std::vector<linalg::RowUpdate>&,
-    std::vector<kernels::Array<float>>&, std::vector<kernels::Array<float>>&,
-    kernels::Array<float>&, int, const comm::Communicator&, const comm::Communicator&, CpResult&,
-    const CpOptions&, bool);
+    kernels::Backend<float>&, const kernels::TensorHandle<float>&, const std::vector<ModeLayout>&,
+    const std::vector<linalg::RowUpdate>&, std::vector<kernels::Array<float>>&,
+    std::vector<kernels::Array<float>>&, kernels::Array<float>&, int, const comm::Communicator&,
+    const comm::Communicator&, CpResult&, const CpOptions&, bool,
+    std::vector<std::vector<std::int64_t>>&);
 template std::unique_ptr<kernels::CpDeviceLoop<double>> make_device_loop<double>(
-    kernels::Backend<double>&, const std::vector<ModeLayout>&,
+    kernels::Backend<double>&, const kernels::TensorHandle<double>&, const std::vector<ModeLayout>&,
     const std::vector<linalg::RowUpdate>&, std::vector<kernels::Array<double>>&,
     std::vector<kernels::Array<double>>&, kernels::Array<double>&, int, const comm::Communicator&,
-    const comm::Communicator&, CpResult&, const CpOptions&, bool);
+    const comm::Communicator&, CpResult&, const CpOptions&, bool,
+    std::vector<std::vector<std::int64_t>>&);
+template std::vector<std::int64_t> overlap_pieces<float>(kernels::Backend<float>&,
+                                                         const kernels::TensorHandle<float>&, int,
+                                                         int, const comm::Communicator&, double);
+template std::vector<std::int64_t> overlap_pieces<double>(kernels::Backend<double>&,
+                                                          const kernels::TensorHandle<double>&, int,
+                                                          int, const comm::Communicator&, double);
 
 }  // namespace tessera::algo::detail

@@ -55,11 +55,38 @@ std::string hierarchy_modes(const std::vector<ModeLayout>& lay);
 /// layers) are stream-ordered, on several: the loop then combines the factor rows with
 /// collectives enqueued between its kernels (docs/multi-gpu.md). Sets
 /// res.iteration_engine (and res.device_loop_modes on several ranks).
+/// `pieces[n]`, set for every mode: empty, or the row ranges [lo, hi) (flattened lo, hi,
+/// ...) in which mode n's MTTKRP is enqueued, in that order (the loop's `mttkrp(n, j)` must
+/// compute ops::mttkrp_rows of range j).
 template <typename T>
 std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
-    kernels::Backend<T>& be, const std::vector<ModeLayout>& lay,
+    kernels::Backend<T>& be, const kernels::TensorHandle<T>& X, const std::vector<ModeLayout>& lay,
     const std::vector<linalg::RowUpdate>& upd, std::vector<kernels::Array<T>>& A,
     std::vector<kernels::Array<T>>& G, kernels::Array<T>& M, int R, const comm::Communicator& ctrl,
-    const comm::Communicator& data, CpResult& res, const CpOptions& opt, bool holdout);
+    const comm::Communicator& data, CpResult& res, const CpOptions& opt, bool holdout,
+    std::vector<std::vector<std::int64_t>>& pieces);
+
+/// K contiguous pieces of the rows [fine.front(), fine.back()) cut on the bounds `fine`
+/// (ranges j = [fine[j], fine[j + 1]), holding nnz_per_range[j] nonzeros), each with about
+/// an equal share of the nonzeros plus the rows (fewer pieces when there are fewer ranges),
+/// flattened [lo, hi) pairs ordered by rows per nonzero, most first (ties: row order);
+/// `bounds`, if given, gets the pieces' bounds in row order.
+std::vector<std::int64_t> cut_row_pieces(const std::vector<std::int64_t>& fine,
+                                         const std::vector<double>& nnz_per_range, int K,
+                                         std::vector<std::int64_t>* bounds = nullptr);
+
+/// The row pieces of mode n's MTTKRP for the overlap of its all-reduce (docs/multi-gpu.md,
+/// "Overlap"), flattened [lo, hi) pairs in the order to compute them, or empty when some
+/// rank's backend would compute each piece as a whole MTTKRP (ops::mttkrp_row_ranges) or the
+/// mode is too short. Collective over `ctrl` (the ranks' nonzeros per row range are
+/// summed, so every rank cuts the same pieces). Between 2 and 16 pieces, about
+/// `piece_bytes` of rows each, cut where each has an equal share of the nonzeros plus rows;
+/// ordered by rows per nonzero, most first (a piece whose sum moves many bytes for little
+/// compute is hidden by the later pieces' kernels). Leaves the backend's pieces of mode n
+/// set to these ranges.
+template <typename T>
+std::vector<std::int64_t> overlap_pieces(kernels::Backend<T>& be, const kernels::TensorHandle<T>& X,
+                                         int n, int R, const comm::Communicator& ctrl,
+                                         double piece_bytes);
 
 }  // namespace tessera::algo::detail

@@ -20,6 +20,9 @@ struct ComputeOptions {
   std::string backend = "auto";
   std::string precision = "double";
   std::string strategy = "auto";  ///< auto | allreduce | layer (algo/cp_strategy.hpp)
+  /// auto | on | off: large modes' all-reduce overlapped with the MTTKRP in row pieces
+  /// (CP-ALS on several GPUs; algo::CpOptions::comm_overlap); auto: on across nodes
+  std::string overlap = "auto";
   /// auto | flat | node: collectives of a group spanning several nodes composed node-local
   /// + cross-node (comm/hierarchy.hpp)
   std::string hierarchy = "auto";

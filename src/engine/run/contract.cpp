@@ -262,6 +262,7 @@ ContractRun<T> run_contract(const ContractRunOptions& a, const comm::MpiCommunic
   o.print = a.print;
   if (a.run.strategy != "auto" && a.run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to contract: nonzeros are routed by hashes");
+  if (a.run.overlap != "auto") log::warn("--comm-overlap does not apply to contract (CP-ALS only)");
 
   auto cx = make_compute<T>(a.run, world);
   o.data = cx.data;  // nonzeros routed over NCCL on GPUs, MPI otherwise

@@ -97,6 +97,7 @@ nlohmann::json record_options(const CpRunOptions& o, const Input<T>& in, const s
                          {"init", o.init},
                          {"comm_strategy", algo::to_string(ao.strategy)},
                          {"comm_strategy_option", o.run.strategy},
+                         {"comm_overlap", o.run.overlap},
                          {"comm_hierarchy", o.run.hierarchy},
                          {"emulate_nodes", o.run.emulate_nodes},
                          {"nodes", ao.nodes.nodes()},
@@ -374,6 +375,9 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
 
   algo::CpOptions ao = algo_options(o, strategy, static_cast<int>(in.dims.size()), world);
   ao.nodes = nodes;
+  // --comm-overlap auto: on when the ranks span nodes (a network link, where the sums cost
+  // as much as the kernels), off inside one node (NVLink: measured slower; multi-gpu.md).
+  ao.comm_overlap = o.run.overlap == "on" || (o.run.overlap == "auto" && nodes.nodes() > 1);
   const nlohmann::json opts = record_options(o, in, kind, ck, ao, choice);
   // Checkpoint and restart (docs/formats.md): the input's identity, the start state and the
   // callback that writes a checkpoint on rank 0 after every K-th iteration.

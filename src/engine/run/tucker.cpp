@@ -233,6 +233,7 @@ TuckerRun run_tucker(const TuckerRunOptions& o, const comm::MpiCommunicator& wor
   if (world.size() > 1) to.nodes = comm::node_map(world, o.run.emulate_nodes);
   if (o.run.strategy != "auto" && o.run.strategy != "allreduce")
     log::warn("--comm-strategy does not apply to tucker: TTMc rows always go to their owner rank");
+  if (o.run.overlap != "auto") log::warn("--comm-overlap does not apply to tucker (CP-ALS only)");
   // Every output checked before any work (check_model_outputs).
   out.checkpoint = check_model_outputs(o.load.path, o.ckpt, o.out, o.run.json, o.run.force, world);
   Compute<T> cx = make_compute<T>(o.run, world);

@@ -113,6 +113,7 @@ void check_compute_options(const ComputeOptions& run, const LoadOptions& load) {
   one_of(run.backend, {"auto", "reference", "cpu", "cuda"}, "--backend");
   one_of(run.precision, {"double", "float"}, "--precision");
   one_of(run.strategy, {"auto", "allreduce", "layer"}, "--comm-strategy");
+  one_of(run.overlap, {"auto", "on", "off"}, "--comm-overlap");
   one_of(run.hierarchy, {"auto", "flat", "node"}, "--comm-hierarchy");
   TESSERA_INPUT_CHECK(run.emulate_nodes >= 0 && run.emulate_nodes <= (1 << 20),
                       "--emulate-nodes " << run.emulate_nodes
