@@ -282,6 +282,11 @@ void apply_tuning_fields(CommonArgs& a, const py::dict& tuning) {
                           name << "=" << py::cast<std::string>(py::repr(value))
                                << ": expected \"auto\", \"flat\" or \"node\"");
       a.run.hierarchy = py::cast<std::string>(value);
+    } else if (name == "comm_overlap") {
+      TESSERA_INPUT_CHECK(py::isinstance<py::str>(value),
+                          name << "=" << py::cast<std::string>(py::repr(value))
+                               << ": expected \"auto\", \"on\" or \"off\"");
+      a.run.overlap = py::cast<std::string>(value);
     } else if (name == "emulate_nodes") {
       const bool ok = !py::isinstance<py::bool_>(value) && py::isinstance<py::int_>(value) &&
                       py::cast<long long>(value) >= 0 && py::cast<long long>(value) <= (1 << 20);

@@ -251,7 +251,7 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
            comm_strategy="auto", index_base="1", checkpoint=None, checkpoint_every=None,
            resume=None, callback=None, verbose=False, distributed="root", comm=None,
            nonneg=False, l1=0.0, l2=None, loss="gaussian", solver="auto", force=False,
-           comm_hierarchy="auto", emulate_nodes=0, **options):
+           comm_hierarchy="auto", emulate_nodes=0, comm_overlap="auto", **options):
     """CP-ALS of a sparse tensor (the algorithm and defaults of ``tessera cp``).
 
     X: an input kind (see tessera._inputs). rank: R (1 to 4096). init: "random" (keyed by
@@ -302,6 +302,9 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     ranks as N nodes of consecutive ranks): the CLI's --comm-hierarchy and --emulate-nodes,
     how the collectives of ranks on several nodes are issued (docs/multi-gpu.md, "Across
     nodes"); they matter under MPI (comm=, distributed=) on several nodes.
+    comm_overlap ("auto" | "on" | "off"): the CLI's --comm-overlap, a large mode's
+    all-reduce in row pieces while its MTTKRP computes (several GPUs; auto: on across nodes;
+    docs/multi-gpu.md, "Overlap").
 
     Kernel tuning (keyword arguments, the CLI's "Kernel tuning" options; see TUNING and
     docs/python.md): cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel,
@@ -318,6 +321,7 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
     tuning = _tuning_arg(options, CP_OPTIONS)
     tuning["comm_hierarchy"] = comm_hierarchy
     tuning["emulate_nodes"] = emulate_nodes
+    tuning["comm_overlap"] = comm_overlap
     r = _tessera.cp_als(
         _to_core(X), values, _init_arg(init), _str_arg(backend, "backend"),
         _str_arg(precision, "precision"), _threads(threads, handle),

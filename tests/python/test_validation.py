@@ -59,3 +59,10 @@ def test_comm_hierarchy_and_emulate_nodes_are_cp_keywords(small):
             tessera.cp_als(small, rank=2, emulate_nodes=bad, **CPU1)
     with pytest.raises(TypeError, match="comm_hierarchy"):
         tessera.tucker_hooi(small, 2, comm_hierarchy="node", **CPU1)
+    # --comm-overlap likewise (on one rank of a host backend it changes nothing).
+    r = tessera.cp_als(small, rank=2, iters=2, comm_overlap="on", **CPU1)
+    assert r.record["options"]["comm_overlap"] == "on"
+    with pytest.raises(ValueError, match="--comm-overlap sideways"):
+        tessera.cp_als(small, rank=2, comm_overlap="sideways", **CPU1)
+    with pytest.raises(ValueError, match="comm_overlap="):
+        tessera.cp_als(small, rank=2, comm_overlap=1, **CPU1)

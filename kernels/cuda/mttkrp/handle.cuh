@@ -199,7 +199,12 @@ class CudaTensorHandle final : public TensorHandle<T> {
   }
   DeviceMemory& copy(int sorted_by) { return copies_[sorted_by]; }
   /// Layout of the copy sorted by `mode` (plain for tier 2 and host-sorted copies).
-  const ModePlan& plan(int mode) const { return plans_[static_cast<std::size_t>(mode)]; }
+  /// (A handle with no plans, as an empty tensor's: the plain layout.)
+  const ModePlan& plan(int mode) const {
+    static const ModePlan kPlain{};
+    return static_cast<std::size_t>(mode) < plans_.size() ? plans_[static_cast<std::size_t>(mode)]
+                                                          : kPlain;
+  }
   ModePlan& plan(int mode) { return plans_[static_cast<std::size_t>(mode)]; }
   void set_plans(std::vector<ModePlan> p) { plans_ = std::move(p); }
   // ---- tier 1: the tensor-core hybrid layout of each mode (hybrid.cuh) ----
