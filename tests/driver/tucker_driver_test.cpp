@@ -102,9 +102,12 @@ TEST_F(TuckerDriver, GenerateThenDecomposeOnTwoRanks) {
   // least the Gram and one CholeskyQR pass per mode).
   ASSERT_TRUE(j.contains("comm_split")) << j.dump();
   const auto& cs = j["comm_split"];
+  // The split leaves the first iteration out (NCCL's set-up): compare with the same ones.
   double comm = 0;
-  for (const auto& it : j["per_iteration"]) comm += it["comm"].get<double>();
-  comm /= static_cast<double>(iters);
+  const auto& per = j["per_iteration"];
+  ASSERT_EQ(per.size(), iters);
+  for (std::size_t i = 1; i < per.size(); ++i) comm += per[i]["comm"].get<double>();
+  comm /= static_cast<double>(iters - 1);
   EXPECT_LE(cs["ttmc_rows_seconds"].get<double>() + cs["dense_sums_seconds"].get<double>() +
                 cs["factor_allgather_seconds"].get<double>(),
             comm * 1.01 + 1e-6);  // the record rounds the iterations' seconds
