@@ -356,6 +356,11 @@ TYPED_TEST(CudaBackendTest, MttkrpRowPieces) {
           for (std::size_t j = 0; j + 1 < bounds.size(); ++j) {
             auto out = poisoned(*gpu, n);
             ops::mttkrp_rows(*gpu, *hg, mode, fg.ptrs, R, out.data(), bounds[j], bounds[j + 1]);
+            // Which path ran: the piece alone (plain; empty ranges and ranges after them
+            // included) or the whole MTTKRP (l2, tier 2).
+            EXPECT_EQ(hg->describe().find("row pieces") != std::string::npos,
+                      std::string(layout) == "plain")
+                << "piece " << j << ": " << hg->describe();
             const auto got = downloaded(*gpu, out.data(), n);
             // Inside: the whole MTTKRP's rows (norm-wise: the atomics add in another order);
             // outside: untouched.

@@ -323,14 +323,7 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
     TESSERA_EXPECTS(
         static_cast<int>(s_.solve_lo.size()) == N_ && static_cast<int>(s_.solve_n.size()) == N_,
         "cp_device_loop: solve ranges for " << s_.solve_lo.size() << " of " << N_ << " modes");
-    for (auto& e : events_) TESSERA_CUDA_CHECK(cudaEventCreate(&e));
-    fork_.resize(static_cast<std::size_t>(N_));
-    join_.resize(static_cast<std::size_t>(N_));
-    for (auto* v : {&fork_, &join_})
-      for (auto& e : *v) TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-    // Pieces: one event per piece (the piece computed, on the backend's stream) and one per
-    // mode (the pieces' sums done, on the communication stream).
+    // The pieces per mode (checked before any event or stream exists).
     s_.pieces.resize(static_cast<std::size_t>(N_), 1);
     int most = 1;
     for (int n = 0; n < N_; ++n) {
@@ -342,6 +335,14 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
                       "cp_device_loop: mode " << n << " in pieces but its rows are split");
       most = std::max(most, k);
     }
+    for (auto& e : events_) TESSERA_CUDA_CHECK(cudaEventCreate(&e));
+    fork_.resize(static_cast<std::size_t>(N_));
+    join_.resize(static_cast<std::size_t>(N_));
+    for (auto* v : {&fork_, &join_})
+      for (auto& e : *v) TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    // Pieces: one event per piece (the piece computed, on the backend's stream) and one per
+    // mode (the pieces' sums done, on the communication stream).
     if (most > 1) {
       piece_done_.resize(static_cast<std::size_t>(most));
       sums_done_.resize(static_cast<std::size_t>(N_));

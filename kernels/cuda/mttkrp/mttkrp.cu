@@ -343,11 +343,13 @@ void mttkrp_rows(Context& ctx, const TensorHandle<T>& xh, int mode,
   const auto* rp = x->row_pieces(mode);
   std::size_t j = 0;
   if (rp != nullptr) {
-    const auto it = std::lower_bound(rp->bounds.begin(), rp->bounds.end(), row_lo);
-    j = static_cast<std::size_t>(it - rp->bounds.begin());
-    if (it == rp->bounds.end() || *it != row_lo || j + 1 >= rp->bounds.size() ||
-        rp->bounds[j + 1] != row_hi)
-      rp = nullptr;
+    // The range [row_lo, row_hi) among the planned ones (a bound may repeat: empty ranges).
+    const auto& b = rp->bounds;
+    const auto [first, last] = std::equal_range(b.begin(), b.end(), row_lo);
+    auto it = first;
+    while (it != last && (it + 1 == b.end() || *(it + 1) != row_hi)) ++it;
+    if (it == last) rp = nullptr;
+    j = static_cast<std::size_t>(it - b.begin());
   }
   if (rp == nullptr) {
     // Not one of the planned pieces: the whole MTTKRP into scratch, then the rows.

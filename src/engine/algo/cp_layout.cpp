@@ -231,6 +231,15 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
   else if (!plain)
     why = "constrained or weighted CP";
   else if (shared && !(why = why_not_shared(stream, lay, data)).empty()) {
+  }
+  if (shared) {
+    // Every rank takes the same path: the loop's collectives (and the pieces' count below)
+    // must meet theirs on the other ranks, and a rank may differ (its own memory tier).
+    double cannot = why.empty() ? 0.0 : 1.0;
+    ctrl.allreduce(&cannot, 1, comm::ReduceOp::max);
+    if (cannot > 0 && why.empty()) why = "another rank cannot (memory tier or backend)";
+  }
+  if (!why.empty()) {
   } else {
     kernels::CpLoopSpec<T> spec;
     spec.R = R;
