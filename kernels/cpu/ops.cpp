@@ -65,14 +65,7 @@ template <typename T>
 void mttkrp_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
                  const std::vector<const T*>& factors, int R, T* out, std::int64_t row_lo,
                  std::int64_t row_hi) {
-  const CpuTensor<T>& h = cpu_handle(x);
-  TESSERA_EXPECTS(R >= 1, "rank R must be positive, got " << R);
-  const auto Rs = static_cast<std::size_t>(R);
-  std::vector<T> whole(static_cast<std::size_t>(h.dims()[static_cast<std::size_t>(mode)]) * Rs);
-  cpu::mttkrp(be, x, mode, factors, R, whole.data());
-  std::copy(whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row_lo) * Rs),
-            whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row_hi) * Rs),
-            out + static_cast<std::size_t>(row_lo) * Rs);
+  reference::mttkrp_rows(be, x, mode, factors, R, out, row_lo, row_hi);
 }
 template <typename T>
 void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,

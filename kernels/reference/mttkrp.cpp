@@ -155,22 +155,19 @@ RowRanges mttkrp_row_ranges(Backend<T>& be, const TensorHandle<T>& x, int mode,
 }
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ROW_RANGES_OP);
 
+/// The host backends' (the cpu backend calls this one): the backend's own whole MTTKRP
+/// (dispatched) into scratch, then the rows.
 template <typename T>
 void mttkrp_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
                  const std::vector<const T*>& factors, int R, T* out, std::int64_t row_lo,
                  std::int64_t row_hi) {
-  (void)be;
-  const ReferenceTensor<T>& h = reference_handle(x);
   TESSERA_EXPECTS(R >= 1, "rank R must be positive, got " << R);
-  Timer t;
-  std::vector<T> whole(static_cast<std::size_t>(h.coo().dims[static_cast<std::size_t>(mode)]) *
-                       static_cast<std::size_t>(R));
-  reference::mttkrp(h.coo(), mode, factors, R, whole.data());
   const auto Rs = static_cast<std::size_t>(R);
+  std::vector<T> whole(static_cast<std::size_t>(x.dims()[static_cast<std::size_t>(mode)]) * Rs);
+  ops::mttkrp(be, x, mode, factors, R, whole.data());
   std::copy(whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row_lo) * Rs),
             whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row_hi) * Rs),
             out + static_cast<std::size_t>(row_lo) * Rs);
-  h.record_compute(t.seconds());
 }
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ROWS_OP);
 
