@@ -135,6 +135,12 @@ for s in allreduce layer; do
       tail -5 "$out/cp-$s-$h.log"
   done
 done
+# --comm-overlap auto is on across nodes (the allreduce runs above): the same run without it.
+log "cp allreduce, collectives flat, --comm-overlap off"
+"${launch[@]}" "$T" cp "$store" --rank "$R" --iters "$iters" --tol 0 --backend "$backend" \
+  --precision float --comm-strategy allreduce --comm-hierarchy flat --comm-overlap off \
+  --emulate-nodes "$nodes" --json "$out/cp-allreduce-flat-off.json" --force \
+  >"$out/cp-allreduce-flat-off.log" 2>&1 || tail -5 "$out/cp-allreduce-flat-off.log"
 
 # ---- 4. Tucker and SpTC with their exchanges flat and through relays on each node ----
 # A smaller generated store (TESSERA_EMU_SMALL_DIMS, TESSERA_EMU_SMALL_NNZ): Tucker-HOOI's TTMc
@@ -189,6 +195,12 @@ for s in ("allreduce", "layer"):
         model = p.get("comm_seconds", float("nan")) * 1e3
         print(f"{s + ' ' + h:24s} {med('seconds'):9.3f} {c:9.3f} {med('kernel'):9.3f} {model:13.3f} "
               f"{c / model if model == model and model > 0 else float('nan'):10.2f} {j.get('fit', float('nan')):10.6f}")
+j = load("cp-allreduce-flat-off.json")
+if j and j.get("per_iteration"):
+    its = j["per_iteration"][1:] or j["per_iteration"]
+    med = lambda k: statistics.median(x.get(k, 0.0) for x in its) * 1e3
+    print(f"{'allreduce flat, no overlap':24s} {med('seconds'):9.3f} {med('comm'):9.3f} "
+          f"{med('kernel'):9.3f} (--comm-overlap off; the runs above: auto, on across nodes)")
 for h in ("flat", "node"):
     if ("allreduce", h) in comm and ("layer", h) in comm and comm[("layer", h)] > 0:
         print(f"layer against allreduce ({h}): comm {comm[('allreduce', h)] / comm[('layer', h)]:.2f}x less")

@@ -21,6 +21,7 @@
 #               GPU counts in TESSERA_SCALE_STORE_NPS, default all),
 #               TESSERA_SCALE_REDDIT=1 the reddit shape (4.7e9 nonzeros) on all GPUs,
 #               TESSERA_SCALE_TUCKER_AMAZON=1 Tucker on the amazon shape,
+#               TESSERA_SCALE_OVERLAP=1 the amazon shape also with --comm-overlap on (2+ GPUs),
 #               TESSERA_SCALE_TUCKER_SUBSPACE=1 Tucker nell-2 with --svd subspace; TESSERA_SCALE_ONLY="w .."
 #               runs only the cases whose names contain one of the words; a table of
 #               ms/iter, speedup over one GPU, kernel and comm per iteration, comm over its
@@ -516,6 +517,11 @@ if has scale; then  # issue 36: strong scaling over 1, 2, 4, ... GPUs of the nod
     done
     [ -z "${TESSERA_SCALE_NO_AMAZON:-}" ] && sbench scale-amazon-cp-r32-np$p $mp "$T" bench cp --generate $amz \
       --nnz 1.74e9 --dist powerlaw --rank 32 --backend cuda --precision float --iters 5
+    if [ -n "${TESSERA_SCALE_OVERLAP:-}" ] && [ $p -gt 1 ] && [ -z "${TESSERA_SCALE_NO_AMAZON:-}" ]; then
+      sbench scale-amazon-cp-r32-overlap-np$p $mp "$T" bench cp --generate $amz \
+        --nnz 1.74e9 --dist powerlaw --rank 32 --backend cuda --precision float --iters 5 \
+        --comm-overlap on
+    fi
     if [ -n "${TESSERA_SCALE_LAYER_AMAZON:-}" ] && [ $p -gt 1 ]; then
       sbench scale-amazon-cp-r32-layer-np$p $mp "$T" bench cp --generate $amz --nnz 1.74e9 \
         --dist powerlaw --rank 32 --backend cuda --precision float --iters 5 --comm-strategy layer
