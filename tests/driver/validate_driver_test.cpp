@@ -195,16 +195,23 @@ TEST_F(ValidateDriver, EveryBadOptionIsOneLineNamingItBeforeTheInputIsOpened) {
                        {},
                        {}});
   }
-  // Each run is mostly MPI's start-up: 8 at a time keep the table to a few seconds.
+  // Each run is mostly MPI's start-up: 8 at a time keep the table to a few seconds. Each
+  // worker's runs get their own Open MPI session folder: singletons that start and finish at
+  // once in one folder race on creating and removing it ("mkdir ... File exists", seen once
+  // in CI), an error of the harness, not of the option under test.
   std::atomic<std::size_t> next{0};
   std::vector<std::thread> pool;
-  for (int t = 0; t < 8; ++t)
-    pool.emplace_back([&] {
+  for (int t = 0; t < 8; ++t) {
+    const fs::path session = dir_ / ("mpi-session-" + std::to_string(t));
+    fs::create_directories(session);
+    const std::string prefix = "OMPI_MCA_orte_tmpdir_base=" + session.string() + " timeout 60 ";
+    pool.emplace_back([&, prefix] {
       for (std::size_t k; (k = next++) < cases.size();) {
-        cases[k].r = run("timeout 60 " + cases[k].cmd);
-        if (!cases[k].plan_cmd.empty()) cases[k].plan_r = run("timeout 60 " + cases[k].plan_cmd);
+        cases[k].r = run(prefix + cases[k].cmd);
+        if (!cases[k].plan_cmd.empty()) cases[k].plan_r = run(prefix + cases[k].plan_cmd);
       }
     });
+  }
   for (auto& t : pool) t.join();
   for (const Case& c : cases) {
     const std::string line = refused(c.cmd, c.r, c.option, c.in);
