@@ -36,6 +36,8 @@ struct PlanArgs {
   int gpus_per_node = 0;  ///< --gpus-per-node (0: every rank on one node)
   double net_gbs = 25;    ///< --link-gbps: network GB/s per GPU per direction
   double net_latency_us = 50, kernel_ratio = 1, dense_ms = 0;
+  double dense_fixed_ms = plan::TimeModel{}.dense_fixed_s * 1e3;
+  double host_wait_us = plan::TimeModel{}.host_wait * 1e6;
   std::string contract_nnz;                ///< --contract-nnz X,Y (workload contract)
   std::string contract_order = "3,3";      ///< --contract-order X,Y
   double products = 0, products_rate = 0;  ///< --products, --products-rate
@@ -113,6 +115,8 @@ plan::TimeModel time_model(const PlanArgs& a) {
   m.inter_latency = a.net_latency_us * 1e-6;
   m.kernel_ratio = a.kernel_ratio;
   m.dense_s = a.dense_ms * 1e-3;
+  m.dense_fixed_s = a.dense_fixed_ms * 1e-3;
+  m.host_wait = a.host_wait_us * 1e-6;
   return m;
 }
 
@@ -211,6 +215,9 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
                        {"network_latency_s", m.inter_latency},
                        {"kernel_ratio", m.kernel_ratio},
                        {"dense_seconds", m.dense_s},
+                       {"dense_fixed_seconds", m.dense_fixed_s},
+                       {"host_wait_s", m.host_wait},
+                       {"whole_rows_max_bytes", m.whole_rows_max_bytes},
                        {"ranks_per_node", a.ranks_per_node}};
     if (!any) j["status"] = "refused";
     write_json(run.json, j, world);
@@ -443,8 +450,20 @@ void add_plan(CLI::App& app, Runner& run) {
       ->capture_default_str()
       ->group(group);
   sub->add_option("--dense-ms", a->dense_ms,
-                  "Milliseconds of dense work per iteration on every rank (solves, Grams; "
-                  "Tucker's eigen-solves), added as a constant")
+                  "Milliseconds of dense work per iteration on ONE rank (solves, Grams; "
+                  "Tucker's eigen-solves). CP: --dense-fixed-ms of it stays on every rank, the "
+                  "rest follows the factor rows a rank solves; Tucker: on every rank")
+      ->check(number_check(true))
+      ->capture_default_str()
+      ->group(group);
+  sub->add_option("--dense-fixed-ms", a->dense_fixed_ms,
+                  "CP: the part of --dense-ms that does not shrink with the rows a rank solves")
+      ->check(number_check(true))
+      ->capture_default_str()
+      ->group(group);
+  sub->add_option("--host-wait-us", a->host_wait_us,
+                  "Tucker: microseconds each collective the host waits for costs beyond its "
+                  "alpha (row exchanges, dense-stage sums, factor all-gathers)")
       ->check(number_check(true))
       ->capture_default_str()
       ->group(group);

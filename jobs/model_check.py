@@ -8,7 +8,8 @@ Check: for every point measured on 1, 2 and 4 H200s (docs/perf/gpu-h200-scaling*
 `tessera plan --nprocs 1,2,4` and prints predicted against measured ms per iteration and the
 ratio. The kernel term is calibrated once per tensor on its one-GPU point (--kernel-ratio =
 measured kernel time over the model's bytes floor) and the dense work (--dense-ms) is that
-point's time outside kernels and comm; the points on 2 and 4 GPUs are then predictions.
+point's time outside kernels and comm (the model divides all but --dense-fixed-ms of it by
+the rows a rank solves); the points on 2 and 4 GPUs are then predictions.
 Tables: amazon and reddit shapes on 1..64 nodes of 4 and 8 GPUs at 25 and 50 GB/s, both CP
 strategies, with amazon's one-GPU calibration. Python standard library only.
 """

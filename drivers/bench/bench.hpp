@@ -24,6 +24,7 @@ struct BenchArgs {
   int rank = 16, repeat = 5, iters = 5;
   std::string ranks;  ///< Tucker ranks (bench ttmc|tucker), or the R list of mttkrp --tc-sweep
   std::string svd = "gram";          ///< bench tucker
+  int subspace_steps = 3;            ///< bench tucker --svd subspace
   std::string generate_on = "auto";  ///< auto | host | backend
   CpConstraintArgs con;              ///< bench cp: --nonneg, --l1, --l2, --cuda-graph
   algo::CpOptions cp;                ///< bench cp: the bench rows of run::kCpValues

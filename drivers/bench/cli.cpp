@@ -131,6 +131,7 @@ void reject_unused_bench_options(const CLI::App& bench, const BenchArgs& a) {
   const std::vector<Use> uses = {{"--repeat", {"mttkrp", "ttmc"}},
                                  {"--iters", {"cp", "tucker"}},
                                  {"--svd", {"tucker"}},
+                                 {"--subspace-steps", {"tucker"}},
                                  {"--ranks", {"ttmc", "tucker", "mttkrp"}},
                                  {"--tc-sweep", {"mttkrp"}},
                                  {"--tc-dims", {"mttkrp"}},
@@ -200,6 +201,9 @@ void add_bench(CLI::App& app, Runner& run) {
                   "bench mttkrp --tc-sweep: the ranks R swept (default 16,32,64,128,256)");
   sub->add_option("--svd", a->svd,
                   "Tucker factor update (bench tucker): gram | subspace | scalapack");
+  sub->add_option("--subspace-steps", a->subspace_steps,
+                  "bench tucker --svd subspace: at most this many power steps per factor update")
+      ->check(CLI::Range(1, 1000));
   sub->add_option("--generate-on", a->generate_on,
                   "Where --generate makes the tensor: auto (the backend, or the host where the "
                   "run needs the distributed block) | host | backend")

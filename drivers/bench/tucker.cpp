@@ -21,9 +21,11 @@ void bench_tucker(Context<T>& c) {
   o.max_iters = c.a.iters;
   o.tol = 0;  // run every iteration
   o.svd = algo::parse_svd_method(c.a.svd);
+  o.subspace_steps = c.a.subspace_steps;
   o.print_iterations = log::verbosity() >= 2;
   j["ranks"] = o.ranks;
   j["svd"] = c.a.svd;
+  if (o.svd == algo::SvdMethod::subspace) j["subspace_steps"] = o.subspace_steps;
   // The floor of an iteration: its N TTMcs (from the handle's counts when generated).
   double bytes = 0;
   if (in.X) {

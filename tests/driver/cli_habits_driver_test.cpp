@@ -124,6 +124,8 @@ TEST_F(CliHabits, OptionsASubcommandDoesNotUseAreRefusedWithOneLine) {
        "--iters: does not apply to bench mttkrp (only to bench cp|tucker)"},
       {" bench cp " + x_ + " --repeat 3",
        "--repeat: does not apply to bench cp (only to bench mttkrp|ttmc)"},
+      {" bench cp " + x_ + " --subspace-steps 2",
+       "--subspace-steps: does not apply to bench cp (only to bench tucker)"},
       {" bench cp " + x_ + " --nnz 100", "--nnz: applies only with --generate"},
       {" plan " + x_ + " --dry-run", "--dry-run does not apply to tessera plan"},
       {" cp " + x_ + " --no-such-option 3",

@@ -165,6 +165,7 @@ const std::vector<Row> kRows = {
     {"bench cp {IN} --nonneg 0,x", "--nonneg"},
     {"bench cp {IN} --device-budget 12Q", "--device-budget"},
     {"bench tucker {IN} --ranks abc", "--ranks"},
+    {"bench tucker {IN} --subspace-steps 0", "--subspace-steps"},
     {"bench ttmc {IN} --ranks 0", "--ranks"},
     // plan's own
     {"plan {IN} --nprocs 0", "--nprocs"},

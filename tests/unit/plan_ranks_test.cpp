@@ -4,6 +4,7 @@
 // against the peaks the issue measured on H200s; planning for a card no GPU here shows.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "plan/planner.hpp"
@@ -344,6 +345,53 @@ TEST(PlanNodes, LayersOfTheGridOnNodes) {
   EXPECT_EQ(l2.per_node, 2);
   const Group flat = layer_group({1, 1, 4}, 2, 0);  // one node: a layer of one rank
   EXPECT_EQ(flat.size(), 1);
+}
+
+// The dense work (--dense-ms, a one-rank run's) on P ranks: --dense-fixed-ms on every rank,
+// the rest in proportion to the factor rows the rank solves. amazon R32 float: every mode is
+// over the 32 MiB bound, so the allreduce strategy splits them all; nell-2's modes are under
+// it and solved whole on every rank; the layer strategy always splits. Tucker keeps it whole
+// and pays its host-waited collectives.
+TEST(PlanNodes, DenseWorkFollowsTheRowsARankSolves) {
+  TimeModel m;
+  m.dense_s = 5.6e-3;
+  m.dense_fixed_s = 0.1e-3;
+  const Request r = cp(Backend::cuda, 4, 32);
+  const auto t = amazon();
+  const double rows = 4821207.0 + 1774269 + 1805187;
+  EXPECT_DOUBLE_EQ(estimate_cp_iteration(r, t, t.nnz, 1, m).dense_s, 5.6e-3);
+  const auto four = estimate_cp_iteration(r, t, t.nnz / 4, 4, m);
+  const double quarter =
+      std::ceil(4821207.0 / 4) + std::ceil(1774269.0 / 4) + std::ceil(1805187.0 / 4);
+  EXPECT_DOUBLE_EQ(four.dense_s, 0.1e-3 + 5.5e-3 * quarter / rows);
+  EXPECT_DOUBLE_EQ(four.seconds, four.kernel_s + four.comm_s + four.dense_s);
+  const auto nell = store({12092, 9184, 28818}, 76900000);
+  EXPECT_DOUBLE_EQ(estimate_cp_iteration(r, nell, nell.nnz / 4, 4, m).dense_s, 5.6e-3);
+  const auto lay = estimate_cp_layer_iteration(r, nell, nell.nnz / 4, {2, 1, 2}, m);
+  const double nell_rows = 12092.0 + 9184 + 28818;
+  EXPECT_DOUBLE_EQ(lay.dense_s,
+                   0.1e-3 + 5.5e-3 * (3023.0 + 2296 + std::ceil(28818.0 / 4)) / nell_rows);
+  // A bound of 0 splits nell-2's modes too; a fixed part over the whole is the whole.
+  TimeModel low = m;
+  low.whole_rows_max_bytes = 0;
+  EXPECT_DOUBLE_EQ(estimate_cp_iteration(r, nell, nell.nnz / 4, 4, low).dense_s, lay.dense_s);
+  low.dense_fixed_s = 1;
+  EXPECT_DOUBLE_EQ(estimate_cp_iteration(r, nell, nell.nnz / 4, 4, low).dense_s, 5.6e-3);
+  // Tucker: the eigen-solves on every rank; 13 collectives the host waits for on 3 modes.
+  Request tk = cp(Backend::cuda, 4, 16);
+  tk.workload = Workload::tucker;
+  tk.tucker_ranks = {16, 16, 16};
+  const auto t1 = estimate_tucker_iteration(tk, nell, nell.nnz, 1, m);
+  EXPECT_EQ(t1.comm_s, 0);
+  EXPECT_DOUBLE_EQ(t1.dense_s, 5.6e-3);
+  const auto t4 = estimate_tucker_iteration(tk, nell, nell.nnz / 4, 4, m);
+  EXPECT_DOUBLE_EQ(t4.dense_s, 5.6e-3);
+  EXPECT_EQ(t4.host_calls, 13);
+  EXPECT_DOUBLE_EQ(t4.comm_s, t4.link.seconds(m) + 13 * m.host_wait);
+  TimeModel no_wait = m;
+  no_wait.host_wait = 0;
+  EXPECT_DOUBLE_EQ(estimate_tucker_iteration(tk, nell, nell.nnz / 4, 4, no_wait).comm_s,
+                   t4.link.seconds(m));
 }
 
 TEST(PlanNodes, TuckerAndSptcExchanges) {

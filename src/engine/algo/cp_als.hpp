@@ -12,6 +12,7 @@
 #include "kernels/backend.hpp"
 #include "model/kruskal.hpp"
 #include "partition/partition.hpp"
+#include "plan/comm_model.hpp"
 #include "util/stop_request.hpp"
 #include "util/timer.hpp"
 
@@ -109,7 +110,7 @@ struct CpOptions {
   /// rows take at most this many bytes is all-reduced and solved whole on every rank, a
   /// larger one is reduce-scattered, solved in blocks and all-gathered (docs/multi-gpu.md).
   /// The layer strategy always splits.
-  double whole_rows_max_bytes = 32.0 * (1 << 20);
+  double whole_rows_max_bytes = plan::kWholeRowsMaxBytes;
   /// --comm-overlap: with the allreduce strategy on the device loop, a mode over
   /// whole_rows_max_bytes whose MTTKRP the backend can compute in row pieces is all-reduced
   /// piece by piece while later pieces compute, and solved whole (docs/multi-gpu.md,

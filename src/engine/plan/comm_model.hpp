@@ -11,6 +11,11 @@ namespace tessera::plan {
 
 struct TimeModel;
 
+/// On several ranks with the allreduce strategy, a mode whose MTTKRP rows take more bytes
+/// than this is reduce-scattered, solved split over the ranks and all-gathered; a smaller one
+/// is all-reduced and solved whole on every rank (algo::CpOptions::whole_rows_max_bytes).
+inline constexpr double kWholeRowsMaxBytes = 32.0 * (1 << 20);
+
 /// The ranks of one collective: `per_node` of them on each of `nodes` nodes.
 struct Group {
   int per_node = 1;

@@ -185,7 +185,23 @@ struct TimeModel {
   double inter_bandwidth = 25e9;      ///< --link-gbps: network per GPU per direction
   double inter_latency = 50e-6;       ///< --inter-latency: per collective step across nodes
   double kernel_ratio = 1;            ///< --kernel-ratio: kernel time over its bytes floor
-  double dense_s = 0;                 ///< --dense-ms: per-rank dense work per iteration
+  /// --dense-ms: the dense work (solves, Grams, norms; Tucker's eigen-solves) of one iteration
+  /// on ONE rank, measured. CP: dense_fixed_s of it stays on every rank, the rest follows
+  /// the factor rows a rank solves (a split mode's rows divide over the ranks, a whole
+  /// mode's are solved on every rank; dense_seconds). Tucker: constant per rank.
+  double dense_s = 0;
+  /// --dense-fixed-ms: the part of dense_s that does not shrink with the rows a rank solves
+  /// (launches, the R x R work): congress R16 on one H200 measured 0.10 ms of dense work
+  /// with 1.1e3 factor rows, i.e. all of it fixed.
+  double dense_fixed_s = 0.1e-3;
+  /// --host-wait-us: what a collective the host waits for costs beyond its alpha (Tucker's
+  /// row exchanges, dense-stage sums and factor all-gathers; CP's device loop enqueues its
+  /// collectives in the graph and pays only alpha): a blocking all-reduce took 68-83 us from
+  /// 8 B to 16 MB on 2 H200s (`tessera bench comm`), 20 us of which is the in-stream alpha.
+  double host_wait = 50e-6;
+  /// The CP engine's rule for the allreduce strategy (algo::CpOptions::whole_rows_max_bytes):
+  /// a mode whose rows take more bytes is reduce-scattered and solved split over the ranks.
+  double whole_rows_max_bytes = kWholeRowsMaxBytes;
 };
 
 /// Kernel time lost to the layer strategy's grid partition, as a multiple of the MTTKRPs'
@@ -205,7 +221,8 @@ struct IterationEstimate {
   LinkTime link;            ///< what the collectives move per rank, per link kind
   double comm_s = 0;        ///< link.seconds (0 on one rank)
   double grid_cost_s = 0;   ///< layer: the grid's imbalance (kGridCostOverKernelFloor)
-  double dense_s = 0;       ///< TimeModel::dense_s
+  double dense_s = 0;       ///< this rank's share of TimeModel::dense_s (dense_seconds)
+  double host_calls = 0;    ///< collectives the host waits for (TimeModel::host_wait each)
   double seconds = 0;       ///< kernel_s + comm_s + grid_cost_s + dense_s
   double comm_share() const { return seconds > 0 ? comm_s / seconds : 0; }
 };

@@ -43,11 +43,23 @@ std::vector<double> dims_of(const TensorFacts& t) {
   return d;
 }
 
+/// One rank's dense work (TimeModel::dense_s): the fixed part, plus the rest in proportion to
+/// the factor rows the rank solves (solved[k] of dims[k]; all of them on one rank).
+double dense_seconds(const TimeModel& m, const std::vector<double>& dims,
+                     const std::vector<double>& solved) {
+  const double fixed = std::min(m.dense_fixed_s, m.dense_s);
+  double all = 0, mine = 0;
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    all += dims[k];
+    mine += std::min(solved[k], dims[k]);
+  }
+  return fixed + (all > 0 ? (m.dense_s - fixed) * mine / all : 0);
+}
+
 void finish(IterationEstimate& e, const TimeModel& m, bool several) {
   e.floor_s = m.bandwidth > 0 ? e.mttkrp_bytes / m.bandwidth : 0;
   e.kernel_s = e.floor_s * m.kernel_ratio;
-  e.comm_s = several ? e.link.seconds(m) : 0;
-  e.dense_s = m.dense_s;
+  e.comm_s = several ? e.link.seconds(m) + e.host_calls * m.host_wait : 0;
   e.seconds = e.kernel_s + e.comm_s + e.grid_cost_s + e.dense_s;
 }
 
@@ -64,10 +76,17 @@ IterationEstimate estimate_cp_iteration(const Request& req, const TensorFacts& t
   const Group g = job_group(ranks, m.gpus_per_node);
   e.nodes = g.nodes;
   e.per_node = g.per_node;
-  for (const double Ik : d) {
+  // A mode over the engine's whole-rows bound is solved split over the ranks (the same
+  // bytes reduce-scattered and all-gathered as all-reduced), a smaller one whole on each.
+  std::vector<double> solved(d.size());
+  for (std::size_t k = 0; k < d.size(); ++k) {
+    const double Ik = d[k];
     e.comm_bytes += Ik * R * v;
     e.link += allreduce_cost(Ik * R * v, g);
+    const bool split = ranks > 1 && Ik * R * v > m.whole_rows_max_bytes;
+    solved[k] = split ? std::ceil(Ik / ranks) : Ik;
   }
+  e.dense_s = dense_seconds(m, d, solved);
   finish(e, m, ranks > 1);
   return e;
 }
@@ -109,6 +128,10 @@ IterationEstimate estimate_cp_layer_iteration(const Request& req, const TensorFa
   const double all_floor =
       m.bandwidth > 0 ? kernel_bytes(d, n, v, R, {}) / m.bandwidth : 0;  // the allreduce kernels
   e.grid_cost_s = P > 1 ? kGridCostOverKernelFloor * all_floor : 0;
+  // Every mode is split: a rank solves its 1 / (P / p_n) of its layer's chunk.
+  std::vector<double> solved(d.size());
+  for (std::size_t k = 0; k < d.size(); ++k) solved[k] = std::ceil(d[k] / P);
+  e.dense_s = dense_seconds(m, d, solved);
   finish(e, m, P > 1);
   return e;
 }
@@ -160,6 +183,11 @@ IterationEstimate estimate_tucker_iteration(const Request& req, const TensorFact
     e.link += allgather_cost(d[k] * r[k] * v, g);  // the new factor to every rank
   }
   e.link += allreduce_cost(core * v, g);  // the core, once
+  // The host waits for each of them: per mode the row exchange, the Gram's sum, the
+  // CholeskyQR Gram's sum and the factor's all-gather, and the core's sum (4 N + 1; 13 for 3
+  // modes, as `tessera tucker`'s comm_split counts them).
+  e.host_calls = 4.0 * static_cast<double>(N) + 1;
+  e.dense_s = m.dense_s;  // the eigen-solves run on every rank
   finish(e, m, ranks > 1);
   return e;
 }
@@ -282,6 +310,7 @@ nlohmann::json RanksPlan::to_json() const {
         {"network_bytes_per_rank", e.link.inter_bytes},
         {"nvlink_steps", e.link.intra_steps},
         {"network_steps", e.link.inter_steps},
+        {"host_waited_collectives", e.host_calls},
         {"comm_seconds", e.comm_s},
         {"grid_cost_seconds", e.grid_cost_s},
         {"dense_seconds", e.dense_s},
@@ -356,18 +385,31 @@ std::string describe_time_model(const std::vector<RanksPlan>& plans, const TimeM
       "    beta %.0f GB/s per direction (--link-bandwidth); between nodes alpha %.3g us "
       "(--inter-latency), beta %.3g GB/s per GPU\n"
       "    (--link-gbps); %s GPUs per node (--gpus-per-node); dense work %.3g ms per "
-      "iteration (--dense-ms)\n",
+      "iteration on one rank (--dense-ms)\n",
       m.bandwidth / 1e9, m.kernel_ratio, m.collective_latency * 1e6, m.link_bandwidth / 1e9,
       m.inter_latency * 1e6, m.inter_bandwidth / 1e9,
       m.gpus_per_node > 0 ? std::to_string(m.gpus_per_node).c_str() : "all", 1e3 * m.dense_s);
   os << line;
+  if (!tucker) {
+    std::snprintf(line, sizeof(line),
+                  "    of which %.3g ms on every rank (--dense-fixed-ms), the rest in proportion "
+                  "to the factor rows a rank solves:\n    a mode over %s of rows is solved split "
+                  "over the ranks (always with the layer strategy), a smaller one whole\n",
+                  1e3 * std::min(m.dense_fixed_s, m.dense_s),
+                  human_bytes(m.whole_rows_max_bytes).c_str());
+    os << line;
+  }
   if (tucker) {
     os << "  tucker: per mode the TTMc's rows (min(I_n, nnz) x the product of the other ranks) "
           "to their owners by one alltoallv\n    ((P-1)/P of them leave; (G-1)/(P-1) of those "
           "over NVLink, the rest over the network); on several nodes of 2+ GPUs first to a\n"
           "    relay on their node, which sends the node's distinct rows (min(I_n, G nnz)) on, "
           "1/G from each GPU;\n    the new factor (I_n x R_n) all-gathered (inside the node, "
-          "then across), the core all-reduced once;\n    the eigen-solves are --dense-ms\n";
+          "then across), the core all-reduced once;\n    the host waits for each of these "
+          "collectives and the dense stage's sums (4 N + 1 per iteration): "
+       << 1e6 * m.host_wait
+       << " us each\n    beyond alpha (--host-wait-us); the dense stage (eigen-solves) is "
+          "--dense-ms on every rank\n";
   } else {
     os << "  allreduce: per mode one all-reduce of S_n = I_n x R x value bytes; one node: a ring, "
           "2 (G-1)/G S_n over NVLink, one alpha;\n    several nodes: reduce-scatter in the node "
@@ -426,7 +468,7 @@ std::string describe_time_model(const std::vector<RanksPlan>& plans, const TimeM
   if (layer) os << crossover(true);
   os << "  not counted: the copies or reads of streamed tiers, waiting for slower ranks beyond "
         "the largest block"
-     << (tucker ? "" : ", the dense R x R work unless --dense-ms") << "\n";
+     << (tucker ? "" : ", the dense work unless --dense-ms") << "\n";
   return os.str();
 }
 
