@@ -248,13 +248,18 @@ int DenseStage<T>::update_subspace(const T* Y, const RowsView& v, int R, kernels
     added += orthonormalize(Unew, v.own_len, R, rnd);
     times.orth += t.seconds();
     // Change of the subspace: || Unew - U (U^T Unew) ||_F (no cancellation, unlike angles).
-    kernels::ops::inner_double(be_, U.data(), Unew, v.own_len, R, M);
-    dnet_.sum(M, RR);
-    double change = kernels::ops::subspace_change(be_, U.data(), Unew, M, v.own_len, R);
-    net_.sum(&change, 1);
+    // It only decides whether another step runs: after the last one it is not computed (two
+    // sums the host would wait for).
+    double change = 0;
+    if (s + 1 < steps) {
+      kernels::ops::inner_double(be_, U.data(), Unew, v.own_len, R, M);
+      dnet_.sum(M, RR);
+      change = kernels::ops::subspace_change(be_, U.data(), Unew, M, v.own_len, R);
+      net_.sum(&change, 1);
+    }
     std::swap(U, unew_);
     P = present(v, R, U.data());
-    if (std::sqrt(change) < tol) break;
+    if (s + 1 < steps && std::sqrt(change) < tol) break;
   }
   // Rayleigh-Ritz: rotate the basis to the singular vectors' order (B^T B = U^T Y Y^T U);
   // the R x R eigen-solve runs on the host.
