@@ -491,7 +491,7 @@ void add_plan(CLI::App& app, Runner& run) {
       ->group(group);
   shape->needs(nnz);
   nnz->needs(shape);
-  sub->callback([a, &run] {
+  sub->callback([a, &run, sub] {
     // Parse errors (CLI11 reports them as it reports its own: one line, exit status 2).
     const bool contract = a->workload == "contract";
     if (contract && (a->contract_nnz.empty() || a->products <= 0 || a->products_rate <= 0))
@@ -520,6 +520,25 @@ void add_plan(CLI::App& app, Runner& run) {
       }
       a->nprocs = counts;
     }
+    // An option that does not apply to what is planned is refused, not ignored without a
+    // word: one line naming it and where it applies.
+    const auto only = [sub](bool applies, std::initializer_list<const char*> names,
+                            const std::string& where) {
+      if (applies) return;
+      for (const char* n : names)
+        if (sub->count(n) > 0) throw CLI::ValidationError(n, "applies only " + where);
+    };
+    only(!a->nprocs.empty(),
+         {"--ranks-per-node", "--bandwidth", "--link-bandwidth", "--collective-latency",
+          "--gpus-per-node", "--link-gbps", "--inter-latency", "--kernel-ratio", "--dense-ms",
+          "--dense-fixed-ms", "--host-wait-us"},
+         "with --nprocs or --nodes (the plans for other rank counts)");
+    only(contract, {"--contract-nnz", "--contract-order", "--products", "--products-rate"},
+         "with --workload contract");
+    only(!contract, {"--rank", "--ranks", "--kernel-ratio", "--bandwidth", "--dense-ms"},
+         "with --workload cp or tucker");
+    only(a->workload == "cp", {"--rank", "--dense-fixed-ms"}, "with --workload cp");
+    only(a->workload == "tucker", {"--ranks", "--host-wait-us"}, "with --workload tucker");
     if (contract) {
       run = [a](const comm::MpiCommunicator& world) { run_plan_contract(*a, world); };
       return;

@@ -128,6 +128,20 @@ TEST_F(CliHabits, OptionsASubcommandDoesNotUseAreRefusedWithOneLine) {
        "--subspace-steps: does not apply to bench cp (only to bench tucker)"},
       {" bench cp " + x_ + " --nnz 100", "--nnz: applies only with --generate"},
       {" plan " + x_ + " --dry-run", "--dry-run does not apply to tessera plan"},
+      // tessera plan's time model, contract and workload options, where they are not used
+      {" plan " + x_ + " --kernel-ratio 5",
+       "--kernel-ratio: applies only with --nprocs or --nodes"},
+      {" plan " + x_ + " --link-gbps 25", "--link-gbps: applies only with --nprocs or --nodes"},
+      {" plan " + x_ + " --nprocs 2 --products 1e9",
+       "--products: applies only with --workload contract"},
+      {" plan " + x_ + " --ranks 2,2,2", "--ranks: applies only with --workload tucker"},
+      {" plan " + x_ + " --workload tucker --ranks 2 -r 4",
+       "--rank: applies only with --workload cp"},
+      {" plan " + x_ + " --nprocs 1,2 --host-wait-us 5",
+       "--host-wait-us: applies only with --workload tucker"},
+      {" plan --workload contract --contract-nnz 1e6,1e6 --products 1e8 --products-rate 1e9 "
+       "--nprocs 2 --dense-ms 1",
+       "--dense-ms: applies only with --workload cp or tucker"},
       {" cp " + x_ + " --no-such-option 3",
        "unknown option --no-such-option; tessera cp --help lists its options"},
   };
