@@ -57,13 +57,7 @@ double err_over(const std::vector<double>& got, const std::vector<double>& want,
 }
 
 double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (std::size_t k = 0; k < got.size(); ++k) {
-    if (!std::isfinite(got[k])) return std::numeric_limits<double>::infinity();
-    num += (got[k] - want[k]) * (got[k] - want[k]);
-    den += want[k] * want[k];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+  return err_over(got, want, want);
 }
 
 /// Row-major A (rows x K) times B (K x R).

@@ -230,8 +230,8 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
     why = "memory tier " + std::to_string(res.tier);
   else if (!plain)
     why = "constrained or weighted CP";
-  else if (shared && !(why = why_not_shared(stream, lay, data)).empty()) {
-  }
+  else if (shared)
+    why = why_not_shared(stream, lay, data);
   if (shared) {
     // Every rank takes the same path: the loop's collectives (and the pieces' count below)
     // must meet theirs on the other ranks, and a rank may differ (its own memory tier).
@@ -239,8 +239,7 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
     ctrl.allreduce(&cannot, 1, comm::ReduceOp::max);
     if (cannot > 0 && why.empty()) why = "another rank cannot (memory tier or backend)";
   }
-  if (!why.empty()) {
-  } else {
+  if (why.empty()) {
     kernels::CpLoopSpec<T> spec;
     spec.R = R;
     spec.M = M.data();

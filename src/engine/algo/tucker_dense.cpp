@@ -250,16 +250,17 @@ int DenseStage<T>::update_subspace(const T* Y, const RowsView& v, int R, kernels
     // Change of the subspace: || Unew - U (U^T Unew) ||_F (no cancellation, unlike angles).
     // It only decides whether another step runs: after the last one it is not computed (two
     // sums the host would wait for).
-    double change = 0;
+    bool converged = false;
     if (s + 1 < steps) {
       kernels::ops::inner_double(be_, U.data(), Unew, v.own_len, R, M);
       dnet_.sum(M, RR);
-      change = kernels::ops::subspace_change(be_, U.data(), Unew, M, v.own_len, R);
+      double change = kernels::ops::subspace_change(be_, U.data(), Unew, M, v.own_len, R);
       net_.sum(&change, 1);
+      converged = std::sqrt(change) < tol;
     }
     std::swap(U, unew_);
     P = present(v, R, U.data());
-    if (s + 1 < steps && std::sqrt(change) < tol) break;
+    if (converged) break;
   }
   // Rayleigh-Ritz: rotate the basis to the singular vectors' order (B^T B = U^T Y Y^T U);
   // the R x R eigen-solve runs on the host.

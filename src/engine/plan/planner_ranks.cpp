@@ -51,7 +51,7 @@ double dense_seconds(const TimeModel& m, const std::vector<double>& dims,
   double all = 0, mine = 0;
   for (std::size_t k = 0; k < dims.size(); ++k) {
     all += dims[k];
-    mine += std::min(solved[k], dims[k]);
+    mine += solved[k];
   }
   return fixed + (all > 0 ? (m.dense_s - fixed) * mine / all : 0);
 }
