@@ -141,6 +141,7 @@ double iteration_median(const std::vector<H>& history, double H::*field) {
   std::vector<double> v;
   for (std::size_t i = first_counted(history.size()); i < history.size(); ++i)
     v.push_back(history[i].*field);
+  if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }

@@ -83,6 +83,8 @@ void bench_tucker(Context<T>& c) {
     j["dense_stage"] = res.dense_method;
     run::add_rank_split(j, res);
     iteration_record(j, it, res.iterations, res.fit);
+    // Robust to one slow iteration (e.g. CholeskyQR2's fallback, docs/perf/gpu-h200-tucker.md).
+    j["median_seconds_per_iteration"] = iteration_median(res.history, &H::seconds);
     j["share"] = {{"ttmc", tt / it_s}, {"comm", cm / it_s}, {"svd", sv / it_s}};
     j["seconds"] = {{"ttmc", tt}, {"comm", cm}, {"svd", sv}};
     j["prepare_seconds"] = in.prepare_seconds;

@@ -175,6 +175,12 @@ def main():
                   g["gather_relative_error_fp64"]),
               "bench mttkrp --gather-precision: errors per mode, float against double < 1e-5: %r"
               % {k: g.get(k) for k in ("gather_relative_error", "float_relative_error_fp64")})
+        # bench cp|tucker: the median iteration beside the mean (both after the first).
+        for name in ("bench_cp", "bench_tucker"):
+            r = records[name]
+            check(0 < r.get("median_seconds_per_iteration", 0) <= 1e3 and
+                  r["seconds_per_iteration"] > 0,
+                  "%s: median_seconds_per_iteration: %r" % (name, r.get("median_seconds_per_iteration")))
         # Two ranks: per-rank lists and the host names gathered.
         np2 = records["cp_np2"]
         check(np2["machine"]["ranks"] == 2, "cp_np2: ranks")
