@@ -175,9 +175,7 @@ struct Tuning {
   CudaLayout cuda_layout = CudaLayout::standard;
   /// Rows per block of the blocked layouts (0: from the plan).
   std::uint64_t cuda_block_rows = 0;
-  /// Evict-last L2 hints on factor-row gathers: the l2 layout's blocked mode, and every
-  /// input mode of the plain layout's blocked kernel where the input factors exceed L2
-  /// (false: no hints).
+  /// The l2 layout's evict-last access-policy hint (false: the l2 layout without it).
   bool cuda_l2_hint = true;
   /// Tile kernel of the plain and l2 layouts.
   MttkrpKernel mttkrp_kernel = MttkrpKernel::automatic;
@@ -255,9 +253,8 @@ inline constexpr auto kKnobs = std::make_tuple(
                         .schema_bounds = R"("minimum": 0, "maximum": 4294967295)"},
     Knob<bool>{.key = "cuda_l2_hint",
                .field = &Tuning::cuda_l2_hint,
-               .help = "cuda: evict-last L2 hints on factor-row gathers: the l2 layout's blocked "
-                       "mode, and every mode of the plain layout's blocked kernel where the "
-                       "input factors exceed L2 (off: none)",
+               .help = "cuda: the l2 layout's evict-last access-policy hint (off: the l2 layout "
+                       "without it)",
                .retired_env = "TESSERA_CUDA_L2_HINT"},
     Knob<MttkrpKernel>{.key = "mttkrp_kernel",
                        .field = &Tuning::mttkrp_kernel,

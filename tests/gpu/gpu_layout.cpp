@@ -201,41 +201,6 @@ TYPED_TEST(GpuKernel, SkewedTier2) {
   }
 }
 
-TYPED_TEST(GpuKernel, PlainLayoutWithAndWithoutL2Hints) {
-  using T = TypeParam;
-  // The plain layout's blocked kernel reads every factor row with an L2 evict-last hint
-  // where the input factors do not fit in L2 (--cuda-l2-hint on, the default), else without:
-  // a cache policy, the same sums. Input factors of 1.6M rows at R >= 16 (over 100 MB)
-  // take the hint; those of the small tensor (under 1 MB) never do.
-  struct Case {
-    std::vector<std::uint64_t> dims;
-    bool large;
-  };
-  for (const auto& c :
-       std::vector<Case>{{{100, 1600000, 1600000}, true}, {{3000, 2000, 1000}, false}}) {
-    const auto x = make_tensor<T>(c.dims, 60013, true, 4801);
-    for (const bool hint : {true, false}) {
-      Tuning t = layout_tuning("plain", 0, "blocked");
-      t.cuda_l2_hint = hint;
-      auto be = make_backend<T>(BackendKind::cuda, 0, t);
-      auto h = be->prepare(x);
-      for (int R : {16, 32}) {
-        const std::string what = std::string(c.large ? "factors over L2" : "factors in L2") +
-                                 ", plain layout, --cuda-l2-hint " + (hint ? "on" : "off");
-        this->check_mttkrp(*be, *h, x, R, 4801 + static_cast<std::uint64_t>(R), what);
-        const std::string d = h->describe();
-        const std::string ran = hint && c.large ? "blocked, evict-last gathers" : "blocked";
-        for (int m = 0; m < x.order(); ++m) {
-          EXPECT_TRUE(contains(d, "mode " + std::to_string(m) + " plain")) << what << ": " << d;
-          EXPECT_TRUE(contains(
-              d, "mode " + std::to_string(m) + " " + ran + " (R " + std::to_string(R) + ")"))
-              << what << ": expected " << ran << ": " << d;
-        }
-      }
-    }
-  }
-}
-
 TYPED_TEST(GpuLayout, SmemManyBlocks) {
   using T = TypeParam;
   struct Case {

@@ -70,7 +70,6 @@ struct Params {
   int log_lanes = 0;       ///< log2(R / V)
   int tile = 0;            ///< nonzeros per warp, a multiple of kStage
   bool hint = false;       ///< l2 layout: read input slot 0 with an L2 evict-last hint
-  bool hint_all = false;   ///< plain layout: read every input slot with that hint
   bool aligned16 = false;  ///< rows, in_idx and vals all 16-byte aligned
   /// Plain layout only: rows of one sub-tile are added to out (read, add, store), not
   /// stored (tier 3: out holds earlier chunks' sums). Selects the kAcc instantiation.
@@ -307,9 +306,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
   if (!w.active) return;  // whole warp leaves together
 
   std::uint64_t pol = 0;
-  if constexpr (!kL2) {
-    if (p.hint_all) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-  } else {
+  if constexpr (kL2) {
     if (p.hint)
       asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
     else
@@ -369,15 +366,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
               T q[V];
               const G* a =
                   reinterpret_cast<const G*>(fac[s] + static_cast<std::uint64_t>(c[u]) * row_bytes);
-              // The hinted load: the l2 layout's slot 0 (resolved at compile time, s is
-              // unrolled), or every slot of the plain layout when p.hint_all.
-              const bool hinted = kL2 ? s == 0 : p.hint_all;
               if constexpr (kLow) {
-                if (hinted)
+                if (kL2 && s == 0)
                   gather_low<G, true>(a, pol, q);
                 else
                   gather_low<G, false>(a, pol, q);
-              } else if (hinted) {
+              } else if (kL2 && s == 0) {  // resolved at compile time (s is unrolled)
                 gather<T, true>(a, pol, q);
               } else {
                 gather<T, false>(a, pol, q);

@@ -149,10 +149,10 @@ class CudaTensorHandle final : public TensorHandle<T> {
   }
   /// Records the MTTKRP kernel that ran for `mode` and the selection it ran under (for
   /// describe()).
-  void note_kernel(int mode, const std::string& name, int R, KernelSelection selection) const {
+  void note_kernel(int mode, const char* name, int R, KernelSelection selection) const {
     selection_ = selection;
     if (kernels_.size() != dims_.size()) kernels_.resize(dims_.size());
-    kernels_[static_cast<std::size_t>(mode)] = name + " (R " + std::to_string(R) + ")";
+    kernels_[static_cast<std::size_t>(mode)] = std::string(name) + " (R " + std::to_string(R) + ")";
   }
   double overlap_fraction() const override {
     collect();

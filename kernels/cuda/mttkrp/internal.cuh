@@ -198,9 +198,6 @@ struct MttkrpParams {
   /// 16-bit copies of the input factors the blocked kernel gathers instead (gather != full).
   const void* low[kMaxOrder];
   GatherPrecision gather;
-  /// Plain layout, blocked kernel: every factor-row gather with an L2 evict-last hint
-  /// (launch_range: --cuda-l2-hint, and input factors larger than L2).
-  bool gather_hint;
 };
 
 /// Nonzeros per warp of a tile kernel launched over nnz nonzeros: max_tile, or fewer (a

@@ -182,14 +182,6 @@ void run_hybrid(Context& ctx, const HybridMode<T>& hy, MttkrpParams<T> p, bool u
   hy.timed = timed;
 }
 
-/// A kernel's name for describe(), with ", evict-last gathers" when the blocked kernel read
-/// the factor rows with that L2 hint (launch_range).
-namespace {
-std::string hinted(const char* kernel, bool hint) {
-  return hint ? std::string(kernel) + ", evict-last gathers" : std::string(kernel);
-}
-}  // namespace
-
 /// One launch of the CUDA-core kernels over `cnt` consecutive nonzeros (idx, vals) of the copy
 /// sorted by p.mode, as the mode's layout asks; true when it ran the smem kernel.
 template <typename T>
@@ -200,19 +192,7 @@ bool launch_range(Context& ctx, const CudaTensorHandle<T>& x, MttkrpParams<T>& p
   p.nnz = cnt;
   const ModePlan& plan = x.plan(p.mode);
   const bool l2 = resident && plan.layout == Layout::l2;
-  // The plain layout's blocked kernel reads every factor row with an evict-last hint where
-  // the input factors do not all fit in L2: a skewed tensor's hot rows then outlive the
-  // rest and concurrent traffic (amazon shape R 32 on an H200: 4% faster). Where they fit,
-  // the hinted loads only add latency (splatt-med R 16: 24 -> 31 us per mode), so no hint.
-  std::size_t in_bytes = 0;
-  for (int m = 0; m < p.order; ++m)
-    if (m != p.mode)
-      in_bytes += static_cast<std::size_t>(x.dims()[static_cast<std::size_t>(m)]) *
-                  static_cast<std::size_t>(p.R) *
-                  (p.gather == GatherPrecision::full ? sizeof(T) : 2);
-  const bool smem = resident && plan.layout == Layout::smem;
-  p.gather_hint = !smem && !l2 && ctx.tuning.cuda_l2_hint && in_bytes > ctx.l2_bytes;
-  if (smem) {
+  if (resident && plan.layout == Layout::smem) {
     launch_smem(ctx.stream, p, plan, x.dims());
     return true;
   }
@@ -272,7 +252,7 @@ void mttkrp(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector
             [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool resident) {
               if (launch_range(ctx, *x, p, use_blocked, idx, vals, cnt, resident)) kernel = "smem";
             });
-  x->note_kernel(mode, hinted(kernel, use_blocked && p.gather_hint), R, selection);
+  x->note_kernel(mode, kernel, R, selection);
 }
 
 namespace {
@@ -418,11 +398,10 @@ void mttkrp_rows(Context& ctx, const TensorHandle<T>& xh, int mode,
   x->end_timing(0, 0);
   const bool low = p.gather != GatherPrecision::full;
   x->note_kernel(mode,
-                 hinted(!use_blocked                        ? "classic, row pieces"
-                        : !low                              ? "blocked, row pieces"
-                        : p.gather == GatherPrecision::fp16 ? "blocked, fp16 gathers, row pieces"
-                                                            : "blocked, bf16 gathers, row pieces",
-                        use_blocked && p.gather_hint),
+                 !use_blocked                        ? "classic, row pieces"
+                 : !low                              ? "blocked, row pieces"
+                 : p.gather == GatherPrecision::fp16 ? "blocked, fp16 gathers, row pieces"
+                                                     : "blocked, bf16 gathers, row pieces",
                  R, selection);
 }
 

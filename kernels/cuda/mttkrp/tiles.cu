@@ -392,7 +392,6 @@ void launch_blocked(cudaStream_t stream, const MttkrpParams<T>& p, bool l2, int 
   q.tile = wave_tile(p.nnz, blocked::kBlocksPerSm * blocked::kWarpsPerBlock, kBlockedTile,
                      blocked::kStage);
   q.hint = hint;
-  q.hint_all = !l2 && p.gather_hint;
   q.accumulate = accumulate;
   auto aligned = [](const void* a) { return reinterpret_cast<std::uintptr_t>(a) % 16 == 0; };
   q.aligned16 = aligned(q.rows) && aligned(q.vals);

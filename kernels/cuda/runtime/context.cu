@@ -48,9 +48,6 @@ namespace cuda {
 
 Context::Context() {
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  int l2 = 0;
-  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  l2_bytes = static_cast<std::size_t>(l2);
   TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));
   try {
     TESSERA_CUBLAS_CHECK(cublasCreate(&cublas));

@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
 
-#include <cstddef>
 #include <cstdint>
 
 #include "kernels/backend.hpp"
@@ -26,7 +25,6 @@ struct Context {
   Context& operator=(const Context&) = delete;
 
   int device = 0;
-  std::size_t l2_bytes = 0;              ///< the device's L2 cache
   Workload workload = Workload::mttkrp;  ///< of tensors prepared from now on (plan_modes)
   int rank_hint = 0;  ///< R of tensors prepared from now on (Backend::set_rank_hint; 0: unknown)
   /// The backend's kernel tuning options (Backend::set_tuning, already checked): layout
