@@ -3,10 +3,16 @@ find_package(GTest REQUIRED)
 
 # Environment for every test: allow mpiexec as root (containers, CI) and oversubscription
 # (4 ranks on a 2-core machine); one OpenMP thread per rank unless a test says otherwise.
+# OpenMPI's ob1 messaging layer (shared memory and TCP, what ranks on one host use): left to
+# choose, every process start also opens the cm layer's PSM and libfabric providers, which
+# costs about 0.2 s per `mpiexec -n 2` (0.44 -> 0.23 s for `tessera --version` on 2 cores),
+# and the driver tests start the tessera binary hundreds of times (docs/reliability.md,
+# "CI time"). Tessera's own code does not depend on it.
 set(TESSERA_TEST_ENV
   "OMPI_ALLOW_RUN_AS_ROOT=1"
   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
   "OMPI_MCA_rmaps_base_oversubscribe=1"
+  "OMPI_MCA_pml=ob1"
   "OMPI_MCA_btl_vader_single_copy_mechanism=none"
   "OMP_WAIT_POLICY=PASSIVE"
   "TESSERA_SHARED_DATA=${PROJECT_SOURCE_DIR}/../shared/data"
@@ -28,14 +34,21 @@ endif()
 # much (docs/reliability.md, "CI time").
 set(TESSERA_DRIVER_TEST_PROCESSORS 1)
 
+# The main and helpers every tessera_test_executable shares (tests/test_main.cpp: MPI,
+# output on rank 0 only, one exit code for all ranks; tests/test_util.cpp), compiled once.
+# main() comes out of the archive because the executable's start-up code asks for it.
+add_library(tessera_test_support STATIC ${PROJECT_SOURCE_DIR}/tests/test_main.cpp
+  ${PROJECT_SOURCE_DIR}/tests/test_util.cpp)
+target_include_directories(tessera_test_support PUBLIC ${PROJECT_SOURCE_DIR}/tests)
+target_link_libraries(tessera_test_support PUBLIC tessera::core GTest::gtest MPI::MPI_CXX)
+tessera_target_defaults(tessera_test_support)
+
 # tessera_test_executable(NAME SOURCES ... [LIBS ...]): a GoogleTest binary whose main
-# initialises MPI (tests/test_main.cpp), so the same binary runs alone or under mpiexec.
+# initialises MPI (tessera_test_support), so the same binary runs alone or under mpiexec.
 function(tessera_test_executable name)
   cmake_parse_arguments(A "" "" "SOURCES;LIBS" ${ARGN})
-  add_executable(${name} ${A_SOURCES} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp
-    ${PROJECT_SOURCE_DIR}/tests/test_util.cpp)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
-  target_link_libraries(${name} PRIVATE ${A_LIBS} GTest::gtest MPI::MPI_CXX)
+  add_executable(${name} ${A_SOURCES})
+  target_link_libraries(${name} PRIVATE ${A_LIBS} tessera_test_support)
   tessera_target_defaults(${name})
 endfunction()
 

@@ -748,7 +748,7 @@ if has emulated; then  # issue 38: this node's GPUs as 2 emulated nodes (jobs/em
 fi
 if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/perf/gpu-h200-floors.md)
   log "eigen-solver probe"
-  if nvcc -O2 -arch=sm_90 -I. jobs/probes/eig_probe.cu -lcusolver -lcublas -o "$out/eig_probe" \
+  if nvcc -O2 -arch=sm_90 -I. jobs/probes/eig_probe.cu -lcusolver -lcublas -llapack -o "$out/eig_probe" \
     >"$out/eig-build.log" 2>&1; then
     "$out/eig_probe" 16 | tee "$out/eig.txt" >>"$summary"
   else

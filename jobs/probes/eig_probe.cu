@@ -6,7 +6,10 @@
 // difference of the top k eigenvalues from syevdx's, so a fast solver that is wrong shows.
 // Also: syevdx and syevd captured into a CUDA graph (cuSOLVER refuses), and the one-cluster
 // tridiagonal reduction of jobs/probes/eig_cluster.cuh at cluster sizes 4, 8 and 16 with its
-// back-transformation (session 23's experiment).
+// back-transformation (session 23's experiment). And LAPACK's dsyevr (range I, top k) on the
+// host with the round trip the library would make (S down, the k vectors up), against the
+// same cuSOLVER call (session 27; linked with -llapack, so OPENBLAS_NUM_THREADS applies where
+// liblapack.so.3 is OpenBLAS's).
 //   eig_probe [k]     (default k = 16)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -32,6 +35,13 @@
       std::exit(1);                                                                \
     }                                                                              \
   } while (0)
+
+extern "C" void dsyevr_(const char* jobz, const char* range, const char* uplo, const int* n,
+                        double* a, const int* lda, const double* vl, const double* vu,
+                        const int* il, const int* iu, const double* abstol, int* m, double* w,
+                        double* z, const int* ldz, int* isuppz, double* work, const int* lwork,
+                        int* iwork, const int* liwork, int* info, std::size_t, std::size_t,
+                        std::size_t);
 
 namespace {
 
@@ -187,6 +197,60 @@ int main(int argc, char** argv) {
           },
           ref);
       report("Dsyevdx (range I)", ms, true);
+    }
+    {  // LAPACK dsyevr (range I) on the host: S copied down, the top k vectors copied up
+      std::vector<double> Sh(static_cast<std::size_t>(n) * n), a(Sh.size()), wa(n),
+          z(static_cast<std::size_t>(n) * p.k), work(1);
+      std::vector<int> isuppz(2 * static_cast<std::size_t>(p.k)), iwork(1);
+      double *V = nullptr, *pinned = nullptr;
+      CK(cudaMalloc(&V, sizeof(double) * n * p.k));
+      CK(cudaMallocHost(&pinned, sizeof(double) * n * n));
+      const char jobz = 'V', range = 'I', uplo = 'L';
+      const double vl = 0, vu = 0, abstol = 0;
+      int m = 0, info = 0, lwork = -1, liwork = -1;
+      double wq = 0;
+      int iwq = 0;
+      dsyevr_(&jobz, &range, &uplo, &n, a.data(), &n, &vl, &vu, &il, &iu, &abstol, &m, wa.data(),
+              z.data(), &n, isuppz.data(), &wq, &lwork, &iwq, &liwork, &info, 1, 1, 1);
+      lwork = static_cast<int>(wq) + 1;
+      liwork = iwq;
+      work.resize(lwork);
+      iwork.resize(liwork);
+      for (const bool with_copies : {true, false}) {
+        std::vector<double> ms;
+        for (int rep = 0; rep < 17; ++rep) {
+          CK(cudaStreamSynchronize(p.s));
+          const auto t0 = std::chrono::steady_clock::now();
+          if (with_copies) {
+            CK(cudaMemcpyAsync(pinned, p.S, sizeof(double) * n * n, cudaMemcpyDeviceToHost, p.s));
+            CK(cudaStreamSynchronize(p.s));
+            std::copy(pinned, pinned + static_cast<std::size_t>(n) * n, a.begin());
+          } else {
+            CK(cudaMemcpy(Sh.data(), p.S, sizeof(double) * n * n, cudaMemcpyDeviceToHost));
+            a = Sh;
+          }
+          const auto t1 = std::chrono::steady_clock::now();
+          dsyevr_(&jobz, &range, &uplo, &n, a.data(), &n, &vl, &vu, &il, &iu, &abstol, &m,
+                  wa.data(), z.data(), &n, isuppz.data(), work.data(), &lwork, iwork.data(),
+                  &liwork, &info, 1, 1, 1);
+          if (info != 0 || m != p.k) {
+            std::fprintf(stderr, "dsyevr info %d, %d of %d\n", info, m, p.k);
+            std::exit(1);
+          }
+          if (with_copies) {
+            CK(cudaMemcpyAsync(V, z.data(), sizeof(double) * n * p.k, cudaMemcpyHostToDevice, p.s));
+            CK(cudaStreamSynchronize(p.s));
+          }
+          const auto t2 = std::chrono::steady_clock::now();
+          if (rep >= 2)
+            ms.push_back(
+                std::chrono::duration<double, std::milli>(with_copies ? t2 - t0 : t2 - t1).count());
+        }
+        top.assign(wa.begin(), wa.begin() + p.k);
+        report(with_copies ? "host dsyevr + copies" : "host dsyevr alone", median(ms), false);
+      }
+      CK(cudaFree(V));
+      CK(cudaFreeHost(pinned));
     }
     // The same solvers captured once into a CUDA graph (with the copy of S) and replayed:
     // whether cuSOLVER lets itself be captured, and what replaying saves of the launches.
