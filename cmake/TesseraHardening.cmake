@@ -3,9 +3,10 @@
 #                                          the tessera binary, test binaries) with these
 #                                          sanitizers; UB aborts (no recovery).
 #   -DTESSERA_FUZZ=ON                      (clang only) libFuzzer harnesses in tests/fuzz;
-#                                          every Tessera target gets libFuzzer's coverage
-#                                          instrumentation; implies address,undefined when
-#                                          TESSERA_SANITIZE is empty.
+#                                          every Tessera library and the harnesses get
+#                                          libFuzzer's coverage instrumentation (the other
+#                                          executables do not); implies address,undefined
+#                                          when TESSERA_SANITIZE is empty.
 # The flags go on Tessera's own targets through tessera_target_defaults (no directory-wide
 # flags); system libraries (MPI, HDF5, GoogleTest) are not instrumented.
 set(TESSERA_SANITIZE "" CACHE STRING
