@@ -17,7 +17,6 @@
 #   TESSERA_FUZZ_SEED        libFuzzer's -seed (default 1, so a CI run can be repeated)
 #   TESSERA_JOBS             build jobs (default: nproc)
 #   TESSERA_WERROR           warnings are errors (default ON, as in jobs/test.sh)
-#   TESSERA_HARDENING_CMAKE_ARGS  more arguments for the configure step
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 step=${1:-all}
@@ -64,7 +63,7 @@ configure() {
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DTESSERA_WITH_CUDA=OFF -DTESSERA_SANITIZE=address,undefined -DTESSERA_FUZZ=ON \
-    -DTESSERA_WERROR="${TESSERA_WERROR:-ON}" ${TESSERA_HARDENING_CMAKE_ARGS:-} \
+    -DTESSERA_WERROR="${TESSERA_WERROR:-ON}" \
     ${launcher[@]+"${launcher[@]}"} >"$build/configure.log" 2>&1 ||
     { cat "$build/configure.log"; exit 1; }
   stamp "configured $build"

@@ -22,4 +22,6 @@ export CMAKE_PREFIX_PATH=$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
 export CMAKE_LIBRARY_PATH=$lib${CMAKE_LIBRARY_PATH:+:$CMAKE_LIBRARY_PATH}
 export CMAKE_INCLUDE_PATH=$prefix/usr/include${CMAKE_INCLUDE_PATH:+:$CMAKE_INCLUDE_PATH}
 export CPATH=$prefix/usr/include${CPATH:+:$CPATH}
+# And for a compiler's own -l (jobs/gpu-node.sh eig links the probe with -llapack).
+export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
