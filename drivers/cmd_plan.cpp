@@ -130,7 +130,7 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
   req.cp_rank = pc.cp_rank;
   req.tucker_ranks = pc.tucker_ranks;
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && a.load.grid.empty();
-  req.relabel = a.load.relabel;
+  req.relabel = a.load.relabel || a.load.deal;
   req.tensor_cores = run.tuning.tensor_cores != kernels::TensorCores::off;
   req.gather16 = run.tuning.gather_precision != kernels::GatherPrecision::full;
   req.tc_tile_density = run.tuning.tc_tile_density;
@@ -312,8 +312,8 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
       plan::TensorFacts f;
       if (a.shape.empty()) f = plan::facts_of_file(a.load.path, world);
       allreduce = algo::resolve_comm_strategy("auto", f, world.size(), a.rank,
-                                              run.precision == "float" ? 4 : 8,
-                                              nullptr) == algo::CommStrategy::allreduce;
+                                              run.precision == "float" ? 4 : 8, nullptr, 0,
+                                              a.load.deal) == algo::CommStrategy::allreduce;
     });
   }
   if (a.workload == "tucker") {
@@ -367,6 +367,7 @@ void add_plan(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"auto", "nnz", "grid"}));
   sub->add_option("--grid", a->load.grid, "Rank grid, e.g. 4x2x1");
   sub->add_flag("--relabel", a->load.relabel, "As cp --relabel");
+  sub->add_flag("--deal", a->load.deal, "As cp --deal");
   add_compute_options(sub, a->run, a->load, kStrategyOption | kBudgetOptions | kStreamingOptions);
   const std::string group = "Plans for N ranks";
   sub->add_option("--nprocs", a->nprocs,

@@ -324,6 +324,10 @@ void add_partition_options(CLI::App* sub, LoadOptions& load, const std::string& 
   sub->add_flag("--relabel", load.relabel,
                 "Relabel indices by a random bijection before partitioning (balances skewed "
                 "modes; results are unchanged)");
+  sub->add_flag("--deal", load.deal,
+                "Grid partition: deal the rows of each cut mode round-robin over its chunks, "
+                "so chunks hold equal rows and keep them in order (power-law modes; results "
+                "are unchanged; docs/multi-gpu.md, \"Dealt grids\")");
 }
 
 void set_invocation(int argc, const char* const* argv, const CLI::App* parsed) {

@@ -15,7 +15,8 @@
 #               .deps/data), the nell-2 shape R32 (both strategies) and the amazon shape R32
 #               (TESSERA_SCALE_NO_AMAZON=1: not), Tucker nell-2 16,16,16 and SpTC generated
 #               (TESSERA_SCALE_NO_TUCKER_SPTC=1: not); with TESSERA_SCALE_LAYER_AMAZON=1 also
-#               the amazon shape with --comm-strategy layer, TESSERA_SCALE_STORE=1 the amazon
+#               the amazon shape with --comm-strategy layer and with --deal (docs/multi-gpu.md,
+#               "Dealt grids"), TESSERA_SCALE_STORE=1 the amazon
 #               shape from an HDF5 store generated on the node (stored order dealt to the ranks
 #               and, for comparison, cut in contiguous ranges: TESSERA_SCALE_STORE_READ; on the
 #               GPU counts in TESSERA_SCALE_STORE_NPS, default all),
@@ -523,8 +524,13 @@ if has scale; then  # issue 36: strong scaling over 1, 2, 4, ... GPUs of the nod
         --comm-overlap on
     fi
     if [ -n "${TESSERA_SCALE_LAYER_AMAZON:-}" ] && [ $p -gt 1 ]; then
+      # Each rank's grid block generated on its GPU (the same ids as above): the grid's cuts
+      # balanced by expected nonzeros, and the cut mode's rows dealt round-robin (--deal,
+      # with which auto charges the grid nothing: it should choose layer here).
       sbench scale-amazon-cp-r32-layer-np$p $mp "$T" bench cp --generate $amz --nnz 1.74e9 \
         --dist powerlaw --rank 32 --backend cuda --precision float --iters 5 --comm-strategy layer
+      sbench scale-amazon-cp-r32-deal-np$p $mp "$T" bench cp --generate $amz --nnz 1.74e9 \
+        --dist powerlaw --rank 32 --backend cuda --precision float --iters 5 --deal
     fi
     if [ -n "${TESSERA_SCALE_STORE:-}" ] && [[ " ${TESSERA_SCALE_STORE_NPS:-$p} " == *" $p "* ]]; then
       # The amazon shape from an HDF5 store (generated on the node once, kept in the scratch

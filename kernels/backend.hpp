@@ -18,11 +18,8 @@
 #include "linalg/dense.hpp"
 #include "linalg/row_update.hpp"
 #include "tensor/sparse_tensor.hpp"
+#include "tensor/synthetic.hpp"
 #include "util/memory_space.hpp"
-
-namespace tessera::synthetic {
-struct Spec;  // tensor/synthetic.hpp
-}  // namespace tessera::synthetic
 
 namespace tessera::kernels {
 
@@ -244,7 +241,16 @@ class Backend {
   /// 1..kMaxOrder, a dimension outside 1..2^32, rank < 1) or an id range past 2^64.
   /// The default builds the COO on the host (OpenMP) and calls prepare(); the cuda
   /// backend generates it on the device.
+  std::unique_ptr<TensorHandle<T>> prepare_synthetic(const synthetic::Spec& spec,
+                                                     std::uint64_t first_id, std::uint64_t count) {
+    return prepare_synthetic(spec, synthetic::whole_window(spec), first_id, count);
+  }
+  /// As above, keeping only the ids of [first_id, first_id + count) whose nonzeros lie in
+  /// window `w` (tensor/synthetic.hpp: the block of one rank of a grid partition, coordinates
+  /// shifted to it, dims w.hi - w.lo), in id order. Throws InputError where check_synthetic
+  /// does.
   virtual std::unique_ptr<TensorHandle<T>> prepare_synthetic(const synthetic::Spec& spec,
+                                                             const synthetic::Window& w,
                                                              std::uint64_t first_id,
                                                              std::uint64_t count);
 
@@ -266,12 +272,22 @@ class Backend {
 
 /// Throws InputError unless prepare_synthetic(spec, first_id, count) is valid (see there).
 void check_synthetic(const synthetic::Spec& spec, std::uint64_t first_id, std::uint64_t count);
+/// The same, and that window `w` lies inside spec.dims (lo <= hi <= dims in every mode).
+void check_synthetic(const synthetic::Spec& spec, const synthetic::Window& w,
+                     std::uint64_t first_id, std::uint64_t count);
+/// Whether `w` is the whole tensor (no relabelling, lo 0, hi dims): every id is kept.
+bool is_whole(const synthetic::Spec& spec, const synthetic::Window& w);
 
 /// The host COO of prepare_synthetic(spec, first_id, count) (OpenMP, OpenMP's default
 /// thread count): nonzero k is id first_id + k. Calls check_synthetic.
 template <typename T>
 SparseTensor<T> make_synthetic_tensor(const synthetic::Spec& spec, std::uint64_t first_id,
                                       std::uint64_t count);
+/// The host COO of prepare_synthetic(spec, w, first_id, count): the ids of the range in
+/// window `w`, in id order (two passes over the range: counts per thread, then the entries).
+template <typename T>
+SparseTensor<T> make_synthetic_tensor(const synthetic::Spec& spec, const synthetic::Window& w,
+                                      std::uint64_t first_id, std::uint64_t count);
 
 /// Creates a backend. Throws Error "built without CUDA" for cuda in a CPU-only build.
 /// `threads` limits OpenMP threads for the cpu backend (0 = OpenMP's default); `tuning`

@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "partition/detail.hpp"
-#include "partition/relabel.hpp"
+#include "util/relabel.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -514,9 +514,18 @@ int Distribution::layer_rank(int mode) const {
   return r;
 }
 
+Relabel Distribution::relabelling(int mode) const {
+  const std::uint64_t n = dims[static_cast<size_t>(mode)];
+  if (deal) {
+    const int parts = grid.empty() ? 1 : grid[static_cast<size_t>(mode)];
+    return parts > 1 ? Relabel::cyclic(static_cast<std::uint64_t>(parts), n) : Relabel();
+  }
+  return relabel_seed != 0 ? Relabel(relabel_seed, mode, n) : Relabel();
+}
+
 std::uint64_t Distribution::original_index(int mode, std::uint64_t i) const {
-  if (relabel_seed == 0) return i;
-  return Relabel(relabel_seed, mode, dims[static_cast<size_t>(mode)]).inverse(i);
+  if (relabel_seed == 0 && !deal) return i;
+  return relabelling(mode).inverse(i);
 }
 
 std::pair<uint64_t, uint64_t> Distribution::owned_rows(int mode) const {
@@ -539,14 +548,20 @@ std::string Distribution::describe() const {
      << std::setprecision(1) << mean << ", max " << max_block_nnz << " (imbalance "
      << std::setprecision(3) << imbalance << "), " << global_nnz << " in all\n";
   os << "  duplicates summed: " << duplicates << "\n";
-  os << "  factor rows touched: " << touched_rows;
+  if (deal) os << "  indices of the cut modes dealt round-robin over their chunks (--deal)\n";
+  if (relabel_seed != 0) os << "  indices relabelled by a random bijection (--relabel)\n";
+  if (touched_rows_per_mode.empty() && global_nnz > 0) {
+    os << "  factor rows touched: not counted (the blocks were generated in place)\n";
+  } else {
+    os << "  factor rows touched: " << touched_rows;
+  }
   if (!touched_rows_per_mode.empty()) {
     os << " (";
     for (size_t n = 0; n < touched_rows_per_mode.size(); ++n)
       os << (n ? ", " : "") << "mode " << n << ": " << touched_rows_per_mode[n];
     os << ")";
   }
-  os << "\n";
+  if (!touched_rows_per_mode.empty() || global_nnz == 0) os << "\n";
   if (scheme == Scheme::grid) {
     os << "  chunk lengths:";
     for (size_t n = 0; n < bounds.size(); ++n) {
@@ -705,9 +720,28 @@ template nnz_t sort_and_merge<double>(SparseTensor<double>&);
 
 // ---- distribute ---------------------------------------------------------------------------
 
+namespace {
+template <typename T>
+Distributed<T> distribute_impl(SparseTensor<T>&& local, Scheme scheme, std::vector<int> grid,
+                               const comm::Communicator& c, bool deal);
+}  // namespace
+
 template <typename T>
 Distributed<T> distribute(SparseTensor<T>&& local, Scheme scheme, std::vector<int> grid,
                           const comm::Communicator& c) {
+  return distribute_impl(std::move(local), scheme, std::move(grid), c, false);
+}
+
+template <typename T>
+Distributed<T> distribute_dealt(SparseTensor<T>&& local, std::vector<int> grid,
+                                const comm::Communicator& c) {
+  return distribute_impl(std::move(local), Scheme::grid, std::move(grid), c, true);
+}
+
+namespace {
+template <typename T>
+Distributed<T> distribute_impl(SparseTensor<T>&& local, Scheme scheme, std::vector<int> grid,
+                               const comm::Communicator& c, bool deal) {
   TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
                   "partition::distribute needs a host (MPI) communicator");
   const int P = c.size();
@@ -733,11 +767,24 @@ Distributed<T> distribute(SparseTensor<T>&& local, Scheme scheme, std::vector<in
       check_grid(grid, local.dims, P);
     d.grid = grid;
     d.coords = d.coords_of(me);
+    d.deal = deal;
     d.bounds.resize(static_cast<size_t>(N));
-    for (int m = 0; m < N; ++m)
+    for (int m = 0; m < N; ++m) {
+      if (deal) {  // each cut mode's indices dealt round-robin, a chunk per residue class
+        const Relabel rl = d.relabelling(m);
+        auto& idx = local.idx[static_cast<size_t>(m)];
+#pragma omp parallel for schedule(static)
+        for (std::int64_t k = 0; k < static_cast<std::int64_t>(idx.size()); ++k)
+          idx[static_cast<size_t>(k)] =
+              static_cast<index_t>(rl.forward(idx[static_cast<size_t>(k)]));
+        d.bounds[static_cast<size_t>(m)] =
+            dealt_bounds(grid[static_cast<size_t>(m)], local.dims[static_cast<size_t>(m)]);
+        continue;
+      }
       d.bounds[static_cast<size_t>(m)] = detail::balanced_cuts(
           local.idx[static_cast<size_t>(m)].data(), local.vals.size(),
           local.dims[static_cast<size_t>(m)], grid[static_cast<size_t>(m)], c);
+    }
     std::vector<std::int64_t> counts(static_cast<size_t>(P), 0);
     const std::vector<std::int32_t> dest = grid_destinations(local, d, counts);
     out.block = exchange(local, &dest, counts, c);
@@ -776,6 +823,89 @@ Distributed<T> distribute(SparseTensor<T>&& local, Scheme scheme, std::vector<in
       std::accumulate(d.touched_rows_per_mode.begin(), d.touched_rows_per_mode.end(), uint64_t(0));
   return out;
 }
+}  // namespace
+
+std::vector<std::uint64_t> dealt_bounds(int parts, std::uint64_t n) {
+  const auto p = static_cast<std::uint64_t>(std::max(parts, 1));
+  const std::uint64_t q = n / p, r = n % p;
+  std::vector<std::uint64_t> b(static_cast<size_t>(p) + 1);
+  for (std::uint64_t c = 0; c <= p; ++c) b[static_cast<size_t>(c)] = c * q + std::min(c, r);
+  return b;
+}
+
+Distribution synthetic_distribution(const synthetic::Spec& spec, nnz_t nnz, std::vector<int> grid,
+                                    int rank, int nranks, std::uint64_t relabel_seed, bool deal) {
+  TESSERA_INPUT_CHECK(!(deal && relabel_seed != 0),
+                      "--deal and --relabel are two relabellings: give one");
+  const int N = spec.order;
+  Distribution d;
+  d.scheme = Scheme::grid;
+  d.nranks = nranks;
+  d.rank = rank;
+  d.dims.assign(spec.dims, spec.dims + N);
+  if (grid.empty())
+    grid = choose_grid(d.dims, nranks);
+  else
+    check_grid(grid, d.dims, nranks);
+  d.grid = grid;
+  d.coords = d.coords_of(rank);
+  d.relabel_seed = relabel_seed;
+  d.deal = deal;
+  d.global_nnz = nnz;
+  d.bounds.resize(static_cast<size_t>(N));
+  for (int m = 0; m < N; ++m) {
+    const std::uint64_t I = d.dims[static_cast<size_t>(m)];
+    const int parts = grid[static_cast<size_t>(m)];
+    auto& b = d.bounds[static_cast<size_t>(m)];
+    if (deal || parts == 1) {  // dealt: each chunk is one residue class, in order
+      b = dealt_bounds(parts, I);
+      continue;
+    }
+    // The expected mass of each label, then cut k at the label x whose prefix P(x) is
+    // closest to k / parts (ties to the lower x), as balanced_cuts does on counts.
+    b.assign(static_cast<size_t>(parts) + 1, 0);
+    b.back() = I;
+    std::vector<double> mass(static_cast<size_t>(I));
+    const Relabel rl = d.relabelling(m);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t j = 0; j < static_cast<std::int64_t>(I); ++j)
+      mass[static_cast<size_t>(j)] =
+          synthetic::index_mass(spec, m, rl.inverse(static_cast<std::uint64_t>(j)));
+    double total = 0;
+    for (double v : mass) total += v;
+    double prefix = 0;  // P(x): the mass of labels < x
+    std::uint64_t x = 0;
+    for (int k = 1; k < parts; ++k) {
+      const double target = total * k / parts;
+      while (x < I && prefix + mass[static_cast<size_t>(x)] <= target) prefix += mass[x++];
+      // prefix <= target < prefix + mass[x]: x or x + 1, whichever prefix is closer.
+      std::uint64_t cut = x;
+      if (x < I && (prefix + mass[static_cast<size_t>(x)]) - target < target - prefix) cut = x + 1;
+      b[static_cast<size_t>(k)] = cut;
+    }
+    // Every chunk non-empty when the mode has that many labels.
+    if (I < static_cast<std::uint64_t>(parts)) continue;
+    for (int k = 1; k < parts; ++k)
+      b[static_cast<size_t>(k)] =
+          std::max(b[static_cast<size_t>(k)], b[static_cast<size_t>(k) - 1] + 1);
+    for (int k = parts - 1; k >= 1; --k)
+      b[static_cast<size_t>(k)] =
+          std::min(b[static_cast<size_t>(k)], b[static_cast<size_t>(k) + 1] - 1);
+  }
+  return d;
+}
+
+synthetic::Window window_of(const synthetic::Spec& spec, const Distribution& d) {
+  synthetic::Window w;
+  w.relabelled = d.relabel_seed != 0 || d.deal;
+  for (int m = 0; m < spec.order; ++m) {
+    const auto [lo, hi] = d.chunk(m);
+    w.lo[m] = lo;
+    w.hi[m] = hi;
+    w.relabel[m] = d.relabelling(m);
+  }
+  return w;
+}
 
 template <typename T>
 Distributed<T> distribute_relabelled(SparseTensor<T>&& local, Scheme scheme, std::vector<int> grid,
@@ -798,6 +928,10 @@ Distributed<T> distribute_relabelled(SparseTensor<T>&& local, Scheme scheme, std
   return out;
 }
 
+template Distributed<float> distribute_dealt<float>(SparseTensor<float>&&, std::vector<int>,
+                                                    const comm::Communicator&);
+template Distributed<double> distribute_dealt<double>(SparseTensor<double>&&, std::vector<int>,
+                                                      const comm::Communicator&);
 template Distributed<float> distribute<float>(SparseTensor<float>&&, Scheme, std::vector<int>,
                                               const comm::Communicator&);
 template Distributed<double> distribute<double>(SparseTensor<double>&&, Scheme, std::vector<int>,

@@ -51,6 +51,10 @@ struct BenchInput {
   /// first_id + count) (bench mttkrp recomputes sampled rows from them in double).
   std::optional<synthetic::Spec> spec;
   std::uint64_t first_id = 0, count = 0;
+  /// bench cp --comm-strategy layer on a tensor generated on the backend: the grid partition
+  /// (partition::synthetic_distribution) whose block of this rank X holds, shifted to its
+  /// chunks (partition::window_of); first_id 0 and count the whole tensor's ids.
+  std::optional<partition::Distribution> grid;
 };
 
 /// Collective: the input of the benchmark (input.cpp): read and distributed, or generated

@@ -54,7 +54,7 @@ void resolve_bench_strategy(BenchArgs& a, const comm::MpiCommunicator& world) {
         f = plan::facts_of_file(a.load.path, world);
       }
       algo::resolve_comm_strategy("auto", f, world.size(), a.rank,
-                                  a.run.precision == "float" ? 4 : 8, &c);
+                                  a.run.precision == "float" ? 4 : 8, &c, 0, a.load.deal);
     });
   }
   a.run.strategy = algo::to_string(c.strategy);
@@ -143,7 +143,10 @@ void reject_unused_bench_options(const CLI::App& bench, const BenchArgs& a) {
                                  {"--l2", {"cp"}},
                                  {"--inner-sweeps", {"cp"}},
                                  {"--observed-only", {"cp"}},
-                                 {"--holdout", {"cp"}}};
+                                 {"--holdout", {"cp"}},
+                                 {"--grid", {"cp"}},
+                                 {"--relabel", {"cp"}},
+                                 {"--deal", {"cp"}}};
   for (const CLI::Option* o : bench.get_options()) {
     if (o->count() == 0 || o == bench.get_help_ptr()) continue;
     const std::string name = o->get_name();
@@ -231,6 +234,15 @@ void add_bench(CLI::App& app, Runner& run) {
   sub->add_option("--tc-seed", a->tc_seed, "--tc-sweep: seed of the generated blocky tensors")
       ->group(sweep)
       ->capture_default_str();
+  sub->add_option("--grid", a->load.grid,
+                  "bench cp --comm-strategy layer: the rank grid, e.g. 2x1x1 (default: chosen "
+                  "as tessera cp chooses it)");
+  sub->add_flag("--relabel", a->load.relabel,
+                "bench cp --comm-strategy layer: relabel the indices by a random bijection "
+                "before the grid cuts them (balances skewed modes; results are unchanged)");
+  sub->add_flag("--deal", a->load.deal,
+                "bench cp --comm-strategy layer: deal the rows of each cut mode round-robin "
+                "over its chunks, as tessera cp --deal");
   add_cp_value_options(sub, a->cp, CpRows::bench);
   add_cp_constraint_flags(sub, a->con);
   add_compute_options(sub, a->run, a->load, kStrategyOption | kBudgetOptions);

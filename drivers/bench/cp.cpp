@@ -158,16 +158,17 @@ void bench_cp(Context<T>& c) {
   apply_cp_constraints(a.con, N, o, c.world);
   if (o.solver == algo::Solver::apr) return bench_cp_apr(c, o);
   if (o.solver == algo::Solver::gcp) return bench_cp_gcp(c, o);
-  // A generated tensor (allreduce) runs on its backend handle; otherwise cp_als
-  // prepares the distributed block.
+  // A generated tensor runs on its backend handle (the layer strategy's: this rank's grid
+  // block); otherwise cp_als prepares the distributed block.
   if (in.X)
     log::info(
         "fit of the generated tensor: ||X||^2 sums the squares of the stored entries, so it "
         "is approximate where coordinates repeat (often with --dist powerlaw): the MTTKRP "
         "sums repeats, ||X|| does not merge them");
   auto& be = *c.cx.backend;
-  auto res = in.X ? algo::cp_als<T>(*in.X, in.dims, in.global_nnz, be, c.world, *c.cx.data, o)
-                  : algo::cp_als<T>(*in.d, be, c.world, *c.cx.data, o);
+  auto res = in.X && in.grid ? algo::cp_als<T>(*in.X, *in.grid, be, c.world, *c.cx.data, o)
+             : in.X ? algo::cp_als<T>(*in.X, in.dims, in.global_nnz, be, c.world, *c.cx.data, o)
+                    : algo::cp_als<T>(*in.d, be, c.world, *c.cx.data, o);
   using H = algo::CpIteration;
   const auto m = iteration_means(res.history, {&H::seconds, &H::kernel, &H::comm, &H::solve});
   const double it_s = m[0], k = m[1], cm = m[2], s = m[3];

@@ -25,13 +25,14 @@ bool cp_not_als(const BenchArgs& a) {
 }
 
 /// True when --generate makes the tensor on the host (algo::generate) rather than on the
-/// backend: bench cp with the layer strategy, with --observed-only or --holdout (cp_als
-/// takes the distributed block), or with --generate-on host.
+/// backend: bench cp with --observed-only or --holdout (cp_als takes the distributed block),
+/// or with --generate-on host. The layer strategy generates each rank's grid block on the
+/// backend (partition::synthetic_distribution, Backend::prepare_synthetic with a window).
 bool generates_on_host(const BenchArgs& a) {
   if (!a.load.path.empty()) return false;
   if (a.generate_on == "host") return true;
   if (a.what != "cp") return false;
-  return a.cp.observed_only || a.cp.holdout > 0 || a.run.strategy == "layer" || cp_not_als(a);
+  return a.cp.observed_only || a.cp.holdout > 0 || cp_not_als(a);
 }
 
 /// The plan of the cuda backend's own streamed format (prepare_streamed in
@@ -122,6 +123,13 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
       a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 || cp_not_als(a));
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(
+        scheme == partition::Scheme::grid ||
+            (a.load.grid.empty() && !a.load.relabel && !a.load.deal),
+        "--grid, --relabel and --deal apply to bench cp --comm-strategy layer (the allreduce "
+        "strategy does not cut the modes)");
+    TESSERA_INPUT_CHECK(!(a.load.deal && a.load.relabel),
+                        "--deal and --relabel are two relabellings: give one");
+    TESSERA_INPUT_CHECK(
         !(needs_block && a.generate_on == "backend"),
         "--generate-on backend: --observed-only, --holdout, --loss other than gaussian and "
         "--solver gcp need the tensor "
@@ -152,6 +160,41 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
     spec.rank = 4;
     spec.seed = 1;
     const auto nnz = static_cast<std::uint64_t>(a.gen_nnz);
+    in.dims = dims;
+    in.global_nnz = static_cast<std::int64_t>(nnz);
+    in.spec = spec;
+    if (scheme == partition::Scheme::grid) {
+      // The layer strategy: every rank runs over all ids and keeps its grid block's.
+      partition::Distribution d;
+      comm::run_collectively(world, [&] {
+        const auto grid = a.load.grid.empty()
+                              ? std::vector<int>{}
+                              : partition::parse_grid(a.load.grid, spec.order, world.size());
+        d = partition::synthetic_distribution(
+            spec, static_cast<nnz_t>(nnz), grid, world.rank(), world.size(),
+            a.load.relabel ? partition::kRelabelSeed : 0, a.load.deal);
+      });
+      Timer t;
+      in.X = be.prepare_synthetic(spec, partition::window_of(spec, d), 0, nnz);
+      be.synchronize();
+      in.prepare_seconds = t.seconds();
+      const nnz_t mine = in.X->nnz();
+      std::int64_t mm[2] = {mine, -mine};
+      world.allreduce(mm, 2, comm::ReduceOp::max);
+      d.max_block_nnz = mm[0];
+      d.min_block_nnz = -mm[1];
+      d.imbalance = nnz == 0 ? 1.0
+                             : static_cast<double>(d.max_block_nnz) /
+                                   (static_cast<double>(nnz) / world.size());
+      log::info("generated " + format_dims(dims) + " with " + std::to_string(nnz) + " nonzeros (" +
+                a.dist + " indices, repeats not merged) on the backend in " +
+                std::to_string(in.prepare_seconds) + " s, this rank's grid block only (" +
+                std::to_string(mine) + " nonzeros)");
+      log::info(d.describe());
+      in.count = nnz;
+      in.grid = std::move(d);
+      return in;
+    }
     const auto P = static_cast<unsigned __int128>(world.size());
     const auto r = static_cast<unsigned __int128>(world.rank());
     const auto lo = static_cast<std::uint64_t>(nnz * r / P);
@@ -160,9 +203,6 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
     in.X = be.prepare_synthetic(spec, lo, hi - lo);
     be.synchronize();
     in.prepare_seconds = t.seconds();
-    in.dims = dims;
-    in.global_nnz = static_cast<std::int64_t>(nnz);
-    in.spec = spec;
     in.first_id = lo;
     in.count = hi - lo;
     log::info("generated " + format_dims(dims) + " with " + std::to_string(nnz) + " nonzeros (" +
@@ -193,7 +233,15 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
     auto g = algo::generate(o, world, nullptr);
     log::info("generated " + format_dims(o.dims) + " with " + std::to_string(g.dist.global_nnz) +
               " nonzeros (" + a.dist + " indices) in " + std::to_string(t.seconds()) + " s");
-    d = partition::distribute(g.block.template cast<T>(), scheme, {}, world);
+    std::vector<int> grid;
+    comm::run_collectively(world, [&] {
+      if (!a.load.grid.empty())
+        grid = partition::parse_grid(a.load.grid, static_cast<int>(o.dims.size()), world.size());
+    });
+    d = a.load.relabel ? partition::distribute_relabelled(g.block.template cast<T>(), scheme, grid,
+                                                          world, partition::kRelabelSeed)
+        : a.load.deal  ? partition::distribute_dealt(g.block.template cast<T>(), grid, world)
+                       : partition::distribute(g.block.template cast<T>(), scheme, grid, world);
   }
   in.dims = d.dist.dims;
   in.global_nnz = static_cast<std::int64_t>(d.dist.global_nnz);

@@ -178,12 +178,26 @@ TEST_F(Driver, BenchCpGenerateOnBackend) {
   EXPECT_EQ(j["tensor"]["nnz"].get<std::int64_t>(), 5000);
   EXPECT_TRUE(j["tensor"]["generated_on_backend"].get<bool>());
   EXPECT_GT(j["fit"].get<double>(), 0.0);
-  // The layer strategy keeps the host generator (it needs a grid partition).
+  // The layer strategy generates each rank's grid block on the backend (its window of the
+  // same ids): the same tensor, so the same fit as the allreduce run, relabelled or not.
+  const double fit = j["fit"].get<double>();
+  for (const char* extra : {"", " --relabel --grid 1x2x1", " --deal"}) {
+    r = run(mpirun(2) +
+            " bench cp --generate 60x50x40 --nnz 5000 --rank 4 --iters 3 --backend cpu "
+            "--comm-strategy layer --json " +
+            js + " --force" + extra);
+    ASSERT_EQ(r.code, 0) << extra << "\n" << r.out;
+    EXPECT_NE(r.out.find("this rank's grid block only"), std::string::npos) << r.out;
+    std::ifstream g(js);
+    auto k = nlohmann::json::parse(g);
+    EXPECT_NEAR(k["fit"].get<double>(), fit, 1e-9) << extra;
+  }
+  // --grid and --relabel cut modes: the allreduce strategy refuses them.
   r = run(mpirun(2) +
           " bench cp --generate 60x50x40 --nnz 5000 --rank 4 --iters 3 --backend cpu "
-          "--comm-strategy layer --dist powerlaw");
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("generating on the host"), std::string::npos) << r.out;
+          "--relabel");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("--comm-strategy layer"), std::string::npos) << r.out;
 }
 
 TEST_F(Driver, BadOptionsAreRejected) {

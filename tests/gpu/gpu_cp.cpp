@@ -12,6 +12,8 @@
 #include "algo/cp_als.hpp"
 #include "algo/generate.hpp"
 #include "gpu_test_util.hpp"
+#include "partition/partition.hpp"
+#include "tensor/synthetic.hpp"
 
 namespace tessera {
 namespace {
@@ -275,6 +277,50 @@ TEST_F(GpuCp, DeviceLoopSingularNormalEquations) {
   auto r = algo::cp_als<double>(d, *gpu, *world_, *nccl_, opt);
   if (world_->size() == 1) {
     EXPECT_EQ(r.solve_fallbacks, 2);  // mode 2, once per iteration
+  }
+}
+
+// The layer strategy on grid blocks generated on each rank's GPU (bench cp --generate
+// --comm-strategy layer: partition::synthetic_distribution, Backend::prepare_synthetic with
+// the rank's window), relabelled or not: the device loop against the cpu backend on the same
+// windows, and against the allreduce strategy on the same ids.
+TEST_F(GpuCp, LayerOnGeneratedGridBlocks) {
+  synthetic::Spec spec;
+  spec.order = 3;
+  spec.dims[0] = 3000;
+  spec.dims[1] = 200;
+  spec.dims[2] = 400;
+  spec.powerlaw = true;
+  spec.alpha = 1.0;
+  spec.rank = 4;
+  spec.seed = 2;
+  const std::uint64_t nnz = 60000;
+  auto opt = cp_test_options(CommStrategy::layer);
+  opt.approximate_fit = true;  // generated: repeats kept
+  opt.device_loop = true;
+  auto gpu = kernels::make_backend<double>(kernels::BackendKind::cuda);
+  auto cpu = kernels::make_backend<double>(kernels::BackendKind::cpu, 1);
+  const int P = world_->size(), me = world_->rank();
+  auto ao = opt;
+  ao.strategy = CommStrategy::allreduce;
+  auto Xa = gpu->prepare_synthetic(spec, nnz * me / P, nnz * (me + 1) / P - nnz * me / P);
+  const auto ra = algo::cp_als<double>(*Xa, {3000, 200, 400}, nnz, *gpu, *world_, *nccl_, ao);
+  for (int kind : {0, 1, 2}) {
+    SCOPED_TRACE(kind == 1 ? "relabelled" : kind == 2 ? "dealt" : "plain");
+    const auto d = partition::synthetic_distribution(
+        spec, nnz, {}, me, P, kind == 1 ? partition::kRelabelSeed : 0, kind == 2);
+    const auto w = partition::window_of(spec, d);
+    auto Xg = gpu->prepare_synthetic(spec, w, 0, nnz);
+    auto Xc = cpu->prepare_synthetic(spec, w, 0, nnz);
+    ASSERT_EQ(Xg->nnz(), Xc->nnz());
+    const auto rg = algo::cp_als<double>(*Xg, d, *gpu, *world_, *nccl_, opt);
+    const auto rc = algo::cp_als<double>(*Xc, d, *cpu, *world_, *world_, opt);
+    if (P > 1) {
+      EXPECT_EQ(rg.iteration_engine.rfind("cuda graph on " + std::to_string(P) + " ranks", 0), 0u)
+          << rg.iteration_engine;
+    }
+    expect_same_cp(rg, rc, 1e-9);
+    expect_same_cp(rg, ra, 1e-9);
   }
 }
 

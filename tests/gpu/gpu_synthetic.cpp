@@ -19,6 +19,7 @@
 #include "kernels/backend.hpp"
 #include "tensor/synthetic.hpp"
 #include "util/error.hpp"
+#include "util/relabel.hpp"
 #include "util/rng.hpp"
 
 namespace tessera::kernels {
@@ -145,6 +146,65 @@ TYPED_TEST(GpuSynthetic, Fallbacks) {
     EXPECT_EQ(be->prepare_synthetic(spec, first, count)->tier(), 2);
     this->check(spec, first, count, {32}, N * copy / 4, "generated on the host");
   }
+}
+
+// Windows (one grid rank's block, relabelled or not, coordinates shifted to it): the two
+// device passes (count per block of ids, then write in id order) against the same filter
+// written out here, and against the host path (make_synthetic_tensor with the window) when
+// the budget sends it there. Ranges over several blocks of 8192 ids, and an empty window.
+TYPED_TEST(GpuSynthetic, Windows) {
+  using T = TypeParam;
+  for (bool pl : {false, true})
+    for (bool relabel : {false, true})
+      for (const std::vector<std::uint64_t>& lohi :
+           {std::vector<std::uint64_t>{0, 150, 0, 200, 0, 5000},
+            {150, 300, 50, 200, 0, 5000},
+            {7, 7, 0, 200, 0, 5000}}) {
+        const auto spec = make_spec({300, 200, 5000}, pl);
+        synthetic::Window w;
+        w.relabelled = relabel;
+        for (int n = 0; n < 3; ++n) {
+          w.lo[n] = lohi[static_cast<std::size_t>(2 * n)];
+          w.hi[n] = lohi[static_cast<std::size_t>(2 * n + 1)];
+          if (relabel) w.relabel[n] = Relabel(11, n, spec.dims[n]);
+        }
+        const std::uint64_t first = 333, count = 70001;
+        const std::vector<std::uint64_t> dims{w.hi[0] - w.lo[0], w.hi[1] - w.lo[1], 5000};
+        SparseTensor<T> x(dims);
+        for (std::uint64_t id = first; id < first + count; ++id) {
+          index_t orig[3], local[3];
+          bool in = true;
+          for (int n = 0; n < 3; ++n) {
+            orig[n] = synthetic::coordinate(spec, id, n);
+            const std::uint64_t label =
+                relabel ? Relabel(11, n, spec.dims[n]).forward(orig[n]) : orig[n];
+            in = in && label >= w.lo[n] && label < w.hi[n];
+            local[n] = static_cast<index_t>(label - w.lo[n]);
+          }
+          if (in) x.push_back(local, static_cast<T>(synthetic::model_value(spec, orig)));
+        }
+        const std::string what = std::string(pl ? "power-law" : "uniform") +
+                                 (relabel ? " relabelled" : "") + " window from " +
+                                 std::to_string(w.lo[0]) + "," + std::to_string(w.lo[1]);
+        for (std::size_t budget : {std::size_t(0), 3 * chunk_bytes<T>(3, x.nnz())}) {
+          auto be = make_backend<T>(BackendKind::cuda);
+          if (budget) be->set_memory_budget(budget);
+          auto h = be->prepare_synthetic(spec, w, first, count);
+          const std::string d = h->describe();
+          if (x.nnz() > 0) {
+            EXPECT_TRUE(contains(d, budget ? "generated on the host"
+                                           : "generated (a window) and sorted on the device"))
+                << what << ": " << d;
+          }
+          EXPECT_EQ(h->distinct_rows(), count_distinct(x)) << what;
+          if (x.dims[0] == 0) {  // the empty window: no rows to multiply
+            EXPECT_EQ(h->nnz(), 0) << what;
+            EXPECT_EQ(h->dims(), dims) << what;
+            continue;
+          }
+          this->check_mttkrp(*be, *h, x, 16, 5, what + (budget ? ", host path" : ""));
+        }
+      }
 }
 
 TYPED_TEST(GpuSynthetic, InvalidSpec) {

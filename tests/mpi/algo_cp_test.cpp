@@ -14,6 +14,7 @@
 #include "io/model_io.hpp"
 #include "io/tns.hpp"
 #include "kernels/backend.hpp"
+#include "partition/partition.hpp"
 #include "tensor/synthetic.hpp"
 #include "test_util.hpp"
 
@@ -382,6 +383,63 @@ TEST(CpOnHandle, FloatSameAsHostTensor) {
   const auto a = algo::cp_als<float>(*X, {60, 50, 40}, static_cast<nnz_t>(nnz), *be, w, w, opt);
   const auto b = algo::cp_als<float>(host_block<float>(spec, lo, hi, nnz, w), *be, w, w, opt);
   expect_same_history(a, b, 1e-5, "float");
+}
+
+// The layer strategy on prepared grid blocks (partition::synthetic_distribution, each rank's
+// block generated through its window): the same fit history and model as the allreduce
+// strategy on the handle of the same ids, at every rank count, with the grid chosen or
+// given, relabelled or not (only the rows each rank holds and the reduction order differ).
+TEST(CpOnHandle, LayerOnGridBlocksSameAsAllreduce) {
+  const auto& w = world();
+  const std::uint64_t nnz = 6000;
+  const std::vector<std::uint64_t> dims{60, 50, 40};
+  const auto spec = cp_spec(true);
+  auto be = kernels::make_backend<double>(BackendKind::cpu, 1);
+  const auto opt = handle_opts(5, 6);
+  const auto [lo, hi] = id_range(nnz, w);
+  auto Xall = be->prepare_synthetic(spec, lo, hi - lo);
+  const auto ar = algo::cp_als<double>(*Xall, dims, static_cast<nnz_t>(nnz), *be, w, w, opt);
+  std::vector<std::vector<int>> grids{{}};
+  if (w.size() == 2) grids.push_back({1, 2, 1});
+  if (w.size() == 4) grids.push_back({2, 1, 2});
+  for (const auto& grid : grids)
+    for (int kind : {0, 1, 2}) {  // plain, relabelled, dealt
+      const std::uint64_t seed = kind == 1 ? partition::kRelabelSeed : 0;
+      const std::string what = std::string(grid.empty() ? "chosen grid" : "given grid") +
+                               (kind == 1   ? ", relabelled"
+                                : kind == 2 ? ", dealt"
+                                            : "") +
+                               " on " + std::to_string(w.size()) + " ranks";
+      const auto d = partition::synthetic_distribution(spec, static_cast<nnz_t>(nnz), grid,
+                                                       w.rank(), w.size(), seed, kind == 2);
+      auto X = be->prepare_synthetic(spec, partition::window_of(spec, d), 0, nnz);
+      auto lopt = opt;
+      lopt.strategy = CommStrategy::layer;
+      const auto layer = algo::cp_als<double>(*X, d, *be, w, w, lopt);
+      expect_same_history(layer, ar, 1e-10, what);
+      EXPECT_NEAR(layer.norm_x, ar.norm_x, 1e-12 * ar.norm_x) << what;
+      // Announcing another count, or the allreduce strategy, is refused on every rank.
+      auto bad = d;
+      bad.global_nnz += 1;
+      EXPECT_THROW(algo::cp_als<double>(*X, bad, *be, w, w, lopt), InputError) << what;
+      EXPECT_THROW(algo::cp_als<double>(*X, d, *be, w, w, opt), CollectiveError) << what;
+    }
+  // The host path of --deal (partition::distribute_dealt; repeats merged, so ||X|| and the
+  // fit differ where coordinates repeat): the same factors as the allreduce run.
+  auto dealt =
+      partition::distribute_dealt(kernels::make_synthetic_tensor<double>(spec, lo, hi - lo), {}, w);
+  EXPECT_TRUE(dealt.dist.deal);
+  for (int n = 0; n < 3; ++n) {
+    const auto [c0, c1] = dealt.dist.chunk(n);
+    EXPECT_LE(
+        c1 - c0,
+        (dims[static_cast<std::size_t>(n)] + dealt.dist.grid[static_cast<std::size_t>(n)] - 1) /
+            static_cast<std::uint64_t>(dealt.dist.grid[static_cast<std::size_t>(n)]));
+  }
+  auto lopt = opt;
+  lopt.strategy = CommStrategy::layer;
+  const auto on_dealt = algo::cp_als<double>(dealt, *be, w, w, lopt);
+  EXPECT_LT(model_difference(on_dealt.model, ar.model), 1e-9);
 }
 
 TEST(CpOnHandle, BadCallsAreInputErrorsOnEveryRank) {

@@ -50,6 +50,19 @@ TEST(CommStrategyAuto, AmazonOnNvlinkKeepsAllreduceAlthoughLayerMovesFewerBytes)
   EXPECT_NEAR(c.allreduce_comm_s, 1.07e9 / 300e9, 0.5e-3);  // ring: (P - 1) / P x 2 = 1
 }
 
+TEST(CommStrategyAuto, AmazonOnNvlinkTakesLayerWhenTheGridIsDealt) {
+  // Measured on 2 H200s (session 28): with --deal the grid's slowest MTTKRP was 1.007x the
+  // mean and the iteration 59.3 ms against 62.8 ms with allreduce: nothing charged for it.
+  const CommChoice c = choose_comm_strategy(kAmazon, 1740000000, 2, 32, 4, {}, true);
+  EXPECT_EQ(c.grid, (std::vector<int>{2, 1, 1}));
+  EXPECT_EQ(c.grid_cost_s, 0.0);
+  EXPECT_EQ(c.strategy, CommStrategy::layer);
+  EXPECT_NE(c.why.find("dealt"), std::string::npos) << c.why;
+  // nell-2 stays latency-bound: allreduce even with a dealt grid.
+  EXPECT_EQ(choose_comm_strategy(kNell2, 76900000, 2, 32, 4, {}, true).strategy,
+            CommStrategy::allreduce);
+}
+
 TEST(CommStrategyAuto, AmazonOverASlowLinkTakesLayer) {
   plan::TimeModel slow;
   slow.link_bandwidth = 25e9;  // an inter-node link per GPU

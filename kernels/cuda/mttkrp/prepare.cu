@@ -157,6 +157,65 @@ __global__ void generate_synthetic_coo(const __grid_constant__ synthetic::Spec s
   }
 }
 
+/// A window's ids per thread block (kBlock threads, kWindowSteps ids each): the blocks of
+/// the two passes below cover the same ranges, so pass 2 writes where pass 1 counted.
+constexpr int kWindowSteps = 32;
+constexpr std::int64_t kWindowIdsPerBlock = std::int64_t(kBlock) * kWindowSteps;
+
+/// Pass 1 of a window (Backend::prepare_synthetic with a window): how many of block b's ids
+/// [first + b kWindowIdsPerBlock, ... + kWindowIdsPerBlock) lie in the window, in counts[b].
+__global__ void count_window(const __grid_constant__ synthetic::Spec spec,
+                             const __grid_constant__ synthetic::Window w, std::uint64_t first,
+                             std::int64_t n, std::int64_t* counts) {
+  const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * kWindowIdsPerBlock;
+  std::int64_t kept = 0;
+  for (int t = 0; t < kWindowSteps; ++t) {
+    const std::int64_t k = base + std::int64_t(t) * kBlock + threadIdx.x;
+    index_t c[kMaxOrder];
+    double v = 0;
+    const bool in =
+        k < n && synthetic::in_window(spec, w, first + static_cast<std::uint64_t>(k), c, &v);
+    kept += __syncthreads_count(in);
+  }
+  if (threadIdx.x == 0) counts[blockIdx.x] = kept;
+}
+
+/// Pass 2: block b writes its kept ids, in id order, from offsets[b] (the exclusive prefix
+/// of pass 1's counts) into the COO layout of generate_synthetic_coo (nnz entries).
+template <typename T>
+__global__ void write_window(const __grid_constant__ synthetic::Spec spec,
+                             const __grid_constant__ synthetic::Window w, std::uint64_t first,
+                             std::int64_t n, const std::int64_t* offsets, std::int64_t nnz,
+                             index_t* idx, T* vals) {
+  __shared__ int warp_kept[kBlock / 32];
+  const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * kWindowIdsPerBlock;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  std::int64_t out = offsets[blockIdx.x];
+  const auto un = static_cast<std::size_t>(nnz);
+  for (int t = 0; t < kWindowSteps; ++t) {
+    const std::int64_t k = base + std::int64_t(t) * kBlock + threadIdx.x;
+    index_t c[kMaxOrder];
+    double v = 0;
+    const bool in =
+        k < n && synthetic::in_window(spec, w, first + static_cast<std::uint64_t>(k), c, &v);
+    const unsigned ballot = __ballot_sync(0xffffffffu, in);
+    if (lane == 0) warp_kept[warp] = __popc(ballot);
+    __syncthreads();
+    int before = __popc(ballot & ((1u << lane) - 1u)), step = 0;
+    for (int j = 0; j < kBlock / 32; ++j) {
+      if (j < warp) before += warp_kept[j];
+      step += warp_kept[j];
+    }
+    if (in) {
+      const auto at = static_cast<std::size_t>(out + before);
+      for (int m = 0; m < spec.order; ++m) idx[static_cast<std::size_t>(m) * un + at] = c[m];
+      vals[at] = static_cast<T>(v);
+    }
+    out += step;
+    __syncthreads();  // warp_kept is rewritten by the next step
+  }
+}
+
 template <typename T>
 void prepare_streamed(Context& ctx, const SparseTensor<T>& x, CudaTensorHandle<T>& h,
                       nnz_t chunk_nnz, std::size_t budget) {
@@ -310,12 +369,43 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
 
 template <typename T>
 std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic::Spec& spec,
+                                                   const synthetic::Window& w,
                                                    std::uint64_t first_id, std::uint64_t count,
                                                    std::size_t budget) {
-  check_synthetic(spec, first_id, count);
+  check_synthetic(spec, w, first_id, count);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::uint64_t> dims(spec.dims, spec.dims + spec.order);
-  const auto nnz = static_cast<nnz_t>(count);
+  const bool whole = is_whole(spec, w);
+  std::vector<std::uint64_t> dims(static_cast<std::size_t>(spec.order));
+  for (int m = 0; m < spec.order; ++m) dims[static_cast<std::size_t>(m)] = w.hi[m] - w.lo[m];
+  // A window: pass 1 counts each block's kept ids on the device; their exclusive prefix
+  // (summed on the host, one value per 8192 ids) is where pass 2 writes each block's.
+  const auto n_ids = static_cast<std::int64_t>(count);
+  const std::int64_t blocks = whole ? 0 : (n_ids + kWindowIdsPerBlock - 1) / kWindowIdsPerBlock;
+  DeviceMemory offsets;
+  nnz_t nnz = static_cast<nnz_t>(count);
+  if (!whole && blocks > 0) {
+    TESSERA_EXPECTS(blocks < (std::int64_t(1) << 31),
+                    "synthetic window: " << count << " ids in one call");
+    offsets.reserve(static_cast<std::size_t>(blocks) * sizeof(std::int64_t));
+    auto* d = static_cast<std::int64_t*>(offsets.get());
+    count_window<<<static_cast<unsigned>(blocks), kBlock, 0, ctx.stream>>>(spec, w, first_id, n_ids,
+                                                                           d);
+    TESSERA_CUDA_CHECK_LAUNCH();
+    std::vector<std::int64_t> c(static_cast<std::size_t>(blocks));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(c.data(), d, c.size() * sizeof(std::int64_t),
+                                       cudaMemcpyDeviceToHost, ctx.stream));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    std::int64_t sum = 0;
+    for (auto& v : c) {
+      const std::int64_t k = v;
+      v = sum;
+      sum += k;
+    }
+    nnz = static_cast<nnz_t>(sum);
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(d, c.data(), c.size() * sizeof(std::int64_t),
+                                       cudaMemcpyHostToDevice, ctx.stream));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // c is freed on return
+  }
   auto h =
       std::make_unique<CudaTensorHandle<T>>(dims, nnz, ctx.device, kernel_selection(ctx.tuning));
   if (nnz == 0) return h;
@@ -340,12 +430,24 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
       const auto n = static_cast<std::size_t>(nnz);
       char* c = static_cast<char*>(coo.get());
       const auto n64 = static_cast<std::int64_t>(nnz);
-      generate_synthetic_coo<T><<<grid_for(n64), kBlock, 0, ctx.stream>>>(
-          spec, first_id, n64, reinterpret_cast<index_t*>(c),
-          reinterpret_cast<T*>(c + values_offset(spec.order, n)));
+      if (whole) {
+        generate_synthetic_coo<T><<<grid_for(n64), kBlock, 0, ctx.stream>>>(
+            spec, first_id, n64, reinterpret_cast<index_t*>(c),
+            reinterpret_cast<T*>(c + values_offset(spec.order, n)));
+      } else {
+        write_window<T><<<static_cast<unsigned>(blocks), kBlock, 0, ctx.stream>>>(
+            spec, w, first_id, n_ids, static_cast<const std::int64_t*>(offsets.get()), n64,
+            reinterpret_cast<index_t*>(c), reinterpret_cast<T*>(c + values_offset(spec.order, n)));
+      }
       TESSERA_CUDA_CHECK_LAUNCH();
+      if (!whole) {  // the offsets are freed before the sort, after the write has read them
+        TESSERA_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        offsets = DeviceMemory();
+      }
       if (sort_resident_on_device(ctx, std::move(coo), *h, std::move(plans), peak,
-                                  "generated and sorted on the device", t0)) {
+                                  whole ? "generated and sorted on the device"
+                                        : "generated (a window) and sorted on the device",
+                                  t0)) {
         add_hybrid(ctx, *h, limit);
         return h;
       }
@@ -354,7 +456,8 @@ std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic
   }
   // Fall back: the COO on the host, then prepare_tensor (host sort in tier 1, or tier 2).
   h.reset();
-  auto x = make_synthetic_tensor<T>(spec, first_id, count);
+  offsets = DeviceMemory();
+  auto x = make_synthetic_tensor<T>(spec, w, first_id, count);
   auto out = prepare_tensor(ctx, x, budget);
   static_cast<CudaTensorHandle<T>&>(*out).add_note("generated on the host (" + why.str() + ")");
   return out;
@@ -368,9 +471,11 @@ template std::unique_ptr<TensorHandle<double>> prepare_tensor<double>(Context&,
                                                                       std::size_t);
 template std::unique_ptr<TensorHandle<float>> prepare_synthetic<float>(Context&,
                                                                        const synthetic::Spec&,
+                                                                       const synthetic::Window&,
                                                                        std::uint64_t, std::uint64_t,
                                                                        std::size_t);
 template std::unique_ptr<TensorHandle<double>> prepare_synthetic<double>(
-    Context&, const synthetic::Spec&, std::uint64_t, std::uint64_t, std::size_t);
+    Context&, const synthetic::Spec&, const synthetic::Window&, std::uint64_t, std::uint64_t,
+    std::size_t);
 
 }  // namespace tessera::kernels::cuda

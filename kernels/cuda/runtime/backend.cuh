@@ -120,11 +120,13 @@ class CudaBackend final : public Backend<T> {
     return cuda::prepare_tensor(ctx_, x, this->memory_budget());
   }
 
+  using Backend<T>::prepare_synthetic;
   std::unique_ptr<TensorHandle<T>> prepare_synthetic(const synthetic::Spec& spec,
+                                                     const synthetic::Window& w,
                                                      std::uint64_t first_id,
                                                      std::uint64_t count) override {
     DeviceGuard g(ctx_.device);
-    return cuda::prepare_synthetic<T>(ctx_, spec, first_id, count, this->memory_budget());
+    return cuda::prepare_synthetic<T>(ctx_, spec, w, first_id, count, this->memory_budget());
   }
 
   /// The device, stream, handles and scratch every operation runs on.

@@ -34,8 +34,11 @@ std::unique_ptr<TensorHandle<T>> prepare_tensor(Context& ctx, const SparseTensor
 /// the tier-1 copies from it there. When tier 1 or the device sort's peak does not fit
 /// (or an allocation fails), builds the COO on the host (make_synthetic_tensor) and calls
 /// prepare_tensor; describe() then says so.
+/// With a window (tensor/synthetic.hpp) that is not the whole tensor, a first pass counts
+/// the kept ids per block of 8192 on the device and a second writes them, in id order.
 template <typename T>
 std::unique_ptr<TensorHandle<T>> prepare_synthetic(Context& ctx, const synthetic::Spec& spec,
+                                                   const synthetic::Window& w,
                                                    std::uint64_t first_id, std::uint64_t count,
                                                    std::size_t budget);
 template <typename T>

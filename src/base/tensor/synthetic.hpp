@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "tensor/sparse_tensor.hpp"
+#include "util/relabel.hpp"
 #include "util/rng.hpp"
 
 namespace tessera::synthetic {
@@ -73,6 +74,61 @@ TESSERA_HD inline double model_value(const Spec& s, const index_t* c) {
     v += p;
   }
   return v;
+}
+
+/// P(draw_index(s, mode, h) = i) for h uniform: the mass the law above puts on index i,
+/// from its CDF in y (the draw's x - 1): uniform y / I; power law log1p(y) / ln(I + 1) for
+/// alpha = 1, else expm1(b log1p(y)) / expm1(b ln(I + 1)) with b = 1 - alpha; index i takes
+/// y in [i, i + 1) (the last index also the clamped rest). Host only; used to cut a mode
+/// into chunks of equal expected nonzeros (partition::synthetic_distribution).
+inline double index_mass(const Spec& s, int mode, std::uint64_t i) {
+  const std::uint64_t I = s.dims[mode];
+  if (i >= I) return 0;
+  if (!s.powerlaw) return 1.0 / static_cast<double>(I);
+  const double log_top = std::log1p(static_cast<double>(I));
+  const double b = 1.0 - s.alpha;
+  const bool one = b > -1e-9 && b < 1e-9;
+  auto cdf = [&](double y) {
+    return one ? std::log1p(y) / log_top : std::expm1(b * std::log1p(y)) / std::expm1(b * log_top);
+  };
+  const double hi = i + 1 >= I ? 1.0 : cdf(static_cast<double>(i + 1));
+  return hi - cdf(static_cast<double>(i));
+}
+
+/// A window of a synthetic tensor: the nonzeros whose labels lie in [lo[n], hi[n]) in every
+/// mode n, stored with coordinates label - lo[n] in a tensor of dims hi[n] - lo[n]. A label
+/// is the coordinate itself, or its image under relabel[n] (util/relabel.hpp) when
+/// `relabelled`. It is the block one rank of a grid partition holds (partition.hpp), as the
+/// layer strategy's kernels see it, generated without the rest of the tensor; values are
+/// the model's at the original coordinates, so a window holds the same entries as the grid
+/// partition of the whole generated tensor (repeats not merged).
+struct Window {
+  bool relabelled = false;
+  Relabel relabel[kMaxOrder];
+  std::uint64_t lo[kMaxOrder] = {};
+  std::uint64_t hi[kMaxOrder] = {};
+};
+
+/// The whole tensor as a window: no relabelling, lo 0, hi dims.
+inline Window whole_window(const Spec& s) {
+  Window w;
+  for (int n = 0; n < s.order; ++n) w.hi[n] = s.dims[n];
+  return w;
+}
+
+/// Whether nonzero `id` lies in window `w`; when it does, its shifted labels are written to
+/// `local` and its value (the model's at the original coordinates) to `*value`.
+TESSERA_HD inline bool in_window(const Spec& s, const Window& w, std::uint64_t id, index_t* local,
+                                 double* value) {
+  index_t c[kMaxOrder];
+  for (int n = 0; n < s.order; ++n) {
+    c[n] = coordinate(s, id, n);
+    const std::uint64_t label = w.relabelled ? w.relabel[n].forward(c[n]) : c[n];
+    if (label < w.lo[n] || label >= w.hi[n]) return false;
+    local[n] = static_cast<index_t>(label - w.lo[n]);
+  }
+  *value = model_value(s, c);
+  return true;
 }
 
 }  // namespace tessera::synthetic

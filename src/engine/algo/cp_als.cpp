@@ -169,6 +169,45 @@ CpResult cp_als(const kernels::TensorHandle<T>& X, const std::vector<std::uint64
   return run_als(X, dist, lay, be, ctrl, data, opt, setup_timer);
 }
 
+template <typename T>
+CpResult cp_als(const kernels::TensorHandle<T>& X, const partition::Distribution& dist,
+                kernels::Backend<T>& be, const comm::Communicator& ctrl,
+                const comm::Communicator& data, const CpOptions& opt) {
+  check_cp_inputs(be, ctrl, data, opt);
+  TESSERA_INPUT_CHECK(!opt.observed_only && opt.holdout == 0,
+                      opt.tensor_name << ": --observed-only and --holdout need the tensor "
+                                         "distributed in memory, not a prepared grid block");
+  if (opt.strategy != CommStrategy::layer || dist.scheme != partition::Scheme::grid)
+    throw CollectiveError(  // the same options on every rank: agreed
+        "CP-ALS on prepared grid blocks runs the layer strategy on a grid distribution");
+  const int N = dist.order();
+  Timer setup_timer;
+  // Each rank's handle must be its block as the layer strategy's kernels see it: shifted to
+  // its chunks. Checked on every rank together, so a mismatch throws everywhere.
+  std::int32_t bad = X.order() != N ? 1 : 0;
+  for (int n = 0; bad == 0 && n < N; ++n) {
+    const auto [c0, c1] = dist.chunk(n);
+    if (X.dims()[static_cast<std::size_t>(n)] != c1 - c0) bad = 1;
+  }
+  std::int32_t bad_any = bad;
+  ctrl.allreduce(&bad_any, 1, comm::ReduceOp::max);
+  TESSERA_INPUT_CHECK(bad_any == 0, "cp_als: a prepared grid block's dims differ from its chunks "
+                                        << (bad ? "on this rank" : "on another rank"));
+  const nnz_t total = ctrl.allreduce_value(static_cast<std::int64_t>(X.nnz()));
+  TESSERA_INPUT_CHECK(total == dist.global_nnz, "cp_als: the grid blocks hold "
+                                                    << total << " nonzeros over all ranks, but "
+                                                    << dist.global_nnz << " were announced");
+  auto lay = make_layouts(dist, true, data, opt.nodes, opt.hierarchy);
+  return run_als(X, dist, lay, be, ctrl, data, opt, setup_timer);
+}
+
+template CpResult cp_als<float>(const kernels::TensorHandle<float>&, const partition::Distribution&,
+                                kernels::Backend<float>&, const comm::Communicator&,
+                                const comm::Communicator&, const CpOptions&);
+template CpResult cp_als<double>(const kernels::TensorHandle<double>&,
+                                 const partition::Distribution&, kernels::Backend<double>&,
+                                 const comm::Communicator&, const comm::Communicator&,
+                                 const CpOptions&);
 template CpResult cp_als<float>(const partition::Distributed<float>&, kernels::Backend<float>&,
                                 const comm::Communicator&, const comm::Communicator&,
                                 const CpOptions&);

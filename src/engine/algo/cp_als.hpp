@@ -289,6 +289,19 @@ CpResult cp_als(const kernels::TensorHandle<T>& X, const std::vector<std::uint64
                 nnz_t global_nnz, kernels::Backend<T>& backend, const comm::Communicator& ctrl,
                 const comm::Communicator& data, const CpOptions& opt);
 
+/// CP-ALS with the layer strategy on prepared grid blocks: `dist` a grid Distribution (e.g.
+/// partition::synthetic_distribution) and `X` this rank's block as the layer strategy's
+/// kernels see it, coordinates shifted to the rank's chunks (X.dims() the chunk lengths;
+/// e.g. Backend::prepare_synthetic with partition::window_of). Labels may be relabelled
+/// (dist.relabel_seed): initial factors are keyed by original rows, as above. The sum of
+/// X.nnz() over the ranks must be dist.global_nnz (checked). opt.strategy must be layer
+/// (CollectiveError otherwise); --observed-only and --holdout need the Distributed overload.
+/// Collective over `ctrl` and `data` (as above).
+template <typename T>
+CpResult cp_als(const kernels::TensorHandle<T>& X, const partition::Distribution& dist,
+                kernels::Backend<T>& backend, const comm::Communicator& ctrl,
+                const comm::Communicator& data, const CpOptions& opt);
+
 /// Initial factor value: uniform in [0, 1) keyed by (seed, mode, global row, column).
 double initial_factor_value(std::uint64_t seed, int mode, std::uint64_t row, int col);
 

@@ -77,7 +77,7 @@ std::vector<int> choose_layer_grid(const std::vector<std::uint64_t>& dims, nnz_t
 }
 
 CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nnz, int ranks, int R,
-                                int value_bytes, const plan::TimeModel& m) {
+                                int value_bytes, const plan::TimeModel& m, bool dealt) {
   CommChoice c;
   if (ranks <= 1) {
     c.why = "one rank: no communication";
@@ -97,16 +97,16 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
   const plan::IterationEstimate lay =
       plan::estimate_cp_layer_iteration(in.req, in.t, in.block, c.grid, m);
   c.layer_comm_s = lay.comm_s;
-  c.grid_cost_s = lay.grid_cost_s;
+  c.grid_cost_s = dealt ? 0.0 : lay.grid_cost_s;
   const double bw = m.link_bandwidth, a = m.collective_latency;
   const bool layer = c.layer_comm_s + c.grid_cost_s < c.allreduce_comm_s;
   c.strategy = layer ? CommStrategy::layer : CommStrategy::allreduce;
   char buf[384];
   std::snprintf(buf, sizeof buf,
                 "predicted comm per iteration: allreduce %.3g ms, layer %.3g ms + %.3g ms for "
-                "the grid's imbalance (link %.0f GB/s, %.0f us per collective)",
-                c.allreduce_comm_s * 1e3, c.layer_comm_s * 1e3, c.grid_cost_s * 1e3, bw / 1e9,
-                a * 1e6);
+                "the grid's imbalance%s (link %.0f GB/s, %.0f us per collective)",
+                c.allreduce_comm_s * 1e3, c.layer_comm_s * 1e3, c.grid_cost_s * 1e3,
+                dealt ? " (dealt: none charged)" : "", bw / 1e9, a * 1e6);
   c.why = buf;
   if (lay.nodes > 1) {
     std::snprintf(buf, sizeof buf, "; %d nodes of %d ranks, network %.3g GB/s per GPU, %.0f us",
@@ -118,12 +118,12 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
 
 CommStrategy resolve_comm_strategy(const std::string& option, const plan::TensorFacts& facts,
                                    int ranks, int R, int value_bytes, CommChoice* choice,
-                                   int gpus_per_node) {
+                                   int gpus_per_node, bool dealt) {
   if (option != "auto") return parse_comm_strategy(option);
   // A text file's facts carry no dims (it is read after the choice): allreduce.
   plan::TimeModel m;
   m.gpus_per_node = gpus_per_node;
-  const CommChoice c = choose_comm_strategy(facts.dims, facts.nnz, ranks, R, value_bytes, m);
+  const CommChoice c = choose_comm_strategy(facts.dims, facts.nnz, ranks, R, value_bytes, m, dealt);
   if (ranks > 1) log::info("--comm-strategy auto: " + to_string(c.strategy) + " (" + c.why + ")");
   if (choice != nullptr) *choice = c;
   return c.strategy;

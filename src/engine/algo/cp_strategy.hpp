@@ -39,8 +39,11 @@ std::vector<int> choose_layer_grid(const std::vector<std::uint64_t>& dims, nnz_t
 /// value, on `ranks` ranks, under the link and memory figures of `m`. The layer strategy
 /// is chosen when its communication plus the grid's cost is below the all-reduce's. With
 /// one rank, or dims not known yet (a text file is read after the choice), allreduce.
+/// `dealt` (--deal): the grid's cut modes are dealt round-robin, whose measured imbalance
+/// is charged nothing (kernel time max/mean 1.007 on the power-law amazon shape on 2 H200s,
+/// against 1.2-1.3 for the nonzero-balanced cut: docs/multi-gpu.md, "Dealt grids").
 CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nnz, int ranks, int R,
-                                int value_bytes, const plan::TimeModel& m = {});
+                                int value_bytes, const plan::TimeModel& m = {}, bool dealt = false);
 
 /// "allreduce" | "layer" | "auto": the strategy for a run (auto resolved by
 /// choose_comm_strategy on the facts' dims and nonzeros: a store's header or a generated
@@ -49,6 +52,6 @@ CommChoice choose_comm_strategy(const std::vector<std::uint64_t>& dims, nnz_t nn
 /// `gpus_per_node`: the ranks of each node, in rank order (0: one node), for the model.
 CommStrategy resolve_comm_strategy(const std::string& option, const plan::TensorFacts& facts,
                                    int ranks, int R, int value_bytes, CommChoice* choice,
-                                   int gpus_per_node = 0);
+                                   int gpus_per_node = 0, bool dealt = false);
 
 }  // namespace tessera::algo

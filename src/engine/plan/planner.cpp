@@ -532,7 +532,7 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
     }
     if (c.tier >= 2 && req.relabel) {
       if (os.tellp() > 0) os << "; ";
-      os << "streamed tiers keep the input's order (drop --relabel; tessera partition "
+      os << "streamed tiers keep the input's order (drop --relabel or --deal; tessera partition "
             "balances a store's blocks instead)";
     }
     return os.str();

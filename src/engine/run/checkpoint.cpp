@@ -55,7 +55,7 @@ std::string check_model_outputs(const std::string& input, const CheckpointArgs& 
 
 std::function<std::uint64_t(int, std::uint64_t)> original_index_of(
     const partition::Distribution& dist) {
-  if (dist.relabel_seed == 0) return {};
+  if (dist.relabel_seed == 0 && !dist.deal) return {};
   return [&dist](int mode, std::uint64_t i) { return dist.original_index(mode, i); };
 }
 

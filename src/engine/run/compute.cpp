@@ -66,7 +66,15 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
   // A store partitioned for this many ranks: each rank read its block, and the grid scheme
   // on the stored grid cuts the same chunks (partition::detail::balanced_cuts on the same
   // nonzeros), so the redistribution below keeps every nonzero on its rank.
-  if (!stored_grid.empty() && scheme == partition::Scheme::grid && grid.empty() && !o.relabel) {
+  comm::run_collectively(world, [&] {
+    TESSERA_INPUT_CHECK(!(o.deal && o.relabel),
+                        "--deal and --relabel are two relabellings: give one");
+  });
+  const bool deal = o.deal && scheme == partition::Scheme::grid;
+  if (o.deal && !deal)
+    log::info("--deal: not used, the nnz partition (the allreduce strategy) cuts no mode");
+  if (!stored_grid.empty() && scheme == partition::Scheme::grid && grid.empty() && !o.relabel &&
+      !deal) {
     grid = stored_grid;
     log::info("using the partition stored in " + o.path + " (each rank read its block)");
   }
@@ -77,11 +85,9 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
     local = rr.local.template cast<T>();
   }
   rr.local = SparseTensor<double>();
-  // The relabelling key is fixed: results do not depend on it (initial factors are keyed
-  // by original rows and the model is written in original indices).
-  constexpr std::uint64_t kRelabelSeed = 0x7E55E2A5EEDull;
   auto d = o.relabel ? partition::distribute_relabelled(std::move(local), scheme, grid, world,
-                                                        kRelabelSeed)
+                                                        partition::kRelabelSeed)
+           : deal    ? partition::distribute_dealt(std::move(local), grid, world)
                      : partition::distribute(std::move(local), scheme, grid, world);
   const double dist_s = t.seconds();
   log::info(d.dist.describe());

@@ -40,7 +40,8 @@ algo::CommStrategy comm_strategy(const CpRunOptions& o, const comm::MpiCommunica
   comm::run_collectively(world, [&] {
     strategy = algo::resolve_comm_strategy(
         o.run.strategy, model ? plan::facts_of_file(o.load.path, world) : plan::TensorFacts{},
-        world.size(), o.als.rank, o.run.precision == "float" ? 4 : 8, choice, gpus_per_node);
+        world.size(), o.als.rank, o.run.precision == "float" ? 4 : 8, choice, gpus_per_node,
+        o.load.deal);
   });
   return strategy;
 }
@@ -104,6 +105,7 @@ nlohmann::json record_options(const CpRunOptions& o, const Input<T>& in, const s
                          {"partition", in.partition_scheme},
                          {"grid", in.grid},
                          {"relabel", o.load.relabel},
+                         {"deal", o.load.deal},
                          {"backend", kind},
                          {"precision", o.run.precision},
                          {"index_base", o.load.index_base}};

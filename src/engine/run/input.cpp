@@ -266,7 +266,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   req.gcp_eval_samples = pc.gcp_eval_samples;
   req.holdout = pc.holdout;
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && o.grid.empty();
-  req.relabel = o.relabel;
+  req.relabel = o.relabel || o.deal;
   plan::TensorFacts facts;
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(std::filesystem::exists(o.path),
@@ -281,7 +281,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   // A store with unique coordinates run with the allreduce strategy is read in its stored
   // order: no exchange, no sort (the nnz scheme's equal shares, or the stored blocks).
   const bool store_order =
-      facts.store && facts.unique == 1 && req.allreduce && !o.relabel && !pc.tier1_only;
+      facts.store && facts.unique == 1 && req.allreduce && !o.relabel && !o.deal && !pc.tier1_only;
 
   // Read in memory (tiers 1-2), the stored order is dealt to the ranks in pieces; tier 3
   // streams one contiguous range per rank.

@@ -26,6 +26,7 @@ struct LoadOptions {
   std::string partition = "auto";  ///< auto | nnz | grid
   std::string grid;                ///< "4x2x1" or empty (automatic)
   bool relabel = false;            ///< random relabelling of indices before partitioning
+  bool deal = false;               ///< --deal: the grid's cut modes dealt round-robin
 };
 
 struct Loaded {

@@ -87,6 +87,7 @@ nlohmann::json record_options(const TuckerRunOptions& o, const Input<T>& in,
                          {"partition", in.partition_scheme},
                          {"grid", in.grid},
                          {"relabel", o.load.relabel},
+                         {"deal", o.load.deal},
                          {"backend", kind},
                          {"precision", o.run.precision},
                          {"index_base", o.load.index_base}};
