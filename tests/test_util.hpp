@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "tensor/sparse_tensor.hpp"
+#include "tensor/synthetic.hpp"
+#include "util/relabel.hpp"
 
 namespace tessera::test {
 
@@ -74,6 +76,30 @@ inline double subspace_gap(const Matrix<double>& Ua, const Matrix<double>& Ub) {
 /// Temporary folder unique to this test process group (same name on every rank when
 /// called collectively after MPI init; created by rank 0).
 std::string temp_dir();
+
+/// The reference of the window tests: the entries of the synthetic tensor `s`'s ids [first,
+/// first + count) whose labels lie in window `w`, filtered here serially from the
+/// coordinates, the window's relabellings and the model (not synthetic::in_window), in id
+/// order, coordinates shifted to the window.
+template <typename T>
+SparseTensor<T> window_reference(const synthetic::Spec& s, const synthetic::Window& w,
+                                 std::uint64_t first, std::uint64_t count) {
+  std::vector<std::uint64_t> dims(static_cast<std::size_t>(s.order));
+  for (int n = 0; n < s.order; ++n) dims[static_cast<std::size_t>(n)] = w.hi[n] - w.lo[n];
+  SparseTensor<T> x(dims);
+  for (std::uint64_t id = first; id < first + count; ++id) {
+    index_t orig[kMaxOrder], local[kMaxOrder];
+    bool in = true;
+    for (int n = 0; n < s.order; ++n) {
+      orig[n] = synthetic::coordinate(s, id, n);
+      const std::uint64_t label = w.relabelled ? w.relabel[n].forward(orig[n]) : orig[n];
+      in = in && label >= w.lo[n] && label < w.hi[n];
+      local[n] = static_cast<index_t>(label - w.lo[n]);
+    }
+    if (in) x.push_back(local, static_cast<T>(synthetic::model_value(s, orig)));
+  }
+  return x;
+}
 
 }  // namespace tessera::test
 

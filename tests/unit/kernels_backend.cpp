@@ -184,19 +184,7 @@ TYPED_TEST(HostBackend, PrepareSyntheticWindow) {
       }
       const std::vector<std::uint64_t> dims{w.hi[0] - w.lo[0], w.hi[1] - w.lo[1],
                                             w.hi[2] - w.lo[2]};
-      SparseTensor<T> x(dims);
-      for (std::uint64_t id = first; id < first + count; ++id) {
-        index_t orig[3], local[3];
-        bool in = true;
-        for (int n = 0; n < 3; ++n) {
-          orig[n] = synthetic::coordinate(spec, id, n);
-          const std::uint64_t label =
-              relabel ? Relabel(77, n, spec.dims[n]).forward(orig[n]) : orig[n];
-          in = in && label >= w.lo[n] && label < w.hi[n];
-          local[n] = static_cast<index_t>(label - w.lo[n]);
-        }
-        if (in) x.push_back(local, static_cast<T>(synthetic::model_value(spec, orig)));
-      }
+      const auto x = test::window_reference<T>(spec, w, first, count);
       const std::string what = std::string(relabel ? "relabelled" : "plain") + " window [" +
                                std::to_string(w.lo[0]) + ", " + std::to_string(w.hi[0]) + ") x [" +
                                std::to_string(w.lo[1]) + ", " + std::to_string(w.hi[1]) + ")";
