@@ -458,9 +458,9 @@ void mttkrp(const CsfSet<T>& x, int mode, const std::vector<const T*>& factors, 
              t.max_slice_nnz * 4 * static_cast<csf_ptr_t>(nt) <= nnz;
   }
   const RangeFn<T> range = range_fn<T>(isa);
-  if (nroots == 0)  // no nonzeros
-    std::memset(out, 0, rows * c.R * sizeof(T));
-  else if (slices)
+  if (nroots == 0) {  // no nonzeros (and out may be null when the mode has no rows)
+    if (rows > 0) std::memset(out, 0, rows * c.R * sizeof(T));
+  } else if (slices)
     run_slices(c, range, nroots, rows, out, nt);
   else
     run_chunks(c, range, nroots, rows, out, nt);
