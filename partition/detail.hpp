@@ -3,12 +3,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "partition/partition.hpp"
 #include "tensor/sparse_tensor.hpp"
 
 namespace tessera::partition::detail {
+
+/// "4x2x1" for {4, 2, 1}.
+std::string join_grid(const std::vector<int>& g);
+
+/// Throws InputError unless `grid` fits `dims` and multiplies to `nranks` (distribute's
+/// check, shared with synthetic_distribution).
+void check_grid_shape(const std::vector<int>& grid, const std::vector<std::uint64_t>& dims,
+                      int nranks);
+
+/// Collective: d's min_block_nnz, max_block_nnz and imbalance from every rank's block of
+/// `mine` nonzeros; d.global_nnz must already be the total.
+void record_block_counts(Distribution& d, nnz_t mine, const comm::Communicator& c);
 
 /// Histogram entries reduced per round by balanced_cuts (8 MiB of int64).
 inline constexpr std::size_t kHistogramBudget = std::size_t(1) << 20;

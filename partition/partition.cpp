@@ -178,12 +178,6 @@ void check_coordinates(const SparseTensor<T>& t, int rank) {
   }
 }
 
-std::string join_grid(const std::vector<int>& g) {
-  std::ostringstream os;
-  for (size_t i = 0; i < g.size(); ++i) os << (i ? "x" : "") << g[i];
-  return os.str();
-}
-
 // Text of a grid product, saturated at 2^64 while multiplying.
 std::string product_text(u128 prod) {
   if (prod >= (u128(1) << 64)) return "more than 2^64";
@@ -196,7 +190,7 @@ std::string ranks_running(int nranks) {
 }
 
 void check_grid(const std::vector<int>& grid, const std::vector<uint64_t>& dims, int nranks) {
-  const std::string g = join_grid(grid);
+  const std::string g = detail::join_grid(grid);
   TESSERA_INPUT_CHECK(grid.size() == dims.size(), "grid " << g << " has " << grid.size()
                                                           << " entries but the tensor has "
                                                           << dims.size() << " modes");
@@ -468,119 +462,23 @@ std::vector<int> parse_grid(const std::string& s, int order, int nranks) {
   return std::vector<int>(v.begin(), v.end());
 }
 
-// ---- Distribution -----------------------------------------------------------------------
-
-int Distribution::rank_of(const std::vector<int>& c) const {
-  TESSERA_EXPECTS(c.size() == grid.size(), "grid coordinates need " << grid.size() << " entries");
-  int r = 0;
-  for (size_t n = 0; n < grid.size(); ++n) {
-    TESSERA_EXPECTS(c[n] >= 0 && c[n] < grid[n], "grid coordinate " << c[n] << " of mode " << n
-                                                                    << " outside 0.."
-                                                                    << grid[n] - 1);
-    r = r * grid[n] + c[n];
-  }
-  return r;
-}
-
-std::vector<int> Distribution::coords_of(int r) const {
-  TESSERA_EXPECTS(r >= 0 && r < nranks, "rank " << r << " outside 0.." << nranks - 1);
-  std::vector<int> c(grid.size(), 0);
-  if (scheme != Scheme::grid) return c;
-  for (size_t n = grid.size(); n-- > 0;) {
-    c[n] = r % grid[n];
-    r /= grid[n];
-  }
-  return c;
-}
-
-std::pair<uint64_t, uint64_t> Distribution::chunk(int mode) const {
-  TESSERA_EXPECTS(mode >= 0 && mode < order(), "mode " << mode << " outside 0.." << order() - 1);
-  const auto& b = bounds[static_cast<size_t>(mode)];
-  const auto c = static_cast<size_t>(coords[static_cast<size_t>(mode)]);
-  return {b[c], b[c + 1]};
-}
-
-int Distribution::layer_size(int mode) const {
-  TESSERA_EXPECTS(mode >= 0 && mode < order(), "mode " << mode << " outside 0.." << order() - 1);
-  return nranks / grid[static_cast<size_t>(mode)];
-}
-
-int Distribution::layer_rank(int mode) const {
-  TESSERA_EXPECTS(mode >= 0 && mode < order(), "mode " << mode << " outside 0.." << order() - 1);
-  if (scheme != Scheme::grid) return rank;
-  int r = 0;
-  for (int n = 0; n < order(); ++n)
-    if (n != mode) r = r * grid[static_cast<size_t>(n)] + coords[static_cast<size_t>(n)];
-  return r;
-}
-
-Relabel Distribution::relabelling(int mode) const {
-  const std::uint64_t n = dims[static_cast<size_t>(mode)];
-  if (deal) {
-    const int parts = grid.empty() ? 1 : grid[static_cast<size_t>(mode)];
-    return parts > 1 ? Relabel::cyclic(static_cast<std::uint64_t>(parts), n) : Relabel();
-  }
-  return relabel_seed != 0 ? Relabel(relabel_seed, mode, n) : Relabel();
-}
-
-std::uint64_t Distribution::original_index(int mode, std::uint64_t i) const {
-  if (relabel_seed == 0 && !deal) return i;
-  return relabelling(mode).inverse(i);
-}
-
-std::pair<uint64_t, uint64_t> Distribution::owned_rows(int mode) const {
-  const auto [lo, hi] = chunk(mode);
-  const uint64_t len = hi - lo;
-  const auto q = static_cast<uint64_t>(layer_size(mode));
-  const auto i = static_cast<uint64_t>(layer_rank(mode));
-  const uint64_t b = (len + q - 1) / q;
-  return {lo + std::min(len, b * i), lo + std::min(len, b * (i + 1))};
-}
-
-std::string Distribution::describe() const {
-  std::ostringstream os;
-  os << "partition: " << to_string(scheme);
-  if (scheme == Scheme::grid) os << " " << join_grid(grid);
-  os << " on " << nranks << (nranks == 1 ? " rank" : " ranks") << ", dims " << format_dims(dims)
-     << "\n";
-  const double mean = static_cast<double>(global_nnz) / std::max(nranks, 1);
-  os << "  nonzeros per block: min " << min_block_nnz << ", mean " << std::fixed
-     << std::setprecision(1) << mean << ", max " << max_block_nnz << " (imbalance "
-     << std::setprecision(3) << imbalance << "), " << global_nnz << " in all\n";
-  os << "  duplicates summed: " << duplicates << "\n";
-  if (deal) os << "  indices of the cut modes dealt round-robin over their chunks (--deal)\n";
-  if (relabel_seed != 0) os << "  indices relabelled by a random bijection (--relabel)\n";
-  if (touched_rows_per_mode.empty() && global_nnz > 0) {
-    os << "  factor rows touched: not counted (the blocks were generated in place)\n";
-  } else {
-    os << "  factor rows touched: " << touched_rows;
-  }
-  if (!touched_rows_per_mode.empty()) {
-    os << " (";
-    for (size_t n = 0; n < touched_rows_per_mode.size(); ++n)
-      os << (n ? ", " : "") << "mode " << n << ": " << touched_rows_per_mode[n];
-    os << ")";
-  }
-  if (!touched_rows_per_mode.empty() || global_nnz == 0) os << "\n";
-  if (scheme == Scheme::grid) {
-    os << "  chunk lengths:";
-    for (size_t n = 0; n < bounds.size(); ++n) {
-      uint64_t lo = UINT64_MAX, hi = 0;
-      for (size_t c = 0; c + 1 < bounds[n].size(); ++c) {
-        lo = std::min(lo, bounds[n][c + 1] - bounds[n][c]);
-        hi = std::max(hi, bounds[n][c + 1] - bounds[n][c]);
-      }
-      os << (n ? ", " : " ") << "mode " << n << ": " << grid[n] << " x " << lo;
-      if (hi != lo) os << ".." << hi;
-    }
-    os << "\n";
-  }
-  return os.str();
-}
-
 // ---- detail -------------------------------------------------------------------------------
 
 namespace detail {
+
+void check_grid_shape(const std::vector<int>& grid, const std::vector<uint64_t>& dims, int nranks) {
+  check_grid(grid, dims, nranks);
+}
+
+void record_block_counts(Distribution& d, nnz_t mine, const comm::Communicator& c) {
+  std::int64_t mm[2] = {mine, -mine};
+  c.allreduce(mm, 2, comm::ReduceOp::max);
+  d.max_block_nnz = mm[0];
+  d.min_block_nnz = -mm[1];
+  d.imbalance = d.global_nnz == 0 ? 1.0
+                                  : static_cast<double>(d.max_block_nnz) /
+                                        (static_cast<double>(d.global_nnz) / c.size());
+}
 
 std::vector<uint64_t> balanced_cuts(const index_t* idx, size_t n, uint64_t dim, int parts,
                                     const comm::Communicator& c, size_t budget) {
@@ -805,15 +703,9 @@ Distributed<T> distribute_impl(SparseTensor<T>&& local, Scheme scheme, std::vect
 
   // ---- statistics ----
   const nnz_t mine = out.block.nnz();
-  std::int64_t mm[2] = {mine, -mine};
-  c.allreduce(mm, 2, comm::ReduceOp::max);
   d.global_nnz = c.allreduce_value(mine);
-  d.max_block_nnz = mm[0];
-  d.min_block_nnz = -mm[1];
   d.duplicates = input_nnz - d.global_nnz;
-  d.imbalance = d.global_nnz == 0 ? 1.0
-                                  : static_cast<double>(d.max_block_nnz) /
-                                        (static_cast<double>(d.global_nnz) / P);
+  detail::record_block_counts(d, mine, c);
   d.touched_rows_per_mode.resize(static_cast<size_t>(N));
   for (int m = 0; m < N; ++m)
     d.touched_rows_per_mode[static_cast<size_t>(m)] = detail::count_distinct(
@@ -824,88 +716,6 @@ Distributed<T> distribute_impl(SparseTensor<T>&& local, Scheme scheme, std::vect
   return out;
 }
 }  // namespace
-
-std::vector<std::uint64_t> dealt_bounds(int parts, std::uint64_t n) {
-  const auto p = static_cast<std::uint64_t>(std::max(parts, 1));
-  const std::uint64_t q = n / p, r = n % p;
-  std::vector<std::uint64_t> b(static_cast<size_t>(p) + 1);
-  for (std::uint64_t c = 0; c <= p; ++c) b[static_cast<size_t>(c)] = c * q + std::min(c, r);
-  return b;
-}
-
-Distribution synthetic_distribution(const synthetic::Spec& spec, nnz_t nnz, std::vector<int> grid,
-                                    int rank, int nranks, std::uint64_t relabel_seed, bool deal) {
-  TESSERA_INPUT_CHECK(!(deal && relabel_seed != 0),
-                      "--deal and --relabel are two relabellings: give one");
-  const int N = spec.order;
-  Distribution d;
-  d.scheme = Scheme::grid;
-  d.nranks = nranks;
-  d.rank = rank;
-  d.dims.assign(spec.dims, spec.dims + N);
-  if (grid.empty())
-    grid = choose_grid(d.dims, nranks);
-  else
-    check_grid(grid, d.dims, nranks);
-  d.grid = grid;
-  d.coords = d.coords_of(rank);
-  d.relabel_seed = relabel_seed;
-  d.deal = deal;
-  d.global_nnz = nnz;
-  d.bounds.resize(static_cast<size_t>(N));
-  for (int m = 0; m < N; ++m) {
-    const std::uint64_t I = d.dims[static_cast<size_t>(m)];
-    const int parts = grid[static_cast<size_t>(m)];
-    auto& b = d.bounds[static_cast<size_t>(m)];
-    if (deal || parts == 1) {  // dealt: each chunk is one residue class, in order
-      b = dealt_bounds(parts, I);
-      continue;
-    }
-    // The expected mass of each label, then cut k at the label x whose prefix P(x) is
-    // closest to k / parts (ties to the lower x), as balanced_cuts does on counts.
-    b.assign(static_cast<size_t>(parts) + 1, 0);
-    b.back() = I;
-    std::vector<double> mass(static_cast<size_t>(I));
-    const Relabel rl = d.relabelling(m);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t j = 0; j < static_cast<std::int64_t>(I); ++j)
-      mass[static_cast<size_t>(j)] =
-          synthetic::index_mass(spec, m, rl.inverse(static_cast<std::uint64_t>(j)));
-    double total = 0;
-    for (double v : mass) total += v;
-    double prefix = 0;  // P(x): the mass of labels < x
-    std::uint64_t x = 0;
-    for (int k = 1; k < parts; ++k) {
-      const double target = total * k / parts;
-      while (x < I && prefix + mass[static_cast<size_t>(x)] <= target) prefix += mass[x++];
-      // prefix <= target < prefix + mass[x]: x or x + 1, whichever prefix is closer.
-      std::uint64_t cut = x;
-      if (x < I && (prefix + mass[static_cast<size_t>(x)]) - target < target - prefix) cut = x + 1;
-      b[static_cast<size_t>(k)] = cut;
-    }
-    // Every chunk non-empty when the mode has that many labels.
-    if (I < static_cast<std::uint64_t>(parts)) continue;
-    for (int k = 1; k < parts; ++k)
-      b[static_cast<size_t>(k)] =
-          std::max(b[static_cast<size_t>(k)], b[static_cast<size_t>(k) - 1] + 1);
-    for (int k = parts - 1; k >= 1; --k)
-      b[static_cast<size_t>(k)] =
-          std::min(b[static_cast<size_t>(k)], b[static_cast<size_t>(k) + 1] - 1);
-  }
-  return d;
-}
-
-synthetic::Window window_of(const synthetic::Spec& spec, const Distribution& d) {
-  synthetic::Window w;
-  w.relabelled = d.relabel_seed != 0 || d.deal;
-  for (int m = 0; m < spec.order; ++m) {
-    const auto [lo, hi] = d.chunk(m);
-    w.lo[m] = lo;
-    w.hi[m] = hi;
-    w.relabel[m] = d.relabelling(m);
-  }
-  return w;
-}
 
 template <typename T>
 Distributed<T> distribute_relabelled(SparseTensor<T>&& local, Scheme scheme, std::vector<int> grid,

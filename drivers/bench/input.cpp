@@ -10,6 +10,7 @@
 #include "algo/tucker.hpp"
 #include "bench/bench.hpp"
 #include "io/h5store.hpp"
+#include "partition/detail.hpp"
 #include "plan/measure.hpp"
 #include "run/cp_options.hpp"
 #include "tensor/synthetic.hpp"
@@ -179,13 +180,7 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
       be.synchronize();
       in.prepare_seconds = t.seconds();
       const nnz_t mine = in.X->nnz();
-      std::int64_t mm[2] = {mine, -mine};
-      world.allreduce(mm, 2, comm::ReduceOp::max);
-      d.max_block_nnz = mm[0];
-      d.min_block_nnz = -mm[1];
-      d.imbalance = nnz == 0 ? 1.0
-                             : static_cast<double>(d.max_block_nnz) /
-                                   (static_cast<double>(nnz) / world.size());
+      partition::detail::record_block_counts(d, mine, world);
       log::info("generated " + format_dims(dims) + " with " + std::to_string(nnz) + " nonzeros (" +
                 a.dist + " indices, repeats not merged) on the backend in " +
                 std::to_string(in.prepare_seconds) + " s, this rank's grid block only (" +
