@@ -10,6 +10,7 @@
 #include "bench/harness.hpp"
 #include "common.hpp"
 #include "linalg/row_update.hpp"
+#include "run/record.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver::bench {
@@ -261,6 +262,10 @@ void bench_cp(Context<T>& c) {
   iteration_record(j, it, res.iterations, res.fit);
   j["median_seconds_per_iteration"] = iteration_median(res.history, &H::seconds);
   j["iteration_engine"] = res.iteration_engine;
+  // What ran on tensor cores, and the tile sets' device memory (rank 0's), as tessera cp
+  // logs and records it: the device peak includes any tile set built.
+  j["tc_split"] = run::tc_split_json(res.tc_split);
+  for (const kernels::TcSplit& ts : res.tc_split) log::info(run::tc_split_line(ts));
   if (res.kernel_mean_seconds > 0)  // the ranks' MTTKRP balance (as in the cp record)
     j["kernel_per_rank"] = {{"max_seconds_per_iteration", res.kernel_max_seconds},
                             {"mean_seconds_per_iteration", res.kernel_mean_seconds},

@@ -124,10 +124,9 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
       a.what == "cp" && (a.cp.observed_only || a.cp.holdout > 0 || cp_not_als(a));
   comm::run_collectively(world, [&] {
     TESSERA_INPUT_CHECK(
-        scheme == partition::Scheme::grid ||
-            (a.load.grid.empty() && !a.load.relabel && !a.load.deal),
-        "--grid, --relabel and --deal apply to bench cp --comm-strategy layer (the allreduce "
-        "strategy does not cut the modes)");
+        scheme == partition::Scheme::grid || (a.load.grid.empty() && !a.load.relabel),
+        "--grid and --relabel apply to bench cp --comm-strategy layer (the "
+        "allreduce strategy does not cut the modes)");
     TESSERA_INPUT_CHECK(!(a.load.deal && a.load.relabel),
                         "--deal and --relabel are two relabellings: give one");
     TESSERA_INPUT_CHECK(
@@ -136,6 +135,10 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
         "--solver gcp need the tensor "
         "distributed from the host (use --generate-on host or auto)");
   });
+  // As tessera cp: --deal deals the cut modes; with the allreduce strategy (one rank, or
+  // auto's choice) there is none.
+  if (a.load.deal && scheme != partition::Scheme::grid)
+    log::info("--deal: not used, the allreduce strategy cuts no mode");
   const bool on_backend = a.load.path.empty() && !generates_on_host(a);
   if (a.load.path.empty()) {
     comm::run_collectively(world, [&] {  // the same options everywhere: agreed

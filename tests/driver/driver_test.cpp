@@ -178,6 +178,9 @@ TEST_F(Driver, BenchCpGenerateOnBackend) {
   EXPECT_EQ(j["tensor"]["nnz"].get<std::int64_t>(), 5000);
   EXPECT_TRUE(j["tensor"]["generated_on_backend"].get<bool>());
   EXPECT_GT(j["fit"].get<double>(), 0.0);
+  // The tensor-core split as tessera cp records it: none on the cpu backend.
+  ASSERT_TRUE(j["tc_split"].is_array()) << j.dump();
+  EXPECT_TRUE(j["tc_split"].empty()) << j.dump();
   // The layer strategy generates each rank's grid block on the backend (its window of the
   // same ids): the same tensor, so the same fit as the allreduce run, relabelled or not.
   const double fit = j["fit"].get<double>();
@@ -198,6 +201,15 @@ TEST_F(Driver, BenchCpGenerateOnBackend) {
           "--relabel");
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("--comm-strategy layer"), std::string::npos) << r.out;
+  // --deal has nothing to deal there (as in tessera cp): said, and the run is the same.
+  r = run(mpirun(2) +
+          " bench cp --generate 60x50x40 --nnz 5000 --rank 4 --iters 3 --backend cpu "
+          "--comm-strategy allreduce --deal --json " +
+          js);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("--deal: not used"), std::string::npos) << r.out;
+  std::ifstream h(js);
+  EXPECT_NEAR(nlohmann::json::parse(h)["fit"].get<double>(), fit, 1e-9);
 }
 
 TEST_F(Driver, BadOptionsAreRejected) {
