@@ -106,6 +106,15 @@ def comm_parts(j, split):
     return None
 
 
+def comm_floor_seconds(j):
+    """The record's NCCL floor of its comm per unit (bench cp on NCCL: `comm_floor`, an
+    all-reduce of the same bytes timed on the node), or None."""
+    cf = j.get("comm_floor")
+    if isinstance(cf, dict) and isinstance(cf.get("seconds_per_iteration"), (int, float)):
+        return float(cf["seconds_per_iteration"])
+    return None
+
+
 def peak_bytes(j, key):
     m = j.get("memory")
     v = m.get(key) if isinstance(m, dict) else None

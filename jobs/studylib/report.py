@@ -9,7 +9,8 @@ import re
 import sys
 
 from .spec import SPLIT_KEYS, StudyError, warn
-from .records import comm_parts, peak_bytes, read_record, seconds_per_unit, split_seconds
+from .records import (comm_floor_seconds, comm_parts, peak_bytes, read_record, seconds_per_unit,
+                      split_seconds)
 
 # --------------------------------------------------------------------------------------------
 # report
@@ -82,6 +83,11 @@ def collect(out):
         parts = comm_parts(j, split)  # comm = moving data + waiting for slower ranks
         if parts is not None:
             row["comm_transfer_seconds"], row["comm_wait_seconds"], row["comm_wait_from"] = parts
+        floor = comm_floor_seconds(j)  # the NCCL all-reduce of the same bytes, timed on the node
+        if floor is not None:
+            row["comm_floor_seconds"] = floor
+            if floor > 0 and isinstance(split.get("comm"), (int, float)):
+                row["comm_over_floor"] = split["comm"] / floor
         o = j.get("options") if isinstance(j.get("options"), dict) else {}
         row["input"] = os.path.basename(str(o["file"])) if o.get("file") else ""
         m = j.get("machine", {})
@@ -131,6 +137,13 @@ def fmt_bytes(b):
         b /= 1024
 
 
+def ms(seconds):
+    """Seconds as a short time: '2.27 ms', '41.3 us', '1.20 s'."""
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
+
+
 def fmt(v, f):
     return "" if v is None else format(v, f)
 
@@ -150,7 +163,8 @@ def write_csv(rows, path):
             f"{k}_seconds" for k in SPLIT_KEYS] + ["peak_host_bytes_per_rank",
                                                    "peak_device_bytes_per_rank", "fit",
                                                    "comm_transfer_seconds", "comm_wait_seconds",
-                                                   "comm_wait_from", "input", "backend",
+                                                   "comm_wait_from", "comm_floor_seconds",
+                                                   "comm_over_floor", "input", "backend",
                                                    "gpu_model", "host", "commit", "slurm_job",
                                                    "job_id", "exit_code"]
     with open(path, "w", newline="") as f:
@@ -167,7 +181,10 @@ def write_md(rows, path, study, weak):
                                                     "time is constant)." if weak else "."),
              "comm includes waiting for slower ranks; results.csv splits it into "
              "comm_transfer_seconds and comm_wait_seconds where the record tells them apart "
-             "(comm_wait_from).", "",
+             "(comm_wait_from). Where the record has it (bench cp on NCCL), the comm cell "
+             "also gives the comm time per unit beside the NCCL floor: an all-reduce of the "
+             "same bytes timed on the node after the run (comm_floor_seconds, comm_over_floor).",
+             "",
              "| point | resources | s per unit | speedup | efficiency | kernel | comm | solve "
              "| io | other | peak mem/rank | fit |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -177,6 +194,11 @@ def write_md(rows, path, study, weak):
             continue
         sh = [fmt(r.get(f"{k}_share") and 100 * r[f"{k}_share"], ".1f") + (
             "%" if r.get(f"{k}_share") is not None else "") for k in SPLIT_KEYS]
+        if r.get("comm_floor_seconds") is not None and r.get("comm_seconds") is not None:
+            sh[SPLIT_KEYS.index("comm")] += (
+                f" ({ms(r['comm_seconds'])}, floor {ms(r['comm_floor_seconds'])}"
+                + (f", {r['comm_over_floor']:.2f}x" if r.get("comm_over_floor") is not None
+                   else "") + ")")
         mem = fmt_bytes(r.get("peak_host_bytes_per_rank"))
         if r.get("peak_device_bytes_per_rank"):
             mem += f" (GPU {fmt_bytes(r['peak_device_bytes_per_rank'])})"
@@ -194,12 +216,19 @@ def write_md(rows, path, study, weak):
         f.write("\n".join(lines) + "\n")
 
 
+def unit_label(rows):
+    """The unit of the points' times: one ("iteration"), or the list where they differ
+    ("iteration or contraction"), "unit" when none is known."""
+    units = sorted({r["unit"] for r in rows if r.get("unit")})
+    return " or ".join(units) if units else "unit"
+
+
 def short_commit(c):
     c = str(c or "")
     return c[:12] if len(c) == 40 and all(x in "0123456789abcdef" for x in c) else c
 
 
-def study_title(study, rows, limit=110):
+def study_title(study, rows, limit=90):
     """Two lines over every plot: the study and its inputs; machine(s), backend(s), commit(s)."""
     inputs = []
     for name, inp in (study.get("inputs") or {}).items():
@@ -279,7 +308,7 @@ def plots(rows, series, out, weak, study=None):
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
     resource_axis(ax)
-    ax.set_ylabel(f"seconds per {rows[0].get('unit') or 'unit'} (dashed: ideal)")
+    ax.set_ylabel(f"seconds per {unit_label(rows)} (dashed: ideal)")
     ax.set_title(f"time vs resources ({'weak' if weak else 'strong'} scaling)")
     ax.legend()
     save(fig, "time.png")
@@ -298,12 +327,18 @@ def plots(rows, series, out, weak, study=None):
     save(fig, "efficiency.png")
 
     ok = [r for r in rows if r.get("seconds_per_unit")]
-    fig, ax = plt.subplots(figsize=size)
+    many = len(series) > 1
+    # Many points: one label line each, turned upright, and a figure as wide as they need.
+    fig, ax = plt.subplots(figsize=(max(size[0], 2.5 + 0.42 * len(ok)), size[1] + 1.6)
+                           if many and len(ok) > 6 else size)
     bottom = [0.0] * len(ok)
     unit_word = "GPU" if xlabel == "GPUs" else "rank"
-    many = len(series) > 1
-    labels = [f"{resources_of(r)} {unit_word}{'s' if resources_of(r) > 1 else ''}"
-              + (f"\n{r['series'][:32]}" if many else "") for r in ok]
+    labels = [(f"{r['series'][:48]}, " if many else "")
+              + f"{resources_of(r)} {unit_word}{'s' if resources_of(r) > 1 else ''}" for r in ok]
+    # Times far apart (a 0.3 ms and a 0.1 s point): each bar as shares of its own time, so
+    # the small points' split shows too.
+    times = [r["seconds_per_unit"] for r in ok]
+    relative = bool(times) and max(times) > 10 * min(times)
     # comm splits into moving data and waiting for slower ranks where the record tells them
     # apart (records.comm_parts); elsewhere it is one part that says it includes the wait.
     parts = [("kernel", "kernel", lambda r: r.get("kernel_seconds")),
@@ -314,15 +349,20 @@ def plots(rows, series, out, weak, study=None):
               lambda r: None if "comm_wait_seconds" in r else r.get("comm_seconds"))]
     parts += [(k, k, lambda r, k=k: r.get(f"{k}_seconds")) for k in SPLIT_KEYS[2:]]
     for _, label, get in parts:
-        vals = [get(r) or 0.0 for r in ok]
+        vals = [(get(r) or 0.0) * (100 / r["seconds_per_unit"] if relative else 1) for r in ok]
         if any(vals):
             ax.bar(range(len(ok)), vals, bottom=bottom, label=label)
             bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(range(len(ok)), labels, fontsize=9 if not many else 8.5,
-                  rotation=20 if many else 0, ha="right" if many else "center")
-    ax.set_ylabel(f"seconds per {ok[0].get('unit') or 'unit'}" if ok else "seconds per unit")
+                  rotation=90 if many and len(ok) > 6 else 20 if many else 0,
+                  ha="center" if not many or len(ok) > 6 else "right")
+    ax.set_ylabel(f"% of each point's time per {unit_label(ok)}" if relative
+                  else f"seconds per {unit_label(ok)}")
     ax.set_title("time split" + (f": {next(iter(series))}" if len(series) == 1 else ""))
-    ax.legend()
+    if many and len(ok) > 6:  # beside the bars, not over them
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    else:
+        ax.legend()
     save(fig, "split.png")
 
     fig, ax = plt.subplots(figsize=size)

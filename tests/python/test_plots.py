@@ -2,6 +2,7 @@
 the de-duplication of study points (jobs/studylib). Each test takes about a second."""
 
 import importlib.util
+import csv
 import json
 import os
 import struct
@@ -170,8 +171,9 @@ def test_study_plot_title_and_comm_split(tmp_path, capsys):
     """The report's PNGs carry the study, input, machine and commit; comm splits into
     transfer and wait with kernel_per_rank."""
     out = tmp_path / "st"
-    for ranks, rec in ((1, fake_record(0.004, 0.0001, 0.004, 1)),
-                       (2, fake_record(0.002, 0.0015, 0.003, 2))):
+    two = fake_record(0.002, 0.0015, 0.003, 2)
+    two["comm_floor"] = {"seconds_per_iteration": 0.001}  # bench cp's NCCL floor, same bytes
+    for ranks, rec in ((1, fake_record(0.004, 0.0001, 0.004, 1)), (2, two)):
         pdir = out / "points" / f"cp-small-n1-r{ranks}-t1"
         pdir.mkdir(parents=True)
         (pdir / "point.json").write_text(json.dumps({
@@ -193,3 +195,11 @@ def test_study_plot_title_and_comm_split(tmp_path, capsys):
     assert rows[1]["comm_wait_seconds"] == 0.0
     assert rows[2]["comm_wait_seconds"] == pytest.approx(0.001)  # slowest 3 ms, own 2 ms
     assert rows[2]["comm_transfer_seconds"] == pytest.approx(0.0005)
+    # The comm beside its NCCL floor, in the CSV and the table; none without a floor.
+    assert rows[2]["comm_floor_seconds"] == 0.001
+    assert rows[2]["comm_over_floor"] == pytest.approx(1.5)
+    assert "comm_floor_seconds" not in rows[1]
+    md = (out / "results.md").read_text()
+    assert "(1.5 ms, floor 1 ms, 1.50x)" in md, md
+    csv_rows = list(csv.DictReader(open(out / "results.csv")))
+    assert {r["comm_over_floor"] for r in csv_rows} == {"", "1.5"}, csv_rows
