@@ -56,7 +56,8 @@
 #               and through the CLI, seconds per iteration (median of iterations 2..20) and
 #               their ratio (issue 19: within 10%)
 #       study: jobs/study.py on TESSERA_STUDY (default jobs/studies/gpu-1.toml), locally, into
-#               $OUT/study (table, CSV, plots)
+#               $OUT/study (table, CSV, plots); issue 36's scaling study is
+#               jobs/studies/gpu-scaling-2.toml (1-2 GPUs) or gpu-scaling-4.toml (1, 2, 4)
 #       constrained: bench cp on the nell-2 shape (generated on the host, float, cuda, rank
 #               TESSERA_CON_RANK, default 32): plain, --nonneg, --nonneg with L1/L2, and
 #               --observed-only --holdout 0.1, each next to plain CP (issue 23)
