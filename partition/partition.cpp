@@ -189,21 +189,6 @@ std::string ranks_running(int nranks) {
                      : std::to_string(nranks) + " ranks are running";
 }
 
-void check_grid(const std::vector<int>& grid, const std::vector<uint64_t>& dims, int nranks) {
-  const std::string g = detail::join_grid(grid);
-  TESSERA_INPUT_CHECK(grid.size() == dims.size(), "grid " << g << " has " << grid.size()
-                                                          << " entries but the tensor has "
-                                                          << dims.size() << " modes");
-  u128 prod = 1;
-  for (int p : grid) {
-    TESSERA_INPUT_CHECK(p >= 1, "grid " << g << ": every entry must be at least 1");
-    prod = std::min<u128>(prod * static_cast<u128>(p), u128(1) << 64);
-  }
-  TESSERA_INPUT_CHECK(prod == static_cast<u128>(nranks), "grid " << g << " multiplies to "
-                                                                 << product_text(prod) << " but "
-                                                                 << ranks_running(nranks));
-}
-
 // Every rank must pass the same order, dims, scheme and grid: otherwise the ranks would
 // run different collectives and hang. Throws the same InputError on every rank.
 void check_agreement(const std::vector<uint64_t>& dims, Scheme scheme, const std::vector<int>& grid,
@@ -467,7 +452,18 @@ std::vector<int> parse_grid(const std::string& s, int order, int nranks) {
 namespace detail {
 
 void check_grid_shape(const std::vector<int>& grid, const std::vector<uint64_t>& dims, int nranks) {
-  check_grid(grid, dims, nranks);
+  const std::string g = detail::join_grid(grid);
+  TESSERA_INPUT_CHECK(grid.size() == dims.size(), "grid " << g << " has " << grid.size()
+                                                          << " entries but the tensor has "
+                                                          << dims.size() << " modes");
+  u128 prod = 1;
+  for (int p : grid) {
+    TESSERA_INPUT_CHECK(p >= 1, "grid " << g << ": every entry must be at least 1");
+    prod = std::min<u128>(prod * static_cast<u128>(p), u128(1) << 64);
+  }
+  TESSERA_INPUT_CHECK(prod == static_cast<u128>(nranks), "grid " << g << " multiplies to "
+                                                                 << product_text(prod) << " but "
+                                                                 << ranks_running(nranks));
 }
 
 void record_block_counts(Distribution& d, nnz_t mine, const comm::Communicator& c) {
@@ -662,7 +658,7 @@ Distributed<T> distribute_impl(SparseTensor<T>&& local, Scheme scheme, std::vect
     if (grid.empty())
       grid = choose_grid(local.dims, P);
     else
-      check_grid(grid, local.dims, P);
+      detail::check_grid_shape(grid, local.dims, P);
     d.grid = grid;
     d.coords = d.coords_of(me);
     d.deal = deal;

@@ -1,5 +1,7 @@
 // The input of `tessera bench mttkrp|cp|ttmc|tucker` (bench.hpp): read and distributed, or
 // generated on the backend or on the host, and the memory plan made before it is allocated.
+#include "run/input.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -135,10 +137,7 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
         "--solver gcp need the tensor "
         "distributed from the host (use --generate-on host or auto)");
   });
-  // As tessera cp: --deal deals the cut modes; with the allreduce strategy (one rank, or
-  // auto's choice) there is none.
-  if (a.load.deal && scheme != partition::Scheme::grid)
-    log::info("--deal: not used, the allreduce strategy cuts no mode");
+  run::deal_applies(a.load, scheme);  // logs --deal as unused where no mode is cut
   const bool on_backend = a.load.path.empty() && !generates_on_host(a);
   if (a.load.path.empty()) {
     comm::run_collectively(world, [&] {  // the same options everywhere: agreed

@@ -328,9 +328,11 @@ def plots(rows, series, out, weak, study=None):
 
     ok = [r for r in rows if r.get("seconds_per_unit")]
     many = len(series) > 1
-    # Many points: one label line each, turned upright, and a figure as wide as they need.
+    # Many points of several series: one label line each, turned upright, a figure as wide
+    # as they need and the legend beside the bars.
+    upright = many and len(ok) > 6
     fig, ax = plt.subplots(figsize=(max(size[0], 2.5 + 0.42 * len(ok)), size[1] + 1.6)
-                           if many and len(ok) > 6 else size)
+                           if upright else size)
     bottom = [0.0] * len(ok)
     unit_word = "GPU" if xlabel == "GPUs" else "rank"
     labels = [(f"{r['series'][:48]}, " if many else "")
@@ -354,15 +356,12 @@ def plots(rows, series, out, weak, study=None):
             ax.bar(range(len(ok)), vals, bottom=bottom, label=label)
             bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(range(len(ok)), labels, fontsize=9 if not many else 8.5,
-                  rotation=90 if many and len(ok) > 6 else 20 if many else 0,
-                  ha="center" if not many or len(ok) > 6 else "right")
+                  rotation=90 if upright else 20 if many else 0,
+                  ha="right" if many and not upright else "center")
     ax.set_ylabel(f"% of each point's time per {unit_label(ok)}" if relative
                   else f"seconds per {unit_label(ok)}")
     ax.set_title("time split" + (f": {next(iter(series))}" if len(series) == 1 else ""))
-    if many and len(ok) > 6:  # beside the bars, not over them
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    else:
-        ax.legend()
+    ax.legend(**({"loc": "upper left", "bbox_to_anchor": (1.0, 1.0)} if upright else {}))
     save(fig, "split.png")
 
     fig, ax = plt.subplots(figsize=size)

@@ -70,9 +70,7 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
     TESSERA_INPUT_CHECK(!(o.deal && o.relabel),
                         "--deal and --relabel are two relabellings: give one");
   });
-  const bool deal = o.deal && scheme == partition::Scheme::grid;
-  if (o.deal && !deal)
-    log::info("--deal: not used, the nnz partition (the allreduce strategy) cuts no mode");
+  const bool deal = deal_applies(o, scheme);
   if (!stored_grid.empty() && scheme == partition::Scheme::grid && grid.empty() && !o.relabel &&
       !deal) {
     grid = stored_grid;

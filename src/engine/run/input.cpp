@@ -179,6 +179,13 @@ void make_host_tier(Input<T>& in, const plan::Plan& p, kernels::Backend<T>& be,
 
 }  // namespace
 
+bool deal_applies(const LoadOptions& o, partition::Scheme scheme) {
+  const bool deal = o.deal && scheme == partition::Scheme::grid;
+  if (o.deal && !deal)
+    log::info("--deal: not used, the nnz partition (the allreduce strategy) cuts no mode");
+  return deal;
+}
+
 template <typename T>
 void fill_stats_from_dist(Input<T>& in) {
   const auto& dd = in.dist->dist;

@@ -29,6 +29,11 @@ struct LoadOptions {
   bool deal = false;               ///< --deal: the grid's cut modes dealt round-robin
 };
 
+/// Whether --deal applies to a run partitioned by `scheme`: only the grid cuts modes. Where
+/// it was asked for and does not apply, says so (logged, not refused: tessera cp|tucker and
+/// bench cp alike).
+bool deal_applies(const LoadOptions& o, partition::Scheme scheme);
+
 struct Loaded {
   double read_seconds = 0, distribute_seconds = 0;
   io::TnsReadResult read;  ///< read.local is emptied after distribution
