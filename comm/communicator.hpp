@@ -98,6 +98,11 @@ class Communicator {
   /// in free device memory; 0 for host communicators). The planner counts this much for
   /// each communicator split from it later (the layer strategy's per-mode ones).
   virtual std::uint64_t device_buffer_bytes() const { return 0; }
+  /// Host memory its initialisation took: the growth of the process's private resident
+  /// memory (util::private_resident_bytes: NCCL's proxy state, pinned and shared-memory
+  /// segments) across it; 0 for host communicators or when it cannot be read. Planned, as
+  /// device_buffer_bytes, for each communicator split from it later.
+  virtual std::uint64_t host_buffer_bytes() const { return 0; }
   /// Enqueues an in-place allreduce of the device buffer in `stream` (a cudaStream_t)
   /// after the work already there, and returns without waiting: work enqueued in `stream`
   /// afterwards sees the result.

@@ -215,6 +215,10 @@ std::uint64_t HierarchicalCommunicator::device_buffer_bytes() const {
   return node_->device_buffer_bytes() + cross_->device_buffer_bytes();
 }
 
+std::uint64_t HierarchicalCommunicator::host_buffer_bytes() const {
+  return node_->host_buffer_bytes() + cross_->host_buffer_bytes();
+}
+
 void HierarchicalCommunicator::enqueue_allreduce_raw(void* buf, std::size_t n, DataType t,
                                                      ReduceOp op, void* stream) const {
   const std::size_t G = static_cast<std::size_t>(node_->size());

@@ -93,6 +93,7 @@ class HierarchicalCommunicator final : public Communicator {
 
   bool can_enqueue() const override;
   std::uint64_t device_buffer_bytes() const override;
+  std::uint64_t host_buffer_bytes() const override;
   void enqueue_allreduce_raw(void* buf, std::size_t n, DataType t, ReduceOp op,
                              void* stream) const override;
   /// In place only (recv == send + rank() * recvcount elements).

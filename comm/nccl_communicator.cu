@@ -34,6 +34,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -43,6 +44,7 @@
 #include "util/error.hpp"
 #include "util/fault.hpp"
 #include "util/log.hpp"
+#include "util/sysfs.hpp"
 
 namespace tessera::comm {
 
@@ -160,8 +162,13 @@ class Scratch {
 class NcclCommunicator final : public Communicator {
  public:
   /// Takes ownership of `comm` (already initialised) on CUDA device `device`.
-  NcclCommunicator(ncclComm_t comm, int device, double timeout_s, std::uint64_t init_bytes = 0)
-      : comm_(comm), device_(device), timeout_s_(timeout_s), init_bytes_(init_bytes) {
+  NcclCommunicator(ncclComm_t comm, int device, double timeout_s, std::uint64_t init_bytes = 0,
+                   std::uint64_t init_host_bytes = 0)
+      : comm_(comm),
+        device_(device),
+        timeout_s_(timeout_s),
+        init_bytes_(init_bytes),
+        init_host_bytes_(init_host_bytes) {
     try {
       TESSERA_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
       TESSERA_NCCL_CHECK(ncclCommCount(comm_, &size_));
@@ -324,6 +331,7 @@ class NcclCommunicator final : public Communicator {
   // ---- stream-ordered collectives: no staging, no wait; the caller's stream orders them ----
   bool can_enqueue() const override { return true; }
   std::uint64_t device_buffer_bytes() const override { return init_bytes_; }
+  std::uint64_t host_buffer_bytes() const override { return init_host_bytes_; }
 
   void enqueue_allreduce_raw(void* buf, std::size_t n, DataType t, ReduceOp op,
                              void* stream) const override {
@@ -574,7 +582,8 @@ class NcclCommunicator final : public Communicator {
   mutable ncclComm_t comm_ = nullptr;
   int device_ = 0;
   double timeout_s_ = 0;
-  std::uint64_t init_bytes_ = 0;  ///< device memory the initialisation took
+  std::uint64_t init_bytes_ = 0;       ///< device memory the initialisation took
+  std::uint64_t init_host_bytes_ = 0;  ///< host memory it took (private resident growth)
   int rank_ = 0;
   int size_ = 1;
   cudaStream_t stream_ = nullptr;
@@ -655,6 +664,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
   std::exception_ptr init_error;
   std::size_t free_before = 0, free_after = 0, total = 0;
   if (cudaMemGetInfo(&free_before, &total) != cudaSuccess) (void)cudaGetLastError();
+  const std::optional<std::uint64_t> host_before = util::private_resident_bytes();
   try {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
@@ -678,7 +688,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
   }
   if (cudaMemGetInfo(&free_after, &total) != cudaSuccess) (void)cudaGetLastError();
   const std::uint64_t init_bytes = free_before > free_after ? free_before - free_after : 0;
-  return std::make_unique<NcclCommunicator>(comm, device, timeout_s, init_bytes);
+  const std::optional<std::uint64_t> host_after = util::private_resident_bytes();
+  const std::uint64_t init_host =
+      host_before && host_after && *host_after > *host_before ? *host_after - *host_before : 0;
+  return std::make_unique<NcclCommunicator>(comm, device, timeout_s, init_bytes, init_host);
 }
 
 }  // namespace tessera::comm

@@ -43,11 +43,25 @@ int bits_for(std::uint64_t dim) {
   return dim <= 1 ? 0 : static_cast<int>(std::bit_width(dim - 1));
 }
 
-/// Stable LSD radix sort of `a` by bits [lo, hi) of key(a[k]), in passes of <= 16 bits.
+/// Below this many elements radix_sort compares instead: each radix pass clears and scans
+/// a histogram of up to 2^16 counts (512 KiB), whatever the element count, and a tier-3
+/// pass prepares every chunk it streams (a chunk can be a few nonzeros).
+constexpr std::size_t kCompareSortBelow = 4096;
+
+/// Stable LSD radix sort of `a` by bits [lo, hi) of key(a[k]), in passes of <= 16 bits;
+/// a stable comparison sort by the same bits for short arrays.
 template <typename U, typename KeyFn>
 void radix_sort(std::vector<U>& a, std::vector<U>& tmp, int lo, int hi, KeyFn key) {
   const int bits = hi - lo;
   if (bits <= 0) return;
+  if (a.size() < kCompareSortBelow) {
+    const std::uint64_t field = bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
+    std::stable_sort(a.begin(), a.end(), [&](const U& x, const U& y) {
+      return ((static_cast<std::uint64_t>(key(x)) >> lo) & field) <
+             ((static_cast<std::uint64_t>(key(y)) >> lo) & field);
+    });
+    return;
+  }
   const int passes = (bits + 15) / 16;
   const int width = (bits + passes - 1) / passes;
   const std::size_t n = a.size();

@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "plan/limits.hpp"
 #include "util/error.hpp"
+#include "util/sysfs.hpp"
 
 namespace tessera::plan {
 namespace {
@@ -499,12 +501,6 @@ TEST(PlanLimits, ProcessMemoryFromAFixture) {
   EXPECT_EQ(none.hwm, 0u);
 }
 
-TEST(PlanLimits, ProcessMemoryOfThisProcess) {
-  const ProcessMemory m = process_memory();
-  EXPECT_GT(m.rss, 0u);
-  EXPECT_GE(m.hwm, m.rss);
-}
-
 /// Maps and writes every page of `bytes` fresh anonymous memory; unmapped by the caller.
 char* touch_fresh(std::size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -513,6 +509,36 @@ char* touch_fresh(std::size_t bytes) {
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   for (std::size_t i = 0; i < bytes; i += page) c[i] = static_cast<char>(i / page + 1);
   return static_cast<char*>(p);
+}
+
+TEST(PlanLimits, PrivateResidentBytesAddAnonAndShmem) {
+  // What an NCCL communicator's initialisation is charged on the host (its growth): anonymous
+  // and shared-memory pages, not the mapped files (libraries) VmRSS also counts.
+  Tree t;
+  t.write("proc/self/status",
+          "VmRSS:\t  409600 kB\nRssAnon:\t  102400 kB\nRssFile:\t  300000 kB\n"
+          "RssShmem:\t    7200 kB\n");
+  EXPECT_EQ(util::private_resident_bytes(t.root()), std::optional<std::uint64_t>(109600 * 1024));
+  Tree old;  // a kernel before 4.5 has no RssAnon line: unknown, not 0
+  old.write("proc/self/status", "VmRSS:\t  409600 kB\n");
+  EXPECT_EQ(util::private_resident_bytes(old.root()), std::nullopt);
+  EXPECT_EQ(util::private_resident_bytes(t.at("nothing")), std::nullopt);
+  // This process: touching 64 MiB of fresh anonymous memory grows it by about that much.
+  const auto before = util::private_resident_bytes();
+  ASSERT_TRUE(before.has_value());
+  constexpr std::size_t kBytes = 64 * kMiB;
+  char* p = touch_fresh(kBytes);
+  ASSERT_NE(p, nullptr);
+  const auto after = util::private_resident_bytes();
+  ::munmap(p, kBytes);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_GE(*after, *before + 60 * kMiB);
+}
+
+TEST(PlanLimits, ProcessMemoryOfThisProcess) {
+  const ProcessMemory m = process_memory();
+  EXPECT_GT(m.rss, 0u);
+  EXPECT_GE(m.hwm, m.rss);
 }
 
 TEST(PlanLimits, ResetPeakRssThenTouchRaisesThePeak) {

@@ -187,12 +187,14 @@ TEST(PlanRanks, TileSetsNeverPushAResidentGeneratedTensorOverTheCard) {
 }
 
 TEST(PlanRanks, TheLayerStrategysCommunicatorsArePlannedPerMode) {
-  // A store on 4 ranks; the run's NCCL communicator took 300 MB at initialisation. The
-  // layer strategy splits one more per mode after the plan: 3 x 300 MB more per rank.
+  // A store on 4 ranks; the run's NCCL communicator took 300 MB of device and 40 MB of host
+  // memory at initialisation. The layer strategy splits one more per mode after the plan:
+  // 3 x 300 MB and 3 x 40 MB more per rank.
   const TensorFacts t = store({120000, 90000, 80000}, 400000000);
   Request r = cp(Backend::cuda, 4, 32);
   r.ranks = 4;
   r.comm_device_bytes = 300000000;
+  r.comm_host_bytes = 40000000;
   const Limits lim = node_limits(512 * kGiB, 4, 143 * kGiB);
   r.allreduce = true;
   const Plan all = make_plan(r, t, lim);
@@ -205,8 +207,10 @@ TEST(PlanRanks, TheLayerStrategysCommunicatorsArePlannedPerMode) {
     if (c.name.find("layer communicators") != std::string::npos) {
       listed = true;
       EXPECT_EQ(c.device, std::uint64_t(900000000));
+      EXPECT_EQ(c.host, std::uint64_t(120000000));
     }
   EXPECT_TRUE(listed);
+  EXPECT_GE(layer.host_peak, all.host_peak + 120000000);
   for (const auto& c : all.components)
     EXPECT_EQ(c.name.find("layer communicators"), std::string::npos) << c.name;
 }

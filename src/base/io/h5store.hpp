@@ -149,7 +149,8 @@ class H5TensorReader {
   /// whose nonzero datasets are unfiltered (no deflate) and allocated, chunked or
   /// contiguous, the byte ranges are computed from the datasets' file addresses (looked
   /// up once, at the first call, and kept) and read with pread() by `threads` threads
-  /// (<= 0: one per hardware thread; the calling thread is one of them) straight into
+  /// (<= 0: one per hardware thread, at most one per MiB read; the calling thread is one of
+  /// them) straight into
   /// the caller's buffers, which the same threads then check. The checks and their error
   /// messages are those of read() (file, dataset, position; when several elements are bad
   /// the one read() would report), restricted to `checks`. The result is bitwise

@@ -280,8 +280,15 @@ void H5TensorReader::Impl::read_direct(nnz_t first_in, nnz_t count_in, index_t* 
       record({stage, where, 0, 0}, std::current_exception());
     }
   };
-  const int nt = static_cast<int>(
-      std::min<std::size_t>(static_cast<std::size_t>(thread_count(threads)), tasks.size()));
+  // Automatic threads: one per kMinBytesPerThread of the read too, so that a small read
+  // (a tier-3 chunk of a few nonzeros) does not start a thread per dataset for each chunk.
+  std::uint64_t bytes = 0;
+  for (const Task& t : tasks) bytes += (t.b - t.a) * stored_size(t.d);
+  std::size_t nt_max = static_cast<std::size_t>(thread_count(threads));
+  if (threads <= 0)
+    nt_max = std::min<std::size_t>(
+        nt_max, static_cast<std::size_t>(std::max<std::uint64_t>(1, bytes / kMinBytesPerThread)));
+  const int nt = static_cast<int>(std::min(nt_max, tasks.size()));
   std::atomic<std::size_t> next{0};
   run_threads(nt, [&](int) {
     std::vector<unsigned char> stage;

@@ -33,6 +33,9 @@ constexpr std::size_t kStageBytes = std::size_t(64) << 20;
 /// Direct reads: bytes per task (one pread, or one staged piece; the block check takes as
 /// many coordinates per task).
 constexpr std::uint64_t kDirectPieceBytes = std::uint64_t(8) << 20;
+/// Direct reads with automatic threads (threads <= 0): at most one thread per this many
+/// bytes of the read (a thread's start costs tens of microseconds, more under ASan).
+constexpr std::uint64_t kMinBytesPerThread = std::uint64_t(1) << 20;
 
 /// Runs body(t) for t = 0 .. n-1 on n threads (the caller is thread 0; n <= 0: one per
 /// hardware thread). body must not throw. Fewer threads when the system refuses more.

@@ -52,4 +52,22 @@ ProcCgroup parse_proc_cgroup(const std::string& text) {
   return out;
 }
 
+std::optional<std::uint64_t> private_resident_bytes(const std::string& root) {
+  const auto text = read_text_file(under_root(root, "/proc/self/status"));
+  if (!text) return std::nullopt;
+  std::istringstream in(*text);
+  std::string line;
+  std::optional<std::uint64_t> anon, shmem;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string key, unit;
+    std::uint64_t kb = 0;
+    if (!(ls >> key >> kb >> unit) || unit != "kB" || kb > UINT64_MAX / 2048) continue;
+    if (key == "RssAnon:") anon = kb * 1024;
+    if (key == "RssShmem:") shmem = kb * 1024;
+  }
+  if (!anon || !shmem) return std::nullopt;
+  return *anon + *shmem;
+}
+
 }  // namespace tessera::util

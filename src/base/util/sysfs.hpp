@@ -3,6 +3,7 @@
 // (src/engine/plan/limits.cpp) and the CPU quota of the thread cap (util/cpus.cpp).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -23,5 +24,10 @@ struct ProcCgroup {
   int malformed = 0;
 };
 ProcCgroup parse_proc_cgroup(const std::string& text);
+
+/// This process's private resident memory from root/proc/self/status: RssAnon + RssShmem
+/// (heap, pinned and shared-memory segments; not the pages of mapped files), bytes, or
+/// nullopt when the file or either line cannot be read. `root` other than "/" only for tests.
+std::optional<std::uint64_t> private_resident_bytes(const std::string& root = "/");
 
 }  // namespace tessera::util

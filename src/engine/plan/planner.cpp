@@ -295,8 +295,9 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   // The request's parts, and the layer strategy's per-mode communicators (split after the
   // plan, each with buffers like the run's own communicator's).
   std::vector<Component> extra = req.extra;
-  if (cuda && !req.allreduce && req.ranks > 1 && req.comm_device_bytes > 0)
-    extra.push_back({"NCCL buffers of the layer communicators (one per mode)", 0,
+  if (cuda && !req.allreduce && req.ranks > 1 && (req.comm_device_bytes || req.comm_host_bytes))
+    extra.push_back({"NCCL buffers of the layer communicators (one per mode)",
+                     mul(req.comm_host_bytes, static_cast<u64>(t.order())),
                      mul(req.comm_device_bytes, static_cast<u64>(t.order())), 0,
                      "as measured for the run's communicator"});
   // A budget emulates a smaller machine; one larger than this machine would hand the

@@ -121,6 +121,9 @@ struct Request {
   /// strategy splits one communicator per mode after the plan; they are planned as this
   /// much each.
   std::uint64_t comm_device_bytes = 0;
+  /// Host memory the same initialisation took (comm::Communicator::host_buffer_bytes): the
+  /// layer communicators are planned as this much host memory each too.
+  std::uint64_t comm_host_bytes = 0;
   /// cuda: --tensor-cores is not off, so a tier-1 prepare builds the tensor-core tile sets
   /// (docs/tensor-core-mttkrp.md) in the room left under the tensor's limit; the plan
   /// counts them at their largest.

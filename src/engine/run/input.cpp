@@ -259,7 +259,10 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   Input<T> in;
   const int P = world.size(), me = world.rank();
   plan::Request req = plan_request(run, cx.kind, static_cast<int>(sizeof(T)), world);
-  if (cx.nccl) req.comm_device_bytes = cx.nccl->device_buffer_bytes();
+  if (cx.nccl) {
+    req.comm_device_bytes = cx.nccl->device_buffer_bytes();
+    req.comm_host_bytes = cx.nccl->host_buffer_bytes();
+  }
   req.workload = pc.workload;
   req.cp_rank = pc.cp_rank;
   req.tucker_ranks = pc.tucker_ranks;
