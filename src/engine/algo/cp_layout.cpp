@@ -61,7 +61,15 @@ std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool l
       L.lo = c0;
       L.len = static_cast<std::int64_t>(c1 - c0);
       const int color = dist.coords[static_cast<std::size_t>(n)];
-      std::shared_ptr<const comm::Communicator> flat = data.split(color, data.rank());
+      // A layer of every rank (a mode the grid does not cut, and every mode on one rank) is
+      // `data` itself: a split would be the same group, and an NCCL split allocates
+      // connection buffers of its own (on one H200, 2.6 GiB of device and 90 MiB of host
+      // memory for the three of a one-rank run; docs/multi-gpu.md, "Memory"). The same
+      // decision on every rank: the grid is global.
+      std::shared_ptr<const comm::Communicator> flat =
+          dist.layer_size(n) == P
+              ? std::shared_ptr<const comm::Communicator>(&data, [](const comm::Communicator*) {})
+              : std::shared_ptr<const comm::Communicator>(data.split(color, data.rank()));
       TESSERA_EXPECTS(flat->size() == dist.layer_size(n) && flat->rank() == dist.layer_rank(n),
                       "layer communicator disagrees with the distribution");
       // The layer's members (ranks of `data` with this chunk, in rank order) and their nodes:

@@ -41,7 +41,8 @@ double global_norm(double mine, const comm::Communicator& c);
 /// layer strategy, or when the hierarchy composes a group: it splits communicators).
 /// `nodes` is the node of each rank of `data` (empty: one node); a group spanning several
 /// nodes is composed node-local + cross-node when comm::use_hierarchy(h, its map), and each
-/// rank then owns the block of its rank in the composed communicator.
+/// rank then owns the block of its rank in the composed communicator. A mode whose layer
+/// holds every rank uses `data` itself (not split): the layouts must not outlive `data`.
 std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool layer,
                                      const comm::Communicator& data,
                                      const comm::NodeMap& nodes = {},
