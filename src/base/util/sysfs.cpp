@@ -52,22 +52,30 @@ ProcCgroup parse_proc_cgroup(const std::string& text) {
   return out;
 }
 
-std::optional<std::uint64_t> private_resident_bytes(const std::string& root) {
+std::map<std::string, std::uint64_t> proc_status_bytes(const std::string& root) {
+  std::map<std::string, std::uint64_t> out;
   const auto text = read_text_file(under_root(root, "/proc/self/status"));
-  if (!text) return std::nullopt;
+  if (!text) return out;
   std::istringstream in(*text);
   std::string line;
-  std::optional<std::uint64_t> anon, shmem;
   while (std::getline(in, line)) {
     std::istringstream ls(line);
     std::string key, unit;
     std::uint64_t kb = 0;
-    if (!(ls >> key >> kb >> unit) || unit != "kB" || kb > UINT64_MAX / 2048) continue;
-    if (key == "RssAnon:") anon = kb * 1024;
-    if (key == "RssShmem:") shmem = kb * 1024;
+    if (!(ls >> key >> kb >> unit) || unit != "kB" || key.size() < 2 || key.back() != ':' ||
+        kb > UINT64_MAX / 1024)
+      continue;
+    key.pop_back();
+    out[key] = kb * 1024;
   }
-  if (!anon || !shmem) return std::nullopt;
-  return *anon + *shmem;
+  return out;
+}
+
+std::optional<std::uint64_t> private_resident_bytes(const std::string& root) {
+  const auto status = proc_status_bytes(root);
+  const auto anon = status.find("RssAnon"), shmem = status.find("RssShmem");
+  if (anon == status.end() || shmem == status.end()) return std::nullopt;
+  return anon->second + shmem->second;
 }
 
 }  // namespace tessera::util

@@ -25,6 +25,10 @@ struct ProcCgroup {
 };
 ProcCgroup parse_proc_cgroup(const std::string& text);
 
+/// root/proc/self/status's lines in kB ("VmRSS:  1024 kB"), as bytes by key ("VmRSS");
+/// empty when the file cannot be read. Lines of another form are left out.
+std::map<std::string, std::uint64_t> proc_status_bytes(const std::string& root = "/");
+
 /// This process's private resident memory from root/proc/self/status: RssAnon + RssShmem
 /// (heap, pinned and shared-memory segments; not the pages of mapped files), bytes, or
 /// nullopt when the file or either line cannot be read. `root` other than "/" only for tests.

@@ -475,20 +475,10 @@ int ranks_on_node(const comm::MpiCommunicator& world) {
 }
 
 ProcessMemory process_memory(const std::string& root) {
+  const auto status = util::proc_status_bytes(root);
   ProcessMemory m;
-  auto text = read_text_file(under_root(root, "/proc/self/status"));
-  if (!text) return m;
-  std::istringstream in(*text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string key, num, unit;
-    ls >> key >> num >> unit;
-    if (key != "VmRSS:" && key != "VmHWM:") continue;
-    auto v = to_u64(num);
-    if (!v || unit != "kB" || *v > UINT64_MAX / 1024) continue;
-    (key == "VmRSS:" ? m.rss : m.hwm) = *v * 1024;
-  }
+  if (const auto rss = status.find("VmRSS"); rss != status.end()) m.rss = rss->second;
+  if (const auto hwm = status.find("VmHWM"); hwm != status.end()) m.hwm = hwm->second;
   return m;
 }
 
