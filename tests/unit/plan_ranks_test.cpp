@@ -213,6 +213,20 @@ TEST(PlanRanks, TheLayerStrategysCommunicatorsArePlannedPerMode) {
   EXPECT_GE(layer.host_peak, all.host_peak + 120000000);
   for (const auto& c : all.components)
     EXPECT_EQ(c.name.find("layer communicators"), std::string::npos) << c.name;
+  // With the grid known, only the modes it cuts split a communicator: grid 1x1x4 splits
+  // mode 2's alone (modes 0 and 1 have layers of every rank and use the run's), 2x2x1 two.
+  auto layer_part = [&](const std::vector<int>& grid) {
+    Request g = r;
+    g.grid = grid;
+    for (const auto& c : make_plan(g, t, lim).components)
+      if (c.name.find("layer communicators") != std::string::npos) return c;
+    return Component{};
+  };
+  EXPECT_EQ(layer_part({1, 1, 4}).device, std::uint64_t(300000000));
+  EXPECT_EQ(layer_part({1, 1, 4}).host, std::uint64_t(40000000));
+  EXPECT_EQ(layer_part({2, 2, 1}).device, std::uint64_t(600000000));
+  EXPECT_EQ(layer_part({2, 2, 1}).host, std::uint64_t(80000000));
+  EXPECT_EQ(layer_splits(r, 3), 3u);  // no grid: every mode
 }
 
 TEST(PlanRanks, TheIterationModelAndWhereMoreRanksStopHelping) {

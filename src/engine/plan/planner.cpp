@@ -274,6 +274,13 @@ std::string to_string(Workload w) {
   return "?";
 }
 
+std::uint64_t layer_splits(const Request& req, int order) {
+  if (req.grid.size() != static_cast<std::size_t>(order))
+    return static_cast<std::uint64_t>(std::max(order, 0));
+  return static_cast<std::uint64_t>(
+      std::count_if(req.grid.begin(), req.grid.end(), [](int p) { return p > 1; }));
+}
+
 Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   Plan p;
   p.workload = req.workload;
@@ -292,14 +299,15 @@ Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim) {
   const u64 loop_h = loop_host_bytes(req, s);
   const Component gcp_part = req.gcp ? gcp_samples_part(req, t, s) : Component{};
   const bool holdout = req.workload == Workload::cp && req.holdout > 0;
-  // The request's parts, and the layer strategy's per-mode communicators (split after the
-  // plan, each with buffers like the run's own communicator's).
+  // The request's parts, and the layer strategy's communicators: one per mode the grid cuts
+  // (split after the plan, each with buffers like the run's own communicator's).
   std::vector<Component> extra = req.extra;
-  if (cuda && !req.allreduce && req.ranks > 1 && (req.comm_device_bytes || req.comm_host_bytes))
-    extra.push_back({"NCCL buffers of the layer communicators (one per mode)",
-                     mul(req.comm_host_bytes, static_cast<u64>(t.order())),
-                     mul(req.comm_device_bytes, static_cast<u64>(t.order())), 0,
-                     "as measured for the run's communicator"});
+  const u64 splits = layer_splits(req, t.order());
+  if (cuda && !req.allreduce && req.ranks > 1 && splits > 0 &&
+      (req.comm_device_bytes || req.comm_host_bytes))
+    extra.push_back({"NCCL buffers of the layer communicators (one per mode the grid cuts)",
+                     mul(req.comm_host_bytes, splits), mul(req.comm_device_bytes, splits), 0,
+                     std::to_string(splits) + " x the run's communicator, as measured"});
   // A budget emulates a smaller machine; one larger than this machine would hand the
   // decision to the kernel's OOM killer (or a failed allocation): refused.
   auto over_machine = [&](const char* opt, u64 budget, const Limit& l) {

@@ -124,6 +124,10 @@ struct Request {
   /// Host memory the same initialisation took (comm::Communicator::host_buffer_bytes): the
   /// layer communicators are planned as this much host memory each too.
   std::uint64_t comm_host_bytes = 0;
+  /// The layer strategy's rank grid (partition::Distribution::grid), when known: only a
+  /// mode the grid cuts (grid[n] > 1) gets a communicator of its own; a layer of every rank
+  /// uses the run's (algo::make_layouts). Empty: not known, every mode counted.
+  std::vector<int> grid;
   /// cuda: --tensor-cores is not off, so a tier-1 prepare builds the tensor-core tile sets
   /// (docs/tensor-core-mttkrp.md) in the room left under the tensor's limit; the plan
   /// counts them at their largest.
@@ -170,6 +174,10 @@ struct Plan {
   /// One line for the log of a run.
   std::string summary() const;
 };
+
+/// The communicators the layer strategy splits for a tensor of `order` modes: the modes
+/// req.grid cuts, or every mode when the grid is not known.
+std::uint64_t layer_splits(const Request& req, int order);
 
 /// The plan for `req` on `t` under `lim`. Pure: no I/O, no collectives.
 Plan make_plan(const Request& req, const TensorFacts& t, const Limits& lim);

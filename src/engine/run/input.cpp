@@ -288,6 +288,18 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   std::optional<io::H5TensorInfo> h;
   if (facts.store) h = io::read_h5_info(o.path, world);
   const bool by_block = h && h->partition && h->partition->nblocks() == P;
+  // The layer strategy's grid as load_and_distribute will take it (--grid, else the store's
+  // partition, else partition::choose_grid), for its communicators in the header's plan; the
+  // plan after distributing takes the grid the distribution used.
+  if (!req.allreduce && P > 1 && facts.store) {
+    if (!o.grid.empty())
+      comm::run_collectively(world,
+                             [&] { req.grid = partition::parse_grid(o.grid, facts.order(), P); });
+    else if (by_block && scheme == partition::Scheme::grid && !o.relabel && !o.deal)
+      req.grid = h->partition->grid;
+    else
+      req.grid = partition::choose_grid(facts.dims, P);
+  }
   // A store with unique coordinates run with the allreduce strategy is read in its stored
   // order: no exchange, no sort (the nnz scheme's equal shares, or the stored blocks).
   const bool store_order =
@@ -325,6 +337,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
     facts.max_block_nnz = in.max_block_nnz;
     facts.unique = 1;     // summed while distributing
     facts.store = false;  // in memory now: tiers 1-2
+    req.grid = in.grid;
     in.plan = plan::make_plan(req, facts, lim);
   }
   const plan::Plan& p = in.plan;
