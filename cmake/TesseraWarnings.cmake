@@ -23,6 +23,12 @@ function(tessera_target_defaults target)
       $<$<COMPILE_LANGUAGE:CXX>:-Werror>
       $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings>)
   endif()
+  # A unity build (-DCMAKE_UNITY_BUILD=ON, as CI builds: docs/reliability.md, "CI time")
+  # compiles several .cpp files as one, and GCC then takes a class of one file with a member
+  # of another file's anonymous-namespace type for a header's (-Wsubobject-linkage).
+  if(CMAKE_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+  endif()
   if(TESSERA_NATIVE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
   endif()

@@ -59,12 +59,6 @@ struct PhiWalk {
   }
 };
 
-template <typename T>
-int team_of(const Backend<T>& be) {
-  const int t = static_cast<const CpuBackend<T>&>(be).threads();
-  return t > 0 ? t : omp_get_max_threads();
-}
-
 }  // namespace
 
 template <typename T>

@@ -16,6 +16,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu/csf.hpp"
+#include "kernels/cpu/team.hpp"
 #include "kernels/mttkrp.hpp"
 #include "util/error.hpp"
 
@@ -126,14 +127,21 @@ class CpuBackend final : public Backend<T> {
   Isa isa() const {
     return isa_;
   }
+  /// The OpenMP team its kernels use: threads(), or OpenMP's default when 0.
+  int team() const {
+    return team_size(threads_);
+  }
 
  private:
-  int team() const {
-    return threads_ > 0 ? threads_ : omp_get_max_threads();
-  }
   int threads_;               ///< 0: OpenMP's default at each call
   Isa isa_ = Isa::automatic;  ///< Tuning::cpu_isa
 };
+
+/// The OpenMP team of `be`, a cpu backend (CpuBackend::team).
+template <typename T>
+int team_of(const Backend<T>& be) {
+  return static_cast<const CpuBackend<T>&>(be).team();
+}
 
 /// x as a handle of the cpu backend; throws Error for a handle of another backend.
 template <typename T>

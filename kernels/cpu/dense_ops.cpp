@@ -13,8 +13,9 @@
 namespace tessera::kernels::cpu {
 
 namespace {
+/// The backend's --threads as given (0: the dense routines' own default).
 template <typename T>
-int team_of(const Backend<T>& be) {
+int threads_of(const Backend<T>& be) {
   return static_cast<const CpuBackend<T>&>(be).threads();
 }
 }  // namespace
@@ -23,7 +24,7 @@ int team_of(const Backend<T>& be) {
 
 template <typename T>
 void gram(Backend<T>& be, const T* A, std::int64_t rows, int R, T* G) {
-  linalg::gram(A, rows, R, G, team_of(be));
+  linalg::gram(A, rows, R, G, threads_of(be));
 }
 template <typename T>
 void hadamard(Backend<T>& be, const std::vector<const T*>& Gs, int R, T* V) {
@@ -32,30 +33,30 @@ void hadamard(Backend<T>& be, const std::vector<const T*>& Gs, int R, T* V) {
 }
 template <typename T>
 bool solve_normal(Backend<T>& be, T* M, std::int64_t rows, const T* V, int R) {
-  return linalg::solve_normal(M, rows, V, R, team_of(be));
+  return linalg::solve_normal(M, rows, V, R, threads_of(be));
 }
 template <typename T>
 void column_norms(Backend<T>& be, const T* A, std::int64_t rows, int R, NormKind kind,
                   double* host_out) {
-  linalg::column_norms(A, rows, R, kind, host_out, team_of(be));
+  linalg::column_norms(A, rows, R, kind, host_out, threads_of(be));
 }
 template <typename T>
 void scale_columns(Backend<T>& be, T* A, std::int64_t rows, int R, const double* host_scale) {
-  linalg::scale_columns(A, rows, R, host_scale, team_of(be));
+  linalg::scale_columns(A, rows, R, host_scale, threads_of(be));
 }
 template <typename T>
 void column_dots(Backend<T>& be, const T* A, const T* B, std::int64_t rows, int R,
                  double* host_out) {
-  linalg::column_dots(A, B, rows, R, host_out, team_of(be));
+  linalg::column_dots(A, B, rows, R, host_out, threads_of(be));
 }
 template <typename T>
 void pack_outer(Backend<T>& be, const T* A, std::int64_t rows, int R, T* P) {
-  linalg::pack_outer(A, rows, R, P, team_of(be));
+  linalg::pack_outer(A, rows, R, P, threads_of(be));
 }
 template <typename T>
 std::int64_t row_update(Backend<T>& be, T* A, const T* M, std::int64_t rows, int R, const T* V,
                         const T* Gp, const linalg::RowUpdate& u, double* host_quad) {
-  return linalg::row_update(A, M, rows, R, V, Gp, u, host_quad, team_of(be));
+  return linalg::row_update(A, M, rows, R, V, Gp, u, host_quad, threads_of(be));
 }
 template <typename T>
 std::unique_ptr<CpDeviceLoop<T>> cp_device_loop(Backend<T>& be, const CpLoopSpec<T>& spec,

@@ -18,16 +18,6 @@
 
 namespace tessera::kernels::cpu {
 
-namespace {
-
-template <typename T>
-int team_of(const Backend<T>& be) {
-  const int t = static_cast<const CpuBackend<T>&>(be).threads();
-  return t > 0 ? t : omp_get_max_threads();
-}
-
-}  // namespace
-
 template <typename T>
 void gcp_gradient(Backend<T>& be, const SparseTensor<T>& samples, nnz_t nonzero_samples,
                   double w_nonzero, double w_zero, const std::vector<const T*>& factors, int R,

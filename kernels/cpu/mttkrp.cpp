@@ -17,6 +17,7 @@
 #include <string>
 
 #include "kernels/cpu/csf.hpp"
+#include "kernels/cpu/team.hpp"
 #include "util/error.hpp"
 
 // Run-time dispatch to AVX2 / AVX-512 copies of the inner loops needs x86-64 and the
@@ -30,10 +31,6 @@
 namespace tessera::kernels::cpu {
 
 namespace {
-
-int team_size(int threads) {
-  return std::max(1, threads > 0 ? threads : omp_get_max_threads());
-}
 
 // ---------------------------------------------------------------------------------------
 // Construction

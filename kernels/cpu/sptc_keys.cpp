@@ -13,10 +13,6 @@
 
 namespace tessera::kernels::cpu::detail {
 
-int team_size(int threads) {
-  return threads > 0 ? threads : omp_get_max_threads();
-}
-
 int team_for(std::size_t n, int threads) {
   const auto t = static_cast<std::size_t>(team_size(threads));
   return static_cast<int>(std::max<std::size_t>(1, std::min(t, n >> 17)));

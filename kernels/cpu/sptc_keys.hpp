@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/team.hpp"
 #include "tensor/sparse_tensor.hpp"
 
 namespace tessera::kernels::cpu::detail {
@@ -17,8 +18,7 @@ constexpr u32 kNone = 0xFFFFFFFFu;
 /// Index arrays are 32-bit: at most this many nonzeros per input (and output) per rank.
 constexpr u64 kMaxEntries = 0xFFFFFFFEull;
 
-/// OpenMP team size for a `threads` option (0: omp_get_max_threads()).
-int team_size(int threads);
+using cpu::team_size;
 /// Threads worth using for n elements of streaming work (at least 1).
 int team_for(std::size_t n, int threads);
 inline int bit_width(u64 v) {

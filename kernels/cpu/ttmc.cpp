@@ -22,15 +22,12 @@
 #include <numeric>
 
 #include "kernels/cpu/csf.hpp"
+#include "kernels/cpu/team.hpp"
 #include "util/error.hpp"
 
 namespace tessera::kernels::cpu {
 
 namespace {
-
-int team_size(int threads) {
-  return std::max(1, threads > 0 ? threads : omp_get_max_threads());
-}
 
 template <typename T>
 struct TtmcCtx {

@@ -22,6 +22,7 @@
 
 #include "io/h5/file.hpp"
 #include "io/h5store.hpp"
+#include "io/posix_io.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 
@@ -30,9 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string errno_text(int e) {
-  return std::strerror(e);
-}
+using posix::errno_text;
 
 /// This host's name as it appears in temporary names ("localhost" when unknown).
 std::string this_host() {

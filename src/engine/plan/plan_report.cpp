@@ -7,14 +7,13 @@
 #include <string>
 
 #include "plan/planner.hpp"
+#include "plan/planner_detail.hpp"
 
 namespace tessera::plan {
 
 namespace {
+using detail::gb;
 using u64 = std::uint64_t;
-std::string gb(u64 b) {
-  return human_bytes(static_cast<double>(b));
-}
 const char* backend_name(Backend b) {
   return b == Backend::cuda ? "cuda" : b == Backend::cpu ? "cpu" : "reference";
 }

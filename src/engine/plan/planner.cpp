@@ -202,10 +202,6 @@ HybridBound hybrid_bound(const Request& req, const TensorFacts& t, const Shape& 
   return h;
 }
 
-std::string gb(u64 b) {
-  return human_bytes(static_cast<double>(b));
-}
-
 struct Candidate {
   int tier = 0;
   std::vector<Component> parts;

@@ -18,6 +18,10 @@ inline u64 mul(u64 a, u64 b) {
 inline u64 add(u64 a, u64 b) {
   return a > ~u64(0) - b ? ~u64(0) : a + b;
 }
+/// Bytes as the plan prints them (human_bytes).
+inline std::string gb(u64 b) {
+  return human_bytes(static_cast<double>(b));
+}
 
 /// Everything the model needs, derived once from the request and the facts.
 struct Shape {
