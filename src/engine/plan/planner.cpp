@@ -271,8 +271,7 @@ std::string to_string(Workload w) {
 }
 
 std::uint64_t layer_splits(const Request& req, int order) {
-  if (req.grid.size() != static_cast<std::size_t>(order))
-    return static_cast<std::uint64_t>(std::max(order, 0));
+  if (req.grid.size() != static_cast<std::size_t>(order)) return static_cast<std::uint64_t>(order);
   return static_cast<std::uint64_t>(
       std::count_if(req.grid.begin(), req.grid.end(), [](int p) { return p > 1; }));
 }

@@ -34,6 +34,10 @@ struct LoadOptions {
 /// bench cp alike).
 bool deal_applies(const LoadOptions& o, partition::Scheme scheme);
 
+/// Whether a run without --grid cuts on the grid of a store's partition (when each rank
+/// reads its block): the grid scheme, and no relabelling (--relabel, or --deal applied).
+bool keeps_stored_grid(const LoadOptions& o, partition::Scheme scheme, bool deal);
+
 struct Loaded {
   double read_seconds = 0, distribute_seconds = 0;
   io::TnsReadResult read;  ///< read.local is emptied after distribution
