@@ -17,6 +17,7 @@
 #   TESSERA_HARDENING_BUILD  build folder (default: build-hardening)
 #   TESSERA_FUZZ_SECONDS     fuzzing time per harness in seconds (default 60; 0: corpus only)
 #   TESSERA_FUZZ_SEED        libFuzzer's -seed (default 1, so a CI run can be repeated)
+#   TESSERA_FUZZ_TIMEOUT     seconds one input may take, wall clock (default 300; see fuzz_one)
 #   TESSERA_JOBS             build jobs (default: nproc)
 #   TESSERA_WERROR           warnings are errors (default ON, as in jobs/test.sh)
 set -euo pipefail
@@ -29,6 +30,7 @@ esac
 build=${TESSERA_HARDENING_BUILD:-$here/build-hardening}
 fuzz_seconds=${TESSERA_FUZZ_SECONDS:-60}
 fuzz_seed=${TESSERA_FUZZ_SEED:-1}
+fuzz_timeout=${TESSERA_FUZZ_TIMEOUT:-300}
 jobs=${TESSERA_JOBS:-$(nproc)}
 
 # The sanitizer subset: every ctest test (unit, MPI, driver) but these (ctest -E):
@@ -107,6 +109,11 @@ stamp "seed corpora run"
 # Bounded fuzzing, two harnesses at a time (one core each). New inputs go to BUILD/fuzz/,
 # never into the repository's seed corpus. The same runtime options as the tests
 # (cmake/TesseraHardening.cmake says why intercept_tls_get_addr=0).
+# libFuzzer's -timeout is wall-clock time. At nice 19 beside the subset's MPI tests (whose
+# ranks poll at full priority) a harness can get under 1% of a core for tens of seconds, so
+# an input that takes 0.1 s alone can pass 30 s: that failed CI once (stop 59, fuzz_options,
+# an input that replays in milliseconds; docs/reliability.md, "Session 32"). A real hang still
+# ends the run, with its input, after fuzz_timeout seconds.
 fuzz_one() {
   local t=$1 dir="$build/fuzz/$1" dict=()
   mkdir -p "$dir/corpus" "$dir/artifacts"
@@ -116,7 +123,7 @@ fuzz_one() {
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
     nice -n 19 "$build/tests/fuzz/fuzz_$t" -max_total_time="$fuzz_seconds" -seed="$fuzz_seed" \
-    -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$dir/artifacts/" \
+    -timeout="$fuzz_timeout" -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$dir/artifacts/" \
     ${dict[@]+"${dict[@]}"} "$dir/corpus" "$here/tests/fuzz/corpus/$t" >"$dir/log" 2>&1
 }
 # Runs the rounds; writes one line per harness to BUILD/fuzz/summary ("ok" or "FAILED").
