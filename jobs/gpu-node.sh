@@ -98,6 +98,9 @@
 #       eig: cuSOLVER's symmetric eigen-solvers and session 23's one-cluster reduction timed on
 #               one n x n Gram, n = 64 .. 1024 (issue 43's Tucker dense stage;
 #               jobs/probes/eig_probe.cu, compiled here with nvcc)
+#       mttkrp-tile: issue 43's shared-memory tiled MTTKRP probe (jobs/probes/mttkrp_tile_probe.cu,
+#               compiled here with nvcc) on the nell-2 shape, R 32, beside bench mttkrp (float
+#               and fp16 gathers) on the same shape (TESSERA_TARGETS=tessera builds only that)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
@@ -760,6 +763,18 @@ if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/p
     "$out/eig_probe" 16 | tee "$out/eig.txt" >>"$summary"
   else
     echo "eig: the probe did not build ($out/eig-build.log)" | tee -a "$summary"
+  fi
+fi
+if has mttkrp-tile; then  # issue 43: factor rows of both inputs in shared memory (docs/perf/gpu-h200-floors.md)
+  log "tiled MTTKRP probe"
+  g="--generate 12092x9184x28818 --nnz 76.9e6 --rank 32 --backend cuda --precision float --repeat 10"
+  bench nell2-mttkrp-r32-full "$T" bench mttkrp $g --gather-precision full
+  bench nell2-mttkrp-r32-fp16 "$T" bench mttkrp $g --gather-precision fp16
+  if nvcc -O3 -arch=sm_90 -std=c++17 --expt-relaxed-constexpr jobs/probes/mttkrp_tile_probe.cu \
+    -o "$out/mttkrp_tile_probe" >"$out/mttkrp-tile-build.log" 2>&1; then
+    "$out/mttkrp_tile_probe" | tee "$out/mttkrp-tile.txt" >>"$summary"
+  else
+    echo "mttkrp-tile: the probe did not build ($out/mttkrp-tile-build.log)" | tee -a "$summary"
   fi
 fi
 if has python || has study; then  # real tensors beside a checkout or carried in .deps/data

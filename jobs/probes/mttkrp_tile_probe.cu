@@ -1,0 +1,512 @@
+// Probe for issue 43 (docs/perf/gpu-h200-floors.md, "Session 32"): how near an order-3
+// MTTKRP at R = 32 gets to its floor when the rows of both input factors that a block of
+// nonzeros needs sit in shared memory, against the same kernel gathering them from global
+// memory (L2), in float and with 16-bit factor copies. Not part of the library; built and
+// run by `jobs/gpu-node.sh mttkrp-tile` (or by hand: nvcc -O3 -arch=sm_90 FILE -o probe).
+//
+// The tensor: uniform random coordinates in I x J x K (default the nell-2 shape, 12092 x
+// 9184 x 28818, 76.9e6 nonzeros), as `bench mttkrp --generate` draws them. For the output
+// mode m and input modes a < b, the nonzeros are sorted by (tile, i_m), where a tile is a
+// T x T block of (i_a, i_b); each nonzero is stored as 12 bytes (i_m, the two in-tile
+// coordinates as 16 bits each, the value). Persistent blocks take equal ranges of the sorted
+// nonzeros; at each tile a block copies the tile's T rows of each input factor into shared
+// memory. Eight lanes take one nonzero (four columns each as one 16-byte load of each row);
+// a warp takes four consecutive nonzeros per step and keeps a running sum per output row,
+// added to the output with one float4 atomic per lane-group when the row changes.
+// "global" runs the same kernel with one tile covering the whole (i_a, i_b) plane and the
+// rows read from global memory: the gathers of today's library kernels.
+//
+// Prints per mode and variant: ms (median of the repeats, output zeroing included), the
+// floor (the library's: 16 bytes per nonzero, the distinct factor rows and the output,
+// over the copy bandwidth measured here) and the ratio, and the error against an
+// atomic float reference relative to its norm.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cub/cub.cuh>
+#include <string>
+#include <vector>
+
+namespace {
+
+#define CHECK(x)                                                                               \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+constexpr int R = 32;
+constexpr unsigned kFull = 0xffffffffu;
+// Timing-only variants (wrong results, printed as such): the output's atomics left out, or
+// the factor-row gathers (rows of ones); they split the time between the kernel's parts.
+constexpr int kSkipAtomics = 1;
+constexpr int kSkipGathers = 2;
+
+__host__ __device__ std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void generate(std::int64_t nnz, uint3 dims, std::uint32_t* c0, std::uint32_t* c1,
+                         std::uint32_t* c2, float* v) {
+  for (std::int64_t n = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; n < nnz;
+       n += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::uint64_t h0 = mix(4 * n), h1 = mix(4 * n + 1), h2 = mix(4 * n + 2);
+    c0[n] = std::uint32_t((h0 >> 32) % dims.x);
+    c1[n] = std::uint32_t((h1 >> 32) % dims.y);
+    c2[n] = std::uint32_t((h2 >> 32) % dims.z);
+    v[n] = 0.5f + float(mix(4 * n + 3) >> 40) * (1.0f / 16777216.0f);
+  }
+}
+
+__global__ void fill_factor(std::int64_t count, std::uint64_t salt, float* f, __half* h) {
+  for (std::int64_t k = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; k < count;
+       k += std::int64_t(gridDim.x) * blockDim.x) {
+    const float x = 0.5f + float(mix(salt * 0x100000000ull + k) >> 40) * (1.0f / 16777216.0f);
+    f[k] = x;
+    h[k] = __float2half_rn(x);
+  }
+}
+
+// Reference: one thread per (nonzero, column), float atomics.
+__global__ void reference(std::int64_t nnz, const std::uint32_t* cm, const std::uint32_t* ca,
+                          const std::uint32_t* cb, const float* v, const float* fa, const float* fb,
+                          float* out) {
+  for (std::int64_t t = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; t < nnz * R;
+       t += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t n = t / R;
+    const int r = int(t % R);
+    atomicAdd(out + std::size_t(cm[n]) * R + r,
+              v[n] * fa[std::size_t(ca[n]) * R + r] * fb[std::size_t(cb[n]) * R + r]);
+  }
+}
+
+__global__ void make_keys(std::int64_t nnz, const std::uint32_t* cm, const std::uint32_t* ca,
+                          const std::uint32_t* cb, int T, int nbt, std::uint64_t* key,
+                          std::uint32_t* idx) {
+  for (std::int64_t n = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; n < nnz;
+       n += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::uint64_t tile = std::uint64_t(ca[n] / T) * nbt + cb[n] / T;
+    key[n] = (tile << 32) | cm[n];
+    idx[n] = std::uint32_t(n);
+  }
+}
+
+__global__ void make_stream(std::int64_t nnz, const std::uint64_t* key, const std::uint32_t* perm,
+                            const std::uint32_t* ca, const std::uint32_t* cb, const float* v, int T,
+                            std::uint32_t* oi, std::uint32_t* lab, float* val,
+                            std::int64_t* tile_ptr, int ntiles) {
+  for (std::int64_t n = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; n < nnz;
+       n += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::uint32_t p = perm[n];
+    oi[n] = std::uint32_t(key[n]);
+    lab[n] = (ca[p] % T) | ((cb[p] % T) << 16);
+    val[n] = v[p];
+    // tile_ptr[t] = first nonzero of tile t (tiles with none get the next one's start)
+    const std::int64_t t = std::int64_t(key[n] >> 32);
+    const std::int64_t prev = n == 0 ? -1 : std::int64_t(key[n - 1] >> 32);
+    for (std::int64_t u = prev + 1; u <= t; ++u) tile_ptr[u] = n;
+    if (n == nnz - 1)
+      for (std::int64_t u = t + 1; u <= ntiles; ++u) tile_ptr[u] = nnz;
+  }
+}
+
+template <typename F>
+struct Row;
+template <>
+struct Row<float> {
+  __device__ static float4 get(const float* base, std::uint32_t row, int q) {
+    return reinterpret_cast<const float4*>(base + std::size_t(row) * R)[q];
+  }
+};
+template <>
+struct Row<__half> {
+  __device__ static float4 get(const __half* base, std::uint32_t row, int q) {
+    const uint2 u = reinterpret_cast<const uint2*>(base + std::size_t(row) * R)[q];
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
+};
+
+template <int kSkip>
+__device__ void flush(float4 acc, std::uint32_t row, int g, int q, float* out) {
+  for (int o = 8; o <= 16; o *= 2) {
+    acc.x += __shfl_xor_sync(kFull, acc.x, o);
+    acc.y += __shfl_xor_sync(kFull, acc.y, o);
+    acc.z += __shfl_xor_sync(kFull, acc.z, o);
+    acc.w += __shfl_xor_sync(kFull, acc.w, o);
+  }
+  if (kSkip & kSkipAtomics) {  // timing only: a plain store where the atomic would be
+    if (g == 0 && acc.x == 1234.5f) out[q] = acc.y;
+    return;
+  }
+  if (g == 0) atomicAdd(reinterpret_cast<float4*>(out + std::size_t(row) * R) + q, acc);
+}
+
+// kShared: the tile's rows of both inputs in shared memory; otherwise read from global.
+template <bool kShared, typename F, int kSkip = 0>
+__global__ void __launch_bounds__(1024)
+    tiled(const std::uint32_t* __restrict__ oi, const std::uint32_t* __restrict__ lab,
+          const float* __restrict__ val, const std::int64_t* __restrict__ tile_ptr, int ntiles,
+          int nbt, int T, const F* __restrict__ fa, std::uint32_t Da, const F* __restrict__ fb,
+          std::uint32_t Db, float* __restrict__ out, std::int64_t nnz, int prefetch) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  F* sa = reinterpret_cast<F*>(smem);
+  F* sb = sa + std::size_t(T) * R;
+  const std::int64_t per = (nnz + gridDim.x - 1) / gridDim.x;
+  const std::int64_t lo = blockIdx.x * per, hi = std::min<std::int64_t>(nnz, lo + per);
+  if (lo >= hi) return;
+  int t = 0, top = ntiles;  // last tile whose start <= lo
+  while (top - t > 1) {
+    const int mid = (t + top) / 2;
+    if (tile_ptr[mid] <= lo)
+      t = mid;
+    else
+      top = mid;
+  }
+  const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 8, q = lane % 8;
+  for (; t < ntiles && tile_ptr[t] < hi; ++t) {
+    const std::int64_t s = std::max(lo, tile_ptr[t]), e = std::min(hi, tile_ptr[t + 1]);
+    if (s >= e) continue;
+    const F* A = fa;
+    const F* B = fb;
+    if constexpr (kShared) {
+      const std::uint32_t a0 = std::uint32_t(t / nbt) * T, b0 = std::uint32_t(t % nbt) * T;
+      const std::uint32_t na = std::min<std::uint32_t>(T, Da - a0);
+      const std::uint32_t nb = std::min<std::uint32_t>(T, Db - b0);
+      constexpr int kPer = 16 / sizeof(F);  // elements per uint4
+      __syncthreads();
+      const uint4* ga = reinterpret_cast<const uint4*>(fa + std::size_t(a0) * R);
+      const uint4* gb = reinterpret_cast<const uint4*>(fb + std::size_t(b0) * R);
+      for (std::uint32_t k = threadIdx.x; k < na * R / kPer; k += blockDim.x)
+        reinterpret_cast<uint4*>(sa)[k] = ga[k];
+      for (std::uint32_t k = threadIdx.x; k < nb * R / kPer; k += blockDim.x)
+        reinterpret_cast<uint4*>(sb)[k] = gb[k];
+      __syncthreads();
+      A = sa;
+      B = sb;
+    }
+    const std::int64_t len = e - s;
+    const std::int64_t ws = s + len * warp / W, we = s + len * (warp + 1) / W;
+    if (ws >= we) continue;
+    std::uint32_t cur = oi[ws];
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    // 32 nonzeros per batch: loaded by the warp's lanes (coalesced), then taken four at a
+    // time, one per lane group; the rows of four steps are gathered before any is added, so
+    // eight row loads are in flight per lane. `change` marks the nonzeros that start a row.
+    for (std::int64_t base = ws; base < we; base += 32) {
+      if (prefetch > 0 && lane < 3 && base + prefetch < we) {
+        const void* p = lane == 0   ? static_cast<const void*>(oi + base + prefetch)
+                        : lane == 1 ? static_cast<const void*>(lab + base + prefetch)
+                                    : static_cast<const void*>(val + base + prefetch);
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+      }
+      const std::int64_t nl = base + lane;
+      const bool okl = nl < we;
+      const std::uint32_t my_i = okl ? oi[nl] : 0xffffffffu;
+      const std::uint32_t my_l = okl ? lab[nl] : 0u;
+      const float my_v = okl ? val[nl] : 0.f;
+      std::uint32_t prev_i = __shfl_up_sync(kFull, my_i, 1);
+      if (lane == 0) prev_i = cur;
+      const unsigned change = __ballot_sync(kFull, okl && my_i != prev_i);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float4 h[4];
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          const int src = 16 * half + 4 * s + g;
+          const std::uint32_t l = __shfl_sync(kFull, my_l, src);
+          const float x = __shfl_sync(kFull, my_v, src);
+          float4 ra = make_float4(1.f, 1.f, 1.f, 1.f), rb = ra;
+          if (!(kSkip & kSkipGathers)) {
+            ra = Row<F>::get(A, l & 0xffffu, q);
+            rb = Row<F>::get(B, l >> 16, q);
+          }
+          h[s] = make_float4(x * ra.x * rb.x, x * ra.y * rb.y, x * ra.z * rb.z, x * ra.w * rb.w);
+        }
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          const int src = 16 * half + 4 * s + g;
+          if (((change >> (16 * half + 4 * s)) & 0xfu) == 0) {  // no row starts in this step
+            acc.x += h[s].x;
+            acc.y += h[s].y;
+            acc.z += h[s].z;
+            acc.w += h[s].w;
+            continue;
+          }
+          // A row ends in this step: the step's nonzeros are in ascending row order.
+          const std::uint32_t i = __shfl_sync(kFull, my_i, src);
+          const bool ok = base + src < we;
+          bool done = !ok;
+          if (ok && i == cur) {
+            acc.x += h[s].x;
+            acc.y += h[s].y;
+            acc.z += h[s].z;
+            acc.w += h[s].w;
+            done = true;
+          }
+          for (;;) {
+            const std::uint32_t next = __reduce_min_sync(kFull, done ? 0xffffffffu : i);
+            if (next == 0xffffffffu) break;
+            flush<kSkip>(acc, cur, g, q, out);
+            acc = make_float4(0.f, 0.f, 0.f, 0.f);
+            cur = next;
+            if (!done && i == cur) {
+              acc = h[s];
+              done = true;
+            }
+          }
+        }
+      }
+    }
+    flush<kSkip>(acc, cur, g, q, out);
+  }
+}
+
+struct Stream {
+  std::uint32_t* oi = nullptr;
+  std::uint32_t* lab = nullptr;
+  float* val = nullptr;
+  std::int64_t* tile_ptr = nullptr;
+  int ntiles = 0, nbt = 0, T = 0;
+};
+
+Stream build_stream(std::int64_t nnz, const std::uint32_t* cm, const std::uint32_t* ca,
+                    const std::uint32_t* cb, const float* v, std::uint32_t Da, std::uint32_t Db,
+                    int T) {
+  Stream s;
+  s.T = T;
+  const int nat = int((Da + T - 1) / T);
+  s.nbt = int((Db + T - 1) / T);
+  s.ntiles = nat * s.nbt;
+  std::uint64_t *key, *key2;
+  std::uint32_t *idx, *perm;
+  CHECK(cudaMalloc(&key, nnz * 8));
+  CHECK(cudaMalloc(&key2, nnz * 8));
+  CHECK(cudaMalloc(&idx, nnz * 4));
+  CHECK(cudaMalloc(&perm, nnz * 4));
+  make_keys<<<1024, 256>>>(nnz, cm, ca, cb, T, s.nbt, key, idx);
+  int bits = 32;
+  while ((std::uint64_t(1) << (bits - 32)) < std::uint64_t(s.ntiles)) ++bits;
+  std::size_t tmp_bytes = 0;
+  CHECK(cub::DeviceRadixSort::SortPairs(nullptr, tmp_bytes, key, key2, idx, perm, nnz, 0, bits));
+  void* tmp;
+  CHECK(cudaMalloc(&tmp, tmp_bytes));
+  CHECK(cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, key, key2, idx, perm, nnz, 0, bits));
+  CHECK(cudaMalloc(&s.oi, nnz * 4));
+  CHECK(cudaMalloc(&s.lab, nnz * 4));
+  CHECK(cudaMalloc(&s.val, nnz * 4));
+  CHECK(cudaMalloc(&s.tile_ptr, (s.ntiles + 1) * 8));
+  make_stream<<<1024, 256>>>(nnz, key2, perm, ca, cb, v, T, s.oi, s.lab, s.val, s.tile_ptr,
+                             s.ntiles);
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaFree(tmp));
+  CHECK(cudaFree(key));
+  CHECK(cudaFree(key2));
+  CHECK(cudaFree(idx));
+  CHECK(cudaFree(perm));
+  return s;
+}
+
+void free_stream(Stream& s) {
+  CHECK(cudaFree(s.oi));
+  CHECK(cudaFree(s.lab));
+  CHECK(cudaFree(s.val));
+  CHECK(cudaFree(s.tile_ptr));
+}
+
+// Device-to-device copy bandwidth (read + write bytes over time), as the bench measures it.
+double copy_bandwidth() {
+  const std::size_t bytes = std::size_t(1) << 31;
+  void *a, *b;
+  CHECK(cudaMalloc(&a, bytes));
+  CHECK(cudaMalloc(&b, bytes));
+  CHECK(cudaMemset(a, 1, bytes));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+  std::vector<float> ms;
+  for (int k = 0; k < 7; ++k) {
+    CHECK(cudaEventRecord(e0));
+    CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3);
+}
+
+double rel_error(const float* d_x, const float* d_ref, std::size_t count) {
+  std::vector<float> x(count), r(count);
+  CHECK(cudaMemcpy(x.data(), d_x, count * 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(r.data(), d_ref, count * 4, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (std::size_t k = 0; k < count; ++k) {
+    num += (double(x[k]) - r[k]) * (double(x[k]) - r[k]);
+    den += double(r[k]) * r[k];
+  }
+  return std::sqrt(num / den);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::int64_t nnz = argc > 1 ? std::int64_t(std::atof(argv[1])) : 76900000;
+  std::uint32_t dims[3] = {12092, 9184, 28818};
+  if (argc > 4)
+    for (int k = 0; k < 3; ++k) dims[k] = std::uint32_t(std::atol(argv[2 + k]));
+  const int repeats = 15;
+  for (std::uint32_t d : dims)
+    if (d >= 65536) {
+      std::fprintf(stderr, "probe: in-tile coordinates are 16 bits: dims must be < 65536\n");
+      return 2;
+    }
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double bw = copy_bandwidth();
+  std::printf(
+      "mttkrp_tile_probe: %s, %d SMs; %u x %u x %u, %lld nonzeros, R %d; copy "
+      "bandwidth %.3f TB/s\n",
+      prop.name, prop.multiProcessorCount, dims[0], dims[1], dims[2], static_cast<long long>(nnz),
+      R, bw * 1e-12);
+
+  std::uint32_t* c[3];
+  float* v;
+  for (auto& p : c) CHECK(cudaMalloc(&p, nnz * 4));
+  CHECK(cudaMalloc(&v, nnz * 4));
+  generate<<<2048, 256>>>(nnz, make_uint3(dims[0], dims[1], dims[2]), c[0], c[1], c[2], v);
+  float* f[3];
+  __half* h[3];
+  for (int k = 0; k < 3; ++k) {
+    CHECK(cudaMalloc(&f[k], std::size_t(dims[k]) * R * 4));
+    CHECK(cudaMalloc(&h[k], std::size_t(dims[k]) * R * 2));
+    fill_factor<<<1024, 256>>>(std::int64_t(dims[k]) * R, k + 1, f[k], h[k]);
+  }
+  CHECK(cudaDeviceSynchronize());
+  std::vector<double> distinct(3);  // distinct indices per mode (for the floor)
+  for (int k = 0; k < 3; ++k) {
+    std::vector<std::uint32_t> hc(nnz);
+    CHECK(cudaMemcpy(hc.data(), c[k], nnz * 4, cudaMemcpyDeviceToHost));
+    std::vector<char> seen(dims[k], 0);
+    for (std::uint32_t x : hc) seen[x] = 1;
+    distinct[k] = double(std::count(seen.begin(), seen.end(), 1));
+  }
+
+  std::printf("%-5s %-24s %9s %9s %7s %10s\n", "mode", "variant", "ms", "floor_ms", "ratio",
+              "rel_err");
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  for (int m = 0; m < 3; ++m) {
+    const int a = m == 0 ? 1 : 0, b = m == 2 ? 1 : 2;
+    float *ref, *out;
+    const std::size_t out_count = std::size_t(dims[m]) * R;
+    CHECK(cudaMalloc(&ref, out_count * 4));
+    CHECK(cudaMalloc(&out, out_count * 4));
+    CHECK(cudaMemset(ref, 0, out_count * 4));
+    reference<<<4096, 256>>>(nnz, c[m], c[a], c[b], v, f[a], f[b], ref);
+    CHECK(cudaDeviceSynchronize());
+    const double floor_bytes =
+        16.0 * double(nnz) + (distinct[a] + distinct[b]) * R * 4 + double(dims[m]) * R * 4;
+    const double floor_ms = floor_bytes / bw * 1e3;
+
+    struct Variant {
+      const char* name;
+      bool shared;
+      bool half;
+      int T;
+      int skip;  // kSkipAtomics | kSkipGathers: timing only
+    };
+    const int whole = int(std::max(dims[a], dims[b]));
+    const Variant variants[] = {
+        {"global float", false, false, whole, 0},
+        {"global fp16", false, true, whole, 0},
+        {"shared float T=384", true, false, 384, 0},
+        {"shared float T=768", true, false, 768, 0},
+        {"shared fp16 T=768", true, true, 768, 0},
+        {"shared fp16 T=1536", true, true, 1536, 0},
+        {"global float -atom", false, false, whole, kSkipAtomics},
+        {"global float -atom -gath", false, false, whole, kSkipAtomics | kSkipGathers},
+        {"shared float T=768 -atom", true, false, 768, kSkipAtomics},
+        {"shared fp16 T=1536 -atom", true, true, 1536, kSkipAtomics},
+        {"shared T=768 -atom -gath", true, false, 768, kSkipAtomics | kSkipGathers},
+    };
+    for (const Variant& var : variants) {
+      Stream s = build_stream(nnz, c[m], c[a], c[b], v, dims[a], dims[b], var.T);
+      const std::size_t elem = var.half ? 2 : 4;
+      const std::size_t smem = var.shared ? 2 * std::size_t(var.T) * R * elem : 0;
+      auto launch = [&](auto kernel, const auto* fa, const auto* fb, int threads) {
+        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        int per_sm = 0;
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+        const int grid = std::max(1, per_sm) * prop.multiProcessorCount;
+        std::vector<float> ms;
+        for (int k = 0; k < repeats + 1; ++k) {
+          CHECK(cudaEventRecord(e0));
+          CHECK(cudaMemsetAsync(out, 0, out_count * 4));
+          kernel<<<grid, threads, smem>>>(s.oi, s.lab, s.val, s.tile_ptr, s.ntiles, s.nbt, s.T, fa,
+                                          dims[a], fb, dims[b], out, nnz, 1024);
+          CHECK(cudaGetLastError());
+          CHECK(cudaEventRecord(e1));
+          CHECK(cudaEventSynchronize(e1));
+          float t;
+          CHECK(cudaEventElapsedTime(&t, e0, e1));
+          if (k > 0) ms.push_back(t);  // the first is a warm-up
+        }
+        std::sort(ms.begin(), ms.end());
+        return std::pair<double, int>(ms[ms.size() / 2], per_sm);
+      };
+      std::pair<double, int> r;
+      const int threads = 1024;
+      // Instances: every (shared, half) pair unskipped; the timing-only ones where listed.
+      if (var.skip == 0) {
+        if (var.shared && var.half)
+          r = launch(tiled<true, __half>, h[a], h[b], threads);
+        else if (var.shared)
+          r = launch(tiled<true, float>, f[a], f[b], threads);
+        else if (var.half)
+          r = launch(tiled<false, __half>, h[a], h[b], threads);
+        else
+          r = launch(tiled<false, float>, f[a], f[b], threads);
+      } else if (var.skip == kSkipAtomics) {
+        if (var.shared && var.half)
+          r = launch(tiled<true, __half, kSkipAtomics>, h[a], h[b], threads);
+        else if (var.shared)
+          r = launch(tiled<true, float, kSkipAtomics>, f[a], f[b], threads);
+        else
+          r = launch(tiled<false, float, kSkipAtomics>, f[a], f[b], threads);
+      } else {
+        constexpr int kBoth = kSkipAtomics | kSkipGathers;
+        if (var.shared)
+          r = launch(tiled<true, float, kBoth>, f[a], f[b], threads);
+        else
+          r = launch(tiled<false, float, kBoth>, f[a], f[b], threads);
+      }
+      char err[16] = "timing";
+      if (!var.skip) std::snprintf(err, sizeof err, "%.2e", rel_error(out, ref, out_count));
+      std::printf("%-5d %-24s %9.3f %9.3f %7.2f %10s  (%d tiles, %d blocks/SM)\n", m, var.name,
+                  r.first, floor_ms, r.first / floor_ms, err, s.ntiles, r.second);
+      free_stream(s);
+    }
+    CHECK(cudaFree(ref));
+    CHECK(cudaFree(out));
+  }
+  return 0;
+}
