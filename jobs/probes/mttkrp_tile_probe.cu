@@ -10,11 +10,15 @@
 // T x T block of (i_a, i_b); each nonzero is stored as 12 bytes (i_m, the two in-tile
 // coordinates as 16 bits each, the value). Persistent blocks take equal ranges of the sorted
 // nonzeros; at each tile a block copies the tile's T rows of each input factor into shared
-// memory. Eight lanes take one nonzero (four columns each as one 16-byte load of each row);
-// a warp takes four consecutive nonzeros per step and keeps a running sum per output row,
-// added to the output with one float4 atomic per lane-group when the row changes.
+// memory. Eight lanes take one nonzero (four columns each as one 16-byte load of each row;
+// "L4" variants: four lanes, eight columns); a warp takes 32 / lanes consecutive nonzeros per
+// step and keeps a running sum per output row, added to the output with float4 atomics by
+// one lane group when the row changes.
 // "global" runs the same kernel with one tile covering the whole (i_a, i_b) plane and the
-// rows read from global memory: the gathers of today's library kernels.
+// rows read from global memory, as the library's kernels read them. "-atom" and "-gath"
+// variants leave out the output's atomics or the gathers (timing only; no error printed).
+// TESSERA_PROBE_ONLY ('|'-separated parts of variant names) and TESSERA_PROBE_MODES (e.g.
+// "0") limit the run, e.g. to one launch under Nsight Compute.
 //
 // Prints per mode and variant: ms (median of the repeats, output zeroing included), the
 // floor (the library's: 16 bytes per nonzero, the distinct factor rows and the output,
@@ -27,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cub/cub.cuh>
 #include <string>
 #include <vector>
@@ -120,46 +125,76 @@ __global__ void make_stream(std::int64_t nnz, const std::uint64_t* key, const st
   }
 }
 
-template <typename F>
+// C consecutive columns of one factor row (C a multiple of 4) from column q * C on, as float.
+template <typename F, int C>
 struct Row;
-template <>
-struct Row<float> {
-  __device__ static float4 get(const float* base, std::uint32_t row, int q) {
-    return reinterpret_cast<const float4*>(base + std::size_t(row) * R)[q];
+template <int C>
+struct Row<float, C> {
+  __device__ static void get(const float* base, std::uint32_t row, int q, float4 (&r)[C / 4]) {
+    const float4* p = reinterpret_cast<const float4*>(base + std::size_t(row) * R + q * C);
+#pragma unroll
+    for (int v = 0; v < C / 4; ++v) r[v] = p[v];
   }
 };
-template <>
-struct Row<__half> {
-  __device__ static float4 get(const __half* base, std::uint32_t row, int q) {
-    const uint2 u = reinterpret_cast<const uint2*>(base + std::size_t(row) * R)[q];
-    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-    const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-    return make_float4(lo.x, lo.y, hi.x, hi.y);
+template <int C>
+struct Row<__half, C> {
+  __device__ static void get(const __half* base, std::uint32_t row, int q, float4 (&r)[C / 4]) {
+    const uint2* p = reinterpret_cast<const uint2*>(base + std::size_t(row) * R + q * C);
+#pragma unroll
+    for (int v = 0; v < C / 4; ++v) {
+      const uint2 u = p[v];
+      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+      r[v] = make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
   }
 };
 
-template <int kSkip>
-__device__ void flush(float4 acc, std::uint32_t row, int g, int q, float* out) {
-  for (int o = 8; o <= 16; o *= 2) {
-    acc.x += __shfl_xor_sync(kFull, acc.x, o);
-    acc.y += __shfl_xor_sync(kFull, acc.y, o);
-    acc.z += __shfl_xor_sync(kFull, acc.z, o);
-    acc.w += __shfl_xor_sync(kFull, acc.w, o);
-  }
+__device__ void add(float4& a, const float4& b) {
+  a.x += b.x;
+  a.y += b.y;
+  a.z += b.z;
+  a.w += b.w;
+}
+
+// Adds a row's sum, spread over the warp's lane groups of kLanes lanes, to the output.
+template <int kSkip, int kLanes>
+__device__ void flush(float4 (&acc)[R / kLanes / 4], std::uint32_t row, int g, int q, float* out) {
+  constexpr int V = R / kLanes / 4;
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+    for (int o = kLanes; o < 32; o *= 2) {
+      acc[v].x += __shfl_xor_sync(kFull, acc[v].x, o);
+      acc[v].y += __shfl_xor_sync(kFull, acc[v].y, o);
+      acc[v].z += __shfl_xor_sync(kFull, acc[v].z, o);
+      acc[v].w += __shfl_xor_sync(kFull, acc[v].w, o);
+    }
   if (kSkip & kSkipAtomics) {  // timing only: a plain store where the atomic would be
-    if (g == 0 && acc.x == 1234.5f) out[q] = acc.y;
+    if (g == 0 && acc[0].x == 1234.5f) out[q] = acc[0].y;
     return;
   }
-  if (g == 0) atomicAdd(reinterpret_cast<float4*>(out + std::size_t(row) * R) + q, acc);
+  if (g == 0) {
+    float4* p = reinterpret_cast<float4*>(out + std::size_t(row) * R + q * (R / kLanes));
+#pragma unroll
+    for (int v = 0; v < V; ++v) atomicAdd(p + v, acc[v]);
+  }
 }
 
 // kShared: the tile's rows of both inputs in shared memory; otherwise read from global.
-template <bool kShared, typename F, int kSkip = 0>
+// kLanes lanes take one nonzero (R / kLanes columns each); a warp takes 32 / kLanes
+// nonzeros per step.
+template <bool kShared, typename F, int kSkip = 0, int kLanes = 8>
 __global__ void __launch_bounds__(1024)
     tiled(const std::uint32_t* __restrict__ oi, const std::uint32_t* __restrict__ lab,
           const float* __restrict__ val, const std::int64_t* __restrict__ tile_ptr, int ntiles,
           int nbt, int T, const F* __restrict__ fa, std::uint32_t Da, const F* __restrict__ fb,
           std::uint32_t Db, float* __restrict__ out, std::int64_t nnz, int prefetch) {
+  constexpr int C = R / kLanes;                  // columns per lane
+  constexpr int V = C / 4;                       // float4 per lane and row
+  constexpr int G = 32 / kLanes;                 // nonzeros per step
+  constexpr int S = 32 / G;                      // steps per batch of 32 nonzeros
+  constexpr int kChunk = S < 4 / V ? S : 4 / V;  // steps whose gathers are in flight together
+  constexpr unsigned kStepBits = G == 32 ? 0xffffffffu : (1u << G) - 1u;
   extern __shared__ __align__(16) unsigned char smem[];
   F* sa = reinterpret_cast<F*>(smem);
   F* sb = sa + std::size_t(T) * R;
@@ -175,7 +210,7 @@ __global__ void __launch_bounds__(1024)
       top = mid;
   }
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 8, q = lane % 8;
+  const int g = lane / kLanes, q = lane % kLanes;
   for (; t < ntiles && tile_ptr[t] < hi; ++t) {
     const std::int64_t s = std::max(lo, tile_ptr[t]), e = std::min(hi, tile_ptr[t + 1]);
     if (s >= e) continue;
@@ -201,10 +236,12 @@ __global__ void __launch_bounds__(1024)
     const std::int64_t ws = s + len * warp / W, we = s + len * (warp + 1) / W;
     if (ws >= we) continue;
     std::uint32_t cur = oi[ws];
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    // 32 nonzeros per batch: loaded by the warp's lanes (coalesced), then taken four at a
-    // time, one per lane group; the rows of four steps are gathered before any is added, so
-    // eight row loads are in flight per lane. `change` marks the nonzeros that start a row.
+    float4 acc[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[v] = make_float4(0.f, 0.f, 0.f, 0.f);
+    // 32 nonzeros per batch: loaded by the warp's lanes (coalesced), then taken G at a time,
+    // one per lane group; the rows of kChunk steps are gathered before any is added, so
+    // several row loads are in flight per lane. `change` marks the nonzeros that start a row.
     for (std::int64_t base = ws; base < we; base += 32) {
       if (prefetch > 0 && lane < 3 && base + prefetch < we) {
         const void* p = lane == 0   ? static_cast<const void*>(oi + base + prefetch)
@@ -221,28 +258,32 @@ __global__ void __launch_bounds__(1024)
       if (lane == 0) prev_i = cur;
       const unsigned change = __ballot_sync(kFull, okl && my_i != prev_i);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float4 h[4];
+      for (int c0 = 0; c0 < S; c0 += kChunk) {
+        float4 h[kChunk][V];
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int src = 16 * half + 4 * s + g;
+        for (int s = 0; s < kChunk; ++s) {
+          const int src = G * (c0 + s) + g;
           const std::uint32_t l = __shfl_sync(kFull, my_l, src);
           const float x = __shfl_sync(kFull, my_v, src);
-          float4 ra = make_float4(1.f, 1.f, 1.f, 1.f), rb = ra;
-          if (!(kSkip & kSkipGathers)) {
-            ra = Row<F>::get(A, l & 0xffffu, q);
-            rb = Row<F>::get(B, l >> 16, q);
+          float4 ra[V], rb[V];
+          if (kSkip & kSkipGathers) {
+#pragma unroll
+            for (int v = 0; v < V; ++v) ra[v] = rb[v] = make_float4(1.f, 1.f, 1.f, 1.f);
+          } else {
+            Row<F, C>::get(A, l & 0xffffu, q, ra);
+            Row<F, C>::get(B, l >> 16, q, rb);
           }
-          h[s] = make_float4(x * ra.x * rb.x, x * ra.y * rb.y, x * ra.z * rb.z, x * ra.w * rb.w);
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+            h[s][v] = make_float4(x * ra[v].x * rb[v].x, x * ra[v].y * rb[v].y,
+                                  x * ra[v].z * rb[v].z, x * ra[v].w * rb[v].w);
         }
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int src = 16 * half + 4 * s + g;
-          if (((change >> (16 * half + 4 * s)) & 0xfu) == 0) {  // no row starts in this step
-            acc.x += h[s].x;
-            acc.y += h[s].y;
-            acc.z += h[s].z;
-            acc.w += h[s].w;
+        for (int s = 0; s < kChunk; ++s) {
+          const int src = G * (c0 + s) + g;
+          if (((change >> (G * (c0 + s))) & kStepBits) == 0) {  // no row starts in this step
+#pragma unroll
+            for (int v = 0; v < V; ++v) add(acc[v], h[s][v]);
             continue;
           }
           // A row ends in this step: the step's nonzeros are in ascending row order.
@@ -250,27 +291,27 @@ __global__ void __launch_bounds__(1024)
           const bool ok = base + src < we;
           bool done = !ok;
           if (ok && i == cur) {
-            acc.x += h[s].x;
-            acc.y += h[s].y;
-            acc.z += h[s].z;
-            acc.w += h[s].w;
+#pragma unroll
+            for (int v = 0; v < V; ++v) add(acc[v], h[s][v]);
             done = true;
           }
           for (;;) {
             const std::uint32_t next = __reduce_min_sync(kFull, done ? 0xffffffffu : i);
             if (next == 0xffffffffu) break;
-            flush<kSkip>(acc, cur, g, q, out);
-            acc = make_float4(0.f, 0.f, 0.f, 0.f);
+            flush<kSkip, kLanes>(acc, cur, g, q, out);
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[v] = make_float4(0.f, 0.f, 0.f, 0.f);
             cur = next;
             if (!done && i == cur) {
-              acc = h[s];
+#pragma unroll
+              for (int v = 0; v < V; ++v) acc[v] = h[s][v];
               done = true;
             }
           }
         }
       }
     }
-    flush<kSkip>(acc, cur, g, q, out);
+    flush<kSkip, kLanes>(acc, cur, g, q, out);
   }
 }
 
@@ -365,6 +406,37 @@ double rel_error(const float* d_x, const float* d_ref, std::size_t count) {
   return std::sqrt(num / den);
 }
 
+template <typename F>
+using Kernel = void (*)(const std::uint32_t*, const std::uint32_t*, const float*,
+                        const std::int64_t*, int, int, int, const F*, std::uint32_t, const F*,
+                        std::uint32_t, float*, std::int64_t, int);
+
+template <typename F, int L>
+Kernel<F> pick(bool shared, int skip) {
+  constexpr int kA = kSkipAtomics, kAG = kSkipAtomics | kSkipGathers;
+  if (shared)
+    return skip == 0    ? tiled<true, F, 0, L>
+           : skip == kA ? tiled<true, F, kA, L>
+                        : tiled<true, F, kAG, L>;
+  return skip == 0    ? tiled<false, F, 0, L>
+         : skip == kA ? tiled<false, F, kA, L>
+                      : tiled<false, F, kAG, L>;
+}
+
+// TESSERA_PROBE_ONLY: run only the variants whose name contains one of its '|'-separated
+// parts (for a profiler); TESSERA_PROBE_MODES: only these output modes (e.g. "0").
+bool selected(const std::string& name) {
+  const char* only = std::getenv("TESSERA_PROBE_ONLY");
+  if (!only || !*only) return true;
+  std::string rest = only;
+  for (;;) {
+    const std::size_t bar = rest.find('|');
+    if (name.find(rest.substr(0, bar)) != std::string::npos) return true;
+    if (bar == std::string::npos) return false;
+    rest = rest.substr(bar + 1);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -414,7 +486,9 @@ int main(int argc, char** argv) {
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
+  const char* modes = std::getenv("TESSERA_PROBE_MODES");
   for (int m = 0; m < 3; ++m) {
+    if (modes && *modes && !std::strchr(modes, '0' + m)) continue;
     const int a = m == 0 ? 1 : 0, b = m == 2 ? 1 : 2;
     float *ref, *out;
     const std::size_t out_count = std::size_t(dims[m]) * R;
@@ -432,23 +506,34 @@ int main(int argc, char** argv) {
       bool shared;
       bool half;
       int T;
-      int skip;  // kSkipAtomics | kSkipGathers: timing only
+      int skip;   // kSkipAtomics | kSkipGathers: timing only
+      int lanes;  // lanes per nonzero
     };
     const int whole = int(std::max(dims[a], dims[b]));
+    constexpr int kA = kSkipAtomics, kAG = kSkipAtomics | kSkipGathers;
     const Variant variants[] = {
-        {"global float", false, false, whole, 0},
-        {"global fp16", false, true, whole, 0},
-        {"shared float T=384", true, false, 384, 0},
-        {"shared float T=768", true, false, 768, 0},
-        {"shared fp16 T=768", true, true, 768, 0},
-        {"shared fp16 T=1536", true, true, 1536, 0},
-        {"global float -atom", false, false, whole, kSkipAtomics},
-        {"global float -atom -gath", false, false, whole, kSkipAtomics | kSkipGathers},
-        {"shared float T=768 -atom", true, false, 768, kSkipAtomics},
-        {"shared fp16 T=1536 -atom", true, true, 1536, kSkipAtomics},
-        {"shared T=768 -atom -gath", true, false, 768, kSkipAtomics | kSkipGathers},
+        {"global float", false, false, whole, 0, 8},
+        {"global fp16", false, true, whole, 0, 8},
+        {"shared float T=384", true, false, 384, 0, 8},
+        {"shared float T=768", true, false, 768, 0, 8},
+        {"shared fp16 T=768", true, true, 768, 0, 8},
+        {"shared fp16 T=1536", true, true, 1536, 0, 8},
+        {"global float -atom", false, false, whole, kA, 8},
+        {"global float -atom -gath", false, false, whole, kAG, 8},
+        {"shared float T=768 -atom", true, false, 768, kA, 8},
+        {"shared fp16 T=1536 -atom", true, true, 1536, kA, 8},
+        {"shared T=768 -atom -gath", true, false, 768, kAG, 8},
+        {"shared T=1536 -atom -gath", true, true, 1536, kAG, 8},
+        {"L4 global float", false, false, whole, 0, 4},
+        {"L4 shared float T=768", true, false, 768, 0, 4},
+        {"L4 shared fp16 T=1536", true, true, 1536, 0, 4},
+        {"L4 global -atom -gath", false, false, whole, kAG, 4},
+        {"L4 shared T=768 -atom -gath", true, false, 768, kAG, 4},
+        {"L4 shared T=1536 -atom -gath", true, true, 1536, kAG, 4},
+        {"L4 shared fp16 T=1536 -atom", true, true, 1536, kA, 4},
     };
     for (const Variant& var : variants) {
+      if (!selected(var.name)) continue;
       Stream s = build_stream(nnz, c[m], c[a], c[b], v, dims[a], dims[b], var.T);
       const std::size_t elem = var.half ? 2 : 4;
       const std::size_t smem = var.shared ? 2 * std::size_t(var.T) * R * elem : 0;
@@ -473,32 +558,14 @@ int main(int argc, char** argv) {
         std::sort(ms.begin(), ms.end());
         return std::pair<double, int>(ms[ms.size() / 2], per_sm);
       };
-      std::pair<double, int> r;
       const int threads = 1024;
-      // Instances: every (shared, half) pair unskipped; the timing-only ones where listed.
-      if (var.skip == 0) {
-        if (var.shared && var.half)
-          r = launch(tiled<true, __half>, h[a], h[b], threads);
-        else if (var.shared)
-          r = launch(tiled<true, float>, f[a], f[b], threads);
-        else if (var.half)
-          r = launch(tiled<false, __half>, h[a], h[b], threads);
-        else
-          r = launch(tiled<false, float>, f[a], f[b], threads);
-      } else if (var.skip == kSkipAtomics) {
-        if (var.shared && var.half)
-          r = launch(tiled<true, __half, kSkipAtomics>, h[a], h[b], threads);
-        else if (var.shared)
-          r = launch(tiled<true, float, kSkipAtomics>, f[a], f[b], threads);
-        else
-          r = launch(tiled<false, float, kSkipAtomics>, f[a], f[b], threads);
-      } else {
-        constexpr int kBoth = kSkipAtomics | kSkipGathers;
-        if (var.shared)
-          r = launch(tiled<true, float, kBoth>, f[a], f[b], threads);
-        else
-          r = launch(tiled<false, float, kBoth>, f[a], f[b], threads);
-      }
+      const std::pair<double, int> r =
+          var.half ? launch(var.lanes == 4 ? pick<__half, 4>(var.shared, var.skip)
+                                           : pick<__half, 8>(var.shared, var.skip),
+                            h[a], h[b], threads)
+                   : launch(var.lanes == 4 ? pick<float, 4>(var.shared, var.skip)
+                                           : pick<float, 8>(var.shared, var.skip),
+                            f[a], f[b], threads);
       char err[16] = "timing";
       if (!var.skip) std::snprintf(err, sizeof err, "%.2e", rel_error(out, ref, out_count));
       std::printf("%-5d %-24s %9.3f %9.3f %7.2f %10s  (%d tiles, %d blocks/SM)\n", m, var.name,
