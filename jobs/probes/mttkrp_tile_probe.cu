@@ -16,7 +16,8 @@
 // one lane group when the row changes.
 // "global" runs the same kernel with one tile covering the whole (i_a, i_b) plane and the
 // rows read from global memory, as the library's kernels read them. "-atom" and "-gath"
-// variants leave out the output's atomics or the gathers (timing only; no error printed).
+// variants leave out the output's atomics or the gathers (timing only; no error printed);
+// "h2" variants multiply the two fp16 rows in half precision before widening to float.
 // TESSERA_PROBE_ONLY ('|'-separated parts of variant names) and TESSERA_PROBE_MODES (e.g.
 // "0") limit the run, e.g. to one launch under Nsight Compute.
 //
@@ -34,6 +35,7 @@
 #include <cstring>
 #include <cub/cub.cuh>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -125,26 +127,33 @@ __global__ void make_stream(std::int64_t nnz, const std::uint64_t* key, const st
   }
 }
 
-// C consecutive columns of one factor row (C a multiple of 4) from column q * C on, as float.
-template <typename F, int C>
+// Lane q of kLanes lanes holds V groups of four columns of a row: group v is columns
+// 4 (v kLanes + q) .. + 3, so the lanes of one nonzero read adjacent 16- or 8-byte pieces
+// (no bank conflicts between the nonzeros of a step).
+template <typename F, int V, int L>
 struct Row;
-template <int C>
-struct Row<float, C> {
-  __device__ static void get(const float* base, std::uint32_t row, int q, float4 (&r)[C / 4]) {
-    const float4* p = reinterpret_cast<const float4*>(base + std::size_t(row) * R + q * C);
+template <int V, int L>
+struct Row<float, V, L> {
+  __device__ static void get(const float* base, std::uint32_t row, int q, float4 (&r)[V]) {
+    const float4* p = reinterpret_cast<const float4*>(base + std::size_t(row) * R);
 #pragma unroll
-    for (int v = 0; v < C / 4; ++v) r[v] = p[v];
+    for (int v = 0; v < V; ++v) r[v] = p[v * L + q];
   }
 };
-template <int C>
-struct Row<__half, C> {
-  __device__ static void get(const __half* base, std::uint32_t row, int q, float4 (&r)[C / 4]) {
-    const uint2* p = reinterpret_cast<const uint2*>(base + std::size_t(row) * R + q * C);
+template <int V, int L>
+struct Row<__half, V, L> {
+  __device__ static void raw(const __half* base, std::uint32_t row, int q, uint2 (&u)[V]) {
+    const uint2* p = reinterpret_cast<const uint2*>(base + std::size_t(row) * R);
 #pragma unroll
-    for (int v = 0; v < C / 4; ++v) {
-      const uint2 u = p[v];
-      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    for (int v = 0; v < V; ++v) u[v] = p[v * L + q];
+  }
+  __device__ static void get(const __half* base, std::uint32_t row, int q, float4 (&r)[V]) {
+    uint2 u[V];
+    raw(base, row, q, u);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u[v].x));
+      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u[v].y));
       r[v] = make_float4(lo.x, lo.y, hi.x, hi.y);
     }
   }
@@ -174,16 +183,17 @@ __device__ void flush(float4 (&acc)[R / kLanes / 4], std::uint32_t row, int g, i
     return;
   }
   if (g == 0) {
-    float4* p = reinterpret_cast<float4*>(out + std::size_t(row) * R + q * (R / kLanes));
+    float4* p = reinterpret_cast<float4*>(out + std::size_t(row) * R);
 #pragma unroll
-    for (int v = 0; v < V; ++v) atomicAdd(p + v, acc[v]);
+    for (int v = 0; v < V; ++v) atomicAdd(p + v * kLanes + q, acc[v]);
   }
 }
 
 // kShared: the tile's rows of both inputs in shared memory; otherwise read from global.
 // kLanes lanes take one nonzero (R / kLanes columns each); a warp takes 32 / kLanes
 // nonzeros per step.
-template <bool kShared, typename F, int kSkip = 0, int kLanes = 8>
+// kH2 (fp16 rows only): the two rows' product in half precision (__hmul2), then widened.
+template <bool kShared, typename F, int kSkip = 0, int kLanes = 8, bool kH2 = false>
 __global__ void __launch_bounds__(1024)
     tiled(const std::uint32_t* __restrict__ oi, const std::uint32_t* __restrict__ lab,
           const float* __restrict__ val, const std::int64_t* __restrict__ tile_ptr, int ntiles,
@@ -269,14 +279,33 @@ __global__ void __launch_bounds__(1024)
           if (kSkip & kSkipGathers) {
 #pragma unroll
             for (int v = 0; v < V; ++v) ra[v] = rb[v] = make_float4(1.f, 1.f, 1.f, 1.f);
+          } else if constexpr (kH2 && std::is_same_v<F, __half>) {
+            uint2 ua[V], ub[V];
+            Row<F, V, kLanes>::raw(A, l & 0xffffu, q, ua);
+            Row<F, V, kLanes>::raw(B, l >> 16, q, ub);
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+              const __half2 p0 = __hmul2(*reinterpret_cast<const __half2*>(&ua[v].x),
+                                         *reinterpret_cast<const __half2*>(&ub[v].x));
+              const __half2 p1 = __hmul2(*reinterpret_cast<const __half2*>(&ua[v].y),
+                                         *reinterpret_cast<const __half2*>(&ub[v].y));
+              const float2 f0 = __half22float2(p0), f1 = __half22float2(p1);
+              ra[v] = make_float4(f0.x, f0.y, f1.x, f1.y);
+              rb[v] = make_float4(1.f, 1.f, 1.f, 1.f);
+            }
           } else {
-            Row<F, C>::get(A, l & 0xffffu, q, ra);
-            Row<F, C>::get(B, l >> 16, q, rb);
+            Row<F, V, kLanes>::get(A, l & 0xffffu, q, ra);
+            Row<F, V, kLanes>::get(B, l >> 16, q, rb);
           }
 #pragma unroll
-          for (int v = 0; v < V; ++v)
-            h[s][v] = make_float4(x * ra[v].x * rb[v].x, x * ra[v].y * rb[v].y,
-                                  x * ra[v].z * rb[v].z, x * ra[v].w * rb[v].w);
+          for (int v = 0; v < V; ++v) {
+            if constexpr (kH2) {  // the product is in ra
+              h[s][v] = make_float4(x * ra[v].x, x * ra[v].y, x * ra[v].z, x * ra[v].w);
+            } else {
+              h[s][v] = make_float4(x * ra[v].x * rb[v].x, x * ra[v].y * rb[v].y,
+                                    x * ra[v].z * rb[v].z, x * ra[v].w * rb[v].w);
+            }
+          }
         }
 #pragma unroll
         for (int s = 0; s < kChunk; ++s) {
@@ -506,8 +535,9 @@ int main(int argc, char** argv) {
       bool shared;
       bool half;
       int T;
-      int skip;   // kSkipAtomics | kSkipGathers: timing only
-      int lanes;  // lanes per nonzero
+      int skip;         // kSkipAtomics | kSkipGathers: timing only
+      int lanes;        // lanes per nonzero
+      bool h2 = false;  // fp16 products (kH2)
     };
     const int whole = int(std::max(dims[a], dims[b]));
     constexpr int kA = kSkipAtomics, kAG = kSkipAtomics | kSkipGathers;
@@ -531,6 +561,9 @@ int main(int argc, char** argv) {
         {"L4 shared T=768 -atom -gath", true, false, 768, kAG, 4},
         {"L4 shared T=1536 -atom -gath", true, true, 1536, kAG, 4},
         {"L4 shared fp16 T=1536 -atom", true, true, 1536, kA, 4},
+        {"h2 shared fp16 T=1536", true, true, 1536, 0, 8, true},
+        {"h2 L4 shared fp16 T=1536", true, true, 1536, 0, 4, true},
+        {"h2 L4 global fp16", false, true, whole, 0, 4, true},
     };
     for (const Variant& var : variants) {
       if (!selected(var.name)) continue;
@@ -560,12 +593,17 @@ int main(int argc, char** argv) {
       };
       const int threads = 1024;
       const std::pair<double, int> r =
-          var.half ? launch(var.lanes == 4 ? pick<__half, 4>(var.shared, var.skip)
-                                           : pick<__half, 8>(var.shared, var.skip),
-                            h[a], h[b], threads)
-                   : launch(var.lanes == 4 ? pick<float, 4>(var.shared, var.skip)
-                                           : pick<float, 8>(var.shared, var.skip),
-                            f[a], f[b], threads);
+          var.h2 ? launch(var.lanes == 4 ? (var.shared ? tiled<true, __half, 0, 4, true>
+                                                       : tiled<false, __half, 0, 4, true>)
+                                         : (var.shared ? tiled<true, __half, 0, 8, true>
+                                                       : tiled<false, __half, 0, 8, true>),
+                          h[a], h[b], threads)
+          : var.half ? launch(var.lanes == 4 ? pick<__half, 4>(var.shared, var.skip)
+                                             : pick<__half, 8>(var.shared, var.skip),
+                              h[a], h[b], threads)
+                     : launch(var.lanes == 4 ? pick<float, 4>(var.shared, var.skip)
+                                             : pick<float, 8>(var.shared, var.skip),
+                              f[a], f[b], threads);
       char err[16] = "timing";
       if (!var.skip) std::snprintf(err, sizeof err, "%.2e", rel_error(out, ref, out_count));
       std::printf("%-5d %-24s %9.3f %9.3f %7.2f %10s  (%d tiles, %d blocks/SM)\n", m, var.name,
