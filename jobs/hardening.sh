@@ -15,7 +15,9 @@
 #   jobs/hardening.sh test     steps 2 and 3 on an existing build (builds what is missing)
 # Environment:
 #   TESSERA_HARDENING_BUILD  build folder (default: build-hardening)
-#   TESSERA_FUZZ_SECONDS     fuzzing time per harness in seconds (default 60; 0: corpus only)
+#   TESSERA_FUZZ_SECONDS     fuzzing time per harness in seconds (default 150: at nice 19 beside
+#                            the subset, 60 s ran a fifth of a free core's inputs; two rounds of
+#                            two end within the ~600 s subset; 0: corpus only)
 #   TESSERA_FUZZ_SEED        libFuzzer's -seed (default 1, so a CI run can be repeated)
 #   TESSERA_FUZZ_TIMEOUT     seconds one input may take, wall clock (default 300; see fuzz_one)
 #   TESSERA_JOBS             build jobs (default: nproc)
@@ -28,7 +30,7 @@ case $step in
   *) echo "hardening: unknown step '$step' (usage: jobs/hardening.sh [all|build|test])" >&2; exit 2 ;;
 esac
 build=${TESSERA_HARDENING_BUILD:-$here/build-hardening}
-fuzz_seconds=${TESSERA_FUZZ_SECONDS:-60}
+fuzz_seconds=${TESSERA_FUZZ_SECONDS:-150}
 fuzz_seed=${TESSERA_FUZZ_SEED:-1}
 fuzz_timeout=${TESSERA_FUZZ_TIMEOUT:-300}
 jobs=${TESSERA_JOBS:-$(nproc)}

@@ -71,7 +71,7 @@ partition::Distributed<T> load_and_distribute(const LoadOptions& o, partition::S
                         "--deal and --relabel are two relabellings: give one");
   });
   const bool deal = deal_applies(o, scheme);
-  if (!stored_grid.empty() && grid.empty() && keeps_stored_grid(o, scheme, deal)) {
+  if (!stored_grid.empty() && grid.empty() && keeps_stored_grid(o, scheme)) {
     grid = stored_grid;
     log::info("using the partition stored in " + o.path + " (each rank read its block)");
   }

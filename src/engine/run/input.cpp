@@ -186,8 +186,8 @@ bool deal_applies(const LoadOptions& o, partition::Scheme scheme) {
   return deal;
 }
 
-bool keeps_stored_grid(const LoadOptions& o, partition::Scheme scheme, bool deal) {
-  return scheme == partition::Scheme::grid && !o.relabel && !deal;
+bool keeps_stored_grid(const LoadOptions& o, partition::Scheme scheme) {
+  return scheme == partition::Scheme::grid && !o.relabel && !o.deal;
 }
 
 template <typename T>
@@ -299,7 +299,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
     if (!o.grid.empty())
       comm::run_collectively(world,
                              [&] { req.grid = partition::parse_grid(o.grid, facts.order(), P); });
-    else if (by_block && keeps_stored_grid(o, scheme, o.deal))
+    else if (by_block && keeps_stored_grid(o, scheme))
       req.grid = h->partition->grid;
     else
       req.grid = partition::choose_grid(facts.dims, P);

@@ -35,8 +35,9 @@ struct LoadOptions {
 bool deal_applies(const LoadOptions& o, partition::Scheme scheme);
 
 /// Whether a run without --grid cuts on the grid of a store's partition (when each rank
-/// reads its block): the grid scheme, and no relabelling (--relabel, or --deal applied).
-bool keeps_stored_grid(const LoadOptions& o, partition::Scheme scheme, bool deal);
+/// reads its block): the grid scheme, and no relabelling (--relabel or --deal; under the
+/// grid scheme --deal always applies, deal_applies).
+bool keeps_stored_grid(const LoadOptions& o, partition::Scheme scheme);
 
 struct Loaded {
   double read_seconds = 0, distribute_seconds = 0;
