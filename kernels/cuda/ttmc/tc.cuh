@@ -21,10 +21,15 @@
 // sums are in float, as the CUDA-core kernel's. A plain tf32 product would lose 3 decimal
 // digits.
 //
-// Per 8 nonzeros a warp issues 8 shuffles of coordinates, (R0 / 16) * 4 + (RL / 8) * 2
-// 4-byte gathers (lanes of one thread-in-group read 32 consecutive bytes of one row), the
-// tf32 splits and 3 x (R0 / 16) x (RL / 8) MMAs, against 16 x (4 + 16) FP32 instructions
-// per nonzero on the CUDA cores (the register-blocked kernel) at R0 = RL = 16.
+// Per 8 nonzeros a warp issues 8 shuffles of coordinates, two vector gathers per lane (a
+// lane's 2 R0 / 16 prefix columns and RL / 8 last-mode columns of a row are consecutive:
+// the fragments are permuted, see the kernel), the tf32 splits and 3 x (R0 / 16) x (RL / 8)
+// MMAs, against 16 x (4 + 16) FP32 instructions per nonzero on the CUDA cores (the
+// register-blocked kernel) at R0 = RL = 16. The kernel is bound by instruction issue and
+// dependent latencies, not bytes (Nsight Compute, nell-2 shape 16,16,16: L2 at 42-44% of
+// its throughput): the fast path for steps inside one row, two steps per gather and the
+// separate correction accumulators took it from 19.5 to 11.6 warp instructions per nonzero
+// and from 2.41 to 1.63 ms per mode (docs/perf/gpu-h200-tucker.md, "Session 33").
 #pragma once
 
 #include <cstdint>
@@ -38,10 +43,35 @@ inline constexpr int kWarp = 32;
 inline constexpr int kWarpsPerBlock = 8;
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
+/// Loads N consecutive floats (N = 1, 2, 4 or 8; p aligned to min(N, 4) floats).
+template <int N>
+__device__ __forceinline__ void load_floats(const float* __restrict__ p, float (&u)[N]) {
+  if constexpr (N == 1) {
+    u[0] = __ldg(p);
+  } else if constexpr (N == 2) {
+    const float2 v = __ldg(reinterpret_cast<const float2*>(p));
+    u[0] = v.x, u[1] = v.y;
+  } else {
+#pragma unroll
+    for (int q = 0; q < N / 4; ++q) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(p) + q);
+      u[4 * q] = v.x, u[4 * q + 1] = v.y, u[4 * q + 2] = v.z, u[4 * q + 3] = v.w;
+    }
+  }
+}
+
 /// MT = R0 / 16 tiles of rows of Y_i (prefix-mode columns), NT = RL / 8 tiles of its columns
-/// (fragment layouts: kernels/cuda/runtime/mma_tf32.cuh). Here the k index is a nonzero of the
-/// current 8: lane (g, t) handles nonzeros t and t + 4.
-template <int MT, int NT>
+/// (fragment layouts: kernels/cuda/runtime/mma_tf32.cuh). Here the k index is a nonzero of a
+/// step of 8: lane (g, t) handles nonzeros t and t + 4. The fragments are permuted: fragment
+/// row g (g + 8) of A's tile mt holds prefix column 2 MT g + 2 mt (+ 1), and fragment column
+/// n of B's tile nt last-mode column NT n + nt, so a lane's elements of one factor row are
+/// consecutive (one vector load per row) and its outputs of one prefix column are 2 NT
+/// consecutive floats (vector stores). S steps of 8 nonzeros are gathered together; when all
+/// 8 S continue the current row (the common case: rows hold hundreds to thousands of
+/// nonzeros) they are multiplied without the per-row passes and masks. LO: the two
+/// correction products of 3xTF32 go to their own accumulators (shorter dependent chains;
+/// summed at the flush).
+template <int MT, int NT, bool LO, int S>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
     ttmc_tc_kernel(const __grid_constant__ TtmcParams<float> p) {
   constexpr int R0 = 16 * MT, RL = 8 * NT, C = R0 * RL;
@@ -59,13 +89,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
   const index_t* in0 = p.idx[p.in_mode[0]];
   const index_t* in1 = p.idx[p.in_mode[1]];
 
-  float acc[MT][NT][4];
+  float acc[MT][NT][4], acl[LO ? MT : 1][LO ? NT : 1][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+  if constexpr (LO) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acl[mt][nt][e] = 0.f;
+  }
   index_t cur = 0;
   bool have = false, first = true;
   auto flush = [&](bool atomic) {
@@ -73,24 +111,61 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int h = 0; h < 2; ++h) {  // fragment rows g and g + 8: prefix 2 MT g + 2 mt + h
+        float* q = o + (2 * MT * g + 2 * mt + h) * RL + 2 * NT * t;
+        float w[2 * NT];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {  // rows g and g + 8 of the tile
-          float* q = o + (mt * 16 + g + 8 * h) * RL + nt * 8 + 2 * t;
-          const float x = acc[mt][nt][2 * h], y = acc[mt][nt][2 * h + 1];
-          if (atomic) {
-            atomicAdd(q, x);
-            atomicAdd(q + 1, y);
-          } else {
-            *reinterpret_cast<float2*>(q) = make_float2(x, y);
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            w[NT * e + nt] = acc[mt][nt][2 * h + e];
+            acc[mt][nt][2 * h + e] = 0.f;
+            if constexpr (LO) {
+              w[NT * e + nt] += acl[mt][nt][2 * h + e];
+              acl[mt][nt][2 * h + e] = 0.f;
+            }
           }
-          acc[mt][nt][2 * h] = 0.f;
-          acc[mt][nt][2 * h + 1] = 0.f;
+        if (atomic) {
+#pragma unroll
+          for (int e = 0; e < 2 * NT; ++e) atomicAdd(q + e, w[e]);
+        } else if constexpr (NT == 1) {
+          *reinterpret_cast<float2*>(q) = make_float2(w[0], w[1]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 2 * NT; e += 4)
+            *reinterpret_cast<float4*>(q + e) = make_float4(w[e], w[e + 1], w[e + 2], w[e + 3]);
         }
+      }
+  };
+  // One k-step of the products: m[h] masks this lane's nonzero h (false: a zero operand).
+  auto product = [&](const float(&v)[2], const float(&a)[2][2 * MT], const float(&bv)[2][NT],
+                     bool m0, bool m1) {
+    std::uint32_t bh[NT][2], bl[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      tf32::split(m0 ? bv[0][nt] : 0.f, bh[nt][0], bl[nt][0]);
+      tf32::split(m1 ? bv[1][nt] : 0.f, bh[nt][1], bl[nt][1]);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      std::uint32_t ah[4], al[4];
+      tf32::split(m0 ? v[0] * a[0][2 * mt] : 0.f, ah[0], al[0]);
+      tf32::split(m0 ? v[0] * a[0][2 * mt + 1] : 0.f, ah[1], al[1]);
+      tf32::split(m1 ? v[1] * a[1][2 * mt] : 0.f, ah[2], al[2]);
+      tf32::split(m1 ? v[1] * a[1][2 * mt + 1] : 0.f, ah[3], al[3]);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        if constexpr (LO) {
+          tf32::mma(acl[mt][nt], al, bh[nt]);
+          tf32::mma(acl[mt][nt], ah, bl[nt]);
+          tf32::mma(acc[mt][nt], ah, bh[nt]);
+        } else {
+          tf32::mma3(acc[mt][nt], ah, al, bh[nt], bl[nt]);
+        }
+      }
+    }
   };
 
-  // Coordinates 32 at a time, one nonzero per lane (coalesced, streaming), the next batch
-  // loaded while this one runs.
   index_t my_row = 0, my_i0 = 0, my_i1 = 0, nx_row = 0, nx_i0 = 0, nx_i1 = 0;
   float my_val = 0.f, nx_val = 0.f;
   auto load = [&](std::int64_t b, index_t& r, index_t& i0, index_t& i1, float& v) {
@@ -105,63 +180,50 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
   for (std::int64_t b = begin; b < end; b += kWarp) {
     load(b + kWarp, nx_row, nx_i0, nx_i1, nx_val);
 #pragma unroll 1
-    for (int c = 0; c < kWarp; c += 8) {
-      if (b + c >= end) break;  // warp-uniform
-      // This lane's two nonzeros of the 8: t and t + 4.
-      index_t r[2], j[2], k[2];
-      float v[2];
-      bool done[2];
+    for (int c0 = 0; c0 < kWarp; c0 += 8 * S) {
+      if (b + c0 >= end) break;  // warp-uniform
+      index_t r[S][2];
+      float v[S][2], a[S][2][2 * MT], bv[S][2][NT];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int src = c + t + 4 * h;
-        r[h] = __shfl_sync(kFullMask, my_row, src);
-        j[h] = __shfl_sync(kFullMask, my_i0, src);
-        k[h] = __shfl_sync(kFullMask, my_i1, src);
-        v[h] = __shfl_sync(kFullMask, my_val, src);
-        done[h] = b + src >= end;
-      }
-      // Factor elements: A needs prefix columns g (+ 8) of the rows j, B last-mode columns
-      // g of the rows k, per tile.
-      float a[MT][2][2], bv[NT][2];
+      for (int s = 0; s < S; ++s)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float* ra = U0 + static_cast<std::size_t>(j[h]) * R0 + g;
-        const float* rb = U1 + static_cast<std::size_t>(k[h]) * RL + g;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          a[mt][h][0] = __ldg(ra + mt * 16);
-          a[mt][h][1] = __ldg(ra + mt * 16 + 8);
+        for (int h = 0; h < 2; ++h) {
+          const int src = c0 + 8 * s + t + 4 * h;
+          r[s][h] = __shfl_sync(kFullMask, my_row, src);
+          const index_t j = __shfl_sync(kFullMask, my_i0, src);
+          const index_t k = __shfl_sync(kFullMask, my_i1, src);
+          v[s][h] = __shfl_sync(kFullMask, my_val, src);
+          load_floats<2 * MT>(U0 + static_cast<std::size_t>(j) * R0 + 2 * MT * g, a[s][h]);
+          load_floats<NT>(U1 + static_cast<std::size_t>(k) * RL + NT * g, bv[s][h]);
         }
+      // Fast path: all 8 S inside the tile and in the current row.
+      bool same = have && b + c0 + 8 * S <= end;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) bv[nt][h] = __ldg(rb + nt * 8);
+      for (int s = 0; s < S; ++s) same = same && r[s][0] == cur && r[s][1] == cur;
+      if (__all_sync(kFullMask, same)) {
+#pragma unroll
+        for (int s = 0; s < S; ++s) product(v[s], a[s], bv[s], true, true);
+        continue;
       }
-      // One pass per output row present among the 8 (usually one).
-      tf32::for_each_row(r, done, [&](index_t row, const bool(&m)[2]) {
-        if (!have || row != cur) {
-          if (have) {
-            flush(first || !p.exclusive);
-            first = false;
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const int c = c0 + 8 * s;
+        if (b + c >= end) break;  // warp-uniform
+        bool done[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) done[h] = b + c + t + 4 * h >= end;
+        tf32::for_each_row(r[s], done, [&](index_t row, const bool(&m)[2]) {
+          if (!have || row != cur) {
+            if (have) {
+              flush(first || !p.exclusive);
+              first = false;
+            }
+            cur = row;
+            have = true;
           }
-          cur = row;
-          have = true;
-        }
-        std::uint32_t bh[NT][2], bl[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) tf32::split(m[h] ? bv[nt][h] : 0.f, bh[nt][h], bl[nt][h]);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          std::uint32_t ah[4], al[4];
-          // a0 (g, t) a1 (g + 8, t) a2 (g, t + 4) a3 (g + 8, t + 4): k = t is h = 0.
-          tf32::split(m[0] ? v[0] * a[mt][0][0] : 0.f, ah[0], al[0]);
-          tf32::split(m[0] ? v[0] * a[mt][0][1] : 0.f, ah[1], al[1]);
-          tf32::split(m[1] ? v[1] * a[mt][1][0] : 0.f, ah[2], al[2]);
-          tf32::split(m[1] ? v[1] * a[mt][1][1] : 0.f, ah[3], al[3]);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) tf32::mma3(acc[mt][nt], ah, al, bh[nt], bl[nt]);
-        }
-      });
+          product(v[s], a[s], bv[s], m[0], m[1]);
+        });
+      }
     }
     my_row = nx_row, my_i0 = nx_i0, my_i1 = nx_i1, my_val = nx_val;
   }
@@ -169,12 +231,25 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
 }
 
 /// Whether the kernel takes a launch: order 3, prefix rank 16 or 32, last rank 8, 16 or
-/// 32, one column slice.
+/// 32, one column slice, both factors and the output 16-byte aligned (its vector loads and
+/// stores; device allocations are, so this holds for every caller in Tessera; otherwise the
+/// CUDA-core kernels run).
 inline bool fits(const TtmcParams<float>& p) {
   if (p.nin != 2) return false;
   const int R0 = p.in_rank[0], RL = p.in_rank[1];
+  const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
   return (R0 == 16 || R0 == 32) && (RL == 8 || RL == 16 || RL == 32) &&
-         p.C == static_cast<std::int64_t>(R0) * RL;
+         p.C == static_cast<std::int64_t>(R0) * RL && aligned(p.factors[p.in_mode[0]]) &&
+         aligned(p.factors[p.in_mode[1]]) && aligned(p.out);
+}
+
+template <int MT, int NT>
+inline void launch_shape(cudaStream_t stream, const TtmcParams<float>& p, dim3 grid, dim3 block) {
+  // Separate correction accumulators where they do not spill (ptxas, sm_90: the 32 x 8 and
+  // 32 x 32 tiles would); two steps of 8 per gather everywhere. Measured against the other
+  // combinations on an H200 (docs/perf/gpu-h200-tucker.md, "Session 33").
+  constexpr bool kLo = !(MT == 2 && (NT == 1 || NT == 4));
+  ttmc_tc_kernel<MT, NT, kLo, 2><<<grid, block, 0, stream>>>(p);
 }
 
 inline void launch(cudaStream_t stream, const TtmcParams<float>& p, unsigned blocks) {
@@ -182,22 +257,22 @@ inline void launch(cudaStream_t stream, const TtmcParams<float>& p, unsigned blo
   const dim3 grid(blocks), block(kWarpsPerBlock * kWarp);
   switch (mt * 10 + nt) {
     case 11:
-      ttmc_tc_kernel<1, 1><<<grid, block, 0, stream>>>(p);
+      launch_shape<1, 1>(stream, p, grid, block);
       break;
     case 12:
-      ttmc_tc_kernel<1, 2><<<grid, block, 0, stream>>>(p);
+      launch_shape<1, 2>(stream, p, grid, block);
       break;
     case 14:
-      ttmc_tc_kernel<1, 4><<<grid, block, 0, stream>>>(p);
+      launch_shape<1, 4>(stream, p, grid, block);
       break;
     case 21:
-      ttmc_tc_kernel<2, 1><<<grid, block, 0, stream>>>(p);
+      launch_shape<2, 1>(stream, p, grid, block);
       break;
     case 22:
-      ttmc_tc_kernel<2, 2><<<grid, block, 0, stream>>>(p);
+      launch_shape<2, 2>(stream, p, grid, block);
       break;
     case 24:
-      ttmc_tc_kernel<2, 4><<<grid, block, 0, stream>>>(p);
+      launch_shape<2, 4>(stream, p, grid, block);
       break;
     default:
       TESSERA_THROW("tensor-core TTMc with ranks " << p.in_rank[0] << ", " << p.in_rank[1]);
