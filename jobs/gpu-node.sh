@@ -79,7 +79,7 @@
 #               TESSERA_TC_NO_REAL=1 leave parts out
 #       floors: issue 43's single-GPU distances to the floor (MTTKRP nell-2 R32, CP, completion
 #               R16/R32 next to plain CP on the same host-generated tensor, Tucker nell-2
-#               16,16,16, aminoacid R256 and kripke MTTKRP); with TESSERA_BASE_TAR the same on
+#               16,16,16 and its TTMc (uniform and power-law), aminoacid R256 and kripke MTTKRP); with TESSERA_BASE_TAR the same on
 #               that commit's build too (before and after in one call); TESSERA_FLOORS_ONLY="w .."
 #               runs only the cases whose names contain one of the words; jobs/floors_table.py
 #       counts: issue 39's CP-APR (bench cp --loss poisson; 10 and 1 inner iterations) next to
@@ -684,6 +684,9 @@ if has floors; then  # issue 43: one card's distance to the floor, before (base 
       fl fl-$lab-nell2-completion-r$R "$bin" bench cp $g --generate-on host --rank $R --iters 6 --observed-only
     done
     fl fl-$lab-nell2-tucker-16 "$bin" bench tucker $g --ranks 16,16,16 --iters 6 -v
+    for dist in uniform powerlaw; do  # the TTMc of that Tucker iteration (tensor cores)
+      fl fl-$lab-nell2-ttmc-16-$dist "$bin" bench ttmc $g --dist $dist --ranks 16,16,16 --repeat 10
+    done
     if [ -n "$fdata" ]; then
       fl fl-$lab-aminoacid-mttkrp-r256 "$bin" bench mttkrp "$fdata/aminoacid-fluorescence_dense.tns.gz" \
         --rank 256 --backend cuda --precision float --repeat 20
