@@ -38,30 +38,6 @@ constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 8;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-/// W consecutive elements from p (aligned to W elements), with 16-byte loads when they fit.
-template <typename T, int W>
-__device__ __forceinline__ void load_run(const T* __restrict__ p, T (&u)[W]) {
-  constexpr int kBytes = W * static_cast<int>(sizeof(T));
-  if constexpr (kBytes % 16 == 0) {
-#pragma unroll
-    for (int q = 0; q < kBytes / 16; ++q) {
-      if constexpr (std::is_same_v<T, float>) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(p) + q);
-        u[4 * q] = v.x, u[4 * q + 1] = v.y, u[4 * q + 2] = v.z, u[4 * q + 3] = v.w;
-      } else {
-        const double2 v = __ldg(reinterpret_cast<const double2*>(p) + q);
-        u[2 * q] = v.x, u[2 * q + 1] = v.y;
-      }
-    }
-  } else if constexpr (std::is_same_v<T, float> && W == 2) {
-    const float2 v = __ldg(reinterpret_cast<const float2*>(p));
-    u[0] = v.x, u[1] = v.y;
-  } else {
-#pragma unroll
-    for (int w = 0; w < W; ++w) u[w] = __ldg(p + w);
-  }
-}
-
 /// kNin: input modes known at compile time (2: order 3), or 0 for any order.
 template <typename T, int W, int kNin>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, 4)

@@ -4,10 +4,35 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/runtime/detail.cuh"
 
 namespace tessera::kernels::cuda {
+
+/// W consecutive elements from p (aligned to W elements), with 16-byte loads when they fit.
+template <typename T, int W>
+__device__ __forceinline__ void load_run(const T* __restrict__ p, T (&u)[W]) {
+  constexpr int kBytes = W * static_cast<int>(sizeof(T));
+  if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+    for (int q = 0; q < kBytes / 16; ++q) {
+      if constexpr (std::is_same_v<T, float>) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(p) + q);
+        u[4 * q] = v.x, u[4 * q + 1] = v.y, u[4 * q + 2] = v.z, u[4 * q + 3] = v.w;
+      } else {
+        const double2 v = __ldg(reinterpret_cast<const double2*>(p) + q);
+        u[2 * q] = v.x, u[2 * q + 1] = v.y;
+      }
+    }
+  } else if constexpr (std::is_same_v<T, float> && W == 2) {
+    const float2 v = __ldg(reinterpret_cast<const float2*>(p));
+    u[0] = v.x, u[1] = v.y;
+  } else {
+#pragma unroll
+    for (int w = 0; w < W; ++w) u[w] = __ldg(p + w);
+  }
+}
 
 /// Nonzeros per warp tile of the TTMc kernel. Rows wholly inside a tile are stored once;
 /// the first and last row of a tile are added with atomics (C / 32 per lane per tile).

@@ -43,23 +43,6 @@ inline constexpr int kWarp = 32;
 inline constexpr int kWarpsPerBlock = 8;
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
-/// Loads N consecutive floats (N = 1, 2, 4 or 8; p aligned to min(N, 4) floats).
-template <int N>
-__device__ __forceinline__ void load_floats(const float* __restrict__ p, float (&u)[N]) {
-  if constexpr (N == 1) {
-    u[0] = __ldg(p);
-  } else if constexpr (N == 2) {
-    const float2 v = __ldg(reinterpret_cast<const float2*>(p));
-    u[0] = v.x, u[1] = v.y;
-  } else {
-#pragma unroll
-    for (int q = 0; q < N / 4; ++q) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(p) + q);
-      u[4 * q] = v.x, u[4 * q + 1] = v.y, u[4 * q + 2] = v.z, u[4 * q + 3] = v.w;
-    }
-  }
-}
-
 /// MT = R0 / 16 tiles of rows of Y_i (prefix-mode columns), NT = RL / 8 tiles of its columns
 /// (fragment layouts: kernels/cuda/runtime/mma_tf32.cuh). Here the k index is a nonzero of a
 /// step of 8: lane (g, t) handles nonzeros t and t + 4. The fragments are permuted: fragment
@@ -193,8 +176,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
           const index_t j = __shfl_sync(kFullMask, my_i0, src);
           const index_t k = __shfl_sync(kFullMask, my_i1, src);
           v[s][h] = __shfl_sync(kFullMask, my_val, src);
-          load_floats<2 * MT>(U0 + static_cast<std::size_t>(j) * R0 + 2 * MT * g, a[s][h]);
-          load_floats<NT>(U1 + static_cast<std::size_t>(k) * RL + NT * g, bv[s][h]);
+          load_run<float, 2 * MT>(U0 + static_cast<std::size_t>(j) * R0 + 2 * MT * g, a[s][h]);
+          load_run<float, NT>(U1 + static_cast<std::size_t>(k) * RL + NT * g, bv[s][h]);
         }
       // Fast path: all 8 S inside the tile and in the current row.
       bool same = have && b + c0 + 8 * S <= end;
