@@ -9,7 +9,8 @@
 // back-transformation (session 23's experiment). And LAPACK's dsyevr (range I, top k) on the
 // host with the round trip the library would make (S down, the k vectors up), against the
 // same cuSOLVER call (session 27; linked with -llapack, so OPENBLAS_NUM_THREADS applies where
-// liblapack.so.3 is OpenBLAS's).
+// liblapack.so.3 is OpenBLAS's). And Ssyevdx, the same solve in single precision on S rounded
+// to float (session 33), its top k against the double solve's.
 //   eig_probe [k]     (default k = 16)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -197,6 +198,46 @@ int main(int argc, char** argv) {
           },
           ref);
       report("Dsyevdx (range I)", ms, true);
+    }
+    {  // Ssyevdx, range I: the same solve in single precision, on S rounded to float
+      std::vector<double> Sh(static_cast<std::size_t>(n) * n);
+      CK(cudaMemcpy(Sh.data(), p.S, sizeof(double) * Sh.size(), cudaMemcpyDeviceToHost));
+      std::vector<float> Sfh(Sh.begin(), Sh.end());
+      float *Sf = nullptr, *Af = nullptr, *wf = nullptr;
+      CK(cudaMalloc(&Sf, sizeof(float) * Sfh.size()));
+      CK(cudaMalloc(&Af, sizeof(float) * Sfh.size()));
+      CK(cudaMalloc(&wf, sizeof(float) * n));
+      CK(cudaMemcpy(Sf, Sfh.data(), sizeof(float) * Sfh.size(), cudaMemcpyHostToDevice));
+      int lwork = 0, meig = 0;
+      CK(cusolverDnSsyevdx_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
+                                      CUBLAS_FILL_MODE_LOWER, n, Af, n, 0.f, 0.f, il, iu, &meig,
+                                      wf, &lwork));
+      auto* wk = static_cast<float*>(p.workspace(sizeof(float) * lwork));
+      std::vector<double> ms;
+      for (int rep = 0; rep < 17; ++rep) {
+        CK(cudaMemcpyAsync(Af, Sf, sizeof(float) * Sfh.size(), cudaMemcpyDeviceToDevice, p.s));
+        CK(cudaStreamSynchronize(p.s));
+        const auto t0 = std::chrono::steady_clock::now();
+        CK(cusolverDnSsyevdx(p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
+                             CUBLAS_FILL_MODE_LOWER, n, Af, n, 0.f, 0.f, il, iu, &meig, wf, wk,
+                             lwork, p.info));
+        int hinfo = -1;
+        CK(cudaMemcpyAsync(&hinfo, p.info, sizeof(int), cudaMemcpyDeviceToHost, p.s));
+        CK(cudaStreamSynchronize(p.s));
+        const auto t1 = std::chrono::steady_clock::now();
+        if (hinfo != 0) {
+          std::fprintf(stderr, "Ssyevdx info %d\n", hinfo);
+          std::exit(1);
+        }
+        if (rep >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+      std::vector<float> wh(static_cast<std::size_t>(p.k));
+      CK(cudaMemcpy(wh.data(), wf, sizeof(float) * p.k, cudaMemcpyDeviceToHost));
+      top.assign(wh.begin(), wh.end());
+      report("Ssyevdx (range I, float)", median(ms), false);
+      CK(cudaFree(Sf));
+      CK(cudaFree(Af));
+      CK(cudaFree(wf));
     }
     {  // LAPACK dsyevr (range I) on the host: S copied down, the top k vectors copied up
       std::vector<double> Sh(static_cast<std::size_t>(n) * n), a(Sh.size()), wa(n),
