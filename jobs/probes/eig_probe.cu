@@ -210,8 +210,8 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(Sf, Sfh.data(), sizeof(float) * Sfh.size(), cudaMemcpyHostToDevice));
       int lwork = 0, meig = 0;
       CK(cusolverDnSsyevdx_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
-                                      CUBLAS_FILL_MODE_LOWER, n, Af, n, 0.f, 0.f, il, iu, &meig,
-                                      wf, &lwork));
+                                      CUBLAS_FILL_MODE_LOWER, n, Af, n, 0.f, 0.f, il, iu, &meig, wf,
+                                      &lwork));
       auto* wk = static_cast<float*>(p.workspace(sizeof(float) * lwork));
       std::vector<double> ms;
       for (int rep = 0; rep < 17; ++rep) {

@@ -68,6 +68,7 @@ std::vector<TtmcCase> ttmc_cases() {
       {{20, 25, 30, 35}, {4, 8, 4, 8}, 15003},         // order 4: register-blocked, 3 inputs
       {{60, 50, 40}, {16, 32, 8}, 20003},              // tensor-core tiles 2x1, 1x1, 1x4
       {{3000, 40, 30}, {32, 32, 32}, 20011},           // 2x4 tiles; mode 0: ~7 nonzeros a row
+      {{3000, 50, 40}, {16, 32, 16}, 20011},           // 2x2 tiles (mode 0), 1x2, 1x4; short rows
       {{9, 10, 11, 12, 13}, {4, 4, 4, 8, 4}, 8001},    // order 5: register-blocked, any order
       {{9, 10, 11, 12, 13}, {2, 3, 2, 3, 4}, 8000},    // order 5
       {{6, 7, 8, 5, 6, 7}, {2, 2, 3, 2, 2, 2}, 6000},  // order 6

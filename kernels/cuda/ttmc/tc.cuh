@@ -21,9 +21,10 @@
 // sums are in float, as the CUDA-core kernel's. A plain tf32 product would lose 3 decimal
 // digits.
 //
-// Per 8 nonzeros a warp issues 8 shuffles of coordinates, two vector gathers per lane (a
-// lane's 2 R0 / 16 prefix columns and RL / 8 last-mode columns of a row are consecutive:
-// the fragments are permuted, see the kernel), the tf32 splits and 3 x (R0 / 16) x (RL / 8)
+// Per 8 nonzeros a warp issues 8 shuffles of coordinates, four gathers per lane (its two
+// nonzeros' rows of both factors; a lane's 2 R0 / 16 prefix columns and RL / 8 last-mode
+// columns of a row are consecutive, so each is one vector load, scalar at RL = 8: the
+// fragments are permuted, see the kernel), the tf32 splits and 3 x (R0 / 16) x (RL / 8)
 // MMAs, against 16 x (4 + 16) FP32 instructions per nonzero on the CUDA cores (the
 // register-blocked kernel) at R0 = RL = 16. The kernel is bound by instruction issue and
 // dependent latencies, not bytes (Nsight Compute, nell-2 shape 16,16,16: L2 at 42-44% of
@@ -58,6 +59,7 @@ template <int MT, int NT, bool LO, int S>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
     ttmc_tc_kernel(const __grid_constant__ TtmcParams<float> p) {
   constexpr int R0 = 16 * MT, RL = 8 * NT, C = R0 * RL;
+  static_assert(kWarp % (8 * S) == 0, "a gather of S steps lies within one batch of 32");
   const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
   const int g = lane >> 2, t = lane & 3;
   const std::int64_t warp =
@@ -229,8 +231,8 @@ inline bool fits(const TtmcParams<float>& p) {
 template <int MT, int NT>
 inline void launch_shape(cudaStream_t stream, const TtmcParams<float>& p, dim3 grid, dim3 block) {
   // Separate correction accumulators where they do not spill (ptxas, sm_90: the 32 x 8 and
-  // 32 x 32 tiles would); two steps of 8 per gather everywhere. Measured against the other
-  // combinations on an H200 (docs/perf/gpu-h200-tucker.md, "Session 33").
+  // 32 x 32 tiles would, 24 and 176 bytes); two steps of 8 per gather everywhere. Measured against
+  // the other combinations on an H200 (docs/perf/gpu-h200-tucker.md, "Session 33").
   constexpr bool kLo = !(MT == 2 && (NT == 1 || NT == 4));
   ttmc_tc_kernel<MT, NT, kLo, 2><<<grid, block, 0, stream>>>(p);
 }
