@@ -79,7 +79,8 @@
 #               TESSERA_TC_NO_REAL=1 leave parts out
 #       floors: issue 43's single-GPU distances to the floor (MTTKRP nell-2 R32, CP, completion
 #               R16/R32 next to plain CP on the same host-generated tensor, Tucker nell-2
-#               16,16,16 and its TTMc (uniform and power-law), aminoacid R256 and kripke MTTKRP); with TESSERA_BASE_TAR the same on
+#               16,16,16 and its TTMc (uniform and power-law), aminoacid R256 and kripke
+#               MTTKRP); with TESSERA_BASE_TAR the same on
 #               that commit's build too (before and after in one call); TESSERA_FLOORS_ONLY="w .."
 #               runs only the cases whose names contain one of the words; jobs/floors_table.py
 #       counts: issue 39's CP-APR (bench cp --loss poisson; 10 and 1 inner iterations) next to

@@ -43,6 +43,8 @@ namespace tessera::kernels::cuda::ttmc_tc {
 inline constexpr int kWarp = 32;
 inline constexpr int kWarpsPerBlock = 8;
 inline constexpr unsigned kFullMask = 0xffffffffu;
+/// Steps of 8 nonzeros gathered together (measured: 2 beat 1, docs/perf/gpu-h200-tucker.md).
+inline constexpr int kStepsPerGather = 2;
 
 /// MT = R0 / 16 tiles of rows of Y_i (prefix-mode columns), NT = RL / 8 tiles of its columns
 /// (fragment layouts: kernels/cuda/runtime/mma_tf32.cuh). Here the k index is a nonzero of a
@@ -50,15 +52,15 @@ inline constexpr unsigned kFullMask = 0xffffffffu;
 /// row g (g + 8) of A's tile mt holds prefix column 2 MT g + 2 mt (+ 1), and fragment column
 /// n of B's tile nt last-mode column NT n + nt, so a lane's elements of one factor row are
 /// consecutive (one vector load per row) and its outputs of one prefix column are 2 NT
-/// consecutive floats (vector stores). S steps of 8 nonzeros are gathered together; when all
-/// 8 S continue the current row (the common case: rows hold hundreds to thousands of
-/// nonzeros) they are multiplied without the per-row passes and masks. LO: the two
+/// consecutive floats (vector stores). S = kStepsPerGather steps of 8 nonzeros are gathered
+/// together; when all 8 S continue the current row (the common case: rows hold hundreds to
+/// thousands of nonzeros) they are multiplied without the per-row passes and masks. LO: the two
 /// correction products of 3xTF32 go to their own accumulators (shorter dependent chains;
 /// summed at the flush).
-template <int MT, int NT, bool LO, int S>
+template <int MT, int NT, bool LO>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
     ttmc_tc_kernel(const __grid_constant__ TtmcParams<float> p) {
-  constexpr int R0 = 16 * MT, RL = 8 * NT, C = R0 * RL;
+  constexpr int R0 = 16 * MT, RL = 8 * NT, C = R0 * RL, S = kStepsPerGather;
   static_assert(kWarp % (8 * S) == 0, "a gather of S steps lies within one batch of 32");
   const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
   const int g = lane >> 2, t = lane & 3;
@@ -74,21 +76,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
   const index_t* in0 = p.idx[p.in_mode[0]];
   const index_t* in1 = p.idx[p.in_mode[1]];
 
-  float acc[MT][NT][4], acl[LO ? MT : 1][LO ? NT : 1][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-  if constexpr (LO) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acl[mt][nt][e] = 0.f;
-  }
+  float acc[MT][NT][4] = {}, acl[MT][NT][4] = {};  // acl: the corrections (LO only)
   index_t cur = 0;
   bool have = false, first = true;
   auto flush = [&](bool atomic) {
@@ -231,10 +219,10 @@ inline bool fits(const TtmcParams<float>& p) {
 template <int MT, int NT>
 inline void launch_shape(cudaStream_t stream, const TtmcParams<float>& p, dim3 grid, dim3 block) {
   // Separate correction accumulators where they do not spill (ptxas, sm_90: the 32 x 8 and
-  // 32 x 32 tiles would, 24 and 176 bytes); two steps of 8 per gather everywhere. Measured against
-  // the other combinations on an H200 (docs/perf/gpu-h200-tucker.md, "Session 33").
+  // 32 x 32 tiles would, 24 and 176 bytes). Measured against the other combinations on an
+  // H200 (docs/perf/gpu-h200-tucker.md, "Session 33").
   constexpr bool kLo = !(MT == 2 && (NT == 1 || NT == 4));
-  ttmc_tc_kernel<MT, NT, kLo, 2><<<grid, block, 0, stream>>>(p);
+  ttmc_tc_kernel<MT, NT, kLo><<<grid, block, 0, stream>>>(p);
 }
 
 inline void launch(cudaStream_t stream, const TtmcParams<float>& p, unsigned blocks) {
