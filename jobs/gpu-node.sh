@@ -79,8 +79,9 @@
 #               TESSERA_TC_NO_REAL=1 leave parts out
 #       floors: issue 43's single-GPU distances to the floor (MTTKRP nell-2 R32, CP, completion
 #               R16/R32 next to plain CP on the same host-generated tensor, Tucker nell-2
-#               16,16,16 and its TTMc (uniform and power-law), aminoacid R256 and kripke
-#               MTTKRP); with TESSERA_BASE_TAR the same on
+#               16,16,16 and 8,8,8 and its TTMc (uniform and power-law), aminoacid R256 and kripke
+#               MTTKRP, Tucker fb15k-237 8,8,8 and 16,16,16 for 40 iterations (the fit; data
+#               beside the checkout or in .deps/data)); with TESSERA_BASE_TAR the same on
 #               that commit's build too (before and after in one call); TESSERA_FLOORS_ONLY="w .."
 #               runs only the cases whose names contain one of the words; jobs/floors_table.py
 #       counts: issue 39's CP-APR (bench cp --loss poisson; 10 and 1 inner iterations) next to
@@ -96,8 +97,9 @@
 #       emulated: issue 38's emulated nodes (2 or more GPUs): jobs/emulated-nodes.sh (the NCCL
 #               floor between emulated nodes, CP-ALS amazon shape with both strategies, flat and
 #               composed collectives, against tessera plan --nodes; TESSERA_EMU_* settings)
-#       eig: cuSOLVER's symmetric eigen-solvers and session 23's one-cluster reduction timed on
-#               one n x n Gram, n = 64 .. 1024 (issue 43's Tucker dense stage;
+#       eig: cuSOLVER's symmetric eigen-solvers, session 23's one-cluster reduction and the
+#               library's one-block solver (float Tucker, n <= 192) timed on one n x n Gram,
+#               n = 64 .. 1024 (issue 43's Tucker dense stage;
 #               jobs/probes/eig_probe.cu, compiled here with nvcc)
 #       mttkrp-tile: issue 43's shared-memory tiled MTTKRP probe (jobs/probes/mttkrp_tile_probe.cu,
 #               compiled here with nvcc) on the nell-2 shape, R 32, beside bench mttkrp (float
@@ -665,6 +667,10 @@ if has floors; then  # issue 43: one card's distance to the floor, before (base 
   for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
     [ -f "$d/aminoacid-fluorescence_dense.tns.gz" ] && { fdata=$(cd "$d" && pwd); break; }
   done
+  fb15k=
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/kg-fb15k-237_head-rel-tail.tns.gz" ] && { fb15k=$(cd "$d" && pwd)/kg-fb15k-237_head-rel-tail.tns.gz; break; }
+  done
   fbins="new:$T"
   base_bin=$(build_base) && fbins="base:$base_bin $fbins"
   fl() {  # bench, unless TESSERA_FLOORS_ONLY names words none of which is in the case's name
@@ -685,6 +691,13 @@ if has floors; then  # issue 43: one card's distance to the floor, before (base 
       fl fl-$lab-nell2-completion-r$R "$bin" bench cp $g --generate-on host --rank $R --iters 6 --observed-only
     done
     fl fl-$lab-nell2-tucker-16 "$bin" bench tucker $g --ranks 16,16,16 --iters 6 -v
+    fl fl-$lab-nell2-tucker-8 "$bin" bench tucker $g --ranks 8,8,8 --iters 6 -v
+    if [ -n "$fb15k" ]; then  # the fit, float: real data, 40 iterations
+      for r in 8 16; do
+        fl fl-$lab-fb15k-tucker-$r "$bin" bench tucker "$fb15k" --ranks $r,$r,$r --backend cuda \
+          --precision float --iters 40
+      done
+    fi
     for dist in uniform powerlaw; do  # the TTMc of that Tucker iteration (tensor cores)
       fl fl-$lab-nell2-ttmc-16-$dist "$bin" bench ttmc $g --dist $dist --ranks 16,16,16 --repeat 10
     done

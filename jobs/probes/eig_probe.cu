@@ -10,7 +10,9 @@
 // host with the round trip the library would make (S down, the k vectors up), against the
 // same cuSOLVER call (session 27; linked with -llapack, so OPENBLAS_NUM_THREADS applies where
 // liblapack.so.3 is OpenBLAS's). And Ssyevdx, the same solve in single precision on S rounded
-// to float (session 33), its top k against the double solve's.
+// to float (session 33), its top k against the double solve's. And the library's one-block
+// solver (kernels/cuda/dense/block_eig.cuh, session 34; n <= 256, k <= 16) with 512 and 1024
+// threads, with its residual max |S v - w v| / |w_1| and orthogonality max |V^T V - I|.
 //   eig_probe [k]     (default k = 16)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "jobs/probes/eig_cluster.cuh"
+#include "kernels/cuda/dense/block_eig.cuh"
 
 #define CK(x)                                                                      \
   do {                                                                             \
@@ -159,7 +162,7 @@ int main(int argc, char** argv) {
   CK(cublasCreate(&blas));
   CK(cublasSetStream(blas, p.s));
   std::printf("%-6s %-28s %10s %14s\n", "n", "solver", "ms/solve", "top-k rel diff");
-  for (const int n : {64, 128, 256, 512, 1024}) {
+  for (const int n : {64, 128, 192, 256, 512, 1024}) {
     p.n = n;
     p.k = std::min(k, n);
     // S = Y^T Y for a 4n x n Y with decaying column scales (a Gram with a spread spectrum).
@@ -239,6 +242,71 @@ int main(int argc, char** argv) {
       CK(cudaFree(Sf));
       CK(cudaFree(Af));
       CK(cudaFree(wf));
+    }
+    if (n <= tessera::kernels::cuda::block_eig::kMaxN &&
+        p.k <= tessera::kernels::cuda::block_eig::kMaxK) {  // the one-block solver
+      namespace be = tessera::kernels::cuda::block_eig;
+      double *V = nullptr, *wb = nullptr;
+      CK(cudaMalloc(&V, sizeof(double) * n * p.k));
+      CK(cudaMalloc(&wb, sizeof(double) * (p.k + 1)));
+      for (const int threads : {512, 1024}) {
+        const double ms =
+            p.timed([] {},
+                    [&] {
+                      CK(threads == 512 ? be::launch_top_eigenpairs<512>(p.S, n, p.k, V, wb, p.s)
+                                        : be::launch_top_eigenpairs<1024>(p.S, n, p.k, V, wb, p.s));
+                    });
+        std::vector<double> wh(static_cast<std::size_t>(p.k) + 1),
+            Vh(static_cast<std::size_t>(n) * p.k), Sh(static_cast<std::size_t>(n) * n);
+        CK(cudaMemcpy(wh.data(), wb, sizeof(double) * wh.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(Vh.data(), V, sizeof(double) * Vh.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(Sh.data(), p.S, sizeof(double) * Sh.size(), cudaMemcpyDeviceToHost));
+        if (wh[static_cast<std::size_t>(p.k)] != 0) {
+          std::fprintf(stderr, "block solver: status %g\n", wh[static_cast<std::size_t>(p.k)]);
+          std::exit(1);
+        }
+        top.assign(wh.rbegin() + 1, wh.rend());  // ascending, as the reference
+        double resid = 0, orth = 0;
+        for (int a = 0; a < p.k; ++a) {
+          for (int i = 0; i < n; ++i) {
+            double sv = 0;
+            for (int q = 0; q < n; ++q)
+              sv += Sh[static_cast<std::size_t>(q) * n + i] *
+                    Vh[static_cast<std::size_t>(q) * p.k + a];
+            resid =
+                std::max(resid, std::abs(sv - wh[a] * Vh[static_cast<std::size_t>(i) * p.k + a]));
+          }
+          for (int b = 0; b < p.k; ++b) {
+            double dot = 0;
+            for (int i = 0; i < n; ++i)
+              dot += Vh[static_cast<std::size_t>(i) * p.k + a] *
+                     Vh[static_cast<std::size_t>(i) * p.k + b];
+            orth = std::max(orth, std::abs(dot - (a == b ? 1.0 : 0.0)));
+          }
+        }
+        char name[96];
+        std::snprintf(name, sizeof name, "block %d (res %.1e, orth %.1e)", threads,
+                      resid / std::abs(wh[0]), orth);
+        report(name, ms, false);
+        // Where the time goes: clock64 at the phase ends, one more launch.
+        long long* clk = nullptr;
+        CK(cudaMalloc(&clk, sizeof(long long) * 5));
+        CK(threads == 512 ? be::launch_top_eigenpairs<512>(p.S, n, p.k, V, wb, p.s, clk)
+                          : be::launch_top_eigenpairs<1024>(p.S, n, p.k, V, wb, p.s, clk));
+        long long ch[5];
+        CK(cudaMemcpy(ch, clk, sizeof ch, cudaMemcpyDeviceToHost));
+        CK(cudaFree(clk));
+        int dev = 0, khz = 0;
+        CK(cudaGetDevice(&dev));
+        CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
+        std::printf(
+            "%-6d   phases (kcycles): reduction %.1f, multisection %.1f, inverse "
+            "iteration %.1f, back-transform %.1f (clock %d MHz)\n",
+            n, (ch[1] - ch[0]) / 1e3, (ch[2] - ch[1]) / 1e3, (ch[3] - ch[2]) / 1e3,
+            (ch[4] - ch[3]) / 1e3, khz / 1000);
+      }
+      CK(cudaFree(V));
+      CK(cudaFree(wb));
     }
     {  // LAPACK dsyevr (range I) on the host: S copied down, the top k vectors copied up
       std::vector<double> Sh(static_cast<std::size_t>(n) * n), a(Sh.size()), wa(n),

@@ -34,10 +34,12 @@
 /// operands (conversion of float rows to double, in chunks).
 #define TESSERA_WIDE_SCRATCH_BYTES_OP(T) \
   std::size_t wide_scratch_bytes(const Backend<T>& be, std::int64_t C)
-/// The k largest eigenpairs of the symmetric S (n x n, backend memory, both triangles; S is
-/// overwritten): w_host[j] descending, V (n x k, row-major, backend memory) column j the
-/// unit eigenvector of w_host[j] (sign unspecified). Host backends run LAPACK dsyevr; the
-/// cuda backend cuSOLVER dsyevdx on the device.
+/// The k largest eigenpairs of the symmetric S (n x n, backend memory, both triangles; S may
+/// be overwritten): w_host[j] descending, V (n x k, row-major, backend memory) column j the
+/// unit eigenvector of w_host[j] (sign unspecified). Host backends run LAPACK dsyevr. The
+/// cuda backend runs cuSOLVER dsyevdx on the device, except for float where
+/// block_eig_applies(n, k): there the one-block solver (kernels/cuda/dense/block_eig.cuh,
+/// single-precision tridiagonal reduction, about 1e-7 ||S|| backward error).
 #define TESSERA_SYMMETRIC_EIG_TOP_OP(T) \
   void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V)
 /// P (rows x R) row j = U row pos[j]; pos (rows entries, backend memory, Backend::upload_index)
@@ -114,6 +116,16 @@ TESSERA_DECLARE_OP(TESSERA_SUM_ROWS_OP)
 TESSERA_DECLARE_OP(TESSERA_ADD_ROWS_OP)
 
 namespace ops {
+
+/// The cuda backend's one-block eigen-solver (float only): n <= 192 and k <= 16. Measured on
+/// an H200 it is 3.1x faster than cuSOLVER's dsyevdx at n = 64 and 2.6x at 128, but at 256
+/// only 6%, less than the second CholeskyQR pass its float-accurate vectors then cost in
+/// Tucker (docs/perf/gpu-h200-tucker.md, "Session 34").
+inline constexpr int kBlockEigMaxN = 192;
+inline constexpr int kBlockEigMaxK = 16;
+constexpr bool block_eig_applies(int n, int k) {
+  return n >= 1 && n <= kBlockEigMaxN && k >= 1 && k <= kBlockEigMaxK && k <= n;
+}
 
 template <typename T>
 inline TESSERA_WIDE_GRAM_OP(T) {

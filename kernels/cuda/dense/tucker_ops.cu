@@ -3,6 +3,7 @@
 // wide products and row sums, dense.cu.
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/runtime/backend.cuh"
@@ -40,7 +41,10 @@ template <typename T>
 void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
-  cuda::symmetric_eig_top(ctx, S, n, k, w_host, V);
+  if (std::is_same_v<T, float> && ops::block_eig_applies(n, k))
+    cuda::block_symmetric_eig_top(ctx, S, n, k, w_host, V);
+  else
+    cuda::symmetric_eig_top(ctx, S, n, k, w_host, V);
 }
 TESSERA_INSTANTIATE_OP(TESSERA_SYMMETRIC_EIG_TOP_OP);
 

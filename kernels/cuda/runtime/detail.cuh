@@ -87,6 +87,10 @@ void wide_times_t(Context& ctx, const T* Y, std::int64_t rows, std::int64_t C, c
                   int R, double* B);
 /// ops::symmetric_eig_top: cuSOLVER dsyevdx (range I) on the device; waits for it.
 void symmetric_eig_top(Context& ctx, double* S, int n, int k, double* w_host, double* V);
+/// ops::symmetric_eig_top for float where ops::block_eig_applies(n, k): the one-block solver
+/// (dense/block_eig.cuh) on S's lower triangle (column-major); waits for it.
+void block_symmetric_eig_top(Context& ctx, const double* S, int n, int k, double* w_host,
+                             double* V);
 /// ops::sum_rows (index arrays copied to ctx.scratch; waits for the copies).
 template <typename T>
 void sum_rows(Context& ctx, const T* src, const std::vector<std::int64_t>& ptr,

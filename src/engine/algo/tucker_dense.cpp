@@ -25,11 +25,25 @@ void Net::sum(double* p, std::size_t n) {
   ++calls;
 }
 
-std::string dense_method(SvdMethod svd, comm::MemorySpace where) {
+std::string dense_method(SvdMethod svd, comm::MemorySpace where, bool single,
+                         const std::vector<int>& ranks) {
   const std::string at = where == comm::MemorySpace::device ? "device" : "host";
+  // Device eigen-solves: the one-block solver for float where it applies, else cuSOLVER.
+  auto device_eig = [&]() -> std::string {
+    int block = 0;
+    for (std::size_t n = 0; n < ranks.size(); ++n) {
+      std::int64_t C = 1;
+      for (std::size_t m = 0; m < ranks.size(); ++m)
+        if (m != n) C = std::min<std::int64_t>(C * ranks[m], std::int64_t(1) << 40);
+      block += single && C <= kernels::ops::kBlockEigMaxN &&
+               kernels::ops::block_eig_applies(static_cast<int>(C), ranks[n]);
+    }
+    if (block == 0) return "syevdx";
+    return block == static_cast<int>(ranks.size()) ? "block-eig" : "block-eig|syevdx";
+  };
   switch (svd) {
     case SvdMethod::gram:
-      return "gram/" + at + (at == "device" ? "-syevdx" : "-syevr") + "+cholqr2";
+      return "gram/" + at + "-" + (at == "device" ? device_eig() : "syevr") + "+cholqr2";
     case SvdMethod::subspace:
       return "subspace/" + at + "-cholqr2";
     case SvdMethod::scalapack:

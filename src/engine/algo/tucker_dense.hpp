@@ -56,8 +56,11 @@ struct DenseTimes {
 };
 
 /// The dense-stage method in words for the run record and the log, e.g.
-/// "gram/device-syevdx+cholqr2" or "subspace/host-cholqr2".
-std::string dense_method(SvdMethod svd, comm::MemorySpace where);
+/// "gram/device-syevdx+cholqr2" or "subspace/host-cholqr2". A float device run's gram
+/// eigen-solves are "block-eig" where every mode's (C, R) fits the one-block solver
+/// (kernels::ops::block_eig_applies), "block-eig|syevdx" where some do.
+std::string dense_method(SvdMethod svd, comm::MemorySpace where, bool single,
+                         const std::vector<int>& ranks);
 
 /// CholeskyQR2 through a backend: its memory, the net that sums buffers there, the host
 /// net of the eigen fallback and an R x R workspace.
