@@ -231,11 +231,11 @@ TEST_F(GpuTtmc, WideProductsMatchHost) {
 // cuSOLVER dsyevdx (double backends, and float ones outside ops::block_eig_applies) eigenvalues
 // to 1e-12 of the largest, V orthonormal to 1e-12 and ||S V - V diag(w)|| <= 1e-11 ||S||; with
 // the one-block solver (float, n <= 192, k <= 16; its reduction in single precision) eigenvalues
-// and residual to 1e-6 ||S||, V orthonormal to 1e-12. Eigenvectors of repeated eigenvalues are
-// not unique, so no vector is compared with LAPACK's, but where the spectrum is simple every
-// vector is, up to sign. Matrices: a random Gram with a shifted diagonal (distinct eigenvalues),
-// Q diag(lambda) Q^T with eigenvalues in tight clusters and repeated across the k-th, a Gram of
-// rank 3 (n - 3 eigenvalues zero), the zero matrix and diagonal ones; and a NaN, refused.
+// and residual to 1e-6 n max |S_ij| (>= ||S||), V orthonormal to 1e-12. Eigenvectors of repeated
+// eigenvalues are not unique, so no vector is compared with LAPACK's, but where the spectrum is
+// simple every vector is, up to sign. Matrices: a random Gram with a shifted diagonal (distinct
+// eigenvalues), Q diag(lambda) Q^T with eigenvalues in tight clusters and repeated across the k-th,
+// a Gram of rank 3 (n - 3 eigenvalues zero), the zero matrix and diagonal ones; and a NaN, refused.
 template <typename T>
 static void check_symmetric_eig_top() {
   auto gpu = kernels::make_backend<T>(BackendKind::cuda);

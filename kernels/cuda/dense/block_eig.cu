@@ -18,6 +18,14 @@ namespace {
 constexpr int kThreads = 512;
 }  // namespace
 
+bool block_eig_fits(const Context& ctx, int n, int k) {
+  if (!ops::block_eig_applies(n, k)) return false;
+  int optin = 0;
+  TESSERA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx.device));
+  return block_eig::smem_bytes(n, k) <= static_cast<std::size_t>(optin);
+}
+
 void block_symmetric_eig_top(Context& ctx, const double* S, int n, int k, double* w_host,
                              double* V) {
   TESSERA_EXPECTS(ops::block_eig_applies(n, k),

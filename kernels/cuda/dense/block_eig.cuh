@@ -20,11 +20,12 @@
 // 3. The k largest eigenvalues of T by multisection on Sturm counts in float, a count per
 //    thread per round, to 1e-7 of T's Gershgorin range (the inverse iteration needs a shift;
 //    the eigenvalue is its Rayleigh quotient).
-// 4. Their eigenvectors by inverse iteration on T in double: T - lam I = L D L^T once per
-//    eigenvalue (a warp per vector, by one lane), two solves from keyed random starts, the k
+// 4. Their eigenvectors by inverse iteration on T: T - lam I = L D L^T once per eigenvalue
+//    (computed in double, stored in float; a warp per vector, by one lane), two solves in
+//    double from keyed random starts, the k
 //    vectors re-orthonormalised (classical Gram-Schmidt, twice) after each, so that close or
 //    repeated eigenvalues get orthonormal vectors of their cluster; then each eigenvalue is
-//    the Rayleigh quotient.
+//    the Rayleigh quotient (the pairs ordered by it).
 // 5. V = Q Z by the stored reflectors, a warp per vector, in double.
 //
 // Shared memory (doubles first): Z (k x n, vector-major), X (each warp's factors, or the Sturm
@@ -44,8 +45,10 @@ namespace tessera::kernels::cuda::block_eig {
 /// registers a thread and spills some). Device code reads blockDim.x.
 constexpr int kMaxThreads = 1024;
 
-/// Launches the kernel (below) for n <= kMaxN, k <= kMaxK on stream with kThreads threads;
-/// w: k + 1 doubles of device memory. Returns the first CUDA error.
+/// Launches the kernel (below) for 1 <= k <= n <= kMaxN, k <= kMaxK, on stream with kThreads
+/// threads and smem_bytes(n, k) of shared memory (the caller checks that the device has it);
+/// w: k + 1 doubles of device memory. Returns the first CUDA error (cudaErrorInvalidValue
+/// for n or k out of range).
 template <int kThreads>
 cudaError_t launch_top_eigenpairs(const double* S, int n, int k, double* V, double* w,
                                   cudaStream_t stream, long long* clocks = nullptr);
@@ -126,9 +129,9 @@ __device__ double block_reduce(double v, double* red) {
   return r;
 }
 
-/// Number of eigenvalues of T below each of x[0..3] (Sturm counts, LAPACK's pivmin guard),
-/// four recurrences interleaved, in float (T is the float reduction's: its eigenvalues are
-/// not known better than float's rounding of ||T||).
+/// Number of eigenvalues of T below each of x[0..kCountsPerThread) (Sturm counts, LAPACK's
+/// pivmin guard), the recurrences interleaved, in float (T is the float reduction's: its
+/// eigenvalues are not known better than float's rounding of ||T||).
 __device__ __forceinline__ void sturm_counts(const float* d, const float* e2, int n, const float* x,
                                              float pivmin, int* count) {
   float q[kCountsPerThread];
@@ -180,8 +183,9 @@ __device__ void shifted_factor(const double* d, const double* e, int n, double l
   rd[n - 1] = static_cast<float>(fast_rcp(D));
 }
 
-/// z <- (L D L^T)^-1 z (shifted_factor's factors), by one thread; z is rescaled where it grows
-/// past 1e100 (only its direction matters).
+/// z <- (L D L^T)^-1 z (shifted_factor's factors, float, applied in double), by one thread.
+/// Only the direction matters: where a running value passes 1e100 all of z (solved part
+/// and right-hand side alike) is scaled by 1e-100, the same solve of a scaled z.
 __device__ void shifted_solve(const float* l, const float* rd, int n, double* z) {
   double y = z[0];
   for (int i = 1; i < n; ++i) {
@@ -189,7 +193,7 @@ __device__ void shifted_solve(const float* l, const float* rd, int n, double* z)
     y = fma(-static_cast<double>(l[i - 1]), y, z[i]);
     if (fabs(y) > 1e100) {
       y *= 1e-100;
-      for (int q = 0; q < i; ++q) z[q] *= 1e-100;
+      for (int q = 0; q < n; ++q) z[q] *= 1e-100;
     }
   }
   double zn = y * rd[n - 1];
@@ -197,6 +201,10 @@ __device__ void shifted_solve(const float* l, const float* rd, int n, double* z)
   for (int i = n - 2; i >= 0; --i) {
     zn = fma(-static_cast<double>(l[i]), zn, z[i]);
     z[i] = zn;
+    if (fabs(zn) > 1e100) {
+      zn *= 1e-100;
+      for (int q = 0; q < n; ++q) z[q] *= 1e-100;
+    }
   }
 }
 
@@ -535,7 +543,10 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
         }
         __syncthreads();
         const double left = red[63];  // of a unit vector
-        if (left > 1e-3) {
+        // Enough left for an accurate direction (rounding is 1e-16 of the unit); the last
+        // attempt is kept whatever is left (not seen in the tests: a fresh keyed start has
+        // all but ~1e-2 of its length outside 15 vectors).
+        if (left > 1e-6 || (attempt == 3 && left > 0)) {
           for (int i = tid; i < n; i += nthreads) zj[i] /= left;
           __syncthreads();
           break;
@@ -567,7 +578,14 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
       }
     }
     lam = detail::warp_sum(s);
+    if (lane == 0) red[32 + warp] = lam;
   }
+  __syncthreads();
+  // Column of this vector in V: its rank among the Rayleigh quotients, descending (ties by
+  // index), so w is descending even where a cluster's quotients come out of order.
+  int col = 0;
+  if (warp < k)
+    for (int q = 0; q < k; ++q) col += red[32 + q] > lam || (red[32 + q] == lam && q < warp);
 
   if (clocks != nullptr && threadIdx.x == 0) clocks[3] = clock64();
   // ---- 5. V = Q Z, Q = H(0) H(1) ... H(n-3): H(n-3) first ----
@@ -601,9 +619,9 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
 #pragma unroll
     for (int t = 0; t < kRowsPerLane; ++t) {
       const int i = lane + 32 * t;
-      if (i < n) V[static_cast<std::size_t>(i) * k + warp] = zr[t];
+      if (i < n) V[static_cast<std::size_t>(i) * k + col] = zr[t];
     }
-    if (lane == 0) w[warp] = lam / scale;
+    if (lane == 0) w[col] = lam / scale;
   }
 }
 
@@ -665,10 +683,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int kThreads>
 cudaError_t launch_top_eigenpairs(const double* S, int n, int k, double* V, double* w,
                                   cudaStream_t stream, long long* clocks) {
-  // The largest the kernel asks for (the attribute is the function's, per device).
+  static_assert(kMaxK <= kThreads / 32, "a warp per eigenvector");
+  if (n < 1 || k < 1 || k > n || n > kMaxN || k > kMaxK) return cudaErrorInvalidValue;
+  // What this launch needs (the attribute is the function's, per device).
   cudaError_t err = cudaFuncSetAttribute(top_eigenpairs_kernel<kThreads>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem_bytes(kMaxN, kMaxK)));
+                                         static_cast<int>(smem_bytes(n, k)));
   if (err != cudaSuccess) return err;
   top_eigenpairs_kernel<kThreads><<<1, kThreads, smem_bytes(n, k), stream>>>(S, n, k, V, w, clocks);
   return cudaGetLastError();

@@ -41,7 +41,7 @@ template <typename T>
 void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
-  if (std::is_same_v<T, float> && ops::block_eig_applies(n, k))
+  if (std::is_same_v<T, float> && cuda::block_eig_fits(ctx, n, k))
     cuda::block_symmetric_eig_top(ctx, S, n, k, w_host, V);
   else
     cuda::symmetric_eig_top(ctx, S, n, k, w_host, V);

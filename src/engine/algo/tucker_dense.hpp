@@ -58,7 +58,9 @@ struct DenseTimes {
 /// The dense-stage method in words for the run record and the log, e.g.
 /// "gram/device-syevdx+cholqr2" or "subspace/host-cholqr2". A float device run's gram
 /// eigen-solves are "block-eig" where every mode's (C, R) fits the one-block solver
-/// (kernels::ops::block_eig_applies), "block-eig|syevdx" where some do.
+/// (kernels::ops::block_eig_applies; its shared memory fits every GPU of compute capability
+/// 8.0 and 9.0, and a smaller one falls back to syevdx unrecorded), "block-eig|syevdx" where
+/// some do.
 std::string dense_method(SvdMethod svd, comm::MemorySpace where, bool single,
                          const std::vector<int>& ranks);
 
