@@ -32,11 +32,13 @@ std::string dense_method(SvdMethod svd, comm::MemorySpace where, bool single,
   auto device_eig = [&]() -> std::string {
     int block = 0;
     for (std::size_t n = 0; n < ranks.size(); ++n) {
-      std::int64_t C = 1;
+      // C = the other ranks' product, capped just past the solver's limit (fits an int)
+      int C = 1;
       for (std::size_t m = 0; m < ranks.size(); ++m)
-        if (m != n) C = std::min<std::int64_t>(C * ranks[m], std::int64_t(1) << 40);
-      block += single && C <= kernels::ops::kBlockEigMaxN &&
-               kernels::ops::block_eig_applies(static_cast<int>(C), ranks[n]);
+        if (m != n)
+          C = static_cast<int>(
+              std::min<std::int64_t>(std::int64_t(C) * ranks[m], kernels::ops::kBlockEigMaxN + 1));
+      block += single && kernels::ops::block_eig_applies(C, ranks[n]);
     }
     if (block == 0) return "syevdx";
     return block == static_cast<int>(ranks.size()) ? "block-eig" : "block-eig|syevdx";
