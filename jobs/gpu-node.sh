@@ -98,7 +98,7 @@
 #               floor between emulated nodes, CP-ALS amazon shape with both strategies, flat and
 #               composed collectives, against tessera plan --nodes; TESSERA_EMU_* settings)
 #       eig: cuSOLVER's symmetric eigen-solvers, session 23's one-cluster reduction and the
-#               library's one-block solver (float Tucker, n <= 192) timed on one n x n Gram,
+#               library's one-block solver (float Tucker, n <= 256) timed on one n x n Gram,
 #               n = 64 .. 1024 (issue 43's Tucker dense stage;
 #               jobs/probes/eig_probe.cu, compiled here with nvcc)
 #       mttkrp-tile: issue 43's shared-memory tiled MTTKRP probe (jobs/probes/mttkrp_tile_probe.cu,

@@ -42,6 +42,10 @@
 /// single-precision tridiagonal reduction, about 1e-7 ||S|| backward error).
 #define TESSERA_SYMMETRIC_EIG_TOP_OP(T) \
   void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V)
+/// Whether symmetric_eig_top(n, k) runs the one-block solver on this backend: the cuda
+/// backend's float runs where block_eig_applies(n, k) and its device's shared memory holds
+/// the solver (an A100's does not at n = 256); false elsewhere. For the run record.
+#define TESSERA_EIG_IN_ONE_BLOCK_OP(T) bool eig_in_one_block(const Backend<T>& be, int n, int k)
 /// P (rows x R) row j = U row pos[j]; pos (rows entries, backend memory, Backend::upload_index)
 /// null means the identity map.
 #define TESSERA_GATHER_ROWS_DOUBLE_OP(T)                                                   \
@@ -103,6 +107,7 @@ TESSERA_DECLARE_OP(TESSERA_WIDE_TIMES_OP)
 TESSERA_DECLARE_OP(TESSERA_WIDE_TIMES_T_OP)
 TESSERA_DECLARE_OP(TESSERA_WIDE_SCRATCH_BYTES_OP)
 TESSERA_DECLARE_OP(TESSERA_SYMMETRIC_EIG_TOP_OP)
+TESSERA_DECLARE_OP(TESSERA_EIG_IN_ONE_BLOCK_OP)
 TESSERA_DECLARE_OP(TESSERA_GATHER_ROWS_DOUBLE_OP)
 TESSERA_DECLARE_OP(TESSERA_SCATTER_ROWS_DOUBLE_OP)
 TESSERA_DECLARE_OP(TESSERA_GRAM_DOUBLE_OP)
@@ -117,11 +122,10 @@ TESSERA_DECLARE_OP(TESSERA_ADD_ROWS_OP)
 
 namespace ops {
 
-/// The cuda backend's one-block eigen-solver (float only): n <= 192 and k <= 16. Measured on
-/// an H200 it is 3.1x faster than cuSOLVER's dsyevdx at n = 64 and 2.6x at 128, but at 256
-/// only 6%, less than the second CholeskyQR pass its float-accurate vectors then cost in
-/// Tucker (docs/perf/gpu-h200-tucker.md, "Session 34").
-inline constexpr int kBlockEigMaxN = 192;
+/// The cuda backend's one-block eigen-solver (float only): n <= 256 and k <= 16. Measured on
+/// an H200 it is 3.0x faster than cuSOLVER's dsyevdx at n = 64, 3.1x at 128 and 1.3x at 256
+/// (docs/perf/gpu-h200-tucker.md, sessions 34 and 35).
+inline constexpr int kBlockEigMaxN = 256;
 inline constexpr int kBlockEigMaxK = 16;
 constexpr bool block_eig_applies(int n, int k) {
   return n >= 1 && n <= kBlockEigMaxN && k >= 1 && k <= kBlockEigMaxK && k <= n;
@@ -146,6 +150,10 @@ inline TESSERA_WIDE_SCRATCH_BYTES_OP(T) {
 template <typename T>
 inline TESSERA_SYMMETRIC_EIG_TOP_OP(T) {
   TESSERA_DISPATCH(be, symmetric_eig_top, S, n, k, w_host, V);
+}
+template <typename T>
+inline TESSERA_EIG_IN_ONE_BLOCK_OP(T) {
+  TESSERA_DISPATCH(be, eig_in_one_block, n, k);
 }
 template <typename T>
 inline TESSERA_GATHER_ROWS_DOUBLE_OP(T) {

@@ -1,6 +1,6 @@
 // The k largest eigenpairs of a symmetric n x n matrix (n <= 256, k <= 16) in ONE kernel on
 // ONE thread block, for Tucker's Gram eigen-solve in single precision (issue 43, point 3; the
-// library uses it for n <= 192: kernels/ops/tucker_dense.hpp, block_eig_applies).
+// library uses it for every n <= 256: kernels/ops/tucker_dense.hpp, block_eig_applies).
 // Self-contained (CUDA only), so that jobs/probes/eig_probe.cu times it beside cuSOLVER.
 //
 // Why: cuSOLVER's dsyevdx takes 0.7-2 ms for n = 64-256 whatever the precision or k: its
@@ -10,10 +10,13 @@
 //
 // 1. The lower triangle, scaled by a power of two so that its largest entry is in [0.5, 1),
 //    is held in shared memory in float, packed by columns (131.6 KB at n = 256), and reduced
-//    to a tridiagonal T = Q^T A Q by LAPACK's unblocked ssytd2 (lower). Each step forms the
-//    reflector H = I - tau v v^T of the next column in every warp alike (no barrier), then
-//    p = tau A v (a warp per column, a lane per fixed rows, as few row blocks as the
-//    trailing matrix needs), w = p - (tau/2)(p^T v) v, and A -= v w^T + w v^T: two barriers.
+//    to a tridiagonal T = Q^T A Q by LAPACK's unblocked ssytd2 (lower), two block barriers
+//    a step. Step kk does not apply its rank-2 update A -= v w^T + w v^T: step kk + 1 does, in
+//    the one pass over the trailing triangle that also forms p = A v for its own reflector
+//    (each entry read and written once a step, and used once for both a_ij v_j and a_ij v_i).
+//    Every warp forms the reflector of column kk alike (no barrier); columns of 8 are dealt
+//    to the warps (a warp per column where the trailing matrix has at most 64 rows), a lane
+//    per fixed rows; row sums and column sums meet in shared memory (session 35).
 // 2. Each reflector is stored in its column; its tau is recomputed in double from the stored
 //    float v (tau = 2 / v^T v), so Q is orthogonal to double rounding and the float reduction's
 //    error is a backward error of A (about 1e-7 ||A||, as ssytrd's).
@@ -28,9 +31,11 @@
 //    the Rayleigh quotient (the pairs ordered by it).
 // 5. V = Q Z by the stored reflectors, a warp per vector, in double.
 //
-// Shared memory (doubles first): Z (k x n, vector-major), X (each warp's factors, or the Sturm
-// counts), d, e, e^2, tau2 (n each), lo, hi (k each), red (64); then floats: A
-// (n (n + 1) / 2), sc, p (n each), part (32), d and e^2 (n each). At n = 256, k = 16: 205 KiB.
+// Shared memory (doubles first): Z (k x n, vector-major), X (each warp's n floats in the
+// reduction, each warp's factors in the inverse iteration, or the Sturm counts), d, e, e^2,
+// tau2 (n each), lo, hi (k each), red (64); then the pending update (v_i, w_i) (n float
+// pairs) and floats: A (n (n + 1) / 2), sc, p (n each), part (32), d and e^2 (n each). At
+// n = 256, k = 16: 207 KiB (an H100's or H200's block holds it; an A100's does not).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -49,7 +54,7 @@ constexpr int kMaxThreads = 1024;
 /// threads and smem_bytes(n, k) of shared memory (the caller checks that the device has it);
 /// w: k + 1 doubles of device memory. Returns the first CUDA error (cudaErrorInvalidValue
 /// for n or k out of range).
-template <int kThreads>
+template <int kThreads, bool kGrouped = false>
 cudaError_t launch_top_eigenpairs(const double* S, int n, int k, double* V, double* w,
                                   cudaStream_t stream, long long* clocks = nullptr);
 /// Largest n (a lane holds 8 fixed rows of the trailing matrix) and k (a warp per vector).
@@ -67,18 +72,22 @@ constexpr float kBisectTol = 1e-7f;
 constexpr int kMaxRounds = 12;
 constexpr int kInverseIterations = 2;
 
-/// Doubles of X: each of the k warps' factors (2 n floats), or the counts of a round (ints).
+/// Doubles of X: each warp's n floats in the reduction, each of the k warps' factors (2 n
+/// floats) in the inverse iteration, or the counts of a round (ints).
 __host__ __device__ constexpr std::size_t x_doubles(int n, int k) {
   const std::size_t a = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
   const std::size_t b = static_cast<std::size_t>(kMaxCounts) * sizeof(int) / sizeof(double);
-  return a > b ? a : b;
+  const std::size_t c =
+      static_cast<std::size_t>(kMaxThreads / 32) * static_cast<std::size_t>(n) / 2;
+  const std::size_t ab = a > b ? a : b;
+  return ab > c ? ab : c;
 }
 
 /// Dynamic shared memory of the kernel for n and k.
 __host__ __device__ constexpr std::size_t smem_bytes(int n, int k) {
   const std::size_t N = static_cast<std::size_t>(n), K = static_cast<std::size_t>(k);
   const std::size_t doubles = K * N + x_doubles(n, k) + 4 * N + 2 * K + 64;
-  const std::size_t floats = N * (N + 1) / 2 + 4 * N + 32;
+  const std::size_t floats = 2 * N + N * (N + 1) / 2 + 4 * N + 32;
   return doubles * sizeof(double) + floats * sizeof(float);
 }
 
@@ -232,7 +241,8 @@ __device__ void warp_normalize(double* z, int n) {
 struct Smem {
   int n, k;
   double *Z, *X, *d, *e, *e2, *tau2, *lo, *hi, *red;
-  float *A, *sc, *p, *part, *df, *e2f;
+  float *A, *sc, *p, *part, *df, *e2f, *scratch;
+  float2* vpp;
   __device__ Smem(unsigned char* base, int n_, int k_) : n(n_), k(k_) {
     Z = reinterpret_cast<double*>(base);  // Z[j n + i]
     X = Z + static_cast<std::size_t>(k) * n;
@@ -242,8 +252,10 @@ struct Smem {
     tau2 = e2 + n;
     lo = tau2 + n;
     hi = lo + k;
-    red = hi + k;  // 64
-    A = reinterpret_cast<float*>(red + 64);
+    red = hi + k;                               // 64
+    vpp = reinterpret_cast<float2*>(red + 64);  // n
+    A = reinterpret_cast<float*>(vpp + n);
+    scratch = reinterpret_cast<float*>(X);  // the reduction's: a warp's n floats each
     sc = A + n * (n + 1) / 2;
     p = sc + n;
     part = p + n;  // 32
@@ -252,29 +264,81 @@ struct Smem {
   }
 };
 
-/// Step kk of the reduction (ssytd2, lower) with R >= ceil((n - kk - 1) / 32) rows per lane:
-/// the reflector of column kk, p = tau A v, w, A -= v w^T + w v^T.
-template <int R>
+/// Column sums of a warp's G columns (G = 2, 4 or 8; c[g]: this lane's part of column g)
+/// reduced across the warp by halving exchanges (G - 1 + log2(32 / G) shuffles, not 5 G):
+/// afterwards the lanes with (lane & (32 / G - 1)) == 0 hold the total of column
+/// scatter_column<G>(lane).
+template <int G>
+__device__ __forceinline__ float reduce_scatter(float (&c)[G], int lane) {
+#pragma unroll
+  for (int h = G / 2, o = 16; h >= 1; h >>= 1, o >>= 1) {
+    const bool hi = (lane & o) != 0;
+#pragma unroll
+    for (int q = 0; q < h; ++q) {
+      const float send = hi ? c[q] : c[q + h], keep = hi ? c[q + h] : c[q];
+      c[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+  }
+  float x = c[0];
+#pragma unroll
+  for (int o = 16 / G; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+template <int G>
+__device__ __forceinline__ int scatter_column(int lane) {
+  return ((lane >> 4) & 1) * (G / 2) + ((lane >> 3) & 1) * (G / 4) + ((lane >> 2) & 1) * (G / 8);
+}
+
+/// Sum of x[0], x[stride], ..., x[(NW - 1) stride] (NW a multiple of 4) in four independent
+/// chains (a fixed order, the same in every thread).
+template <int NW>
+__device__ __forceinline__ float strided_sum(const float* x, int stride) {
+  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+  for (int u = 0; u < NW; u += 4) {
+    s0 += x[u * stride];
+    s1 += x[(u + 1) * stride];
+    s2 += x[(u + 2) * stride];
+    s3 += x[(u + 3) * stride];
+  }
+  return (s0 + s1) + (s2 + s3);
+}
+
+/// Step kk of the reduction (ssytd2, lower) with R = ceil((n - kk - 1) / 32) rows per lane
+/// and NW warps. The previous step's rank-2 update A -= v w^T + w v^T is not applied by that
+/// step: it is applied here, in the same pass over the trailing lower triangle that forms
+/// p = A v with this step's reflector (each entry read and written once a step, and read
+/// once for both of its products: a_ij v_j for row i and a_ij v_i for column j). The pending
+/// update is vw[i] = (v_i, w_i). Two block barriers a step.
+template <int R, int NW, bool kGrouped>
 __device__ __forceinline__ void reduction_step(const Smem& m, int kk) {
   using detail::col_start;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int nthreads = static_cast<int>(blockDim.x), nwarps = nthreads / 32;
   const int n = m.n;
-  double *d = m.d, *e = m.e;
-  float *A = m.A, *sc = m.sc, *p = m.p, *part = m.part;
-  const int r0 = kk + 1;                 // the trailing matrix is rows and columns r0..n-1
+  float *A = m.A, *pc = m.p, *part = m.part, *scratch = m.scratch;
+  float2* vw = m.vpp;
+  float* mine = scratch + warp * n;  // this warp's copy of v, then its row sums
+  const int r0 = kk + 1;             // the trailing matrix is rows and columns r0..n-1
+  const int mm = n - r0;
   const int ck = col_start(kk, n) - kk;  // A(i, kk) = A[ck + i]
-  float v[R];
+  const float2 pk = vw[kk];
+  // Column kk with the pending update, in every warp alike (no barrier), and this lane's rows'
+  // pending vectors.
+  float v[R], vp[R], wp[R];
   float s = 0.f;
 #pragma unroll
-  for (int t = 0; t < R; ++t) {
-    const int i = r0 + lane + 32 * t;
-    const float a = i < n ? A[ck + i] : 0.f;
-    v[t] = a;
+  for (int t = 0; t < R; ++t) {  // loads at clamped rows, so that they issue together
+    const int i = r0 + lane + 32 * t, ic = min(i, n - 1);
+    const float2 q = vw[ic];
+    const bool in = i < n;
+    vp[t] = in ? q.x : 0.f;
+    wp[t] = in ? q.y : 0.f;
+    const float a = in ? fmaf(-q.x, pk.y, fmaf(-q.y, pk.x, A[ck + ic])) : 0.f;
     if (i > r0) s = fmaf(a, a, s);
+    v[t] = a;
   }
-  s = detail::warp_sum(s);  // the same in every warp: no barrier
-  const float alpha = A[ck + r0];
+  s = detail::warp_sum(s);
+  const float alpha = __shfl_sync(0xffffffffu, v[0], 0);
   // The reflector (dlarfg) in float: the scaled entries are at most n in magnitude.
   float beta = alpha, tauf = 0.f, scf = 0.f;
   if (s > 0.f) {
@@ -283,91 +347,167 @@ __device__ __forceinline__ void reduction_step(const Smem& m, int kk) {
     tauf = (beta - alpha) / beta;
     scf = 1.f / (alpha - beta);
   }
-  if (tid == 0) {
-    d[kk] = A[ck + kk];
-    e[kk] = beta;
-    sc[kk] = tauf != 0.f ? scf : 0.f;
-  }
-  if (tauf == 0.f) return;  // the same in every thread; nothing of A changes
-  // Row blocks t holding rows r0 + 32 t .. + 31 below n: t < tl.
-  const int tl = (n - r0 + 31) >> 5;
-  // v in registers (rows r0 + lane + 32 t)
 #pragma unroll
   for (int t = 0; t < R; ++t) {
     const int i = r0 + lane + 32 * t;
     v[t] = i >= n ? 0.f : (i == r0 ? 1.f : v[t] * scf);
+    if (i < n) mine[i] = v[t];
   }
-  // p = tau A v: a warp per column j, two columns at once (their sums interleaved); A(j, i)
-  // for a row i < j at A[rb[t] + j]
-  int rb[R];
+  __syncwarp();
+  // The fused pass, a lane per fixed rows (row sums in racc, column sums reduced across the
+  // warp), and this warp's part of v^T A v.
+  float racc[R];
 #pragma unroll
-  for (int t = 0; t < R; ++t) {
-    const int i = r0 + lane + 32 * t;
-    rb[t] = i < n ? col_start(i, n) - i : 0;
-  }
-  float pv_part = 0.f;
-  for (int j0 = r0 + warp; j0 < n; j0 += 2 * nwarps) {
-    const int j1 = j0 + nwarps;
-    const bool two = j1 < n;
-    const int c0 = col_start(j0, n) - j0, c1 = two ? col_start(j1, n) - j1 : 0;
-    float acc0 = 0.f, acc1 = 0.f;
+  for (int t = 0; t < R; ++t) racc[t] = 0.f;
+  float vav = 0.f;
+  if constexpr (kGrouped && R >= 3) {
+    // Groups of 8 consecutive columns (their diagonals in one row block), dealt to the warps
+    // in a snake (w, then 2 NW - 1 - w, ...) so that every warp has about as many rows; each
+    // group's row blocks above its diagonal block are skipped whole.
+    const int ngroups = (mm + 7) >> 3;
+    for (int round = 0;; ++round) {
+      const int gi = round * NW + ((round & 1) != 0 ? NW - 1 - warp : warp);
+      if (gi >= ngroups) break;
+      const int jc0 = gi * 8;
+      const int tf = jc0 >> 5;  // the diagonal's row block
+      float vj[8], vpj[8], wpj[8], cacc[8];
+      int cj[8];
 #pragma unroll
-    for (int t = 0; t < R; ++t) {
-      if (t < tl) {
-        const int i = r0 + lane + 32 * t;
-        if (i < n) {
-          acc0 = fmaf(i >= j0 ? A[c0 + i] : A[rb[t] + j0], v[t], acc0);
-          if (two) acc1 = fmaf(i >= j1 ? A[c1 + i] : A[rb[t] + j1], v[t], acc1);
+      for (int g = 0; g < 8; ++g) {
+        const int j = r0 + min(jc0 + g, mm - 1);  // a column past the end: its rows predicated off
+        vj[g] = mine[j];
+        const float2 q = vw[j];
+        vpj[g] = q.x;
+        wpj[g] = q.y;
+        cj[g] = col_start(j, n) - j + r0;  // A(r0 + rr, j) = A[cj + rr]
+        cacc[g] = 0.f;
+      }
+      // Both sums take the diagonal entry; the column's loses it below.
+#pragma unroll
+      for (int t = 0; t < R; ++t) {
+        if (t < tf) continue;
+        const int rr = lane + 32 * t;
+        if (t == tf || t == R - 1) {  // the diagonal block, or the last: rows predicated
+#pragma unroll
+          for (int g = 0; g < 8; ++g) {
+            const bool ok = rr >= jc0 + g && rr < mm;
+            const float a = ok ? A[cj[g] + rr] : 0.f;
+            if (ok) {
+              const float b = fmaf(-vp[t], wpj[g], fmaf(-wp[t], vpj[g], a));
+              A[cj[g] + rr] = b;
+              racc[t] = fmaf(b, vj[g], racc[t]);  // row sums: columns j <= i
+              cacc[g] = fmaf(b, v[t], cacc[g]);   // column sums: rows i >= j
+            }
+          }
+        } else {  // every row below the diagonal and above n
+#pragma unroll
+          for (int g = 0; g < 8; ++g) {
+            const float b = fmaf(-vp[t], wpj[g], fmaf(-wp[t], vpj[g], A[cj[g] + rr]));
+            A[cj[g] + rr] = b;
+            racc[t] = fmaf(b, vj[g], racc[t]);
+            cacc[g] = fmaf(b, v[t], cacc[g]);
+          }
+        }
+      }
+      const float tot = reduce_scatter<8>(cacc, lane);
+      __syncwarp();  // the diagonal entries stored above, read below
+      if ((lane & 3) == 0) {
+        const int jc = jc0 + scatter_column<8>(lane);
+        if (jc < mm) {
+          const int j = r0 + jc;
+          const float vjj = mine[j];
+          const float strict = fmaf(-A[col_start(j, n)], vjj, tot);  // rows i > j
+          pc[j] = strict;
+          vav = fmaf(strict, vjj, vav);
         }
       }
     }
+  } else {
+    // A warp per column (G at once), every row block predicated (the library's: kGrouped is
+    // false).
+    bool inr[R];  // this lane's rows of the trailing matrix
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      acc0 += __shfl_xor_sync(0xffffffffu, acc0, o);
-      acc1 += __shfl_xor_sync(0xffffffffu, acc1, o);
+    for (int t = 0; t < R; ++t) inr[t] = lane + 32 * t < mm;
+    constexpr int G = R >= 3 ? 8 : 2 * R;  // a warp has at most 2 R columns
+    for (int c0 = warp; c0 < mm; c0 += G * NW) {
+      float cacc[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        // No branch on the column's existence (its rows predicated off instead), so that the
+        // G columns' loads interleave.
+        cacc[g] = 0.f;
+        const int jc = c0 + g * NW;
+        const int jv = jc < mm ? jc : 1 << 20;  // rows from jv: none where the column is absent
+        const int j = r0 + min(jc, mm - 1);
+        const float vj = mine[j];
+        const float2 q = vw[j];
+        const float vpj = q.x, wpj = q.y;
+        const int cj = col_start(j, n) - j + r0;  // A(r0 + rr, j) = A[cj + rr]
+        // Every row block of this lane (R = the blocks of the trailing matrix), predicated, so
+        // that the loads issue together; the blocks above the diagonal do nothing. Both sums
+        // take the diagonal entry; the column's loses it below.
+        float a[R];
+#pragma unroll
+        for (int t = 0; t < R; ++t)
+          a[t] = inr[t] && lane + 32 * t >= jv ? A[cj + lane + 32 * t] : 0.f;
+#pragma unroll
+        for (int t = 0; t < R; ++t)
+          if (inr[t] && lane + 32 * t >= jv) {
+            const float b = fmaf(-vp[t], wpj, fmaf(-wp[t], vpj, a[t]));
+            A[cj + lane + 32 * t] = b;
+            racc[t] = fmaf(b, vj, racc[t]);    // row sums: columns j <= i
+            cacc[g] = fmaf(b, v[t], cacc[g]);  // column sums: rows i >= j
+          }
+      }
+      const float tot = reduce_scatter<G>(cacc, lane);
+      __syncwarp();  // the diagonal entries stored above, read below
+      if ((lane & (32 / G - 1)) == 0) {
+        const int jc = c0 + scatter_column<G>(lane) * NW;
+        if (jc < mm) {
+          const int j = r0 + jc;
+          const float vj = mine[j];
+          const float strict = fmaf(-A[col_start(j, n)], vj, tot);  // rows i > j
+          pc[j] = strict;
+          vav = fmaf(strict, vj, vav);
+        }
+      }
     }
-    const float p0 = tauf * acc0, p1 = tauf * acc1;
-    const float v0 = j0 == r0 ? 1.f : A[ck + j0] * scf;
-    const float v1 = two ? A[ck + j1] * scf : 0.f;
-    if (lane == 0) {
-      p[j0] = p0;
-      if (two) p[j1] = p1;
-    }
-    pv_part = fmaf(p0, v0, pv_part);
-    if (two) pv_part = fmaf(p1, v1, pv_part);
   }
-  if (lane == 0) part[warp] = pv_part;
-  __syncthreads();
-  float pv = 0.f;
-  for (int q = 0; q < nwarps; ++q) pv += part[q];  // the same order everywhere
-  const float alpha2 = -0.5f * tauf * pv;
-  float wv[R];
+  __syncwarp();
 #pragma unroll
   for (int t = 0; t < R; ++t) {
     const int i = r0 + lane + 32 * t;
-    wv[t] = i < n ? fmaf(alpha2, v[t], p[i]) : 0.f;
+    vav = fmaf(racc[t], v[t], vav);
+    if (i < n) mine[i] = racc[t];
   }
-  // A -= v w^T + w v^T on the trailing lower triangle: a warp per column; row blocks
-  // wholly above the diagonal (t < tf) or below n (t >= tl) skipped
-  for (int j = r0 + warp; j < n; j += nwarps) {
-    const int cj = col_start(j, n) - j;
-    const float vj = j == r0 ? 1.f : A[ck + j] * scf;
-    const float wj = fmaf(alpha2, vj, p[j]);
-    const int tf = (j - r0) >> 5;
-#pragma unroll
-    for (int t = 0; t < R; ++t) {
-      const int i = r0 + lane + 32 * t;
-      if (t >= tf && t < tl && i >= j && i < n) {
-        float& a = A[cj + i];
-        a = fmaf(-v[t], wj, fmaf(-wv[t], vj, a));
-      }
+  vav = detail::warp_sum(vav);
+  if (lane == 0) part[warp] = vav;
+  __syncthreads();
+  // p = tau A v (column sums plus every warp's row sums, in a fixed order), w = p + alpha2 v
+  // with alpha2 = -tau p^T v / 2, column kk stored updated, and (v, w) pending.
+  const float alpha2 = -0.5f * tauf * tauf * strided_sum<NW>(part, 1);
+  if (warp < R) {  // warp t takes the rows of block t: column kk updated again, as above
+    const int i = r0 + lane + 32 * warp;
+    if (i < n) {
+      const float2 o = vw[i];
+      const float a = fmaf(-o.x, pk.y, fmaf(-o.y, pk.x, A[ck + i]));
+      const float vi = i == r0 ? 1.f : a * scf;
+      const float p = tauf * (pc[i] + strided_sum<NW>(scratch + i, n));
+      A[ck + i] = a;
+      vw[i] = make_float2(vi, fmaf(alpha2, vi, p));
     }
+  }
+  if (tid == 0) {
+    m.d[kk] = fmaf(-pk.x, pk.y, fmaf(-pk.y, pk.x, A[ck + kk]));
+    m.e[kk] = beta;
+    m.sc[kk] = tauf != 0.f ? scf : 0.f;
   }
   __syncthreads();
 }
 
 /// Steps 1 and 2: A (scaled, in m.A) to T (m.d, m.e), the reflectors in A's columns, m.tau2.
 /// Each step's code holds as few rows per lane as its trailing matrix needs.
+template <int NW, bool kGrouped>
 __device__ __forceinline__ void tridiagonalize(const Smem& m) {
   using detail::col_start;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -375,18 +515,40 @@ __device__ __forceinline__ void tridiagonalize(const Smem& m) {
   const int n = m.n;
   double *d = m.d, *e = m.e, *e2 = m.e2, *tau2 = m.tau2;
   float *A = m.A, *sc = m.sc;
+  for (int i = tid; i < n; i += nthreads) m.vpp[i] = make_float2(0.f, 0.f);
+  __syncthreads();
   for (int kk = 0; kk + 1 < n; ++kk) {
-    const int rows = (n - kk - 1 + 31) >> 5;  // row blocks of the trailing matrix
-    if (rows > 4)
-      reduction_step<8>(m, kk);
-    else if (rows > 2)
-      reduction_step<4>(m, kk);
-    else if (rows > 1)
-      reduction_step<2>(m, kk);
-    else
-      reduction_step<1>(m, kk);
+    switch ((n - kk - 1 + 31) >> 5) {  // row blocks of the trailing matrix
+      case 8:
+        reduction_step<8, NW, kGrouped>(m, kk);
+        break;
+      case 7:
+        reduction_step<7, NW, kGrouped>(m, kk);
+        break;
+      case 6:
+        reduction_step<6, NW, kGrouped>(m, kk);
+        break;
+      case 5:
+        reduction_step<5, NW, kGrouped>(m, kk);
+        break;
+      case 4:
+        reduction_step<4, NW, kGrouped>(m, kk);
+        break;
+      case 3:
+        reduction_step<3, NW, kGrouped>(m, kk);
+        break;
+      case 2:
+        reduction_step<2, NW, kGrouped>(m, kk);
+        break;
+      default:
+        reduction_step<1, NW, kGrouped>(m, kk);
+        break;
+    }
   }
-  if (tid == 0) d[n - 1] = A[col_start(n - 1, n)];
+  if (tid == 0) {
+    const float2 q = m.vpp[n - 1];
+    d[n - 1] = fmaf(-q.x, q.y, fmaf(-q.y, q.x, A[col_start(n - 1, n)]));
+  }
   __syncthreads();
   // Reflectors in place (v = A(kk+2:, kk) sc, v(kk+1) = 1) and tau2 = 2 / v^T v in double.
   for (int c = warp; c < n; c += nwarps) {
@@ -632,7 +794,7 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
 /// clocks (null, or 5 values): thread 0's clock64() after loading S, after the reduction, the
 /// multisection, the inverse iteration and the back-transformation (for jobs/probes/eig_probe.cu's
 /// split of the time).
-template <int kThreads>
+template <int kThreads, bool kGrouped>
 __global__ void __launch_bounds__(kThreads, 1)
     top_eigenpairs_kernel(const double* __restrict__ S, int n, int k, double* __restrict__ V,
                           double* __restrict__ w, long long* clocks) {
@@ -670,7 +832,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (clocks != nullptr && tid == 0) clocks[0] = clock64();
-  tridiagonalize(m);
+  tridiagonalize<nwarps, kGrouped>(m);
   if (clocks != nullptr && tid == 0) clocks[1] = clock64();
   const double tnorm = bisect(m);
   if (clocks != nullptr && tid == 0) clocks[2] = clock64();
@@ -680,17 +842,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) w[k] = 0;
 }
 
-template <int kThreads>
+template <int kThreads, bool kGrouped>
 cudaError_t launch_top_eigenpairs(const double* S, int n, int k, double* V, double* w,
                                   cudaStream_t stream, long long* clocks) {
   static_assert(kMaxK <= kThreads / 32, "a warp per eigenvector");
   if (n < 1 || k < 1 || k > n || n > kMaxN || k > kMaxK) return cudaErrorInvalidValue;
   // What this launch needs (the attribute is the function's, per device).
-  cudaError_t err = cudaFuncSetAttribute(top_eigenpairs_kernel<kThreads>,
+  cudaError_t err = cudaFuncSetAttribute(top_eigenpairs_kernel<kThreads, kGrouped>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem_bytes(n, k)));
   if (err != cudaSuccess) return err;
-  top_eigenpairs_kernel<kThreads><<<1, kThreads, smem_bytes(n, k), stream>>>(S, n, k, V, w, clocks);
+  top_eigenpairs_kernel<kThreads, kGrouped>
+      <<<1, kThreads, smem_bytes(n, k), stream>>>(S, n, k, V, w, clocks);
   return cudaGetLastError();
 }
 

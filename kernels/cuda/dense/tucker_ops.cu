@@ -49,6 +49,14 @@ void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, 
 TESSERA_INSTANTIATE_OP(TESSERA_SYMMETRIC_EIG_TOP_OP);
 
 template <typename T>
+bool eig_in_one_block(const Backend<T>& be, int n, int k) {
+  const Context& ctx = executor(be).ctx();
+  DeviceGuard g(ctx.device);
+  return std::is_same_v<T, float> && cuda::block_eig_fits(ctx, n, k);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_EIG_IN_ONE_BLOCK_OP);
+
+template <typename T>
 std::size_t wide_scratch_bytes(const Backend<T>& be, std::int64_t C) {
   (void)be;
   return cuda::wide_scratch_bytes(C, sizeof(T));

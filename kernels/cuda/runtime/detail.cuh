@@ -88,8 +88,8 @@ void wide_times_t(Context& ctx, const T* Y, std::int64_t rows, std::int64_t C, c
 /// ops::symmetric_eig_top: cuSOLVER dsyevdx (range I) on the device; waits for it.
 void symmetric_eig_top(Context& ctx, double* S, int n, int k, double* w_host, double* V);
 /// Whether the one-block solver takes n, k on ctx's device: ops::block_eig_applies and its
-/// shared memory within the device's per-block limit (every GPU of compute capability 8.0
-/// or 9.0 holds n <= 192).
+/// shared memory within the device's per-block limit (compute capability 9.0 holds every
+/// n <= 256; 8.0 holds n <= 192 at k = 16).
 bool block_eig_fits(const Context& ctx, int n, int k);
 /// ops::symmetric_eig_top for float where block_eig_fits(n, k): the one-block solver
 /// (dense/block_eig.cuh) on S's lower triangle (column-major); waits for it.

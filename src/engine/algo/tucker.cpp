@@ -188,8 +188,9 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
       pos_dev_[static_cast<std::size_t>(n)] = be.upload_index(mp.own_pos.data(), mp.own_pos.size());
   }
   if (opt.svd == SvdMethod::scalapack) grid_ = std::make_unique<BlacsGrid>(c);
-  res.dense_method =
-      detail::dense_method(opt.svd, be.memory_space(), sizeof(T) == sizeof(float), opt.ranks);
+  res.dense_method = detail::dense_method(
+      opt.svd, be.memory_space(),
+      [&be](int C, int R) { return kernels::ops::eig_in_one_block(be, C, R); }, opt.ranks);
   if (opt.print_iterations) log::info("dense stage: " + res.dense_method);
 }
 

@@ -25,10 +25,11 @@ void Net::sum(double* p, std::size_t n) {
   ++calls;
 }
 
-std::string dense_method(SvdMethod svd, comm::MemorySpace where, bool single,
+std::string dense_method(SvdMethod svd, comm::MemorySpace where,
+                         const std::function<bool(int, int)>& one_block,
                          const std::vector<int>& ranks) {
   const std::string at = where == comm::MemorySpace::device ? "device" : "host";
-  // Device eigen-solves: the one-block solver for float where it applies, else cuSOLVER.
+  // Device eigen-solves: the one-block solver where the backend runs it, else cuSOLVER.
   auto device_eig = [&]() -> std::string {
     int block = 0;
     for (std::size_t n = 0; n < ranks.size(); ++n) {
@@ -38,7 +39,7 @@ std::string dense_method(SvdMethod svd, comm::MemorySpace where, bool single,
         if (m != n)
           C = static_cast<int>(
               std::min<std::int64_t>(std::int64_t(C) * ranks[m], kernels::ops::kBlockEigMaxN + 1));
-      block += single && kernels::ops::block_eig_applies(C, ranks[n]);
+      block += kernels::ops::block_eig_applies(C, ranks[n]) && one_block(C, ranks[n]);
     }
     if (block == 0) return "syevdx";
     return block == static_cast<int>(ranks.size()) ? "block-eig" : "block-eig|syevdx";

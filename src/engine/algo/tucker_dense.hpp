@@ -56,12 +56,12 @@ struct DenseTimes {
 };
 
 /// The dense-stage method in words for the run record and the log, e.g.
-/// "gram/device-syevdx+cholqr2" or "subspace/host-cholqr2". A float device run's gram
-/// eigen-solves are "block-eig" where every mode's (C, R) fits the one-block solver
-/// (kernels::ops::block_eig_applies; its shared memory fits every GPU of compute capability
-/// 8.0 and 9.0, and a smaller one falls back to syevdx unrecorded), "block-eig|syevdx" where
-/// some do.
-std::string dense_method(SvdMethod svd, comm::MemorySpace where, bool single,
+/// "gram/device-syevdx+cholqr2" or "subspace/host-cholqr2". A device run's gram eigen-solves
+/// are "block-eig" where one_block(C, R) (kernels::ops::eig_in_one_block: the backend runs
+/// the one-block solver for that mode's C and R) holds for every mode, "block-eig|syevdx"
+/// where it holds for some.
+std::string dense_method(SvdMethod svd, comm::MemorySpace where,
+                         const std::function<bool(int, int)>& one_block,
                          const std::vector<int>& ranks);
 
 /// CholeskyQR2 through a backend: its memory, the net that sums buffers there, the host
