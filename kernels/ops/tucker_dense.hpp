@@ -38,8 +38,9 @@
 /// be overwritten): w_host[j] descending, V (n x k, row-major, backend memory) column j the
 /// unit eigenvector of w_host[j] (sign unspecified). Host backends run LAPACK dsyevr. The
 /// cuda backend runs cuSOLVER dsyevdx on the device, except for float where
-/// block_eig_applies(n, k): there the one-block solver (kernels/cuda/dense/block_eig.cuh,
-/// single-precision tridiagonal reduction, about 1e-7 ||S|| backward error).
+/// block_eig_applies(n, k) and the device's shared memory holds it (eig_in_one_block): there
+/// the one-block solver (kernels/cuda/dense/block_eig.cuh, single-precision tridiagonal
+/// reduction, about 1e-7 ||S|| backward error).
 #define TESSERA_SYMMETRIC_EIG_TOP_OP(T) \
   void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V)
 /// Whether symmetric_eig_top(n, k) runs the one-block solver on this backend: the cuda
@@ -123,7 +124,7 @@ TESSERA_DECLARE_OP(TESSERA_ADD_ROWS_OP)
 namespace ops {
 
 /// The cuda backend's one-block eigen-solver (float only): n <= 256 and k <= 16. Measured on
-/// an H200 it is 3.0x faster than cuSOLVER's dsyevdx at n = 64, 3.1x at 128 and 1.3x at 256
+/// an H200 it is 3.2x faster than cuSOLVER's dsyevdx at n = 64, 3.1x at 128 and 1.3x at 256
 /// (docs/perf/gpu-h200-tucker.md, sessions 34 and 35).
 inline constexpr int kBlockEigMaxN = 256;
 inline constexpr int kBlockEigMaxK = 16;
