@@ -38,23 +38,21 @@ void wide_times_t(Backend<T>& be, const T* Y, std::int64_t rows, std::int64_t C,
 TESSERA_INSTANTIATE_OP(TESSERA_WIDE_TIMES_T_OP);
 
 template <typename T>
+bool eig_in_one_block(const Backend<T>& be, int n, int k) {
+  return std::is_same_v<T, float> && cuda::block_eig_fits(executor(be).ctx(), n, k);
+}
+TESSERA_INSTANTIATE_OP(TESSERA_EIG_IN_ONE_BLOCK_OP);
+
+template <typename T>
 void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);
-  if (std::is_same_v<T, float> && cuda::block_eig_fits(ctx, n, k))
+  if (eig_in_one_block(be, n, k))  // the run record's answer (dense_method) is this one
     cuda::block_symmetric_eig_top(ctx, S, n, k, w_host, V);
   else
     cuda::symmetric_eig_top(ctx, S, n, k, w_host, V);
 }
 TESSERA_INSTANTIATE_OP(TESSERA_SYMMETRIC_EIG_TOP_OP);
-
-template <typename T>
-bool eig_in_one_block(const Backend<T>& be, int n, int k) {
-  const Context& ctx = executor(be).ctx();
-  DeviceGuard g(ctx.device);
-  return std::is_same_v<T, float> && cuda::block_eig_fits(ctx, n, k);
-}
-TESSERA_INSTANTIATE_OP(TESSERA_EIG_IN_ONE_BLOCK_OP);
 
 template <typename T>
 std::size_t wide_scratch_bytes(const Backend<T>& be, std::int64_t C) {
