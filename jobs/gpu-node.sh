@@ -50,7 +50,8 @@
 #       sanitize: the GPU test binaries under compute-sanitizer, memcheck then racecheck
 #               (TESSERA_SANITIZE_TOOLS, default "memcheck racecheck"; binaries matching
 #               TESSERA_SANITIZE_R, default all gpu_*_tests; TESSERA_SANITIZE_GTEST: a
-#               --gtest_filter, e.g. for racecheck, which is slow); a line per binary and tool with
+#               --gtest_filter, e.g. for racecheck, which is slow; TESSERA_SANITIZE_ARGS: more
+#               compute-sanitizer options, e.g. --kernel-name kns=top_eigenpairs_kernel); a line per binary and tool with
 #               the errors found; any error fails the mode
 #       python: congress CP-ALS (rank 16, 20 iterations, float, cuda) through the Python module
 #               and through the CLI, seconds per iteration (median of iterations 2..20) and
@@ -100,7 +101,8 @@
 #       eig: cuSOLVER's symmetric eigen-solvers, session 23's one-cluster reduction and the
 #               library's one-block solver (float Tucker, n <= 256) timed on one n x n Gram,
 #               n = 64 .. 1024 (issue 43's Tucker dense stage;
-#               jobs/probes/eig_probe.cu, compiled here with nvcc)
+#               jobs/probes/eig_probe.cu, compiled here with nvcc); with TESSERA_BASE_TAR the
+#               one-block solver of that commit too, in the same call
 #       mttkrp-tile: issue 43's shared-memory tiled MTTKRP probe (jobs/probes/mttkrp_tile_probe.cu,
 #               compiled here with nvcc) on the nell-2 shape, R 32, beside bench mttkrp (float
 #               and fp16 gathers) on the same shape (TESSERA_TARGETS=tessera builds only that)
@@ -266,7 +268,7 @@ if has sanitize; then  # compute-sanitizer over the GPU test binaries
       # for this GPU (error 209) on purpose, and Tessera checks every CUDA call it makes
       # itself (TESSERA_CUDA_CHECK throws); memory and race errors are all reported.
       timeout "${TESSERA_SANITIZE_TIMEOUT:-300}" "$cs" --tool "$tool" --error-exitcode 99 \
-        --report-api-errors no --print-limit 20 "$b" ${TESSERA_SANITIZE_GTEST:+--gtest_filter="$TESSERA_SANITIZE_GTEST"} \
+        --report-api-errors no --print-limit 20 ${TESSERA_SANITIZE_ARGS:-} "$b" ${TESSERA_SANITIZE_GTEST:+--gtest_filter="$TESSERA_SANITIZE_GTEST"} \
         >"$out/sanitize-$tool-$name.log" 2>&1
       rc=$?
       errs=$(grep -oE "(ERROR SUMMARY: |hazards displayed \()[0-9]+" "$out/sanitize-$tool-$name.log" |
@@ -780,6 +782,19 @@ if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/p
     "$out/eig_probe" 16 | tee "$out/eig.txt" >>"$summary"
   else
     echo "eig: the probe did not build ($out/eig-build.log)" | tee -a "$summary"
+  fi
+  if [ -n "${TESSERA_BASE_TAR:-}" ] && [ -f "$TESSERA_BASE_TAR" ]; then
+    # The same probe against the base commit's one-block solver (its block_eig*.cuh found
+    # first), only that solver and the reference: a before/after in one call.
+    inc=$build/eig-base-inc
+    rm -rf "$inc" && mkdir -p "$inc/src" "$inc/kernels/cuda/dense" &&
+      tar -xzf "$TESSERA_BASE_TAR" -C "$inc/src" --wildcards 'kernels/cuda/dense/block_eig*.cuh' &&
+      cp "$inc"/src/kernels/cuda/dense/block_eig*.cuh "$inc/kernels/cuda/dense/" &&
+      nvcc -O2 -arch=sm_90 -I"$inc" -I. jobs/probes/eig_probe.cu -lcusolver -lcublas -llapack \
+        -o "$out/eig_probe_base" >"$out/eig-base-build.log" 2>&1 &&
+      { echo "eig, the base commit's one-block solver:"; "$out/eig_probe_base" 16 block; } |
+      tee "$out/eig-base.txt" >>"$summary" ||
+      echo "eig: the base probe did not build ($out/eig-base-build.log)" | tee -a "$summary"
   fi
 fi
 if has mttkrp-tile; then  # issue 43: factor rows of both inputs in shared memory (docs/perf/gpu-h200-floors.md)

@@ -12,10 +12,11 @@
 // liblapack.so.3 is OpenBLAS's). And Ssyevdx, the same solve in single precision on S rounded
 // to float (session 33), its top k against the double solve's. And the library's one-block
 // solver (kernels/cuda/dense/block_eig.cuh, session 34; n <= 256, k <= 16) with 512 and 1024
-// threads, and with 512 and the grouped reduction (kGrouped: columns in groups of 8 whose row
-// blocks above the diagonal are skipped; session 35, not yet the library's), with its
-// residual max |S v - w v| / |w_1| and orthogonality max |V^T V - I|.
-//   eig_probe [k]     (default k = 16)
+// threads, with its residual max |S v - w v| / |w_1|, orthogonality max |V^T V - I| and the
+// split of its cycles by phase. With `block`, only Dsyevdx (the reference) and the one-block
+// solver run: `jobs/gpu-node.sh eig` with TESSERA_BASE_TAR also builds this file against that
+// commit's block_eig*.cuh and runs it so, for a before/after in one call.
+//   eig_probe [k [block]]     (default k = 16)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
@@ -155,6 +156,7 @@ struct Probe {
 
 int main(int argc, char** argv) {
   const int k = argc > 1 ? std::atoi(argv[1]) : 16;
+  const bool block_only = argc > 2 && std::string(argv[2]) == "block";
   cublasHandle_t blas{};
   Probe p;
   CK(cudaStreamCreate(&p.s));
@@ -165,6 +167,7 @@ int main(int argc, char** argv) {
   CK(cublasSetStream(blas, p.s));
   std::printf("%-6s %-28s %10s %14s\n", "n", "solver", "ms/solve", "top-k rel diff");
   for (const int n : {64, 128, 192, 256, 512, 1024}) {
+    if (block_only && n > tessera::kernels::cuda::block_eig::kMaxN) break;
     p.n = n;
     p.k = std::min(k, n);
     // S = Y^T Y for a 4n x n Y with decaying column scales (a Gram with a spread spectrum).
@@ -214,7 +217,8 @@ int main(int argc, char** argv) {
           ref);
       report("Dsyevdx (range I)", ms, true);
     }
-    {  // Ssyevdx, range I: the same solve in single precision, on S rounded to float
+    if (!block_only) {  // Ssyevdx, range I: the same solve in single precision, on S rounded to
+                        // float
       std::vector<double> Sh(static_cast<std::size_t>(n) * n);
       CK(cudaMemcpy(Sh.data(), p.S, sizeof(double) * Sh.size(), cudaMemcpyDeviceToHost));
       std::vector<float> Sfh(Sh.begin(), Sh.end());
@@ -251,14 +255,13 @@ int main(int argc, char** argv) {
       double *V = nullptr, *wb = nullptr;
       CK(cudaMalloc(&V, sizeof(double) * n * p.k));
       CK(cudaMalloc(&wb, sizeof(double) * (p.k + 1)));
-      // 512 threads (the library's), 512 with the grouped reduction (kGrouped), 1024.
-      const auto launch = [&](int variant, long long* clk) {
-        return variant == 0   ? be::launch_top_eigenpairs<512>(p.S, n, p.k, V, wb, p.s, clk)
-               : variant == 1 ? be::launch_top_eigenpairs<512, true>(p.S, n, p.k, V, wb, p.s, clk)
+      // 512 threads (the library's), 1024.
+      const auto launch = [&](int threads, long long* clk) {
+        return threads == 512 ? be::launch_top_eigenpairs<512>(p.S, n, p.k, V, wb, p.s, clk)
                               : be::launch_top_eigenpairs<1024>(p.S, n, p.k, V, wb, p.s, clk);
       };
-      for (const int variant : {0, 1, 2}) {
-        const int threads = variant == 2 ? 1024 : 512;
+      for (const int threads : {512, 1024}) {
+        const int variant = threads;
         const double ms = p.timed([] {}, [&] { CK(launch(variant, nullptr)); });
         std::vector<double> wh(static_cast<std::size_t>(p.k) + 1),
             Vh(static_cast<std::size_t>(n) * p.k), Sh(static_cast<std::size_t>(n) * n);
@@ -289,14 +292,15 @@ int main(int argc, char** argv) {
           }
         }
         char name[96];
-        std::snprintf(name, sizeof name, "block %d%s (res %.1e, orth %.1e)", threads,
-                      variant == 1 ? " grouped" : "", resid / std::abs(wh[0]), orth);
+        std::snprintf(name, sizeof name, "block %d (res %.1e, orth %.1e)", threads,
+                      resid / std::abs(wh[0]), orth);
         report(name, ms, false);
         // Where the time goes: clock64 at the phase ends, one more launch.
         long long* clk = nullptr;
-        CK(cudaMalloc(&clk, sizeof(long long) * 5));
+        long long ch[8] = {};  // an older kernel (TESSERA_BASE_TAR) stamps the first 5
+        CK(cudaMalloc(&clk, sizeof ch));
+        CK(cudaMemcpy(clk, ch, sizeof ch, cudaMemcpyHostToDevice));
         CK(launch(variant, clk));
-        long long ch[5];
         CK(cudaMemcpy(ch, clk, sizeof ch, cudaMemcpyDeviceToHost));
         CK(cudaFree(clk));
         int dev = 0, khz = 0;
@@ -307,240 +311,251 @@ int main(int argc, char** argv) {
             "iteration %.1f, back-transform %.1f (clock %d MHz)\n",
             n, (ch[1] - ch[0]) / 1e3, (ch[2] - ch[1]) / 1e3, (ch[3] - ch[2]) / 1e3,
             (ch[4] - ch[3]) / 1e3, khz / 1000);
+        if (ch[5] != 0 && ch[6] != 0 && ch[7] != 0)
+          std::printf(
+              "%-6d   inverse iteration (kcycles): factorisations %.1f, first solves %.1f, first "
+              "Gram-Schmidt %.1f, the rest %.1f\n",
+              n, (ch[5] - ch[2]) / 1e3, (ch[6] - ch[5]) / 1e3, (ch[7] - ch[6]) / 1e3,
+              (ch[3] - ch[7]) / 1e3);
       }
       CK(cudaFree(V));
       CK(cudaFree(wb));
     }
-    {  // LAPACK dsyevr (range I) on the host: S copied down, the top k vectors copied up
-      std::vector<double> Sh(static_cast<std::size_t>(n) * n), a(Sh.size()), wa(n),
-          z(static_cast<std::size_t>(n) * p.k), work(1);
-      std::vector<int> isuppz(2 * static_cast<std::size_t>(p.k)), iwork(1);
-      double *V = nullptr, *pinned = nullptr;
-      CK(cudaMalloc(&V, sizeof(double) * n * p.k));
-      CK(cudaMallocHost(&pinned, sizeof(double) * n * n));
-      const char jobz = 'V', range = 'I', uplo = 'L';
-      const double vl = 0, vu = 0, abstol = 0;
-      int m = 0, info = 0, lwork = -1, liwork = -1;
-      double wq = 0;
-      int iwq = 0;
-      dsyevr_(&jobz, &range, &uplo, &n, a.data(), &n, &vl, &vu, &il, &iu, &abstol, &m, wa.data(),
-              z.data(), &n, isuppz.data(), &wq, &lwork, &iwq, &liwork, &info, 1, 1, 1);
-      lwork = static_cast<int>(wq) + 1;
-      liwork = iwq;
-      work.resize(lwork);
-      iwork.resize(liwork);
-      for (const bool with_copies : {true, false}) {
+    if (!block_only) {  // the other solvers
+      {  // LAPACK dsyevr (range I) on the host: S copied down, the top k vectors copied up
+        std::vector<double> Sh(static_cast<std::size_t>(n) * n), a(Sh.size()), wa(n),
+            z(static_cast<std::size_t>(n) * p.k), work(1);
+        std::vector<int> isuppz(2 * static_cast<std::size_t>(p.k)), iwork(1);
+        double *V = nullptr, *pinned = nullptr;
+        CK(cudaMalloc(&V, sizeof(double) * n * p.k));
+        CK(cudaMallocHost(&pinned, sizeof(double) * n * n));
+        const char jobz = 'V', range = 'I', uplo = 'L';
+        const double vl = 0, vu = 0, abstol = 0;
+        int m = 0, info = 0, lwork = -1, liwork = -1;
+        double wq = 0;
+        int iwq = 0;
+        dsyevr_(&jobz, &range, &uplo, &n, a.data(), &n, &vl, &vu, &il, &iu, &abstol, &m, wa.data(),
+                z.data(), &n, isuppz.data(), &wq, &lwork, &iwq, &liwork, &info, 1, 1, 1);
+        lwork = static_cast<int>(wq) + 1;
+        liwork = iwq;
+        work.resize(lwork);
+        iwork.resize(liwork);
+        for (const bool with_copies : {true, false}) {
+          std::vector<double> ms;
+          for (int rep = 0; rep < 17; ++rep) {
+            CK(cudaStreamSynchronize(p.s));
+            const auto t0 = std::chrono::steady_clock::now();
+            if (with_copies) {
+              CK(cudaMemcpyAsync(pinned, p.S, sizeof(double) * n * n, cudaMemcpyDeviceToHost, p.s));
+              CK(cudaStreamSynchronize(p.s));
+              std::copy(pinned, pinned + static_cast<std::size_t>(n) * n, a.begin());
+            } else {
+              CK(cudaMemcpy(Sh.data(), p.S, sizeof(double) * n * n, cudaMemcpyDeviceToHost));
+              a = Sh;
+            }
+            const auto t1 = std::chrono::steady_clock::now();
+            dsyevr_(&jobz, &range, &uplo, &n, a.data(), &n, &vl, &vu, &il, &iu, &abstol, &m,
+                    wa.data(), z.data(), &n, isuppz.data(), work.data(), &lwork, iwork.data(),
+                    &liwork, &info, 1, 1, 1);
+            if (info != 0 || m != p.k) {
+              std::fprintf(stderr, "dsyevr info %d, %d of %d\n", info, m, p.k);
+              std::exit(1);
+            }
+            if (with_copies) {
+              CK(cudaMemcpyAsync(V, z.data(), sizeof(double) * n * p.k, cudaMemcpyHostToDevice,
+                                 p.s));
+              CK(cudaStreamSynchronize(p.s));
+            }
+            const auto t2 = std::chrono::steady_clock::now();
+            if (rep >= 2)
+              ms.push_back(
+                  std::chrono::duration<double, std::milli>(with_copies ? t2 - t0 : t2 - t1)
+                      .count());
+          }
+          top.assign(wa.begin(), wa.begin() + p.k);
+          report(with_copies ? "host dsyevr + copies" : "host dsyevr alone", median(ms), false);
+        }
+        CK(cudaFree(V));
+        CK(cudaFreeHost(pinned));
+      }
+      // The same solvers captured once into a CUDA graph (with the copy of S) and replayed:
+      // whether cuSOLVER lets itself be captured, and what replaying saves of the launches.
+      for (const bool x : {true, false}) {
+        const char* name = x ? "Dsyevdx (range I), graph" : "Dsyevd (all), graph";
+        int lwork = 0, meig = 0;
+        if (x)
+          CK(cusolverDnDsyevdx_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
+                                          CUBLAS_FILL_MODE_LOWER, n, p.A, n, 0, 0, il, iu, &meig,
+                                          p.w, &lwork));
+        else
+          CK(cusolverDnDsyevd_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n,
+                                         p.A, n, p.w, &lwork));
+        auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
+        CK(cudaStreamSynchronize(p.s));
+        cudaGraph_t g{};
+        cudaGraphExec_t ge{};
+        int st = static_cast<int>(cudaStreamBeginCapture(p.s, cudaStreamCaptureModeThreadLocal));
+        int solver_status = -1;
+        if (st == 0) {
+          cudaMemcpyAsync(p.A, p.S, sizeof(double) * n * n, cudaMemcpyDeviceToDevice, p.s);
+          solver_status =
+              x ? static_cast<int>(cusolverDnDsyevdx(
+                      p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER,
+                      n, p.A, n, 0, 0, il, iu, &meig, p.w, wk, lwork, p.info))
+                : static_cast<int>(cusolverDnDsyevd(p.h, CUSOLVER_EIG_MODE_VECTOR,
+                                                    CUBLAS_FILL_MODE_LOWER, n, p.A, n, p.w, wk,
+                                                    lwork, p.info));
+          if (x)
+            cudaMemcpyAsync(p.w + n - p.k, p.w, sizeof(double) * p.k, cudaMemcpyDeviceToDevice,
+                            p.s);
+          st = static_cast<int>(cudaStreamEndCapture(p.s, &g));
+        }
+        if (st == 0 && solver_status == 0) st = static_cast<int>(cudaGraphInstantiate(&ge, g, 0));
+        if (st != 0 || solver_status != 0) {
+          std::printf("%-6d %-28s %10s %14s\n", n, name, "refused",
+                      (std::string("cuda ") + std::to_string(st) + " solver " +
+                       std::to_string(solver_status))
+                          .c_str());
+          cudaGetLastError();
+          if (g) cudaGraphDestroy(g);
+          continue;
+        }
         std::vector<double> ms;
         for (int rep = 0; rep < 17; ++rep) {
           CK(cudaStreamSynchronize(p.s));
           const auto t0 = std::chrono::steady_clock::now();
-          if (with_copies) {
-            CK(cudaMemcpyAsync(pinned, p.S, sizeof(double) * n * n, cudaMemcpyDeviceToHost, p.s));
-            CK(cudaStreamSynchronize(p.s));
-            std::copy(pinned, pinned + static_cast<std::size_t>(n) * n, a.begin());
-          } else {
-            CK(cudaMemcpy(Sh.data(), p.S, sizeof(double) * n * n, cudaMemcpyDeviceToHost));
-            a = Sh;
-          }
-          const auto t1 = std::chrono::steady_clock::now();
-          dsyevr_(&jobz, &range, &uplo, &n, a.data(), &n, &vl, &vu, &il, &iu, &abstol, &m,
-                  wa.data(), z.data(), &n, isuppz.data(), work.data(), &lwork, iwork.data(),
-                  &liwork, &info, 1, 1, 1);
-          if (info != 0 || m != p.k) {
-            std::fprintf(stderr, "dsyevr info %d, %d of %d\n", info, m, p.k);
-            std::exit(1);
-          }
-          if (with_copies) {
-            CK(cudaMemcpyAsync(V, z.data(), sizeof(double) * n * p.k, cudaMemcpyHostToDevice, p.s));
-            CK(cudaStreamSynchronize(p.s));
-          }
-          const auto t2 = std::chrono::steady_clock::now();
-          if (rep >= 2)
-            ms.push_back(
-                std::chrono::duration<double, std::milli>(with_copies ? t2 - t0 : t2 - t1).count());
-        }
-        top.assign(wa.begin(), wa.begin() + p.k);
-        report(with_copies ? "host dsyevr + copies" : "host dsyevr alone", median(ms), false);
-      }
-      CK(cudaFree(V));
-      CK(cudaFreeHost(pinned));
-    }
-    // The same solvers captured once into a CUDA graph (with the copy of S) and replayed:
-    // whether cuSOLVER lets itself be captured, and what replaying saves of the launches.
-    for (const bool x : {true, false}) {
-      const char* name = x ? "Dsyevdx (range I), graph" : "Dsyevd (all), graph";
-      int lwork = 0, meig = 0;
-      if (x)
-        CK(cusolverDnDsyevdx_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
-                                        CUBLAS_FILL_MODE_LOWER, n, p.A, n, 0, 0, il, iu, &meig, p.w,
-                                        &lwork));
-      else
-        CK(cusolverDnDsyevd_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n,
-                                       p.A, n, p.w, &lwork));
-      auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
-      CK(cudaStreamSynchronize(p.s));
-      cudaGraph_t g{};
-      cudaGraphExec_t ge{};
-      int st = static_cast<int>(cudaStreamBeginCapture(p.s, cudaStreamCaptureModeThreadLocal));
-      int solver_status = -1;
-      if (st == 0) {
-        cudaMemcpyAsync(p.A, p.S, sizeof(double) * n * n, cudaMemcpyDeviceToDevice, p.s);
-        solver_status =
-            x ? static_cast<int>(cusolverDnDsyevdx(
-                    p.h, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, n,
-                    p.A, n, 0, 0, il, iu, &meig, p.w, wk, lwork, p.info))
-              : static_cast<int>(cusolverDnDsyevd(p.h, CUSOLVER_EIG_MODE_VECTOR,
-                                                  CUBLAS_FILL_MODE_LOWER, n, p.A, n, p.w, wk, lwork,
-                                                  p.info));
-        if (x)
-          cudaMemcpyAsync(p.w + n - p.k, p.w, sizeof(double) * p.k, cudaMemcpyDeviceToDevice, p.s);
-        st = static_cast<int>(cudaStreamEndCapture(p.s, &g));
-      }
-      if (st == 0 && solver_status == 0) st = static_cast<int>(cudaGraphInstantiate(&ge, g, 0));
-      if (st != 0 || solver_status != 0) {
-        std::printf(
-            "%-6d %-28s %10s %14s\n", n, name, "refused",
-            (std::string("cuda ") + std::to_string(st) + " solver " + std::to_string(solver_status))
-                .c_str());
-        cudaGetLastError();
-        if (g) cudaGraphDestroy(g);
-        continue;
-      }
-      std::vector<double> ms;
-      for (int rep = 0; rep < 17; ++rep) {
-        CK(cudaStreamSynchronize(p.s));
-        const auto t0 = std::chrono::steady_clock::now();
-        CK(cudaGraphLaunch(ge, p.s));
-        int hinfo = -1;
-        CK(cudaMemcpyAsync(&hinfo, p.info, sizeof(int), cudaMemcpyDeviceToHost, p.s));
-        CK(cudaStreamSynchronize(p.s));
-        const auto t1 = std::chrono::steady_clock::now();
-        if (rep >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      }
-      std::vector<double> wh(n);
-      CK(cudaMemcpy(wh.data(), p.w, sizeof(double) * n, cudaMemcpyDeviceToHost));
-      top.assign(wh.end() - p.k, wh.end());
-      report(name, median(ms), false);
-      CK(cudaGraphExecDestroy(ge));
-      CK(cudaGraphDestroy(g));
-    }
-    {  // syevd: every eigenpair
-      int lwork = 0;
-      CK(cusolverDnDsyevd_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A,
-                                     n, p.w, &lwork));
-      auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
-      const double ms = p.time(
-          [&] {
-            CK(cusolverDnDsyevd(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A, n,
-                                p.w, wk, lwork, p.info));
-          },
-          top);
-      report("Dsyevd (all)", ms, false);
-    }
-    for (const double tol : {0.0, 1e-10}) {  // Jacobi: default tolerance (eps), and looser
-      syevjInfo_t j{};
-      CK(cusolverDnCreateSyevjInfo(&j));
-      if (tol > 0) CK(cusolverDnXsyevjSetTolerance(j, tol));
-      int lwork = 0;
-      CK(cusolverDnDsyevj_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A,
-                                     n, p.w, &lwork, j));
-      auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
-      const double ms = p.time(
-          [&] {
-            CK(cusolverDnDsyevj(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A, n,
-                                p.w, wk, lwork, p.info, j));
-          },
-          top);
-      report(tol > 0 ? "Dsyevj (tol 1e-10)" : "Dsyevj (default tol)", ms, false);
-      CK(cusolverDnDestroySyevjInfo(j));
-    }
-    {  // the 64-bit API's syevBatched with one matrix
-      std::size_t dev = 0, host = 0;
-      CK(cusolverDnXsyevBatched_bufferSize(p.h, p.params, CUSOLVER_EIG_MODE_VECTOR,
-                                           CUBLAS_FILL_MODE_LOWER, n, CUDA_R_64F, p.A, n,
-                                           CUDA_R_64F, p.w, CUDA_R_64F, &dev, &host, 1));
-      void* wk = p.workspace(std::max<std::size_t>(dev, 1));
-      std::vector<char> hw(std::max<std::size_t>(host, 1));
-      const double ms = p.time(
-          [&] {
-            CK(cusolverDnXsyevBatched(p.h, p.params, CUSOLVER_EIG_MODE_VECTOR,
-                                      CUBLAS_FILL_MODE_LOWER, n, CUDA_R_64F, p.A, n, CUDA_R_64F,
-                                      p.w, CUDA_R_64F, wk, dev, hw.data(), host, p.info, 1));
-          },
-          top);
-      report("XsyevBatched (batch 1)", ms, false);
-    }
-    {  // the tridiagonal reduction alone (the first stage of syevd/syevdx)
-      int lwork = 0;
-      double *d = nullptr, *e = nullptr, *tau = nullptr;
-      CK(cudaMalloc(&d, sizeof(double) * n));
-      CK(cudaMalloc(&e, sizeof(double) * n));
-      CK(cudaMalloc(&tau, sizeof(double) * n));
-      CK(cusolverDnDsytrd_bufferSize(p.h, CUBLAS_FILL_MODE_LOWER, n, p.A, n, d, e, tau, &lwork));
-      auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
-      const double ms = p.time(
-          [&] {
-            CK(cusolverDnDsytrd(p.h, CUBLAS_FILL_MODE_LOWER, n, p.A, n, d, e, tau, wk, lwork,
-                                p.info));
-          },
-          top);
-      std::printf("%-6d %-28s %10.3f %14s\n", n, "Dsytrd only", ms, "-");
-      CK(cudaFree(d));
-      CK(cudaFree(e));
-      CK(cudaFree(tau));
-    }
-    // The cluster tridiagonalisation (jobs/probes/eig_cluster.cuh, an experiment) on clusters
-    // of B blocks, its top k checked by bisection on the host; then its back-transformation of
-    // k vectors.
-    if (n <= tessera::probe::cluster_eig::kClusterEigMaxN) {
-      namespace eg = tessera::probe::cluster_eig;
-      double *d = nullptr, *e = nullptr, *tau = nullptr, *H = nullptr, *Z = nullptr, *V = nullptr;
-      CK(cudaMalloc(&d, sizeof(double) * n));
-      CK(cudaMalloc(&e, sizeof(double) * n));
-      CK(cudaMalloc(&tau, sizeof(double) * n));
-      CK(cudaMalloc(&H, sizeof(double) * n * n));
-      CK(cudaMalloc(&Z, sizeof(double) * n * p.k));
-      CK(cudaMalloc(&V, sizeof(double) * n * p.k));
-      CK(cudaMemset(Z, 0, sizeof(double) * n * p.k));
-      std::printf("%-6d %-28s %10d\n", n, "cluster size chosen", eg::tridiag_cluster_size(n));
-      for (const int B : {4, 8, 16}) {
-        std::vector<double> ms;
-        bool ok = true;
-        for (int rep = 0; rep < 17 && ok; ++rep) {
-          CK(cudaStreamSynchronize(p.s));
-          const auto t0 = std::chrono::steady_clock::now();
-          ok = eg::launch_tridiag(p.S, n, B, d, e, tau, H, p.s) == cudaSuccess;
+          CK(cudaGraphLaunch(ge, p.s));
+          int hinfo = -1;
+          CK(cudaMemcpyAsync(&hinfo, p.info, sizeof(int), cudaMemcpyDeviceToHost, p.s));
           CK(cudaStreamSynchronize(p.s));
           const auto t1 = std::chrono::steady_clock::now();
           if (rep >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         }
-        if (!ok) {
-          std::printf("%-6d cluster sytrd B=%-14d %10s %14s\n", n, B, "refused",
-                      cudaGetErrorString(cudaGetLastError()));
-          continue;
-        }
-        std::vector<double> dh(n), eh(n);
-        CK(cudaMemcpy(dh.data(), d, sizeof(double) * n, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(eh.data(), e, sizeof(double) * n, cudaMemcpyDeviceToHost));
-        top = tridiagonal_top(dh, eh, p.k);
-        char name[64];
-        std::snprintf(name, sizeof name, "cluster sytrd B=%d", B);
+        std::vector<double> wh(n);
+        CK(cudaMemcpy(wh.data(), p.w, sizeof(double) * n, cudaMemcpyDeviceToHost));
+        top.assign(wh.end() - p.k, wh.end());
         report(name, median(ms), false);
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(g));
       }
-      std::vector<double> ms;
-      for (int rep = 0; rep < 17; ++rep) {
-        CK(cudaStreamSynchronize(p.s));
-        const auto t0 = std::chrono::steady_clock::now();
-        eg::back_transform_kernel<<<(p.k + 7) / 8, eg::kClusterEigThreads, 0, p.s>>>(H, tau, n, p.k,
-                                                                                     Z, V);
-        CK(cudaGetLastError());
-        CK(cudaStreamSynchronize(p.s));
-        const auto t1 = std::chrono::steady_clock::now();
-        if (rep >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      {  // syevd: every eigenpair
+        int lwork = 0;
+        CK(cusolverDnDsyevd_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n,
+                                       p.A, n, p.w, &lwork));
+        auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
+        const double ms = p.time(
+            [&] {
+              CK(cusolverDnDsyevd(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A, n,
+                                  p.w, wk, lwork, p.info));
+            },
+            top);
+        report("Dsyevd (all)", ms, false);
       }
-      std::printf("%-6d %-28s %10.3f %14s\n", n, "cluster back-transform", median(ms), "-");
-      for (double* x : {d, e, tau, H, Z, V}) CK(cudaFree(x));
-    }
+      for (const double tol : {0.0, 1e-10}) {  // Jacobi: default tolerance (eps), and looser
+        syevjInfo_t j{};
+        CK(cusolverDnCreateSyevjInfo(&j));
+        if (tol > 0) CK(cusolverDnXsyevjSetTolerance(j, tol));
+        int lwork = 0;
+        CK(cusolverDnDsyevj_bufferSize(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n,
+                                       p.A, n, p.w, &lwork, j));
+        auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
+        const double ms = p.time(
+            [&] {
+              CK(cusolverDnDsyevj(p.h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, n, p.A, n,
+                                  p.w, wk, lwork, p.info, j));
+            },
+            top);
+        report(tol > 0 ? "Dsyevj (tol 1e-10)" : "Dsyevj (default tol)", ms, false);
+        CK(cusolverDnDestroySyevjInfo(j));
+      }
+      {  // the 64-bit API's syevBatched with one matrix
+        std::size_t dev = 0, host = 0;
+        CK(cusolverDnXsyevBatched_bufferSize(p.h, p.params, CUSOLVER_EIG_MODE_VECTOR,
+                                             CUBLAS_FILL_MODE_LOWER, n, CUDA_R_64F, p.A, n,
+                                             CUDA_R_64F, p.w, CUDA_R_64F, &dev, &host, 1));
+        void* wk = p.workspace(std::max<std::size_t>(dev, 1));
+        std::vector<char> hw(std::max<std::size_t>(host, 1));
+        const double ms = p.time(
+            [&] {
+              CK(cusolverDnXsyevBatched(p.h, p.params, CUSOLVER_EIG_MODE_VECTOR,
+                                        CUBLAS_FILL_MODE_LOWER, n, CUDA_R_64F, p.A, n, CUDA_R_64F,
+                                        p.w, CUDA_R_64F, wk, dev, hw.data(), host, p.info, 1));
+            },
+            top);
+        report("XsyevBatched (batch 1)", ms, false);
+      }
+      {  // the tridiagonal reduction alone (the first stage of syevd/syevdx)
+        int lwork = 0;
+        double *d = nullptr, *e = nullptr, *tau = nullptr;
+        CK(cudaMalloc(&d, sizeof(double) * n));
+        CK(cudaMalloc(&e, sizeof(double) * n));
+        CK(cudaMalloc(&tau, sizeof(double) * n));
+        CK(cusolverDnDsytrd_bufferSize(p.h, CUBLAS_FILL_MODE_LOWER, n, p.A, n, d, e, tau, &lwork));
+        auto* wk = static_cast<double*>(p.workspace(sizeof(double) * lwork));
+        const double ms = p.time(
+            [&] {
+              CK(cusolverDnDsytrd(p.h, CUBLAS_FILL_MODE_LOWER, n, p.A, n, d, e, tau, wk, lwork,
+                                  p.info));
+            },
+            top);
+        std::printf("%-6d %-28s %10.3f %14s\n", n, "Dsytrd only", ms, "-");
+        CK(cudaFree(d));
+        CK(cudaFree(e));
+        CK(cudaFree(tau));
+      }
+      // The cluster tridiagonalisation (jobs/probes/eig_cluster.cuh, an experiment) on clusters
+      // of B blocks, its top k checked by bisection on the host; then its back-transformation of
+      // k vectors.
+      if (n <= tessera::probe::cluster_eig::kClusterEigMaxN) {
+        namespace eg = tessera::probe::cluster_eig;
+        double *d = nullptr, *e = nullptr, *tau = nullptr, *H = nullptr, *Z = nullptr, *V = nullptr;
+        CK(cudaMalloc(&d, sizeof(double) * n));
+        CK(cudaMalloc(&e, sizeof(double) * n));
+        CK(cudaMalloc(&tau, sizeof(double) * n));
+        CK(cudaMalloc(&H, sizeof(double) * n * n));
+        CK(cudaMalloc(&Z, sizeof(double) * n * p.k));
+        CK(cudaMalloc(&V, sizeof(double) * n * p.k));
+        CK(cudaMemset(Z, 0, sizeof(double) * n * p.k));
+        std::printf("%-6d %-28s %10d\n", n, "cluster size chosen", eg::tridiag_cluster_size(n));
+        for (const int B : {4, 8, 16}) {
+          std::vector<double> ms;
+          bool ok = true;
+          for (int rep = 0; rep < 17 && ok; ++rep) {
+            CK(cudaStreamSynchronize(p.s));
+            const auto t0 = std::chrono::steady_clock::now();
+            ok = eg::launch_tridiag(p.S, n, B, d, e, tau, H, p.s) == cudaSuccess;
+            CK(cudaStreamSynchronize(p.s));
+            const auto t1 = std::chrono::steady_clock::now();
+            if (rep >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+          }
+          if (!ok) {
+            std::printf("%-6d cluster sytrd B=%-14d %10s %14s\n", n, B, "refused",
+                        cudaGetErrorString(cudaGetLastError()));
+            continue;
+          }
+          std::vector<double> dh(n), eh(n);
+          CK(cudaMemcpy(dh.data(), d, sizeof(double) * n, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(eh.data(), e, sizeof(double) * n, cudaMemcpyDeviceToHost));
+          top = tridiagonal_top(dh, eh, p.k);
+          char name[64];
+          std::snprintf(name, sizeof name, "cluster sytrd B=%d", B);
+          report(name, median(ms), false);
+        }
+        std::vector<double> ms;
+        for (int rep = 0; rep < 17; ++rep) {
+          CK(cudaStreamSynchronize(p.s));
+          const auto t0 = std::chrono::steady_clock::now();
+          eg::back_transform_kernel<<<(p.k + 7) / 8, eg::kClusterEigThreads, 0, p.s>>>(H, tau, n,
+                                                                                       p.k, Z, V);
+          CK(cudaGetLastError());
+          CK(cudaStreamSynchronize(p.s));
+          const auto t1 = std::chrono::steady_clock::now();
+          if (rep >= 2) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        }
+        std::printf("%-6d %-28s %10.3f %14s\n", n, "cluster back-transform", median(ms), "-");
+        for (double* x : {d, e, tau, H, Z, V}) CK(cudaFree(x));
+      }
+    }  // !block_only
     CK(cudaFree(Y));
     CK(cudaFree(p.S));
     CK(cudaFree(p.A));

@@ -14,9 +14,10 @@
 //    a step. Step kk does not apply its rank-2 update A -= v w^T + w v^T: step kk + 1 does, in
 //    the one pass over the trailing triangle that also forms p = A v for its own reflector
 //    (each entry read and written once a step, and used once for both a_ij v_j and a_ij v_i).
-//    Every warp forms the reflector of column kk alike (no barrier); columns of 8 are dealt
-//    to the warps (a warp per column where the trailing matrix has at most 64 rows), a lane
-//    per fixed rows; row sums and column sums meet in shared memory (session 35).
+//    Every warp forms the reflector of column kk alike (no barrier); groups of 8 consecutive
+//    columns are dealt to the warps, so that a group skips its row blocks above the diagonal
+//    whole (a warp per column where the trailing matrix has at most 64 rows), a lane per fixed
+//    rows; row sums and column sums meet in shared memory (sessions 35 and 36).
 // 2. Each reflector is stored in its column; its tau is recomputed in double from the stored
 //    float v (tau = 2 / v^T v), so Q is orthogonal to double rounding and the float reduction's
 //    error is a backward error of A (about 1e-7 ||A||, as ssytrd's).
@@ -25,17 +26,19 @@
 //    the eigenvalue is its Rayleigh quotient).
 // 4. Their eigenvectors by inverse iteration on T: T - lam I = L D L^T once per eigenvalue
 //    (computed in double, stored in float; a warp per vector, by one lane), two solves in
-//    double from keyed random starts, the k
-//    vectors re-orthonormalised (classical Gram-Schmidt, twice) after each, so that close or
-//    repeated eigenvalues get orthonormal vectors of their cluster; then each eigenvalue is
-//    the Rayleigh quotient (the pairs ordered by it).
-// 5. V = Q Z by the stored reflectors, a warp per vector, in double.
+//    double from keyed random starts (each sweep a warp scan of affine maps, session 36), the
+//    k vectors re-orthonormalised (Cholesky QR twice, or classical Gram-Schmidt twice where a
+//    vector needs a restart) after each, so that close or repeated eigenvalues get
+//    orthonormal vectors of their cluster; then each eigenvalue is the Rayleigh quotient (the
+//    pairs ordered by it).
+// 5. V = Q Z by the stored reflectors, a warp per vector, in double, four reflectors at a
+//    time (their pairwise products formed once; session 36).
 //
 // Shared memory (doubles first): Z (k x n, vector-major), X (each warp's n floats in the
 // reduction, each warp's factors in the inverse iteration, or the Sturm counts), d, e, e^2,
-// tau2 (n each), lo, hi (k each), red (64); then the pending update (v_i, w_i) (n float
+// tau2 (n each), lo, hi (k each), red (64), G (k x k); then the pending update (v_i, w_i) (n float
 // pairs) and floats: A (n (n + 1) / 2), sc, p (n each), part (32), d and e^2 (n each). At
-// n = 256, k = 16: 207 KiB (an H100's or H200's block holds it; an A100's does not).
+// n = 256, k = 16: 209 KiB (an H100's or H200's block holds it; an A100's does not).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,7 +56,7 @@ namespace tessera::kernels::cuda::block_eig {
 /// threads and smem_bytes(n, k) of shared memory (the caller checks that the device has it);
 /// w: k + 1 doubles of device memory. Returns the first CUDA error (cudaErrorInvalidValue
 /// for n or k out of range).
-template <int kThreads, bool kGrouped = false>
+template <int kThreads>
 cudaError_t launch_top_eigenpairs(const double* S, int n, int k, double* V, double* w,
                                   cudaStream_t stream, long long* clocks = nullptr);
 /// Step 3: [m.lo[j], m.hi[j]) holds the j-th largest eigenvalue of T; returns T's norm.
@@ -154,21 +157,28 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
   float* rdf = lf + n;
   if (warp < k) {
     for (int i = lane; i < n; i += 32) Z[warp * n + i] = detail::start_value(i, warp, 0);
-    if (lane == 0) detail::shifted_factor(d, e, n, 0.5 * (lo[warp] + hi[warp]), pert, lf, rdf);
+    if (lane == 0)
+      detail::shifted_factor(d, e, m.e2, n, 0.5 * (lo[warp] + hi[warp]), pert, lf, rdf);
   }
+  if (clocks != nullptr && threadIdx.x == 0) clocks[5] = clock64();
   for (int it = 0; it < kInverseIterations; ++it) {
     if (warp < k) {
       double* z = Z + warp * n;
       __syncwarp();
-      if (lane == 0) detail::shifted_solve(lf, rdf, n, z);
-      __syncwarp();
+      if (!detail::warp_shifted_solve(lf, rdf, n, z)) {  // the scan overflowed: one lane, rescaling
+        if (lane == 0) detail::shifted_solve(lf, rdf, n, z);
+        __syncwarp();
+      }
       detail::warp_normalize(z, n);
     }
     __syncthreads();
-    // Classical Gram-Schmidt, twice, of vector j against 0..j-1 (descending eigenvalues),
-    // the dots by a warp each; a vector with too little left (a repeated eigenvalue's solves
-    // alike) restarts from another keyed start.
-    for (int j = 0; j < k; ++j) {
+    if (clocks != nullptr && threadIdx.x == 0 && it == 0) clocks[6] = clock64();
+    // Vector j against 0..j-1 (descending eigenvalues), twice: by Cholesky QR; where a vector
+    // has too little left for it (a repeated eigenvalue's solves alike), by classical
+    // Gram-Schmidt, the dots by a warp each, such a vector restarting from another keyed start.
+    const bool orthonormal =
+        detail::cholqr_pass(Z, n, k, m.G, red) && detail::cholqr_pass(Z, n, k, m.G, red);
+    for (int j = 0; j < k && !orthonormal; ++j) {
       double* zj = Z + j * n;
       for (int attempt = 0; attempt < 4; ++attempt) {
         for (int pass = 0; pass < 2 && j > 0; ++pass) {
@@ -210,6 +220,7 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
         __syncthreads();
       }
     }
+    if (clocks != nullptr && threadIdx.x == 0 && it == 0) clocks[7] = clock64();
   }
   // Rayleigh quotients: the eigenvalues, and the vectors in registers for the back-transform.
   double zr[kRowsPerLane];
@@ -240,33 +251,84 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
 
   if (clocks != nullptr && threadIdx.x == 0) clocks[3] = clock64();
   // ---- 5. V = Q Z, Q = H(0) H(1) ... H(n-3): H(n-3) first ----
-  if (warp < k) {
-    // v of reflector r in registers: 1 at row r + 1, A(i, r) below, 0 above; the next
-    // reflector's loaded while this one is applied
-    auto load = [&](int r, double* h) {
-      const int cr = col_start(r, n) - r;
-#pragma unroll
-      for (int t = 0; t < kRowsPerLane; ++t) {
-        const int i = lane + 32 * t;
-        h[t] = i == r + 1 ? 1.0 : (i > r + 1 && i < n ? static_cast<double>(A[cr + i]) : 0.0);
-      }
-    };
-    double hv[kRowsPerLane], hn[kRowsPerLane];
-    if (n >= 3) load(n - 3, hv);
-    for (int r = n - 3; r >= 0; --r) {
-      if (r > 0) load(r - 1, hn);
-      const double t2 = tau2[r];
-      if (t2 != 0) {
-        double dot = 0;
-#pragma unroll
-        for (int t = 0; t < kRowsPerLane; ++t) dot = fma(hv[t], zr[t], dot);
-        const double f = t2 * detail::warp_sum(dot);
-#pragma unroll
-        for (int t = 0; t < kRowsPerLane; ++t) zr[t] = fma(-f, hv[t], zr[t]);
-      }
-#pragma unroll
-      for (int t = 0; t < kRowsPerLane; ++t) hv[t] = hn[t];
+  // Panels of kBackPanel reflectors (r = top, top - 1, ..): the block writes the panel in double
+  // into X (free now; each float converted once, not once per vector) with the products
+  // h_a . h_b within each group of kBackGroup, then every vector's warp applies each group as
+  // one: the group's dots h_a . z against its input z, reduced across the warp together, then
+  // f_a = tau_a (h_a . z - sum_(b<a) f_b h_a . h_b) and z -= sum_a f_a h_a (compact WY: the
+  // products of one reflector at a time, a quarter of the dependent reductions). Row blocks
+  // above a group's reflectors are skipped. Two block barriers a panel (session 36).
+  constexpr int kPairs = kBackGroup * (kBackGroup - 1) / 2;
+  constexpr int kPanelPairs = kBackPanel / kBackGroup * kPairs;
+  static_assert(kBackPanel % kBackGroup == 0 && kPanelPairs <= 64, "red holds a panel's products");
+  const int npanels = n >= 3 ? (n - 2 + kBackPanel - 1) / kBackPanel : 0;
+  double* P = X;  // P[a n + i]: entry i of reflector top - a, rows from the panel's first block
+  double* hh = red;
+  for (int pn = 0; pn < npanels; ++pn) {
+    const int top = n - 3 - pn * kBackPanel;
+    const int base = 32 * ((max(top - (kBackPanel - 1), 0) + 1) >> 5);  // rows above: all zero
+    __syncthreads();  // the previous panel's readers (and the ranks' readers of red) are done
+    for (int a = warp; a < kBackPanel; a += nthreads / 32) {
+      const int r = top - a;
+      const int cr = col_start(max(r, 0), n) - r;
+      for (int i = base + lane; i < n; i += 32)
+        P[a * n + i] = r < 0 || i <= r ? 0.0 : (i == r + 1 ? 1.0 : static_cast<double>(A[cr + i]));
     }
+    __syncthreads();
+    for (int task = warp; task < kPanelPairs; task += nthreads / 32) {
+      const int g = task / kPairs, pr = task % kPairs;
+      int a = 1;  // the pair (a, b), b < a, in the order (1, 0), (2, 0), (2, 1), (3, 0), ..
+      while ((a + 1) * a / 2 <= pr) ++a;
+      const int b = pr - a * (a - 1) / 2;
+      const int ra = g * kBackGroup + a, rb = g * kBackGroup + b;  // rows of P
+      double sp = 0;
+      for (int i = max(top - rb + 1, base) + lane; i < n; i += 32)
+        sp = fma(P[ra * n + i], P[rb * n + i], sp);
+      sp = detail::warp_sum(sp);
+      if (lane == 0) hh[task] = sp;
+    }
+    __syncthreads();
+    if (warp < k) {
+#pragma unroll 1
+      for (int g = 0; g < kBackPanel / kBackGroup; ++g) {
+        const int gtop = top - g * kBackGroup;
+        if (gtop < 0) break;
+        const int t0 = (max(gtop - (kBackGroup - 1), 0) + 1) >> 5;  // blocks above: all zero
+        const double* Pg = P + g * kBackGroup * n;
+        double h[kBackGroup][kRowsPerLane], dot[kBackGroup], f[kBackGroup];
+#pragma unroll
+        for (int a = 0; a < kBackGroup; ++a) {
+          dot[a] = 0;
+#pragma unroll
+          for (int t = 0; t < kRowsPerLane; ++t) {
+            const int i = lane + 32 * t;
+            h[a][t] = t >= t0 && i < n ? Pg[a * n + i] : 0.0;
+            dot[a] = fma(h[a][t], zr[t], dot[a]);
+          }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+          for (int a = 0; a < kBackGroup; ++a) dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], o);
+#pragma unroll
+        for (int a = 0; a < kBackGroup; ++a) {
+          const int r = gtop - a;
+          double x = dot[a];
+#pragma unroll
+          for (int b = 0; b < a; ++b) x = fma(-f[b], hh[g * kPairs + a * (a - 1) / 2 + b], x);
+          f[a] = r >= 0 ? tau2[r] * x : 0.0;
+        }
+#pragma unroll
+        for (int t = 0; t < kRowsPerLane; ++t) {
+          double x = zr[t];
+#pragma unroll
+          for (int a = 0; a < kBackGroup; ++a) x = fma(-f[a], h[a][t], x);
+          zr[t] = x;
+        }
+      }
+    }
+  }
+  if (warp < k) {
 #pragma unroll
     for (int t = 0; t < kRowsPerLane; ++t) {
       const int i = lane + 32 * t;
@@ -280,10 +342,11 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
 /// S: n x n, column-major (its lower triangle read; a symmetric S may be row-major as well). Writes
 /// V (n x k, row-major; column j the unit eigenvector of the j-th largest eigenvalue) and w[0..k)
 /// (descending), and w[k] = 0, or w[k] = 1 with nothing else written when S has a non-finite entry.
-/// clocks (null, or 5 values): thread 0's clock64() after loading S, after the reduction, the
-/// multisection, the inverse iteration and the back-transformation (for jobs/probes/eig_probe.cu's
+/// clocks (null, or 8 values): thread 0's clock64() after loading S, after the reduction, the
+/// multisection, the inverse iteration and the back-transformation, then after the
+/// factorisations, the first solves and the first Gram-Schmidt (for jobs/probes/eig_probe.cu's
 /// split of the time).
-template <int kThreads, bool kGrouped>
+template <int kThreads>
 __global__ void __launch_bounds__(kThreads, 1)
     top_eigenpairs_kernel(const double* __restrict__ S, int n, int k, double* __restrict__ V,
                           double* __restrict__ w, long long* clocks) {
@@ -321,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (clocks != nullptr && tid == 0) clocks[0] = clock64();
-  tridiagonalize<nwarps, kGrouped>(m);
+  tridiagonalize<nwarps>(m);
   if (clocks != nullptr && tid == 0) clocks[1] = clock64();
   const double tnorm = bisect(m);
   if (clocks != nullptr && tid == 0) clocks[2] = clock64();
@@ -331,18 +394,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) w[k] = 0;
 }
 
-template <int kThreads, bool kGrouped>
+template <int kThreads>
 cudaError_t launch_top_eigenpairs(const double* S, int n, int k, double* V, double* w,
                                   cudaStream_t stream, long long* clocks) {
   static_assert(kMaxK <= kThreads / 32, "a warp per eigenvector");
   if (n < 1 || k < 1 || k > n || n > kMaxN || k > kMaxK) return cudaErrorInvalidValue;
   // What this launch needs (the attribute is the function's, per device).
-  cudaError_t err = cudaFuncSetAttribute(top_eigenpairs_kernel<kThreads, kGrouped>,
+  cudaError_t err = cudaFuncSetAttribute(top_eigenpairs_kernel<kThreads>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem_bytes(n, k)));
   if (err != cudaSuccess) return err;
-  top_eigenpairs_kernel<kThreads, kGrouped>
-      <<<1, kThreads, smem_bytes(n, k), stream>>>(S, n, k, V, w, clocks);
+  top_eigenpairs_kernel<kThreads><<<1, kThreads, smem_bytes(n, k), stream>>>(S, n, k, V, w, clocks);
   return cudaGetLastError();
 }
 

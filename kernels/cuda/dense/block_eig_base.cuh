@@ -29,6 +29,10 @@ constexpr float kBisectTol = 1e-7f;
 /// Rounds of multisection at most, and of inverse iteration.
 constexpr int kMaxRounds = 12;
 constexpr int kInverseIterations = 2;
+/// The back-transformation: reflectors applied together (each lane holds theirs in double),
+/// and reflectors per panel written in double into X (kBackPanel n doubles <= x_doubles).
+constexpr int kBackGroup = 4;
+constexpr int kBackPanel = 16;
 
 /// Doubles of X: each warp's n floats in the reduction, each of the k warps' factors (2 n
 /// floats) in the inverse iteration, or the counts of a round (ints).
@@ -44,7 +48,7 @@ __host__ __device__ constexpr std::size_t x_doubles(int n, int k) {
 /// Dynamic shared memory of the kernel for n and k.
 __host__ __device__ constexpr std::size_t smem_bytes(int n, int k) {
   const std::size_t N = static_cast<std::size_t>(n), K = static_cast<std::size_t>(k);
-  const std::size_t doubles = K * N + x_doubles(n, k) + 4 * N + 2 * K + 64;
+  const std::size_t doubles = K * N + x_doubles(n, k) + 4 * N + 2 * K + 64 + K * K;
   const std::size_t floats = 2 * N + N * (N + 1) / 2 + 4 * N + 32;
   return doubles * sizeof(double) + floats * sizeof(float);
 }
@@ -127,25 +131,29 @@ __device__ __forceinline__ float section_point(float lo, float hi, int q, int P)
   return lo + (hi - lo) * (static_cast<float>(q + 1) / static_cast<float>(P + 1));
 }
 
-/// 1 / x to double precision from float's reciprocal and one Newton step (x and 1 / x
-/// within float's range).
+/// 1 / x to double precision (x normal): the hardware's approximation of the reciprocal's
+/// leading bits and two Newton steps, a short dependent chain (session 36: the division it
+/// replaces made the factorisation's loop about 300 cycles a step).
 __device__ __forceinline__ double fast_rcp(double x) {
-  const double r = static_cast<double>(1.f / static_cast<float>(x));
-  return r * fma(-x, r, 2.0);
+  double r;
+  asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(x));
+  r = fma(r, fma(-x, r, 1.0), r);
+  return fma(r, fma(-x, r, 1.0), r);
 }
 
 /// T - lam I = L D L^T by one thread (pivots of magnitude below pert set to +-pert, as
-/// LAPACK's dlagts perturbs them): l[0..n-1) the multipliers, rd[0..n) = 1 / D.
-__device__ void shifted_factor(const double* d, const double* e, int n, double lam, double pert,
-                               float* l, float* rd) {
+/// LAPACK's dlagts perturbs them): l[0..n-1) the multipliers, rd[0..n) = 1 / D. e2[i] = e[i]^2,
+/// so that the dependent chain is the reciprocal and one fma (D_i = d_i - lam - e_(i-1)^2 /
+/// D_(i-1)).
+__device__ void shifted_factor(const double* d, const double* e, const double* e2, int n,
+                               double lam, double pert, float* l, float* rd) {
   auto guard = [pert](double x) { return fabs(x) < pert ? (x < 0 ? -pert : pert) : x; };
   double D = guard(d[0] - lam);
   for (int i = 1; i < n; ++i) {
     const double r = fast_rcp(D);
-    const double li = e[i - 1] * r;
-    l[i - 1] = static_cast<float>(li);
+    l[i - 1] = static_cast<float>(e[i - 1] * r);
     rd[i - 1] = static_cast<float>(r);
-    D = guard(d[i] - lam - li * e[i - 1]);
+    D = guard(fma(-e2[i - 1], r, d[i] - lam));
   }
   rd[n - 1] = static_cast<float>(fast_rcp(D));
 }
@@ -175,6 +183,155 @@ __device__ void shifted_solve(const float* l, const float* rd, int n, double* z)
   }
 }
 
+/// shifted_solve by a whole warp: both sweeps are first-order recurrences (y_i = z_i -
+/// l_(i-1) y_(i-1), then x_i = u_i - l_i x_(i+1)), so each lane composes its chunk of
+/// ceil(n / 32) consecutive rows into one affine map, a warp scan (5 exchanges) composes the
+/// lanes' maps, and each lane replays its chunk from the value the scan gives its start: about
+/// 2 n / 32 + 10 dependent steps instead of 2 n (session 36). The arithmetic is
+/// shifted_solve's, in another order. The maps' products can overflow where shifted_solve
+/// would rescale: then nothing is written and it returns false (every lane alike), and the
+/// caller runs shifted_solve.
+__device__ __forceinline__ bool warp_shifted_solve(const float* l, const float* rd, int n,
+                                                   double* z) {
+  constexpr int C = kMaxN / 32;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int cs = (n + 31) >> 5, i0 = lane * cs;
+  double zc[C], lc[C];  // this lane's z and its rows' multipliers l_(i-1) (forward) or l_i
+  // ---- forward: y_i = z_i - l_(i-1) y_(i-1) (l_(-1) = 0), u_i = y_i rd_i ----
+  double a = 1.0, b = 0.0;
+#pragma unroll
+  for (int t = 0; t < C; ++t) {
+    const int i = i0 + t;
+    const bool in = t < cs && i < n;
+    zc[t] = in ? z[i] : 0.0;
+    lc[t] = in && i > 0 ? static_cast<double>(l[i - 1]) : 0.0;
+    if (in) {
+      a = -lc[t] * a;
+      b = fma(-lc[t], b, zc[t]);
+    }
+  }
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {  // inclusive scan: lane L's map after lanes < L's
+    const double pa = __shfl_up_sync(0xffffffffu, a, o), pb = __shfl_up_sync(0xffffffffu, b, o);
+    if (lane >= o) {
+      b = fma(a, pb, b);
+      a *= pa;
+    }
+  }
+  double y = __shfl_up_sync(0xffffffffu, b, 1);  // y just before this lane's chunk
+  if (lane == 0) y = 0.0;
+  bool ok = true;
+#pragma unroll
+  for (int t = 0; t < C; ++t) {
+    const int i = i0 + t;
+    if (t < cs && i < n) {
+      y = fma(-lc[t], y, zc[t]);
+      zc[t] = y * static_cast<double>(rd[i]);  // u_i
+      ok = ok && isfinite(zc[t]);
+    }
+  }
+  // ---- backward: x_i = u_i - l_i x_(i+1) (l_(n-1) = 0) ----
+  a = 1.0;
+  b = 0.0;
+#pragma unroll
+  for (int t = C - 1; t >= 0; --t) {
+    const int i = i0 + t;
+    if (t < cs && i < n) {
+      lc[t] = i + 1 < n ? static_cast<double>(l[i]) : 0.0;
+      a = -lc[t] * a;
+      b = fma(-lc[t], b, zc[t]);
+    }
+  }
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {  // lane L's map after lanes > L's
+    const double pa = __shfl_down_sync(0xffffffffu, a, o), pb = __shfl_down_sync(0xffffffffu, b, o);
+    if (lane + o < 32) {
+      b = fma(a, pb, b);
+      a *= pa;
+    }
+  }
+  double x = __shfl_down_sync(0xffffffffu, b, 1);  // x just after this lane's chunk
+  if (lane == 31) x = 0.0;
+#pragma unroll
+  for (int t = C - 1; t >= 0; --t) {
+    const int i = i0 + t;
+    if (t < cs && i < n) {
+      x = fma(-lc[t], x, zc[t]);
+      zc[t] = x;
+      ok = ok && isfinite(x);
+    }
+  }
+  if (!__all_sync(0xffffffffu, ok)) return false;
+#pragma unroll
+  for (int t = 0; t < C; ++t) {
+    const int i = i0 + t;
+    if (t < cs && i < n) z[i] = zc[t];
+  }
+  __syncwarp();
+  return true;
+}
+
+/// One pass of Cholesky QR of Z's k vectors (vector-major, n each) by the block: the Gram
+/// G = Z^T Z (a warp a dot), G = L L^T by warp 0 (right-looking, lane i row i), then
+/// Z <- Z L^-T (a thread a row). In exact arithmetic the Gram-Schmidt of vector j against
+/// 0..j-1 in order, normalised: the same vectors as classical Gram-Schmidt, in three barriers
+/// instead of six a vector (session 36). Returns false (the block alike), with Z unchanged,
+/// where a vector keeps at most 1e-6 of its norm against the ones before it (or is zero or
+/// not finite): the caller's Gram-Schmidt handles that vector by restarting it. G: k x k
+/// doubles; flag: one double.
+__device__ bool cholqr_pass(double* Z, int n, int k, double* G, double* flag) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int nthreads = static_cast<int>(blockDim.x), nwarps = nthreads / 32;
+  for (int task = warp; task < k * (k + 1) / 2; task += nwarps) {  // (a, b), b <= a
+    int a = 0;
+    while ((a + 1) * (a + 2) / 2 <= task) ++a;
+    const int b = task - a * (a + 1) / 2;
+    double s = 0;
+    for (int i = lane; i < n; i += 32) s = fma(Z[a * n + i], Z[b * n + i], s);
+    s = warp_sum(s);
+    if (lane == 0) G[a * k + b] = s;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const double g0 = lane < k ? G[lane * k + lane] : 0.0;  // the norms squared before
+    bool ok = true;
+    for (int c = 0; c < k; ++c) {
+      const double piv = G[c * k + c];  // what is left of vector c, squared
+      const double g0c = __shfl_sync(0xffffffffu, g0, c);
+      ok = ok && isfinite(piv) && piv > 1e-12 * g0c;
+      const double rl = ok ? 1.0 / sqrt(piv) : 0.0;
+      __syncwarp();
+      if (lane > c && lane < k) G[lane * k + c] *= rl;  // L(lane, c)
+      __syncwarp();
+      if (lane > c && lane < k) {
+        const double lic = G[lane * k + c];
+        for (int j = c + 1; j <= lane; ++j)
+          G[lane * k + j] = fma(-lic, G[j * k + c], G[lane * k + j]);
+      }
+      __syncwarp();
+      if (lane == 0) G[c * k + c] = rl;  // 1 / L(c, c)
+    }
+    if (lane == 0) *flag = ok ? 1.0 : 0.0;
+  }
+  __syncthreads();
+  if (*flag == 0.0) return false;
+  for (int i = tid; i < n;
+       i += nthreads) {  // row i: y L^T = z, y_c = (z_c - sum L(c, q) y_q) / L(c, c)
+    double y[kMaxK];
+#pragma unroll
+    for (int c = 0; c < kMaxK; ++c) {
+      if (c >= k) break;
+      double x = Z[c * n + i];
+#pragma unroll
+      for (int q = 0; q < c; ++q) x = fma(-G[c * k + q], y[q], x);
+      y[c] = x * G[c * k + c];
+      Z[c * n + i] = y[c];
+    }
+  }
+  __syncthreads();
+  return true;
+}
+
 /// z (n values, one warp) scaled to unit norm: by its largest magnitude first (a solve's
 /// result can be large). A zero z stays zero.
 __device__ void warp_normalize(double* z, int n) {
@@ -198,7 +355,7 @@ __device__ void warp_normalize(double* z, int n) {
 /// The kernel's shared memory, carved for n and k (see the file's comment).
 struct Smem {
   int n, k;
-  double *Z, *X, *d, *e, *e2, *tau2, *lo, *hi, *red;
+  double *Z, *X, *d, *e, *e2, *tau2, *lo, *hi, *red, *G;
   float *A, *sc, *p, *part, *df, *e2f, *scratch;
   float2* vpp;
   __device__ Smem(unsigned char* base, int n_, int k_) : n(n_), k(k_) {
@@ -210,8 +367,9 @@ struct Smem {
     tau2 = e2 + n;
     lo = tau2 + n;
     hi = lo + k;
-    red = hi + k;                               // 64
-    vpp = reinterpret_cast<float2*>(red + 64);  // n
+    red = hi + k;                                                          // 64
+    G = red + 64;                                                          // k x k
+    vpp = reinterpret_cast<float2*>(G + static_cast<std::size_t>(k) * k);  // n
     A = reinterpret_cast<float*>(vpp + n);
     scratch = reinterpret_cast<float*>(X);  // the reduction's: a warp's n floats each
     sc = A + n * (n + 1) / 2;

@@ -52,8 +52,12 @@ __device__ __forceinline__ float strided_sum(const float* x, int stride) {
 /// step: it is applied here, in the same pass over the trailing lower triangle that forms
 /// p = A v with this step's reflector (each entry read and written once a step, and read
 /// once for both of its products: a_ij v_j for row i and a_ij v_i for column j). The pending
-/// update is vw[i] = (v_i, w_i). Two block barriers a step.
-template <int R, int NW, bool kGrouped>
+/// update is vw[i] = (v_i, w_i). Two block barriers a step. Where the trailing matrix has more
+/// than 64 rows (R >= 3) the columns go to the warps in groups of 8 consecutive ones, whose
+/// diagonals share a row block, so that a group skips its row blocks above the diagonal whole
+/// (session 36; a warp per column spends about 44% of its predicated slots there); at most 64
+/// rows, a warp takes 2 R columns, one per NW.
+template <int R, int NW>
 __device__ __forceinline__ void reduction_step(const Smem& m, int kk) {
   using detail::col_start;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -103,7 +107,7 @@ __device__ __forceinline__ void reduction_step(const Smem& m, int kk) {
 #pragma unroll
   for (int t = 0; t < R; ++t) racc[t] = 0.f;
   float vav = 0.f;
-  if constexpr (kGrouped && R >= 3) {
+  if constexpr (R >= 3) {
     // Groups of 8 consecutive columns (their diagonals in one row block), dealt to the warps
     // in a snake (w, then 2 NW - 1 - w, ...) so that every warp has about as many rows; each
     // group's row blocks above its diagonal block are skipped whole.
@@ -166,12 +170,11 @@ __device__ __forceinline__ void reduction_step(const Smem& m, int kk) {
       }
     }
   } else {
-    // A warp per column (G at once), every row block predicated (the library's: kGrouped is
-    // false).
+    // A warp per column (2 R at once), every row block predicated.
     bool inr[R];  // this lane's rows of the trailing matrix
 #pragma unroll
     for (int t = 0; t < R; ++t) inr[t] = lane + 32 * t < mm;
-    constexpr int G = R >= 3 ? 8 : 2 * R;  // a warp has at most 2 R columns
+    constexpr int G = 2 * R;  // a warp has at most 2 R columns (R <= 2 here)
     for (int c0 = warp; c0 < mm; c0 += G * NW) {
       float cacc[G];
 #pragma unroll
@@ -249,20 +252,20 @@ __device__ __forceinline__ void reduction_step(const Smem& m, int kk) {
 }
 
 /// reduction_step<R> for the trailing matrix's row blocks (1 <= rows <= R).
-template <int R, int NW, bool kGrouped>
+template <int R, int NW>
 __device__ __forceinline__ void reduction_step_for(const Smem& m, int kk, int rows) {
   if constexpr (R > 1) {
     if (rows < R) {
-      reduction_step_for<R - 1, NW, kGrouped>(m, kk, rows);
+      reduction_step_for<R - 1, NW>(m, kk, rows);
       return;
     }
   }
-  reduction_step<R, NW, kGrouped>(m, kk);
+  reduction_step<R, NW>(m, kk);
 }
 
 /// Steps 1 and 2: A (scaled, in m.A) to T (m.d, m.e), the reflectors in A's columns, m.tau2.
 /// Each step's code holds as few rows per lane as its trailing matrix needs.
-template <int NW, bool kGrouped>
+template <int NW>
 __device__ __forceinline__ void tridiagonalize(const Smem& m) {
   using detail::col_start;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -273,7 +276,7 @@ __device__ __forceinline__ void tridiagonalize(const Smem& m) {
   for (int i = tid; i < n; i += nthreads) m.vpp[i] = make_float2(0.f, 0.f);
   __syncthreads();
   for (int kk = 0; kk + 1 < n; ++kk) {
-    reduction_step_for<kMaxN / 32, NW, kGrouped>(m, kk, (n - kk - 1 + 31) >> 5);
+    reduction_step_for<kMaxN / 32, NW>(m, kk, (n - kk - 1 + 31) >> 5);
   }
   if (tid == 0) {
     const float2 q = m.vpp[n - 1];
