@@ -83,7 +83,8 @@
 #               16,16,16 and 8,8,8 and its TTMc (uniform and power-law), aminoacid R256 and kripke
 #               MTTKRP, Tucker fb15k-237 8,8,8 and 16,16,16 for 40 iterations (the fit; data
 #               beside the checkout or in .deps/data)); with TESSERA_BASE_TAR the same on
-#               that commit's build too (before and after in one call); TESSERA_FLOORS_ONLY="w .."
+#               that commit's build too (before and after in one call; the base runs first,
+#               the new build first with TESSERA_FLOORS_NEW_FIRST=1); TESSERA_FLOORS_ONLY="w .."
 #               runs only the cases whose names contain one of the words; jobs/floors_table.py
 #       counts: issue 39's CP-APR (bench cp --loss poisson; 10 and 1 inner iterations) next to
 #               CP-ALS on the nell-2 shape (host-generated) and congress, R 32, per
@@ -101,8 +102,9 @@
 #       eig: cuSOLVER's symmetric eigen-solvers, session 23's one-cluster reduction and the
 #               library's one-block solver (float Tucker, n <= 256) timed on one n x n Gram,
 #               n = 64 .. 1024 (issue 43's Tucker dense stage;
-#               jobs/probes/eig_probe.cu, compiled here with nvcc); with TESSERA_BASE_TAR the
-#               one-block solver of that commit too, in the same call
+#               jobs/probes/eig_probe.cu, compiled here with nvcc); with TESSERA_BASE_TAR (or
+#               TESSERA_EIG_BASE_TAR, for this mode only) the one-block solver of that commit
+#               too, in the same call
 #       mttkrp-tile: issue 43's shared-memory tiled MTTKRP probe (jobs/probes/mttkrp_tile_probe.cu,
 #               compiled here with nvcc) on the nell-2 shape, R 32, beside bench mttkrp (float
 #               and fp16 gathers) on the same shape (TESSERA_TARGETS=tessera builds only that)
@@ -674,7 +676,9 @@ if has floors; then  # issue 43: one card's distance to the floor, before (base 
     [ -f "$d/kg-fb15k-237_head-rel-tail.tns.gz" ] && { fb15k=$(cd "$d" && pwd)/kg-fb15k-237_head-rel-tail.tns.gz; break; }
   done
   fbins="new:$T"
-  base_bin=$(build_base) && fbins="base:$base_bin $fbins"
+  if base_bin=$(build_base); then  # TESSERA_FLOORS_NEW_FIRST=1: the new build runs first
+    [ "${TESSERA_FLOORS_NEW_FIRST:-0}" = 1 ] && fbins="$fbins base:$base_bin" || fbins="base:$base_bin $fbins"
+  fi
   fl() {  # bench, unless TESSERA_FLOORS_ONLY names words none of which is in the case's name
     if [ -n "${TESSERA_FLOORS_ONLY:-}" ]; then
       local w hit=
@@ -783,12 +787,13 @@ if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/p
   else
     echo "eig: the probe did not build ($out/eig-build.log)" | tee -a "$summary"
   fi
-  if [ -n "${TESSERA_BASE_TAR:-}" ] && [ -f "$TESSERA_BASE_TAR" ]; then
+  ebase=${TESSERA_EIG_BASE_TAR:-${TESSERA_BASE_TAR:-}}
+  if [ -n "$ebase" ] && [ -f "$ebase" ]; then
     # The same probe against the base commit's one-block solver (its block_eig*.cuh found
     # first), only that solver and the reference: a before/after in one call.
     inc=$build/eig-base-inc
     rm -rf "$inc" && mkdir -p "$inc/src" "$inc/kernels/cuda/dense" &&
-      tar -xzf "$TESSERA_BASE_TAR" -C "$inc/src" --wildcards 'kernels/cuda/dense/block_eig*.cuh' &&
+      tar -xzf "$ebase" -C "$inc/src" --wildcards 'kernels/cuda/dense/block_eig*.cuh' &&
       cp "$inc"/src/kernels/cuda/dense/block_eig*.cuh "$inc/kernels/cuda/dense/" &&
       nvcc -O2 -arch=sm_90 -I"$inc" -I. jobs/probes/eig_probe.cu -lcusolver -lcublas -llapack \
         -o "$out/eig_probe_base" >"$out/eig-base-build.log" 2>&1 &&

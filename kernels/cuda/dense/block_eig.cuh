@@ -137,6 +137,61 @@ __device__ __forceinline__ double bisect(const Smem& m) {
   return tnorm;
 }
 
+namespace detail {
+
+/// Step 5's group of kBackGroup reflectors gtop, gtop - 1, .. (Pg: their entries in double, n
+/// apart; hhg: their products h_a . h_b, (a, b) in the order (1, 0), (2, 0), (2, 1), ..)
+/// applied to this lane's rows of z (zr[t]: row lane + 32 t), the row blocks t < T0 skipped
+/// (the reflectors are zero there).
+template <int T0>
+__device__ __forceinline__ void apply_group(const double* Pg, int n, int gtop, const double* hhg,
+                                            const double* tau2, int lane,
+                                            double (&zr)[kRowsPerLane]) {
+  double h[kBackGroup][kRowsPerLane], c[kBackGroup], f[kBackGroup];
+#pragma unroll
+  for (int a = 0; a < kBackGroup; ++a) {
+    c[a] = 0;
+#pragma unroll
+    for (int t = T0; t < kRowsPerLane; ++t) {
+      const int i = lane + 32 * t;
+      h[a][t] = i < n ? Pg[a * n + i] : 0.0;
+      c[a] = fma(h[a][t], zr[t], c[a]);
+    }
+  }
+  // The dots h_a . z across the warp: halving exchanges, then each lane takes all four.
+  const double tot = reduce_scatter<kBackGroup>(c, lane);
+#pragma unroll
+  for (int a = 0; a < kBackGroup; ++a) {
+    double x = __shfl_sync(0xffffffffu, tot, scatter_lane<kBackGroup>(a));
+#pragma unroll
+    for (int b = 0; b < a; ++b) x = fma(-f[b], hhg[a * (a - 1) / 2 + b], x);
+    f[a] = gtop - a >= 0 ? tau2[gtop - a] * x : 0.0;
+  }
+#pragma unroll
+  for (int t = T0; t < kRowsPerLane; ++t) {
+    double x = zr[t];
+#pragma unroll
+    for (int a = 0; a < kBackGroup; ++a) x = fma(-f[a], h[a][t], x);
+    zr[t] = x;
+  }
+}
+
+/// apply_group<T0> for t0 >= T0 (the first row block the group touches).
+template <int T0>
+__device__ __forceinline__ void apply_group_from(int t0, const double* Pg, int n, int gtop,
+                                                 const double* hhg, const double* tau2, int lane,
+                                                 double (&zr)[kRowsPerLane]) {
+  if constexpr (T0 + 1 < kRowsPerLane) {
+    if (t0 > T0) {
+      apply_group_from<T0 + 1>(t0, Pg, n, gtop, hhg, tau2, lane, zr);
+      return;
+    }
+  }
+  apply_group<T0>(Pg, n, gtop, hhg, tau2, lane, zr);
+}
+
+}  // namespace detail
+
 /// Steps 4 and 5: V and w (eigenvalues divided by scale) from T, the bracketing intervals
 /// and the reflectors.
 __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scale,
@@ -294,37 +349,8 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
         const int gtop = top - g * kBackGroup;
         if (gtop < 0) break;
         const int t0 = (max(gtop - (kBackGroup - 1), 0) + 1) >> 5;  // blocks above: all zero
-        const double* Pg = P + g * kBackGroup * n;
-        double h[kBackGroup][kRowsPerLane], dot[kBackGroup], f[kBackGroup];
-#pragma unroll
-        for (int a = 0; a < kBackGroup; ++a) {
-          dot[a] = 0;
-#pragma unroll
-          for (int t = 0; t < kRowsPerLane; ++t) {
-            const int i = lane + 32 * t;
-            h[a][t] = t >= t0 && i < n ? Pg[a * n + i] : 0.0;
-            dot[a] = fma(h[a][t], zr[t], dot[a]);
-          }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-          for (int a = 0; a < kBackGroup; ++a) dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], o);
-#pragma unroll
-        for (int a = 0; a < kBackGroup; ++a) {
-          const int r = gtop - a;
-          double x = dot[a];
-#pragma unroll
-          for (int b = 0; b < a; ++b) x = fma(-f[b], hh[g * kPairs + a * (a - 1) / 2 + b], x);
-          f[a] = r >= 0 ? tau2[r] * x : 0.0;
-        }
-#pragma unroll
-        for (int t = 0; t < kRowsPerLane; ++t) {
-          double x = zr[t];
-#pragma unroll
-          for (int a = 0; a < kBackGroup; ++a) x = fma(-f[a], h[a][t], x);
-          zr[t] = x;
-        }
+        detail::apply_group_from<0>(t0, P + g * kBackGroup * n, n, gtop, hh + g * kPairs, tau2,
+                                    lane, zr);
       }
     }
   }

@@ -113,11 +113,14 @@ __device__ __forceinline__ void sturm_counts(const float* d, const float* e2, in
     if (fabsf(q[u]) <= pivmin) q[u] = -pivmin;
     c[u] = q[u] < 0 ? 1 : 0;
   }
+#pragma unroll 4
   for (int i = 1; i < n; ++i) {
     const float di = d[i], ei = e2[i - 1];
 #pragma unroll
     for (int u = 0; u < kCountsPerThread; ++u) {
-      q[u] = di - x[u] - ei / q[u];
+      // __fdividef (2 ulp; |q| >= pivmin, far below 2^126): an IEEE division's path made this
+      // loop's chain about twice as long (session 36); the count is as for T perturbed by ulps.
+      q[u] = di - x[u] - __fdividef(ei, q[u]);
       if (fabsf(q[u]) <= pivmin) q[u] = -pivmin;
       c[u] += q[u] < 0 ? 1 : 0;
     }
@@ -145,10 +148,12 @@ __device__ __forceinline__ double fast_rcp(double x) {
 /// LAPACK's dlagts perturbs them): l[0..n-1) the multipliers, rd[0..n) = 1 / D. e2[i] = e[i]^2,
 /// so that the dependent chain is the reciprocal and one fma (D_i = d_i - lam - e_(i-1)^2 /
 /// D_(i-1)).
-__device__ void shifted_factor(const double* d, const double* e, const double* e2, int n,
-                               double lam, double pert, float* l, float* rd) {
+__device__ void shifted_factor(const double* __restrict__ d, const double* __restrict__ e,
+                               const double* __restrict__ e2, int n, double lam, double pert,
+                               float* __restrict__ l, float* __restrict__ rd) {
   auto guard = [pert](double x) { return fabs(x) < pert ? (x < 0 ? -pert : pert) : x; };
   double D = guard(d[0] - lam);
+#pragma unroll 4
   for (int i = 1; i < n; ++i) {
     const double r = fast_rcp(D);
     l[i - 1] = static_cast<float>(e[i - 1] * r);
@@ -271,8 +276,40 @@ __device__ __forceinline__ bool warp_shifted_solve(const float* l, const float* 
   return true;
 }
 
+/// Column sums of a warp's G columns (G = 2, 4 or 8; c[g]: this lane's part of column g)
+/// reduced across the warp by halving exchanges (G - 1 + log2(32 / G) shuffles, not 5 G):
+/// afterwards every lane holds the total of column scatter_column<G>(lane).
+template <int G, typename T>
+__device__ __forceinline__ T reduce_scatter(T (&c)[G], int lane) {
+#pragma unroll
+  for (int h = G / 2, o = 16; h >= 1; h >>= 1, o >>= 1) {
+    const bool hi = (lane & o) != 0;
+#pragma unroll
+    for (int q = 0; q < h; ++q) {
+      const T send = hi ? c[q] : c[q + h], keep = hi ? c[q + h] : c[q];
+      c[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+  }
+  T x = c[0];
+#pragma unroll
+  for (int o = 16 / G; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+template <int G>
+__device__ __forceinline__ int scatter_column(int lane) {
+  static_assert(G == 2 || G == 4 || G == 8, "reduce_scatter takes 2, 4 or 8 columns");
+  return ((lane >> 4) & 1) * (G / 2) + ((lane >> 3) & 1) * (G / 4) + ((lane >> 2) & 1) * (G / 8);
+}
+/// A lane that holds column a's total after reduce_scatter<G> (scatter_column<G>'s inverse).
+template <int G>
+__host__ __device__ constexpr int scatter_lane(int a) {
+  int lane = 0;
+  for (int bit = 16, w = G / 2; w >= 1; bit >>= 1, w >>= 1) lane += (a / w) % 2 * bit;
+  return lane;
+}
+
 /// One pass of Cholesky QR of Z's k vectors (vector-major, n each) by the block: the Gram
-/// G = Z^T Z (a warp a dot), G = L L^T by warp 0 (right-looking, lane i row i), then
+/// G = Z^T Z (a warp a dot), G = L L^T by warp 0 (right-looking, lane i row i in registers), then
 /// Z <- Z L^-T (a thread a row). In exact arithmetic the Gram-Schmidt of vector j against
 /// 0..j-1 in order, normalised: the same vectors as classical Gram-Schmidt, in three barriers
 /// instead of six a vector (session 36). Returns false (the block alike), with Z unchanged,
@@ -292,25 +329,32 @@ __device__ bool cholqr_pass(double* Z, int n, int k, double* G, double* flag) {
     if (lane == 0) G[a * k + b] = s;
   }
   __syncthreads();
-  if (warp == 0) {
-    const double g0 = lane < k ? G[lane * k + lane] : 0.0;  // the norms squared before
+  if (warp == 0) {  // lane i holds row i of G, then of L, in registers
+    double row[kMaxK], g0 = 0.0;
+#pragma unroll
+    for (int j = 0; j < kMaxK; ++j) {
+      row[j] = lane < k && j <= lane && j < k ? G[lane * k + j] : 0.0;
+      if (j == lane) g0 = row[j];  // the norm squared before
+    }
     bool ok = true;
-    for (int c = 0; c < k; ++c) {
-      const double piv = G[c * k + c];  // what is left of vector c, squared
+#pragma unroll
+    for (int c = 0; c < kMaxK; ++c) {
+      if (c >= k) break;
+      const double piv = __shfl_sync(0xffffffffu, row[c], c);  // what is left of vector c, squared
       const double g0c = __shfl_sync(0xffffffffu, g0, c);
       ok = ok && isfinite(piv) && piv > 1e-12 * g0c;
-      const double rl = ok ? 1.0 / sqrt(piv) : 0.0;
-      __syncwarp();
-      if (lane > c && lane < k) G[lane * k + c] *= rl;  // L(lane, c)
-      __syncwarp();
-      if (lane > c && lane < k) {
-        const double lic = G[lane * k + c];
-        for (int j = c + 1; j <= lane; ++j)
-          G[lane * k + j] = fma(-lic, G[j * k + c], G[lane * k + j]);
+      const double rl = ok ? rsqrt(piv) : 0.0;
+      if (lane > c) row[c] *= rl;  // L(lane, c)
+      if (lane == c) row[c] = rl;  // 1 / L(c, c), kept on the diagonal
+#pragma unroll
+      for (int j = c + 1; j < kMaxK; ++j) {
+        const double ljc = __shfl_sync(0xffffffffu, row[c], j);  // L(j, c)
+        if (lane >= j) row[j] = fma(-row[c], ljc, row[j]);
       }
-      __syncwarp();
-      if (lane == 0) G[c * k + c] = rl;  // 1 / L(c, c)
     }
+#pragma unroll
+    for (int j = 0; j < kMaxK; ++j)
+      if (lane < k && j <= lane && j < k) G[lane * k + j] = row[j];
     if (lane == 0) *flag = ok ? 1.0 : 0.0;
   }
   __syncthreads();

@@ -7,31 +7,6 @@
 
 namespace tessera::kernels::cuda::block_eig {
 
-/// Column sums of a warp's G columns (G = 2, 4 or 8; c[g]: this lane's part of column g)
-/// reduced across the warp by halving exchanges (G - 1 + log2(32 / G) shuffles, not 5 G):
-/// afterwards the lanes with (lane & (32 / G - 1)) == 0 hold the total of column
-/// scatter_column<G>(lane).
-template <int G>
-__device__ __forceinline__ float reduce_scatter(float (&c)[G], int lane) {
-#pragma unroll
-  for (int h = G / 2, o = 16; h >= 1; h >>= 1, o >>= 1) {
-    const bool hi = (lane & o) != 0;
-#pragma unroll
-    for (int q = 0; q < h; ++q) {
-      const float send = hi ? c[q] : c[q + h], keep = hi ? c[q + h] : c[q];
-      c[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-    }
-  }
-  float x = c[0];
-#pragma unroll
-  for (int o = 16 / G; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-template <int G>
-__device__ __forceinline__ int scatter_column(int lane) {
-  return ((lane >> 4) & 1) * (G / 2) + ((lane >> 3) & 1) * (G / 4) + ((lane >> 2) & 1) * (G / 8);
-}
-
 /// Sum of x[0], x[stride], ..., x[(NW - 1) stride] (NW a multiple of 4) in four independent
 /// chains (a fixed order, the same in every thread).
 template <int NW>
@@ -156,10 +131,10 @@ __device__ __forceinline__ void reduction_step(const Smem& m, int kk) {
           }
         }
       }
-      const float tot = reduce_scatter<8>(cacc, lane);
+      const float tot = detail::reduce_scatter<8>(cacc, lane);
       __syncwarp();  // the diagonal entries stored above, read below
       if ((lane & 3) == 0) {
-        const int jc = jc0 + scatter_column<8>(lane);
+        const int jc = jc0 + detail::scatter_column<8>(lane);
         if (jc < mm) {
           const int j = r0 + jc;
           const float vjj = mine[j];
@@ -205,10 +180,10 @@ __device__ __forceinline__ void reduction_step(const Smem& m, int kk) {
             cacc[g] = fmaf(b, v[t], cacc[g]);  // column sums: rows i >= j
           }
       }
-      const float tot = reduce_scatter<G>(cacc, lane);
+      const float tot = detail::reduce_scatter<G>(cacc, lane);
       __syncwarp();  // the diagonal entries stored above, read below
       if ((lane & (32 / G - 1)) == 0) {
-        const int jc = c0 + scatter_column<G>(lane) * NW;
+        const int jc = c0 + detail::scatter_column<G>(lane) * NW;
         if (jc < mm) {
           const int j = r0 + jc;
           const float vj = mine[j];
