@@ -1,6 +1,6 @@
 // ops::symmetric_eig_top for float Tucker on the cuda backend: the one-block solver of
 // block_eig.cuh where it applies (kernels/ops/tucker_dense.hpp, block_eig_applies), chosen
-// over cuSOLVER's dsyevdx by measured time (docs/perf/gpu-h200-tucker.md, "Session 34").
+// over cuSOLVER's dsyevdx by measured time (docs/perf/gpu-h200-tucker.md, sessions 34-36).
 #include <vector>
 
 #include "kernels/cuda/dense/block_eig.cuh"
@@ -13,8 +13,9 @@ static_assert(block_eig::kMaxN >= ops::kBlockEigMaxN && block_eig::kMaxK >= ops:
               "ops::block_eig_applies admits sizes the one-block solver cannot take");
 
 namespace {
-/// The block's threads: 512 (100 registers a thread, none spilled) or 1024 (64, some
-/// spilled), by measured time (docs/perf/gpu-h200-tucker.md, "Session 34").
+/// The block's threads: 512 (128 registers a thread, 32 bytes spilled) or 1024 (64, about
+/// 4 KB spilled), by measured time (docs/perf/gpu-h200-tucker.md, sessions 34 and 36: 1024
+/// is 1.5-2x slower).
 constexpr int kThreads = 512;
 }  // namespace
 

@@ -31,8 +31,8 @@
 //    vector needs a restart) after each, so that close or repeated eigenvalues get
 //    orthonormal vectors of their cluster; then each eigenvalue is the Rayleigh quotient (the
 //    pairs ordered by it).
-// 5. V = Q Z by the stored reflectors, a warp per vector, in double, four reflectors at a
-//    time (their pairwise products formed once; session 36).
+// 5. V = Q Z by the stored reflectors, a warp per vector, in double: panels of 16 reflectors
+//    written once in double, applied four at a time (compact WY; session 36).
 //
 // Shared memory (doubles first): Z (k x n, vector-major), X (each warp's n floats in the
 // reduction, each warp's factors in the inverse iteration, or the Sturm counts), d, e, e^2,
@@ -316,6 +316,7 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
   constexpr int kPairs = kBackGroup * (kBackGroup - 1) / 2;
   constexpr int kPanelPairs = kBackPanel / kBackGroup * kPairs;
   static_assert(kBackPanel % kBackGroup == 0 && kPanelPairs <= 64, "red holds a panel's products");
+  static_assert(kBackPanel <= kMaxThreads / 32 / 2, "X (x_doubles >= 16 n) holds a panel");
   const int npanels = n >= 3 ? (n - 2 + kBackPanel - 1) / kBackPanel : 0;
   double* P = X;  // P[a n + i]: entry i of reflector top - a, rows from the panel's first block
   double* hh = red;
