@@ -792,9 +792,8 @@ if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/p
     # The same probe against the base commit's one-block solver (its block_eig*.cuh found
     # first), only that solver and the reference: a before/after in one call.
     inc=$build/eig-base-inc
-    rm -rf "$inc" && mkdir -p "$inc/src" "$inc/kernels/cuda/dense" &&
-      tar -xzf "$ebase" -C "$inc/src" --wildcards 'kernels/cuda/dense/block_eig*.cuh' &&
-      cp "$inc"/src/kernels/cuda/dense/block_eig*.cuh "$inc/kernels/cuda/dense/" &&
+    rm -rf "$inc" && mkdir -p "$inc" &&
+      tar -xzf "$ebase" -C "$inc" --wildcards 'kernels/cuda/dense/block_eig*.cuh' &&
       nvcc -O2 -arch=sm_90 -I"$inc" -I. jobs/probes/eig_probe.cu -lcusolver -lcublas -llapack \
         -o "$out/eig_probe_base" >"$out/eig-base-build.log" 2>&1 &&
       { echo "eig, the base commit's one-block solver:"; "$out/eig_probe_base" 16 block; } |
