@@ -16,8 +16,10 @@
 # new include among them fails there until its header is listed below.
 include(GNUInstallDirs)
 
-# Installed binaries find the libraries linked from outside the system folders (NCCL and
-# cuBLAS under the CUDA toolkit, HDF5's serial folder) through their RUNPATH.
+# Installed binaries find the libraries linked from outside the system folders (NCCL and the
+# CUDA runtime under the CUDA toolkit, HDF5's serial folder) through their RUNPATH. cuBLAS
+# and cuSOLVER are not linked: the cuda backend opens them on first use from the folder
+# CMake found them in, else through LD_LIBRARY_PATH (kernels/cuda/runtime/math_libs.cpp).
 install(TARGETS tessera RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 set_target_properties(tessera PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 if(TARGET _tessera)

@@ -4,6 +4,9 @@
 //  - an executor of a kind outside BackendKind is an Error naming the kind;
 //  - in a build without CUDA, the cuda:: functions (kernels/cuda/stub.cpp) throw Error
 //    "built without CUDA" naming the operation;
+//  - in a build with CUDA, cuBLAS and cuSOLVER are not loaded until first called
+//    (kernels/cuda/runtime/math_libs.cpp), calls through the forwarding functions reach the
+//    real libraries, and a library that cannot be opened is an Error naming it;
 //  - a handle whose streamed() gives StreamedOps hooks has ops::mttkrp, ttmc_rows,
 //    ttmc_scratch_bytes and ttmc run by its hooks with the caller's arguments, never by the
 //    backend (whose own version refuses such a handle).
@@ -13,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <random>
@@ -21,6 +25,13 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/factories.hpp"
+#if defined(TESSERA_HAVE_CUDA)
+#include <cublas_v2.h>
+#include <cusolverDn.h>
+
+#include "kernels/cuda/runtime/math_libs.hpp"
+#endif
 #include "kernels/ops/dense.hpp"
 #include "kernels/ops/mttkrp.hpp"
 #include "kernels/ops/streamed.hpp"
@@ -334,6 +345,44 @@ TYPED_TEST(KernelOps, CudaFunctionsOfABuildWithoutCudaSaySo) {
   expect_not_built([&] { cuda::mttkrp(*be, *h, 0, pointers(A, 0), 2, out.data()); }, "mttkrp");
   expect_not_built([&] { cuda::gram(*be, A[0].data(), 4, 2, out.data()); }, "gram");
   for (T v : out) EXPECT_EQ(v, T(3)) << "nothing written";
+}
+#else
+/// Whether a library whose file name contains `name` is mapped into this process.
+bool mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find(name) != std::string::npos) return true;
+  return false;
+}
+
+TEST(CudaMathLibraries, OpenOnFirstCall) {
+  // Nothing before this test makes a CUDA context where no GPU is visible (CI), so there
+  // neither library may be mapped yet: the binary does not depend on them.
+  if (cuda_device_count() == 0) {
+    EXPECT_FALSE(mapped("libcublas")) << "cuBLAS loaded before its first call";
+    EXPECT_FALSE(mapped("libcusolver")) << "cuSOLVER loaded before its first call";
+  }
+  EXPECT_STREQ(cublasGetStatusName(CUBLAS_STATUS_SUCCESS), "CUBLAS_STATUS_SUCCESS");
+  EXPECT_TRUE(mapped("libcublas.so"));
+  // Without a GPU cusolverDnCreate fails with a status (not a crash); with one it succeeds.
+  cusolverDnHandle_t h = nullptr;
+  if (cusolverDnCreate(&h) == CUSOLVER_STATUS_SUCCESS) {
+    EXPECT_EQ(cusolverDnDestroy(h), CUSOLVER_STATUS_SUCCESS);
+  }
+  EXPECT_TRUE(mapped("libcusolver.so"));
+}
+
+TEST(CudaMathLibraries, MissingLibraryIsAnErrorNamingIt) {
+  try {
+    cuda::detail::open_math_library("cuBLAS", "/nonexistent-folder", "libcublas.so.999");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cuBLAS could not be loaded"), std::string::npos) << m;
+    EXPECT_NE(m.find("libcublas.so.999"), std::string::npos) << m;
+    EXPECT_NE(m.find("LD_LIBRARY_PATH"), std::string::npos) << m;
+  }
 }
 #endif
 

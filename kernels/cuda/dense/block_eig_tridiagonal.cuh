@@ -22,6 +22,27 @@ __device__ __forceinline__ float strided_sum(const float* x, int stride) {
   return (s0 + s1) + (s2 + s3);
 }
 
+/// The end of a warp's G columns in reduction_step: their column sums cacc reduced across
+/// the warp, and for each column jc = c0 + g stride that exists (jc < mm), p_j (j = r0 + jc)
+/// stored without the diagonal entry both sums took, and v_j p_j added to vav.
+template <int G>
+__device__ __forceinline__ void finish_columns(float (&cacc)[G], int lane, int c0, int stride,
+                                               int r0, int mm, int n, const float* A,
+                                               const float* mine, float* pc, float& vav) {
+  const float tot = detail::reduce_scatter<G>(cacc, lane);
+  __syncwarp();  // the diagonal entries the warp stored, read below
+  if ((lane & (32 / G - 1)) == 0) {
+    const int jc = c0 + detail::scatter_column<G>(lane) * stride;
+    if (jc < mm) {
+      const int j = r0 + jc;
+      const float vj = mine[j];
+      const float strict = fmaf(-A[detail::col_start(j, n)], vj, tot);  // rows i > j
+      pc[j] = strict;
+      vav = fmaf(strict, vj, vav);
+    }
+  }
+}
+
 /// Step kk of the reduction (ssytd2, lower) with R = ceil((n - kk - 1) / 32) rows per lane
 /// and NW warps. The previous step's rank-2 update A -= v w^T + w v^T is not applied by that
 /// step: it is applied here, in the same pass over the trailing lower triangle that forms
@@ -131,18 +152,7 @@ __device__ __forceinline__ void reduction_step(const Smem& m, int kk) {
           }
         }
       }
-      const float tot = detail::reduce_scatter<8>(cacc, lane);
-      __syncwarp();  // the diagonal entries stored above, read below
-      if ((lane & 3) == 0) {
-        const int jc = jc0 + detail::scatter_column<8>(lane);
-        if (jc < mm) {
-          const int j = r0 + jc;
-          const float vjj = mine[j];
-          const float strict = fmaf(-A[col_start(j, n)], vjj, tot);  // rows i > j
-          pc[j] = strict;
-          vav = fmaf(strict, vjj, vav);
-        }
-      }
+      finish_columns<8>(cacc, lane, jc0, 1, r0, mm, n, A, mine, pc, vav);
     }
   } else {
     // A warp per column (2 R at once), every row block predicated.
@@ -180,18 +190,7 @@ __device__ __forceinline__ void reduction_step(const Smem& m, int kk) {
             cacc[g] = fmaf(b, v[t], cacc[g]);  // column sums: rows i >= j
           }
       }
-      const float tot = detail::reduce_scatter<G>(cacc, lane);
-      __syncwarp();  // the diagonal entries stored above, read below
-      if ((lane & (32 / G - 1)) == 0) {
-        const int jc = c0 + detail::scatter_column<G>(lane) * NW;
-        if (jc < mm) {
-          const int j = r0 + jc;
-          const float vj = mine[j];
-          const float strict = fmaf(-A[col_start(j, n)], vj, tot);  // rows i > j
-          pc[j] = strict;
-          vav = fmaf(strict, vj, vav);
-        }
-      }
+      finish_columns<G>(cacc, lane, c0, NW, r0, mm, n, A, mine, pc, vav);
     }
   }
   __syncwarp();
