@@ -847,5 +847,10 @@ if has study; then
   cat "$out/study/results.md" 2>/dev/null | tee -a "$summary"
 fi
 echo
-echo "==== summary ($(nvidia-smi -L | head -1 | cut -c1-40), $ngpu GPU(s), commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)) ===="
+# The commit, and whether the tree differs from it: a copied checkout's .git can be older
+# than its files (seen: a node copy whose HEAD was two commits behind the tree it built).
+head=$(git rev-parse --short HEAD 2>/dev/null || echo ?)
+changed=$(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)
+[ "$changed" -gt 0 ] && head="$head, $changed tracked files differ from it"
+echo "==== summary ($(nvidia-smi -L | head -1 | cut -c1-40), $ngpu GPU(s), commit $head) ===="
 cat "$summary"

@@ -14,13 +14,14 @@
 //
 // A call the library makes to a cuBLAS or cuSOLVER function not listed here fails to link
 // (undefined reference): add it below with its prototype from cublas_api.h / cusolverDn.h.
+#include "kernels/cuda/runtime/math_libs.hpp"
+
 #include <cublas_v2.h>
 #include <cusolverDn.h>
 #include <dlfcn.h>
 
 #include <string>
 
-#include "kernels/cuda/runtime/math_libs.hpp"
 #include "util/error.hpp"
 
 #ifndef TESSERA_CUBLAS_SONAME
@@ -52,7 +53,8 @@ void* cublas_library() {
 }
 
 void* cusolver_library() {
-  static void* const h = open_math_library("cuSOLVER", TESSERA_CUSOLVER_DIR, TESSERA_CUSOLVER_SONAME);
+  static void* const h =
+      open_math_library("cuSOLVER", TESSERA_CUSOLVER_DIR, TESSERA_CUSOLVER_SONAME);
   return h;
 }
 
@@ -72,10 +74,10 @@ void* symbol(void* library, const char* label, const char* name) {
 
 // One forwarding definition per entry point: `params` is the header's parameter list, `args`
 // the same names in a call. The function pointer is looked up once (a thread-safe static).
-#define TESSERA_FORWARD(lib, label, ret, name, params, args)                                  \
-  extern "C" ret name params {                                                                \
+#define TESSERA_FORWARD(lib, label, ret, name, params, args)                                 \
+  extern "C" ret name params {                                                               \
     static const auto real = reinterpret_cast<decltype(&name)>(symbol(lib(), label, #name)); \
-    return real args;                                                                         \
+    return real args;                                                                        \
   }
 
 #define TESSERA_CUBLAS(ret, name, params, args) \
@@ -100,9 +102,8 @@ TESSERA_CUBLAS(cublasStatus_t, cublasDgemm_v2,
                (handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc))
 TESSERA_CUBLAS(cublasStatus_t, cublasDgemm_v2_64,
                (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                int64_t m, int64_t n, int64_t k, const double* alpha, const double* A,
-                int64_t lda, const double* B, int64_t ldb, const double* beta, double* C,
-                int64_t ldc),
+                int64_t m, int64_t n, int64_t k, const double* alpha, const double* A, int64_t lda,
+                const double* B, int64_t ldb, const double* beta, double* C, int64_t ldc),
                (handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc))
 TESSERA_CUBLAS(cublasStatus_t, cublasDsyrk_v2_64,
                (cublasHandle_t handle, cublasFillMode_t uplo, cublasOperation_t trans, int64_t n,
@@ -149,5 +150,4 @@ TESSERA_CUSOLVER(cusolverStatus_t, cusolverDnDsyevdx,
                  (cusolverDnHandle_t handle, cusolverEigMode_t jobz, cusolverEigRange_t range,
                   cublasFillMode_t uplo, int n, double* A, int lda, double vl, double vu, int il,
                   int iu, int* meig, double* W, double* work, int lwork, int* info),
-                 (handle, jobz, range, uplo, n, A, lda, vl, vu, il, iu, meig, W, work, lwork,
-                  info))
+                 (handle, jobz, range, uplo, n, A, lda, vl, vu, il, iu, meig, W, work, lwork, info))
