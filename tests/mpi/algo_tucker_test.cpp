@@ -17,6 +17,7 @@
 
 #include "algo/generate.hpp"
 #include "algo/tucker.hpp"
+#include "algo/tucker_dense.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "gather_util.hpp"
 #include "io/model_io.hpp"
@@ -662,6 +663,54 @@ TEST(TuckerErrors, RankDeficientModeIsCompletedNotNaN) {
         EXPECT_NEAR(s, a == b ? 1.0 : 0.0, 1e-10) << algo::to_string(svd);
       }
   }
+}
+
+// CholeskyQR2 (algo/tucker_dense.hpp, orthonormalize) takes a single pass where U^T U is
+// within kOrthSkip (1e-4) of the identity, and the result is orthonormal to rounding all the
+// same (one pass in double leaves about u kappa(U)^2); a random U takes two. The passes are
+// counted by the Gram sums across ranks (np >= 2).
+TEST(TuckerDense, CholeskyQrOnePassWhereNearlyOrthonormal) {
+  auto be = kernels::make_backend<double>(BackendKind::cpu);
+  algo::detail::Net gnet{world()}, hnet{world()};
+  algo::detail::OrthContext<double> o{*be, gnet, hnet};
+  constexpr int R = 16;
+  constexpr std::int64_t rows = 500;  // per rank
+  std::mt19937_64 rng(test::fresh_seed() + static_cast<std::uint64_t>(world().rank()));
+  std::normal_distribution<double> nd;
+  std::vector<double> U(static_cast<std::size_t>(rows * R));
+  for (double& x : U) x = nd(rng);
+  // max |U^T U - I| over all ranks' rows.
+  const auto dev_of = [&](const std::vector<double>& A) {
+    std::vector<double> G(R * R, 0.0);
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (int a = 0; a < R; ++a)
+        for (int b = 0; b < R; ++b) G[a * R + b] += A[i * R + a] * A[i * R + b];
+    MPI_Allreduce(MPI_IN_PLACE, G.data(), R * R, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double d = 0;
+    for (int a = 0; a < R; ++a)
+      for (int b = 0; b < R; ++b) d = std::max(d, std::fabs(G[a * R + b] - (a == b ? 1.0 : 0.0)));
+    return d;
+  };
+  const algo::detail::RandomFill no_fill = [](double*, int, int) {
+    ADD_FAILURE() << "the random completion ran on a well-conditioned U";
+  };
+  const bool counted = world().size() > 1;
+  ASSERT_EQ(algo::detail::orthonormalize(o, U.data(), rows, R, no_fill), 0);
+  if (counted) {
+    EXPECT_EQ(gnet.calls, 2) << "a random U: two passes";
+  }
+  EXPECT_LT(dev_of(U), 1e-14);
+  // Perturbed to a deviation between 1e-6 and 1e-4: one pass, orthonormal to rounding.
+  for (double& x : U) x += 2e-6 * nd(rng);
+  const double d0 = dev_of(U);
+  ASSERT_GT(d0, 1e-6);
+  ASSERT_LT(d0, 1e-4);
+  const long before = gnet.calls;
+  ASSERT_EQ(algo::detail::orthonormalize(o, U.data(), rows, R, no_fill), 0);
+  if (counted) {
+    EXPECT_EQ(gnet.calls - before, 1) << "deviation " << d0 << ": one pass";
+  }
+  EXPECT_LT(dev_of(U), 1e-14) << "after one pass from a deviation of " << d0;
 }
 
 }  // namespace

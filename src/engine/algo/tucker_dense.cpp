@@ -13,8 +13,13 @@
 namespace tessera::algo::detail {
 
 namespace {
-/// Largest deviation of U^T U from the identity for which one CholeskyQR pass suffices.
-constexpr double kOrthSkip = 1e-8;
+/// Largest deviation of U^T U from the identity (max |G - I| over the entries) for which one
+/// CholeskyQR pass suffices. One pass in double leaves U^T U - I of order u kappa(U)^2
+/// (u = 2^-53; Yamamoto et al., ETNA 44, 2015), and kappa(U)^2 <= (1 + R dev) / (1 - R dev):
+/// below 1e-4 that is rounding for any R up to thousands. Float Tucker's Y V / sigma (the
+/// one-block solver's float eigenvectors) comes at 1e-7 to 1e-5, so it now takes one pass,
+/// not two (session 37; was 1e-8, from an estimate of dev^2 that the analysis does not have).
+constexpr double kOrthSkip = 1e-4;
 }  // namespace
 
 void Net::sum(double* p, std::size_t n) {
@@ -155,8 +160,8 @@ int orthonormalize(OrthContext<X>& o, double* U, std::int64_t rows, int R, const
     kernels::ops::gram_double(o.be, U, rows, R, G);
     o.gnet.sum(G, static_cast<std::size_t>(R) * static_cast<std::size_t>(R));
     // Already orthonormal to within kOrthSkip (the usual case for Y V / sigma of the Gram
-    // method and for power steps near convergence): one CholeskyQR pass leaves an error
-    // of order kOrthSkip^2 + rounding, so the second pass is skipped.
+    // method and for power steps near convergence): one CholeskyQR pass leaves rounding
+    // (kOrthSkip above), so the second pass is skipped.
     double dev = 0;
     if (!kernels::ops::cholqr_step(o.be, U, rows, R, G, &dev))
       return orthonormalize_fallback(o, U, rows, R, rnd, col_offset, depth);
