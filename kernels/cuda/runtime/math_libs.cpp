@@ -7,10 +7,12 @@
 // every rank of every `mpiexec` and the Python module's import. Here each entry point the
 // library calls is defined with the header's own prototype (the compiler checks it against
 // the declaration) and forwards to the real function, looked up with dlsym the first time it
-// is called. The library is opened from the folder CMake found it in at configure time
-// (TESSERA_CUBLAS_DIR, TESSERA_CUSOLVER_DIR), else by its soname through the loader's search path
-// (LD_LIBRARY_PATH, ldconfig). If neither works the first call throws tessera::Error naming
-// the library and the loader's reason.
+// is called. The library is opened by its soname through the loader's search path
+// (LD_LIBRARY_PATH, the binary's RUNPATH, ldconfig), as a linked one would be, else from the
+// folder CMake found it in at configure time (TESSERA_CUBLAS_DIR, TESSERA_CUSOLVER_DIR). If
+// neither works the first call throws tessera::Error naming the library and both of the
+// loader's reasons. The forwarders are hidden: never exported from the binary or the Python
+// module, so no other library of the process can bind to them.
 //
 // A call the library makes to a cuBLAS or cuSOLVER function not listed here fails to link
 // (undefined reference): add it below with its prototype from cublas_api.h / cusolverDn.h.
@@ -24,21 +26,27 @@
 
 #include "util/error.hpp"
 
-#ifndef TESSERA_CUBLAS_SONAME
-#error "TESSERA_CUBLAS_SONAME is set by kernels/CMakeLists.txt"
+#if !defined(TESSERA_CUBLAS_SONAME) || !defined(TESSERA_CUBLAS_DIR) || \
+    !defined(TESSERA_CUSOLVER_SONAME) || !defined(TESSERA_CUSOLVER_DIR)
+#error "TESSERA_{CUBLAS,CUSOLVER}_{SONAME,DIR} are set by kernels/CMakeLists.txt"
 #endif
 
 namespace tessera::kernels::cuda::detail {
 
 void* open_math_library(const char* label, const char* dir, const char* soname) {
+  // By soname first, as a linked library would be found: LD_LIBRARY_PATH (a `module load`
+  // of another toolkit) wins, then the binary's RUNPATH and the loader's cache, and a copy
+  // another library of the process already loaded is reused.
+  if (void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL)) return h;
+  const char* e1 = dlerror();
+  const std::string by_name = e1 ? e1 : "not found";
   const std::string in_dir = std::string(dir) + "/" + soname;
   if (void* h = dlopen(in_dir.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
-  dlerror();  // the first attempt's message is about a folder the user may not have
-  if (void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL)) return h;
-  const char* why = dlerror();
-  throw tessera::Error(std::string(label) + " could not be loaded: " + (why ? why : soname) +
-                       ". The cuda backend needs the CUDA toolkit's " + soname +
-                       ": install it, or add its folder to LD_LIBRARY_PATH");
+  const char* e2 = dlerror();
+  throw tessera::Error(std::string(label) + " could not be loaded: " + by_name + "; " +
+                       (e2 ? e2 : in_dir + ": not found") + ". The cuda backend needs the CUDA " +
+                       "toolkit's " + soname + ": install it, or add its folder to " +
+                       "LD_LIBRARY_PATH");
 }
 
 }  // namespace tessera::kernels::cuda::detail
@@ -75,7 +83,7 @@ void* symbol(void* library, const char* label, const char* name) {
 // One forwarding definition per entry point: `params` is the header's parameter list, `args`
 // the same names in a call. The function pointer is looked up once (a thread-safe static).
 #define TESSERA_FORWARD(lib, label, ret, name, params, args)                                 \
-  extern "C" ret name params {                                                               \
+  extern "C" __attribute__((visibility("hidden"))) ret name params {                         \
     static const auto real = reinterpret_cast<decltype(&name)>(symbol(lib(), label, #name)); \
     return real args;                                                                        \
   }
