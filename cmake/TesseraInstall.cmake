@@ -18,8 +18,9 @@ include(GNUInstallDirs)
 
 # Installed binaries find the libraries linked from outside the system folders (NCCL and the
 # CUDA runtime under the CUDA toolkit, HDF5's serial folder) through their RUNPATH. cuBLAS
-# and cuSOLVER are not linked: the cuda backend opens them on first use from the folder
-# CMake found them in, else through LD_LIBRARY_PATH (kernels/cuda/runtime/math_libs.cpp).
+# and cuSOLVER are not linked: the cuda backend opens them on first use by soname (the same
+# search, RUNPATH included), else from the folder CMake found them in
+# (kernels/cuda/runtime/math_libs.cpp).
 install(TARGETS tessera RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 set_target_properties(tessera PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 if(TARGET _tessera)
