@@ -44,7 +44,7 @@ tessera_install_headers(src/base
   io/checkpoint.hpp io/h5store.hpp io/model_io.hpp io/output.hpp io/tns.hpp
   linalg/dense.hpp linalg/row_update.hpp model/kruskal.hpp model/tucker.hpp
   tensor/sparse_tensor.hpp tensor/synthetic.hpp
-  util/cpus.hpp util/error.hpp util/log.hpp util/memory_space.hpp util/relabel.hpp
+  util/cpus.hpp util/error.hpp util/log.hpp util/memory_space.hpp util/mpi_env.hpp util/relabel.hpp
   util/rng.hpp util/stop_request.hpp util/timer.hpp)
 tessera_install_headers(.
   comm/communicator.hpp comm/hierarchy.hpp comm/mpi_communicator.hpp

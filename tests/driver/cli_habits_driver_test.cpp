@@ -169,6 +169,23 @@ TEST_F(CliHabits, NoSubcommandPrintsTheUsage) {
   EXPECT_NE(r.out.find("tessera: error: A subcommand is required"), std::string::npos) << r.out;
 }
 
+// A process started without mpiexec is an MPI singleton, which the tessera binary starts
+// without Open MPI's helper daemon (util/mpi_env.hpp; 0.2 s of every start). With the
+// daemon asked back (the variable set by the user is kept) the run is the same.
+TEST_F(CliHabits, ASingletonRunsTheSameWithOrWithoutOpenMpisHelperDaemon) {
+  const std::string cmd = " cp " + x_ + " -r 2 --seed 3 --iters 4 --threads 1";
+  const auto isolated = run(tessera() + cmd);
+  const auto daemon = run("OMPI_MCA_ess_singleton_isolated=0 " + tessera() + cmd);
+  ASSERT_EQ(isolated.code, 0) << isolated.out;
+  ASSERT_EQ(daemon.code, 0) << daemon.out;
+  const auto fit = [](const std::string& out) {
+    const std::size_t p = out.find("done: fit ");
+    return p == std::string::npos ? std::string() : out.substr(p, out.find(" after", p) - p);
+  };
+  EXPECT_FALSE(fit(isolated.out).empty()) << isolated.out;
+  EXPECT_EQ(fit(isolated.out), fit(daemon.out)) << isolated.out << daemon.out;
+}
+
 // --- (4) --help shows the defaults -------------------------------------------------------
 
 TEST_F(CliHabits, HelpShowsTheDefaultOfEveryNumericOption) {
