@@ -8,12 +8,18 @@ find_package(GTest REQUIRED)
 # costs about 0.2 s per `mpiexec -n 2` (0.44 -> 0.23 s for `tessera --version` on 2 cores),
 # and the driver tests start the tessera binary hundreds of times (docs/reliability.md,
 # "CI time"). Tessera's own code does not depend on it.
+# No grace period between mpiexec's SIGTERM and SIGKILL (odls_base_sigkill_timeout, default
+# 1 s): Open MPI 4.1 waits it out whenever a job ends with a non-zero exit, even when every
+# rank has already exited, so each of the driver tests' refused inputs on 2 ranks took 1.4 s
+# instead of 0.4 (docs/reliability.md, "Session 38"). A test of the signal path sets its own
+# (signal_driver_test: 5 s); jobs/slurm/launch.sh gives user jobs 25 s.
 set(TESSERA_TEST_ENV
   "OMPI_ALLOW_RUN_AS_ROOT=1"
   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
   "OMPI_MCA_rmaps_base_oversubscribe=1"
   "OMPI_MCA_pml=ob1"
   "OMPI_MCA_btl_vader_single_copy_mechanism=none"
+  "OMPI_MCA_odls_base_sigkill_timeout=0"
   "OMP_WAIT_POLICY=PASSIVE"
   "TESSERA_SHARED_DATA=${PROJECT_SOURCE_DIR}/../shared/data"
   "TESSERA_BIN=$<TARGET_FILE:tessera>")
