@@ -84,7 +84,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Initialized(&inited);
   if (!inited) {
     int provided = 0;
-    util::set_mpi_singleton_env();     // no helper daemon for a singleton (util/mpi_env.hpp)
+    const util::MpiInitEnv env;        // no helper daemon for a singleton (util/mpi_env.hpp)
     const util::LeakCheckPause pause;  // OpenMPI's own allocations (util/sanitizer.hpp)
     TESSERA_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     owns_ = true;

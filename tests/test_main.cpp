@@ -18,8 +18,8 @@ void quiet_other_ranks(int rank) {
 
 int main(int argc, char** argv) {
   int provided = 0;
-  tessera::util::set_mpi_singleton_env();  // as the tessera binary does (util/mpi_env.hpp)
   {
+    const tessera::util::MpiInitEnv env;        // as the tessera binary does (util/mpi_env.hpp)
     const tessera::util::LeakCheckPause pause;  // OpenMPI's own allocations
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   }

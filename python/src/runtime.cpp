@@ -57,7 +57,7 @@ void ensure_mpi() {
   int provided = 0;
   int argc = 0;
   char** argv = nullptr;
-  util::set_mpi_singleton_env();  // no helper daemon for a singleton (util/mpi_env.hpp)
+  const util::MpiInitEnv env;  // no helper daemon for a singleton (util/mpi_env.hpp)
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
     throw std::runtime_error("MPI_Init_thread failed");
   g_initialised_mpi = true;

@@ -38,8 +38,8 @@ inline void init_mpi() {
   MPI_Initialized(&done);
   if (done) return;
   int provided = 0;
-  util::set_mpi_singleton_env();  // as the tessera binary does (util/mpi_env.hpp)
   {
+    const util::MpiInitEnv env;        // as the tessera binary does (util/mpi_env.hpp)
     const util::LeakCheckPause pause;  // OpenMPI's own allocations
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   }
