@@ -11,8 +11,9 @@ find_package(GTest REQUIRED)
 # No grace period between mpiexec's SIGTERM and SIGKILL (odls_base_sigkill_timeout, default
 # 1 s): Open MPI 4.1 waits it out whenever a job ends with a non-zero exit, even when every
 # rank has already exited, so each of the driver tests' refused inputs on 2 ranks took 1.4 s
-# instead of 0.4 (docs/reliability.md, "Session 38"). A test of the signal path sets its own
-# (signal_driver_test: 5 s); jobs/slurm/launch.sh gives user jobs 25 s.
+# instead of 0.4 (docs/reliability.md, "Session 38"). The tests of the signal and fault paths
+# set their own (signal_driver_test 5 s; fault_driver_test Open MPI's default 1 s, in which
+# the surviving ranks print the job's one message); jobs/slurm/launch.sh gives user jobs 25 s.
 set(TESSERA_TEST_ENV
   "OMPI_ALLOW_RUN_AS_ROOT=1"
   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"

@@ -81,13 +81,17 @@ class FaultDriver : public ::testing::Test {
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   /// `tessera cp` (or `tessera tucker`, with `tucker_`) on np_ ranks, 8 iterations, a
-  /// checkpoint after every one.
+  /// checkpoint after every one. mpiexec gives the ranks it ends Open MPI's default second
+  /// between SIGTERM and SIGKILL, as in a user's run: the tests' environment sets none
+  /// (cmake/TesseraTesting.cmake), and without it a surviving rank can be killed before it
+  /// prints the job's one message (seen under the sanitizers).
   std::string cp(const std::string& extra) const {
     const std::string what =
         tucker_ ? " tucker " + tensor_ + " -r 3 --seed 3" : " cp " + tensor_ + " -r 4 --seed 3";
     return std::string("timeout 150 ") + MPIEXEC_PATH + " -n " + std::to_string(np_) +
-           " --oversubscribe " + tessera() + what + " -i 8 --tol 0 -t 1 --backend " + backend_ +
-           " --checkpoint-every 1 --checkpoint " + path("m.ckpt.h5") + " " + extra;
+           " --oversubscribe --mca odls_base_sigkill_timeout 1 " + tessera() + what +
+           " -i 8 --tol 0 -t 1 --backend " + backend_ + " --checkpoint-every 1 --checkpoint " +
+           path("m.ckpt.h5") + " " + extra;
   }
 
   struct Timed {
