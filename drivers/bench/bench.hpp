@@ -35,7 +35,19 @@ struct BenchArgs {
   std::string tc_densities = "0.05,0.125,0.25,0.5,1";  ///< density of the dense 16 x 16 tiles
   std::string tc_fractions = "0.5,0.9";                ///< share of the nonzeros in the tiles
   std::uint64_t tc_seed = 1;
+  /// --bandwidth: the copy bandwidth per rank in bytes per second (a size like 4.2T, as the
+  /// bench's log line prints it) instead of measuring it; empty: measured.
+  std::string bandwidth;
 };
+
+/// The floors' denominator, bytes per second per rank: --bandwidth where given, else
+/// measure_bandwidth's copy in the backend's memory (two 512 MiB host or 2 GiB device
+/// arrays, best of 5; a few seconds on a small node). Every rank does the same.
+template <typename T>
+double bench_bandwidth(const BenchArgs& a, kernels::Backend<T>& be) {
+  if (!a.bandwidth.empty()) return static_cast<double>(parse_bytes(a.bandwidth, "--bandwidth"));
+  return measure_bandwidth(be, a.run.threads);
+}
 
 /// This rank's benchmark input: the prepared handle X (bench mttkrp, and bench cp on a
 /// generated tensor with the allreduce strategy; the host block is not kept), or the

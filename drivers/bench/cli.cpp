@@ -4,7 +4,8 @@
 // `bench comm` (collectives, nccl-tests style) comm.cpp.
 //
 // Bandwidth: a large copy in the backend's memory (bytes read + bytes written), best of 5
-// (measure_bandwidth), the denominator of every floor (harness.hpp).
+// (measure_bandwidth), the denominator of every floor (harness.hpp); --bandwidth gives it
+// instead (bench_bandwidth), e.g. the figure an earlier run on the same node printed.
 #include <algorithm>
 #include <map>
 
@@ -36,6 +37,7 @@ void check_bench_options(const BenchArgs& a) {
     solver_of(a.con);  // --loss and --solver: a pair that does not exist is refused here
   }
   if ((a.what == "ttmc" || a.what == "tucker") && !a.ranks.empty()) parse_rank_list(a.ranks);
+  if (!a.bandwidth.empty()) parse_bytes(a.bandwidth, "--bandwidth");
 }
 
 /// --comm-strategy auto (the default) resolved for bench cp from the generated dims or the
@@ -93,14 +95,15 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
   }
   auto in = bench_input<T>(a, scheme, world, *be);
   if (!header_plan) bp = bench_plan<T>(a, in.dims, in.global_nnz, a.load.path, kind, world);
-  const double bw = measure_bandwidth(*be, a.run.threads);
+  const double bw = bench_bandwidth(a, *be);
   nlohmann::json j;  // the record's body; the envelope is added when the run is done
   j["machine"]["bandwidth_bytes_per_s"] = bw;
+  j["machine"]["bandwidth_source"] = a.bandwidth.empty() ? "measured" : "given";
   j["tensor"] = {{"dims", in.dims}, {"nnz", in.global_nnz}};
   j["rank"] = a.rank;
   j["precision"] = a.run.precision;
   log_setup(a.what, kernels::to_string(kind), world.size(), a.run.threads, a.run.precision,
-            ", R = " + std::to_string(a.rank), bw);
+            ", R = " + std::to_string(a.rank), bw, !a.bandwidth.empty());
   using Run = void (*)(Context<T>&);
   static const std::map<std::string, Run> ops = {{"mttkrp", &bench_mttkrp<T>},
                                                  {"cp", &bench_cp<T>},
@@ -243,6 +246,10 @@ void add_bench(CLI::App& app, Runner& run) {
   sub->add_flag("--deal", a->load.deal,
                 "bench cp --comm-strategy layer: deal the rows of each cut mode round-robin "
                 "over its chunks, as tessera cp --deal");
+  sub->add_option("--bandwidth", a->bandwidth,
+                  "The copy bandwidth of the backend's memory per rank, bytes/s (e.g. 4.2T, as "
+                  "the log line prints it), the floors' denominator, instead of measuring it "
+                  "(a copy of two 512 MiB host or 2 GiB device arrays, best of 5)");
   add_cp_value_options(sub, a->cp, CpRows::bench);
   add_cp_constraint_flags(sub, a->con);
   add_compute_options(sub, a->run, a->load, kStrategyOption | kBudgetOptions);

@@ -131,10 +131,12 @@ void write_record(const std::string& path, const std::string& command, const nlo
 }
 
 void log_setup(const std::string& what, const std::string& backend, int ranks, int threads,
-               const std::string& precision, const std::string& extra, double bw) {
+               const std::string& precision, const std::string& extra, double bw, bool given) {
   log::info("bench " + what + ": backend " + backend + ", " + std::to_string(ranks) +
             " rank(s) x " + std::to_string(effective_threads(threads)) + " thread(s), " +
-            precision + extra + ", measured copy bandwidth " + human_bytes(bw) + "/s per rank");
+            precision + extra +
+            (given ? ", copy bandwidth (--bandwidth) " : ", measured copy bandwidth ") +
+            human_bytes(bw) + "/s per rank");
 }
 
 }  // namespace tessera::driver::bench

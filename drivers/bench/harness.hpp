@@ -171,8 +171,9 @@ void write_record(const std::string& path, const std::string& command, const nlo
                   const kernels::Tuning& tuning, std::uint64_t device_peak = 0);
 
 /// The log line that opens a benchmark: what, backend, ranks x threads, precision, the
-/// extra text, the measured copy bandwidth.
+/// extra text, the copy bandwidth (measured, or `given` by --bandwidth).
 void log_setup(const std::string& what, const std::string& backend, int ranks, int threads,
-               const std::string& precision, const std::string& extra, double bw);
+               const std::string& precision, const std::string& extra, double bw,
+               bool given = false);
 
 }  // namespace tessera::driver::bench

@@ -271,11 +271,13 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
     req.tucker_ranks = algo::parse_ranks(a.ranks, static_cast<int>(dims.size()));
   req.allreduce = a.run.strategy == "allreduce";
   req.force_tier = 1;  // bench measures resident kernels
-  // measure_bandwidth's two arrays: 512 MiB each on the host, 2 GiB each on a device.
-  if (kind == kernels::BackendKind::cuda)
-    req.extra.push_back({"bandwidth probe (2 arrays)", 0, std::uint64_t(4) << 30, 0, ""});
-  else
-    req.extra.push_back({"bandwidth probe (2 arrays)", std::uint64_t(1) << 30, 0, 0, ""});
+  // measure_bandwidth's two arrays: 512 MiB each on the host, 2 GiB each on a device; none
+  // where --bandwidth gives the figure.
+  if (a.bandwidth.empty()) {
+    const bool dev = kind == kernels::BackendKind::cuda;
+    req.extra.push_back({"bandwidth probe (2 arrays)", dev ? 0 : std::uint64_t(1) << 30,
+                         dev ? std::uint64_t(4) << 30 : 0, 0, ""});
+  }
   req.completion = a.what == "cp" && a.cp.observed_only;
   const algo::Solver solver = a.what == "cp" ? solver_of(a.con) : algo::Solver::als;
   req.poisson = solver == algo::Solver::apr;

@@ -261,13 +261,13 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
   kernels::Backend<T>& be = *cx.backend;
   const kernels::Tuning user = be.tuning();
   const bool cuda = cx.kind == kernels::BackendKind::cuda;
-  const double bw = measure_bandwidth(be, a.run.threads);
+  const double bw = bench_bandwidth(a, be);
   auto ref_be = kernels::make_backend<double>(kernels::BackendKind::cpu, a.run.threads);
   const std::vector<std::string> precs = std::is_same_v<T, float>
                                              ? std::vector<std::string>{"3xtf32", "tf32", "bf16"}
                                              : std::vector<std::string>{"fp64"};
   log_setup("mttkrp --tc-sweep", kernels::to_string(cx.kind), world.size(), a.run.threads,
-            a.run.precision, "", bw);
+            a.run.precision, "", bw, !a.bandwidth.empty());
   if (!cuda)
     std::printf(
         "bench mttkrp --tc-sweep: the tensor-core sweep needs the cuda backend (backend %s has "
@@ -575,6 +575,7 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
   std::fflush(stdout);
   nlohmann::json j;
   j["machine"]["bandwidth_bytes_per_s"] = bw;
+  j["machine"]["bandwidth_source"] = a.bandwidth.empty() ? "measured" : "given";
   j["precision"] = a.run.precision;
   j["repeat"] = a.repeat;
   j["ranks"] = ranks;

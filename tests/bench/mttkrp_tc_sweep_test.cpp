@@ -81,7 +81,7 @@ TEST_F(MttkrpTcSweep, GeneratedBlockyFloatOnCpu) {
   const auto r = run(mpirun(1) +
                      " bench mttkrp --tc-sweep --backend cpu --precision float --threads 1"
                      " --tc-dims 128x64x8 --nnz 3000 --tc-densities 0.25,1 --tc-fractions 0.5,0.9"
-                     " --ranks 16,32 --repeat 1 --json " +
+                     " --ranks 16,32 --repeat 1 --bandwidth 8G --json " +
                      json);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(kNeedsCuda), std::string::npos) << r.out;
@@ -126,7 +126,7 @@ TEST_F(MttkrpTcSweep, FileInputDoubleOnCpu) {
   const std::string json = path("sweep.json");
   const auto r = run(mpirun(1) + " bench mttkrp " + path("x.tns") +
                      " --tc-sweep --backend cpu --precision double --threads 1 --ranks 8"
-                     " --repeat 2 --json " +
+                     " --repeat 2 --bandwidth 8G --json " +
                      json);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(kNeedsCuda), std::string::npos) << r.out;

@@ -184,13 +184,19 @@ TEST_F(Driver, BenchCpGenerateOnBackend) {
   // The tensor-core split as tessera cp records it: none on the cpu backend.
   ASSERT_TRUE(j["tc_split"].is_array()) << j.dump();
   EXPECT_TRUE(j["tc_split"].empty()) << j.dump();
+  // The floor's copy bandwidth was measured here; the runs below give it (--bandwidth 8G:
+  // no probe, and the same bytes over 8 GiB/s).
+  EXPECT_EQ(j["machine"]["bandwidth_source"], "measured") << j.dump();
+  const double bw = j["machine"]["bandwidth_bytes_per_s"].get<double>();
+  const double floor_bytes = j["floor_seconds"].get<double>() * bw;
+  const double given = 8.0 * (1 << 30);
   // The layer strategy generates each rank's grid block on the backend (its window of the
   // same ids): the same tensor, so the same fit as the allreduce run, relabelled or not.
   const double fit = j["fit"].get<double>();
   for (const char* extra : {"", " --relabel --grid 1x2x1", " --deal"}) {
     r = run(mpirun(2) +
             " bench cp --generate 60x50x40 --nnz 5000 --rank 4 --iters 3 --backend cpu "
-            "--comm-strategy layer --json " +
+            "--comm-strategy layer --bandwidth 8G --json " +
             js + " --force" + extra);
     ASSERT_EQ(r.code, 0) << extra << "\n" << r.out;
     EXPECT_NE(r.out.find("this rank's grid block only"), std::string::npos) << r.out;
@@ -207,12 +213,20 @@ TEST_F(Driver, BenchCpGenerateOnBackend) {
   // --deal has nothing to deal there (as in tessera cp): said, and the run is the same.
   r = run(mpirun(2) +
           " bench cp --generate 60x50x40 --nnz 5000 --rank 4 --iters 3 --backend cpu "
-          "--comm-strategy allreduce --deal --json " +
+          "--comm-strategy allreduce --deal --bandwidth 8G --json " +
           js);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("--deal: not used"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("copy bandwidth (--bandwidth) 8.00 GiB/s"), std::string::npos) << r.out;
   std::ifstream h(js);
-  EXPECT_NEAR(nlohmann::json::parse(h)["fit"].get<double>(), fit, 1e-9);
+  const auto d = nlohmann::json::parse(h);
+  EXPECT_NEAR(d["fit"].get<double>(), fit, 1e-9);
+  EXPECT_EQ(d["machine"]["bandwidth_source"], "given") << d.dump();
+  EXPECT_EQ(d["machine"]["bandwidth_bytes_per_s"].get<double>(), given) << d.dump();
+  EXPECT_NEAR(d["floor_seconds"].get<double>() * given, floor_bytes, 1e-6 * floor_bytes);
+  // The plan holds no probe arrays when the figure is given.
+  for (const auto& c : d["memory_plan"]["components"])
+    EXPECT_EQ(c["name"].get<std::string>().find("bandwidth probe"), std::string::npos) << c;
 }
 
 TEST_F(Driver, BadOptionsAreRejected) {

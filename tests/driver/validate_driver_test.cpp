@@ -164,6 +164,8 @@ const std::vector<Row> kRows = {
     {"bench cp {IN} --l1 abc", "--l1"},
     {"bench cp {IN} --nonneg 0,x", "--nonneg"},
     {"bench cp {IN} --device-budget 12Q", "--device-budget"},
+    {"bench mttkrp {IN} --bandwidth 0", "--bandwidth"},
+    {"bench ttmc {IN} --bandwidth fast", "--bandwidth"},
     {"bench tucker {IN} --ranks abc", "--ranks"},
     {"bench tucker {IN} --subspace-steps 0", "--subspace-steps"},
     {"bench ttmc {IN} --ranks 0", "--ranks"},

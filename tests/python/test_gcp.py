@@ -228,7 +228,7 @@ def test_memory_plan_counts_the_samples(tensors, tmp_path, tessera_bin):
     assert part is not None and part["note"].startswith("300 + 300 samples per step"), part
     assert part["host_bytes"] > 0 and part["device_bytes"] == 0
     gen = ["--generate", "30x20x10", "--nnz", "2000", "-r", "2", "--iters", "1", "--backend",
-           "cpu", "--threads", "1"]
+           "cpu", "--threads", "1", "--bandwidth", "8G"]
     out = tmp_path / "bench.json"
     r = subprocess.run([os.environ["TESSERA_BIN"], "bench", "cp", *gen, "--solver", "gcp",
                         "--gcp-epoch-iters", "2", "--gcp-samples", "700", "--json", str(out)],
