@@ -96,14 +96,14 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
   auto in = bench_input<T>(a, scheme, world, *be);
   if (!header_plan) bp = bench_plan<T>(a, in.dims, in.global_nnz, a.load.path, kind, world);
   const double bw = bench_bandwidth(a, *be);
+  const bool bw_given = !a.bandwidth.empty();
   nlohmann::json j;  // the record's body; the envelope is added when the run is done
-  j["machine"]["bandwidth_bytes_per_s"] = bw;
-  j["machine"]["bandwidth_source"] = a.bandwidth.empty() ? "measured" : "given";
+  bandwidth_record(j, bw, bw_given);
   j["tensor"] = {{"dims", in.dims}, {"nnz", in.global_nnz}};
   j["rank"] = a.rank;
   j["precision"] = a.run.precision;
   log_setup(a.what, kernels::to_string(kind), world.size(), a.run.threads, a.run.precision,
-            ", R = " + std::to_string(a.rank), bw, !a.bandwidth.empty());
+            ", R = " + std::to_string(a.rank), bw, bw_given);
   using Run = void (*)(Context<T>&);
   static const std::map<std::string, Run> ops = {{"mttkrp", &bench_mttkrp<T>},
                                                  {"cp", &bench_cp<T>},

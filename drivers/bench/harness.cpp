@@ -130,6 +130,11 @@ void write_record(const std::string& path, const std::string& command, const nlo
   write_json(path, rec, world);
 }
 
+void bandwidth_record(nlohmann::json& j, double bw, bool given) {
+  j["machine"]["bandwidth_bytes_per_s"] = bw;
+  j["machine"]["bandwidth_source"] = given ? "given" : "measured";
+}
+
 void log_setup(const std::string& what, const std::string& backend, int ranks, int threads,
                const std::string& precision, const std::string& extra, double bw, bool given) {
   log::info("bench " + what + ": backend " + backend + ", " + std::to_string(ranks) +

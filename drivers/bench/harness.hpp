@@ -170,6 +170,10 @@ void write_record(const std::string& path, const std::string& command, const nlo
                   const comm::Communicator& world, const std::string& backend, int threads,
                   const kernels::Tuning& tuning, std::uint64_t device_peak = 0);
 
+/// The record's copy bandwidth: machine.bandwidth_bytes_per_s and machine.bandwidth_source
+/// ("given" by --bandwidth, else "measured").
+void bandwidth_record(nlohmann::json& j, double bw, bool given);
+
 /// The log line that opens a benchmark: what, backend, ranks x threads, precision, the
 /// extra text, the copy bandwidth (measured, or `given` by --bandwidth).
 void log_setup(const std::string& what, const std::string& backend, int ranks, int threads,

@@ -262,12 +262,13 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
   const kernels::Tuning user = be.tuning();
   const bool cuda = cx.kind == kernels::BackendKind::cuda;
   const double bw = bench_bandwidth(a, be);
+  const bool bw_given = !a.bandwidth.empty();
   auto ref_be = kernels::make_backend<double>(kernels::BackendKind::cpu, a.run.threads);
   const std::vector<std::string> precs = std::is_same_v<T, float>
                                              ? std::vector<std::string>{"3xtf32", "tf32", "bf16"}
                                              : std::vector<std::string>{"fp64"};
   log_setup("mttkrp --tc-sweep", kernels::to_string(cx.kind), world.size(), a.run.threads,
-            a.run.precision, "", bw, !a.bandwidth.empty());
+            a.run.precision, "", bw, bw_given);
   if (!cuda)
     std::printf(
         "bench mttkrp --tc-sweep: the tensor-core sweep needs the cuda backend (backend %s has "
@@ -574,8 +575,7 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
                 s >= kTargetSpeedup ? "met" : "missed");
   std::fflush(stdout);
   nlohmann::json j;
-  j["machine"]["bandwidth_bytes_per_s"] = bw;
-  j["machine"]["bandwidth_source"] = a.bandwidth.empty() ? "measured" : "given";
+  bandwidth_record(j, bw, bw_given);
   j["precision"] = a.run.precision;
   j["repeat"] = a.repeat;
   j["ranks"] = ranks;
