@@ -21,7 +21,12 @@
 //   16-byte shared load gives the 4 output rows, one the 4 coordinates of each input
 //   mode, one (two for double) the 4 values; then (N - 1) x 4 independent 16-byte factor
 //   row gathers (one IMAD.WIDE each for the address) are in flight before the first
-//   product, and the products are FMUL / FFMA on registers.
+//   product, and the products are FMUL / FFMA on registers. In the source each input
+//   slot's 4 rows land in their own registers before its products: written that way,
+//   ptxas keeps the order-3 float and double kernels free of spills (16 bytes before) and
+//   the nell-2 shaped R 32 MTTKRP took 0.956x the time (1.19 against 1.25 ms on an H200;
+//   docs/perf/gpu-h200-floors.md, "Session 40"). The 16-bit gathers keep the interleaved
+//   form (gather, convert, multiply per row), 1.6% faster for them.
 // - Runs: a step whose 4 nonzeros all continue the current row (the last one equals it,
 //   the copy being sorted; in the l2 layout all four are compared) takes a straight-line
 //   path of FMAs; only a step with a row change walks its nonzeros one by one.
@@ -361,9 +366,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
           for (int s = 0; s < kNin; ++s) {
             const uint4 c4 = *reinterpret_cast<const uint4*>(sm_idx + (s + 1) * kStage + j);
             const index_t c[U] = {c4.x, c4.y, c4.z, c4.w};
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-              T q[V];
+            auto gather_row = [&](int u, T(&q)[V]) {
               const G* a =
                   reinterpret_cast<const G*>(fac[s] + static_cast<std::uint64_t>(c[u]) * row_bytes);
               if constexpr (kLow) {
@@ -376,8 +379,23 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kBlocksPerSm)
               } else {
                 gather<T, false>(a, pol, q);
               }
+            };
+            if constexpr (kLow) {  // each row multiplied as it is converted
 #pragma unroll
-              for (int v = 0; v < V; ++v) prod[u][v] = s == 0 ? q[v] : prod[u][v] * q[v];
+              for (int u = 0; u < U; ++u) {
+                T q[V];
+                gather_row(u, q);
+#pragma unroll
+                for (int v = 0; v < V; ++v) prod[u][v] = s == 0 ? q[v] : prod[u][v] * q[v];
+              }
+            } else {  // the slot's U rows into their own registers, then the products
+              T q[U][V];
+#pragma unroll
+              for (int u = 0; u < U; ++u) gather_row(u, q[u]);
+#pragma unroll
+              for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int v = 0; v < V; ++v) prod[u][v] = s == 0 ? q[u][v] : prod[u][v] * q[u][v];
             }
           }
           bool same = j + U <= cnt && r4.w == cur;
