@@ -3,7 +3,8 @@
 //
 // TTMc: orders 1 to 6, unequal ranks chosen so the kernel runs with every column width a
 // lane can own (8, 2 and 1 consecutive columns of the last mode) and with several column
-// slices (C > 256), the register-blocked kernel at orders 3 to 5, and the tensor-core
+// slices (C > 256), the register-blocked kernel at orders 3 to 5 with groups of 4, 8 and 16
+// lanes, and the tensor-core
 // kernel (order 3, float; kernels/cuda/ttmc/tc.cuh) with every tile shape and with rows shorter
 // than its 8-nonzero step, and the CUDA-core kernels alone; uniform indices and one slice holding
 // 70% of the nonzeros (rows that span many tiles: the boundary atomics); float and double; tier 1
@@ -65,6 +66,7 @@ std::vector<TtmcCase> ttmc_cases() {
       {{60, 50, 40}, {3, 6, 10}, 20000},               // W = 2 (R_L = 10 or 6)
       {{60, 50, 40}, {7, 5, 3}, 20000},                // W = 1 (odd ranks)
       {{40, 30, 50}, {4, 40, 16}, 15000},              // C = 640 for mode 0: three slices
+      {{60, 50, 40}, {8, 16, 8}, 20000},               // register-blocked groups of 4 and 8 lanes
       {{20, 25, 30, 35}, {3, 4, 5, 8}, 15000},         // order 4: any-order kernel
       {{20, 25, 30, 35}, {4, 8, 4, 8}, 15003},         // order 4: register-blocked, 3 inputs
       {{60, 50, 40}, {16, 32, 8}, 20003},              // tensor-core tiles 2x1, 1x1, 1x4

@@ -137,11 +137,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, 4)
 // outputs: 4 consecutive prefixes (digits d .. d + 3 of mode nin - 2, the other prefix
 // digits fixed) times 4 consecutive columns of the last mode. Per nonzero that is two
 // 16-byte loads and 16 FMAs (the general kernel needs about twice the instructions per
-// FMA). A group of 16 lanes covers R_L / 4 column blocks x 16 / (R_L / 4) prefix blocks =
-// 256 outputs; the two groups of a warp work on the two halves of the warp's tile
-// (sub-tiles of p.tile / 2 nonzeros), each with its own rows, so a warp handles
-// two nonzeros per step. Column slices (grid y) cover further prefixes.
-constexpr int kGroup = 16;
+// FMA). A group of G lanes (16, 8 or 4) covers R_L / 4 column blocks x G / (R_L / 4)
+// prefix blocks = 16 G outputs; the 32 / G groups of a warp work on their own parts of the
+// warp's tile (sub-tiles of p.tile G / 32 nonzeros), each with its own rows, so a warp
+// handles 32 / G nonzeros per step. Column slices (grid y) cover further prefixes. G is
+// the smallest group whose lanes all have outputs (block_group): C = 64 (ranks 8 x 8)
+// takes groups of 4, where a group of 16 left 12 lanes idle.
+constexpr int kGroup = 16;  ///< the largest group
 constexpr int kBlk = 4;
 
 template <typename T>
@@ -156,15 +158,17 @@ __device__ __forceinline__ void load4(const T* __restrict__ p, T (&u)[kBlk]) {
   }
 }
 
-template <typename T, int kNin, int U, int kMinB, bool kPrefetch>
+template <typename T, int kNin, int U, int kMinB, bool kPrefetch, int kG>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kMinB)
     ttmc_block_kernel(const __grid_constant__ TtmcParams<T> p) {
+  static_assert(kG == 4 || kG == 8 || kG == kGroup, "groups of 4, 8 or 16 lanes");
+  static_assert(kG % U == 0, "a group's batch is whole steps");
   constexpr int kMaxIn = kNin > 0 ? kNin : kMaxOrder - 1;
   const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
-  const int g = lane / kGroup, q = lane % kGroup;
+  const int g = lane / kG, q = lane % kG;
   const std::int64_t warp =
       (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int sub = p.tile / 2;
+  const int sub = p.tile / (kWarp / kG);  // p.tile is a multiple of 32: sub of kG
   const std::int64_t begin = warp * p.tile + g * sub;
   if (warp * p.tile >= p.nnz) return;  // warp-uniform
   const std::int64_t end = min(begin + static_cast<std::int64_t>(sub), p.nnz);
@@ -173,7 +177,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kMinB)
   // Lane block: prefixes pb .. pb + 3 (consecutive digits of mode nin - 2), columns
   // r0 .. r0 + 3 of the last mode.
   const int RL = p.in_rank[nin - 1];
-  const int nr = RL / kBlk, np = kGroup / nr;
+  const int nr = RL / kBlk, np = kG / nr;
   const int lr = q % nr, lp = q / nr;
   const std::int64_t NP = p.C / RL;
   const std::int64_t pb = (static_cast<std::int64_t>(blockIdx.y) * np + lp) * kBlk;
@@ -220,7 +224,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kMinB)
       for (int y = 0; y < kBlk; ++y) acc[x][y] = T(0);
   };
 
-  // Pipelined: a group's 16 nonzeros of the next batch are loaded (coalesced, streaming)
+  // Pipelined: a group's kG nonzeros of the next batch are loaded (coalesced, streaming)
   // while the current batch runs, and a lane takes U nonzeros per step, issuing all of
   // their factor-row gathers before the first FMA, so that neither the tensor's HBM
   // latency nor the gathers' L2 latency is paid once per nonzero.
@@ -238,21 +242,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kMinB)
       if (s < nin) in[s] = ok ? __ldcs(p.idx[p.in_mode[s]] + k) : 0;
   };
   load_batch(0, my_row, my_val, my_in);
-  for (int b = 0; b < sub; b += kGroup) {  // the same trip count in both groups
-    if constexpr (kPrefetch) load_batch(b + kGroup, nx_row, nx_val, nx_in);
+  for (int b = 0; b < sub; b += kG) {  // the same trip count in every group
+    if constexpr (kPrefetch) load_batch(b + kG, nx_row, nx_val, nx_in);
 #pragma unroll 1
-    for (int j = 0; j < kGroup; j += U) {
+    for (int j = 0; j < kG; j += U) {
       index_t row[U];
       T pre[U], a[U][kBlk], u[U][kBlk];
 #pragma unroll
       for (int t = 0; t < U; ++t) {
-        // Broadcast inside each group (both groups shuffle together: no divergence here).
-        row[t] = __shfl_sync(kFullMask, my_row, j + t, kGroup);
-        pre[t] = __shfl_sync(kFullMask, my_val, j + t, kGroup);
+        // Broadcast inside each group (all groups shuffle together: no divergence here).
+        row[t] = __shfl_sync(kFullMask, my_row, j + t, kG);
+        pre[t] = __shfl_sync(kFullMask, my_val, j + t, kG);
         index_t ii[kMaxIn];
 #pragma unroll
         for (int s = 0; s < kMaxIn; ++s)
-          if (s < nin) ii[s] = __shfl_sync(kFullMask, my_in[s], j + t, kGroup);
+          if (s < nin) ii[s] = __shfl_sync(kFullMask, my_in[s], j + t, kG);
 #pragma unroll
         for (int s = 0; s < kMaxIn; ++s)
           if (s < nin - 2)
@@ -288,7 +292,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kMinB)
 #pragma unroll
       for (int s = 0; s < kMaxIn; ++s) my_in[s] = nx_in[s];
     } else {
-      load_batch(b + kGroup, my_row, my_val, my_in);
+      load_batch(b + kG, my_row, my_val, my_in);
     }
   }
   if (have) flush(cur, true);
@@ -304,6 +308,28 @@ bool block_kernel_fits(const TtmcParams<T>& p) {
   for (int s : {p.nin - 1, p.nin - 2})
     if (reinterpret_cast<std::uintptr_t>(p.factors[p.in_mode[s]]) % 16 != 0) return false;
   return reinterpret_cast<std::uintptr_t>(p.out) % sizeof(T) == 0;
+}
+
+/// Lanes of a register-blocked group (4, 8 or 16): the fewest that cover the R_L / 4 column
+/// blocks and every prefix block of the output, else 16 (with column slices). Fewer lanes
+/// per group mean more groups per warp, each on its own nonzeros, instead of idle lanes.
+int block_group(int RL, std::int64_t C) {
+  const int nr = RL / kBlk;
+  const std::int64_t prefix_blocks = (C / RL + kBlk - 1) / kBlk;
+  for (int G : {4, 8})
+    if (G % nr == 0 && static_cast<std::int64_t>(G / nr) >= prefix_blocks) return G;
+  return kGroup;
+}
+
+template <typename T, int kNin, int U, int kMinB, bool kPrefetch>
+void launch_block(cudaStream_t stream, const TtmcParams<T>& p, int G, dim3 grid) {
+  constexpr unsigned kThreads = kWarpsPerBlock * kWarp;
+  if (G == 4)
+    ttmc_block_kernel<T, kNin, U, kMinB, kPrefetch, 4><<<grid, kThreads, 0, stream>>>(p);
+  else if (G == 8)
+    ttmc_block_kernel<T, kNin, U, kMinB, kPrefetch, 8><<<grid, kThreads, 0, stream>>>(p);
+  else
+    ttmc_block_kernel<T, kNin, U, kMinB, kPrefetch, kGroup><<<grid, kThreads, 0, stream>>>(p);
 }
 
 template <typename T, int W>
@@ -345,7 +371,8 @@ void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in, const Tuning& tun
     }
   }
   if (block_kernel_fits(p)) {
-    const int np = kGroup / (RL / kBlk);
+    const int G = block_group(RL, p.C);
+    const int np = G / (RL / kBlk);
     const std::int64_t prefixes = p.C / RL;
     const std::int64_t by = (prefixes + np * kBlk - 1) / (np * kBlk);
     TESSERA_EXPECTS(bx <= std::numeric_limits<int>::max() && by <= 65535,
@@ -357,13 +384,12 @@ void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in, const Tuning& tun
     // double: one nonzero per step (more registers per step spill: 2x slower measured).
     constexpr bool kFloat = std::is_same_v<T, float>;
     constexpr int kStep = kFloat ? 4 : 1, kMinBlocks = kFloat ? 2 : 3;
-    constexpr unsigned kThreads = kWarpsPerBlock * kWarp;
     if (p.nin == 2)
-      ttmc_block_kernel<T, 2, kStep, kMinBlocks, kFloat><<<grid, kThreads, 0, stream>>>(p);
+      launch_block<T, 2, kStep, kMinBlocks, kFloat>(stream, p, G, grid);
     else if (p.nin == 3)
-      ttmc_block_kernel<T, 3, kStep, kMinBlocks, kFloat><<<grid, kThreads, 0, stream>>>(p);
+      launch_block<T, 3, kStep, kMinBlocks, kFloat>(stream, p, G, grid);
     else
-      ttmc_block_kernel<T, 0, 1, 3, false><<<grid, kThreads, 0, stream>>>(p);
+      launch_block<T, 0, 1, 3, false>(stream, p, G, grid);
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }
