@@ -100,10 +100,20 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
   nlohmann::json j;  // the record's body; the envelope is added when the run is done
   bandwidth_record(j, bw, bw_given);
   j["tensor"] = {{"dims", in.dims}, {"nnz", in.global_nnz}};
-  j["rank"] = a.rank;
+  // The rank the benchmark runs with: R, or the Tucker ranks of ttmc|tucker (their own
+  // record field "ranks", written by ttmc.cpp and tucker.cpp).
+  std::string rank_text = ", R = " + std::to_string(a.rank);
+  if (a.what == "ttmc" || a.what == "tucker") {
+    rank_text = ", ranks = ";
+    const auto ranks = bench_ranks(a, static_cast<int>(in.dims.size()));
+    for (std::size_t m = 0; m < ranks.size(); ++m)
+      rank_text += (m > 0 ? "," : "") + std::to_string(ranks[m]);
+  } else {
+    j["rank"] = a.rank;
+  }
   j["precision"] = a.run.precision;
   log_setup(a.what, kernels::to_string(kind), world.size(), a.run.threads, a.run.precision,
-            ", R = " + std::to_string(a.rank), bw, bw_given);
+            rank_text, bw, bw_given);
   using Run = void (*)(Context<T>&);
   static const std::map<std::string, Run> ops = {{"mttkrp", &bench_mttkrp<T>},
                                                  {"cp", &bench_cp<T>},
