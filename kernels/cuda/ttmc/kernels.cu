@@ -18,7 +18,7 @@
 // first and last row of the tile with atomicAdd (a neighbouring tile, or chunk, may share
 // them). Copies with several runs per row (blocked layouts) add every row with atomics.
 //
-// Which kernel runs: order 3 in float with ranks (16 or 32) x (8, 16 or 32) takes the
+// Which kernel runs: order 3 in float with ranks (8, 16 or 32) x (8, 16 or 32) takes the
 // tensor-core kernel (tc.cuh, 3xTF32, float accuracy); otherwise the register-blocked
 // kernel where the ranks allow, else the tile kernel. --ttmc-kernel cores
 // (Tuning::ttmc_kernel) keeps to the CUDA-core kernels (A/B runs, tests).

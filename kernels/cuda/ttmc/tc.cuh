@@ -57,13 +57,21 @@ inline constexpr int kStepsPerGather = 2;
 /// thousands of nonzeros) they are multiplied without the per-row passes and masks. LO: the two
 /// correction products of 3xTF32 go to their own accumulators (shorter dependent chains;
 /// summed at the flush).
-template <int MT, int NT, bool LO>
+///
+/// kHalf (MT = 1): a prefix rank of 8. The fragment rows of the lanes g >= 4 (rows 4 .. 7 and
+/// 12 .. 15, prefix columns 8 .. 15 in the permuted order) hold zeros: those lanes gather and
+/// store nothing for A, and half of each MMA is padding. The MMAs are not what bounds the kernel
+/// (the gathers are): at 8 x 8 it took 1.52 ms a mode where the register-blocked CUDA-core
+/// kernel took 1.87 (nell-2 shape, H200; docs/perf/gpu-h200-tucker.md, "Session 40").
+template <int MT, int NT, bool LO, bool kHalf = false>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
     ttmc_tc_kernel(const __grid_constant__ TtmcParams<float> p) {
-  constexpr int R0 = 16 * MT, RL = 8 * NT, C = R0 * RL, S = kStepsPerGather;
+  static_assert(!kHalf || MT == 1, "a prefix rank of 8 pads one 16-row tile");
+  constexpr int R0 = kHalf ? 8 : 16 * MT, RL = 8 * NT, C = R0 * RL, S = kStepsPerGather;
   static_assert(kWarp % (8 * S) == 0, "a gather of S steps lies within one batch of 32");
   const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
   const int g = lane >> 2, t = lane & 3;
+  const bool rows_of_a = !kHalf || g < 4;  // this lane's fragment rows are prefix columns
   const std::int64_t warp =
       (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const std::int64_t begin = warp * p.tile;
@@ -98,7 +106,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
               acl[mt][nt][2 * h + e] = 0.f;
             }
           }
-        if (atomic) {
+        if (!rows_of_a) {
+          continue;  // padding rows (kHalf): nothing to store
+        } else if (atomic) {
 #pragma unroll
           for (int e = 0; e < 2 * NT; ++e) atomicAdd(q + e, w[e]);
         } else if constexpr (NT == 1) {
@@ -166,7 +176,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
           const index_t j = __shfl_sync(kFullMask, my_i0, src);
           const index_t k = __shfl_sync(kFullMask, my_i1, src);
           v[s][h] = __shfl_sync(kFullMask, my_val, src);
-          load_run<float, 2 * MT>(U0 + static_cast<std::size_t>(j) * R0 + 2 * MT * g, a[s][h]);
+          if (rows_of_a) {
+            load_run<float, 2 * MT>(U0 + static_cast<std::size_t>(j) * R0 + 2 * MT * g, a[s][h]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < 2 * MT; ++e) a[s][h][e] = 0.f;
+          }
           load_run<float, NT>(U1 + static_cast<std::size_t>(k) * RL + NT * g, bv[s][h]);
         }
       // Fast path: all 8 S inside the tile and in the current row.
@@ -203,7 +218,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, MT* NT >= 4 ? 2 : 3)
   if (have) flush(true);  // the last row may continue in the next tile
 }
 
-/// Whether the kernel takes a launch: order 3, prefix rank 16 or 32, last rank 8, 16 or
+/// Whether the kernel takes a launch: order 3, prefix rank 8, 16 or 32, last rank 8, 16 or
 /// 32, one column slice, both factors and the output 16-byte aligned (its vector loads and
 /// stores; device allocations are, so this holds for every caller in Tessera; otherwise the
 /// CUDA-core kernels run).
@@ -211,24 +226,33 @@ inline bool fits(const TtmcParams<float>& p) {
   if (p.nin != 2) return false;
   const int R0 = p.in_rank[0], RL = p.in_rank[1];
   const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
-  return (R0 == 16 || R0 == 32) && (RL == 8 || RL == 16 || RL == 32) &&
+  return (R0 == 8 || R0 == 16 || R0 == 32) && (RL == 8 || RL == 16 || RL == 32) &&
          p.C == static_cast<std::int64_t>(R0) * RL && aligned(p.factors[p.in_mode[0]]) &&
          aligned(p.factors[p.in_mode[1]]) && aligned(p.out);
 }
 
-template <int MT, int NT>
+template <int MT, int NT, bool kHalf = false>
 inline void launch_shape(cudaStream_t stream, const TtmcParams<float>& p, dim3 grid, dim3 block) {
   // Separate correction accumulators where they do not spill (ptxas, sm_90: the 32 x 8 and
   // 32 x 32 tiles would, 24 and 176 bytes). Measured against the other combinations on an
   // H200 (docs/perf/gpu-h200-tucker.md, "Session 33").
   constexpr bool kLo = !(MT == 2 && (NT == 1 || NT == 4));
-  ttmc_tc_kernel<MT, NT, kLo><<<grid, block, 0, stream>>>(p);
+  ttmc_tc_kernel<MT, NT, kLo, kHalf><<<grid, block, 0, stream>>>(p);
 }
 
 inline void launch(cudaStream_t stream, const TtmcParams<float>& p, unsigned blocks) {
-  const int mt = p.in_rank[0] / 16, nt = p.in_rank[1] / 8;
+  const int mt = p.in_rank[0] / 16, nt = p.in_rank[1] / 8;  // mt = 0: prefix rank 8
   const dim3 grid(blocks), block(kWarpsPerBlock * kWarp);
   switch (mt * 10 + nt) {
+    case 1:
+      launch_shape<1, 1, true>(stream, p, grid, block);
+      break;
+    case 2:
+      launch_shape<1, 2, true>(stream, p, grid, block);
+      break;
+    case 4:
+      launch_shape<1, 4, true>(stream, p, grid, block);
+      break;
     case 11:
       launch_shape<1, 1>(stream, p, grid, block);
       break;
