@@ -141,8 +141,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp, 4)
 // prefix blocks = 16 G outputs; the 32 / G groups of a warp work on their own parts of the
 // warp's tile (sub-tiles of p.tile G / 32 nonzeros), each with its own rows, so a warp
 // handles 32 / G nonzeros per step. Column slices (grid y) cover further prefixes. G is
-// the smallest group whose lanes all have outputs (block_group): C = 64 (ranks 8 x 8)
-// takes groups of 4, where a group of 16 left 12 lanes idle.
+// the fewest lanes (of 4, 8, 16) that cover all of the output's blocks (block_group; some
+// may still be idle, e.g. R_L = 4 with 4 prefixes): C = 64 (ranks 8 x 8) takes groups of
+// 4, where a group of 16 left 12 lanes idle.
 constexpr int kGroup = 16;  ///< the largest group
 constexpr int kBlk = 4;
 

@@ -35,7 +35,8 @@ __device__ __forceinline__ void load_run(const T* __restrict__ p, T (&u)[W]) {
 }
 
 /// Nonzeros per warp tile of the TTMc kernel. Rows wholly inside a tile are stored once;
-/// the first and last row of a tile are added with atomics (C / 32 per lane per tile).
+/// the first and last row of a tile (of each group's sub-tile in the register-blocked
+/// kernel) are added with atomics.
 inline constexpr int kTtmcTileNnz = 1024;
 
 /// One TTMc launch over `nnz` nonzeros of the copy sorted by `mode` (or one chunk of it).

@@ -11,7 +11,8 @@
 // Y_i = A^T B with A (n_i x R0) = [v_k a_k] and B (n_i x RL) = [b_k], a matrix product
 // whose inner dimension is the row's nonzeros. A warp takes the nonzeros 8 at a time (the
 // k of mma.m16n8k8) and multiplies R0 / 16 x RL / 8 tiles of 16 x 8 outputs on the
-// tensor cores, accumulating in float registers. Nonzeros of the 8 that belong to another
+// tensor cores (R0 = 8: one 16-row tile, half of it padding; kHalf below), accumulating in
+// float registers. Nonzeros of the 8 that belong to another
 // row are masked to zero (A and B) and taken by a further pass over the same 8 after the
 // current row is flushed, so rows may start and end anywhere.
 //
@@ -46,17 +47,16 @@ inline constexpr unsigned kFullMask = 0xffffffffu;
 /// Steps of 8 nonzeros gathered together (measured: 2 beat 1, docs/perf/gpu-h200-tucker.md).
 inline constexpr int kStepsPerGather = 2;
 
-/// MT = R0 / 16 tiles of rows of Y_i (prefix-mode columns), NT = RL / 8 tiles of its columns
-/// (fragment layouts: kernels/cuda/runtime/mma_tf32.cuh). Here the k index is a nonzero of a
-/// step of 8: lane (g, t) handles nonzeros t and t + 4. The fragments are permuted: fragment
-/// row g (g + 8) of A's tile mt holds prefix column 2 MT g + 2 mt (+ 1), and fragment column
-/// n of B's tile nt last-mode column NT n + nt, so a lane's elements of one factor row are
-/// consecutive (one vector load per row) and its outputs of one prefix column are 2 NT
-/// consecutive floats (vector stores). S = kStepsPerGather steps of 8 nonzeros are gathered
-/// together; when all 8 S continue the current row (the common case: rows hold hundreds to
-/// thousands of nonzeros) they are multiplied without the per-row passes and masks. LO: the two
-/// correction products of 3xTF32 go to their own accumulators (shorter dependent chains;
-/// summed at the flush).
+/// MT = R0 / 16 tiles of rows of Y_i (prefix-mode columns; 1 for R0 = 8), NT = RL / 8 tiles of its
+/// columns (fragment layouts: kernels/cuda/runtime/mma_tf32.cuh). Here the k index is a nonzero of
+/// a step of 8: lane (g, t) handles nonzeros t and t + 4. The fragments are permuted: fragment row
+/// g (g + 8) of A's tile mt holds prefix column 2 MT g + 2 mt (+ 1), and fragment column n of B's
+/// tile nt last-mode column NT n + nt, so a lane's elements of one factor row are consecutive (one
+/// vector load per row) and its outputs of one prefix column are 2 NT consecutive floats (vector
+/// stores). S = kStepsPerGather steps of 8 nonzeros are gathered together; when all 8 S continue
+/// the current row (the common case: rows hold hundreds to thousands of nonzeros) they are
+/// multiplied without the per-row passes and masks. LO: the two correction products of 3xTF32 go to
+/// their own accumulators (shorter dependent chains; summed at the flush).
 ///
 /// kHalf (MT = 1): a prefix rank of 8. The fragment rows of the lanes g >= 4 (rows 4 .. 7 and
 /// 12 .. 15, prefix columns 8 .. 15 in the permuted order) hold zeros: those lanes gather and
