@@ -4,18 +4,18 @@
 // TTMc: orders 1 to 6, unequal ranks chosen so the kernel runs with every column width a
 // lane can own (8, 2 and 1 consecutive columns of the last mode) and with several column
 // slices (C > 256), the register-blocked kernel at orders 3 to 5 with groups of 4, 8 and 16
-// lanes, and the tensor-core kernel (order 3, float; kernels/cuda/ttmc/tc.cuh) with every tile
-// shape (prefix rank 8 included) and with rows shorter than its 8-nonzero step, and the
-// CUDA-core kernels alone; uniform indices and one slice holding 70% of the nonzeros (rows
-// that span many tiles: the boundary atomics); float and double; tier 1 in the plain and the
-// blocked (smem, l2) layouts, where rows come in several runs and every row is added with atomics;
-// tier 2 with chunks of a few tiles. Rows must equal the reference's exactly, values to the
-// precision's tolerance; outputs are NaN-poisoned first. Wide products: Y^T Y, Y W and Y^T P in
-// double against the host implementation; the top eigenpairs (cuSOLVER) against LAPACK. Tucker: the
-// fit of every iteration and the core norm equal the CPU backend's for the gram and subspace
-// methods at 1 and 2 ranks (one GPU each), and tier 2 equals tier 1. Kernel and layout options are
-// set through the API (kernels::Tuning given to make_backend). Everything skips (with a message)
-// where no CUDA device is visible.
+// lanes (over R_L = 4 to 32), and the tensor-core kernel (order 3, float; kernels/cuda/ttmc/tc.cuh)
+// with every tile shape (prefix rank 8 included) and with rows shorter than its 8-nonzero step, and
+// the CUDA-core kernels alone; uniform indices and one slice holding 70% of the nonzeros (rows that
+// span many tiles: the boundary atomics); float and double; tier 1 in the plain and the blocked
+// (smem, l2) layouts, where rows come in several runs and every row is added with atomics; tier 2
+// with chunks of a few tiles. Rows must equal the reference's exactly, values to the precision's
+// tolerance; outputs are NaN-poisoned first. Wide products: Y^T Y, Y W and Y^T P in double against
+// the host implementation; the top eigenpairs (cuSOLVER) against LAPACK. Tucker: the fit of every
+// iteration and the core norm equal the CPU backend's for the gram and subspace methods at 1 and 2
+// ranks (one GPU each), and tier 2 equals tier 1. Kernel and layout options are set through the API
+// (kernels::Tuning given to make_backend). Everything skips (with a message) where no CUDA device
+// is visible.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -68,6 +68,8 @@ std::vector<TtmcCase> ttmc_cases() {
       {{40, 30, 50}, {4, 40, 16}, 15000},       // C = 640 for mode 0: three slices
       {{60, 50, 40}, {8, 16, 8}, 20000},        // groups of 4 and 8 lanes; tensor cores 8x8, 8x16
       {{60, 50, 40}, {8, 8, 32}, 20000},        // tensor cores, prefix rank 8 x 32, 8 x 8
+      {{60, 50, 40}, {4, 16, 32}, 20000},       // groups of 8 lanes over R_L = 32, and 16, 4
+      {{60, 50, 40}, {4, 8, 4}, 20000},         // groups of 4 lanes over R_L = 4 (and 8)
       {{20, 25, 30, 35}, {3, 4, 5, 8}, 15000},  // order 4: any-order kernel
       {{20, 25, 30, 35}, {4, 8, 4, 8}, 15003},  // order 4: register-blocked, 3 inputs
       {{60, 50, 40}, {16, 32, 8}, 20003},       // tensor-core tiles 2x1, 1x1, 1x4
