@@ -4,18 +4,18 @@
 // TTMc: orders 1 to 6, unequal ranks chosen so the kernel runs with every column width a
 // lane can own (8, 2 and 1 consecutive columns of the last mode) and with several column
 // slices (C > 256), the register-blocked kernel at orders 3 to 5 with groups of 4, 8 and 16
-// lanes (over R_L = 4 to 32), and the tensor-core kernel (order 3, float; kernels/cuda/ttmc/tc.cuh)
-// with every tile shape (prefix rank 8 included) and with rows shorter than its 8-nonzero step, and
-// the CUDA-core kernels alone; uniform indices and one slice holding 70% of the nonzeros (rows that
-// span many tiles: the boundary atomics); float and double; tier 1 in the plain and the blocked
-// (smem, l2) layouts, where rows come in several runs and every row is added with atomics; tier 2
-// with chunks of a few tiles. Rows must equal the reference's exactly, values to the precision's
-// tolerance; outputs are NaN-poisoned first. Wide products: Y^T Y, Y W and Y^T P in double against
-// the host implementation; the top eigenpairs (cuSOLVER) against LAPACK. Tucker: the fit of every
-// iteration and the core norm equal the CPU backend's for the gram and subspace methods at 1 and 2
-// ranks (one GPU each), and tier 2 equals tier 1. Kernel and layout options are set through the API
-// (kernels::Tuning given to make_backend). Everything skips (with a message) where no CUDA device
-// is visible.
+// lanes, and the tensor-core kernel (order 3, float; kernels/cuda/ttmc/tc.cuh) with every tile
+// shape (prefix rank 8 included) and with rows shorter than its 8-nonzero step, and the
+// CUDA-core kernels alone; uniform indices and one slice holding 70% of the nonzeros (rows
+// that span many tiles: the boundary atomics); float and double; tier 1 in the plain and the
+// blocked (smem, l2) layouts, where rows come in several runs and every row is added with atomics;
+// tier 2 with chunks of a few tiles. Rows must equal the reference's exactly, values to the
+// precision's tolerance; outputs are NaN-poisoned first. Wide products: Y^T Y, Y W and Y^T P in
+// double against the host implementation; the top eigenpairs (cuSOLVER) against LAPACK. Tucker: the
+// fit of every iteration and the core norm equal the CPU backend's for the gram and subspace
+// methods at 1 and 2 ranks (one GPU each), and tier 2 equals tier 1. Kernel and layout options are
+// set through the API (kernels::Tuning given to make_backend). Everything skips (with a message)
+// where no CUDA device is visible.
 #include <gtest/gtest.h>
 
 #include <cstdint>
