@@ -186,8 +186,8 @@ struct Tuning {
   /// Density (nonzeros / 256) at or above which a 16 x 16 tile of a mode's hybrid layout
   /// goes to tensor cores, in (0, 1].
   double tc_tile_density = 0.25;
-  /// Precision of the factor rows the blocked kernel gathers (float tensors): reduced copies
-  /// made at each call, products and sums in float.
+  /// Precision of the factor rows the blocked MTTKRP and the tensor-core TTMc gather (float
+  /// tensors): reduced copies made at each call, sums in float.
   GatherPrecision gather_precision = GatherPrecision::full;
   // ---- cuda TTMc ----
   TtmcKernel ttmc_kernel = TtmcKernel::automatic;
@@ -278,8 +278,9 @@ inline constexpr auto kKnobs = std::make_tuple(
                  .schema_bounds = R"("exclusiveMinimum": 0, "maximum": 1)"},
     Knob<GatherPrecision>{.key = "gather_precision",
                           .field = &Tuning::gather_precision,
-                          .help = "cuda MTTKRP, float tensors: precision of the factor rows the "
-                                  "blocked kernel gathers, products and sums in float "
+                          .help = "cuda, float tensors: precision of the factor rows the "
+                                  "blocked MTTKRP gathers, products and sums in float, and "
+                                  "the tensor-core TTMc (Tucker) gathers, tf32 products "
                                   "(docs/reduced-precision.md; elsewhere full):"},
     Knob<TtmcKernel>{.key = "ttmc_kernel",
                      .field = &Tuning::ttmc_kernel,

@@ -6,6 +6,12 @@
 // MTTKRP's).
 #include "kernels/ttmc.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+
 #include "algo/tucker.hpp"
 #include "bench/bench.hpp"
 #include "bench/harness.hpp"
@@ -26,6 +32,51 @@ double ttmc_floor_bytes(double stream_bytes, const std::vector<double>& distinct
 
 std::vector<int> bench_ranks(const BenchArgs& a, int N) {
   return algo::parse_ranks(a.ranks.empty() ? std::to_string(a.rank) : a.ranks, N);
+}
+
+/// --gather-precision fp16 | bf16 (float): each mode's TTMc with the 16-bit gathers against
+/// the same with float gathers (relative Frobenius error over every output row), printed and
+/// in the record ("gather_relative_error", one per mode).
+template <typename T>
+void ttmc_gather_error(Context<T>& c, const std::vector<const T*>& fp,
+                       const std::vector<int>& ranks) {
+  auto& be = *c.cx.backend;
+  const kernels::Tuning low = be.tuning();
+  if (low.gather_precision == kernels::GatherPrecision::full || !std::is_same_v<T, float>) return;
+  kernels::Tuning full = low;
+  full.gather_precision = kernels::GatherPrecision::full;
+  const auto& X = *c.in.X;
+  const int N = static_cast<int>(c.in.dims.size());
+  std::vector<double> errors;
+  for (int n = 0; n < N; ++n) {
+    const std::size_t len = kernels::ops::ttmc_rows(be, X, n).size() *
+                            static_cast<std::size_t>(kernels::ttmc_output_cols(ranks, n));
+    kernels::Array<T> out = be.allocate(std::max<std::size_t>(len, 1));
+    std::vector<T> a(len), b(len);
+    kernels::ops::ttmc(be, X, n, fp, ranks, out.data());
+    be.download(out.data(), len, a.data());
+    be.set_tuning(full);
+    kernels::ops::ttmc(be, X, n, fp, ranks, out.data());
+    be.download(out.data(), len, b.data());
+    be.set_tuning(low);
+    double sums[2] = {0, 0};  // |a - b|^2, |b|^2
+    for (std::size_t k = 0; k < len; ++k) {
+      const double d = static_cast<double>(a[k]) - static_cast<double>(b[k]);
+      sums[0] += d * d;
+      sums[1] += static_cast<double>(b[k]) * static_cast<double>(b[k]);
+    }
+    c.world.allreduce(sums, 2);
+    errors.push_back(sums[1] > 0 ? std::sqrt(sums[0] / sums[1]) : 0.0);
+  }
+  const std::string name(kernels::name_of(low.gather_precision));
+  c.j["gather_precision"] = name;
+  c.j["gather_relative_error"] = errors;
+  if (log::rank() == 0) {
+    std::printf("--gather-precision %s: relative error against float gathers, per mode:",
+                name.c_str());
+    for (double e : errors) std::printf(" %.3g", e);
+    std::printf("\n");
+  }
 }
 
 template <typename T>
@@ -107,6 +158,8 @@ void bench_ttmc(Context<T>& c) {
                                     cell("%.2f", s.seconds / s.noreuse)};
   };
   run_modes(op, N, c.a.repeat, c.bw, c.world, c.j);
+  out = kernels::Array<T>();
+  ttmc_gather_error(c, fp, ranks);
   c.j["prepare_seconds"] = c.in.prepare_seconds;
 }
 

@@ -155,7 +155,7 @@ def _input_files(*paths):
 # ("auto": 3xtf32 for float, fp64 for double | "3xtf32" | "tf32" | "bf16" | "fp64") and
 # tc_tile_density (a number in (0, 1]: the density at or above which a 16 x 16 tile goes to
 # tensor cores); gather_precision ("full" | "fp16" | "bf16": the factor rows the cuda
-# MTTKRP gathers, float tensors; docs/reduced-precision.md).
+# MTTKRP and Tucker's tensor-core TTMc gather, float tensors; docs/reduced-precision.md).
 TUNING = dict(_tessera.tuning_defaults(), nccl_timeout=1800.0)
 
 

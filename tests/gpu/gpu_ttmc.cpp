@@ -93,7 +93,7 @@ class GpuTtmc : public ::testing::Test {
   /// given to the cuda backend.
   template <typename T>
   void check(const std::string& what, std::size_t budget_chunk_tiles, int skew, nnz_t nnz_div = 1,
-             const kernels::Tuning& tuning = {}) {
+             const kernels::Tuning& tuning = {}, double tolerance = tol<T>()) {
     auto ref = kernels::make_backend<T>(BackendKind::reference);
     std::uint64_t seed = 100;
     for (const auto& tc : ttmc_cases()) {
@@ -133,7 +133,7 @@ class GpuTtmc : public ::testing::Test {
         auto out = poisoned(*gpu, n);
         ops::ttmc(*gpu, *hg, mode, pg, tc.ranks, out.data());
         const auto got = downloaded(*gpu, out.data(), n);
-        EXPECT_LT(rel_error(got, want), tol<T>())
+        EXPECT_LT(rel_error(got, want), tolerance)
             << what << ": order " << N << " mode " << mode << " C " << C << " nnz " << x.nnz()
             << "; " << hg->describe();
       }
@@ -154,6 +154,55 @@ TEST_F(GpuTtmc, CudaCoreKernelsMatchReference) {
   check<float>("float, CUDA cores", 0, -1, 1, ttmc_kernel("cores"));
   check<float>("float, CUDA cores, skewed slice", 0, 1, 1, ttmc_kernel("cores"));
   EXPECT_THROW(check<float>("bad kernel name", 0, -1, 1, ttmc_kernel("fast")), InputError);
+}
+
+/// Tuning with --gather-precision set (and the TTMc kernel: auto or cores).
+kernels::Tuning gathers(const std::string& precision, const std::string& kernel = "auto") {
+  kernels::Tuning t = ttmc_kernel(kernel);
+  t.gather_precision =
+      kernels::parse_named<kernels::GatherPrecision>(precision, "--gather-precision");
+  return t;
+}
+
+// --gather-precision fp16 | bf16: the tensor-core kernel gathers 16-bit copies of the factors
+// (one tf32 product a step); within the copies' rounding of the reference in tiers 1 and 2
+// (fp16: 2^-11 an entry, bf16: 2^-8), every other kernel unchanged. The copies must really be
+// read: the order-3 outputs differ from the float gathers' by more than float rounding.
+TEST_F(GpuTtmc, SixteenBitGathersOnTheTensorCores) {
+  check<float>("float, fp16 gathers", 0, -1, 1, gathers("fp16"), 4e-3);
+  check<float>("float, bf16 gathers", 0, 1, 1, gathers("bf16"), 3e-2);
+  check<float>("float, fp16 gathers, tier 2", 1, 0, 1, gathers("fp16"), 4e-3);
+  check<float>("float, fp16 gathers, CUDA cores (full precision)", 0, -1, 1,
+               gathers("fp16", "cores"));
+  for (const std::vector<int>& ranks : {std::vector<int>{16, 16, 16}, {8, 32, 8}, {32, 16, 32}}) {
+    const std::vector<std::uint64_t> dims{60, 50, 40};
+    const auto x = random_tensor<float>(dims, 20000, 77, -1);
+    std::vector<std::vector<float>> out;
+    for (const char* g : {"full", "fp16", "bf16"}) {
+      auto gpu = kernels::make_backend<float>(BackendKind::cuda, 0, gathers(g));
+      auto h = gpu->prepare(x);
+      std::vector<kernels::Array<float>> fd;
+      std::vector<const float*> pg;
+      for (int m = 0; m < 3; ++m)
+        fd.push_back(uploaded(*gpu, random_vector<float>(dims[m] * ranks[m], 300 + m)));
+      for (auto& f : fd) pg.push_back(f.data());
+      std::vector<float> all;
+      for (int mode = 0; mode < 3; ++mode) {
+        const std::size_t n = ops::ttmc_rows(*gpu, *h, mode).size() *
+                              static_cast<std::size_t>(kernels::ttmc_output_cols(ranks, mode));
+        auto y = poisoned(*gpu, n);
+        ops::ttmc(*gpu, *h, mode, pg, ranks, y.data());
+        const auto got = downloaded(*gpu, y.data(), n);
+        all.insert(all.end(), got.begin(), got.end());
+      }
+      out.push_back(all);
+    }
+    const double e16 = rel_error(out[1], out[0]), eb16 = rel_error(out[2], out[0]);
+    EXPECT_GT(e16, 1e-5) << "fp16 gathers: the copies were not read";
+    EXPECT_LT(e16, 4e-3);
+    EXPECT_GT(eb16, e16) << "bf16 rounds coarser than fp16";
+    EXPECT_LT(eb16, 3e-2);
+  }
 }
 
 TEST_F(GpuTtmc, BlockedLayoutsMatchReference) {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algo/generate.hpp"
@@ -305,6 +306,26 @@ TEST_F(GpuTuckerDense, SubspaceDouble) {
 }
 TEST_F(GpuTuckerDense, SubspaceFloat) {
   compare<float>(algo::SvdMethod::subspace, 1e-6, 1e-3);
+}
+
+// --gather-precision fp16 | bf16: the tensor-core TTMc (ranks 8 and 16 here) gathers 16-bit
+// copies of the factors; the fits stay within the copies' rounding of the host backend's
+// (docs/reduced-precision.md), and the run records the precision in its tuning.
+TEST_F(GpuTuckerDense, GramFloatSixteenBitGathers) {
+  auto d = partition::distribute(problem<float>(), partition::Scheme::nnz, {}, *world_);
+  const auto o = options(algo::SvdMethod::gram, {8, 16, 16});
+  auto cpu = kernels::make_backend<float>(BackendKind::cpu, 1);
+  const auto rc = algo::tucker_hooi<float>(d, *cpu, *world_, o);
+  for (const auto& [name, fit_tol] : {std::pair{"fp16", 2e-4}, std::pair{"bf16", 2e-3}}) {
+    kernels::Tuning t;
+    t.gather_precision = kernels::parse_named<kernels::GatherPrecision>(name, "--gather-precision");
+    auto gpu = kernels::make_backend<float>(BackendKind::cuda, 0, t);
+    const auto rg = algo::tucker_hooi<float>(d, *gpu, *world_, o, nccl_.get());
+    ASSERT_EQ(rg.iterations, rc.iterations) << name;
+    for (int i = 0; i < rc.iterations; ++i)
+      EXPECT_NEAR(rg.history[i].fit, rc.history[i].fit, fit_tol) << name << " iteration " << i + 1;
+    EXPECT_TRUE(std::isfinite(rg.fit) && rg.fit > 0.01 && rg.fit < 1) << name << " " << rg.fit;
+  }
 }
 
 // Mode 0 has two indices with nonzeros but rank 3: Y V / sigma has a zero column, its Gram

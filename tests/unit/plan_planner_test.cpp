@@ -424,9 +424,9 @@ TEST(Planner, FusedCompletionCountsOneCopy) {
   }
 }
 
-/// --gather-precision fp16|bf16 on the cuda backend in float adds the MTTKRP's 16-bit
-/// copies of the factors (2 bytes an entry of every mode's factor) to the loop's device part,
-/// and nothing in double or on the host backends.
+/// --gather-precision fp16|bf16 on the cuda backend in float adds the MTTKRP's (or Tucker's
+/// TTMc's) 16-bit copies of the factors (2 bytes an entry of every mode's factor) to the
+/// loop's device part, and nothing in double or on the host backends.
 TEST(Planner, GatherCopiesAreCounted) {
   const auto t = store({12092, 9184, 28818}, 76900000);
   for (Backend b : {Backend::cuda, Backend::cpu}) {
@@ -447,6 +447,25 @@ TEST(Planner, GatherCopiesAreCounted) {
       EXPECT_EQ(c->host, a->host) << vbytes;
       EXPECT_GE(low.device_peak, full.device_peak) << vbytes;
     }
+  }
+  // Tucker: the tensor-core TTMc's copies (every mode's factor at the largest rank, and
+  // their rounding to 256 bytes), on the cuda backend in float only.
+  for (int vbytes : {4, 8}) {
+    Request r;
+    r.backend = Backend::cuda;
+    r.workload = Workload::tucker;
+    r.tucker_ranks = {16, 16, 8};
+    r.value_bytes = vbytes;
+    const Plan full = make_plan(r, t, limits(256 * kGiB, 140 * kGiB));
+    r.gather16 = true;
+    const Plan low = make_plan(r, t, limits(256 * kGiB, 140 * kGiB));
+    const Component* a = part(full, "factors");
+    const Component* c = part(low, "factors");
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->device - a->device,
+              vbytes == 4 ? (12092ull + 9184 + 28818) * 16 * 2 + 256 * 16 : 0)
+        << vbytes;
   }
 }
 

@@ -180,6 +180,11 @@ std::vector<ModePlan> plan_modes(int device, const std::vector<std::uint64_t>& d
 /// plan.item_buf. Waits for the stream.
 void build_work_items(Context& ctx, const index_t* idx, std::int64_t n, int sms, ModePlan& plan);
 
+/// The n floats at a as 16-bit numbers at b (g: fp16 or bf16, rounded to nearest; beyond
+/// fp16's range: inf), on ctx.stream: the reduced-precision copies that --gather-precision's
+/// kernels gather (the blocked MTTKRP, mttkrp.cu; the tensor-core TTMc, ttmc.cu).
+void to_16bit(Context& ctx, const float* a, void* b, std::int64_t n, GatherPrecision g);
+
 // ---------------------------------------------------------------------------
 // Launches (tiles.cu)
 // ---------------------------------------------------------------------------

@@ -106,6 +106,20 @@ __global__ void to_low_kernel(const float* __restrict__ a, G* __restrict__ b, st
   }
 }
 
+}  // namespace
+
+void mttkrp_detail::to_16bit(Context& ctx, const float* a, void* b, std::int64_t n,
+                             GatherPrecision g) {
+  if (n <= 0) return;
+  if (g == GatherPrecision::fp16)
+    to_low_kernel<<<grid_for(n), kBlock, 0, ctx.stream>>>(a, static_cast<__half*>(b), n);
+  else
+    to_low_kernel<<<grid_for(n), kBlock, 0, ctx.stream>>>(a, static_cast<__nv_bfloat16*>(b), n);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
 /// The 16-bit copies of the input factors of an MTTKRP of p.mode (Tuning::gather_precision),
 /// in ctx.gathers (256-byte aligned each): sets p.low and p.gather. Values beyond fp16's
 /// range (65504) become inf, which the caller's results then show (CP's factors are
@@ -129,13 +143,7 @@ void to_low(Context& ctx, MttkrpParams<T>& p, const std::vector<std::uint64_t>& 
     for (int m = 0; m < p.order; ++m) {
       if (m == p.mode) continue;
       const auto n = static_cast<std::int64_t>(dims[static_cast<std::size_t>(m)]) * p.R;
-      if (g == GatherPrecision::fp16)
-        to_low_kernel<<<grid_for(n), kBlock, 0, ctx.stream>>>(p.factors[m],
-                                                              reinterpret_cast<__half*>(base), n);
-      else
-        to_low_kernel<<<grid_for(n), kBlock, 0, ctx.stream>>>(
-            p.factors[m], reinterpret_cast<__nv_bfloat16*>(base), n);
-      TESSERA_CUDA_CHECK_LAUNCH();
+      to_16bit(ctx, p.factors[m], base, n, g);
       p.low[m] = base;
       base += bytes_of(m);
     }

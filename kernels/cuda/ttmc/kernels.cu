@@ -19,8 +19,9 @@
 // them). Copies with several runs per row (blocked layouts) add every row with atomics.
 //
 // Which kernel runs: order 3 in float with ranks (8, 16 or 32) x (8, 16 or 32) takes the
-// tensor-core kernel (tc.cuh, 3xTF32, float accuracy); otherwise the register-blocked
-// kernel where the ranks allow, else the tile kernel. --ttmc-kernel cores
+// tensor-core kernel (tc.cuh, 3xTF32, float accuracy; with --gather-precision fp16 | bf16 it
+// gathers 16-bit copies of the factors and multiplies in one tf32 product instead); otherwise
+// the register-blocked kernel where the ranks allow, else the tile kernel. --ttmc-kernel cores
 // (Tuning::ttmc_kernel) keeps to the CUDA-core kernels (A/B runs, tests).
 #include <algorithm>
 #include <limits>
@@ -405,6 +406,10 @@ void launch_ttmc(cudaStream_t stream, const TtmcParams<T>& in, const Tuning& tun
     launch_w<T, 2>(stream, p, grid);
   else
     launch_w<T, 1>(stream, p, grid);
+}
+
+bool ttmc_takes_low(const TtmcParams<float>& p, const Tuning& tuning) {
+  return tuning.ttmc_kernel != TtmcKernel::cores && ttmc_tc::fits(p);
 }
 
 template void launch_ttmc<float>(cudaStream_t, const TtmcParams<float>&, const Tuning&);

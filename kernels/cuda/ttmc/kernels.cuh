@@ -55,7 +55,17 @@ struct TtmcParams {
   int in_rank[kMaxOrder] = {};  ///< ranks of in_mode[s]
   bool exclusive = true;        ///< output rows come in one run each (plain sorted copy)
   int tile = kTtmcTileNnz;      ///< nonzeros per warp tile (set by launch_ttmc)
+  /// --gather-precision fp16 | bf16 (float, the tensor-core kernel only): low[m] is the 16-bit
+  /// copy of factors[m] (dims[m] x ranks[m], 8-byte aligned) that the kernel gathers instead;
+  /// set by the entry point (ttmc.cu) where ttmc_takes_low() says the kernel will run.
+  GatherPrecision gather = GatherPrecision::full;
+  const void* low[kMaxOrder] = {};
 };
+
+/// Whether a float launch of these parameters runs the tensor-core kernel (tc.cuh), which is
+/// the one that reads 16-bit copies of the factors (--gather-precision): order 3, ranks 8, 16
+/// or 32, aligned factors and output, and ttmc_kernel not `cores`.
+bool ttmc_takes_low(const TtmcParams<float>& p, const Tuning& tuning);
 
 /// Enqueues the kernel on `stream`; out must already hold zeros (or earlier chunks' sums).
 /// `tuning` (read per call): ttmc_kernel = auto (the tensor-core kernel where it applies,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cub/device/device_scan.cuh>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/mttkrp/handle.cuh"
@@ -164,6 +165,32 @@ void ttmc(Context& ctx, const TensorHandle<T>& xh, int mode, const std::vector<c
     }
   }
   p.exclusive = st != nullptr || x->plan(mode).layout == Layout::plain;
+  if constexpr (std::is_same_v<T, float>) {
+    // --gather-precision fp16 | bf16: 16-bit copies of the two input factors, which the
+    // tensor-core kernel gathers instead (tc.cuh). The space holds every mode's copy, so
+    // that it is reserved once for all modes of an iteration.
+    const GatherPrecision g = ctx.tuning.gather_precision;
+    if (g != GatherPrecision::full && ttmc_takes_low(p, ctx.tuning)) {
+      auto bytes_of = [&](int m) {
+        const std::size_t b = static_cast<std::size_t>(x->dims()[static_cast<std::size_t>(m)]) *
+                              static_cast<std::size_t>(ranks[static_cast<std::size_t>(m)]) * 2;
+        return (b + 255) / 256 * 256;
+      };
+      std::size_t total = 0;
+      for (int m = 0; m < N; ++m) total += bytes_of(m);
+      ctx.gathers.reserve(total);
+      auto* base = static_cast<unsigned char*>(ctx.gathers.get());
+      for (int s = 0; s < p.nin; ++s) {
+        const int m = p.in_mode[s];
+        to_16bit(ctx, p.factors[m], base,
+                 static_cast<std::int64_t>(x->dims()[static_cast<std::size_t>(m)]) * p.in_rank[s],
+                 g);
+        p.low[m] = base;
+        base += bytes_of(m);
+      }
+      p.gather = g;
+    }
+  }
   over_copy(ctx, *x, mode, out, out_bytes,
             [&](const index_t* const* idx, const T* vals, nnz_t cnt, bool) {
               for (int m = 0; m < N; ++m) p.idx[m] = idx[m];

@@ -21,7 +21,13 @@ u64 loop_backend_bytes(const Request& req, const Shape& s) {
   const u64 R = static_cast<u64>(std::max(s.R, 1));
   if (req.workload == Workload::tucker) {
     const u64 out = mul(mul(s.max_rows, s.ttmc_cols), v);
-    return add(mul(mul(s.sum_dims, R), v), mul(out, 3));
+    // --gather-precision fp16|bf16: the tensor-core TTMc's 16-bit copies of the factors
+    // (kernels/cuda/ttmc/ttmc.cu: every mode's, 2 bytes an entry, each rounded up to 256
+    // bytes; counted wherever the kernel may run, i.e. at most).
+    const u64 low = req.gather16 && s.v == 4 && req.backend == Backend::cuda
+                        ? add(mul(mul(s.sum_dims, R), 2), 256 * 16)
+                        : 0;
+    return add(add(mul(mul(s.sum_dims, R), v), mul(out, 3)), low);
   }
   // --gather-precision fp16|bf16: the MTTKRP's 16-bit copies of the input factors (at most
   // every mode's, 2 bytes an entry; kernels/cuda/mttkrp/mttkrp.cu's to_low).
