@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""How many Lanczos steps Tucker's Gram eigen-solves would need (issue 43, point 3).
+
+Runs Tucker-HOOI (ranks 16,16,16, Gram eigen-solves in double, numpy) on a 3-mode tensor
+and, at iterations 1, 2, 3, 5 and the last, for each mode's Gram S = Y^T Y (256 x 256),
+counts the steps of Lanczos with full reorthogonalisation (twice), from a random start,
+until the top 16 Ritz pairs have residuals |beta_m z_m| <= 1e-6 and <= 1e-7 of lambda_1
+(the one-block solver's float eigenpairs have 1.4-3.4e-7). The library's solver reduces
+S to a tridiagonal in 255 dependent steps (docs/perf/gpu-h200-tucker.md, "Session 42").
+
+  python3 jobs/probes/lanczos_steps.py ../shared/data/kg-fb15k-237_head-rel-tail.tns.gz 10
+  python3 jobs/probes/lanczos_steps.py random:12092x9184x28818x3000000 3   # uniform, values [0, 1)
+
+Needs numpy and scipy (python3-numpy, python3-scipy). A host model of the numbers, not a
+timing.
+"""
+import gzip
+import sys
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def load(path):
+    if path.startswith("random:"):
+        d0, d1, d2, nnz = map(int, path[7:].split("x"))
+        g = np.random.default_rng(5)
+        idx = np.stack([g.integers(0, d, nnz) for d in (d0, d1, d2)], 1)
+        return idx, g.random(nnz)
+    rows = np.loadtxt(gzip.open(path), dtype=np.float64)
+    return rows[:, :3].astype(np.int64) - 1, rows[:, 3]
+
+
+def main():
+    path, iters = sys.argv[1], int(sys.argv[2])
+    idx, val = load(path)
+    dims = idx.max(0) + 1
+    R = k = 16
+    rng = np.random.default_rng(1)
+    U = [np.linalg.qr(rng.standard_normal((d, R)))[0] for d in dims]
+
+    def ttmc(n):
+        a, b = [m for m in range(3) if m != n]
+        prod = (U[a][idx[:, a]][:, :, None] * U[b][idx[:, b]][:, None, :]).reshape(len(val), R * R)
+        prod *= val[:, None]
+        P = sp.csr_matrix((np.ones(len(val)), (idx[:, n], np.arange(len(val)))),
+                          shape=(dims[n], len(val)))
+        return np.asarray(P @ prod)
+
+    def lanczos_steps(S):
+        n = S.shape[0]
+        w = np.linalg.eigvalsh(S)[::-1]
+        q = rng.standard_normal(n)
+        Q = np.zeros((n, n))
+        Q[:, 0] = q / np.linalg.norm(q)
+        a, b, first = [], [], None
+        for j in range(n):
+            v = S @ Q[:, j]
+            a.append(Q[:, j] @ v)
+            for _ in range(2):
+                v -= Q[:, :j + 1] @ (Q[:, :j + 1].T @ v)
+            bj = np.linalg.norm(v)
+            m = j + 1
+            if m >= k:
+                T = np.diag(a) + np.diag(b, 1) + np.diag(b, -1)
+                _, Z = np.linalg.eigh(T)
+                r = (np.abs(bj * Z[-1, ::-1][:k]) / w[0]).max()
+                if r < 1e-6 and first is None:
+                    first = m
+                if r < 1e-7:
+                    return first, m, w
+            if j + 1 < n:
+                b.append(bj)
+                Q[:, j + 1] = v / max(bj, 1e-300)
+        return first, n, w
+
+    name = path.split("/")[-1][:24]
+    for it in range(1, iters + 1):
+        for n in range(3):
+            Y = ttmc(n)
+            S = Y.T @ Y
+            if it in (1, 2, 3, 5, iters):
+                m6, m7, w = lanczos_steps(S)
+                print(f"{name} iteration {it} mode {n} ({dims[n]} rows): Lanczos steps to 1e-6 / "
+                      f"1e-7 of lambda_1: {m6} / {m7}; lambda_16 / lambda_17 {w[15] / w[16]:.3f}",
+                      flush=True)
+            _, V = np.linalg.eigh(S)
+            U[n] = np.linalg.qr(Y @ V[:, ::-1][:, :R])[0]
+
+
+if __name__ == "__main__":
+    main()
