@@ -104,7 +104,8 @@
 #               n = 64 .. 1024 (issue 43's Tucker dense stage;
 #               jobs/probes/eig_probe.cu, compiled here with nvcc); with TESSERA_BASE_TAR (or
 #               TESSERA_EIG_BASE_TAR, for this mode only) the one-block solver of that commit
-#               too, in the same call
+#               too, in the same call; then the one-block Lanczos kernel beside the exact
+#               solver on matrices of known spectra (jobs/probes/lanczos_probe.cu)
 #       mttkrp-tile: issue 43's shared-memory tiled MTTKRP probe (jobs/probes/mttkrp_tile_probe.cu,
 #               compiled here with nvcc) on the nell-2 shape, R 32, beside bench mttkrp (float
 #               and fp16 gathers) on the same shape (TESSERA_TARGETS=tessera builds only that)
@@ -799,6 +800,13 @@ if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/p
       { echo "eig, the base commit's one-block solver:"; "$out/eig_probe_base" 16 block; } |
       tee "$out/eig-base.txt" >>"$summary" ||
       echo "eig: the base probe did not build ($out/eig-base-build.log)" | tee -a "$summary"
+  fi
+  log "Lanczos probe"  # the one-block Lanczos kernel beside the exact one (session 43)
+  if nvcc -O3 -arch=sm_90 -std=c++17 -I. jobs/probes/lanczos_probe.cu -o "$out/lanczos_probe" \
+    >"$out/lanczos-build.log" 2>&1; then
+    "$out/lanczos_probe" | tee "$out/lanczos.txt" >>"$summary"
+  else
+    echo "eig: the Lanczos probe did not build ($out/lanczos-build.log)" | tee -a "$summary"
   fi
 fi
 if has mttkrp-tile; then  # issue 43: factor rows of both inputs in shared memory (docs/perf/gpu-h200-floors.md)

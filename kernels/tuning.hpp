@@ -43,6 +43,8 @@ enum class TcPrecisionOption { automatic, tf32x3, tf32, bf16, fp64 };
 enum class GatherPrecision { full, fp16, bf16 };
 /// Kernel of the cuda TTMc (--ttmc-kernel).
 enum class TtmcKernel { automatic, cores };
+/// Path of the cuda one-block eigen-solver of float Tucker's Gram matrices (--eig-solver).
+enum class EigSolver { automatic, exact };
 
 namespace cpu {
 /// Instruction set of the cpu MTTKRP's inner loops, chosen at run time (the build needs no
@@ -115,6 +117,13 @@ struct Names<TtmcKernel> {
   static constexpr EnumName<TtmcKernel> all[] = {
       {TtmcKernel::automatic, "auto", "the tensor-core kernel where it applies"},
       {TtmcKernel::cores, "cores", "CUDA cores only"}};
+};
+template <>
+struct Names<EigSolver> {
+  static constexpr EnumName<EigSolver> all[] = {
+      {EigSolver::automatic, "auto",
+       "Lanczos first where C >= 128, the exact solver where it declines"},
+      {EigSolver::exact, "exact", "the exact solver only"}};
 };
 template <>
 struct Names<cpu::Isa> {
@@ -191,6 +200,10 @@ struct Tuning {
   GatherPrecision gather_precision = GatherPrecision::full;
   // ---- cuda TTMc ----
   TtmcKernel ttmc_kernel = TtmcKernel::automatic;
+  /// The one-block eigen-solver's path (float Tucker's Gram matrices, C <= 256, R <= 16):
+  /// Lanczos first where it applies (kernels/cuda/dense/block_lanczos.cuh), or the exact
+  /// solver only.
+  EigSolver eig_solver = EigSolver::automatic;
   /// Nonzeros per TTMc warp tile (0: the built-in value; else a multiple of 32 in 64..65536).
   int ttmc_tile = 0;
   // ---- cuda SpTC ----
@@ -286,6 +299,10 @@ inline constexpr auto kKnobs = std::make_tuple(
                      .field = &Tuning::ttmc_kernel,
                      .help = "cuda TTMc:",
                      .retired_env = "TESSERA_CUDA_TTMC_KERNEL"},
+    Knob<EigSolver>{.key = "eig_solver",
+                    .field = &Tuning::eig_solver,
+                    .help = "cuda, float Tucker: the one-block eigen-solver of the Gram "
+                            "matrices (C <= 256, R <= 16; docs/perf/gpu-h200-tucker.md):"},
     Knob<int>{.key = "ttmc_tile",
               .field = &Tuning::ttmc_tile,
               .help = "cuda TTMc: nonzeros per warp tile (0: the built-in value; else a multiple "

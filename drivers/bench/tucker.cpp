@@ -76,11 +76,16 @@ void bench_tucker(Context<T>& c) {
     if (log::rank() == 0)
       std::printf(
           "svd split (rank 0, s/iter, %s): products %.4g, eigen-solves %.4g, "
-          "orthonormalisation %.4g, core %.4g, other %.4g\n",
-          res.dense_method.c_str(), sp, se, so, sc, sv - sp - se - so - sc);
+          "orthonormalisation %.4g, core %.4g, other %.4g; Lanczos answered %lld of %lld "
+          "eigen-solves\n",
+          res.dense_method.c_str(), sp, se, so, sc, sv - sp - se - so - sc,
+          static_cast<long long>(res.eig_lanczos_answered),
+          static_cast<long long>(res.eig_lanczos_answered + res.eig_lanczos_declined));
     flush();
     j["svd_split"] = {{"products", sp}, {"eigen", se}, {"orthonormalize", so}, {"core", sc}};
     j["dense_stage"] = res.dense_method;
+    j["eig_lanczos"] = {{"answered", res.eig_lanczos_answered},
+                        {"declined", res.eig_lanczos_declined}};
     run::add_rank_split(j, res);
     iteration_record(j, it, res.iterations, res.fit);
     // Robust to one slow iteration (e.g. CholeskyQR2's fallback, docs/perf/gpu-h200-tucker.md).

@@ -39,13 +39,17 @@ def main():
     rng = np.random.default_rng(1)
     U = [np.linalg.qr(rng.standard_normal((d, R)))[0] for d in dims]
 
-    def ttmc(n):
+    def ttmc(n, chunk=1 << 21):  # chunks of 2M nonzeros: about 4 GB of products at a time
         a, b = [m for m in range(3) if m != n]
-        prod = (U[a][idx[:, a]][:, :, None] * U[b][idx[:, b]][:, None, :]).reshape(len(val), R * R)
-        prod *= val[:, None]
-        P = sp.csr_matrix((np.ones(len(val)), (idx[:, n], np.arange(len(val)))),
-                          shape=(dims[n], len(val)))
-        return np.asarray(P @ prod)
+        Y = np.zeros((dims[n], R * R))
+        for s in range(0, len(val), chunk):
+            c = slice(s, min(s + chunk, len(val)))
+            cnt = c.stop - c.start
+            prod = (U[a][idx[c, a]][:, :, None] * U[b][idx[c, b]][:, None, :]).reshape(cnt, R * R)
+            prod *= val[c, None]
+            P = sp.csr_matrix((np.ones(cnt), (idx[c, n], np.arange(cnt))), shape=(dims[n], cnt))
+            Y += P @ prod
+        return Y
 
     def lanczos_steps(S):
         n = S.shape[0]

@@ -93,6 +93,10 @@ bool eig_in_one_block(const Backend<T>& be, int n, int k) {
   return reference::eig_in_one_block(be, n, k);
 }
 template <typename T>
+EigLanczosCounts eig_lanczos_counts(const Backend<T>& be) {
+  return reference::eig_lanczos_counts(be);
+}
+template <typename T>
 void gather_rows_double(Backend<T>& be, const double* U, int R, const std::int64_t* pos,
                         std::int64_t rows, double* P) {
   reference::gather_rows_double(be, U, R, pos, rows, P);
@@ -160,6 +164,7 @@ TESSERA_INSTANTIATE_OP(TESSERA_WIDE_TIMES_T_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_WIDE_SCRATCH_BYTES_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_SYMMETRIC_EIG_TOP_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_EIG_IN_ONE_BLOCK_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_EIG_LANCZOS_COUNTS_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_GATHER_ROWS_DOUBLE_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_SCATTER_ROWS_DOUBLE_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_GRAM_DOUBLE_OP);

@@ -40,13 +40,18 @@
 /// cuda backend runs cuSOLVER dsyevdx on the device, except for float where
 /// block_eig_applies(n, k) and the device's shared memory holds it (eig_in_one_block): there
 /// the one-block solver (kernels/cuda/dense/block_eig.cuh, single-precision tridiagonal
-/// reduction, about 1e-7 ||S|| backward error).
+/// reduction, about 1e-7 ||S|| backward error), tried first by Lanczos for n >= 128 under
+/// Tuning::eig_solver auto (block_lanczos.cuh: residuals <= 1e-7 ||S||, or declined to it).
 #define TESSERA_SYMMETRIC_EIG_TOP_OP(T) \
   void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V)
 /// Whether symmetric_eig_top(n, k) runs the one-block solver on this backend: the cuda
 /// backend's float runs where block_eig_applies(n, k) and its device's shared memory holds
 /// the solver (an A100's does not at n = 256); false elsewhere. For the run record.
 #define TESSERA_EIG_IN_ONE_BLOCK_OP(T) bool eig_in_one_block(const Backend<T>& be, int n, int k)
+/// How many of this backend's symmetric_eig_top calls so far the one-block solver's Lanczos
+/// kernel answered, and how many it declined to the exact one-block solver (the cuda backend's
+/// float, n >= 128: kernels/cuda/dense/block_lanczos.cuh); both zero elsewhere. For the run record.
+#define TESSERA_EIG_LANCZOS_COUNTS_OP(T) EigLanczosCounts eig_lanczos_counts(const Backend<T>& be)
 /// P (rows x R) row j = U row pos[j]; pos (rows entries, backend memory, Backend::upload_index)
 /// null means the identity map.
 #define TESSERA_GATHER_ROWS_DOUBLE_OP(T)                                                   \
@@ -103,12 +108,18 @@
 
 namespace tessera::kernels {
 
+/// eig_lanczos_counts' answer.
+struct EigLanczosCounts {
+  std::int64_t answered = 0, declined = 0;
+};
+
 TESSERA_DECLARE_OP(TESSERA_WIDE_GRAM_OP)
 TESSERA_DECLARE_OP(TESSERA_WIDE_TIMES_OP)
 TESSERA_DECLARE_OP(TESSERA_WIDE_TIMES_T_OP)
 TESSERA_DECLARE_OP(TESSERA_WIDE_SCRATCH_BYTES_OP)
 TESSERA_DECLARE_OP(TESSERA_SYMMETRIC_EIG_TOP_OP)
 TESSERA_DECLARE_OP(TESSERA_EIG_IN_ONE_BLOCK_OP)
+TESSERA_DECLARE_OP(TESSERA_EIG_LANCZOS_COUNTS_OP)
 TESSERA_DECLARE_OP(TESSERA_GATHER_ROWS_DOUBLE_OP)
 TESSERA_DECLARE_OP(TESSERA_SCATTER_ROWS_DOUBLE_OP)
 TESSERA_DECLARE_OP(TESSERA_GRAM_DOUBLE_OP)
@@ -155,6 +166,10 @@ inline TESSERA_SYMMETRIC_EIG_TOP_OP(T) {
 template <typename T>
 inline TESSERA_EIG_IN_ONE_BLOCK_OP(T) {
   TESSERA_DISPATCH(be, eig_in_one_block, n, k);
+}
+template <typename T>
+inline TESSERA_EIG_LANCZOS_COUNTS_OP(T) {
+  TESSERA_DISPATCH(be, eig_lanczos_counts);
 }
 template <typename T>
 inline TESSERA_GATHER_ROWS_DOUBLE_OP(T) {

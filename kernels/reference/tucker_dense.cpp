@@ -112,6 +112,11 @@ bool eig_in_one_block(const Backend<T>& be, int n, int k) {
   return false;
 }
 template <typename T>
+EigLanczosCounts eig_lanczos_counts(const Backend<T>& be) {
+  (void)be;
+  return {};
+}
+template <typename T>
 void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V) {
   const auto nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
   std::vector<double> Sh(nn), Vh(static_cast<std::size_t>(n) * static_cast<std::size_t>(k));
@@ -262,6 +267,7 @@ TESSERA_INSTANTIATE_OP(TESSERA_WIDE_TIMES_T_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_WIDE_SCRATCH_BYTES_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_SYMMETRIC_EIG_TOP_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_EIG_IN_ONE_BLOCK_OP);
+TESSERA_INSTANTIATE_OP(TESSERA_EIG_LANCZOS_COUNTS_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_GATHER_ROWS_DOUBLE_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_SCATTER_ROWS_DOUBLE_OP);
 TESSERA_INSTANTIATE_OP(TESSERA_GRAM_DOUBLE_OP);

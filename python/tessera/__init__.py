@@ -308,8 +308,8 @@ def cp_als(X, rank=16, *, backend="auto", init="random", precision="double", thr
 
     Kernel tuning (keyword arguments, the CLI's "Kernel tuning" options; see TUNING and
     docs/python.md): cuda_layout, cuda_block_rows, cuda_l2_hint, mttkrp_kernel,
-    tensor_cores, tc_precision, tc_tile_density, gather_precision, ttmc_kernel, ttmc_tile,
-    sptc_pool, sptc_tc_threshold, cpu_isa, trace, nccl_timeout. tensor_cores ("auto" | "on" | "off"),
+    tensor_cores, tc_precision, tc_tile_density, gather_precision, ttmc_kernel, eig_solver,
+    ttmc_tile, sptc_pool, sptc_tc_threshold, cpu_isa, trace, nccl_timeout. tensor_cores ("auto" | "on" | "off"),
     tc_precision ("auto" | "3xtf32" | "tf32" | "bf16" | "fp64") and tc_tile_density (in
     (0, 1]) steer the cuda MTTKRP on tensor cores (docs/tensor-core-mttkrp.md); with a cuda
     backend the record's "tc_split" holds the split per mode.

@@ -233,6 +233,7 @@ const std::vector<TuningFlag>& tuning_flags() {
       {"--tc-precision", "--tc-precision TEXT:{auto,3xtf32,tf32,bf16,fp64}=auto"},
       {"--tc-tile-density", "--tc-tile-density FLOAT:(0, 1]=0.25"},
       {"--ttmc-kernel", "--ttmc-kernel TEXT:{auto,cores}=auto"},
+      {"--eig-solver", "--eig-solver TEXT:{auto,exact}=auto"},
       {"--ttmc-tile", "--ttmc-tile INT:0|64..65536 (multiple of 32)=0"},
       {"--sptc-pool", "--sptc-pool TEXT:{on,off}=on"},
       {"--sptc-tc-threshold", "--sptc-tc-threshold,--tc-threshold FLOAT:NUMBER=-1"},  // alias
@@ -317,9 +318,9 @@ TEST_F(CliHabits, ARetiredEnvironmentVariableIsNamedWithItsOption) {
 
 TEST_F(CliHabits, TheRunRecordHasTheTuningObject) {
   const std::vector<std::string> keys = {
-      "cuda_layout",  "cuda_block_rows",   "cuda_l2_hint",     "mttkrp_kernel", "tensor_cores",
-      "tc_precision", "tc_tile_density",   "gather_precision", "ttmc_kernel",   "ttmc_tile",
-      "sptc_pool",    "sptc_tc_threshold", "cpu_isa",          "trace"};
+      "cuda_layout",  "cuda_block_rows", "cuda_l2_hint",      "mttkrp_kernel", "tensor_cores",
+      "tc_precision", "tc_tile_density", "gather_precision",  "ttmc_kernel",   "eig_solver",
+      "ttmc_tile",    "sptc_pool",       "sptc_tc_threshold", "cpu_isa",       "trace"};
   struct Case {
     std::string name, args;
   };

@@ -18,6 +18,8 @@
 // where no CUDA device is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -288,8 +290,10 @@ TEST_F(GpuTtmc, WideProductsMatchHost) {
 // and residual to 1e-6 n max |S_ij| (>= ||S||), V orthonormal to 1e-12. Eigenvectors of repeated
 // eigenvalues are not unique, so no vector is compared with LAPACK's, but where the spectrum is
 // simple every vector is, up to sign. Matrices: a random Gram with a shifted diagonal (distinct
-// eigenvalues), Q diag(lambda) Q^T with eigenvalues in tight clusters and repeated across the k-th,
-// a Gram of rank 3 (n - 3 eigenvalues zero), the zero matrix and diagonal ones; and a NaN, refused.
+// eigenvalues), Q diag(lambda) Q^T with geometrically decaying eigenvalues (n 192 and 256, where
+// the float one-block solver's Lanczos kernel must answer) and with eigenvalues in tight clusters
+// and repeated across the k-th, a Gram of rank 3 (n - 3 eigenvalues zero), the zero matrix and
+// diagonal ones; and a NaN, refused. Then Lanczos' decline streak.
 template <typename T>
 static void check_symmetric_eig_top() {
   auto gpu = kernels::make_backend<T>(BackendKind::cuda);
@@ -335,6 +339,12 @@ static void check_symmetric_eig_top() {
     cases.push_back(
         {"random Gram", n,
          gram(random_vector<double>(static_cast<std::size_t>(n) * n, 40 + n), n, n, 1.0), true});
+  // Geometric decay, simple: where Lanczos (float, n >= 128) answers.
+  for (int n : {192, 256}) {
+    std::vector<double> lambda(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) lambda[static_cast<std::size_t>(q)] = 1e3 * std::pow(0.8, q);
+    cases.push_back({"decaying spectrum", n, spectral(lambda, 11 + n), true});
+  }
   for (int n : {64, 256}) {
     std::vector<double> lambda(static_cast<std::size_t>(n));
     // Clusters of 4 within 3e-9 (1e3, 500, 333, ...), and 250 eight times at the 13th to
@@ -357,6 +367,8 @@ static void check_symmetric_eig_top() {
             cudaSuccess);
   for (const auto& c : cases) {
     const int n = c.n;
+    // A backend per matrix: Lanczos' decline streak (block_eig.cu) is the context's.
+    gpu = kernels::make_backend<T>(BackendKind::cuda);
     for (int k : {1, std::min(n, 16), n}) {
       // What runs (the run record names it): float where the rule and the device allow; a
       // device with an H100's 227 KiB of shared memory a block holds every n <= 256.
@@ -376,8 +388,25 @@ static void check_symmetric_eig_top() {
       gpu->upload_double(c.S.data(), c.S.size(), Sd.data());
       auto Vd = gpu->allocate_double(V_got.size());
       gpu->upload_double(std::vector<double>(V_got.size(), NAN).data(), V_got.size(), Vd.data());
+      const kernels::EigLanczosCounts before = ops::eig_lanczos_counts(*gpu);
       ops::symmetric_eig_top(*gpu, Sd.data(), n, k, w_got.data(), Vd.data());
       gpu->download_double(Vd.data(), V_got.size(), V_got.data());
+      // Lanczos first where n >= 128 (block_lanczos.cuh): it answers the decaying spectra and
+      // declines the clustered one (one Krylov vector sees one vector of each cluster: the
+      // guard finds the others) and the zero matrix at k > 1 (a breakdown after one step; at
+      // k = 1 any unit vector is an answer); the exact solver answers what it declines.
+      const kernels::EigLanczosCounts after = ops::eig_lanczos_counts(*gpu);
+      const std::int64_t answered = after.answered - before.answered;
+      const std::int64_t declined = after.declined - before.declined;
+      EXPECT_EQ(answered + declined, block && n >= 128 && smem_optin >= 227 * 1024 ? 1 : 0) << what;
+      if (block && n >= 128 && smem_optin >= 227 * 1024) {
+        if (c.what == "decaying spectrum") {
+          EXPECT_EQ(answered, 1) << what;
+        }
+        if (c.what == "clustered spectrum" || (c.what == "zero" && k > 1)) {
+          EXPECT_EQ(declined, 1) << what;
+        }
+      }
       double smax = 0;
       for (double x : c.S) smax = std::max(smax, std::abs(x));
       const double scale = std::max(smax * n, 1e-300);
@@ -413,6 +442,33 @@ static void check_symmetric_eig_top() {
           EXPECT_NEAR(std::abs(dot), 1.0, block ? 1e-6 : 1e-9) << what << ", vector " << j;
         }
     }
+  }
+  if (std::is_same_v<T, float> && smem_optin >= 227 * 1024) {
+    // Three declines in a row (a uniformly spaced spectrum, n 256, k 16), then Lanczos is
+    // tried only every 16th solve, until it answers again (the decaying spectrum).
+    gpu = kernels::make_backend<T>(BackendKind::cuda);
+    const int n = 256, k = 16;
+    auto Vd = gpu->allocate_double(static_cast<std::size_t>(n) * k);
+    std::vector<double> w(k);
+    const auto solve = [&](const std::vector<double>& S) {
+      auto Sd = gpu->allocate_double(S.size());
+      gpu->upload_double(S.data(), S.size(), Sd.data());
+      ops::symmetric_eig_top(*gpu, Sd.data(), n, k, w.data(), Vd.data());
+      const kernels::EigLanczosCounts e = ops::eig_lanczos_counts(*gpu);
+      return e.answered + e.declined;
+    };
+    const auto flat = std::find_if(cases.begin(), cases.end(), [](const Case& c) {
+      return c.what == "diagonal" && c.n == 256;
+    });
+    const auto decaying = std::find_if(cases.begin(), cases.end(), [](const Case& c) {
+      return c.what == "decaying spectrum" && c.n == 256;
+    });
+    ASSERT_TRUE(flat != cases.end() && decaying != cases.end());
+    for (int call = 1; call <= 3; ++call) EXPECT_EQ(solve(flat->S), call);
+    for (int call = 4; call <= 18; ++call) EXPECT_EQ(solve(decaying->S), 3) << "call " << call;
+    EXPECT_EQ(solve(decaying->S), 4);  // the 16th since the streak: tried, and answered
+    EXPECT_EQ(ops::eig_lanczos_counts(*gpu).answered, 1);
+    EXPECT_EQ(solve(flat->S), 5);  // tried again at once
   }
   if (std::is_same_v<T, float>) {  // a NaN (the one-block solver checks; cuSOLVER may not)
     std::vector<double> S(64, 1.0);

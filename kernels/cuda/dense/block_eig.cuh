@@ -1,6 +1,7 @@
 // The k largest eigenpairs of a symmetric n x n matrix (n <= 256, k <= 16) in ONE kernel on
 // ONE thread block, for Tucker's Gram eigen-solve in single precision (issue 43, point 3; the
-// library uses it for every n <= 256: kernels/ops/tucker_dense.hpp, block_eig_applies).
+// library uses it for every n <= 256: kernels/ops/tucker_dense.hpp, block_eig_applies; for
+// n >= 128 only where the Lanczos kernel of block_lanczos.cuh, tried first, declines).
 // Self-contained (CUDA only), so that jobs/probes/eig_probe.cu times it beside cuSOLVER.
 //
 // Why: cuSOLVER's dsyevdx takes 0.7-2 ms for n = 64-256 whatever the precision or k: its
@@ -56,9 +57,12 @@ namespace tessera::kernels::cuda::block_eig {
 /// threads and smem_bytes(n, k) of shared memory (the caller checks that the device has it);
 /// w: k + 1 doubles of device memory. Returns the first CUDA error (cudaErrorInvalidValue
 /// for n or k out of range).
+/// after_lanczos: run only where block_lanczos.cuh's kernel, launched before on the same stream
+/// and w, declined (w[k] == kLanczosDeclined), and then leave w[k] = kExactAfterLanczos.
 template <int kThreads>
 cudaError_t launch_top_eigenpairs(const double* S, int n, int k, double* V, double* w,
-                                  cudaStream_t stream, long long* clocks = nullptr);
+                                  cudaStream_t stream, long long* clocks = nullptr,
+                                  bool after_lanczos = false);
 /// Step 3: [m.lo[j], m.hi[j]) holds the j-th largest eigenvalue of T; returns T's norm.
 __device__ __forceinline__ double bisect(const Smem& m) {
   int* counts = reinterpret_cast<int*>(m.X);
@@ -192,47 +196,43 @@ __device__ __forceinline__ void apply_group_from(int t0, const double* Pg, int n
 
 }  // namespace detail
 
-/// Steps 4 and 5: V and w (eigenvalues divided by scale) from T, the bracketing intervals
-/// and the reflectors.
-__device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scale,
-                                        double* __restrict__ V, double* __restrict__ w,
-                                        long long* clocks) {
-  using detail::col_start;
+namespace detail {
+
+/// Step 4: the k eigenvectors of the tridiagonal T (m.d, m.e, m.e2; m.lo, m.hi bracketing its
+/// k largest eigenvalues, from bisect) by inverse iteration, orthonormal, in m.Z (vector-major,
+/// vector j the j-th largest's). Every thread of the block calls it.
+__device__ __forceinline__ void inverse_iteration(const Smem& m, double tnorm, long long* clocks) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int nthreads = static_cast<int>(blockDim.x);
   const int n = m.n, k = m.k;
   double *Z = m.Z, *X = m.X, *red = m.red;
-  const double *d = m.d, *e = m.e, *tau2 = m.tau2, *lo = m.lo, *hi = m.hi;
-  const float* A = m.A;
-  // ---- 4. Eigenvectors of T by inverse iteration ----
+  const double *d = m.d, *e = m.e, *lo = m.lo, *hi = m.hi;
   // One factorisation per eigenvalue (X holds each warp's multipliers and pivots, in float),
   // then kInverseIterations solves, each followed by Gram-Schmidt over all k vectors.
   const double pert = DBL_EPSILON * fmax(tnorm, 1.0);
   float* lf = reinterpret_cast<float*>(X + static_cast<std::size_t>(warp) * n);
   float* rdf = lf + n;
   if (warp < k) {
-    for (int i = lane; i < n; i += 32) Z[warp * n + i] = detail::start_value(i, warp, 0);
-    if (lane == 0)
-      detail::shifted_factor(d, e, m.e2, n, 0.5 * (lo[warp] + hi[warp]), pert, lf, rdf);
+    for (int i = lane; i < n; i += 32) Z[warp * n + i] = start_value(i, warp, 0);
+    if (lane == 0) shifted_factor(d, e, m.e2, n, 0.5 * (lo[warp] + hi[warp]), pert, lf, rdf);
   }
   if (clocks != nullptr && threadIdx.x == 0) clocks[5] = clock64();
   for (int it = 0; it < kInverseIterations; ++it) {
     if (warp < k) {
       double* z = Z + warp * n;
       __syncwarp();
-      if (!detail::warp_shifted_solve(lf, rdf, n, z)) {  // the scan overflowed: one lane, rescaling
-        if (lane == 0) detail::shifted_solve(lf, rdf, n, z);
+      if (!warp_shifted_solve(lf, rdf, n, z)) {  // the scan overflowed: one lane, rescaling
+        if (lane == 0) shifted_solve(lf, rdf, n, z);
         __syncwarp();
       }
-      detail::warp_normalize(z, n);
+      warp_normalize(z, n);
     }
     __syncthreads();
     if (clocks != nullptr && threadIdx.x == 0 && it == 0) clocks[6] = clock64();
     // Vector j against 0..j-1 (descending eigenvalues), twice: by Cholesky QR; where a vector
     // has too little left for it (a repeated eigenvalue's solves alike), by classical
     // Gram-Schmidt, the dots by a warp each, such a vector restarting from another keyed start.
-    const bool orthonormal =
-        detail::cholqr_pass(Z, n, k, m.G, red) && detail::cholqr_pass(Z, n, k, m.G, red);
+    const bool orthonormal = cholqr_pass(Z, n, k, m.G, red) && cholqr_pass(Z, n, k, m.G, red);
     for (int j = 0; j < k && !orthonormal; ++j) {
       double* zj = Z + j * n;
       for (int attempt = 0; attempt < 4; ++attempt) {
@@ -240,7 +240,7 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
           if (warp < j) {
             double s = 0;
             for (int i = lane; i < n; i += 32) s += Z[warp * n + i] * zj[i];
-            s = detail::warp_sum(s);
+            s = warp_sum(s);
             if (lane == 0) red[32 + warp] = s;
           }
           __syncthreads();
@@ -254,7 +254,7 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
         if (warp == 0) {
           double ss = 0;
           for (int i = lane; i < n; i += 32) ss += zj[i] * zj[i];
-          ss = detail::warp_sum(ss);
+          ss = warp_sum(ss);
           if (lane == 0) red[63] = sqrt(ss);
         }
         __syncthreads();
@@ -268,18 +268,27 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
           break;
         }
         if (warp == 0) {
-          for (int i = lane; i < n; i += 32) zj[i] = detail::start_value(i, j, attempt + 1);
+          for (int i = lane; i < n; i += 32) zj[i] = start_value(i, j, attempt + 1);
           __syncwarp();
-          detail::warp_normalize(zj, n);
+          warp_normalize(zj, n);
         }
         __syncthreads();
       }
     }
     if (clocks != nullptr && threadIdx.x == 0 && it == 0) clocks[7] = clock64();
   }
-  // Rayleigh quotients: the eigenvalues, and the vectors in registers for the back-transform.
-  double zr[kRowsPerLane];
-  double lam = 0;
+}
+
+/// The Rayleigh quotient lam of warp's vector of m.Z against T (warps < k; every thread of the
+/// block calls it), the vector's rows lane + 32 t in zr, and its column: its rank among the
+/// quotients, descending (ties by index), so that w is descending even where a cluster's
+/// quotients come out of order.
+__device__ __forceinline__ int ritz_rank(const Smem& m, double (&zr)[kRowsPerLane], double& lam) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int n = m.n, k = m.k;
+  const double *Z = m.Z, *d = m.d, *e = m.e;
+  double* red = m.red;
+  lam = 0;
   if (warp < k) {
     const double* z = Z + warp * n;
     double s = 0;
@@ -294,16 +303,34 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
         s += z[i] * tz;
       }
     }
-    lam = detail::warp_sum(s);
+    lam = warp_sum(s);
     if (lane == 0) red[32 + warp] = lam;
   }
   __syncthreads();
-  // Column of this vector in V: its rank among the Rayleigh quotients, descending (ties by
-  // index), so w is descending even where a cluster's quotients come out of order.
   int col = 0;
   if (warp < k)
     for (int q = 0; q < k; ++q) col += red[32 + q] > lam || (red[32 + q] == lam && q < warp);
+  return col;
+}
 
+}  // namespace detail
+
+/// Steps 4 and 5: V and w (eigenvalues divided by scale) from T, the bracketing intervals
+/// and the reflectors.
+__device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scale,
+                                        double* __restrict__ V, double* __restrict__ w,
+                                        long long* clocks) {
+  using detail::col_start;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int nthreads = static_cast<int>(blockDim.x);
+  const int n = m.n, k = m.k;
+  double *X = m.X, *red = m.red;
+  const double* tau2 = m.tau2;
+  const float* A = m.A;
+  detail::inverse_iteration(m, tnorm, clocks);
+  double zr[kRowsPerLane];
+  double lam = 0;
+  const int col = detail::ritz_rank(m, zr, lam);
   if (clocks != nullptr && threadIdx.x == 0) clocks[3] = clock64();
   // ---- 5. V = Q Z, Q = H(0) H(1) ... H(n-3): H(n-3) first ----
   // Panels of kBackPanel reflectors (r = top, top - 1, ..): the block writes the panel in double
@@ -372,12 +399,13 @@ __device__ __forceinline__ void vectors(const Smem& m, double tnorm, double scal
 /// clocks (null, or 8 values): thread 0's clock64() after loading S, after the reduction, the
 /// multisection, the inverse iteration and the back-transformation, then after the
 /// factorisations, the first solves and the first Gram-Schmidt (for jobs/probes/eig_probe.cu's
-/// split of the time).
+/// split of the time). after_lanczos: see launch_top_eigenpairs.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads, 1)
     top_eigenpairs_kernel(const double* __restrict__ S, int n, int k, double* __restrict__ V,
-                          double* __restrict__ w, long long* clocks) {
+                          double* __restrict__ w, long long* clocks, bool after_lanczos) {
   using detail::col_start;
+  if (after_lanczos && w[k] != kLanczosDeclined) return;  // answered, or not finite
   extern __shared__ __align__(16) unsigned char smem[];
   const Smem m(smem, n, k);
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -395,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       amax = fmax(amax, fabs(x));
     }
   if (!__syncthreads_and(finite ? 1 : 0)) {
-    if (tid == 0) w[k] = 1;
+    if (tid == 0) w[k] = kNotFinite;
     return;
   }
   amax = detail::block_reduce<true>(amax, red);
@@ -418,12 +446,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   vectors(m, tnorm, scale, V, w, clocks);
   __syncthreads();
   if (clocks != nullptr && tid == 0) clocks[4] = clock64();
-  if (tid == 0) w[k] = 0;
+  if (tid == 0) w[k] = after_lanczos ? kExactAfterLanczos : 0;
 }
 
 template <int kThreads>
 cudaError_t launch_top_eigenpairs(const double* S, int n, int k, double* V, double* w,
-                                  cudaStream_t stream, long long* clocks) {
+                                  cudaStream_t stream, long long* clocks, bool after_lanczos) {
   static_assert(kMaxK <= kThreads / 32, "a warp per eigenvector");
   if (n < 1 || k < 1 || k > n || n > kMaxN || k > kMaxK) return cudaErrorInvalidValue;
   // What this launch needs (the attribute is the function's, per device).
@@ -431,7 +459,8 @@ cudaError_t launch_top_eigenpairs(const double* S, int n, int k, double* V, doub
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem_bytes(n, k)));
   if (err != cudaSuccess) return err;
-  top_eigenpairs_kernel<kThreads><<<1, kThreads, smem_bytes(n, k), stream>>>(S, n, k, V, w, clocks);
+  top_eigenpairs_kernel<kThreads>
+      <<<1, kThreads, smem_bytes(n, k), stream>>>(S, n, k, V, w, clocks, after_lanczos);
   return cudaGetLastError();
 }
 

@@ -18,6 +18,10 @@ constexpr int kMaxThreads = 1024;
 /// Largest n (a lane holds 8 fixed rows of the trailing matrix) and k (a warp per vector).
 constexpr int kMaxN = 256;
 constexpr int kMaxK = 16;
+/// w[k] after a solve: 0 answered (by the Lanczos kernel where it ran), kNotFinite (S has a
+/// non-finite entry; nothing else written), kLanczosDeclined (block_lanczos.cuh's kernel did not
+/// accept its answer: the exact kernel is to run) or kExactAfterLanczos (it did).
+constexpr double kNotFinite = 1, kLanczosDeclined = 2, kExactAfterLanczos = 3;
 /// Rows per lane in the reduction and the back-transformation.
 constexpr int kRowsPerLane = kMaxN / 32;
 /// Sturm counts per thread per multisection round, and in all.

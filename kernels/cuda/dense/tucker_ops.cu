@@ -44,6 +44,13 @@ bool eig_in_one_block(const Backend<T>& be, int n, int k) {
 TESSERA_INSTANTIATE_OP(TESSERA_EIG_IN_ONE_BLOCK_OP);
 
 template <typename T>
+EigLanczosCounts eig_lanczos_counts(const Backend<T>& be) {
+  const Context& ctx = executor(be).ctx();
+  return {ctx.eig_lanczos.answered, ctx.eig_lanczos.declined};
+}
+TESSERA_INSTANTIATE_OP(TESSERA_EIG_LANCZOS_COUNTS_OP);
+
+template <typename T>
 void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V) {
   Context& ctx = executor(be).ctx();
   DeviceGuard g(ctx.device);

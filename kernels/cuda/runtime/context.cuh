@@ -40,6 +40,14 @@ struct Context {
   /// A CUDA graph is being captured from `stream` (dense/cp_device.cu): operations skip their
   /// timing events, which a captured stream cannot give back.
   bool capturing = false;
+  /// The one-block eigen-solves of this context where Lanczos was tried (dense/block_eig.cu):
+  /// answered by it, or declined (the exact solver ran); the declines in a row since the last
+  /// answer, and the solves since then that did not try it.
+  struct EigLanczos {
+    std::int64_t answered = 0, declined = 0;
+    int streak = 0;
+    std::int64_t skipped = 0;
+  } eig_lanczos;
 
   void sync() const { TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 };

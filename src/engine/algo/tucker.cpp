@@ -108,6 +108,8 @@ class Hooi {
   const TuckerOptions& opt_;
   const NormScale ns_;
   TuckerResult& res_;
+  /// The backend's Lanczos eigen-solve counts before this run (finish records the difference).
+  const kernels::EigLanczosCounts eig0_;
   const int N_, P_;
   kernels::Array<T> ybuf_, recv_, own_;
   detail::TuckerFactors<T> factors_;
@@ -152,6 +154,7 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
       opt_(opt),
       ns_(ns),
       res_(res),
+      eig0_(kernels::ops::eig_lanczos_counts(be)),
       N_(static_cast<int>(dist.dims.size())),
       P_(c.size()),
       factors_(be, c, dc, dist.dims, opt.ranks, owned_lengths(plan_, false),
@@ -461,6 +464,9 @@ void Hooi<T>::finish() {
                      : stop_signal_ != 0 ? "signal"
                                          : "iteration limit";
   res_.stop_signal = stop_signal_;
+  const kernels::EigLanczosCounts ec = kernels::ops::eig_lanczos_counts(be_);
+  res_.eig_lanczos_answered = ec.answered - eig0_.answered;
+  res_.eig_lanczos_declined = ec.declined - eig0_.declined;
   factors_.gather_full();
   res_.model.dims = dist_.dims;
   res_.model.ranks = opt_.ranks;

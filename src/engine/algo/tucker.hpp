@@ -176,6 +176,9 @@ struct TuckerResult {
   /// Where and how the dense stage ran (algo/tucker_dense.hpp), e.g.
   /// "gram/device-syevdx+cholqr2" (cuda backend) or "subspace/host-cholqr2".
   std::string dense_method;
+  /// This rank's eigen-solves that the one-block solver's Lanczos kernel answered, and that it
+  /// declined to the exact solver (kernels::ops::eig_lanczos_counts; zero where not tried).
+  std::int64_t eig_lanczos_answered = 0, eig_lanczos_declined = 0;
   /// How the TTMc rows were combined: "flat" (one exchange to the owners), "node" (through
   /// a relay on each node), "" on one rank.
   std::string combine;

@@ -1,0 +1,437 @@
+// The k largest eigenpairs of a symmetric n x n matrix (128 <= n <= 256 in the library, k <= 16)
+// by Lanczos with full reorthogonalisation in ONE thread block, tried before the exact one-block
+// solver of block_eig.cuh (issue 43, point 3; docs/perf/gpu-h200-tucker.md, session 43). Where
+// it cannot vouch for its answer it says so in w[k] (kLanczosDeclined) and the exact kernel,
+// launched after it on the same stream, solves the matrix instead; otherwise that launch
+// returns at once. Self-contained (CUDA only), so that jobs/probes/lanczos_probe.cu times it.
+//
+// Why: the exact solver's tridiagonal reduction is n - 1 dependent steps (about 1 ms at n = 256
+// on an H200), while the top 16 eigenpairs of Tucker's Gram matrices converge in 23-38 Lanczos
+// steps (jobs/probes/lanczos_steps.py), each a product with S and two passes of Gram-Schmidt,
+// about 6 us in one block.
+//
+// 1. S (scaled by a power of two as in block_eig.cuh) is held in float, padded to 256 x 256
+//    with zeros: row r's half h (columns 128 h ..) belongs to thread 2 r + h, its first 64
+//    entries in registers, the other 64 in shared memory (float4s, thread-major: no bank
+//    conflicts). Lanczos vectors: up to kLanczosMaxM + 1 rows of 256 floats.
+// 2. Step j: y = S q_j (four partial sums a thread, the two halves by a shuffle), then twice
+//    y -= Q (Q^T y) over q_0 .. q_j (the dots a warp a vector, in double), alpha_j the sum of
+//    both passes' coefficients of q_j, beta_j = |y| (double), q_(j+1) = y / beta_j.
+// 3. After kLanczosFirstCheck steps, every kLanczosCheckEvery steps, and at a breakdown
+//    (beta_j <= kLanczosBreakdown ||T||): the Ritz pairs of T_m (block_eig.cuh's multisection
+//    and inverse iteration on the m x m tridiagonal) and the classic residual estimates
+//    |beta_(m-1) z_(m-1)| (exact up to rounding under full reorthogonalisation). Accepted when
+//    the top k's are all <= kLanczosTol ||T_m|| (the exact solver's backward error is about
+//    1e-7 ||S||). The estimates come first from vectors not orthonormalised, and only where
+//    they pass again from the orthonormalised vectors that V is made of. Declined when they are not
+//    by kLanczosMaxM steps (a flat spectrum, such as the first mode of HOOI's first iteration) or
+//    at a breakdown with fewer than k steps.
+// 4. V = Q_m Z in double; their float copies are then the first k rows of Q.
+// 5. The guard: one Krylov vector cannot see a second copy of a repeated eigenvalue (its
+//    Krylov space holds only the start's projection on each eigenspace), and the residuals do
+//    not show what is missing. So kGuardSteps more Lanczos steps run from a second keyed start
+//    on (I - V V^T) S (I - V V^T) (each vector reorthogonalised against V and the guard's own):
+//    that operator's largest eigenvalue is about lambda_(k+1) when nothing is missing, and a
+//    missed copy's eigenvalue (>= theta_k) otherwise. Declined when the guard's largest Ritz
+//    value reaches theta_k - kGuardMargin ||T_m||. (Like any Krylov check it can be outrun:
+//    a missed copy within a small fraction of the spectrum's spread above lambda_(k+1) may not show
+//    in kGuardSteps steps; then the answer's subspace holds lambda_(k+1)'s vector instead, an error
+//    of that gap. docs/perf/gpu-h200-tucker.md, session 43.)
+// 6. V orthonormalised in double by a pass of Cholesky QR (block_eig.cuh's; V is orthonormal
+//    to float's rounding, so one pass leaves it so to double's), in the order of the
+//    eigenvalues, as orthonormal as the exact solver's.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstddef>
+
+#include "kernels/cuda/dense/block_eig.cuh"
+
+namespace tessera::kernels::cuda::block_eig {
+
+constexpr int kLanczosThreads = 512;
+/// The padded order: n <= 256.
+constexpr int kLanczosN = 256;
+/// Lanczos steps at most (Q's rows: kLanczosMaxM + 1; shared memory holds no more).
+constexpr int kLanczosMaxM = 56;
+constexpr int kLanczosFirstCheck = 32;
+constexpr int kLanczosCheckEvery = 12;
+constexpr int kGuardSteps = 12;
+constexpr double kLanczosTol = 1e-7;
+constexpr double kLanczosBreakdown = 1e-6;
+constexpr double kGuardMargin = 1e-3;
+
+namespace lanczos {
+
+constexpr std::size_t kSsmBytes = static_cast<std::size_t>(16) * kLanczosThreads * 16;
+constexpr std::size_t kQBytes = static_cast<std::size_t>(kLanczosMaxM + 1) * kLanczosN * 4;
+constexpr std::size_t kYBytes = kLanczosN * 4;
+constexpr std::size_t kPartBytes = kLanczosThreads * 4;
+constexpr int kCoefs =
+    64;  // dots of one pass: rows of Q (<= kLanczosMaxM + 1, k + kGuardSteps + 1)
+constexpr int kScalars = 2 * kCoefs + 2 * kLanczosMaxM + 2 * kGuardSteps + 64 + kMaxK * kMaxK;
+static_assert(kLanczosMaxM + 1 <= kCoefs && kMaxK + kGuardSteps + 1 <= kCoefs, "h holds a pass");
+static_assert(kMaxK + kGuardSteps + 1 <= kLanczosMaxM + 1, "Q holds V and the guard's vectors");
+
+/// The kernel's shared memory: Ssm, Q, y, part (floats), then h (2 kCoefs), alpha, beta
+/// (kLanczosMaxM each), the guard's ga, gb (kGuardSteps each), red (64), G (kMaxK^2), then the
+/// tridiagonal solver's Smem (block_eig_base.cuh) for n <= kLanczosMaxM, k <= kMaxK.
+struct Layout {
+  float4* Ssm;  // [u][thread]: the thread's half row's entries 64 + 4 u .. 64 + 4 u + 3
+  float *Q, *y, *part;
+  double *h, *alpha, *beta, *ga, *gb, *red, *G;
+  unsigned char* tri;
+  __device__ explicit Layout(unsigned char* base) {
+    Ssm = reinterpret_cast<float4*>(base);
+    Q = reinterpret_cast<float*>(base + kSsmBytes);
+    y = Q + kQBytes / 4;
+    part = y + kLanczosN;
+    h = reinterpret_cast<double*>(part + kLanczosThreads);
+    alpha = h + 2 * kCoefs;
+    beta = alpha + kLanczosMaxM;
+    ga = beta + kLanczosMaxM;
+    gb = ga + kGuardSteps;
+    red = gb + kGuardSteps;
+    G = red + 64;
+    tri = reinterpret_cast<unsigned char*>(G + kMaxK * kMaxK);
+  }
+};
+
+}  // namespace lanczos
+
+/// Dynamic shared memory of the Lanczos kernel (about 219 KB: an H100's or H200's block holds
+/// it, an A100's does not).
+__host__ __device__ constexpr std::size_t lanczos_smem_bytes() {
+  return lanczos::kSsmBytes + lanczos::kQBytes + lanczos::kYBytes + lanczos::kPartBytes +
+         static_cast<std::size_t>(lanczos::kScalars) * sizeof(double) +
+         smem_bytes(kLanczosMaxM, kMaxK);
+}
+
+namespace detail {
+
+/// y = S Q[cur] (every thread calls it; y complete on return).
+__device__ __forceinline__ void lanczos_product(const lanczos::Layout& L, const float (&sreg)[64],
+                                                int cur) {
+  const int t = static_cast<int>(threadIdx.x), row = t >> 1, hf = t & 1;
+  const float4* q4 = reinterpret_cast<const float4*>(L.Q + cur * kLanczosN + hf * 128);
+  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+  for (int u = 0; u < 16; ++u) {
+    const float4 q = q4[u];
+    s0 = fmaf(sreg[4 * u], q.x, s0);
+    s1 = fmaf(sreg[4 * u + 1], q.y, s1);
+    s2 = fmaf(sreg[4 * u + 2], q.z, s2);
+    s3 = fmaf(sreg[4 * u + 3], q.w, s3);
+  }
+#pragma unroll
+  for (int u = 0; u < 16; ++u) {
+    const float4 q = q4[16 + u];
+    const float4 a = L.Ssm[u * kLanczosThreads + t];
+    s0 = fmaf(a.x, q.x, s0);
+    s1 = fmaf(a.y, q.y, s1);
+    s2 = fmaf(a.z, q.z, s2);
+    s3 = fmaf(a.w, q.w, s3);
+  }
+  float s = (s0 + s1) + (s2 + s3);
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  if (hf == 0) L.y[row] = s;
+  __syncthreads();
+}
+
+/// y -= Q[0, rows) (Q[0, rows)^T y), twice (classical Gram-Schmidt, the dots in double); returns
+/// the sum of both passes' coefficients of Q[rows - 1] (every thread alike).
+__device__ __forceinline__ double lanczos_reorthogonalize(const lanczos::Layout& L, int rows) {
+  const int t = static_cast<int>(threadIdx.x), lane = t & 31, warp = t >> 5;
+  constexpr int kWarps = kLanczosThreads / 32;
+  double coef = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    double* h = L.h + pass * lanczos::kCoefs;
+    const float4* y4 = reinterpret_cast<const float4*>(L.y);
+    for (int c = warp; c < rows; c += kWarps) {
+      const float4* qc = reinterpret_cast<const float4*>(L.Q + c * kLanczosN);
+      const float4 a0 = qc[lane], a1 = qc[32 + lane], b0 = y4[lane], b1 = y4[32 + lane];
+      double d = static_cast<double>(a0.x) * b0.x + static_cast<double>(a0.y) * b0.y +
+                 static_cast<double>(a0.z) * b0.z + static_cast<double>(a0.w) * b0.w +
+                 static_cast<double>(a1.x) * b1.x + static_cast<double>(a1.y) * b1.y +
+                 static_cast<double>(a1.z) * b1.z + static_cast<double>(a1.w) * b1.w;
+      d = warp_sum(d);
+      if (lane == 0) h[c] = d;
+    }
+    __syncthreads();
+    // Thread t: row t % 256, the vectors of parity t / 256 (a warp's rows consecutive).
+    const int r = t & (kLanczosN - 1), par = t >> 8;
+    float u = 0.f;
+    for (int c = par; c < rows; c += 2)
+      u = fmaf(L.Q[c * kLanczosN + r], static_cast<float>(h[c]), u);
+    L.part[t] = u;
+    coef += h[rows - 1];
+    __syncthreads();
+    if (t < kLanczosN) L.y[t] -= L.part[t] + L.part[t + kLanczosN];
+    __syncthreads();
+  }
+  return coef;
+}
+
+/// beta = |y| (double); Q[dst] = y / beta (zero where beta is). Returns beta (every thread).
+__device__ __forceinline__ double lanczos_normalize_into(const lanczos::Layout& L, int dst) {
+  const int t = static_cast<int>(threadIdx.x);
+  const double v = t < kLanczosN ? static_cast<double>(L.y[t]) * L.y[t] : 0.0;
+  const double b = sqrt(block_reduce<false>(v, L.red));
+  if (t < kLanczosN) L.Q[dst * kLanczosN + t] = b > 0 ? static_cast<float>(L.y[t] / b) : 0.f;
+  __syncthreads();
+  return b;
+}
+
+/// y = the keyed start `key` (rows < n; zero beyond).
+__device__ __forceinline__ void lanczos_start(const lanczos::Layout& L, int n, int key) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < kLanczosN) L.y[t] = t < n ? static_cast<float>(start_value(t, key, 0)) : 0.f;
+  __syncthreads();
+}
+
+/// The tridiagonal T (d[0..m), e[0..m - 1)) into tri's Smem for (m, k); returns it.
+__device__ __forceinline__ Smem lanczos_tridiagonal(unsigned char* tri, const double* d,
+                                                    const double* e, int m, int k) {
+  const Smem T(tri, m, k);
+  const int t = static_cast<int>(threadIdx.x);
+  __syncthreads();  // d and e written; the previous users of tri done
+  if (t < m) {
+    T.d[t] = d[t];
+    const double et = t + 1 < m ? e[t] : 0.0;
+    T.e[t] = et;
+    T.e2[t] = et * et;
+  }
+  __syncthreads();
+  return T;
+}
+
+/// Step 3's check after `steps` steps (k <= steps): the Ritz pairs of T into tri's Smem (Z: the
+/// vectors of T), this warp's Ritz value lam and its column col, T's norm bound tnorm and the
+/// k-th Ritz value theta_k; whether every top-k residual estimate is <= kLanczosTol tnorm.
+/// The vectors: block_eig.cuh's inverse iteration (kInverseIterations solves each from the
+/// multisection's shifts), first not orthonormalised (enough for the estimates, and half the
+/// time of orthonormalising after each solve); only where the estimates pass, orthonormalised
+/// by two passes of Cholesky QR (the vectors V is made of) and the estimates taken again. A
+/// cluster whose vectors come out alike fails the Cholesky QR: declined.
+/// Not inlined: the caller's registers (S's entries) are saved around the call rather than
+/// crowding the step loop's (128 a thread at 512 threads).
+__device__ __noinline__ bool lanczos_check(const lanczos::Layout& L, int steps, int k,
+                                           double& tnorm, double& theta_k, double& lam, int& col) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const Smem T = lanczos_tridiagonal(L.tri, L.alpha, L.beta, steps, k);
+  tnorm = bisect(T);
+  if (warp < k) {
+    float* lf = reinterpret_cast<float*>(T.X + static_cast<std::size_t>(warp) * steps);
+    float* rdf = lf + steps;
+    double* z = T.Z + warp * steps;
+    for (int i = lane; i < steps; i += 32) z[i] = start_value(i, warp, 0);
+    if (lane == 0)
+      shifted_factor(T.d, T.e, T.e2, steps, 0.5 * (T.lo[warp] + T.hi[warp]),
+                     DBL_EPSILON * fmax(tnorm, 1.0), lf, rdf);
+    for (int it = 0; it < kInverseIterations; ++it) {
+      __syncwarp();
+      if (!warp_shifted_solve(lf, rdf, steps, z)) {
+        if (lane == 0) shifted_solve(lf, rdf, steps, z);
+        __syncwarp();
+      }
+      warp_normalize(z, steps);
+    }
+  }
+  __syncthreads();
+  double worst = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1 &&
+        !(cholqr_pass(T.Z, steps, k, T.G, T.red) && cholqr_pass(T.Z, steps, k, T.G, T.red)))
+      return false;
+    double zr[kRowsPerLane];
+    col = ritz_rank(T, zr, lam);
+    const double est = warp < k ? fabs(L.beta[steps - 1] * T.Z[warp * steps + steps - 1]) : 0.0;
+    worst = block_reduce<true>(est, L.red);
+    theta_k = -block_reduce<true>(warp < k ? -lam : -DBL_MAX, L.red);
+    if (!(worst <= kLanczosTol * tnorm)) return false;
+  }
+  return true;
+}
+
+}  // namespace detail
+
+/// One block of kLanczosThreads threads, lanczos_smem_bytes() of dynamic shared memory; n <= 256,
+/// k <= min(n, kMaxK). S: n x n, both triangles (column- or row-major alike). Writes V (n x k,
+/// row-major) and w[0..k) as the exact kernel does, with w[k] = 0; or w[k] = kNotFinite (nothing
+/// else written) or kLanczosDeclined (V, w[0..k) unspecified: the exact kernel is to run).
+/// clocks (null, or 8 values; jobs/probes/lanczos_probe.cu): thread 0's clock64() after loading
+/// S, after the steps, after V, after the guard and at the end; the cycles of the checks, the
+/// steps taken and the checks made.
+__global__ void __launch_bounds__(kLanczosThreads, 1)
+    lanczos_top_kernel(const double* __restrict__ S, int n, int k, double* __restrict__ V,
+                       double* __restrict__ w, long long* clocks) {
+  using namespace detail;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const lanczos::Layout L(smem);
+  const int t = static_cast<int>(threadIdx.x), lane = t & 31, warp = t >> 5;
+  const int row = t >> 1, hf = t & 1;
+
+  // ---- S, scaled by 2^-s so that its largest entry is in [0.5, 1) ----
+  double amax = 0;
+  bool finite = true;
+  const int nn = n * n;
+  for (int i = t; i < nn; i += kLanczosThreads) {
+    const double x = S[i];
+    finite = finite && isfinite(x);
+    amax = fmax(amax, fabs(x));
+  }
+  if (!__syncthreads_and(finite ? 1 : 0)) {
+    if (t == 0) w[k] = kNotFinite;
+    return;
+  }
+  amax = block_reduce<true>(amax, L.red);
+  int sexp = 0;
+  if (amax > 0) frexp(amax, &sexp);
+  sexp = max(sexp, -1000);
+  const double scale = ldexp(1.0, -sexp);
+  auto entry = [&](int j) -> float {  // S(row, j), scaled; zero outside n x n
+    return row < n && j < n ? static_cast<float>(S[static_cast<std::size_t>(j) * n + row] * scale)
+                            : 0.f;
+  };
+  float sreg[64];
+#pragma unroll
+  for (int c = 0; c < 64; ++c) sreg[c] = entry(hf * 128 + c);
+  for (int u = 0; u < 16; ++u) {
+    const int j = hf * 128 + 64 + 4 * u;
+    L.Ssm[u * kLanczosThreads + t] =
+        make_float4(entry(j), entry(j + 1), entry(j + 2), entry(j + 3));
+  }
+  lanczos_start(L, n, 0);
+  lanczos_normalize_into(L, 0);
+  long long check_cycles = 0, checks = 0, steps_taken = 0;
+  if (clocks != nullptr && t == 0) clocks[0] = clock64();
+
+  // ---- Lanczos steps, checked as they go ----
+  const int mmax = min(kLanczosMaxM, n);
+  double anorm = 0, bprev = 0, tnorm = 0, theta_k = 0;
+  int m = 0, col = 0;
+  double lam = 0;
+  bool accepted = false;
+  for (int j = 0; j < mmax; ++j) {
+    lanczos_product(L, sreg, j);
+    const double a = lanczos_reorthogonalize(L, j + 1);
+    const double b = lanczos_normalize_into(L, j + 1);
+    if (t == 0) {
+      L.alpha[j] = a;
+      L.beta[j] = b;
+    }
+    anorm = fmax(anorm, fabs(a) + b + bprev);
+    bprev = b;
+    const int steps = j + 1;
+    const bool broke = !(b > kLanczosBreakdown * anorm);
+    const bool due =
+        steps >= kLanczosFirstCheck && (steps - kLanczosFirstCheck) % kLanczosCheckEvery == 0;
+    steps_taken = steps;
+    if (!(broke || due || steps == mmax)) continue;
+    if (steps >= k) {
+      const long long c0 = clock64();
+      const bool ok = lanczos_check(L, steps, k, tnorm, theta_k, lam, col);
+      check_cycles += clock64() - c0;
+      ++checks;
+      if (ok) {
+        m = steps;
+        accepted = true;
+        break;
+      }
+    }
+    if (broke) break;
+  }
+  if (clocks != nullptr && t == 0) {
+    clocks[1] = clock64();
+    clocks[5] = check_cycles;
+    clocks[6] = steps_taken;
+    clocks[7] = checks;
+  }
+
+  // ---- V = Q_m Z (double), into V; float copies into Q[0, k) ----
+  if (accepted) {
+    const Smem T(L.tri, m, k);
+    double vr[kRowsPerLane];
+    if (warp < k) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerLane; ++r) vr[r] = 0;
+      for (int c = 0; c < m; ++c) {
+        const double z = T.Z[warp * m + c];
+#pragma unroll
+        for (int r = 0; r < kRowsPerLane; ++r)
+          vr[r] = fma(static_cast<double>(L.Q[c * kLanczosN + lane + 32 * r]), z, vr[r]);
+      }
+    }
+    __syncthreads();  // Q read
+    if (warp < k) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerLane; ++r) {
+        const int i = lane + 32 * r;
+        L.Q[col * kLanczosN + i] = static_cast<float>(vr[r]);
+        if (i < n) V[static_cast<std::size_t>(i) * k + col] = vr[r];
+      }
+    }
+    __syncthreads();
+    if (clocks != nullptr && t == 0) clocks[2] = clock64();
+
+    // ---- The guard: kGuardSteps steps on (I - V V^T) S (I - V V^T) ----
+    lanczos_start(L, n, 1);
+    lanczos_reorthogonalize(L, k);
+    lanczos_normalize_into(L, k);
+    int s = 0;
+    for (int i = 0; i < kGuardSteps; ++i) {
+      lanczos_product(L, sreg, k + i);
+      const double a = lanczos_reorthogonalize(L, k + i + 1);
+      const double b = lanczos_normalize_into(L, k + i + 1);
+      if (t == 0) {
+        L.ga[i] = a;
+        L.gb[i] = b;
+      }
+      s = i + 1;
+      if (!(b > kLanczosBreakdown * anorm)) break;
+    }
+    const Smem Tg = lanczos_tridiagonal(L.tri, L.ga, L.gb, s, 1);
+    bisect(Tg);
+    __syncthreads();
+    accepted = Tg.hi[0] < theta_k - kGuardMargin * tnorm;
+    if (clocks != nullptr && t == 0) clocks[3] = clock64();
+  }
+
+  // ---- V orthonormalised in double (Cholesky QR, in Ssm's space), written ----
+  if (accepted) {
+    double* Z = reinterpret_cast<double*>(L.Ssm);  // Z[c n + i] = V(i, c)
+    __syncthreads();
+    for (int idx = t; idx < n * k; idx += kLanczosThreads) {
+      const int i = idx / k, c = idx % k;
+      Z[c * n + i] = V[idx];
+    }
+    __syncthreads();
+    accepted = cholqr_pass(Z, n, k, L.G, L.red);  // V is orthonormal to float: one pass
+    if (accepted) {
+      for (int idx = t; idx < n * k; idx += kLanczosThreads) {
+        const int i = idx / k, c = idx % k;
+        V[idx] = Z[c * n + i];
+      }
+      if (warp < k && lane == 0) w[col] = lam / scale;
+    }
+  }
+  if (t == 0) w[k] = accepted ? 0.0 : kLanczosDeclined;
+  if (clocks != nullptr && t == 0) clocks[4] = clock64();
+}
+
+/// Launches lanczos_top_kernel for 1 <= k <= n <= kLanczosN, k <= kMaxK, on stream (the caller
+/// checks that the device holds lanczos_smem_bytes() a block). Returns the first CUDA error.
+inline cudaError_t launch_lanczos_top(const double* S, int n, int k, double* V, double* w,
+                                      cudaStream_t stream, long long* clocks = nullptr) {
+  if (n < 1 || k < 1 || k > n || n > kLanczosN || k > kMaxK) return cudaErrorInvalidValue;
+  cudaError_t err =
+      cudaFuncSetAttribute(lanczos_top_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(lanczos_smem_bytes()));
+  if (err != cudaSuccess) return err;
+  lanczos_top_kernel<<<1, kLanczosThreads, lanczos_smem_bytes(), stream>>>(S, n, k, V, w, clocks);
+  return cudaGetLastError();
+}
+
+}  // namespace tessera::kernels::cuda::block_eig
