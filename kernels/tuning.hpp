@@ -122,7 +122,7 @@ template <>
 struct Names<EigSolver> {
   static constexpr EnumName<EigSolver> all[] = {
       {EigSolver::automatic, "auto",
-       "Lanczos first where C >= 128, the exact solver where it declines"},
+       "Lanczos first where C >= 192, the exact solver where it declines"},
       {EigSolver::exact, "exact", "the exact solver only"}};
 };
 template <>

@@ -40,7 +40,7 @@
 /// cuda backend runs cuSOLVER dsyevdx on the device, except for float where
 /// block_eig_applies(n, k) and the device's shared memory holds it (eig_in_one_block): there
 /// the one-block solver (kernels/cuda/dense/block_eig.cuh, single-precision tridiagonal
-/// reduction, about 1e-7 ||S|| backward error), tried first by Lanczos for n >= 128 under
+/// reduction, about 1e-7 ||S|| backward error), tried first by Lanczos for n >= 192 under
 /// Tuning::eig_solver auto (block_lanczos.cuh: residuals <= 1e-7 ||S||, or declined to it).
 #define TESSERA_SYMMETRIC_EIG_TOP_OP(T) \
   void symmetric_eig_top(Backend<T>& be, double* S, int n, int k, double* w_host, double* V)
@@ -50,7 +50,7 @@
 #define TESSERA_EIG_IN_ONE_BLOCK_OP(T) bool eig_in_one_block(const Backend<T>& be, int n, int k)
 /// How many of this backend's symmetric_eig_top calls so far the one-block solver's Lanczos
 /// kernel answered, and how many it declined to the exact one-block solver (the cuda backend's
-/// float, n >= 128: kernels/cuda/dense/block_lanczos.cuh); both zero elsewhere. For the run record.
+/// float, n >= 192: kernels/cuda/dense/block_lanczos.cuh); both zero elsewhere. For the run record.
 #define TESSERA_EIG_LANCZOS_COUNTS_OP(T) EigLanczosCounts eig_lanczos_counts(const Backend<T>& be)
 /// P (rows x R) row j = U row pos[j]; pos (rows entries, backend memory, Backend::upload_index)
 /// null means the identity map.

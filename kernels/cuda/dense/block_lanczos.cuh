@@ -1,4 +1,4 @@
-// The k largest eigenpairs of a symmetric n x n matrix (128 <= n <= 256 in the library, k <= 16)
+// The k largest eigenpairs of a symmetric n x n matrix (192 <= n <= 256 in the library, k <= 16)
 // by Lanczos with full reorthogonalisation in ONE thread block, tried before the exact one-block
 // solver of block_eig.cuh (issue 43, point 3; docs/perf/gpu-h200-tucker.md, session 43). Where
 // it cannot vouch for its answer it says so in w[k] (kLanczosDeclined) and the exact kernel,

@@ -92,7 +92,7 @@ void symmetric_eig_top(Context& ctx, double* S, int n, int k, double* w_host, do
 /// n <= 256; 8.0 holds n <= 192 at k = 16).
 bool block_eig_fits(const Context& ctx, int n, int k);
 /// ops::symmetric_eig_top for float where block_eig_fits(n, k): the one-block solver
-/// (dense/block_eig.cuh) on S's lower triangle (column-major), for n >= 128 after the Lanczos
+/// (dense/block_eig.cuh) on S's lower triangle (column-major), for n >= 192 after the Lanczos
 /// kernel (dense/block_lanczos.cuh; both triangles), unless ctx.tuning.eig_solver is exact;
 /// counts in ctx.eig_lanczos; waits for it.
 void block_symmetric_eig_top(Context& ctx, const double* S, int n, int k, double* w_host,
