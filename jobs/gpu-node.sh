@@ -104,6 +104,7 @@
 #               n = 64 .. 1024 (issue 43's Tucker dense stage;
 #               jobs/probes/eig_probe.cu, compiled here with nvcc); with TESSERA_BASE_TAR (or
 #               TESSERA_EIG_BASE_TAR, for this mode only) the one-block solver of that commit
+#               (and its Lanczos kernel, where it has one)
 #               too, in the same call; then the one-block Lanczos kernel beside the exact
 #               solver on matrices of known spectra (jobs/probes/lanczos_probe.cu)
 #       mttkrp-tile: issue 43's shared-memory tiled MTTKRP probe (jobs/probes/mttkrp_tile_probe.cu,
@@ -807,6 +808,19 @@ if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/p
     "$out/lanczos_probe" | tee "$out/lanczos.txt" >>"$summary"
   else
     echo "eig: the Lanczos probe did not build ($out/lanczos-build.log)" | tee -a "$summary"
+  fi
+  if [ -n "$ebase" ] && [ -f "$ebase" ]; then
+    # The Lanczos probe against the base commit's kernel (its block_*.cuh found first).
+    inc=$build/lanczos-base-inc
+    rm -rf "$inc" && mkdir -p "$inc" &&
+      tar -xzf "$ebase" -C "$inc" --wildcards 'kernels/cuda/dense/block_*.cuh' &&
+      [ -f "$inc/kernels/cuda/dense/block_lanczos.cuh" ] &&
+      nvcc -O3 -arch=sm_90 -std=c++17 -I"$inc" -I. jobs/probes/lanczos_probe.cu \
+        -o "$out/lanczos_probe_base" >"$out/lanczos-base-build.log" 2>&1 &&
+      { echo "eig, the base commit's Lanczos kernel:"; "$out/lanczos_probe_base"; } |
+      tee "$out/lanczos-base.txt" >>"$summary" ||
+      echo "eig: no base Lanczos probe (a commit without it, or $out/lanczos-base-build.log)" |
+      tee -a "$summary"
   fi
 fi
 if has mttkrp-tile; then  # issue 43: factor rows of both inputs in shared memory (docs/perf/gpu-h200-floors.md)

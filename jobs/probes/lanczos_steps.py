@@ -10,6 +10,11 @@ S to a tridiagonal in 255 dependent steps (docs/perf/gpu-h200-tucker.md, "Sessio
 
   python3 jobs/probes/lanczos_steps.py ../shared/data/kg-fb15k-237_head-rel-tail.tns.gz 10
   python3 jobs/probes/lanczos_steps.py random:12092x9184x28818x3000000 3   # uniform, values [0, 1)
+  python3 jobs/probes/lanczos_steps.py <tensor> <iterations> warm
+
+With `warm`, each count is followed by the count from a warm start: the columns of
+B = Y^T U (U the factor being updated), each scaled to unit norm, summed with keyed signs
+(docs/perf/gpu-h200-tucker.md, session 44: 1-3 steps fewer).
 
 Needs numpy and scipy (python3-numpy, python3-scipy). A host model of the numbers, not a
 timing.
@@ -33,6 +38,7 @@ def load(path):
 
 def main():
     path, iters = sys.argv[1], int(sys.argv[2])
+    warm = len(sys.argv) > 3 and sys.argv[3] == "warm"
     idx, val = load(path)
     dims = idx.max(0) + 1
     R = k = 16
@@ -51,10 +57,10 @@ def main():
             Y += P @ prod
         return Y
 
-    def lanczos_steps(S):
+    def lanczos_steps(S, q0=None):
         n = S.shape[0]
         w = np.linalg.eigvalsh(S)[::-1]
-        q = rng.standard_normal(n)
+        q = rng.standard_normal(n) if q0 is None else q0
         Q = np.zeros((n, n))
         Q[:, 0] = q / np.linalg.norm(q)
         a, b, first = [], [], None
@@ -88,6 +94,11 @@ def main():
                 print(f"{name} iteration {it} mode {n} ({dims[n]} rows): Lanczos steps to 1e-6 / "
                       f"1e-7 of lambda_1: {m6} / {m7}; lambda_16 / lambda_17 {w[15] / w[16]:.3f}",
                       flush=True)
+                if warm:
+                    B = Y.T @ U[n]
+                    B /= np.linalg.norm(B, axis=0)
+                    w6, w7, _ = lanczos_steps(S, B @ np.where(rng.random(R) < 0.5, -1.0, 1.0))
+                    print(f"  from a warm start: {w6} / {w7}", flush=True)
             _, V = np.linalg.eigh(S)
             U[n] = np.linalg.qr(Y @ V[:, ::-1][:, :R])[0]
 

@@ -283,7 +283,8 @@ __device__ __forceinline__ void inverse_iteration(const Smem& m, double tnorm, l
 /// block calls it), the vector's rows lane + 32 t in zr, and its column: its rank among the
 /// quotients, descending (ties by index), so that w is descending even where a cluster's
 /// quotients come out of order.
-__device__ __forceinline__ int ritz_rank(const Smem& m, double (&zr)[kRowsPerLane], double& lam) {
+template <int kRows = kRowsPerLane>  // m.n <= 32 kRows
+__device__ __forceinline__ int ritz_rank(const Smem& m, double (&zr)[kRows], double& lam) {
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int n = m.n, k = m.k;
   const double *Z = m.Z, *d = m.d, *e = m.e;
@@ -293,7 +294,7 @@ __device__ __forceinline__ int ritz_rank(const Smem& m, double (&zr)[kRowsPerLan
     const double* z = Z + warp * n;
     double s = 0;
 #pragma unroll
-    for (int t = 0; t < kRowsPerLane; ++t) {
+    for (int t = 0; t < kRows; ++t) {
       const int i = lane + 32 * t;
       zr[t] = i < n ? z[i] : 0.0;
       if (i < n) {

@@ -199,10 +199,11 @@ __device__ void shifted_solve(const float* l, const float* rd, int n, double* z)
 /// 2 n / 32 + 10 dependent steps instead of 2 n (session 36). The arithmetic is
 /// shifted_solve's, in another order. The maps' products can overflow where shifted_solve
 /// would rescale: then nothing is written and it returns false (every lane alike), and the
-/// caller runs shifted_solve.
+/// caller runs shifted_solve. C: rows a lane at most (n <= 32 C; fewer registers for short
+/// tridiagonals, such as block_lanczos.cuh's, of order <= 64).
+template <int C = kMaxN / 32>
 __device__ __forceinline__ bool warp_shifted_solve(const float* l, const float* rd, int n,
                                                    double* z) {
-  constexpr int C = kMaxN / 32;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int cs = (n + 31) >> 5, i0 = lane * cs;
   double zc[C], lc[C];  // this lane's z and its rows' multipliers l_(i-1) (forward) or l_i

@@ -8,15 +8,17 @@
 // Why: the exact solver's tridiagonal reduction is n - 1 dependent steps (about 1 ms at n = 256
 // on an H200), while the top 16 eigenpairs of Tucker's Gram matrices converge in 23-38 Lanczos
 // steps (jobs/probes/lanczos_steps.py), each a product with S and two passes of Gram-Schmidt,
-// about 6 us in one block.
+// a few microseconds in one block.
 //
 // 1. S (scaled by a power of two as in block_eig.cuh) is held in float, padded to 256 x 256
 //    with zeros: row r's half h (columns 128 h ..) belongs to thread 2 r + h, its first 64
 //    entries in registers, the other 64 in shared memory (float4s, thread-major: no bank
-//    conflicts). Lanczos vectors: up to kLanczosMaxM + 1 rows of 256 floats.
+//    conflicts). Lanczos vectors: up to kLanczosMaxM + 1 rows of 256 floats. The register
+//    half is loaded again from S after each check (not live across one).
 // 2. Step j: y = S q_j (four partial sums a thread, the two halves by a shuffle), then twice
 //    y -= Q (Q^T y) over q_0 .. q_j (the dots a warp a vector, in double), alpha_j the sum of
-//    both passes' coefficients of q_j, beta_j = |y| (double), q_(j+1) = y / beta_j.
+//    both passes' coefficients of q_j, beta_j = |y| (double, from the second pass's dots),
+//    q_(j+1) = y / beta_j: five block barriers a step (lanczos_extend).
 // 3. After kLanczosFirstCheck steps, every kLanczosCheckEvery steps, and at a breakdown
 //    (beta_j <= kLanczosBreakdown ||T||): the Ritz pairs of T_m (block_eig.cuh's multisection
 //    and inverse iteration on the m x m tridiagonal) and the classic residual estimates
@@ -33,10 +35,13 @@
 //    on (I - V V^T) S (I - V V^T) (each vector reorthogonalised against V and the guard's own):
 //    that operator's largest eigenvalue is about lambda_(k+1) when nothing is missing, and a
 //    missed copy's eigenvalue (>= theta_k) otherwise. Declined when the guard's largest Ritz
-//    value reaches theta_k - kGuardMargin ||T_m||. (Like any Krylov check it can be outrun:
-//    a missed copy within a small fraction of the spectrum's spread above lambda_(k+1) may not show
-//    in kGuardSteps steps; then the answer's subspace holds lambda_(k+1)'s vector instead, an error
-//    of that gap. docs/perf/gpu-h200-tucker.md, session 43.)
+//    value reaches theta_k less the smaller of kGuardMargin ||T_m|| and half the gap
+//    theta_k - theta_(k+1) (T_m's next Ritz value: about lambda_(k+1), so a spectrum whose
+//    k-th gap is below the fixed margin, as congress's Grams, is not declined for it; a missed
+//    copy lies above theta_k, beyond either margin; session 44). (Like any Krylov check it can be
+//    outrun: a missed copy within a small fraction of the spectrum's spread above lambda_(k+1) may
+//    not show in kGuardSteps steps; then the answer's subspace holds lambda_(k+1)'s vector instead,
+//    an error of that gap. docs/perf/gpu-h200-tucker.md, session 43.)
 // 6. V orthonormalised in double by a pass of Cholesky QR (block_eig.cuh's; V is orthonormal
 //    to float's rounding, so one pass leaves it so to double's), in the order of the
 //    eigenvalues, as orthonormal as the exact solver's.
@@ -62,38 +67,41 @@ constexpr int kGuardSteps = 12;
 constexpr double kLanczosTol = 1e-7;
 constexpr double kLanczosBreakdown = 1e-6;
 constexpr double kGuardMargin = 1e-3;
+/// Rows a lane in the checks' solves (T_m of order <= kLanczosMaxM).
+constexpr int kCheckRows = (kLanczosMaxM + 31) / 32;
 
 namespace lanczos {
 
 constexpr std::size_t kSsmBytes = static_cast<std::size_t>(16) * kLanczosThreads * 16;
 constexpr std::size_t kQBytes = static_cast<std::size_t>(kLanczosMaxM + 1) * kLanczosN * 4;
 constexpr std::size_t kYBytes = kLanczosN * 4;
-constexpr std::size_t kPartBytes = kLanczosThreads * 4;
 constexpr int kCoefs =
-    64;  // dots of one pass: rows of Q (<= kLanczosMaxM + 1, k + kGuardSteps + 1)
+    64;  // dots of one pass: rows of Q (<= kLanczosMaxM + 1, k + kGuardSteps + 1), and y . y
+constexpr int kDotsPerWarp = (kLanczosMaxM + 2 + kLanczosThreads / 32 - 1) / (kLanczosThreads / 32);
 constexpr int kScalars = 2 * kCoefs + 2 * kLanczosMaxM + 2 * kGuardSteps + 64 + kMaxK * kMaxK;
-static_assert(kLanczosMaxM + 1 <= kCoefs && kMaxK + kGuardSteps + 1 <= kCoefs, "h holds a pass");
+static_assert(kLanczosMaxM + 2 <= kCoefs && kMaxK + kGuardSteps + 2 <= kCoefs, "h holds a pass");
 static_assert(kMaxK + kGuardSteps + 1 <= kLanczosMaxM + 1, "Q holds V and the guard's vectors");
 
-/// The kernel's shared memory: Ssm, Q, y, part (floats), then h (2 kCoefs), alpha, beta
+/// The kernel's shared memory: Ssm, Q, y, hf (floats), then h (2 kCoefs), alpha, beta
 /// (kLanczosMaxM each), the guard's ga, gb (kGuardSteps each), red (64), G (kMaxK^2), then the
 /// tridiagonal solver's Smem (block_eig_base.cuh) for n <= kLanczosMaxM, k <= kMaxK.
 struct Layout {
-  float4* Ssm;  // [u][thread]: the thread's half row's entries 64 + 4 u .. 64 + 4 u + 3
-  float *Q, *y, *part;
-  double *h, *alpha, *beta, *ga, *gb, *red, *G;
+  float4* Ssm;        // [u][thread]: the thread's half row's entries 64 + 4 u .. 64 + 4 u + 3
+  float *Q, *y, *hf;  // hf: a pass's coefficients in float
+  double *h, *alpha, *beta, *ga, *gb, *red, *wsq, *G;  // wsq: red[32, 48); red[48]: one value
   unsigned char* tri;
   __device__ explicit Layout(unsigned char* base) {
     Ssm = reinterpret_cast<float4*>(base);
     Q = reinterpret_cast<float*>(base + kSsmBytes);
     y = Q + kQBytes / 4;
-    part = y + kLanczosN;
-    h = reinterpret_cast<double*>(part + kLanczosThreads);
+    hf = y + kLanczosN;
+    h = reinterpret_cast<double*>(hf + kCoefs);
     alpha = h + 2 * kCoefs;
     beta = alpha + kLanczosMaxM;
     ga = beta + kLanczosMaxM;
     gb = ga + kGuardSteps;
     red = gb + kGuardSteps;
+    wsq = red + 32;
     G = red + 64;
     tri = reinterpret_cast<unsigned char*>(G + kMaxK * kMaxK);
   }
@@ -104,7 +112,8 @@ struct Layout {
 /// Dynamic shared memory of the Lanczos kernel (about 219 KB: an H100's or H200's block holds
 /// it, an A100's does not).
 __host__ __device__ constexpr std::size_t lanczos_smem_bytes() {
-  return lanczos::kSsmBytes + lanczos::kQBytes + lanczos::kYBytes + lanczos::kPartBytes +
+  return lanczos::kSsmBytes + lanczos::kQBytes + lanczos::kYBytes +
+         lanczos::kCoefs * sizeof(float) +
          static_cast<std::size_t>(lanczos::kScalars) * sizeof(double) +
          smem_bytes(kLanczosMaxM, kMaxK);
 }
@@ -140,38 +149,97 @@ __device__ __forceinline__ void lanczos_product(const lanczos::Layout& L, const 
   __syncthreads();
 }
 
-/// y -= Q[0, rows) (Q[0, rows)^T y), twice (classical Gram-Schmidt, the dots in double); returns
-/// the sum of both passes' coefficients of Q[rows - 1] (every thread alike).
-__device__ __forceinline__ double lanczos_reorthogonalize(const lanczos::Layout& L, int rows) {
+/// The coefficients of one Lanczos extension (lanczos_extend), every thread alike.
+struct LanczosCoefs {
+  double alpha, beta;
+};
+
+/// Twice y -= Q[0, rows) (Q[0, rows)^T y) (classical Gram-Schmidt, the dots in double), then
+/// Q[dst] = y / beta with beta = |y| (zero where beta is). alpha: the sum of both passes'
+/// coefficients of Q[rows - 1] (0 where rows is 0). y complete on entry (lanczos_product); Q[dst]
+/// complete on return. Four block barriers, two a pass:
+/// - the dots: a warp takes vectors warp, warp + 16, .. (at most kDotsPerWarp), its warp sums
+///   interleaved; the second pass also takes y . y, so that beta^2 = |y'|^2 - |h''|^2 (y' the
+///   vector after the first pass, h'' the second pass's coefficients: y' - Q h'' is orthogonal
+///   to Q) needs no block reduction of its own;
+/// - the update: thread r < 256 owns row r over all the vectors (consecutive rows a warp: no
+///   bank conflicts, and no partial sums to meet), and in the second pass writes Q[dst] itself.
+__device__ __forceinline__ LanczosCoefs lanczos_extend(const lanczos::Layout& L, int rows,
+                                                       int dst) {
   const int t = static_cast<int>(threadIdx.x), lane = t & 31, warp = t >> 5;
   constexpr int kWarps = kLanczosThreads / 32;
-  double coef = 0;
+  LanczosCoefs out{0.0, 0.0};
   for (int pass = 0; pass < 2; ++pass) {
     double* h = L.h + pass * lanczos::kCoefs;
-    const float4* y4 = reinterpret_cast<const float4*>(L.y);
-    for (int c = warp; c < rows; c += kWarps) {
-      const float4* qc = reinterpret_cast<const float4*>(L.Q + c * kLanczosN);
-      const float4 a0 = qc[lane], a1 = qc[32 + lane], b0 = y4[lane], b1 = y4[32 + lane];
-      double d = static_cast<double>(a0.x) * b0.x + static_cast<double>(a0.y) * b0.y +
+    const int nd = rows + pass;  // the second pass's last dot is y . y
+    {
+      const float4* y4 = reinterpret_cast<const float4*>(L.y);
+      const float4 b0 = y4[lane], b1 = y4[32 + lane];
+      double d[lanczos::kDotsPerWarp];
+#pragma unroll
+      for (int i = 0; i < lanczos::kDotsPerWarp; ++i) {
+        const int c = warp + kWarps * i;
+        d[i] = 0;
+        if (c < nd) {
+          const float4* qc = c < rows ? reinterpret_cast<const float4*>(L.Q + c * kLanczosN) : y4;
+          const float4 a0 = qc[lane], a1 = qc[32 + lane];
+          d[i] = static_cast<double>(a0.x) * b0.x + static_cast<double>(a0.y) * b0.y +
                  static_cast<double>(a0.z) * b0.z + static_cast<double>(a0.w) * b0.w +
                  static_cast<double>(a1.x) * b1.x + static_cast<double>(a1.y) * b1.y +
                  static_cast<double>(a1.z) * b1.z + static_cast<double>(a1.w) * b1.w;
-      d = warp_sum(d);
-      if (lane == 0) h[c] = d;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+        for (int i = 0; i < lanczos::kDotsPerWarp; ++i)
+          d[i] += __shfl_xor_sync(0xffffffffu, d[i], o);
+      }
+      if (lane == 0) {
+        double sq = 0;
+#pragma unroll
+        for (int i = 0; i < lanczos::kDotsPerWarp; ++i) {
+          const int c = warp + kWarps * i;
+          if (c < rows) {
+            h[c] = d[i];
+            L.hf[c] = static_cast<float>(d[i]);
+            sq = fma(d[i], d[i], sq);
+          } else if (c < nd) {
+            h[c] = d[i];  // y . y
+          }
+        }
+        L.wsq[warp] = sq;
+      }
     }
     __syncthreads();
-    // Thread t: row t % 256, the vectors of parity t / 256 (a warp's rows consecutive).
-    const int r = t & (kLanczosN - 1), par = t >> 8;
-    float u = 0.f;
-    for (int c = par; c < rows; c += 2)
-      u = fmaf(L.Q[c * kLanczosN + r], static_cast<float>(h[c]), u);
-    L.part[t] = u;
-    coef += h[rows - 1];
-    __syncthreads();
-    if (t < kLanczosN) L.y[t] -= L.part[t] + L.part[t + kLanczosN];
+    if (pass == 1) {
+      double s = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) s += L.wsq[w];
+      const double b2 = h[rows] - s;
+      out.beta = b2 > 0 ? sqrt(b2) : 0.0;
+      if (rows > 0) out.alpha = L.h[rows - 1] + h[rows - 1];
+    }
+    if (t < kLanczosN) {
+      float u0 = 0.f, u1 = 0.f, u2 = 0.f, u3 = 0.f;
+      int c = 0;
+      for (; c + 4 <= rows; c += 4) {
+        const float4 hc = *reinterpret_cast<const float4*>(L.hf + c);
+        u0 = fmaf(L.Q[c * kLanczosN + t], hc.x, u0);
+        u1 = fmaf(L.Q[(c + 1) * kLanczosN + t], hc.y, u1);
+        u2 = fmaf(L.Q[(c + 2) * kLanczosN + t], hc.z, u2);
+        u3 = fmaf(L.Q[(c + 3) * kLanczosN + t], hc.w, u3);
+      }
+      for (; c < rows; ++c) u0 = fmaf(L.Q[c * kLanczosN + t], L.hf[c], u0);
+      const float yn = L.y[t] - ((u0 + u1) + (u2 + u3));
+      if (pass == 0)
+        L.y[t] = yn;
+      else
+        L.Q[dst * kLanczosN + t] = out.beta > 0 ? static_cast<float>(yn / out.beta) : 0.f;
+    }
     __syncthreads();
   }
-  return coef;
+  return out;
 }
 
 /// beta = |y| (double); Q[dst] = y / beta (zero where beta is). Returns beta (every thread).
@@ -207,18 +275,53 @@ __device__ __forceinline__ Smem lanczos_tridiagonal(unsigned char* tri, const do
   return T;
 }
 
+/// The (k + 1)-th largest eigenvalue of T (0-based index k < T.n), after bisect (whose float
+/// copies df, e2f of T it reads), inside [lo, hi): warp 0's multisection, 32 points a round,
+/// five rounds (about 3e-8 of hi - lo). Every thread gets it (one block barrier; out: one double
+/// of shared memory).
+__device__ __forceinline__ double next_ritz_value(const Smem& T, int k, double lo, double hi,
+                                                  double* out) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < 32) {
+    const int n = T.n;
+    float e2max = 0.f;
+    for (int i = t; i < n; i += 32) e2max = fmaxf(e2max, T.e2f[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) e2max = fmaxf(e2max, __shfl_xor_sync(0xffffffffu, e2max, o));
+    const float pivmin = FLT_MIN * fmaxf(1.f, e2max);
+    float l = static_cast<float>(lo), h = static_cast<float>(hi);
+    for (int round = 0; round < 5; ++round) {
+      const float x = section_point(l, h, t, 32);
+      int below = 0;
+      sturm_counts(T.df, T.e2f, n, &x, pivmin, &below);
+      // The eigenvalue lies below the first point with at most k eigenvalues at or above it.
+      const unsigned at_most_k = __ballot_sync(0xffffffffu, n - below <= k);
+      const int q = at_most_k != 0u ? __ffs(static_cast<int>(at_most_k)) - 1 : 32;
+      const float nl = q == 0 ? l : section_point(l, h, q - 1, 32);
+      const float nh = q == 32 ? h : section_point(l, h, q, 32);
+      l = nl;
+      h = nh;
+    }
+    if (t == 0) *out = 0.5 * (static_cast<double>(l) + h);
+  }
+  __syncthreads();
+  return *out;
+}
+
 /// Step 3's check after `steps` steps (k <= steps): the Ritz pairs of T into tri's Smem (Z: the
 /// vectors of T), this warp's Ritz value lam and its column col, T's norm bound tnorm and the
-/// k-th Ritz value theta_k; whether every top-k residual estimate is <= kLanczosTol tnorm.
+/// k-th Ritz value theta_k; whether every top-k residual estimate is <= kLanczosTol tnorm. Where
+/// they are, also theta_next, T's (k + 1)-th Ritz value (the guard's margin; -tnorm where
+/// steps == k).
 /// The vectors: block_eig.cuh's inverse iteration (kInverseIterations solves each from the
 /// multisection's shifts), first not orthonormalised (enough for the estimates, and half the
 /// time of orthonormalising after each solve); only where the estimates pass, orthonormalised
 /// by two passes of Cholesky QR (the vectors V is made of) and the estimates taken again. A
-/// cluster whose vectors come out alike fails the Cholesky QR: declined.
-/// Not inlined: the caller's registers (S's entries) are saved around the call rather than
-/// crowding the step loop's (128 a thread at 512 threads).
+/// cluster whose vectors come out alike fails the Cholesky QR: declined. Not inlined: inlined,
+/// a step took 12.1 k cycles against 11.4 k (session 44).
 __device__ __noinline__ bool lanczos_check(const lanczos::Layout& L, int steps, int k,
-                                           double& tnorm, double& theta_k, double& lam, int& col) {
+                                           double& tnorm, double& theta_k, double& theta_next,
+                                           double& lam, int& col) {
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const Smem T = lanczos_tridiagonal(L.tri, L.alpha, L.beta, steps, k);
   tnorm = bisect(T);
@@ -232,7 +335,7 @@ __device__ __noinline__ bool lanczos_check(const lanczos::Layout& L, int steps, 
                      DBL_EPSILON * fmax(tnorm, 1.0), lf, rdf);
     for (int it = 0; it < kInverseIterations; ++it) {
       __syncwarp();
-      if (!warp_shifted_solve(lf, rdf, steps, z)) {
+      if (!warp_shifted_solve<kCheckRows>(lf, rdf, steps, z)) {
         if (lane == 0) shifted_solve(lf, rdf, steps, z);
         __syncwarp();
       }
@@ -245,13 +348,14 @@ __device__ __noinline__ bool lanczos_check(const lanczos::Layout& L, int steps, 
     if (pass == 1 &&
         !(cholqr_pass(T.Z, steps, k, T.G, T.red) && cholqr_pass(T.Z, steps, k, T.G, T.red)))
       return false;
-    double zr[kRowsPerLane];
-    col = ritz_rank(T, zr, lam);
+    double zr[kCheckRows];
+    col = ritz_rank<kCheckRows>(T, zr, lam);
     const double est = warp < k ? fabs(L.beta[steps - 1] * T.Z[warp * steps + steps - 1]) : 0.0;
     worst = block_reduce<true>(est, L.red);
     theta_k = -block_reduce<true>(warp < k ? -lam : -DBL_MAX, L.red);
     if (!(worst <= kLanczosTol * tnorm)) return false;
   }
+  theta_next = steps > k ? next_ritz_value(T, k, -tnorm, theta_k, L.red + 48) : -tnorm;
   return true;
 }
 
@@ -295,9 +399,15 @@ __global__ void __launch_bounds__(kLanczosThreads, 1)
     return row < n && j < n ? static_cast<float>(S[static_cast<std::size_t>(j) * n + row] * scale)
                             : 0.f;
   };
+  // The register half of the row. Loaded again from S after each check and before the guard,
+  // so that it is not live across lanczos_check's call (the kernel as measured in session 44;
+  // without the reloads a step took about as long).
   float sreg[64];
+  auto load_sreg = [&] {
 #pragma unroll
-  for (int c = 0; c < 64; ++c) sreg[c] = entry(hf * 128 + c);
+    for (int c = 0; c < 64; ++c) sreg[c] = entry(hf * 128 + c);
+  };
+  load_sreg();
   for (int u = 0; u < 16; ++u) {
     const int j = hf * 128 + 64 + 4 * u;
     L.Ssm[u * kLanczosThreads + t] =
@@ -310,14 +420,14 @@ __global__ void __launch_bounds__(kLanczosThreads, 1)
 
   // ---- Lanczos steps, checked as they go ----
   const int mmax = min(kLanczosMaxM, n);
-  double anorm = 0, bprev = 0, tnorm = 0, theta_k = 0;
+  double anorm = 0, bprev = 0, tnorm = 0, theta_k = 0, theta_next = 0;
   int m = 0, col = 0;
   double lam = 0;
   bool accepted = false;
   for (int j = 0; j < mmax; ++j) {
     lanczos_product(L, sreg, j);
-    const double a = lanczos_reorthogonalize(L, j + 1);
-    const double b = lanczos_normalize_into(L, j + 1);
+    const LanczosCoefs ab = lanczos_extend(L, j + 1, j + 1);
+    const double a = ab.alpha, b = ab.beta;
     if (t == 0) {
       L.alpha[j] = a;
       L.beta[j] = b;
@@ -332,7 +442,8 @@ __global__ void __launch_bounds__(kLanczosThreads, 1)
     if (!(broke || due || steps == mmax)) continue;
     if (steps >= k) {
       const long long c0 = clock64();
-      const bool ok = lanczos_check(L, steps, k, tnorm, theta_k, lam, col);
+      const bool ok = lanczos_check(L, steps, k, tnorm, theta_k, theta_next, lam, col);
+      if (!ok && !broke) load_sreg();
       check_cycles += clock64() - c0;
       ++checks;
       if (ok) {
@@ -377,14 +488,14 @@ __global__ void __launch_bounds__(kLanczosThreads, 1)
     if (clocks != nullptr && t == 0) clocks[2] = clock64();
 
     // ---- The guard: kGuardSteps steps on (I - V V^T) S (I - V V^T) ----
+    load_sreg();
     lanczos_start(L, n, 1);
-    lanczos_reorthogonalize(L, k);
-    lanczos_normalize_into(L, k);
+    lanczos_extend(L, k, k);
     int s = 0;
     for (int i = 0; i < kGuardSteps; ++i) {
       lanczos_product(L, sreg, k + i);
-      const double a = lanczos_reorthogonalize(L, k + i + 1);
-      const double b = lanczos_normalize_into(L, k + i + 1);
+      const LanczosCoefs ab = lanczos_extend(L, k + i + 1, k + i + 1);
+      const double a = ab.alpha, b = ab.beta;
       if (t == 0) {
         L.ga[i] = a;
         L.gb[i] = b;
@@ -395,7 +506,7 @@ __global__ void __launch_bounds__(kLanczosThreads, 1)
     const Smem Tg = lanczos_tridiagonal(L.tri, L.ga, L.gb, s, 1);
     bisect(Tg);
     __syncthreads();
-    accepted = Tg.hi[0] < theta_k - kGuardMargin * tnorm;
+    accepted = Tg.hi[0] < theta_k - fmin(kGuardMargin * tnorm, 0.5 * (theta_k - theta_next));
     if (clocks != nullptr && t == 0) clocks[3] = clock64();
   }
 
