@@ -57,8 +57,9 @@ void block_symmetric_eig_top(Context& ctx, const double* S, int n, int k, double
   // Lanczos first where it pays (n >= kLanczosMinN) and the device holds it; the exact solver
   // then runs only where Lanczos declined (block_lanczos.cuh).
   // After kDeclineStreak declines in a row (a run whose spectra Lanczos cannot settle in its
-  // steps, e.g. congress at 16,16,16: 59 of 60), it is tried only every kRetryEvery-th solve
-  // until it answers again, so such a run pays little for it.
+  // steps, or whose guard finds missed copies), it is tried only every kRetryEvery-th solve
+  // until it answers again, so such a run pays little for it (congress at 16,16,16 was one,
+  // 59 of 60 declined by the guard's fixed margin, before session 44).
   Context::EigLanczos& el = ctx.eig_lanczos;
   bool lanczos = lanczos_applies(ctx, n, k);
   if (lanczos && el.streak >= kDeclineStreak) lanczos = ++el.skipped % kRetryEvery == 0;
