@@ -789,15 +789,20 @@ if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/p
   else
     echo "eig: the probe did not build ($out/eig-build.log)" | tee -a "$summary"
   fi
-  ebase=${TESSERA_EIG_BASE_TAR:-${TESSERA_BASE_TAR:-}}
+  # The base commit's one-block solvers (its kernels/cuda/dense/block_*.cuh, found first by
+  # both probes below), for a before/after in one call.
+  ebase=${TESSERA_EIG_BASE_TAR:-${TESSERA_BASE_TAR:-}} inc=
   if [ -n "$ebase" ] && [ -f "$ebase" ]; then
-    # The same probe against the base commit's one-block solver (its block_eig*.cuh found
-    # first), only that solver and the reference: a before/after in one call.
     inc=$build/eig-base-inc
     rm -rf "$inc" && mkdir -p "$inc" &&
-      tar -xzf "$ebase" -C "$inc" --wildcards 'kernels/cuda/dense/block_eig*.cuh' &&
-      nvcc -O2 -arch=sm_90 -I"$inc" -I. jobs/probes/eig_probe.cu -lcusolver -lcublas -llapack \
-        -o "$out/eig_probe_base" >"$out/eig-base-build.log" 2>&1 &&
+      tar -xzf "$ebase" -C "$inc" --wildcards 'kernels/cuda/dense/block_*.cuh' ||
+      { echo "eig: the base commit's headers did not unpack" | tee -a "$summary"; inc=; }
+  fi
+  if [ -n "$inc" ]; then
+    # The same probe against the base commit's one-block solver, only that solver and the
+    # reference.
+    nvcc -O2 -arch=sm_90 -I"$inc" -I. jobs/probes/eig_probe.cu -lcusolver -lcublas -llapack \
+      -o "$out/eig_probe_base" >"$out/eig-base-build.log" 2>&1 &&
       { echo "eig, the base commit's one-block solver:"; "$out/eig_probe_base" 16 block; } |
       tee "$out/eig-base.txt" >>"$summary" ||
       echo "eig: the base probe did not build ($out/eig-base-build.log)" | tee -a "$summary"
@@ -809,12 +814,8 @@ if has eig; then  # issue 43: cuSOLVER's eigen-solvers on one n x n Gram (docs/p
   else
     echo "eig: the Lanczos probe did not build ($out/lanczos-build.log)" | tee -a "$summary"
   fi
-  if [ -n "$ebase" ] && [ -f "$ebase" ]; then
-    # The Lanczos probe against the base commit's kernel (its block_*.cuh found first).
-    inc=$build/lanczos-base-inc
-    rm -rf "$inc" && mkdir -p "$inc" &&
-      tar -xzf "$ebase" -C "$inc" --wildcards 'kernels/cuda/dense/block_*.cuh' &&
-      [ -f "$inc/kernels/cuda/dense/block_lanczos.cuh" ] &&
+  if [ -n "$inc" ]; then  # the Lanczos probe against the base commit's kernel, where it has one
+    [ -f "$inc/kernels/cuda/dense/block_lanczos.cuh" ] &&
       nvcc -O3 -arch=sm_90 -std=c++17 -I"$inc" -I. jobs/probes/lanczos_probe.cu \
         -o "$out/lanczos_probe_base" >"$out/lanczos-base-build.log" 2>&1 &&
       { echo "eig, the base commit's Lanczos kernel:"; "$out/lanczos_probe_base"; } |
