@@ -16,9 +16,10 @@
 //    conflicts). Lanczos vectors: up to kLanczosMaxM + 1 rows of 256 floats. The register
 //    half is loaded again from S after each check (not live across one).
 // 2. Step j: y = S q_j (four partial sums a thread, the two halves by a shuffle), then twice
-//    y -= Q (Q^T y) over q_0 .. q_j (the dots a warp a vector, in double), alpha_j the sum of
-//    both passes' coefficients of q_j, beta_j = |y| (double, from the second pass's dots),
-//    q_(j+1) = y / beta_j: five block barriers a step (lanczos_extend).
+//    y -= Q (Q^T y) over q_0 .. q_j (the dots a warp a vector: a lane's 8 products summed in
+//    float, the lanes' sums in double), alpha_j the sum of both passes' coefficients of q_j,
+//    beta_j = |y| (double, from the second pass's dots), q_(j+1) = y / beta_j: five block
+//    barriers a step (lanczos_extend).
 // 3. After kLanczosFirstCheck steps, every kLanczosCheckEvery steps, and at a breakdown
 //    (beta_j <= kLanczosBreakdown ||T||): the Ritz pairs of T_m (block_eig.cuh's multisection
 //    and inverse iteration on the m x m tridiagonal) and the classic residual estimates
@@ -158,8 +159,10 @@ struct LanczosCoefs {
 /// Q[dst] = y / beta with beta = |y| (zero where beta is). alpha: the sum of both passes'
 /// coefficients of Q[rows - 1] (0 where rows is 0). y complete on entry (lanczos_product); Q[dst]
 /// complete on return. Four block barriers, two a pass:
-/// - the dots: a warp takes vectors warp, warp + 16, .. (at most kDotsPerWarp), its warp sums
-///   interleaved; the second pass also takes y . y, so that beta^2 = |y'|^2 - |h''|^2 (y' the
+/// - the dots: a warp takes vectors warp, warp + 16, .. (at most kDotsPerWarp), each lane's 8
+///   products summed in float (the vectors are float, and so is S's product, whose rounding,
+///   about 16 x 2^-24 of |S q|, is the larger), its warp sums in double and reduced together;
+///   the second pass also takes y . y, so that beta^2 = |y'|^2 - |h''|^2 (y' the
 ///   vector after the first pass, h'' the second pass's coefficients: y' - Q h'' is orthogonal
 ///   to Q) needs no block reduction of its own;
 /// - the update: thread r < 256 owns row r over all the vectors (consecutive rows a warp: no
@@ -173,43 +176,54 @@ __device__ __forceinline__ LanczosCoefs lanczos_extend(const lanczos::Layout& L,
     double* h = L.h + pass * lanczos::kCoefs;
     const int nd = rows + pass;  // the second pass's last dot is y . y
     {
+      // Each lane's part of a dot (8 products) in float, then the warp's sums in double: four
+      // dots a warp reduced together (two exchanges halve the values a lane carries, three
+      // more sum the last one: 6 double shuffles, not 20), so lane 8 i ends with dot i. One
+      // conversion to double a dot a lane, where widening every product took 40 a lane a pass
+      // (16 conversions a clock a multiprocessor). Both together: 10.9-12.4 k -> 9.4-10.2 k
+      // cycles a step (docs/perf/gpu-h200-tucker.md, session 45).
+      static_assert(lanczos::kDotsPerWarp == 4, "the exchanges below reduce four dots");
       const float4* y4 = reinterpret_cast<const float4*>(L.y);
       const float4 b0 = y4[lane], b1 = y4[32 + lane];
       double d[lanczos::kDotsPerWarp];
 #pragma unroll
       for (int i = 0; i < lanczos::kDotsPerWarp; ++i) {
         const int c = warp + kWarps * i;
-        d[i] = 0;
+        float f = 0.f;
         if (c < nd) {
           const float4* qc = c < rows ? reinterpret_cast<const float4*>(L.Q + c * kLanczosN) : y4;
           const float4 a0 = qc[lane], a1 = qc[32 + lane];
-          d[i] = static_cast<double>(a0.x) * b0.x + static_cast<double>(a0.y) * b0.y +
-                 static_cast<double>(a0.z) * b0.z + static_cast<double>(a0.w) * b0.w +
-                 static_cast<double>(a1.x) * b1.x + static_cast<double>(a1.y) * b1.y +
-                 static_cast<double>(a1.z) * b1.z + static_cast<double>(a1.w) * b1.w;
+          f = a0.x * b0.x;
+          f = fmaf(a0.y, b0.y, f);
+          f = fmaf(a0.z, b0.z, f);
+          f = fmaf(a0.w, b0.w, f);
+          f = fmaf(a1.x, b1.x, f);
+          f = fmaf(a1.y, b1.y, f);
+          f = fmaf(a1.z, b1.z, f);
+          f = fmaf(a1.w, b1.w, f);
+        }
+        d[i] = static_cast<double>(f);
+      }
+      const bool b4 = (lane & 16) != 0, b3 = (lane & 8) != 0;
+      const double e0 = (b4 ? d[2] : d[0]) + __shfl_xor_sync(0xffffffffu, b4 ? d[0] : d[2], 16);
+      const double e1 = (b4 ? d[3] : d[1]) + __shfl_xor_sync(0xffffffffu, b4 ? d[1] : d[3], 16);
+      double dv = (b3 ? e1 : e0) + __shfl_xor_sync(0xffffffffu, b3 ? e0 : e1, 8);
+#pragma unroll
+      for (int o = 4; o > 0; o >>= 1) dv += __shfl_xor_sync(0xffffffffu, dv, o);
+      const int c = warp + kWarps * ((lane >> 3) & 3);  // this lane's dot: 2 b4 + b3
+      double sq = 0;
+      if ((lane & 7) == 0) {
+        if (c < rows) {
+          h[c] = dv;
+          L.hf[c] = static_cast<float>(dv);
+          sq = dv * dv;
+        } else if (c < nd) {
+          h[c] = dv;  // y . y
         }
       }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-        for (int i = 0; i < lanczos::kDotsPerWarp; ++i)
-          d[i] += __shfl_xor_sync(0xffffffffu, d[i], o);
-      }
-      if (lane == 0) {
-        double sq = 0;
-#pragma unroll
-        for (int i = 0; i < lanczos::kDotsPerWarp; ++i) {
-          const int c = warp + kWarps * i;
-          if (c < rows) {
-            h[c] = d[i];
-            L.hf[c] = static_cast<float>(d[i]);
-            sq = fma(d[i], d[i], sq);
-          } else if (c < nd) {
-            h[c] = d[i];  // y . y
-          }
-        }
-        L.wsq[warp] = sq;
-      }
+      sq += __shfl_xor_sync(0xffffffffu, sq, 8);
+      sq += __shfl_xor_sync(0xffffffffu, sq, 16);
+      if (lane == 0) L.wsq[warp] = sq;
     }
     __syncthreads();
     if (pass == 1) {
