@@ -155,7 +155,7 @@ struct LanczosCoefs {
   double alpha, beta;
 };
 
-/// Twice y -= Q[0, rows) (Q[0, rows)^T y) (classical Gram-Schmidt, the dots in double), then
+/// Twice y -= Q[0, rows) (Q[0, rows)^T y) (classical Gram-Schmidt), then
 /// Q[dst] = y / beta with beta = |y| (zero where beta is). alpha: the sum of both passes'
 /// coefficients of Q[rows - 1] (0 where rows is 0). y complete on entry (lanczos_product); Q[dst]
 /// complete on return. Four block barriers, two a pass:
@@ -181,7 +181,10 @@ __device__ __forceinline__ LanczosCoefs lanczos_extend(const lanczos::Layout& L,
       // more sum the last one: 6 double shuffles, not 20), so lane 8 i ends with dot i. One
       // conversion to double a dot a lane, where widening every product took 40 a lane a pass
       // (16 conversions a clock a multiprocessor). Both together: 10.9-12.4 k -> 9.4-10.2 k
-      // cycles a step (docs/perf/gpu-h200-tucker.md, session 45).
+      // cycles a step (docs/perf/gpu-h200-tucker.md, session 45). The exchanges are
+      // reduce_scatter<4>'s (block_eig_base.cuh) written out: the same shuffles and sums, but
+      // calling it changed how the compiler unrolled the pass loop (two more block barriers in
+      // the PTX), which has not been timed; the code measured is this one.
       static_assert(lanczos::kDotsPerWarp == 4, "the exchanges below reduce four dots");
       const float4* y4 = reinterpret_cast<const float4*>(L.y);
       const float4 b0 = y4[lane], b1 = y4[32 + lane];
