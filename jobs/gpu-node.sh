@@ -699,6 +699,10 @@ if has floors; then  # issue 43: one card's distance to the floor, before (base 
       fl fl-$lab-nell2-completion-r$R "$bin" bench cp $g --generate-on host --rank $R --iters 6 --observed-only
     done
     fl fl-$lab-nell2-tucker-16 "$bin" bench tucker $g --ranks 16,16,16 --iters 6 -v
+    for gp in fp16 bf16; do  # opt-in 16-bit gathers in the TTMc (session 42)
+      fl fl-$lab-nell2-tucker-16-$gp "$bin" bench tucker $g --ranks 16,16,16 --iters 6 -v \
+        --gather-precision $gp
+    done
     fl fl-$lab-nell2-tucker-8 "$bin" bench tucker $g --ranks 8,8,8 --iters 6 -v
     if [ -n "$fb15k" ]; then  # the fit, float: real data, 40 iterations
       for r in 8 16; do

@@ -164,7 +164,7 @@ TEST_F(GpuTuckerDenseOps, GatherScatterMatchHost) {
 TEST_F(GpuTuckerDenseOps, CholQrStepMatchesHost) {
   auto gpu = kernels::make_backend<double>(BackendKind::cuda);
   auto cpu = kernels::make_backend<double>(BackendKind::cpu, 1);
-  for (int R : {1, 7, 16, 150}) {
+  for (int R : {1, 7, 16, 32, 33, 150}) {  // one warp's Cholesky up to 32, potrf above
     const std::int64_t rows = 4000;
     const auto n = static_cast<std::size_t>(rows) * R;
     const auto RR = static_cast<std::size_t>(R) * R;

@@ -26,7 +26,9 @@
 //    |beta_(m-1) z_(m-1)| (exact up to rounding under full reorthogonalisation). Accepted when
 //    the top k's are all <= kLanczosTol ||T_m|| (the exact solver's backward error is about
 //    1e-7 ||S||). The estimates come first from vectors not orthonormalised, and only where
-//    they pass again from the orthonormalised vectors that V is made of. Declined when they are not
+//    they pass again from the orthonormalised vectors that V is made of (Cholesky QR, its
+//    second pass only where the first pass's factor is off I by kLanczosOrthSkip or more). The
+//    multisection also brackets theta_(k+1), the guard's. Declined when they are not
 //    by kLanczosMaxM steps (a flat spectrum, such as the first mode of HOOI's first iteration) or
 //    at a breakdown with fewer than k steps.
 // 4. V = Q_m Z in double; their float copies are then the first k rows of Q.
@@ -68,6 +70,9 @@ constexpr int kGuardSteps = 12;
 constexpr double kLanczosTol = 1e-7;
 constexpr double kLanczosBreakdown = 1e-6;
 constexpr double kGuardMargin = 1e-3;
+/// The check's second Cholesky QR pass runs only where the first pass's factor is off I by
+/// this or more somewhere (tucker_dense.cpp's kOrthSkip: below it one pass leaves rounding).
+constexpr double kLanczosOrthSkip = 1e-4;
 /// Rows a lane in the checks' solves (T_m of order <= kLanczosMaxM).
 constexpr int kCheckRows = (kLanczosMaxM + 31) / 32;
 
@@ -85,7 +90,8 @@ static_assert(kMaxK + kGuardSteps + 1 <= kLanczosMaxM + 1, "Q holds V and the gu
 
 /// The kernel's shared memory: Ssm, Q, y, hf (floats), then h (2 kCoefs), alpha, beta
 /// (kLanczosMaxM each), the guard's ga, gb (kGuardSteps each), red (64), G (kMaxK^2), then the
-/// tridiagonal solver's Smem (block_eig_base.cuh) for n <= kLanczosMaxM, k <= kMaxK.
+/// tridiagonal solver's Smem (block_eig_base.cuh) for n <= kLanczosMaxM, k <= kMaxK + 1 (the
+/// check's multisection brackets theta_(k+1) too).
 struct Layout {
   float4* Ssm;        // [u][thread]: the thread's half row's entries 64 + 4 u .. 64 + 4 u + 3
   float *Q, *y, *hf;  // hf: a pass's coefficients in float
@@ -116,7 +122,7 @@ __host__ __device__ constexpr std::size_t lanczos_smem_bytes() {
   return lanczos::kSsmBytes + lanczos::kQBytes + lanczos::kYBytes +
          lanczos::kCoefs * sizeof(float) +
          static_cast<std::size_t>(lanczos::kScalars) * sizeof(double) +
-         smem_bytes(kLanczosMaxM, kMaxK);
+         smem_bytes(kLanczosMaxM, kMaxK + 1);
 }
 
 namespace detail {
@@ -292,56 +298,28 @@ __device__ __forceinline__ Smem lanczos_tridiagonal(unsigned char* tri, const do
   return T;
 }
 
-/// The (k + 1)-th largest eigenvalue of T (0-based index k < T.n), after bisect (whose float
-/// copies df, e2f of T it reads), inside [lo, hi): warp 0's multisection, 32 points a round,
-/// five rounds (about 3e-8 of hi - lo). Every thread gets it (one block barrier; out: one double
-/// of shared memory).
-__device__ __forceinline__ double next_ritz_value(const Smem& T, int k, double lo, double hi,
-                                                  double* out) {
-  const int t = static_cast<int>(threadIdx.x);
-  if (t < 32) {
-    const int n = T.n;
-    float e2max = 0.f;
-    for (int i = t; i < n; i += 32) e2max = fmaxf(e2max, T.e2f[i]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) e2max = fmaxf(e2max, __shfl_xor_sync(0xffffffffu, e2max, o));
-    const float pivmin = FLT_MIN * fmaxf(1.f, e2max);
-    float l = static_cast<float>(lo), h = static_cast<float>(hi);
-    for (int round = 0; round < 5; ++round) {
-      const float x = section_point(l, h, t, 32);
-      int below = 0;
-      sturm_counts(T.df, T.e2f, n, &x, pivmin, &below);
-      // The eigenvalue lies below the first point with at most k eigenvalues at or above it.
-      const unsigned at_most_k = __ballot_sync(0xffffffffu, n - below <= k);
-      const int q = at_most_k != 0u ? __ffs(static_cast<int>(at_most_k)) - 1 : 32;
-      const float nl = q == 0 ? l : section_point(l, h, q - 1, 32);
-      const float nh = q == 32 ? h : section_point(l, h, q, 32);
-      l = nl;
-      h = nh;
-    }
-    if (t == 0) *out = 0.5 * (static_cast<double>(l) + h);
-  }
-  __syncthreads();
-  return *out;
-}
-
 /// Step 3's check after `steps` steps (k <= steps): the Ritz pairs of T into tri's Smem (Z: the
 /// vectors of T), this warp's Ritz value lam and its column col, T's norm bound tnorm and the
-/// k-th Ritz value theta_k; whether every top-k residual estimate is <= kLanczosTol tnorm. Where
-/// they are, also theta_next, T's (k + 1)-th Ritz value (the guard's margin; -tnorm where
-/// steps == k).
+/// k-th Ritz value theta_k, theta_next, T's (k + 1)-th Ritz value (the guard's margin; -tnorm
+/// where steps == k); whether every top-k residual estimate is <= kLanczosTol tnorm.
 /// The vectors: block_eig.cuh's inverse iteration (kInverseIterations solves each from the
 /// multisection's shifts), first not orthonormalised (enough for the estimates, and half the
 /// time of orthonormalising after each solve); only where the estimates pass, orthonormalised
-/// by two passes of Cholesky QR (the vectors V is made of) and the estimates taken again. A
+/// by Cholesky QR (the vectors V is made of; a second pass where the first pass's factor is
+/// off I by kLanczosOrthSkip or more) and the estimates taken again. A
 /// cluster whose vectors come out alike fails the Cholesky QR: declined. Not inlined: inlined,
 /// a step took 12.1 k cycles against 11.4 k (session 44).
 __device__ __noinline__ bool lanczos_check(const lanczos::Layout& L, int steps, int k,
                                            double& tnorm, double& theta_k, double& theta_next,
                                            double& lam, int& col) {
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const Smem T = lanczos_tridiagonal(L.tri, L.alpha, L.beta, steps, k);
+  // The multisection brackets k + 1 values where T has them, so that theta_(k+1) comes with
+  // the others (was a warp's own multisection after an accepted check: 15-25 k cycles).
+  const int kb = steps > k ? k + 1 : k;
+  Smem T = lanczos_tridiagonal(L.tri, L.alpha, L.beta, steps, kb);
   tnorm = bisect(T);
+  theta_next = kb > k ? 0.5 * (T.lo[k] + T.hi[k]) : -tnorm;
+  T.k = k;  // the layout stays (steps, kb)'s; everything after takes the top k
   if (warp < k) {
     float* lf = reinterpret_cast<float*>(T.X + static_cast<std::size_t>(warp) * steps);
     float* rdf = lf + steps;
@@ -362,9 +340,24 @@ __device__ __noinline__ bool lanczos_check(const lanczos::Layout& L, int steps, 
   __syncthreads();
   double worst = 0;
   for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 1 &&
-        !(cholqr_pass(T.Z, steps, k, T.G, T.red) && cholqr_pass(T.Z, steps, k, T.G, T.red)))
-      return false;
+    if (pass == 1) {
+      // A second pass only where the first pass's factor is not within kLanczosOrthSkip of I
+      // (as orthonormalize's kOrthSkip: one pass then leaves rounding). Warp 0 reads the
+      // factor back (its diagonal holds 1 / L(c, c); off the diagonal L is G
+      // to first order): passing |G - I| out of cholqr_pass spilled the kernel's registers.
+      if (!cholqr_pass(T.Z, steps, k, T.G, T.red)) return false;
+      if (warp == 0) {
+        double d = 0;
+        for (int e = lane; e < k * k; e += 32) {
+          const int a = e / k, b = e - a * k;
+          if (b <= a) d = fmax(d, fabs(T.G[e] - (a == b ? 1.0 : 0.0)));
+        }
+        d = warp_max(d);
+        if (lane == 0) L.red[48] = d;
+      }
+      __syncthreads();
+      if (!(L.red[48] < kLanczosOrthSkip) && !cholqr_pass(T.Z, steps, k, T.G, T.red)) return false;
+    }
     double zr[kCheckRows];
     col = ritz_rank<kCheckRows>(T, zr, lam);
     const double est = warp < k ? fabs(L.beta[steps - 1] * T.Z[warp * steps + steps - 1]) : 0.0;
@@ -372,7 +365,6 @@ __device__ __noinline__ bool lanczos_check(const lanczos::Layout& L, int steps, 
     theta_k = -block_reduce<true>(warp < k ? -lam : -DBL_MAX, L.red);
     if (!(worst <= kLanczosTol * tnorm)) return false;
   }
-  theta_next = steps > k ? next_ritz_value(T, k, -tnorm, theta_k, L.red + 48) : -tnorm;
   return true;
 }
 

@@ -104,6 +104,61 @@ __global__ void cholqr_check_kernel(const double* __restrict__ G, const double* 
   out[1] = dev;
 }
 
+/// Orders up to which cholqr_step factors G in one warp (cholqr_warp_kernel), not potrf.
+constexpr int kWarpCholMaxR = 32;
+
+/// potrf and cholqr_check_kernel in one warp, for R <= kMax <= 32: lane i holds row i of G,
+/// then of its Cholesky factor C (G = C C^T, row-major lower), which it writes where potrf
+/// (upper, column-major) puts W = C^T; out as cholqr_check_kernel's. A pivot that is not
+/// positive and finite fails the factor, as potrf's info does. One warp (session 47, H200:
+/// 5.3-5.5 us a call against 21 us for potrf's three kernels and the check).
+template <int kMax>
+__global__ void __launch_bounds__(32)
+    cholqr_warp_kernel(const double* __restrict__ G, int R, double* __restrict__ L,
+                       double* __restrict__ out) {
+  const int lane = static_cast<int>(threadIdx.x);
+  constexpr unsigned kAll = 0xffffffffu;
+  double row[kMax];
+  double dev = 0.0;
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    const bool in = lane < R && j < R;
+    const double g = in ? G[lane * R + j] : 0.0;
+    const double d = fabs(g - (j == lane ? 1.0 : 0.0));
+    if (in && d > dev) dev = d;  // NaN compares false: ignored
+    row[j] = in && j <= lane ? g : 0.0;
+  }
+  bool ok = true;
+  double dmin = DBL_MAX, dmax = 0.0;
+#pragma unroll
+  for (int c = 0; c < kMax; ++c) {
+    if (c < R) {
+      // Row c's entries left of the diagonal are C's; row[c] of lane c is the pivot.
+      const double piv = __shfl_sync(kAll, row[c], c);
+      const bool good = piv > 0.0 && isfinite(piv);
+      ok = ok && good;
+      const double r = good ? rsqrt(piv) : 1.0, d = good ? piv * r : 1.0;  // 1 / C(c, c), C(c, c)
+      dmin = fmin(dmin, d);
+      dmax = fmax(dmax, d);
+      if (lane >= c) row[c] = lane == c ? d : row[c] * r;
+#pragma unroll
+      for (int j = c + 1; j < kMax; ++j) {
+        const double cj = __shfl_sync(kAll, row[c], j);  // C(j, c)
+        if (lane >= j) row[j] = fma(-row[c], cj, row[j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMax; ++j)
+    if (lane < R && j < R && j <= lane) L[lane * R + j] = row[j];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) dev = fmax(dev, __shfl_xor_sync(kAll, dev, o));
+  if (lane == 0) {
+    out[0] = ok && !(dmin * dmin < 1e-13 * dmax * dmax) ? 1.0 : 0.0;
+    out[1] = dev;
+  }
+}
+
 /// partial[b] = sum of x[e]^2 over the elements e of block b's grid-stride loop.
 __global__ void sum_squares_partial_kernel(const double* __restrict__ x, std::int64_t n,
                                            double* __restrict__ partial) {
@@ -236,18 +291,25 @@ bool cholqr_step(Context& ctx, double* U, std::int64_t rows, int R, const double
   int* info = Arena::at<int>(ctx.small.get(), o_info);
   // The row-major lower triangle of G is read, as on the host (linalg::cholesky): to
   // cuSOLVER that is the column-major upper triangle, G = W^T W with W = L^T upper.
-  int lwork = 0;
-  TESSERA_CUSOLVER_CHECK(
-      cusolverDnDpotrf_bufferSize(ctx.cusolver, CUBLAS_FILL_MODE_UPPER, R, L, R, &lwork));
-  ctx.scratch.reserve(static_cast<std::size_t>(std::max(lwork, 1)) * sizeof(double));
-  auto* work = static_cast<double*>(ctx.scratch.get());
-
-  TESSERA_CUDA_CHECK(cudaMemcpyAsync(L, G, static_cast<std::size_t>(RR) * sizeof(double),
-                                     cudaMemcpyDeviceToDevice, ctx.stream));
-  TESSERA_CUSOLVER_CHECK(
-      cusolverDnDpotrf(ctx.cusolver, CUBLAS_FILL_MODE_UPPER, R, L, R, work, lwork, info));
-  cholqr_check_kernel<<<1, kBlock, 0, ctx.stream>>>(G, L, info, R, out);
-  TESSERA_CUDA_CHECK_LAUNCH();
+  if (R <= kWarpCholMaxR) {
+    if (R <= 16)
+      cholqr_warp_kernel<16><<<1, 32, 0, ctx.stream>>>(G, R, L, out);
+    else
+      cholqr_warp_kernel<kWarpCholMaxR><<<1, 32, 0, ctx.stream>>>(G, R, L, out);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  } else {
+    int lwork = 0;
+    TESSERA_CUSOLVER_CHECK(
+        cusolverDnDpotrf_bufferSize(ctx.cusolver, CUBLAS_FILL_MODE_UPPER, R, L, R, &lwork));
+    ctx.scratch.reserve(static_cast<std::size_t>(std::max(lwork, 1)) * sizeof(double));
+    auto* work = static_cast<double*>(ctx.scratch.get());
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(L, G, static_cast<std::size_t>(RR) * sizeof(double),
+                                       cudaMemcpyDeviceToDevice, ctx.stream));
+    TESSERA_CUSOLVER_CHECK(
+        cusolverDnDpotrf(ctx.cusolver, CUBLAS_FILL_MODE_UPPER, R, L, R, work, lwork, info));
+    cholqr_check_kernel<<<1, kBlock, 0, ctx.stream>>>(G, L, info, R, out);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
   double h[2] = {0.0, 0.0};
   download_small(ctx, out, h, 2);
   *host_dev = h[1];
