@@ -515,7 +515,11 @@ __global__ void __launch_bounds__(kLanczosThreads, 1)
     const Smem Tg = lanczos_tridiagonal(L.tri, L.ga, L.gb, s, 1);
     bisect(Tg);
     __syncthreads();
-    accepted = Tg.hi[0] < theta_k - fmin(kGuardMargin * tnorm, 0.5 * (theta_k - theta_next));
+    // theta_next is the midpoint of its bracket: where the k-th and (k + 1)-th values meet to
+    // rounding it may lie a bracket's width above theta_k, so the gap is taken as >= 0 (a
+    // negative margin would accept a guard value slightly above theta_k).
+    accepted =
+        Tg.hi[0] < theta_k - fmin(kGuardMargin * tnorm, 0.5 * fmax(theta_k - theta_next, 0.0));
     if (clocks != nullptr && t == 0) clocks[3] = clock64();
   }
 
