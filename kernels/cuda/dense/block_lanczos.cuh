@@ -41,7 +41,9 @@
 //    value reaches theta_k less the smaller of kGuardMargin ||T_m|| and half the gap
 //    theta_k - theta_(k+1) (T_m's next Ritz value: about lambda_(k+1), so a spectrum whose
 //    k-th gap is below the fixed margin, as congress's Grams, is not declined for it; a missed
-//    copy lies above theta_k, beyond either margin; session 44). (Like any Krylov check it can be
+//    copy lies above theta_k, beyond either margin; session 44). The gap is taken as >= 0:
+//    theta_(k+1) is its bracket's midpoint, which rounding can put above theta_k where the two
+//    meet. (Like any Krylov check it can be
 //    outrun: a missed copy within a small fraction of the spectrum's spread above lambda_(k+1) may
 //    not show in kGuardSteps steps; then the answer's subspace holds lambda_(k+1)'s vector instead,
 //    an error of that gap. docs/perf/gpu-h200-tucker.md, session 43.)
@@ -515,9 +517,8 @@ __global__ void __launch_bounds__(kLanczosThreads, 1)
     const Smem Tg = lanczos_tridiagonal(L.tri, L.ga, L.gb, s, 1);
     bisect(Tg);
     __syncthreads();
-    // theta_next is the midpoint of its bracket: where the k-th and (k + 1)-th values meet to
-    // rounding it may lie a bracket's width above theta_k, so the gap is taken as >= 0 (a
-    // negative margin would accept a guard value slightly above theta_k).
+    // The gap is taken as >= 0 (step 5 above): a negative margin would accept a guard value
+    // slightly above theta_k.
     accepted =
         Tg.hi[0] < theta_k - fmin(kGuardMargin * tnorm, 0.5 * fmax(theta_k - theta_next, 0.0));
     if (clocks != nullptr && t == 0) clocks[3] = clock64();
