@@ -111,6 +111,12 @@
 #               compiled here with nvcc) on the nell-2 shape, R 32, beside bench mttkrp (float
 #               and fp16 gathers) on the same shape (TESSERA_TARGETS=tessera builds only that)
 #       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
+#       tier2: memory tier 2 through the CP device loop (issue 36): the tier-2 and device-loop
+#               GPU tests, then a generated nell-2-shaped HDF5 store (TESSERA_TIER2_NNZ, default
+#               76.9e6, uniform, float32) in `tessera cp --tier 2` (rank 32, float) with
+#               --cuda-graph on (the chunks' copies, sorts and kernels in the iteration's graph)
+#               and off (per-operation calls), and in tier 1; per run the engine and the mean
+#               of iterations 3.. (after the capture) next to the host link's floor
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
 # Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps),
@@ -441,6 +447,33 @@ if has tier3; then
       --backend cuda --precision float --host-budget 100G
   fi
   rm -f "$t3"
+fi
+if has tier2; then
+  log "tier-2 and device-loop GPU tests"
+  (cd "$build" && ctest -L gpu -R "${TESSERA_CTEST_R:-gpu_tier3|gpu_tier_np1|gpu_cp_np1}" \
+    --output-on-failure --timeout 600) 2>&1 |
+    tee "$out/ctest-tier2.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -20
+  scratch=${TESSERA_SCRATCH:-$build/scratch}
+  mkdir -p "$scratch"
+  t2=$scratch/tier2.h5
+  nnz2=${TESSERA_TIER2_NNZ:-76.9e6}
+  log "generate $nnz2 nonzeros (nell-2 shape) to $t2"
+  mpirun -np "$(nproc)" --bind-to none "$T" generate --dims $nell --nnz "$nnz2" --rank 8 \
+    --dist uniform --structure sampled --value-type float32 --out "$t2" 2>&1 | tail -1
+  for run in "2 on" "2 off" "1 on"; do
+    read -r tier graph <<<"$run"
+    name=tier2-loop-t$tier-graph-$graph
+    bench $name "$T" cp "$t2" --tier "$tier" --cuda-graph "$graph" --rank 32 --iters 12 --tol 0 \
+      --backend cuda --precision float
+    python3 - "$out/$name.json" "$name" >>"$summary" <<'PY' || true
+import json, sys
+j = json.load(open(sys.argv[1])); n = sys.argv[2]
+its = [x["seconds"] for x in j["per_iteration"]][2:]
+print(f"{n:34s} {sum(its) / max(len(its), 1) * 1e3:9.3f} ms/iter over iterations 3..{len(its) + 2}"
+      f"  engine: {j['iteration_engine']}")
+PY
+  done
+  rm -f "$t2"
 fi
 if has planner; then
   scratch=${TESSERA_SCRATCH:-$build/scratch}

@@ -57,7 +57,8 @@ set_tests_properties(gpu_tier_cp_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tess
 # or 2)
 # against cuda tier 1 and the reference backend; mttkrp_accumulate itself (orders 2-5,
 # every sort path, known nonzero output, bad coordinates); CP-ALS in tier 3 against tier 1
-# on one GPU.
+# on one GPU, and CP-ALS in tier 2 (host chunks) on the device loop, its chunk copies in the
+# CUDA graph, against tier 1 and the per-operation path.
 tessera_test_executable(gpu_tier3_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_tier3.cpp
   LIBS tessera::algo tessera::io)

@@ -69,8 +69,9 @@ void mttkrp_rows(Backend<T>& be, const TensorHandle<T>& x, int mode,
 }
 template <typename T>
 void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,
-                       const std::vector<const T*>& factors, int R, T* out, int sorted_mode) {
-  reference::mttkrp_accumulate(be, chunk, mode, factors, R, out, sorted_mode);
+                       const std::vector<const T*>& factors, int R, T* out, int sorted_mode,
+                       bool persistent) {
+  reference::mttkrp_accumulate(be, chunk, mode, factors, R, out, sorted_mode, persistent);
 }
 template <typename T>
 int prepare_stream_chunk(Backend<T>& be, SparseTensor<T>& chunk) {

@@ -32,10 +32,15 @@
 /// fewer when the memory budget asks (order 3 float: 72 bytes per nonzero). `sorted_mode` >= 0
 /// promises that the chunk's `sorted_mode` indices are non-decreasing (as prepare_stream_chunk
 /// leaves them), -1 promises nothing; the cuda backend then skips its sort for that mode (and
-/// fails the next call with an Error if the promise was false).
-#define TESSERA_MTTKRP_ACCUMULATE_OP(T)                                          \
-  void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode, \
-                         const std::vector<const T*>& factors, int R, T* out, int sorted_mode)
+/// fails the next call with an Error if the promise was false). `persistent` promises that
+/// the chunk's host arrays stay unchanged (and page-locked) for as long as the backend may
+/// read them again: memory tier 2's chunks, which the cuda backend may capture into the CP
+/// device loop's graph (its replays copy them again); tier 3 refills its buffers (false),
+/// and a call inside a capture with false is an Error.
+#define TESSERA_MTTKRP_ACCUMULATE_OP(T)                                                        \
+  void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,               \
+                         const std::vector<const T*>& factors, int R, T* out, int sorted_mode, \
+                         bool persistent)
 
 /// Reorders a host chunk that will be streamed through mttkrp_accumulate many times (memory
 /// tier 2) into the order this backend computes fastest, once; returns the mode whose indices
@@ -124,7 +129,7 @@ inline TESSERA_MTTKRP_OP(T) {
 }
 template <typename T>
 inline TESSERA_MTTKRP_ACCUMULATE_OP(T) {
-  TESSERA_DISPATCH(be, mttkrp_accumulate, chunk, mode, factors, R, out, sorted_mode);
+  TESSERA_DISPATCH(be, mttkrp_accumulate, chunk, mode, factors, R, out, sorted_mode, persistent);
 }
 template <typename T>
 inline TESSERA_PREPARE_STREAM_CHUNK_OP(T) {

@@ -11,8 +11,10 @@ namespace tessera::kernels::reference {
 
 template <typename T>
 void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,
-                       const std::vector<const T*>& factors, int R, T* out, int sorted_mode) {
+                       const std::vector<const T*>& factors, int R, T* out, int sorted_mode,
+                       bool persistent) {
   (void)sorted_mode;  // host backends do not sort chunks
+  (void)persistent;   // nor keep them: the call reads the chunk and is done with it
   TESSERA_EXPECTS(mode >= 0 && mode < chunk.order(), "mttkrp_accumulate: mode "
                                                          << mode << " of an order-" << chunk.order()
                                                          << " chunk");

@@ -117,7 +117,7 @@ TYPED_TEST(Accumulate, ChunksSumToTheWholeMttkrp) {
           skip[static_cast<std::size_t>(mode)] = nullptr;  // documented as not read
           (void)ops::take_accumulate_times(*be);
           for (const auto& c : chunks)
-            ops::mttkrp_accumulate(*be, c, mode, skip, R, out.data(), -1);
+            ops::mttkrp_accumulate(*be, c, mode, skip, R, out.data(), -1, false);
           const AccumulateTimes t = ops::take_accumulate_times(*be);
           EXPECT_EQ(t.chunks, 2) << what << ": the empty chunk is not counted";
           EXPECT_EQ(t.copy, 0.0) << what;
@@ -153,13 +153,13 @@ TYPED_TEST(Accumulate, BadArguments) {
   const auto x = random_tensor<T>({4, 5, 6}, 20, 3);
   std::vector<T> f0(4 * 2, T(1)), f1(5 * 2, T(1)), f2(6 * 2, T(1)), out(4 * 2, T(0));
   const std::vector<const T*> f = {f0.data(), f1.data(), f2.data()};
-  EXPECT_THROW(ops::mttkrp_accumulate(*be, x, 3, f, 2, out.data(), -1), Error);
-  EXPECT_THROW(ops::mttkrp_accumulate(*be, x, -1, f, 2, out.data(), -1), Error);
-  EXPECT_THROW(ops::mttkrp_accumulate(*be, x, 0, f, 0, out.data(), -1), Error);
+  EXPECT_THROW(ops::mttkrp_accumulate(*be, x, 3, f, 2, out.data(), -1, false), Error);
+  EXPECT_THROW(ops::mttkrp_accumulate(*be, x, -1, f, 2, out.data(), -1, false), Error);
+  EXPECT_THROW(ops::mttkrp_accumulate(*be, x, 0, f, 0, out.data(), -1, false), Error);
   // A coordinate outside its mode is refused (by prepare) and adds nothing.
   auto bad = x;
   bad.idx[1][7] = 5;
-  EXPECT_THROW(ops::mttkrp_accumulate(*be, bad, 0, f, 2, out.data(), -1), Error);
+  EXPECT_THROW(ops::mttkrp_accumulate(*be, bad, 0, f, 2, out.data(), -1, false), Error);
   for (T v : out) EXPECT_EQ(v, T(0));
 }
 

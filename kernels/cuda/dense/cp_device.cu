@@ -522,6 +522,8 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
   bool capture(const std::function<void(int, int)>& mttkrp) {
     TESSERA_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
     ctx_.capturing = true;
+    ++ctx_.capture_seq;
+    const std::uint64_t epoch = ctx_.stream_epoch;
     std::string failure;
     try {
       enqueue(mttkrp, false);
@@ -550,13 +552,15 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
     scratch_ = ctx_.scratch.get();
     gathers_ = ctx_.gathers.get();
     small_ = ctx_.small.get();
+    epoch_ = epoch;
     return true;
   }
   /// The captured kernels' scratch pointers still hold (another operation may have grown
-  /// ctx.scratch between iterations, e.g. a checkpoint's download does not, a holdout does).
+  /// ctx.scratch between iterations, e.g. a checkpoint's download does not, a holdout does),
+  /// and so do the chunk buffers of a captured tier-2 MTTKRP (mttkrp/stream.cu).
   bool still_valid() const {
     return ctx_.scratch.get() == scratch_ && ctx_.small.get() == small_ &&
-           ctx_.gathers.get() == gathers_;
+           ctx_.gathers.get() == gathers_ && ctx_.stream_epoch == epoch_;
   }
   void drop_graph() {
     if (exec_) TESSERA_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(exec_));
@@ -581,6 +585,7 @@ class CudaCpLoop final : public CpDeviceLoop<T> {
   const void* scratch_ = nullptr;
   const void* gathers_ = nullptr;
   const void* small_ = nullptr;
+  std::uint64_t epoch_ = 0;  ///< ctx.stream_epoch when the graph was captured
   int calls_ = 0;
   std::string why_no_graph_;
 };

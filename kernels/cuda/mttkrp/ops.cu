@@ -65,10 +65,12 @@ TESSERA_INSTANTIATE_OP(TESSERA_COMPLETION_ROWS_OP);
 
 template <typename T>
 void mttkrp_accumulate(Backend<T>& be, const SparseTensor<T>& chunk, int mode,
-                       const std::vector<const T*>& factors, int R, T* out, int sorted_mode) {
+                       const std::vector<const T*>& factors, int R, T* out, int sorted_mode,
+                       bool persistent) {
   CudaBackend<T>& b = executor(be);
   DeviceGuard g(b.ctx().device);
-  b.accumulator().accumulate(chunk, mode, factors, R, out, b.memory_budget(), sorted_mode);
+  b.accumulator().accumulate(chunk, mode, factors, R, out, b.memory_budget(), sorted_mode,
+                             persistent);
 }
 TESSERA_INSTANTIATE_OP(TESSERA_MTTKRP_ACCUMULATE_OP);
 

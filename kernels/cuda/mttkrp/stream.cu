@@ -1,5 +1,9 @@
-// Memory tier 3 on the CUDA backend: ops::mttkrp_accumulate, out += the MTTKRP of one
-// chunk of a tensor streamed from disk (the StreamedOps hooks of algo::DiskTensor).
+// Memory tiers 2-3 on the CUDA backend: ops::mttkrp_accumulate, out += the MTTKRP of one
+// chunk of a tensor streamed from host memory or disk (the StreamedOps hooks of
+// algo::HostTensor and algo::DiskTensor). Inside a CUDA graph capture (the CP device loop at
+// tier 2) the same pipeline is captured, ordered by events recorded in the capture, and
+// timed by event nodes read after each replay (ChunkAccumulator::accumulate,
+// docs/cp-device-loop.md).
 //
 // A chunk holds nonzeros in store order (global coordinates). It is handled in pieces of at
 // most piece_nnz nonzeros (one piece for the default 16 Mi-nonzero chunk), each alike:
@@ -110,6 +114,12 @@ __global__ void pack_payload(const __grid_constant__ PackParams<W> p, Words<W>* 
 }
 
 /// p[k] = k.
+/// One more replay of a graph that captured the accumulator's pieces (mapped host memory).
+__global__ void count_replay(unsigned* n) {
+  volatile unsigned* v = n;
+  *v = *v + 1u;
+}
+
 __global__ void iota_u32(std::uint32_t* __restrict__ p, std::int64_t n) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
@@ -305,6 +315,51 @@ struct ChunkAccumulator<T>::State {
   std::int64_t harvested = 0;  ///< pieces whose times are in `times`
   AccumulateTimes times;
 
+  // ---- inside a graph capture (Context::capturing) ----
+  /// kEventsPerPiece timing points per captured piece, recorded as event nodes.
+  EventPool graph_events;
+  /// Dependencies inside a capture: the capture's start on the backend's stream (the copy
+  /// stream joins the capture there), "piece g's copy done", and "piece g's compute done"
+  /// for g % 2 (the next reader of that buffer is piece g + 2's copy).
+  EventPool dep;
+  enum { kDepFork = 0, kDepCopy, kDepCompute0, kDepCompute1, kDeps };
+  std::uint64_t capture_seq = 0;  ///< Context::capture_seq of the pieces below
+  std::int64_t graph_pieces = 0;  ///< pieces of that capture
+  std::int64_t graph_chunks = 0;  ///< calls of that capture
+  /// Replays of captured graphs so far (a node of each graph adds 1, mapped host memory),
+  /// and the count take_times() last saw.
+  PinnedMemory replays;
+  unsigned* replays_dev = nullptr;
+  unsigned replays_seen = 0;
+
+  cudaEvent_t gev(std::int64_t piece, int which) const {
+    return graph_events[static_cast<std::size_t>(piece) * kEventsPerPiece +
+                        static_cast<std::size_t>(which)];
+  }
+  unsigned replays_now() const { return *reinterpret_cast<volatile unsigned*>(replays.get()); }
+  /// Adds the captured pieces' times of the last replay, once per replay since the last call
+  /// (the device has finished).
+  void harvest_graph() {
+    const unsigned now = replays_now();
+    const unsigned runs = now - replays_seen;
+    replays_seen = now;
+    if (runs == 0 || graph_pieces == 0) return;
+    double copy = 0, compute = 0;
+    for (std::int64_t g = 0; g < graph_pieces; ++g) {
+      float copy_ms = 0, compute_ms = 0;
+      TESSERA_CUDA_CHECK(cudaEventElapsedTime(&copy_ms, gev(g, kCopyBegin), gev(g, kCopyEnd)));
+      TESSERA_CUDA_CHECK(
+          cudaEventElapsedTime(&compute_ms, gev(g, kComputeBegin), gev(g, kComputeEnd)));
+      copy += static_cast<double>(copy_ms) * 1e-3;
+      compute += static_cast<double>(compute_ms) * 1e-3;
+    }
+    // Only the last replay's events can be read; take_times() follows every replay in the
+    // CP loop (runs == 1), and an earlier one is counted as the last.
+    times.copy += runs * copy;
+    times.compute += runs * compute;
+    times.chunks += static_cast<std::int64_t>(runs) * graph_chunks;
+  }
+
   cudaEvent_t ev(std::int64_t piece, int which) const {
     return events[static_cast<std::size_t>(piece % kRing) * kEventsPerPiece +
                   static_cast<std::size_t>(which)];
@@ -342,13 +397,18 @@ template <typename T>
 ChunkAccumulator<T>::ChunkAccumulator(Context& ctx) : s_(std::make_unique<State>(ctx)) {
   TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s_->copy, cudaStreamNonBlocking));
   s_->events.ensure(static_cast<std::size_t>(kRing) * kEventsPerPiece);
-  const cudaError_t e = s_->flag.allocate(sizeof(int));
-  TESSERA_EXPECTS(e == cudaSuccess, "memory tier 3: cudaHostAlloc of the error flag failed ("
-                                        << detail::cuda_error_text(e) << ")");
-  *reinterpret_cast<volatile int*>(s_->flag.get()) = 0;
+  s_->dep.ensure(State::kDeps);
+  for (PinnedMemory* m : {&s_->flag, &s_->replays}) {
+    const cudaError_t e = m->allocate(sizeof(int));
+    TESSERA_EXPECTS(e == cudaSuccess, "memory tier 2-3: cudaHostAlloc of a mapped flag failed ("
+                                          << detail::cuda_error_text(e) << ")");
+    *reinterpret_cast<volatile int*>(m->get()) = 0;
+  }
   void* dev = nullptr;
   TESSERA_CUDA_CHECK(cudaHostGetDevicePointer(&dev, s_->flag.get(), 0));
   s_->flag_dev = static_cast<int*>(dev);
+  TESSERA_CUDA_CHECK(cudaHostGetDevicePointer(&dev, s_->replays.get(), 0));
+  s_->replays_dev = static_cast<unsigned*>(dev);
 }
 
 template <typename T>
@@ -362,7 +422,10 @@ ChunkAccumulator<T>::~ChunkAccumulator() {
   s_->slot[1] = DeviceMemory();
   s_->scratch = DeviceMemory();
   s_->events.clear();
+  s_->graph_events.clear();
+  s_->dep.clear();
   s_->flag = PinnedMemory();
+  s_->replays = PinnedMemory();
 }
 
 template <typename T>
@@ -389,8 +452,12 @@ std::size_t ChunkAccumulator<T>::device_bytes() const {
 template <typename T>
 void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
                                      const std::vector<const T*>& factors, int R, T* out,
-                                     std::size_t budget, int sorted_mode) {
+                                     std::size_t budget, int sorted_mode, bool persistent) {
   State& s = *s_;
+  const bool capture = s.ctx.capturing;
+  TESSERA_EXPECTS(!capture || persistent,
+                  "mttkrp_accumulate inside a CUDA graph capture needs chunks whose host arrays "
+                  "persist (memory tier 2); a refilled buffer (tier 3) cannot be replayed");
   check_kernel_shape(chunk);  // order, array lengths, dims <= 2^32 (coordinates: on the device)
   const int N = chunk.order();
   TESSERA_EXPECTS(mode >= 0 && mode < N, "mode " << mode << " of an order-" << N << " chunk");
@@ -400,7 +467,7 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
   for (int m = 0; m < N; ++m)
     TESSERA_EXPECTS(m == mode || factors[static_cast<std::size_t>(m)] != nullptr,
                     "factor " << m << " is null");
-  s.check_flag();  // an earlier piece's bad coordinate
+  if (!capture) s.check_flag();  // an earlier piece's bad coordinate (a capture: take_times)
   const nnz_t nnz = chunk.nnz();
   if (nnz == 0) return;
   TESSERA_EXPECTS(out != nullptr, "mttkrp_accumulate: null output");
@@ -423,8 +490,28 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
   s.temp_cap =
       std::max(s.temp_cap, path_temp_bytes<T>(path, std::min(piece, nnz), bits, s.ctx.stream));
   const ScratchLayout L = scratch_layout<T>(N, cap, s.temp_cap);
+  // A capture replays the buffers it saw: they may not move inside one (the loop's first,
+  // eager iteration sized them for every mode), and a later move makes the loop capture
+  // again (Context::stream_epoch).
+  TESSERA_EXPECTS(
+      !capture || (s.slot[0].bytes() >= slot_bytes<T>(N, cap) &&
+                   s.slot[1].bytes() >= slot_bytes<T>(N, cap) && s.scratch.bytes() >= L.total),
+      "mttkrp_accumulate: the chunk buffers would grow inside a CUDA graph capture");
+  const void* held[3] = {s.slot[0].get(), s.slot[1].get(), s.scratch.get()};
   for (auto& b : s.slot) b.reserve(slot_bytes<T>(N, cap));
   s.scratch.reserve(L.total);
+  if (held[0] != s.slot[0].get() || held[1] != s.slot[1].get() || held[2] != s.scratch.get())
+    ++s.ctx.stream_epoch;
+  if (capture && s.capture_seq != s.ctx.capture_seq) {
+    // This capture's first chunk: the copy stream joins it at this point of the backend's
+    // stream, and one node counts the graph's replays.
+    s.capture_seq = s.ctx.capture_seq;
+    s.graph_pieces = 0;
+    s.graph_chunks = 0;
+    TESSERA_CUDA_CHECK(cudaEventRecord(s.dep[State::kDepFork], s.ctx.stream));
+    count_replay<<<1, 1, 0, s.ctx.stream>>>(s.replays_dev);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
 
   const auto c = static_cast<std::size_t>(cap);
   const cudaStream_t cs = s.copy, st = s.ctx.stream;
@@ -432,13 +519,40 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
   for (nnz_t off = 0; off < nnz; off += piece) {
     const nnz_t cnt = std::min(piece, nnz - off);
     const auto n = static_cast<std::size_t>(cnt);
-    const std::int64_t i = s.issued;
-    while (i - s.harvested >= kRing) s.harvest(s.harvested++);  // its event set is reused
+    // Eagerly: piece i of the ring of timing sets. In a capture: piece i of the capture, its
+    // own timing set recorded as event nodes (read after a replay), its order by s.dep.
+    const std::int64_t i = capture ? s.graph_pieces : s.issued;
+    if (!capture) {
+      while (i - s.harvested >= kRing) s.harvest(s.harvested++);  // its event set is reused
+    } else if (s.graph_events.size() < static_cast<std::size_t>(i + 1) * kEventsPerPiece) {
+      // Creating events is no stream work; the capture's mode would refuse it all the same.
+      cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+      TESSERA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&m));
+      try {
+        s.graph_events.ensure(std::max<std::size_t>(
+            2 * s.graph_events.size(), static_cast<std::size_t>(i + 1) * kEventsPerPiece));
+      } catch (...) {
+        (void)cudaThreadExchangeStreamCaptureMode(&m);
+        throw;
+      }
+      TESSERA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&m));
+    }
+    auto point = [&](int which, cudaStream_t on) {
+      if (capture)
+        TESSERA_CUDA_CHECK(cudaEventRecordWithFlags(s.gev(i, which), on, cudaEventRecordExternal));
+      else
+        TESSERA_CUDA_CHECK(cudaEventRecord(s.ev(i, which), on));
+    };
 
-    // 1. Copy into buffer i % 2 once piece i - 2, its last reader, is done.
+    // 1. Copy into buffer i % 2 once piece i - 2, its last reader, is done (a capture's first
+    // two pieces: once the work before the capture's first chunk is).
     char* buf = static_cast<char*>(s.slot[i % 2].get());
-    if (i >= 2) TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cs, s.ev(i - 2, kComputeEnd), 0));
-    TESSERA_CUDA_CHECK(cudaEventRecord(s.ev(i, kCopyBegin), cs));
+    if (capture)
+      TESSERA_CUDA_CHECK(cudaStreamWaitEvent(
+          cs, s.dep[i >= 2 ? State::kDepCompute0 + static_cast<int>(i % 2) : State::kDepFork], 0));
+    else if (i >= 2)
+      TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cs, s.ev(i - 2, kComputeEnd), 0));
+    point(kCopyBegin, cs);
     index_t* up[kMaxOrder] = {};
     for (int m = 0; m < N; ++m) {
       up[m] = reinterpret_cast<index_t*>(buf) + static_cast<std::size_t>(m) * c;
@@ -448,11 +562,16 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
     T* up_vals = reinterpret_cast<T*>(buf + static_cast<std::size_t>(N) * c * sizeof(index_t));
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(up_vals, chunk.vals.data() + off, n * sizeof(T),
                                        cudaMemcpyHostToDevice, cs));
-    TESSERA_CUDA_CHECK(cudaEventRecord(s.ev(i, kCopyEnd), cs));
+    point(kCopyEnd, cs);
 
     // 2.-4. Sort, check and unpack, kernel: on the backend's stream after the copy.
-    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(st, s.ev(i, kCopyEnd), 0));
-    TESSERA_CUDA_CHECK(cudaEventRecord(s.ev(i, kComputeBegin), st));
+    if (capture) {
+      TESSERA_CUDA_CHECK(cudaEventRecord(s.dep[State::kDepCopy], cs));
+      TESSERA_CUDA_CHECK(cudaStreamWaitEvent(st, s.dep[State::kDepCopy], 0));
+    } else {
+      TESSERA_CUDA_CHECK(cudaStreamWaitEvent(st, s.ev(i, kCopyEnd), 0));
+    }
+    point(kComputeBegin, st);
     FinishParams<T> f{};
     f.keys = up[mode];
     f.mode_dim = mode_dim;
@@ -543,8 +662,17 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
     for (int m = 0, q = 0; m < N; ++m) idx[m] = m == mode ? f.keys : f.dst[q++];
     (void)launch_mttkrp_sorted<T>(st, idx, f.dst_vals, cnt, N, mode, factors.data(), R, out,
                                   s.ctx.tuning);
-    TESSERA_CUDA_CHECK(cudaEventRecord(s.ev(i, kComputeEnd), st));
-    ++s.issued;
+    point(kComputeEnd, st);
+    if (capture) {
+      TESSERA_CUDA_CHECK(cudaEventRecord(s.dep[State::kDepCompute0 + static_cast<int>(i % 2)], st));
+      ++s.graph_pieces;
+    } else {
+      ++s.issued;
+    }
+  }
+  if (capture) {  // the host arrays are read by the graph's copies, at every replay
+    ++s.graph_chunks;
+    return;
   }
   ++s.times.chunks;
   // The host arrays have been read once the last copy is done (copies run in order).
@@ -554,9 +682,11 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
 template <typename T>
 AccumulateTimes ChunkAccumulator<T>::take_times() {
   State& s = *s_;
+  if (s.ctx.capturing) return {};  // nothing has run; the replays' times come after them
   s.ctx.sync();
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(s.copy));
   while (s.harvested < s.issued) s.harvest(s.harvested++);
+  s.harvest_graph();
   const AccumulateTimes t = s.times;
   s.times = AccumulateTimes{};
   s.check_flag();

@@ -40,6 +40,13 @@ struct Context {
   /// A CUDA graph is being captured from `stream` (dense/cp_device.cu): operations skip their
   /// timing events, which a captured stream cannot give back.
   bool capturing = false;
+  /// Counts the captures begun from `stream` (dense/cp_device.cu): an operation that keeps
+  /// state across the calls of one capture (the chunk accumulator, mttkrp/stream.cu) sees a
+  /// new capture by a new value.
+  std::uint64_t capture_seq = 0;
+  /// Bumped whenever the chunk accumulator's device buffers move (mttkrp/stream.cu): a graph
+  /// that captured its pieces must be captured again.
+  std::uint64_t stream_epoch = 0;
   /// The one-block eigen-solves of this context where Lanczos was tried (dense/block_eig.cu):
   /// answered by it, or declined (the exact solver ran); the declines in a row since the last
   /// answer, and the solves since then that did not try it.

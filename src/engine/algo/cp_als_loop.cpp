@@ -190,6 +190,10 @@ void Als<T>::start() {
 template <typename T>
 kernels::CpLoopSums Als<T>::device_iteration(int it, IterTimes& t) {
   util::fault::at(util::fault::Point::kernel);  // the iteration's MTTKRPs are launched next
+  // Tier 2: the passes' copy and compute seconds. Passes run eagerly report them one by one;
+  // inside a capture they report nothing, and the replays' come from the backend after them.
+  double copy = 0, compute = 0, overlap = 0;
+  int passes = 0;
   kernels::CpLoopSums sums = dev_->iterate(
       [&](int n, int j) {
         for (int m = 0; m < N_; ++m)
@@ -199,6 +203,12 @@ kernels::CpLoopSums Als<T>::device_iteration(int it, IterTimes& t) {
         std::int64_t lo = 0, hi = L.len;
         if (pc.empty()) {
           kernels::ops::mttkrp(be_, X_, n, fptr_, R_, M_.data());
+          if (res_.tier > 1) {
+            copy += X_.last_copy_seconds();
+            compute += X_.last_compute_seconds();
+            overlap += X_.overlap_fraction();
+            ++passes;
+          }
         } else {  // piece j of the mode's rows (make_device_loop's order)
           lo = pc[2 * static_cast<std::size_t>(j)];
           hi = pc[2 * static_cast<std::size_t>(j) + 1];
@@ -219,6 +229,24 @@ kernels::CpLoopSums Als<T>::device_iteration(int it, IterTimes& t) {
     sums.norm_m2 = v[0];
     sums.inner = v[1];
     sums.bad_mode = static_cast<int>(v[2]);
+  }
+  if (res_.tier > 1) {
+    if (sums.replayed) {
+      // The graph's pieces, timed by its event nodes (and a coordinate outside its mode,
+      // flagged on the device, thrown here).
+      const kernels::AccumulateTimes a = kernels::ops::take_accumulate_times(be_);
+      copy = a.copy;
+      compute = a.compute;
+      // The iteration's share of the copies hidden behind compute, counted for its N passes.
+      passes = N_;
+      overlap = passes *
+                (a.copy > 0 ? std::clamp(1.0 - (sums.kernel_seconds - a.compute) / a.copy, 0.0, 1.0)
+                            : 1.0);
+    }
+    res_.stream_copy_seconds += copy;
+    res_.stream_compute_seconds += compute;
+    overlap_sum_ += overlap;
+    overlap_count_ += passes;
   }
   if (sums.bad_mode >= 0) throw_overflow(sums.bad_mode);
   res_.solve_fallbacks += sums.fallbacks;

@@ -213,8 +213,10 @@ std::vector<std::int64_t> overlap_pieces(kernels::Backend<T>& be, const kernels:
 }
 
 /// The backend's device loop (kernels/cp_device.hpp) when this run can use it: plain CP
-/// in memory tier 1, on one rank or, with stream-ordered (NCCL) collectives, on several
-/// (docs/multi-gpu.md). Sets res.iteration_engine for the other case.
+/// in memory tier 1 or 2 (tier 2's chunks stay in page-locked host memory, so the graph
+/// copies them at every replay; tier 3 refills its buffers from the store), on one rank or,
+/// with stream-ordered (NCCL) collectives, on several (docs/multi-gpu.md). Sets
+/// res.iteration_engine for the other case.
 template <typename T>
 std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
     kernels::Backend<T>& be, const kernels::TensorHandle<T>& X, const std::vector<ModeLayout>& lay,
@@ -234,8 +236,11 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
   std::unique_ptr<kernels::CpDeviceLoop<T>> dev;
   if (!opt.device_loop)
     why = "--cuda-graph off";
-  else if (res.tier != 1)
-    why = "memory tier " + std::to_string(res.tier);
+  else if (res.tier > 2)
+    why =
+        "memory tier " + std::to_string(res.tier) + " (its chunks are read into refilled buffers)";
+  else if (res.tier == 2 && X.streamed() == nullptr)
+    why = "memory tier 2 inside the backend (its streamed copies are not captured)";
   else if (!plain)
     why = "constrained or weighted CP";
   else if (shared)
@@ -267,8 +272,9 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
       spec.rows.push_back(L.len);
       const bool large = static_cast<double>(L.len) * R * sizeof(T) > opt.whole_rows_max_bytes;
       auto& pc = pieces[static_cast<std::size_t>(n)];
+      // A streamed tensor's MTTKRP is one pass over its chunks, not row pieces.
       if (shared && L.rows != nullptr && opt.strategy == CommStrategy::allreduce && large &&
-          opt.comm_overlap &&
+          opt.comm_overlap && X.streamed() == nullptr &&
           L.len == static_cast<std::int64_t>(X.dims()[static_cast<std::size_t>(n)]))
         pc = overlap_pieces(be, X, n, R, ctrl, opt.overlap_piece_bytes);
       const bool s = shared && L.rows != nullptr && pc.empty() &&

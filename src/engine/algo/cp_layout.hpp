@@ -52,9 +52,9 @@ std::vector<ModeLayout> make_layouts(const partition::Distribution& dist, bool l
 std::string hierarchy_modes(const std::vector<ModeLayout>& lay);
 
 /// The backend's device loop (kernels/cp_device.hpp) when this run can use it: plain CP
-/// in memory tier 1, on one rank or, when the backend's collectives over `data` (and the
-/// layers) are stream-ordered, on several: the loop then combines the factor rows with
-/// collectives enqueued between its kernels (docs/multi-gpu.md). Sets
+/// in memory tier 1 or 2 (not 3: its buffers are refilled), on one rank or, when the backend's
+/// collectives over `data` (and the layers) are stream-ordered, on several: the loop then combines
+/// the factor rows with collectives enqueued between its kernels (docs/multi-gpu.md). Sets
 /// res.iteration_engine (and res.device_loop_modes on several ranks).
 /// `pieces[n]`, set for every mode: empty, or the row ranges [lo, hi) (flattened lo, hi,
 /// ...) in which mode n's MTTKRP is enqueued, in that order (the loop's `mttkrp(n, j)` must

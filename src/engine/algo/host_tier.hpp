@@ -63,6 +63,9 @@ class HostTensor final : public StreamedTensor<T> {
   }
   nnz_t chunk_nnz() const override { return chunk_; }
   void pin_buffers(kernels::Backend<T>& be) const override;
+  /// The chunks are this tensor's arrays, never refilled; page-locked for `be` once
+  /// pin_buffers(be) has run.
+  bool persistent_chunks() const override { return true; }
   /// Copy and compute seconds of the pass, and the share of the copy hidden behind compute
   /// (1 - (wall - compute) / copy, from the pass's wall time since stream() began).
   void set_backend_times(const kernels::AccumulateTimes& t) const override;

@@ -30,11 +30,12 @@ void StreamedTensor<T>::mttkrp(kernels::Backend<T>& be, int mode,
   if (this->nnz() == 0) return;
   pin_buffers(be);
   (void)kernels::ops::take_accumulate_times(be);  // the sums start at this pass
+  const bool persistent = persistent_chunks();
   // Each call returns once it has read the chunk's host arrays (the cuda backend: once the
   // copy to the device is done), so the prefetch thread refills the buffer while the
   // device computes; the backend orders every later use of `out` after the last chunk.
   stream_sorted([&](const SparseTensor<T>& c, int sorted_mode) {
-    kernels::ops::mttkrp_accumulate(be, c, mode, factors, R, out, sorted_mode);
+    kernels::ops::mttkrp_accumulate(be, c, mode, factors, R, out, sorted_mode, persistent);
   });
   set_backend_times(kernels::ops::take_accumulate_times(be));  // waits for the last chunk
 }

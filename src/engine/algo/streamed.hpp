@@ -42,6 +42,11 @@ class StreamedTensor : public kernels::TensorHandle<T>, public kernels::Streamed
   virtual void pin_buffers(kernels::Backend<T>& be) const = 0;
   /// Records the backend's times of the last pass (the MTTKRP hook, mttkrp()).
   virtual void set_backend_times(const kernels::AccumulateTimes& t) const = 0;
+  /// The chunks handed to stream_sorted() are the tensor's own arrays, unchanged and
+  /// page-locked while the tensor lives (tier 2), so a backend may read them again later
+  /// (ops::mttkrp_accumulate's `persistent`: the CP device loop's graph); false where a
+  /// buffer is refilled chunk after chunk (tier 3).
+  virtual bool persistent_chunks() const { return false; }
 
   /// This handle's hooks: the ops:: dispatchers stream it (see the top of this file).
   const kernels::StreamedOps<T>* streamed() const override { return this; }
