@@ -450,7 +450,7 @@ if has tier3; then
 fi
 if has tier2; then
   log "tier-2 and device-loop GPU tests"
-  (cd "$build" && ctest -L gpu -R "${TESSERA_CTEST_R:-gpu_tier3|gpu_tier_np1|gpu_cp_np1}" \
+  (cd "$build" && ctest -L gpu -R "${TESSERA_CTEST_R:-gpu_tier3|gpu_tier_np1|gpu_cp_np}" \
     --output-on-failure --timeout 600) 2>&1 |
     tee "$out/ctest-tier2.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -20
   scratch=${TESSERA_SCRATCH:-$build/scratch}

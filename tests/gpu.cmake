@@ -64,6 +64,9 @@ tessera_test_executable(gpu_tier3_tests
   LIBS tessera::algo tessera::io)
 tessera_add_mpi_test(gpu_tier3 gpu_tier3_tests RANKS 1 LABELS gpu)
 set_tests_properties(gpu_tier3_np1 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+tessera_add_mpi_test(gpu_tier3_cp gpu_tier3_tests RANKS 2 ARGS --gtest_filter=GpuTier2Cp.*
+  LABELS gpu)
+set_tests_properties(gpu_tier3_cp_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
 
 # Host-side parallel sorts of the CUDA backend (kernels/cuda/runtime/host_sort.cpp) against
 # std::stable_sort. Host only: the binary compiles host_sort.cpp itself and does not link

@@ -113,13 +113,13 @@ __global__ void pack_payload(const __grid_constant__ PackParams<W> p, Words<W>* 
   }
 }
 
-/// p[k] = k.
 /// One more replay of a graph that captured the accumulator's pieces (mapped host memory).
 __global__ void count_replay(unsigned* n) {
   volatile unsigned* v = n;
   *v = *v + 1u;
 }
 
+/// p[k] = k.
 __global__ void iota_u32(std::uint32_t* __restrict__ p, std::int64_t n) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
@@ -497,11 +497,13 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
       !capture || (s.slot[0].bytes() >= slot_bytes<T>(N, cap) &&
                    s.slot[1].bytes() >= slot_bytes<T>(N, cap) && s.scratch.bytes() >= L.total),
       "mttkrp_accumulate: the chunk buffers would grow inside a CUDA graph capture");
-  const void* held[3] = {s.slot[0].get(), s.slot[1].get(), s.scratch.get()};
+  // Growing frees the old block first: the epoch moves before, so a graph never replays a
+  // freed buffer, even where the allocation then fails.
+  if (s.slot[0].bytes() < slot_bytes<T>(N, cap) || s.slot[1].bytes() < slot_bytes<T>(N, cap) ||
+      s.scratch.bytes() < L.total)
+    ++s.ctx.stream_epoch;
   for (auto& b : s.slot) b.reserve(slot_bytes<T>(N, cap));
   s.scratch.reserve(L.total);
-  if (held[0] != s.slot[0].get() || held[1] != s.slot[1].get() || held[2] != s.scratch.get())
-    ++s.ctx.stream_epoch;
   if (capture && s.capture_seq != s.ctx.capture_seq) {
     // This capture's first chunk: the copy stream joins it at this point of the backend's
     // stream, and one node counts the graph's replays.
@@ -525,7 +527,7 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
     if (!capture) {
       while (i - s.harvested >= kRing) s.harvest(s.harvested++);  // its event set is reused
     } else if (s.graph_events.size() < static_cast<std::size_t>(i + 1) * kEventsPerPiece) {
-      // Creating events is no stream work; the capture's mode would refuse it all the same.
+      // Creating events is no stream work; relaxed for it, so no capture mode can object.
       cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
       TESSERA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&m));
       try {

@@ -191,7 +191,9 @@ template <typename T>
 kernels::CpLoopSums Als<T>::device_iteration(int it, IterTimes& t) {
   util::fault::at(util::fault::Point::kernel);  // the iteration's MTTKRPs are launched next
   // Tier 2: the passes' copy and compute seconds. Passes run eagerly report them one by one;
-  // inside a capture they report nothing, and the replays' come from the backend after them.
+  // inside a capture they report zeros, and the replays' come from the backend after them.
+  // A capture that fails runs the iteration again eagerly: the sums start again at its
+  // first pass.
   double copy = 0, compute = 0, overlap = 0;
   int passes = 0;
   kernels::CpLoopSums sums = dev_->iterate(
@@ -201,6 +203,10 @@ kernels::CpLoopSums Als<T>::device_iteration(int it, IterTimes& t) {
         const auto& L = lay_[static_cast<std::size_t>(n)];
         const auto& pc = pieces_[static_cast<std::size_t>(n)];
         std::int64_t lo = 0, hi = L.len;
+        if (n == 0 && j == 0) {
+          copy = compute = overlap = 0;
+          passes = 0;
+        }
         if (pc.empty()) {
           kernels::ops::mttkrp(be_, X_, n, fptr_, R_, M_.data());
           if (res_.tier > 1) {

@@ -197,7 +197,12 @@ std::vector<std::int64_t> overlap_pieces(kernels::Backend<T>& be, const kernels:
   for (std::int64_t b = 0; b <= B; ++b)
     fine[static_cast<std::size_t>(b)] = static_cast<std::int64_t>(
         static_cast<long double>(len) * static_cast<long double>(b) / static_cast<long double>(B));
-  const kernels::RowRanges rr = kernels::ops::mttkrp_row_ranges(be, X, n, fine);
+  // A streamed handle's MTTKRP is one pass over its chunks, never row pieces; it still takes
+  // part in the agreement below (ranks may hold handles of different tiers).
+  const kernels::RowRanges rr =
+      X.streamed() != nullptr
+          ? kernels::RowRanges{std::vector<nnz_t>(static_cast<std::size_t>(B), 0), false}
+          : kernels::ops::mttkrp_row_ranges(be, X, n, fine);
   std::vector<double> sums(static_cast<std::size_t>(B + 1), 0.0);
   for (std::int64_t b = 0; b < B; ++b)
     sums[static_cast<std::size_t>(b)] = static_cast<double>(rr.nnz[static_cast<std::size_t>(b)]);
@@ -272,9 +277,8 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
       spec.rows.push_back(L.len);
       const bool large = static_cast<double>(L.len) * R * sizeof(T) > opt.whole_rows_max_bytes;
       auto& pc = pieces[static_cast<std::size_t>(n)];
-      // A streamed tensor's MTTKRP is one pass over its chunks, not row pieces.
       if (shared && L.rows != nullptr && opt.strategy == CommStrategy::allreduce && large &&
-          opt.comm_overlap && X.streamed() == nullptr &&
+          opt.comm_overlap &&
           L.len == static_cast<std::int64_t>(X.dims()[static_cast<std::size_t>(n)]))
         pc = overlap_pieces(be, X, n, R, ctrl, opt.overlap_piece_bytes);
       const bool s = shared && L.rows != nullptr && pc.empty() &&
