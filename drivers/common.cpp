@@ -276,9 +276,10 @@ void add_cp_constraint_flags(CLI::App* sub, CpConstraintArgs& a) {
       ->check(CLI::IsMember({"auto", "als", "apr", "gcp"}))
       ->capture_default_str();
   sub->add_option("--cuda-graph", a.cuda_graph,
-                  "on: with --backend cuda on one rank, plain CP runs each iteration on the "
-                  "device (dense steps as kernels, one CUDA graph replayed per iteration, one "
-                  "wait for the fit); off: per-operation calls with host round trips")
+                  "on: with --backend cuda (one rank, or several with NCCL; memory tiers 1-2), "
+                  "plain CP runs each iteration on the device (dense steps as kernels, one CUDA "
+                  "graph replayed per iteration, one wait for the fit); off: per-operation "
+                  "calls with host round trips")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
 }

@@ -116,7 +116,9 @@
 #               76.9e6, uniform, float32) in `tessera cp --tier 2` (rank 32, float) with
 #               --cuda-graph on (the chunks' copies, sorts and kernels in the iteration's graph)
 #               and off (per-operation calls), and in tier 1; per run the engine and the mean
-#               of iterations 3.. (after the capture) next to the host link's floor
+#               of iterations 3.. (after the capture) next to the host link's floor; then
+#               bench cp of the same shape under --device-budget 6G (the backend's own
+#               streamed format) with --cuda-graph on and off
 #       Several modes may be given: jobs/gpu-node.sh tests quick amazon
 #
 # Environment: OUT (results folder, default build-gpu/results), TESSERA_DEPS (default .deps),
@@ -474,6 +476,21 @@ print(f"{n:34s} {sum(its) / max(len(its), 1) * 1e3:9.3f} ms/iter over iterations
 PY
   done
   rm -f "$t2"
+  # The cuda backend's own streamed format (bench cp under a device budget below the resident
+  # copies), captured the same way.
+  for graph in on off; do
+    name=tier2-format-graph-$graph
+    bench $name "$T" bench cp --generate $nell --nnz 76.9e6 --rank 32 --backend cuda \
+      --precision float --iters 8 --device-budget 6G --cuda-graph "$graph"
+    python3 - "$out/$name.json" "$name" >>"$summary" <<'PY' || true
+import json, sys
+j = json.load(open(sys.argv[1])); n = sys.argv[2]; t = j.get("tier2", {})
+print(f"{n:34s} {j['seconds_per_iteration'] * 1e3:9.3f} ms/iter (bench cp)  tier {j['memory_tier']}"
+      f"  copy {t.get('copy_seconds_per_iteration', 0) * 1e3:.3f} ms/iter"
+      f"  compute {t.get('compute_seconds_per_iteration', 0) * 1e3:.3f} ms/iter"
+      f"  engine: {j['iteration_engine']}")
+PY
+  done
 fi
 if has planner; then
   scratch=${TESSERA_SCRATCH:-$build/scratch}

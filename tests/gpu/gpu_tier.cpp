@@ -3,7 +3,8 @@
 // device chunk buffers). Tier 2 must give the MTTKRP of tier 1 and of the reference
 // backend (fresh random inputs, outputs poisoned with NaN), report itself, refuse a
 // budget too small for two chunks with a message, and give CP-ALS the same fit per
-// iteration as tier 1. Skips (with a message) where no CUDA device is visible.
+// iteration as tier 1, on the device loop with the chunk copies in its CUDA graph as on the
+// per-operation path. Skips (with a message) where no CUDA device is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -317,6 +318,20 @@ class GpuTierCp : public GpuJobTest {
     auto r1 = algo::cp_als<T>(d, *be1, *world_, *nccl_, opt);
     auto r2 = algo::cp_als<T>(d, *be2, *world_, *nccl_, opt);
     expect_same_cp(r2, r1, tol);
+    if (s != CommStrategy::allreduce) return;
+    // The device loop captures the streamed format's chunk copies too (docs/cp-device-loop.md,
+    // "Memory tier 2 in the graph"): the engine of tier 1, and every iteration's chunk times,
+    // the replays' included (against the per-operation path on the same streamed copies).
+    EXPECT_EQ(r2.tier, 2);
+    EXPECT_EQ(r2.iteration_engine, r1.iteration_engine);
+    EXPECT_EQ(r2.iteration_engine.rfind("cuda graph", 0), 0u) << r2.iteration_engine;
+    auto off = opt;
+    off.device_loop = false;
+    auto r3 = algo::cp_als<T>(d, *be2, *world_, *nccl_, off);
+    expect_same_cp(r3, r1, tol);
+    ASSERT_GT(r3.stream_copy_seconds, 0.0);
+    EXPECT_GT(r2.stream_copy_seconds, 0.4 * r3.stream_copy_seconds);
+    EXPECT_GT(r2.stream_compute_seconds, 0.4 * r3.stream_compute_seconds);
   }
 };
 

@@ -415,7 +415,11 @@ void over_copy(Context& ctx, const CudaTensorHandle<T>& h, int mode, void* out,
     x->end_timing(0, 0);
     return;
   }
-  TESSERA_EXPECTS(!ctx.capturing, "a streamed (tier 2) MTTKRP cannot be captured in a graph");
+  // Tier 2 inside a capture (the CP device loop, dense/cp_device.cu): the same pipeline. Its
+  // events, recorded in the capture, only order it (the handle's host copies and device
+  // buffers live as long as the handle, so every replay may copy again); the chunks are
+  // timed by ctx.graph_timer's event nodes, and the handle's own measurement is not made.
+  const bool capture = ctx.capturing;
   x->begin_timing(chunks);
   TESSERA_CUDA_CHECK(cudaEventRecord(x->event(0), ctx.stream));
   if (out_bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, ctx.stream));
@@ -436,12 +440,19 @@ void over_copy(Context& ctx, const CudaTensorHandle<T>& h, int mode, void* out,
     return x->event(1 + 4 * static_cast<std::size_t>(k) + static_cast<std::size_t>(which));
   };
   enum { kCopyBegin = 0, kCopyEnd = 1, kComputeBegin = 2, kComputeEnd = 3 };
+  std::vector<std::int64_t> timed(capture ? static_cast<std::size_t>(chunks) : 0);
+  auto mark = [&](int k, int which, cudaStream_t s) {
+    if (capture) ctx.graph_timer.mark(timed[static_cast<std::size_t>(k)], which, s);
+  };
   auto enqueue_copy = [&](int k) {
     if (k >= 2) TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cs, ev(k - 2, kComputeEnd), 0));
     TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kCopyBegin), cs));
+    if (capture) timed[static_cast<std::size_t>(k)] = ctx.graph_timer.begin_piece(ctx);
+    mark(k, GraphTimer::kCopyBegin, cs);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(st->buffer[k % 2].get(), host + st->chunk_offset(k),
                                        st->chunk_bytes(k), cudaMemcpyHostToDevice, cs));
     TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kCopyEnd), cs));
+    mark(k, GraphTimer::kCopyEnd, cs);
   };
   TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cs, x->event(0), 0));
   enqueue_copy(0);
@@ -449,6 +460,7 @@ void over_copy(Context& ctx, const CudaTensorHandle<T>& h, int mode, void* out,
     if (k + 1 < chunks) enqueue_copy(k + 1);
     TESSERA_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, ev(k, kCopyEnd), 0));
     TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kComputeBegin), ctx.stream));
+    mark(k, GraphTimer::kComputeBegin, ctx.stream);
     const nnz_t cnt = st->chunk_count(k);
     auto* base = static_cast<char*>(st->buffer[k % 2].get());
     for (int m = 0; m < N; ++m)
@@ -458,8 +470,13 @@ void over_copy(Context& ctx, const CudaTensorHandle<T>& h, int mode, void* out,
            reinterpret_cast<const T*>(base + values_offset(N, static_cast<std::size_t>(cnt))), cnt,
            false);
     TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kComputeEnd), ctx.stream));
+    mark(k, GraphTimer::kComputeEnd, ctx.stream);
+    if (capture) ctx.graph_timer.count_chunk();
   }
-  x->end_timing(1 + 4 * static_cast<std::size_t>(chunks), chunks);
+  if (capture)
+    x->end_timing(0, 0);  // nothing of this call to measure: the replays are timed
+  else
+    x->end_timing(1 + 4 * static_cast<std::size_t>(chunks), chunks);
 }
 
 // ---------------------------------------------------------------------------

@@ -92,8 +92,16 @@ template <typename T>
 AccumulateTimes take_accumulate_times(Backend<T>& be) {
   CudaBackend<T>& b = executor(be);
   DeviceGuard g(b.ctx().device);
+  if (b.ctx().capturing) return {};  // nothing has run yet
   ChunkAccumulator<T>* a = b.accumulator_if_made();
-  return a ? a->take_times() : AccumulateTimes{};
+  AccumulateTimes t = a ? a->take_times() : AccumulateTimes{};
+  // The replays of captured streamed pieces (the accumulator's and the streamed format's).
+  b.ctx().sync();
+  const AccumulateTimes replays = b.ctx().graph_timer.take();
+  t.copy += replays.copy;
+  t.compute += replays.compute;
+  t.chunks += replays.chunks;
+  return t;
 }
 TESSERA_INSTANTIATE_OP(TESSERA_TAKE_ACCUMULATE_TIMES_OP);
 

@@ -60,6 +60,11 @@ constexpr nnz_t kPieceAlign = 64;
 /// piece i waits on the compute end of piece i - 2).
 constexpr int kRing = 4;
 enum { kCopyBegin = 0, kCopyEnd, kComputeBegin, kComputeEnd, kEventsPerPiece };
+static_assert(static_cast<int>(kCopyBegin) == GraphTimer::kCopyBegin &&
+                  static_cast<int>(kCopyEnd) == GraphTimer::kCopyEnd &&
+                  static_cast<int>(kComputeBegin) == GraphTimer::kComputeBegin &&
+                  static_cast<int>(kComputeEnd) == GraphTimer::kComputeEnd,
+              "a piece's timing points: the same order eagerly and in a graph");
 
 /// W 32-bit words: the payload sorted with the key.
 template <int W>
@@ -111,12 +116,6 @@ __global__ void pack_payload(const __grid_constant__ PackParams<W> p, Words<W>* 
     for (int i = 0; i < W; ++i) q.w[i] = __ldcs(p.src[i] + k * p.stride[i]);
     out[k] = q;
   }
-}
-
-/// One more replay of a graph that captured the accumulator's pieces (mapped host memory).
-__global__ void count_replay(unsigned* n) {
-  volatile unsigned* v = n;
-  *v = *v + 1u;
 }
 
 /// p[k] = k.
@@ -316,49 +315,14 @@ struct ChunkAccumulator<T>::State {
   AccumulateTimes times;
 
   // ---- inside a graph capture (Context::capturing) ----
-  /// kEventsPerPiece timing points per captured piece, recorded as event nodes.
-  EventPool graph_events;
   /// Dependencies inside a capture: the capture's start on the backend's stream (the copy
   /// stream joins the capture there), "piece g's copy done", and "piece g's compute done"
-  /// for g % 2 (the next reader of that buffer is piece g + 2's copy).
+  /// for g % 2 (the next reader of that buffer is piece g + 2's copy). The pieces' times go
+  /// to Context::graph_timer.
   EventPool dep;
   enum { kDepFork = 0, kDepCopy, kDepCompute0, kDepCompute1, kDeps };
   std::uint64_t capture_seq = 0;  ///< Context::capture_seq of the pieces below
   std::int64_t graph_pieces = 0;  ///< pieces of that capture
-  std::int64_t graph_chunks = 0;  ///< calls of that capture
-  /// Replays of captured graphs so far (a node of each graph adds 1, mapped host memory),
-  /// and the count take_times() last saw.
-  PinnedMemory replays;
-  unsigned* replays_dev = nullptr;
-  unsigned replays_seen = 0;
-
-  cudaEvent_t gev(std::int64_t piece, int which) const {
-    return graph_events[static_cast<std::size_t>(piece) * kEventsPerPiece +
-                        static_cast<std::size_t>(which)];
-  }
-  unsigned replays_now() const { return *reinterpret_cast<volatile unsigned*>(replays.get()); }
-  /// Adds the captured pieces' times of the last replay, once per replay since the last call
-  /// (the device has finished).
-  void harvest_graph() {
-    const unsigned now = replays_now();
-    const unsigned runs = now - replays_seen;
-    replays_seen = now;
-    if (runs == 0 || graph_pieces == 0) return;
-    double copy = 0, compute = 0;
-    for (std::int64_t g = 0; g < graph_pieces; ++g) {
-      float copy_ms = 0, compute_ms = 0;
-      TESSERA_CUDA_CHECK(cudaEventElapsedTime(&copy_ms, gev(g, kCopyBegin), gev(g, kCopyEnd)));
-      TESSERA_CUDA_CHECK(
-          cudaEventElapsedTime(&compute_ms, gev(g, kComputeBegin), gev(g, kComputeEnd)));
-      copy += static_cast<double>(copy_ms) * 1e-3;
-      compute += static_cast<double>(compute_ms) * 1e-3;
-    }
-    // Only the last replay's events can be read; take_times() follows every replay in the
-    // CP loop (runs == 1), and an earlier one is counted as the last.
-    times.copy += runs * copy;
-    times.compute += runs * compute;
-    times.chunks += static_cast<std::int64_t>(runs) * graph_chunks;
-  }
 
   cudaEvent_t ev(std::int64_t piece, int which) const {
     return events[static_cast<std::size_t>(piece % kRing) * kEventsPerPiece +
@@ -398,17 +362,13 @@ ChunkAccumulator<T>::ChunkAccumulator(Context& ctx) : s_(std::make_unique<State>
   TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s_->copy, cudaStreamNonBlocking));
   s_->events.ensure(static_cast<std::size_t>(kRing) * kEventsPerPiece);
   s_->dep.ensure(State::kDeps);
-  for (PinnedMemory* m : {&s_->flag, &s_->replays}) {
-    const cudaError_t e = m->allocate(sizeof(int));
-    TESSERA_EXPECTS(e == cudaSuccess, "memory tier 2-3: cudaHostAlloc of a mapped flag failed ("
-                                          << detail::cuda_error_text(e) << ")");
-    *reinterpret_cast<volatile int*>(m->get()) = 0;
-  }
+  const cudaError_t e = s_->flag.allocate(sizeof(int));
+  TESSERA_EXPECTS(e == cudaSuccess, "memory tier 2-3: cudaHostAlloc of the error flag failed ("
+                                        << detail::cuda_error_text(e) << ")");
+  *reinterpret_cast<volatile int*>(s_->flag.get()) = 0;
   void* dev = nullptr;
   TESSERA_CUDA_CHECK(cudaHostGetDevicePointer(&dev, s_->flag.get(), 0));
   s_->flag_dev = static_cast<int*>(dev);
-  TESSERA_CUDA_CHECK(cudaHostGetDevicePointer(&dev, s_->replays.get(), 0));
-  s_->replays_dev = static_cast<unsigned*>(dev);
 }
 
 template <typename T>
@@ -422,10 +382,8 @@ ChunkAccumulator<T>::~ChunkAccumulator() {
   s_->slot[1] = DeviceMemory();
   s_->scratch = DeviceMemory();
   s_->events.clear();
-  s_->graph_events.clear();
   s_->dep.clear();
   s_->flag = PinnedMemory();
-  s_->replays = PinnedMemory();
 }
 
 template <typename T>
@@ -506,13 +464,10 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
   s.scratch.reserve(L.total);
   if (capture && s.capture_seq != s.ctx.capture_seq) {
     // This capture's first chunk: the copy stream joins it at this point of the backend's
-    // stream, and one node counts the graph's replays.
+    // stream.
     s.capture_seq = s.ctx.capture_seq;
     s.graph_pieces = 0;
-    s.graph_chunks = 0;
     TESSERA_CUDA_CHECK(cudaEventRecord(s.dep[State::kDepFork], s.ctx.stream));
-    count_replay<<<1, 1, 0, s.ctx.stream>>>(s.replays_dev);
-    TESSERA_CUDA_CHECK_LAUNCH();
   }
 
   const auto c = static_cast<std::size_t>(cap);
@@ -521,27 +476,15 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
   for (nnz_t off = 0; off < nnz; off += piece) {
     const nnz_t cnt = std::min(piece, nnz - off);
     const auto n = static_cast<std::size_t>(cnt);
-    // Eagerly: piece i of the ring of timing sets. In a capture: piece i of the capture, its
-    // own timing set recorded as event nodes (read after a replay), its order by s.dep.
+    // Eagerly: piece i of the ring of timing sets. In a capture: piece i of the capture,
+    // ordered by s.dep, timed by Context::graph_timer (event nodes read after a replay).
     const std::int64_t i = capture ? s.graph_pieces : s.issued;
-    if (!capture) {
+    const std::int64_t timed = capture ? s.ctx.graph_timer.begin_piece(s.ctx) : -1;
+    if (!capture)
       while (i - s.harvested >= kRing) s.harvest(s.harvested++);  // its event set is reused
-    } else if (s.graph_events.size() < static_cast<std::size_t>(i + 1) * kEventsPerPiece) {
-      // Creating events is no stream work; relaxed for it, so no capture mode can object.
-      cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
-      TESSERA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&m));
-      try {
-        s.graph_events.ensure(std::max<std::size_t>(
-            2 * s.graph_events.size(), static_cast<std::size_t>(i + 1) * kEventsPerPiece));
-      } catch (...) {
-        (void)cudaThreadExchangeStreamCaptureMode(&m);
-        throw;
-      }
-      TESSERA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&m));
-    }
     auto point = [&](int which, cudaStream_t on) {
       if (capture)
-        TESSERA_CUDA_CHECK(cudaEventRecordWithFlags(s.gev(i, which), on, cudaEventRecordExternal));
+        s.ctx.graph_timer.mark(timed, which, on);
       else
         TESSERA_CUDA_CHECK(cudaEventRecord(s.ev(i, which), on));
     };
@@ -673,7 +616,7 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
     }
   }
   if (capture) {  // the host arrays are read by the graph's copies, at every replay
-    ++s.graph_chunks;
+    s.ctx.graph_timer.count_chunk();
     return;
   }
   ++s.times.chunks;
@@ -688,7 +631,6 @@ AccumulateTimes ChunkAccumulator<T>::take_times() {
   s.ctx.sync();
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(s.copy));
   while (s.harvested < s.issued) s.harvest(s.harvested++);
-  s.harvest_graph();
   const AccumulateTimes t = s.times;
   s.times = AccumulateTimes{};
   s.check_flag();

@@ -51,16 +51,15 @@ class ChunkAccumulator {
   /// the chunk's page-locked arrays, which every replay reads again, so `persistent` must
   /// say that they stay unchanged and page-locked while the graph lives; tier 3 refills its
   /// buffers and throws here), sorts and kernels, ordered by events as eagerly, with no
-  /// host wait. Each piece's four timing points become event nodes, and one node counts the
-  /// graph's replays in mapped host memory, so take_times() after a replay returns that
-  /// replay's copy and compute seconds.
+  /// host wait. Each piece's four timing points become event nodes of Context::graph_timer,
+  /// which ops::take_accumulate_times reads after a replay.
   void accumulate(const SparseTensor<T>& chunk, int mode, const std::vector<const T*>& factors,
                   int R, T* out, std::size_t budget, int sorted_mode = -1, bool persistent = false);
-  /// ops::take_accumulate_times: waits for the queued chunks, sums their event times (and,
-  /// where a captured graph was replayed since the last call, its pieces' times once per
-  /// replay) and resets the sums. Throws InputError when a chunk since the last call had a
-  /// coordinate outside its mode (its nonzero was left out of the sums). Inside a capture
-  /// it returns zeros and waits for nothing.
+  /// ops::take_accumulate_times (which adds Context::graph_timer's replays): waits for the
+  /// queued chunks, sums their event times and resets the sums. Throws InputError when a
+  /// chunk since the last call (a replay's included) had a coordinate outside its mode (its
+  /// nonzero was left out of the sums). Inside a capture it returns zeros and waits for
+  /// nothing.
   AccumulateTimes take_times();
   /// Device bytes held now (chunk buffers, scratch).
   std::size_t device_bytes() const;

@@ -15,6 +15,40 @@
 
 namespace tessera::kernels::cuda {
 
+struct Context;
+
+/// Times of streamed pieces captured into a CUDA graph (the CP device loop at memory tier 2:
+/// the chunk accumulator of mttkrp/stream.cu and the backend's streamed format,
+/// mttkrp/handle.cuh). Each captured piece records its copy begin and end and its compute
+/// begin and end as event nodes (cudaEventRecordExternal); a capture's first piece also adds
+/// a one-thread kernel that counts the graph's replays in mapped host memory. take(), once
+/// the device has finished, sums the last replay's pieces, once per replay since the last
+/// take() (only the last replay's events can be read; the CP loop takes after every replay).
+class GraphTimer {
+ public:
+  enum { kCopyBegin = 0, kCopyEnd, kComputeBegin, kComputeEnd, kPoints };
+  GraphTimer() = default;
+  GraphTimer(const GraphTimer&) = delete;
+  GraphTimer& operator=(const GraphTimer&) = delete;
+  /// Inside a capture from ctx.stream: the index of a new piece. The first piece of a new
+  /// capture (Context::capture_seq) forgets the earlier ones and adds the counting node.
+  std::int64_t begin_piece(Context& ctx);
+  /// Records point `which` of `piece` on `s` (a stream that takes part in the capture).
+  void mark(std::int64_t piece, int which, cudaStream_t s);
+  /// One more chunk handed to the captured work (AccumulateTimes::chunks per replay).
+  void count_chunk() { ++chunks_; }
+  /// The replays' times since the last call (zeros if none). Call when the device is done.
+  AccumulateTimes take();
+
+ private:
+  EventPool events_;  ///< kPoints per piece
+  PinnedMemory replays_;
+  unsigned* replays_dev_ = nullptr;
+  unsigned seen_ = 0;
+  std::uint64_t capture_seq_ = 0;
+  std::int64_t pieces_ = 0, chunks_ = 0;
+};
+
 /// Everything a CudaBackend owns: the device it was created on, one (blocking) stream
 /// all its work is ordered on, cuBLAS and cuSOLVER handles bound to that stream, and
 /// grow-only scratch for the dense operations.
@@ -47,6 +81,8 @@ struct Context {
   /// Bumped whenever the chunk accumulator's device buffers move (mttkrp/stream.cu): a graph
   /// that captured its pieces must be captured again.
   std::uint64_t stream_epoch = 0;
+  /// The captured streamed pieces' times (read by ops::take_accumulate_times).
+  GraphTimer graph_timer;
   /// The one-block eigen-solves of this context where Lanczos was tried (dense/block_eig.cu):
   /// answered by it, or declined (the exact solver ran); the declines in a row since the last
   /// answer, and the solves since then that did not try it.

@@ -244,8 +244,6 @@ std::unique_ptr<kernels::CpDeviceLoop<T>> make_device_loop(
   else if (res.tier > 2)
     why =
         "memory tier " + std::to_string(res.tier) + " (its chunks are read into refilled buffers)";
-  else if (res.tier == 2 && X.streamed() == nullptr)
-    why = "memory tier 2 inside the backend (its streamed copies are not captured)";
   else if (!plain)
     why = "constrained or weighted CP";
   else if (shared)
