@@ -451,8 +451,10 @@ void over_copy(Context& ctx, const CudaTensorHandle<T>& h, int mode, void* out,
     mark(k, GraphTimer::kCopyBegin, cs);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(st->buffer[k % 2].get(), host + st->chunk_offset(k),
                                        st->chunk_bytes(k), cudaMemcpyHostToDevice, cs));
-    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kCopyEnd), cs));
+    // The timing node first: the backend's stream waits for ev(k, kCopyEnd), which then
+    // follows it (a capture must join every node of the copy stream).
     mark(k, GraphTimer::kCopyEnd, cs);
+    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kCopyEnd), cs));
   };
   TESSERA_CUDA_CHECK(cudaStreamWaitEvent(cs, x->event(0), 0));
   enqueue_copy(0);
@@ -469,8 +471,8 @@ void over_copy(Context& ctx, const CudaTensorHandle<T>& h, int mode, void* out,
     launch(static_cast<const index_t* const*>(idx),
            reinterpret_cast<const T*>(base + values_offset(N, static_cast<std::size_t>(cnt))), cnt,
            false);
-    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kComputeEnd), ctx.stream));
     mark(k, GraphTimer::kComputeEnd, ctx.stream);
+    TESSERA_CUDA_CHECK(cudaEventRecord(ev(k, kComputeEnd), ctx.stream));
     if (capture) ctx.graph_timer.count_chunk();
   }
   if (capture)
