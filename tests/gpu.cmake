@@ -10,6 +10,10 @@ tessera_test_executable(gpu_backend_tests
   LIBS tessera::algo)
 tessera_add_test(gpu_backend gpu_backend_tests LABELS gpu)
 set_tests_properties(gpu_backend PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+# The skip pattern marks a whole entry skipped whatever its exit code, so the tests of these
+# binaries that need no GPU also run alone, where nothing prints it: a failure without a GPU
+# (the factory's refusal, the host backends' budget) fails the run.
+tessera_add_test(gpu_backend_host gpu_backend_tests ARGS --gtest_filter=CudaBackendFactory.*)
 
 tessera_test_executable(gpu_counts_tests
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_counts.cpp
@@ -48,6 +52,7 @@ tessera_test_executable(gpu_tier_tests
   LIBS tessera::algo)
 tessera_add_mpi_test(gpu_tier gpu_tier_tests RANKS 1 LABELS gpu)
 set_tests_properties(gpu_tier_np1 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")
+tessera_add_mpi_test(gpu_tier_host gpu_tier_tests RANKS 1 ARGS --gtest_filter=HostTier/*)
 tessera_add_mpi_test(gpu_tier_cp gpu_tier_tests RANKS 2 ARGS --gtest_filter=GpuTierCp.*
   LABELS gpu)
 set_tests_properties(gpu_tier_cp_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "${_tessera_gpu_skip}")

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <string>
 
 #include "io/model_io.hpp"
@@ -26,8 +27,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     double worst = 0;
+    // A non-finite entry in either model is a difference (std::max would drop a NaN).
     auto cmp = [&](double x, double y) {
-      worst = std::max(worst, std::fabs(x - y) / std::max(1.0, std::fabs(x)));
+      const double d = std::fabs(x - y) / std::max(1.0, std::fabs(x));
+      if (!std::isfinite(x) || !std::isfinite(y) || !(d <= worst))
+        worst = std::isfinite(d) ? d : std::numeric_limits<double>::infinity();
     };
     for (std::size_t r = 0; r < a.lambda.size(); ++r) cmp(a.lambda[r], b.lambda[r]);
     for (std::size_t n = 0; n < a.factors.size(); ++n)
