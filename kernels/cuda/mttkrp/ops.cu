@@ -94,9 +94,12 @@ AccumulateTimes take_accumulate_times(Backend<T>& be) {
   DeviceGuard g(b.ctx().device);
   if (b.ctx().capturing) return {};  // nothing has run yet
   ChunkAccumulator<T>* a = b.accumulator_if_made();
-  AccumulateTimes t = a ? a->take_times() : AccumulateTimes{};
+  AccumulateTimes t;
+  if (a)
+    t = a->take_times();  // waits for the backend's stream too
+  else
+    b.ctx().sync();
   // The replays of captured streamed pieces (the accumulator's and the streamed format's).
-  b.ctx().sync();
   const AccumulateTimes replays = b.ctx().graph_timer.take();
   t.copy += replays.copy;
   t.compute += replays.compute;

@@ -451,15 +451,13 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
   // A capture replays the buffers it saw: they may not move inside one (the loop's first,
   // eager iteration sized them for every mode), and a later move makes the loop capture
   // again (Context::stream_epoch).
-  TESSERA_EXPECTS(
-      !capture || (s.slot[0].bytes() >= slot_bytes<T>(N, cap) &&
-                   s.slot[1].bytes() >= slot_bytes<T>(N, cap) && s.scratch.bytes() >= L.total),
-      "mttkrp_accumulate: the chunk buffers would grow inside a CUDA graph capture");
+  const bool grow = s.slot[0].bytes() < slot_bytes<T>(N, cap) ||
+                    s.slot[1].bytes() < slot_bytes<T>(N, cap) || s.scratch.bytes() < L.total;
+  TESSERA_EXPECTS(!capture || !grow,
+                  "mttkrp_accumulate: the chunk buffers would grow inside a CUDA graph capture");
   // Growing frees the old block first: the epoch moves before, so a graph never replays a
   // freed buffer, even where the allocation then fails.
-  if (s.slot[0].bytes() < slot_bytes<T>(N, cap) || s.slot[1].bytes() < slot_bytes<T>(N, cap) ||
-      s.scratch.bytes() < L.total)
-    ++s.ctx.stream_epoch;
+  if (grow) ++s.ctx.stream_epoch;
   for (auto& b : s.slot) b.reserve(slot_bytes<T>(N, cap));
   s.scratch.reserve(L.total);
   if (capture && s.capture_seq != s.ctx.capture_seq) {
@@ -627,7 +625,6 @@ void ChunkAccumulator<T>::accumulate(const SparseTensor<T>& chunk, int mode,
 template <typename T>
 AccumulateTimes ChunkAccumulator<T>::take_times() {
   State& s = *s_;
-  if (s.ctx.capturing) return {};  // nothing has run; the replays' times come after them
   s.ctx.sync();
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(s.copy));
   while (s.harvested < s.issued) s.harvest(s.harvested++);

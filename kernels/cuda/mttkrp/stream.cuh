@@ -58,8 +58,8 @@ class ChunkAccumulator {
   /// ops::take_accumulate_times (which adds Context::graph_timer's replays): waits for the
   /// queued chunks, sums their event times and resets the sums. Throws InputError when a
   /// chunk since the last call (a replay's included) had a coordinate outside its mode (its
-  /// nonzero was left out of the sums). Inside a capture it returns zeros and waits for
-  /// nothing.
+  /// nonzero was left out of the sums). Not inside a capture: ops::take_accumulate_times
+  /// returns zeros there without calling it.
   AccumulateTimes take_times();
   /// Device bytes held now (chunk buffers, scratch).
   std::size_t device_bytes() const;
