@@ -171,6 +171,16 @@ class Backend {
   /// The stream all of this backend's work is ordered on (a cudaStream_t), for collectives
   /// enqueued beside its kernels (comm::Communicator::enqueue_*); null on host backends.
   virtual void* native_stream() { return nullptr; }
+  /// Whether stream_mark() records points of the work queued on the backend's stream (cuda:
+  /// events), so that a caller can time phases of queued work without synchronize() between
+  /// them (algo::detail::PhaseTimer). Host backends: false (their calls are done on return).
+  virtual bool has_stream_marks() const { return false; }
+  /// Records the point the stream's work has reached; returns its number since the last
+  /// take_marks() (0, 1, ...). Not inside a CUDA graph capture.
+  virtual std::size_t stream_mark() { return 0; }
+  /// Waits for the stream and returns, for every mark since the last call, its time in
+  /// seconds after the first mark; forgets them. Empty when there were none.
+  virtual std::vector<double> take_marks() { return {}; }
 
   // ---- memory ----
   virtual Array<T> allocate(std::size_t n) = 0;

@@ -84,6 +84,7 @@ void bench_tucker(Context<T>& c) {
     flush();
     j["svd_split"] = {{"products", sp}, {"eigen", se}, {"orthonormalize", so}, {"core", sc}};
     j["dense_stage"] = res.dense_method;
+    j["phase_timing"] = res.phase_timing;
     j["eig_lanczos"] = {{"answered", res.eig_lanczos_answered},
                         {"declined", res.eig_lanczos_declined}};
     run::add_rank_split(j, res);

@@ -544,6 +544,25 @@ class GpuTucker : public GpuJobTest {
     // A sampled low-rank tensor is far from low multilinear rank: the fit is modest but
     // must be a real one.
     EXPECT_TRUE(std::isfinite(rg.fit) && rg.fit > 0.01 && rg.fit < 1) << what << " fit " << rg.fit;
+    // The phases: stream marks on one rank with the gram method (no host wait after each
+    // phase), host waits otherwise. Either way they are disjoint parts of the iteration, and
+    // the split's parts are parts of the svd share.
+    const bool marks = world_->size() == 1 && svd == algo::SvdMethod::gram;
+    EXPECT_EQ(rg.phase_timing, marks ? "stream marks" : "host waits") << what;
+    EXPECT_EQ(rc.phase_timing, "host waits") << what;
+    for (const auto& h : rg.history) {
+      const std::string at = what + " iteration " + std::to_string(h.iter);
+      EXPECT_GT(h.ttmc, 0) << at;
+      EXPECT_GT(h.svd, 0) << at;
+      EXPECT_GT(h.svd_products, 0) << at;
+      EXPECT_GT(h.svd_orth, 0) << at;
+      EXPECT_GT(h.svd_core, 0) << at;
+      if (svd == algo::SvdMethod::gram) {
+        EXPECT_GT(h.svd_eig, 0) << at;
+      }
+      EXPECT_LE(h.ttmc + h.svd + h.comm, 1.01 * h.seconds + 5e-5) << at;
+      EXPECT_LE(h.svd_products + h.svd_eig + h.svd_orth + h.svd_core, 1.01 * h.svd + 5e-5) << at;
+    }
   }
 };
 

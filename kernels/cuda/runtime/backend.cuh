@@ -58,6 +58,28 @@ class CudaBackend final : public Backend<T> {
     ctx_.sync();
   }
   void* native_stream() override { return ctx_.stream; }
+  bool has_stream_marks() const override { return true; }
+  std::size_t stream_mark() override {
+    TESSERA_EXPECTS(!ctx_.capturing, "stream_mark: the stream is being captured");
+    DeviceGuard g(ctx_.device);
+    ctx_.marks.ensure(ctx_.marks_used + 1);
+    TESSERA_CUDA_CHECK(cudaEventRecord(ctx_.marks[ctx_.marks_used], ctx_.stream));
+    return ctx_.marks_used++;
+  }
+  std::vector<double> take_marks() override {
+    const std::size_t n = ctx_.marks_used;
+    std::vector<double> t(n, 0.0);
+    if (n == 0) return t;
+    ctx_.marks_used = 0;
+    DeviceGuard g(ctx_.device);
+    TESSERA_CUDA_CHECK(cudaEventSynchronize(ctx_.marks[n - 1]));
+    for (std::size_t k = 1; k < n; ++k) {
+      float ms = 0;
+      TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, ctx_.marks[0], ctx_.marks[k]));
+      t[k] = 1e-3 * static_cast<double>(ms);
+    }
+    return t;
+  }
 
   Array<T> allocate(std::size_t n) override { return device_array<T>(n); }
   void upload(const T* host, std::size_t n, T* dst) override {

@@ -92,6 +92,10 @@ struct Context {
     std::int64_t skipped = 0;
   } eig_lanczos;
 
+  /// Backend::stream_mark's events, recorded on `stream`; the first marks_used are taken.
+  EventPool marks;
+  std::size_t marks_used = 0;
+
   void sync() const { TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 };
 

@@ -85,7 +85,7 @@ class Hooi {
   RandomFill random_fill(int n, std::uint64_t salt) const;
   void publish(int n) {
     const double before = t_comm_;
-    factors_.publish(n, &t_svd_, &t_comm_);
+    factors_.publish(n, clock_, &t_svd_, &t_comm_);
     t_pub_ += t_comm_ - before;
   }
   /// TTMc of mode n with the current backend factors, combined on the owners; returns the
@@ -116,6 +116,8 @@ class Hooi {
   std::vector<kernels::Array<std::int64_t>> pos_dev_;
   std::unique_ptr<BlacsGrid> grid_;
   Net net_, dnet_;  // dnet_: sums of backend-memory buffers (NCCL on GPUs)
+  /// Times the phases (TuckerResult::phase_timing); before dense_, which keeps a reference.
+  detail::PhaseTimer<T> clock_;
   detail::DenseStage<T> dense_;
   double t_ttmc_ = 0, t_comm_ = 0, t_svd_ = 0;  // of the current iteration (or the init)
   // Parts of t_comm_ (the TTMc rows' exchange, the dense stage's sums, the factors'
@@ -161,7 +163,8 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
                owned_lengths(plan_, true)),
       net_{c},
       dnet_{dc},
-      dense_(be, net_, dnet_) {
+      clock_(be),
+      dense_(be, net_, dnet_, clock_) {
   std::int64_t max_out = 0, max_recv = 0, max_own = 0;
   for (const auto& mp : plan_) {
     max_out = std::max(max_out, static_cast<std::int64_t>(mp.local.size()) * mp.cols);
@@ -191,6 +194,10 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
       pos_dev_[static_cast<std::size_t>(n)] = be.upload_index(mp.own_pos.data(), mp.own_pos.size());
   }
   if (opt.svd == SvdMethod::scalapack) grid_ = std::make_unique<BlacsGrid>(c);
+  // One rank with the gram method: no collective and no host-side step between the device
+  // phases, so they are timed by stream marks and the host does not wait after each one.
+  clock_.use_marks(P_ == 1 && opt.svd == SvdMethod::gram);
+  res.phase_timing = clock_.marks() ? "stream marks" : "host waits";
   res.dense_method = detail::dense_method(
       opt.svd, be.memory_space(),
       [&be](int C, int R) { return kernels::ops::eig_in_one_block(be, C, R); }, opt.ranks);
@@ -216,7 +223,7 @@ const T* Hooi<T>::ttmc_combined(int n) {
   std::vector<const T*> fptr(static_cast<std::size_t>(N_));
   for (int m = 0; m < N_; ++m)
     fptr[static_cast<std::size_t>(m)] = m == n ? nullptr : factors_.backend(m);
-  Timer t;
+  const auto phase = clock_.start();
   util::fault::at(util::fault::Point::kernel);
   kernels::ops::ttmc(be_, *X_, n, fptr, opt_.ranks, ybuf_.data());
   if (ns_.cs != 1.0) {
@@ -224,8 +231,7 @@ const T* Hooi<T>::ttmc_combined(int n) {
     kernels::ops::scale_columns(be_, ybuf_.data(), static_cast<std::int64_t>(mp.local.size()),
                                 static_cast<int>(mp.cols), up.data());
   }
-  be_.synchronize();
-  t_ttmc_ += t.seconds();
+  clock_.stop(phase, &t_ttmc_);
   if (res_.tier > 1) {
     res_.stream_copy_seconds += X_->last_copy_seconds();
     res_.stream_compute_seconds += X_->last_compute_seconds();
@@ -233,7 +239,7 @@ const T* Hooi<T>::ttmc_combined(int n) {
     ++overlap_count_;
   }
   if (P_ == 1) return ybuf_.data();
-  t.reset();
+  Timer t;
   // One exchange of rows over `x` (counts in rows, per peer) from `src` into recv_.
   const auto exchange = [&](const comm::Communicator& x, const std::vector<std::int64_t>& sr,
                             const std::vector<std::int64_t>& rr, const T* src) {
@@ -288,7 +294,7 @@ void Hooi<T>::factor_update(int n, const T* Y) {
   const RowsView v = view_of(n);
   auto& U = factors_.owned(n);
   const RandomFill rnd = random_fill(n, 0x5EED0000ull);
-  Timer t;
+  const auto phase = clock_.start();
   const double net0 = net_.seconds + dnet_.seconds;
   int added = 0;
   switch (opt_.svd) {
@@ -315,7 +321,7 @@ void Hooi<T>::factor_update(int n, const T* Y) {
     }
   }
   const double in_net = net_.seconds + dnet_.seconds - net0;
-  t_svd_ += t.seconds() - in_net;
+  clock_.stop(phase, &t_svd_, in_net);
   t_comm_ += in_net;
   t_dcomm_ += in_net;
   res_.completed_columns += added;
@@ -352,6 +358,7 @@ void Hooi<T>::init() {
     if (ns_.cs != 1.0)
       for (double& v : core_) v *= ns_.cs;
   }
+  clock_.settle();
   res_.phases.add("init", init_timer.seconds());
   t_ttmc_ = t_comm_ = t_svd_ = 0;
   net_.seconds = dnet_.seconds = 0;
@@ -392,18 +399,19 @@ void Hooi<T>::iterate() {
       if (n == N_ - 1) {
         // Core G_(N) = U_N^T Y_(N), summed over ranks on the data communicator (NCCL on
         // GPUs) where Y is; only ||G||^2 comes to the host.
-        Timer t;
+        const auto phase = clock_.start();
         const double net0 = dnet_.seconds;
         norm_g2 = dense_.core(Y, view_of(n), ranks[static_cast<std::size_t>(n)],
                               factors_.owned(n).data());
         core_on_device_ = true;
         const double in_net = dnet_.seconds - net0;
-        t_svd_ += t.seconds() - in_net;
+        clock_.stop(phase, &t_svd_, in_net);
         t_comm_ += in_net;
         t_dcomm_ += in_net;
       }
       publish(n);
     }
+    clock_.settle();  // the phases' times (marks), read below
     const double fit = 1.0 - std::sqrt(std::max(ns_.norm_x2 - norm_g2, 0.0)) / ns_.norm_cx;
     TESSERA_INPUT_CHECK(std::isfinite(fit),  // from allreduced sums: agreed
                         "Tucker-HOOI: the fit of iteration "

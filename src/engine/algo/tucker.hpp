@@ -176,6 +176,10 @@ struct TuckerResult {
   /// Where and how the dense stage ran (algo/tucker_dense.hpp), e.g.
   /// "gram/device-syevdx+cholqr2" (cuda backend) or "subspace/host-cholqr2".
   std::string dense_method;
+  /// How the iterations' phases (ttmc, svd and its split) were timed: "stream marks" (one
+  /// rank of a device backend with the gram method: events in the backend's stream, no host
+  /// wait after each phase) or "host waits" (a synchronize and a host timer per phase).
+  std::string phase_timing;
   /// This rank's eigen-solves that the one-block solver's Lanczos kernel answered, and that it
   /// declined to the exact solver (kernels::ops::eig_lanczos_counts; zero where not tried).
   std::int64_t eig_lanczos_answered = 0, eig_lanczos_declined = 0;

@@ -178,8 +178,8 @@ template int orthonormalize<double>(OrthContext<double>&, double*, std::int64_t,
 // ---- DenseStage ----
 
 template <typename T>
-DenseStage<T>::DenseStage(kernels::Backend<T>& be, Net& net, Net& dnet)
-    : be_(be), net_(net), dnet_(dnet), orth_{be, dnet, net} {}
+DenseStage<T>::DenseStage(kernels::Backend<T>& be, Net& net, Net& dnet, PhaseTimer<T>& clock)
+    : be_(be), net_(net), dnet_(dnet), clock_(clock), orth_{be, dnet, net} {}
 
 template <typename T>
 double* DenseStage<T>::ensure(kernels::Array<double>& a, std::size_t n) {
@@ -205,36 +205,34 @@ int DenseStage<T>::update_gram(const T* Y, const RowsView& v, int R, double* U,
   const std::int64_t C = v.C;
   const auto CR = static_cast<std::size_t>(C) * static_cast<std::size_t>(R);
   // S = Y^T Y summed over ranks, then its top R eigenpairs where S is.
-  Timer t;
+  auto phase = clock_.start();
   const auto CC = static_cast<std::size_t>(C) * static_cast<std::size_t>(C);
   double* S = ensure(s_, CC);
   kernels::ops::wide_gram(be_, Y, v.rows, C, S);
   const double n0 = dnet_.seconds;
   dnet_.sum(S, CC);
-  be_.synchronize();
-  times.prod += t.seconds() - (dnet_.seconds - n0);
-  t.reset();
+  clock_.stop(phase, &times.prod, dnet_.seconds - n0);
+  phase = clock_.start();
   std::vector<double> w(static_cast<std::size_t>(R)), sc(static_cast<std::size_t>(R));
   double* V = ensure(v_, CR);
   kernels::ops::symmetric_eig_top(be_, S, static_cast<int>(C), R, w.data(), V);
-  times.eig += t.seconds();
+  clock_.stop(phase, &times.eig);
   for (int j = 0; j < R; ++j) {
     const double wj = w[static_cast<std::size_t>(j)];
     sc[static_cast<std::size_t>(j)] =
         (w[0] > 0 && std::isfinite(w[0]) && wj > w[0] * kRankTolSq) ? 1.0 / std::sqrt(wj) : 0.0;
   }
   // U = Y V / sigma on the owned rows (columns scaled as they are scattered).
-  t.reset();
+  phase = clock_.start();
   double* Z = ensure(z_, static_cast<std::size_t>(v.rows) * static_cast<std::size_t>(R));
   if (v.rows > 0) kernels::ops::wide_times(be_, Y, v.rows, C, V, R, Z);
   kernels::ops::scatter_rows_double(be_, Z, v.rows, R, v.pos_dev, v.own_len, sc.data(), U);
-  be_.synchronize();
-  times.prod += t.seconds();
+  clock_.stop(phase, &times.prod);
   // Y V / sigma is orthonormal up to rounding amplified by the Gram's condition; CholeskyQR2
   // restores it (and completes columns no data determines).
-  t.reset();
+  phase = clock_.start();
   const int added = orthonormalize(U, v.own_len, R, rnd);
-  times.orth += t.seconds();
+  clock_.stop(phase, &times.orth);
   return added;
 }
 
@@ -305,7 +303,7 @@ int DenseStage<T>::update_subspace(const T* Y, const RowsView& v, int R, kernels
 
 template <typename T>
 double DenseStage<T>::core(const T* Y, const RowsView& v, int R, const double* U) {
-  Timer t;
+  const auto phase = clock_.start();
   const double n0 = dnet_.seconds;
   const double* P = present(v, R, U);
   core_size_ = static_cast<std::size_t>(v.C) * static_cast<std::size_t>(R);
@@ -314,7 +312,7 @@ double DenseStage<T>::core(const T* Y, const RowsView& v, int R, const double* U
   // Summed over ranks on the data communicator (NCCL on GPUs); only ||G||^2 comes back.
   dnet_.sum(G, core_size_);
   const double norm2 = kernels::ops::sum_squares_double(be_, G, core_size_);
-  times.core += t.seconds() - (dnet_.seconds - n0);
+  clock_.stop(phase, &times.core, dnet_.seconds - n0);
   return norm2;
 }
 
@@ -358,18 +356,18 @@ void TuckerFactors<T>::set_owned(int n, const std::vector<double>& host) {
 }
 
 template <typename T>
-void TuckerFactors<T>::publish(int n, double* t_svd, double* t_comm) {
+void TuckerFactors<T>::publish(int n, PhaseTimer<T>& clock, double* t_svd, double* t_comm) {
   const auto k = static_cast<std::size_t>(n);
   const auto R = static_cast<std::size_t>(ranks_[k]);
   const auto mine = static_cast<std::size_t>(len_[k]) * R;
-  Timer t;
   if (c_.size() == 1) {  // the owned rows are the whole factor
+    const auto phase = clock.start();
     kernels::ops::convert_from_double(be_, own_[k].data(), mine, backend_[k].data());
-    be_.synchronize();
-    *t_svd += t.seconds();
+    clock.stop(phase, t_svd);
     stale_[k] = 1;
     return;
   }
+  Timer t;
   // The same values as gathering in double and converting: the conversion is per element.
   const auto blk = static_cast<std::size_t>(block_[k]) * R;
   kernels::ops::convert_from_double(be_, own_[k].data(), mine, send_.data());

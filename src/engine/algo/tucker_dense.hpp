@@ -17,6 +17,7 @@
 #include "algo/tucker.hpp"
 #include "comm/communicator.hpp"
 #include "kernels/backend.hpp"
+#include "util/timer.hpp"
 
 namespace tessera::algo::detail {
 
@@ -32,6 +33,67 @@ struct Net {
   long calls = 0;  ///< sums that crossed ranks
   /// In place: p[0..n) summed over the ranks of c (p in c's memory space).
   void sum(double* p, std::size_t n);
+};
+
+/// Times the phases of Tucker's iterations: the TTMc, the factor updates and their parts, the
+/// core and the factors' conversion (docs/perf/gpu-h200-tucker.md, "Session 50").
+/// Waiting (host backends; device backends on several ranks or with another method than gram):
+/// stop() waits for the backend (Backend::synchronize) and adds the host time since start(),
+/// so a phase's time holds the work it queued and the host-timed collectives inside it can be
+/// taken out. Marks (one rank of a device backend, the gram method): start() and stop() record
+/// points of the backend's stream (Backend::stream_mark) and nothing waits; settle() waits once
+/// and adds each phase's device time to its total. The host then waits only where it needs a
+/// value (the eigenvalues, CholeskyQR's check, ||G||), and the device does not idle between
+/// phases while the host catches up (0.3-0.45 ms of a 7 ms iteration of the nell-2 shape on an
+/// H200).
+template <typename T>
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(kernels::Backend<T>& be) : be_(be) {}
+  /// Marks when `on` and the backend has them; waiting otherwise. Settles first.
+  void use_marks(bool on) {
+    settle();
+    marks_ = on && be_.has_stream_marks();
+  }
+  bool marks() const { return marks_; }
+  struct Phase {
+    Timer host;
+    std::size_t mark = 0;
+  };
+  Phase start() {
+    Phase p;
+    if (marks_) p.mark = be_.stream_mark();
+    return p;
+  }
+  /// Adds the phase's time less `less` seconds (host-timed waits inside it that belong to
+  /// another share) to *total: at once when waiting, the time at settle() with marks.
+  void stop(const Phase& p, double* total, double less = 0) {
+    if (!marks_) {
+      be_.synchronize();
+      *total += p.host.seconds() - less;
+      return;
+    }
+    pending_.push_back({p.mark, be_.stream_mark(), total});
+    *total -= less;
+  }
+  /// With marks: waits for the stream and adds every stopped phase's time to its total
+  /// (call between phases only). Waiting: nothing to do.
+  void settle() {
+    if (!marks_) return;
+    const std::vector<double> t = be_.take_marks();
+    for (const Pending& p : pending_)
+      if (p.b < t.size()) *p.total += t[p.b] - t[p.a];
+    pending_.clear();
+  }
+
+ private:
+  struct Pending {
+    std::size_t a, b;
+    double* total;
+  };
+  kernels::Backend<T>& be_;
+  bool marks_ = false;
+  std::vector<Pending> pending_;
 };
 
 /// Fills columns [first, first + ncols) of a host block of this rank's owned rows (row
@@ -87,7 +149,8 @@ int orthonormalize(OrthContext<X>& o, double* U, std::int64_t rows, int R, const
 template <typename T>
 class DenseStage {
  public:
-  DenseStage(kernels::Backend<T>& be, Net& net, Net& dnet);
+  /// `clock` times the parts (times) of every call.
+  DenseStage(kernels::Backend<T>& be, Net& net, Net& dnet, PhaseTimer<T>& clock);
 
   /// orthonormalize() of U (rows x R, backend memory) with this stage's backend.
   int orthonormalize(double* U, std::int64_t rows, int R, const RandomFill& rnd);
@@ -116,6 +179,7 @@ class DenseStage {
   kernels::Backend<T>& be_;
   Net& net_;
   Net& dnet_;
+  PhaseTimer<T>& clock_;
   OrthContext<T> orth_;
   kernels::Array<double> s_, v_, z_, p_, b_, m_, unew_, core_;
   std::size_t core_size_ = 0;
@@ -138,8 +202,8 @@ class TuckerFactors {
   void set_owned(int n, const std::vector<double>& host);
   /// Owned rows -> every rank's backend factor: converted to T in backend memory and
   /// all-gathered over the data communicator (collective). Adds the conversion's seconds
-  /// to *t_svd and the gather's to *t_comm.
-  void publish(int n, double* t_svd, double* t_comm);
+  /// to *t_svd (timed by `clock`) and the gather's to *t_comm.
+  void publish(int n, PhaseTimer<T>& clock, double* t_svd, double* t_comm);
   /// Every host copy not gathered since its mode's last publish (collective over c).
   void gather_full();
   /// Host copies, label order (I_n x R_n); current after gather_full().

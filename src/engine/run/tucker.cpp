@@ -186,6 +186,7 @@ nlohmann::json tucker_record(const TuckerRunOptions& o, const Input<T>& in,
   if (res.stop_signal != 0) j["stop_signal"] = util::signal_name(res.stop_signal);
   j["completed_columns"] = res.completed_columns;
   j["dense_stage"] = res.dense_method;
+  j["phase_timing"] = res.phase_timing;
   j["eig_lanczos"] = {{"answered", res.eig_lanczos_answered},
                       {"declined", res.eig_lanczos_declined}};
   if (!res.combine.empty()) j["ttmc_combine"] = res.combine;
