@@ -315,13 +315,14 @@ void Hooi<T>::factor_update(int n, const T* Y) {
       update_scalapack(Yh, v, R, Uh, net_, *grid_);
       factors_.set_owned(n, Uh);
       Timer to;
+      const double o0 = net_.seconds + dnet_.seconds;  // the Gram's sums: comm, not orth
       added = dense_.orthonormalize(U.data(), v.own_len, R, rnd);
-      dense_.times.orth += to.seconds();
+      dense_.times.orth += to.seconds() - (net_.seconds + dnet_.seconds - o0);
       break;
     }
   }
   const double in_net = net_.seconds + dnet_.seconds - net0;
-  clock_.stop(phase, &t_svd_, in_net);
+  clock_.stop(phase, &t_svd_, in_net, false);
   t_comm_ += in_net;
   t_dcomm_ += in_net;
   res_.completed_columns += added;
@@ -405,7 +406,7 @@ void Hooi<T>::iterate() {
                               factors_.owned(n).data());
         core_on_device_ = true;
         const double in_net = dnet_.seconds - net0;
-        clock_.stop(phase, &t_svd_, in_net);
+        clock_.stop(phase, &t_svd_, in_net, false);
         t_comm_ += in_net;
         t_dcomm_ += in_net;
       }

@@ -216,7 +216,7 @@ int DenseStage<T>::update_gram(const T* Y, const RowsView& v, int R, double* U,
   std::vector<double> w(static_cast<std::size_t>(R)), sc(static_cast<std::size_t>(R));
   double* V = ensure(v_, CR);
   kernels::ops::symmetric_eig_top(be_, S, static_cast<int>(C), R, w.data(), V);
-  clock_.stop(phase, &times.eig);
+  clock_.stop(phase, &times.eig, 0, false);  // symmetric_eig_top waits for w
   for (int j = 0; j < R; ++j) {
     const double wj = w[static_cast<std::size_t>(j)];
     sc[static_cast<std::size_t>(j)] =
@@ -231,8 +231,9 @@ int DenseStage<T>::update_gram(const T* Y, const RowsView& v, int R, double* U,
   // Y V / sigma is orthonormal up to rounding amplified by the Gram's condition; CholeskyQR2
   // restores it (and completes columns no data determines).
   phase = clock_.start();
+  const double o0 = dnet_.seconds + net_.seconds;
   const int added = orthonormalize(U, v.own_len, R, rnd);
-  clock_.stop(phase, &times.orth);
+  clock_.stop(phase, &times.orth, dnet_.seconds + net_.seconds - o0, false);
   return added;
 }
 
@@ -265,8 +266,9 @@ int DenseStage<T>::update_subspace(const T* Y, const RowsView& v, int R, kernels
     be_.synchronize();
     times.prod += t.seconds();
     t.reset();
+    const double o0 = dnet_.seconds + net_.seconds;  // the Gram's sums: comm, not orth
     added += orthonormalize(Unew, v.own_len, R, rnd);
-    times.orth += t.seconds();
+    times.orth += t.seconds() - (dnet_.seconds + net_.seconds - o0);
     // Change of the subspace: || Unew - U (U^T Unew) ||_F (no cancellation, unlike angles).
     // It only decides whether another step runs: after the last one it is not computed (two
     // sums the host would wait for).
@@ -312,7 +314,7 @@ double DenseStage<T>::core(const T* Y, const RowsView& v, int R, const double* U
   // Summed over ranks on the data communicator (NCCL on GPUs); only ||G||^2 comes back.
   dnet_.sum(G, core_size_);
   const double norm2 = kernels::ops::sum_squares_double(be_, G, core_size_);
-  clock_.stop(phase, &times.core, dnet_.seconds - n0);
+  clock_.stop(phase, &times.core, dnet_.seconds - n0, false);  // ||G||^2 comes back
   return norm2;
 }
 

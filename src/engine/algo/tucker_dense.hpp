@@ -38,22 +38,26 @@ struct Net {
 /// Times the phases of Tucker's iterations: the TTMc, the factor updates and their parts, the
 /// core and the factors' conversion (docs/perf/gpu-h200-tucker.md, "Session 50").
 /// Waiting (host backends; device backends on several ranks or with another method than gram):
-/// stop() waits for the backend (Backend::synchronize) and adds the host time since start(),
-/// so a phase's time holds the work it queued and the host-timed collectives inside it can be
-/// taken out. Marks (one rank of a device backend, the gram method): start() and stop() record
-/// points of the backend's stream (Backend::stream_mark) and nothing waits; settle() waits once
-/// and adds each phase's device time to its total. The host then waits only where it needs a
-/// value (the eigenvalues, CholeskyQR's check, ||G||), and the device does not idle between
-/// phases while the host catches up (0.3-0.45 ms of a 7 ms iteration of the nell-2 shape on an
-/// H200).
+/// host timers, and stop() waits for the backend (Backend::synchronize) first where asked, so
+/// that a phase's time holds the work it queued; the host-timed collectives inside a phase are
+/// taken out of it. These are the waits the iteration always had. Marks (one rank of a device
+/// backend, the gram method): start() and stop() record points of the backend's stream
+/// (Backend::stream_mark) and never wait; settle() waits once and adds each phase's device time
+/// to its total. The host then waits only where it needs a value (the eigenvalues, CholeskyQR's
+/// check, ||G||, and at tiers 2-3 the TTMc's streaming statistics), and the device does not idle
+/// between phases while the host catches up (0.3-0.45 ms of a 7 ms iteration of the nell-2
+/// shape on one H200 node, 0.02-0.06 ms on another).
 template <typename T>
 class PhaseTimer {
  public:
   explicit PhaseTimer(kernels::Backend<T>& be) : be_(be) {}
-  /// Marks when `on` and the backend has them; waiting otherwise. Settles first.
+  /// Marks when `on` and the backend has them; waiting otherwise. Settles first, and forgets
+  /// any marks an earlier user of the backend left untaken (a run ended by an exception), so
+  /// that this timer's marks count from its own first.
   void use_marks(bool on) {
     settle();
     marks_ = on && be_.has_stream_marks();
+    if (marks_) (void)be_.take_marks();
   }
   bool marks() const { return marks_; }
   struct Phase {
@@ -66,10 +70,12 @@ class PhaseTimer {
     return p;
   }
   /// Adds the phase's time less `less` seconds (host-timed waits inside it that belong to
-  /// another share) to *total: at once when waiting, the time at settle() with marks.
-  void stop(const Phase& p, double* total, double less = 0) {
+  /// another share) to *total: at once when waiting (after a synchronize() when `wait`; a
+  /// phase that ends in a wait of its own, or whose queued tail the next phase's wait may
+  /// take, passes false), the time at settle() with marks.
+  void stop(const Phase& p, double* total, double less = 0, bool wait = true) {
     if (!marks_) {
-      be_.synchronize();
+      if (wait) be_.synchronize();
       *total += p.host.seconds() - less;
       return;
     }
@@ -112,7 +118,8 @@ struct RowsView {
 
 /// Seconds (this rank) of the parts of the factor updates, printed with -v: the wide
 /// products (with their sums' waits, not the sums), the eigen-solves (the Gram's, the
-/// Rayleigh-Ritz rotation), the orthonormalisations and the core.
+/// Rayleigh-Ritz rotation), the orthonormalisations (without their Grams' sums, since session
+/// 50) and the core: parts of the iteration's svd share, which holds no sum either.
 struct DenseTimes {
   double prod = 0, eig = 0, orth = 0, core = 0;
 };
