@@ -314,10 +314,7 @@ void Hooi<T>::factor_update(int n, const T* Y) {
       std::vector<double> Uh;
       update_scalapack(Yh, v, R, Uh, net_, *grid_);
       factors_.set_owned(n, Uh);
-      Timer to;
-      const double o0 = net_.seconds + dnet_.seconds;  // the Gram's sums: comm, not orth
       added = dense_.orthonormalize(U.data(), v.own_len, R, rnd);
-      dense_.times.orth += to.seconds() - (net_.seconds + dnet_.seconds - o0);
       break;
     }
   }

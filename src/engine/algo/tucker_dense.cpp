@@ -196,7 +196,11 @@ const double* DenseStage<T>::present(const RowsView& v, int R, const double* U) 
 
 template <typename T>
 int DenseStage<T>::orthonormalize(double* U, std::int64_t rows, int R, const RandomFill& rnd) {
-  return detail::orthonormalize(orth_, U, rows, R, rnd);
+  const auto phase = clock_.start();
+  const double n0 = dnet_.seconds + net_.seconds;  // the Gram's sums: comm, not orth
+  const int added = detail::orthonormalize(orth_, U, rows, R, rnd);
+  clock_.stop(phase, &times.orth, dnet_.seconds + net_.seconds - n0, false);
+  return added;
 }
 
 template <typename T>
@@ -230,11 +234,7 @@ int DenseStage<T>::update_gram(const T* Y, const RowsView& v, int R, double* U,
   clock_.stop(phase, &times.prod);
   // Y V / sigma is orthonormal up to rounding amplified by the Gram's condition; CholeskyQR2
   // restores it (and completes columns no data determines).
-  phase = clock_.start();
-  const double o0 = dnet_.seconds + net_.seconds;
-  const int added = orthonormalize(U, v.own_len, R, rnd);
-  clock_.stop(phase, &times.orth, dnet_.seconds + net_.seconds - o0, false);
-  return added;
+  return orthonormalize(U, v.own_len, R, rnd);
 }
 
 template <typename T>
@@ -265,10 +265,7 @@ int DenseStage<T>::update_subspace(const T* Y, const RowsView& v, int R, kernels
     kernels::ops::scatter_rows_double(be_, Z, v.rows, R, v.pos_dev, v.own_len, nullptr, Unew);
     be_.synchronize();
     times.prod += t.seconds();
-    t.reset();
-    const double o0 = dnet_.seconds + net_.seconds;  // the Gram's sums: comm, not orth
     added += orthonormalize(Unew, v.own_len, R, rnd);
-    times.orth += t.seconds() - (dnet_.seconds + net_.seconds - o0);
     // Change of the subspace: || Unew - U (U^T Unew) ||_F (no cancellation, unlike angles).
     // It only decides whether another step runs: after the last one it is not computed (two
     // sums the host would wait for).

@@ -159,7 +159,8 @@ class DenseStage {
   /// `clock` times the parts (times) of every call.
   DenseStage(kernels::Backend<T>& be, Net& net, Net& dnet, PhaseTimer<T>& clock);
 
-  /// orthonormalize() of U (rows x R, backend memory) with this stage's backend.
+  /// orthonormalize() of U (rows x R, backend memory) with this stage's backend, timed into
+  /// times.orth (its Gram's sums left out).
   int orthonormalize(double* U, std::int64_t rows, int R, const RandomFill& rnd);
   /// U (own_len x R, backend memory) := the top R left singular vectors of the combined
   /// Y_(n) (rows x C, backend memory): S = Y^T Y summed over ranks, its top eigenpairs,
