@@ -1,9 +1,12 @@
 #include "comm/mpi_communicator.hpp"
 
+#include <cctype>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "comm/nccl_communicator.hpp"
@@ -345,6 +348,19 @@ int local_rank(const MpiCommunicator& boot) {
   int lr = 0;
   for (int r = 0; r < boot.rank(); ++r) lr += (all[r] == h) ? 1 : 0;
   return lr;
+}
+
+bool share_gpu_requested() {
+  const char* e = std::getenv("TESSERA_SHARE_GPU");
+  if (!e) return false;
+  std::string v(e);
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v.empty() || v == "0" || v == "no" || v == "off" || v == "false") return false;
+  if (v == "1" || v == "yes" || v == "on" || v == "true") return true;
+  TESSERA_INPUT_CHECK(false, "TESSERA_SHARE_GPU=" << e
+                                                  << ": expected 1 (several ranks may share "
+                                                     "one GPU, for testing) or 0");
+  return false;
 }
 
 }  // namespace tessera::comm

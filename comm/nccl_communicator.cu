@@ -640,17 +640,47 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
   });
 
   // One rank per GPU: NCCL refuses two ranks of a communicator on one GPU, with a message
-  // that does not say what to change.
+  // that does not say what to change. Under TESSERA_SHARE_GPU=1 (testing: docs/multi-gpu.md,
+  // "Several ranks on one GPU") the ranks sharing a GPU get NCCL host ids of their own
+  // instead: the k-th rank on a GPU joins "host" k of its node, so NCCL connects ranks on one
+  // GPU over its socket transport, and ranks on different GPUs with the same k as usual.
   const int p = boot.size();
+  std::int32_t share = 0;
+  run_collectively(boot, [&] { share = share_gpu_requested() ? 1 : 0; });
+  share = boot.allreduce_value(share, ReduceOp::min);
   std::vector<std::uint64_t> keys(2 * static_cast<std::size_t>(p));
   boot.allgather(gpu_key, keys.data(), 2);
+  int slot = 0, sharing = 0;  // this rank's index among the ranks on its GPU; ranks sharing one
+  bool one_host = true;
   for (int a = 0; a < p; ++a) {
+    one_host = one_host && keys[2 * a] == keys[0];
     for (int b = a + 1; b < p; ++b) {
       if (keys[2 * a] == keys[2 * b] && keys[2 * a + 1] == keys[2 * b + 1]) {
-        TESSERA_THROW("ranks " << a << " and " << b
-                               << " would share one GPU: Tessera runs one rank per GPU; start "
-                                  "at most as many ranks per node as it has visible GPUs");
+        if (!share) {
+          TESSERA_THROW("ranks " << a << " and " << b
+                                 << " would share one GPU: Tessera runs one rank per GPU; start "
+                                    "at most as many ranks per node as it has visible GPUs (or "
+                                    "set TESSERA_SHARE_GPU=1 to test several ranks on one GPU)");
+        }
+        ++sharing;
+        if (b == boot.rank()) ++slot;
       }
+    }
+  }
+  if (sharing > 0) {
+    // Read by NCCL when the communicator is made (its host hash), so set before any NCCL call.
+    const std::string host_id = log::hostname() + ".tessera-share-" + std::to_string(slot);
+    setenv("NCCL_HOSTID", host_id.c_str(), /*overwrite=*/1);
+    setenv("NCCL_MNNVL_ENABLE", "0", /*overwrite=*/0);  // no fabric between a GPU and itself
+    if (one_host) {
+      setenv("NCCL_SOCKET_IFNAME", "lo", /*overwrite=*/0);  // the "hosts" are this node
+      setenv("NCCL_IB_DISABLE", "1", /*overwrite=*/0);
+    }
+    if (boot.rank() == 0) {
+      log::warn("TESSERA_SHARE_GPU: " + std::to_string(p) +
+                " ranks on fewer GPUs; NCCL joins the ranks of one GPU over sockets. For "
+                "testing the multi-rank code: times are not those of one rank per GPU, and "
+                "each rank plans with its GPU's whole free memory (give --device-budget)");
     }
   }
 

@@ -31,4 +31,12 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
 /// Rank of this process among the ranks of `boot` on the same host (hostname hash).
 int local_rank(const MpiCommunicator& boot);
 
+/// True when the environment asks for several ranks on one GPU (TESSERA_SHARE_GPU=1; also
+/// yes/on/true, and 0/no/off/false or unset for no). A testing mode (docs/multi-gpu.md,
+/// "Several ranks on one GPU"): make_nccl_communicator then gives the ranks that share a GPU
+/// NCCL host ids of their own, so that NCCL joins them over its socket transport instead of
+/// refusing them. Correct, not fast: it lets the multi-rank code run on a one-GPU machine.
+/// Throws InputError naming the variable for any other value.
+bool share_gpu_requested();
+
 }  // namespace tessera::comm

@@ -110,7 +110,9 @@
 #       mttkrp-tile: issue 43's shared-memory tiled MTTKRP probe (jobs/probes/mttkrp_tile_probe.cu,
 #               compiled here with nvcc) on the nell-2 shape, R 32, beside bench mttkrp (float
 #               and fp16 gathers) on the same shape (TESSERA_TARGETS=tessera builds only that)
-#       ctest: the GPU tests matching TESSERA_CTEST_R;  mttkrp-ab: MTTKRP classic vs blocked kernel
+#       ctest: the GPU tests matching TESSERA_CTEST_R (with TESSERA_SHARE_GPU=1 the multi-rank
+#               ones, e.g. TESSERA_CTEST_R="_np2|_np4", run on fewer GPUs than ranks:
+#               docs/multi-gpu.md, "Several ranks on one GPU");  mttkrp-ab: MTTKRP classic vs blocked kernel
 #       tier2: memory tier 2 through the CP device loop (issue 36): the tier-2 and device-loop
 #               GPU tests, then a generated nell-2-shaped HDF5 store (TESSERA_TIER2_NNZ, default
 #               76.9e6, uniform, float32) in `tessera cp --tier 2` (rank 32, float) with

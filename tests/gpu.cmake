@@ -2,7 +2,8 @@
 # and 2), and the NCCL communicator against the MPI communicator at 1 and 2 ranks. Built
 # only with TESSERA_WITH_CUDA; without a visible GPU (or with fewer GPUs than ranks)
 # every test skips with a message, and ctest reports the run as skipped rather than
-# passed.
+# passed. With TESSERA_SHARE_GPU=1 the multi-rank tests run with several ranks on a GPU
+# (NCCL over sockets between them; docs/multi-gpu.md, "Several ranks on one GPU").
 set(_tessera_gpu_skip "no CUDA device visible|fewer GPUs than ranks")
 
 tessera_test_executable(gpu_backend_tests

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <string>
 
+#include "comm/nccl_communicator.hpp"
 #include "driver_util.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_io.hpp"
@@ -65,7 +66,9 @@ class FaultDriver : public ::testing::Test {
       const auto r = run("nvidia-smi -L");
       const int gpus = r.code == 0 ? count_of(r.out, "GPU ") : 0;
       if (gpus == 0) GTEST_SKIP() << "no CUDA device visible";
-      if (gpus < np_) GTEST_SKIP() << "fewer GPUs than ranks (" << gpus << " < " << np_ << ")";
+      // Several ranks on one GPU only when asked for (TESSERA_SHARE_GPU, docs/multi-gpu.md).
+      if (gpus < np_ && !::tessera::comm::share_gpu_requested())
+        GTEST_SKIP() << "fewer GPUs than ranks (" << gpus << " < " << np_ << ")";
     }
     dir_ = fs::temp_directory_path() /
            ("tessera-fault-driver-" + std::to_string(::getpid()) + "-" +

@@ -226,11 +226,14 @@ inline int visible_devices() {
   return n;
 }
 
-/// Empty when every rank has a GPU of its own (the same answer on every rank), else why not.
+/// Empty when every rank has a GPU of its own, or may share one (TESSERA_SHARE_GPU=1, the
+/// same answer on every rank), else why not.
 inline std::string gpu_per_rank(const comm::MpiCommunicator& world) {
   const int n = visible_devices();
   const std::int32_t have = n > 0 ? 1 : 0;
   if (world.allreduce_value(have, comm::ReduceOp::min) == 0) return "no CUDA device visible";
+  // Several ranks on one GPU run only when asked for (comm::share_gpu_requested).
+  if (comm::share_gpu_requested()) return "";
   // The device make_nccl_communicator will pick; two ranks on one GPU cannot run.
   const int device = comm::local_rank(world) % n;
   char bus[64] = {0};
@@ -243,7 +246,7 @@ inline std::string gpu_per_rank(const comm::MpiCommunicator& world) {
     for (int b = a + 1; b < world.size(); ++b)
       if (all[2 * a] == all[2 * b] && all[2 * a + 1] == all[2 * b + 1])
         return "fewer GPUs than ranks on a host (" + std::to_string(world.size()) +
-               " ranks need one GPU each)";
+               " ranks need one GPU each, or TESSERA_SHARE_GPU=1)";
   return "";
 }
 
