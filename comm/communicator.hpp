@@ -116,6 +116,12 @@ class Communicator {
   /// elements.
   virtual void enqueue_allgather_raw(const void* send, void* recv, std::size_t count, DataType t,
                                      void* stream) const;
+  /// As alltoallv_raw (device buffers, counts and displacements on the host), enqueued in
+  /// `stream`.
+  virtual void enqueue_alltoallv_raw(const void* send, const std::int64_t* sendcounts,
+                                     const std::int64_t* sdispls, void* recv,
+                                     const std::int64_t* recvcounts, const std::int64_t* rdispls,
+                                     DataType t, void* stream) const;
   /// Blocks until `stream` has run all its work, polling this communicator's error state as
   /// the blocking calls do: a failed peer or a wait past the communicator's timeout aborts
   /// it and throws, naming this rank and `what`.

@@ -194,7 +194,14 @@ void HierarchicalCommunicator::alltoallv_raw(const void* send, const std::int64_
                                              const std::int64_t* sdispls, void* recv,
                                              const std::int64_t* recvcounts,
                                              const std::int64_t* rdispls, DataType t) const {
-  // The flat communicator's exchange, the per-peer arrays reordered to its numbering.
+  enqueue_alltoallv_raw(send, sendcounts, sdispls, recv, recvcounts, rdispls, t, nullptr);
+}
+
+void HierarchicalCommunicator::enqueue_alltoallv_raw(
+    const void* send, const std::int64_t* sendcounts, const std::int64_t* sdispls, void* recv,
+    const std::int64_t* recvcounts, const std::int64_t* rdispls, DataType t, void* stream) const {
+  // The flat communicator's exchange, the per-peer arrays reordered to its numbering
+  // (stream null: the blocking one).
   const std::size_t P = static_cast<std::size_t>(size());
   std::vector<std::int64_t> sc(P), sd(P), rc(P), rd(P);
   for (std::size_t h = 0; h < P; ++h) {
@@ -204,11 +211,14 @@ void HierarchicalCommunicator::alltoallv_raw(const void* send, const std::int64_
     rc[f] = recvcounts[h];
     rd[f] = rdispls[h];
   }
-  flat_.alltoallv_raw(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), t);
+  if (stream == nullptr)
+    flat_.alltoallv_raw(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), t);
+  else
+    flat_.enqueue_alltoallv_raw(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), t, stream);
 }
 
 bool HierarchicalCommunicator::can_enqueue() const {
-  return node_->can_enqueue() && cross_->can_enqueue();
+  return flat_.can_enqueue() && node_->can_enqueue() && cross_->can_enqueue();
 }
 
 std::uint64_t HierarchicalCommunicator::device_buffer_bytes() const {

@@ -101,6 +101,11 @@ class HierarchicalCommunicator final : public Communicator {
                                   ReduceOp op, void* stream) const override;
   void enqueue_allgather_raw(const void* send, void* recv, std::size_t count, DataType t,
                              void* stream) const override;
+  /// The flat communicator's, as alltoallv_raw.
+  void enqueue_alltoallv_raw(const void* send, const std::int64_t* sendcounts,
+                             const std::int64_t* sdispls, void* recv,
+                             const std::int64_t* recvcounts, const std::int64_t* rdispls,
+                             DataType t, void* stream) const override;
   /// Waits through the cross-node communicator (the one a failed node shows up in).
   void wait_stream(void* stream, const char* what) const override;
 

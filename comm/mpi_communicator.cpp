@@ -265,6 +265,11 @@ void Communicator::enqueue_reduce_scatter_raw(const void*, void*, std::size_t, D
 void Communicator::enqueue_allgather_raw(const void*, void*, std::size_t, DataType, void*) const {
   no_enqueue(*this, "enqueue_allgather");
 }
+void Communicator::enqueue_alltoallv_raw(const void*, const std::int64_t*, const std::int64_t*,
+                                         void*, const std::int64_t*, const std::int64_t*, DataType,
+                                         void*) const {
+  no_enqueue(*this, "enqueue_alltoallv");
+}
 void Communicator::wait_stream(void*, const char*) const {
   no_enqueue(*this, "wait_stream");
 }

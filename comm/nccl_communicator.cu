@@ -279,51 +279,13 @@ class NcclCommunicator final : public Communicator {
   void alltoallv_raw(const void* send, const std::int64_t* sendcounts, const std::int64_t* sdispls,
                      void* recv, const std::int64_t* recvcounts, const std::int64_t* rdispls,
                      DataType t) const override {
+    const Extents e = extents(sendcounts, sdispls, recvcounts, rdispls);
     const std::size_t es = size_of(t);
-    std::int64_t send_end = 0, recv_end = 0;
-    for (int p = 0; p < size_; ++p) {
-      TESSERA_EXPECTS(
-          sendcounts[p] >= 0 && sdispls[p] >= 0 && recvcounts[p] >= 0 && rdispls[p] >= 0,
-          "negative alltoallv count or displacement for peer " << p);
-      if (sendcounts[p] > 0) send_end = std::max(send_end, sdispls[p] + sendcounts[p]);
-      if (recvcounts[p] > 0) recv_end = std::max(recv_end, rdispls[p] + recvcounts[p]);
-    }
-    TESSERA_EXPECTS(sendcounts[rank_] == recvcounts[rank_],
-                    "alltoallv: " << sendcounts[rank_] << " elements sent to self but "
-                                  << recvcounts[rank_] << " expected");
     Prologue pro(*this);
     // Staged receive buffers are filled first, so gaps between blocks keep their values.
-    Staged s(*this, const_cast<void*>(send), static_cast<std::size_t>(send_end) * es, 0, true);
-    Staged r(*this, recv, static_cast<std::size_t>(recv_end) * es, 1, true);
-    auto* sb = static_cast<const char*>(s.dev);
-    auto* rb = static_cast<char*>(r.dev);
-    if (sendcounts[rank_] > 0)
-      TESSERA_NCCL_CUDA_CHECK(cudaMemcpyAsync(rb + rdispls[rank_] * es, sb + sdispls[rank_] * es,
-                                              static_cast<std::size_t>(sendcounts[rank_]) * es,
-                                              cudaMemcpyDeviceToDevice, stream_));
-    const ncclDataType_t nt = nccl_type(t);
-    ncclResult_t first_error = ncclSuccess;
-    const char* failed = nullptr;
-    TESSERA_NCCL_CHECK(ncclGroupStart());
-    for (int p = 0; p < size_ && first_error == ncclSuccess; ++p) {
-      if (p == rank_) continue;
-      ncclResult_t e = ncclSuccess;
-      if (sendcounts[p] > 0) {
-        e = ncclSend(sb + sdispls[p] * es, static_cast<std::size_t>(sendcounts[p]), nt, p, comm_,
-                     stream_);
-        if (e != ncclSuccess && e != ncclInProgress) failed = "ncclSend";
-      }
-      if ((e == ncclSuccess || e == ncclInProgress) && recvcounts[p] > 0) {
-        e = ncclRecv(rb + rdispls[p] * es, static_cast<std::size_t>(recvcounts[p]), nt, p, comm_,
-                     stream_);
-        if (e != ncclSuccess && e != ncclInProgress) failed = "ncclRecv";
-      }
-      if (e != ncclSuccess && e != ncclInProgress) first_error = e;
-    }
-    // The group is always closed, also after an error, or later NCCL calls would break.
-    const ncclResult_t ge = ncclGroupEnd();
-    if (first_error != ncclSuccess) fail(first_error, failed);
-    if (ge != ncclSuccess && ge != ncclInProgress) fail(ge, "ncclGroupEnd (alltoallv)");
+    Staged s(*this, const_cast<void*>(send), static_cast<std::size_t>(e.send_end) * es, 0, true);
+    Staged r(*this, recv, static_cast<std::size_t>(e.recv_end) * es, 1, true);
+    post_alltoallv(s.dev, sendcounts, sdispls, r.dev, recvcounts, rdispls, t, stream_);
     wait("alltoallv (ncclSend/ncclRecv)");
     r.copy_back();
   }
@@ -360,6 +322,17 @@ class NcclCommunicator final : public Communicator {
         "ncclAllGather (stream-ordered)");
   }
 
+  void enqueue_alltoallv_raw(const void* send, const std::int64_t* sendcounts,
+                             const std::int64_t* sdispls, void* recv,
+                             const std::int64_t* recvcounts, const std::int64_t* rdispls,
+                             DataType t, void* stream) const override {
+    (void)extents(sendcounts, sdispls, recvcounts, rdispls);
+    EnqueuePrologue pro(*this);
+    post_alltoallv(send, sendcounts, sdispls, recv, recvcounts, rdispls, t,
+                   static_cast<cudaStream_t>(stream));
+    settle();  // in the stream before the caller enqueues more
+  }
+
   void wait_stream(void* stream, const char* what) const override {
     EnqueuePrologue pro(*this);
     wait_on(static_cast<cudaStream_t>(stream), what);
@@ -392,6 +365,63 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  /// Where an alltoallv's blocks end (elements), after checking its counts.
+  struct Extents {
+    std::int64_t send_end = 0, recv_end = 0;
+  };
+  Extents extents(const std::int64_t* sendcounts, const std::int64_t* sdispls,
+                  const std::int64_t* recvcounts, const std::int64_t* rdispls) const {
+    Extents e;
+    for (int p = 0; p < size_; ++p) {
+      TESSERA_EXPECTS(
+          sendcounts[p] >= 0 && sdispls[p] >= 0 && recvcounts[p] >= 0 && rdispls[p] >= 0,
+          "negative alltoallv count or displacement for peer " << p);
+      if (sendcounts[p] > 0) e.send_end = std::max(e.send_end, sdispls[p] + sendcounts[p]);
+      if (recvcounts[p] > 0) e.recv_end = std::max(e.recv_end, rdispls[p] + recvcounts[p]);
+    }
+    TESSERA_EXPECTS(sendcounts[rank_] == recvcounts[rank_],
+                    "alltoallv: " << sendcounts[rank_] << " elements sent to self but "
+                                  << recvcounts[rank_] << " expected");
+    return e;
+  }
+
+  /// The exchange of device buffers in `stream`: this rank's own block by a copy, the others
+  /// by one group of ncclSend/ncclRecv. Not waited for.
+  void post_alltoallv(const void* send, const std::int64_t* sendcounts, const std::int64_t* sdispls,
+                      void* recv, const std::int64_t* recvcounts, const std::int64_t* rdispls,
+                      DataType t, cudaStream_t stream) const {
+    const std::size_t es = size_of(t);
+    auto* sb = static_cast<const char*>(send);
+    auto* rb = static_cast<char*>(recv);
+    if (sendcounts[rank_] > 0)
+      TESSERA_NCCL_CUDA_CHECK(cudaMemcpyAsync(rb + rdispls[rank_] * es, sb + sdispls[rank_] * es,
+                                              static_cast<std::size_t>(sendcounts[rank_]) * es,
+                                              cudaMemcpyDeviceToDevice, stream));
+    const ncclDataType_t nt = nccl_type(t);
+    ncclResult_t first_error = ncclSuccess;
+    const char* failed = nullptr;
+    TESSERA_NCCL_CHECK(ncclGroupStart());
+    for (int p = 0; p < size_ && first_error == ncclSuccess; ++p) {
+      if (p == rank_) continue;
+      ncclResult_t e = ncclSuccess;
+      if (sendcounts[p] > 0) {
+        e = ncclSend(sb + sdispls[p] * es, static_cast<std::size_t>(sendcounts[p]), nt, p, comm_,
+                     stream);
+        if (e != ncclSuccess && e != ncclInProgress) failed = "ncclSend";
+      }
+      if ((e == ncclSuccess || e == ncclInProgress) && recvcounts[p] > 0) {
+        e = ncclRecv(rb + rdispls[p] * es, static_cast<std::size_t>(recvcounts[p]), nt, p, comm_,
+                     stream);
+        if (e != ncclSuccess && e != ncclInProgress) failed = "ncclRecv";
+      }
+      if (e != ncclSuccess && e != ncclInProgress) first_error = e;
+    }
+    // The group is always closed, also after an error, or later NCCL calls would break.
+    const ncclResult_t ge = ncclGroupEnd();
+    if (first_error != ncclSuccess) fail(first_error, failed);
+    if (ge != ncclSuccess && ge != ncclInProgress) fail(ge, "ncclGroupEnd (alltoallv)");
+  }
+
   /// Per-call setup: this communicator's device is current (restored afterwards), the
   /// communicator is usable, and the stream is ordered after earlier device work.
   class Prologue {

@@ -110,6 +110,10 @@
 #       mttkrp-tile: issue 43's shared-memory tiled MTTKRP probe (jobs/probes/mttkrp_tile_probe.cu,
 #               compiled here with nvcc) on the nell-2 shape, R 32, beside bench mttkrp (float
 #               and fp16 gathers) on the same shape (TESSERA_TARGETS=tessera builds only that)
+#       shared: the multi-rank code on fewer GPUs than ranks (TESSERA_SHARE_GPU=1; docs/multi-gpu.md,
+#               "Several ranks on one GPU"): the multi-rank GPU tests (TESSERA_CTEST_R, default
+#               "_np2|_np4"), then tessera tucker fb15k-237 16,16,16 on 1, 2 and 4 ranks
+#               (TESSERA_SHARED_NPS), fits side by side; correctness, not speed
 #       ctest: the GPU tests matching TESSERA_CTEST_R (with TESSERA_SHARE_GPU=1 the multi-rank
 #               ones, e.g. TESSERA_CTEST_R="_np2|_np4", run on fewer GPUs than ranks:
 #               docs/multi-gpu.md, "Several ranks on one GPU");  mttkrp-ab: MTTKRP classic vs blocked kernel
@@ -914,6 +918,41 @@ cli_rec = json.load(open(cli_json))
 cli = statistics.median(h["seconds"] for h in cli_rec["per_iteration"][1:])
 print(f"python-vs-cli congress cp r16 float cuda: python {py*1e3:.3f} ms/iter  cli {cli*1e3:.3f} ms/iter  "
       f"ratio {py/cli:.3f}  fit python {r.fit:.6f} cli {cli_rec['fit']:.6f}")
+PY
+  fi
+fi
+if has shared; then  # the multi-rank code with ranks sharing GPUs (docs/multi-gpu.md)
+  log "multi-rank GPU tests, ranks sharing GPUs (TESSERA_SHARE_GPU=1)"
+  (cd "$build" && TESSERA_SHARE_GPU=1 ctest -L gpu -R "${TESSERA_CTEST_R:-_np2|_np4}" \
+    --output-on-failure --timeout 600) 2>&1 | tee "$out/ctest-shared.log" |
+    grep -E "Test +#|tests passed|FAILED|Failure|error" | head -40
+  grep -E "tests passed|tests failed" "$out/ctest-shared.log" | sed 's/^/shared ctest: /' >>"$summary"
+  sdata=
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/kg-fb15k-237_head-rel-tail.tns.gz" ] && { sdata=$(cd "$d" && pwd)/kg-fb15k-237_head-rel-tail.tns.gz; break; }
+  done
+  if [ -n "$sdata" ]; then  # the same Tucker on 1, 2 and 4 ranks: fits and how the phases were timed
+    for np in ${TESSERA_SHARED_NPS:-1 2 4}; do
+      log "tessera tucker fb15k-237 16,16,16 on $np rank(s), sharing the GPU(s)"
+      TESSERA_SHARE_GPU=1 mpirun --oversubscribe -np "$np" "$T" tucker "$sdata" -r 16,16,16 -i 10 \
+        --tol 0 --backend cuda --json "$out/shared-tucker-np$np.json" >"$out/shared-tucker-np$np.log" 2>&1 ||
+        { echo "shared tucker np$np: rc $?" | tee -a "$summary"; tail -5 "$out/shared-tucker-np$np.log"; }
+    done
+    python3 - "$out" ${TESSERA_SHARED_NPS:-1 2 4} <<'PY' | tee -a "$summary"
+import json, sys
+out, nps = sys.argv[1], sys.argv[2:]
+ref = None
+for np in nps:
+    try:
+        j = json.load(open(f"{out}/shared-tucker-np{np}.json"))
+    except Exception as e:
+        print(f"shared tucker fb15k np{np}: no record ({e})"); continue
+    ref = j["fit"] if ref is None else ref
+    cs = j.get("comm_split") or {}
+    split = " ".join(f"{k} {v*1e3:.3f}" for k, v in cs.items() if isinstance(v, float))
+    print(f"shared tucker fb15k-237 16,16,16 np{np}: fit {j['fit']:.12f} (differs from np{nps[0]} by "
+          f"{abs(j['fit'] - ref):.1e})  phase_timing {j.get('phase_timing')}  comm split ms/iter: {split or '-'}"
+          "  (times: ranks share one GPU, not representative)")
 PY
   fi
 fi

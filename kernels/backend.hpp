@@ -175,6 +175,16 @@ class Backend {
   /// events), so that a caller can time phases of queued work without synchronize() between
   /// them (algo::detail::PhaseTimer). Host backends: false (their calls are done on return).
   virtual bool has_stream_marks() const { return false; }
+  /// Makes `w` (a function given native_stream()) the backend's way of waiting for its stream:
+  /// every host wait of the backend (synchronize, downloads, results a call needs on the
+  /// host, take_marks) then calls it instead of waiting itself. For collectives enqueued in
+  /// the stream: comm::Communicator::wait_stream waits and polls the communicator's errors
+  /// and timeout, which a plain wait cannot see (algo/tucker.cpp). An empty `w` restores the
+  /// backend's own wait. Returns the waiter it replaces. Host backends: nothing to wait for.
+  virtual std::function<void(void*)> set_stream_waiter(std::function<void(void*)> w) {
+    (void)w;
+    return {};
+  }
   /// Records the point the stream's work has reached; returns its number since the last
   /// take_marks() (0, 1, ...). Not inside a CUDA graph capture.
   virtual std::size_t stream_mark() { return 0; }

@@ -27,6 +27,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/backend.hpp"
 #include "kernels/cuda/mttkrp/stream.cuh"
@@ -58,6 +59,10 @@ class CudaBackend final : public Backend<T> {
     ctx_.sync();
   }
   void* native_stream() override { return ctx_.stream; }
+  std::function<void(void*)> set_stream_waiter(std::function<void(void*)> w) override {
+    std::swap(ctx_.waiter, w);
+    return w;
+  }
   bool has_stream_marks() const override { return true; }
   std::size_t stream_mark() override {
     TESSERA_EXPECTS(!ctx_.capturing, "stream_mark: the stream is being captured");
@@ -72,6 +77,7 @@ class CudaBackend final : public Backend<T> {
     if (n == 0) return t;
     ctx_.marks_used = 0;
     DeviceGuard g(ctx_.device);
+    if (ctx_.waiter) ctx_.sync();  // through the waiter (collectives in the stream)
     TESSERA_CUDA_CHECK(cudaEventSynchronize(ctx_.marks[n - 1]));
     for (std::size_t k = 1; k < n; ++k) {
       float ms = 0;

@@ -8,6 +8,7 @@
 #include <cusolverDn.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "kernels/backend.hpp"
 #include "kernels/cuda/runtime/cuda_check.cuh"
@@ -96,7 +97,16 @@ struct Context {
   EventPool marks;
   std::size_t marks_used = 0;
 
-  void sync() const { TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+  /// Backend::set_stream_waiter's: when set, sync() calls it instead of waiting itself.
+  std::function<void(void*)> waiter;
+
+  /// Every host wait of the backend for its stream.
+  void sync() const {
+    if (waiter)
+      waiter(stream);
+    else
+      TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
 };
 
 /// Makes `device` current for the lifetime of the guard and restores the previous one.

@@ -83,11 +83,7 @@ class Hooi {
  private:
   /// Keyed random values for the owned rows of mode n (salt separates init and completion).
   RandomFill random_fill(int n, std::uint64_t salt) const;
-  void publish(int n) {
-    const double before = t_comm_;
-    factors_.publish(n, clock_, &t_svd_, &t_comm_);
-    t_pub_ += t_comm_ - before;
-  }
+  void publish(int n) { factors_.publish(n, clock_, &t_svd_, {&t_comm_, &t_pub_}, enqueue_); }
   /// TTMc of mode n with the current backend factors, combined on the owners; returns the
   /// combined rows (P == 1: the TTMc output itself).
   const T* ttmc_combined(int n);
@@ -133,6 +129,17 @@ class Hooi {
   bool core_on_device_ = false;  // the last core is in dense_.core_data(), not in core_
   double fit_old_ = 0;
   int stop_signal_ = 0;  // agreed over the ranks (TuckerOptions::stop)
+  /// Several ranks with the phases timed by marks: the collectives of the data communicator
+  /// are enqueued in the backend's stream, and the backend waits through dc_ (its errors and
+  /// timeout), restored by waiter_ when the run ends.
+  bool enqueue_ = false;
+  struct WaiterGuard {
+    kernels::Backend<T>* be = nullptr;
+    std::function<void(void*)> prev;
+    ~WaiterGuard() {
+      if (be) be->set_stream_waiter(std::move(prev));
+    }
+  } waiter_;
 };
 
 std::vector<std::int64_t> owned_lengths(const std::vector<ModePlan>& plan, bool block) {
@@ -194,9 +201,22 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
       pos_dev_[static_cast<std::size_t>(n)] = be.upload_index(mp.own_pos.data(), mp.own_pos.size());
   }
   if (opt.svd == SvdMethod::scalapack) grid_ = std::make_unique<BlacsGrid>(c);
-  // One rank with the gram method: no collective and no host-side step between the device
-  // phases, so they are timed by stream marks and the host does not wait after each one.
-  clock_.use_marks(P_ == 1 && opt.svd == SvdMethod::gram);
+  // The gram method on one rank, or on several whose data communicator orders its collectives
+  // in the backend's stream (NCCL): no host-side step between the device phases, so they are
+  // timed by stream marks and the host waits only where it needs a value (docs/multi-gpu.md,
+  // "Tucker-HOOI on several GPUs").
+  const bool stream_ordered = be.native_stream() != nullptr && dc.can_enqueue() &&
+                              (dnode == nullptr || dnode->can_enqueue());
+  clock_.use_marks(opt.svd == SvdMethod::gram && (P_ == 1 || stream_ordered));
+  if (clock_.marks() && P_ > 1) {
+    enqueue_ = true;
+    dnet_.stream = be.native_stream();
+    dnet_.marks = &clock_;
+    dnet_.also = {&t_comm_, &t_dcomm_};
+    waiter_.be = &be;
+    waiter_.prev = be.set_stream_waiter(
+        [&dc](void* s) { dc.wait_stream(s, "Tucker-HOOI (collectives in the stream)"); });
+  }
   res.phase_timing = clock_.marks() ? "stream marks" : "host waits";
   res.dense_method = detail::dense_method(
       opt.svd, be.memory_space(),
@@ -253,23 +273,33 @@ const T* Hooi<T>::ttmc_combined(int n) {
         rd[p] = rd[p - 1] + rc[p - 1];
       }
     }
-    x.alltoallv_raw(src, sc.data(), sd.data(), recv_.data(), rc.data(), rd.data(),
-                    comm::data_type_of<T>());
+    if (enqueue_)
+      x.enqueue_alltoallv_raw(src, sc.data(), sd.data(), recv_.data(), rc.data(), rd.data(),
+                              comm::data_type_of<T>(), be_.native_stream());
+    else
+      x.alltoallv_raw(src, sc.data(), sd.data(), recv_.data(), rc.data(), rd.data(),
+                      comm::data_type_of<T>());
   };
+  // Enqueued: the exchange and the sums on the owners are one collective for the marks.
+  const std::size_t mark = enqueue_ ? clock_.comm_start() : 0;
   const T* out = ybuf_.data();
   if (mp.staged) {
     // Stage 1 inside the node, the rows grouped by relay in own_ first; the relayed sums
     // then wait in own_ for stage 2.
     kernels::ops::sum_rows(be_, ybuf_.data(), mp.gather_ptr, mp.gather_row, mp.cols, own_.data());
-    be_.synchronize();
+    if (!enqueue_) be_.synchronize();
     exchange(*dnode_, mp.send1, mp.recv1, own_.data());
     kernels::ops::sum_rows(be_, recv_.data(), mp.relay_ptr, mp.relay_row, mp.cols, own_.data());
-    be_.synchronize();
+    if (!enqueue_) be_.synchronize();
     out = own_.data();
   }
   exchange(dc_, mp.send_rows, mp.recv_rows, out);
   // Duplicates summed in a fixed order (stable by source rank): the same on every run.
   kernels::ops::sum_rows(be_, recv_.data(), mp.src_ptr, mp.src_row, mp.cols, own_.data());
+  if (enqueue_) {
+    clock_.comm_stop(mark, {&t_comm_, &t_exch_});
+    return own_.data();
+  }
   be_.synchronize();
   t_comm_ += t.seconds();
   t_exch_ += t.seconds();

@@ -24,6 +24,15 @@ constexpr double kOrthSkip = 1e-4;
 
 void Net::sum(double* p, std::size_t n) {
   if (c.size() == 1 || n == 0) return;
+  if (stream != nullptr) {  // in the stream, timed by marks (Net::stream)
+    const std::size_t a = marks->comm_start();
+    c.enqueue_allreduce(p, n, comm::ReduceOp::sum, stream);
+    std::vector<double*> to{&seconds};
+    to.insert(to.end(), also.begin(), also.end());
+    marks->comm_stop(a, std::move(to));
+    ++calls;
+    return;
+  }
   Timer t;
   c.allreduce(p, n);
   seconds += t.seconds();
@@ -355,7 +364,8 @@ void TuckerFactors<T>::set_owned(int n, const std::vector<double>& host) {
 }
 
 template <typename T>
-void TuckerFactors<T>::publish(int n, PhaseTimer<T>& clock, double* t_svd, double* t_comm) {
+void TuckerFactors<T>::publish(int n, PhaseTimer<T>& clock, double* t_svd,
+                               const std::vector<double*>& t_comm, bool enqueue) {
   const auto k = static_cast<std::size_t>(n);
   const auto R = static_cast<std::size_t>(ranks_[k]);
   const auto mine = static_cast<std::size_t>(len_[k]) * R;
@@ -366,9 +376,22 @@ void TuckerFactors<T>::publish(int n, PhaseTimer<T>& clock, double* t_svd, doubl
     stale_[k] = 1;
     return;
   }
-  Timer t;
   // The same values as gathering in double and converting: the conversion is per element.
   const auto blk = static_cast<std::size_t>(block_[k]) * R;
+  if (enqueue) {  // no wait: the next TTMc, queued after the copy, reads the factor
+    const auto phase = clock.start();
+    kernels::ops::convert_from_double(be_, own_[k].data(), mine, send_.data());
+    if (blk > mine) be_.fill(send_.data() + mine, blk - mine, T(0));
+    clock.stop(phase, t_svd);
+    const std::size_t a = clock.comm_start();
+    dc_.enqueue_allgather_raw(send_.data(), recv_.data(), blk, comm::data_type_of<T>(),
+                              be_.native_stream());
+    be_.copy(recv_.data(), static_cast<std::size_t>(dims_[k]) * R, backend_[k].data());
+    clock.comm_stop(a, t_comm);
+    stale_[k] = 1;
+    return;
+  }
+  Timer t;
   kernels::ops::convert_from_double(be_, own_[k].data(), mine, send_.data());
   if (blk > mine) be_.fill(send_.data() + mine, blk - mine, T(0));
   *t_svd += t.seconds();
@@ -376,7 +399,7 @@ void TuckerFactors<T>::publish(int n, PhaseTimer<T>& clock, double* t_svd, doubl
   dc_.allgather_raw(send_.data(), recv_.data(), blk, comm::data_type_of<T>());
   be_.copy(recv_.data(), static_cast<std::size_t>(dims_[k]) * R, backend_[k].data());
   be_.synchronize();
-  *t_comm += t.seconds();
+  for (double* x : t_comm) *x += t.seconds();
   stale_[k] = 1;
 }
 

@@ -26,29 +26,51 @@ namespace tessera::algo::detail {
 /// Gram's ~1e-16 relative floor, squared).
 inline constexpr double kRankTolSq = 1e-22;
 
+/// Times collectives enqueued in a backend's stream (PhaseTimer's marks).
+class CommMarks {
+ public:
+  virtual ~CommMarks() = default;
+  /// Marks the start of a collective about to be enqueued.
+  virtual std::size_t comm_start() = 0;
+  /// Marks its end: its device time (the wait for the peers included) will be added to every
+  /// total in `to` and taken out of every phase it lies in.
+  virtual void comm_stop(std::size_t start, std::vector<double*> to) = 0;
+};
+
 /// Collectives of the dense stages over one communicator, timed into the comm share.
 struct Net {
+  explicit Net(const comm::Communicator& comm) : c(comm) {}
   const comm::Communicator& c;
   double seconds = 0;
   long calls = 0;  ///< sums that crossed ranks
+  /// Set (with `marks`) where c's collectives are stream-ordered and the phases are timed by
+  /// marks: sums are enqueued in this stream (a backend's native_stream) and not waited for;
+  /// their device time goes to `seconds` and every total in `also` when the marks settle.
+  void* stream = nullptr;
+  CommMarks* marks = nullptr;
+  std::vector<double*> also;
   /// In place: p[0..n) summed over the ranks of c (p in c's memory space).
   void sum(double* p, std::size_t n);
 };
 
 /// Times the phases of Tucker's iterations: the TTMc, the factor updates and their parts, the
 /// core and the factors' conversion (docs/perf/gpu-h200-tucker.md, "Session 50").
-/// Waiting (host backends; device backends on several ranks or with another method than gram):
-/// host timers, and stop() waits for the backend (Backend::synchronize) first where asked, so
-/// that a phase's time holds the work it queued; the host-timed collectives inside a phase are
-/// taken out of it. These are the waits the iteration always had. Marks (one rank of a device
-/// backend, the gram method): start() and stop() record points of the backend's stream
+/// Waiting (host backends; device backends with another method than gram, or on several ranks
+/// whose data communicator is not stream-ordered): host timers, and stop() waits for the
+/// backend (Backend::synchronize) first where asked, so that a phase's time holds the work it
+/// queued; the host-timed collectives inside a phase are taken out of it. These are the waits
+/// the iteration always had. Marks (a device backend with the gram method, on one rank or on
+/// several with NCCL): start() and stop() record points of the backend's stream
 /// (Backend::stream_mark) and never wait; settle() waits once and adds each phase's device time
 /// to its total. The host then waits only where it needs a value (the eigenvalues, CholeskyQR's
 /// check, ||G||, and at tiers 2-3 the TTMc's streaming statistics), and the device does not idle
 /// between phases while the host catches up (0.3-0.45 ms of a 7 ms iteration of the nell-2
-/// shape on one H200 node, 0.02-0.06 ms on another).
+/// shape on one H200 node, 0.02-0.06 ms on another). On several ranks the collectives are
+/// enqueued in the stream too (Net::stream, CommMarks): each is timed by its own marks, its
+/// device time (the wait for the slowest peer included) goes to the comm totals and is taken
+/// out of the phases it lies in.
 template <typename T>
-class PhaseTimer {
+class PhaseTimer final : public CommMarks {
  public:
   explicit PhaseTimer(kernels::Backend<T>& be) : be_(be) {}
   /// Marks when `on` and the backend has them; waiting otherwise. Settles first, and forgets
@@ -57,9 +79,11 @@ class PhaseTimer {
   void use_marks(bool on) {
     settle();
     marks_ = on && be_.has_stream_marks();
+    comms_.clear();
     if (marks_) (void)be_.take_marks();
   }
   bool marks() const { return marks_; }
+  kernels::Backend<T>& backend() { return be_; }
   struct Phase {
     Timer host;
     std::size_t mark = 0;
@@ -82,14 +106,31 @@ class PhaseTimer {
     pending_.push_back({p.mark, be_.stream_mark(), total});
     *total -= less;
   }
-  /// With marks: waits for the stream and adds every stopped phase's time to its total
-  /// (call between phases only). Waiting: nothing to do.
+  /// With marks (several ranks, collectives in the stream; Net::sum): see CommMarks.
+  std::size_t comm_start() override { return be_.stream_mark(); }
+  void comm_stop(std::size_t start, std::vector<double*> to) override {
+    comms_.push_back({start, be_.stream_mark(), std::move(to), 0.0});
+  }
+  /// With marks: waits for the stream and adds every stopped phase's time to its total, less
+  /// the collectives inside it, and every collective's time to its totals (call between
+  /// phases only). Waiting: nothing to do.
   void settle() {
     if (!marks_) return;
     const std::vector<double> t = be_.take_marks();
-    for (const Pending& p : pending_)
-      if (p.b < t.size()) *p.total += t[p.b] - t[p.a];
+    for (Comm& c : comms_) {
+      if (c.b >= t.size()) continue;
+      c.seconds = t[c.b] - t[c.a];
+      for (double* x : c.to) *x += c.seconds;
+    }
+    for (const Pending& p : pending_) {
+      if (p.b >= t.size()) continue;
+      double s = t[p.b] - t[p.a];
+      for (const Comm& c : comms_)
+        if (p.a <= c.a && c.b <= p.b) s -= c.seconds;  // marks nest: a collective inside
+      *p.total += s;
+    }
     pending_.clear();
+    comms_.clear();
   }
 
  private:
@@ -97,9 +138,15 @@ class PhaseTimer {
     std::size_t a, b;
     double* total;
   };
+  struct Comm {
+    std::size_t a, b;
+    std::vector<double*> to;
+    double seconds;
+  };
   kernels::Backend<T>& be_;
   bool marks_ = false;
   std::vector<Pending> pending_;
+  std::vector<Comm> comms_;
 };
 
 /// Fills columns [first, first + ncols) of a host block of this rank's owned rows (row
@@ -210,8 +257,11 @@ class TuckerFactors {
   void set_owned(int n, const std::vector<double>& host);
   /// Owned rows -> every rank's backend factor: converted to T in backend memory and
   /// all-gathered over the data communicator (collective). Adds the conversion's seconds
-  /// to *t_svd (timed by `clock`) and the gather's to *t_comm.
-  void publish(int n, PhaseTimer<T>& clock, double* t_svd, double* t_comm);
+  /// to *t_svd (timed by `clock`) and the gather's to every total in t_comm. With `enqueue`
+  /// (marks on several ranks, a stream-ordered data communicator) the gather is enqueued in
+  /// the backend's stream and timed by the clock's marks (CommMarks).
+  void publish(int n, PhaseTimer<T>& clock, double* t_svd, const std::vector<double*>& t_comm,
+               bool enqueue);
   /// Every host copy not gathered since its mode's last publish (collective over c).
   void gather_full();
   /// Host copies, label order (I_n x R_n); current after gather_full().
