@@ -949,7 +949,8 @@ for np in nps:
         print(f"shared tucker fb15k np{np}: no record ({e})"); continue
     ref = j["fit"] if ref is None else ref
     cs = j.get("comm_split") or {}
-    split = " ".join(f"{k} {v*1e3:.3f}" for k, v in cs.items() if isinstance(v, float))
+    split = " ".join(f"{k.replace('_seconds', '')} {v*1e3:.3f}" for k, v in cs.items()
+                     if k.endswith("_seconds") and isinstance(v, (int, float)))
     print(f"shared tucker fb15k-237 16,16,16 np{np}: fit {j['fit']:.12f} (differs from np{nps[0]} by "
           f"{abs(j['fit'] - ref):.1e})  phase_timing {j.get('phase_timing')}  comm split ms/iter: {split or '-'}"
           "  (times: ranks share one GPU, not representative)")

@@ -250,6 +250,12 @@ inline std::string gpu_per_rank(const comm::MpiCommunicator& world) {
   return "";
 }
 
+/// True when ranks of this job share a GPU (TESSERA_SHARE_GPU=1 with fewer visible GPUs than
+/// ranks): results are those of one rank per GPU, times are not.
+inline bool ranks_share_gpus(const comm::MpiCommunicator& world) {
+  return comm::share_gpu_requested() && world.size() > visible_devices();
+}
+
 /// Fixture of the multi-rank GPU tests: the MPI world and an NCCL communicator over it,
 /// made once per suite. Every rank skips together when the job lacks a GPU per rank; a
 /// failed make_nccl_communicator (agreed across ranks) fails every test with its message.

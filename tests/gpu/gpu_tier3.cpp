@@ -544,8 +544,15 @@ class GpuTier2Cp : public GpuJobTest {
     expect_same_cp(rl, ro, tol);
     ASSERT_GT(ro.stream_copy_seconds, 0.0);
     ASSERT_GT(ro.stream_compute_seconds, 0.0);
-    EXPECT_GT(rl.stream_copy_seconds, 0.4 * ro.stream_copy_seconds);
-    EXPECT_GT(rl.stream_compute_seconds, 0.4 * ro.stream_compute_seconds);
+    // The graph's streamed times are measured, not estimated: near the per-operation path's.
+    // Ranks sharing a GPU (TESSERA_SHARE_GPU) interleave their work, which skews either.
+    if (ranks_share_gpus(*world_)) {
+      EXPECT_GT(rl.stream_copy_seconds, 0.0);
+      EXPECT_GT(rl.stream_compute_seconds, 0.0);
+    } else {
+      EXPECT_GT(rl.stream_copy_seconds, 0.4 * ro.stream_copy_seconds);
+      EXPECT_GT(rl.stream_compute_seconds, 0.4 * ro.stream_compute_seconds);
+    }
     EXPECT_GE(rl.stream_overlap, 0.0);
     EXPECT_LE(rl.stream_overlap, 1.0);
     for (std::size_t i = 1; i < rl.history.size(); ++i) {
