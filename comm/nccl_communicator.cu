@@ -690,7 +690,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
           TESSERA_THROW("ranks " << a << " and " << b
                                  << " would share one GPU: Tessera runs one rank per GPU; start "
                                     "at most as many ranks per node as it has visible GPUs (or "
-                                    "set TESSERA_SHARE_GPU=1 to test several ranks on one GPU)");
+                                    "set TESSERA_SHARE_GPU=1 on every rank to test several "
+                                    "ranks on one GPU)");
         }
         ++sharing;
         if (b == boot.rank()) ++slot;
@@ -698,12 +699,16 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
     }
   }
   if (sharing > 0) {
-    // Read by NCCL when the communicator is made (its host hash), so set before any NCCL call.
-    const std::string host_id = log::hostname() + ".tessera-share-" + std::to_string(slot);
+    // Read by NCCL when the communicator is made (its host hash), so set before any NCCL call;
+    // built on the user's own NCCL_HOSTID where there is one.
+    const char* user_id = std::getenv("NCCL_HOSTID");
+    const std::string host_id = (user_id && *user_id ? std::string(user_id) : log::hostname()) +
+                                ".tessera-share-" + std::to_string(slot);
     setenv("NCCL_HOSTID", host_id.c_str(), /*overwrite=*/1);
     setenv("NCCL_MNNVL_ENABLE", "0", /*overwrite=*/0);  // no fabric between a GPU and itself
-    if (one_host) {
-      setenv("NCCL_SOCKET_IFNAME", "lo", /*overwrite=*/0);  // the "hosts" are this node
+    if (one_host) {  // the "hosts" are this node: NCCL's own sockets on the loopback interface
+      setenv("NCCL_NET", "Socket", /*overwrite=*/0);
+      setenv("NCCL_SOCKET_IFNAME", "lo", /*overwrite=*/0);
       setenv("NCCL_IB_DISABLE", "1", /*overwrite=*/0);
     }
     if (boot.rank() == 0) {

@@ -250,10 +250,11 @@ inline std::string gpu_per_rank(const comm::MpiCommunicator& world) {
   return "";
 }
 
-/// True when ranks of this job share a GPU (TESSERA_SHARE_GPU=1 with fewer visible GPUs than
-/// ranks): results are those of one rank per GPU, times are not.
+/// True when ranks of this job share a GPU (TESSERA_SHARE_GPU=1, and some host has more ranks
+/// than visible GPUs): results are those of one rank per GPU, times are not.
 inline bool ranks_share_gpus(const comm::MpiCommunicator& world) {
-  return comm::share_gpu_requested() && world.size() > visible_devices();
+  const std::int32_t over = comm::local_rank(world) >= visible_devices() ? 1 : 0;
+  return comm::share_gpu_requested() && world.allreduce_value(over, comm::ReduceOp::max) > 0;
 }
 
 /// Fixture of the multi-rank GPU tests: the MPI world and an NCCL communicator over it,

@@ -551,6 +551,16 @@ class GpuTucker : public GpuJobTest {
     const bool marks = svd == algo::SvdMethod::gram;
     EXPECT_EQ(rg.phase_timing, marks ? "stream marks" : "host waits") << what;
     EXPECT_EQ(rc.phase_timing, "host waits") << what;
+    // The run put the backend's own wait back (it waits through NCCL only while it runs).
+    EXPECT_FALSE(static_cast<bool>(gpu->set_stream_waiter({}))) << what;
+    if (world_->size() > 1) {
+      // Rows, dense-stage sums and factor all-gathers, each measured, as many sums as on CPUs.
+      EXPECT_GT(rg.comm_exchange_seconds, 0) << what;
+      EXPECT_GT(rg.comm_dense_seconds, 0) << what;
+      EXPECT_GT(rg.comm_publish_seconds, 0) << what;
+      // (CholeskyQR's second pass may run on one side only: its test is a rounding threshold.)
+      EXPECT_NEAR(rg.dense_sums_per_iteration, rc.dense_sums_per_iteration, 1.0) << what;
+    }
     for (const auto& h : rg.history) {
       const std::string at = what + " iteration " + std::to_string(h.iter);
       EXPECT_GT(h.ttmc, 0) << at;

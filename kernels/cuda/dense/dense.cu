@@ -592,6 +592,9 @@ __global__ void top_vectors_kernel(const double* __restrict__ A, int n, int k, i
 void symmetric_eig_top(Context& ctx, double* S, int n, int k, double* w_host, double* V) {
   TESSERA_EXPECTS(n >= 1 && k >= 1 && k <= n, "symmetric_eig_top: n " << n << ", k " << k);
   const int il = n - k + 1, iu = n;
+  // syevdx returns meig in host memory, so it waits for the stream inside cuSOLVER: wait here
+  // first, through the context (its waiter, when collectives may be in the stream).
+  ctx.sync();
   int meig = 0, lwork = 0;
   TESSERA_CUSOLVER_CHECK(cusolverDnDsyevdx_bufferSize(
       ctx.cusolver, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, n, S, n,

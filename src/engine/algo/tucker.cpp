@@ -205,8 +205,9 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
   // in the backend's stream (NCCL): no host-side step between the device phases, so they are
   // timed by stream marks and the host waits only where it needs a value (docs/multi-gpu.md,
   // "Tucker-HOOI on several GPUs").
-  const bool stream_ordered = be.native_stream() != nullptr && dc.can_enqueue() &&
-                              (dnode == nullptr || dnode->can_enqueue());
+  // Not with the two-stage combine (dnode): the waiter polls dc only, and a failure inside the
+  // node's communicator would then be seen only at dc's timeout.
+  const bool stream_ordered = be.native_stream() != nullptr && dc.can_enqueue() && dnode == nullptr;
   clock_.use_marks(opt.svd == SvdMethod::gram && (P_ == 1 || stream_ordered));
   if (clock_.marks() && P_ > 1) {
     enqueue_ = true;
@@ -243,6 +244,9 @@ const T* Hooi<T>::ttmc_combined(int n) {
   std::vector<const T*> fptr(static_cast<std::size_t>(N_));
   for (int m = 0; m < N_; ++m)
     fptr[static_cast<std::size_t>(m)] = m == n ? nullptr : factors_.backend(m);
+  // Tiers 2-3 wait inside the TTMc (chunk events, sorts freeing memory) without the backend's
+  // waiter: let the collectives before it finish through the waiter first.
+  if (enqueue_ && res_.tier > 1) be_.synchronize();
   const auto phase = clock_.start();
   util::fault::at(util::fault::Point::kernel);
   kernels::ops::ttmc(be_, *X_, n, fptr, opt_.ranks, ybuf_.data());
@@ -287,13 +291,17 @@ const T* Hooi<T>::ttmc_combined(int n) {
     // Stage 1 inside the node, the rows grouped by relay in own_ first; the relayed sums
     // then wait in own_ for stage 2.
     kernels::ops::sum_rows(be_, ybuf_.data(), mp.gather_ptr, mp.gather_row, mp.cols, own_.data());
-    if (!enqueue_) be_.synchronize();
-    exchange(*dnode_, mp.send1, mp.recv1, own_.data());
+    be_.synchronize();
+    exchange(*dnode_, mp.send1, mp.recv1, own_.data());  // never enqueued (no dnode with enqueue_)
     kernels::ops::sum_rows(be_, recv_.data(), mp.relay_ptr, mp.relay_row, mp.cols, own_.data());
-    if (!enqueue_) be_.synchronize();
+    be_.synchronize();
     out = own_.data();
   }
   exchange(dc_, mp.send_rows, mp.recv_rows, out);
+  // sum_rows copies its index arrays from pageable host memory and waits for them, which can
+  // wait for the stream outside the waiter: the exchange is waited for through it first. So
+  // the rows still cost one host wait per mode (device-resident index arrays would remove it).
+  if (enqueue_) be_.synchronize();
   // Duplicates summed in a fixed order (stable by source rank): the same on every run.
   kernels::ops::sum_rows(be_, recv_.data(), mp.src_ptr, mp.src_row, mp.cols, own_.data());
   if (enqueue_) {

@@ -74,6 +74,9 @@ namespace {
 template <typename X>
 double* ensure_in(kernels::Backend<X>& be, kernels::Array<double>& a, std::size_t n) {
   if (a.size() < n) {
+    // Freeing waits for the device (cudaFree); wait through the backend first (its waiter
+    // polls the communicator where collectives are in the stream).
+    if (a.size() > 0) be.synchronize();
     a = kernels::Array<double>();  // free first: the old buffer is too small
     a = be.allocate_double(std::max<std::size_t>(n, 1));
   }
