@@ -190,31 +190,36 @@ void HierarchicalCommunicator::broadcast_raw(void* buf, std::size_t n, DataType 
   flat_.broadcast_raw(buf, n, t, to_flat(root));
 }
 
+HierarchicalCommunicator::FlatCounts HierarchicalCommunicator::to_flat_counts(
+    const std::int64_t* sendcounts, const std::int64_t* sdispls, const std::int64_t* recvcounts,
+    const std::int64_t* rdispls) const {
+  const std::size_t P = static_cast<std::size_t>(size());
+  FlatCounts f{std::vector<std::int64_t>(P), std::vector<std::int64_t>(P),
+               std::vector<std::int64_t>(P), std::vector<std::int64_t>(P)};
+  for (std::size_t h = 0; h < P; ++h) {
+    const auto k = static_cast<std::size_t>(to_flat_[h]);
+    f.sc[k] = sendcounts[h];
+    f.sd[k] = sdispls[h];
+    f.rc[k] = recvcounts[h];
+    f.rd[k] = rdispls[h];
+  }
+  return f;
+}
+
 void HierarchicalCommunicator::alltoallv_raw(const void* send, const std::int64_t* sendcounts,
                                              const std::int64_t* sdispls, void* recv,
                                              const std::int64_t* recvcounts,
                                              const std::int64_t* rdispls, DataType t) const {
-  enqueue_alltoallv_raw(send, sendcounts, sdispls, recv, recvcounts, rdispls, t, nullptr);
+  const FlatCounts f = to_flat_counts(sendcounts, sdispls, recvcounts, rdispls);
+  flat_.alltoallv_raw(send, f.sc.data(), f.sd.data(), recv, f.rc.data(), f.rd.data(), t);
 }
 
 void HierarchicalCommunicator::enqueue_alltoallv_raw(
     const void* send, const std::int64_t* sendcounts, const std::int64_t* sdispls, void* recv,
     const std::int64_t* recvcounts, const std::int64_t* rdispls, DataType t, void* stream) const {
-  // The flat communicator's exchange, the per-peer arrays reordered to its numbering
-  // (stream null: the blocking one).
-  const std::size_t P = static_cast<std::size_t>(size());
-  std::vector<std::int64_t> sc(P), sd(P), rc(P), rd(P);
-  for (std::size_t h = 0; h < P; ++h) {
-    const auto f = static_cast<std::size_t>(to_flat_[h]);
-    sc[f] = sendcounts[h];
-    sd[f] = sdispls[h];
-    rc[f] = recvcounts[h];
-    rd[f] = rdispls[h];
-  }
-  if (stream == nullptr)
-    flat_.alltoallv_raw(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), t);
-  else
-    flat_.enqueue_alltoallv_raw(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), t, stream);
+  const FlatCounts f = to_flat_counts(sendcounts, sdispls, recvcounts, rdispls);
+  flat_.enqueue_alltoallv_raw(send, f.sc.data(), f.sd.data(), recv, f.rc.data(), f.rd.data(), t,
+                              stream);
 }
 
 bool HierarchicalCommunicator::can_enqueue() const {

@@ -110,6 +110,13 @@ class HierarchicalCommunicator final : public Communicator {
   void wait_stream(void* stream, const char* what) const override;
 
  private:
+  /// An alltoallv's per-peer counts and displacements reordered to flat_'s numbering.
+  struct FlatCounts {
+    std::vector<std::int64_t> sc, sd, rc, rd;
+  };
+  FlatCounts to_flat_counts(const std::int64_t* sendcounts, const std::int64_t* sdispls,
+                            const std::int64_t* recvcounts, const std::int64_t* rdispls) const;
+
   const Communicator& flat_;
   std::shared_ptr<const Communicator> owned_;
   std::unique_ptr<Communicator> node_;   ///< the group's ranks on this node

@@ -148,6 +148,14 @@ export OMP_WAIT_POLICY=PASSIVE
 # all of a node's cores (docs/perf/gpu-h200-tucker.md).
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4}
 log() { echo "[gpu-node $(date +%H:%M:%S)] $*"; }
+# The folder (absolute) holding real tensor $1: TESSERA_DATA, ../shared/data beside the
+# checkout, or a copy carried in .deps/data (ignored); nothing when none has it.
+data_dir() {
+  local d
+  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
+    [ -f "$d/$1" ] && { (cd "$d" && pwd); return; }
+  done
+}
 
 # ---- carried packages into a private prefix (never into /) ----
 # shellcheck source=jobs/node-env.sh
@@ -387,9 +395,7 @@ if has contract-scaling; then  # distributed SpTC: 1, 2, 4, ... GPUs (NCCL, rout
   log "SpTC GPU tests (distributed)"
   (cd "$build" && ctest -R "gpu_contract_nccl|gpu_sptc" --output-on-failure --timeout 900) 2>&1 |
     tee "$out/ctest-contract.log" | grep -E "Test +#|tests passed|FAILED|Failure|error" | head -20
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { cdata=$d; break; }
-  done
+  cdata=$(data_dir congress-cosponsor_leg-leg-year.tns.gz)
   p=1
   while [ $p -le "$ngpu" ]; do
     bench contract-gen-1e9-np$p mpirun -np $p --bind-to none "$T" bench contract --generate --nnz 2e7 \
@@ -417,9 +423,7 @@ if has contract; then
   "$T" bench contract --tc-sweep --backend cuda --precision float --nnz 2e6 --products 2e8 --block-size 16 \
     --repeat 3 --json "$out/tc-sweep-float.json" 2>&1 | tee "$out/tc-sweep-float.log" | tail -25
   # Real tensors: ../shared/data beside a checkout, or a copy carried in .deps/data (ignored).
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { data=$d; break; }
-  done
+  data=$(data_dir congress-cosponsor_leg-leg-year.tns.gz)
   if [ -n "${data:-}" ]; then
     C=$data/congress-cosponsor_leg-leg-year.tns.gz
     bench contract-congress "$T" bench contract "$C" "$C" --einsum "ijy,kjy->ik" --backend cuda \
@@ -568,10 +572,7 @@ if has scale; then  # issue 36: strong scaling over 1, 2, 4, ... GPUs of the nod
     fi
     ls -la "$store"
   fi
-  sdata=
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { sdata=$(cd "$d" && pwd); break; }
-  done
+  sdata=$(data_dir congress-cosponsor_leg-leg-year.tns.gz)
   p=1
   while [ $p -le "$ngpu" ]; do
     mp="mpirun -np $p --bind-to none"
@@ -640,10 +641,7 @@ if has tc; then  # issue 18: tensor-core MTTKRP sweep
   done
   [ -z "${TESSERA_TC_NO_NELL:-}" ] && bench tc-nell2 "$T" bench mttkrp --tc-sweep --generate $nell \
     --nnz 76.9e6 --ranks 32,64 --backend cuda --precision float --repeat 11
-  tdata=
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/aminoacid-fluorescence_dense.tns.gz" ] && { tdata=$(cd "$d" && pwd); break; }
-  done
+  tdata=$(data_dir aminoacid-fluorescence_dense.tns.gz)
   if [ -n "$tdata" ] && [ -z "${TESSERA_TC_NO_REAL:-}" ]; then
     for t in aminoacid-fluorescence_dense kripke-perf_9mode congress-cosponsor_leg-leg-year; do
       [ -f "$tdata/$t.tns.gz" ] && bench tc-${t%%[-_]*} "$T" bench mttkrp "$tdata/$t.tns.gz" --tc-sweep \
@@ -682,10 +680,7 @@ for n in ("plain", "nonneg", "nonneg-l1l2", "observed", "observed-holdout"):
 PY
 fi
 if has latency; then  # issue 21: iteration latency, before (base build) and after
-  ldata=
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { ldata=$(cd "$d" && pwd); break; }
-  done
+  ldata=$(data_dir congress-cosponsor_leg-leg-year.tns.gz)
   bins="new:$T"
   base_bin=$(build_base) && bins="base:$base_bin $bins"
   C=$ldata/congress-cosponsor_leg-leg-year.tns.gz
@@ -725,14 +720,9 @@ if has latency; then  # issue 21: iteration latency, before (base build) and aft
   python3 jobs/latency_table.py "$out" | tee -a "$summary"
 fi
 if has floors; then  # issue 43: one card's distance to the floor, before (base build) and after
-  fdata=
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/aminoacid-fluorescence_dense.tns.gz" ] && { fdata=$(cd "$d" && pwd); break; }
-  done
-  fb15k=
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/kg-fb15k-237_head-rel-tail.tns.gz" ] && { fb15k=$(cd "$d" && pwd)/kg-fb15k-237_head-rel-tail.tns.gz; break; }
-  done
+  fdata=$(data_dir aminoacid-fluorescence_dense.tns.gz)
+  fb15k=$(data_dir kg-fb15k-237_head-rel-tail.tns.gz)
+  fb15k=${fb15k:+$fb15k/kg-fb15k-237_head-rel-tail.tns.gz}
   fbins="new:$T"
   if base_bin=$(build_base); then  # TESSERA_FLOORS_NEW_FIRST=1: the new build runs first
     [ "${TESSERA_FLOORS_NEW_FIRST:-0}" = 1 ] && fbins="$fbins base:$base_bin" || fbins="base:$base_bin $fbins"
@@ -779,10 +769,7 @@ if has floors; then  # issue 43: one card's distance to the floor, before (base 
   python3 jobs/floors_table.py "$out" | tee -a "$summary"
 fi
 if has counts; then  # issue 39: CP-APR (--loss poisson) next to CP-ALS on the same tensor and card
-  cdata=
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { cdata=$(cd "$d" && pwd); break; }
-  done
+  cdata=$(data_dir congress-cosponsor_leg-leg-year.tns.gz)
   cbins="new:$T"
   base_bin=$(build_base) && cbins="base:$base_bin $cbins"
   for b in $cbins; do
@@ -812,10 +799,7 @@ if has gcp; then  # issue 39: GCP-SGD's epoch, 1e8 sampled entries, against its 
   done
 fi
 if has counts-np; then  # issue 39's speed at 1, 2, 4 .. GPUs: GCP epoch, CP-APR and CP-ALS per iteration
-  cdata=
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { cdata=$(cd "$d" && pwd); break; }
-  done
+  cdata=$(data_dir congress-cosponsor_leg-leg-year.tns.gz)
   p=1
   while [ $p -le "$ngpu" ]; do
     mp="mpirun -np $p --bind-to none"
@@ -897,9 +881,7 @@ if has mttkrp-tile; then  # issue 43: factor rows of both inputs in shared memor
   fi
 fi
 if has python || has study; then  # real tensors beside a checkout or carried in .deps/data
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/congress-cosponsor_leg-leg-year.tns.gz" ] && { pdata=$(cd "$d" && pwd); break; }
-  done
+  pdata=$(data_dir congress-cosponsor_leg-leg-year.tns.gz)
 fi
 if has python; then
   if [ -z "${pdata:-}" ] || ! ls "$build"/python/tessera/_tessera*.so >/dev/null 2>&1; then
@@ -927,10 +909,8 @@ if has shared; then  # the multi-rank code with ranks sharing GPUs (docs/multi-g
     --output-on-failure --timeout 600) 2>&1 | tee "$out/ctest-shared.log" |
     grep -E "Test +#|tests passed|FAILED|Failure|error" | head -40
   grep -E "tests passed|tests failed" "$out/ctest-shared.log" | sed 's/^/shared ctest: /' >>"$summary"
-  sdata=
-  for d in ${TESSERA_DATA:-} ../shared/data .deps/data; do
-    [ -f "$d/kg-fb15k-237_head-rel-tail.tns.gz" ] && { sdata=$(cd "$d" && pwd)/kg-fb15k-237_head-rel-tail.tns.gz; break; }
-  done
+  sdata=$(data_dir kg-fb15k-237_head-rel-tail.tns.gz)
+  sdata=${sdata:+$sdata/kg-fb15k-237_head-rel-tail.tns.gz}
   if [ -n "$sdata" ]; then  # the same Tucker on 1, 2 and 4 ranks: fits and how the phases were timed
     for np in ${TESSERA_SHARED_NPS:-1 2 4}; do
       log "tessera tucker fb15k-237 16,16,16 on $np rank(s), sharing the GPU(s)"

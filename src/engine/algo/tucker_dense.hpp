@@ -83,7 +83,6 @@ class PhaseTimer final : public CommMarks {
     if (marks_) (void)be_.take_marks();
   }
   bool marks() const { return marks_; }
-  kernels::Backend<T>& backend() { return be_; }
   struct Phase {
     Timer host;
     std::size_t mark = 0;
