@@ -648,6 +648,10 @@ void sum_rows(Context& ctx, const T* src, const std::vector<std::int64_t>& ptr,
               const std::vector<std::int64_t>& row, std::int64_t C, T* dst) {
   const auto rows = static_cast<std::int64_t>(ptr.empty() ? 0 : ptr.size() - 1);
   if (rows == 0 || C == 0) return;
+  // Copies from pageable host memory may wait for the stream inside CUDA: wait through the
+  // context first (its waiter, where collectives are in the stream, e.g. the rows' exchange
+  // before this on several ranks of Tucker).
+  ctx.sync();
   Arena a;
   const std::size_t o_ptr = a.add<std::int64_t>(ptr.size());
   const std::size_t o_row = a.add<std::int64_t>(std::max<std::size_t>(row.size(), 1));

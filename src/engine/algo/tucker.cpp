@@ -298,11 +298,9 @@ const T* Hooi<T>::ttmc_combined(int n) {
     out = own_.data();
   }
   exchange(dc_, mp.send_rows, mp.recv_rows, out);
-  // sum_rows copies its index arrays from pageable host memory and waits for them, which can
-  // wait for the stream outside the waiter: the exchange is waited for through it first. So
-  // the rows still cost one host wait per mode (device-resident index arrays would remove it).
-  if (enqueue_) be_.synchronize();
-  // Duplicates summed in a fixed order (stable by source rank): the same on every run.
+  // Duplicates summed in a fixed order (stable by source rank): the same on every run. The
+  // sums copy their index arrays from host memory and wait (through the backend's waiter):
+  // the rows cost one host wait per mode (device-resident index arrays would remove it).
   kernels::ops::sum_rows(be_, recv_.data(), mp.src_ptr, mp.src_row, mp.cols, own_.data());
   if (enqueue_) {
     clock_.comm_stop(mark, {&t_comm_, &t_exch_});
