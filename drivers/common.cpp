@@ -57,9 +57,11 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
   if (which & kStrategyOption)
     sub->add_option("--comm-strategy", o.strategy,
                     "Factor update: auto (by a model of the bytes each moves over the link, "
-                    "docs/multi-gpu.md) | allreduce (all-reduce whole MTTKRP outputs) | layer "
-                    "(reduce-scatter/all-gather inside grid layers)")
-        ->check(CLI::IsMember({"auto", "allreduce", "layer"}));
+                    "docs/multi-gpu.md) | allreduce (all-reduce whole MTTKRP outputs; tucker: "
+                    "whole TTMc outputs, the dense stage then on every rank) | layer (cp: "
+                    "reduce-scatter/all-gather inside grid layers) | owners (tucker: TTMc rows "
+                    "summed on their owner ranks)")
+        ->check(CLI::IsMember({"auto", "allreduce", "layer", "owners"}));
   if (which & kStrategyOption)
     sub->add_option("--comm-overlap", o.overlap,
                     "CP-ALS on several GPUs, allreduce strategy: auto (on when the ranks span "

@@ -11,6 +11,7 @@
 
 #include "algo/cp_als.hpp"
 #include "algo/cp_strategy.hpp"
+#include "algo/tucker.hpp"
 #include "bench/bench.hpp"
 #include "bench/comm.hpp"
 #include "bench/harness.hpp"
@@ -41,9 +42,11 @@ void check_bench_options(const BenchArgs& a) {
 }
 
 /// --comm-strategy auto (the default) resolved for bench cp from the generated dims or the
-/// store's header (algo::choose_comm_strategy); the other benchmarks take allreduce.
+/// store's header (algo::choose_comm_strategy); bench tucker keeps it (algo::TuckerRows); the
+/// other benchmarks take allreduce.
 void resolve_bench_strategy(BenchArgs& a, const comm::MpiCommunicator& world) {
-  if (a.run.strategy != "auto") return;
+  // bench tucker: its own auto (algo::TuckerRows), decided per mode inside the run.
+  if (a.run.strategy != "auto" || a.what == "tucker") return;
   algo::CommChoice c;
   if (a.what == "cp" && world.size() > 1) {
     comm::run_collectively(world, [&] {
@@ -70,7 +73,10 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
     outputs.add_output("--json", a.run.json, io::OutputKind::record);
     outputs.validate(a.run.force, world);
   }
-  const auto strategy = algo::parse_comm_strategy(a.run.strategy);
+  // bench tucker: --comm-strategy is algo::TuckerRows (bench_tucker), its tensor nnz-cut.
+  if (a.what == "tucker") (void)algo::parse_tucker_rows(a.run.strategy);  // before any work
+  const auto strategy = a.what == "tucker" ? algo::CommStrategy::allreduce
+                                           : algo::parse_comm_strategy(a.run.strategy);
   const auto scheme =
       strategy == algo::CommStrategy::layer ? partition::Scheme::grid : partition::Scheme::nnz;
   auto cx = make_compute<T>(a.run, world);

@@ -23,6 +23,7 @@ void bench_tucker(Context<T>& c) {
   o.svd = algo::parse_svd_method(c.a.svd);
   o.subspace_steps = c.a.subspace_steps;
   o.print_iterations = log::verbosity() >= 2;
+  o.rows = algo::parse_tucker_rows(c.a.run.strategy);
   j["ranks"] = o.ranks;
   j["svd"] = c.a.svd;
   if (o.svd == algo::SvdMethod::subspace) j["subspace_steps"] = o.subspace_steps;

@@ -530,13 +530,27 @@ class GpuTucker : public GpuJobTest {
     o.tol = 0;
     o.svd = svd;
     o.print_iterations = false;
-    auto gpu = kernels::make_backend<T>(BackendKind::cuda);
-    if (budget > 0) gpu->set_memory_budget(budget);
     auto cpu = kernels::make_backend<T>(BackendKind::cpu, 1);
-    auto rg = algo::tucker_hooi<T>(d, *gpu, *world_, o, nccl_.get());
     auto rc = algo::tucker_hooi<T>(d, *cpu, *world_, o);
-    const std::string what = algo::to_string(svd) + " on " + std::to_string(world_->size()) +
-                             " rank(s)" + (budget ? ", tier 2" : "");
+    // On several ranks the gram method's auto all-reduces these small TTMc outputs (every
+    // rank runs the dense stage on all rows); the owners' exchange is run too.
+    const bool both = svd == algo::SvdMethod::gram && world_->size() > 1;
+    for (auto rows : {algo::TuckerRows::automatic, algo::TuckerRows::owners}) {
+      if (rows == algo::TuckerRows::owners && !both) continue;
+      o.rows = rows;
+      auto gpu = kernels::make_backend<T>(BackendKind::cuda);
+      if (budget > 0) gpu->set_memory_budget(budget);
+      auto rg = algo::tucker_hooi<T>(d, *gpu, *world_, o, nccl_.get());
+      const bool all = both && rows == algo::TuckerRows::automatic;
+      const std::string what = algo::to_string(svd) + " on " + std::to_string(world_->size()) +
+                               " rank(s)" + (budget ? ", tier 2" : "") +
+                               (all ? ", rows all-reduced" : "");
+      check(rg, rc, svd, all, tol, *gpu, what);
+    }
+  }
+  template <typename T>
+  void check(const algo::TuckerResult& rg, const algo::TuckerResult& rc, algo::SvdMethod svd,
+             bool all, double tol, kernels::Backend<T>& gpu, const std::string& what) {
     ASSERT_EQ(rg.iterations, rc.iterations) << what;
     for (int i = 0; i < rc.iterations; ++i)
       EXPECT_NEAR(rg.history[i].fit, rc.history[i].fit, tol) << what << " iteration " << i + 1;
@@ -552,8 +566,16 @@ class GpuTucker : public GpuJobTest {
     EXPECT_EQ(rg.phase_timing, marks ? "stream marks" : "host waits") << what;
     EXPECT_EQ(rc.phase_timing, "host waits") << what;
     // The run put the backend's own wait back (it waits through NCCL only while it runs).
-    EXPECT_FALSE(static_cast<bool>(gpu->set_stream_waiter({}))) << what;
-    if (world_->size() > 1) {
+    EXPECT_FALSE(static_cast<bool>(gpu.set_stream_waiter({}))) << what;
+    if (all) {
+      // One collective per mode (the rows) and ||G||^2 agreed: no dense-stage sum, no gather.
+      EXPECT_EQ(rg.rows_strategy, "allreduce,allreduce,allreduce") << what;
+      EXPECT_NE(rg.rows_strategy_why.find("auto: allreduce"), std::string::npos)
+          << what << ": " << rg.rows_strategy_why;
+      EXPECT_GT(rg.comm_exchange_seconds, 0) << what;
+      EXPECT_EQ(rg.comm_publish_seconds, 0) << what;
+      EXPECT_EQ(rg.dense_sums_per_iteration, 1) << what;
+    } else if (world_->size() > 1) {
       // Rows, dense-stage sums and factor all-gathers, each measured, as many sums as on CPUs.
       EXPECT_GT(rg.comm_exchange_seconds, 0) << what;
       EXPECT_GT(rg.comm_dense_seconds, 0) << what;

@@ -470,6 +470,84 @@ TEST(TuckerInvariance, SameOnEveryRankCountBackendAndLabelling) {
   }
 }
 
+void expect_input_error(const std::function<void()>& f, const std::string& needle);
+
+// --comm-strategy of tucker (algo::TuckerRows): the whole TTMc rows all-reduced, every rank
+// then running the dense stage on all rows, give what the owners' exchange and one process
+// give, from random and HOSVD starts. The nnz partition cuts mode 0's rows between the
+// ranks (each rank's TTMc rows added into the whole Y first) and leaves the dense planted
+// tensor's other modes whole on every rank (all-reduced in place).
+TEST(TuckerRows, AllreduceMatchesOwnersAndOneProcess) {
+  algo::GenerateOptions g;
+  g.dims = {60, 50, 40};
+  g.nnz = 6000;
+  g.rank = 4;
+  g.noise = 0.1;
+  g.seed = 23;
+  g.structure = algo::Structure::sampled;
+  g.dist = algo::IndexDist::powerlaw;
+  auto gen = algo::generate(g, world());
+  const auto dense = planted({14, 12, 10}, {14, 12, 10}, {3, 4, 2}, 0.05, 43);
+  const int P = world().size();
+  struct Case {
+    SparseTensor<double> x;
+    std::vector<int> ranks;
+  };
+  const std::vector<Case> cases{{gen.block, {5, 4, 3}}, {share<double>(dense, world()), {3, 4, 2}}};
+  const std::vector<std::pair<std::size_t, TuckerInit>> runs{
+      {0, TuckerInit::random}, {0, TuckerInit::hosvd}, {1, TuckerInit::random}};
+  for (const auto& [ci, init] : runs) {
+    {
+      const std::string what = "case " + std::to_string(ci) + ", " + algo::to_string(init) + ", " +
+                               std::to_string(P) + " ranks";
+      auto o = tucker_opts(cases[ci].ranks, 3, 0.0, SvdMethod::gram, init);
+      const auto ref = single_process(cases[ci].x, o);
+      ASSERT_EQ(ref.iterations, 3) << what;
+      o.rows = algo::TuckerRows::owners;
+      const auto own = run_tucker<double>(cases[ci].x, world(), BackendKind::cpu, o);
+      o.rows = algo::TuckerRows::allreduce;
+      const auto all = run_tucker<double>(cases[ci].x, world(), BackendKind::cpu, o);
+      ASSERT_EQ(all.iterations, 3) << what;
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_NEAR(all.history[i].fit, ref.history[i].fit, 1e-9) << what << ", iteration " << i;
+        EXPECT_NEAR(all.history[i].fit, own.history[i].fit, 1e-9) << what << ", iteration " << i;
+      }
+      EXPECT_LT(max_gap(ref.model, all.model), 1e-6) << what;
+      EXPECT_LT(max_gap(own.model, all.model), 1e-6) << what;
+      if (P == 1) {
+        EXPECT_EQ(all.rows_strategy, "") << what;
+        continue;
+      }
+      EXPECT_EQ(all.rows_strategy, "allreduce,allreduce,allreduce") << what;
+      EXPECT_EQ(own.rows_strategy, "owners,owners,owners") << what;
+      // No sum of the dense stage, no factor gather: only the rows (and ||G||^2 agreed).
+      EXPECT_GT(all.comm_exchange_seconds, 0) << what;
+      EXPECT_EQ(all.comm_publish_seconds, 0) << what;
+      EXPECT_EQ(all.dense_sums_per_iteration, 1) << what;
+      EXPECT_GE(own.dense_sums_per_iteration, 7) << what;
+      // Mode 0 is cut by the nnz partition: its rows go into the whole Y_(0) first.
+      const auto& mem = all.memory;
+      EXPECT_EQ(mem.received_rows[0], static_cast<std::int64_t>(cases[ci].x.dims[0])) << what;
+      if (ci == 1) {  // the dense tensor: modes 1 and 2 whole on every rank, all-reduced in place
+        for (int n : {1, 2}) EXPECT_EQ(mem.received_rows[static_cast<std::size_t>(n)], 0) << what;
+      }
+    }
+  }
+  // auto on a host backend: owners (the dense stage's products shared out over the ranks).
+  const auto dflt = run_tucker<double>(cases[1].x, world(), BackendKind::reference,
+                                       tucker_opts({3, 4, 2}, 1, 0.0));
+  if (P > 1) {
+    EXPECT_EQ(dflt.rows_strategy, "owners,owners,owners");
+    EXPECT_NE(dflt.rows_strategy_why.find("auto: owners"), std::string::npos)
+        << dflt.rows_strategy_why;
+  }
+  // Only the gram method all-reduces the rows.
+  auto o = tucker_opts({5, 4, 3}, 1, 0.0, SvdMethod::subspace);
+  o.rows = algo::TuckerRows::allreduce;
+  expect_input_error([&] { run_tucker<double>(gen.block, world(), BackendKind::cpu, o); },
+                     "for --svd gram only");
+}
+
 TEST(TuckerInvariance, FloatAgreesWithDouble) {
   const std::vector<std::uint64_t> dims{16, 14, 12};
   const std::vector<int> ranks{3, 3, 2};

@@ -18,6 +18,9 @@ namespace tessera::algo {
 CommStrategy parse_comm_strategy(const std::string& s) {
   if (s == "allreduce") return CommStrategy::allreduce;
   if (s == "layer") return CommStrategy::layer;
+  TESSERA_INPUT_CHECK(s != "owners",
+                      "--comm-strategy owners applies to tucker only (TTMc rows summed on their "
+                      "owner ranks): CP-ALS takes auto, allreduce or layer");
   TESSERA_INPUT_CHECK(false, "unknown --comm-strategy '" << s << "': expected allreduce or layer");
   return CommStrategy::allreduce;
 }

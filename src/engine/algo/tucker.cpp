@@ -81,9 +81,13 @@ class Hooi {
   void finish();
 
  private:
-  /// Keyed random values for the owned rows of mode n (salt separates init and completion).
-  RandomFill random_fill(int n, std::uint64_t salt) const;
-  void publish(int n) { factors_.publish(n, clock_, &t_svd_, {&t_comm_, &t_pub_}, enqueue_); }
+  /// Keyed random values for the owned rows of mode n, or all its rows (`all`: an all-reduced
+  /// mode); salt separates init and completion.
+  RandomFill random_fill(int n, std::uint64_t salt, bool all = false) const;
+  void publish(int n);
+  bool all_reduced(int n) const { return P_ > 1 && plan_[static_cast<std::size_t>(n)].allreduce; }
+  /// All of mode n's rows (an all-reduced mode's dense stage).
+  RowsView full_view(int n) const;
   /// TTMc of mode n with the current backend factors, combined on the owners; returns the
   /// combined rows (P == 1: the TTMc output itself).
   const T* ttmc_combined(int n);
@@ -108,6 +112,11 @@ class Hooi {
   const kernels::EigLanczosCounts eig0_;
   const int N_, P_;
   kernels::Array<T> ybuf_, recv_, own_;
+  /// All-reduced modes (ModePlan::allreduce): the whole new factor (I_n x R), computed on every
+  /// rank, and the mode it holds (-1: none; the HOSVD sweep updates every mode before it
+  /// publishes, so only the last one's is still here then).
+  kernels::Array<double> ufull_;
+  int ufull_of_ = -1;
   detail::TuckerFactors<T> factors_;
   std::vector<kernels::Array<std::int64_t>> pos_dev_;
   std::unique_ptr<BlacsGrid> grid_;
@@ -173,9 +182,16 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
       clock_(be),
       dense_(be, net_, dnet_, clock_) {
   std::int64_t max_out = 0, max_recv = 0, max_own = 0;
-  for (const auto& mp : plan_) {
+  std::int64_t max_full = 0;
+  for (std::size_t k = 0; k < plan_.size(); ++k) {
+    const auto& mp = plan_[k];
     max_out = std::max(max_out, static_cast<std::int64_t>(mp.local.size()) * mp.cols);
-    if (P_ > 1) {
+    if (P_ > 1 && mp.allreduce) {
+      // The whole Y_(n) in recv_ where the TTMc output is not already it; the new factor.
+      const auto I = static_cast<std::int64_t>(dist.dims[k]);
+      if (!mp.identity) max_recv = std::max(max_recv, I * mp.cols);
+      max_full = std::max(max_full, I * opt.ranks[k]);
+    } else if (P_ > 1) {
       // A two-stage combine receives into recv_ twice and groups its rows and keeps its
       // relayed sums in own_.
       max_recv = std::max(max_recv, std::max(mp.recv_total, mp.recv1_total) * mp.cols);
@@ -192,6 +208,7 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
   if (P_ > 1) {
     recv_ = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_recv, 1)));
     own_ = be.allocate(static_cast<std::size_t>(std::max<std::int64_t>(max_own, 1)));
+    if (max_full > 0) ufull_ = be.allocate_double(static_cast<std::size_t>(max_full));
   }
   // Row maps of the combined rows in backend memory (none where they are the identity).
   pos_dev_.resize(static_cast<std::size_t>(N_));
@@ -226,11 +243,14 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
 }
 
 template <typename T>
-RandomFill Hooi<T>::random_fill(int n, std::uint64_t salt) const {
-  return [this, n, salt](double* Z, int first, int ncols) {
+RandomFill Hooi<T>::random_fill(int n, std::uint64_t salt, bool all) const {
+  return [this, n, salt, all](double* Z, int first, int ncols) {
     const auto& mp = plan_[static_cast<std::size_t>(n)];
-    for (std::int64_t i = 0; i < mp.len; ++i) {
-      const std::uint64_t orig = dist_.original_index(n, static_cast<std::uint64_t>(mp.lo + i));
+    const std::int64_t lo = all ? 0 : mp.lo;
+    const std::int64_t len =
+        all ? static_cast<std::int64_t>(dist_.dims[static_cast<std::size_t>(n)]) : mp.len;
+    for (std::int64_t i = 0; i < len; ++i) {
+      const std::uint64_t orig = dist_.original_index(n, static_cast<std::uint64_t>(lo + i));
       for (int j = 0; j < ncols; ++j)
         Z[static_cast<std::size_t>(i * ncols + j)] =
             tucker_initial_value(opt_.seed + salt, n, orig, first + j);
@@ -263,6 +283,35 @@ const T* Hooi<T>::ttmc_combined(int n) {
     ++overlap_count_;
   }
   if (P_ == 1) return ybuf_.data();
+  if (mp.allreduce) {
+    // The whole Y_(n) summed on every rank, in place: the TTMc output where it is the whole
+    // Y_(n) in label order, else its rows added into zeros at their labels first.
+    const auto I = static_cast<std::int64_t>(dist_.dims[static_cast<std::size_t>(n)]);
+    const std::size_t count = static_cast<std::size_t>(I) * static_cast<std::size_t>(mp.cols);
+    T* full = mp.identity ? ybuf_.data() : recv_.data();
+    if (!mp.identity) {
+      // add_rows copies its row map from pageable memory, which may wait for the stream
+      // inside CUDA: wait through the backend's waiter first (collectives in the stream).
+      if (enqueue_) be_.synchronize();
+      be_.fill(full, count, T(0));
+      const std::vector<std::int64_t> at(mp.local.begin(), mp.local.end());
+      kernels::ops::add_rows(be_, ybuf_.data(), static_cast<std::int64_t>(mp.local.size()), mp.cols,
+                             at, full);
+    }
+    if (enqueue_) {
+      const std::size_t mark = clock_.comm_start();
+      dc_.enqueue_allreduce_raw(full, count, comm::data_type_of<T>(), comm::ReduceOp::sum,
+                                be_.native_stream());
+      clock_.comm_stop(mark, {&t_comm_, &t_exch_});
+      return full;
+    }
+    Timer t;
+    be_.synchronize();  // the TTMc's rows, before a host-enqueued collective reads them
+    dc_.allreduce_raw(full, count, comm::data_type_of<T>(), comm::ReduceOp::sum);
+    t_comm_ += t.seconds();
+    t_exch_ += t.seconds();
+    return full;
+  }
   Timer t;
   // One exchange of rows over `x` (counts in rows, per peer) from `src` into recv_.
   const auto exchange = [&](const comm::Communicator& x, const std::vector<std::int64_t>& sr,
@@ -325,10 +374,57 @@ RowsView Hooi<T>::view_of(int n) const {
 }
 
 template <typename T>
+RowsView Hooi<T>::full_view(int n) const {
+  RowsView v;
+  v.rows = static_cast<std::int64_t>(dist_.dims[static_cast<std::size_t>(n)]);
+  v.C = plan_[static_cast<std::size_t>(n)].cols;
+  v.own_len = v.rows;
+  return v;
+}
+
+template <typename T>
+void Hooi<T>::publish(int n) {
+  if (ufull_of_ == n) {  // an all-reduced mode: every rank holds the whole factor
+    factors_.publish_whole(n, ufull_.data(), clock_, &t_svd_);
+    return;
+  }
+  factors_.publish(n, clock_, &t_svd_, {&t_comm_, &t_pub_}, enqueue_);
+}
+
+namespace {
+/// Sums over the ranks skipped while alive: an all-reduced mode's dense stage, which every
+/// rank runs on the same whole Y_(n).
+struct LocalSums {
+  detail::Net& a;
+  detail::Net& b;
+  LocalSums(detail::Net& x, detail::Net& y) : a(x), b(y) { a.local = b.local = true; }
+  ~LocalSums() { a.local = b.local = false; }
+};
+}  // namespace
+
+template <typename T>
 void Hooi<T>::factor_update(int n, const T* Y) {
   const int R = opt_.ranks[static_cast<std::size_t>(n)];
-  const RowsView v = view_of(n);
   auto& U = factors_.owned(n);
+  if (all_reduced(n)) {
+    // The dense stage on all rows, as on one rank; the owned rows kept for the checkpoints
+    // and the model (TuckerFactors::gather_full).
+    const auto& mp = plan_[static_cast<std::size_t>(n)];
+    const auto phase = clock_.start();
+    {
+      const LocalSums local(net_, dnet_);
+      res_.completed_columns += dense_.update_gram(Y, full_view(n), R, ufull_.data(),
+                                                   random_fill(n, 0x5EED0000ull, true));
+    }
+    if (mp.len > 0)
+      kernels::ops::gather_rows_double(be_, ufull_.data() + mp.lo * R, R, nullptr, mp.len,
+                                       U.data());
+    ufull_of_ = n;
+    clock_.stop(phase, &t_svd_, 0, false);
+    return;
+  }
+  ufull_of_ = -1;
+  const RowsView v = view_of(n);
   const RandomFill rnd = random_fill(n, 0x5EED0000ull);
   const auto phase = clock_.start();
   const double net0 = net_.seconds + dnet_.seconds;
@@ -435,10 +531,26 @@ void Hooi<T>::iterate() {
         // GPUs) where Y is; only ||G||^2 comes to the host.
         const auto phase = clock_.start();
         const double net0 = dnet_.seconds;
-        norm_g2 = dense_.core(Y, view_of(n), ranks[static_cast<std::size_t>(n)],
-                              factors_.owned(n).data());
+        double agreed = 0;
+        if (all_reduced(n)) {
+          // Every rank computes the same core from the same rows; ||G||^2 agreed over the
+          // ranks all the same (their mean), so that every rank stops at the same iteration.
+          {
+            const LocalSums local(net_, dnet_);
+            norm_g2 =
+                dense_.core(Y, full_view(n), ranks[static_cast<std::size_t>(n)], ufull_.data());
+          }
+          Timer agree;
+          c_.allreduce(&norm_g2, 1);
+          norm_g2 /= P_;
+          ++net_.calls;
+          agreed = agree.seconds();
+        } else {
+          norm_g2 = dense_.core(Y, view_of(n), ranks[static_cast<std::size_t>(n)],
+                                factors_.owned(n).data());
+        }
         core_on_device_ = true;
-        const double in_net = dnet_.seconds - net0;
+        const double in_net = dnet_.seconds - net0 + agreed;
         clock_.stop(phase, &t_svd_, in_net, false);
         t_comm_ += in_net;
         t_dcomm_ += in_net;
@@ -624,7 +736,13 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     c.allreduce(net.data(), net.size());
     res.network_rows = net;
   }
-  if (opt.print_iterations && c.size() > 1) {
+  // Per mode: the whole TTMc rows all-reduced, or summed on their owners (--comm-strategy).
+  const bool stream_ordered = be.native_stream() != nullptr && be.has_stream_marks() &&
+                              dc.can_enqueue() && node_c == nullptr;
+  detail::choose_rows(plan, dims, sizeof(T), stream_ordered, node_c != nullptr, c, opt, res);
+  const bool any_owners =
+      std::any_of(plan.begin(), plan.end(), [](const ModePlan& mp) { return !mp.allreduce; });
+  if (opt.print_iterations && c.size() > 1 && any_owners) {
     std::string line =
         node_c
             ? "TTMc rows combined through a relay on each of " + std::to_string(opt.nodes.nodes()) +

@@ -46,6 +46,27 @@ enum class TuckerInit {
 TuckerInit parse_tucker_init(const std::string& s);
 std::string to_string(TuckerInit i);
 
+/// How the TTMc rows of a mode are combined on several ranks (--comm-strategy of tucker;
+/// docs/multi-gpu.md, "Tucker-HOOI on several GPUs").
+enum class TuckerRows {
+  /// allreduce where rows_allreduce_pays (a device backend with a stream-ordered data
+  /// communicator, --svd gram, a flat combine, and the whole Y_(n) at most
+  /// kRowsAllreduceMaxBytes), else owners; per mode.
+  automatic,
+  /// The whole Y_(n) (I_n x C) all-reduced in place: every rank then runs the dense stage on
+  /// all rows with no further collective and holds the whole new factor (one collective per
+  /// mode; --svd gram only).
+  allreduce,
+  /// Rows sent to their owner rank and summed there; the dense stage on the owned rows, its
+  /// Grams summed over the ranks, the new factor all-gathered (five collectives per mode).
+  owners,
+};
+/// "auto" | "allreduce" | "owners"; throws InputError (cp's "layer" included).
+TuckerRows parse_tucker_rows(const std::string& s);
+/// The largest Y_(n), in bytes, that TuckerRows::automatic all-reduces: 64 MiB, a quarter
+/// of a millisecond of NVLink between two H200s (docs/perf/gpu-h200-scaling.md, "Session 52").
+inline constexpr double kRowsAllreduceMaxBytes = 64.0 * 1024 * 1024;
+
 /// True when this build has ScaLAPACK (SvdMethod::scalapack works).
 bool scalapack_available();
 
@@ -114,6 +135,8 @@ struct TuckerOptions {
   /// network once (docs/multi-gpu.md, "Across nodes").
   comm::NodeMap nodes;
   comm::Hierarchy hierarchy = comm::Hierarchy::automatic;
+  /// How the TTMc rows are combined on several ranks (ignored on one).
+  TuckerRows rows = TuckerRows::automatic;
 };
 
 struct TuckerIteration {
@@ -186,6 +209,9 @@ struct TuckerResult {
   /// How the TTMc rows were combined: "flat" (one exchange to the owners), "node" (through
   /// a relay on each node), "" on one rank.
   std::string combine;
+  /// Per mode on several ranks, "allreduce" or "owners" (TuckerRows), comma-separated; and
+  /// why (auto's rule or the option); "" on one rank.
+  std::string rows_strategy, rows_strategy_why;
   /// Per mode, the TTMc rows that cross between nodes in one iteration, summed over the
   /// ranks (times TuckerMemory::cols values each); empty on one node.
   std::vector<std::int64_t> network_rows;

@@ -23,7 +23,7 @@ constexpr double kOrthSkip = 1e-4;
 }  // namespace
 
 void Net::sum(double* p, std::size_t n) {
-  if (c.size() == 1 || n == 0) return;
+  if (c.size() == 1 || n == 0 || local) return;
   if (stream != nullptr) {  // in the stream, timed by marks (Net::stream)
     const std::size_t a = marks->comm_start();
     c.enqueue_allreduce(p, n, comm::ReduceOp::sum, stream);
@@ -403,6 +403,17 @@ void TuckerFactors<T>::publish(int n, PhaseTimer<T>& clock, double* t_svd,
   be_.copy(recv_.data(), static_cast<std::size_t>(dims_[k]) * R, backend_[k].data());
   be_.synchronize();
   for (double* x : t_comm) *x += t.seconds();
+  stale_[k] = 1;
+}
+
+template <typename T>
+void TuckerFactors<T>::publish_whole(int n, const double* whole, PhaseTimer<T>& clock,
+                                     double* t_svd) {
+  const auto k = static_cast<std::size_t>(n);
+  const auto phase = clock.start();
+  kernels::ops::convert_from_double(be_, whole, static_cast<std::size_t>(dims_[k]) * ranks_[k],
+                                    backend_[k].data());
+  clock.stop(phase, t_svd);
   stale_[k] = 1;
 }
 

@@ -49,6 +49,9 @@ struct Net {
   void* stream = nullptr;
   CommMarks* marks = nullptr;
   std::vector<double*> also;
+  /// Set while a dense stage runs on the same whole rows on every rank (an all-reduced
+  /// mode, TuckerRows::allreduce): sum() leaves p as it is.
+  bool local = false;
   /// In place: p[0..n) summed over the ranks of c (p in c's memory space).
   void sum(double* p, std::size_t n);
 };
@@ -261,6 +264,10 @@ class TuckerFactors {
   /// the backend's stream and timed by the clock's marks (CommMarks).
   void publish(int n, PhaseTimer<T>& clock, double* t_svd, const std::vector<double*>& t_comm,
                bool enqueue);
+  /// The whole factor (I_n x R doubles, backend memory; every rank holds the same, an
+  /// all-reduced mode) -> this rank's backend factor, converted to T: no collective. The
+  /// owned rows must hold its owned slice already. Adds the conversion's seconds to *t_svd.
+  void publish_whole(int n, const double* whole, PhaseTimer<T>& clock, double* t_svd);
   /// Every host copy not gathered since its mode's last publish (collective over c).
   void gather_full();
   /// Host copies, label order (I_n x R_n); current after gather_full().

@@ -42,6 +42,18 @@ std::string to_string(TuckerInit i) {
   return i == TuckerInit::random ? "random" : "hosvd";
 }
 
+TuckerRows parse_tucker_rows(const std::string& s) {
+  if (s == "auto") return TuckerRows::automatic;
+  if (s == "allreduce") return TuckerRows::allreduce;
+  if (s == "owners") return TuckerRows::owners;
+  TESSERA_INPUT_CHECK(false, "--comm-strategy '"
+                                 << s
+                                 << "' does not apply to tucker: expected auto, allreduce (the "
+                                    "whole TTMc rows summed on every rank) or owners (summed on "
+                                    "their owner ranks)");
+  return TuckerRows::automatic;
+}
+
 bool scalapack_available() {
 #if TESSERA_HAVE_SCALAPACK
   return true;

@@ -37,9 +37,10 @@ std::string ranks_str(const std::vector<int>& r) {
 
 /// Per-rank counts the memory estimate needs, for every mode.
 struct RankCounts {
-  /// Per mode; recv is the larger of a two-stage combine's receptions, relay its relayed
-  /// rows (held in the combined rows' buffer).
-  std::vector<double> local, recv, own, scratch, relay;
+  /// Per mode; recv is the larger of a two-stage combine's receptions (an all-reduced mode:
+  /// the whole Y_(n)'s rows where the TTMc output is not already it), relay its relayed rows
+  /// (held in the combined rows' buffer), dense the rows the dense stage works on.
+  std::vector<double> local, recv, own, scratch, relay, dense;
 };
 
 struct Estimate {
@@ -65,7 +66,7 @@ Estimate estimate_rank(const RankCounts& rc, const std::vector<std::uint64_t>& d
       own = std::max(own, std::max(rc.own[k], rc.relay[k]) * C * static_cast<double>(vsize));
     }
     const double chunk = wide_scratch(static_cast<std::int64_t>(C));
-    const double rows_own = std::max(rc.own[k], P > 1 ? 0.0 : rc.local[k]);
+    const double rows_own = std::max(rc.dense[k], P > 1 ? 0.0 : rc.local[k]);
     double w = chunk + 3 * rows_own * R * 8;
     switch (svd) {
       case SvdMethod::gram:
@@ -105,6 +106,11 @@ std::vector<std::int64_t> check_options(const std::vector<std::uint64_t>& dims,
                       "--svd scalapack: this tessera was built without ScaLAPACK (reconfigure "
                       "with -DTESSERA_WITH_SCALAPACK=ON where libscalapack is installed), or use "
                       "--svd gram or --svd subspace");
+  TESSERA_INPUT_CHECK(opt.rows != TuckerRows::allreduce || opt.svd == SvdMethod::gram,
+                      "--comm-strategy allreduce with --svd "
+                          << to_string(opt.svd)
+                          << ": the TTMc rows are all-reduced for --svd gram only (use owners or "
+                             "auto)");
   std::vector<std::int64_t> cols(static_cast<std::size_t>(N));
   for (int n = 0; n < N; ++n) {
     cols[static_cast<std::size_t>(n)] = kernels::ttmc_output_cols(opt.ranks, n);
@@ -262,25 +268,81 @@ void plan_combine(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>&
 /// The memory plan: every rank evaluates the same estimate from all ranks' counts
 /// (collective), records it in res.memory, prints it and refuses, naming ranks that
 /// would fit, when it is over opt.memory_limit.
+void choose_rows(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
+                 std::size_t vsize, bool stream_ordered, bool staged, const comm::Communicator& c,
+                 const TuckerOptions& opt, TuckerResult& res) {
+  const int N = static_cast<int>(dims.size());
+  if (c.size() == 1) return;
+  // Whether every rank's TTMc output is the whole Y_(n) in label order (then all-reduced in
+  // place): agreed, since the buffers are collective.
+  std::vector<std::int32_t> ident(static_cast<std::size_t>(N));
+  for (int n = 0; n < N; ++n) {
+    const auto& mp = plan[static_cast<std::size_t>(n)];
+    bool id = mp.local.size() == dims[static_cast<std::size_t>(n)];
+    for (std::size_t i = 0; id && i < mp.local.size(); ++i) id = mp.local[i] == i;
+    ident[static_cast<std::size_t>(n)] = id ? 1 : 0;
+  }
+  c.allreduce(ident.data(), ident.size(), comm::ReduceOp::min);
+  std::string why;
+  if (opt.rows == TuckerRows::allreduce) {
+    why = "--comm-strategy allreduce";
+  } else if (opt.rows == TuckerRows::owners) {
+    why = "--comm-strategy owners";
+  } else if (opt.svd != SvdMethod::gram) {
+    why = "auto: owners (--svd " + to_string(opt.svd) + ")";
+  } else if (staged) {
+    why = "auto: owners (two-stage combine across nodes, --comm-hierarchy)";
+  } else if (!stream_ordered) {
+    why =
+        "auto: owners (no collectives in a device stream: the dense stage's products are "
+        "shared out over the ranks)";
+  } else {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "auto: allreduce where the whole Y_(n) is at most %.0f MiB",
+                  kRowsAllreduceMaxBytes / (1024.0 * 1024.0));
+    why = buf;
+  }
+  const bool model = why.rfind("auto: allreduce", 0) == 0;
+  std::string modes;
+  for (int n = 0; n < N; ++n) {
+    auto& mp = plan[static_cast<std::size_t>(n)];
+    const double bytes = static_cast<double>(dims[static_cast<std::size_t>(n)]) *
+                         static_cast<double>(mp.cols) * static_cast<double>(vsize);
+    mp.allreduce = opt.rows == TuckerRows::allreduce || (model && bytes <= kRowsAllreduceMaxBytes);
+    mp.identity = ident[static_cast<std::size_t>(n)] != 0;
+    modes += std::string(n ? "," : "") + (mp.allreduce ? "allreduce" : "owners");
+  }
+  res.rows_strategy = modes;
+  res.rows_strategy_why = why;
+  if (opt.print_iterations) log::info("TTMc rows per mode: " + modes + " (" + why + ")");
+}
+
 void plan_memory(const std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
                  const std::vector<std::int64_t>& cols, std::size_t vsize,
                  const std::function<double(std::int64_t)>& wide_scratch,
                  const comm::Communicator& c, const TuckerOptions& opt, TuckerResult& res) {
   const int N = static_cast<int>(dims.size()), P = c.size();
   const std::vector<int>& ranks = opt.ranks;
-  constexpr int kFields = 5;
+  constexpr int kFields = 6;
   std::vector<double> mine(static_cast<std::size_t>(kFields * N)),
       all(static_cast<std::size_t>(kFields * N * P));
   for (int n = 0; n < N; ++n) {
     const auto& mp = plan[static_cast<std::size_t>(n)];
     double* q = mine.data() + static_cast<std::size_t>(kFields * n);
     q[0] = static_cast<double>(mp.local.size());
+    q[3] = mp.scratch_per_col;
+    if (mp.allreduce) {  // the whole Y_(n), unless the TTMc output is it; no combined rows
+      const auto I = static_cast<double>(dims[static_cast<std::size_t>(n)]);
+      q[1] = mp.identity ? 0.0 : I;
+      q[5] = I;
+      continue;
+    }
     q[1] = static_cast<double>(std::max(mp.recv_total, mp.recv1_total));
     q[2] = static_cast<double>(mp.own_pos.size());
-    q[3] = mp.scratch_per_col;
     // A two-stage combine groups the TTMc rows by relay in the combined rows' buffer too.
     q[4] = static_cast<double>(
         std::max(mp.relay_rows, mp.staged ? static_cast<std::int64_t>(mp.local.size()) : 0));
+    q[5] = q[2];
   }
   c.allgather(mine.data(), all.data(), mine.size());
   std::vector<RankCounts> counts(static_cast<std::size_t>(P));
@@ -293,6 +355,7 @@ void plan_memory(const std::vector<ModePlan>& plan, const std::vector<std::uint6
       rc.own.push_back(q[2]);
       rc.scratch.push_back(q[3]);
       rc.relay.push_back(q[4]);
+      rc.dense.push_back(q[5]);
     }
   auto estimate = [&](const std::vector<int>& r) {
     Estimate worst;
@@ -329,7 +392,9 @@ void plan_memory(const std::vector<ModePlan>& plan, const std::vector<std::uint6
                            static_cast<double>(cols[static_cast<std::size_t>(n)] *
                                                static_cast<std::int64_t>(vsize)))
               << ")";
-    if (P > 1)
+    if (P > 1 && plan[static_cast<std::size_t>(n)].allreduce)
+      plan_text << ", all " << dims[static_cast<std::size_t>(n)] << " rows all-reduced";
+    else if (P > 1)
       plan_text << ", " << mem.received_rows[static_cast<std::size_t>(n)] << " received, "
                 << mem.owned_rows[static_cast<std::size_t>(n)] << " combined";
   }

@@ -37,6 +37,10 @@ struct ModePlan {
   std::int64_t recv1_total = 0;
   std::int64_t relay_rows = 0;
   std::vector<std::int64_t> relay_ptr, relay_row;
+  /// choose_rows: the whole Y_(n) all-reduced (every rank runs the dense stage on all rows)
+  /// instead of summed on the owners; identity: every rank's TTMc output is the whole Y_(n)
+  /// in label order (local == 0..I_n-1), all-reduced in place.
+  bool allreduce = false, identity = false;
 };
 
 /// The options every rank sees alike (so every rank throws the same InputError); returns
@@ -67,6 +71,15 @@ NormScale norm_and_scale(double mine2, const std::function<double()>& mine,
 void plan_combine(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
                   const comm::Communicator& c, const comm::Communicator* node = nullptr,
                   const std::vector<int>& slot_of = {});
+
+/// Per mode, whether the TTMc rows are all-reduced or summed on their owners
+/// (TuckerOptions::rows; ModePlan::allreduce and ::identity), into res.rows_strategy and its
+/// why (collective). auto all-reduces a mode whose whole Y_(n) is at most
+/// kRowsAllreduceMaxBytes where the collectives run in a device stream (`stream_ordered`), with
+/// --svd gram and no two-stage combine (`staged`).
+void choose_rows(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
+                 std::size_t vsize, bool stream_ordered, bool staged, const comm::Communicator& c,
+                 const TuckerOptions& opt, TuckerResult& res);
 
 /// The memory plan: every rank evaluates the same estimate from all ranks' counts
 /// (collective), records it in res.memory, prints it and refuses, naming ranks that

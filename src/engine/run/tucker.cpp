@@ -21,7 +21,9 @@ void add_rank_split(nlohmann::json& j, const algo::TuckerResult& res) {
     j["ttmc_per_rank"] = {{"max_seconds_per_iteration", res.ttmc_max_seconds},
                           {"mean_seconds_per_iteration", res.ttmc_mean_seconds},
                           {"imbalance", res.ttmc_max_seconds / res.ttmc_mean_seconds}};
-  if (res.dense_sums_per_iteration > 0)
+  if (!res.rows_strategy.empty())
+    j["ttmc_rows_strategy"] = {{"modes", res.rows_strategy}, {"why", res.rows_strategy_why}};
+  if (res.dense_sums_per_iteration > 0 || res.comm_exchange_seconds > 0)
     j["comm_split"] = {{"ttmc_rows_seconds", res.comm_exchange_seconds},
                        {"dense_sums_seconds", res.comm_dense_seconds},
                        {"dense_sums_per_iteration", res.dense_sums_per_iteration},
@@ -41,6 +43,7 @@ algo::TuckerOptions tucker_options(const TuckerRunOptions& o, const comm::MpiCom
                         "use --svd gram or --svd subspace");
     if (!o.max_mem.empty()) to.memory_limit = parse_bytes(o.max_mem, "--max-mem");
     to.hierarchy = comm::parse_hierarchy(o.run.hierarchy);
+    to.rows = algo::parse_tucker_rows(o.run.strategy);
   });
   if (o.max_mem.empty()) to.memory_limit = default_memory_limit(world);
   to.max_iters = o.iters;
@@ -235,8 +238,6 @@ TuckerRun run_tucker(const TuckerRunOptions& o, const comm::MpiCommunicator& wor
   algo::TuckerOptions to = tucker_options(o, world);
   // The node of every rank (collective): the two-stage combine's relays (--comm-hierarchy).
   if (world.size() > 1) to.nodes = comm::node_map(world, o.run.emulate_nodes);
-  if (o.run.strategy != "auto" && o.run.strategy != "allreduce")
-    log::warn("--comm-strategy does not apply to tucker: TTMc rows always go to their owner rank");
   if (o.run.overlap != "auto") log::warn("--comm-overlap does not apply to tucker (CP-ALS only)");
   // Every output checked before any work (check_model_outputs).
   out.checkpoint = check_model_outputs(o.load.path, o.ckpt, o.out, o.run.json, o.run.force, world);

@@ -112,7 +112,7 @@ std::vector<int> parse_rank_list(const std::string& s) {
 void check_compute_options(const ComputeOptions& run, const LoadOptions& load) {
   one_of(run.backend, {"auto", "reference", "cpu", "cuda"}, "--backend");
   one_of(run.precision, {"double", "float"}, "--precision");
-  one_of(run.strategy, {"auto", "allreduce", "layer"}, "--comm-strategy");
+  one_of(run.strategy, {"auto", "allreduce", "layer", "owners"}, "--comm-strategy");
   one_of(run.overlap, {"auto", "on", "off"}, "--comm-overlap");
   one_of(run.hierarchy, {"auto", "flat", "node"}, "--comm-hierarchy");
   TESSERA_INPUT_CHECK(run.emulate_nodes >= 0 && run.emulate_nodes <= (1 << 20),
@@ -183,6 +183,9 @@ void check_not_als_options(const CpRunOptions& o, algo::Solver solver) {
 
 void check_cp_options(const CpRunOptions& o) {
   check_cp_values(o.als, o.record.interface == "python");
+  TESSERA_INPUT_CHECK(o.run.strategy != "owners",
+                      "--comm-strategy owners applies to tucker only (TTMc rows summed on their "
+                      "owner ranks): CP-ALS takes auto, allreduce or layer");
   if (o.init.rfind("file:", 0) == 0) {
     TESSERA_INPUT_CHECK(o.init.size() > 5, "--init file: names no model file");
   } else {
@@ -217,6 +220,12 @@ void check_tucker_options(const TuckerRunOptions& o) {
                       "with -DTESSERA_WITH_SCALAPACK=ON where libscalapack is installed), or "
                       "use --svd gram or --svd subspace");
   if (!o.max_mem.empty()) parse_bytes(o.max_mem, "--max-mem");
+  const algo::TuckerRows rows = algo::parse_tucker_rows(o.run.strategy);
+  TESSERA_INPUT_CHECK(rows != algo::TuckerRows::allreduce || o.svd == "gram",
+                      "--comm-strategy allreduce with --svd " << o.svd
+                                                              << ": the TTMc rows are all-reduced "
+                                                                 "for --svd gram only (use "
+                                                                 "owners or auto)");
   check_checkpoint_args(o.ckpt);
   check_compute_options(o.run, o.load);
 }
