@@ -223,6 +223,14 @@ TEST_F(HardenDriver, ErrorsEveryRankFindsArePrintedOnceWithoutAbort) {
   expect_one_error(run(mpirun(2) + " cp " + x + " --rank 2 --grid 3x3"), {"grid 3x3"}, "bad grid");
   expect_one_error(run(mpirun(2) + " cp " + x + " --rank 2 --comm-strategy layer --partition nnz"),
                    {"the layer strategy needs the grid partition"}, "layer on nnz");
+  // --comm-strategy: cp's layer is not tucker's, tucker's owners not cp's (before any input).
+  expect_one_error(run(mpirun(2) + " cp " + x + " --rank 2 --comm-strategy owners"),
+                   {"--comm-strategy owners applies to tucker only"}, "cp owners");
+  expect_one_error(run(mpirun(2) + " tucker " + x + " --ranks 2 --comm-strategy layer"),
+                   {"--comm-strategy 'layer' does not apply to tucker"}, "tucker layer");
+  expect_one_error(
+      run(mpirun(2) + " tucker " + x + " --ranks 2 --svd subspace --comm-strategy allreduce"),
+      {"for --svd gram only"}, "tucker allreduce subspace");
   expect_one_error(run(mpirun(2) + " cp " + write("bad.tns", "1 2 3 1\n1 x 3 2\n") + " --rank 2"),
                    {"bad.tns:2: coordinate 2"}, "bad line");
   expect_one_error(run(mpirun(2) + " cp " + write("empty.tns", "# nothing\n") + " --rank 2"),
