@@ -5,6 +5,8 @@
 // ranges) and summed there, then U_n = the leading R_n left singular vectors of the
 // row-distributed Y_(n) by one of three methods (SvdMethod). After the last mode the core
 // G = U_N^T Y_(N) is all-reduced and fit = 1 - sqrt(max(||X||^2 - ||G||^2, 0)) / ||X||.
+// A small Y_(n) may instead be all-reduced whole, every rank then running the dense stage
+// on all rows (TuckerRows; docs/design-decisions.md, "Tucker's TTMc rows all-reduced").
 // The dense stages (Gram, products, eigen-solves, QR) run in double for float tensors too.
 #pragma once
 
