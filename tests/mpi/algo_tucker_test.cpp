@@ -432,16 +432,21 @@ algo::TuckerResult single_process(const SparseTensor<T>& local, const algo::Tuck
   return ref;
 }
 
-TEST(TuckerInvariance, SameOnEveryRankCountBackendAndLabelling) {
+/// This rank's block of a sampled rank-4 power-law tensor, 60 x 50 x 40, 6000 nonzeros.
+partition::Distributed<double> powerlaw_block(std::uint64_t seed) {
   algo::GenerateOptions g;
   g.dims = {60, 50, 40};
   g.nnz = 6000;
   g.rank = 4;
   g.noise = 0.1;
-  g.seed = 21;
+  g.seed = seed;
   g.structure = algo::Structure::sampled;
   g.dist = algo::IndexDist::powerlaw;
-  auto gen = algo::generate(g, world());
+  return algo::generate(g, world());
+}
+
+TEST(TuckerInvariance, SameOnEveryRankCountBackendAndLabelling) {
+  auto gen = powerlaw_block(21);
   for (auto svd : svd_methods()) {
     const auto o = tucker_opts({5, 4, 3}, 5, 0.0, svd, TuckerInit::random);
     const auto ref = single_process(gen.block, o);
@@ -478,15 +483,7 @@ void expect_input_error(const std::function<void()>& f, const std::string& needl
 // ranks (each rank's TTMc rows added into the whole Y first) and leaves the dense planted
 // tensor's other modes whole on every rank (all-reduced in place).
 TEST(TuckerRows, AllreduceMatchesOwnersAndOneProcess) {
-  algo::GenerateOptions g;
-  g.dims = {60, 50, 40};
-  g.nnz = 6000;
-  g.rank = 4;
-  g.noise = 0.1;
-  g.seed = 23;
-  g.structure = algo::Structure::sampled;
-  g.dist = algo::IndexDist::powerlaw;
-  auto gen = algo::generate(g, world());
+  auto gen = powerlaw_block(23);
   const auto dense = planted({14, 12, 10}, {14, 12, 10}, {3, 4, 2}, 0.05, 43);
   const int P = world().size();
   struct Case {
