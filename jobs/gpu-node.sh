@@ -13,7 +13,8 @@
 #       scale: issue 36's strong scaling on 1, 2, 4, ... GPUs of the node: the NCCL floor
 #               (bench comm), congress R16 (tessera cp; data beside the checkout or in
 #               .deps/data), the nell-2 shape R32 (both strategies) and the amazon shape R32
-#               (TESSERA_SCALE_NO_AMAZON=1: not), Tucker nell-2 16,16,16 and SpTC generated
+#               (TESSERA_SCALE_NO_AMAZON=1: not), Tucker nell-2 16,16,16 (on 2+ GPUs also
+#               with --comm-strategy owners beside auto's all-reduced rows) and SpTC generated
 #               (TESSERA_SCALE_NO_TUCKER_SPTC=1: not); with TESSERA_SCALE_LAYER_AMAZON=1 also
 #               the amazon shape with --comm-strategy layer and with --deal (docs/multi-gpu.md,
 #               "Dealt grids"), TESSERA_SCALE_STORE=1 the amazon
@@ -620,6 +621,9 @@ if has scale; then  # issue 36: strong scaling over 1, 2, 4, ... GPUs of the nod
     if [ -z "${TESSERA_SCALE_NO_TUCKER_SPTC:-}" ]; then
       sbench scale-nell2-tucker-16-np$p $mp "$T" bench tucker --generate $nell --nnz 76.9e6 \
         --ranks 16,16,16 --backend cuda --precision float --iters 4
+      # On several GPUs auto all-reduces these TTMc rows; the owners' exchange beside it.
+      [ $p -gt 1 ] && sbench scale-nell2-tucker-16-owners-np$p $mp "$T" bench tucker --generate $nell \
+        --nnz 76.9e6 --ranks 16,16,16 --backend cuda --precision float --iters 4 --comm-strategy owners
       [ -n "${TESSERA_SCALE_TUCKER_SUBSPACE:-}" ] && sbench scale-nell2-tucker-16-subspace-np$p $mp "$T" \
         bench tucker --generate $nell --nnz 76.9e6 --ranks 16,16,16 --backend cuda --precision float \
         --iters 4 --svd subspace

@@ -9,6 +9,7 @@
 #include "algo/degenerate.hpp"
 #include "algo/host_tier.hpp"
 #include "algo/tucker_dense.hpp"
+#include "algo/tucker_hooi.hpp"
 #include "algo/tucker_plan.hpp"
 #include "algo/tucker_resume.hpp"
 #include "algo/tucker_scalapack.hpp"
@@ -22,19 +23,9 @@
 
 namespace tessera::algo {
 
-namespace {
+namespace detail {
 
-using detail::BlacsGrid;
-using detail::check_options;
-using detail::ModePlan;
-using detail::Net;
-using detail::norm_and_scale;
-using detail::NormScale;
-using detail::plan_combine;
-using detail::plan_memory;
-using detail::RandomFill;
-using detail::RowsView;
-using detail::update_scalapack;
+namespace {
 
 /// Appends an iteration to the result (history, phases, fit) and prints its line on rank
 /// 0, with the split of the factor-update time at -v.
@@ -63,99 +54,13 @@ void record_iteration(const TuckerIteration& rec, TuckerResult& res, bool print)
   log::debug(line);
 }
 
-/// One run of HOOI after the setup: the prepared tensor, the combine plan, the buffers,
-/// the factors and the dense stage of this rank, and the loops over them.
-template <typename T>
-class Hooi {
- public:
-  /// `dnode` (may be null: flat combine) is dc split by node.
-  Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::TensorHandle<T>> X,
-       std::vector<ModePlan> plan, kernels::Backend<T>& be, const comm::Communicator& c,
-       const comm::Communicator& dc, const comm::Communicator* dnode, const TuckerOptions& opt,
-       const NormScale& ns, TuckerResult& res);
-  /// Initial factors (random, then HOSVD when asked) or the resumed state's.
-  void init();
-  /// HOOI iterations until the tolerance or max_iters.
-  void iterate();
-  /// The model, complete on every rank, rows in original index order (collective).
-  void finish();
-
- private:
-  /// Keyed random values for the owned rows of mode n, or all its rows (`all`: an all-reduced
-  /// mode); salt separates init and completion.
-  RandomFill random_fill(int n, std::uint64_t salt, bool all = false) const;
-  void publish(int n);
-  bool all_reduced(int n) const { return P_ > 1 && plan_[static_cast<std::size_t>(n)].allreduce; }
-  /// All of mode n's rows (an all-reduced mode's dense stage).
-  RowsView full_view(int n) const;
-  /// TTMc of mode n with the current backend factors, combined on the owners; returns the
-  /// combined rows (P == 1: the TTMc output itself).
-  const T* ttmc_combined(int n);
-  RowsView view_of(int n) const;
-  /// New U_n (owned rows, backend memory, in place) from the combined rows Y.
-  void factor_update(int n, const T* Y);
-  /// The last core on the host (copied from backend memory when newer there).
-  const std::vector<double>& host_core();
-  std::vector<double> unscaled(std::vector<double> g) const;
-
-  const partition::Distribution& dist_;
-  std::unique_ptr<kernels::TensorHandle<T>> X_;
-  std::vector<ModePlan> plan_;
-  kernels::Backend<T>& be_;
-  const comm::Communicator& c_;
-  const comm::Communicator& dc_;
-  const comm::Communicator* dnode_;
-  const TuckerOptions& opt_;
-  const NormScale ns_;
-  TuckerResult& res_;
-  /// The backend's Lanczos eigen-solve counts before this run (finish records the difference).
-  const kernels::EigLanczosCounts eig0_;
-  const int N_, P_;
-  kernels::Array<T> ybuf_, recv_, own_;
-  /// All-reduced modes (ModePlan::allreduce): the whole new factor (I_n x R), computed on every
-  /// rank, and the mode it holds (-1: none; the HOSVD sweep updates every mode before it
-  /// publishes, so only the last one's is still here then).
-  kernels::Array<double> ufull_;
-  int ufull_of_ = -1;
-  detail::TuckerFactors<T> factors_;
-  std::vector<kernels::Array<std::int64_t>> pos_dev_;
-  std::unique_ptr<BlacsGrid> grid_;
-  Net net_, dnet_;  // dnet_: sums of backend-memory buffers (NCCL on GPUs)
-  /// Times the phases (TuckerResult::phase_timing); before dense_, which keeps a reference.
-  detail::PhaseTimer<T> clock_;
-  detail::DenseStage<T> dense_;
-  double t_ttmc_ = 0, t_comm_ = 0, t_svd_ = 0;  // of the current iteration (or the init)
-  // Parts of t_comm_ (the TTMc rows' exchange, the dense stage's sums, the factors'
-  // all-gathers) and their sums over this run's iterations.
-  double t_exch_ = 0, t_dcomm_ = 0, t_pub_ = 0;
-  double sum_ttmc_ = 0, sum_exch_ = 0, sum_dcomm_ = 0, sum_pub_ = 0;
-  long dense_calls_ = 0;
-  int split_iters_ = 0, run_iters_ = 0;
-  double overlap_sum_ = 0;
-  int overlap_count_ = 0;
-  std::vector<T> yhost_;         // --svd scalapack on a device backend: Y copied to the host
-  std::vector<double> core_;     // cs G (the model's core is G)
-  bool core_on_device_ = false;  // the last core is in dense_.core_data(), not in core_
-  double fit_old_ = 0;
-  int stop_signal_ = 0;  // agreed over the ranks (TuckerOptions::stop)
-  /// Several ranks with the phases timed by marks: the collectives of the data communicator
-  /// are enqueued in the backend's stream, and the backend waits through dc_ (its errors and
-  /// timeout), restored by waiter_ when the run ends.
-  bool enqueue_ = false;
-  struct WaiterGuard {
-    kernels::Backend<T>* be = nullptr;
-    std::function<void(void*)> prev;
-    ~WaiterGuard() {
-      if (be) be->set_stream_waiter(std::move(prev));
-    }
-  } waiter_;
-};
-
 std::vector<std::int64_t> owned_lengths(const std::vector<ModePlan>& plan, bool block) {
   std::vector<std::int64_t> v;
   for (const auto& mp : plan) v.push_back(block ? mp.b : mp.len);
   return v;
 }
+
+}  // namespace
 
 template <typename T>
 Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::TensorHandle<T>> X,
@@ -183,13 +88,18 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
       dense_(be, net_, dnet_, clock_) {
   std::int64_t max_out = 0, max_recv = 0, max_own = 0;
   std::int64_t max_full = 0;
+  labels_.resize(plan_.size());
   for (std::size_t k = 0; k < plan_.size(); ++k) {
     const auto& mp = plan_[k];
     max_out = std::max(max_out, static_cast<std::int64_t>(mp.local.size()) * mp.cols);
     if (P_ > 1 && mp.allreduce) {
-      // The whole Y_(n) in recv_ where the TTMc output is not already it; the new factor.
+      // The whole Y_(n) in recv_ where the TTMc output is not already it (its rows added at
+      // their labels); the new factor.
       const auto I = static_cast<std::int64_t>(dist.dims[k]);
-      if (!mp.identity) max_recv = std::max(max_recv, I * mp.cols);
+      if (!mp.identity) {
+        max_recv = std::max(max_recv, I * mp.cols);
+        labels_[k].assign(mp.local.begin(), mp.local.end());
+      }
       max_full = std::max(max_full, I * opt.ranks[k]);
     } else if (P_ > 1) {
       // A two-stage combine receives into recv_ twice and groups its rows and keeps its
@@ -222,10 +132,8 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
   // in the backend's stream (NCCL): no host-side step between the device phases, so they are
   // timed by stream marks and the host waits only where it needs a value (docs/multi-gpu.md,
   // "Tucker-HOOI on several GPUs").
-  // Not with the two-stage combine (dnode): the waiter polls dc only, and a failure inside the
-  // node's communicator would then be seen only at dc's timeout.
-  const bool stream_ordered = be.native_stream() != nullptr && dc.can_enqueue() && dnode == nullptr;
-  clock_.use_marks(opt.svd == SvdMethod::gram && (P_ == 1 || stream_ordered));
+  clock_.use_marks(opt.svd == SvdMethod::gram &&
+                   (P_ == 1 || collectives_in_stream(be, dc, dnode != nullptr)));
   if (clock_.marks() && P_ > 1) {
     enqueue_ = true;
     dnet_.stream = be.native_stream();
@@ -240,221 +148,6 @@ Hooi<T>::Hooi(const partition::Distribution& dist, std::unique_ptr<kernels::Tens
       opt.svd, be.memory_space(),
       [&be](int C, int R) { return kernels::ops::eig_in_one_block(be, C, R); }, opt.ranks);
   if (opt.print_iterations) log::info("dense stage: " + res.dense_method);
-}
-
-template <typename T>
-RandomFill Hooi<T>::random_fill(int n, std::uint64_t salt, bool all) const {
-  return [this, n, salt, all](double* Z, int first, int ncols) {
-    const auto& mp = plan_[static_cast<std::size_t>(n)];
-    const std::int64_t lo = all ? 0 : mp.lo;
-    const std::int64_t len =
-        all ? static_cast<std::int64_t>(dist_.dims[static_cast<std::size_t>(n)]) : mp.len;
-    for (std::int64_t i = 0; i < len; ++i) {
-      const std::uint64_t orig = dist_.original_index(n, static_cast<std::uint64_t>(lo + i));
-      for (int j = 0; j < ncols; ++j)
-        Z[static_cast<std::size_t>(i * ncols + j)] =
-            tucker_initial_value(opt_.seed + salt, n, orig, first + j);
-    }
-  };
-}
-
-template <typename T>
-const T* Hooi<T>::ttmc_combined(int n) {
-  const auto& mp = plan_[static_cast<std::size_t>(n)];
-  std::vector<const T*> fptr(static_cast<std::size_t>(N_));
-  for (int m = 0; m < N_; ++m)
-    fptr[static_cast<std::size_t>(m)] = m == n ? nullptr : factors_.backend(m);
-  // Tiers 2-3 wait inside the TTMc (chunk events, sorts freeing memory) without the backend's
-  // waiter: let the collectives before it finish through the waiter first.
-  if (enqueue_ && res_.tier > 1) be_.synchronize();
-  const auto phase = clock_.start();
-  util::fault::at(util::fault::Point::kernel);
-  kernels::ops::ttmc(be_, *X_, n, fptr, opt_.ranks, ybuf_.data());
-  if (ns_.cs != 1.0) {
-    const std::vector<double> up(static_cast<std::size_t>(mp.cols), ns_.cs);
-    kernels::ops::scale_columns(be_, ybuf_.data(), static_cast<std::int64_t>(mp.local.size()),
-                                static_cast<int>(mp.cols), up.data());
-  }
-  clock_.stop(phase, &t_ttmc_);
-  if (res_.tier > 1) {
-    res_.stream_copy_seconds += X_->last_copy_seconds();
-    res_.stream_compute_seconds += X_->last_compute_seconds();
-    overlap_sum_ += X_->overlap_fraction();
-    ++overlap_count_;
-  }
-  if (P_ == 1) return ybuf_.data();
-  if (mp.allreduce) {
-    // The whole Y_(n) summed on every rank, in place: the TTMc output where it is the whole
-    // Y_(n) in label order, else its rows added into zeros at their labels first.
-    const auto I = static_cast<std::int64_t>(dist_.dims[static_cast<std::size_t>(n)]);
-    const std::size_t count = static_cast<std::size_t>(I) * static_cast<std::size_t>(mp.cols);
-    T* full = mp.identity ? ybuf_.data() : recv_.data();
-    if (!mp.identity) {
-      // add_rows copies its row map from pageable memory, which may wait for the stream
-      // inside CUDA: wait through the backend's waiter first (collectives in the stream).
-      if (enqueue_) be_.synchronize();
-      be_.fill(full, count, T(0));
-      const std::vector<std::int64_t> at(mp.local.begin(), mp.local.end());
-      kernels::ops::add_rows(be_, ybuf_.data(), static_cast<std::int64_t>(mp.local.size()), mp.cols,
-                             at, full);
-    }
-    if (enqueue_) {
-      const std::size_t mark = clock_.comm_start();
-      dc_.enqueue_allreduce_raw(full, count, comm::data_type_of<T>(), comm::ReduceOp::sum,
-                                be_.native_stream());
-      clock_.comm_stop(mark, {&t_comm_, &t_exch_});
-      return full;
-    }
-    Timer t;
-    be_.synchronize();  // the TTMc's rows, before a host-enqueued collective reads them
-    dc_.allreduce_raw(full, count, comm::data_type_of<T>(), comm::ReduceOp::sum);
-    t_comm_ += t.seconds();
-    t_exch_ += t.seconds();
-    return full;
-  }
-  Timer t;
-  // One exchange of rows over `x` (counts in rows, per peer) from `src` into recv_.
-  const auto exchange = [&](const comm::Communicator& x, const std::vector<std::int64_t>& sr,
-                            const std::vector<std::int64_t>& rr, const T* src) {
-    const auto Q = sr.size();
-    std::vector<std::int64_t> sc(Q), sd(Q), rc(Q), rd(Q);
-    for (std::size_t p = 0; p < Q; ++p) {
-      sc[p] = sr[p] * mp.cols;
-      rc[p] = rr[p] * mp.cols;
-      if (p > 0) {
-        sd[p] = sd[p - 1] + sc[p - 1];
-        rd[p] = rd[p - 1] + rc[p - 1];
-      }
-    }
-    if (enqueue_)
-      x.enqueue_alltoallv_raw(src, sc.data(), sd.data(), recv_.data(), rc.data(), rd.data(),
-                              comm::data_type_of<T>(), be_.native_stream());
-    else
-      x.alltoallv_raw(src, sc.data(), sd.data(), recv_.data(), rc.data(), rd.data(),
-                      comm::data_type_of<T>());
-  };
-  // Enqueued: the exchange and the sums on the owners are one collective for the marks.
-  const std::size_t mark = enqueue_ ? clock_.comm_start() : 0;
-  const T* out = ybuf_.data();
-  if (mp.staged) {
-    // Stage 1 inside the node, the rows grouped by relay in own_ first; the relayed sums
-    // then wait in own_ for stage 2.
-    kernels::ops::sum_rows(be_, ybuf_.data(), mp.gather_ptr, mp.gather_row, mp.cols, own_.data());
-    be_.synchronize();
-    exchange(*dnode_, mp.send1, mp.recv1, own_.data());  // never enqueued (no dnode with enqueue_)
-    kernels::ops::sum_rows(be_, recv_.data(), mp.relay_ptr, mp.relay_row, mp.cols, own_.data());
-    be_.synchronize();
-    out = own_.data();
-  }
-  exchange(dc_, mp.send_rows, mp.recv_rows, out);
-  // Duplicates summed in a fixed order (stable by source rank): the same on every run. The
-  // sums copy their index arrays from host memory and wait (through the backend's waiter):
-  // the rows cost one host wait per mode (device-resident index arrays would remove it).
-  kernels::ops::sum_rows(be_, recv_.data(), mp.src_ptr, mp.src_row, mp.cols, own_.data());
-  if (enqueue_) {
-    clock_.comm_stop(mark, {&t_comm_, &t_exch_});
-    return own_.data();
-  }
-  be_.synchronize();
-  t_comm_ += t.seconds();
-  t_exch_ += t.seconds();
-  return own_.data();
-}
-
-template <typename T>
-RowsView Hooi<T>::view_of(int n) const {
-  const auto& mp = plan_[static_cast<std::size_t>(n)];
-  RowsView v;
-  v.rows = static_cast<std::int64_t>(mp.own_pos.size());
-  v.C = mp.cols;
-  v.pos = mp.own_pos.data();
-  v.pos_dev = pos_dev_[static_cast<std::size_t>(n)].data();
-  v.own_len = mp.len;
-  return v;
-}
-
-template <typename T>
-RowsView Hooi<T>::full_view(int n) const {
-  RowsView v;
-  v.rows = static_cast<std::int64_t>(dist_.dims[static_cast<std::size_t>(n)]);
-  v.C = plan_[static_cast<std::size_t>(n)].cols;
-  v.own_len = v.rows;
-  return v;
-}
-
-template <typename T>
-void Hooi<T>::publish(int n) {
-  if (ufull_of_ == n) {  // an all-reduced mode: every rank holds the whole factor
-    factors_.publish_whole(n, ufull_.data(), clock_, &t_svd_);
-    return;
-  }
-  factors_.publish(n, clock_, &t_svd_, {&t_comm_, &t_pub_}, enqueue_);
-}
-
-namespace {
-/// Sums over the ranks skipped while alive: an all-reduced mode's dense stage, which every
-/// rank runs on the same whole Y_(n).
-struct LocalSums {
-  detail::Net& a;
-  detail::Net& b;
-  LocalSums(detail::Net& x, detail::Net& y) : a(x), b(y) { a.local = b.local = true; }
-  ~LocalSums() { a.local = b.local = false; }
-};
-}  // namespace
-
-template <typename T>
-void Hooi<T>::factor_update(int n, const T* Y) {
-  const int R = opt_.ranks[static_cast<std::size_t>(n)];
-  auto& U = factors_.owned(n);
-  if (all_reduced(n)) {
-    // The dense stage on all rows, as on one rank; the owned rows kept for the checkpoints
-    // and the model (TuckerFactors::gather_full).
-    const auto& mp = plan_[static_cast<std::size_t>(n)];
-    const auto phase = clock_.start();
-    {
-      const LocalSums local(net_, dnet_);
-      res_.completed_columns += dense_.update_gram(Y, full_view(n), R, ufull_.data(),
-                                                   random_fill(n, 0x5EED0000ull, true));
-    }
-    if (mp.len > 0)
-      kernels::ops::gather_rows_double(be_, ufull_.data() + mp.lo * R, R, nullptr, mp.len,
-                                       U.data());
-    ufull_of_ = n;
-    clock_.stop(phase, &t_svd_, 0, false);
-    return;
-  }
-  ufull_of_ = -1;
-  const RowsView v = view_of(n);
-  const RandomFill rnd = random_fill(n, 0x5EED0000ull);
-  const auto phase = clock_.start();
-  const double net0 = net_.seconds + dnet_.seconds;
-  int added = 0;
-  switch (opt_.svd) {
-    case SvdMethod::gram:
-      added = dense_.update_gram(Y, v, R, U.data(), rnd);
-      break;
-    case SvdMethod::subspace:
-      added = dense_.update_subspace(Y, v, R, U, opt_.subspace_steps, opt_.subspace_tol, rnd);
-      break;
-    case SvdMethod::scalapack: {
-      const T* Yh = Y;
-      if (be_.memory_space() != comm::MemorySpace::host) {
-        yhost_.resize(static_cast<std::size_t>(v.rows * v.C));
-        be_.download(Y, yhost_.size(), yhost_.data());
-        Yh = yhost_.data();
-      }
-      std::vector<double> Uh;
-      update_scalapack(Yh, v, R, Uh, net_, *grid_);
-      factors_.set_owned(n, Uh);
-      added = dense_.orthonormalize(U.data(), v.own_len, R, rnd);
-      break;
-    }
-  }
-  const double in_net = net_.seconds + dnet_.seconds - net0;
-  clock_.stop(phase, &t_svd_, in_net, false);
-  t_comm_ += in_net;
-  t_dcomm_ += in_net;
-  res_.completed_columns += added;
 }
 
 template <typename T>
@@ -672,6 +365,18 @@ void Hooi<T>::finish() {
   }
 }
 
+}  // namespace detail
+
+namespace {
+
+using detail::check_options;
+using detail::Hooi;
+using detail::ModePlan;
+using detail::norm_and_scale;
+using detail::NormScale;
+using detail::plan_combine;
+using detail::plan_memory;
+
 /// The HOOI of both tucker_hooi overloads: `block` is this rank's nonzeros (prepared
 /// here), or null with `given` the prepared handle.
 template <typename T>
@@ -737,9 +442,9 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
     res.network_rows = net;
   }
   // Per mode: the whole TTMc rows all-reduced, or summed on their owners (--comm-strategy).
-  const bool stream_ordered = be.native_stream() != nullptr && be.has_stream_marks() &&
-                              dc.can_enqueue() && node_c == nullptr;
-  detail::choose_rows(plan, dims, sizeof(T), stream_ordered, node_c != nullptr, c, opt, res);
+  detail::choose_rows(plan, dims, sizeof(T),
+                      detail::collectives_in_stream(be, dc, node_c != nullptr), node_c != nullptr,
+                      c, opt, res);
   const bool any_owners =
       std::any_of(plan.begin(), plan.end(), [](const ModePlan& mp) { return !mp.allreduce; });
   if (opt.print_iterations && c.size() > 1 && any_owners) {
