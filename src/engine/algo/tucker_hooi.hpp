@@ -36,8 +36,7 @@ struct LocalSums {
 };
 
 template <typename T>
-bool collectives_in_stream(kernels::Backend<T>& be, const comm::Communicator& dc,
-                           bool staged) {
+bool collectives_in_stream(kernels::Backend<T>& be, const comm::Communicator& dc, bool staged) {
   return be.native_stream() != nullptr && be.has_stream_marks() && dc.can_enqueue() && !staged;
 }
 

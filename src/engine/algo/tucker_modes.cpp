@@ -162,7 +162,6 @@ void Hooi<T>::publish(int n) {
   factors_.publish(n, clock_, &t_svd_, {&t_comm_, &t_pub_}, enqueue_);
 }
 
-
 template <typename T>
 void Hooi<T>::factor_update(int n, const T* Y) {
   const int R = opt_.ranks[static_cast<std::size_t>(n)];
@@ -217,7 +216,6 @@ void Hooi<T>::factor_update(int n, const T* Y) {
   t_dcomm_ += in_net;
   res_.completed_columns += added;
 }
-
 
 template class Hooi<float>;
 template class Hooi<double>;
