@@ -28,6 +28,7 @@ struct PlanArgs {
   std::string workload = "cp";
   int rank = 16;
   std::string ranks = "16";
+  std::string svd = "gram";  ///< --svd (tucker)
   ComputeOptions run;
   std::string nprocs;      ///< --nprocs 1,2,4,8 ("" = the ranks of this job only)
   int ranks_per_node = 0;  ///< --ranks-per-node (0: every rank on this node)
@@ -129,6 +130,7 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
   req.workload = pc.workload;
   req.cp_rank = pc.cp_rank;
   req.tucker_ranks = pc.tucker_ranks;
+  req.tucker_svd = pc.tucker_svd;
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && a.load.grid.empty();
   req.relabel = a.load.relabel || a.load.deal;
   req.tensor_cores = run.tuning.tensor_cores != kernels::TensorCores::off;
@@ -244,6 +246,7 @@ void validate_as_command(const PlanArgs& a, const comm::MpiCommunicator& world) 
     TuckerRunOptions t;
     t.load = load;
     t.ranks = a.ranks;
+    t.svd = a.svd;
     t.run = a.run;
     validate(t, world);
     return;
@@ -320,6 +323,7 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
     pc.workload = plan::Workload::tucker;
     allreduce = true;
     pc.tucker_ranks = rank_list(a.ranks);
+    pc.tucker_svd = a.svd;
   } else {
     pc.workload = plan::Workload::cp;
     pc.cp_rank = a.rank;
@@ -363,6 +367,11 @@ void add_plan(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"cp", "tucker", "contract"}));
   sub->add_option("-r,--rank", a->rank, "CP rank R (cp)")->check(CLI::Range(1, 4096));
   sub->add_option("--ranks", a->ranks, "Tucker ranks, e.g. 16,16,4 (tucker)");
+  sub->add_option("--svd", a->svd,
+                  "As tucker --svd (tucker): gram | subspace | scalapack; on several ranks "
+                  "--comm-strategy auto all-reduces the TTMc rows with gram only")
+      ->check(CLI::IsMember({"gram", "subspace", "scalapack"}))
+      ->capture_default_str();
   sub->add_option("--partition", a->load.partition, "auto | nnz | grid")
       ->check(CLI::IsMember({"auto", "nnz", "grid"}));
   sub->add_option("--grid", a->load.grid, "Rank grid, e.g. 4x2x1");
@@ -539,7 +548,7 @@ void add_plan(CLI::App& app, Runner& run) {
     only(!contract, {"--rank", "--ranks", "--kernel-ratio", "--bandwidth", "--dense-ms"},
          "with --workload cp or tucker");
     only(a->workload == "cp", {"--rank", "--dense-fixed-ms"}, "with --workload cp");
-    only(a->workload == "tucker", {"--ranks", "--host-wait-us"}, "with --workload tucker");
+    only(a->workload == "tucker", {"--ranks", "--host-wait-us", "--svd"}, "with --workload tucker");
     if (contract) {
       run = [a](const comm::MpiCommunicator& world) { run_plan_contract(*a, world); };
       return;

@@ -269,6 +269,7 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
   req.tucker_ranks = std::vector<int>(dims.size(), a.rank);
   if (!a.ranks.empty() && req.workload == plan::Workload::tucker)
     req.tucker_ranks = algo::parse_ranks(a.ranks, static_cast<int>(dims.size()));
+  req.tucker_svd = a.svd;
   req.allreduce = a.run.strategy == "allreduce";
   req.force_tier = 1;  // bench measures resident kernels
   // measure_bandwidth's two arrays: 512 MiB each on the host, 2 GiB each on a device; none

@@ -139,6 +139,9 @@ TEST_F(CliHabits, OptionsASubcommandDoesNotUseAreRefusedWithOneLine) {
        "--rank: applies only with --workload cp"},
       {" plan " + x_ + " --nprocs 1,2 --host-wait-us 5",
        "--host-wait-us: applies only with --workload tucker"},
+      {" plan " + x_ + " --svd subspace", "--svd: applies only with --workload tucker"},
+      {" plan " + x_ + " --workload tucker --ranks 2 --svd subspace --comm-strategy allreduce",
+       "--comm-strategy allreduce with --svd subspace"},
       {" plan --workload contract --contract-nnz 1e6,1e6 --products 1e8 --products-rate 1e9 "
        "--nprocs 2 --dense-ms 1",
        "--dense-ms: applies only with --workload cp or tucker"},

@@ -395,10 +395,12 @@ TEST(PlanNodes, DenseWorkFollowsTheRowsARankSolves) {
   EXPECT_DOUBLE_EQ(estimate_cp_iteration(r, nell, nell.nnz / 4, 4, low).dense_s, lay.dense_s);
   low.dense_fixed_s = 1;
   EXPECT_DOUBLE_EQ(estimate_cp_iteration(r, nell, nell.nnz / 4, 4, low).dense_s, 5.6e-3);
-  // Tucker: the eigen-solves on every rank; 13 collectives the host waits for on 3 modes.
+  // Tucker: the eigen-solves on every rank; with the owners' exchange, 13 collectives the
+  // host waits for on 3 modes.
   Request tk = cp(Backend::cuda, 4, 16);
   tk.workload = Workload::tucker;
   tk.tucker_ranks = {16, 16, 16};
+  tk.tucker_rows = TuckerRows::owners;
   const auto t1 = estimate_tucker_iteration(tk, nell, nell.nnz, 1, m);
   EXPECT_EQ(t1.comm_s, 0);
   EXPECT_DOUBLE_EQ(t1.dense_s, 5.6e-3);
@@ -410,6 +412,93 @@ TEST(PlanNodes, DenseWorkFollowsTheRowsARankSolves) {
   no_wait.host_wait = 0;
   EXPECT_DOUBLE_EQ(estimate_tucker_iteration(tk, nell, nell.nnz / 4, 4, no_wait).comm_s,
                    t4.link.seconds(m));
+}
+
+/// Tucker's rows on several ranks follow the run's rule (tucker_rows_rule, the one
+/// algo::detail::choose_rows applies): auto all-reduces the whole Y_(n) of a mode on cuda with
+/// --svd gram on one node where it is at most 64 MiB, and the owners' exchange elsewhere.
+TEST(PlanNodes, TuckerRowsFollowTheRunsRule) {
+  const TimeModel m;
+  Request tk = cp(Backend::cuda, 4, 16);
+  tk.workload = Workload::tucker;
+  tk.tucker_ranks = {16, 16, 16};
+  const auto nell = store({12092, 9184, 28818}, 76900000);
+  const Group four{4, 1};
+  // nell-2 on 4 GPUs: every mode all-reduced (at most 29.5 MB each); no all-gather, no core
+  // sum, and the host waits once (||G||^2): the blocks touch every row.
+  const auto a4 = estimate_tucker_iteration(tk, nell, nell.nnz / 4, 4, m);
+  EXPECT_EQ(a4.rows, "allreduce,allreduce,allreduce");
+  EXPECT_NE(a4.rows_why.find("auto: allreduce"), std::string::npos) << a4.rows_why;
+  EXPECT_EQ(a4.host_calls, 1);
+  LinkTime link;
+  for (const double d : {12092.0, 9184.0, 28818.0}) link += allreduce_cost(d * 256 * 4, four);
+  link += small_allreduce_cost(four);
+  EXPECT_DOUBLE_EQ(a4.comm_s, link.seconds(m) + m.host_wait);
+  EXPECT_DOUBLE_EQ(a4.comm_bytes, (12092.0 + 9184 + 28818) * 256 * 4);
+  // The same through plan_for_ranks: the record names the modes and why.
+  const auto plans = plan_for_ranks(
+      tk, nell, {1, 4}, [&](int P) { return split(nell.nnz, P); },
+      [&](int P) { return node_limits(2000 * kGiB, P, 135 * kGiB); }, m);
+  EXPECT_FALSE(plans[0].to_json()["predicted"].contains("ttmc_rows_strategy"));
+  EXPECT_EQ(plans[1].to_json()["predicted"]["ttmc_rows_strategy"]["modes"],
+            "allreduce,allreduce,allreduce");
+  EXPECT_NE(describe_ranks(plans, m).find("TTMc rows: allreduce,allreduce,allreduce"),
+            std::string::npos);
+  // All-reduced rows cost less than the owners' exchange here (5 collectives a mode).
+  tk.tucker_rows = TuckerRows::owners;
+  const auto o4 = estimate_tucker_iteration(tk, nell, nell.nnz / 4, 4, m);
+  EXPECT_EQ(o4.rows, "owners,owners,owners");
+  EXPECT_EQ(o4.host_calls, 13);
+  EXPECT_LT(a4.comm_s, o4.comm_s);
+  // auto is owners on a host backend, with --svd subspace, and across nodes (relays).
+  tk.tucker_rows = TuckerRows::automatic;
+  Request host = tk;
+  host.backend = Backend::cpu;
+  const auto h = estimate_tucker_iteration(host, nell, nell.nnz / 4, 4, m);
+  EXPECT_EQ(h.rows, "owners,owners,owners");
+  EXPECT_NE(h.rows_why.find("no collectives in a device stream"), std::string::npos);
+  Request sub = tk;
+  sub.tucker_svd = "subspace";
+  EXPECT_EQ(estimate_tucker_iteration(sub, nell, nell.nnz / 4, 4, m).rows, "owners,owners,owners");
+  TimeModel nodes = m;
+  nodes.gpus_per_node = 4;
+  EXPECT_EQ(estimate_tucker_iteration(tk, nell, nell.nnz / 8, 8, nodes).rows,
+            "owners,owners,owners");
+  // --comm-strategy allreduce: every mode, whatever its size; auto: a mode over 64 MiB
+  // (300000 x 256 floats, 307 MB) keeps the owners' exchange (4 host waits).
+  const auto big = store({300000, 9184, 28818}, 76900000);
+  const auto mixed = estimate_tucker_iteration(tk, big, big.nnz / 4, 4, m);
+  EXPECT_EQ(mixed.rows, "owners,allreduce,allreduce");
+  EXPECT_EQ(mixed.host_calls, 4 + 1);
+  Request all = tk;
+  all.tucker_rows = TuckerRows::allreduce;
+  EXPECT_EQ(estimate_tucker_iteration(all, big, big.nnz / 4, 4, m).rows,
+            "allreduce,allreduce,allreduce");
+  // A block with fewer nonzeros than a mode's rows adds its rows at their labels after one
+  // host wait for the row map: here on modes 0 and 2.
+  const auto sparse = store({60000, 50, 30000}, 80000);
+  EXPECT_EQ(estimate_tucker_iteration(tk, sparse, 20000, 4, m).host_calls, 2 + 1);
+  // The plan per rank: an all-reduced mode holds the whole Y_(n) beside its TTMc output and
+  // the dense stage's three double arrays on all rows, where that is more than the three
+  // outputs the model counts otherwise (here 60000 rows against 10000 a block touches).
+  Request two = tk;
+  two.ranks = 2;
+  TensorFacts f = sparse;
+  f.max_block_nnz = 10000;
+  const Limits lim = node_limits(64 * kGiB, 2, 80 * kGiB);
+  const Plan whole = make_plan(two, f, lim);
+  two.tucker_rows = TuckerRows::owners;
+  const Plan owners = make_plan(two, f, lim);
+  ASSERT_TRUE(whole.fits && owners.fits);
+  auto loop = [](const Plan& p) {
+    for (const auto& c : p.components)
+      if (c.name.rfind("factors", 0) == 0) return c.device;
+    return std::uint64_t(0);
+  };
+  const std::uint64_t out = 10000ull * 256 * 4;
+  const std::uint64_t all_rows = (10000ull + 60000) * 256 * 4 + 60000ull * 16 * 3 * 8;
+  EXPECT_EQ(loop(whole) - loop(owners), all_rows - 3 * out);
+  EXPECT_GE(whole.device_peak, owners.device_peak);
 }
 
 TEST(PlanNodes, TuckerAndSptcExchanges) {

@@ -22,6 +22,7 @@
 #include "kernels/backend.hpp"
 #include "model/tucker.hpp"
 #include "partition/partition.hpp"
+#include "plan/comm_model.hpp"
 #include "util/stop_request.hpp"
 #include "util/timer.hpp"
 
@@ -48,26 +49,13 @@ enum class TuckerInit {
 TuckerInit parse_tucker_init(const std::string& s);
 std::string to_string(TuckerInit i);
 
-/// How the TTMc rows of a mode are combined on several ranks (--comm-strategy of tucker;
-/// docs/multi-gpu.md, "Tucker-HOOI on several GPUs").
-enum class TuckerRows {
-  /// allreduce where rows_allreduce_pays (a device backend with a stream-ordered data
-  /// communicator, --svd gram, a flat combine, and the whole Y_(n) at most
-  /// kRowsAllreduceMaxBytes), else owners; per mode.
-  automatic,
-  /// The whole Y_(n) (I_n x C) all-reduced in place: every rank then runs the dense stage on
-  /// all rows with no further collective and holds the whole new factor (one collective per
-  /// mode; --svd gram only).
-  allreduce,
-  /// Rows sent to their owner rank and summed there; the dense stage on the owned rows, its
-  /// Grams summed over the ranks, the new factor all-gathered (five collectives per mode).
-  owners,
-};
+/// How the TTMc rows of a mode are combined on several ranks (--comm-strategy of tucker):
+/// plan::TuckerRows, whose rule the planner predicts with (plan/comm_model.hpp).
+using TuckerRows = plan::TuckerRows;
 /// "auto" | "allreduce" | "owners"; throws InputError (cp's "layer" included).
 TuckerRows parse_tucker_rows(const std::string& s);
-/// The largest Y_(n), in bytes, that TuckerRows::automatic all-reduces: 64 MiB, a quarter
-/// of a millisecond of NVLink between two H200s (docs/perf/gpu-h200-scaling.md, "Session 52").
-inline constexpr double kRowsAllreduceMaxBytes = 64.0 * 1024 * 1024;
+/// The largest Y_(n), in bytes, that TuckerRows::automatic all-reduces (64 MiB).
+inline constexpr double kRowsAllreduceMaxBytes = plan::kTuckerRowsAllreduceMaxBytes;
 
 /// True when this build has ScaLAPACK (SvdMethod::scalapack works).
 bool scalapack_available();

@@ -265,9 +265,6 @@ void plan_combine(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>&
   }
 }
 
-/// The memory plan: every rank evaluates the same estimate from all ranks' counts
-/// (collective), records it in res.memory, prints it and refuses, naming ranks that
-/// would fit, when it is over opt.memory_limit.
 void choose_rows(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,
                  std::size_t vsize, bool stream_ordered, bool staged, const comm::Communicator& c,
                  const TuckerOptions& opt, TuckerResult& res) {
@@ -283,38 +280,20 @@ void choose_rows(std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& 
     ident[static_cast<std::size_t>(n)] = id ? 1 : 0;
   }
   c.allreduce(ident.data(), ident.size(), comm::ReduceOp::min);
-  std::string why;
-  if (opt.rows == TuckerRows::allreduce) {
-    why = "--comm-strategy allreduce";
-  } else if (opt.rows == TuckerRows::owners) {
-    why = "--comm-strategy owners";
-  } else if (opt.svd != SvdMethod::gram) {
-    why = "auto: owners (--svd " + to_string(opt.svd) + ")";
-  } else if (staged) {
-    why = "auto: owners (two-stage combine across nodes, --comm-hierarchy)";
-  } else if (!stream_ordered) {
-    why =
-        "auto: owners (no collectives in a device stream: the dense stage's products are "
-        "shared out over the ranks)";
-  } else {
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "auto: allreduce where the whole Y_(n) is at most %.0f MiB",
-                  kRowsAllreduceMaxBytes / (1024.0 * 1024.0));
-    why = buf;
-  }
-  const bool model = why.rfind("auto: allreduce", 0) == 0;
+  const plan::TuckerRowsRule rule =
+      plan::tucker_rows_rule(opt.rows, to_string(opt.svd), staged, stream_ordered);
   std::string modes;
   for (int n = 0; n < N; ++n) {
     auto& mp = plan[static_cast<std::size_t>(n)];
     const double bytes = static_cast<double>(dims[static_cast<std::size_t>(n)]) *
                          static_cast<double>(mp.cols) * static_cast<double>(vsize);
-    mp.allreduce = opt.rows == TuckerRows::allreduce || (model && bytes <= kRowsAllreduceMaxBytes);
+    mp.allreduce = rule.allreduce(bytes);
     mp.identity = ident[static_cast<std::size_t>(n)] != 0;
     modes += std::string(n ? "," : "") + (mp.allreduce ? "allreduce" : "owners");
   }
   res.rows_strategy = modes;
-  res.rows_strategy_why = why;
-  if (opt.print_iterations) log::info("TTMc rows per mode: " + modes + " (" + why + ")");
+  res.rows_strategy_why = rule.why;
+  if (opt.print_iterations) log::info("TTMc rows per mode: " + modes + " (" + rule.why + ")");
 }
 
 void plan_memory(const std::vector<ModePlan>& plan, const std::vector<std::uint64_t>& dims,

@@ -1,6 +1,7 @@
 #include "plan/comm_model.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "plan/planner.hpp"
@@ -98,6 +99,32 @@ Group layer_group(const std::vector<int>& grid, int mode, int gpus_per_node) {
   g.per_node = 0;
   for (const auto& [node, n] : per_node) g.per_node = std::max(g.per_node, n);
   return g;
+}
+
+TuckerRowsRule tucker_rows_rule(TuckerRows rows, std::string_view svd, bool staged,
+                                bool stream_ordered) {
+  TuckerRowsRule r;
+  r.rows = rows;
+  if (rows == TuckerRows::allreduce) {
+    r.why = "--comm-strategy allreduce";
+  } else if (rows == TuckerRows::owners) {
+    r.why = "--comm-strategy owners";
+  } else if (svd != "gram") {
+    r.why = "auto: owners (--svd " + std::string(svd) + ")";
+  } else if (staged) {
+    r.why = "auto: owners (two-stage combine across nodes, --comm-hierarchy)";
+  } else if (!stream_ordered) {
+    r.why =
+        "auto: owners (no collectives in a device stream: the dense stage's products are "
+        "shared out over the ranks)";
+  } else {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "auto: allreduce where the whole Y_(n) is at most %.0f MiB",
+                  kTuckerRowsAllreduceMaxBytes / (1024.0 * 1024.0));
+    r.why = buf;
+    r.by_size = true;
+  }
+  return r;
 }
 
 }  // namespace tessera::plan

@@ -5,6 +5,8 @@
 // (algo/cp_strategy.hpp) price their collectives with these functions only.
 #pragma once
 
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessera::plan {
@@ -15,6 +17,44 @@ struct TimeModel;
 /// than this is reduce-scattered, solved split over the ranks and all-gathered; a smaller one
 /// is all-reduced and solved whole on every rank (algo::CpOptions::whole_rows_max_bytes).
 inline constexpr double kWholeRowsMaxBytes = 32.0 * (1 << 20);
+
+/// How Tucker-HOOI combines a mode's TTMc rows on several ranks (tucker --comm-strategy;
+/// docs/multi-gpu.md, "Tucker-HOOI on several GPUs").
+enum class TuckerRows {
+  /// allreduce where tucker_rows_rule allows it and the whole Y_(n) is at most
+  /// kTuckerRowsAllreduceMaxBytes, else owners; per mode.
+  automatic,
+  /// The whole Y_(n) (I_n x C) all-reduced in place: every rank then runs the dense stage on
+  /// all rows with no further collective and holds the whole new factor (one collective per
+  /// mode; --svd gram only).
+  allreduce,
+  /// Rows sent to their owner rank and summed there; the dense stage on the owned rows, its
+  /// Grams summed over the ranks, the new factor all-gathered (five collectives per mode).
+  owners,
+};
+
+/// The largest Y_(n), in bytes, that TuckerRows::automatic all-reduces: 64 MiB, a quarter
+/// of a millisecond of NVLink between two H200s (docs/perf/gpu-h200-scaling.md, "Session 52").
+inline constexpr double kTuckerRowsAllreduceMaxBytes = 64.0 * 1024 * 1024;
+
+/// The choice of TuckerRows for a run: which modes all-reduce (allreduce()) and why. One rule
+/// for the run (algo::detail::choose_rows) and the planner's prediction
+/// (estimate_tucker_iteration).
+struct TuckerRowsRule {
+  TuckerRows rows = TuckerRows::automatic;
+  bool by_size = false;  ///< automatic, and every condition but the size holds
+  std::string why;       ///< "--comm-strategy ..." or "auto: ..."
+  /// Whether a mode whose whole Y_(n) takes `bytes` is all-reduced.
+  bool allreduce(double bytes) const {
+    return rows == TuckerRows::allreduce || (by_size && bytes <= kTuckerRowsAllreduceMaxBytes);
+  }
+};
+
+/// `svd`: the --svd method's name (all-reduced rows need "gram"); `staged`: the rows go
+/// through a relay on their node first (several nodes of 2+ ranks, --comm-hierarchy);
+/// `stream_ordered`: the collectives run in the backend's device stream (cuda with NCCL).
+TuckerRowsRule tucker_rows_rule(TuckerRows rows, std::string_view svd, bool staged,
+                                bool stream_ordered);
 
 /// The ranks of one collective: `per_node` of them on each of `nodes` nodes.
 struct Group {

@@ -31,6 +31,8 @@ Shape shape_of(const Request& req, const TensorFacts& t) {
     s.max_rows = std::max(s.max_rows, r);
   }
   if (req.workload == Workload::tucker) {
+    const TuckerRowsRule rule =
+        tucker_rows_rule(req.tucker_rows, req.tucker_svd, false, req.backend == Backend::cuda);
     const auto& rk = req.tucker_ranks;
     auto rank_of = [&](int m) -> u64 {
       if (rk.empty()) return 1;
@@ -45,6 +47,16 @@ Shape shape_of(const Request& req, const TensorFacts& t) {
       for (int k = 0; k < s.N; ++k)
         if (k != m) cols = mul(cols, rank_of(k));
       s.ttmc_cols = std::max(s.ttmc_cols, cols);
+      // A mode whose rows the run may all-reduce (tucker_rows_rule; flat, since the planner
+      // does not know the nodes): its TTMc output, the whole Y_(n) beside it (where the
+      // block's rows are not all of them) and the dense stage's three R_n-wide double
+      // arrays on all I_n rows.
+      const u64 d = t.dims[static_cast<std::size_t>(m)];
+      const double whole = static_cast<double>(d) * static_cast<double>(cols) * s.v;
+      if (P > 1 && rule.allreduce(whole))
+        s.tucker_whole = std::max(
+            s.tucker_whole, add(mul(mul(add(std::min(d, s.n), d), cols), static_cast<u64>(s.v)),
+                                mul(mul(d, rank_of(m)), 3 * 8)));
     }
   } else {
     s.R = req.cp_rank;

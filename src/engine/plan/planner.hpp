@@ -135,6 +135,11 @@ struct Request {
   /// --gather-precision fp16|bf16 (float, cuda): the MTTKRP's 16-bit copies of the factors.
   bool gather16 = false;
   double tc_tile_density = 0.25;  ///< --tc-tile-density: a tile's smallest share of nonzeros
+  /// Tucker on several ranks: --comm-strategy (how each mode's TTMc rows are combined) and
+  /// --svd (all-reduced rows need gram): an all-reduced mode holds the whole Y_(n) and runs
+  /// the dense stage on all its rows (tucker_rows_rule).
+  TuckerRows tucker_rows = TuckerRows::automatic;
+  std::string tucker_svd = "gram";
 };
 
 /// Limits the plan is made against (per rank), each with its source.
@@ -235,6 +240,9 @@ struct IterationEstimate {
   double dense_s = 0;       ///< this rank's share of TimeModel::dense_s (dense_seconds)
   double host_calls = 0;    ///< collectives the host waits for (TimeModel::host_wait each)
   double seconds = 0;       ///< kernel_s + comm_s + grid_cost_s + dense_s
+  /// tucker on several ranks: per mode "allreduce" or "owners" (TuckerRows), comma-separated,
+  /// and why (tucker_rows_rule), as the run records them (ttmc_rows_strategy).
+  std::string rows, rows_why;
   double comm_share() const { return seconds > 0 ? comm_s / seconds : 0; }
 };
 
@@ -254,9 +262,12 @@ IterationEstimate estimate_cp_layer_iteration(const Request& req, const TensorFa
                                               const TimeModel& m);
 
 /// Tucker-HOOI (req.tucker_ranks): per mode the TTMc (the block's sorted copy, the factor rows
-/// it touches, its output rows x the product of the other ranks), the alltoallv of those rows
-/// to their owners ((P - 1) / P of them leave the rank) and the all-gather of the new factor
-/// (I_n x R_n), the core all-reduced once; the dense stage (eigen-solves) is dense_s. Pure.
+/// it touches, its output rows x the product of the other ranks), then, by the run's rule
+/// (req.tucker_rows, tucker_rows_rule): the whole Y_(n) all-reduced (allreduce), or the
+/// alltoallv of the rows to their owners ((P - 1) / P of them leave the rank) and the
+/// all-gather of the new factor (I_n x R_n) (owners); the core all-reduced once after an
+/// owners mode, ||G||^2 agreed after an all-reduced one; the dense stage (eigen-solves) is
+/// dense_s. Pure.
 IterationEstimate estimate_tucker_iteration(const Request& req, const TensorFacts& t,
                                             nnz_t block_nnz, int ranks, const TimeModel& m);
 

@@ -32,8 +32,9 @@ struct Shape {
   u64 coo = 0;                     // bytes of the raw block with the run's values
   u64 sum_rows = 0, max_rows = 0;  // sum and max of min(I_n, n)
   u64 sum_dims = 0, max_dim = 0;
-  int R = 0;          // CP rank, or the widest Tucker factor
-  u64 ttmc_cols = 0;  // widest TTMc output row (product of the other ranks)
+  int R = 0;             // CP rank, or the widest Tucker factor
+  u64 ttmc_cols = 0;     // widest TTMc output row (product of the other ranks)
+  u64 tucker_whole = 0;  // Tucker: the largest all-reduced mode's rows and dense arrays
 };
 
 /// Dense bytes of the ALS loop that live in the backend's memory: factors, the MTTKRP or

@@ -27,7 +27,9 @@ u64 loop_backend_bytes(const Request& req, const Shape& s) {
     const u64 low = req.gather16 && s.v == 4 && req.backend == Backend::cuda
                         ? add(mul(mul(s.sum_dims, R), 2), 256 * 16)
                         : 0;
-    return add(add(mul(mul(s.sum_dims, R), v), mul(out, 3)), low);
+    // An all-reduced mode (Shape::tucker_whole) holds the whole Y_(n) and the dense stage on
+    // all its rows instead.
+    return add(add(mul(mul(s.sum_dims, R), v), std::max(mul(out, 3), s.tucker_whole)), low);
   }
   // --gather-precision fp16|bf16: the MTTKRP's 16-bit copies of the input factors (at most
   // every mode's, 2 bytes an entry; kernels/cuda/mttkrp/mttkrp.cu's to_low).

@@ -167,7 +167,25 @@ IterationEstimate estimate_tucker_iteration(const Request& req, const TensorFact
   // a relay sends the node's distinct rows (min(I_k, G n)) divided over its G ranks.
   const bool relay = g.nodes > 1 && g.per_node > 1;
   const double G = g.per_node;
+  // Per mode the rows all-reduced whole or summed on their owners, by the run's rule
+  // (--comm-strategy; the collectives run in a device stream on cuda, with NCCL).
+  const TuckerRowsRule rule =
+      tucker_rows_rule(req.tucker_rows, req.tucker_svd, relay, req.backend == Backend::cuda);
+  bool last_whole = false;
   for (std::size_t k = 0; k < N; ++k) {
+    const double whole = d[k] * cols[k] * v;
+    last_whole = P > 1 && rule.allreduce(whole);
+    if (P > 1) e.rows += std::string(k ? "," : "") + (last_whole ? "allreduce" : "owners");
+    if (last_whole) {
+      // The whole Y_(n) all-reduced in place; every rank then runs the dense stage on all
+      // rows and holds the whole factor (no all-gather). A block that cannot touch every
+      // row (fewer nonzeros than rows) first adds its rows at their labels, after one host
+      // wait for the row map.
+      e.comm_bytes += whole;
+      e.link += allreduce_cost(whole, g);
+      if (n < d[k]) e.host_calls += 1;
+      continue;
+    }
     const double rows = std::min(d[k], n) * cols[k] * v;
     e.comm_bytes += rows;
     if (relay) {
@@ -181,12 +199,17 @@ IterationEstimate estimate_tucker_iteration(const Request& req, const TensorFact
       e.link += alltoall_cost((P - 1) / P * rows, g);  // rows to their owners
     }
     e.link += allgather_cost(d[k] * r[k] * v, g);  // the new factor to every rank
+    // The host waits for the row exchange, the Gram's sum, the CholeskyQR Gram's sum and
+    // the factor's all-gather (as `tessera tucker`'s comm_split counts them).
+    e.host_calls += 4;
   }
-  e.link += allreduce_cost(core * v, g);  // the core, once
-  // The host waits for each of them: per mode the row exchange, the Gram's sum, the
-  // CholeskyQR Gram's sum and the factor's all-gather, and the core's sum (4 N + 1; 13 for 3
-  // modes, as `tessera tucker`'s comm_split counts them).
-  e.host_calls = 4.0 * static_cast<double>(N) + 1;
+  if (P > 1) e.rows_why = rule.why;
+  if (last_whole) {
+    e.link += small_allreduce_cost(g);  // ||G||^2 agreed over the ranks (every rank has G)
+  } else {
+    e.link += allreduce_cost(core * v, g);  // the core, once
+  }
+  e.host_calls += 1;      // either of them
   e.dense_s = m.dense_s;  // the eigen-solves run on every rank
   finish(e, m, ranks > 1);
   return e;
@@ -296,7 +319,7 @@ nlohmann::json RanksPlan::to_json() const {
                       {"planned_peak_device_bytes", device_peak},
                       {"plan", plan.to_json()}};
   auto est = [&](const IterationEstimate& e) {
-    return nlohmann::json{
+    nlohmann::json j = nlohmann::json{
         {"model", e.strategy == "tucker" ? "tucker-hooi iteration, tier 1"
                                          : "cp-als iteration, " + e.strategy + " strategy, tier 1"},
         {"nodes", e.nodes},
@@ -316,6 +339,8 @@ nlohmann::json RanksPlan::to_json() const {
         {"dense_seconds", e.dense_s},
         {"comm_share", e.comm_share()},
         {"seconds_per_iteration", e.seconds}};
+    if (!e.rows.empty()) j["ttmc_rows_strategy"] = {{"modes", e.rows}, {"why", e.rows_why}};
+    return j;
   };
   if (has_estimate) {
     j["predicted"] = est(estimate);
@@ -400,13 +425,21 @@ std::string describe_time_model(const std::vector<RanksPlan>& plans, const TimeM
     os << line;
   }
   if (tucker) {
-    os << "  tucker: per mode the TTMc's rows (min(I_n, nnz) x the product of the other ranks) "
+    os << "  tucker, per mode by --comm-strategy (auto: allreduce where the collectives run in "
+          "a device stream, --svd gram,\n    one node or one GPU per node, and the whole Y_(n) "
+          "is at most "
+       << human_bytes(kTuckerRowsAllreduceMaxBytes)
+       << "; else owners):\n"
+          "    allreduce: the whole Y_(n) (I_n x the product of the other ranks) all-reduced "
+          "in place, one ring; a block with\n    fewer nonzeros than I_n first waits once "
+          "for its row map; ||G||^2 agreed once per iteration;\n"
+          "    owners: the TTMc's rows (min(I_n, nnz) x the product of the other ranks) "
           "to their owners by one alltoallv\n    ((P-1)/P of them leave; (G-1)/(P-1) of those "
           "over NVLink, the rest over the network); on several nodes of 2+ GPUs first to a\n"
           "    relay on their node, which sends the node's distinct rows (min(I_n, G nnz)) on, "
           "1/G from each GPU;\n    the new factor (I_n x R_n) all-gathered (inside the node, "
-          "then across), the core all-reduced once;\n    the host waits for each of these "
-          "collectives and the dense stage's sums (4 N + 1 per iteration): "
+          "then across), the core all-reduced once;\n    the host waits for each owners "
+          "collective and the dense stage's sums (4 per mode, and 1 for the core): "
        << 1e6 * m.host_wait
        << " us each\n    beyond alpha (--host-wait-us); the dense stage (eigen-solves) is "
           "--dense-ms on every rank\n";
@@ -434,7 +467,9 @@ std::string describe_time_model(const std::vector<RanksPlan>& plans, const TimeM
                   rp.ranks, tucker ? "tucker" : "allreduce", human_bytes(e.comm_bytes).c_str(),
                   human_bytes(e.link.intra_bytes).c_str(), human_bytes(e.link.inter_bytes).c_str(),
                   e.link.intra_steps, e.link.inter_steps, ms_str(e.comm_s).c_str());
-    os << line << "\n";
+    os << line;
+    if (!e.rows.empty()) os << " (TTMc rows: " << e.rows << ", " << e.rows_why << ")";
+    os << "\n";
     if (rp.has_layer) {
       const auto& l = rp.layer;
       std::snprintf(line, sizeof(line),
@@ -491,8 +526,9 @@ std::string describe_ranks(const std::vector<RanksPlan>& plans, const TimeModel&
                 "largest block", "host/rank", cuda ? "device/rank" : "");
   os << line;
   if (timed) {
-    std::snprintf(line, sizeof(line), "  %11s  %11s  %11s  %7s", "MTTKRPs", "all-reduce",
-                  "iteration", "speedup");
+    const bool tucker = plans.front().estimate.strategy == "tucker";
+    std::snprintf(line, sizeof(line), "  %11s  %11s  %11s  %7s", tucker ? "TTMcs" : "MTTKRPs",
+                  tucker ? "comm" : "all-reduce", "iteration", "speedup");
     os << line;
   }
   os << "\n";

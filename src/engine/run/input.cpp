@@ -214,6 +214,10 @@ plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind,
   req.tensor_cores = run.tuning.tensor_cores != kernels::TensorCores::off;
   req.gather16 = run.tuning.gather_precision != kernels::GatherPrecision::full;
   req.tc_tile_density = run.tuning.tc_tile_density;
+  // Tucker's rows on several ranks (cp refuses owners; tucker refuses layer).
+  req.tucker_rows = run.strategy == "allreduce" ? plan::TuckerRows::allreduce
+                    : run.strategy == "owners"  ? plan::TuckerRows::owners
+                                                : plan::TuckerRows::automatic;
   comm::run_collectively(world, [&] {
     if (!run.host_budget.empty())
       req.host_budget = plan::parse_bytes(run.host_budget, "--host-budget");
@@ -270,6 +274,7 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   req.workload = pc.workload;
   req.cp_rank = pc.cp_rank;
   req.tucker_ranks = pc.tucker_ranks;
+  req.tucker_svd = pc.tucker_svd;
   req.tier1_only = pc.tier1_only;
   req.tier1_why = pc.tier1_why;
   req.completion = pc.completion;

@@ -55,6 +55,7 @@ struct PlanContext {
   plan::Workload workload = plan::Workload::cp;
   int cp_rank = 16;
   std::vector<int> tucker_ranks;
+  std::string tucker_svd = "gram";  ///< tucker --svd (plan::Request::tucker_svd)
   /// CP: the run needs the block distributed in memory (tier 1; not a store read in place):
   /// --observed-only, --holdout, --init nvecs; `tier1_why` names the option.
   bool tier1_only = false;

@@ -64,6 +64,7 @@ Input<T> tucker_input(const TuckerRunOptions& o, Compute<T>& cx, const comm::Mpi
     PlanContext pc;
     pc.workload = plan::Workload::tucker;
     pc.tucker_ranks = rank_list(o.ranks);
+    pc.tucker_svd = o.svd;
     return load_input<T>(o.load, o.run, scheme, true, cx, pc, world, li);
   }
   Input<T> in;  // arrays: distributed in memory as a text file is (tier 1)
