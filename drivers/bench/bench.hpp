@@ -76,11 +76,13 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
                           const comm::Communicator& world, kernels::Backend<T>& be);
 
 /// Collective: the benchmark's memory plan (input.cpp); a plan that does not fit resident
-/// (tier 1) is refused with the command that streams it instead.
+/// (tier 1) is refused with the command that streams it instead. `nccl` (may be null): the
+/// run's NCCL communicator, whose measured buffers the layer strategy's per-mode
+/// communicators are planned as.
 template <typename T>
 plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims, nnz_t nnz,
                       const std::string& path, kernels::BackendKind kind,
-                      const comm::MpiCommunicator& world);
+                      const comm::MpiCommunicator& world, const comm::Communicator* nccl);
 
 /// What a benchmarked operation is given: the options, its input, the backend and its
 /// communicators, the measured copy bandwidth (the floors' denominator) and the record's

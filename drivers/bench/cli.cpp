@@ -96,11 +96,12 @@ void run_bench(const BenchArgs& a, const comm::MpiCommunicator& world) {
       dims = h.dims;
       nnz = h.nnz;
     }
-    bp = bench_plan<T>(a, dims, nnz, a.load.path, kind, world);
+    bp = bench_plan<T>(a, dims, nnz, a.load.path, kind, world, cx.nccl.get());
     if (kind == kernels::BackendKind::cuda) be->set_memory_budget(bp.device_budget);
   }
   auto in = bench_input<T>(a, scheme, world, *be);
-  if (!header_plan) bp = bench_plan<T>(a, in.dims, in.global_nnz, a.load.path, kind, world);
+  if (!header_plan)
+    bp = bench_plan<T>(a, in.dims, in.global_nnz, a.load.path, kind, world, cx.nccl.get());
   const double bw = bench_bandwidth(a, *be);
   const bool bw_given = !a.bandwidth.empty();
   nlohmann::json j;  // the record's body; the envelope is added when the run is done

@@ -260,8 +260,12 @@ BenchInput<T> bench_input(const BenchArgs& a, partition::Scheme scheme,
 template <typename T>
 plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims, nnz_t nnz,
                       const std::string& path, kernels::BackendKind kind,
-                      const comm::MpiCommunicator& world) {
+                      const comm::MpiCommunicator& world, const comm::Communicator* nccl) {
   plan::Request req = plan_request(a.run, kind, static_cast<int>(sizeof(T)), world);
+  if (nccl != nullptr) {  // the layer strategy's communicators, as tessera cp plans them
+    req.comm_device_bytes = nccl->device_buffer_bytes();
+    req.comm_host_bytes = nccl->host_buffer_bytes();
+  }
   req.workload = a.what == "ttmc" || a.what == "tucker" ? plan::Workload::tucker
                  : a.what == "cp"                       ? plan::Workload::cp
                                                         : plan::Workload::mttkrp;
@@ -270,7 +274,15 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
   if (!a.ranks.empty() && req.workload == plan::Workload::tucker)
     req.tucker_ranks = algo::parse_ranks(a.ranks, static_cast<int>(dims.size()));
   req.tucker_svd = a.svd;
-  req.allreduce = a.run.strategy == "allreduce";
+  // The layer strategy's grid (cp, mttkrp); Tucker's rows are its own (req.tucker_rows).
+  req.allreduce = req.workload == plan::Workload::tucker || a.run.strategy != "layer";
+  if (!req.allreduce && world.size() > 1)  // the grid bench_input's distribution takes
+    comm::run_collectively(world, [&] {
+      req.grid =
+          a.load.grid.empty()
+              ? partition::choose_grid(dims, world.size())
+              : partition::parse_grid(a.load.grid, static_cast<int>(dims.size()), world.size());
+    });
   req.force_tier = 1;  // bench measures resident kernels
   // measure_bandwidth's two arrays: 512 MiB each on the host, 2 GiB each on a device; none
   // where --bandwidth gives the figure.
@@ -356,7 +368,7 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
                                         const comm::Communicator&, kernels::Backend<T>&);       \
   template plan::Plan bench_plan<T>(const BenchArgs&, const std::vector<std::uint64_t>&, nnz_t, \
                                     const std::string&, kernels::BackendKind,                   \
-                                    const comm::MpiCommunicator&);
+                                    const comm::MpiCommunicator&, const comm::Communicator*);
 TESSERA_BENCH_INPUT(float)
 TESSERA_BENCH_INPUT(double)
 #undef TESSERA_BENCH_INPUT
