@@ -1,5 +1,6 @@
 // tessera bench comm: allreduce, reduce_scatter and allgather over every rank, timed as
-// nccl-tests times them (comm.hpp); and allreduce_floor, the NCCL floor beside bench cp.
+// nccl-tests times them (comm.hpp); and collective_floor, the NCCL floor beside bench cp and
+// bench tucker.
 #include "bench/comm.hpp"
 
 #include <algorithm>
@@ -112,36 +113,83 @@ CollectiveTime time_collective(Collective c, std::size_t elements, T* a, T* b,
 }
 
 template <typename T>
-std::optional<CommFloor> allreduce_floor(std::vector<std::uint64_t> counts, kernels::Backend<T>& be,
-                                         const comm::Communicator& data,
-                                         const comm::Communicator& world, const CommTiming& t) {
+std::optional<CommFloor> collective_floor(std::vector<FloorCall> calls, kernels::Backend<T>& be,
+                                          const comm::Communicator& data,
+                                          const comm::Communicator& world, const CommTiming& t) {
   if (!data.can_enqueue() || world.size() < 2) return std::nullopt;
   // Every rank must call the same collectives: each count is the largest over the ranks.
+  std::vector<std::uint64_t> counts;
+  for (const FloorCall& c : calls) counts.push_back(c.elements);
   if (!counts.empty()) world.allreduce(counts.data(), counts.size(), comm::ReduceOp::max);
+  const auto P = static_cast<std::uint64_t>(data.size());
+  for (std::size_t k = 0; k < calls.size(); ++k)
+    calls[k].elements =
+        calls[k].op == Collective::allreduce ? counts[k] : (counts[k] + P - 1) / P * P;
   CommFloor f;
-  f.counts = counts;
   f.timing = t;
-  const std::uint64_t most = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
-  auto buf = be.allocate(static_cast<std::size_t>(std::max<std::uint64_t>(most, 1)));
-  be.fill(buf.data(), buf.size(), T(0));  // sums of zeros stay finite however often repeated
-  std::map<std::uint64_t, double> timed;  // modes of equal length are timed once
-  for (std::uint64_t n : counts) {
+  // a: the whole buffer of every call; b: reduce_scatter's and allgather's block.
+  std::uint64_t most = 1, block = 1;
+  for (const FloorCall& c : calls) {
+    most = std::max(most, c.elements);
+    if (c.op != Collective::allreduce) block = std::max(block, c.elements / P);
+  }
+  auto a = be.allocate(static_cast<std::size_t>(most));
+  auto b = be.allocate(static_cast<std::size_t>(block));
+  be.fill(a.data(), a.size(), T(0));  // sums of zeros stay finite however often repeated
+  be.fill(b.data(), b.size(), T(0));
+  std::map<std::pair<int, std::uint64_t>, double> timed;  // equal calls are timed once
+  for (const FloorCall& c : calls) {
     double s = 0;
-    if (n > 0) {
-      auto it = timed.find(n);
+    if (c.elements > 0) {
+      const auto key = std::make_pair(static_cast<int>(c.op), c.elements);
+      auto it = timed.find(key);
       if (it == timed.end())
         it = timed
-                 .emplace(n, time_collective<T>(Collective::allreduce, static_cast<std::size_t>(n),
-                                                buf.data(), buf.data(), be, data, world, t)
-                                 .seconds)
+                 .emplace(key,
+                          time_collective<T>(c.op, static_cast<std::size_t>(c.elements), a.data(),
+                                             c.op == Collective::allreduce ? a.data() : b.data(),
+                                             be, data, world, t)
+                              .seconds)
                  .first;
       s = it->second;
     }
+    f.counts.push_back(c.elements);
+    f.ops.push_back(c.op);
+    f.modes.push_back(c.mode);
     f.seconds_per_call.push_back(s);
     f.seconds += s;
-    f.bytes += static_cast<double>(n) * sizeof(T);
+    f.bytes += static_cast<double>(c.elements) * sizeof(T);
   }
   return f;
+}
+
+nlohmann::json floor_record(const CommFloor& f, double comm_s, std::size_t value_size,
+                            const comm::Communicator& world, const std::string& communicator) {
+  const double lo = world.allreduce_value(comm_s, comm::ReduceOp::min);
+  const double hi = world.allreduce_value(comm_s, comm::ReduceOp::max);
+  nlohmann::json calls = nlohmann::json::array();
+  std::string ops;
+  for (std::size_t n = 0; n < f.counts.size(); ++n) {
+    calls.push_back({{"mode", f.modes[n]},
+                     {"collective", to_string(f.ops[n])},
+                     {"elements", f.counts[n]},
+                     {"bytes", static_cast<double>(f.counts[n]) * static_cast<double>(value_size)},
+                     {"seconds", f.seconds_per_call[n]}});
+    if (ops.find(to_string(f.ops[n])) == std::string::npos)
+      ops += (ops.empty() ? "" : ",") + std::string(to_string(f.ops[n]));
+  }
+  return {{"seconds_per_iteration", f.seconds},
+          {"bytes_per_iteration", f.bytes},
+          {"comm_seconds_per_iteration", comm_s},
+          {"ratio", f.ratio(comm_s)},
+          {"comm_seconds_min_over_ranks", lo},
+          {"comm_seconds_max_over_ranks", hi},
+          {"ratio_min_over_ranks", f.ratio(lo)},
+          {"collective", ops},
+          {"communicator", communicator},
+          {"batch", f.timing.batch},
+          {"repeat", f.timing.repeat},
+          {"modes", calls}};
 }
 
 namespace {
@@ -320,14 +368,13 @@ template CollectiveTime time_collective(Collective, std::size_t, float*, float*,
 template CollectiveTime time_collective(Collective, std::size_t, double*, double*,
                                         kernels::Backend<double>&, const comm::Communicator&,
                                         const comm::Communicator&, const CommTiming&);
-template std::optional<CommFloor> allreduce_floor(std::vector<std::uint64_t>,
-                                                  kernels::Backend<float>&,
-                                                  const comm::Communicator&,
-                                                  const comm::Communicator&, const CommTiming&);
-template std::optional<CommFloor> allreduce_floor(std::vector<std::uint64_t>,
-                                                  kernels::Backend<double>&,
-                                                  const comm::Communicator&,
-                                                  const comm::Communicator&, const CommTiming&);
+template std::optional<CommFloor> collective_floor(std::vector<FloorCall>, kernels::Backend<float>&,
+                                                   const comm::Communicator&,
+                                                   const comm::Communicator&, const CommTiming&);
+template std::optional<CommFloor> collective_floor(std::vector<FloorCall>,
+                                                   kernels::Backend<double>&,
+                                                   const comm::Communicator&,
+                                                   const comm::Communicator&, const CommTiming&);
 
 }  // namespace bench
 

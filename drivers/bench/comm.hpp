@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,21 +68,50 @@ CollectiveTime time_collective(Collective c, std::size_t elements, T* a, T* b,
                                kernels::Backend<T>& be, const comm::Communicator& data,
                                const comm::Communicator& world, const CommTiming& t);
 
-/// The NCCL floor of the bytes an iteration moves: per entry of `counts` (elements of T),
-/// an in-place allreduce of that many elements timed by time_collective; their sum.
+/// The NCCL floor of the bytes an iteration moves: per call (a collective and its elements
+/// of T), that collective timed by time_collective; their sum.
 struct CommFloor {
   double seconds = 0, bytes = 0;
   std::vector<double> seconds_per_call;
   std::vector<std::uint64_t> counts;  ///< elements per call (the largest over ranks)
+  std::vector<Collective> ops;        ///< the collective of each call
+  std::vector<int> modes;             ///< the tensor mode of each call (FloorCall::mode)
   CommTiming timing;
+  /// `comm_s` (a run's comm per iteration) over the floor; 0 where the floor is 0.
+  double ratio(double comm_s) const { return seconds > 0 ? comm_s / seconds : 0.0; }
 };
-/// Collective: the floor of `counts` (each the largest over the ranks of `world`), or
+/// One call of a floor: `elements` values of T through collective `op` (reduce_scatter and
+/// allgather: rounded up to whole blocks, a multiple of the ranks).
+struct FloorCall {
+  Collective op = Collective::allreduce;
+  std::uint64_t elements = 0;
+  int mode = 0;  ///< the tensor mode whose rows or factor the call moves
+};
+/// Collective: the floor of `calls` (each count the largest over the ranks of `world`), or
 /// nothing when `data` cannot enqueue (host communicators) or there is one rank.
 template <typename T>
-std::optional<CommFloor> allreduce_floor(std::vector<std::uint64_t> counts, kernels::Backend<T>& be,
-                                         const comm::Communicator& data,
+std::optional<CommFloor> collective_floor(std::vector<FloorCall> calls, kernels::Backend<T>& be,
+                                          const comm::Communicator& data,
+                                          const comm::Communicator& world,
+                                          const CommTiming& t = {3, 10, 10});
+/// collective_floor of in-place all-reduces of `counts` elements each.
+template <typename T>
+std::optional<CommFloor> allreduce_floor(const std::vector<std::uint64_t>& counts,
+                                         kernels::Backend<T>& be, const comm::Communicator& data,
                                          const comm::Communicator& world,
-                                         const CommTiming& t = {3, 10, 10});
+                                         const CommTiming& t = {3, 10, 10}) {
+  std::vector<FloorCall> calls;
+  for (const std::uint64_t n : counts)
+    calls.push_back({Collective::allreduce, n, static_cast<int>(calls.size())});
+  return collective_floor<T>(std::move(calls), be, data, world, t);
+}
+
+/// The record "comm_floor" of bench cp and bench tucker (collective): the floor `f` of
+/// `value_size`-byte values beside `comm_s`, this rank's comm per iteration (rank 0's is the
+/// table's); the least and most over the ranks of `world` show the waiting. `communicator`
+/// names the data communicator.
+nlohmann::json floor_record(const CommFloor& f, double comm_s, std::size_t value_size,
+                            const comm::Communicator& world, const std::string& communicator);
 
 }  // namespace bench
 }  // namespace tessera::driver

@@ -195,9 +195,6 @@ void bench_cp(Context<T>& c) {
   for (std::uint64_t rows : res.rows_held)
     counts.push_back(rows * static_cast<std::uint64_t>(o.observed_only ? R + W : R));
   const std::optional<CommFloor> cf = allreduce_floor<T>(counts, be, *c.cx.data, c.world);
-  const auto comm_ratio = [&](double comm_s) {
-    return cf && cf->seconds > 0 ? comm_s / cf->seconds : 0.0;
-  };
   const Table table({{"iteration", 10, true},
                      {"seconds", 12},
                      {"kernel%", 10},
@@ -215,35 +212,13 @@ void bench_cp(Context<T>& c) {
              cell("%.1f", 100 * cm / it_s), cell("%.1f", 100 * s / it_s), cell("%.3g", nnzps),
              human_bytes(it.floor.bytes), cell("%.4g", it.floor.seconds),
              cell("%.2f", it.floor.ratio(it.seconds)), cf ? cell("%.4g", cf->seconds) : "-",
-             cf ? cell("%.2f", comm_ratio(cm)) : "-", cell("%.6f", res.fit)});
+             cf ? cell("%.2f", cf->ratio(cm)) : "-", cell("%.6f", res.fit)});
   if (!cf && c.world.size() > 1 && log::rank() == 0)
     std::printf("comm floor: not measured (the %s communicator has no stream-ordered calls)\n",
                 c.cx.data->name().c_str());
   flush();
   nlohmann::json& j = c.j;
-  if (cf) {
-    // Rank 0's comm is the table's; the least and most over ranks show the waiting.
-    const double lo = c.world.allreduce_value(cm, comm::ReduceOp::min);
-    const double hi = c.world.allreduce_value(cm, comm::ReduceOp::max);
-    nlohmann::json modes = nlohmann::json::array();
-    for (std::size_t n = 0; n < cf->counts.size(); ++n)
-      modes.push_back({{"mode", n},
-                       {"elements", cf->counts[n]},
-                       {"bytes", static_cast<double>(cf->counts[n]) * sizeof(T)},
-                       {"seconds", cf->seconds_per_call[n]}});
-    j["comm_floor"] = {{"seconds_per_iteration", cf->seconds},
-                       {"bytes_per_iteration", cf->bytes},
-                       {"comm_seconds_per_iteration", cm},
-                       {"ratio", comm_ratio(cm)},
-                       {"comm_seconds_min_over_ranks", lo},
-                       {"comm_seconds_max_over_ranks", hi},
-                       {"ratio_min_over_ranks", comm_ratio(lo)},
-                       {"collective", "allreduce"},
-                       {"communicator", c.cx.data->name()},
-                       {"batch", cf->timing.batch},
-                       {"repeat", cf->timing.repeat},
-                       {"modes", modes}};
-  }
+  if (cf) j["comm_floor"] = floor_record(*cf, cm, sizeof(T), c.world, c.cx.data->name());
   if (res.tier > 1) {
     // Tier 2: the iteration against the larger of its copy and compute times.
     const double it_n = static_cast<double>(res.iterations);

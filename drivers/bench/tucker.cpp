@@ -4,12 +4,53 @@
 #include "algo/tucker.hpp"
 
 #include "bench/bench.hpp"
+#include "bench/comm.hpp"
 #include "bench/harness.hpp"
 #include "common.hpp"
+#include "kernels/ttmc.hpp"
 #include "run/tucker.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver::bench {
+
+namespace {
+
+/// The NCCL floor of the rows and factors an iteration combines on several ranks, per mode
+/// as the run combined them (TuckerResult::rows_strategy): an all-reduced mode, an
+/// all-reduce of its whole Y_(n) (I_n x C_n values); a mode summed on its owners, a
+/// reduce-scatter of Y_(n) (the rows its owners receive, (P - 1) / P of them from the other
+/// ranks when every rank's block touches every row) and an all-gather of the new factor
+/// (I_n x R_n). The dense stage's small sums (Grams, ||G||^2, the core) are not in it.
+/// Nothing on one rank or a host communicator (collective_floor).
+template <typename T>
+std::optional<CommFloor> tucker_floor(const algo::TuckerResult& res,
+                                      const std::vector<std::uint64_t>& dims,
+                                      const std::vector<int>& ranks, kernels::Backend<T>& be,
+                                      Context<T>& c) {
+  if (c.world.size() < 2) return std::nullopt;
+  std::vector<std::string> how;
+  for (std::size_t p = 0; p <= res.rows_strategy.size();) {
+    const std::size_t q = std::min(res.rows_strategy.find(',', p), res.rows_strategy.size());
+    how.push_back(res.rows_strategy.substr(p, q - p));
+    p = q + 1;
+  }
+  std::vector<FloorCall> calls;
+  for (std::size_t n = 0; n < dims.size(); ++n) {
+    const auto I = dims[n];
+    const auto C =
+        static_cast<std::uint64_t>(kernels::ttmc_output_cols(ranks, static_cast<int>(n)));
+    const int m = static_cast<int>(n);
+    if (n < how.size() && how[n] == "allreduce") {
+      calls.push_back({Collective::allreduce, I * C, m});
+    } else {
+      calls.push_back({Collective::reduce_scatter, I * C, m});
+      calls.push_back({Collective::allgather, I * static_cast<std::uint64_t>(ranks[n]), m});
+    }
+  }
+  return collective_floor<T>(std::move(calls), be, *c.cx.data, c.world);
+}
+
+}  // namespace
 
 template <typename T>
 void bench_tucker(Context<T>& c) {
@@ -60,6 +101,7 @@ void bench_tucker(Context<T>& c) {
     const double it_s = m[0], tt = m[1], cm = m[2], sv = m[3], sp = m[4], se = m[5], so = m[6],
                  sc = m[7];
     const IterationResult it = iteration_vs_floor(it_s, bytes, c.bw, c.world);
+    const std::optional<CommFloor> cf = tucker_floor(res, in.dims, o.ranks, be, c);
     const Table table({{"iteration", 10, true},
                        {"seconds", 12},
                        {"ttmc%", 10},
@@ -68,12 +110,16 @@ void bench_tucker(Context<T>& c) {
                        {"bytes", 12},
                        {"floor_s", 10},
                        {"ratio", 8},
+                       {"comm_floor_s", 12},
+                       {"comm/floor", 10},
                        {"fit", 10}});
     table.header();
     table.row({"mean", cell("%.4g", it.seconds), cell("%.1f", 100 * tt / it_s),
                cell("%.1f", 100 * cm / it_s), cell("%.1f", 100 * sv / it_s),
                human_bytes(it.floor.bytes), cell("%.4g", it.floor.seconds),
-               cell("%.2f", it.floor.ratio(it.seconds)), cell("%.6f", res.fit)});
+               cell("%.2f", it.floor.ratio(it.seconds)), cf ? cell("%.4g", cf->seconds) : "-",
+               cf ? cell("%.2f", cf->ratio(cm)) : "-", cell("%.6f", res.fit)});
+    if (cf) j["comm_floor"] = floor_record(*cf, cm, sizeof(T), c.world, c.cx.data->name());
     if (log::rank() == 0)
       std::printf(
           "svd split (rank 0, s/iter, %s): products %.4g, eigen-solves %.4g, "
