@@ -86,8 +86,8 @@ def comm_parts(j, split):
 
     A blocking collective's time on rank 0 includes the wait for the ranks that reach it
     later. Two records say how long that is:
-    - `comm_floor` (bench cp on NCCL): the least comm over the ranks is the slowest rank's,
-      which waits least; rank 0's comm beyond it is waiting.
+    - `comm_floor` (bench cp, bench tucker on NCCL): the least comm over the ranks is the
+      slowest rank's, which waits least; rank 0's comm beyond it is waiting.
     - `kernel_per_rank` (cp, bench cp): the slowest rank's MTTKRP seconds per iteration; rank 0
       waits for that rank about the slowest MTTKRP time less its own (the split's kernel)."""
     comm = split.get("comm")
@@ -107,8 +107,8 @@ def comm_parts(j, split):
 
 
 def comm_floor_seconds(j):
-    """The record's NCCL floor of its comm per unit (bench cp on NCCL: `comm_floor`, an
-    all-reduce of the same bytes timed on the node), or None."""
+    """The record's NCCL floor of its comm per unit (bench cp, bench tucker on NCCL: `comm_floor`,
+    the collectives of the same bytes timed on the node), or None."""
     cf = j.get("comm_floor")
     if isinstance(cf, dict) and isinstance(cf.get("seconds_per_iteration"), (int, float)):
         return float(cf["seconds_per_iteration"])
