@@ -18,10 +18,12 @@ namespace {
 /// The NCCL floor of the rows and factors an iteration combines on several ranks, per mode
 /// as the run combined them (TuckerResult::rows_strategy): an all-reduced mode, an
 /// all-reduce of its whole Y_(n) (I_n x C_n values); a mode summed on its owners, a
-/// reduce-scatter of Y_(n) (the rows its owners receive, (P - 1) / P of them from the other
-/// ranks when every rank's block touches every row) and an all-gather of the new factor
-/// (I_n x R_n). The dense stage's small sums (Grams, ||G||^2, the core) are not in it.
-/// Nothing on one rank or a host communicator (collective_floor).
+/// reduce-scatter of the rows a rank's TTMc gives (the largest rank's,
+/// TuckerMemory::ttmc_rows, x C_n: (P - 1) / P of them leave it, as the run's exchange
+/// sends them) and an all-gather of the new factor (I_n x R_n). The dense stage's small sums
+/// (Grams, ||G||^2, the core) are not in it. Its buffers are at most a whole Y_(n) and a
+/// P-th of it, allocated after the run has freed its own. Nothing on one rank or a host
+/// communicator (collective_floor).
 template <typename T>
 std::optional<CommFloor> tucker_floor(const algo::TuckerResult& res,
                                       const std::vector<std::uint64_t>& dims,
@@ -43,7 +45,9 @@ std::optional<CommFloor> tucker_floor(const algo::TuckerResult& res,
     if (n < how.size() && how[n] == "allreduce") {
       calls.push_back({Collective::allreduce, I * C, m});
     } else {
-      calls.push_back({Collective::reduce_scatter, I * C, m});
+      const auto rows =
+          n < res.memory.ttmc_rows.size() ? static_cast<std::uint64_t>(res.memory.ttmc_rows[n]) : I;
+      calls.push_back({Collective::reduce_scatter, rows * C, m});
       calls.push_back({Collective::allgather, I * static_cast<std::uint64_t>(ranks[n]), m});
     }
   }

@@ -138,6 +138,25 @@ TEST_F(PlanRanksDriver, ACudaCardIsPlannedWithoutSeeingOne) {
   EXPECT_TRUE(contains(r.out, "chosen: tier 1")) << r.out;
 }
 
+TEST_F(PlanRanksDriver, TuckerIsPlannedWithTheRanksAndRowsTheRunTakes) {
+  // --ranks as tucker reads it ("4x2x2" is "4,2,2"); on cuda with --svd gram these small
+  // modes' rows are all-reduced, as the run's auto takes them; --svd subspace: owners.
+  const std::string cuda = "--workload tucker --backend cuda --device-budget 8G --nprocs 2 ";
+  const auto x = plan(h5_, cuda + "--ranks 4x2x2", "tucker-x");
+  const auto c = plan(h5_, cuda + "--ranks 4,2,2", "tucker-c");
+  const auto sub = plan(h5_, cuda + "--ranks 4,2,2 --svd subspace", "tucker-sub");
+  ASSERT_TRUE(x.contains("plans_per_ranks") && c.contains("plans_per_ranks") &&
+              sub.contains("plans_per_ranks"));
+  const auto& px = x["plans_per_ranks"][0]["predicted"];
+  const auto& pc = c["plans_per_ranks"][0]["predicted"];
+  EXPECT_EQ(px["allreduce_bytes"], pc["allreduce_bytes"]);
+  EXPECT_GT(pc["allreduce_bytes"].get<double>(), 0);
+  EXPECT_EQ(px["ttmc_rows_strategy"]["modes"], "allreduce,allreduce,allreduce") << px.dump(1);
+  EXPECT_EQ(pc["ttmc_rows_strategy"]["modes"], "allreduce,allreduce,allreduce");
+  EXPECT_EQ(sub["plans_per_ranks"][0]["predicted"]["ttmc_rows_strategy"]["modes"],
+            "owners,owners,owners");
+}
+
 TEST_F(PlanRanksDriver, WithoutAGpuTheBudgetIsTheCardAndARunStillRefuses) {
   // A login node or a CPU-only build (CI's machine has no GPU): `plan --backend cuda
   // --device-budget 80G` plans for an 80 GB card, its device limit the budget; without

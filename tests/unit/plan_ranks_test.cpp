@@ -435,6 +435,13 @@ TEST(PlanNodes, TuckerRowsFollowTheRunsRule) {
   link += small_allreduce_cost(four);
   EXPECT_DOUBLE_EQ(a4.comm_s, link.seconds(m) + m.host_wait);
   EXPECT_DOUBLE_EQ(a4.comm_bytes, (12092.0 + 9184 + 28818) * 256 * 4);
+  // One rank names every mode's (tessera plan --ranks 16), as the run reads it.
+  Request one = tk;
+  one.tucker_ranks = {16};
+  const auto o1 = estimate_tucker_iteration(one, nell, nell.nnz / 4, 4, m);
+  EXPECT_EQ(o1.rows, a4.rows);
+  EXPECT_DOUBLE_EQ(o1.comm_s, a4.comm_s);
+  EXPECT_DOUBLE_EQ(o1.seconds, a4.seconds);
   // The same through plan_for_ranks: the record names the modes and why.
   const auto plans = plan_for_ranks(
       tk, nell, {1, 4}, [&](int P) { return split(nell.nnz, P); },

@@ -48,9 +48,9 @@ Shape shape_of(const Request& req, const TensorFacts& t) {
         if (k != m) cols = mul(cols, rank_of(k));
       s.ttmc_cols = std::max(s.ttmc_cols, cols);
       // A mode whose rows the run may all-reduce (tucker_rows_rule; flat, since the planner
-      // does not know the nodes): its TTMc output, the whole Y_(n) beside it (where the
-      // block's rows are not all of them) and the dense stage's three R_n-wide double
-      // arrays on all I_n rows.
+      // does not know the nodes): its TTMc output, the whole Y_(n) beside it (the run needs
+      // it only where some block misses a row, which is not known before the run: counted
+      // always) and the dense stage's three R_n-wide double arrays on all I_n rows.
       const u64 d = t.dims[static_cast<std::size_t>(m)];
       const double whole = static_cast<double>(d) * static_cast<double>(cols) * s.v;
       if (P > 1 && rule.allreduce(whole))

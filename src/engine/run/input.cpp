@@ -242,7 +242,7 @@ plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind,
 std::vector<int> rank_list(const std::string& s) {
   std::vector<int> out;
   for (std::size_t p = 0, q; p <= s.size(); p = q + 1) {
-    q = s.find(',', p);
+    q = s.find_first_of(",x", p);  // "16,16,4" or "16x16x4", as algo::parse_ranks reads them
     if (q == std::string::npos) q = s.size();
     try {
       out.push_back(std::stoi(s.substr(p, q - p)));

@@ -108,8 +108,8 @@ struct Input {
 plan::Request plan_request(const ComputeOptions& run, kernels::BackendKind kind, int value_bytes,
                            const comm::MpiCommunicator& world);
 
-/// "16,16,4" -> {16, 16, 4}; an entry that is not a number becomes 1 (algo::parse_ranks,
-/// which knows the order, reports it).
+/// "16,16,4" or "16x16x4" -> {16, 16, 4}; an entry that is not a number becomes 1
+/// (algo::parse_ranks, which knows the order, reports it).
 std::vector<int> rank_list(const std::string& s);
 
 /// Loads the input of cp and tucker (collective), as the memory planner decides: measures
