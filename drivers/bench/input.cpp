@@ -279,20 +279,10 @@ plan::Plan bench_plan(const BenchArgs& a, const std::vector<std::uint64_t>& dims
   req.allreduce = req.workload == plan::Workload::tucker || a.run.strategy != "layer";
   // bench ttmc runs the TTMcs alone: no rows combined, no dense stage.
   if (a.what == "ttmc") req.tucker_rows = plan::TuckerRows::owners;
-  if (!req.allreduce && world.size() > 1) {
-    // The grid bench_input's distribution takes: --grid, else a store's partition of as
-    // many blocks (load_and_distribute keeps it), else partition::choose_grid.
+  if (!req.allreduce && world.size() > 1) {  // the grid bench_input's distribution takes
     std::optional<io::H5TensorInfo> h;
     if (!path.empty() && io::is_tensor_store(path, world)) h = io::read_h5_info(path, world);
-    comm::run_collectively(world, [&] {
-      if (!a.load.grid.empty())
-        req.grid = partition::parse_grid(a.load.grid, static_cast<int>(dims.size()), world.size());
-      else if (h && h->partition && h->partition->nblocks() == world.size() &&
-               keeps_stored_grid(a.load, partition::Scheme::grid))
-        req.grid = h->partition->grid;
-      else
-        req.grid = partition::choose_grid(dims, world.size());
-    });
+    req.grid = layer_grid(a.load, partition::Scheme::grid, dims, h ? &*h : nullptr, world);
   }
   req.force_tier = 1;  // bench measures resident kernels
   // measure_bandwidth's two arrays: 512 MiB each on the host, 2 GiB each on a device; none

@@ -33,13 +33,8 @@ Shape shape_of(const Request& req, const TensorFacts& t) {
   if (req.workload == Workload::tucker) {
     const TuckerRowsRule rule =
         tucker_rows_rule(req.tucker_rows, req.tucker_svd, false, req.backend == Backend::cuda);
-    const auto& rk = req.tucker_ranks;
-    auto rank_of = [&](int m) -> u64 {
-      if (rk.empty()) return 1;
-      if (rk.size() == 1) return static_cast<u64>(std::max(rk[0], 1));
-      return m < static_cast<int>(rk.size())
-                 ? static_cast<u64>(std::max(rk[static_cast<std::size_t>(m)], 1))
-                 : 1;
+    auto rank_of = [&](int m) {
+      return static_cast<u64>(req.tucker_rank(static_cast<std::size_t>(m)));
     };
     for (int m = 0; m < s.N; ++m) {
       s.R = std::max(s.R, static_cast<int>(rank_of(m)));

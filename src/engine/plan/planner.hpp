@@ -140,6 +140,12 @@ struct Request {
   /// the dense stage on all its rows (tucker_rows_rule).
   TuckerRows tucker_rows = TuckerRows::automatic;
   std::string tucker_svd = "gram";
+  /// Tucker rank R_n of `mode` (at least 1): one value names every mode's (--ranks 16), as
+  /// the run reads it; a mode past the list is 1.
+  int tucker_rank(std::size_t mode) const {
+    const auto& r = tucker_ranks;
+    return std::max(r.size() == 1 ? r[0] : mode < r.size() ? r[mode] : 1, 1);
+  }
 };
 
 /// Limits the plan is made against (per rank), each with its source.

@@ -145,10 +145,7 @@ IterationEstimate estimate_tucker_iteration(const Request& req, const TensorFact
   const std::vector<double> d = dims_of(t);
   const std::size_t N = d.size();
   std::vector<double> r(N, 1), cols(N, 1);
-  // One rank names every mode's (--ranks 16), as the run and shape_of read it.
-  const auto& rk = req.tucker_ranks;
-  for (std::size_t k = 0; k < N; ++k)
-    r[k] = std::max(rk.size() == 1 ? rk[0] : rk.size() > k ? rk[k] : 1, 1);
+  for (std::size_t k = 0; k < N; ++k) r[k] = req.tucker_rank(k);
   double core = 1;
   for (std::size_t k = 0; k < N; ++k) {
     core *= r[k];

@@ -190,6 +190,22 @@ bool keeps_stored_grid(const LoadOptions& o, partition::Scheme scheme) {
   return scheme == partition::Scheme::grid && !o.relabel && !o.deal;
 }
 
+std::vector<int> layer_grid(const LoadOptions& o, partition::Scheme scheme,
+                            const std::vector<std::uint64_t>& dims, const io::H5TensorInfo* h,
+                            const comm::MpiCommunicator& world) {
+  const int P = world.size();
+  std::vector<int> grid;
+  comm::run_collectively(world, [&] {
+    if (!o.grid.empty())
+      grid = partition::parse_grid(o.grid, static_cast<int>(dims.size()), P);
+    else if (h && h->partition && h->partition->nblocks() == P && keeps_stored_grid(o, scheme))
+      grid = h->partition->grid;
+    else
+      grid = partition::choose_grid(dims, P);
+  });
+  return grid;
+}
+
 template <typename T>
 void fill_stats_from_dist(Input<T>& in) {
   const auto& dd = in.dist->dist;
@@ -300,15 +316,8 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   // The layer strategy's grid as load_and_distribute will take it (--grid, else the store's
   // partition, else partition::choose_grid), for its communicators in the header's plan; the
   // plan after distributing takes the grid the distribution used.
-  if (!req.allreduce && P > 1 && facts.store) {
-    if (!o.grid.empty())
-      comm::run_collectively(world,
-                             [&] { req.grid = partition::parse_grid(o.grid, facts.order(), P); });
-    else if (by_block && keeps_stored_grid(o, scheme))
-      req.grid = h->partition->grid;
-    else
-      req.grid = partition::choose_grid(facts.dims, P);
-  }
+  if (!req.allreduce && P > 1 && facts.store)
+    req.grid = layer_grid(o, scheme, facts.dims, h ? &*h : nullptr, world);
   // A store with unique coordinates run with the allreduce strategy is read in its stored
   // order: no exchange, no sort (the nnz scheme's equal shares, or the stored blocks).
   const bool store_order =

@@ -38,6 +38,13 @@ bool deal_applies(const LoadOptions& o, partition::Scheme scheme);
 /// reads its block): the grid scheme, and no relabelling (--relabel or --deal; under the
 /// grid scheme --deal always applies, deal_applies).
 bool keeps_stored_grid(const LoadOptions& o, partition::Scheme scheme);
+/// The layer strategy's rank grid as load_and_distribute takes it for P ranks (for the plan
+/// of its communicators): --grid, else the partition of a store (`h`, may be null) with P
+/// blocks where keeps_stored_grid, else partition::choose_grid. Collective: a bad --grid is
+/// one error on every rank.
+std::vector<int> layer_grid(const LoadOptions& o, partition::Scheme scheme,
+                            const std::vector<std::uint64_t>& dims, const io::H5TensorInfo* h,
+                            const comm::MpiCommunicator& world);
 
 struct Loaded {
   double read_seconds = 0, distribute_seconds = 0;
