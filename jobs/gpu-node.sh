@@ -20,7 +20,8 @@
 #               "Dealt grids"), TESSERA_SCALE_STORE=1 the amazon
 #               shape from an HDF5 store generated on the node (stored order dealt to the ranks
 #               and, for comparison, cut in contiguous ranges: TESSERA_SCALE_STORE_READ; on the
-#               GPU counts in TESSERA_SCALE_STORE_NPS, default all),
+#               GPU counts in TESSERA_SCALE_STORE_NPS, default all; TESSERA_SCALE_STORE_DEAL=1:
+#               also with --deal),
 #               TESSERA_SCALE_REDDIT=1 the reddit shape (4.7e9 nonzeros) on all GPUs,
 #               TESSERA_SCALE_TUCKER_AMAZON=1 Tucker on the amazon shape,
 #               TESSERA_SCALE_OVERLAP=1 the amazon shape also with --comm-overlap on (2+ GPUs),
@@ -613,6 +614,11 @@ if has scale; then  # issue 36: strong scaling over 1, 2, 4, ... GPUs of the nod
           --rank 32 --iters 6 --tol 0 --backend cuda --precision float
       done
       unset TESSERA_STORE_READ
+      # With --deal (auto then takes the layer strategy: the store read whole, dealt and
+      # exchanged; docs/multi-gpu.md, "Dealt grids").
+      [ -n "${TESSERA_SCALE_STORE_DEAL:-}" ] && [ $p -gt 1 ] && sbench \
+        scale-amazon-store-cp-r32-deal-np$p $mp "$T" cp "$store" --rank 32 --iters 6 --tol 0 \
+        --backend cuda --precision float --deal
     fi
     if [ -n "${TESSERA_SCALE_REDDIT:-}" ] && [ $p -eq "$ngpu" ]; then
       sbench scale-reddit-cp-r32-np$p $mp "$T" bench cp --generate 8211298x176962x8116559 \

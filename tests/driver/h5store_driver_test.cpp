@@ -188,6 +188,42 @@ TEST_F(H5Driver, CpOnAStoreGivesTheSameFitAsOnText) {
   EXPECT_NEAR(fit_of(path("pl.json")), fit_of(path("tl.json")), 1e-9);
 }
 
+// --comm-strategy auto on a store whose long mode 0 makes the layer strategy move fewer
+// bytes (docs/multi-gpu.md, "Choosing the strategy"): layer, on the grid it models. Forced
+// into memory tier 3, which runs the allreduce strategy only (and keeps the stored order, so
+// --deal has nothing to deal), auto takes allreduce after all instead of refusing the run,
+// with the same fit.
+TEST_F(H5Driver, AutoTakesAllreduceWhereTheLayerStrategyCannotRun) {
+  const std::string h = path("wide.h5");
+  ok(tessera() + " generate --dims 2000000x100x100 --nnz 1e5 --rank 3 -q --out " + h);
+  const std::string cp = mpirun(2) + " cp " + h +
+                         " --rank 4 --iters 2 --tol 0 --backend cpu --precision double --json ";
+  const auto record = [&](const std::string& j) {
+    std::ifstream f(path(j));
+    return nlohmann::json::parse(f);
+  };
+  auto r = ok(cp + path("auto.json"));
+  EXPECT_NE(r.out.find("--comm-strategy auto: layer"), std::string::npos) << r.out;
+  const auto a = record("auto.json");
+  EXPECT_EQ(a["options"]["comm_strategy"], "layer") << a["options"].dump();
+  EXPECT_EQ(a["options"]["grid"], (std::vector<int>{2, 1, 1}));
+  EXPECT_EQ(a["memory_plan"]["tier"], 1);
+  r = ok(cp + path("t3.json") + " --tier 3 --deal");
+  EXPECT_NE(r.out.find("allreduce after all (the layer strategy runs in memory tier 1 only"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--deal: not used"), std::string::npos) << r.out;
+  const auto t3 = record("t3.json");
+  EXPECT_EQ(t3["options"]["comm_strategy"], "allreduce");
+  EXPECT_EQ(t3["options"]["deal"], false);
+  EXPECT_EQ(t3["memory_plan"]["tier"], 3);
+  EXPECT_NEAR(t3["fit"].get<double>(), a["fit"].get<double>(), 1e-9);
+  // tessera plan says the same.
+  r = ok(mpirun(2) + " plan " + h + " --rank 4 --tier 3 --backend cpu");
+  EXPECT_NE(r.out.find("allreduce after all"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chosen: tier 3"), std::string::npos) << r.out;
+}
+
 TEST_F(H5Driver, PartitionThenBlockReadsHoldTheSameNonzeros) {
   const std::string g = path("g.h5"), p = path("p.h5");
   ok(mpirun(2) +

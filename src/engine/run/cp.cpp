@@ -76,10 +76,14 @@ PlanContext plan_context(const CpRunOptions& o) {
 }
 
 template <typename T>
-Input<T> cp_input(const CpRunOptions& o, partition::Scheme scheme, bool allreduce, Compute<T>& cx,
-                  const comm::MpiCommunicator& world, SparseTensor<T>* arrays, Loaded* li) {
-  if (arrays == nullptr)
-    return load_input<T>(o.load, o.run, scheme, allreduce, cx, plan_context(o), world, li);
+Input<T> cp_input(const CpRunOptions& o, partition::Scheme scheme, bool allreduce,
+                  bool layer_by_auto, Compute<T>& cx, const comm::MpiCommunicator& world,
+                  SparseTensor<T>* arrays, Loaded* li) {
+  if (arrays == nullptr) {
+    PlanContext pc = plan_context(o);
+    pc.layer_by_auto = layer_by_auto;
+    return load_input<T>(o.load, o.run, scheme, allreduce, cx, pc, world, li);
+  }
   Input<T> in;  // arrays: distributed in memory as a text file is (tier 1)
   in.dist.emplace(partition::distribute(std::move(*arrays), scheme, {}, world));
   fill_stats_from_dist(in);
@@ -341,13 +345,13 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
       world.size() > 1 ? comm::node_map(world, o.run.emulate_nodes) : comm::NodeMap{};
   const int per_node = block_ranks_per_node(nodes, world.size());
   algo::CommChoice choice;
-  const algo::CommStrategy strategy = comm_strategy(o, world, &choice, per_node);
+  algo::CommStrategy strategy = comm_strategy(o, world, &choice, per_node);
+  const bool auto_layer = o.run.strategy == "auto" && strategy == algo::CommStrategy::layer;
   // On several nodes auto's layer grid is the model's node-aware one (algo::choose_layer_grid)
   // unless --grid gives one.
   CpRunOptions node_grid;
   const CpRunOptions* po = &o;
-  if (o.run.strategy == "auto" && strategy == algo::CommStrategy::layer && o.load.grid.empty() &&
-      per_node > 0 && !choice.grid.empty()) {
+  if (auto_layer && o.load.grid.empty() && per_node > 0 && !choice.grid.empty()) {
     node_grid = o;
     for (const int p : choice.grid) {
       if (!node_grid.load.grid.empty()) node_grid.load.grid += 'x';
@@ -367,11 +371,30 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
             algo::to_string(strategy));
   Loaded li;
   PeakSampler peaks(cx.kind == kernels::BackendKind::cuda);
-  const partition::Scheme scheme =
+  partition::Scheme scheme =
       detail::scheme_of(o.load, strategy == algo::CommStrategy::layer ? partition::Scheme::grid
                                                                       : partition::Scheme::nnz);
-  Input<T> in =
-      cp_input<T>(*po, scheme, strategy == algo::CommStrategy::allreduce, cx, world, arrays, &li);
+  Input<T> in = cp_input<T>(*po, scheme, strategy == algo::CommStrategy::allreduce, auto_layer, cx,
+                            world, arrays, &li);
+  CpRunOptions as_allreduce;
+  if (!in.layer_declined.empty()) {
+    // The layer strategy runs in memory tier 1 only: where its plan does not fit, auto takes
+    // allreduce, which the planner may stream (tiers 2-3), and --deal has nothing to deal.
+    log::info(
+        "--comm-strategy auto: allreduce after all (the layer strategy runs in memory "
+        "tier 1 only, and its plan does not fit: " +
+        in.layer_declined + ")");
+    strategy = algo::CommStrategy::allreduce;
+    choice.strategy = strategy;
+    choice.why += "; the layer strategy's plan does not fit in memory tier 1";
+    as_allreduce = o;
+    as_allreduce.load.grid.clear();
+    if (o.load.deal) log::info("--deal: not used, the allreduce strategy cuts no mode");
+    as_allreduce.load.deal = false;
+    po = &as_allreduce;
+    scheme = detail::scheme_of(po->load, partition::Scheme::nnz);
+    in = cp_input<T>(*po, scheme, true, false, cx, world, arrays, &li);
+  }
   out.dry_run = in.dry_run;
   if (in.dry_run) return out;
 
@@ -380,7 +403,7 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
   // --comm-overlap auto: on when the ranks span nodes (a network link, where the sums cost
   // as much as the kernels), off inside one node (NVLink: measured slower; multi-gpu.md).
   ao.comm_overlap = o.run.overlap == "on" || (o.run.overlap == "auto" && nodes.nodes() > 1);
-  const nlohmann::json opts = record_options(o, in, kind, ck, ao, choice);
+  const nlohmann::json opts = record_options(*po, in, kind, ck, ao, choice);
   // Checkpoint and restart (docs/formats.md): the input's identity, the start state and the
   // callback that writes a checkpoint on rank 0 after every K-th iteration.
   io::TensorFingerprint fingerprint;

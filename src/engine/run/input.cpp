@@ -333,6 +333,12 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
     fill_stats_from_store(in, *h, P, by_block, deal_piece);
     facts.max_block_nnz = in.max_block_nnz;
     in.plan = plan::make_plan(req, facts, lim);  // from the header
+    if (pc.layer_by_auto && !in.plan.fits) {     // the caller takes allreduce (PlanContext)
+      in.layer_declined = in.plan.refusal;
+      for (const std::string& r : in.plan.reasons)  // tier 1's line says it shortest
+        if (r.rfind("tier 1", 0) == 0) in.layer_declined = r;
+      return in;
+    }
     // Tier 3 cannot sum repeated coordinates: when it is forced or the only way left, the
     // fix is a deduplicated copy, not more memory.
     if (h->has_duplicates != 0 && (req.force_tier == 3 || !in.plan.fits))

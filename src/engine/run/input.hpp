@@ -73,6 +73,10 @@ struct PlanContext {
   /// GCP's sample counts (plan::Request::gcp_samples, ...; 0: the defaults).
   int gcp_samples = 0, gcp_zero_samples = 0, gcp_eval_samples = 0;
   double holdout = 0;  ///< CP --holdout (plan::Request::holdout)
+  /// CP: --comm-strategy auto took the layer strategy. It runs in memory tier 1 only, so a
+  /// store whose layer plan does not fit is not read: load_input returns with
+  /// Input::layer_declined set, and the caller loads it again with the allreduce strategy.
+  bool layer_by_auto = false;
 };
 
 /// A run's input, where the plan put it:
@@ -90,6 +94,9 @@ struct Input {
   std::unique_ptr<algo::DiskTensor<T>> disk;
   plan::Plan plan;
   bool dry_run = false;  ///< the plan was printed and nothing was loaded
+  /// PlanContext::layer_by_auto: why the layer strategy's plan does not fit (nothing was
+  /// loaded); empty otherwise.
+  std::string layer_declined;
   std::vector<std::uint64_t> dims;
   nnz_t global_nnz = 0;
   nnz_t duplicates = 0;  ///< summed in tiers 1-2 (text inputs and unchecked stores)
