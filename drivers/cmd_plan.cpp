@@ -319,7 +319,7 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
                                               a.load.deal) == algo::CommStrategy::allreduce;
     });
   }
-  const bool layer_by_auto = run.strategy == "auto" && !allreduce;
+  pc.layer_by_auto = run.strategy == "auto" && !allreduce;  // tucker: never layer
   if (a.workload == "tucker") {
     pc.workload = plan::Workload::tucker;
     allreduce = true;
@@ -333,21 +333,7 @@ void run_plan(const PlanArgs& a, const comm::MpiCommunicator& world) {
   if (a.load.partition != "auto") scheme = partition::parse_scheme(a.load.partition);
   if (!a.load.grid.empty() && a.load.partition == "auto") scheme = partition::Scheme::grid;
   if (!a.nprocs.empty()) return run_plan_nprocs<T>(a, run, cx, scheme, allreduce, pc, world);
-  pc.layer_by_auto = layer_by_auto && a.workload != "tucker";
   Input<T> in = load_input<T>(a.load, run, scheme, allreduce, cx, pc, world, nullptr);
-  if (!in.layer_declined.empty()) {  // as tessera cp: allreduce, which tiers 2-3 may stream
-    log::info(
-        "--comm-strategy auto: allreduce after all (the layer strategy runs in memory "
-        "tier 1 only, and its plan does not fit: " +
-        in.layer_declined + ")");
-    pc.layer_by_auto = false;
-    LoadOptions load = a.load;
-    load.grid.clear();
-    load.deal = false;
-    const partition::Scheme nnz =
-        load.partition != "auto" ? partition::parse_scheme(load.partition) : partition::Scheme::nnz;
-    in = load_input<T>(load, run, nnz, true, cx, pc, world, nullptr);
-  }
   if (!run.json.empty()) {
     // Envelope timing: the default (unit "run", seconds since the start).
     nlohmann::json j =

@@ -371,29 +371,19 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
             algo::to_string(strategy));
   Loaded li;
   PeakSampler peaks(cx.kind == kernels::BackendKind::cuda);
-  partition::Scheme scheme =
+  const partition::Scheme scheme =
       detail::scheme_of(o.load, strategy == algo::CommStrategy::layer ? partition::Scheme::grid
                                                                       : partition::Scheme::nnz);
   Input<T> in = cp_input<T>(*po, scheme, strategy == algo::CommStrategy::allreduce, auto_layer, cx,
                             world, arrays, &li);
   CpRunOptions as_allreduce;
-  if (!in.layer_declined.empty()) {
-    // The layer strategy runs in memory tier 1 only: where its plan does not fit, auto takes
-    // allreduce, which the planner may stream (tiers 2-3), and --deal has nothing to deal.
-    log::info(
-        "--comm-strategy auto: allreduce after all (the layer strategy runs in memory "
-        "tier 1 only, and its plan does not fit: " +
-        in.layer_declined + ")");
+  if (!in.layer_declined.empty()) {  // loaded for allreduce instead (PlanContext::layer_by_auto)
     strategy = algo::CommStrategy::allreduce;
     choice.strategy = strategy;
     choice.why += "; the layer strategy's plan does not fit in memory tier 1";
-    as_allreduce = o;
-    as_allreduce.load.grid.clear();
-    if (o.load.deal) log::info("--deal: not used, the allreduce strategy cuts no mode");
-    as_allreduce.load.deal = false;
+    as_allreduce = o;  // the options that ran, for the record
+    as_allreduce.load = allreduce_load(o.load);
     po = &as_allreduce;
-    scheme = detail::scheme_of(po->load, partition::Scheme::nnz);
-    in = cp_input<T>(*po, scheme, true, false, cx, world, arrays, &li);
   }
   out.dry_run = in.dry_run;
   if (in.dry_run) return out;

@@ -206,6 +206,13 @@ std::vector<int> layer_grid(const LoadOptions& o, partition::Scheme scheme,
   return grid;
 }
 
+LoadOptions allreduce_load(const LoadOptions& o) {
+  LoadOptions a = o;
+  a.grid.clear();
+  a.deal = false;
+  return a;
+}
+
 template <typename T>
 void fill_stats_from_dist(Input<T>& in) {
   const auto& dd = in.dist->dist;
@@ -333,11 +340,24 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
     fill_stats_from_store(in, *h, P, by_block, deal_piece);
     facts.max_block_nnz = in.max_block_nnz;
     in.plan = plan::make_plan(req, facts, lim);  // from the header
-    if (pc.layer_by_auto && !in.plan.fits) {     // the caller takes allreduce (PlanContext)
-      in.layer_declined = in.plan.refusal;
+    if (pc.layer_by_auto && !in.plan.fits) {
+      // The layer strategy runs in tier 1 only: allreduce instead, which tiers 2-3 stream.
+      std::string why = in.plan.refusal;
       for (const std::string& r : in.plan.reasons)  // tier 1's line says it shortest
-        if (r.rfind("tier 1", 0) == 0) in.layer_declined = r;
-      return in;
+        if (r.rfind("tier 1", 0) == 0) why = r;
+      log::info(
+          "--comm-strategy auto: allreduce after all (the layer strategy runs in memory "
+          "tier 1 only, and its plan does not fit: " +
+          why + ")");
+      PlanContext apc = pc;
+      apc.layer_by_auto = false;
+      if (o.deal) log::info("--deal: not used, the allreduce strategy cuts no mode");
+      const LoadOptions a = allreduce_load(o);
+      const partition::Scheme nnz =
+          a.partition != "auto" ? partition::parse_scheme(a.partition) : partition::Scheme::nnz;
+      Input<T> again = load_input<T>(a, run, nnz, true, cx, apc, world, info);
+      again.layer_declined = why;
+      return again;
     }
     // Tier 3 cannot sum repeated coordinates: when it is forced or the only way left, the
     // fix is a deduplicated copy, not more memory.

@@ -45,6 +45,9 @@ bool keeps_stored_grid(const LoadOptions& o, partition::Scheme scheme);
 std::vector<int> layer_grid(const LoadOptions& o, partition::Scheme scheme,
                             const std::vector<std::uint64_t>& dims, const io::H5TensorInfo* h,
                             const comm::MpiCommunicator& world);
+/// The load options of the allreduce strategy taken instead of auto's layer strategy
+/// (PlanContext::layer_by_auto): no grid, nothing dealt.
+LoadOptions allreduce_load(const LoadOptions& o);
 
 struct Loaded {
   double read_seconds = 0, distribute_seconds = 0;
@@ -73,9 +76,9 @@ struct PlanContext {
   /// GCP's sample counts (plan::Request::gcp_samples, ...; 0: the defaults).
   int gcp_samples = 0, gcp_zero_samples = 0, gcp_eval_samples = 0;
   double holdout = 0;  ///< CP --holdout (plan::Request::holdout)
-  /// CP: --comm-strategy auto took the layer strategy. It runs in memory tier 1 only, so a
-  /// store whose layer plan does not fit is not read: load_input returns with
-  /// Input::layer_declined set, and the caller loads it again with the allreduce strategy.
+  /// CP: --comm-strategy auto took the layer strategy. It runs in memory tier 1 only, so
+  /// where a store's layer plan does not fit, load_input loads it for the allreduce strategy
+  /// instead (allreduce_load's options) and says why in Input::layer_declined.
   bool layer_by_auto = false;
 };
 
@@ -94,8 +97,8 @@ struct Input {
   std::unique_ptr<algo::DiskTensor<T>> disk;
   plan::Plan plan;
   bool dry_run = false;  ///< the plan was printed and nothing was loaded
-  /// PlanContext::layer_by_auto: why the layer strategy's plan does not fit (nothing was
-  /// loaded); empty otherwise.
+  /// PlanContext::layer_by_auto: why the layer strategy's plan did not fit, where the input
+  /// was loaded for the allreduce strategy instead; empty otherwise.
   std::string layer_declined;
   std::vector<std::uint64_t> dims;
   nnz_t global_nnz = 0;
