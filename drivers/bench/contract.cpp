@@ -42,7 +42,9 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "io/output.hpp"
+#include "plan/limits.hpp"
 #include "run/contract_inputs.hpp"
+#include "run/input.hpp"
 #include "util/log.hpp"
 
 namespace tessera::driver {
@@ -217,6 +219,10 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
 
   auto cx = make_compute<T>(a.run, world);
   const auto kind = cx.kind;
+  // Measured peaks beside the contractions' estimates: the resident set before the inputs
+  // are made is the process's baseline, which the estimates do not hold.
+  PeakSampler peaks(kind == kernels::BackendKind::cuda);
+  const std::uint64_t baseline = plan::process_memory().rss;
   comm::run_collectively(world, [&] { contract_probe_backend(*cx.backend, spec); });
   ContractInputs<T> in;
   if (a.generate) {
@@ -398,8 +404,41 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
           link.locked ? "page-locked" : "staged: page-locking refused", link_s, me.total / link_s);
     std::fflush(stdout);
   }
+  // Peak memory beside the estimates. The host peak (VmHWM) covers the whole benchmark, every
+  // backend it times; the estimates are each backend's busiest rank's, made before its
+  // multiplication (algo::ContractMemory: inputs, routed copies, workspace, output, exchange).
+  peaks.stop();
+  std::size_t estimate = 0;
+  for (const Timing& r : rows) estimate = std::max(estimate, r.memory);
+  const double host_peak =
+      world.allreduce_value(static_cast<double>(peaks.host_peak()), comm::ReduceOp::max);
+  const double device_peak =
+      world.allreduce_value(static_cast<double>(peaks.device_peak()), comm::ReduceOp::max);
+  const double base_rss = world.allreduce_value(static_cast<double>(baseline), comm::ReduceOp::max);
+  // measure_bandwidth's two arrays (run/compute.cpp) on a host backend: 512 MiB each, beside
+  // the inputs, before the contractions.
+  const double probe =
+      cx.backend->memory_space() == comm::MemorySpace::host ? double(std::uint64_t(1) << 30) : 0.0;
+  const double planned = base_rss + static_cast<double>(estimate) + probe;
+  if (log::rank() == 0) {
+    std::printf(
+        "memory per rank: host peak %s measured (VmHWM, every backend timed) vs %s estimated "
+        "(the largest contraction estimate, %s, on the process baseline of %s and the "
+        "bandwidth probe's %s) (%.2f)",
+        human_bytes(host_peak).c_str(), human_bytes(planned).c_str(),
+        human_bytes(static_cast<double>(estimate)).c_str(), human_bytes(base_rss).c_str(),
+        human_bytes(probe).c_str(), planned > 0 ? host_peak / planned : 0.0);
+    if (kind == kernels::BackendKind::cuda)
+      std::printf("; device peak %s measured", human_bytes(device_peak).c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+  }
   nlohmann::json j;
   j["machine"]["bandwidth_bytes_per_s"] = bw;
+  j["memory_estimate_vs_peak"] = {
+      {"measured_peak_host_bytes", host_peak}, {"baseline_host_bytes", base_rss},
+      {"bandwidth_probe_host_bytes", probe},   {"largest_estimate_bytes", estimate},
+      {"estimated_peak_host_bytes", planned},  {"measured_peak_device_bytes", device_peak}};
   // One contraction of the benchmarked backend end to end (median run, slowest rank): the
   // kernel (match, count, multiply, assemble), routing and merge.
   j["timing"] =
@@ -429,7 +468,7 @@ void run_bench_contract(const BenchContractArgs& a, const comm::MpiCommunicator&
                             {"seconds", link_s},
                             {"total_ratio", me.total / link_s}};
   write_record(a.run.json, "bench contract", j, world, kernels::to_string(kind), a.run.threads,
-               cx.backend->tuning());
+               cx.backend->tuning(), peaks.device_peak());
 }
 
 }  // namespace

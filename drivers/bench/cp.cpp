@@ -9,6 +9,7 @@
 #include "bench/comm.hpp"
 #include "bench/harness.hpp"
 #include "common.hpp"
+#include "kernels/ops/mttkrp.hpp"
 #include "linalg/row_update.hpp"
 #include "run/record.hpp"
 #include "util/log.hpp"
@@ -32,9 +33,12 @@ void bench_cp_apr(Context<T>& c, const algo::CpOptions& o) {
   using H = algo::CpIteration;
   const auto m = iteration_means(res.history, {&H::seconds, &H::kernel, &H::comm, &H::solve});
   const double it_s = m[0], k = m[1], cm = m[2], s = m[3];
+  // Inner iterations per iteration over the same iterations as the kernel's mean (the first,
+  // which runs the most inner iterations, is not counted in either).
   double inner = 0;
-  for (const auto& h : res.history) inner += h.inner_iters;
-  inner /= std::max<std::size_t>(res.history.size(), 1);
+  const std::size_t first = first_counted(res.history.size());
+  for (std::size_t i = first; i < res.history.size(); ++i) inner += res.history[i].inner_iters;
+  inner /= static_cast<double>(std::max<std::size_t>(res.history.size() - first, 1));
   const std::vector<double> distinct(res.distinct_rows.begin(), res.distinct_rows.end());
   double bytes = 0;
   for (int n = 0; n < N; ++n)
@@ -139,6 +143,46 @@ void bench_cp_gcp(Context<T>& c, const algo::CpOptions& o) {
   j["timing"] = timing_record("epoch", it.seconds, {});
 }
 
+/// The comm floor of the layer strategy (algo/cp_layout.cpp, cp_als_loop.cpp): per mode whose
+/// layer holds q > 1 ranks, a reduce-scatter of the layer's rows (padded to q equal blocks, as
+/// the run pads them; `sum_width` values a row: the MTTKRP's R, and with --observed-only the
+/// packed Grams' W too) and an all-gather of the new rows (R values a row), on a
+/// communicator of the layer's ranks (split from `data` as the run splits it; `data` itself
+/// where the layer is every rank; every layer times its own at once, as in the run). A layer
+/// of one rank moves nothing. The Gram and scalar all-reduces are not in it, as in the
+/// allreduce strategy's floor. Nothing where `data` cannot enqueue or on one rank.
+template <typename T>
+std::optional<CommFloor> layer_floor(const partition::Distribution& dist, int sum_width, int R,
+                                     Context<T>& c) {
+  const comm::Communicator& data = *c.cx.data;
+  if (!data.can_enqueue() || c.world.size() < 2) return std::nullopt;
+  CommFloor all;
+  for (int n = 0; n < dist.order(); ++n) {
+    const int q = dist.layer_size(n);  // the same on every rank: nranks / grid[n]
+    if (q < 2) continue;
+    const auto [c0, c1] = dist.chunk(n);
+    const std::uint64_t b = (c1 - c0 + static_cast<std::uint64_t>(q) - 1) / q;
+    const std::uint64_t rows = b * static_cast<std::uint64_t>(q);
+    std::unique_ptr<comm::Communicator> own;
+    if (q != data.size()) own = data.split(dist.coords[static_cast<std::size_t>(n)], data.rank());
+    const std::optional<CommFloor> f = collective_floor<T>(
+        {{Collective::reduce_scatter, rows * static_cast<std::uint64_t>(sum_width), n},
+         {Collective::allgather, rows * static_cast<std::uint64_t>(R), n}},
+        *c.cx.backend, own ? *own : data, c.world);
+    if (!f) continue;
+    all.timing = f->timing;
+    all.seconds += f->seconds;
+    all.bytes += f->bytes;
+    for (std::size_t k = 0; k < f->counts.size(); ++k) {
+      all.seconds_per_call.push_back(f->seconds_per_call[k]);
+      all.counts.push_back(f->counts[k]);
+      all.ops.push_back(f->ops[k]);
+      all.modes.push_back(f->modes[k]);
+    }
+  }
+  return all;
+}
+
 }  // namespace
 
 template <typename T>
@@ -177,24 +221,49 @@ void bench_cp(Context<T>& c) {
   // collectives are not in it; their share is printed beside).
   const std::vector<double> distinct(res.distinct_rows.begin(), res.distinct_rows.end());
   double bytes = 0;
-  // Completion adds, per mode, the MTTKRP of the pattern with R(R+1)/2 columns (the rows'
-  // packed Grams): the same nonzeros, wider rows.
+  // Completion adds, per mode, the rows' packed Grams (R(R+1)/2 = W columns of the pattern),
+  // as the path cp_als takes moves them (algo/cp_als.cpp, kernels/cuda/mttkrp/row_grams.cu):
+  // - fused (ops::fuses_completion: float, tensor cores, R <= 32): the same pass as the
+  //   MTTKRP, so only the W-wide output rows are added;
+  // - cuda otherwise at R <= 32: a second pass over the pattern's copy, gathering the R-wide
+  //   factor rows, writing W-wide rows;
+  // - elsewhere (cpu backends, cuda above R 32): the pattern's MTTKRP of the W-wide packed
+  //   outer products.
   const int W = static_cast<int>(linalg::packed_size(R));
+  const bool fused = o.observed_only && kernels::ops::fuses_completion(be, R);
+  const bool narrow =
+      o.observed_only && !fused && c.cx.kind == kernels::BackendKind::cuda && R <= 32;
   for (int n = 0; n < N; ++n) {
     const double stream = res.mttkrp_stream_bytes[static_cast<std::size_t>(n)];
-    bytes += mttkrp_floor_bytes(stream, distinct, res.rows_held, n, R, sizeof(T));
-    if (o.observed_only)
+    const double mttkrp = mttkrp_floor_bytes(stream, distinct, res.rows_held, n, R, sizeof(T));
+    const double out_w =
+        static_cast<double>(res.rows_held[static_cast<std::size_t>(n)]) * W * sizeof(T);
+    const double out_r =
+        static_cast<double>(res.rows_held[static_cast<std::size_t>(n)]) * R * sizeof(T);
+    bytes += mttkrp;
+    if (fused)
+      bytes += out_w;
+    else if (narrow)
+      bytes += mttkrp - out_r + out_w;
+    else if (o.observed_only)
       bytes += mttkrp_floor_bytes(stream, distinct, res.rows_held, n, W, sizeof(T));
   }
   const IterationResult it = iteration_vs_floor(it_s, bytes, c.bw, c.world);
   const double nnzps = static_cast<double>(in.global_nnz) * N / std::max(it.seconds, 1e-12);
-  // The comm floor: per mode an all-reduce of the rows held x R values (and the rows' packed
-  // Grams, W wide, with --observed-only), timed now on the run's data communicator and the
-  // backend's stream. The Gram (R x R) and the scalars' all-reduces are not in it.
-  std::vector<std::uint64_t> counts;
-  for (std::uint64_t rows : res.rows_held)
-    counts.push_back(rows * static_cast<std::uint64_t>(o.observed_only ? R + W : R));
-  const std::optional<CommFloor> cf = allreduce_floor<T>(counts, be, *c.cx.data, c.world);
+  // The comm floor, timed now on the run's data communicator and the backend's stream: per
+  // mode an all-reduce of the rows held x R values (and the rows' packed Grams, W wide, with
+  // --observed-only); with the layer strategy its layers' reduce-scatters and all-gathers
+  // (layer_floor). The Gram (R x R) and the scalars' all-reduces are not in it.
+  const int width = o.observed_only ? R + W : R;
+  std::optional<CommFloor> cf;
+  if (o.strategy == algo::CommStrategy::layer && (in.grid || in.d)) {
+    cf = layer_floor<T>(in.grid ? *in.grid : in.d->dist, width, R, c);
+  } else {
+    std::vector<std::uint64_t> counts;
+    for (std::uint64_t rows : res.rows_held)
+      counts.push_back(rows * static_cast<std::uint64_t>(width));
+    cf = allreduce_floor<T>(counts, be, *c.cx.data, c.world);
+  }
   const Table table({{"iteration", 10, true},
                      {"seconds", 12},
                      {"kernel%", 10},

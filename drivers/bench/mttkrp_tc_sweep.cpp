@@ -41,6 +41,7 @@
 #include "io/output.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/ops/mttkrp.hpp"
+#include "run/input.hpp"
 #include "tensor/synthetic.hpp"
 #include "util/log.hpp"
 #include "util/rng.hpp"
@@ -258,6 +259,7 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
     }
   });
   auto cx = make_compute<T>(a.run, world);
+  PeakSampler peaks(cx.kind == kernels::BackendKind::cuda);
   kernels::Backend<T>& be = *cx.backend;
   const kernels::Tuning user = be.tuning();
   const bool cuda = cx.kind == kernels::BackendKind::cuda;
@@ -325,11 +327,13 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
                      {"pad", 5},           {"t_off_ms", 9},   {"t_tc_ms", 9},   {"speedup", 7},
                      {"pred", 5},          {"t_auto_ms", 9},  {"auto_used", 9}, {"err_off", 8},
                      {"err_tc", 8},        {"tile_ms", 8},    {"rest_ms", 8},   {"tile_GBs", 8},
-                     {"tile_TFLOPs", 11}});
+                     {"tile_TFLOPs", 11},  {"floor_ms", 9},   {"off/fl", 6},    {"tc/fl", 6}});
   std::printf(
       "MTTKRP tensor-core sweep, %s, %s: median of %d interleaved runs per cell (ms); speedup = "
       "t_off / t_tc; errors: ||M - M_ref||_F / ||M_ref||_F against an FP64 MTTKRP (cpu backend); "
-      "tile_GBs / tile_TFLOPs: the tile kernel's roofline bytes and flops over tile_ms\n",
+      "tile_GBs / tile_TFLOPs: the tile kernel's roofline bytes and flops over tile_ms; floor_ms: "
+      "the MTTKRP's floor (its stored format once, each touched factor row once, the output "
+      "once) over the copy bandwidth, off/fl and tc/fl the times over it\n",
       kernels::to_string(cx.kind).c_str(), a.run.precision.c_str(), a.repeat);
   table.header();
   flush();
@@ -343,6 +347,18 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
     const auto dims = sc.x.dims;
     const int N = sc.x.order();
     const double nnz = static_cast<double>(sc.x.nnz());
+    // The factor rows the tensor touches, per mode (the floor's gathered rows).
+    std::vector<double> distinct(static_cast<std::size_t>(N), 0.0);
+    for (int n = 0; n < N; ++n) {
+      std::vector<bool> seen(static_cast<std::size_t>(dims[static_cast<std::size_t>(n)]), false);
+      for (const index_t idx : sc.x.idx[static_cast<std::size_t>(n)]) {
+        const auto i = static_cast<std::size_t>(idx);
+        if (!seen[i]) {
+          seen[i] = true;
+          distinct[static_cast<std::size_t>(n)] += 1;
+        }
+      }
+    }
     kernels::Tuning on = user;
     on.tensor_cores = kernels::TensorCores::on;
     be.set_tuning(on);  // the hybrid layout is built at prepare when tensor_cores != off
@@ -391,6 +407,9 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
       for (int mode = 0; mode < N; ++mode) {
         const std::size_t n_out = static_cast<std::size_t>(dims[static_cast<std::size_t>(mode)]) *
                                   static_cast<std::size_t>(R);
+        const double floor_s = mttkrp_floor_bytes(static_cast<double>(X->mttkrp_stream_bytes(mode)),
+                                                  distinct, dims, mode, R, sizeof(T)) /
+                               bw;
         kernels::ops::mttkrp(*ref_be, *X64, mode, fp64, R, out64.data());
         std::vector<double> want(n_out);
         ref_be->download(out64.data(), n_out, want.data());
@@ -467,7 +486,9 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
                                 {"precision", prec},
                                 {"value_type", std::is_same_v<T, float> ? "float" : "double"},
                                 {"t_off_seconds", t_off.seconds},
-                                {"err_off", t_off.err}};
+                                {"err_off", t_off.err},
+                                {"floor_seconds", floor_s},
+                                {"off_ratio_to_floor", floor_s > 0 ? t_off.seconds / floor_s : 0}};
           row["density"] = sc.density >= 0 ? nlohmann::json(sc.density) : nlohmann::json();
           row["tile_fraction"] = sc.fraction >= 0 ? nlohmann::json(sc.fraction) : nlohmann::json();
           if (cuda) {
@@ -498,6 +519,9 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
                      "-",
                      "-",
                      "-",
+                     "-",
+                     ms(floor_s),
+                     cell("%.2f", floor_s > 0 ? t_off.seconds / floor_s : 0),
                      "-"});
           rows.push_back(base_row("off"));
           continue;
@@ -538,9 +562,13 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
                      ms(s.tile_seconds),
                      ms(s.rest_seconds),
                      cell("%.1f", tile_bps / 1e9),
-                     cell("%.2f", tile_fps / 1e12)});
+                     cell("%.2f", tile_fps / 1e12),
+                     ms(floor_s),
+                     cell("%.2f", floor_s > 0 ? t_off.seconds / floor_s : 0),
+                     cell("%.2f", floor_s > 0 ? r.seconds / floor_s : 0)});
           nlohmann::json row = base_row(p);
           row["t_tc_seconds"] = r.seconds;
+          row["tc_ratio_to_floor"] = floor_s > 0 ? r.seconds / floor_s : 0;
           row["speedup"] = speedup;
           row["err_tc"] = r.err;
           row["tc_split"] = tc_split_json({s})[0];
@@ -563,7 +591,13 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
     }
   }
   be.set_tuning(user);
-  std::printf("measured bandwidth (c.bw): %.1f GB/s", bw / 1e9);
+  peaks.stop();
+  // No memory plan: the sweep makes, times and frees one case at a time (the largest case's
+  // stored bytes are in its record), so its measured peaks are printed alone.
+  std::printf("memory: host peak %s, device peak %s measured (no plan: one case at a time)\n",
+              human_bytes(static_cast<double>(peaks.host_peak())).c_str(),
+              human_bytes(static_cast<double>(peaks.device_peak())).c_str());
+  std::printf("%s bandwidth: %.1f GB/s", bw_given ? "given" : "measured", bw / 1e9);
   if (cuda)
     std::printf(
         "; nominal tensor-core peaks (H100 SXM5, dense): TF32 %.1f, BF16 %.1f, FP64 %.1f "
@@ -606,7 +640,7 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
                                   {"tile_fractions", fractions}};
   }
   write_record(a.run.json, "bench mttkrp", j, world, kernels::to_string(cx.kind), a.run.threads,
-               cx.backend->tuning());
+               cx.backend->tuning(), peaks.device_peak());
 }
 
 #define TESSERA_BENCH_TC_SWEEP(T)                                                                  \

@@ -154,8 +154,12 @@ def main():
             t = rec["timing"]
             check(t["unit"] == expected_unit[name], "%s: timing unit %r" % (name, t["unit"]))
             parts = sum(v for k, v in t["split"].items() if k != "other")
-            check(abs(parts + t["split"]["other"] - t["seconds_per_unit"]) <=
-                  1e-9 + 1e-6 * t["seconds_per_unit"] or parts > t["seconds_per_unit"],
+            total = t["seconds_per_unit"]
+            # One rank: the phases are timed inside the unit's own timer, so they cannot
+            # exceed it (on several ranks a phase may be another rank's).
+            check(name.endswith("_np2") or parts <= total * (1 + 1e-6) + 1e-9,
+                  "%s: the split's parts (%g s) exceed seconds_per_unit (%g s)" % (name, parts, total))
+            check(abs(parts + t["split"]["other"] - total) <= 1e-9 + 1e-6 * total,
                   "%s: split does not add up to seconds_per_unit" % name)
             check(len(rec["memory"]["peak_host_bytes_per_rank"]) == rec["machine"]["ranks"],
                   "%s: one host peak per rank" % name)
