@@ -272,6 +272,28 @@ TEST_F(Harden, CpFitOfHugeAndTinyValuesEqualsTheFitNearOne) {
   }
 }
 
+// Below those scales the MTTKRP's products of values and factor entries would be formed in
+// the subnormal range (the loop's scale is applied to its output): refused, one message on
+// every rank, not a wrong fit (a float tensor of values near 1e-37 gave 0.5996 for 0.5).
+TEST_F(Harden, CpRefusesValuesTooSmallForItsPrecision) {
+  const auto d = lowrank(11);
+  auto refused = [&](auto tag, int e) {
+    using T = decltype(tag);
+    try {
+      (void)cp(scaled<T>(d, e), BackendKind::cpu);
+      ADD_FAILURE() << "2^" << e << " ran";
+    } catch (const std::exception& ex) {
+      const std::string m = ex.what();
+      EXPECT_NE(m.find("too small for CP-ALS in"), std::string::npos) << m;
+      EXPECT_NE(m.find(std::is_same_v<T, float> ? "--precision double" : "power of ten"),
+                std::string::npos)
+          << m;
+    }
+  };
+  refused(float{}, -118);
+  refused(double{}, -1030);
+}
+
 TEST_F(Harden, TuckerFitOfHugeAndTinyValuesEqualsTheFitNearOne) {
   const auto d = lowrank(12);
   auto run = [&](int e) {
