@@ -277,7 +277,7 @@ void add_generate(CLI::App& app, Runner& run) {
   sub->add_option("-r,--rank", a->rank, "Rank R of the planted structure")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--noise", a->noise, "Relative noise level (0.01 = 1%)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative<decltype(a->noise)>());
   sub->add_option("--dist", a->dist, "Index distribution: uniform | powerlaw")
       ->check(CLI::IsMember({"uniform", "powerlaw"}));
   sub->add_option("--alpha", a->alpha,
@@ -288,7 +288,7 @@ void add_generate(CLI::App& app, Runner& run) {
                   "blocks: exact rank-R (components are dense blocks on random index sets); "
                   "sampled: random coordinates with values of a dense rank-R model")
       ->check(CLI::IsMember({"blocks", "sampled"}));
-  sub->add_option("-s,--seed", a->seed, "Random seed");
+  sub->add_option("-s,--seed", a->seed, "Random seed")->check(non_negative<decltype(a->seed)>());
   sub->add_option("-o,--out", a->out,
                   "Output file (.tns or .tns.gz; .h5: streamed to an HDF5 tensor store of "
                   "unique coordinates)")

@@ -64,6 +64,13 @@ std::vector<int> parse_counts(const std::string& s) {
 }
 
 /// A number > 0 (`non_negative`: >= 0), with a message that says so.
+/// A number as %.6g prints it (1e+19, 2.5).
+std::string human_number(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
 CLI::Validator number_check(bool non_negative) {
   return CLI::Validator(
       [non_negative](std::string& v) -> std::string {
@@ -142,6 +149,11 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
     // --shape and --nnz: a store of that shape with unique coordinates, planned from its
     // "header" (nothing is read).
     facts.dims = parse_dims(a.shape, "--shape");
+    double cells = 1;
+    for (const auto d : facts.dims) cells *= static_cast<double>(d);
+    TESSERA_INPUT_CHECK(a.shape_nnz <= cells, "--nnz " << a.shape_nnz << ": more nonzeros than the "
+                                                       << cells << " cells of --shape " << a.shape
+                                                       << " (the plan assumes unique coordinates)");
     facts.nnz = static_cast<nnz_t>(a.shape_nnz);
     facts.store = true;
     facts.unique = 1;
@@ -516,6 +528,9 @@ void add_plan(CLI::App& app, Runner& run) {
     }
     if (!contract && a->shape.empty() == a->load.path.empty())
       throw CLI::ValidationError("file", "give the input file or --shape with --nnz, one of them");
+    if (!a->shape.empty() && (a->shape_nnz != std::floor(a->shape_nnz) || a->shape_nnz >= 0x1p63))
+      throw CLI::ValidationError("--nnz", "expected a whole number of nonzeros below 2^63, found " +
+                                              human_number(a->shape_nnz));
     if (!a->shape.empty() && a->nprocs.empty() && a->nodes.empty())
       throw CLI::ValidationError("--shape",
                                  "plans other rank counts only: add --nprocs or --nodes");

@@ -28,8 +28,9 @@ void add_tucker(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"random", "hosvd"}));
   sub->add_option("-i,--iters", a->iters, "Maximum HOOI iterations")->check(CLI::Range(1, 1000000));
   sub->add_option("--tol", a->tol, "Stop when |fit change| < tol (-t is --threads)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("-s,--seed", a->seed, "Seed of the initial factors");
+      ->check(non_negative<decltype(a->tol)>());
+  sub->add_option("-s,--seed", a->seed, "Seed of the initial factors")
+      ->check(non_negative<decltype(a->seed)>());
   sub->add_option("--subspace-steps", a->subspace_steps,
                   "--svd subspace: at most this many power steps per factor update")
       ->check(CLI::Range(1, 1000));

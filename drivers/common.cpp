@@ -79,7 +79,7 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
     sub->add_option("--emulate-nodes", o.emulate_nodes,
                     "Treat the ranks as N nodes of consecutive ranks (as jobs/slurm/launch.sh "
                     "places them for TESSERA_EMULATE_NODES=N); 0: the real nodes")
-        ->check(CLI::NonNegativeNumber)
+        ->check(non_negative<decltype(o.emulate_nodes)>())
         ->capture_default_str();
   }
   sub->add_option("--backend", o.backend,
@@ -90,7 +90,7 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
                   "by the ranks on it); more than the CPUs the rank may use (affinity mask, "
                   "cgroup CPU quota) is capped to them with a warning, and ranks x threads over "
                   "the node's CPUs (or SLURM_CPUS_ON_NODE) is warned")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative<decltype(o.threads)>())
       ->transform([](std::string s) { return cap_threads_option(s); });
   sub->add_option("--precision", o.precision, "double | float")
       ->check(CLI::IsMember({"double", "float"}));
@@ -118,7 +118,7 @@ void add_compute_options(CLI::App* sub, ComputeOptions& o, LoadOptions& load, un
         ->check(CLI::IsMember({"auto", "1", "2", "3"}));
     sub->add_option("--stream-chunk", o.stream_chunk,
                     "Tiers 2-3: nonzeros per streamed chunk (0: planned, at most 16 Mi)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative<decltype(o.stream_chunk)>());
     sub->add_option("--read-ahead", o.read_ahead,
                     "Tier 3: chunks read ahead of the one computing, each by its own prefetch "
                     "thread (host buffers: N + 1 chunks)")
@@ -239,7 +239,7 @@ void add_cp_value_options(CLI::App* sub, algo::CpOptions& o, CpRows rows) {
       if (!std::isinf(v.hi))
         opt->check(CLI::Range(static_cast<V>(v.lo), static_cast<V>(v.hi)));
       else if (v.lo == 0)
-        opt->check(CLI::NonNegativeNumber);
+        opt->check(non_negative<V>());
       else
         opt->check(CLI::Range(static_cast<V>(v.lo), std::numeric_limits<V>::max()));
       opt->capture_default_str();

@@ -4,9 +4,14 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 
 #include "commands.hpp"
 #include "kernels/tuning.hpp"
@@ -117,5 +122,34 @@ nlohmann::json record_envelope(const std::string& command, const nlohmann::json&
                                const comm::Communicator& world, const std::string& backend,
                                int threads, const kernels::Tuning* tuning = nullptr,
                                std::uint64_t device_peak = 0);
+
+/// ">= 0" for an option of type V, refused in one short line naming what was expected: a
+/// whole number within V's range for an integer V (no sign, so an unsigned never wraps), a
+/// finite number for a floating V. --help reads "NONNEGATIVE", as CLI::NonNegativeNumber's,
+/// whose message prints the whole range of a double and whose unsigned options wrap "-1".
+template <typename V>
+CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const char* b = s.data();
+        const char* e = b + s.size();
+        if constexpr (std::is_integral_v<V>) {
+          V v{};
+          const auto [p, ec] = std::from_chars(b, e, v);
+          if (ec == std::errc::result_out_of_range)
+            return "expected a whole number from 0 to " +
+                   std::to_string(std::numeric_limits<V>::max()) + ", found " + s;
+          if (ec != std::errc() || p != e || v < 0 || s.empty())
+            return "expected a whole number >= 0, found '" + s + "'";
+        } else {
+          char* p = nullptr;
+          const double v = std::strtod(b, &p);
+          if (s.empty() || p != e || !std::isfinite(v) || v < 0)
+            return "expected a finite number >= 0, found '" + s + "'";
+        }
+        return std::string();
+      },
+      "NONNEGATIVE");
+}
 
 }  // namespace tessera::driver

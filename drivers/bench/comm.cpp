@@ -413,7 +413,7 @@ void add_bench_comm(CLI::App* bench, Runner& run) {
       ->capture_default_str();
   sub->add_option("--nccl-timeout", a->run.nccl_timeout_s,
                   "Seconds a NCCL wait may take before the job is aborted (0 = no limit)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative<double>())
       ->capture_default_str();
   sub->add_option("--json", a->run.json, "Write the run record (JSON) here");
   add_force_option(sub, a->run.force);

@@ -265,6 +265,36 @@ TEST_F(CliHabits, HelpListsTheKernelTuningOptionsWithTheirDefaults) {
   }
 }
 
+// Values that must be >= 0 say what they expected in one short line: no wrapped seed (an
+// unsigned option once took "-1" as 2^64 - 1, and 1e20 as 2^64 - 1 silently), no printout of
+// a double's whole range.
+TEST_F(CliHabits, ANegativeOrOverflowingValueSaysWhatItExpected) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" cp " + x_ + " -r 2 -s -1", "--seed: expected a whole number >= 0, found '-1'"},
+      {" cp " + x_ + " -r 2 -s 99999999999999999999",
+       "--seed: expected a whole number from 0 to 18446744073709551615"},
+      {" tucker " + x_ + " -r 2,2,2 -s -1", "--seed: expected a whole number >= 0"},
+      {" generate --dims 5x5x5 --nnz 10 -s 99999999999999999999 -o g.tns",
+       "--seed: expected a whole number from 0 to"},
+      {" cp " + x_ + " -r 2 --tol -1", "--tol: expected a finite number >= 0, found '-1'"},
+      {" generate --dims 5x5x5 --nnz 10 --noise inf -o g.tns",
+       "--noise: expected a finite number >= 0, found 'inf'"},
+      {" cp " + x_ + " -r 2 -t abc", "--threads: expected a whole number >= 0, found 'abc'"},
+      {" plan --shape 10x10x10 --nnz 1e19 --nprocs 2",
+       "--nnz: expected a whole number of "
+       "nonzeros below 2^63, found 1e+19"},
+      {" plan --shape 10x10x10 --nnz 5e3 --nprocs 2", "more nonzeros than the 1000 cells"},
+  };
+  for (const auto& [args, want] : cases) {
+    const auto r = run(tessera() + args + " --backend cpu -q");
+    EXPECT_NE(r.code, 0) << args << "\n" << r.out;
+    EXPECT_LT(r.code, 128) << args << ": a crash\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(count_of(r.out, "\n"), 1) << args << "\n" << r.out;  // one line
+    EXPECT_LT(r.out.size(), 200u) << args << "\n" << r.out;
+  }
+}
+
 TEST_F(CliHabits, ABadTuningValueIsRefusedWithOneLineNamingTheOption) {
   struct Case {
     std::string args, option;

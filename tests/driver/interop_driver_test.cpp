@@ -335,8 +335,14 @@ TEST_F(Interop, ExportToFloat32RefusesValuesThatWouldOverflowAndWritesNothing) {
   r = run(tessera() + " convert " + t + " " + path("big32.h5") + " --value-type float32 -q");
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("has value 3e+39, too large for float32"), std::string::npos) << r.out;
+  // And a nonzero that float32 would round to 0 (it would be lost, not stored as 1e-50).
+  const auto small = write("small.tns", "1 1 1 1.5\n2 1 1 1e-50\n");
+  r = run(tessera() + " convert " + small + " " + path("small32.h5") + " --value-type float32 -q");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("has value 1e-50, too small for float32"), std::string::npos) << r.out;
   for (const auto& e : fs::directory_iterator(dir_))  // neither the store nor a temporary
     EXPECT_NE(e.path().filename().string().rfind("big32", 0), 0u) << e.path();
+  EXPECT_FALSE(fs::exists(path("small32.h5")));
 }
 
 TEST_F(Interop, ConvertPyttbGivesTheSameTensorAsFrostt) {

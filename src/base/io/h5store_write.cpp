@@ -309,6 +309,13 @@ void H5TensorWriter::write(const std::vector<H5Piece>& pieces) {
                               "write " << m.path << ": nonzero " << p.first + static_cast<nnz_t>(k)
                                        << " has value " << p.vals[k]
                                        << ", too large for float32 (write float64)");
+          // A nonzero that float32 rounds to 0 would be lost silently (the reader refuses
+          // such values for --precision float too).
+          TESSERA_INPUT_CHECK(f32[i][k] != 0.0f || p.vals[k] == 0,
+                              "write " << m.path << ": nonzero " << p.first + static_cast<nnz_t>(k)
+                                       << " has value " << p.vals[k]
+                                       << ", too small for float32: it would be stored as 0 "
+                                          "(write float64)");
         }
       }
       for (int d = 0; d <= N; ++d) {
