@@ -93,6 +93,12 @@ void run_export(const ExportArgs& a, const comm::MpiCommunicator& world) {
     TESSERA_INPUT_CHECK(a.dtype == "f8" || a.format == "npy",
                         "--dtype " << a.dtype << " applies to --format npy only (text is "
                                    << "written with 17 significant digits)");
+    std::error_code ec;
+    TESSERA_INPUT_CHECK(std::filesystem::is_regular_file(a.model, ec),
+                        "export: cannot open '"
+                            << a.model << "': "
+                            << (std::filesystem::exists(a.model, ec) ? "not a regular file"
+                                                                     : "no such file"));
     const io::ModelFileKind k = io::probe_model_file(a.model);
     TESSERA_INPUT_CHECK(!k.format.empty(),
                         "export: '" << a.model

@@ -93,6 +93,13 @@ std::string unexpected_options_line(CLI::App& app, CLI::App* at, int argc,
     std::vector<std::string> subs;
     subcommands_with(&app, typed[k], "", &subs);
     if (subs.empty()) continue;
+    // An option of this very subcommand typed before its name (tessera --backend cpu cp
+    // ...): CLI11 gives it to tessera itself, which has no such option.
+    for (const std::string& x : subs)
+      if ("tessera " + x == command_path(at))
+        return typed[k] + " is an option of " + command_path(at) +
+               ": write it after the subcommand (" + command_path(at) + " ... " + typed[k] +
+               " ...; options before the subcommand are tessera's own)";
     std::string list;
     for (const std::string& x : subs) list += (list.empty() ? "" : ", ") + x;
     where_else += (where_else.empty() ? "" : "; ") + typed[k] + ": an option of " + list;

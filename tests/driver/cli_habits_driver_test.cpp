@@ -285,6 +285,24 @@ TEST_F(CliHabits, ANegativeOrOverflowingValueSaysWhatItExpected) {
        "nonzeros below 2^63, found 1e+19"},
       {" plan --shape 10x10x10 --nnz 5e3 --nprocs 2", "more nonzeros than the 1000 cells"},
   };
+  {  // one stored entry, held out: nothing to train on (once "every value is 0")
+    std::ofstream(path("one.tns")) << "3 3 3 2.5\n";
+  }
+  const std::vector<std::pair<std::string, std::string>> more = {
+      {" cp " + path("one.tns") + " -r 1 --holdout 0.5",
+       "--holdout 0.5 held out all 1 stored entries: none is left to train on"},
+      {" export " + path("nope.h5"), "export: cannot open '" + path("nope.h5") + "': no such file"},
+  };
+  for (const auto& [args, want] : more) {
+    const auto r = run(tessera() + args + " -q");
+    EXPECT_NE(r.code, 0) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+  }
+  // An option of the subcommand typed before its name.
+  const auto r = run(tessera() + " --backend cpu cp " + x_);
+  EXPECT_NE(r.out.find("--backend is an option of tessera cp: write it after the subcommand"),
+            std::string::npos)
+      << r.out;
   for (const auto& [args, want] : cases) {
     const auto r = run(tessera() + args + " --backend cpu -q");
     EXPECT_NE(r.code, 0) << args << "\n" << r.out;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 
 #include "algo/cp_als_loop.hpp"
@@ -101,7 +102,20 @@ CpResult cp_als(const partition::Distributed<T>& d, kernels::Backend<T>& be,
   }
   detail::Holdout hold;
   SparseTensor<T> view = detail::training_view(d, layer, lo, len, opt, &hold);
-  if (opt.holdout > 0) detail::count_cold(&hold, ctrl);
+  if (opt.holdout > 0) {
+    detail::count_cold(&hold, ctrl);
+    double counts[2] = {static_cast<double>(hold.train_count),
+                        static_cast<double>(hold.vals.size())};
+    ctrl.allreduce(counts, 2);
+    if (counts[0] == 0) {
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    "--holdout %g held out all %.0f stored entries: none is left to train on "
+                    "(lower --holdout)",
+                    opt.holdout, counts[1]);
+      throw CollectiveError(line);
+    }
+  }
   if (opt.observed_only && kernels::ops::fuses_completion(be, opt.rank)) {
     // One copy, rows whole as TTMc's and with the data's values: ops::completion_rows forms
     // the MTTKRP and the rows' Grams (of the pattern: the values not read) in one pass. The
