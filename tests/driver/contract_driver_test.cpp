@@ -228,6 +228,20 @@ TEST_F(ContractDriver, BadInputsEndWithAClearMessageOnEveryRank) {
       EXPECT_EQ(r.out.find("read " + path("x.tns")), std::string::npos) << r.out;
     }
   }
+  // An empty Z (its two products cancel): refused alike for text and stores, nothing written
+  // (a header-only .tns was once written, which no reader took back).
+  std::ofstream(path("p.tns")) << "1 1 1\n1 2 -1\n";
+  std::ofstream(path("q.tns")) << "1 1 1\n2 1 1\n";
+  for (const char* z : {"zero.tns", "zero.h5"}) {
+    const tessera::test::Run r = run(mpirun(2) + " contract " + path("p.tns") + " " +
+                                     path("q.tns") + " --einsum 'ij,jk->ik' --out " + path(z));
+    EXPECT_NE(r.code, 0) << z << "\n" << r.out;
+    EXPECT_NE(r.out.find("Z has no nonzeros (2 products, 1 sums of 0 dropped): nothing written"),
+              std::string::npos)
+        << z << "\n"
+        << r.out;
+    EXPECT_FALSE(fs::exists(path(z))) << z;
+  }
   // --extend-dims pads the shorter contracted mode and runs.
   const tessera::test::Run ok =
       run(mpirun(2) + " contract " + xy + " --einsum 'ijk,klm->ijlm' --extend-dims");

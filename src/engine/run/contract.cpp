@@ -338,6 +338,14 @@ ContractRun<T> run_contract(const ContractRunOptions& a, const comm::MpiCommunic
   log::info(line);
 
   double write_s = 0;
+  // An empty Z is refused for every output format alike: a Tessera tensor file holds at least
+  // one nonzero (the readers refuse a file without one), so a header-only .tns would be a
+  // file nothing reads back. Nothing is written (a piece sink's parts are removed).
+  if (!a.out.empty() && res.global_nnz == 0)
+    throw CollectiveError("Z has no nonzeros (" + std::to_string(res.global_products) +
+                          " products, " + std::to_string(res.global_zeros_dropped) +
+                          " sums of 0 dropped): nothing written to " + a.out +
+                          " (a tensor file holds at least one nonzero)");
   if (!a.out.empty()) {
     Timer tw;
     if (res.streamed) {
