@@ -370,6 +370,11 @@ def test_bad_options_and_files(small, tmp_path):
         tessera.contract(small, small, "ijk,ljm->il", **CPU1)
     with pytest.raises(TypeError, match="unsupported input"):
         tessera.cp_als([1, 2, 3], rank=2)
+    # Arrays are planned as the CLI plans a file: a factor over memory is the planner's
+    # line, not a bare "out of memory" (a 2^32-row mode's factor at R 8 takes 256 GiB).
+    huge = (np.array([[0, 0, 0], [1, 2, 0]]), np.array([1.0, 2.0]), (2**32, 3, 2))
+    with pytest.raises(ValueError, match="no memory tier fits .*mode 0 has 4294967296 rows"):
+        tessera.cp_als(huge, rank=8, **CPU1)
     if not tessera.cuda_built():
         with pytest.raises(ValueError, match="without CUDA"):
             tessera.cp_als(small, rank=2, backend="cuda")

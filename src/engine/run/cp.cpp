@@ -84,9 +84,11 @@ Input<T> cp_input(const CpRunOptions& o, partition::Scheme scheme, bool allreduc
     pc.layer_by_auto = layer_by_auto;
     return load_input<T>(o.load, o.run, scheme, allreduce, cx, pc, world, li);
   }
-  Input<T> in;  // arrays: distributed in memory as a text file is (tier 1)
+  Input<T> in;  // arrays: distributed in memory and planned as a text file is (tiers 1-2)
   in.dist.emplace(partition::distribute(std::move(*arrays), scheme, {}, world));
   fill_stats_from_dist(in);
+  plan_in_memory(in, o.name.empty() ? o.load.path : o.name, o.run,
+                 allreduce && scheme == partition::Scheme::nnz, cx, plan_context(o), world);
   return in;
 }
 

@@ -283,12 +283,11 @@ io::TensorFingerprint Input<T>::fingerprint(const comm::Communicator& world) con
   return io::tensor_fingerprint(dist->block, original_index_of(dist->dist), world);
 }
 
+/// The planner's request of a run: the options' budgets and backend, the communicator's
+/// buffers, and the workload's facts from the plan context.
 template <typename T>
-Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::Scheme scheme,
-                    bool allreduce, Compute<T>& cx, const PlanContext& pc,
-                    const comm::MpiCommunicator& world, Loaded* info) {
-  Input<T> in;
-  const int P = world.size(), me = world.rank();
+plan::Request input_request(const ComputeOptions& run, Compute<T>& cx, const PlanContext& pc,
+                            const comm::MpiCommunicator& world) {
   plan::Request req = plan_request(run, cx.kind, static_cast<int>(sizeof(T)), world);
   if (cx.nccl) {
     req.comm_device_bytes = cx.nccl->device_buffer_bytes();
@@ -307,6 +306,16 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   req.gcp_zero_samples = pc.gcp_zero_samples;
   req.gcp_eval_samples = pc.gcp_eval_samples;
   req.holdout = pc.holdout;
+  return req;
+}
+
+template <typename T>
+Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::Scheme scheme,
+                    bool allreduce, Compute<T>& cx, const PlanContext& pc,
+                    const comm::MpiCommunicator& world, Loaded* info) {
+  Input<T> in;
+  const int P = world.size(), me = world.rank();
+  plan::Request req = input_request(run, cx, pc, world);
   req.allreduce = allreduce && scheme == partition::Scheme::nnz && o.grid.empty();
   req.relabel = o.relabel || o.deal;
   plan::TensorFacts facts;
@@ -475,12 +484,36 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
   return in;
 }
 
+template <typename T>
+void plan_in_memory(Input<T>& in, const std::string& name, const ComputeOptions& run,
+                    bool allreduce, Compute<T>& cx, const PlanContext& pc,
+                    const comm::MpiCommunicator& world) {
+  plan::Request req = input_request(run, cx, pc, world);
+  req.allreduce = allreduce;
+  req.grid = in.grid;
+  plan::TensorFacts facts;
+  facts.path = name;  // named in the plan's messages only
+  facts.dims = in.dims;
+  facts.nnz = in.global_nnz;
+  facts.max_block_nnz = in.max_block_nnz;
+  facts.unique = 1;  // summed while distributing
+  const plan::Limits lim = plan::measure_limits(world, req.backend, std::string());
+  in.plan = plan::make_plan(req, facts, lim);
+  const plan::Plan& p = in.plan;
+  comm::run_collectively(world, [&] { TESSERA_INPUT_CHECK(p.fits, p.refusal); });
+  log::info(p.summary());
+  if (cx.kind == kernels::BackendKind::cuda) cx.backend->set_memory_budget(p.device_budget);
+  if (p.tier == 2) make_host_tier(in, p, *cx.backend, world);
+}
+
 #define TESSERA_LOAD_INPUT(T)                                                                   \
   template struct Input<T>;                                                                     \
   template Input<T> load_input<T>(const LoadOptions&, const ComputeOptions&, partition::Scheme, \
                                   bool, Compute<T>&, const PlanContext&,                        \
                                   const comm::MpiCommunicator&, Loaded*);                       \
-  template void fill_stats_from_dist<T>(Input<T>&);
+  template void fill_stats_from_dist<T>(Input<T>&);                                             \
+  template void plan_in_memory<T>(Input<T>&, const std::string&, const ComputeOptions&, bool,   \
+                                  Compute<T>&, const PlanContext&, const comm::MpiCommunicator&);
 TESSERA_LOAD_INPUT(float)
 TESSERA_LOAD_INPUT(double)
 #undef TESSERA_LOAD_INPUT

@@ -143,6 +143,13 @@ Input<T> load_input(const LoadOptions& o, const ComputeOptions& run, partition::
 /// the statistics of an input distributed in memory (load_input, the Python module).
 template <typename T>
 void fill_stats_from_dist(Input<T>& in);
+/// Collective: the memory plan of an input already distributed in memory (the Python
+/// module's arrays, after fill_stats_from_dist), as load_input plans a text file: refused
+/// with the plan's one line where nothing fits; memory tier 2 set up where the plan takes it.
+template <typename T>
+void plan_in_memory(Input<T>& in, const std::string& name, const ComputeOptions& run,
+                    bool allreduce, Compute<T>& cx, const PlanContext& pc,
+                    const comm::MpiCommunicator& world);
 
 /// Samples the device's free memory (cuda) every few milliseconds on a thread, from
 /// construction to stop(), and the process's VmHWM; the measured side of the run record's
