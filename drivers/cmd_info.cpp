@@ -349,9 +349,10 @@ void run_info(const InfoArgs& a, const comm::MpiCommunicator& world) {
     io_s += verify_s;
     char buf[200];
     std::snprintf(buf, sizeof(buf),
-                  "verified: %lld nonzeros read on %d rank(s) in %.3f s (checksums, coordinates "
+                  "verified: %lld nonzeros read on %d rank(s) in %.3f s (%scoordinates "
                   "< dims, finite values%s)",
                   static_cast<long long>(s.nnz), world.size(), verify_s,
+                  s.has_checksums ? "checksums, " : "no checksums stored: not checked; ",
                   s.partition && s.partition->nblocks() == world.size() ? ", block ranges" : "");
     log::info(buf);
     rec["verified"] = {{"nnz", s.nnz}, {"ranks", world.size()}, {"seconds", verify_s}};

@@ -79,7 +79,10 @@ void run_partition(const PartitionArgs& a, const comm::MpiCommunicator& world) {
     TESSERA_INPUT_CHECK(io::has_h5_extension(out),
                         "partition writes an HDF5 store: the output '"
                             << out << "' must end in .h5 (convert text files first)");
-    TESSERA_INPUT_CHECK(a.grid.empty() != (a.blocks == 0),
+    TESSERA_INPUT_CHECK(
+        a.grid.empty() || a.blocks == 0,
+        "give the grid (--grid 2x2x1) or the number of blocks (--blocks 8), not both");
+    TESSERA_INPUT_CHECK(!a.grid.empty() || a.blocks != 0,
                         "give the grid (--grid 2x2x1) or the number of blocks (--blocks 8)");
     TESSERA_INPUT_CHECK(a.piece >= 1 && a.piece < 1e12, "--piece must be at least 1");
     piece = static_cast<nnz_t>(a.piece);

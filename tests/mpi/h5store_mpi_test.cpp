@@ -224,7 +224,10 @@ TEST(H5StoreMpi, Float32ValuesReadBackAsTheirFloats) {
   const std::uint64_t seed = shared_seed();
   const int P = world().size(), r = world().rank();
   SparseTensor<double> x = random_tensor(kDims, 400, seed);
-  for (auto& v : x.vals) v = std::isfinite(static_cast<float>(v)) ? v : 1.5;
+  // Values float32 cannot hold are refused by the writer (too large, or a nonzero it would
+  // round to 0: below), so the stored ones are those it holds.
+  for (auto& v : x.vals)
+    v = std::isfinite(static_cast<float>(v)) && (static_cast<float>(v) != 0 || v == 0) ? v : 1.5;
   const std::string h = fresh("f32.h5");
   H5WriteOptions o = opts(33);
   o.value_type = ValueType::float32;
@@ -241,6 +244,13 @@ TEST(H5StoreMpi, Float32ValuesReadBackAsTheirFloats) {
   expect_collective_error([&] { write_h5(h2, big, world(), {}, o); }, {"too large for float32"},
                           "float32 overflow");
   EXPECT_FALSE(fs::exists(h2));
+  // And a nonzero float32 would round to 0 (it would be lost), on every rank.
+  SparseTensor<double> tiny = share(x, r, P);
+  if (r == P - 1 && tiny.nnz() > 0) tiny.vals.at(0) = 1e-60;
+  const std::string h3 = fresh("tiny.h5");
+  expect_collective_error([&] { write_h5(h3, tiny, world(), {}, o); }, {"too small for float32"},
+                          "float32 underflow to 0");
+  EXPECT_FALSE(fs::exists(h3));
 }
 
 TEST(H5StoreMpi, RangeReaderMatchesEveryRange) {

@@ -268,6 +268,19 @@ TEST_F(IoTns, WriteRejectsBadTensorsAndLeavesNoFile) {
   x.dims[1] = 1;  // coordinate 1 outside a mode of length 1
   EXPECT_THROW(write_tns(p, x, self_), CollectiveError);
   x.dims[1] = 3;
+  {  // the last index of a mode of length 2^32: 4294967296 in 1-based text, which no reader takes
+    SparseTensor<double> big({std::uint64_t(1) << 32, 3});
+    const index_t last[2] = {0xFFFFFFFFu, 1};
+    big.push_back(last, 1.0);
+    try {
+      write_tns(p, big, self_);
+      ADD_FAILURE() << "wrote index 4294967296";
+    } catch (const CollectiveError& e) {
+      EXPECT_NE(std::string(e.what()).find("past the largest index a .tns file may hold"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   const std::string nodir = path("no/such/dir/x.tns");
   try {
     write_tns(nodir, x, self_);

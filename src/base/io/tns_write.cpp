@@ -117,10 +117,19 @@ void write_tns(const std::string& path, const SparseTensor<double>& x,
                           "write_tns " << path << ": mode " << m << " has " << v.size()
                                        << " coordinates for " << x.vals.size() << " values");
       const std::uint64_t dim = x.dims[static_cast<std::size_t>(m)];
-      for (std::size_t k = 0; k < v.size(); ++k)
+      for (std::size_t k = 0; k < v.size(); ++k) {
         TESSERA_INPUT_CHECK(v[k] < dim, "write_tns " << path << ": nonzero " << k << " of rank "
                                                      << rank << " has coordinate " << v[k]
                                                      << " in mode " << m << " of length " << dim);
+        // The text is 1-based and its readers take indices up to 2^32 - 1 (32-bit storage),
+        // so the last index of a mode of length 2^32 has no text form they read back.
+        TESSERA_INPUT_CHECK(static_cast<std::uint64_t>(v[k]) < 0xFFFFFFFFull,
+                            "write_tns " << path << ": nonzero " << k << " of rank " << rank
+                                         << " has coordinate " << v[k] << " in mode " << m
+                                         << ", 4294967296 in 1-based text: past the largest "
+                                            "index a .tns file may hold (4294967295); keep the "
+                                            "HDF5 store for this tensor");
+      }
     }
     for (std::size_t k = 0; k < x.vals.size(); ++k)
       TESSERA_INPUT_CHECK(std::isfinite(x.vals[k]),
