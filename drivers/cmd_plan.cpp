@@ -524,7 +524,11 @@ void add_plan(CLI::App& app, Runner& run) {
       throw CLI::ValidationError("--workload contract", "needs --nprocs or --nodes");
     if (contract) {
       parse_pair(a->contract_nnz, "--contract-nnz");
-      parse_pair(a->contract_order, "--contract-order");
+      for (const double order : parse_pair(a->contract_order, "--contract-order"))
+        if (order != std::floor(order) || order > kMaxOrder)
+          throw CLI::ValidationError("--contract-order",
+                                     "expected two orders from 1 to " + std::to_string(kMaxOrder) +
+                                         " as A,B, got '" + a->contract_order + "'");
     }
     if (!contract && a->shape.empty() == a->load.path.empty())
       throw CLI::ValidationError("file", "give the input file or --shape with --nnz, one of them");

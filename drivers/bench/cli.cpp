@@ -223,7 +223,8 @@ void add_bench(CLI::App& app, Runner& run) {
                   "Tucker ranks per mode (bench ttmc|tucker), e.g. 16,16,16; default --rank. "
                   "bench mttkrp --tc-sweep: the ranks R swept (default 16,32,64,128,256)");
   sub->add_option("--svd", a->svd,
-                  "Tucker factor update (bench tucker): gram | subspace | scalapack");
+                  "Tucker factor update (bench tucker): gram | subspace | scalapack")
+      ->check(CLI::IsMember({"gram", "subspace", "scalapack"}));
   sub->add_option("--subspace-steps", a->subspace_steps,
                   "bench tucker --svd subspace: at most this many power steps per factor update")
       ->check(CLI::Range(1, 1000));
