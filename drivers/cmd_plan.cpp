@@ -63,7 +63,6 @@ std::vector<int> parse_counts(const std::string& s) {
   return out;
 }
 
-/// A number > 0 (`non_negative`: >= 0), with a message that says so.
 /// A number as %.6g prints it (1e+19, 2.5).
 std::string human_number(double v) {
   char b[32];
@@ -71,6 +70,7 @@ std::string human_number(double v) {
   return b;
 }
 
+/// A number > 0 (`non_negative`: >= 0), with a message that says so.
 CLI::Validator number_check(bool non_negative) {
   return CLI::Validator(
       [non_negative](std::string& v) -> std::string {

@@ -347,18 +347,6 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
     const auto dims = sc.x.dims;
     const int N = sc.x.order();
     const double nnz = static_cast<double>(sc.x.nnz());
-    // The factor rows the tensor touches, per mode (the floor's gathered rows).
-    std::vector<double> distinct(static_cast<std::size_t>(N), 0.0);
-    for (int n = 0; n < N; ++n) {
-      std::vector<bool> seen(static_cast<std::size_t>(dims[static_cast<std::size_t>(n)]), false);
-      for (const index_t idx : sc.x.idx[static_cast<std::size_t>(n)]) {
-        const auto i = static_cast<std::size_t>(idx);
-        if (!seen[i]) {
-          seen[i] = true;
-          distinct[static_cast<std::size_t>(n)] += 1;
-        }
-      }
-    }
     kernels::Tuning on = user;
     on.tensor_cores = kernels::TensorCores::on;
     be.set_tuning(on);  // the hybrid layout is built at prepare when tensor_cores != off
@@ -371,7 +359,8 @@ void run_mttkrp_tc_sweep(const BenchArgs& a, const comm::MpiCommunicator& world)
       const SparseTensor<double> x64 = sc.x.template cast<double>();
       X64 = ref_be->prepare(x64);
     }
-    sc.x = SparseTensor<T>();  // the handles keep what they need
+    sc.x = SparseTensor<T>();                                // the handles keep what they need
+    const std::vector<double> distinct = distinct_rows(*X);  // the floor's gathered rows
     nlohmann::json cj = {{"tensor", sc.name},
                          {"dims", dims},
                          {"nnz", nnz},

@@ -253,6 +253,28 @@ TEST(Planner, GeneratedTensorsAreResidentOrRefused) {
   EXPECT_EQ(ok.tier, 1);
 }
 
+// Arrays already distributed into the process (the Python module): their block is in the
+// measured baseline and outside the limits, so neither it nor a read is listed again.
+TEST(Planner, AHeldTensorIsNotCountedTwice) {
+  TensorFacts t;
+  t.dims = {100000, 20000, 3000};
+  t.nnz = 50000000;
+  t.unique = 1;
+  Request r;
+  r.backend = Backend::cpu;
+  r.cp_rank = 16;
+  const Plan read = make_plan(r, t, limits(64 * kGiB));
+  t.held = true;
+  const Plan held = make_plan(r, t, limits(64 * kGiB));
+  ASSERT_TRUE(read.fits && held.fits) << held.refusal;
+  EXPECT_GE(read.host_peak - held.host_peak, coo_bytes(t.nnz, 3, 8)) << held.describe();
+  for (const auto& c : held.components) {
+    if (c.name.rfind("input block", 0) == 0 || c.name.rfind("load transients", 0) == 0) {
+      EXPECT_EQ(c.host, 0u) << c.name;
+    }
+  }
+}
+
 TEST(Planner, RecordAndDescriptionNameTheLimits) {
   const Plan p = make_plan(cuda_cp(), amazon(), limits(120 * kGiB, 76 * kGiB));
   const auto j = p.to_json();

@@ -45,9 +45,13 @@ enum class Backend { reference, cpu, cuda };
 
 /// The input as the planner sees it (from the file's header, never its nonzeros).
 struct TensorFacts {
-  std::string path;                 ///< "" for a generated tensor
-  bool store = false;               ///< HDF5 tensor store (tier 3 needs one)
-  bool generated = false;           ///< made by the backend (bench --generate): no file
+  std::string path;        ///< "" for a generated tensor
+  bool store = false;      ///< HDF5 tensor store (tier 3 needs one)
+  bool generated = false;  ///< made by the backend (bench --generate): no file
+  /// Already read and distributed into this process (the Python module's arrays): no read,
+  /// and the block is in the process's resident set, which the limits exclude and the
+  /// baseline holds, so the plan does not list it again.
+  bool held = false;
   int unique = -1;                  ///< store: 1 = coordinates unique, 0 = repeats, -1 = not known
   std::vector<std::uint64_t> dims;  ///< mode lengths
   nnz_t nnz = 0;                    ///< nonzeros (stored entries) in the file

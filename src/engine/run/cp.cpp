@@ -433,7 +433,9 @@ CpRun run_cp(const CpRunOptions& o, const comm::MpiCommunicator& world, SparseTe
       o.out, [&] { io::write_kruskal_h5(o.out, res.model, detail::model_record(res, opts_text)); },
       world);
   detail::log_signal_stop(res.stop_signal, res.iterations, o.out, out.checkpoint);
-  // Arrays have no plan: nothing to compare the measured peaks with.
+  // Arrays are planned too (plan_in_memory), but the process's high-water mark (VmHWM) also
+  // holds the caller's own arrays and their conversion before the run, so it is not set
+  // beside that plan.
   if (arrays == nullptr) p.memory = memory_record(in.plan, peaks, world);
   if (o.run.json.empty() && !o.make_record) return out;
   p.opts = opts;
