@@ -88,15 +88,14 @@ void bench_tucker(Context<T>& c) {
     auto res = in.X ? algo::tucker_hooi<T>(std::move(in.X), in.dims, be, c.world, o, c.cx.data)
                     : algo::tucker_hooi<T>(*in.d, be, c.world, o, c.cx.data);
     if (in.d.has_value()) {
-      // File input: the block's distinct indices per mode are its TTMc rows.
-      const auto& blk = in.d->block;
-      const double stream = static_cast<double>(blk.nnz()) * (N * sizeof(index_t) + sizeof(T));
+      // File input: the block's distinct indices per mode are its TTMc rows, and the
+      // stream is what the handle the run prepared reads (CSF on cpu, not the COO block).
       std::vector<double> dr;
       for (int m = 0; m < N; ++m)
         dr.push_back(static_cast<double>(res.memory.ttmc_rows[static_cast<std::size_t>(m)]));
       for (int n = 0; n < N; ++n)
-        bytes +=
-            ttmc_floor_bytes(stream, dr, o.ranks, n, dr[static_cast<std::size_t>(n)], sizeof(T));
+        bytes += ttmc_floor_bytes(res.ttmc_stream_bytes[static_cast<std::size_t>(n)], dr, o.ranks,
+                                  n, dr[static_cast<std::size_t>(n)], sizeof(T));
     }
     using H = algo::TuckerIteration;
     const auto m =

@@ -185,6 +185,12 @@ def main():
                   g["gather_relative_error_fp64"]),
               "bench mttkrp --gather-precision: errors per mode, float against double < 1e-5: %r"
               % {k: g.get(k) for k in ("gather_relative_error", "float_relative_error_fp64")})
+        # bench tucker's floor is its N TTMcs: on the same file and ranks, the bytes of bench
+        # ttmc's modes (the prepared handle's stream, not the COO block's).
+        tk_bytes = records["bench_tucker"]["bytes_per_iteration"]
+        tt_bytes = sum(m["bytes"] for m in records["bench_ttmc"]["modes"])
+        check(abs(tk_bytes - tt_bytes) <= 1e-9 * tt_bytes,
+              "bench tucker: floor bytes %r, bench ttmc's modes sum to %r" % (tk_bytes, tt_bytes))
         # bench cp|tucker: the median iteration beside the mean (both after the first).
         for name in ("bench_cp", "bench_tucker"):
             r = records[name]

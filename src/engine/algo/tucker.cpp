@@ -424,6 +424,8 @@ TuckerResult tucker_impl(const partition::Distribution& dist, const SparseTensor
   });
   res.tier = X->tier();
   res.tier_description = X->describe();
+  for (int n = 0; n < N; ++n)
+    res.ttmc_stream_bytes.push_back(static_cast<double>(X->mttkrp_stream_bytes(n)));
   log_memory_tier(res.tier, res.tier_description, c, opt.print_iterations);
   // Two-stage combine when the hierarchy asks for it: the node communicators of c and dc
   // (the data moves over dc's; the plan's labels over c's).

@@ -177,6 +177,9 @@ struct TuckerResult {
   /// HOSVD sweep when asked for).
   PhaseTimes phases;
   TuckerMemory memory;
+  /// Per mode, this rank: bytes of the kernel format one TTMc reads (the prepared handle's,
+  /// as CpResult::mttkrp_stream_bytes). For benchmark floors.
+  std::vector<double> ttmc_stream_bytes;
   /// Memory tier of this rank's tensor (1 resident, 2 streamed from host memory, 3 streamed
   /// from disk) and its description; for tiers 2-3, seconds of copies (tier 3: disk reads)
   /// and of kernels summed over all TTMcs, and the mean fraction of copy time hidden.
