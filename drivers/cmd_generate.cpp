@@ -215,8 +215,9 @@ void run_generate(const GenArgs& a, const comm::MpiCommunicator& world) {
   // The same options on every rank: an error is agreed (one line, no abort).
   comm::run_collectively(world, [&] {
     o.dims = parse_dims(a.dims);
-    TESSERA_INPUT_CHECK(a.nnz >= 1 && a.nnz < 9.2e18 && a.nnz == std::floor(a.nnz),
-                        "--nnz must be a positive integer (got " << a.nnz << ")");
+    TESSERA_INPUT_CHECK(
+        a.nnz >= 1 && a.nnz < 0x1p63 && a.nnz == std::floor(a.nnz),
+        "--nnz: expected a whole number of nonzeros, 1 or more and below 2^63, found " << a.nnz);
   });
   o.nnz = static_cast<std::int64_t>(a.nnz);
   o.rank = a.rank;

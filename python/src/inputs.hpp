@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -95,6 +96,11 @@ V keyword_value(const std::string& name, py::handle value) {
   try {
     return py::cast<V>(value);
   } catch (const py::cast_error&) {
+    // An integer the type cannot hold (rank=10**12): its range, not "an integer".
+    if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>)
+      TESSERA_INPUT_CHECK(false, shown << ": expected an integer from "
+                                       << +std::numeric_limits<V>::min() << " to "
+                                       << +std::numeric_limits<V>::max());
     TESSERA_INPUT_CHECK(false, shown << ": expected " << expected);
   }
   return V{};

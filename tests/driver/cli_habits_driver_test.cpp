@@ -292,6 +292,8 @@ TEST_F(CliHabits, ANegativeOrOverflowingValueSaysWhatItExpected) {
       {" cp " + path("one.tns") + " -r 1 --holdout 0.5",
        "--holdout 0.5 held out all 1 stored entries: none is left to train on"},
       {" export " + path("nope.h5"), "export: cannot open '" + path("nope.h5") + "': no such file"},
+      {" generate --dims 5x5x5 --nnz 1e30 -o " + path("g.tns"),
+       "--nnz: expected a whole number of nonzeros, 1 or more and below 2^63, found 1e+30"},
   };
   for (const auto& [args, want] : more) {
     const auto r = run(tessera() + args + " -q");

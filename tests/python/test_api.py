@@ -356,6 +356,10 @@ def test_bad_input_raises_value_error(small, bad, match):
 def test_bad_options_and_files(small, tmp_path):
     with pytest.raises(ValueError, match="rank=0"):
         tessera.cp_als(small, rank=0)
+    # An integer its C++ type cannot hold: the range, not "expected an integer".
+    with pytest.raises(ValueError, match=r"rank=1000000000000: expected an integer from "
+                                         r"-2147483648 to 2147483647"):
+        tessera.cp_als(small, rank=10**12)
     with pytest.raises(ValueError, match="backend"):
         tessera.cp_als(small, rank=2, backend="tpu")
     with pytest.raises(ValueError, match="ranks"):
