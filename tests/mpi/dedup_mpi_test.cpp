@@ -419,6 +419,85 @@ TEST(DedupMpi, AFailureInTheExternalSortLeavesNoFile) {
   EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
 }
 
+/// verify_h5 on the world; the message of its error ("" when none) and the check it made.
+std::string verify_message(const std::string& path, std::string* check) {
+  H5ReadOptions ro;
+  ro.progress = false;
+  ro.piece = 173;  // several pieces per rank: the order is checked across their ends too
+  H5VerifyOptions vo;
+  vo.memory_limit = kTinyMemory;  // the count's sort spills
+  try {
+    *check = verify_h5(path, world(), ro, vo).unique_check;
+  } catch (const CollectiveError& x) {
+    return x.what();
+  }
+  return "";
+}
+
+TEST(DedupMpi, VerifyChecksThatAStoreSayingUniqueIs) {
+  // A store that says has_duplicates = 0 and holds repeats gives a wrong ||X|| and fit in
+  // every run (runs trust the attribute): verify_h5 finds them, by the stored order where
+  // it proves uniqueness, else by counting. Ranks 1..3 read equal shares of the order.
+  Entries e;
+  e.dims = {9, 7, 5};
+  e.count = 4000;
+  e.seed = shared_seed();
+  SCOPED_TRACE("seed " + std::to_string(e.seed));
+  const std::string dir = fresh_dir("verify");
+  const int P = world().size();
+  for (int sort_mode : {longest_mode(e.dims), -1}) {
+    UniqueWriterOptions o = options(MergePolicy::sum, std::uint64_t(1) << 30, dir);
+    o.sort_mode = sort_mode;
+    const std::string unique = dir + "/u" + std::to_string(sort_mode + 1) + ".h5";
+    write_on(P, e, o, unique);
+    std::string check;
+    EXPECT_EQ(verify_message(unique, &check), "") << "sort mode " << sort_mode;
+    // (mode m, coordinate) is the writer's order: proven without a sort; by hash it is not.
+    EXPECT_EQ(check, sort_mode >= 0 ? "order" : "sort") << "sort mode " << sort_mode;
+  }
+  // The sorted store with one nonzero repeated: beside its copy (the order's strict test
+  // fails on it) and at the end (out of order). Written on rank 0, sorted_mode kept.
+  SparseTensor<double> x;
+  H5Header meta;
+  {
+    H5TensorReader rd(dir + "/u" + std::to_string(longest_mode(e.dims) + 1) + ".h5");
+    rd.read(0, rd.info().nnz, &x);
+    meta.dims = rd.info().dims;
+    meta.sorted_mode = rd.info().sorted_mode;
+  }
+  meta.has_duplicates = 0;  // the lie
+  for (bool beside : {true, false}) {
+    SparseTensor<double> y(x.dims);
+    const nnz_t k = x.nnz() / 2;
+    for (nnz_t q = 0; q < x.nnz(); ++q) {
+      index_t c[3] = {x.idx[0][q], x.idx[1][q], x.idx[2][q]};
+      y.push_back(c, x.vals[static_cast<std::size_t>(q)]);
+      if (beside && q == k) y.push_back(c, 1.5);
+    }
+    if (!beside) {
+      index_t c[3] = {x.idx[0][k], x.idx[1][k], x.idx[2][k]};
+      y.push_back(c, 1.5);
+    }
+    const std::string lie = dir + (beside ? "/beside.h5" : "/end.h5");
+    write_h5(lie, world().rank() == 0 ? y : SparseTensor<double>(y.dims), world(), meta,
+             write_options());
+    std::string check;
+    const std::string m = verify_message(lie, &check);
+    EXPECT_NE(m.find(lie + ": has_duplicates = 0, but 1 of its " + std::to_string(y.nnz()) +
+                     " nonzeros repeat a coordinate"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("tessera convert " + lie + " OUT.h5"), std::string::npos) << m;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world().rank() == 0) {
+    // Nothing of the counts' scratch files is left, and no ".verify" file was written.
+    for (const auto& f : fs::directory_iterator(dir))
+      EXPECT_EQ(f.path().extension(), ".h5") << f.path();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(DedupMpi, RequireUniqueStoreNamesTheFileAndTheFix) {
   H5TensorInfo info;
   info.path = "data/amz.h5";

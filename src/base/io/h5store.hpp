@@ -221,9 +221,35 @@ struct H5ReadResult : TnsReadResult {
 H5ReadResult read_h5(const std::string& path, const comm::Communicator& c,
                      const H5ReadOptions& opt = {});
 
+/// verify_h5's check of the store's has_duplicates = 0.
+struct H5VerifyOptions {
+  /// Host memory per rank for the sort that counts distinct coordinates (a store not in a
+  /// strictly increasing order; io::UniqueWriterOptions::memory_limit): over it, sorted runs
+  /// spill to scratch files.
+  std::uint64_t memory_limit = std::uint64_t(1) << 30;
+  /// Folder of those scratch files; "": the store's folder if it is writable, else the
+  /// system's temporary folder.
+  std::string scratch_dir;
+};
+
+/// What verify_h5 found about repeated coordinates.
+struct H5VerifyResult {
+  /// How has_duplicates = 0 was checked: "order" (every range read is strictly increasing
+  /// in the store's order, (mode sorted_mode, coordinate) or the coordinate's, so no
+  /// coordinate repeats: no sort), "sort" (distinct coordinates counted by
+  /// io::UniqueWriter) or "" (not checked: the store says it may hold repeats, which runs
+  /// sum; has_duplicates 1 or -1).
+  std::string unique_check;
+};
+
 /// Collective: reads and checks every nonzero (as read_h5) without keeping them; memory is
-/// one piece per rank.
-void verify_h5(const std::string& path, const comm::Communicator& c, const H5ReadOptions& opt = {});
+/// one piece per rank. A store that says has_duplicates = 0 is also checked for repeated
+/// coordinates (a run trusts the attribute and would count a repeat twice): the order of
+/// each rank's range first, and where that does not prove it, a count of the distinct
+/// coordinates (a second read and a sort). A repeat throws the same InputError on every
+/// rank, with the counts and the fix.
+H5VerifyResult verify_h5(const std::string& path, const comm::Communicator& c,
+                         const H5ReadOptions& opt = {}, const H5VerifyOptions& v = {});
 
 /// Read floor of a file: reads its first min(max_bytes, file size) bytes (max_bytes 0: the
 /// whole file) with sequential pread()s of 16 MiB blocks, the blocks handed out in order

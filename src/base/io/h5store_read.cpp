@@ -9,6 +9,7 @@
 // checksums are verified: whole chunks inside the range go straight into the caller's
 // buffers, the chunks at the range ends through a staging buffer.
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -16,9 +17,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <tuple>
 #include <type_traits>
@@ -27,6 +31,7 @@
 #include <omp.h>
 #endif
 
+#include "io/dedup.hpp"
 #include "io/h5store.hpp"
 #include "io/h5store_internal.hpp"
 #include "io/h5store_reader_impl.hpp"
@@ -496,9 +501,13 @@ H5TensorInfo read_h5_info(const std::string& path, const comm::Communicator& c) 
 
 namespace {
 
-/// Reads (keep: into res->local; else into a reused buffer) this rank's share.
+/// Called with each piece read (count, coordinates of each mode), in order of position.
+using PieceHook = std::function<void(nnz_t, const index_t* const*)>;
+
+/// Reads (keep: into res->local; else into a reused buffer) this rank's share; `on_piece`
+/// (may be null) sees every piece after its checks.
 void read_share(const std::string& path, const comm::Communicator& c, const H5ReadOptions& opt,
-                bool keep, H5ReadResult* res) {
+                bool keep, H5ReadResult* res, const PieceHook* on_piece = nullptr) {
   Timer timer;
   std::unique_ptr<H5TensorReader> rd;
   comm::run_collectively(
@@ -546,6 +555,7 @@ void read_share(const std::string& path, const comm::Communicator& c, const H5Re
       for (int m = 0; m < N; ++m) p[m] = x.idx[static_cast<std::size_t>(m)].data() + at;
       rd->read_direct(first + done, n, p, x.vals.data() + at, threads);
       if (opt.float_values) check_float_range(path, first + done, n, x.vals.data() + at);
+      if (on_piece != nullptr) (*on_piece)(n, p);
       progress.update(static_cast<std::uint64_t>(done + n) * per_nnz *
                       static_cast<std::uint64_t>(P));
     }
@@ -579,11 +589,183 @@ H5ReadResult read_h5(const std::string& path, const comm::Communicator& c,
   return res;
 }
 
-void verify_h5(const std::string& path, const comm::Communicator& c, const H5ReadOptions& opt) {
+namespace {
+
+/// The key order of the unique check's first pass: with a sorted mode m, (index of mode m,
+/// coordinate), the order io::UniqueWriter writes; else the coordinate's own.
+struct StoreOrder {
+  int keys[kMaxOrder + 1];
+  int count = 0;
+  StoreOrder(int order, int sorted_mode) {
+    if (sorted_mode >= 0 && sorted_mode < order) keys[count++] = sorted_mode;
+    for (int m = 0; m < order; ++m) keys[count++] = m;
+  }
+  /// a < b strictly; a and b give each mode's index.
+  template <typename A, typename B>
+  bool less(const A& a, const B& b) const {
+    for (int k = 0; k < count; ++k) {
+      const int m = keys[k];
+      if (a(m) != b(m)) return a(m) < b(m);
+    }
+    return false;
+  }
+};
+
+/// This rank's range in the order of the unique check: whether it is strictly increasing,
+/// and its first and last coordinates.
+struct RangeOrder {
+  bool increasing = true;
+  nnz_t seen = 0;
+  std::vector<index_t> first, last;
+};
+
+/// Distinct coordinates of the store, counted by a UniqueWriter that is never written: a
+/// second read of every rank's range (the same ranges as the first), added in pieces; a read
+/// error on any rank stops every rank before the next collective add.
+nnz_t count_distinct(const std::string& path, const comm::Communicator& c, const H5ReadOptions& opt,
+                     const H5VerifyOptions& v, const H5TensorInfo& info, nnz_t first, nnz_t count) {
+  UniqueWriterOptions uo;
+  uo.memory_limit = v.memory_limit;
+  uo.progress = opt.progress;
+  uo.scratch_dir = v.scratch_dir;
+  if (uo.scratch_dir.empty()) {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    const std::string folder = parent.empty() ? std::string(".") : parent.string();
+    uo.scratch_dir = ::access(folder.c_str(), W_OK) == 0
+                         ? folder
+                         : std::filesystem::temp_directory_path().string();
+  }
+  const int N = info.order;
+  // The writer names its scratch files after this path; nothing is written there.
+  UniqueWriter uw(path + ".verify", N, c, uo);
+  uw.expect(info.nnz);
+  std::unique_ptr<H5TensorReader> rd;
+  comm::run_collectively(c, [&] { rd = std::make_unique<H5TensorReader>(path, false, 0); });
+  const nnz_t piece = opt.piece > 0 ? opt.piece : kDefaultPiece;
+  const nnz_t pieces =
+      c.allreduce_value<nnz_t>(count == 0 ? 0 : (count - 1) / piece + 1, comm::ReduceOp::max);
+  std::vector<std::vector<index_t>> idx(static_cast<std::size_t>(N));
+  std::vector<double> vals;
+  const auto room = static_cast<std::size_t>(std::min(count, piece));
+  for (auto& w : idx) w.resize(room);
+  vals.resize(room);
+  index_t* p[kMaxOrder];
+  for (int m = 0; m < N; ++m) p[m] = idx[static_cast<std::size_t>(m)].data();
+  int threads = opt.threads;
+#ifdef _OPENMP
+  if (threads <= 0) threads = omp_get_max_threads();
+#endif
+  for (nnz_t k = 0; k < pieces; ++k) {
+    const nnz_t done = k * piece;
+    const nnz_t n = done < count ? std::min(piece, count - done) : 0;
+    std::uint64_t key = kNoError;
+    std::string msg;
+    try {
+      if (n > 0) rd->read_direct(first + done, n, p, vals.data(), threads);
+    } catch (const PositionedError& e) {
+      key = static_cast<std::uint64_t>(e.position()) + 1;
+      msg = e.what();
+    } catch (const std::exception& e) {
+      key = 0;
+      msg = e.what();
+    }
+    raise_earliest(c, key, msg);  // collective: every rank passes here each piece
+    uw.add(n, p, vals.data(), static_cast<std::uint64_t>(first + done));
+  }
+  return uw.count_unique();
+}
+
+}  // namespace
+
+H5VerifyResult verify_h5(const std::string& path, const comm::Communicator& c,
+                         const H5ReadOptions& opt, const H5VerifyOptions& v) {
   TESSERA_EXPECTS(c.memory_space() == comm::MemorySpace::host,
                   "verify_h5 needs a host communicator");
+  H5VerifyResult out;
   H5ReadResult res;
-  read_share(path, c, opt, false, &res);
+  // The first pass sees the pieces as they are read; read_share has set res.info (the
+  // header) before the first.
+  std::optional<StoreOrder> order;
+  int N = 0;
+  RangeOrder range;
+  const PieceHook hook = [&](nnz_t n, const index_t* const* p) {
+    if (res.info.has_duplicates != 0 || n == 0 || !range.increasing) return;
+    if (!order) {
+      N = res.info.order;
+      order.emplace(N, res.info.sorted_mode);
+    }
+    auto at = [&](nnz_t k) { return [p, k](int m) { return p[m][k]; }; };
+    if (range.seen == 0) {
+      range.first.assign(static_cast<std::size_t>(N), 0);
+      for (int m = 0; m < N; ++m) range.first[static_cast<std::size_t>(m)] = p[m][0];
+    } else {
+      const std::vector<index_t>& last = range.last;
+      if (!order->less([&last](int m) { return last[static_cast<std::size_t>(m)]; }, at(0)))
+        range.increasing = false;
+    }
+    bool ok = true;
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (n > 65536)
+    for (std::int64_t k = 1; k < static_cast<std::int64_t>(n); ++k)
+      ok = ok && order->less(at(static_cast<nnz_t>(k - 1)), at(static_cast<nnz_t>(k)));
+    range.increasing = range.increasing && ok;
+    range.last.assign(static_cast<std::size_t>(N), 0);
+    for (int m = 0; m < N; ++m) range.last[static_cast<std::size_t>(m)] = p[m][n - 1];
+    range.seen += n;
+  };
+  read_share(path, c, opt, false, &res, &hook);
+  const H5TensorInfo& info = res.info;
+  if (info.has_duplicates != 0 || info.nnz < 2) return out;
+  N = info.order;
+  if (!order) order.emplace(N, info.sorted_mode);
+  // Ranges read by block: a coordinate lies in one block only, so each block's own order
+  // proves it. Equal shares of the stored order: also across the ranks' ends.
+  bool proven = c.allreduce_value<int>(range.increasing ? 1 : 0, comm::ReduceOp::min) == 1;
+  if (proven && !res.by_block && c.size() > 1) {
+    const int P = c.size();
+    const auto W = static_cast<std::size_t>(2 * N + 1);
+    std::vector<index_t> mine(W, 0), all(W * static_cast<std::size_t>(P));
+    mine[0] = range.seen > 0 ? 1 : 0;
+    for (int m = 0; m < N && range.seen > 0; ++m) {
+      mine[1 + static_cast<std::size_t>(m)] = range.first[static_cast<std::size_t>(m)];
+      mine[1 + static_cast<std::size_t>(N + m)] = range.last[static_cast<std::size_t>(m)];
+    }
+    c.allgather(mine.data(), all.data(), W);
+    const index_t* prev = nullptr;
+    for (int q = 0; q < P && proven; ++q) {
+      const index_t* e = all.data() + W * static_cast<std::size_t>(q);
+      if (e[0] == 0) continue;
+      if (prev != nullptr && !order->less([prev, N](int m) { return prev[1 + N + m]; },
+                                          [e](int m) { return e[1 + m]; }))
+        proven = false;
+      prev = e;
+    }
+  }
+  if (proven) {
+    out.unique_check = "order";
+    return out;
+  }
+  nnz_t first = 0, count = 0;
+  const int P = c.size(), r = c.rank();
+  if (res.by_block) {
+    std::tie(first, count) = info.partition->block_range(r);
+  } else {
+    first = static_cast<nnz_t>(static_cast<__int128>(info.nnz) * r / P);
+    count = static_cast<nnz_t>(static_cast<__int128>(info.nnz) * (r + 1) / P) - first;
+  }
+  const nnz_t distinct = count_distinct(path, c, opt, v, info, first, count);
+  out.unique_check = "sort";
+  // Every rank has the same count: one agreed error line, no abort.
+  comm::run_collectively(c, [&] {
+    TESSERA_INPUT_CHECK(distinct == info.nnz,
+                        path << ": has_duplicates = 0, but " << info.nnz - distinct << " of its "
+                             << info.nnz
+                             << " nonzeros repeat a coordinate (a run trusts the attribute and "
+                                "would count each copy, so ||X|| and the fit would be wrong): set "
+                                "the attribute to 1 (h5py: f.attrs['has_duplicates'] = 1), then "
+                                "tessera convert "
+                             << path << " OUT.h5 writes a copy with the repeats summed");
+  });
+  return out;
 }
 
 }  // namespace tessera::io
