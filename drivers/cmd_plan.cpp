@@ -33,6 +33,7 @@ struct PlanArgs {
   std::string nprocs;      ///< --nprocs 1,2,4,8 ("" = the ranks of this job only)
   int ranks_per_node = 0;  ///< --ranks-per-node (0: every rank on this node)
   double bandwidth_gbs = 4300, link_gbs = 300, latency_us = 20;
+  bool bandwidth_given = false, link_given = false;  ///< --bandwidth, --link-bandwidth typed
   std::string nodes;      ///< --nodes 1,2,4 (with --gpus-per-node: runs of N x G ranks)
   int gpus_per_node = 0;  ///< --gpus-per-node (0: every rank on one node)
   double net_gbs = 25;    ///< --link-gbps: network GB/s per GPU per direction
@@ -128,6 +129,47 @@ plan::TimeModel time_model(const PlanArgs& a) {
   return m;
 }
 
+/// The time model of a host backend (cpu, reference): the ranks of a node share its memory
+/// bandwidth (TimeModel::shared_memory), which is measured here unless --bandwidth gives it:
+/// every rank of this job copies at once (measure_bandwidth, its threads, two 128 MiB arrays), and
+/// the node's is the sum over the ranks on rank 0's node. The ranks of a node exchange rows through
+/// that memory: --link-bandwidth defaults to it too. --ranks-per-node places the ranks when
+/// --gpus-per-node does not. A GPU backend keeps time_model's defaults (an H200 node).
+template <typename T>
+plan::TimeModel host_time_model(const PlanArgs& a, const ComputeOptions& run, Compute<T>& cx,
+                                const comm::MpiCommunicator& world) {
+  plan::TimeModel m = time_model(a);
+  if (cx.kind == kernels::BackendKind::cuda || !cx.backend) return m;
+  m.shared_memory = true;
+  if (m.gpus_per_node == 0) m.gpus_per_node = a.ranks_per_node;
+  if (a.bandwidth_given && a.link_given) return m;
+  world.barrier();
+  // Arrays of 128 MiB: past the last-level cache of a CPU, a model input in a few tenths of
+  // a second (the benchmarks' 512 MiB probe is their floors' denominator).
+  const double mine = measure_bandwidth(*cx.backend, run.threads, std::size_t(128) << 20);
+  std::vector<double> all(static_cast<std::size_t>(world.size()));
+  world.allgather(&mine, all.data(), 1);
+  const comm::NodeMap nodes = comm::node_map(world, 0);
+  double node = 0;
+  for (int q = 0; q < world.size(); ++q)
+    if (nodes.node_of.empty() ||
+        nodes.node_of[static_cast<std::size_t>(q)] == nodes.node_of.front())
+      node += all[static_cast<std::size_t>(q)];
+  if (!a.bandwidth_given) m.bandwidth = node;
+  if (!a.link_given) m.link_bandwidth = node;
+  char gbs[32];
+  std::snprintf(gbs, sizeof gbs, "%.0f", node / 1e9);
+  const std::string takes =
+      !a.bandwidth_given && !a.link_given ? "--bandwidth and --link-bandwidth take it"
+      : a.bandwidth_given                 ? "--link-bandwidth takes it (--bandwidth as given)"
+                                          : "--bandwidth takes it (--link-bandwidth as given)";
+  log::info("plan: host backend: this node's memory copies at " + std::string(gbs) +
+            " GB/s (measured here, every rank of this job at once), shared by the ranks of a "
+            "node: " +
+            takes);
+  return m;
+}
+
 template <typename T>
 void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& cx,
                      partition::Scheme scheme, bool allreduce, const PlanContext& pc,
@@ -199,7 +241,7 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
     const int here = per_node > 0 ? std::min(P, per_node) : P;
     return plan::measure_limits(world, req.backend, spill, here);
   };
-  const plan::TimeModel m = time_model(a);
+  const plan::TimeModel m = host_time_model(a, run, cx, world);
   // The layer strategy's grid beside the allreduce's estimate (cp, dims known): on several
   // nodes the model's node-aware grid, as --comm-strategy auto would use.
   std::function<std::vector<int>(int)> grid_of;
@@ -232,7 +274,11 @@ void run_plan_nprocs(const PlanArgs& a, const ComputeOptions& run, Compute<T>& c
                        {"dense_fixed_seconds", m.dense_fixed_s},
                        {"host_wait_s", m.host_wait},
                        {"whole_rows_max_bytes", m.whole_rows_max_bytes},
-                       {"ranks_per_node", a.ranks_per_node}};
+                       {"ranks_per_node", a.ranks_per_node},
+                       {"shared_memory", m.shared_memory},
+                       {"bandwidth_source", a.bandwidth_given ? "given"
+                                            : m.shared_memory ? "measured"
+                                                              : "default"}};
     if (!any) j["status"] = "refused";
     write_json(run.json, j, world);
   }
@@ -415,13 +461,15 @@ void add_plan(CLI::App& app, Runner& run) {
       ->group(group);
   sub->add_option("--bandwidth", a->bandwidth_gbs,
                   "--nprocs: memory bandwidth of one rank's backend in GB/s for the MTTKRP "
-                  "bytes (default: an H200's measured device copy)")
+                  "bytes (default: an H200's measured device copy; host backends: this node's "
+                  "copy, measured, shared by its ranks)")
       ->check(number_check(false))
       ->capture_default_str()
       ->group(group);
   sub->add_option("--link-bandwidth", a->link_gbs,
                   "--nprocs: GB/s per direction between two ranks for the all-reduces (default: "
-                  "NVLink between the H200s of one node)")
+                  "NVLink between the H200s of one node; host backends: the node's memory, as "
+                  "--bandwidth)")
       ->check(number_check(false))
       ->capture_default_str()
       ->group(group);
@@ -558,6 +606,8 @@ void add_plan(CLI::App& app, Runner& run) {
       for (const char* n : names)
         if (sub->count(n) > 0) throw CLI::ValidationError(n, "applies only " + where);
     };
+    a->bandwidth_given = sub->count("--bandwidth") > 0;
+    a->link_given = sub->count("--link-bandwidth") > 0;
     only(!a->nprocs.empty(),
          {"--ranks-per-node", "--bandwidth", "--link-bandwidth", "--collective-latency",
           "--gpus-per-node", "--link-gbps", "--inter-latency", "--kernel-ratio", "--dense-ms",

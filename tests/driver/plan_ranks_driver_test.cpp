@@ -109,7 +109,14 @@ TEST_F(PlanRanksDriver, AStoreIsPlannedPerRankForEachCount) {
   EXPECT_TRUE(contains(out, "plans per rank count")) << out;
   EXPECT_TRUE(contains(out, "--bandwidth")) << out;
   EXPECT_EQ(rec["command"], "plan");
-  EXPECT_TRUE(rec.contains("time_model"));
+  ASSERT_TRUE(rec.contains("time_model"));
+  // A host backend: the node's memory, measured here and shared by its ranks.
+  const auto& m = rec["time_model"];
+  EXPECT_EQ(m["shared_memory"], true);
+  EXPECT_EQ(m["bandwidth_source"], "measured");
+  EXPECT_GT(m["bandwidth_bytes_per_s"].get<double>(), 1e8);
+  EXPECT_NE(m["bandwidth_bytes_per_s"].get<double>(), 4300e9);
+  EXPECT_TRUE(contains(out, "more ranks on one node add no bandwidth")) << out;
 }
 
 TEST_F(PlanRanksDriver, AStoredPartitionGivesTheBlocks) {
@@ -136,6 +143,10 @@ TEST_F(PlanRanksDriver, ACudaCardIsPlannedWithoutSeeingOne) {
   const std::uint64_t nnz = rec["plans_per_ranks"][0]["plan"]["block_nnz"];
   check_entries(rec, nnz, {1, 2, 4}, true);
   EXPECT_EQ(rec["plans_per_ranks"][0]["plan"]["backend"], "cuda");
+  // GPUs: their own memory and links, the H200 defaults.
+  EXPECT_EQ(rec["time_model"]["shared_memory"], false);
+  EXPECT_EQ(rec["time_model"]["bandwidth_source"], "default");
+  EXPECT_EQ(rec["time_model"]["bandwidth_bytes_per_s"].get<double>(), 4300e9);
   // Without --nprocs too, and under 2 ranks.
   const auto r = run(mpirun(2) + " plan " + h5_ + " --backend cuda --device-budget 8G");
   EXPECT_EQ(r.code, 0) << r.out;

@@ -276,6 +276,43 @@ TEST(PlanRanks, TheIterationModelAndWhereMoreRanksStopHelping) {
   EXPECT_TRUE(tucker[0].to_json().contains("predicted"));
 }
 
+TEST(PlanRanks, HostRanksShareTheirNodesMemory) {
+  // CPU ranks of one node share its memory bandwidth (TimeModel::shared_memory, what
+  // `tessera plan --backend cpu` uses): K ranks of a node each get 1/K of --bandwidth and
+  // --link-bandwidth, so a kernel on half the nonzeros takes as long as on all of them;
+  // ranks on other nodes bring their own.
+  TimeModel m;
+  m.bandwidth = 100e9;
+  m.link_bandwidth = 100e9;
+  m.collective_latency = 10e-6;
+  m.shared_memory = true;
+  const Request r = cp(Backend::cpu, 8, 16);
+  const auto t = amazon();
+  TimeModel gpu = m;
+  gpu.shared_memory = false;
+  const auto two = estimate_cp_iteration(r, t, t.nnz / 2, 2, m);
+  const auto two_gpu = estimate_cp_iteration(r, t, t.nnz / 2, 2, gpu);
+  EXPECT_DOUBLE_EQ(two.mttkrp_bytes, two_gpu.mttkrp_bytes);
+  EXPECT_DOUBLE_EQ(two.kernel_s, 2 * two_gpu.kernel_s);
+  EXPECT_DOUBLE_EQ(two.comm_s - 3 * m.collective_latency,
+                   2 * (two_gpu.comm_s - 3 * m.collective_latency));
+  EXPECT_DOUBLE_EQ(rank_model(m, 4).bandwidth, 25e9);
+  EXPECT_DOUBLE_EQ(rank_model(gpu, 4).bandwidth, 100e9);
+  // One rank per node: nothing shared.
+  m.gpus_per_node = 1;
+  gpu.gpus_per_node = 1;
+  const auto spread = estimate_cp_iteration(r, t, t.nnz / 2, 2, m);
+  EXPECT_DOUBLE_EQ(spread.kernel_s, estimate_cp_iteration(r, t, t.nnz / 2, 2, gpu).kernel_s);
+  // On one node more ranks do not pay: the plan says so.
+  m.gpus_per_node = 0;
+  const auto plans = plan_for_ranks(
+      r, t, {1, 2, 4}, [&](int P) { return split(t.nnz, P); },
+      [&](int P) { return node_limits(2000 * kGiB, P, 135 * kGiB); }, m);
+  EXPECT_TRUE(plans[1].no_gain);
+  const std::string d = describe_ranks(plans, m);
+  EXPECT_NE(d.find("more ranks on one node add no bandwidth"), std::string::npos) << d;
+}
+
 // ---- several nodes (issue 38): plan/comm_model.hpp and the estimates over it ----
 
 TEST(PlanNodes, OneNodeIsTheSingleRingModel) {

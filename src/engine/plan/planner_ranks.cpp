@@ -56,7 +56,8 @@ double dense_seconds(const TimeModel& m, const std::vector<double>& dims,
   return fixed + (all > 0 ? (m.dense_s - fixed) * mine / all : 0);
 }
 
-void finish(IterationEstimate& e, const TimeModel& m, bool several) {
+void finish(IterationEstimate& e, const TimeModel& model, bool several) {
+  const TimeModel m = rank_model(model, e.per_node);
   e.floor_s = m.bandwidth > 0 ? e.mttkrp_bytes / m.bandwidth : 0;
   e.kernel_s = e.floor_s * m.kernel_ratio;
   e.comm_s = several ? e.link.seconds(m) + e.host_calls * m.host_wait : 0;
@@ -64,6 +65,15 @@ void finish(IterationEstimate& e, const TimeModel& m, bool several) {
 }
 
 }  // namespace
+
+TimeModel rank_model(const TimeModel& m, int per_node) {
+  TimeModel r = m;
+  if (m.shared_memory && per_node > 1) {
+    r.bandwidth /= per_node;
+    r.link_bandwidth /= per_node;
+  }
+  return r;
+}
 
 IterationEstimate estimate_cp_iteration(const Request& req, const TensorFacts& t, nnz_t block_nnz,
                                         int ranks, const TimeModel& m) {
@@ -125,8 +135,9 @@ IterationEstimate estimate_cp_layer_iteration(const Request& req, const TensorFa
     }
     e.link += small_allreduce_cost(g);  // a layer of one rank sums only its Gram
   }
+  const double rank_bw = rank_model(m, g.per_node).bandwidth;
   const double all_floor =
-      m.bandwidth > 0 ? kernel_bytes(d, n, v, R, {}) / m.bandwidth : 0;  // the allreduce kernels
+      rank_bw > 0 ? kernel_bytes(d, n, v, R, {}) / rank_bw : 0;  // the allreduce kernels
   e.grid_cost_s = P > 1 ? kGridCostOverKernelFloor * all_floor : 0;
   // Every mode is split: a rank solves its 1 / (P / p_n) of its layer's chunk.
   std::vector<double> solved(d.size());
@@ -231,7 +242,7 @@ SptcEstimate estimate_sptc(double x_nnz, int x_order, double y_nnz, int y_order,
     e.link += allgather_cost(e.replicate_bytes, g);
   }
   e.kernel_s = products_per_s > 0 ? products / P / products_per_s : 0;
-  e.comm_s = e.link.seconds(m);
+  e.comm_s = e.link.seconds(rank_model(m, g.per_node));
   e.seconds = e.kernel_s + e.comm_s;
   return e;
 }
@@ -423,6 +434,12 @@ std::string describe_time_model(const std::vector<RanksPlan>& plans, const TimeM
                   human_bytes(m.whole_rows_max_bytes).c_str());
     os << line;
   }
+  if (m.shared_memory)
+    os << "  host backend: --bandwidth and --link-bandwidth are the node's memory, which its "
+          "ranks share (K ranks on a node get 1/K each;\n    --gpus-per-node or "
+          "--ranks-per-node: ranks per node), so more ranks on one node add no bandwidth; "
+          "below,\n    NVLink means the node's memory and GPUs its ranks\n";
+
   if (tucker) {
     os << "  tucker, per mode by --comm-strategy (auto: allreduce where the collectives run in "
           "a device stream, --svd gram,\n    one node or one GPU per node, and the whole Y_(n) "

@@ -347,9 +347,10 @@ std::size_t default_memory_limit(const comm::MpiCommunicator& world) {
 }
 
 template <typename T>
-double measure_bandwidth(kernels::Backend<T>& be, int threads) {
-  const std::size_t bytes = be.memory_space() == comm::MemorySpace::host ? (std::size_t(512) << 20)
-                                                                         : (std::size_t(2) << 30);
+double measure_bandwidth(kernels::Backend<T>& be, int threads, std::size_t bytes) {
+  if (bytes == 0)
+    bytes = be.memory_space() == comm::MemorySpace::host ? (std::size_t(512) << 20)
+                                                         : (std::size_t(2) << 30);
   const std::size_t n = bytes / sizeof(T);
   auto a = be.allocate(n), b = be.allocate(n);
   be.fill(a.data(), n, T(1));
@@ -372,7 +373,7 @@ double measure_bandwidth(kernels::Backend<T>& be, int threads) {
   }
   return 2.0 * static_cast<double>(n * sizeof(T)) / best;
 }
-template double measure_bandwidth<float>(kernels::Backend<float>&, int);
-template double measure_bandwidth<double>(kernels::Backend<double>&, int);
+template double measure_bandwidth<float>(kernels::Backend<float>&, int, std::size_t);
+template double measure_bandwidth<double>(kernels::Backend<double>&, int, std::size_t);
 
 }  // namespace tessera::run

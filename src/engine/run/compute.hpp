@@ -85,10 +85,10 @@ void with_precision(const ComputeOptions& o, F&& f) {
 std::size_t default_memory_limit(const comm::MpiCommunicator& world);
 
 /// Copy bandwidth of the backend's memory in bytes/s (read + write, best of 5): 512 MiB
-/// with the rank's OpenMP threads on the host, 2 GiB with the backend's copy on a device.
-/// The denominator of every benchmark's floor.
+/// with the rank's OpenMP threads on the host, 2 GiB with the backend's copy on a device;
+/// `bytes` > 0: arrays of that size instead. The denominator of every benchmark's floor.
 template <typename T>
-double measure_bandwidth(kernels::Backend<T>& be, int threads);
+double measure_bandwidth(kernels::Backend<T>& be, int threads, std::size_t bytes = 0);
 
 /// Peak resident memory of this process in bytes.
 std::size_t peak_rss_bytes();
