@@ -501,6 +501,29 @@ H5TensorInfo read_h5_info(const std::string& path, const comm::Communicator& c) 
 
 namespace {
 
+/// Rank r of P's nonzeros [first, first + count): its block of the stored partition, or an
+/// equal share of the stored order.
+std::pair<nnz_t, nnz_t> share_of(const H5TensorInfo& info, bool by_block, int r, int P) {
+  if (by_block) return info.partition->block_range(r);
+  const nnz_t first = static_cast<nnz_t>(static_cast<__int128>(info.nnz) * r / P);
+  return {first, static_cast<nnz_t>(static_cast<__int128>(info.nnz) * (r + 1) / P) - first};
+}
+
+/// Runs `read`; an error becomes the candidate of raise_earliest (key: position + 1 for a
+/// PositionedError, 0 for any other, kNoError when none) and its message.
+template <typename F>
+void catch_read_error(F&& read, std::uint64_t* key, std::string* msg) {
+  try {
+    read();
+  } catch (const PositionedError& e) {
+    *key = static_cast<std::uint64_t>(e.position()) + 1;
+    *msg = e.what();
+  } catch (const std::exception& e) {
+    *key = 0;
+    *msg = e.what();
+  }
+}
+
 /// Called with each piece read (count, coordinates of each mode), in order of position.
 using PieceHook = std::function<void(nnz_t, const index_t* const*)>;
 
@@ -516,14 +539,9 @@ void read_share(const std::string& path, const comm::Communicator& c, const H5Re
   const H5TensorInfo& info = res->info;
   const int P = c.size(), r = c.rank();
   const int N = info.order;
-  nnz_t first = 0, count = 0;
   res->by_block = opt.by_block && info.partition && info.partition->nblocks() == P;
-  if (res->by_block) {
-    std::tie(first, count) = info.partition->block_range(r);
-  } else {
-    first = static_cast<nnz_t>(static_cast<__int128>(info.nnz) * r / P);
-    count = static_cast<nnz_t>(static_cast<__int128>(info.nnz) * (r + 1) / P) - first;
-  }
+  nnz_t first = 0, count = 0;  // not a structured binding: the lambda below captures them
+  std::tie(first, count) = share_of(info, res->by_block, r, P);
   const nnz_t piece = opt.piece > 0 ? opt.piece : kDefaultPiece;
   const std::uint64_t per_nnz =
       4 * static_cast<std::uint64_t>(N) + (info.value_type == ValueType::float32 ? 4 : 8);
@@ -531,41 +549,38 @@ void read_share(const std::string& path, const comm::Communicator& c, const H5Re
   x = SparseTensor<double>(info.dims);
   std::uint64_t key = kNoError;
   std::string msg;
-  try {
-    const auto room = static_cast<std::size_t>(keep ? count : std::min(count, piece));
-    try {
-      for (auto& v : x.idx) v.resize(room);
-      x.vals.resize(room);
-    } catch (const std::bad_alloc&) {
-      throw InputError(path + ": out of memory for " + std::to_string(room) + " nonzeros on rank " +
-                       std::to_string(r));
-    }
-    Progress progress(r == 0 && opt.progress, "reading", base_name(path),
-                      static_cast<std::uint64_t>(count) * per_nnz * static_cast<std::uint64_t>(P));
-    index_t* p[kMaxOrder];
-    int threads = opt.threads;
+  catch_read_error(
+      [&] {
+        const auto room = static_cast<std::size_t>(keep ? count : std::min(count, piece));
+        try {
+          for (auto& v : x.idx) v.resize(room);
+          x.vals.resize(room);
+        } catch (const std::bad_alloc&) {
+          throw InputError(path + ": out of memory for " + std::to_string(room) +
+                           " nonzeros on rank " + std::to_string(r));
+        }
+        Progress progress(
+            r == 0 && opt.progress, "reading", base_name(path),
+            static_cast<std::uint64_t>(count) * per_nnz * static_cast<std::uint64_t>(P));
+        index_t* p[kMaxOrder];
+        int threads = opt.threads;
 #ifdef _OPENMP
-    if (threads <= 0) threads = omp_get_max_threads();
+        if (threads <= 0) threads = omp_get_max_threads();
 #endif
-    // Block reads are ranges of the block's positions (read_block's checks come with the
-    // partition: every nonzero is checked against its block's index ranges).
-    for (nnz_t done = 0; done < count; done += piece) {
-      const nnz_t n = std::min(piece, count - done);
-      const std::size_t at = keep ? static_cast<std::size_t>(done) : 0;
-      for (int m = 0; m < N; ++m) p[m] = x.idx[static_cast<std::size_t>(m)].data() + at;
-      rd->read_direct(first + done, n, p, x.vals.data() + at, threads);
-      if (opt.float_values) check_float_range(path, first + done, n, x.vals.data() + at);
-      if (on_piece != nullptr) (*on_piece)(n, p);
-      progress.update(static_cast<std::uint64_t>(done + n) * per_nnz *
-                      static_cast<std::uint64_t>(P));
-    }
-  } catch (const PositionedError& e) {
-    key = static_cast<std::uint64_t>(e.position()) + 1;
-    msg = e.what();
-  } catch (const std::exception& e) {
-    key = 0;
-    msg = e.what();
-  }
+        // Block reads are ranges of the block's positions (read_block's checks come with the
+        // partition: every nonzero is checked against its block's index ranges).
+        for (nnz_t done = 0; done < count; done += piece) {
+          const nnz_t n = std::min(piece, count - done);
+          const std::size_t at = keep ? static_cast<std::size_t>(done) : 0;
+          for (int m = 0; m < N; ++m) p[m] = x.idx[static_cast<std::size_t>(m)].data() + at;
+          rd->read_direct(first + done, n, p, x.vals.data() + at, threads);
+          if (opt.float_values) check_float_range(path, first + done, n, x.vals.data() + at);
+          if (on_piece != nullptr) (*on_piece)(n, p);
+          progress.update(static_cast<std::uint64_t>(done + n) * per_nnz *
+                          static_cast<std::uint64_t>(P));
+        }
+      },
+      &key, &msg);
   rd.reset();
   raise_earliest(c, key, msg);
   if (!keep) x = SparseTensor<double>(info.dims);
@@ -660,15 +675,11 @@ nnz_t count_distinct(const std::string& path, const comm::Communicator& c, const
     const nnz_t n = done < count ? std::min(piece, count - done) : 0;
     std::uint64_t key = kNoError;
     std::string msg;
-    try {
-      if (n > 0) rd->read_direct(first + done, n, p, vals.data(), threads);
-    } catch (const PositionedError& e) {
-      key = static_cast<std::uint64_t>(e.position()) + 1;
-      msg = e.what();
-    } catch (const std::exception& e) {
-      key = 0;
-      msg = e.what();
-    }
+    catch_read_error(
+        [&] {
+          if (n > 0) rd->read_direct(first + done, n, p, vals.data(), threads);
+        },
+        &key, &msg);
     raise_earliest(c, key, msg);  // collective: every rank passes here each piece
     uw.add(n, p, vals.data(), static_cast<std::uint64_t>(first + done));
   }
@@ -744,14 +755,7 @@ H5VerifyResult verify_h5(const std::string& path, const comm::Communicator& c,
     out.unique_check = "order";
     return out;
   }
-  nnz_t first = 0, count = 0;
-  const int P = c.size(), r = c.rank();
-  if (res.by_block) {
-    std::tie(first, count) = info.partition->block_range(r);
-  } else {
-    first = static_cast<nnz_t>(static_cast<__int128>(info.nnz) * r / P);
-    count = static_cast<nnz_t>(static_cast<__int128>(info.nnz) * (r + 1) / P) - first;
-  }
+  const auto [first, count] = share_of(info, res.by_block, c.rank(), c.size());
   const nnz_t distinct = count_distinct(path, c, opt, v, info, first, count);
   out.unique_check = "sort";
   // Every rank has the same count: one agreed error line, no abort.
