@@ -389,7 +389,9 @@ void add_info(CLI::App& app, Runner& run) {
   sub->add_option("--index-base", a->load.index_base, "1 | 0 | auto (text files)")
       ->check(CLI::IsMember({"1", "0", "auto"}));
   sub->add_flag("--verify", a->verify,
-                "HDF5 store: read every nonzero and check checksums, coordinates and values");
+                "HDF5 store: read every nonzero and check checksums, coordinates and values, "
+                "and, where the store says it has none (has_duplicates = 0), that no "
+                "coordinate repeats");
   sub->add_flag("--stats", a->stats,
                 "HDF5 store: also read the tensor and print the per-mode statistics");
   sub->add_option("--json", a->json,
