@@ -479,7 +479,11 @@ TEST(DedupMpi, VerifyChecksThatAStoreSayingUniqueIs) {
       y.push_back(c, 1.5);
     }
     const std::string lie = dir + (beside ? "/beside.h5" : "/end.h5");
-    write_h5(lie, world().rank() == 0 ? y : SparseTensor<double>(y.dims), world(), meta,
+    // At the end the copy also breaks the sorted mode's order: that store promises none
+    // (checked below).
+    H5Header h = meta;
+    if (!beside) h.sorted_mode = -1;
+    write_h5(lie, world().rank() == 0 ? y : SparseTensor<double>(y.dims), world(), h,
              write_options());
     std::string check;
     const std::string m = verify_message(lie, &check);
@@ -488,6 +492,30 @@ TEST(DedupMpi, VerifyChecksThatAStoreSayingUniqueIs) {
               std::string::npos)
         << m;
     EXPECT_NE(m.find("tessera convert " + lie + " OUT.h5"), std::string::npos) << m;
+  }
+  // The sorted store with its halves swapped, unique but with a false sorted_mode: the
+  // earliest fall is named, whether it lies inside a piece, between pieces or between ranks.
+  {
+    SparseTensor<double> y(x.dims);
+    const nnz_t k = x.nnz() / 2;
+    const int sm = meta.sorted_mode;
+    for (nnz_t j = 0; j < x.nnz(); ++j) {
+      const nnz_t q = (j + k) % x.nnz();
+      index_t c[3] = {x.idx[0][q], x.idx[1][q], x.idx[2][q]};
+      y.push_back(c, x.vals[static_cast<std::size_t>(q)]);
+    }
+    const std::string lie = dir + "/swapped.h5";
+    write_h5(lie, world().rank() == 0 ? y : SparseTensor<double>(y.dims), world(), meta,
+             write_options());
+    std::string check;
+    const std::string m = verify_message(lie, &check);
+    const auto& ms = x.idx[static_cast<std::size_t>(sm)];
+    EXPECT_NE(m.find(lie + ": sorted_mode = " + std::to_string(sm) + ", but the mode-" +
+                     std::to_string(sm) + " index falls from " + std::to_string(ms.back()) +
+                     " to " + std::to_string(ms.front()) + " at nonzero " +
+                     std::to_string(x.nnz() - k) + " (0-based)"),
+              std::string::npos)
+        << m;
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (world().rank() == 0) {

@@ -524,8 +524,9 @@ void catch_read_error(F&& read, std::uint64_t* key, std::string* msg) {
   }
 }
 
-/// Called with each piece read (count, coordinates of each mode), in order of position.
-using PieceHook = std::function<void(nnz_t, const index_t* const*)>;
+/// Called with each piece read (position of its first nonzero, count, coordinates of each
+/// mode), in order of position.
+using PieceHook = std::function<void(nnz_t, nnz_t, const index_t* const*)>;
 
 /// Reads (keep: into res->local; else into a reused buffer) this rank's share; `on_piece`
 /// (may be null) sees every piece after its checks.
@@ -575,7 +576,7 @@ void read_share(const std::string& path, const comm::Communicator& c, const H5Re
           for (int m = 0; m < N; ++m) p[m] = x.idx[static_cast<std::size_t>(m)].data() + at;
           rd->read_direct(first + done, n, p, x.vals.data() + at, threads);
           if (opt.float_values) check_float_range(path, first + done, n, x.vals.data() + at);
-          if (on_piece != nullptr) (*on_piece)(n, p);
+          if (on_piece != nullptr) (*on_piece)(first + done, n, p);
           progress.update(static_cast<std::uint64_t>(done + n) * per_nnz *
                           static_cast<std::uint64_t>(P));
         }
@@ -634,6 +635,19 @@ struct RangeOrder {
   std::vector<index_t> first, last;
 };
 
+/// No position: the sorted mode never decreases in what was read.
+constexpr nnz_t kSorted = std::numeric_limits<nnz_t>::max();
+
+/// The store's sorted_mode m (>= 0) promises non-decreasing mode-m indices over the whole
+/// stored order: this rank's range's first and last index, and the first position where the
+/// index falls (kSorted: none).
+struct SortedRange {
+  nnz_t seen = 0, start = 0;  ///< nonzeros seen; the range's first position
+  index_t first = 0, last = 0;
+  nnz_t falls_at = kSorted;
+  index_t before = 0, after = 0;  ///< the indices at falls_at - 1 and falls_at
+};
+
 /// Distinct coordinates of the store, counted by a UniqueWriter that is never written: a
 /// second read of every rank's range (the same ranges as the first), added in pieces; a read
 /// error on any rank stops every rank before the next collective add.
@@ -686,6 +700,48 @@ nnz_t count_distinct(const std::string& path, const comm::Communicator& c, const
   return uw.count_unique();
 }
 
+/// The store's sorted_mode over every rank's range (the ranges follow each other in the
+/// stored order, rank by rank, shares or blocks alike): the earliest fall, inside a range
+/// or between two, is one agreed error line.
+void check_sorted_mode(const std::string& path, const H5TensorInfo& info, const SortedRange& s,
+                       const comm::Communicator& c) {
+  const int P = c.size();
+  // Per rank: had data, where its range starts, its first and last index, where it falls
+  // and the two indices there.
+  const std::vector<std::int64_t> mine = {s.seen > 0 ? 1 : 0, s.start,  s.first, s.last,
+                                          s.falls_at,         s.before, s.after};
+  const std::size_t W = mine.size();
+  std::vector<std::int64_t> all(W * static_cast<std::size_t>(P));
+  c.allgather(mine.data(), all.data(), W);
+  std::int64_t at = kSorted, before = 0, after = 0, last = 0;
+  bool have = false;
+  for (int q = 0; q < P && at == kSorted; ++q) {
+    const std::int64_t* e = all.data() + W * static_cast<std::size_t>(q);
+    if (e[0] == 0) continue;
+    if (have && e[2] < last) {  // between the previous range's end and this one's start
+      at = e[1];
+      before = last;
+      after = e[2];
+    } else if (e[4] != kSorted) {
+      at = e[4];
+      before = e[5];
+      after = e[6];
+    }
+    last = e[3];
+    have = true;
+  }
+  comm::run_collectively(c, [&] {
+    TESSERA_INPUT_CHECK(
+        at == kSorted,
+        path << ": sorted_mode = " << info.sorted_mode << ", but the mode-" << info.sorted_mode
+             << " index falls from " << before << " to " << after << " at nonzero " << at
+             << " (0-based), where the attribute promises a non-decreasing order (memory tier 3 on "
+                "a "
+                "GPU relies on it and refuses the store): remove the attribute (h5py: del "
+                "f.attrs['sorted_mode'])");
+  });
+}
+
 }  // namespace
 
 H5VerifyResult verify_h5(const std::string& path, const comm::Communicator& c,
@@ -699,7 +755,33 @@ H5VerifyResult verify_h5(const std::string& path, const comm::Communicator& c,
   std::optional<StoreOrder> order;
   int N = 0;
   RangeOrder range;
-  const PieceHook hook = [&](nnz_t n, const index_t* const* p) {
+  SortedRange sorted;
+  const PieceHook hook = [&](nnz_t at0, nnz_t n, const index_t* const* p) {
+    const int sm = res.info.sorted_mode;
+    if (sm >= 0 && n > 0 && sorted.falls_at == kSorted) {
+      const index_t* q = p[sm];
+      if (sorted.seen > 0 && q[0] < sorted.last) {
+        sorted.falls_at = at0;
+        sorted.before = sorted.last;
+        sorted.after = q[0];
+      } else {
+        nnz_t fall = kSorted;
+#pragma omp parallel for schedule(static) reduction(min : fall) if (n > 65536)
+        for (std::int64_t k = 1; k < static_cast<std::int64_t>(n); ++k)
+          if (q[k] < q[k - 1]) fall = std::min(fall, static_cast<nnz_t>(k));
+        if (fall != kSorted) {
+          sorted.falls_at = at0 + fall;
+          sorted.before = q[fall - 1];
+          sorted.after = q[fall];
+        }
+      }
+      if (sorted.seen == 0) {
+        sorted.start = at0;
+        sorted.first = q[0];
+      }
+      sorted.last = q[n - 1];
+      sorted.seen += n;
+    }
     if (res.info.has_duplicates != 0 || n == 0 || !range.increasing) return;
     if (!order) {
       N = res.info.order;
@@ -725,6 +807,7 @@ H5VerifyResult verify_h5(const std::string& path, const comm::Communicator& c,
   };
   read_share(path, c, opt, false, &res, &hook);
   const H5TensorInfo& info = res.info;
+  if (info.sorted_mode >= 0) check_sorted_mode(path, info, sorted, c);
   if (info.has_duplicates != 0 || info.nnz < 2) return out;
   N = info.order;
   if (!order) order.emplace(N, info.sorted_mode);
