@@ -735,10 +735,9 @@ void check_sorted_mode(const std::string& path, const H5TensorInfo& info, const 
         at == kSorted,
         path << ": sorted_mode = " << info.sorted_mode << ", but the mode-" << info.sorted_mode
              << " index falls from " << before << " to " << after << " at nonzero " << at
-             << " (0-based), where the attribute promises a non-decreasing order (memory tier 3 on "
-                "a "
-                "GPU relies on it and refuses the store): remove the attribute (h5py: del "
-                "f.attrs['sorted_mode'])");
+             << " (0-based), where the attribute promises a non-decreasing order (memory "
+                "tier 3 on a GPU relies on it and refuses a chunk out of that order): remove "
+                "the attribute (h5py: del f.attrs['sorted_mode'])");
   });
 }
 
