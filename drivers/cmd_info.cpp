@@ -29,6 +29,9 @@ struct InfoArgs {
   bool verify = false;
   bool force = false;
   std::string json;  ///< --json: the run record
+  /// --verify's count of distinct coordinates (where the stored order does not prove them
+  /// unique): host memory per rank and the folder of its scratch files.
+  std::string dedup_memory, scratch;
 };
 
 /// The statistics as record fields.
@@ -347,6 +350,10 @@ void run_info(const InfoArgs& a, const comm::MpiCommunicator& world) {
     // The sort that checks has_duplicates = 0 where the order does not: convert's memory.
     io::H5VerifyOptions vo;
     vo.memory_limit = default_memory_limit(world) / 2;
+    vo.scratch_dir = a.scratch;
+    comm::run_collectively(world, [&] {
+      if (!a.dedup_memory.empty()) vo.memory_limit = parse_bytes(a.dedup_memory, "--dedup-memory");
+    });
     const io::H5VerifyResult vr = io::verify_h5(a.load.path, world, {}, vo);
     const double verify_s = t.seconds();
     io_s += verify_s;
@@ -394,13 +401,25 @@ void add_info(CLI::App& app, Runner& run) {
                 "coordinate repeats");
   sub->add_flag("--stats", a->stats,
                 "HDF5 store: also read the tensor and print the per-mode statistics");
+  sub->add_option("--dedup-memory", a->dedup_memory,
+                  "--verify: host memory per rank for counting the distinct coordinates of a "
+                  "store whose order does not prove them unique (\"8G\"; default: half of 3/4 "
+                  "of the node's memory shared by its ranks, as convert); over it, sorted runs "
+                  "spill to the scratch folder");
+  sub->add_option("--scratch", a->scratch,
+                  "--verify: folder of that count's scratch files (default: the store's folder, "
+                  "or the system's temporary folder where the store's is not writable)");
   sub->add_option("--json", a->json,
                   "Write what info found (kind of file, dims, nonzeros, statistics; for a "
                   "model its kind, rank(s), fit, iterations) as a run record (JSON) here "
                   "(docs/run-record.md)");
   add_force_option(sub, a->force);
-  sub->callback(
-      [a, &run] { run = [a](const comm::MpiCommunicator& world) { run_info(*a, world); }; });
+  sub->callback([a, sub, &run] {
+    for (const char* n : {"--dedup-memory", "--scratch"})
+      if (sub->count(n) > 0 && !a->verify)
+        throw CLI::ValidationError(n, "applies only with --verify");
+    run = [a](const comm::MpiCommunicator& world) { run_info(*a, world); };
+  });
 }
 
 }  // namespace tessera::driver

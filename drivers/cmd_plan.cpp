@@ -141,12 +141,14 @@ plan::TimeModel host_time_model(const PlanArgs& a, const ComputeOptions& run, Co
   plan::TimeModel m = time_model(a);
   if (cx.kind == kernels::BackendKind::cuda || !cx.backend) return m;
   m.shared_memory = true;
-  if (m.gpus_per_node == 0) m.gpus_per_node = a.ranks_per_node;
+  // Ranks per node as the memory limits take them (plan_nprocs' limits): --ranks-per-node,
+  // else --gpus-per-node.
+  if (a.ranks_per_node > 0) m.gpus_per_node = a.ranks_per_node;
   if (a.bandwidth_given && a.link_given) return m;
-  world.barrier();
   // Arrays of 128 MiB: past the last-level cache of a CPU, a model input in a few tenths of
-  // a second (the benchmarks' 512 MiB probe is their floors' denominator).
-  const double mine = measure_bandwidth(*cx.backend, run.threads, std::size_t(128) << 20);
+  // a second (the benchmarks' 512 MiB probe is their floors' denominator). Every copy starts
+  // on every rank at once and is timed to the slowest.
+  const double mine = measure_bandwidth(*cx.backend, run.threads, std::size_t(128) << 20, &world);
   std::vector<double> all(static_cast<std::size_t>(world.size()));
   world.allgather(&mine, all.data(), 1);
   const comm::NodeMap nodes = comm::node_map(world, 0);

@@ -261,6 +261,11 @@ TEST_F(H5Driver, PartitionThenBlockReadsHoldTheSameNonzeros) {
   ASSERT_TRUE(in_place.info().partition.has_value());
   EXPECT_EQ(in_place.info().partition->nblocks(), 2);
   expect_same(sorted(load(g)), sorted(x), "partitioned in place");
+  // --verify reads block by block on 2 ranks: each block in (longest mode, coordinate) order
+  // proves its coordinates unique without a sort (partition drops sorted_mode).
+  r = ok(mpirun(2) + " info " + g + " --verify");
+  EXPECT_NE(r.out.find("block ranges, no repeated coordinate (stored order)"), std::string::npos)
+      << r.out;
   for (const auto& e : fs::directory_iterator(dir_))
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
   // A partition for two ranks read by three: equal shares, same tensor.

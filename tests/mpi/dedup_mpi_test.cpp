@@ -466,23 +466,32 @@ TEST(DedupMpi, VerifyChecksThatAStoreSayingUniqueIs) {
     meta.sorted_mode = rd.info().sorted_mode;
   }
   meta.has_duplicates = 0;  // the lie
-  for (bool beside : {true, false}) {
+  // Where the copy lands, so that every end the first pass compares across is crossed:
+  // beside its original inside a piece (the middle), across the end of a piece (verify reads
+  // pieces of 173), across the end of rank 1's share (an equal share of nnz + 1 entries),
+  // and at the end of the store (out of order; that store promises no sorted mode).
+  struct Place {
+    const char* name;
+    nnz_t k;  ///< the copy follows nonzero k (-1: at the end)
+  };
+  std::vector<Place> places = {{"middle", x.nnz() / 2}, {"piece-end", 172}, {"end", -1}};
+  if (P > 1) places.push_back({"share-end", (x.nnz() + 1) / P - 1});
+  ASSERT_GT(x.nnz(), 200) << "the test needs more than a piece";
+  for (const Place& at : places) {
     SparseTensor<double> y(x.dims);
-    const nnz_t k = x.nnz() / 2;
+    const nnz_t k = at.k >= 0 ? at.k : x.nnz() / 2;
     for (nnz_t q = 0; q < x.nnz(); ++q) {
       index_t c[3] = {x.idx[0][q], x.idx[1][q], x.idx[2][q]};
       y.push_back(c, x.vals[static_cast<std::size_t>(q)]);
-      if (beside && q == k) y.push_back(c, 1.5);
+      if (at.k >= 0 && q == k) y.push_back(c, 1.5);
     }
-    if (!beside) {
+    if (at.k < 0) {
       index_t c[3] = {x.idx[0][k], x.idx[1][k], x.idx[2][k]};
       y.push_back(c, 1.5);
     }
-    const std::string lie = dir + (beside ? "/beside.h5" : "/end.h5");
-    // At the end the copy also breaks the sorted mode's order: that store promises none
-    // (checked below).
+    const std::string lie = dir + "/" + at.name + ".h5";
     H5Header h = meta;
-    if (!beside) h.sorted_mode = -1;
+    if (at.k < 0) h.sorted_mode = -1;
     write_h5(lie, world().rank() == 0 ? y : SparseTensor<double>(y.dims), world(), h,
              write_options());
     std::string check;
@@ -490,8 +499,37 @@ TEST(DedupMpi, VerifyChecksThatAStoreSayingUniqueIs) {
     EXPECT_NE(m.find(lie + ": has_duplicates = 0, but 1 of its " + std::to_string(y.nnz()) +
                      " nonzeros repeat a coordinate"),
               std::string::npos)
-        << m;
+        << at.name << ": " << m;
     EXPECT_NE(m.find("tessera convert " + lie + " OUT.h5"), std::string::npos) << m;
+  }
+  // A repeat under a false sorted_mode: the repeat is reported (it changes a result; the
+  // attribute does not).
+  {
+    SparseTensor<double> y(x.dims);
+    for (nnz_t q = 0; q < x.nnz(); ++q) {
+      index_t c[3] = {x.idx[0][q], x.idx[1][q], x.idx[2][q]};
+      y.push_back(c, x.vals[static_cast<std::size_t>(q)]);
+    }
+    index_t c[3] = {x.idx[0][0], x.idx[1][0], x.idx[2][0]};
+    y.push_back(c, 1.5);  // the first coordinate again, at the end: the sorted mode falls too
+    const std::string lie = dir + "/both.h5";
+    write_h5(lie, world().rank() == 0 ? y : SparseTensor<double>(y.dims), world(), meta,
+             write_options());
+    std::string check;
+    const std::string m = verify_message(lie, &check);
+    EXPECT_NE(m.find("has_duplicates = 0, but 1 of its"), std::string::npos) << m;
+  }
+  // One nonzero, has_duplicates = 0: unique by itself (the check reports the order).
+  {
+    SparseTensor<double> y(x.dims);
+    index_t c[3] = {x.idx[0][0], x.idx[1][0], x.idx[2][0]};
+    y.push_back(c, 2.0);
+    const std::string one = dir + "/one.h5";
+    write_h5(one, world().rank() == 0 ? y : SparseTensor<double>(y.dims), world(), meta,
+             write_options());
+    std::string check;
+    EXPECT_EQ(verify_message(one, &check), "");
+    EXPECT_EQ(check, "order");
   }
   // The sorted store with its halves swapped, unique but with a false sorted_mode: the
   // earliest fall is named, whether it lies inside a piece, between pieces or between ranks.

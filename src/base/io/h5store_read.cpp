@@ -627,12 +627,31 @@ struct StoreOrder {
   }
 };
 
-/// This rank's range in the order of the unique check: whether it is strictly increasing,
-/// and its first and last coordinates.
+/// The orders the unique check's first pass tries: with a sorted mode m, (m, coordinate),
+/// what io::UniqueWriter writes; without one, (longest mode, coordinate), in which
+/// `tessera partition` keeps each block of such a store (it drops sorted_mode), and the
+/// coordinate's own.
+std::vector<StoreOrder> candidate_orders(const H5TensorInfo& info) {
+  std::vector<StoreOrder> o;
+  if (info.sorted_mode >= 0) {
+    o.emplace_back(info.order, info.sorted_mode);
+  } else {
+    const int longest = longest_mode(info.dims);
+    if (longest > 0) o.emplace_back(info.order, longest);
+    o.emplace_back(info.order, -1);
+  }
+  return o;
+}
+
+/// This rank's range in the candidate orders of the unique check: whether it is strictly
+/// increasing in each, and its first and last coordinates.
 struct RangeOrder {
-  bool increasing = true;
+  std::vector<char> increasing;  ///< per candidate order
   nnz_t seen = 0;
   std::vector<index_t> first, last;
+  bool any() const {
+    return std::any_of(increasing.begin(), increasing.end(), [](char x) { return x != 0; });
+  }
 };
 
 /// No position: the sorted mode never decreases in what was read.
@@ -657,27 +676,40 @@ nnz_t count_distinct(const std::string& path, const comm::Communicator& c, const
   uo.memory_limit = v.memory_limit;
   uo.progress = opt.progress;
   uo.scratch_dir = v.scratch_dir;
-  if (uo.scratch_dir.empty()) {
-    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-    const std::string folder = parent.empty() ? std::string(".") : parent.string();
-    uo.scratch_dir = ::access(folder.c_str(), W_OK) == 0
-                         ? folder
-                         : std::filesystem::temp_directory_path().string();
-  }
   const int N = info.order;
+  // Pieces of at most 4 Mi nonzeros (as convert's --piece): the buffers come on top of the
+  // writer's memory limit.
+  const nnz_t piece = std::min<nnz_t>(opt.piece > 0 ? opt.piece : kDefaultPiece, nnz_t(4) << 20);
+  std::vector<std::vector<index_t>> idx(static_cast<std::size_t>(N));
+  std::vector<double> vals;
+  std::unique_ptr<H5TensorReader> rd;
+  // What may fail on one rank (the folder, the buffers, the open) is agreed before the
+  // collective adds.
+  comm::run_collectively(c, [&] {
+    if (uo.scratch_dir.empty()) {
+      // The store's folder where scratch files can be made there (write and search), else
+      // the system's temporary folder.
+      const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+      const std::string folder = parent.empty() ? std::string(".") : parent.string();
+      uo.scratch_dir = ::access(folder.c_str(), W_OK | X_OK) == 0
+                           ? folder
+                           : std::filesystem::temp_directory_path().string();
+    }
+    const auto room = static_cast<std::size_t>(std::min(count, piece));
+    try {
+      for (auto& w : idx) w.resize(room);
+      vals.resize(room);
+    } catch (const std::bad_alloc&) {
+      throw InputError(path + ": out of memory for " + std::to_string(room) + " nonzeros on rank " +
+                       std::to_string(c.rank()) + " (counting its distinct coordinates)");
+    }
+    rd = std::make_unique<H5TensorReader>(path, false, 0);
+  });
   // The writer names its scratch files after this path; nothing is written there.
   UniqueWriter uw(path + ".verify", N, c, uo);
   uw.expect(info.nnz);
-  std::unique_ptr<H5TensorReader> rd;
-  comm::run_collectively(c, [&] { rd = std::make_unique<H5TensorReader>(path, false, 0); });
-  const nnz_t piece = opt.piece > 0 ? opt.piece : kDefaultPiece;
   const nnz_t pieces =
       c.allreduce_value<nnz_t>(count == 0 ? 0 : (count - 1) / piece + 1, comm::ReduceOp::max);
-  std::vector<std::vector<index_t>> idx(static_cast<std::size_t>(N));
-  std::vector<double> vals;
-  const auto room = static_cast<std::size_t>(std::min(count, piece));
-  for (auto& w : idx) w.resize(room);
-  vals.resize(room);
   index_t* p[kMaxOrder];
   for (int m = 0; m < N; ++m) p[m] = idx[static_cast<std::size_t>(m)].data();
   int threads = opt.threads;
@@ -698,6 +730,60 @@ nnz_t count_distinct(const std::string& path, const comm::Communicator& c, const
     uw.add(n, p, vals.data(), static_cast<std::uint64_t>(first + done));
   }
   return uw.count_unique();
+}
+
+/// verify_h5's check of has_duplicates = 0 after the first pass: "order" where every range
+/// is strictly increasing in one candidate order (a block alone, since a coordinate lies in
+/// one block; equal shares also across the ranks' ends), else "sort" after counting the
+/// distinct coordinates; a repeat is one agreed error line. "" for fewer than 2 nonzeros.
+std::string unique_check(const std::string& path, const H5TensorInfo& info, bool by_block,
+                         const RangeOrder& range, const comm::Communicator& c,
+                         const H5ReadOptions& opt, const H5VerifyOptions& v) {
+  if (info.nnz < 2) return "";
+  const int N = info.order;
+  const std::vector<StoreOrder> orders = candidate_orders(info);
+  const int P = c.size();
+  // Per candidate: increasing on every rank (a rank without data counts as increasing).
+  std::vector<int> ok(orders.size());
+  for (std::size_t o = 0; o < orders.size(); ++o)
+    ok[o] =
+        c.allreduce_value<int>(range.seen == 0 || range.increasing[o] ? 1 : 0, comm::ReduceOp::min);
+  if (!by_block && P > 1 && std::any_of(ok.begin(), ok.end(), [](int x) { return x != 0; })) {
+    const auto W = static_cast<std::size_t>(2 * N + 1);
+    std::vector<index_t> mine(W, 0), all(W * static_cast<std::size_t>(P));
+    mine[0] = range.seen > 0 ? 1 : 0;
+    for (int m = 0; m < N && range.seen > 0; ++m) {
+      mine[1 + static_cast<std::size_t>(m)] = range.first[static_cast<std::size_t>(m)];
+      mine[1 + static_cast<std::size_t>(N + m)] = range.last[static_cast<std::size_t>(m)];
+    }
+    c.allgather(mine.data(), all.data(), W);
+    for (std::size_t o = 0; o < orders.size(); ++o) {
+      const index_t* prev = nullptr;
+      for (int q = 0; q < P && ok[o]; ++q) {
+        const index_t* e = all.data() + W * static_cast<std::size_t>(q);
+        if (e[0] == 0) continue;
+        if (prev != nullptr && !orders[o].less([prev, N](int m) { return prev[1 + N + m]; },
+                                               [e](int m) { return e[1 + m]; }))
+          ok[o] = 0;
+        prev = e;
+      }
+    }
+  }
+  if (std::any_of(ok.begin(), ok.end(), [](int x) { return x != 0; })) return "order";
+  const auto [first, count] = share_of(info, by_block, c.rank(), P);
+  const nnz_t distinct = count_distinct(path, c, opt, v, info, first, count);
+  // Every rank has the same count: one agreed error line, no abort.
+  comm::run_collectively(c, [&] {
+    TESSERA_INPUT_CHECK(distinct == info.nnz,
+                        path << ": has_duplicates = 0, but " << info.nnz - distinct << " of its "
+                             << info.nnz
+                             << " nonzeros repeat a coordinate (a run trusts the attribute and "
+                                "would count each copy, so ||X|| and the fit would be wrong): set "
+                                "the attribute to 1 (h5py: f.attrs['has_duplicates'] = 1), then "
+                                "tessera convert "
+                             << path << " OUT.h5 writes a copy with the repeats summed");
+  });
+  return "sort";
 }
 
 /// The store's sorted_mode over every rank's range (the ranges follow each other in the
@@ -751,7 +837,7 @@ H5VerifyResult verify_h5(const std::string& path, const comm::Communicator& c,
   H5ReadResult res;
   // The first pass sees the pieces as they are read; read_share has set res.info (the
   // header) before the first.
-  std::optional<StoreOrder> order;
+  std::vector<StoreOrder> orders;
   int N = 0;
   RangeOrder range;
   SortedRange sorted;
@@ -781,76 +867,41 @@ H5VerifyResult verify_h5(const std::string& path, const comm::Communicator& c,
       sorted.last = q[n - 1];
       sorted.seen += n;
     }
-    if (res.info.has_duplicates != 0 || n == 0 || !range.increasing) return;
-    if (!order) {
+    if (res.info.has_duplicates != 0 || n == 0) return;
+    if (orders.empty()) {
       N = res.info.order;
-      order.emplace(N, res.info.sorted_mode);
+      orders = candidate_orders(res.info);
+      range.increasing.assign(orders.size(), 1);
     }
+    if (!range.any()) return;
     auto at = [&](nnz_t k) { return [p, k](int m) { return p[m][k]; }; };
     if (range.seen == 0) {
       range.first.assign(static_cast<std::size_t>(N), 0);
       for (int m = 0; m < N; ++m) range.first[static_cast<std::size_t>(m)] = p[m][0];
-    } else {
-      const std::vector<index_t>& last = range.last;
-      if (!order->less([&last](int m) { return last[static_cast<std::size_t>(m)]; }, at(0)))
-        range.increasing = false;
     }
-    bool ok = true;
+    const std::vector<index_t>& last = range.last;
+    for (std::size_t o = 0; o < orders.size(); ++o) {
+      if (!range.increasing[o]) continue;
+      const StoreOrder& order = orders[o];
+      bool ok = range.seen == 0 ||
+                order.less([&last](int m) { return last[static_cast<std::size_t>(m)]; }, at(0));
 #pragma omp parallel for schedule(static) reduction(&& : ok) if (n > 65536)
-    for (std::int64_t k = 1; k < static_cast<std::int64_t>(n); ++k)
-      ok = ok && order->less(at(static_cast<nnz_t>(k - 1)), at(static_cast<nnz_t>(k)));
-    range.increasing = range.increasing && ok;
+      for (std::int64_t k = 1; k < static_cast<std::int64_t>(n); ++k)
+        ok = ok && order.less(at(static_cast<nnz_t>(k - 1)), at(static_cast<nnz_t>(k)));
+      range.increasing[o] = ok ? 1 : 0;
+    }
     range.last.assign(static_cast<std::size_t>(N), 0);
     for (int m = 0; m < N; ++m) range.last[static_cast<std::size_t>(m)] = p[m][n - 1];
     range.seen += n;
   };
   read_share(path, c, opt, false, &res, &hook);
   const H5TensorInfo& info = res.info;
+  if (info.has_duplicates == 0) {
+    out.unique_check = unique_check(path, info, res.by_block, range, c, opt, v);
+    if (out.unique_check.empty()) out.unique_check = "order";  // fewer than 2 nonzeros
+  }
+  // After the repeats (which change a result; a false sorted_mode does not).
   if (info.sorted_mode >= 0) check_sorted_mode(path, info, sorted, c);
-  if (info.has_duplicates != 0 || info.nnz < 2) return out;
-  N = info.order;
-  if (!order) order.emplace(N, info.sorted_mode);
-  // Ranges read by block: a coordinate lies in one block only, so each block's own order
-  // proves it. Equal shares of the stored order: also across the ranks' ends.
-  bool proven = c.allreduce_value<int>(range.increasing ? 1 : 0, comm::ReduceOp::min) == 1;
-  if (proven && !res.by_block && c.size() > 1) {
-    const int P = c.size();
-    const auto W = static_cast<std::size_t>(2 * N + 1);
-    std::vector<index_t> mine(W, 0), all(W * static_cast<std::size_t>(P));
-    mine[0] = range.seen > 0 ? 1 : 0;
-    for (int m = 0; m < N && range.seen > 0; ++m) {
-      mine[1 + static_cast<std::size_t>(m)] = range.first[static_cast<std::size_t>(m)];
-      mine[1 + static_cast<std::size_t>(N + m)] = range.last[static_cast<std::size_t>(m)];
-    }
-    c.allgather(mine.data(), all.data(), W);
-    const index_t* prev = nullptr;
-    for (int q = 0; q < P && proven; ++q) {
-      const index_t* e = all.data() + W * static_cast<std::size_t>(q);
-      if (e[0] == 0) continue;
-      if (prev != nullptr && !order->less([prev, N](int m) { return prev[1 + N + m]; },
-                                          [e](int m) { return e[1 + m]; }))
-        proven = false;
-      prev = e;
-    }
-  }
-  if (proven) {
-    out.unique_check = "order";
-    return out;
-  }
-  const auto [first, count] = share_of(info, res.by_block, c.rank(), c.size());
-  const nnz_t distinct = count_distinct(path, c, opt, v, info, first, count);
-  out.unique_check = "sort";
-  // Every rank has the same count: one agreed error line, no abort.
-  comm::run_collectively(c, [&] {
-    TESSERA_INPUT_CHECK(distinct == info.nnz,
-                        path << ": has_duplicates = 0, but " << info.nnz - distinct << " of its "
-                             << info.nnz
-                             << " nonzeros repeat a coordinate (a run trusts the attribute and "
-                                "would count each copy, so ||X|| and the fit would be wrong): set "
-                                "the attribute to 1 (h5py: f.attrs['has_duplicates'] = 1), then "
-                                "tessera convert "
-                             << path << " OUT.h5 writes a copy with the repeats summed");
-  });
   return out;
 }
 

@@ -228,14 +228,14 @@ struct TimeModel {
   /// The CP engine's rule for the allreduce strategy (algo::CpOptions::whole_rows_max_bytes):
   /// a mode whose rows take more bytes is reduce-scattered and solved split over the ranks.
   double whole_rows_max_bytes = kWholeRowsMaxBytes;
-  /// Host backends: `bandwidth` and `link_bandwidth` are a node's memory bandwidth, which its
-  /// ranks share (each rank gets them divided by the ranks on its node: rank_model). GPUs
-  /// have their own memory and links: false.
+  /// Host backends: `bandwidth` and `link_bandwidth` are a node's memory bandwidth and
+  /// `inter_bandwidth` its network, which its ranks share (each rank gets them divided by the
+  /// ranks on its node: rank_model). GPUs have their own memory and links: false.
   bool shared_memory = false;
 };
 
 /// The model as one of `per_node` ranks on a node sees it (TimeModel::shared_memory: the
-/// node's bandwidths divided by them; otherwise `m` itself).
+/// node's memory, link and network bandwidths divided by them; otherwise `m` itself).
 TimeModel rank_model(const TimeModel& m, int per_node);
 
 /// Kernel time lost to the layer strategy's grid partition, as a multiple of the MTTKRPs'

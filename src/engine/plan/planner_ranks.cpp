@@ -69,8 +69,10 @@ void finish(IterationEstimate& e, const TimeModel& model, bool several) {
 TimeModel rank_model(const TimeModel& m, int per_node) {
   TimeModel r = m;
   if (m.shared_memory && per_node > 1) {
+    // A CPU node's memory and its network port are shared by its ranks.
     r.bandwidth /= per_node;
     r.link_bandwidth /= per_node;
+    r.inter_bandwidth /= per_node;
   }
   return r;
 }
@@ -435,10 +437,11 @@ std::string describe_time_model(const std::vector<RanksPlan>& plans, const TimeM
     os << line;
   }
   if (m.shared_memory)
-    os << "  host backend: --bandwidth and --link-bandwidth are the node's memory, which its "
-          "ranks share (K ranks on a node get 1/K each;\n    --gpus-per-node or "
-          "--ranks-per-node: ranks per node), so more ranks on one node add no bandwidth; "
-          "below,\n    NVLink means the node's memory and GPUs its ranks\n";
+    os << "  host backend: --bandwidth and --link-bandwidth are the node's memory and --link-gbps "
+          "its network, which its ranks share\n    (K ranks on a node get 1/K each; "
+          "--ranks-per-node, else --gpus-per-node: ranks per node), so more ranks on one "
+          "node\n    add no bandwidth; below, NVLink means the node's memory and GPUs its "
+          "ranks\n";
 
   if (tucker) {
     os << "  tucker, per mode by --comm-strategy (auto: allreduce where the collectives run in "

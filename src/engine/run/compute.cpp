@@ -347,7 +347,8 @@ std::size_t default_memory_limit(const comm::MpiCommunicator& world) {
 }
 
 template <typename T>
-double measure_bandwidth(kernels::Backend<T>& be, int threads, std::size_t bytes) {
+double measure_bandwidth(kernels::Backend<T>& be, int threads, std::size_t bytes,
+                         const comm::Communicator* together) {
   if (bytes == 0)
     bytes = be.memory_space() == comm::MemorySpace::host ? (std::size_t(512) << 20)
                                                          : (std::size_t(2) << 30);
@@ -358,6 +359,7 @@ double measure_bandwidth(kernels::Backend<T>& be, int threads, std::size_t bytes
   be.synchronize();
   double best = 1e30;
   for (int k = 0; k < 5; ++k) {
+    if (together != nullptr) together->barrier();
     Timer t;
     if (be.memory_space() == comm::MemorySpace::host) {
       // All of the rank's threads, as the kernels use them.
@@ -369,11 +371,15 @@ double measure_bandwidth(kernels::Backend<T>& be, int threads, std::size_t bytes
       be.copy(a.data(), n, b.data());
       be.synchronize();
     }
-    best = std::min(best, t.seconds());
+    double s = t.seconds();
+    if (together != nullptr) s = together->allreduce_value(s, comm::ReduceOp::max);
+    best = std::min(best, s);
   }
   return 2.0 * static_cast<double>(n * sizeof(T)) / best;
 }
-template double measure_bandwidth<float>(kernels::Backend<float>&, int, std::size_t);
-template double measure_bandwidth<double>(kernels::Backend<double>&, int, std::size_t);
+template double measure_bandwidth<float>(kernels::Backend<float>&, int, std::size_t,
+                                         const comm::Communicator*);
+template double measure_bandwidth<double>(kernels::Backend<double>&, int, std::size_t,
+                                          const comm::Communicator*);
 
 }  // namespace tessera::run

@@ -87,8 +87,12 @@ std::size_t default_memory_limit(const comm::MpiCommunicator& world);
 /// Copy bandwidth of the backend's memory in bytes/s (read + write, best of 5): 512 MiB
 /// with the rank's OpenMP threads on the host, 2 GiB with the backend's copy on a device;
 /// `bytes` > 0: arrays of that size instead. The denominator of every benchmark's floor.
+/// `together` (collective over it): every copy starts after a barrier and is timed to the
+/// slowest rank's end, so each rank's figure is its share of copies that ran at the same
+/// time (their sum over a node's ranks is the node's bandwidth).
 template <typename T>
-double measure_bandwidth(kernels::Backend<T>& be, int threads, std::size_t bytes = 0);
+double measure_bandwidth(kernels::Backend<T>& be, int threads, std::size_t bytes = 0,
+                         const comm::Communicator* together = nullptr);
 
 /// Peak resident memory of this process in bytes.
 std::size_t peak_rss_bytes();
