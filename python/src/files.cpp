@@ -140,8 +140,9 @@ void save_model(const py::dict& m, const std::string& path, std::uintptr_t comm_
         km.rank = static_cast<int>(w.shape(0));
         km.lambda.assign(w.data(), w.data() + w.shape(0));
         for (std::size_t n = 0; n < fs.size(); ++n) {
-          py::array a = py::reinterpret_borrow<py::array>(fs[n]);
-          TESSERA_INPUT_CHECK(a.ndim() == 2, "save_model: factors[" << n << "] must be 2-D");
+          // ensure: an array (converted when it is not one), never a cast of another object.
+          py::array a = py::array::ensure(fs[n]);
+          TESSERA_INPUT_CHECK(a && a.ndim() == 2, "save_model: factors[" << n << "] must be 2-D");
           km.dims.push_back(static_cast<std::uint64_t>(a.shape(0)));
           const std::string what = "save_model: factors[" + std::to_string(n) + "]";
           km.factors.push_back(numpy_to_matrix(fs[n], a.shape(0), km.rank, what.c_str()));
@@ -155,8 +156,9 @@ void save_model(const py::dict& m, const std::string& path, std::uintptr_t comm_
                             "save_model: core must have one mode per factor");
         tm.core.assign(core.data(), core.data() + core.size());
         for (std::size_t n = 0; n < fs.size(); ++n) {
-          py::array a = py::reinterpret_borrow<py::array>(fs[n]);
-          TESSERA_INPUT_CHECK(a.ndim() == 2, "save_model: factors[" << n << "] must be 2-D");
+          // ensure: an array (converted when it is not one), never a cast of another object.
+          py::array a = py::array::ensure(fs[n]);
+          TESSERA_INPUT_CHECK(a && a.ndim() == 2, "save_model: factors[" << n << "] must be 2-D");
           tm.dims.push_back(static_cast<std::uint64_t>(a.shape(0)));
           tm.ranks.push_back(static_cast<int>(core.shape(static_cast<py::ssize_t>(n))));
           const std::string what = "save_model: factors[" + std::to_string(n) + "]";

@@ -16,6 +16,7 @@
 
 #include "io/output.hpp"
 #include "kernels/factories.hpp"
+#include "plan/limits.hpp"
 #include "run/build_info.hpp"
 #include "util/cpus.hpp"
 #include "util/mpi_env.hpp"
@@ -77,6 +78,9 @@ Session::Session(std::uintptr_t handle, bool verbose)
       old_threads(omp_get_max_threads()) {
   log::set_rank(world.rank(), world.size());
   log::set_verbosity(verbose ? 1 : 0);
+  // The measured host peak (VmHWM) is this call's, not the process's so far: an earlier,
+  // larger call in the same interpreter would otherwise read as this call over its plan.
+  plan::reset_peak_rss();
 }
 
 Session::~Session() {

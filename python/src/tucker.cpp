@@ -79,8 +79,11 @@ void register_tucker(py::module_& m) {
            std::string backend, std::string precision, py::object threads, std::string index_base,
            py::object checkpoint, int checkpoint_every, py::object resume, py::object callback,
            bool verbose, bool share, std::uintptr_t comm, bool force, py::dict tuning) {
-          CommonArgs a = common_args(backend, precision, threads, "allreduce", index_base,
-                                     checkpoint, checkpoint_every, resume, verbose, share);
+          // "auto", as `tessera tucker`'s --comm-strategy: the TTMc rows' combine per mode
+          // by the run's rule (allreduce is --svd gram's only; subspace and scalapack need
+          // owners, which auto picks for them).
+          CommonArgs a = common_args(backend, precision, threads, "auto", index_base, checkpoint,
+                                     checkpoint_every, resume, verbose, share);
           a.run.force = force;
           apply_tuning(a, tuning);
           run::TuckerRunOptions o;

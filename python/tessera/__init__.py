@@ -22,6 +22,7 @@ library computes.
 """
 
 import atexit as _atexit
+import math as _math
 import numbers as _numbers
 import os as _os
 import warnings as _warnings
@@ -143,7 +144,8 @@ def _opt_path(path, name):
 def _input_files(*paths):
     # The files a run read (its tensor, the checkpoint it resumed): save_model never
     # replaces them.
-    return tuple(_os.fsdecode(_os.fspath(p)) for p in paths
+    # Absolute (resolved now): a later os.chdir must not point the guard elsewhere.
+    return tuple(_os.path.abspath(_os.fsdecode(_os.fspath(p))) for p in paths
                  if isinstance(p, (str, bytes, _os.PathLike)))
 
 
@@ -487,19 +489,46 @@ def save_model(result, path, *, comm=None, force=False):
                         % type(result).__name__)
     path = _path_arg(path, "path")
     force = _bool_arg(force, "force")
+    # The result's fields are public: what is written is checked here (real, finite, the
+    # right number of dimensions), as a run would have made it.
+    factors = [_model_array(f, "factors[%d]" % n, 2) for n, f in enumerate(result.factors)]
+    fit = _float_arg(result.fit, "fit")
+    if not _math.isfinite(fit):
+        raise ValueError("save_model: fit = %r is not a finite number" % fit)
     m = {
         "kind": result.kind,
-        "factors": list(result.factors),
-        "fit": float(result.fit),
+        "factors": factors,
+        "fit": fit,
         "iterations": int(result.iterations),
         "fit_history": [float(h["fit"]) for h in result.history],
         "options_json": json.dumps(result.record.get("options", {})),
     }
     if result.kind == "cp":
-        m["weights"] = result.weights
+        m["weights"] = _model_array(result.weights, "weights", 1)
+        if m["weights"].shape[0] < 1:
+            raise ValueError("save_model: weights: a CP model has rank 1 or more, got 0")
     else:
-        m["core"] = result.core
+        m["core"] = _model_array(result.core, "core", len(factors))
     _tessera.save_model(m, path, _comm_handle(comm), force, list(result.inputs))
+
+
+def _model_array(v, what, ndim):
+    # A model's array as save_model writes it: float64, `ndim` dimensions, finite values.
+    import numpy as np  # noqa: PLC0415
+
+    a = np.asarray(v)
+    if a.dtype.kind not in "biuf":
+        raise TypeError("save_model: %s: expected a real array, got %s of dtype %s"
+                        % (what, type(v).__name__, a.dtype))
+    if a.ndim != ndim:
+        raise ValueError("save_model: %s must have %d dimension(s), got shape %s"
+                         % (what, ndim, a.shape))
+    a = a.astype(np.float64, copy=False)
+    if not np.isfinite(a).all():
+        at = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+        raise ValueError("save_model: %s%s = %r is not a finite number"
+                         % (what, list(at), float(a[at])))
+    return a
 
 
 def cuda_built():

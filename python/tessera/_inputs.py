@@ -36,11 +36,19 @@ _MAX_DIM = 1 << 32  # the longest mode (32-bit coordinates)
 _dense_noted = False
 
 
-def _layout(coords, nnz, order):
+def _layout(coords, nnz, order, known=None):
+    """"nnz_by_mode" or "mode_by_nnz". `known`: the layout of a converter that knows it
+    (dense, scipy.sparse, pydata sparse: (N, nnz); pyttb, COOResult: (nnz, N)), so that
+    nnz == N is not guessed; None for a user's (coords, values, shape), where nnz == N is
+    read as (nnz, N) (docs/python.md)."""
     if coords.ndim != 2:
         raise ValueError(
             "coords must be 2-D, (nnz, N) or (N, nnz); got %d dimension(s)" % coords.ndim
         )
+    if known == "mode_by_nnz" and coords.shape == (order, nnz):
+        return known
+    if known == "nnz_by_mode" and coords.shape == (nnz, order):
+        return known
     if coords.shape == (nnz, order):
         return "nnz_by_mode"
     if coords.shape == (order, nnz):
@@ -75,7 +83,7 @@ def _shape(shape, name):
     return tuple(out)
 
 
-def _arrays(coords, values, shape, name):
+def _arrays(coords, values, shape, name, layout=None):
     coords = np.asarray(coords)
     values = np.asarray(values)
     if values.ndim == 2 and values.shape[1] == 1:  # pyttb keeps vals as a column
@@ -100,7 +108,7 @@ def _arrays(coords, values, shape, name):
     shape = _shape(shape, name)
     if coords.ndim == 2 and coords.size == 0 and values.size == 0:
         coords = np.zeros((0, len(shape)), dtype=np.int64)
-    layout = _layout(coords, values.shape[0], len(shape))
+    layout = _layout(coords, values.shape[0], len(shape), layout)
     return {"coords": coords, "values": values, "shape": shape, "layout": layout, "name": name}
 
 
@@ -152,23 +160,35 @@ def to_core(X, name="X"):
         return {"path": path}
     if isinstance(X, tuple) and len(X) == 3:
         return _arrays(X[0], X[1], X[2], name)
+    if isinstance(X, np.ma.MaskedArray):
+        # Its mask would be dropped: the masked entries' data would be taken as values.
+        raise TypeError(
+            "%s: a masked array: tessera does not take masks (the masked entries would be "
+            "read as values); pass X.filled(0) for a tensor whose masked entries are zero, or "
+            "the observed entries as (coords, values, shape) with observed_only=True for "
+            "completion" % name)
     if isinstance(X, (np.ndarray, np.generic)):  # a NumPy scalar is a 0-d array
-        return _arrays(*_dense(np.asarray(X), name), name)
+        return _arrays(*_dense(np.asarray(X), name), name, layout="mode_by_nnz")
     mod = type(X).__module__ or ""
-    # pydata sparse.COO: coords (N, nnz), data, shape.
+    # pydata sparse.COO: coords (N, nnz), data, shape; its implicit entries must be 0.
     if mod.startswith("sparse") and hasattr(X, "coords") and hasattr(X, "data"):
-        return _arrays(X.coords, X.data, X.shape, name)
+        fill = getattr(X, "fill_value", 0)
+        if fill is not None and np.asarray(fill).size == 1 and float(fill) != 0:
+            raise ValueError(
+                "%s: a sparse.COO with fill_value %r: tessera's sparse tensors are zero off "
+                "their stored entries; pass one with fill_value 0" % (name, fill))
+        return _arrays(X.coords, X.data, X.shape, name, layout="mode_by_nnz")
     # scipy.sparse (2-way): COO row/col/data.
     if mod.startswith("scipy.sparse"):
         coo = X if getattr(X, "format", None) == "coo" else X.tocoo()
         coords = np.stack([np.asarray(coo.row), np.asarray(coo.col)], axis=0)
-        return _arrays(coords, coo.data, coo.shape, name)
-    # pyttb.sptensor or anything with its fields.
+        return _arrays(coords, coo.data, coo.shape, name, layout="mode_by_nnz")
+    # pyttb.sptensor or anything with its fields: subs (nnz, N).
     if hasattr(X, "subs") and hasattr(X, "vals") and hasattr(X, "shape"):
-        return _arrays(X.subs, X.vals, X.shape, name)
-    # tessera's own COOResult (read_tensor, contract) or anything with its fields.
+        return _arrays(X.subs, X.vals, X.shape, name, layout="nnz_by_mode")
+    # tessera's own COOResult (read_tensor, contract) or anything with its fields: (nnz, N).
     if hasattr(X, "coords") and hasattr(X, "values") and hasattr(X, "shape"):
-        return _arrays(X.coords, X.values, X.shape, name)
+        return _arrays(X.coords, X.values, X.shape, name, layout="nnz_by_mode")
     raise TypeError(
         "%s: unsupported input of type %s; pass (coords, values, shape) NumPy arrays, a "
         "scipy.sparse COO array/matrix, a pydata sparse.COO, a path to a .tns/.tns.gz/.h5 "

@@ -241,3 +241,72 @@ def test_keywords_of_the_wrong_type_are_one_line_errors(small, call, exc, match)
     with pytest.raises(exc, match=match) as e:
         call(small)
     assert "\n" not in str(e.value)
+
+
+# ---- session 56's sweep: a crash, wrong answers and a lost file, each once ----------------
+
+
+def test_save_model_checks_the_fields_it_writes(model, tmp_path):
+    # The result's fields are public: a non-array factor once crashed the interpreter, and
+    # NaN weights or an infinite fit were written as a model.
+    out = str(tmp_path / "m.h5")
+    m = model
+    saved = list(m.factors)
+    m.factors[0] = 2
+    with pytest.raises(ValueError, match=r"factors\[0\] must have 2 dimension"):
+        tessera.save_model(m, out)
+    m.factors[0] = saved[0]
+    w = m.weights
+    m.weights = np.array([np.nan, 1.0])
+    with pytest.raises(ValueError, match=r"weights\[0\] = nan is not a finite number"):
+        tessera.save_model(m, out)
+    m.weights = w
+    m.fit = float("inf")
+    with pytest.raises(ValueError, match="fit = inf is not a finite number"):
+        tessera.save_model(m, out)
+    assert not os.path.exists(out)
+
+
+def test_converters_that_know_their_layout_do_not_guess_it():
+    # nnz == N: a dense array, a scipy.sparse matrix or a sparse.COO was read transposed.
+    x = np.zeros((3, 3, 3))
+    x[0, 2, 1], x[1, 0, 1], x[2, 1, 0] = 1, 2, 3
+    got = tessera.contract(x, x, "ijk,ljk->il", **CPU1).todense()
+    assert np.array_equal(got, np.einsum("ijk,ljk->il", x, x))
+    sp = pytest.importorskip("scipy.sparse")
+    a = sp.coo_matrix(([1.0, 5.0], ([0, 2], [1, 2])), shape=(3, 3))
+    got = tessera.contract(a, sp.eye(3), "ij,jk->ik", **CPU1).todense()
+    assert np.array_equal(got, a.toarray())
+
+
+def test_masked_arrays_and_nonzero_fill_values_are_refused():
+    xm = np.ma.array(np.ones((2, 2, 2)), mask=np.zeros((2, 2, 2), bool))
+    xm.mask[0, 0, 0] = True
+    with pytest.raises(TypeError, match="a masked array"):
+        tessera.cp_als(xm, rank=1, **CPU1)
+    sparse = pytest.importorskip("sparse")
+    p = sparse.COO(np.array([[0, 1], [1, 0], [0, 1]]), np.array([1.0, 2.0]), shape=(2, 2, 2),
+                   fill_value=1.0)
+    with pytest.raises(ValueError, match="fill_value 1.0"):
+        tessera.cp_als(p, rank=1, **CPU1)
+
+
+def test_an_input_stays_guarded_after_a_chdir(tns, tmp_path, monkeypatch):
+    m = tessera.cp_als(str(tns), rank=2, iters=2, **CPU1)
+    before = tns.read_bytes()
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    with pytest.raises(ValueError):
+        tessera.save_model(m, "../" + tns.name, force=True)
+    assert tns.read_bytes() == before
+
+
+def test_tucker_takes_every_svd_method(small):
+    # Python once fixed --comm-strategy allreduce, which only --svd gram takes.
+    fits = {s: tessera.tucker_hooi(small, [3, 3, 2], iters=5, svd=s, **CPU1).fit
+            for s in ("gram", "subspace", "scalapack")}
+    # scalapack solves the same eigenproblems as gram; subspace iterates toward them (a few
+    # steps per update), so after 5 updates it is close, not equal.
+    assert abs(fits["scalapack"] - fits["gram"]) < 1e-9, fits
+    assert 0 < fits["subspace"] and abs(fits["gram"] - fits["subspace"]) < 0.01, fits
