@@ -294,6 +294,27 @@ TEST_F(Harden, CpRefusesValuesTooSmallForItsPrecision) {
   refused(double{}, -1030);
 }
 
+TEST_F(Harden, TuckerRefusesValuesTooSmallForItsPrecision) {
+  const auto d = lowrank(12);
+  auto refused = [&](auto tag, int e) {
+    using T = decltype(tag);
+    auto be = kernels::make_backend<T>(BackendKind::cpu, 1);
+    algo::TuckerOptions o;
+    o.ranks = {3, 3, 2};
+    o.max_iters = 2;
+    o.print_iterations = false;
+    try {
+      (void)algo::tucker_hooi<T>(scaled<T>(d, e), *be, world(), o);
+      ADD_FAILURE() << "2^" << e << " ran";
+    } catch (const std::exception& ex) {
+      const std::string m = ex.what();
+      EXPECT_NE(m.find("too small for Tucker-HOOI in"), std::string::npos) << m;
+    }
+  };
+  refused(float{}, -118);
+  refused(double{}, -1030);
+}
+
 TEST_F(Harden, TuckerFitOfHugeAndTinyValuesEqualsTheFitNearOne) {
   const auto d = lowrank(12);
   auto run = [&](int e) {
