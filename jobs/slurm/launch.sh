@@ -174,10 +174,11 @@ case $launcher in
   srun-pmix) launch=(srun --mpi=pmix "${srun_opts[@]}") ;;
   srun) launch=(srun "${srun_opts[@]}") ;;  # the site's MpiDefault must suit the MPI library
   mpirun)
-    # mpirun passes SIGTERM (a time limit, scancel, a requeue) to the ranks and SIGKILLs
-    # them this many seconds later (OpenMPI's default: 1): time for tessera cp/tucker to
-    # finish the iteration and write the model and checkpoint, under Slurm's KillWait (30 s
-    # by default). docs/reliability.md, "Stopping a run".
+    # mpirun passes SIGTERM (a time limit, scancel, a requeue) on to the ranks this many
+    # seconds after it gets it and SIGKILLs them as long again (OpenMPI 4.1.4, measured;
+    # OpenMPI's default: 1), and stops reading their output meanwhile, so a rank that prints
+    # every iteration can block and be killed without its model: prefer srun (the tasks get
+    # the signal at once). docs/reliability.md, "Stopping a run".
     export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-25}
     launch=(mpirun -np "$ntasks")
     map=slot
