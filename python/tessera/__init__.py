@@ -176,7 +176,16 @@ def _init_arg(init):
         return init
     import numpy as np  # noqa: PLC0415
 
-    return [np.ascontiguousarray(f, dtype=np.float64) for f in init]
+    if not hasattr(init, "__iter__") or isinstance(init, (bytes, np.ndarray)):
+        raise TypeError("init=%s: expected \"random\", \"nvecs\", a model file or a list "
+                        "of one factor matrix per mode" % type(init).__name__)
+    out = []
+    for n, f in enumerate(init):
+        a = np.asarray(f)
+        if a.dtype.kind not in "biuf":
+            raise TypeError("init[%d]: expected a real matrix, got dtype %s" % (n, a.dtype))
+        out.append(np.ascontiguousarray(a, dtype=np.float64))
+    return out
 
 
 def _modes_arg(nonneg):

@@ -36,14 +36,15 @@ _MAX_DIM = 1 << 32  # the longest mode (32-bit coordinates)
 _dense_noted = False
 
 
-def _layout(coords, nnz, order, known=None):
+def _layout(coords, nnz, order, known=None, name="X"):
     """"nnz_by_mode" or "mode_by_nnz". `known`: the layout of a converter that knows it
     (dense, scipy.sparse, pydata sparse: (N, nnz); pyttb, COOResult: (nnz, N)), so that
     nnz == N is not guessed; None for a user's (coords, values, shape), where nnz == N is
     read as (nnz, N) (docs/python.md)."""
     if coords.ndim != 2:
         raise ValueError(
-            "coords must be 2-D, (nnz, N) or (N, nnz); got %d dimension(s)" % coords.ndim
+            "%s: coords must be 2-D, (nnz, N) or (N, nnz); got %d dimension(s)"
+            % (name, coords.ndim)
         )
     if known == "mode_by_nnz" and coords.shape == (order, nnz):
         return known
@@ -54,8 +55,8 @@ def _layout(coords, nnz, order, known=None):
     if coords.shape == (order, nnz):
         return "mode_by_nnz"
     raise ValueError(
-        "coords has shape %s but values has %d entries and shape has %d modes: expected "
-        "(%d, %d) or (%d, %d)" % (coords.shape, nnz, order, nnz, order, order, nnz)
+        "%s: coords has shape %s but values has %d entries and shape has %d modes: expected "
+        "(%d, %d) or (%d, %d)" % (name, coords.shape, nnz, order, nnz, order, order, nnz)
     )
 
 
@@ -106,9 +107,10 @@ def _arrays(coords, values, shape, name, layout=None):
         raise TypeError("%s: values must be real numbers (a boolean, integer or real dtype), "
                         "got dtype %s" % (name, values.dtype))
     shape = _shape(shape, name)
-    if coords.ndim == 2 and coords.size == 0 and values.size == 0:
+    if coords.size == 0 and values.size == 0:  # numpy.asarray([]) too: no nonzeros
         coords = np.zeros((0, len(shape)), dtype=np.int64)
-    layout = _layout(coords, values.shape[0], len(shape), layout)
+        layout = None
+    layout = _layout(coords, values.shape[0], len(shape), layout, name)
     return {"coords": coords, "values": values, "shape": shape, "layout": layout, "name": name}
 
 

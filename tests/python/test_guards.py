@@ -310,3 +310,16 @@ def test_tucker_takes_every_svd_method(small):
     # steps per update), so after 5 updates it is close, not equal.
     assert abs(fits["scalapack"] - fits["gram"]) < 1e-9, fits
     assert 0 < fits["subspace"] and abs(fits["gram"] - fits["subspace"]) < 0.01, fits
+
+
+def test_messages_name_the_argument(small):
+    c, v, s = small
+    with pytest.raises(TypeError, match="init=int: expected"):
+        tessera.cp_als(small, rank=2, init=5, **CPU1)
+    with pytest.raises(TypeError, match=r"init\[0\]: expected a real matrix"):
+        tessera.cp_als(small, rank=2, init=[np.array([["a", "b"]] * 7)] * 3, **CPU1)
+    with pytest.raises(ValueError, match="^Y: coords has shape"):
+        tessera.contract(small, (c, v[:-1], s), "ijk,ljk->il", **CPU1)
+    # numpy.asarray([]) as coords and values: no nonzeros, as documented.
+    empty = (np.asarray([]), np.asarray([]), s)
+    assert tessera.contract(empty, small, "ijk,ljk->il", **CPU1).values.size == 0
